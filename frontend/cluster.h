@@ -1,0 +1,105 @@
+/* cluster.h: the hardware a model is trained on, read from a cluster XML.
+ *
+ * A cluster is regions of hosts of devices, plus links.  All quantities are
+ * stored in base SI units as doubles (bytes, bytes/s, seconds, FLOP/s),
+ * whatever units the file spelled them in ("20Mbps", "40ms", "16GiB").
+ *
+ * Link resolution between two devices (cluster_link_between):
+ *   same device            -> infinite bandwidth, zero latency
+ *   same host              -> the host's link-bandwidth / link-latency
+ *                             (default CLUSTER_DEFAULT_HOST_* below)
+ *   explicit host-host <link> (either direction) -> that link
+ *   same region            -> the region's bandwidth / latency
+ *   explicit region-region <link> (either direction) -> that link
+ *   otherwise              -> error at load time: every pair of regions that
+ *                             has devices must be joined by a link.
+ * Links are symmetric.
+ *
+ * The file format is documented at the top of frontend/cluster.xsd; the
+ * quantities' units in frontend/units.h.
+ */
+#ifndef FUSION_CLUSTER_H
+#define FUSION_CLUSTER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../ir/diag.h"
+
+#define CLUSTER_NAME_MAX 128
+#define CLUSTER_DEFAULT_HOST_BANDWIDTH (256e9 / 8)  /* bytes/s: 256 Gbps, PCIe/NVLink class */
+#define CLUSTER_DEFAULT_HOST_LATENCY   1e-6         /* seconds                           */
+
+typedef enum { DEVICE_CPU, DEVICE_CUDA } device_kind;
+
+typedef struct {
+    char        name[CLUSTER_NAME_MAX];   /* unique in the cluster               */
+    device_kind kind;
+    char        arch[32];                 /* "sm_80", "sm_90", "x86_64"; may be "" */
+    double      peak_flops;               /* FLOP/s                              */
+    double      memory_bytes;
+    double      memory_bandwidth;         /* bytes/s                             */
+    int         threads;                  /* CPU threads to use (>= 1)           */
+    double      slowdown;                 /* >= 1: emulate a device this many times slower (default 1) */
+    int         host;                     /* index into cluster.hosts            */
+    int         line;                     /* source line                          */
+} cluster_device;
+
+typedef struct {
+    char   name[CLUSTER_NAME_MAX];
+    char   address[256];                  /* "127.0.0.1", "node3.lab.example"    */
+    char   user[64];                      /* ssh user; "" = current user         */
+    int    port;                          /* ssh port, default 22                */
+    char   path[256];                     /* where bundles go; default "fusion"  */
+    int    region;                        /* index into cluster.regions          */
+    double link_bandwidth;                /* bytes/s between devices of this host */
+    double link_latency;                  /* seconds                              */
+    int    line;
+} cluster_host;
+
+typedef struct {
+    char   name[CLUSTER_NAME_MAX];
+    double bandwidth;                     /* bytes/s between hosts of this region */
+    double latency;                       /* seconds                              */
+    int    line;
+} cluster_region;
+
+/* An explicit link between two regions or two hosts (by name). */
+typedef struct {
+    char   from[CLUSTER_NAME_MAX], to[CLUSTER_NAME_MAX];
+    int    between_hosts;                 /* 0: regions, 1: hosts                */
+    int    a, b;                          /* indices of the two regions / hosts  */
+    double bandwidth;                     /* bytes/s                              */
+    double latency;                       /* seconds                              */
+    int    line;
+} cluster_link;
+
+typedef struct {
+    char            name[CLUSTER_NAME_MAX];
+    char            file[512];            /* the file it was read from           */
+    cluster_region *regions; int n_regions;
+    cluster_host   *hosts;   int n_hosts;
+    cluster_device *devices; int n_devices;
+    cluster_link   *links;   int n_links;
+} cluster;
+
+/* Parse and validate (cluster.xsd, then the semantic checks: unique names,
+ * resolvable links, positive quantities, known units).  On failure fill err
+ * with file:line and return -1; *c is then empty and safe to free. */
+int  cluster_load(const char *path, cluster *c, struct diag *err);
+int  cluster_load_memory(const char *buf, int len, const char *name, cluster *c, struct diag *err);
+void cluster_free(cluster *c);
+
+/* Bandwidth (bytes/s) and latency (s) between two devices, per the rules above.
+ * An index out of range gets bandwidth 0 and latency INFINITY. */
+void cluster_link_between(const cluster *c, int dev_a, int dev_b, double *bandwidth, double *latency);
+
+/* Index of the region / host / device with this name, or -1. */
+int  cluster_find_region(const cluster *c, const char *name);
+int  cluster_find_host(const cluster *c, const char *name);
+int  cluster_find_device(const cluster *c, const char *name);
+
+/* One line per region/host/device and the link matrix by region, for `fusionc check -v`. */
+void cluster_print_summary(const cluster *c, FILE *out);
+
+#endif

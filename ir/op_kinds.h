@@ -1,0 +1,40 @@
+/* op_kinds.h: the op and attribute-key enums, shared by ir.h and ops.h.
+ * The table that gives each op its meaning is in ops.h / ops.c. */
+#ifndef FUSION_OP_KINDS_H
+#define FUSION_OP_KINDS_H
+
+typedef enum {
+    OP_EMBEDDING,       /* (idx i32[..], table[V,C]) -> [..,C]                 */
+    OP_POSITIONS,       /* (idx i32[..,T]) -> i32[..,T], each row 0..T-1       */
+    OP_LINEAR,
+    OP_MATMUL,
+    OP_LAYERNORM,       /* (x[..,C], w[C], b[C]) eps -> [..,C]                 */
+    OP_GELU,            /* tanh approximation                                  */
+    OP_ATTENTION,       /* (qkv[B,T,3C]) heads -> [B,T,C], causal              */
+    OP_QKV_SPLIT,       /* (qkv[B,T,3C]) heads -> q,k,v [B,H,T,C/H]            */
+    OP_MERGE_HEADS,     /* (y[B,H,T,D]) -> [B,T,H*D]                           */
+    OP_SOFTMAX,         /* over the last axis; causal masks j > i              */
+    OP_ADD,             /* residual add, equal shapes                          */
+    OP_CROSS_ENTROPY,   /* (logits[..,V], targets i32[..]) -> [] mean          */
+    OP_CONV2D,          /* stride, pad                                         */
+    OP_BATCHNORM,       /* (x[N,C,H,W], w[C], b[C]) eps; batch statistics      */
+    OP_RELU,
+    OP_MAXPOOL,         /* kernel, stride, pad                                 */
+    OP_AVGPOOL_GLOBAL,  /* [N,C,H,W] -> [N,C]                                  */
+    OP_FLATTEN,         /* [N,...] -> [N,prod(...)]                            */
+    OP_COUNT
+} ir_op;
+
+typedef enum {
+    ATTR_EPS,
+    ATTR_HEADS,
+    ATTR_STRIDE,
+    ATTR_PAD,
+    ATTR_KERNEL,
+    ATTR_CAUSAL,
+    ATTR_TRANSPOSE_B,
+    ATTR_SCALE,
+    ATTR_KEY_COUNT
+} attr_key;
+
+#endif

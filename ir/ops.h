@@ -1,0 +1,64 @@
+/* ops.h: the operator table, one entry per op.
+ *
+ * Everything the compiler knows about an op is found from its entry in
+ * op_table[]: its name in XML and text IR, its inputs and attributes, its
+ * shape rule, and its forward/backward FLOP and byte cost.  Backward rules
+ * and kernels join the same entry as they are written; adding an op means
+ * adding an entry here and its kernels, nothing scattered.
+ *
+ * Conventions (PyTorch's, so weights load unchanged):
+ *   linear(x[..,K], w[N,K], b[N]?) -> [..,N]           y = x w^T + b
+ *   matmul(a[..,M,K], b[..,K,N])   -> [..,M,N]          transpose_b: b is [..,N,K]
+ *   conv2d(x[N,C,H,W], w[OC,C,KH,KW], b[OC]?) -> [N,OC,OH,OW]
+ */
+#ifndef FUSION_OPS_H
+#define FUSION_OPS_H
+
+#include <stdint.h>
+
+#include "ir.h"
+
+typedef enum { ATTR_INT, ATTR_FLOAT } attr_type;
+
+typedef struct {
+    attr_key  key;
+    attr_type type;
+    int       required;
+    int64_t   default_int;
+    double    default_float;
+} attr_spec;
+
+/* Shape rule: given the node's inputs (shapes known), fill the shape and
+ * dtype of each output.  On a mismatch fill err->msg (file/line are added by
+ * the caller) naming the inputs and both shapes, and return -1. */
+typedef int (*op_shape_fn)(const ir_graph *g, const ir_node *n,
+                           ir_shape out_shape[], ir_dtype out_dtype[],
+                           struct diag *err);
+/* Cost of one execution for the node's shapes: floating-point operations,
+ * and bytes read plus written (the memory-bound lower limit). */
+typedef double (*op_cost_fn)(const ir_graph *g, const ir_node *n);
+
+#define OP_MAX_ATTR_SPECS 4
+
+typedef struct {
+    const char *name;          /* "layernorm"                                   */
+    int         min_in, max_in;
+    int         n_out;
+    const char *in_names[8];   /* for messages: "x", "w", "b"                   */
+    int         n_attr_specs;
+    attr_spec   attr_specs[OP_MAX_ATTR_SPECS];
+    op_shape_fn shape;
+    op_cost_fn  flops_forward;
+    op_cost_fn  flops_backward;   /* all input gradients together */
+    op_cost_fn  bytes_forward;
+} op_def;
+
+extern const op_def op_table[OP_COUNT];
+
+const char *attr_key_name(attr_key k);
+int         attr_key_parse(const char *s, attr_key *out);   /* 0 or -1 */
+attr_type   attr_key_type(attr_key k);
+int         op_parse(const char *s, ir_op *out);             /* 0 or -1 */
+const attr_spec *op_attr_spec(ir_op op, attr_key key);       /* NULL: not accepted */
+
+#endif

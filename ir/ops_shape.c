@@ -1,0 +1,363 @@
+/* ops_shape.c: the shape rule of every op (see ops.h for the table).
+ *
+ * Each rule reads its inputs' shapes and dtypes, checks that they fit
+ * together, and writes the outputs'.  A mismatch fills err->msg with the
+ * input names from the op's table entry and both shapes; the caller (the
+ * shapes pass) adds the op's name and its XML file:line.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops_rules.h"
+
+static const ir_shape *in_shape(const ir_graph *g, const ir_node *n, int i)
+{
+    return &g->values[n->in[i]].shape;
+}
+
+static ir_dtype in_dtype(const ir_graph *g, const ir_node *n, int i)
+{
+    return g->values[n->in[i]].dtype;
+}
+
+/* "input 'w' (h.0.attn.w, f32[768,2304])" for messages. */
+static const char *describe_input(const ir_graph *g, const ir_node *n, int i, char *buf, size_t size)
+{
+    char s[128];
+    const ir_value *v = &g->values[n->in[i]];
+    snprintf(buf, size, "%s '%s' %s%s", op_table[n->op].in_names[i], ir_str(g, v->name),
+             ir_dtype_name(v->dtype), ir_shape_str(&v->shape, s, sizeof s));
+    return buf;
+}
+
+static int fail(struct diag *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(struct diag *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    diag_vset(err, NULL, 0, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int need_rank(const ir_graph *g, const ir_node *n, int i, int min_rank, int max_rank, struct diag *err)
+{
+    int r = in_shape(g, n, i)->rank;
+    if (r >= min_rank && r <= max_rank)
+        return 0;
+    char d[256];
+    if (min_rank == max_rank)
+        return fail(err, "%s: expected rank %d, found rank %d", describe_input(g, n, i, d, sizeof d), min_rank, r);
+    return fail(err, "%s: expected rank %d to %d, found rank %d", describe_input(g, n, i, d, sizeof d),
+                min_rank, max_rank, r);
+}
+
+static int need_dtype(const ir_graph *g, const ir_node *n, int i, int want_float, struct diag *err)
+{
+    ir_dtype dt = in_dtype(g, n, i);
+    int is_float = dt == DT_F32 || dt == DT_F16 || dt == DT_BF16;
+    if (is_float == want_float)
+        return 0;
+    char d[256];
+    return fail(err, "%s: expected a %s tensor", describe_input(g, n, i, d, sizeof d),
+                want_float ? "floating-point (f32, f16, bf16)" : "integer (i32)");
+}
+
+/* Input i must be exactly [dim]: a per-channel vector (bias, norm weight). */
+static int need_vector(const ir_graph *g, const ir_node *n, int i, int64_t dim, struct diag *err)
+{
+    const ir_shape *s = in_shape(g, n, i);
+    if (s->rank == 1 && s->dim[0] == dim)
+        return need_dtype(g, n, i, 1, err);
+    char d[256];
+    return fail(err, "%s: expected [%lld]", describe_input(g, n, i, d, sizeof d), (long long)dim);
+}
+
+static int64_t last_dim(const ir_shape *s)
+{
+    return s->dim[s->rank - 1];
+}
+
+int shape_same_as_first(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err))
+        return -1;
+    out[0] = *in_shape(g, n, 0);
+    dt[0] = in_dtype(g, n, 0);
+    return 0;
+}
+
+/* (idx i32[..], table[V,C]) -> [..,C] */
+int shape_embedding(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 0, err) || need_dtype(g, n, 1, 1, err) ||
+        need_rank(g, n, 0, 1, IR_MAX_RANK - 1, err) || need_rank(g, n, 1, 2, 2, err))
+        return -1;
+    const ir_shape *idx = in_shape(g, n, 0), *table = in_shape(g, n, 1);
+    out[0] = *idx;
+    out[0].dim[out[0].rank++] = table->dim[1];
+    dt[0] = in_dtype(g, n, 1);
+    return 0;
+}
+
+/* (idx i32[..,T]) -> i32[..,T] */
+int shape_positions(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 0, err) || need_rank(g, n, 0, 1, IR_MAX_RANK, err))
+        return -1;
+    out[0] = *in_shape(g, n, 0);
+    dt[0] = DT_I32;
+    return 0;
+}
+
+/* (x[..,K], w[N,K], b[N]?) -> [..,N] */
+int shape_linear(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err) ||
+        need_rank(g, n, 0, 1, IR_MAX_RANK, err) || need_rank(g, n, 1, 2, 2, err))
+        return -1;
+    const ir_shape *x = in_shape(g, n, 0), *w = in_shape(g, n, 1);
+    if (last_dim(x) != w->dim[1]) {
+        char a[256], b[256];
+        return fail(err, "%s has %lld input features but %s expects %lld (w is [out,in])",
+                    describe_input(g, n, 0, a, sizeof a), (long long)last_dim(x),
+                    describe_input(g, n, 1, b, sizeof b), (long long)w->dim[1]);
+    }
+    if (n->n_in == 3 && need_vector(g, n, 2, w->dim[0], err))
+        return -1;
+    out[0] = *x;
+    out[0].dim[x->rank - 1] = w->dim[0];
+    dt[0] = in_dtype(g, n, 0);
+    return 0;
+}
+
+/* (a[..,M,K], b[..,K,N]) -> [..,M,N]; transpose_b: b is [..,N,K].  The
+ * leading (batch) dims of a and b must be equal, or b has none. */
+int shape_matmul(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err) ||
+        need_rank(g, n, 0, 2, IR_MAX_RANK, err) || need_rank(g, n, 1, 2, IR_MAX_RANK, err))
+        return -1;
+    const ir_shape *a = in_shape(g, n, 0), *b = in_shape(g, n, 1);
+    int tb = ir_node_int(n, ATTR_TRANSPOSE_B, 0) != 0;
+    int64_t m = a->dim[a->rank - 2], k = a->dim[a->rank - 1];
+    int64_t bk = b->dim[b->rank - (tb ? 1 : 2)], bn = b->dim[b->rank - (tb ? 2 : 1)];
+    char da[256], db[256];
+    if (k != bk)
+        return fail(err, "%s and %s: inner dimensions differ (%lld vs %lld%s)",
+                    describe_input(g, n, 0, da, sizeof da), describe_input(g, n, 1, db, sizeof db),
+                    (long long)k, (long long)bk, tb ? ", b transposed" : "");
+    if (b->rank > 2) {
+        int same = b->rank == a->rank;
+        for (int i = 0; same && i < a->rank - 2; i++)
+            same = a->dim[i] == b->dim[i];
+        if (!same)
+            return fail(err, "%s and %s: batch dimensions differ",
+                        describe_input(g, n, 0, da, sizeof da), describe_input(g, n, 1, db, sizeof db));
+    }
+    out[0] = *a;
+    out[0].dim[a->rank - 2] = m;
+    out[0].dim[a->rank - 1] = bn;
+    dt[0] = in_dtype(g, n, 0);
+    return 0;
+}
+
+/* (x[..,C], w[C], b[C]) -> [..,C] */
+int shape_layernorm(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 1, IR_MAX_RANK, err))
+        return -1;
+    int64_t c = last_dim(in_shape(g, n, 0));
+    if (need_vector(g, n, 1, c, err) || need_vector(g, n, 2, c, err))
+        return -1;
+    return shape_same_as_first(g, n, out, dt, err);
+}
+
+static int check_heads(const ir_graph *g, const ir_node *n, int64_t c, struct diag *err)
+{
+    int64_t heads = ir_node_int(n, ATTR_HEADS, 0);
+    if (heads < 1 || c % heads != 0) {
+        char d[256];
+        return fail(err, "%s: width %lld is not divisible by heads=%lld",
+                    describe_input(g, n, 0, d, sizeof d), (long long)c, (long long)heads);
+    }
+    return 0;
+}
+
+/* (qkv[B,T,3C]) -> [B,T,C], causal, heads | C */
+int shape_attention(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 3, 3, err))
+        return -1;
+    const ir_shape *qkv = in_shape(g, n, 0);
+    char d[256];
+    if (qkv->dim[2] % 3 != 0)
+        return fail(err, "%s: last dimension %lld is not 3*C (q, k and v side by side)",
+                    describe_input(g, n, 0, d, sizeof d), (long long)qkv->dim[2]);
+    int64_t c = qkv->dim[2] / 3;
+    if (check_heads(g, n, c, err))
+        return -1;
+    out[0] = *qkv;
+    out[0].dim[2] = c;
+    dt[0] = in_dtype(g, n, 0);
+    return 0;
+}
+
+/* (qkv[B,T,3C]) -> q, k, v each [B,H,T,C/H] */
+int shape_qkv_split(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    ir_shape merged;
+    ir_dtype mdt;
+    if (shape_attention(g, n, &merged, &mdt, err))
+        return -1;
+    int64_t heads = ir_node_int(n, ATTR_HEADS, 1);
+    int64_t dims[4] = { merged.dim[0], heads, merged.dim[1], merged.dim[2] / heads };
+    for (int i = 0; i < 3; i++) {
+        out[i] = ir_shape_make(4, dims);
+        dt[i] = mdt;
+    }
+    return 0;
+}
+
+/* (y[B,H,T,D]) -> [B,T,H*D] */
+int shape_merge_heads(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 4, 4, err))
+        return -1;
+    const ir_shape *y = in_shape(g, n, 0);
+    int64_t dims[3] = { y->dim[0], y->dim[2], y->dim[1] * y->dim[3] };
+    out[0] = ir_shape_make(3, dims);
+    dt[0] = in_dtype(g, n, 0);
+    return 0;
+}
+
+int shape_add(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err))
+        return -1;
+    if (!ir_shape_equal(in_shape(g, n, 0), in_shape(g, n, 1)) || in_dtype(g, n, 0) != in_dtype(g, n, 1)) {
+        char a[256], b[256];
+        return fail(err, "%s and %s: expected equal shapes and dtypes",
+                    describe_input(g, n, 0, a, sizeof a), describe_input(g, n, 1, b, sizeof b));
+    }
+    return shape_same_as_first(g, n, out, dt, err);
+}
+
+/* (logits[..,V], targets i32[..]) -> f32[] (mean over all positions) */
+int shape_cross_entropy(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 0, err) ||
+        need_rank(g, n, 0, 2, IR_MAX_RANK, err))
+        return -1;
+    const ir_shape *logits = in_shape(g, n, 0), *targets = in_shape(g, n, 1);
+    int same = targets->rank == logits->rank - 1;
+    for (int i = 0; same && i < targets->rank; i++)
+        same = targets->dim[i] == logits->dim[i];
+    if (!same) {
+        char a[256], b[256];
+        return fail(err, "%s must have the shape of %s without its last (class) dimension",
+                    describe_input(g, n, 1, b, sizeof b), describe_input(g, n, 0, a, sizeof a));
+    }
+    out[0] = ir_shape_make(0, NULL);
+    dt[0] = DT_F32;
+    return 0;
+}
+
+/* Output size of a sliding window; fills err when the window does not fit. */
+static int window_out(const ir_graph *g, const ir_node *n, int64_t in, int64_t k, int64_t stride,
+                      int64_t pad, int64_t *out, struct diag *err)
+{
+    char d[256];
+    if (k < 1 || stride < 1 || pad < 0 || pad > k)
+        return fail(err, "%s: bad window (kernel %lld, stride %lld, pad %lld)",
+                    describe_input(g, n, 0, d, sizeof d), (long long)k, (long long)stride, (long long)pad);
+    int64_t span = in + 2 * pad - k;
+    if (span < 0)
+        return fail(err, "%s: a %lld-wide window does not fit in %lld (pad %lld)",
+                    describe_input(g, n, 0, d, sizeof d), (long long)k, (long long)in, (long long)pad);
+    *out = span / stride + 1;
+    return 0;
+}
+
+/* (x[N,C,H,W], w[OC,C,KH,KW], b[OC]?) -> [N,OC,OH,OW] */
+int shape_conv2d(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err) ||
+        need_rank(g, n, 0, 4, 4, err) || need_rank(g, n, 1, 4, 4, err))
+        return -1;
+    const ir_shape *x = in_shape(g, n, 0), *w = in_shape(g, n, 1);
+    if (x->dim[1] != w->dim[1]) {
+        char a[256], b[256];
+        return fail(err, "%s has %lld channels but %s expects %lld (w is [out,in,kh,kw])",
+                    describe_input(g, n, 0, a, sizeof a), (long long)x->dim[1],
+                    describe_input(g, n, 1, b, sizeof b), (long long)w->dim[1]);
+    }
+    if (n->n_in == 3 && need_vector(g, n, 2, w->dim[0], err))
+        return -1;
+    int64_t stride = ir_node_int(n, ATTR_STRIDE, 1), pad = ir_node_int(n, ATTR_PAD, 0), oh, ow;
+    if (window_out(g, n, x->dim[2], w->dim[2], stride, pad, &oh, err) ||
+        window_out(g, n, x->dim[3], w->dim[3], stride, pad, &ow, err))
+        return -1;
+    int64_t dims[4] = { x->dim[0], w->dim[0], oh, ow };
+    out[0] = ir_shape_make(4, dims);
+    dt[0] = in_dtype(g, n, 0);
+    return 0;
+}
+
+/* (x[N,C,H,W], w[C], b[C]) -> [N,C,H,W] */
+int shape_batchnorm(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 2, 4, err))
+        return -1;
+    int64_t c = in_shape(g, n, 0)->dim[1];
+    if (need_vector(g, n, 1, c, err) || need_vector(g, n, 2, c, err))
+        return -1;
+    return shape_same_as_first(g, n, out, dt, err);
+}
+
+/* (x[N,C,H,W]) kernel, stride (default kernel), pad -> [N,C,OH,OW] */
+int shape_maxpool(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 4, 4, err))
+        return -1;
+    const ir_shape *x = in_shape(g, n, 0);
+    int64_t k = ir_node_int(n, ATTR_KERNEL, 0), stride = ir_node_int(n, ATTR_STRIDE, 0);
+    int64_t pad = ir_node_int(n, ATTR_PAD, 0), oh, ow;
+    if (stride == 0)
+        stride = k;
+    if (window_out(g, n, x->dim[2], k, stride, pad, &oh, err) ||
+        window_out(g, n, x->dim[3], k, stride, pad, &ow, err))
+        return -1;
+    int64_t dims[4] = { x->dim[0], x->dim[1], oh, ow };
+    out[0] = ir_shape_make(4, dims);
+    dt[0] = in_dtype(g, n, 0);
+    return 0;
+}
+
+/* [N,C,H,W] -> [N,C] */
+int shape_avgpool_global(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 4, 4, err))
+        return -1;
+    const ir_shape *x = in_shape(g, n, 0);
+    int64_t dims[2] = { x->dim[0], x->dim[1] };
+    out[0] = ir_shape_make(2, dims);
+    dt[0] = in_dtype(g, n, 0);
+    return 0;
+}
+
+/* [N,...] -> [N,prod(...)] */
+int shape_flatten(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_rank(g, n, 0, 1, IR_MAX_RANK, err))
+        return -1;
+    const ir_shape *x = in_shape(g, n, 0);
+    int64_t rest = 1;
+    for (int i = 1; i < x->rank; i++)
+        rest *= x->dim[i];   /* bounded: the input's own product passed the verifier */
+    int64_t dims[2] = { x->dim[0], rest };
+    out[0] = ir_shape_make(2, dims);
+    dt[0] = in_dtype(g, n, 0);
+    return 0;
+}

@@ -1,0 +1,61 @@
+/* pass_manager.c: runs pass_pipeline[] in order, verifying after each pass
+ * and dumping the IR after the one the user asked for. */
+#include <string.h>
+
+#include "passes.h"
+
+const pass pass_pipeline[] = {
+    { "shapes", "infer and check the shape and dtype of every value", pass_shapes },
+};
+const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
+
+int pass_name_known(const char *name)
+{
+    if (strcmp(name, "frontend") == 0)
+        return 1;
+    for (int i = 0; i < pass_count; i++)
+        if (strcmp(name, pass_pipeline[i].name) == 0)
+            return 1;
+    return 0;
+}
+
+const char *pass_names(void)
+{
+    static char names[512];
+    snprintf(names, sizeof names, "frontend");
+    for (int i = 0; i < pass_count; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), ", %s", pass_pipeline[i].name);
+    return names;
+}
+
+/* Print the IR if `stage` is the one asked for; tell the caller to stop. */
+static int maybe_dump(const ir_graph *g, const char *stage, const pass_options *opt, int *stop)
+{
+    if (!opt || !opt->dump_after || strcmp(opt->dump_after, stage) != 0)
+        return 0;
+    if (opt->stop_after)
+        *stop = 1;
+    FILE *out = opt->dump_out ? opt->dump_out : stdout;
+    return opt->dump_dot ? ir_graph_print_dot(g, out) : ir_graph_print(g, out);
+}
+
+int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err)
+{
+    int stop = 0;
+    if (ir_graph_verify(g, err)) {
+        diag_prefix(err, "frontend: ");
+        return -1;
+    }
+    if (maybe_dump(g, "frontend", opt, &stop))
+        return diag_set(err, "<output>", 0, "cannot write the IR dump");
+    for (int i = 0; i < pass_count && !stop; i++) {
+        const pass *p = &pass_pipeline[i];
+        if (p->run(g, err) || ir_graph_verify(g, err)) {
+            diag_prefix(err, "%s: ", p->name);
+            return -1;
+        }
+        if (maybe_dump(g, p->name, opt, &stop))
+            return diag_set(err, "<output>", 0, "cannot write the IR dump");
+    }
+    return 0;
+}

@@ -1,0 +1,48 @@
+/* shapes.c: the `shapes` pass.  Infers the shape and dtype of every op's
+ * outputs from its inputs, in topological order, with the op's shape rule
+ * from op_table[].  A mismatch names the op, its type, its XML file:line and
+ * the shapes involved.  Outputs whose shapes are already known (a graph read
+ * back from its text form) must agree with the rule. */
+#include <string.h>
+
+#include "../ir/ops.h"
+#include "passes.h"
+
+int pass_shapes(ir_graph *g, struct diag *err)
+{
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        ir_node *n = &g->nodes[i];
+        const op_def *def = &op_table[n->op];
+        const char *file = ir_str(g, n->loc.file);
+        for (int k = 0; k < n->n_in; k++)
+            if (g->values[n->in[k]].shape.rank < 0)
+                return diag_set(err, file, n->loc.line, "op '%s' (%s): input '%s' has no shape yet",
+                                ir_node_name(g, i), def->name, ir_value_name(g, n->in[k]));
+        ir_shape shapes[IR_MAX_OUT];
+        ir_dtype dtypes[IR_MAX_OUT];
+        memset(shapes, 0, sizeof shapes);
+        if (def->shape(g, n, shapes, dtypes, err)) {
+            err->line = n->loc.line;
+            snprintf(err->file, sizeof err->file, "%s", file);
+            diag_prefix(err, "op '%s' (%s): ", ir_node_name(g, i), def->name);
+            return -1;
+        }
+        for (int k = 0; k < n->n_out; k++) {
+            ir_value *v = &g->values[n->out[k]];
+            char want[128], have[128];
+            if (ir_shape_numel(&shapes[k]) < 0)
+                return diag_set(err, file, n->loc.line, "op '%s' (%s): output '%s' would be %s, an absurd size",
+                                ir_node_name(g, i), def->name, ir_value_name(g, n->out[k]),
+                                ir_shape_str(&shapes[k], want, sizeof want));
+            if (v->shape.rank >= 0 && (!ir_shape_equal(&v->shape, &shapes[k]) || v->dtype != dtypes[k]))
+                return diag_set(err, file, n->loc.line,
+                                "op '%s' (%s): output '%s' is declared %s%s but the inputs give %s%s",
+                                ir_node_name(g, i), def->name, ir_value_name(g, n->out[k]),
+                                ir_dtype_name(v->dtype), ir_shape_str(&v->shape, have, sizeof have),
+                                ir_dtype_name(dtypes[k]), ir_shape_str(&shapes[k], want, sizeof want));
+            v->shape = shapes[k];
+            v->dtype = dtypes[k];
+        }
+    }
+    return 0;
+}

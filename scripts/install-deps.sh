@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what fusion needs to build and test, from Debian's archive.
+# Idempotent, and silent when everything is already there.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config   # the build
+  libxml2-dev libxml2-utils          # model and cluster files: parsing, XSD validation
+  llvm-dev                           # the per-device host program (LLVM C API)
+  clang libclang-rt-14-dev           # the fuzz target (libFuzzer) and sanitizer builds
+  libnanomsg-dev                     # device-to-device transport
+  libopenblas-dev                    # CPU matrix products
+  graphviz                           # rendering `fusionc dump --format dot` in tests
+  python3-torch                      # independent reference in tests and benchmarks
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages: ${missing[*]}; run as root (or: sudo $0)" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,29 @@
+# The command line: help, version, usage errors (exit 2), --set checking,
+# and output files that are never left half-written.
+. "$(dirname "$0")/lib.sh"
+
+"$FUSIONC" --version | grep -Eq '^fusionc [0-9]+\.[0-9]+\.[0-9]+$' && pass || fail "--version: $("$FUSIONC" --version)"
+for c in "" check dump stats; do
+  # shellcheck disable=SC2086
+  "$FUSIONC" $c --help >"$work/out" 2>&1 && grep -q "usage: fusionc" "$work/out" && pass || fail "fusionc $c --help"
+done
+"$FUSIONC" frobnicate >/dev/null 2>&1; expect_eq "unknown command exit" 2 $?
+"$FUSIONC" dump >/dev/null 2>&1; expect_eq "dump without a model exit" 2 $?
+"$FUSIONC" dump models/mlp.xml --bogus >/dev/null 2>&1; expect_eq "unknown option exit" 2 $?
+"$FUSIONC" dump models/mlp.xml --after nopass >/dev/null 2>"$work/err"; expect_eq "unknown pass exit" 2 $?
+grep -q "unknown pass" "$work/err" && pass || fail "unknown pass message: $(cat "$work/err")"
+"$FUSIONC" dump models/mlp.xml --set nosuch=3 >/dev/null 2>"$work/err"; expect_eq "unknown hyper exit" 1 $?
+grep -q "has no hyper-parameter 'nosuch'" "$work/err" && pass || fail "unknown hyper message: $(cat "$work/err")"
+"$FUSIONC" dump models/mlp.xml --set hidden >/dev/null 2>&1; expect_eq "--set without = exit" 2 $?
+
+# --set takes expressions and the last one wins; --after=PASS also works.
+"$FUSIONC" dump models/mlp.xml --set hidden=2*64 --set hidden=100 --after=shapes | grep -q 'fc.0.w : f32\[100,784\]' &&
+  pass || fail "--set hidden=100 did not give fc.0.w f32[100,784]"
+
+# A failed dump leaves no output file behind, not even a temporary one.
+"$FUSIONC" dump models/gpt2.xml --set heads=7 -o "$work/out.fir" 2>"$work/err"; expect_eq "bad model exit" 1 $?
+[ ! -e "$work/out.fir" ] && pass || fail "a failed dump left $work/out.fir"
+expect_eq "files left in the output folder" "" "$(ls "$work" | grep '\.tmp\.' || true)"
+grep -Eq '^models/gpt2.xml:[0-9]+: error: dim must be divisible by heads' "$work/err" && pass ||
+  fail "assert message: $(cat "$work/err")"
+finish

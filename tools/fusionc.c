@@ -1,0 +1,438 @@
+/* fusionc: the fusion compiler's command line.
+ *
+ *   fusionc check FILE...                      validate model and cluster files
+ *   fusionc dump MODEL [--after PASS] [--format text|dot] [-o FILE]
+ *   fusionc stats MODEL                        parameters, FLOPs, activation bytes
+ *
+ * MODEL is a model XML or a text IR file (as written by `dump`).  Every
+ * command takes `--set name=value` (hyper-parameters) and `--help`.
+ * Errors print one line, `file:line: error: ...`, and exit 1; bad usage
+ * exits 2.  Output files are written under a temporary name and renamed,
+ * so a failed run never leaves half a file.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../frontend/cluster.h"
+#include "../frontend/model.h"
+#include "../frontend/xml_util.h"
+#include "../passes/passes.h"
+
+#ifndef FUSION_VERSION
+#define FUSION_VERSION "0.0.0"
+#endif
+
+#define MAX_SETS 64
+
+typedef struct {
+    const char   *files[256];
+    int           n_files;
+    model_setting sets[MAX_SETS];
+    char          set_text[MAX_SETS][512];
+    int           n_sets;
+    const char   *after;
+    const char   *format;
+    const char   *output;
+    int           verbose;
+} options;
+
+static const char *const usage_main =
+    "usage: fusionc COMMAND [options]\n"
+    "\n"
+    "Compiles a model (XML) for a cluster (XML) into per-device training programs.\n"
+    "\n"
+    "commands:\n"
+    "  check FILE...   validate model and cluster files (schema, names, shapes, links)\n"
+    "  dump MODEL      print the operator graph (OP-DAG) after a pass, as text or Graphviz\n"
+    "  stats MODEL     parameters, FLOPs per sample (forward, backward), activation bytes\n"
+    "  passes          list the compiler's passes, in the order they run\n"
+    "\n"
+    "options:\n"
+    "  --help          this text; `fusionc COMMAND --help` for a command's\n"
+    "  --version       print the version\n";
+
+static const char *const usage_check =
+    "usage: fusionc check FILE... [--set name=value]... [-v]\n"
+    "\n"
+    "Validates each file: a model (<model>) is read, checked against its schema,\n"
+    "expanded and run through every pass; a cluster (<cluster>) is read and its\n"
+    "links resolved.  Prints one line per file; errors as file:line: error: ...\n"
+    "  --set name=value   override a model hyper-parameter (repeatable)\n"
+    "  -v                 also print a cluster's devices and links\n";
+
+static const char *const usage_dump =
+    "usage: fusionc dump MODEL [--set name=value]... [--after PASS] [--format text|dot] [-o FILE]\n"
+    "\n"
+    "Prints the OP-DAG of MODEL (a model XML or a text IR file) after PASS\n"
+    "(default: the last pass).  The text form reads back: `fusionc dump out.fir`.\n"
+    "  --after PASS       frontend (as built, before any pass) or a pass name\n"
+    "  --format FORMAT    text (default) or dot (Graphviz: dot -Tsvg)\n"
+    "  -o FILE            write to FILE instead of standard output\n"
+    "  --set name=value   override a hyper-parameter (repeatable)\n";
+
+static const char *const usage_stats =
+    "usage: fusionc stats MODEL [--set name=value]...\n"
+    "\n"
+    "Prints the number of parameters, FLOPs per sample for the forward and the\n"
+    "backward pass, and the bytes of activations one step produces.\n"
+    "  --set name=value   override a hyper-parameter (repeatable)\n";
+
+static int usage_error(const char *usage, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "fusionc: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n%s", usage);
+    return 2;
+}
+
+/* Parse the options shared by all commands.  Returns 0, 1 for --help
+ * (printed), or 2 for a usage error (printed). */
+static int parse_options(int argc, char **argv, const char *usage, options *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *value = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            return 1;
+        }
+        if (strcmp(a, "-v") == 0) {
+            o->verbose = 1;
+            continue;
+        }
+        int takes_value = strcmp(a, "--set") == 0 || strcmp(a, "--after") == 0 ||
+                          strcmp(a, "--format") == 0 || strcmp(a, "-o") == 0;
+        const char *eq = strchr(a, '=');
+        if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
+            /* --after=shapes style */
+            static char key[64];
+            size_t n = (size_t)(eq - a);
+            if (n >= sizeof key)
+                return usage_error(usage, "unknown option '%s'", a);
+            memcpy(key, a, n);
+            key[n] = '\0';
+            if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format"))
+                return usage_error(usage, "unknown option '%s'", a);
+            a = key;
+            value = eq + 1;
+            takes_value = 1;
+        } else if (takes_value) {
+            if (i + 1 >= argc)
+                return usage_error(usage, "option '%s' needs a value", a);
+            value = argv[++i];
+        }
+        if (!takes_value) {
+            if (a[0] == '-' && a[1] != '\0')
+                return usage_error(usage, "unknown option '%s'", a);
+            if (o->n_files == (int)(sizeof o->files / sizeof o->files[0]))
+                return usage_error(usage, "too many files (the limit is %s)", "256");
+            o->files[o->n_files++] = a;
+        } else if (strcmp(a, "--set") == 0) {
+            if (o->n_sets == MAX_SETS)
+                return usage_error(usage, "too many --set options (the limit is %s)", "64");
+            if (model_setting_parse(value, o->set_text[o->n_sets], sizeof o->set_text[0], &o->sets[o->n_sets]))
+                return usage_error(usage, "--set expects name=value, found '%s'", value);
+            o->n_sets++;
+        } else if (strcmp(a, "--after") == 0) {
+            if (!pass_name_known(value)) {
+                fprintf(stderr, "fusionc: --after %s: unknown pass (the passes: %s)\n", value, pass_names());
+                return 2;
+            }
+            o->after = value;
+        } else if (strcmp(a, "--format") == 0) {
+            if (strcmp(value, "text") && strcmp(value, "dot"))
+                return usage_error(usage, "--format expects text or dot, found '%s'", value);
+            o->format = value;
+        } else {
+            o->output = value;
+        }
+    }
+    return 0;
+}
+
+/* ---- reading inputs ------------------------------------------------------ */
+
+typedef enum { INPUT_MODEL, INPUT_CLUSTER, INPUT_IR } input_kind;
+
+static int read_file(const char *path, char **buf, size_t *len, struct diag *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return diag_set(err, path, 0, "cannot open file: %s", strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *data = malloc(cap);
+    for (;;) {
+        if (!data) {
+            fclose(f);
+            return diag_set(err, path, 0, "out of memory");
+        }
+        n += fread(data + n, 1, cap - n, f);
+        if (n < cap)
+            break;
+        if (cap >= XML_FILE_MAX_BYTES) {
+            fclose(f);
+            free(data);
+            return diag_set(err, path, 0, "file larger than %d bytes", XML_FILE_MAX_BYTES);
+        }
+        cap *= 2;
+        char *grown = realloc(data, cap);
+        if (!grown)
+            free(data);
+        data = grown;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(data);
+        return diag_set(err, path, 0, "read error (a directory?)");
+    }
+    *buf = data;
+    *len = n;
+    return 0;
+}
+
+/* Text IR starts with "fusion-ir"; XML documents are told apart by their
+ * root element. */
+static int classify(const char *path, const char *buf, size_t len, input_kind *kind, struct diag *err)
+{
+    size_t skip = 0;
+    while (skip < len && (buf[skip] == ' ' || buf[skip] == '\n' || buf[skip] == '\t' || buf[skip] == '\r'))
+        skip++;
+    if (len - skip >= 9 && memcmp(buf + skip, "fusion-ir", 9) == 0) {
+        *kind = INPUT_IR;
+        return 0;
+    }
+    xmlDocPtr doc = xml_read(path, buf, len, err);
+    if (!doc)
+        return -1;
+    xmlNodePtr root = xmlDocGetRootElement(doc);
+    const char *name = root ? (const char *)root->name : "";
+    int rc = 0;
+    if (strcmp(name, "model") == 0)
+        *kind = INPUT_MODEL;
+    else if (strcmp(name, "cluster") == 0)
+        *kind = INPUT_CLUSTER;
+    else
+        rc = diag_set(err, path, root ? xml_line(root) : 1,
+                      "expected a <model> or a <cluster> document, found <%s>", name);
+    xmlFreeDoc(doc);
+    return rc;
+}
+
+/* Load a model XML or text IR into g (frontend only, no passes). */
+static int load_graph(const char *path, const options *o, ir_graph *g, struct diag *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    input_kind kind;
+    ir_graph_init(g);
+    if (read_file(path, &buf, &len, err))
+        return -1;
+    int rc = classify(path, buf, len, &kind, err);
+    if (rc == 0 && kind == INPUT_CLUSTER)
+        rc = diag_set(err, path, 0, "this is a cluster file; expected a model");
+    if (rc == 0 && kind == INPUT_IR && o->n_sets > 0)
+        rc = diag_set(err, path, 0, "--set applies to model XML files, not to text IR");
+    if (rc == 0 && kind == INPUT_IR)
+        rc = ir_graph_parse(buf, len, path, g, err);
+    if (rc == 0 && kind == INPUT_MODEL)
+        rc = model_load_memory(buf, len, path, o->sets, o->n_sets, g, err);
+    free(buf);
+    return rc;
+}
+
+/* ---- output -------------------------------------------------------------- */
+
+/* Open `path` for writing under a temporary name; commit_output renames. */
+static FILE *open_output(const char *path, char *tmp, size_t size)
+{
+    if (!path)
+        return stdout;
+    snprintf(tmp, size, "%s.tmp.%ld", path, (long)getpid());
+    return fopen(tmp, "w");
+}
+
+static int commit_output(FILE *f, const char *path, const char *tmp, int ok)
+{
+    if (!path)
+        return fflush(stdout) == 0 && ok ? 0 : -1;
+    int closed = fclose(f) == 0;
+    if (!ok || !closed || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- commands ------------------------------------------------------------ */
+
+static int cmd_check(int argc, char **argv)
+{
+    options o;
+    int rc = parse_options(argc, argv, usage_check, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (o.n_files == 0)
+        return usage_error(usage_check, "%s", "no files to check");
+    int failures = 0;
+    for (int i = 0; i < o.n_files; i++) {
+        const char *path = o.files[i];
+        struct diag err = { 0 };
+        char *buf = NULL;
+        size_t len = 0;
+        input_kind kind;
+        int ok = read_file(path, &buf, &len, &err) == 0 && classify(path, buf, len, &kind, &err) == 0;
+        if (ok && kind == INPUT_CLUSTER) {
+            cluster c;
+            ok = cluster_load_memory(buf, (int)len, path, &c, &err) == 0;
+            if (ok) {
+                printf("%s: ok: cluster '%s': %d regions, %d hosts, %d devices\n", path, c.name, c.n_regions,
+                       c.n_hosts, c.n_devices);
+                if (o.verbose)
+                    cluster_print_summary(&c, stdout);
+            }
+            cluster_free(&c);
+        } else if (ok) {
+            ir_graph g;
+            ir_graph_init(&g);
+            ok = (kind == INPUT_IR ? ir_graph_parse(buf, len, path, &g, &err)
+                                   : model_load_memory(buf, len, path, o.sets, o.n_sets, &g, &err)) == 0 &&
+                 pass_run_pipeline(&g, NULL, &err) == 0;
+            if (ok)
+                printf("%s: ok: model '%s': %d ops, %d values\n", path, ir_str(&g, g.name), g.n_nodes,
+                       g.n_values);
+            ir_graph_free(&g);
+        }
+        free(buf);
+        if (!ok) {
+            diag_print(&err);
+            failures++;
+        }
+    }
+    return failures ? 1 : 0;
+}
+
+static int cmd_dump(int argc, char **argv)
+{
+    options o;
+    int rc = parse_options(argc, argv, usage_dump, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (o.n_files != 1)
+        return usage_error(usage_dump, "%s", "expected exactly one MODEL");
+    struct diag err = { 0 };
+    ir_graph g;
+    if (load_graph(o.files[0], &o, &g, &err)) {
+        diag_print(&err);
+        return 1;
+    }
+    char tmp[4096];
+    FILE *out = open_output(o.output, tmp, sizeof tmp);
+    if (!out) {
+        fprintf(stderr, "%s:0: error: cannot write: %s\n", o.output, strerror(errno));
+        ir_graph_free(&g);
+        return 1;
+    }
+    pass_options popt = { o.after ? o.after : pass_pipeline[pass_count - 1].name, out,
+                          o.format && strcmp(o.format, "dot") == 0, 1 };
+    rc = pass_run_pipeline(&g, &popt, &err);
+    if (commit_output(out, o.output, tmp, rc == 0) && rc == 0) {
+        rc = -1;
+        diag_set(&err, o.output ? o.output : "<stdout>", 0, "cannot write the output");
+    }
+    if (rc)
+        diag_print(&err);
+    ir_graph_free(&g);
+    return rc ? 1 : 0;
+}
+
+/* 124439808 -> "124,439,808" */
+static const char *with_commas(int64_t v, char *buf, size_t size)
+{
+    char digits[32];
+    snprintf(digits, sizeof digits, "%lld", (long long)v);
+    size_t n = strlen(digits), j = 0;
+    for (size_t i = 0; i < n && j + 2 < size; i++) {
+        if (i > 0 && (n - i) % 3 == 0 && digits[0] != '-')
+            buf[j++] = ',';
+        buf[j++] = digits[i];
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
+static int cmd_stats(int argc, char **argv)
+{
+    options o;
+    int rc = parse_options(argc, argv, usage_stats, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (o.n_files != 1)
+        return usage_error(usage_stats, "%s", "expected exactly one MODEL");
+    struct diag err = { 0 };
+    ir_graph g;
+    model_stats s;
+    if (load_graph(o.files[0], &o, &g, &err) || pass_run_pipeline(&g, NULL, &err) ||
+        model_stats_compute(&g, &s, &err)) {
+        diag_print(&err);
+        ir_graph_free(&g);
+        return 1;
+    }
+    char a[64];
+    const double mib = 1024.0 * 1024.0, per = (double)s.batch;
+    printf("model             %s\n", ir_str(&g, g.name));
+    for (int i = 0; i < g.n_hypers; i++) {
+        const ir_hyper *h = &g.hypers[i];
+        if (h->is_float)
+            printf("  %-15s %g\n", ir_str(&g, h->name), h->f);
+        else
+            printf("  %-15s %lld\n", ir_str(&g, h->name), (long long)h->i);
+    }
+    printf("ops               %lld\n", (long long)s.n_ops);
+    printf("parameters        %s (%.1f MiB)\n", with_commas(s.params, a, sizeof a), (double)s.param_bytes / mib);
+    printf("batch             %lld samples per step\n", (long long)s.batch);
+    printf("forward           %.4g GFLOP per sample (%.4g per step)\n", s.flops_forward / per / 1e9,
+           s.flops_forward / 1e9);
+    printf("backward          %.4g GFLOP per sample (%.4g per step)\n", s.flops_backward / per / 1e9,
+           s.flops_backward / 1e9);
+    printf("activations       %.2f MiB per sample (%.2f MiB per step)\n", (double)s.activation_bytes / per / mib,
+           (double)s.activation_bytes / mib);
+    printf("inputs            %.3f MiB per step\n", (double)s.input_bytes / mib);
+    ir_graph_free(&g);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_main, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage_main, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("fusionc %s\n", FUSION_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "check") == 0)
+        return cmd_check(argc - 2, argv + 2);
+    if (strcmp(cmd, "dump") == 0)
+        return cmd_dump(argc - 2, argv + 2);
+    if (strcmp(cmd, "stats") == 0)
+        return cmd_stats(argc - 2, argv + 2);
+    if (strcmp(cmd, "passes") == 0) {
+        printf("%-10s %s\n", "frontend", "(not a pass) the graph as the frontend built it");
+        for (int i = 0; i < pass_count; i++)
+            printf("%-10s %s\n", pass_pipeline[i].name, pass_pipeline[i].doc);
+        return 0;
+    }
+    fprintf(stderr, "fusionc: unknown command '%s'\n\n%s", cmd, usage_main);
+    return 2;
+}
