@@ -53,9 +53,22 @@ typedef struct {
 
 /* ---- attributes ------------------------------------------------------- */
 
+static int is_element(xmlNodePtr node, const char *name)
+{
+    const char *n = xml_element_name(node);
+    return n && strcmp(n, name) == 0;
+}
+
 /* The element a message is about: "host 'a0'". */
 static const char *owner(xmlNodePtr node, char *buf, size_t size)
 {
+    if (is_element(node, "link")) {
+        xmlChar *from = xmlGetProp(node, (const xmlChar *)"from"), *to = xmlGetProp(node, (const xmlChar *)"to");
+        snprintf(buf, size, "link from '%s' to '%s'", from ? (const char *)from : "", to ? (const char *)to : "");
+        xmlFree(from);
+        xmlFree(to);
+        return buf;
+    }
     xmlChar *name = xmlGetProp(node, (const xmlChar *)"name");
     if (name)
         snprintf(buf, size, "%s '%s'", (const char *)node->name, (const char *)name);
@@ -69,7 +82,7 @@ static const char *owner(xmlNodePtr node, char *buf, size_t size)
 static int attr_quantity(loader *ld, xmlNodePtr node, const char *attr, unit_kind kind,
                          double dflt, double *out)
 {
-    char text[128], why[DIAG_MSG_MAX / 2], who[CLUSTER_NAME_MAX + 16];
+    char text[128], why[DIAG_MSG_MAX / 2], who[2 * CLUSTER_NAME_MAX + 32];
     int  got = xml_attr(node, attr, text, sizeof text, ld->path, ld->err);
     if (got < 0)
         return -1;
@@ -244,12 +257,6 @@ static int read_link(loader *ld, xmlNodePtr node, cluster_link *l)
         attr_quantity(ld, node, "latency", UNIT_TIME, -1, &l->latency) != 0)
         return -1;
     return 0;
-}
-
-static int is_element(xmlNodePtr node, const char *name)
-{
-    const char *n = xml_element_name(node);
-    return n && strcmp(n, name) == 0;
 }
 
 /* Count, allocate once per kind, then fill in document order. */
@@ -470,7 +477,7 @@ static int check_links(loader *ld, link_key *keys)
         for (int j = i + 1; j < c->n_regions; j++) {
             if (!devices_in[j])
                 continue;
-            link_key want = { 0, i, j, -1 }, *hit = NULL;
+            link_key want = { 0, i, j, -1 };
             int      lo = 0, hi = c->n_links;
             while (lo < hi) {
                 int mid = lo + (hi - lo) / 2;
@@ -479,9 +486,7 @@ static int check_links(loader *ld, link_key *keys)
                 else
                     hi = mid;
             }
-            if (lo < c->n_links && !keys[lo].between_hosts && keys[lo].lo == i && keys[lo].hi == j)
-                hit = &keys[lo];
-            if (hit)
+            if (lo < c->n_links && same_pair(&keys[lo], &want))
                 continue;
             const cluster_region *a = &c->regions[i], *b = &c->regions[j];
             char more[96] = "";
@@ -733,7 +738,7 @@ void cluster_print_summary(const cluster *c, FILE *out)
     fprintf(out, "region links (bandwidth, latency; the diagonal is inside the region):\n");
     fprintf(out, "  %-*s", width, "");
     for (int s = 0; s < c->n_regions; s++)
-        fprintf(out, "  %-*s", width, c->regions[s].name);
+        fprintf(out, "  %-*s", s + 1 < c->n_regions ? width : 0, c->regions[s].name);
     fputc('\n', out);
     for (int r = 0; r < c->n_regions; r++) {
         fprintf(out, "  %-*s", width, c->regions[r].name);
@@ -742,7 +747,7 @@ void cluster_print_summary(const cluster *c, FILE *out)
             const char *cell = r == s ? link_text(c->regions[r].bandwidth, c->regions[r].latency, a, sizeof a)
                              : l      ? link_text(l->bandwidth, l->latency, a, sizeof a)
                                       : "-";
-            fprintf(out, "  %-*s", width, cell);
+            fprintf(out, "  %-*s", s + 1 < c->n_regions ? width : 0, cell);
         }
         fputc('\n', out);
     }

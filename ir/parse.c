@@ -68,8 +68,10 @@ static int expected(parser *ps, const char *what)
     if (ps->p == ps->end)
         return diag_set(ps->err, ps->file, ps->line, "expected %s, found end of line", what);
     /* The next token: up to a space or a delimiter, at least one byte. */
+    static const char delimiters[] = " \t,()[]";
     size_t n = 1;
-    while (ps->p + n < ps->end && !strchr(" \t,()[]", ps->p[n]))
+    while (!memchr(delimiters, ps->p[0], sizeof delimiters - 1) && ps->p + n < ps->end &&
+           !memchr(delimiters, ps->p[n], sizeof delimiters - 1))
         n++;
     char found[200];
     escape_into(ps->p, n, found, sizeof found);
@@ -298,8 +300,6 @@ static int read_type(parser *ps, ir_dtype *dt, ir_shape *shape)
         return 0;
     }
     for (;;) {
-        if (shape->rank == IR_MAX_RANK)
-            return expected(ps, "']' (at most 8 dimensions)");
         if (read_int(ps, 1, IR_DIM_MAX, "a dimension from 1 to 2147483648", &shape->dim[shape->rank]) != 0)
             return -1;
         shape->rank++;
@@ -307,6 +307,8 @@ static int read_type(parser *ps, ir_dtype *dt, ir_shape *shape)
             ps->p++;
             break;
         }
+        if (shape->rank == IR_MAX_RANK)
+            return expected(ps, "']' (at most 8 dimensions)");
         if (expect_char(ps, ',', "',' or ']' in a shape") != 0)
             return -1;
     }
@@ -459,8 +461,6 @@ static int parse_attr(parser *ps, int32_t n, const char *key_text)
         int64_t v[IR_MAX_RANK];
         int count = 0;
         for (;;) {
-            if (count == IR_MAX_RANK)
-                return expected(ps, "']' (at most 8 integers in a list)");
             if (read_int(ps, INT64_MIN, INT64_MAX, "an integer", &v[count]) != 0)
                 return -1;
             count++;
@@ -468,6 +468,8 @@ static int parse_attr(parser *ps, int32_t n, const char *key_text)
                 ps->p++;
                 break;
             }
+            if (count == IR_MAX_RANK)
+                return expected(ps, "']' (at most 8 integers in a list)");
             if (expect_char(ps, ',', "',' or ']' in an integer list") != 0)
                 return -1;
         }

@@ -344,7 +344,7 @@ static void check_refused(const char *what, const char *xml, int len, int line, 
     CHECK_CONTAINS(err.msg, needle);
     CHECK(c.regions == NULL && c.hosts == NULL && c.devices == NULL && c.links == NULL);
     CHECK_INT(0, c.n_devices);
-    if (check_failures != failures)
+    if (check_failures != failures || getenv("TEST_VERBOSE"))
         fprintf(stderr, "  in case: %s (message: %s:%d: %s)\n", what, err.file, err.line, err.msg);
     cluster_free(&c);
 }
@@ -363,74 +363,74 @@ static void test_cluster_refuses_bad_input(void)
     /* units: the message names the element, attribute, value and expected units */
     check_refused("unknown unit",
                   HEAD "  <region name='siteA' bandwidth='10Gbit' latency='50us'><!--here-->\n"
-                  HOST("a0", "d0") END_REGION TAIL, -1,
+                  HOST("a0", "d0") END_REGION TAIL, -1, -1,
                   "region 'siteA': bandwidth=\"10Gbit\": unknown unit 'Gbit' for a bandwidth: expected one of bps, "
                   "Kbps, Mbps, Gbps");
     check_refused("missing unit",
                   HEAD REGION_A HOST("a0", "d0") END_REGION REGION_B HOST("b0", "d1") END_REGION
-                  "  <link from='siteA' to='siteB' bandwidth='20Mbps' latency='40'/><!--here-->\n" TAIL, -1,
-                  "link: latency=\"40\": missing unit after '40': expected one of ns, us, ms, s");
+                  "  <link from='siteA' to='siteB' bandwidth='20Mbps' latency='40'/><!--here-->\n" TAIL, -1, -1,
+                  "link from 'siteA' to 'siteB': latency=\"40\": missing unit after '40': expected one of ns, us, ms, s");
     check_refused("bytes/s where a size goes",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
                   "      <device name='d0' kind='cpu' peak='50GFLOPS' memory='4GB/s' memory-bandwidth='10GB/s'/><!--here-->\n"
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "device 'd0': memory=\"4GB/s\": '4GB/s' is a bandwidth, but a size was expected");
     check_refused("negative peak",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
                   "      <device name='d0' kind='cpu' peak='-50GFLOPS' memory='4GiB' memory-bandwidth='10GB/s'/><!--here-->\n"
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "peak=\"-50GFLOPS\": '-50GFLOPS' is negative");
     check_refused("zero host link",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1' link-bandwidth='0Gbps'><!--here-->\n"
-                  DEV("d0") "    </host>\n" END_REGION TAIL, -1,
+                  DEV("d0") "    </host>\n" END_REGION TAIL, -1, -1,
                   "host 'a0': link-bandwidth=\"0Gbps\": '0Gbps' is zero");
     check_refused("trailing garbage",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1' link-latency='2us!'><!--here-->\n"
-                  DEV("d0") "    </host>\n" END_REGION TAIL, -1,
+                  DEV("d0") "    </host>\n" END_REGION TAIL, -1, -1,
                   "link-latency=\"2us!\": unexpected '!'");
 
     /* names */
     check_refused("host named like a region",
                   HEAD REGION_A HOST("a0", "d0") END_REGION REGION_B
                   "    <host name='siteA' address='127.0.0.1'><!--here-->\n" DEV("d1") "    </host>\n"
-                  END_REGION LINK_AB TAIL, -1,
+                  END_REGION LINK_AB TAIL, -1, -1,
                   "host 'siteA': the name is already used by the region at line 2");
     check_refused("two devices with one name",
                   HEAD REGION_A HOST("a0", "d0") "    <host name='a1' address='127.0.0.1'>\n"
                   "      <device name='d0' kind='cpu' peak='50GFLOPS' memory='4GiB' memory-bandwidth='10GB/s'/><!--here-->\n"
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "device 'd0': the name is already used by the device at line 4 (device names must be unique)");
 
     /* links */
     check_refused("link to an unknown name",
                   HEAD REGION_A HOST("a0", "d0") END_REGION REGION_B HOST("b0", "d1") END_REGION LINK_AB
-                  "  <link from='siteA' to='siteC' bandwidth='20Mbps' latency='40ms'/><!--here-->\n" TAIL, -1,
+                  "  <link from='siteA' to='siteC' bandwidth='20Mbps' latency='40ms'/><!--here-->\n" TAIL, -1, -1,
                   "link to=\"siteC\": no region or host is named 'siteC'");
     check_refused("link to a device",
                   HEAD REGION_A HOST("a0", "d0") END_REGION REGION_B HOST("b0", "d1") END_REGION LINK_AB
-                  "  <link from='d0' to='b0' bandwidth='20Mbps' latency='40ms'/><!--here-->\n" TAIL, -1,
+                  "  <link from='d0' to='b0' bandwidth='20Mbps' latency='40ms'/><!--here-->\n" TAIL, -1, -1,
                   "'d0' is a device; a link joins two regions or two hosts");
     check_refused("link from a region to a host",
                   HEAD REGION_A HOST("a0", "d0") END_REGION REGION_B HOST("b0", "d1") END_REGION LINK_AB
-                  "  <link from='siteA' to='b0' bandwidth='20Mbps' latency='40ms'/><!--here-->\n" TAIL, -1,
+                  "  <link from='siteA' to='b0' bandwidth='20Mbps' latency='40ms'/><!--here-->\n" TAIL, -1, -1,
                   "link from region 'siteA' to host 'b0': a link joins two regions or two hosts, not one of each");
     check_refused("link from a region to itself",
                   HEAD REGION_A HOST("a0", "d0") END_REGION
-                  "  <link from='siteA' to='siteA' bandwidth='20Mbps' latency='40ms'/><!--here-->\n" TAIL, -1,
+                  "  <link from='siteA' to='siteA' bandwidth='20Mbps' latency='40ms'/><!--here-->\n" TAIL, -1, -1,
                   "link from region 'siteA' to itself");
     check_refused("the same link twice, reversed",
                   HEAD REGION_A HOST("a0", "d0") END_REGION REGION_B HOST("b0", "d1") END_REGION LINK_AB
-                  "  <link from='siteB' to='siteA' bandwidth='1Gbps' latency='4ms'/><!--here-->\n" TAIL, -1,
-                  "duplicate link between regions 'siteB' and 'siteA': the first is at line 11");
+                  "  <link from='siteB' to='siteA' bandwidth='1Gbps' latency='4ms'/><!--here-->\n" TAIL, -1, -1,
+                  "duplicate link between regions 'siteB' and 'siteA': the first is at line 12");
     check_refused("two regions with devices and no link",
                   HEAD REGION_A HOST("a0", "d0") END_REGION
                   "  <region name='siteB' bandwidth='10Gbps' latency='50us'><!--here-->\n" HOST("b0", "d1") END_REGION
-                  TAIL, -1,
+                  TAIL, -1, -1,
                   "regions 'siteA' and 'siteB' have no link: add <link from=\"siteA\" to=\"siteB\"");
     check_refused("three regions, two links missing",
                   HEAD REGION_A HOST("a0", "d0") END_REGION REGION_B HOST("b0", "d1") END_REGION
                   "  <region name='siteC' bandwidth='10Gbps' latency='50us'><!--here-->\n" HOST("c0", "d2") END_REGION
-                  LINK_AB TAIL, -1,
+                  LINK_AB TAIL, -1, -1,
                   "regions 'siteA' and 'siteC' have no link: add <link from=\"siteA\" to=\"siteC\" bandwidth=\"...\" "
                   "latency=\"...\"/> (1 other pair of regions lacks a link too)");
 
@@ -438,57 +438,57 @@ static void test_cluster_refuses_bad_input(void)
     check_refused("cuda without arch",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
                   "      <device name='g0' kind='cuda' peak='312TFLOPS' memory='80GiB' memory-bandwidth='2TB/s'/><!--here-->\n"
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "device 'g0': a cuda device needs arch=\"sm_NN\"");
     check_refused("cuda with a non-CUDA arch",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
                   "      <device name='g0' kind='cuda' arch='ampere' peak='312TFLOPS' memory='80GiB' memory-bandwidth='2TB/s'/><!--here-->\n"
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "device 'g0': arch=\"ampere\": expected a CUDA architecture sm_NN");
     check_refused("cpu with a CUDA arch",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
                   "      <device name='c0' kind='cpu' arch='sm_80' peak='1TFLOPS' memory='8GiB' memory-bandwidth='20GB/s'/><!--here-->\n"
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "arch=\"sm_80\" is a CUDA architecture, but kind=\"cpu\"");
     check_refused("no devices at all",
-                  "<cluster name='empty'><!--here-->\n  <region name='r' bandwidth='1Gbps' latency='1ms'/>\n" TAIL, -1,
+                  "<cluster name='empty'><!--here-->\n  <region name='r' bandwidth='1Gbps' latency='1ms'/>\n" TAIL, -1, -1,
                   "cluster 'empty' has no devices");
 
     /* caught by the schema, still with the line */
     check_refused("threads out of range",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
                   "      <device name='c0' kind='cpu' peak='1TFLOPS' memory='8GiB' memory-bandwidth='20GB/s' threads='0'/><!--here-->\n"
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "threads");
     check_refused("port out of range",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1' port='70000'><!--here-->\n" DEV("d0")
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "65535");
     check_refused("slowdown below 1",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
                   "      <device name='c0' kind='cpu' peak='1TFLOPS' memory='8GiB' memory-bandwidth='20GB/s' slowdown='0.5'/><!--here-->\n"
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "slowdown");
     check_refused("missing peak",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
                   "      <device name='c0' kind='cpu' memory='8GiB' memory-bandwidth='20GB/s'/><!--here-->\n"
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "'peak' is required");
     check_refused("unknown element",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
                   "      <gpu name='c0'/><!--here-->\n"
-                  "    </host>\n" END_REGION TAIL, -1,
+                  "    </host>\n" END_REGION TAIL, -1, -1,
                   "gpu");
     check_refused("a name with a space",
                   HEAD "  <region name='site A' bandwidth='10Gbps' latency='50us'><!--here-->\n"
-                  HOST("a0", "d0") END_REGION TAIL, -1,
+                  HOST("a0", "d0") END_REGION TAIL, -1, -1,
                   "site A");
     check_refused("a model file given as a cluster",
-                  "<?xml version='1.0'?>\n<model name='mlp'><!--here-->\n</model>\n", -1,
+                  "<?xml version='1.0'?>\n<model name='mlp'><!--here-->\n</model>\n", -1, -1,
                   "the root element is <model>: expected <cluster>");
 
     /* not XML at all: xml_read's messages */
-    check_refused("malformed XML", HEAD REGION_A "    <host name='a0'<!--here-->\n" END_REGION TAIL, -1, "");
+    check_refused("malformed XML", HEAD REGION_A "    <host name='a0'<!--here-->\n" END_REGION TAIL, -1, -1, "");
     check_refused("empty input", "", 0, 0, "empty");
     check_refused("binary input", "<cluster\0name='x'/>", 19, 1, "binary");
 }
