@@ -34,6 +34,7 @@ typedef struct {
     char          set_text[MAX_SETS][512];
     int           n_sets;
     const char   *after;
+    const char   *dump_ir;      /* --dump-ir=PASS: the IR after PASS to stderr */
     const char   *format;
     const char   *output;
     int           verbose;
@@ -61,6 +62,7 @@ static const char *const usage_check =
     "expanded and run through every pass; a cluster (<cluster>) is read and its\n"
     "links resolved.  Prints one line per file; errors as file:line: error: ...\n"
     "  --set name=value   override a model hyper-parameter (repeatable)\n"
+    "  --dump-ir=PASS     print a model's IR after PASS to standard error\n"
     "  -v                 also print a cluster's devices and links\n";
 
 static const char *const usage_dump =
@@ -78,7 +80,8 @@ static const char *const usage_stats =
     "\n"
     "Prints the number of parameters, FLOPs per sample for the forward and the\n"
     "backward pass, and the bytes of activations one step produces.\n"
-    "  --set name=value   override a hyper-parameter (repeatable)\n";
+    "  --set name=value   override a hyper-parameter (repeatable)\n"
+    "  --dump-ir=PASS     print the IR after PASS to standard error\n";
 
 static int usage_error(const char *usage, const char *fmt, const char *arg)
 {
@@ -105,7 +108,7 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             continue;
         }
         int takes_value = strcmp(a, "--set") == 0 || strcmp(a, "--after") == 0 ||
-                          strcmp(a, "--format") == 0 || strcmp(a, "-o") == 0;
+                          strcmp(a, "--format") == 0 || strcmp(a, "--dump-ir") == 0 || strcmp(a, "-o") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -115,7 +118,7 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                 return usage_error(usage, "unknown option '%s'", a);
             memcpy(key, a, n);
             key[n] = '\0';
-            if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format"))
+            if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format") && strcmp(key, "--dump-ir"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -137,12 +140,15 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             if (model_setting_parse(value, o->set_text[o->n_sets], sizeof o->set_text[0], &o->sets[o->n_sets]))
                 return usage_error(usage, "--set expects name=value, found '%s'", value);
             o->n_sets++;
-        } else if (strcmp(a, "--after") == 0) {
+        } else if (strcmp(a, "--after") == 0 || strcmp(a, "--dump-ir") == 0) {
             if (!pass_name_known(value)) {
-                fprintf(stderr, "fusionc: --after %s: unknown pass (the passes: %s)\n", value, pass_names());
+                fprintf(stderr, "fusionc: %s %s: unknown pass (the passes: %s)\n", a, value, pass_names());
                 return 2;
             }
-            o->after = value;
+            if (a[2] == 'a')
+                o->after = value;
+            else
+                o->dump_ir = value;
         } else if (strcmp(a, "--format") == 0) {
             if (strcmp(value, "text") && strcmp(value, "dot"))
                 return usage_error(usage, "--format expects text or dot, found '%s'", value);
@@ -270,6 +276,15 @@ static int commit_output(FILE *f, const char *path, const char *tmp, int ok)
 
 /* ---- commands ------------------------------------------------------------ */
 
+/* Pipeline options for --dump-ir (NULL when not asked for). */
+static const pass_options *dump_ir_options(const options *o, pass_options *buf)
+{
+    if (!o->dump_ir)
+        return NULL;
+    *buf = (pass_options){ o->dump_ir, stderr, 0, 0 };
+    return buf;
+}
+
 static int cmd_check(int argc, char **argv)
 {
     options o;
@@ -279,6 +294,7 @@ static int cmd_check(int argc, char **argv)
     if (o.n_files == 0)
         return usage_error(usage_check, "%s", "no files to check");
     int failures = 0;
+    pass_options dump;
     for (int i = 0; i < o.n_files; i++) {
         const char *path = o.files[i];
         struct diag err = { 0 };
@@ -301,7 +317,7 @@ static int cmd_check(int argc, char **argv)
             ir_graph_init(&g);
             ok = (kind == INPUT_IR ? ir_graph_parse(buf, len, path, &g, &err)
                                    : model_load_memory(buf, len, path, o.sets, o.n_sets, &g, &err)) == 0 &&
-                 pass_run_pipeline(&g, NULL, &err) == 0;
+                 pass_run_pipeline(&g, dump_ir_options(&o, &dump), &err) == 0;
             if (ok)
                 printf("%s: ok: model '%s': %d ops, %d values\n", path, ir_str(&g, g.name), g.n_nodes,
                        g.n_values);
@@ -376,7 +392,8 @@ static int cmd_stats(int argc, char **argv)
     struct diag err = { 0 };
     ir_graph g;
     model_stats s;
-    if (load_graph(o.files[0], &o, &g, &err) || pass_run_pipeline(&g, NULL, &err) ||
+    pass_options dump;
+    if (load_graph(o.files[0], &o, &g, &err) || pass_run_pipeline(&g, dump_ir_options(&o, &dump), &err) ||
         model_stats_compute(&g, &s, &err)) {
         diag_print(&err);
         ir_graph_free(&g);
