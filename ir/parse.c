@@ -78,12 +78,18 @@ static int expected(parser *ps, const char *what)
     return diag_set(ps->err, ps->file, ps->line, "expected %s, found '%s'", what, found);
 }
 
-/* The same, for a token already read into tok. */
+/* s, escaped, for a message. */
+static const char *shown(const char *s, char buf[200])
+{
+    escape_into(s, strlen(s), buf, 200);
+    return buf;
+}
+
+/* The same as expected(), for a token already read into tok. */
 static int expected_tok(parser *ps, const char *what, const char *tok)
 {
-    char found[200];
-    escape_into(tok, strlen(tok), found, sizeof found);
-    return diag_set(ps->err, ps->file, ps->line, "expected %s, found '%s'", what, found);
+    char buf[200];
+    return diag_set(ps->err, ps->file, ps->line, "expected %s, found '%s'", what, shown(tok, buf));
 }
 
 static int out_of_memory(parser *ps)
@@ -213,11 +219,7 @@ static int read_name(parser *ps, char *buf, const char *what)
 }
 
 /* The characters a number may be made of; the conversion must eat them all. */
-static int number_char(int c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           c == '.' || c == '+' || c == '-' || c == '_';
-}
+static int number_char(int c) { return ir_name_char(c) || c == '+'; }
 
 /* Copy the number-looking token at the cursor into buf; 0 if none or too long. */
 static size_t number_token(parser *ps, char *buf, size_t size)
@@ -279,6 +281,29 @@ static int read_float(parser *ps, const char *what, double *out)
 
 /* ---- pieces of a line -------------------------------------------------------- */
 
+/* "a,b,c]" after the '[': 1 to IR_MAX_RANK integers in [lo, hi]. */
+static int read_int_list(parser *ps, int64_t lo, int64_t hi, const char *item, const char *list,
+                         int64_t out[IR_MAX_RANK], int *count)
+{
+    char what[128];
+    for (*count = 0;;) {
+        if (read_int(ps, lo, hi, item, &out[*count]) != 0)
+            return -1;
+        ++*count;
+        if (peek_char(ps, ']')) {
+            ps->p++;
+            return 0;
+        }
+        if (*count == IR_MAX_RANK)
+            snprintf(what, sizeof what, "']' (at most %d %s)", IR_MAX_RANK, list);
+        else
+            snprintf(what, sizeof what, "',' or ']' in a list of %s", list);
+        if (*count == IR_MAX_RANK || !peek_char(ps, ','))
+            return expected(ps, what);
+        ps->p++;
+    }
+}
+
 /* DTYPE[d,d,...], DTYPE[] or DTYPE[?]. */
 static int read_type(parser *ps, ir_dtype *dt, ir_shape *shape)
 {
@@ -299,19 +324,9 @@ static int read_type(parser *ps, ir_dtype *dt, ir_shape *shape)
         ps->p++;
         return 0;
     }
-    for (;;) {
-        if (read_int(ps, 1, IR_DIM_MAX, "a dimension from 1 to 2147483648", &shape->dim[shape->rank]) != 0)
-            return -1;
-        shape->rank++;
-        if (peek_char(ps, ']')) {
-            ps->p++;
-            break;
-        }
-        if (shape->rank == IR_MAX_RANK)
-            return expected(ps, "']' (at most 8 dimensions)");
-        if (expect_char(ps, ',', "',' or ']' in a shape") != 0)
-            return -1;
-    }
+    if (read_int_list(ps, 1, IR_DIM_MAX, "a dimension from 1 to 2147483648", "dimensions", shape->dim,
+                      &shape->rank) != 0)
+        return -1;
     if (ir_shape_numel(shape) < 0) {
         char buf[256];
         return expected_tok(ps, "a shape of at most 2^40 elements", ir_shape_str(shape, buf, sizeof buf));
@@ -359,13 +374,10 @@ static int expect_end(parser *ps, const char *what)
 static int32_t lookup_value(parser *ps, const char *name)
 {
     void *hit = xmlHashLookup(ps->values, (const xmlChar *)name);
-    if (!hit) {
-        char shown[200];
-        escape_into(name, strlen(name), shown, sizeof shown);
-        diag_set(ps->err, ps->file, ps->line, "unknown value '%s' (a value must be defined on an earlier line)",
-                 shown);
-        return -1;
-    }
+    char buf[200];
+    if (!hit)
+        return diag_set(ps->err, ps->file, ps->line,
+                        "unknown value '%s' (a value must be defined on an earlier line)", shown(name, buf));
     return (int32_t)((intptr_t)hit - 1);
 }
 
@@ -375,21 +387,16 @@ static int32_t define_value(parser *ps, const char *name, ir_dtype dt, ir_role r
     void *hit = xmlHashLookup(ps->values, (const xmlChar *)name);
     if (hit) {
         const ir_value *old = &ps->g->values[(intptr_t)hit - 1];
-        char shown[200];
-        escape_into(name, strlen(name), shown, sizeof shown);
+        char buf[200];
         if (old->producer >= 0)
-            diag_set(ps->err, ps->file, ps->line, "value '%s' is already defined, as an output of node '%s'",
-                     shown, ir_str(ps->g, ps->g->nodes[old->producer].name));
-        else
-            diag_set(ps->err, ps->file, ps->line, "value '%s' is already defined, as %s %s", shown,
-                     old->role == ROLE_INPUT ? "an" : "a", ir_role_name(old->role));
-        return -1;
+            return diag_set(ps->err, ps->file, ps->line, "value '%s' is already defined, as an output of node "
+                            "'%s'", shown(name, buf), ir_str(ps->g, ps->g->nodes[old->producer].name));
+        return diag_set(ps->err, ps->file, ps->line, "value '%s' is already defined, as %s %s",
+                        shown(name, buf), old->role == ROLE_INPUT ? "an" : "a", ir_role_name(old->role));
     }
     int32_t v = ir_add_value(ps->g, name, dt, role, s, (ir_loc){ 0, 0 });
-    if (v < 0 || xmlHashAddEntry(ps->values, (const xmlChar *)name, (void *)((intptr_t)v + 1)) != 0) {
-        out_of_memory(ps);
-        return -1;
-    }
+    if (v < 0 || xmlHashAddEntry(ps->values, (const xmlChar *)name, (void *)((intptr_t)v + 1)) != 0)
+        return out_of_memory(ps);
     return v;
 }
 
@@ -459,20 +466,9 @@ static int parse_attr(parser *ps, int32_t n, const char *key_text)
     } else if (peek_char(ps, '[')) {
         ps->p++;
         int64_t v[IR_MAX_RANK];
-        int count = 0;
-        for (;;) {
-            if (read_int(ps, INT64_MIN, INT64_MAX, "an integer", &v[count]) != 0)
-                return -1;
-            count++;
-            if (peek_char(ps, ']')) {
-                ps->p++;
-                break;
-            }
-            if (count == IR_MAX_RANK)
-                return expected(ps, "']' (at most 8 integers in a list)");
-            if (expect_char(ps, ',', "',' or ']' in an integer list") != 0)
-                return -1;
-        }
+        int count;
+        if (read_int_list(ps, INT64_MIN, INT64_MAX, "an integer", "integers", v, &count) != 0)
+            return -1;
         rc = ir_node_set_ints(ps->g, n, key, v, count);
     } else {
         int64_t v;
@@ -485,17 +481,25 @@ static int parse_attr(parser *ps, int32_t n, const char *key_text)
     return 0;
 }
 
+static const char *const annotation_keys[] = { "device", "stage", "phase", "time" };
+
+static int annotation_index(const char *key)
+{
+    for (int k = 0; k < 4; k++)
+        if (strcmp(key, annotation_keys[k]) == 0)
+            return k;
+    return -1;
+}
+
 /* device=N stage=N phase=NAME time=T, each at most once, in that order. */
 static int parse_annotations(parser *ps, ir_node *node)
 {
-    static const char *const keys[] = { "device", "stage", "phase", "time" };
-    int next = 0;   /* keys before this one are done */
-    char key[16];
-    while (peek_key(ps, key, sizeof key)) {
-        int k = next;
-        while (k < 4 && strcmp(key, keys[k]) != 0)
-            k++;
-        if (k == 4)
+    static const char phases[] = "a phase (none, forward, backward, update)";
+    char key[16], word[TOKEN_MAX];
+    int64_t v;
+    for (int next = 0; peek_key(ps, key, sizeof key);) {   /* keys before next are done */
+        int k = annotation_index(key);
+        if (k < next)
             return expected_tok(ps, next == 0 ? "an annotation (device, stage, phase, time)"
                                               : "the annotations in the order device, stage, phase, time, "
                                                 "each once", key);
@@ -503,28 +507,23 @@ static int parse_annotations(parser *ps, ir_node *node)
         ps->p += strlen(key);
         if (expect_char(ps, '=', "'='") != 0)
             return -1;
-        int64_t v;
-        char word[TOKEN_MAX];
-        if (k == 0) {
-            if (read_int(ps, 0, INT32_MAX, "a device number >= 0", &v) != 0)
+        if (k == 0 || k == 1) {
+            if (read_int(ps, 0, INT32_MAX, k == 0 ? "a device number >= 0" : "a stage number >= 0", &v) != 0)
                 return -1;
-            node->device = (int32_t)v;
-        } else if (k == 1) {
-            if (read_int(ps, 0, INT32_MAX, "a stage number >= 0", &v) != 0)
-                return -1;
-            node->stage = (int32_t)v;
+            *(k == 0 ? &node->device : &node->stage) = (int32_t)v;
         } else if (k == 2) {
-            if (read_word(ps, word, "a phase (none, forward, backward, update)") != 0)
+            if (read_word(ps, word, phases) != 0)
                 return -1;
             if (ir_phase_parse(word, &node->phase) != 0)
-                return expected_tok(ps, "a phase (none, forward, backward, update)", word);
+                return expected_tok(ps, phases, word);
         } else {
-            double t;
-            if (read_float(ps, "a time in seconds", &t) != 0)
+            const char *at = ps->p;
+            if (read_float(ps, "a time in seconds", &node->est_time) != 0)
                 return -1;
-            if (!(t >= 0))
+            if (!(node->est_time >= 0)) {
+                ps->p = at;
                 return expected(ps, "a time >= 0");
-            node->est_time = t;
+            }
         }
     }
     return 0;
@@ -543,13 +542,11 @@ static int parse_outputs(parser *ps, int32_t n)
         if (read_name(ps, name, "an output name") != 0 || expect_char(ps, ':', "':' and a type") != 0 ||
             read_type(ps, &dt, &shape) != 0)
             return -1;
-        size_t wn = word_len(ps);
-        if (wn > 0 && wn < 16 && !peek_key(ps, word, sizeof word)) {
-            memcpy(word, ps->p, wn);
-            word[wn] = '\0';
+        if (word_len(ps) > 0 && !peek_key(ps, word, sizeof word)) {   /* a word, not key= */
+            if (read_word(ps, word, "a role") != 0)
+                return -1;
             if (ir_role_parse(word, &role) != 0)
                 return expected_tok(ps, "a role (activation, gradient), an annotation, '@' or ','", word);
-            ps->p += wn;
         }
         int32_t v = define_value(ps, name, dt, role, &shape);
         if (v < 0)
@@ -580,12 +577,10 @@ static int parse_node(parser *ps)
     if (read_name(ps, name, "a node name") != 0)
         return -1;
     void *first = xmlHashLookup(ps->nodes, (const xmlChar *)name);
-    if (first) {
-        char shown[200];
-        escape_into(name, strlen(name), shown, sizeof shown);
+    char buf[200];
+    if (first)
         return diag_set(ps->err, ps->file, ps->line, "node '%s' is already defined on line %d",
-                        shown, (int)(intptr_t)first);
-    }
+                        shown(name, buf), (int)(intptr_t)first);
     ir_op op;
     if (expect_char(ps, '=', "'=' after the node name") != 0)
         return -1;
@@ -600,30 +595,19 @@ static int parse_node(parser *ps)
         return out_of_memory(ps);
     if (expect_char(ps, '(', "'(' and the inputs") != 0)
         return -1;
-    if (peek_char(ps, ')')) {
-        ps->p++;
-    } else {
-        for (;;) {
-            if (ps->g->nodes[n].n_in == IR_MAX_IN)
-                return expected(ps, "')' (at most 8 inputs)");
-            int32_t v;
-            if (read_name(ps, word, "an input value name") != 0 || (v = lookup_value(ps, word)) < 0)
-                return -1;
-            if (ir_node_add_input(ps->g, n, v) != 0)
-                return out_of_memory(ps);
-            if (peek_char(ps, ')')) {
-                ps->p++;
-                break;
-            }
-            if (expect_char(ps, ',', "',' or ')' after an input") != 0)
-                return -1;
-        }
+    for (int32_t v; !peek_char(ps, ')');) {
+        int n_in = ps->g->nodes[n].n_in;
+        if (n_in > 0 && expect_char(ps, ',', "',' or ')' after an input") != 0)
+            return -1;
+        if (n_in == IR_MAX_IN)
+            return expected(ps, "')' (at most 8 inputs)");
+        if (read_name(ps, word, "an input value name") != 0 || (v = lookup_value(ps, word)) < 0)
+            return -1;
+        ir_node_add_input(ps->g, n, v);   /* cannot fail: v and n_in are checked */
     }
-    char key[64];
-    attr_key ak;
-    while (!peek_arrow(ps) && peek_key(ps, key, sizeof key) &&
-           (attr_key_parse(key, &ak) == 0 || (strcmp(key, "device") && strcmp(key, "stage") &&
-                                              strcmp(key, "phase") && strcmp(key, "time"))))
+    ps->p++;
+    char key[64];   /* key= before "->" or an annotation: an attribute */
+    while (!peek_arrow(ps) && peek_key(ps, key, sizeof key) && annotation_index(key) < 0)
         if (parse_attr(ps, n, key) != 0)
             return -1;
     if (peek_arrow(ps)) {

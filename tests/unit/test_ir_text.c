@@ -331,7 +331,7 @@ static void test_text_parse_errors_name_line_expected_and_found(void)
                 "expected a shape of at most 2^40 elements, found '[2147483648,2147483648]'");
     PARSE_ERROR(HEAD "input z : f32[1,1,1,1,1,1,1,1,1]\n", 4, "expected ']' (at most 8 dimensions), found ','");
     PARSE_ERROR(HEAD "node a = gelu(", 4, "expected an input value name, found end of line");
-    PARSE_ERROR(HEAD "node a = gelu(x) -> y : f32[2", 4, "expected ',' or ']' in a shape, found end of line");
+    PARSE_ERROR(HEAD "node a = gelu(x) -> y : f32[2", 4, "expected ',' or ']' in a list of dimensions, found end of line");
     PARSE_ERROR(HEAD "node a = gelu(x) -> y :", 4, "expected a dtype (f32, i32, f16, bf16), found end of line");
     PARSE_ERROR(HEAD "input x : f32[3]\n", 4, "value 'x' is already defined, as an input");
     PARSE_ERROR(HEAD "node a = gelu(x) -> x : f32[2]\n", 4, "value 'x' is already defined, as an input");

@@ -149,10 +149,8 @@ static void test_verify_rejects_wrong_output_count(void)
 {
     ir_graph g;
     small s = build_small(&g);
-    g.nodes[s.ce].n_out = 0;
-    g.values[s.loss].producer = -1;
-    g.loss = -1;
-    REJECTED(&g, "node 'ce' (cross_entropy): 0 outputs, expected 1", "m.xml", 11);
+    ir_node_add_output(&g, s.ce, add(&g, "extra", DT_F32, ROLE_ACTIVATION, SHAPE(1), (ir_loc){ 0, 0 }));
+    REJECTED(&g, "node 'ce' (cross_entropy): 2 outputs, expected 1", "m.xml", 11);
 }
 
 static void test_verify_rejects_value_index_out_of_range(void)
@@ -204,9 +202,8 @@ static void test_verify_rejects_missing_required_attribute(void)
     int32_t n = ir_add_node(&g, OP_QKV_SPLIT, "split", (ir_loc){ ir_intern(&g, "m.xml"), 20 });
     ir_node_add_input(&g, n, 4);
     for (int i = 0; i < 3; i++) {
-        char name[8];
-        snprintf(name, sizeof name, "o%d", i);
-        ir_node_add_output(&g, n, add(&g, name, DT_F32, ROLE_ACTIVATION, SHAPE(1), (ir_loc){ 0, 0 }));
+        const char *name[] = { "q", "k", "v" };
+        ir_node_add_output(&g, n, add(&g, name[i], DT_F32, ROLE_ACTIVATION, SHAPE(1), (ir_loc){ 0, 0 }));
     }
     REJECTED(&g, "node 'split' (qkv_split): required attribute 'heads' is missing", "m.xml", 20);
 }
@@ -240,8 +237,8 @@ static void test_verify_rejects_producer_not_matching_outputs(void)
     g.values[s.loss].producer = s.fc;   /* ce lists it, the value names fc */
     REJECTED(&g, "node 'ce' (cross_entropy): output 0 'loss' records producer 0, expected 1", "m.xml", 11);
     s = build_small(&g);
-    add(&g, "orphan", DT_F32, ROLE_ACTIVATION, SHAPE(1), (ir_loc){ 0, 7 });
-    g.values[4 + 2].producer = s.fc;    /* claims fc, which does not list it */
+    int32_t orphan = add(&g, "orphan", DT_F32, ROLE_ACTIVATION, SHAPE(1), (ir_loc){ 0, 7 });
+    g.values[orphan].producer = s.fc;   /* claims fc, which does not list it */
     REJECTED(&g, "activation 'orphan' records producer 'fc', but that node does not list it", "small", 7);
     s = build_small(&g);
     g.values[s.y].producer = 42;
@@ -375,7 +372,9 @@ static void test_ir_interning_and_lookups(void)
     }
     uint32_t off = ir_intern(&g, "value.4321");
     CHECK_STR("value.4321", ir_str(&g, off));
-    CHECK_INT(ir_intern(&g, "4321"), ir_intern(&g, ir_str(&g, off) + 6));
+    uint32_t suffix = ir_intern(&g, ir_str(&g, off) + 6);
+    CHECK_STR("4321", ir_str(&g, suffix));
+    CHECK_INT(suffix, ir_intern(&g, "4321"));
     ir_graph copy;
     CHECK_INT(0, ir_graph_copy(&copy, &g));
     CHECK_INT(off, ir_intern(&copy, "value.4321"));   /* the index was rebuilt */
