@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <libxml/hash.h>
 #include <libxml/tree.h>
 
+#include "../ir/name_map.h"
 #include "../ir/ops.h"
 #include "expr.h"
 #include "xml_util.h"
@@ -65,12 +65,13 @@ typedef struct {
 
     scope        *scopes;   int n_scopes, cap_scopes;
     definition   *defs;     int n_defs, cap_defs;
-    xmlHashTablePtr def_index;   /* qualified name -> defs index + 1 */
+    name_map     *def_index;     /* qualified name -> defs index */
     pending_op   *ops;      int n_ops, cap_ops;
 
     repeat_var    vars[MODEL_MAX_VARS];   /* repeat indices and <let>s, innermost last */
     int           n_vars;
     int           nesting;
+    int64_t       elements;      /* elements visited, counting each repeat instance */
 } builder;
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -265,15 +266,27 @@ static int add_scope(builder *b, const char *prefix, int parent)
     return b->n_scopes++;
 }
 
-static void qualify(const builder *b, int sc, const char *name, char *out, size_t size)
+/* prefix + name into out; -1 when it does not fit (names are at most
+ * NAME_MAX_LEN - 1 characters). */
+static int qualify(const builder *b, int sc, const char *name, char *out, size_t size)
 {
-    snprintf(out, size, "%s%s", b->scopes[sc].prefix, name);
+    int n = snprintf(out, size, "%s%s", b->scopes[sc].prefix, name);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+/* qualify, reporting a name that is too long at `line`. */
+static int qualify_or_fail(builder *b, int sc, const char *name, char *out, size_t size, int line)
+{
+    if (qualify(b, sc, name, out, size) == 0)
+        return 0;
+    return fail(b, line, "name '%s%.40s...' is longer than %d characters (repeats nested too deep?)",
+                b->scopes[sc].prefix, name, NAME_MAX_LEN - 1);
 }
 
 static const definition *find_def(const builder *b, const char *qualified)
 {
-    void *hit = xmlHashLookup(b->def_index, (const xmlChar *)qualified);
-    return hit ? &b->defs[(intptr_t)hit - 1] : NULL;
+    int64_t hit;
+    return name_map_get(b->def_index, qualified, &hit) ? &b->defs[hit] : NULL;
 }
 
 static int add_def(builder *b, const char *qualified, int32_t value, int alias_scope, const char *alias_name, int line)
@@ -287,7 +300,7 @@ static int add_def(builder *b, const char *qualified, int32_t value, int alias_s
     if (alias_name && !alias_copy)
         return fail(b, line, "out of memory");
     b->defs[b->n_defs] = (definition){ value, alias_scope, alias_copy, line };
-    if (xmlHashAddEntry(b->def_index, (const xmlChar *)qualified, (void *)(intptr_t)(b->n_defs + 1)) != 0) {
+    if (name_map_add(b->def_index, qualified, b->n_defs) != 0) {
         free(alias_copy);
         return fail(b, line, "out of memory");
     }
@@ -300,10 +313,8 @@ static int32_t define_value(builder *b, int sc, const char *name, ir_dtype dt, i
                             const ir_shape *shape, int line)
 {
     char q[NAME_MAX_LEN];
-    qualify(b, sc, name, q, sizeof q);
-    if (strlen(b->scopes[sc].prefix) + strlen(name) >= sizeof q)
-        return fail(b, line, "name '%s%s' is longer than %d characters", b->scopes[sc].prefix, name,
-                    NAME_MAX_LEN - 1);
+    if (qualify_or_fail(b, sc, name, q, sizeof q, line))
+        return -1;
     if (find_def(b, q))
         return add_def(b, q, -1, 0, NULL, line);       /* reports "defined twice" */
     int32_t v = ir_add_value(b->g, q, dt, role, shape, loc_at(b, line));
@@ -320,8 +331,9 @@ static int32_t resolve(const builder *b, int sc, const char *name, int depth)
     if (depth > 1000)
         return -2;
     for (int s = sc; s >= 0; s = b->scopes[s].parent) {
-        char q[NAME_MAX_LEN * 2];
-        qualify(b, s, name, q, sizeof q);
+        char q[NAME_MAX_LEN];
+        if (qualify(b, s, name, q, sizeof q))
+            continue;   /* too long to have been defined */
         const definition *d = find_def(b, q);
         if (!d)
             continue;
@@ -368,18 +380,19 @@ static int element_source(builder *b, xmlNodePtr node, int sc, ir_role role)
     char name[NAME_MAX_LEN], shape_text[ATTR_TEXT_MAX], init_text[ATTR_TEXT_MAX];
     ir_dtype dt;
     ir_shape shape;
-    if (get_attr(b, node, "name", name, sizeof name, 1) < 0 ||
+    char q[NAME_MAX_LEN];
+    if (get_attr(b, node, "name", name, sizeof name, 1) < 0 || qualify_or_fail(b, sc, name, q, sizeof q, line) ||
         get_attr(b, node, "shape", shape_text, sizeof shape_text, 1) < 0 || read_dtype(b, node, &dt) ||
-        eval_shape(b, line, name, shape_text, &shape))
+        eval_shape(b, line, q, shape_text, &shape))
         return -1;
     if (role == ROLE_PARAM && dt == DT_I32)
-        return fail(b, line, "param '%s' is i32: parameters must be floating point", name);
+        return fail(b, line, "param '%s' is i32: parameters must be floating point", q);
     int32_t v = define_value(b, sc, name, dt, role, &shape, line);
     if (v < 0)
         return -1;
     if (role == ROLE_PARAM) {
         if (get_attr(b, node, "init", init_text, sizeof init_text, 1) < 0 ||
-            eval_init(b, line, name, init_text, &b->g->values[v].init))
+            eval_init(b, line, q, init_text, &b->g->values[v].init))
             return -1;
     }
     return 0;
@@ -431,7 +444,8 @@ static int element_op(builder *b, xmlNodePtr node, int sc)
         return -1;
     if (n_in < def->min_in || n_in > def->max_in) {
         if (def->min_in == def->max_in)
-            return fail(b, line, "op %s takes %d inputs, found %d", def->name, def->min_in, n_in);
+            return fail(b, line, "op %s takes %d input%s, found %d", def->name, def->min_in,
+                        def->min_in == 1 ? "" : "s", n_in);
         return fail(b, line, "op %s takes %d to %d inputs, found %d", def->name, def->min_in, def->max_in, n_in);
     }
     if (n_out != def->n_out)
@@ -441,7 +455,8 @@ static int element_op(builder *b, xmlNodePtr node, int sc)
         return fail(b, line, "the model expands to more than %d ops", MODEL_MAX_NODES);
 
     char qname[NAME_MAX_LEN];
-    qualify(b, sc, name[0] ? name : outs[0], qname, sizeof qname);
+    if (qualify_or_fail(b, sc, name[0] ? name : outs[0], qname, sizeof qname, line))
+        return -1;
     int32_t n = ir_add_node(b->g, op, qname, loc_at(b, line));
     if (n < 0)
         return fail(b, line, "out of memory");
@@ -499,7 +514,8 @@ static int element_alias(builder *b, xmlNodePtr node, int sc)
     char name[NAME_MAX_LEN], to[NAME_MAX_LEN], q[NAME_MAX_LEN];
     if (get_attr(b, node, "name", name, sizeof name, 1) < 0 || get_attr(b, node, "to", to, sizeof to, 1) < 0)
         return -1;
-    qualify(b, sc, name, q, sizeof q);
+    if (qualify_or_fail(b, sc, name, q, sizeof q, line))
+        return -1;
     return add_def(b, q, -1, sc, to, line);
 }
 
@@ -570,7 +586,8 @@ static int element_repeat(builder *b, xmlNodePtr node, int sc)
         int inst = add_scope(b, prefix, sc);
         if (inst < 0)
             return fail(b, line, "out of memory");
-        qualify(b, inst, carry, q, sizeof q);
+        if (qualify_or_fail(b, inst, carry, q, sizeof q, line))
+            return -1;
         if (prev_scope < 0 ? add_def(b, q, -1, sc, input, line) : add_def(b, q, -1, prev_scope, result, line))
             return -1;
         if (var[0] && push_var(b, line, var, (expr_value){ 0, start + i, 0.0 }))
@@ -584,7 +601,8 @@ static int element_repeat(builder *b, xmlNodePtr node, int sc)
     }
     b->nesting--;
     char q[NAME_MAX_LEN];
-    qualify(b, sc, output, q, sizeof q);
+    if (qualify_or_fail(b, sc, output, q, sizeof q, line))
+        return -1;
     return prev_scope < 0 ? add_def(b, q, -1, sc, input, line) : add_def(b, q, -1, prev_scope, result, line);
 }
 
@@ -607,6 +625,9 @@ static int walk_elements(builder *b, xmlNodePtr first, int sc)
             continue;
         int line = xml_line(node);
         int rc = 0, this_if = -1;
+        if (++b->elements > MODEL_MAX_ELEMENTS)
+            return fail(b, line, "the model expands to more than %d elements (repeat counts multiplied "
+                                 "through nested repeats)", MODEL_MAX_ELEMENTS);
         if (strcmp(el, "input") == 0)
             rc = element_source(b, node, sc, ROLE_INPUT);
         else if (strcmp(el, "param") == 0)
@@ -673,8 +694,15 @@ static int read_hypers(builder *b, xmlNodePtr root, const model_setting *sets, i
         if (!is_identifier(name))
             return fail(b, line, "hyper-parameter name '%s' is not an identifier (letters, digits, '_')", name);
         expr_value dummy;
-        if (lookup_name(b, name, strlen(name), &dummy) == 0)
-            return fail(b, line, "hyper-parameter '%s' is defined twice", name);
+        if (lookup_name(b, name, strlen(name), &dummy) == 0) {
+            int first = 0;
+            char other[64];
+            for (xmlNodePtr prev = root->children; prev != node && !first; prev = prev->next)
+                if (xml_element_name(prev) && strcmp(xml_element_name(prev), "hyper") == 0 &&
+                    xml_attr(prev, "name", other, sizeof other, b->path, NULL) == 1 && strcmp(other, name) == 0)
+                    first = xml_line(prev);
+            return fail(b, line, "hyper-parameter '%s' is defined twice: first at line %d", name, first);
+        }
         const char *source = text;
         char what[128];
         snprintf(what, sizeof what, "hyper-parameter '%s'", name);
@@ -831,8 +859,7 @@ static void builder_free(builder *b)
     free(b->scopes);
     free(b->defs);
     free(b->ops);
-    if (b->def_index)
-        xmlHashFree(b->def_index, NULL);
+    name_map_free(b->def_index);
 }
 
 static int model_build(builder *b, xmlDocPtr doc, const model_setting *sets, int n_sets)
@@ -846,6 +873,7 @@ static int model_build(builder *b, xmlDocPtr doc, const model_setting *sets, int
         return -1;
     b->g->name = ir_intern(b->g, name);
     b->file = ir_intern(b->g, b->path);
+    b->g->source = b->file;
     if (add_scope(b, "", -1) < 0)
         return fail(b, 0, "out of memory");
     if (read_hypers(b, root, sets, n_sets) < 0)
@@ -875,7 +903,7 @@ int model_load_memory(const char *buf, size_t len, const char *path,
     builder b = { .path = path, .err = err, .g = g };
     int rc = xml_validate(doc, model_xsd, model_xsd_len, path, err);
     if (rc == 0) {
-        b.def_index = xmlHashCreate(256);
+        b.def_index = name_map_new();
         rc = b.def_index ? model_build(&b, doc, sets, n_sets) : fail(&b, 0, "out of memory");
     }
     builder_free(&b);

@@ -24,7 +24,8 @@
  * out-of-memory: repeat counts, nesting, total ops. */
 #define MODEL_MAX_REPEAT_COUNT 100000
 #define MODEL_MAX_NESTING      16
-#define MODEL_MAX_NODES        1000000
+#define MODEL_MAX_NODES        100000
+#define MODEL_MAX_ELEMENTS     200000   /* XML elements visited, repeats expanded */
 #define MODEL_MAX_VARS         64   /* repeat indices and <let>s in scope at once */
 
 typedef struct {

@@ -31,7 +31,7 @@ static void keep_first_error(void *ctx, xmlErrorPtr e)
     diag_set(fe->err, fe->path, e->line, "%s", msg);
 }
 
-static int read_whole_file(const char *path, char **out, size_t *out_len, struct diag *err)
+int xml_read_file(const char *path, char **out, size_t *out_len, struct diag *err)
 {
     struct stat st;
     if (stat(path, &st) != 0)
@@ -66,19 +66,31 @@ xmlDocPtr xml_read(const char *path, const char *buf, size_t len, struct diag *e
 {
     char *owned = NULL;
     if (!buf) {
-        if (read_whole_file(path, &owned, &len, err) != 0)
+        if (xml_read_file(path, &owned, &len, err) != 0)
             return NULL;
         buf = owned;
     }
-    if (len == 0) {
+    size_t blank = 0;
+    while (blank < len && (buf[blank] == ' ' || buf[blank] == '\t' || buf[blank] == '\r' || buf[blank] == '\n'))
+        blank++;
+    if (blank == len) {
         free(owned);
-        diag_set(err, path, 0, "file is empty: expected an XML document");
+        diag_set(err, path, 0, len == 0 ? "file is empty: expected an XML document"
+                                         : "file holds only white space: expected an XML document");
         return NULL;
     }
-    if (len > XML_FILE_MAX_BYTES || memchr(buf, '\0', len)) {
+    if (len > XML_FILE_MAX_BYTES) {
         free(owned);
-        diag_set(err, path, 1, len > XML_FILE_MAX_BYTES ? "input larger than the size limit"
-                                                         : "binary data (a NUL byte): expected an XML document");
+        diag_set(err, path, 0, "input larger than the %d-byte limit", XML_FILE_MAX_BYTES);
+        return NULL;
+    }
+    const char *nul = memchr(buf, '\0', len);
+    if (nul) {
+        int line = 1;
+        for (const char *p = buf; p < nul; p++)
+            line += *p == '\n';
+        free(owned);
+        diag_set(err, path, line, "binary data (a NUL byte): expected an XML document");
         return NULL;
     }
     first_error fe = { path, err, 0 };
@@ -92,6 +104,15 @@ xmlDocPtr xml_read(const char *path, const char *buf, size_t len, struct diag *e
             diag_set(err, path, 1, "not a well-formed XML document");
         if (doc)
             xmlFreeDoc(doc);
+        return NULL;
+    }
+    /* A DTD could declare entities (expansion bombs, external files); model
+     * and cluster files have no use for one, so none is accepted. */
+    if (doc->intSubset || doc->extSubset) {
+        xmlDtdPtr dtd = doc->intSubset ? doc->intSubset : doc->extSubset;
+        diag_set(err, path, xml_line((xmlNodePtr)dtd) > 0 ? xml_line((xmlNodePtr)dtd) : 1,
+                 "<!DOCTYPE> is not allowed: model and cluster files take no DTD or entities");
+        xmlFreeDoc(doc);
         return NULL;
     }
     return doc;

@@ -21,6 +21,10 @@
  * or unreadable file, an empty or binary one, malformed XML. */
 xmlDocPtr xml_read(const char *path, const char *buf, size_t len, struct diag *err);
 
+/* Read a whole file into a malloc'd, NUL-terminated buffer (files above
+ * XML_FILE_MAX_BYTES and directories are refused with a message). */
+int xml_read_file(const char *path, char **out, size_t *out_len, struct diag *err);
+
 /* Validate doc against an XSD held in memory (see scripts/embed.cmake).
  * The first violation is reported with its line. */
 int xml_validate(xmlDocPtr doc, const unsigned char *xsd, unsigned xsd_len,

@@ -9,13 +9,12 @@
  * was.
  */
 #include "ir.h"
+#include "name_map.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <libxml/hash.h>
-#include <libxml/parser.h>
 
 #include "ops.h"
 
@@ -57,35 +56,30 @@ void ir_graph_free(ir_graph *g)
     free(g->nodes);
     free(g->hypers);
     free(g->strings);
-    if (g->string_index)
-        xmlHashFree(g->string_index, NULL);
+    name_map_free(g->string_index);
     ir_graph_init(g);
 }
 
 /* ---- strings ------------------------------------------------------------- */
 
-/* The index maps a string to its offset + 1 (so that NULL means absent). */
+/* The index maps a string to its offset. */
 static int index_add(ir_graph *g, uint32_t off)
 {
     if (!g->string_index) {
-        xmlInitParser();   /* libxml2's hash seeds itself from its dictionary setup */
-        g->string_index = xmlHashCreate(256);
+        g->string_index = name_map_new();
         if (!g->string_index)
             return -1;
     }
-    const xmlChar *key = (const xmlChar *)(g->strings + off);
-    if (xmlHashAddEntry(g->string_index, key, (void *)((uintptr_t)off + 1)) == 0)
-        return 0;
     /* Already there (a copied table holding the same text twice) is fine. */
-    return xmlHashLookup(g->string_index, key) ? 0 : -1;
+    return name_map_add(g->string_index, g->strings + off, off) < 0 ? -1 : 0;
 }
 
 static uint32_t index_find(const ir_graph *g, const char *s)
 {
-    if (!g->string_index)
+    int64_t off;
+    if (!g->string_index || !name_map_get(g->string_index, s, &off))
         return IR_STR_NONE;
-    void *hit = xmlHashLookup(g->string_index, (const xmlChar *)s);
-    return hit ? (uint32_t)((uintptr_t)hit - 1) : IR_STR_NONE;
+    return (uint32_t)off;
 }
 
 uint32_t ir_intern(ir_graph *g, const char *s)
@@ -152,6 +146,7 @@ int ir_graph_copy(ir_graph *dst, const ir_graph *src)
     ir_graph_init(dst);
     int failed = 0;
     dst->name = src->name;
+    dst->source = src->source;
     dst->loss = src->loss;
     dst->values = dup_array(src->values, (size_t)src->n_values, sizeof *src->values, &failed);
     dst->nodes = dup_array(src->nodes, (size_t)src->n_nodes, sizeof *src->nodes, &failed);
@@ -493,4 +488,15 @@ int ir_name_valid(const char *s)
         if (n >= 255 || !ir_name_char((unsigned char)s[n]))
             return 0;
     return 1;
+}
+
+const char *ir_loc_file(const ir_graph *g, ir_loc loc)
+{
+    if (loc.file)
+        return ir_str(g, loc.file);
+    if (g->source)
+        return ir_str(g, g->source);
+    if (g->name)
+        return ir_str(g, g->name);
+    return "<ir>";
 }

@@ -111,6 +111,8 @@ typedef struct {
 
 typedef struct ir_graph {
     uint32_t  name;                /* model name                                  */
+    uint32_t  source;              /* the file it was read from (XML or text IR), for
+                                      messages about nodes that have no location; not printed */
     ir_value *values;  int32_t n_values, cap_values;
     ir_node  *nodes;   int32_t n_nodes,  cap_nodes;
     ir_hyper *hypers;  int32_t n_hypers, cap_hypers;
@@ -150,6 +152,9 @@ const ir_attr *ir_node_attr(const ir_node *n, attr_key key);       /* NULL if ab
 int64_t        ir_node_int(const ir_node *n, attr_key key, int64_t fallback);
 double         ir_node_float(const ir_node *n, attr_key key, double fallback);
 int32_t        ir_find_value(const ir_graph *g, const char *name);  /* -1 if absent */
+/* The file to name in a message about something at `loc`: its own file, else
+ * the graph's source file, else the model name, else "<ir>". */
+const char *ir_loc_file(const ir_graph *g, ir_loc loc);
 static inline const char *ir_value_name(const ir_graph *g, int32_t v) { return ir_str(g, g->values[v].name); }
 static inline const char *ir_node_name(const ir_graph *g, int32_t n)  { return ir_str(g, g->nodes[n].name); }
 

@@ -269,7 +269,7 @@ static int window_out(const ir_graph *g, const ir_node *n, int64_t in, int64_t k
                       int64_t pad, int64_t *out, struct diag *err)
 {
     char d[256];
-    if (k < 1 || stride < 1 || pad < 0 || pad > k)
+    if (k < 1 || stride < 1 || pad < 0 || pad > k || k > IR_DIM_MAX || stride > IR_DIM_MAX)
         return fail(err, "%s: bad window (kernel %lld, stride %lld, pad %lld)",
                     describe_input(g, n, 0, d, sizeof d), (long long)k, (long long)stride, (long long)pad);
     int64_t span = in + 2 * pad - k;

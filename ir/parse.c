@@ -13,6 +13,7 @@
  * ends with ir_graph_verify; on any error the graph is left empty.
  */
 #include "ir.h"
+#include "name_map.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -20,8 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <libxml/hash.h>
-#include <libxml/parser.h>
 
 #include "ops.h"
 
@@ -33,8 +32,8 @@ typedef struct {
     const char     *file;
     struct diag    *err;
     ir_graph       *g;
-    xmlHashTablePtr values;    /* name -> value index + 1                */
-    xmlHashTablePtr nodes;     /* name -> line of the node's definition  */
+    name_map       *values;    /* name -> value index                    */
+    name_map       *nodes;     /* name -> line of the node's definition  */
 } parser;
 
 /* ---- errors ---------------------------------------------------------------- */
@@ -373,20 +372,20 @@ static int expect_end(parser *ps, const char *what)
 /* The value called name, or -1 after reporting it unknown. */
 static int32_t lookup_value(parser *ps, const char *name)
 {
-    void *hit = xmlHashLookup(ps->values, (const xmlChar *)name);
+    int64_t hit;
     char buf[200];
-    if (!hit)
+    if (!name_map_get(ps->values, name, &hit))
         return diag_set(ps->err, ps->file, ps->line,
                         "unknown value '%s' (a value must be defined on an earlier line)", shown(name, buf));
-    return (int32_t)((intptr_t)hit - 1);
+    return (int32_t)hit;
 }
 
 /* Add a value and register its name; error if the name is taken. */
 static int32_t define_value(parser *ps, const char *name, ir_dtype dt, ir_role role, const ir_shape *s)
 {
-    void *hit = xmlHashLookup(ps->values, (const xmlChar *)name);
-    if (hit) {
-        const ir_value *old = &ps->g->values[(intptr_t)hit - 1];
+    int64_t hit;
+    if (name_map_get(ps->values, name, &hit)) {
+        const ir_value *old = &ps->g->values[hit];
         char buf[200];
         if (old->producer >= 0)
             return diag_set(ps->err, ps->file, ps->line, "value '%s' is already defined, as an output of node "
@@ -395,7 +394,7 @@ static int32_t define_value(parser *ps, const char *name, ir_dtype dt, ir_role r
                         shown(name, buf), old->role == ROLE_INPUT ? "an" : "a", ir_role_name(old->role));
     }
     int32_t v = ir_add_value(ps->g, name, dt, role, s, (ir_loc){ 0, 0 });
-    if (v < 0 || xmlHashAddEntry(ps->values, (const xmlChar *)name, (void *)((intptr_t)v + 1)) != 0)
+    if (v < 0 || name_map_add(ps->values, name, v) != 0)
         return out_of_memory(ps);
     return v;
 }
@@ -576,11 +575,11 @@ static int parse_node(parser *ps)
     char name[TOKEN_MAX], word[TOKEN_MAX];
     if (read_name(ps, name, "a node name") != 0)
         return -1;
-    void *first = xmlHashLookup(ps->nodes, (const xmlChar *)name);
+    int64_t first;
     char buf[200];
-    if (first)
+    if (name_map_get(ps->nodes, name, &first))
         return diag_set(ps->err, ps->file, ps->line, "node '%s' is already defined on line %d",
-                        shown(name, buf), (int)(intptr_t)first);
+                        shown(name, buf), (int)first);
     ir_op op;
     if (expect_char(ps, '=', "'=' after the node name") != 0)
         return -1;
@@ -591,7 +590,7 @@ static int parse_node(parser *ps)
     if (op_parse(word, &op) != 0)
         return expected_op(ps, word);
     int32_t n = ir_add_node(ps->g, op, name, (ir_loc){ 0, 0 });
-    if (n < 0 || xmlHashAddEntry(ps->nodes, (const xmlChar *)name, (void *)(intptr_t)ps->line) != 0)
+    if (n < 0 || name_map_add(ps->nodes, name, ps->line) != 0)
         return out_of_memory(ps);
     if (expect_char(ps, '(', "'(' and the inputs") != 0)
         return -1;
@@ -707,9 +706,8 @@ static int parse_line(parser *ps, int *stage)
 int ir_graph_parse(const char *text, size_t len, const char *filename, ir_graph *g, struct diag *err)
 {
     ir_graph_init(g);
-    xmlInitParser();
     parser ps = { .file = filename ? filename : "<text>", .err = err, .g = g,
-                  .values = xmlHashCreate(256), .nodes = xmlHashCreate(256) };
+                  .values = name_map_new(), .nodes = name_map_new() };
     int rc = 0, stage = 0;
     if (!ps.values || !ps.nodes)
         rc = out_of_memory(&ps);
@@ -733,10 +731,13 @@ int ir_graph_parse(const char *text, size_t len, const char *filename, ir_graph 
     if (rc == 0 && stage < 2)
         rc = diag_set(err, ps.file, ps.line, "expected %s, found end of file",
                       stage == 0 ? "'fusion-ir 1' (the first line of a fusion IR file)" : "'model' and the model name");
-    if (ps.values)
-        xmlHashFree(ps.values, NULL);
-    if (ps.nodes)
-        xmlHashFree(ps.nodes, NULL);
+    if (rc == 0) {
+        g->source = ir_intern(g, ps.file);
+        if (g->source == IR_STR_NONE)
+            rc = out_of_memory(&ps);
+    }
+    name_map_free(ps.values);
+    name_map_free(ps.nodes);
     if (rc == 0)
         rc = ir_graph_verify(g, err);
     if (rc != 0)

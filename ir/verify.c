@@ -12,13 +12,12 @@
  * then what needs the whole graph (producers listed, params used, loss).
  */
 #include "ir.h"
+#include "name_map.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <libxml/hash.h>
-#include <libxml/parser.h>
 
 #include "ops.h"
 
@@ -27,15 +26,15 @@ typedef struct {
     struct diag    *err;
     int32_t        *listed_by;     /* per value: the node whose outputs list it, or -1 */
     char           *used;          /* per value: read by some node                      */
-    xmlHashTablePtr value_names;   /* name -> index + 1, to find duplicates             */
-    xmlHashTablePtr node_names;
+    name_map       *value_names;   /* name -> index, to find duplicates                 */
+    name_map       *node_names;
 } verifier;
 
 static int fail_at(verifier *vf, ir_loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail_at(verifier *vf, ir_loc loc, const char *fmt, ...)
 {
     const ir_graph *g = vf->g;
-    const char *file = loc.file ? ir_str(g, loc.file) : g->name ? ir_str(g, g->name) : "<ir>";
+    const char *file = ir_loc_file(g, loc);
     va_list ap;
     va_start(ap, fmt);
     diag_vset(vf->err, file, loc.line, fmt, ap);
@@ -51,14 +50,14 @@ static int is_float_dtype(ir_dtype d) { return d == DT_F32 || d == DT_F16 || d =
 static const char name_rule[] = "a name is 1 to 255 of [A-Za-z0-9_.:/-], not starting with '-'";
 
 /* 0 if new, 1 if `name` was already in h (then *first is its index), -1 on no memory. */
-static int seen_before(xmlHashTablePtr h, const char *name, int32_t index, int32_t *first)
+static int seen_before(name_map *h, const char *name, int32_t index, int32_t *first)
 {
-    void *hit = xmlHashLookup(h, (const xmlChar *)name);
-    if (hit) {
-        *first = (int32_t)((intptr_t)hit - 1);
+    int64_t hit;
+    if (name_map_get(h, name, &hit)) {
+        *first = (int32_t)hit;
         return 1;
     }
-    return xmlHashAddEntry(h, (const xmlChar *)name, (void *)((intptr_t)index + 1)) == 0 ? 0 : -1;
+    return name_map_add(h, name, index) == 0 ? 0 : -1;
 }
 
 static int verify_shape(verifier *vf, int32_t v)
@@ -71,7 +70,7 @@ static int verify_shape(verifier *vf, int32_t v)
     for (int i = 0; i < s->rank; i++)
         if (s->dim[i] < 1 || s->dim[i] > IR_DIM_MAX)
             return fail_at(vf, val->loc, "value '%s': dimension %d is %lld, expected 1 to %lld",
-                           vname(vf->g, v), i, (long long)s->dim[i], (long long)IR_DIM_MAX);
+                           vname(vf->g, v), i + 1, (long long)s->dim[i], (long long)IR_DIM_MAX);
     if (s->rank >= 0 && ir_shape_numel(s) < 0) {
         char buf[256];
         return fail_at(vf, val->loc, "value '%s': shape %s has an absurd size (more than %lld elements)",
@@ -246,9 +245,8 @@ int ir_graph_verify(const ir_graph *g, struct diag *err)
     size_t nv = (size_t)g->n_values + 1;
     vf.listed_by = malloc(nv * sizeof *vf.listed_by);
     vf.used = calloc(nv, 1);
-    xmlInitParser();
-    vf.value_names = xmlHashCreate(g->n_values < 65536 ? g->n_values + 16 : 65536);   /* it grows */
-    vf.node_names = xmlHashCreate(g->n_nodes < 65536 ? g->n_nodes + 16 : 65536);
+    vf.value_names = name_map_new();
+    vf.node_names = name_map_new();
     int rc = 0;
     if (!vf.listed_by || !vf.used || !vf.value_names || !vf.node_names) {
         rc = fail_at(&vf, (ir_loc){ 0, 0 }, "out of memory while verifying");
@@ -265,9 +263,7 @@ int ir_graph_verify(const ir_graph *g, struct diag *err)
 done:
     free(vf.listed_by);
     free(vf.used);
-    if (vf.value_names)
-        xmlHashFree(vf.value_names, NULL);
-    if (vf.node_names)
-        xmlHashFree(vf.node_names, NULL);
+    name_map_free(vf.value_names);
+    name_map_free(vf.node_names);
     return rc;
 }

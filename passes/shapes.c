@@ -13,7 +13,7 @@ int pass_shapes(ir_graph *g, struct diag *err)
     for (int32_t i = 0; i < g->n_nodes; i++) {
         ir_node *n = &g->nodes[i];
         const op_def *def = &op_table[n->op];
-        const char *file = ir_str(g, n->loc.file);
+        const char *file = ir_loc_file(g, n->loc);
         for (int k = 0; k < n->n_in; k++)
             if (g->values[n->in[k]].shape.rank < 0)
                 return diag_set(err, file, n->loc.line, "op '%s' (%s): input '%s' has no shape yet",
@@ -30,6 +30,12 @@ int pass_shapes(ir_graph *g, struct diag *err)
         for (int k = 0; k < n->n_out; k++) {
             ir_value *v = &g->values[n->out[k]];
             char want[128], have[128];
+            for (int d = 0; d < shapes[k].rank; d++)
+                if (shapes[k].dim[d] > IR_DIM_MAX)
+                    return diag_set(err, file, n->loc.line,
+                                    "op '%s' (%s): output '%s' dimension %d would be %lld, more than %lld",
+                                    ir_node_name(g, i), def->name, ir_value_name(g, n->out[k]), d + 1,
+                                    (long long)shapes[k].dim[d], (long long)IR_DIM_MAX);
             if (ir_shape_numel(&shapes[k]) < 0)
                 return diag_set(err, file, n->loc.line, "op '%s' (%s): output '%s' would be %s, an absurd size",
                                 ir_node_name(g, i), def->name, ir_value_name(g, n->out[k]),

@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config   # the build
   libxml2-dev libxml2-utils          # model and cluster files: parsing, XSD validation
   llvm-dev                           # the per-device host program (LLVM C API)
+  uthash-dev                         # hash tables (name lookups)
   clang libclang-rt-14-dev           # the fuzz target (libFuzzer) and sanitizer builds
   libnanomsg-dev                     # device-to-device transport
   libopenblas-dev                    # CPU matrix products

@@ -164,51 +164,21 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
 
 typedef enum { INPUT_MODEL, INPUT_CLUSTER, INPUT_IR } input_kind;
 
-static int read_file(const char *path, char **buf, size_t *len, struct diag *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return diag_set(err, path, 0, "cannot open file: %s", strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *data = malloc(cap);
-    for (;;) {
-        if (!data) {
-            fclose(f);
-            return diag_set(err, path, 0, "out of memory");
-        }
-        n += fread(data + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        if (cap >= XML_FILE_MAX_BYTES) {
-            fclose(f);
-            free(data);
-            return diag_set(err, path, 0, "file larger than %d bytes", XML_FILE_MAX_BYTES);
-        }
-        cap *= 2;
-        char *grown = realloc(data, cap);
-        if (!grown)
-            free(data);
-        data = grown;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(data);
-        return diag_set(err, path, 0, "read error (a directory?)");
-    }
-    *buf = data;
-    *len = n;
-    return 0;
-}
-
-/* Text IR starts with "fusion-ir"; XML documents are told apart by their
- * root element. */
+/* Text IR is a .fir file or starts with "fusion-ir" (after blank and
+ * '#' comment lines); XML documents are told apart by their root element. */
 static int classify(const char *path, const char *buf, size_t len, input_kind *kind, struct diag *err)
 {
-    size_t skip = 0;
-    while (skip < len && (buf[skip] == ' ' || buf[skip] == '\n' || buf[skip] == '\t' || buf[skip] == '\r'))
-        skip++;
-    if (len - skip >= 9 && memcmp(buf + skip, "fusion-ir", 9) == 0) {
+    size_t skip = 0, path_len = strlen(path);
+    for (;;) {
+        while (skip < len && (buf[skip] == ' ' || buf[skip] == '\n' || buf[skip] == '\t' || buf[skip] == '\r'))
+            skip++;
+        if (skip >= len || buf[skip] != '#')
+            break;
+        while (skip < len && buf[skip] != '\n')
+            skip++;
+    }
+    if ((len - skip >= 9 && memcmp(buf + skip, "fusion-ir", 9) == 0) ||
+        (path_len > 4 && strcmp(path + path_len - 4, ".fir") == 0)) {
         *kind = INPUT_IR;
         return 0;
     }
@@ -236,7 +206,7 @@ static int load_graph(const char *path, const options *o, ir_graph *g, struct di
     size_t len = 0;
     input_kind kind;
     ir_graph_init(g);
-    if (read_file(path, &buf, &len, err))
+    if (xml_read_file(path, &buf, &len, err))
         return -1;
     int rc = classify(path, buf, len, &kind, err);
     if (rc == 0 && kind == INPUT_CLUSTER)
@@ -301,7 +271,7 @@ static int cmd_check(int argc, char **argv)
         char *buf = NULL;
         size_t len = 0;
         input_kind kind;
-        int ok = read_file(path, &buf, &len, &err) == 0 && classify(path, buf, len, &kind, &err) == 0;
+        int ok = xml_read_file(path, &buf, &len, &err) == 0 && classify(path, buf, len, &kind, &err) == 0;
         if (ok && kind == INPUT_CLUSTER) {
             cluster c;
             ok = cluster_load_memory(buf, (int)len, path, &c, &err) == 0;

@@ -305,10 +305,10 @@ static void test_verify_rejects_bad_shapes(void)
     REJECTED(&g, "value 'y': rank 9 is out of range (-1 for unknown, 0 to 8)", "m.xml", 10);
     s = build_small(&g);
     g.values[s.w].shape.dim[1] = 0;
-    REJECTED(&g, "value 'w': dimension 1 is 0, expected 1 to 2147483648", "m.xml", 2);
+    REJECTED(&g, "value 'w': dimension 2 is 0, expected 1 to 2147483648", "m.xml", 2);
     s = build_small(&g);
     g.values[s.w].shape.dim[0] = IR_DIM_MAX + 1;
-    REJECTED(&g, "value 'w': dimension 0 is 2147483649, expected 1 to 2147483648", "m.xml", 2);
+    REJECTED(&g, "value 'w': dimension 1 is 2147483649, expected 1 to 2147483648", "m.xml", 2);
     s = build_small(&g);
     g.values[s.w].shape = SHAPE(IR_DIM_MAX, IR_DIM_MAX, 2);
     REJECTED(&g, "value 'w': shape [2147483648,2147483648,2] has an absurd size", "m.xml", 2);
