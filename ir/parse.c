@@ -528,8 +528,9 @@ static int parse_annotations(parser *ps, ir_node *node)
     return 0;
 }
 
-/* -> OUT : TYPE ROLE?, OUT : TYPE ROLE?, ... */
-static int parse_outputs(parser *ps, int32_t n)
+/* -> OUT : TYPE ROLE?, OUT : TYPE ROLE?, ...   or, when `own_name` is
+ * given, the one output named like the node:  : TYPE ROLE? */
+static int parse_outputs(parser *ps, int32_t n, const char *own_name)
 {
     for (;;) {
         char name[TOKEN_MAX], word[TOKEN_MAX];
@@ -538,8 +539,10 @@ static int parse_outputs(parser *ps, int32_t n)
         ir_role role = ROLE_ACTIVATION;
         if (ps->g->nodes[n].n_out == IR_MAX_OUT)
             return expected(ps, "the end of the outputs (at most 4)");
-        if (read_name(ps, name, "an output name") != 0 || expect_char(ps, ':', "':' and a type") != 0 ||
-            read_type(ps, &dt, &shape) != 0)
+        if (own_name)
+            snprintf(name, sizeof name, "%s", own_name);
+        if ((!own_name && read_name(ps, name, "an output name") != 0) ||
+            expect_char(ps, ':', "':' and a type") != 0 || read_type(ps, &dt, &shape) != 0)
             return -1;
         if (word_len(ps) > 0 && !peek_key(ps, word, sizeof word)) {   /* a word, not key= */
             if (read_word(ps, word, "a role") != 0)
@@ -552,7 +555,7 @@ static int parse_outputs(parser *ps, int32_t n)
             return -1;
         if (ir_node_add_output(ps->g, n, v) != 0)
             return out_of_memory(ps);
-        if (!peek_char(ps, ','))
+        if (own_name || !peek_char(ps, ','))
             return 0;
         ps->p++;
     }
@@ -611,7 +614,10 @@ static int parse_node(parser *ps)
             return -1;
     if (peek_arrow(ps)) {
         ps->p += 2;
-        if (parse_outputs(ps, n) != 0)
+        if (parse_outputs(ps, n, NULL) != 0)
+            return -1;
+    } else if (peek_char(ps, ':')) {
+        if (parse_outputs(ps, n, name) != 0)
             return -1;
     }
     ir_loc loc;

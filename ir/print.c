@@ -10,6 +10,8 @@
  *   param NAME : DTYPE[SHAPE] init=INIT @FILE:LINE
  *   state NAME : DTYPE[SHAPE] init=INIT @FILE:LINE
  *   node NAME = OP(IN, IN, ...) ATTRS -> OUT : DTYPE[SHAPE] ROLE?, ... ANNOT @FILE:LINE
+ *   node NAME = OP(IN, IN, ...) ATTRS : DTYPE[SHAPE] ROLE? ANNOT @FILE:LINE
+ *     (the second form: one output, named like the node; the usual case)
  *   loss NAME                                        when the graph has one
  *
  *   SHAPE   dims joined by ',' ("4,64,768"), empty for a scalar, '?' unknown
@@ -26,6 +28,7 @@
  *
  * Example:
  *   node h.0.ln1 = layernorm(h.0.x, h.0.ln1.w, h.0.ln1.b) eps=1e-05 -> h.0.ln1.out : f32[4,64,768] phase=forward @models/gpt2.xml:40
+ *   node h.0.ln_1 = layernorm(x0, h.0.ln_1.w, h.0.ln_1.b) eps=1e-05 : f32[4,64,768] @models/gpt2.xml:42
  *
  * Printing an invalid graph never crashes: out-of-range indices print as
  * quoted placeholders ("<value #99>") that the parser will then reject.
@@ -147,10 +150,15 @@ static void put_node(FILE *out, const ir_graph *g, int32_t n)
     for (int i = 0; i < clamp(node->n_attr, IR_MAX_ATTR); i++)
         put_attr(out, &node->attr[i]);
     int n_out = clamp(node->n_out, IR_MAX_OUT);
+    /* The common case, one output named like its node, reads "node y = op(x) : f32[..]". */
+    int named_like_node = n_out == 1 && node->out[0] >= 0 && node->out[0] < g->n_values &&
+                          g->values[node->out[0]].name == node->name;
     for (int i = 0; i < n_out; i++) {
         int32_t v = node->out[i];
-        fputs(i ? ", " : " -> ", out);
-        put_value_name(out, g, v);
+        if (!named_like_node) {
+            fputs(i ? ", " : " -> ", out);
+            put_value_name(out, g, v);
+        }
         if (v < 0 || v >= g->n_values)
             continue;
         fputs(" : ", out);

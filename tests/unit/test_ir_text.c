@@ -487,9 +487,35 @@ static void test_dot_renders_with_graphviz(void)
     ir_graph_free(&graphs[1]);
 }
 
+/* One output named like its node prints without "-> NAME" and reads back;
+ * a gradient keeps its role word. */
+static void test_text_short_form_for_an_output_named_like_its_node(void)
+{
+    ir_graph g;
+    ir_graph_init(&g);
+    g.name = ir_intern(&g, "short");
+    int64_t d2[] = { 2, 3 };
+    int32_t x = source(&g, "x", DT_F32, ROLE_INPUT, ir_shape_make(2, d2), nowhere);
+    int32_t n = node(&g, OP_RELU, "y", x, -1, -1, at(&g, "m.xml", 4));
+    out(&g, n, "y", DT_F32, ir_shape_make(2, d2));
+    int32_t n2 = node(&g, OP_RELU, "dy", x, -1, -1, nowhere);
+    int32_t dy = out(&g, n2, "dy", DT_F32, ir_shape_make(2, d2));
+    g.values[dy].role = ROLE_GRADIENT;
+    int32_t n3 = node(&g, OP_RELU, "z.node", x, -1, -1, nowhere);
+    out(&g, n3, "z", DT_F32, ir_shape_make(2, d2));
+    char *text = print_to_string(&g, 0);
+    CHECK_CONTAINS(text, "\nnode y = relu(x) : f32[2,3] @m.xml:4\n");
+    CHECK_CONTAINS(text, "\nnode dy = relu(x) : f32[2,3] gradient\n");
+    CHECK_CONTAINS(text, "\nnode z.node = relu(x) -> z : f32[2,3]\n");
+    check_round_trip(&g, "short forms");
+    free(text);
+    ir_graph_free(&g);
+}
+
 int main(void)
 {
     test_text_prints_the_documented_form();
+    test_text_short_form_for_an_output_named_like_its_node();
     test_text_round_trips_gpt_like_graph();
     test_text_round_trips_cnn_with_quoted_names();
     test_text_parse_accepts_comments_blank_lines_crlf_and_quotes();
