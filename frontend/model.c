@@ -576,6 +576,12 @@ static int element_repeat(builder *b, xmlNodePtr node, int sc)
         return fail(b, line, "repeat var '%s' is not an identifier (letters, digits, '_')", var);
     if (b->nesting >= MODEL_MAX_NESTING)
         return fail(b, line, "repeats and ifs nested deeper than %d", MODEL_MAX_NESTING);
+    int64_t children = 0;
+    for (xmlNodePtr c = node->children; c; c = c->next)
+        children += xml_element_name(c) != NULL;
+    if (b->elements + count * children > MODEL_MAX_ELEMENTS)
+        return fail(b, line, "repeat count %lld (x %lld element%s each) expands the model past %d elements",
+                    (long long)count, (long long)children, children == 1 ? "" : "s", MODEL_MAX_ELEMENTS);
     b->nesting++;
     int prev_scope = -1;
     for (int64_t i = 0; i < count; i++) {
