@@ -147,6 +147,7 @@ int ir_graph_copy(ir_graph *dst, const ir_graph *src)
     int failed = 0;
     dst->name = src->name;
     dst->source = src->source;
+    dst->after_pass = src->after_pass;
     dst->loss = src->loss;
     dst->values = dup_array(src->values, (size_t)src->n_values, sizeof *src->values, &failed);
     dst->nodes = dup_array(src->nodes, (size_t)src->n_nodes, sizeof *src->nodes, &failed);

@@ -111,6 +111,8 @@ typedef struct {
 
 typedef struct ir_graph {
     uint32_t  name;                /* model name                                  */
+    uint32_t  after_pass;          /* the last pass run on it ("" = none: as the frontend
+                                      built it); the pass manager resumes after it   */
     uint32_t  source;              /* the file it was read from (XML or text IR), for
                                       messages about nodes that have no location; not printed */
     ir_value *values;  int32_t n_values, cap_values;

@@ -687,6 +687,15 @@ static int parse_line(parser *ps, int *stage)
         *stage = 2;
         return 0;
     }
+    if (strcmp(word, "after") == 0) {
+        if (ps->g->after_pass || ps->g->n_hypers || ps->g->n_values)
+            return diag_set(ps->err, ps->file, ps->line, "'after PASS' must come once, right after 'model'");
+        if (read_name(ps, word, "a pass name") != 0 || expect_end(ps, "end of line after the pass name") != 0)
+            return -1;
+        if ((ps->g->after_pass = ir_intern(ps->g, word)) == IR_STR_NONE)
+            return out_of_memory(ps);
+        return 0;
+    }
     if (strcmp(word, "node") == 0)
         return parse_node(ps);
     if (strcmp(word, "input") == 0)

@@ -9,6 +9,7 @@
  *   input NAME : DTYPE[SHAPE] @FILE:LINE             every source, in value order
  *   param NAME : DTYPE[SHAPE] init=INIT @FILE:LINE
  *   state NAME : DTYPE[SHAPE] init=INIT @FILE:LINE
+ *   after PASS                  (the last pass run; absent before any pass)
  *   node NAME = OP(IN, IN, ...) ATTRS -> OUT : DTYPE[SHAPE] ROLE?, ... ANNOT @FILE:LINE
  *   node NAME = OP(IN, IN, ...) ATTRS : DTYPE[SHAPE] ROLE? ANNOT @FILE:LINE
  *     (the second form: one output, named like the node; the usual case)
@@ -183,6 +184,11 @@ int ir_graph_print(const ir_graph *g, FILE *out)
     fputs("fusion-ir 1\nmodel ", out);
     put_name(out, ir_str(g, g->name));
     putc('\n', out);
+    if (g->after_pass) {
+        fputs("after ", out);
+        put_name(out, ir_str(g, g->after_pass));
+        putc('\n', out);
+    }
     for (int32_t h = 0; h < g->n_hypers; h++) {
         const ir_hyper *hy = &g->hypers[h];
         fputs("hyper ", out);

@@ -39,21 +39,49 @@ static int maybe_dump(const ir_graph *g, const char *stage, const pass_options *
     return opt->dump_dot ? ir_graph_print_dot(g, out) : ir_graph_print(g, out);
 }
 
+/* Index of the first pass still to run on g (0 for a graph as built). */
+static int first_pass_to_run(const ir_graph *g, struct diag *err)
+{
+    const char *done = ir_str(g, g->after_pass);
+    if (!done[0])
+        return 0;
+    for (int i = 0; i < pass_count; i++)
+        if (strcmp(done, pass_pipeline[i].name) == 0)
+            return i + 1;
+    return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "the graph is 'after %s', which is not a pass (the passes: %s)",
+                    done, pass_names());
+}
+
 int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err)
 {
-    int stop = 0;
+    int stop = 0, first = first_pass_to_run(g, err);
+    if (first < 0)
+        return -1;
+    const char *stage = first == 0 ? "frontend" : pass_pipeline[first - 1].name;
     if (ir_graph_verify(g, err)) {
-        diag_prefix(err, "frontend: ");
+        diag_prefix(err, "%s: ", stage);
         return -1;
     }
-    if (maybe_dump(g, "frontend", opt, &stop))
+    /* Asking for a stage the graph is already past is an error, not silence. */
+    if (opt && opt->dump_after && strcmp(opt->dump_after, stage) != 0) {
+        int known_ahead = 0;
+        for (int i = first; i < pass_count; i++)
+            known_ahead |= strcmp(opt->dump_after, pass_pipeline[i].name) == 0;
+        if (!known_ahead)
+            return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0,
+                            "the graph is already past '%s' (it is after '%s')", opt->dump_after, stage);
+    }
+    if (maybe_dump(g, stage, opt, &stop))
         return diag_set(err, "<output>", 0, "cannot write the IR dump");
-    for (int i = 0; i < pass_count && !stop; i++) {
+    for (int i = first; i < pass_count && !stop; i++) {
         const pass *p = &pass_pipeline[i];
         if (p->run(g, err) || ir_graph_verify(g, err)) {
             diag_prefix(err, "%s: ", p->name);
             return -1;
         }
+        g->after_pass = ir_intern(g, p->name);
+        if (g->after_pass == IR_STR_NONE)
+            return diag_set(err, "<memory>", 0, "out of memory");
         if (maybe_dump(g, p->name, opt, &stop))
             return diag_set(err, "<output>", 0, "cannot write the IR dump");
     }

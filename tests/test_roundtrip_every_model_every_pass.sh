@@ -21,7 +21,8 @@ for v in "${variants[@]}"; do
     if ! "$FUSIONC" dump $v --after "$p" -o "$work/a.fir" 2>"$work/err"; then
       fail "dump $v --after $p: $(cat "$work/err")"; continue
     fi
-    if ! "$FUSIONC" dump "$work/a.fir" --after frontend -o "$work/b.fir" 2>"$work/err"; then
+    # The text records the last pass ("after PASS"), so the parsed graph is at PASS.
+    if ! "$FUSIONC" dump "$work/a.fir" --after "$p" -o "$work/b.fir" 2>"$work/err"; then
       fail "parse of dump $v --after $p: $(cat "$work/err")"; continue
     fi
     if cmp -s "$work/a.fir" "$work/b.fir"; then pass; else
@@ -38,4 +39,13 @@ for v in "${variants[@]}"; do
     fail "$v: passes on parsed text differ from passes on the model: $(diff "$work/c.fir" "$work/d.fir" | head -5)"
   fi
 done
+
+# A graph is never taken back to an earlier stage: asking is an error.
+"$FUSIONC" dump models/mlp.xml --after "$last" -o "$work/e.fir"
+if "$FUSIONC" dump "$work/e.fir" --after frontend >/dev/null 2>"$work/err"; then
+  fail "dump of a graph after '$last' --after frontend succeeded"
+else
+  grep -q "already past 'frontend'" "$work/err" && pass || fail "already-past message: $(cat "$work/err")"
+fi
+grep -qx "after $last" "$work/e.fir" && pass || fail "the dump does not record 'after $last'"
 finish
