@@ -503,7 +503,9 @@ static void test_text_short_form_for_an_output_named_like_its_node(void)
     g.values[dy].role = ROLE_GRADIENT;
     int32_t n3 = node(&g, OP_RELU, "z.node", x, -1, -1, nowhere);
     out(&g, n3, "z", DT_F32, ir_shape_make(2, d2));
+    g.after_pass = ir_intern(&g, "shapes");
     char *text = print_to_string(&g, 0);
+    CHECK_CONTAINS(text, "model short\nafter shapes\ninput x");
     CHECK_CONTAINS(text, "\nnode y = relu(x) : f32[2,3] @m.xml:4\n");
     CHECK_CONTAINS(text, "\nnode dy = relu(x) : f32[2,3] gradient\n");
     CHECK_CONTAINS(text, "\nnode z.node = relu(x) -> z : f32[2,3]\n");
