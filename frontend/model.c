@@ -431,12 +431,11 @@ static int element_op(builder *b, xmlNodePtr node, int sc)
         get_attr(b, node, "name", name, sizeof name, 0) < 0)
         return -1;
     ir_op op;
-    if (op_parse(type, &op)) {
-        char known[1024] = "";
-        for (int k = 0; k < OP_COUNT; k++)
-            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "", op_table[k].name);
-        return fail(b, line, "unknown op type '%s' (known: %s)", type, known);
-    }
+    if (op_parse(type, &op))
+        return fail(b, line, "unknown op type '%s' (known: %s)", type, op_model_names());
+    if (op_table[op].internal)
+        return fail(b, line, "op type '%s' is made by the compiler's passes, not written in a model "
+                             "(model ops: %s)", type, op_model_names());
     const op_def *def = &op_table[op];
     int n_in = split_names(b, line, in_text, ins, IR_MAX_IN, "inputs");
     int n_out = n_in < 0 ? -1 : split_names(b, line, out_text, outs, IR_MAX_OUT, "outputs");
@@ -448,9 +447,9 @@ static int element_op(builder *b, xmlNodePtr node, int sc)
                         def->min_in == 1 ? "" : "s", n_in);
         return fail(b, line, "op %s takes %d to %d inputs, found %d", def->name, def->min_in, def->max_in, n_in);
     }
-    if (n_out != def->n_out)
-        return fail(b, line, "op %s has %d output%s, found %d in out=\"%s\"", def->name, def->n_out,
-                    def->n_out == 1 ? "" : "s", n_out, out_text);
+    if (n_out != def->min_out)
+        return fail(b, line, "op %s has %d output%s, found %d in out=\"%s\"", def->name, def->min_out,
+                    def->min_out == 1 ? "" : "s", n_out, out_text);
     if (b->g->n_nodes >= MODEL_MAX_NODES)
         return fail(b, line, "the model expands to more than %d ops", MODEL_MAX_NODES);
 

@@ -22,6 +22,29 @@ typedef enum {
     OP_MAXPOOL,         /* kernel, stride, pad                                 */
     OP_AVGPOOL_GLOBAL,  /* [N,C,H,W] -> [N,C]                                  */
     OP_FLATTEN,         /* [N,...] -> [N,prod(...)]                            */
+
+    /* Backward ops, appended by the autodiff pass (not for model files).
+     * Inputs: the forward inputs and outputs the rule needs (ops.c's
+     * bwd_saves_in / bwd_saves_out), then the gradient of each forward
+     * output.  Outputs: the gradients of the forward inputs whose bit is set
+     * in the `grads` attribute, in input order. */
+    OP_EMBEDDING_BACKWARD,
+    OP_LINEAR_BACKWARD,
+    OP_MATMUL_BACKWARD,
+    OP_LAYERNORM_BACKWARD,
+    OP_GELU_BACKWARD,
+    OP_ATTENTION_BACKWARD,
+    OP_QKV_SPLIT_BACKWARD,
+    OP_MERGE_HEADS_BACKWARD,
+    OP_SOFTMAX_BACKWARD,
+    OP_CROSS_ENTROPY_BACKWARD,
+    OP_CONV2D_BACKWARD,
+    OP_BATCHNORM_BACKWARD,
+    OP_RELU_BACKWARD,
+    OP_MAXPOOL_BACKWARD,
+    OP_AVGPOOL_GLOBAL_BACKWARD,
+    OP_FLATTEN_BACKWARD,
+    OP_FILL,            /* () value -> a tensor of that value (the loss seed)  */
     OP_COUNT
 } ir_op;
 
@@ -34,6 +57,8 @@ typedef enum {
     ATTR_CAUSAL,
     ATTR_TRANSPOSE_B,
     ATTR_SCALE,
+    ATTR_GRADS,         /* backward ops: bit i set = output the gradient of forward input i */
+    ATTR_VALUE,         /* fill: the value                                              */
     ATTR_KEY_COUNT
 } attr_key;
 

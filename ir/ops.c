@@ -1,6 +1,7 @@
 /* ops.c: the operator table (see ops.h).  One entry per op: inputs,
- * attributes, shape rule, and cost.  Shape rules and costs are in
- * ops_shape.c and ops_cost.c, declared in ops_rules.h. */
+ * outputs, attributes, shape rule, costs, and its backward op with what
+ * that reads.  Shape rules and costs are in ops_shape.c and ops_cost.c,
+ * declared in ops_rules.h. */
 #include "ops.h"
 
 #include <string.h>
@@ -10,60 +11,145 @@
 static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_EPS] = "eps",         [ATTR_HEADS] = "heads",   [ATTR_STRIDE] = "stride",
     [ATTR_PAD] = "pad",         [ATTR_KERNEL] = "kernel", [ATTR_CAUSAL] = "causal",
-    [ATTR_TRANSPOSE_B] = "transpose_b", [ATTR_SCALE] = "scale",
+    [ATTR_TRANSPOSE_B] = "transpose_b", [ATTR_SCALE] = "scale", [ATTR_GRADS] = "grads",
+    [ATTR_VALUE] = "value",
 };
 
 static const attr_type attr_types[ATTR_KEY_COUNT] = {
     [ATTR_EPS] = ATTR_FLOAT, [ATTR_HEADS] = ATTR_INT,  [ATTR_STRIDE] = ATTR_INT,
     [ATTR_PAD] = ATTR_INT,   [ATTR_KERNEL] = ATTR_INT, [ATTR_CAUSAL] = ATTR_INT,
-    [ATTR_TRANSPOSE_B] = ATTR_INT, [ATTR_SCALE] = ATTR_FLOAT,
+    [ATTR_TRANSPOSE_B] = ATTR_INT, [ATTR_SCALE] = ATTR_FLOAT, [ATTR_GRADS] = ATTR_INT,
+    [ATTR_VALUE] = ATTR_FLOAT,
 };
 
 #define REQ_INT(k)          { k, ATTR_INT, 1, 0, 0 }
 #define OPT_INT(k, d)       { k, ATTR_INT, 0, d, 0 }
 #define OPT_FLOAT(k, d)     { k, ATTR_FLOAT, 0, 0, d }
+#define REQ_FLOAT(k)        { k, ATTR_FLOAT, 1, 0, 0 }
 
-/*  name              in: min max  out  input names               attributes                                         shape                 flops fwd               flops bwd               bytes */
+/* A forward op: name, inputs, outputs, shape rule, costs, backward op and
+ * what the backward rule reads. */
+#define FORWARD(nm, min_i, max_i, n_o, shape_fn, fwd_fn, bwd_fn, bwd_op, saves_in, saves_out) \
+    .name = nm, .min_in = min_i, .max_in = max_i, .min_out = n_o, .max_out = n_o,          \
+    .shape = shape_fn, .flops_forward = fwd_fn, .flops_backward = bwd_fn, .bytes_forward = bytes_io, \
+    .backward = bwd_op, .bwd_saves_in = saves_in, .bwd_saves_out = saves_out,             \
+    .forward_of = OP_COUNT
+
+/* A backward op: inputs are the saved forward tensors plus one gradient per
+ * forward output; outputs one gradient per set bit of `grads`.  Its shapes
+ * are given by the autodiff pass (the gradient of x has x's shape). */
+#define BACKWARD(nm, fwd, min_i, max_i, max_o, flops_fn)                                       \
+    .name = nm, .min_in = min_i, .max_in = max_i, .min_out = 1, .max_out = max_o,          \
+    .shape = shape_given, .flops_forward = flops_fn, .flops_backward = flops_zero,         \
+    .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = fwd, .internal = 1
+
 const op_def op_table[OP_COUNT] = {
-    [OP_EMBEDDING]      = { "embedding",      2, 2, 1, { "idx", "table" }, 0, { { 0 } },
-                            shape_embedding, flops_embedding, flops_embedding_bwd, bytes_io },
-    [OP_POSITIONS]      = { "positions",      1, 1, 1, { "idx" }, 0, { { 0 } },
-                            shape_positions, flops_zero, flops_zero, bytes_io },
-    [OP_LINEAR]         = { "linear",         2, 3, 1, { "x", "w", "b" }, 0, { { 0 } },
-                            shape_linear, flops_linear, flops_linear_bwd, bytes_io },
-    [OP_MATMUL]         = { "matmul",         2, 2, 1, { "a", "b" }, 2,
-                            { OPT_INT(ATTR_TRANSPOSE_B, 0), OPT_FLOAT(ATTR_SCALE, 1.0) },
-                            shape_matmul, flops_matmul, flops_matmul_bwd, bytes_io },
-    [OP_LAYERNORM]      = { "layernorm",      3, 3, 1, { "x", "w", "b" }, 1, { OPT_FLOAT(ATTR_EPS, 1e-5) },
-                            shape_layernorm, flops_layernorm, flops_layernorm_bwd, bytes_io },
-    [OP_GELU]           = { "gelu",           1, 1, 1, { "x" }, 0, { { 0 } },
-                            shape_same_as_first, flops_gelu, flops_gelu_bwd, bytes_io },
-    [OP_ATTENTION]      = { "attention",      1, 1, 1, { "qkv" }, 1, { REQ_INT(ATTR_HEADS) },
-                            shape_attention, flops_attention, flops_attention_bwd, bytes_io },
-    [OP_QKV_SPLIT]      = { "qkv_split",      1, 1, 3, { "qkv" }, 1, { REQ_INT(ATTR_HEADS) },
-                            shape_qkv_split, flops_zero, flops_zero, bytes_io },
-    [OP_MERGE_HEADS]    = { "merge_heads",    1, 1, 1, { "y" }, 0, { { 0 } },
-                            shape_merge_heads, flops_zero, flops_zero, bytes_io },
-    [OP_SOFTMAX]        = { "softmax",        1, 1, 1, { "x" }, 1, { OPT_INT(ATTR_CAUSAL, 0) },
-                            shape_same_as_first, flops_softmax, flops_softmax_bwd, bytes_io },
-    [OP_ADD]            = { "add",            2, 2, 1, { "a", "b" }, 0, { { 0 } },
-                            shape_add, flops_elementwise_1, flops_zero, bytes_io },
-    [OP_CROSS_ENTROPY]  = { "cross_entropy",  2, 2, 1, { "logits", "targets" }, 0, { { 0 } },
-                            shape_cross_entropy, flops_cross_entropy, flops_cross_entropy_bwd, bytes_io },
-    [OP_CONV2D]         = { "conv2d",         2, 3, 1, { "x", "w", "b" }, 2,
-                            { OPT_INT(ATTR_STRIDE, 1), OPT_INT(ATTR_PAD, 0) },
-                            shape_conv2d, flops_conv2d, flops_conv2d_bwd, bytes_io },
-    [OP_BATCHNORM]      = { "batchnorm",      3, 3, 1, { "x", "w", "b" }, 1, { OPT_FLOAT(ATTR_EPS, 1e-5) },
-                            shape_batchnorm, flops_layernorm, flops_layernorm_bwd, bytes_io },
-    [OP_RELU]           = { "relu",           1, 1, 1, { "x" }, 0, { { 0 } },
-                            shape_same_as_first, flops_elementwise_1, flops_elementwise_1, bytes_io },
-    [OP_MAXPOOL]        = { "maxpool",        1, 1, 1, { "x" }, 3,
-                            { REQ_INT(ATTR_KERNEL), OPT_INT(ATTR_STRIDE, 0), OPT_INT(ATTR_PAD, 0) },
-                            shape_maxpool, flops_maxpool, flops_elementwise_1, bytes_io },
-    [OP_AVGPOOL_GLOBAL] = { "avgpool_global", 1, 1, 1, { "x" }, 0, { { 0 } },
-                            shape_avgpool_global, flops_input_elements, flops_elementwise_1, bytes_io },
-    [OP_FLATTEN]        = { "flatten",        1, 1, 1, { "x" }, 0, { { 0 } },
-                            shape_flatten, flops_zero, flops_zero, bytes_io },
+    [OP_EMBEDDING] = { FORWARD("embedding", 2, 2, 1, shape_embedding, flops_embedding, flops_embedding_bwd,
+                               OP_EMBEDDING_BACKWARD, OP_IN(0), 0),
+                       .in_names = { "idx", "table" } },
+    [OP_POSITIONS] = { FORWARD("positions", 1, 1, 1, shape_positions, flops_zero, flops_zero, OP_COUNT, 0, 0),
+                       .in_names = { "idx" } },
+    [OP_LINEAR] = { FORWARD("linear", 2, 3, 1, shape_linear, flops_linear, flops_linear_bwd,
+                            OP_LINEAR_BACKWARD, OP_IN(0) | OP_IN(1), 0),
+                    .in_names = { "x", "w", "b" } },
+    [OP_MATMUL] = { FORWARD("matmul", 2, 2, 1, shape_matmul, flops_matmul, flops_matmul_bwd,
+                            OP_MATMUL_BACKWARD, OP_IN(0) | OP_IN(1), 0),
+                    .in_names = { "a", "b" }, .n_attr_specs = 2,
+                    .attr_specs = { OPT_INT(ATTR_TRANSPOSE_B, 0), OPT_FLOAT(ATTR_SCALE, 1.0) } },
+    [OP_LAYERNORM] = { FORWARD("layernorm", 3, 3, 1, shape_layernorm, flops_layernorm, flops_layernorm_bwd,
+                               OP_LAYERNORM_BACKWARD, OP_IN(0) | OP_IN(1), 0),
+                       .in_names = { "x", "w", "b" }, .n_attr_specs = 1, .attr_specs = { OPT_FLOAT(ATTR_EPS, 1e-5) } },
+    [OP_GELU] = { FORWARD("gelu", 1, 1, 1, shape_same_as_first, flops_gelu, flops_gelu_bwd,
+                          OP_GELU_BACKWARD, OP_IN(0), 0),
+                  .in_names = { "x" } },
+    [OP_ATTENTION] = { FORWARD("attention", 1, 1, 1, shape_attention, flops_attention, flops_attention_bwd,
+                               OP_ATTENTION_BACKWARD, OP_IN(0), 0),
+                       .in_names = { "qkv" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_HEADS) } },
+    [OP_QKV_SPLIT] = { FORWARD("qkv_split", 1, 1, 3, shape_qkv_split, flops_zero, flops_zero,
+                               OP_QKV_SPLIT_BACKWARD, 0, 0),
+                       .in_names = { "qkv" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_HEADS) } },
+    [OP_MERGE_HEADS] = { FORWARD("merge_heads", 1, 1, 1, shape_merge_heads, flops_zero, flops_zero,
+                                 OP_MERGE_HEADS_BACKWARD, 0, 0),
+                         .in_names = { "y" } },
+    [OP_SOFTMAX] = { FORWARD("softmax", 1, 1, 1, shape_same_as_first, flops_softmax, flops_softmax_bwd,
+                             OP_SOFTMAX_BACKWARD, 0, OP_IN(0)),
+                     .in_names = { "x" }, .n_attr_specs = 1, .attr_specs = { OPT_INT(ATTR_CAUSAL, 0) } },
+    /* d(a+b): the output's gradient is each input's, no op needed. */
+    [OP_ADD] = { FORWARD("add", 2, 2, 1, shape_add, flops_elementwise_1, flops_zero, OP_COUNT, 0, 0),
+                 .in_names = { "a", "b" } },
+    [OP_CROSS_ENTROPY] = { FORWARD("cross_entropy", 2, 2, 1, shape_cross_entropy, flops_cross_entropy,
+                                   flops_cross_entropy_bwd, OP_CROSS_ENTROPY_BACKWARD, OP_IN(0) | OP_IN(1), 0),
+                           .in_names = { "logits", "targets" } },
+    [OP_CONV2D] = { FORWARD("conv2d", 2, 3, 1, shape_conv2d, flops_conv2d, flops_conv2d_bwd,
+                            OP_CONV2D_BACKWARD, OP_IN(0) | OP_IN(1), 0),
+                    .in_names = { "x", "w", "b" }, .n_attr_specs = 2,
+                    .attr_specs = { OPT_INT(ATTR_STRIDE, 1), OPT_INT(ATTR_PAD, 0) } },
+    [OP_BATCHNORM] = { FORWARD("batchnorm", 3, 3, 1, shape_batchnorm, flops_layernorm, flops_layernorm_bwd,
+                               OP_BATCHNORM_BACKWARD, OP_IN(0) | OP_IN(1), 0),
+                       .in_names = { "x", "w", "b" }, .n_attr_specs = 1, .attr_specs = { OPT_FLOAT(ATTR_EPS, 1e-5) } },
+    [OP_RELU] = { FORWARD("relu", 1, 1, 1, shape_same_as_first, flops_elementwise_1, flops_elementwise_1,
+                          OP_RELU_BACKWARD, OP_IN(0), 0),
+                  .in_names = { "x" } },
+    [OP_MAXPOOL] = { FORWARD("maxpool", 1, 1, 1, shape_maxpool, flops_maxpool, flops_elementwise_1,
+                             OP_MAXPOOL_BACKWARD, OP_IN(0), 0),
+                     .in_names = { "x" }, .n_attr_specs = 3,
+                     .attr_specs = { REQ_INT(ATTR_KERNEL), OPT_INT(ATTR_STRIDE, 0), OPT_INT(ATTR_PAD, 0) } },
+    [OP_AVGPOOL_GLOBAL] = { FORWARD("avgpool_global", 1, 1, 1, shape_avgpool_global, flops_input_elements,
+                                    flops_elementwise_1, OP_AVGPOOL_GLOBAL_BACKWARD, 0, 0),
+                            .in_names = { "x" } },
+    [OP_FLATTEN] = { FORWARD("flatten", 1, 1, 1, shape_flatten, flops_zero, flops_zero,
+                             OP_FLATTEN_BACKWARD, 0, 0),
+                     .in_names = { "x" } },
+
+    /*                         name                  forward            in   out  own FLOPs            */
+    [OP_EMBEDDING_BACKWARD] = { BACKWARD("embedding_backward", OP_EMBEDDING, 2, 2, 1, flops_output_elements),
+                                .in_names = { "idx", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_LINEAR_BACKWARD] = { BACKWARD("linear_backward", OP_LINEAR, 3, 3, 3, flops_linear_backward),
+                             .in_names = { "x", "w", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_MATMUL_BACKWARD] = { BACKWARD("matmul_backward", OP_MATMUL, 3, 3, 2, flops_matmul_backward),
+                             .in_names = { "a", "b", "dy" }, .n_attr_specs = 3,
+                             .attr_specs = { REQ_INT(ATTR_GRADS), OPT_INT(ATTR_TRANSPOSE_B, 0), OPT_FLOAT(ATTR_SCALE, 1.0) } },
+    [OP_LAYERNORM_BACKWARD] = { BACKWARD("layernorm_backward", OP_LAYERNORM, 3, 3, 3, flops_dy_elements_16),
+                                .in_names = { "x", "w", "dy" }, .n_attr_specs = 2,
+                                .attr_specs = { REQ_INT(ATTR_GRADS), OPT_FLOAT(ATTR_EPS, 1e-5) } },
+    [OP_GELU_BACKWARD] = { BACKWARD("gelu_backward", OP_GELU, 2, 2, 1, flops_dy_elements_16),
+                           .in_names = { "x", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_ATTENTION_BACKWARD] = { BACKWARD("attention_backward", OP_ATTENTION, 2, 2, 1, flops_attention_backward),
+                                .in_names = { "qkv", "dy" }, .n_attr_specs = 2,
+                                .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_HEADS) } },
+    [OP_QKV_SPLIT_BACKWARD] = { BACKWARD("qkv_split_backward", OP_QKV_SPLIT, 3, 3, 1, flops_zero),
+                                .in_names = { "dq", "dk", "dv" }, .n_attr_specs = 2,
+                                .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_HEADS) } },
+    [OP_MERGE_HEADS_BACKWARD] = { BACKWARD("merge_heads_backward", OP_MERGE_HEADS, 1, 1, 1, flops_zero),
+                                  .in_names = { "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_SOFTMAX_BACKWARD] = { BACKWARD("softmax_backward", OP_SOFTMAX, 2, 2, 1, flops_dy_elements_4),
+                              .in_names = { "y", "dy" }, .n_attr_specs = 2,
+                              .attr_specs = { REQ_INT(ATTR_GRADS), OPT_INT(ATTR_CAUSAL, 0) } },
+    [OP_CROSS_ENTROPY_BACKWARD] = { BACKWARD("cross_entropy_backward", OP_CROSS_ENTROPY, 3, 3, 1,
+                                             flops_output_elements_4),
+                                    .in_names = { "logits", "targets", "dloss" }, .n_attr_specs = 1,
+                                    .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_CONV2D_BACKWARD] = { BACKWARD("conv2d_backward", OP_CONV2D, 3, 3, 3, flops_conv2d_backward),
+                             .in_names = { "x", "w", "dy" }, .n_attr_specs = 3,
+                             .attr_specs = { REQ_INT(ATTR_GRADS), OPT_INT(ATTR_STRIDE, 1), OPT_INT(ATTR_PAD, 0) } },
+    [OP_BATCHNORM_BACKWARD] = { BACKWARD("batchnorm_backward", OP_BATCHNORM, 3, 3, 3, flops_dy_elements_16),
+                                .in_names = { "x", "w", "dy" }, .n_attr_specs = 2,
+                                .attr_specs = { REQ_INT(ATTR_GRADS), OPT_FLOAT(ATTR_EPS, 1e-5) } },
+    [OP_RELU_BACKWARD] = { BACKWARD("relu_backward", OP_RELU, 2, 2, 1, flops_dy_elements_1),
+                           .in_names = { "x", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_MAXPOOL_BACKWARD] = { BACKWARD("maxpool_backward", OP_MAXPOOL, 2, 2, 1, flops_output_elements),
+                              .in_names = { "x", "dy" }, .n_attr_specs = 4,
+                              .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_KERNEL), OPT_INT(ATTR_STRIDE, 0),
+                                              OPT_INT(ATTR_PAD, 0) } },
+    [OP_AVGPOOL_GLOBAL_BACKWARD] = { BACKWARD("avgpool_global_backward", OP_AVGPOOL_GLOBAL, 1, 1, 1,
+                                              flops_output_elements),
+                                     .in_names = { "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_FLATTEN_BACKWARD] = { BACKWARD("flatten_backward", OP_FLATTEN, 1, 1, 1, flops_zero),
+                              .in_names = { "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_FILL] = { .name = "fill", .min_in = 0, .max_in = 0, .min_out = 1, .max_out = 1,
+                  .shape = shape_given, .flops_forward = flops_zero, .flops_backward = flops_zero,
+                  .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = OP_COUNT, .internal = 1,
+                  .n_attr_specs = 1, .attr_specs = { REQ_FLOAT(ATTR_VALUE) } },
 };
 
 const char *attr_key_name(attr_key k)
@@ -94,6 +180,19 @@ int op_parse(const char *s, ir_op *out)
             return 0;
         }
     return -1;
+}
+
+const char *op_model_names(void)
+{
+    static char names[512];
+    if (!names[0]) {
+        size_t used = 0;
+        for (int k = 0; k < OP_COUNT && used < sizeof names; k++)
+            if (!op_table[k].internal)
+                used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
+                                         op_table[k].name);
+    }
+    return names;
 }
 
 const attr_spec *op_attr_spec(ir_op op, attr_key key)

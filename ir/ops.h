@@ -38,19 +38,27 @@ typedef int (*op_shape_fn)(const ir_graph *g, const ir_node *n,
  * and bytes read plus written (the memory-bound lower limit). */
 typedef double (*op_cost_fn)(const ir_graph *g, const ir_node *n);
 
-#define OP_MAX_ATTR_SPECS 4
+#define OP_MAX_ATTR_SPECS 5
+#define OP_IN(i) (1u << (i))   /* a bit in bwd_saves_in / bwd_saves_out / grads */
 
 typedef struct {
     const char *name;          /* "layernorm"                                   */
     int         min_in, max_in;
-    int         n_out;
+    int         min_out, max_out;
     const char *in_names[8];   /* for messages: "x", "w", "b"                   */
     int         n_attr_specs;
     attr_spec   attr_specs[OP_MAX_ATTR_SPECS];
     op_shape_fn shape;
-    op_cost_fn  flops_forward;
-    op_cost_fn  flops_backward;   /* all input gradients together */
+    op_cost_fn  flops_forward;    /* this op's own FLOPs                         */
+    op_cost_fn  flops_backward;   /* forward ops: FLOPs of all input gradients   */
     op_cost_fn  bytes_forward;
+    /* Autodiff.  A forward op names its backward op and which of its inputs
+     * and outputs the backward rule reads; OP_COUNT: no backward (the
+     * gradient passes through, as for add, or there is none). */
+    ir_op       backward;
+    unsigned    bwd_saves_in, bwd_saves_out;
+    ir_op       forward_of;       /* backward ops: their forward op; else OP_COUNT */
+    int         internal;         /* made by passes, not written in model files  */
 } op_def;
 
 extern const op_def op_table[OP_COUNT];
@@ -59,6 +67,8 @@ const char *attr_key_name(attr_key k);
 int         attr_key_parse(const char *s, attr_key *out);   /* 0 or -1 */
 attr_type   attr_key_type(attr_key k);
 int         op_parse(const char *s, ir_op *out);             /* 0 or -1 */
+/* "embedding, positions, ..." (the ops a model file may use) for messages. */
+const char *op_model_names(void);
 const attr_spec *op_attr_spec(ir_op op, attr_key key);       /* NULL: not accepted */
 
 #endif

@@ -110,6 +110,42 @@ double flops_maxpool(const ir_graph *g, const ir_node *n)
     return out_numel(g, n, 0) * k * k;
 }
 
+/* ---- backward ops: counted from their own inputs and outputs ---- */
+
+static int grad_wanted(const ir_node *n, int i) { return (ir_node_int(n, ATTR_GRADS, 0) >> i) & 1; }
+static double dy_numel(const ir_graph *g, const ir_node *n) { return in_numel(g, n, n->n_in - 1); }
+
+double flops_output_elements(const ir_graph *g, const ir_node *n) { return out_numel(g, n, 0); }
+double flops_output_elements_4(const ir_graph *g, const ir_node *n) { return 4.0 * out_numel(g, n, 0); }
+double flops_dy_elements_1(const ir_graph *g, const ir_node *n) { return dy_numel(g, n); }
+double flops_dy_elements_4(const ir_graph *g, const ir_node *n) { return 4.0 * dy_numel(g, n); }
+double flops_dy_elements_16(const ir_graph *g, const ir_node *n) { return 16.0 * dy_numel(g, n); }
+
+/* (x[M,K], w[N,K], dy[M,N]): dx and dw 2MKN each, db MN. */
+double flops_linear_backward(const ir_graph *g, const ir_node *n)
+{
+    const ir_shape *w = &g->values[n->in[1]].shape;
+    double mn = dy_numel(g, n), k = (double)w->dim[1];
+    return (grad_wanted(n, 0) + grad_wanted(n, 1)) * 2.0 * mn * k + grad_wanted(n, 2) * mn;
+}
+
+/* (a[..,M,K], b, dy[..,M,N]): each gradient 2·M·N·K per batch. */
+double flops_matmul_backward(const ir_graph *g, const ir_node *n)
+{
+    const ir_shape *a = &g->values[n->in[0]].shape;
+    return (grad_wanted(n, 0) + grad_wanted(n, 1)) * 2.0 * dy_numel(g, n) * (double)a->dim[a->rank - 1];
+}
+
+double flops_attention_backward(const ir_graph *g, const ir_node *n) { return flops_attention_bwd(g, n); }
+
+/* (x, w[OC,C,KH,KW], dy[N,OC,OH,OW]): dx and dw 2·|dy|·C·KH·KW each, db |dy|. */
+double flops_conv2d_backward(const ir_graph *g, const ir_node *n)
+{
+    const ir_shape *w = &g->values[n->in[1]].shape;
+    double dy = dy_numel(g, n), per = (double)w->dim[1] * (double)w->dim[2] * (double)w->dim[3];
+    return (grad_wanted(n, 0) + grad_wanted(n, 1)) * 2.0 * dy * per + grad_wanted(n, 2) * dy;
+}
+
 /* Every input read once, every output written once. */
 double bytes_io(const ir_graph *g, const ir_node *n)
 {

@@ -23,6 +23,7 @@ SHAPE_RULE(shape_batchnorm);
 SHAPE_RULE(shape_maxpool);
 SHAPE_RULE(shape_avgpool_global);
 SHAPE_RULE(shape_flatten);
+SHAPE_RULE(shape_given);
 #undef SHAPE_RULE
 
 #define COST_FN(name) double name(const ir_graph *g, const ir_node *n)
@@ -48,6 +49,15 @@ COST_FN(flops_cross_entropy_bwd);
 COST_FN(flops_conv2d);
 COST_FN(flops_conv2d_bwd);
 COST_FN(flops_maxpool);
+COST_FN(flops_output_elements);
+COST_FN(flops_output_elements_4);
+COST_FN(flops_dy_elements_1);
+COST_FN(flops_dy_elements_4);
+COST_FN(flops_dy_elements_16);
+COST_FN(flops_linear_backward);
+COST_FN(flops_matmul_backward);
+COST_FN(flops_attention_backward);
+COST_FN(flops_conv2d_backward);
 COST_FN(bytes_io);
 #undef COST_FN
 

@@ -361,3 +361,19 @@ int shape_flatten(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype 
     dt[0] = in_dtype(g, n, 0);
     return 0;
 }
+
+/* Backward ops and fill: the autodiff pass gives every output its shape
+ * (a gradient has the shape of what it is the gradient of); the rule only
+ * checks that it did. */
+int shape_given(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    for (int i = 0; i < n->n_out; i++) {
+        const ir_value *v = &g->values[n->out[i]];
+        if (v->shape.rank < 0)
+            return fail(err, "output '%s' has no shape: the pass that made this op must give it one",
+                        ir_str(g, v->name));
+        out[i] = v->shape;
+        dt[i] = v->dtype;
+    }
+    return 0;
+}

@@ -564,11 +564,11 @@ static int parse_outputs(parser *ps, int32_t n, const char *own_name)
 /* "expected an op (embedding, positions, ...), found ..." */
 static int expected_op(parser *ps, const char *found)
 {
-    char what[512] = "an op (";
-    for (int k = 0; k < OP_COUNT; k++) {
-        strcat(what, op_table[k].name);
-        strcat(what, k + 1 < OP_COUNT ? ", " : ")");
-    }
+    char what[1024];
+    size_t used = (size_t)snprintf(what, sizeof what, "an op (");
+    for (int k = 0; k < OP_COUNT && used < sizeof what; k++)
+        used += (size_t)snprintf(what + used, sizeof what - used, "%s%s", op_table[k].name,
+                                 k + 1 < OP_COUNT ? ", " : ")");
     return found ? expected_tok(ps, what, found) : expected(ps, what);
 }
 

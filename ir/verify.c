@@ -177,9 +177,13 @@ static int verify_node(verifier *vf, int32_t n)
         return fail_at(vf, node->loc, "node '%s' (%s): %d inputs, expected %d to %d",
                        name, d->name, node->n_in, d->min_in, d->max_in);
     }
-    if (node->n_out < 0 || node->n_out > IR_MAX_OUT || node->n_out != d->n_out)
-        return fail_at(vf, node->loc, "node '%s' (%s): %d outputs, expected %d",
-                       name, d->name, node->n_out, d->n_out);
+    if (node->n_out < 0 || node->n_out > IR_MAX_OUT || node->n_out < d->min_out || node->n_out > d->max_out) {
+        if (d->min_out == d->max_out)
+            return fail_at(vf, node->loc, "node '%s' (%s): %d outputs, expected %d",
+                           name, d->name, node->n_out, d->min_out);
+        return fail_at(vf, node->loc, "node '%s' (%s): %d outputs, expected %d to %d",
+                       name, d->name, node->n_out, d->min_out, d->max_out);
+    }
     if ((unsigned)node->phase >= PHASE_COUNT)
         return fail_at(vf, node->loc, "node '%s' (%s): phase %d is out of range", name, d->name, (int)node->phase);
 
