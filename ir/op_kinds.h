@@ -45,6 +45,7 @@ typedef enum {
     OP_AVGPOOL_GLOBAL_BACKWARD,
     OP_FLATTEN_BACKWARD,
     OP_FILL,            /* () value -> a tensor of that value (the loss seed)  */
+    OP_COPY,            /* (x) -> a copy of x                                   */
     OP_COUNT
 } ir_op;
 

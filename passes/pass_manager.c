@@ -5,7 +5,8 @@
 #include "passes.h"
 
 const pass pass_pipeline[] = {
-    { "shapes", "infer and check the shape and dtype of every value", pass_shapes },
+    { "shapes",   "infer and check the shape and dtype of every value", pass_shapes },
+    { "autodiff", "append the backward ops: the gradient of the loss for every param", pass_autodiff },
 };
 const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
 

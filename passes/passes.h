@@ -5,8 +5,8 @@
  * its XML file:line).  "frontend" is not a pass but names the graph as the
  * frontend built it, so `--after frontend` shows the IR before any pass.
  *
- * Today's pipeline:  shapes.  The design's later passes (autodiff,
- * optimizer, estimate, fence, comm, compress, memory, schedule) join the
+ * Today's pipeline:  shapes, autodiff.  The design's later passes
+ * (optimizer, estimate, fence, comm, compress, memory, schedule) join the
  * list as they are written.
  */
 #ifndef FUSION_PASSES_H
@@ -43,6 +43,7 @@ int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err);
 
 /* ---- the passes ---- */
 int pass_shapes(ir_graph *g, struct diag *err);
+int pass_autodiff(ir_graph *g, struct diag *err);
 
 /* ---- analyses (read-only) ---- */
 typedef struct {

@@ -29,7 +29,8 @@ int model_stats_compute(const ir_graph *g, model_stats *s, struct diag *err)
             }
             break;
         case ROLE_ACTIVATION:
-            s->activation_bytes += bytes;
+            if (val->producer < 0 || g->nodes[val->producer].phase != PHASE_BACKWARD)
+                s->activation_bytes += bytes;
             break;
         default:
             break;
@@ -38,6 +39,8 @@ int model_stats_compute(const ir_graph *g, model_stats *s, struct diag *err)
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const ir_node *n = &g->nodes[i];
         const op_def *def = &op_table[n->op];
+        if (n->phase != PHASE_FORWARD && n->phase != PHASE_NONE)
+            continue;   /* the forward op's entry counts its backward FLOPs */
         s->n_ops++;
         s->flops_forward += def->flops_forward(g, n);
         s->flops_backward += def->flops_backward(g, n);
