@@ -46,6 +46,13 @@ typedef enum {
     OP_FLATTEN_BACKWARD,
     OP_FILL,            /* () value -> a tensor of that value (the loss seed)  */
     OP_COPY,            /* (x) -> a copy of x                                   */
+
+    /* The optimizer, appended by the optimizer pass (phase=update). */
+    OP_LR_SCHEDULE,     /* () lr warmup steps min_lr -> f32[] this step's rate  */
+    OP_SUM_SQUARES,     /* (g, acc?) -> f32[] acc + sum(g^2)                    */
+    OP_CLIP_SCALE,      /* (sumsq) max_norm -> f32[] min(1, max_norm/(norm+1e-6)) */
+    OP_ADAMW,           /* (p, g, m, v, lr, scale?) beta1 beta2 eps weight_decay:
+                           updates p, m, v in place; no outputs               */
     OP_COUNT
 } ir_op;
 
@@ -60,6 +67,14 @@ typedef enum {
     ATTR_SCALE,
     ATTR_GRADS,         /* backward ops: bit i set = output the gradient of forward input i */
     ATTR_VALUE,         /* fill: the value                                              */
+    ATTR_LR,            /* lr_schedule: peak learning rate                              */
+    ATTR_WARMUP,        /* lr_schedule: linear warm-up steps                            */
+    ATTR_STEPS,         /* lr_schedule: total steps of the cosine decay (0: constant)   */
+    ATTR_MIN_LR,        /* lr_schedule: the rate the cosine ends at                      */
+    ATTR_BETA1,
+    ATTR_BETA2,
+    ATTR_WEIGHT_DECAY,
+    ATTR_MAX_NORM,      /* clip_scale: the global gradient-norm bound                    */
     ATTR_KEY_COUNT
 } attr_key;
 

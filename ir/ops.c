@@ -12,14 +12,18 @@ static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_EPS] = "eps",         [ATTR_HEADS] = "heads",   [ATTR_STRIDE] = "stride",
     [ATTR_PAD] = "pad",         [ATTR_KERNEL] = "kernel", [ATTR_CAUSAL] = "causal",
     [ATTR_TRANSPOSE_B] = "transpose_b", [ATTR_SCALE] = "scale", [ATTR_GRADS] = "grads",
-    [ATTR_VALUE] = "value",
+    [ATTR_VALUE] = "value",     [ATTR_LR] = "lr",         [ATTR_WARMUP] = "warmup",
+    [ATTR_STEPS] = "steps",     [ATTR_MIN_LR] = "min_lr", [ATTR_BETA1] = "beta1",
+    [ATTR_BETA2] = "beta2",     [ATTR_WEIGHT_DECAY] = "weight_decay", [ATTR_MAX_NORM] = "max_norm",
 };
 
 static const attr_type attr_types[ATTR_KEY_COUNT] = {
     [ATTR_EPS] = ATTR_FLOAT, [ATTR_HEADS] = ATTR_INT,  [ATTR_STRIDE] = ATTR_INT,
     [ATTR_PAD] = ATTR_INT,   [ATTR_KERNEL] = ATTR_INT, [ATTR_CAUSAL] = ATTR_INT,
     [ATTR_TRANSPOSE_B] = ATTR_INT, [ATTR_SCALE] = ATTR_FLOAT, [ATTR_GRADS] = ATTR_INT,
-    [ATTR_VALUE] = ATTR_FLOAT,
+    [ATTR_VALUE] = ATTR_FLOAT, [ATTR_LR] = ATTR_FLOAT, [ATTR_WARMUP] = ATTR_INT,
+    [ATTR_STEPS] = ATTR_INT,   [ATTR_MIN_LR] = ATTR_FLOAT, [ATTR_BETA1] = ATTR_FLOAT,
+    [ATTR_BETA2] = ATTR_FLOAT, [ATTR_WEIGHT_DECAY] = ATTR_FLOAT, [ATTR_MAX_NORM] = ATTR_FLOAT,
 };
 
 #define REQ_INT(k)          { k, ATTR_INT, 1, 0, 0 }
@@ -42,6 +46,12 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
     .name = nm, .min_in = min_i, .max_in = max_i, .min_out = 1, .max_out = max_o,          \
     .shape = shape_given, .flops_forward = flops_fn, .flops_backward = flops_zero,         \
     .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = fwd, .internal = 1
+
+/* An optimizer op: made by the optimizer pass, runs in the update phase. */
+#define OPTIMIZER(nm, min_i, max_i, n_o, shape_fn, flops_fn)                                    \
+    .name = nm, .min_in = min_i, .max_in = max_i, .min_out = n_o, .max_out = n_o,          \
+    .shape = shape_fn, .flops_forward = flops_fn, .flops_backward = flops_zero,            \
+    .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = OP_COUNT, .internal = 1
 
 const op_def op_table[OP_COUNT] = {
     [OP_EMBEDDING] = { FORWARD("embedding", 2, 2, 1, shape_embedding, flops_embedding, flops_embedding_bwd,
@@ -149,6 +159,17 @@ const op_def op_table[OP_COUNT] = {
     [OP_COPY] = { .name = "copy", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1, .in_names = { "x" },
                   .shape = shape_same_as_first, .flops_forward = flops_zero, .flops_backward = flops_zero,
                   .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = OP_COUNT, .internal = 1 },
+    [OP_LR_SCHEDULE] = { OPTIMIZER("lr_schedule", 0, 0, 1, shape_scalar, flops_zero),
+                         .n_attr_specs = 4, .attr_specs = { REQ_FLOAT(ATTR_LR), OPT_INT(ATTR_WARMUP, 0),
+                                                            OPT_INT(ATTR_STEPS, 0), OPT_FLOAT(ATTR_MIN_LR, 0.0) } },
+    [OP_SUM_SQUARES] = { OPTIMIZER("sum_squares", 1, 2, 1, shape_scalar, flops_input_elements_2),
+                         .in_names = { "g", "acc" } },
+    [OP_CLIP_SCALE] = { OPTIMIZER("clip_scale", 1, 1, 1, shape_scalar, flops_zero),
+                        .in_names = { "sumsq" }, .n_attr_specs = 1, .attr_specs = { REQ_FLOAT(ATTR_MAX_NORM) } },
+    [OP_ADAMW] = { OPTIMIZER("adamw", 5, 6, 0, shape_scalar, flops_input_elements_12),
+                   .in_names = { "p", "g", "m", "v", "lr", "scale" }, .n_attr_specs = 4,
+                   .attr_specs = { OPT_FLOAT(ATTR_BETA1, 0.9), OPT_FLOAT(ATTR_BETA2, 0.999), OPT_FLOAT(ATTR_EPS, 1e-8),
+                                   OPT_FLOAT(ATTR_WEIGHT_DECAY, 0.0) } },
     [OP_FILL] = { .name = "fill", .min_in = 0, .max_in = 0, .min_out = 1, .max_out = 1,
                   .shape = shape_given, .flops_forward = flops_zero, .flops_backward = flops_zero,
                   .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = OP_COUNT, .internal = 1,

@@ -110,6 +110,12 @@ double flops_maxpool(const ir_graph *g, const ir_node *n)
     return out_numel(g, n, 0) * k * k;
 }
 
+/* sum of squares: a multiply and an add per element. */
+double flops_input_elements_2(const ir_graph *g, const ir_node *n) { return 2.0 * in_numel(g, n, 0); }
+
+/* AdamW: moments, bias corrections, sqrt, divide, decay: about 12 per parameter. */
+double flops_input_elements_12(const ir_graph *g, const ir_node *n) { return 12.0 * in_numel(g, n, 0); }
+
 /* ---- backward ops: counted from their own inputs and outputs ---- */
 
 static int grad_wanted(const ir_node *n, int i) { return (ir_node_int(n, ATTR_GRADS, 0) >> i) & 1; }

@@ -24,6 +24,7 @@ SHAPE_RULE(shape_maxpool);
 SHAPE_RULE(shape_avgpool_global);
 SHAPE_RULE(shape_flatten);
 SHAPE_RULE(shape_given);
+SHAPE_RULE(shape_scalar);
 #undef SHAPE_RULE
 
 #define COST_FN(name) double name(const ir_graph *g, const ir_node *n)
@@ -50,6 +51,8 @@ COST_FN(flops_conv2d);
 COST_FN(flops_conv2d_bwd);
 COST_FN(flops_maxpool);
 COST_FN(flops_output_elements);
+COST_FN(flops_input_elements_2);
+COST_FN(flops_input_elements_12);
 COST_FN(flops_output_elements_4);
 COST_FN(flops_dy_elements_1);
 COST_FN(flops_dy_elements_4);

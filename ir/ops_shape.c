@@ -377,3 +377,13 @@ int shape_given(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt
     }
     return 0;
 }
+
+/* Optimizer ops: every output is an f32 scalar (a rate, a sum, a scale). */
+int shape_scalar(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    for (int i = 0; i < n->n_out; i++) {
+        out[i] = ir_shape_make(0, NULL);
+        dt[i] = DT_F32;
+    }
+    return 0;
+}

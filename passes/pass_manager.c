@@ -7,6 +7,7 @@
 const pass pass_pipeline[] = {
     { "shapes",   "infer and check the shape and dtype of every value", pass_shapes },
     { "autodiff", "append the backward ops: the gradient of the loss for every param", pass_autodiff },
+    { "optimizer", "append the AdamW update of every param (schedule, clipping, moments)", pass_optimizer },
 };
 const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
 

@@ -5,9 +5,9 @@
  * its XML file:line).  "frontend" is not a pass but names the graph as the
  * frontend built it, so `--after frontend` shows the IR before any pass.
  *
- * Today's pipeline:  shapes, autodiff.  The design's later passes
- * (optimizer, estimate, fence, comm, compress, memory, schedule) join the
- * list as they are written.
+ * Today's pipeline:  shapes, autodiff, optimizer.  The design's later
+ * passes (estimate, fence, comm, compress, memory, schedule) join the list
+ * as they are written.
  */
 #ifndef FUSION_PASSES_H
 #define FUSION_PASSES_H
@@ -44,6 +44,7 @@ int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err);
 /* ---- the passes ---- */
 int pass_shapes(ir_graph *g, struct diag *err);
 int pass_autodiff(ir_graph *g, struct diag *err);
+int pass_optimizer(ir_graph *g, struct diag *err);
 
 /* ---- analyses (read-only) ---- */
 typedef struct {

@@ -1,0 +1,137 @@
+/* optimizer.c: the `optimizer` pass.  Appends the AdamW update of every
+ * parameter as IR ops (phase=update), after autodiff:
+ *
+ *   optimizer.lr   = lr_schedule() lr warmup steps min_lr      this step's rate
+ *   sumsq.<p>      = sum_squares(grad.<p>, previous sumsq)     when grad_clip > 0
+ *   clip_scale     = clip_scale(last sumsq) max_norm
+ *   adamw.<p>      : adamw(p, grad.<p>, adamw.m.<p>, adamw.v.<p>, optimizer.lr, clip_scale)
+ *
+ * with the moments adamw.m.<p>, adamw.v.<p> as state values (zeros).  The
+ * hyper-parameters come from the model when it declares them, else these
+ * defaults (torch.optim.AdamW's, except the schedule and clipping, which
+ * are off):
+ *
+ *   lr 6e-4   beta1 0.9   beta2 0.999   adam_eps 1e-8   weight_decay 0
+ *   grad_clip 0 (off)   warmup 0   steps 0 (constant rate)   min_lr 0
+ *
+ * Weight decay applies to matrices and kernels (rank >= 2) and not to
+ * biases and norm scales, the convention of GPT-2 and llm.c training.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "../ir/ops.h"
+#include "passes.h"
+
+#define OPT_NAME_MAX 300
+
+static double hyper(const ir_graph *g, const char *name, double fallback)
+{
+    for (int32_t i = 0; i < g->n_hypers; i++)
+        if (strcmp(ir_str(g, g->hypers[i].name), name) == 0)
+            return g->hypers[i].is_float ? g->hypers[i].f : (double)g->hypers[i].i;
+    return fallback;
+}
+
+static int oom(const ir_graph *g, struct diag *err)
+{
+    return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory");
+}
+
+/* A node of phase update with one scalar output named like it. */
+static int32_t scalar_node(ir_graph *g, ir_op op, const char *name, ir_loc loc, int32_t *out)
+{
+    int32_t n = ir_add_node(g, op, name, loc);
+    if (n < 0)
+        return -1;
+    g->nodes[n].phase = PHASE_UPDATE;
+    ir_shape scalar = ir_shape_make(0, NULL);
+    *out = ir_add_value(g, name, DT_F32, ROLE_ACTIVATION, &scalar, loc);
+    if (*out < 0 || ir_node_add_output(g, n, *out))
+        return -1;
+    return n;
+}
+
+static int32_t state_like(ir_graph *g, const char *prefix, int32_t p)
+{
+    char name[OPT_NAME_MAX];
+    snprintf(name, sizeof name, "%s.%s", prefix, ir_value_name(g, p));
+    ir_shape shape = g->values[p].shape;
+    int32_t v = ir_add_value(g, name, g->values[p].dtype, ROLE_STATE, &shape, g->values[p].loc);
+    if (v >= 0)
+        g->values[v].init = (ir_init){ INIT_ZEROS, 0.0 };
+    return v;
+}
+
+int pass_optimizer(ir_graph *g, struct diag *err)
+{
+    double lr = hyper(g, "lr", 6e-4), clip = hyper(g, "grad_clip", 0.0);
+    double beta1 = hyper(g, "beta1", 0.9), beta2 = hyper(g, "beta2", 0.999), eps = hyper(g, "adam_eps", 1e-8);
+    double wd = hyper(g, "weight_decay", 0.0), min_lr = hyper(g, "min_lr", 0.0);
+    int64_t warmup = (int64_t)hyper(g, "warmup", 0), steps = (int64_t)hyper(g, "steps", 0);
+    const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
+    if (!(lr > 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps > 0) || !(wd >= 0) ||
+        !(clip >= 0) || warmup < 0 || steps < 0 || !(min_lr >= 0 && min_lr <= lr))
+        return diag_set(err, file, 0,
+                        "optimizer hyper-parameters out of range: need lr > 0, 0 <= beta1, beta2 < 1, adam_eps > 0, "
+                        "weight_decay >= 0, grad_clip >= 0, warmup >= 0, steps >= 0, 0 <= min_lr <= lr");
+    if (steps > 0 && warmup >= steps)
+        return diag_set(err, file, 0, "warmup (%lld) must be shorter than steps (%lld)", (long long)warmup,
+                        (long long)steps);
+
+    int32_t n_values = g->n_values, lr_value, n;
+    n = scalar_node(g, OP_LR_SCHEDULE, "optimizer.lr", (ir_loc){ 0, 0 }, &lr_value);
+    if (n < 0 || ir_node_set_float(g, n, ATTR_LR, lr) || ir_node_set_int(g, n, ATTR_WARMUP, warmup) ||
+        ir_node_set_int(g, n, ATTR_STEPS, steps) || ir_node_set_float(g, n, ATTR_MIN_LR, min_lr))
+        return oom(g, err);
+
+    /* Each param's gradient, by the name autodiff gives it. */
+    int32_t n_params = 0, sumsq = -1, scale = -1;
+    for (int32_t p = 0; p < n_values; p++) {
+        if (g->values[p].role != ROLE_PARAM)
+            continue;
+        char name[OPT_NAME_MAX];
+        snprintf(name, sizeof name, "grad.%s", ir_value_name(g, p));
+        int32_t grad = ir_find_value(g, name);
+        if (grad < 0)
+            return diag_set(err, ir_loc_file(g, g->values[p].loc), g->values[p].loc.line,
+                            "param '%s' has no gradient '%s': the optimizer runs after autodiff",
+                            ir_value_name(g, p), name);
+        n_params++;
+        if (clip > 0) {
+            snprintf(name, sizeof name, "sumsq.%s", ir_value_name(g, p));
+            int32_t acc;
+            n = scalar_node(g, OP_SUM_SQUARES, name, g->values[p].loc, &acc);
+            if (n < 0 || ir_node_add_input(g, n, grad) || (sumsq >= 0 && ir_node_add_input(g, n, sumsq)))
+                return oom(g, err);
+            sumsq = acc;
+        }
+    }
+    if (clip > 0 && sumsq >= 0) {
+        n = scalar_node(g, OP_CLIP_SCALE, "clip_scale", (ir_loc){ 0, 0 }, &scale);
+        if (n < 0 || ir_node_add_input(g, n, sumsq) || ir_node_set_float(g, n, ATTR_MAX_NORM, clip))
+            return oom(g, err);
+    }
+    for (int32_t p = 0; p < n_values; p++) {
+        if (g->values[p].role != ROLE_PARAM)
+            continue;
+        char name[OPT_NAME_MAX];
+        snprintf(name, sizeof name, "grad.%s", ir_value_name(g, p));
+        int32_t grad = ir_find_value(g, name);
+        int32_t m = state_like(g, "adamw.m", p), v = state_like(g, "adamw.v", p);
+        snprintf(name, sizeof name, "adamw.%s", ir_value_name(g, p));
+        n = m < 0 || v < 0 ? -1 : ir_add_node(g, OP_ADAMW, name, g->values[p].loc);
+        if (n < 0)
+            return oom(g, err);
+        g->nodes[n].phase = PHASE_UPDATE;
+        double decay = g->values[p].shape.rank >= 2 ? wd : 0.0;
+        int32_t ins[6] = { p, grad, m, v, lr_value, scale };
+        for (int k = 0; k < (scale >= 0 ? 6 : 5); k++)
+            if (ir_node_add_input(g, n, ins[k]))
+                return oom(g, err);
+        if (ir_node_set_float(g, n, ATTR_BETA1, beta1) || ir_node_set_float(g, n, ATTR_BETA2, beta2) ||
+            ir_node_set_float(g, n, ATTR_EPS, eps) || ir_node_set_float(g, n, ATTR_WEIGHT_DECAY, decay))
+            return oom(g, err);
+    }
+    return 0;
+}
