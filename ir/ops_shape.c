@@ -326,6 +326,11 @@ int shape_maxpool(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype 
     int64_t pad = ir_node_int(n, ATTR_PAD, 0), oh, ow;
     if (stride == 0)
         stride = k;
+    if (pad > k / 2) {
+        char d[256];
+        return fail(err, "%s: pad %lld is more than half the kernel %lld (padding counts as -inf)",
+                    describe_input(g, n, 0, d, sizeof d), (long long)pad, (long long)k);
+    }
     if (window_out(g, n, x->dim[2], k, stride, pad, &oh, err) ||
         window_out(g, n, x->dim[3], k, stride, pad, &ow, err))
         return -1;

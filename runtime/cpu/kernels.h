@@ -1,0 +1,261 @@
+/* kernels.h: the fp32 CPU kernels of libfusionrt, forward and backward of
+ * every operator, side by side.
+ *
+ * What this is. Plain functions over contiguous row-major float arrays that a
+ * generated per-device program calls in schedule order, with sizes known at
+ * compile time and pointers into one arena. Nothing here knows about the IR,
+ * allocates, or keeps state between calls: a kernel reads its inputs, writes
+ * its outputs and returns.
+ *
+ * What it deliberately is not: a tensor library. There are no strides, no
+ * broadcasting, no dtypes other than float (data) and int32_t (indices and
+ * targets). Sizes are int64_t everywhere.
+ *
+ * Numbers. Results match PyTorch's fp32 CPU kernels to ~1e-6 relative, not
+ * bitwise: sums are in double, exponentials are a vectorised polynomial
+ * within 2 ulp of expf, and BLAS picks its own summation order.
+ *
+ * Conventions, PyTorch's, so that results match torch:
+ *
+ *   - Shapes are in the comment above each kernel, outermost first:
+ *     `x (M,K)` is M rows of K contiguous floats.
+ *   - Outputs come first in the argument list, then inputs, then sizes and
+ *     attributes. Outputs never alias inputs unless a comment says so.
+ *   - A backward kernel takes the gradient of the forward's output(s) (`dy`,
+ *     `dout`, ...) and the forward's inputs, and WRITES (overwrites, never
+ *     accumulates into) the gradient of each input. A NULL gradient pointer
+ *     means "not needed": that gradient is skipped, not computed. Summing
+ *     the gradients of a value used twice is the caller's business (an add).
+ *   - Backward kernels recompute the cheap forward statistics (layernorm and
+ *     batchnorm mean/rstd, attention probabilities, cross-entropy softmax,
+ *     maxpool argmax) rather than saving them. The one exception is softmax,
+ *     whose backward takes the forward output y.
+ *   - Reductions (norm statistics, softmax sums, losses, sums of squares)
+ *     accumulate in double; softmaxes subtract the row max.
+ *
+ * Errors. Kernels whose input can be out of range (indices into a table,
+ * class targets) return int: 0 when all is well, -1 when some index is out
+ * of range, with the position of the first bad one in *bad_pos (bad_pos may
+ * be NULL; the bad value is idx[*bad_pos]). They check before writing
+ * anything, so on -1 the outputs are untouched. All other kernels trust
+ * their sizes, which the compiler has checked, and return void.
+ *
+ * Scratch memory. The kernels that need scratch (conv2d: the im2col matrix
+ * of one image; attention: the causal scores of one head, about T² floats
+ * with the backward's gradient) take a `float *ws` of the size that
+ * <op>_workspace_floats() returns, so that the memory pass can place it in
+ * the arena like any other buffer. Nothing else needs scratch.
+ *
+ * Threads. kernel_threads_set(n) sets both the OpenMP team size and the
+ * OpenBLAS thread count. Kernels use OpenMP over rows where the work pays for
+ * it and never call BLAS from inside an OpenMP region, so the two pools take
+ * turns on the cores rather than fighting over them. Call it once at start,
+ * from the thread that runs the kernels, before any kernel runs. Under gcc
+ * (libgomp), start the process with OMP_WAIT_POLICY=passive: otherwise idle
+ * OpenMP threads spin for milliseconds after each parallel loop and slow the
+ * BLAS call that follows (threads.c has the measurements).
+ *
+ * Kernels keep no state and touch only their arguments, so calls on
+ * disjoint buffers may come from different threads (they then share the
+ * cores, and the thread counts are per process).
+ */
+#ifndef FUSION_CPU_KERNELS_H
+#define FUSION_CPU_KERNELS_H
+
+#include <stdint.h>
+
+/* ---- threads (threads.c) --------------------------------------------- */
+
+/* Use n threads (n >= 1) for both OpenMP loops and OpenBLAS products. */
+void kernel_threads_set(int n);
+/* The count set last (or the OpenMP default when never set). */
+int  kernel_threads_get(void);
+
+/* ---- embedding (embedding.c) ----------------------------------------- */
+
+/* out (N,C) = table[idx] ; idx (N) ; table (V,C).
+ * Returns -1 (out untouched) when some idx is outside [0,V). */
+int  embedding_forward(float *out, const int32_t *idx, const float *table,
+                       int64_t N, int64_t V, int64_t C, int64_t *bad_pos);
+/* dtable (V,C): zeroed, then dout (N,C) rows scatter-added at idx (N).
+ * Same range check and return as the forward (dtable untouched on -1). */
+int  embedding_backward(float *dtable, const float *dout, const int32_t *idx,
+                        int64_t N, int64_t V, int64_t C, int64_t *bad_pos);
+
+/* out (B,T) int32: out[b][t] = t. No inputs, so no backward. */
+void positions_forward(int32_t *out, int64_t B, int64_t T);
+
+/* ---- dense: linear and batched matmul (dense.c) ----------------------- */
+
+/* y (M,N) = x (M,K) · w (N,K)ᵀ + b (N) ; b may be NULL (no bias).
+ * w is stored (out_features, in_features) like torch.nn.Linear. */
+void linear_forward(float *y, const float *x, const float *w, const float *b,
+                    int64_t M, int64_t K, int64_t N);
+/* dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = Σ_rows dy. Any may be NULL. */
+void linear_backward(float *dx, float *dw, float *db,
+                     const float *dy, const float *x, const float *w,
+                     int64_t M, int64_t K, int64_t N);
+
+/* c (Bt,M,N) = scale · a (Bt,M,K) · b, for each of the Bt batch entries,
+ * where b is (Bt,K,N), or (Bt,N,K) used transposed when transpose_b != 0
+ * (a·bᵀ, as in q·kᵀ). When b_batched == 0, b is one matrix, (K,N) or (N,K),
+ * shared by the whole batch (as in x·W for 3-d x). */
+void matmul_forward(float *c, const float *a, const float *b,
+                    int64_t Bt, int64_t M, int64_t K, int64_t N,
+                    int transpose_b, int b_batched, float scale);
+/* da (Bt,M,K) = scale · dc·bᵀ (dc·b when transposed) ;
+ * db shaped like b = scale · aᵀ·dc (dcᵀ·a when transposed), summed over the
+ * batch when b is shared. Either may be NULL. */
+void matmul_backward(float *da, float *db, const float *dc,
+                     const float *a, const float *b,
+                     int64_t Bt, int64_t M, int64_t K, int64_t N,
+                     int transpose_b, int b_batched, float scale);
+
+/* ---- normalisation (norm.c) ------------------------------------------- */
+
+/* y (N,C) = (x - mean) / sqrt(var + eps) · w + b over each row of x (N,C);
+ * biased variance; w (C), b (C), either may be NULL (1 and 0). */
+void layernorm_forward(float *y, const float *x, const float *w, const float *b,
+                       int64_t N, int64_t C, float eps);
+/* dx (N,C) ; dw (C), db (C) summed over the N rows. Any may be NULL. */
+void layernorm_backward(float *dx, float *dw, float *db,
+                        const float *dy, const float *x, const float *w,
+                        int64_t N, int64_t C, float eps);
+
+/* Training-mode batch norm. x and y are (N,C,HW): (N,C,H,W) with HW = H·W,
+ * or (N,C) with HW = 1. Each channel c is normalised with the mean and biased
+ * variance of its N·HW values, then y = xhat·w[c] + b[c]; w, b (C) may be
+ * NULL. When running_mean/running_var (C) are given they are updated as torch
+ * does: r = (1-momentum)·r + momentum·stat, with the unbiased variance
+ * (N·HW/(N·HW-1)) for running_var. Pass NULL to leave them out. */
+void batchnorm_forward(float *y, const float *x, const float *w, const float *b,
+                       float *running_mean, float *running_var,
+                       int64_t N, int64_t C, int64_t HW, float eps, float momentum);
+/* dx (N,C,HW) ; dw (C), db (C). Any may be NULL. */
+void batchnorm_backward(float *dx, float *dw, float *db,
+                        const float *dy, const float *x, const float *w,
+                        int64_t N, int64_t C, int64_t HW, float eps);
+
+/* ---- elementwise (elementwise.c): all over n contiguous floats -------- */
+
+/* y = 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))), as
+ * torch.nn.functional.gelu(x, approximate='tanh'). */
+void gelu_forward(float *y, const float *x, int64_t n);
+void gelu_backward(float *dx, const float *dy, const float *x, int64_t n);
+
+/* y = max(x, 0) ; dx = dy where x > 0, else 0 (0 at x == 0, like torch). */
+void relu_forward(float *y, const float *x, int64_t n);
+void relu_backward(float *dx, const float *dy, const float *x, int64_t n);
+
+/* c = a + b (the residual add; c may alias a or b). Its backward is the
+ * identity, da = db = dc: no kernel, the caller reuses dc (or copies it). */
+void add_forward(float *c, const float *a, const float *b, int64_t n);
+
+/* y = x. Also flatten/reshape, which on contiguous data is a copy; the
+ * backward is the same copy, dx = dy. */
+void copy_forward(float *y, const float *x, int64_t n);
+
+/* ---- attention (attention.c) ------------------------------------------ */
+
+/* Causal multi-head self-attention, GPT-2 layout.
+ * qkv (B,T,3C) holds q, k, v in columns [0,C), [C,2C), [2C,3C); head h uses
+ * columns h·D..(h+1)·D of each, D = C/H. out (B,T,C), head h in the same
+ * columns: out = softmax(q·kᵀ/sqrt(D) masked to j <= i) · v.
+ * ws: attention_workspace_floats(T) floats. */
+int64_t attention_workspace_floats(int64_t T);
+void attention_forward(float *out, const float *qkv, float *ws,
+                       int64_t B, int64_t T, int64_t C, int64_t H);
+/* dqkv (B,T,3C) from dout (B,T,C) and qkv; the probabilities are recomputed.
+ * ws as for the forward. */
+void attention_backward(float *dqkv, const float *dout, const float *qkv, float *ws,
+                        int64_t B, int64_t T, int64_t C, int64_t H);
+
+/* q, k, v (B,H,T,D) from qkv (B,T,3C), C = H·D, same column layout as above. */
+void qkv_split_forward(float *q, float *k, float *v, const float *qkv,
+                       int64_t B, int64_t T, int64_t C, int64_t H);
+/* dqkv (B,T,3C) from dq, dk, dv (B,H,T,D) (all three required). */
+void qkv_split_backward(float *dqkv, const float *dq, const float *dk, const float *dv,
+                        int64_t B, int64_t T, int64_t C, int64_t H);
+
+/* y (B,T,H·D) from x (B,H,T,D): heads side by side again. */
+void merge_heads_forward(float *y, const float *x, int64_t B, int64_t T, int64_t H, int64_t D);
+/* dx (B,H,T,D) from dy (B,T,H·D). */
+void merge_heads_backward(float *dx, const float *dy, int64_t B, int64_t T, int64_t H, int64_t D);
+
+/* y (R,L) = softmax of each row of x (R,L). With causal != 0 the rows are
+ * the query rows of square LxL score blocks (R a multiple of L): row r is
+ * query position i = r % L and entries j > i are masked (-inf, so y = 0). */
+void softmax_forward(float *y, const float *x, int64_t R, int64_t L, int causal);
+/* dx (R,L) = y·(dy - Σ_j dy·y) from dy and the forward's output y (R,L);
+ * masked entries have y = 0 and so get dx = 0: no causal flag needed. */
+void softmax_backward(float *dx, const float *dy, const float *y, int64_t R, int64_t L);
+
+/* ---- loss (loss.c) ---------------------------------------------------- */
+
+/* loss (one float) = mean over the N rows of -log softmax(logits (N,V))[target],
+ * targets (N) in [0,V). Returns -1 (loss untouched) on a target out of range. */
+int  cross_entropy_forward(float *loss, const float *logits, const int32_t *targets,
+                           int64_t N, int64_t V, int64_t *bad_pos);
+/* dlogits (N,V) = dloss/N · (softmax(logits) - onehot(target)), where dloss
+ * points at the one float gradient of the loss (1.0 at the start of
+ * backprop). Same range check and return as the forward. */
+int  cross_entropy_backward(float *dlogits, const float *dloss, const float *logits,
+                            const int32_t *targets, int64_t N, int64_t V, int64_t *bad_pos);
+
+/* ---- convolution and pooling (conv.c) --------------------------------- */
+
+/* Output size of a window of k, stride s, padding p over n:
+ * (n + 2p - k)/s + 1, rounded down (torch's default, ceil_mode=False). */
+int64_t conv_out_size(int64_t n, int64_t k, int64_t stride, int64_t pad);
+
+/* y (N,OC,OH,OW) = x (N,C,H,W) ⋆ w (OC,C,KH,KW) + b (OC) (b may be NULL),
+ * stride and zero padding on both spatial axes; OH, OW from conv_out_size.
+ * ws: conv2d_workspace_floats(...) floats (0 for a 1x1, stride 1, pad 0
+ * convolution, which needs none; ws may then be NULL). */
+int64_t conv2d_workspace_floats(int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,
+                                int64_t stride, int64_t pad);
+void conv2d_forward(float *y, const float *x, const float *w, const float *b, float *ws,
+                    int64_t N, int64_t C, int64_t H, int64_t W,
+                    int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t pad);
+/* dx (N,C,H,W), dw (OC,C,KH,KW), db (OC) from dy (N,OC,OH,OW). Any may be NULL. */
+void conv2d_backward(float *dx, float *dw, float *db,
+                     const float *dy, const float *x, const float *w, float *ws,
+                     int64_t N, int64_t C, int64_t H, int64_t W,
+                     int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t pad);
+
+/* y (N,C,OH,OW) = max over each k x k window of x (N,C,H,W), stride, padding
+ * that counts as -inf (torch's max_pool2d; needs pad <= k/2). */
+void maxpool2d_forward(float *y, const float *x, int64_t N, int64_t C, int64_t H, int64_t W,
+                       int64_t k, int64_t stride, int64_t pad);
+/* dx (N,C,H,W): each dy goes to its window's max, the first one in scan
+ * order on ties (like torch); overlapping windows add up. */
+void maxpool2d_backward(float *dx, const float *dy, const float *x,
+                        int64_t N, int64_t C, int64_t H, int64_t W,
+                        int64_t k, int64_t stride, int64_t pad);
+
+/* y (N,C) = mean of each x (N,C,HW) plane (adaptive_avg_pool2d to 1x1). */
+void avgpool_global_forward(float *y, const float *x, int64_t N, int64_t C, int64_t HW);
+/* dx (N,C,HW) = dy (N,C) / HW, broadcast over the plane. */
+void avgpool_global_backward(float *dx, const float *dy, int64_t N, int64_t C, int64_t HW);
+
+/* ---- optimizer (optim.c) ---------------------------------------------- */
+
+/* One torch.optim.AdamW step (amsgrad off) over n parameters, in place:
+ *   p -= lr·wd·p                        decoupled weight decay, first
+ *   m  = β1·m + (1-β1)·g ; v = β2·v + (1-β2)·g²
+ *   p -= lr/(1-β1^t) · m / (sqrt(v)/sqrt(1-β2^t) + eps)
+ * t >= 1 is the step number (1 on the first call). The hyper-parameters are
+ * double, like torch's Python floats, and enter the float arithmetic the
+ * way torch's do. */
+void adamw_update(float *param, const float *grad, float *m, float *v, int64_t n,
+                  double lr, double beta1, double beta2, double eps,
+                  double weight_decay, int64_t t);
+
+/* Σ g², accumulated in double. Global gradient-norm clipping, as
+ * torch.nn.utils.clip_grad_norm_: norm = sqrt(Σ over every gradient of
+ * grad_sum_squares), then grad_scale each by min(1, max_norm/(norm + 1e-6)). */
+double grad_sum_squares(const float *g, int64_t n);
+/* g *= s. */
+void grad_scale(float *g, int64_t n, float s);
+
+#endif
