@@ -1,0 +1,20 @@
+/* lower.h: IR node -> rt_op, the runtime's form of one scheduled op.
+ *
+ * The code generator lowers each node placed on a device with the arena
+ * offsets the memory pass chose, and embeds the results; tests lower whole
+ * graphs the same way to execute them.
+ */
+#ifndef FUSION_LOWER_H
+#define FUSION_LOWER_H
+
+#include "../ir/ir.h"
+#include "../runtime/exec.h"
+
+/* Fill op from node n: dims from the values' shapes, offsets from
+ * value_offset[value] (bytes into the arena), attributes with the op
+ * table's defaults for those not set.  ws_offset: -1 or the scratch's
+ * offset.  The op's name points into g's strings (valid while g lives). */
+int lower_node(const ir_graph *g, int32_t n, const int64_t *value_offset, int64_t ws_offset, rt_op *op,
+               struct diag *err);
+
+#endif

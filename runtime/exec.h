@@ -1,0 +1,55 @@
+/* exec.h: one op of a device's schedule, as the runtime executes it.
+ *
+ * The compiler lowers each IR node it places on a device into an rt_op: the
+ * op kind, where each input and output lives in the device's arena (byte
+ * offsets) with its dims, the scratch offset, and the attributes by key.
+ * The generated program is a straight line of rt_op_run calls over constant
+ * rt_ops; tests run the same calls.  rt_op_run is the one place that maps
+ * an op onto its kernel in cpu/kernels.h.
+ *
+ * What it deliberately is not: a graph.  The runtime sees one op at a time,
+ * in the order the compiler chose.
+ */
+#ifndef FUSION_RT_EXEC_H
+#define FUSION_RT_EXEC_H
+
+#include <stdint.h>
+
+#include "../ir/op_kinds.h"
+
+#define RT_MAX_IN   8
+#define RT_MAX_OUT  4
+#define RT_MAX_RANK 8
+
+typedef struct {
+    int32_t rank;
+    int64_t dim[RT_MAX_RANK];
+    int64_t offset;            /* bytes into the arena                        */
+} rt_tensor;
+
+typedef struct {
+    int32_t   op;              /* an ir_op                                     */
+    int32_t   n_in, n_out;
+    rt_tensor in[RT_MAX_IN], out[RT_MAX_OUT];
+    int64_t   ws_offset;       /* bytes into the arena of the scratch, -1 none */
+    int64_t   ints[ATTR_KEY_COUNT];     /* attributes (defaults filled in)    */
+    double    floats[ATTR_KEY_COUNT];
+    const char *name;          /* the IR node's name, for messages            */
+    int32_t   line;            /* its model-file line                         */
+} rt_op;
+
+typedef struct {
+    int64_t step;              /* the update about to be made, from 1        */
+    char    msg[512];          /* why rt_op_run failed                        */
+} rt_context;
+
+/* Run op on the arena.  Returns 0, or -1 with ctx->msg set (a token id or
+ * target out of range: bad input data, not a compiler bug). */
+int rt_op_run(const rt_op *op, char *arena, rt_context *ctx);
+
+/* Floats of scratch the op needs in the arena (0 for most ops). */
+int64_t rt_op_workspace_floats(const rt_op *op);
+
+int64_t rt_tensor_numel(const rt_tensor *t);
+
+#endif
