@@ -839,7 +839,8 @@ static int sort_nodes(builder *b)
     } else {
         for (int32_t i = 0; i < n; i++)
             sorted[i] = g->nodes[order[i]];
-        memcpy(g->nodes, sorted, (size_t)n * sizeof *sorted);
+        if (n > 0)
+            memcpy(g->nodes, sorted, (size_t)n * sizeof *sorted);
         for (int32_t i = 0; i < n; i++)
             for (int k = 0; k < g->nodes[i].n_out; k++)
                 g->values[g->nodes[i].out[k]].producer = i;

@@ -1,4 +1,5 @@
 /* xml_util.c: quiet libxml2 reading and XSD validation (see xml_util.h). */
+#define _GNU_SOURCE   /* memmem */
 #include "xml_util.h"
 
 #include <errno.h>
@@ -62,6 +63,39 @@ int xml_read_file(const char *path, char **out, size_t *out_len, struct diag *er
     return 0;
 }
 
+/* The line of a <!DOCTYPE in the prolog (before the root element), or 0.
+ * A DTD could declare entities (expansion bombs, external files), and model
+ * and cluster files have no use for one, so it is refused before libxml2
+ * parses it. */
+static int doctype_line(const char *buf, size_t len)
+{
+    int line = 1;
+    size_t i = 0;
+    while (i < len) {
+        if (buf[i] == '\n') {
+            line++;
+            i++;
+        } else if (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r') {
+            i++;
+        } else if (len - i >= 4 && memcmp(buf + i, "<!--", 4) == 0) {   /* comment */
+            const char *end = memmem(buf + i + 4, len - i - 4, "-->", 3);
+            size_t stop = end ? (size_t)(end - buf) + 3 : len;
+            for (; i < stop; i++)
+                line += buf[i] == '\n';
+        } else if (len - i >= 2 && memcmp(buf + i, "<?", 2) == 0) {     /* declaration, PI */
+            const char *end = memmem(buf + i + 2, len - i - 2, "?>", 2);
+            size_t stop = end ? (size_t)(end - buf) + 2 : len;
+            for (; i < stop; i++)
+                line += buf[i] == '\n';
+        } else if (len - i >= 9 && memcmp(buf + i, "<!DOCTYPE", 9) == 0) {
+            return line;
+        } else {
+            return 0;   /* the root element (or not XML at all): no DTD can follow */
+        }
+    }
+    return 0;
+}
+
 xmlDocPtr xml_read(const char *path, const char *buf, size_t len, struct diag *err)
 {
     char *owned = NULL;
@@ -93,6 +127,12 @@ xmlDocPtr xml_read(const char *path, const char *buf, size_t len, struct diag *e
         diag_set(err, path, line, "binary data (a NUL byte): expected an XML document");
         return NULL;
     }
+    int dtd_line = doctype_line(buf, len);
+    if (dtd_line > 0) {
+        free(owned);
+        diag_set(err, path, dtd_line, "<!DOCTYPE> is not allowed: model and cluster files take no DTD or entities");
+        return NULL;
+    }
     first_error fe = { path, err, 0 };
     xmlSetStructuredErrorFunc(&fe, keep_first_error);
     xmlDocPtr doc = xmlReadMemory(buf, (int)len, path, NULL,
@@ -106,12 +146,8 @@ xmlDocPtr xml_read(const char *path, const char *buf, size_t len, struct diag *e
             xmlFreeDoc(doc);
         return NULL;
     }
-    /* A DTD could declare entities (expansion bombs, external files); model
-     * and cluster files have no use for one, so none is accepted. */
-    if (doc->intSubset || doc->extSubset) {
-        xmlDtdPtr dtd = doc->intSubset ? doc->intSubset : doc->extSubset;
-        diag_set(err, path, xml_line((xmlNodePtr)dtd) > 0 ? xml_line((xmlNodePtr)dtd) : 1,
-                 "<!DOCTYPE> is not allowed: model and cluster files take no DTD or entities");
+    if (doc->intSubset || doc->extSubset) {   /* doctype_line missed it: refuse all the same */
+        diag_set(err, path, 1, "<!DOCTYPE> is not allowed: model and cluster files take no DTD or entities");
         xmlFreeDoc(doc);
         return NULL;
     }

@@ -333,10 +333,12 @@ static int read_type(parser *ps, ir_dtype *dt, ir_shape *shape)
     return 0;
 }
 
-/* Optional " @FILE:LINE". */
+/* Optional " @FILE:LINE".  Without one, the line of the text itself (with
+ * no file: messages then name the text file, and the printer, which prints
+ * a location only when it has a file, still prints the line as it was). */
 static int read_loc(parser *ps, ir_loc *loc)
 {
-    *loc = (ir_loc){ 0, 0 };
+    *loc = (ir_loc){ 0, ps->line };
     if (!peek_char(ps, '@'))
         return 0;
     ps->p++;

@@ -8,7 +8,7 @@ packages=(
   libxml2-dev libxml2-utils          # model and cluster files: parsing, XSD validation
   llvm-dev                           # the per-device host program (LLVM C API)
   uthash-dev                         # hash tables (name lookups)
-  clang libclang-rt-14-dev           # the fuzz target (libFuzzer) and sanitizer builds
+  clang libclang-rt-14-dev libomp-14-dev   # the sanitizer build, the fuzz target (libFuzzer), OpenMP
   libnanomsg-dev                     # device-to-device transport
   libopenblas-dev                    # CPU matrix products
   graphviz                           # rendering `fusionc dump --format dot` in tests
