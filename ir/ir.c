@@ -189,6 +189,7 @@ int32_t ir_add_value(ir_graph *g, const char *name, ir_dtype dt, ir_role role,
     v->role = role;
     v->shape = shape ? *shape : ir_shape_unknown();
     v->producer = -1;
+    v->offset = -1;
     v->init.kind = INIT_NONE;
     v->loc = loc;
     return g->n_values++;
@@ -212,6 +213,7 @@ int32_t ir_add_node(ir_graph *g, ir_op op, const char *name, ir_loc loc)
     n->stage = -1;
     n->phase = PHASE_NONE;
     n->est_time = -1;
+    n->ws_offset = -1;
     return g->n_nodes++;
 }
 

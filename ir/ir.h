@@ -75,6 +75,7 @@ typedef struct {
     ir_role  role;
     ir_shape shape;
     int32_t  producer;  /* node index, -1 for sources                */
+    int64_t  offset;    /* bytes into its device's arena (memory pass); -1: not placed */
     ir_init  init;      /* params and state                          */
     ir_loc   loc;
 } ir_value;
@@ -99,6 +100,7 @@ typedef struct ir_node {
     int32_t  stage;
     ir_phase phase;
     double   est_time;             /* seconds                                     */
+    int64_t  ws_offset;            /* its scratch in the arena (memory pass)      */
 } ir_node;
 
 /* A hyper-parameter as resolved when the model was built (for the record). */

@@ -333,6 +333,17 @@ static int read_type(parser *ps, ir_dtype *dt, ir_shape *shape)
     return 0;
 }
 
+/* Optional " at=OFFSET": where the memory pass placed a value. */
+static int read_offset(parser *ps, int64_t *offset)
+{
+    char key[8];
+    *offset = -1;
+    if (!peek_key(ps, key, sizeof key) || strcmp(key, "at") != 0)
+        return 0;
+    ps->p += 2;
+    return expect_char(ps, '=', "'='") != 0 ? -1 : read_int(ps, 0, INT64_MAX, "an arena offset >= 0", offset);
+}
+
 /* Optional " @FILE:LINE".  Without one, the line of the text itself (with
  * no file: messages then name the text file, and the printer, which prints
  * a location only when it has a file, still prints the line as it was). */
@@ -427,11 +438,14 @@ static int parse_source(parser *ps, ir_role role)
                 expect_char(ps, ')', "')'") != 0)
                 return -1;
     }
-    if (read_loc(ps, &loc) != 0 || expect_end(ps, "'@FILE:LINE' or end of line") != 0)
+    int64_t offset = -1;
+    if (read_offset(ps, &offset) != 0 || read_loc(ps, &loc) != 0 ||
+        expect_end(ps, "'at=OFFSET', '@FILE:LINE' or end of line") != 0)
         return -1;
     int32_t v = define_value(ps, name, dt, role, &shape);
     if (v < 0)
         return -1;
+    ps->g->values[v].offset = offset;
     ps->g->values[v].init = init;
     ps->g->values[v].loc = loc;
     return 0;
@@ -482,17 +496,17 @@ static int parse_attr(parser *ps, int32_t n, const char *key_text)
     return 0;
 }
 
-static const char *const annotation_keys[] = { "device", "stage", "phase", "time" };
+static const char *const annotation_keys[] = { "device", "stage", "phase", "time", "ws" };
 
 static int annotation_index(const char *key)
 {
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < (int)(sizeof annotation_keys / sizeof annotation_keys[0]); k++)
         if (strcmp(key, annotation_keys[k]) == 0)
             return k;
     return -1;
 }
 
-/* device=N stage=N phase=NAME time=T, each at most once, in that order. */
+/* device=N stage=N phase=NAME time=T ws=OFFSET, each at most once, in that order. */
 static int parse_annotations(parser *ps, ir_node *node)
 {
     static const char phases[] = "a phase (none, forward, backward, update)";
@@ -501,8 +515,8 @@ static int parse_annotations(parser *ps, ir_node *node)
     for (int next = 0; peek_key(ps, key, sizeof key);) {   /* keys before next are done */
         int k = annotation_index(key);
         if (k < next)
-            return expected_tok(ps, next == 0 ? "an annotation (device, stage, phase, time)"
-                                              : "the annotations in the order device, stage, phase, time, "
+            return expected_tok(ps, next == 0 ? "an annotation (device, stage, phase, time, ws)"
+                                              : "the annotations in the order device, stage, phase, time, ws, "
                                                 "each once", key);
         next = k + 1;
         ps->p += strlen(key);
@@ -517,6 +531,10 @@ static int parse_annotations(parser *ps, ir_node *node)
                 return -1;
             if (ir_phase_parse(word, &node->phase) != 0)
                 return expected_tok(ps, phases, word);
+        } else if (k == 4) {
+            if (read_int(ps, 0, INT64_MAX, "a scratch offset >= 0", &v) != 0)
+                return -1;
+            node->ws_offset = v;
         } else {
             const char *at = ps->p;
             if (read_float(ps, "a time in seconds", &node->est_time) != 0)
@@ -552,9 +570,13 @@ static int parse_outputs(parser *ps, int32_t n, const char *own_name)
             if (ir_role_parse(word, &role) != 0)
                 return expected_tok(ps, "a role (activation, gradient), an annotation, '@' or ','", word);
         }
+        int64_t offset;
+        if (read_offset(ps, &offset) != 0)
+            return -1;
         int32_t v = define_value(ps, name, dt, role, &shape);
         if (v < 0)
             return -1;
+        ps->g->values[v].offset = offset;
         if (ir_node_add_output(ps->g, n, v) != 0)
             return out_of_memory(ps);
         if (own_name || !peek_char(ps, ','))

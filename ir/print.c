@@ -112,6 +112,8 @@ static void put_source(FILE *out, const ir_graph *g, int32_t v)
         if (val->init.kind == INIT_NORMAL || val->init.kind == INIT_UNIFORM)
             fprintf(out, "(%.9g)", val->init.a);
     }
+    if (val->offset >= 0)
+        fprintf(out, " at=%lld", (long long)val->offset);
     put_loc(out, g, val->loc);
     putc('\n', out);
 }
@@ -166,6 +168,8 @@ static void put_node(FILE *out, const ir_graph *g, int32_t n)
         put_type(out, g->values[v].dtype, &g->values[v].shape);
         if (g->values[v].role != ROLE_ACTIVATION)
             fprintf(out, " %s", ir_role_name(g->values[v].role));
+        if (g->values[v].offset >= 0)
+            fprintf(out, " at=%lld", (long long)g->values[v].offset);
     }
     if (node->device >= 0)
         fprintf(out, " device=%d", (int)node->device);
@@ -175,6 +179,8 @@ static void put_node(FILE *out, const ir_graph *g, int32_t n)
         fprintf(out, " phase=%s", ir_phase_name(node->phase));
     if (node->est_time >= 0)
         fprintf(out, " time=%.9g", node->est_time);
+    if (node->ws_offset >= 0)
+        fprintf(out, " ws=%lld", (long long)node->ws_offset);
     put_loc(out, g, node->loc);
     putc('\n', out);
 }

@@ -8,6 +8,7 @@ const pass pass_pipeline[] = {
     { "shapes",   "infer and check the shape and dtype of every value", pass_shapes },
     { "autodiff", "append the backward ops: the gradient of the loss for every param", pass_autodiff },
     { "optimizer", "append the AdamW update of every param (schedule, clipping, moments)", pass_optimizer },
+    { "memory",    "place every value and scratch in its device's arena, reusing dead memory", pass_memory },
 };
 const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
 

@@ -5,9 +5,9 @@
  * its XML file:line).  "frontend" is not a pass but names the graph as the
  * frontend built it, so `--after frontend` shows the IR before any pass.
  *
- * Today's pipeline:  shapes, autodiff, optimizer.  The design's later
- * passes (estimate, fence, comm, compress, memory, schedule) join the list
- * as they are written.
+ * Today's pipeline:  shapes, autodiff, optimizer, memory.  The design's
+ * other passes (estimate, fence, comm, compress, schedule) join the list as
+ * they are written.
  */
 #ifndef FUSION_PASSES_H
 #define FUSION_PASSES_H
@@ -45,6 +45,7 @@ int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_shapes(ir_graph *g, struct diag *err);
 int pass_autodiff(ir_graph *g, struct diag *err);
 int pass_optimizer(ir_graph *g, struct diag *err);
+int pass_memory(ir_graph *g, struct diag *err);
 
 /* ---- analyses (read-only) ---- */
 typedef struct {
@@ -56,9 +57,15 @@ typedef struct {
     double  flops_backward;    /* per step, all gradients                 */
     int64_t activation_bytes;  /* all forward activations of one step     */
     int64_t input_bytes;       /* one step's inputs                       */
+    int64_t state_bytes;       /* optimizer state (AdamW moments)         */
+    int64_t arena_bytes;       /* device 0's planned arena: the peak of one step, all included */
 } model_stats;
 
 /* Needs shapes (run after the shapes pass). */
 int model_stats_compute(const ir_graph *g, model_stats *s, struct diag *err);
+
+/* The peak bytes of a device's arena as the memory pass planned it (values
+ * and scratch; 0 before the pass, -1 when out of memory). */
+int64_t memory_arena_bytes(const ir_graph *g, int32_t device);
 
 #endif

@@ -28,6 +28,9 @@ int model_stats_compute(const ir_graph *g, model_stats *s, struct diag *err)
                 have_batch = 1;
             }
             break;
+        case ROLE_STATE:
+            s->state_bytes += bytes;
+            break;
         case ROLE_ACTIVATION:
             if (val->producer < 0 || g->nodes[val->producer].phase != PHASE_BACKWARD)
                 s->activation_bytes += bytes;
@@ -36,6 +39,7 @@ int model_stats_compute(const ir_graph *g, model_stats *s, struct diag *err)
             break;
         }
     }
+    s->arena_bytes = memory_arena_bytes(g, 0);
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const ir_node *n = &g->nodes[i];
         const op_def *def = &op_table[n->op];

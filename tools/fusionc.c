@@ -389,6 +389,9 @@ static int cmd_stats(int argc, char **argv)
     printf("activations       %.2f MiB per sample (%.2f MiB per step)\n", (double)s.activation_bytes / per / mib,
            (double)s.activation_bytes / mib);
     printf("inputs            %.3f MiB per step\n", (double)s.input_bytes / mib);
+    printf("optimizer state   %.1f MiB\n", (double)s.state_bytes / mib);
+    printf("arena             %.1f MiB peak for one training step (params, state, activations, gradients)\n",
+           (double)s.arena_bytes / mib);
     ir_graph_free(&g);
     return 0;
 }

@@ -22,9 +22,9 @@ typedef struct {
     rt_op    *ops;       /* per node */
 } graph_runner;
 
-static int64_t runner_align(int64_t n) { return (n + 63) & ~(int64_t)63; }
+static inline int64_t runner_align(int64_t n) { return (n + 63) & ~(int64_t)63; }
 
-static int runner_init(graph_runner *r, ir_graph *g)
+static inline int runner_init(graph_runner *r, ir_graph *g)
 {
     struct diag err = { 0 };
     memset(r, 0, sizeof *r);
@@ -53,7 +53,32 @@ static int runner_init(graph_runner *r, ir_graph *g)
     return r->arena ? 0 : -1;
 }
 
-static void runner_free(graph_runner *r)
+/* As runner_init, but with the memory pass's plan: one arena of
+ * memory_arena_bytes(g, 0), values and scratch at the offsets it chose. */
+static inline int runner_init_planned(graph_runner *r, ir_graph *g, int64_t arena_bytes)
+{
+    struct diag err = { 0 };
+    memset(r, 0, sizeof *r);
+    r->g = g;
+    r->offset = calloc((size_t)g->n_values + 1, sizeof *r->offset);
+    r->ops = calloc((size_t)g->n_nodes + 1, sizeof *r->ops);
+    r->arena = calloc(1, (size_t)arena_bytes + 64);
+    if (!r->offset || !r->ops || !r->arena)
+        return -1;
+    for (int32_t v = 0; v < g->n_values; v++) {
+        if (g->values[v].offset < 0)
+            return -1;
+        r->offset[v] = g->values[v].offset;
+    }
+    for (int32_t n = 0; n < g->n_nodes; n++)
+        if (lower_node(g, n, r->offset, g->nodes[n].ws_offset, &r->ops[n], &err)) {
+            fprintf(stderr, "lower: %s:%d: %s\n", err.file, err.line, err.msg);
+            return -1;
+        }
+    return 0;
+}
+
+static inline void runner_free(graph_runner *r)
 {
     free(r->arena);
     free(r->offset);
@@ -66,7 +91,7 @@ static float *runner_value(graph_runner *r, const char *name)
     return v < 0 ? NULL : (float *)(r->arena + r->offset[v]);
 }
 
-static int64_t runner_numel(graph_runner *r, const char *name)
+static inline int64_t runner_numel(graph_runner *r, const char *name)
 {
     int32_t v = ir_find_value(r->g, name);
     return v < 0 ? 0 : ir_shape_numel(&r->g->values[v].shape);
@@ -74,12 +99,12 @@ static int64_t runner_numel(graph_runner *r, const char *name)
 
 /* A small deterministic generator (xorshift64*) and its normal deviates. */
 static uint64_t runner_rng = 0x9E3779B97F4A7C15ull;
-static double runner_uniform(void)
+static inline double runner_uniform(void)
 {
     runner_rng ^= runner_rng >> 12, runner_rng ^= runner_rng << 25, runner_rng ^= runner_rng >> 27;
     return (double)((runner_rng * 2685821657736338717ull) >> 11) / 9007199254740992.0;
 }
-static double runner_normal(void)
+static inline double runner_normal(void)
 {
     double u = runner_uniform() + 1e-12, w = runner_uniform();
     return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * w);
@@ -87,7 +112,7 @@ static double runner_normal(void)
 
 /* Params and state from their init specs; float inputs N(0,1); integer
  * inputs uniform in [0, int_limit). */
-static void runner_fill(graph_runner *r, uint64_t seed, int32_t int_limit)
+static inline void runner_fill(graph_runner *r, uint64_t seed, int32_t int_limit)
 {
     runner_rng = seed * 2 + 1;
     for (int32_t v = 0; v < r->g->n_values; v++) {
@@ -114,7 +139,7 @@ static void runner_fill(graph_runner *r, uint64_t seed, int32_t int_limit)
 }
 
 /* Run the nodes whose phase is in `phases` (bits of 1 << ir_phase), in order. */
-static int runner_run(graph_runner *r, unsigned phases, int64_t step)
+static inline int runner_run(graph_runner *r, unsigned phases, int64_t step)
 {
     rt_context ctx = { step, "" };
     for (int32_t n = 0; n < r->g->n_nodes; n++) {

@@ -344,7 +344,7 @@ static void test_text_parse_errors_name_line_expected_and_found(void)
     PARSE_ERROR(HEAD "node a = attention(x) heads=1.5 -> y : f32[2]\n", 4,
                 "expected an integer or '[' and a list, found '1.5'");
     PARSE_ERROR(HEAD "node a = gelu(x) -> y : f32[2] stage=1 device=0\n", 4,
-                "expected the annotations in the order device, stage, phase, time, each once, found 'device'");
+                "expected the annotations in the order device, stage, phase, time, ws, each once, found 'device'");
     PARSE_ERROR(HEAD "node a = gelu(x) -> y : f32[2] phase=sideways\n", 4, "found 'sideways'");
     PARSE_ERROR(HEAD "node a = gelu(x) -> y : f32[2] device=-1\n", 4, "expected a device number >= 0");
     PARSE_ERROR(HEAD "node a = gelu(x) -> y : f32[2] whatever\n", 4,
@@ -360,7 +360,7 @@ static void test_text_parse_errors_name_line_expected_and_found(void)
     PARSE_ERROR(HEAD "hyper h = 9223372036854775808\n", 4, "found '9223372036854775808'");
     PARSE_ERROR(HEAD "loss nope\n", 4, "unknown value 'nope'");
     PARSE_ERROR(HEAD "model again\n", 4, "expected 'hyper', 'input', 'param', 'state', 'node' or 'loss', found 'model'");
-    PARSE_ERROR(HEAD "input z : f32[2] extra\n", 4, "expected '@FILE:LINE' or end of line, found 'extra'");
+    PARSE_ERROR(HEAD "input z : f32[2] extra\n", 4, "expected 'at=OFFSET', '@FILE:LINE' or end of line, found 'extra'");
     /* Garbage bytes, NULs included, and no terminating NUL. */
     PARSE_ERROR("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 1, "expected 'fusion-ir 1' (the first line of a fusion IR file), found '\\x89PNG'");
     PARSE_ERROR(HEAD "input z\0 : f32[2]\n", 4, "expected ':' and a type, found '\\x00'");
@@ -503,10 +503,13 @@ static void test_text_short_form_for_an_output_named_like_its_node(void)
     g.values[dy].role = ROLE_GRADIENT;
     int32_t n3 = node(&g, OP_RELU, "z.node", x, -1, -1, nowhere);
     out(&g, n3, "z", DT_F32, ir_shape_make(2, d2));
+    g.values[x].offset = 128;                 /* placed by a memory pass */
+    g.nodes[n].ws_offset = 4096;
     g.after_pass = ir_intern(&g, "shapes");
     char *text = print_to_string(&g, 0);
     CHECK_CONTAINS(text, "model short\nafter shapes\ninput x");
-    CHECK_CONTAINS(text, "\nnode y = relu(x) : f32[2,3] @m.xml:4\n");
+    CHECK_CONTAINS(text, "\ninput x : f32[2,3] at=128\n");
+    CHECK_CONTAINS(text, "\nnode y = relu(x) : f32[2,3] ws=4096 @m.xml:4\n");
     CHECK_CONTAINS(text, "\nnode dy = relu(x) : f32[2,3] gradient\n");
     CHECK_CONTAINS(text, "\nnode z.node = relu(x) -> z : f32[2,3]\n");
     check_round_trip(&g, "short forms");

@@ -1,0 +1,192 @@
+/* memory.c: the `memory` pass.  Places every value and every op's scratch
+ * in its device's arena, reusing memory whose contents are dead:
+ *
+ *   - a value lives from the op that writes it to the last op that reads
+ *     it, in schedule (node) order; params, optimizer state and inputs live
+ *     the whole step (they persist, or the loader writes them first), and
+ *     so does the loss (the runtime reads it after the step);
+ *   - an op's scratch (attention, convolution) lives only while it runs;
+ *   - buffers are placed largest first, each at the lowest 64-byte-aligned
+ *     offset that overlaps no buffer whose lifetime overlaps its own (the
+ *     greedy-by-size plan of TensorFlow Lite and llm.c's arenas).
+ *
+ * The result is in each value's `offset` and each node's `ws_offset`
+ * (printed as at=... and ws=...); memory_arena_bytes gives the peak.  Nodes
+ * without a device are placed on device 0.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codegen/lower.h"
+#include "../ir/ops.h"
+#include "passes.h"
+
+#define ARENA_ALIGN 64
+
+typedef struct {
+    int64_t bytes;
+    int32_t start, end;   /* lifetime: first and last node index, inclusive */
+    int32_t value;        /* >= 0: a value; else -(node + 1): that node's scratch */
+    int64_t offset;
+} buffer;
+
+static int64_t align_up(int64_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
+static int by_size_then_start(const void *a, const void *b)
+{
+    const buffer *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const buffer *x = *(buffer *const *)a, *y = *(buffer *const *)b;
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+/* Place buffers[0..n) (sorted largest first) by first fit; returns the peak. */
+static int64_t place(buffer *buffers, int32_t n, buffer **scratch)
+{
+    int64_t peak = 0;
+    for (int32_t i = 0; i < n; i++) {
+        buffer *b = &buffers[i];
+        int32_t k = 0;
+        for (int32_t j = 0; j < i; j++)
+            if (buffers[j].start <= b->end && b->start <= buffers[j].end)
+                scratch[k++] = &buffers[j];
+        qsort(scratch, (size_t)k, sizeof *scratch, by_offset);
+        int64_t offset = 0;
+        for (int32_t j = 0; j < k; j++) {
+            if (scratch[j]->offset - offset >= b->bytes)
+                break;   /* the gap before this one fits */
+            int64_t end = align_up(scratch[j]->offset + scratch[j]->bytes);
+            if (end > offset)
+                offset = end;
+        }
+        b->offset = offset;
+        if (offset + b->bytes > peak)
+            peak = offset + b->bytes;
+    }
+    return peak;
+}
+
+static int32_t device_of(const ir_node *n) { return n->device >= 0 ? n->device : 0; }
+
+/* The device a value lives on: its producer's, or its first reader's. */
+static int32_t value_device(const ir_graph *g, int32_t v, const int32_t *first_reader)
+{
+    if (g->values[v].producer >= 0)
+        return device_of(&g->nodes[g->values[v].producer]);
+    return first_reader[v] >= 0 ? device_of(&g->nodes[first_reader[v]]) : 0;
+}
+
+int pass_memory(ir_graph *g, struct diag *err)
+{
+    int32_t n_nodes = g->n_nodes, n_values = g->n_values, last = n_nodes > 0 ? n_nodes - 1 : 0;
+    int32_t *first_reader = malloc(((size_t)n_values + 1) * sizeof *first_reader);
+    int32_t *last_reader = malloc(((size_t)n_values + 1) * sizeof *last_reader);
+    buffer *buffers = malloc(((size_t)n_values + (size_t)n_nodes + 1) * sizeof *buffers);
+    buffer **scratch = malloc(((size_t)n_values + (size_t)n_nodes + 1) * sizeof *scratch);
+    int64_t *no_offsets = calloc((size_t)n_values + 1, sizeof *no_offsets);
+    int rc = 0;
+    if (!first_reader || !last_reader || !buffers || !scratch || !no_offsets) {
+        rc = diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory planning the arena");
+        goto done;
+    }
+    for (int32_t v = 0; v < n_values; v++)
+        first_reader[v] = last_reader[v] = -1;
+    for (int32_t i = 0; i < n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++) {
+            int32_t v = g->nodes[i].in[k];
+            if (first_reader[v] < 0)
+                first_reader[v] = i;
+            last_reader[v] = i;
+        }
+    int32_t n_devices = 1;
+    for (int32_t i = 0; i < n_nodes; i++)
+        if (device_of(&g->nodes[i]) + 1 > n_devices)
+            n_devices = device_of(&g->nodes[i]) + 1;
+
+    for (int32_t d = 0; d < n_devices && rc == 0; d++) {
+        int32_t n = 0;
+        for (int32_t v = 0; v < n_values; v++) {
+            const ir_value *val = &g->values[v];
+            if (value_device(g, v, first_reader) != d)
+                continue;
+            int whole_step = val->producer < 0 || v == g->loss;
+            buffer *b = &buffers[n++];
+            b->bytes = align_up(ir_value_bytes(g, v) > 0 ? ir_value_bytes(g, v) : 1);
+            b->start = whole_step ? 0 : val->producer;
+            b->end = whole_step ? last : (last_reader[v] > val->producer ? last_reader[v] : val->producer);
+            b->value = v;
+        }
+        for (int32_t i = 0; i < n_nodes; i++) {
+            if (device_of(&g->nodes[i]) != d)
+                continue;
+            rt_op op;
+            if (lower_node(g, i, no_offsets, -1, &op, err)) {
+                rc = -1;
+                break;
+            }
+            int64_t floats = rt_op_workspace_floats(&op);
+            if (floats <= 0)
+                continue;
+            buffer *b = &buffers[n++];
+            b->bytes = align_up(floats * (int64_t)sizeof(float));
+            b->start = b->end = i;
+            b->value = -(i + 1);
+        }
+        qsort(buffers, (size_t)n, sizeof *buffers, by_size_then_start);
+        place(buffers, n, scratch);
+        for (int32_t j = 0; j < n; j++) {
+            if (buffers[j].value >= 0)
+                g->values[buffers[j].value].offset = buffers[j].offset;
+            else
+                g->nodes[-buffers[j].value - 1].ws_offset = buffers[j].offset;
+        }
+    }
+done:
+    free(first_reader);
+    free(last_reader);
+    free(buffers);
+    free(scratch);
+    free(no_offsets);
+    return rc;
+}
+
+int64_t memory_arena_bytes(const ir_graph *g, int32_t device)
+{
+    int32_t *first_reader = malloc(((size_t)g->n_values + 1) * sizeof *first_reader);
+    int64_t *no_offsets = calloc((size_t)g->n_values + 1, sizeof *no_offsets);
+    int64_t peak = -1;
+    if (!first_reader || !no_offsets)
+        goto done;
+    for (int32_t v = 0; v < g->n_values; v++)
+        first_reader[v] = -1;
+    for (int32_t i = g->n_nodes - 1; i >= 0; i--)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            first_reader[g->nodes[i].in[k]] = i;
+    peak = 0;
+    for (int32_t v = 0; v < g->n_values; v++) {
+        const ir_value *val = &g->values[v];
+        if (value_device(g, v, first_reader) == device && val->offset >= 0 &&
+            val->offset + ir_value_bytes(g, v) > peak)
+            peak = val->offset + ir_value_bytes(g, v);
+    }
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const ir_node *n = &g->nodes[i];
+        struct diag err;
+        rt_op op;
+        if (device_of(n) != device || n->ws_offset < 0 || lower_node(g, i, no_offsets, -1, &op, &err))
+            continue;
+        int64_t end = n->ws_offset + rt_op_workspace_floats(&op) * (int64_t)sizeof(float);
+        if (end > peak)
+            peak = end;
+    }
+done:
+    free(first_reader);
+    free(no_offsets);
+    return peak;
+}
