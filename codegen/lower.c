@@ -25,7 +25,7 @@ int lower_node(const ir_graph *g, int32_t n, const int64_t *value_offset, int64_
     op->n_in = node->n_in;
     op->n_out = node->n_out;
     op->ws_offset = ws_offset;
-    op->name = ir_node_name(g, n);
+    snprintf(op->name, sizeof op->name, "%s", ir_node_name(g, n));
     op->line = node->loc.line;
     for (int i = 0; i < node->n_in; i++) {
         lower_tensor(g, node->in[i], value_offset, &op->in[i]);

@@ -13,7 +13,7 @@
 /* Fill op from node n: dims from the values' shapes, offsets from
  * value_offset[value] (bytes into the arena), attributes with the op
  * table's defaults for those not set.  ws_offset: -1 or the scratch's
- * offset.  The op's name points into g's strings (valid while g lives). */
+ * offset. */
 int lower_node(const ir_graph *g, int32_t n, const int64_t *value_offset, int64_t ws_offset, rt_op *op,
                struct diag *err);
 

@@ -42,7 +42,7 @@ static int bad_index(const rt_op *op, rt_context *ctx, const char *what, const i
                      int64_t limit)
 {
     snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): %s %d at position %lld is outside [0, %lld)",
-             op->name ? op->name : "?", (int)op->line, what, (int)idx[pos], (long long)pos, (long long)limit);
+             op->name, (int)op->line, what, (int)idx[pos], (long long)pos, (long long)limit);
     return -1;
 }
 
@@ -285,8 +285,7 @@ int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
         return 0;
     }
     default:
-        snprintf(ctx->msg, sizeof ctx->msg, "op '%s': op kind %d has no CPU kernel", op->name ? op->name : "?",
-                 (int)op->op);
+        snprintf(ctx->msg, sizeof ctx->msg, "op '%s': op kind %d has no CPU kernel", op->name, (int)op->op);
         return -1;
     }
 }

@@ -34,9 +34,9 @@ typedef struct {
     int64_t   ws_offset;       /* bytes into the arena of the scratch, -1 none */
     int64_t   ints[ATTR_KEY_COUNT];     /* attributes (defaults filled in)    */
     double    floats[ATTR_KEY_COUNT];
-    const char *name;          /* the IR node's name, for messages            */
+    char      name[64];        /* the IR node's name (cut to fit), for messages */
     int32_t   line;            /* its model-file line                         */
-} rt_op;
+} rt_op;                       /* position-independent: bundles embed rt_ops as bytes */
 
 typedef struct {
     int64_t step;              /* the update about to be made, from 1        */

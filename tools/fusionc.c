@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../codegen/bundle.h"
 #include "../frontend/cluster.h"
 #include "../frontend/model.h"
 #include "../frontend/xml_util.h"
@@ -49,6 +50,7 @@ static const char *const usage_main =
     "  check FILE...   validate model and cluster files (schema, names, shapes, links)\n"
     "  dump MODEL      print the operator graph (OP-DAG) after a pass, as text or Graphviz\n"
     "  stats MODEL     parameters, FLOPs per sample (forward, backward), activation bytes\n"
+    "  compile MODEL CLUSTER -o OUT   one training program per device: OUT/<device>/fusion-<device>\n"
     "  passes          list the compiler's passes, in the order they run\n"
     "\n"
     "options:\n"
@@ -74,6 +76,17 @@ static const char *const usage_dump =
     "  --format FORMAT    text (default) or dot (Graphviz: dot -Tsvg)\n"
     "  -o FILE            write to FILE instead of standard output\n"
     "  --set name=value   override a hyper-parameter (repeatable)\n";
+
+static const char *const usage_compile =
+    "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--dump-ir=PASS]\n"
+    "\n"
+    "Compiles MODEL for the devices of CLUSTER: runs every pass, emits each\n"
+    "device's host program with LLVM and links it with the runtime into\n"
+    "OUT/<device>/fusion-<device> (and OUT/<device>/manifest.txt).  Run it with\n"
+    "`OUT/<device>/fusion-<device> --data FILE --steps N`.\n"
+    "  -o OUT             the output folder (created if needed)\n"
+    "  --set name=value   override a hyper-parameter (repeatable)\n"
+    "  --dump-ir=PASS     print the IR after PASS to standard error\n";
 
 static const char *const usage_stats =
     "usage: fusionc stats MODEL [--set name=value]...\n"
@@ -396,6 +409,34 @@ static int cmd_stats(int argc, char **argv)
     return 0;
 }
 
+static int cmd_compile(int argc, char **argv)
+{
+    options o;
+    int rc = parse_options(argc, argv, usage_compile, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (o.n_files != 2)
+        return usage_error(usage_compile, "%s", "expected a MODEL and a CLUSTER");
+    if (!o.output)
+        return usage_error(usage_compile, "%s", "expected -o OUT, the output folder");
+    struct diag err = { 0 };
+    ir_graph g;
+    cluster c;
+    memset(&c, 0, sizeof c);
+    pass_options dump;
+    rc = load_graph(o.files[0], &o, &g, &err) || cluster_load(o.files[1], &c, &err) ||
+         pass_run_pipeline(&g, dump_ir_options(&o, &dump), &err) ||
+         bundle_write(&g, &c, o.output, bundle_default_toolchain(), &err);
+    if (rc)
+        diag_print(&err);
+    else
+        printf("compiled %s for %s: %d device program%s in %s/\n", ir_str(&g, g.name), c.name, c.n_devices,
+               c.n_devices == 1 ? "" : "s", o.output);
+    ir_graph_free(&g);
+    cluster_free(&c);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -417,6 +458,8 @@ int main(int argc, char **argv)
         return cmd_dump(argc - 2, argv + 2);
     if (strcmp(cmd, "stats") == 0)
         return cmd_stats(argc - 2, argv + 2);
+    if (strcmp(cmd, "compile") == 0)
+        return cmd_compile(argc - 2, argv + 2);
     if (strcmp(cmd, "passes") == 0) {
         printf("%-10s %s\n", "frontend", "(not a pass) the graph as the frontend built it");
         for (int i = 0; i < pass_count; i++)

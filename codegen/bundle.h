@@ -1,0 +1,23 @@
+/* bundle.h: compile a graph for a cluster into OUT/<device>/fusion-<device>,
+ * one standalone executable per device (its host program linked with the
+ * static runtime), plus OUT/<device>/manifest.txt.  Every file is written
+ * under a temporary name and renamed when whole. */
+#ifndef FUSION_BUNDLE_H
+#define FUSION_BUNDLE_H
+
+#include "../frontend/cluster.h"
+#include "../ir/ir.h"
+
+typedef struct {
+    const char *cc;              /* the C compiler that links (default: the one fusion was built with) */
+    const char *runtime_libs[4]; /* static libraries to link, NULL-terminated */
+    const char *link_flags;      /* e.g. "-lopenblas -fopenmp -lm"            */
+} bundle_toolchain;
+
+/* The toolchain fusion was built with (paths fixed at build time). */
+const bundle_toolchain *bundle_default_toolchain(void);
+
+int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
+                 struct diag *err);
+
+#endif
