@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The main job, as far as the project goes today: installs what is missing,
-# builds fusion, validates the shipped models and clusters, and shows what
-# the compiler makes of GPT-2 and ResNet (parameters, FLOPs, the OP-DAG).
-# Training arrives with the autodiff/runtime issue; see README.md.
+# The main job: installs what is missing, builds fusion, validates the
+# shipped models and clusters, then compiles a small GPT for the one-device
+# cluster clusters/local-1.xml and trains it on English text (the licence
+# texts that Debian's base-files package ships), printing progress; at the
+# end it compares the loss with the text's byte unigram entropy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -19,21 +20,28 @@ echo
 echo "== the local 4-device cluster =="
 $fusionc check -v clusters/local-4.xml
 
-for m in "models/gpt2.xml" "models/gpt2.xml --set layers=48 --set dim=1600 --set heads=25" \
-         "models/resnet.xml --set depth=101"; do
-  echo
-  echo "== fusionc stats $m =="
-  # shellcheck disable=SC2086
-  $fusionc stats $m | grep -v '^  '
-done
-
-mkdir -p out
 echo
-echo "== the OP-DAG of a 2-layer GPT after shape inference (first ops) =="
-$fusionc dump models/gpt2.xml --set layers=2 --set seq=64 --after shapes -o out/gpt2-2layer.fir
-head -n 24 out/gpt2-2layer.fir
-$fusionc dump models/gpt2.xml --set layers=2 --set seq=64 --format dot -o out/gpt2-2layer.dot
-if command -v dot >/dev/null; then
-  dot -Tsvg out/gpt2-2layer.dot -o out/gpt2-2layer.svg
-  echo "... whole graph: out/gpt2-2layer.fir, drawn: out/gpt2-2layer.svg"
-fi
+echo "== fusionc stats: GPT-2 small and XL =="
+$fusionc stats models/gpt2.xml | grep -E '^(parameters|forward|backward|arena)'
+$fusionc stats models/gpt2.xml --set layers=48 --set dim=1600 --set heads=25 | grep -E '^(parameters|forward|backward)'
+
+mkdir -p out/data
+cat /usr/share/common-licenses/* > out/data/corpus.txt
+gpt=(--set vocab=256 --set ctx=64 --set layers=4 --set dim=128 --set heads=4 --set batch=8 --set seq=64
+     --set lr=2e-3 --set warmup=20 --set steps=600 --set min_lr=2e-4)
+echo
+echo "== fusionc compile: a 4-layer byte-level GPT for clusters/local-1.xml =="
+$fusionc compile models/gpt2.xml clusters/local-1.xml -o out/demo "${gpt[@]}"
+$fusionc stats models/gpt2.xml "${gpt[@]}" | grep -E '^(parameters|arena)'
+
+echo
+echo "== training on out/data/corpus.txt ($(wc -c < out/data/corpus.txt) bytes of English) =="
+out/demo/cpu0/fusion-cpu0 --data out/data/corpus.txt --steps 600 --log out/demo/train.jsonl |
+  awk '/^step/ { n++; if (n <= 5 || n % 50 == 0) print; next } { print }'
+
+entropy=$(od -An -v -tu1 out/data/corpus.txt | tr -s ' ' '\n' |
+  awk 'NF { c[$1]++; n++ } END { for (k in c) { p = c[k] / n; h -= p * log(p) }; printf "%.3f", h }')
+last=$(tail -n 1 out/demo/train.jsonl | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+echo
+echo "final loss ${last} nats/byte; the text's byte unigram entropy is ${entropy} nats/byte"
+echo "(a model that only knew byte frequencies could not go below ${entropy})"
