@@ -87,6 +87,8 @@ int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err)
             return diag_set(err, "<memory>", 0, "out of memory");
         if (maybe_dump(g, p->name, opt, &stop))
             return diag_set(err, "<output>", 0, "cannot write the IR dump");
+        if (opt && opt->last_pass && strcmp(opt->last_pass, p->name) == 0)
+            stop = 1;
     }
     return 0;
 }

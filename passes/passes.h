@@ -32,6 +32,7 @@ typedef struct {
     FILE       *dump_out;     /* where to print the IR after that pass      */
     int         dump_dot;     /* print Graphviz instead of the text form    */
     int         stop_after;   /* stop the pipeline after dump_after         */
+    const char *last_pass;    /* NULL, or run no pass after this one        */
 } pass_options;
 
 /* Is `name` "frontend" or a pass?  (For option checking before any work.) */
