@@ -18,6 +18,7 @@
  * biases and norm scales, the convention of GPT-2 and llm.c training.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../ir/ops.h"
@@ -86,52 +87,57 @@ int pass_optimizer(ir_graph *g, struct diag *err)
         return oom(g, err);
 
     /* Each param's gradient, by the name autodiff gives it. */
-    int32_t n_params = 0, sumsq = -1, scale = -1;
-    for (int32_t p = 0; p < n_values; p++) {
+    int32_t *grad_of = malloc(((size_t)n_values + 1) * sizeof *grad_of);
+    if (!grad_of)
+        return oom(g, err);
+    int32_t sumsq = -1, scale = -1;
+    int rc = 0;
+    for (int32_t p = 0; p < n_values && rc == 0; p++) {
+        grad_of[p] = -1;
         if (g->values[p].role != ROLE_PARAM)
             continue;
         char name[OPT_NAME_MAX];
         snprintf(name, sizeof name, "grad.%s", ir_value_name(g, p));
-        int32_t grad = ir_find_value(g, name);
-        if (grad < 0)
-            return diag_set(err, ir_loc_file(g, g->values[p].loc), g->values[p].loc.line,
-                            "param '%s' has no gradient '%s': the optimizer runs after autodiff",
-                            ir_value_name(g, p), name);
-        n_params++;
-        if (clip > 0) {
+        grad_of[p] = ir_find_value(g, name);
+        if (grad_of[p] < 0) {
+            rc = diag_set(err, ir_loc_file(g, g->values[p].loc), g->values[p].loc.line,
+                          "param '%s' has no gradient '%s': the optimizer runs after autodiff",
+                          ir_value_name(g, p), name);
+        } else if (clip > 0) {
             snprintf(name, sizeof name, "sumsq.%s", ir_value_name(g, p));
             int32_t acc;
             n = scalar_node(g, OP_SUM_SQUARES, name, g->values[p].loc, &acc);
-            if (n < 0 || ir_node_add_input(g, n, grad) || (sumsq >= 0 && ir_node_add_input(g, n, sumsq)))
-                return oom(g, err);
+            if (n < 0 || ir_node_add_input(g, n, grad_of[p]) || (sumsq >= 0 && ir_node_add_input(g, n, sumsq)))
+                rc = oom(g, err);
             sumsq = acc;
         }
     }
-    if (clip > 0 && sumsq >= 0) {
+    if (rc == 0 && clip > 0 && sumsq >= 0) {
         n = scalar_node(g, OP_CLIP_SCALE, "clip_scale", (ir_loc){ 0, 0 }, &scale);
         if (n < 0 || ir_node_add_input(g, n, sumsq) || ir_node_set_float(g, n, ATTR_MAX_NORM, clip))
-            return oom(g, err);
+            rc = oom(g, err);
     }
-    for (int32_t p = 0; p < n_values; p++) {
+    for (int32_t p = 0; p < n_values && rc == 0; p++) {
         if (g->values[p].role != ROLE_PARAM)
             continue;
         char name[OPT_NAME_MAX];
-        snprintf(name, sizeof name, "grad.%s", ir_value_name(g, p));
-        int32_t grad = ir_find_value(g, name);
         int32_t m = state_like(g, "adamw.m", p), v = state_like(g, "adamw.v", p);
         snprintf(name, sizeof name, "adamw.%s", ir_value_name(g, p));
         n = m < 0 || v < 0 ? -1 : ir_add_node(g, OP_ADAMW, name, g->values[p].loc);
-        if (n < 0)
-            return oom(g, err);
+        if (n < 0) {
+            rc = oom(g, err);
+            break;
+        }
         g->nodes[n].phase = PHASE_UPDATE;
         double decay = g->values[p].shape.rank >= 2 ? wd : 0.0;
-        int32_t ins[6] = { p, grad, m, v, lr_value, scale };
-        for (int k = 0; k < (scale >= 0 ? 6 : 5); k++)
+        int32_t ins[6] = { p, grad_of[p], m, v, lr_value, scale };
+        for (int k = 0; k < (scale >= 0 ? 6 : 5) && rc == 0; k++)
             if (ir_node_add_input(g, n, ins[k]))
-                return oom(g, err);
-        if (ir_node_set_float(g, n, ATTR_BETA1, beta1) || ir_node_set_float(g, n, ATTR_BETA2, beta2) ||
-            ir_node_set_float(g, n, ATTR_EPS, eps) || ir_node_set_float(g, n, ATTR_WEIGHT_DECAY, decay))
-            return oom(g, err);
+                rc = oom(g, err);
+        if (rc == 0 && (ir_node_set_float(g, n, ATTR_BETA1, beta1) || ir_node_set_float(g, n, ATTR_BETA2, beta2) ||
+                        ir_node_set_float(g, n, ATTR_EPS, eps) || ir_node_set_float(g, n, ATTR_WEIGHT_DECAY, decay)))
+            rc = oom(g, err);
     }
-    return 0;
+    free(grad_of);
+    return rc;
 }

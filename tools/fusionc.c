@@ -264,7 +264,7 @@ static const pass_options *dump_ir_options(const options *o, pass_options *buf)
 {
     if (!o->dump_ir)
         return NULL;
-    *buf = (pass_options){ o->dump_ir, stderr, 0, 0 };
+    *buf = (pass_options){ .dump_after = o->dump_ir, .dump_out = stderr };
     return buf;
 }
 
@@ -336,8 +336,8 @@ static int cmd_dump(int argc, char **argv)
         ir_graph_free(&g);
         return 1;
     }
-    pass_options popt = { o.after ? o.after : pass_pipeline[pass_count - 1].name, out,
-                          o.format && strcmp(o.format, "dot") == 0, 1 };
+    pass_options popt = { .dump_after = o.after ? o.after : pass_pipeline[pass_count - 1].name,
+                          .dump_out = out, .dump_dot = o.format && strcmp(o.format, "dot") == 0, .stop_after = 1 };
     rc = pass_run_pipeline(&g, &popt, &err);
     if (commit_output(out, o.output, tmp, rc == 0) && rc == 0) {
         rc = -1;
