@@ -8,6 +8,7 @@ packages=(
   libxml2-dev libxml2-utils          # model and cluster files: parsing, XSD validation
   llvm-dev                           # the per-device host program (LLVM C API)
   uthash-dev                         # hash tables (name lookups)
+  libcjson-dev                       # safetensors headers (JSON)
   libxxhash-dev                      # the build id of a compiled graph (XXH3)
   clang libclang-rt-14-dev libomp-14-dev   # the sanitizer build, the fuzz target (libFuzzer), OpenMP
   libnanomsg-dev                     # device-to-device transport

@@ -1,0 +1,86 @@
+"""torch_gpt2.py: the PyTorch anchor of bench_gpt2_vs_torch.sh.
+
+GPT-2 as models/gpt2.xml builds it (pre-norm blocks, learned positions,
+tanh GELU, the output projection tied to the token table), trained with
+torch.optim.AdamW as the optimizer pass configures it (betas 0.9/0.95,
+weight decay 0.1 on matrices, global-norm clipping at 1.0), on random
+tokens.  Prints one line: median ms/step, peak resident MiB.
+
+usage: /usr/bin/python3 torch_gpt2.py LAYERS DIM HEADS VOCAB CTX BATCH SEQ THREADS STEPS
+"""
+import math
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(dim)
+        self.c_attn = nn.Linear(dim, 3 * dim)
+        self.c_proj = nn.Linear(dim, dim)
+        self.ln_2 = nn.LayerNorm(dim)
+        self.c_fc = nn.Linear(dim, 4 * dim)
+        self.mlp_proj = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, layers, dim, heads, vocab, ctx):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(ctx, dim)
+        self.h = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for block in self.h:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    layers, dim, heads, vocab, ctx, batch, seq, threads, steps = map(int, sys.argv[1:10])
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = GPT(layers, dim, heads, vocab, ctx)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
+    times = []
+    for step in range(steps):
+        idx = torch.randint(0, min(vocab, 256), (batch, seq))
+        targets = torch.randint(0, min(vocab, 256), (batch, seq))
+        t0 = time.perf_counter()
+        loss = model(idx, targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(f"{statistics.median(times[2:]) * 1e3:.1f} {peak_mib:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,874 @@
+/* safetensors.c: the safetensors reader and writer (see safetensors.h).
+ *
+ * The writer builds the header JSON by hand (cJSON would print large
+ * offsets as 1e+15, and we want its exact bytes under test); the reader
+ * parses it with cJSON, checks every entry, then sorts the entries twice:
+ * by name (duplicates, and st_find's binary search) and by offset
+ * (overlaps).  Nothing here exits or prints: errors are returned in err.
+ */
+#include "safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.c copies tensor bytes as they are: it needs a little-endian host"
+#endif
+
+/* Every dtype the format defines that has a whole number of bytes per
+ * element.  Only F32 and I32 load; the rest are known, so a file with them
+ * opens, and st_get says -1 for those tensors. */
+typedef struct {
+    const char *name;
+    int         size;          /* bytes per element             */
+    int         st;            /* its st_dtype, -1 not loadable */
+} dtype_info;
+
+static const dtype_info dtypes[] = {
+    {"F32", 4, ST_F32}, {"I32", 4, ST_I32},
+    {"BOOL", 1, -1}, {"U8", 1, -1}, {"I8", 1, -1}, {"F8_E5M2", 1, -1}, {"F8_E4M3", 1, -1}, {"F8_E8M0", 1, -1},
+    {"I16", 2, -1}, {"U16", 2, -1}, {"F16", 2, -1}, {"BF16", 2, -1},
+    {"U32", 4, -1},
+    {"I64", 8, -1}, {"U64", 8, -1}, {"F64", 8, -1}, {"C64", 8, -1},
+};
+#define N_DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
+
+static const char *st_dtype_str(st_dtype d) { return d == ST_F32 ? "F32" : "I32"; }
+
+/* JSON numbers are doubles: integers are exact up to 2^53. */
+#define JSON_INT_MAX 9007199254740992.0
+
+#define DATA_ALIGN 64
+
+static void set_err(char *err, size_t err_size, const char *fmt, ...)
+{
+    if (!err || err_size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+}
+
+/* Valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF)?
+ * On failure *bad is the offset of the first bad byte. */
+static int utf8_valid(const unsigned char *s, size_t n, size_t *bad)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t len;
+        unsigned lo = 0x80, hi = 0xBF;      /* bounds of the second byte */
+        if (c < 0x80)       len = 1;
+        else if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+        else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+        else goto fail;
+        if (len > n - i)
+            goto fail;
+        for (size_t k = 1; k < len; k++) {
+            unsigned b = s[i + k];
+            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
+                goto fail;
+        }
+        i += len;
+    }
+    return 1;
+fail:
+    if (bad)
+        *bad = i;
+    return 0;
+}
+
+/* "[2,3]", "[]" for a scalar. */
+static void shape_str(char *buf, size_t size, int rank, const int64_t *dim)
+{
+    size_t at = 0;
+    at += (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < rank && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%lld", i ? "," : "", (long long)dim[i]);
+    if (at < size)
+        snprintf(buf + at, size - at, "]");
+}
+
+/* Bytes of a tensor, or -1 when they overflow int64. */
+static int64_t tensor_nbytes(int rank, const int64_t *dim, int elem_size)
+{
+    int64_t n = elem_size;
+    for (int i = 0; i < rank; i++)
+        if (__builtin_mul_overflow(n, dim[i], &n))
+            return -1;
+    return n;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes; -1 with errno set on error, or errno 0 at an
+ * unexpected end of file. */
+static int read_all(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n > 0) {
+        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        ssize_t r = read(fd, p, chunk);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = 0;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* ---- Writer ------------------------------------------------------------ */
+
+/* A growing string; oom sticks once an allocation fails. */
+typedef struct {
+    char  *p;
+    size_t len, cap;
+    int    oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    sb_put(b, tmp, (size_t)n);   /* only short numbers go through here */
+}
+
+/* A JSON string literal: quotes, backslashes and control characters
+ * escaped, other UTF-8 as is. */
+static void sb_json_string(sbuf *b, const char *s)
+{
+    sb_puts(b, "\"");
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"')       sb_puts(b, "\\\"");
+        else if (*c == '\\') sb_puts(b, "\\\\");
+        else if (*c == '\n') sb_puts(b, "\\n");
+        else if (*c == '\t') sb_puts(b, "\\t");
+        else if (*c < 0x20)  sb_printf(b, "\\u%04x", *c);
+        else                 sb_put(b, (const char *)c, 1);
+    }
+    sb_puts(b, "\"");
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+    return strcmp((*(const st_tensor *const *)a)->name, (*(const st_tensor *const *)b)->name);
+}
+
+/* Checks the tensors and metadata; 0, or -1 with err set. */
+static int check_write_args(const char *path, const st_tensor *t, int n, const char *const *meta,
+                            char *err, size_t err_size)
+{
+    if (n < 0 || (n > 0 && !t)) {
+        set_err(err, err_size, "%s: %d tensors%s", path, n, n > 0 ? " but no array" : "");
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *name = t[i].name;
+        size_t bad;
+        if (!memchr(name, '\0', ST_NAME_MAX)) {
+            set_err(err, err_size, "%s: tensor %d: name is not NUL-terminated within ST_NAME_MAX (%d) bytes",
+                    path, i, ST_NAME_MAX);
+            return -1;
+        }
+        const char *why = !name[0] ? "empty"
+                        : strcmp(name, "__metadata__") == 0 ? "reserved for the metadata"
+                        : !utf8_valid((const unsigned char *)name, strlen(name), &bad) ? "not valid UTF-8" : NULL;
+        if (why) {
+            set_err(err, err_size, "%s: tensor %d: name '%s' is %s", path, i, name, why);
+            return -1;
+        }
+        if (t[i].dtype != ST_F32 && t[i].dtype != ST_I32) {
+            set_err(err, err_size, "%s: tensor '%s': dtype %d is neither ST_F32 nor ST_I32", path, name, (int)t[i].dtype);
+            return -1;
+        }
+        if (t[i].rank < 0 || t[i].rank > ST_MAX_RANK) {
+            set_err(err, err_size, "%s: tensor '%s': rank %d is outside [0, %d]", path, name, t[i].rank, ST_MAX_RANK);
+            return -1;
+        }
+        for (int d = 0; d < t[i].rank; d++)
+            if (t[i].dim[d] < 0) {
+                set_err(err, err_size, "%s: tensor '%s': dim %d is %lld, negative", path, name, d,
+                        (long long)t[i].dim[d]);
+                return -1;
+            }
+        int64_t nbytes = tensor_nbytes(t[i].rank, t[i].dim, 4);
+        if (nbytes < 0 || (double)nbytes > JSON_INT_MAX) {
+            set_err(err, err_size, "%s: tensor '%s': too large", path, name);
+            return -1;
+        }
+        if (nbytes > 0 && !t[i].data) {
+            set_err(err, err_size, "%s: tensor '%s': data is NULL", path, name);
+            return -1;
+        }
+    }
+    if (n > 1) {
+        const st_tensor **sorted = malloc((size_t)n * sizeof *sorted);
+        if (!sorted) {
+            set_err(err, err_size, "%s: out of memory", path);
+            return -1;
+        }
+        for (int i = 0; i < n; i++)
+            sorted[i] = &t[i];
+        qsort(sorted, (size_t)n, sizeof *sorted, cmp_tensor_name);
+        for (int i = 1; i < n; i++)
+            if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0) {
+                set_err(err, err_size, "%s: tensor name '%s' given twice", path, sorted[i]->name);
+                free(sorted);
+                return -1;
+            }
+        free(sorted);
+    }
+    for (int i = 0; meta && meta[i]; i += 2) {
+        size_t bad;
+        if (!meta[i + 1]) {
+            set_err(err, err_size, "%s: metadata key '%s' has no value (the list is key, value, ..., NULL)", path, meta[i]);
+            return -1;
+        }
+        if (!utf8_valid((const unsigned char *)meta[i], strlen(meta[i]), &bad) ||
+            !utf8_valid((const unsigned char *)meta[i + 1], strlen(meta[i + 1]), &bad)) {
+            set_err(err, err_size, "%s: metadata '%s' is not valid UTF-8", path, meta[i]);
+            return -1;
+        }
+        for (int j = 0; j < i; j += 2)
+            if (strcmp(meta[j], meta[i]) == 0) {
+                set_err(err, err_size, "%s: metadata key '%s' given twice", path, meta[i]);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* The header: "__metadata__" first (as Hugging Face writes it), then the
+ * tensors in the order given, keys dtype, shape, data_offsets; no spaces
+ * except the padding to a multiple of 8 bytes. */
+static void build_header(sbuf *b, const st_tensor *t, int n, const char *const *meta)
+{
+    sb_puts(b, "{");
+    int first = 1;
+    if (meta && meta[0]) {
+        sb_puts(b, "\"__metadata__\":{");
+        for (int i = 0; meta[i]; i += 2) {
+            if (i)
+                sb_puts(b, ",");
+            sb_json_string(b, meta[i]);
+            sb_puts(b, ":");
+            sb_json_string(b, meta[i + 1]);
+        }
+        sb_puts(b, "}");
+        first = 0;
+    }
+    int64_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t nbytes = tensor_nbytes(t[i].rank, t[i].dim, 4);
+        if (!first)
+            sb_puts(b, ",");
+        first = 0;
+        sb_json_string(b, t[i].name);
+        sb_puts(b, ":{\"dtype\":");
+        sb_json_string(b, st_dtype_str(t[i].dtype));
+        sb_puts(b, ",\"shape\":[");
+        for (int d = 0; d < t[i].rank; d++)
+            sb_printf(b, "%s%lld", d ? "," : "", (long long)t[i].dim[d]);
+        sb_printf(b, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + nbytes));
+        offset += nbytes;
+    }
+    sb_puts(b, "}");
+    while (b->len % 8 != 0)
+        sb_puts(b, " ");
+}
+
+/* fsync the directory holding path, so the rename itself is durable. */
+static int fsync_parent_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir)
+        return -1;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int saved = errno;
+    /* Some file systems cannot fsync a directory; the rename stands. */
+    if (rc != 0 && (saved == EINVAL || saved == EROFS))
+        rc = 0;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+int st_write(const char *path, const st_tensor *tensors, int n, const char *const *metadata,
+             char *err, size_t err_size)
+{
+    if (!path) {
+        set_err(err, err_size, "st_write: path is NULL");
+        return -1;
+    }
+    if (check_write_args(path, tensors, n, metadata, err, err_size) != 0)
+        return -1;
+
+    sbuf header = {0};
+    build_header(&header, tensors, n, metadata);
+    size_t tmp_size = strlen(path) + 32;
+    char *tmp = malloc(tmp_size);
+    if (header.oom || !tmp) {
+        set_err(err, err_size, "%s: out of memory", path);
+        free(header.p);
+        free(tmp);
+        return -1;
+    }
+    snprintf(tmp, tmp_size, "%s.tmp.%ld", path, (long)getpid());
+
+    int rc = -1, closed;
+    const char *what = NULL;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        set_err(err, err_size, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+        goto out;
+    }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)((uint64_t)header.len >> (8 * i));
+    if (write_all(fd, len8, 8) != 0 || write_all(fd, header.p, header.len) != 0) {
+        what = "write";
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        int64_t nbytes = tensor_nbytes(tensors[i].rank, tensors[i].dim, 4);
+        if (nbytes > 0 && write_all(fd, tensors[i].data, (size_t)nbytes) != 0) {
+            what = "write";
+            goto fail;
+        }
+    }
+    if (fsync(fd) != 0) {
+        what = "fsync";
+        goto fail;
+    }
+    closed = close(fd);
+    fd = -1;
+    if (closed != 0) {
+        what = "close";
+        goto fail;
+    }
+    if (rename(tmp, path) != 0) {
+        what = "rename";
+        goto fail;
+    }
+    if (fsync_parent_dir(path) != 0) {
+        /* The file is in place and whole; only its durability is in doubt. */
+        set_err(err, err_size, "%s: written, but fsync of its directory failed: %s", path, strerror(errno));
+        goto out;
+    }
+    rc = 0;
+    goto out;
+
+fail:
+    set_err(err, err_size, "%s: %s failed: %s", path, what, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+out:
+    free(tmp);
+    free(header.p);
+    return rc;
+}
+
+/* ---- Reader ------------------------------------------------------------ */
+
+typedef struct {
+    char        name[ST_NAME_MAX];
+    int         dtype;              /* index into dtypes[]             */
+    int         rank;
+    int64_t     dim[ST_MAX_RANK];
+    int64_t     begin, end;         /* bytes into the data section     */
+    const char *data;               /* aligned for the dtype           */
+} st_entry;
+
+struct st_file {
+    int        n;
+    st_entry  *entry;               /* header order                     */
+    st_entry **by_name;             /* sorted by name, for st_find       */
+    int        n_meta;
+    char     **meta_key, **meta_value;
+    char      *data;                /* the data section, DATA_ALIGN-aligned   */
+    char      *aside;               /* copies of misaligned F32/I32 tensors   */
+};
+
+static int cmp_entry_name(const void *a, const void *b)
+{
+    return strcmp((*(const st_entry *const *)a)->name, (*(const st_entry *const *)b)->name);
+}
+
+static int cmp_entry_offset(const void *a, const void *b)
+{
+    const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+/* A JSON number that is an exact integer in [0, 2^53]: 1 with *v set. */
+static int json_uint(const cJSON *item, int64_t *v)
+{
+    if (!cJSON_IsNumber(item))
+        return 0;
+    double d = item->valuedouble;
+    if (!(d >= 0 && d <= JSON_INT_MAX) || d != (double)(int64_t)d)
+        return 0;
+    *v = (int64_t)d;
+    return 1;
+}
+
+/* One tensor's entry: fills e, or returns -1 with err set. */
+static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st_entry *e, char *err, size_t err_size)
+{
+    const char *name = item->string;
+    size_t name_len = strlen(name);
+    if (name_len >= ST_NAME_MAX) {
+        set_err(err, err_size, "%s: tensor '%.40s...': name of %zu bytes is longer than ST_NAME_MAX - 1 (%d)",
+                path, name, name_len, ST_NAME_MAX - 1);
+        return -1;
+    }
+    memcpy(e->name, name, name_len + 1);
+    if (!cJSON_IsObject(item)) {
+        set_err(err, err_size, "%s: tensor '%s': entry is not an object", path, name);
+        return -1;
+    }
+
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
+    const cJSON *offsets = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+    const char *missing = !dtype ? "dtype" : !shape ? "shape" : !offsets ? "data_offsets" : NULL;
+    if (missing) {
+        set_err(err, err_size, "%s: tensor '%s': missing \"%s\"", path, name, missing);
+        return -1;
+    }
+
+    if (!cJSON_IsString(dtype)) {
+        set_err(err, err_size, "%s: tensor '%s': \"dtype\" is not a string", path, name);
+        return -1;
+    }
+    e->dtype = -1;
+    for (int i = 0; i < N_DTYPES; i++)
+        if (strcmp(dtype->valuestring, dtypes[i].name) == 0)
+            e->dtype = i;
+    if (e->dtype < 0) {
+        set_err(err, err_size, "%s: tensor '%s': unknown dtype \"%s\"", path, name, dtype->valuestring);
+        return -1;
+    }
+
+    if (!cJSON_IsArray(shape)) {
+        set_err(err, err_size, "%s: tensor '%s': \"shape\" is not an array", path, name);
+        return -1;
+    }
+    int rank = cJSON_GetArraySize(shape);
+    if (rank > ST_MAX_RANK) {
+        set_err(err, err_size, "%s: tensor '%s': rank %d is more than ST_MAX_RANK (%d)", path, name, rank, ST_MAX_RANK);
+        return -1;
+    }
+    e->rank = rank;
+    int d = 0;
+    for (const cJSON *x = shape->child; x; x = x->next, d++) {
+        if (cJSON_IsNumber(x) && x->valuedouble < 0) {
+            set_err(err, err_size, "%s: tensor '%s': negative dim %g in shape", path, name, x->valuedouble);
+            return -1;
+        }
+        if (!json_uint(x, &e->dim[d])) {
+            set_err(err, err_size, "%s: tensor '%s': shape[%d] is not an integer in [0, 2^53]", path, name, d);
+            return -1;
+        }
+    }
+
+    if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||
+        !json_uint(offsets->child, &e->begin) || !json_uint(offsets->child->next, &e->end)) {
+        set_err(err, err_size, "%s: tensor '%s': \"data_offsets\" is not [begin, end], two integers in [0, 2^53]",
+                path, name);
+        return -1;
+    }
+    if (e->end < e->begin) {
+        set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) end before they begin", path, name,
+                (long long)e->begin, (long long)e->end);
+        return -1;
+    }
+    if (e->end > data_len) {
+        set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) run past the end of the data (%lld bytes)",
+                path, name, (long long)e->begin, (long long)e->end, (long long)data_len);
+        return -1;
+    }
+    int64_t need = tensor_nbytes(e->rank, e->dim, dtypes[e->dtype].size);
+    if (need != e->end - e->begin) {
+        char sh[ST_MAX_RANK * 21 + 3];
+        shape_str(sh, sizeof sh, e->rank, e->dim);
+        if (need < 0)
+            set_err(err, err_size, "%s: tensor '%s': %s %s is too large", path, name, dtypes[e->dtype].name, sh);
+        else
+            set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) hold %lld bytes but %s %s needs %lld",
+                    path, name, (long long)e->begin, (long long)e->end, (long long)(e->end - e->begin),
+                    dtypes[e->dtype].name, sh, (long long)need);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_metadata(const char *path, st_file *f, const cJSON *meta, char *err, size_t err_size)
+{
+    if (f->meta_key) {
+        set_err(err, err_size, "%s: \"__metadata__\" appears twice in the header", path);
+        return -1;
+    }
+    if (!cJSON_IsObject(meta)) {
+        set_err(err, err_size, "%s: \"__metadata__\" is not an object", path);
+        return -1;
+    }
+    int n = cJSON_GetArraySize(meta);
+    f->meta_key = calloc((size_t)n + 1, sizeof *f->meta_key);
+    f->meta_value = calloc((size_t)n + 1, sizeof *f->meta_value);
+    if (!f->meta_key || !f->meta_value) {
+        set_err(err, err_size, "%s: out of memory", path);
+        return -1;
+    }
+    for (const cJSON *kv = meta->child; kv; kv = kv->next) {
+        if (!cJSON_IsString(kv)) {
+            set_err(err, err_size, "%s: \"__metadata__\" value of '%s' is not a string", path, kv->string);
+            return -1;
+        }
+        for (int j = 0; j < f->n_meta; j++)
+            if (strcmp(f->meta_key[j], kv->string) == 0) {
+                set_err(err, err_size, "%s: \"__metadata__\" key '%s' appears twice", path, kv->string);
+                return -1;
+            }
+        f->meta_key[f->n_meta] = strdup(kv->string);
+        f->meta_value[f->n_meta] = strdup(kv->valuestring);
+        if (!f->meta_key[f->n_meta] || !f->meta_value[f->n_meta]) {
+            free(f->meta_key[f->n_meta]);   /* the other is NULL */
+            free(f->meta_value[f->n_meta]);
+            f->meta_key[f->n_meta] = f->meta_value[f->n_meta] = NULL;
+            set_err(err, err_size, "%s: out of memory", path);
+            return -1;
+        }
+        f->n_meta++;
+    }
+    return 0;
+}
+
+/* Parse and check the header; fills f->entry, f->n and the metadata. */
+static int parse_header(const char *path, st_file *f, const char *hdr, size_t hdr_len, int64_t data_len,
+                        char *err, size_t err_size)
+{
+    size_t bad;
+    if (!utf8_valid((const unsigned char *)hdr, hdr_len, &bad)) {
+        set_err(err, err_size, "%s: header is not valid UTF-8 (byte %zu of the JSON)", path, bad);
+        return -1;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(hdr, hdr_len, &end, 0);
+    if (!root) {
+        size_t at = end && end >= hdr ? (size_t)(end - hdr) : 0;
+        set_err(err, err_size, "%s: header is not valid JSON (at byte %zu of %zu: \"%.20s\")", path, at, hdr_len,
+                at < hdr_len ? hdr + at : "");
+        return -1;
+    }
+    int rc = -1;
+    for (const char *p = end; p < hdr + hdr_len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            set_err(err, err_size, "%s: header has bytes after its JSON (at byte %zu of %zu)", path,
+                    (size_t)(p - hdr), hdr_len);
+            goto out;
+        }
+    if (!cJSON_IsObject(root)) {
+        set_err(err, err_size, "%s: header JSON is not an object", path);
+        goto out;
+    }
+    int n = 0;
+    for (const cJSON *item = root->child; item; item = item->next)
+        n += strcmp(item->string, "__metadata__") != 0;
+    f->entry = calloc((size_t)n + 1, sizeof *f->entry);
+    if (!f->entry) {
+        set_err(err, err_size, "%s: out of memory", path);
+        goto out;
+    }
+    for (const cJSON *item = root->child; item; item = item->next) {
+        if (strcmp(item->string, "__metadata__") == 0) {
+            if (parse_metadata(path, f, item, err, err_size) != 0)
+                goto out;
+        } else {
+            if (parse_entry(path, item, data_len, &f->entry[f->n], err, err_size) != 0)
+                goto out;
+            f->n++;
+        }
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Duplicate names and overlapping tensors, once every entry is known to be
+ * well formed; builds f->by_name. */
+static int check_entries(const char *path, st_file *f, char *err, size_t err_size)
+{
+    f->by_name = malloc(((size_t)f->n + 1) * sizeof *f->by_name);
+    st_entry **by_offset = malloc(((size_t)f->n + 1) * sizeof *by_offset);
+    int rc = -1;
+    if (!f->by_name || !by_offset) {
+        set_err(err, err_size, "%s: out of memory", path);
+        goto out;
+    }
+    int n_nonempty = 0;
+    for (int i = 0; i < f->n; i++) {
+        f->by_name[i] = &f->entry[i];
+        if (f->entry[i].end > f->entry[i].begin)   /* an empty tensor overlaps nothing */
+            by_offset[n_nonempty++] = &f->entry[i];
+    }
+    qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_entry_name);
+    for (int i = 1; i < f->n; i++)
+        if (strcmp(f->by_name[i - 1]->name, f->by_name[i]->name) == 0) {
+            set_err(err, err_size, "%s: tensor '%s' appears twice in the header", path, f->by_name[i]->name);
+            goto out;
+        }
+    qsort(by_offset, (size_t)n_nonempty, sizeof *by_offset, cmp_entry_offset);
+    for (int i = 1; i < n_nonempty; i++) {
+        const st_entry *a = by_offset[i - 1], *b = by_offset[i];
+        if (b->begin < a->end) {
+            set_err(err, err_size, "%s: tensors '%s' [%lld, %lld) and '%s' [%lld, %lld) overlap", path, a->name,
+                    (long long)a->begin, (long long)a->end, b->name, (long long)b->begin, (long long)b->end);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(by_offset);
+    return rc;
+}
+
+/* Point every entry at its data; F32/I32 tensors whose offset is not a
+ * multiple of 4 get an aligned copy (only files from other writers). */
+static int place_data(const char *path, st_file *f, char *err, size_t err_size)
+{
+    size_t aside = 0;
+    for (int i = 0; i < f->n; i++) {
+        const st_entry *e = &f->entry[i];
+        if (dtypes[e->dtype].st >= 0 && e->begin % dtypes[e->dtype].size != 0)
+            aside += ((size_t)(e->end - e->begin) + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
+    }
+    if (aside > 0 && !(f->aside = aligned_alloc(DATA_ALIGN, aside))) {
+        set_err(err, err_size, "%s: out of memory (%zu bytes)", path, aside);
+        return -1;
+    }
+    size_t at = 0;
+    for (int i = 0; i < f->n; i++) {
+        st_entry *e = &f->entry[i];
+        e->data = f->data + e->begin;
+        if (dtypes[e->dtype].st >= 0 && e->begin % dtypes[e->dtype].size != 0) {
+            memcpy(f->aside + at, e->data, (size_t)(e->end - e->begin));
+            e->data = f->aside + at;
+            at += ((size_t)(e->end - e->begin) + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
+        }
+    }
+    return 0;
+}
+
+st_file *st_open(const char *path, char *err, size_t err_size)
+{
+    if (!path) {
+        set_err(err, err_size, "st_open: path is NULL");
+        return NULL;
+    }
+    st_file *f = calloc(1, sizeof *f);
+    char *hdr = NULL;
+    int fd = -1;
+    if (!f) {
+        set_err(err, err_size, "%s: out of memory", path);
+        return NULL;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, err_size, "%s: not a regular file", path);
+        goto fail;
+    }
+    int64_t size = (int64_t)st.st_size;
+    unsigned char len8[8];
+    if (size < 8) {
+        set_err(err, err_size, "%s: truncated: %lld bytes, fewer than the 8-byte header length", path,
+                (long long)size);
+        goto fail;
+    }
+    if (read_all(fd, len8, 8) != 0)
+        goto read_error;
+    uint64_t hdr_len = 0;
+    for (int i = 0; i < 8; i++)
+        hdr_len |= (uint64_t)len8[i] << (8 * i);
+    if (hdr_len > (uint64_t)(size - 8)) {
+        set_err(err, err_size, "%s: header length %llu runs past the end of the file (%lld bytes after the length)",
+                path, (unsigned long long)hdr_len, (long long)(size - 8));
+        goto fail;
+    }
+    hdr = malloc((size_t)hdr_len + 1);
+    if (!hdr) {
+        set_err(err, err_size, "%s: out of memory (header of %llu bytes)", path, (unsigned long long)hdr_len);
+        goto fail;
+    }
+    if (read_all(fd, hdr, (size_t)hdr_len) != 0)
+        goto read_error;
+    hdr[hdr_len] = '\0';
+    int64_t data_len = size - 8 - (int64_t)hdr_len;
+    if (parse_header(path, f, hdr, (size_t)hdr_len, data_len, err, err_size) != 0 ||
+        check_entries(path, f, err, err_size) != 0)
+        goto fail;
+    free(hdr);
+    hdr = NULL;
+
+    size_t alloc = ((size_t)data_len + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
+    f->data = aligned_alloc(DATA_ALIGN, alloc ? alloc : DATA_ALIGN);
+    if (!f->data) {
+        set_err(err, err_size, "%s: out of memory (%lld bytes of data)", path, (long long)data_len);
+        goto fail;
+    }
+    if (read_all(fd, f->data, (size_t)data_len) != 0)
+        goto read_error;
+    if (place_data(path, f, err, err_size) != 0)
+        goto fail;
+    close(fd);
+    return f;
+
+read_error:
+    if (errno)
+        set_err(err, err_size, "%s: read failed: %s", path, strerror(errno));
+    else
+        set_err(err, err_size, "%s: file shrank while being read", path);
+fail:
+    if (fd >= 0)
+        close(fd);
+    free(hdr);
+    st_close(f);
+    return NULL;
+}
+
+int st_count(const st_file *f) { return f ? f->n : 0; }
+
+/* Fills out from e; 0, or -1 when its dtype does not load. */
+static int entry_tensor(const st_entry *e, st_tensor *out)
+{
+    memset(out, 0, sizeof *out);
+    memcpy(out->name, e->name, sizeof out->name);
+    out->rank = e->rank;
+    memcpy(out->dim, e->dim, sizeof out->dim);
+    if (dtypes[e->dtype].st < 0)
+        return -1;
+    out->dtype = (st_dtype)dtypes[e->dtype].st;
+    out->data = e->data;
+    return 0;
+}
+
+int st_get(const st_file *f, int i, st_tensor *out)
+{
+    if (!f || i < 0 || i >= f->n) {
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
+    return entry_tensor(&f->entry[i], out);
+}
+
+static int cmp_name_key(const void *key, const void *elem)
+{
+    return strcmp((const char *)key, (*(const st_entry *const *)elem)->name);
+}
+
+int st_find(const st_file *f, const char *name, st_tensor *out)
+{
+    if (!f || !name || f->n == 0)
+        return 0;
+    st_entry **hit = bsearch(name, f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name_key);
+    if (!hit)
+        return 0;
+    return entry_tensor(*hit, out) == 0 ? 1 : -1;
+}
+
+const char *st_metadata(const st_file *f, const char *key)
+{
+    if (!f || !key)
+        return NULL;
+    for (int i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_key[i], key) == 0)
+            return f->meta_value[i];
+    return NULL;
+}
+
+void st_close(st_file *f)
+{
+    if (!f)
+        return;
+    for (int i = 0; i < f->n_meta; i++) {
+        free(f->meta_key[i]);
+        free(f->meta_value[i]);
+    }
+    free(f->meta_key);
+    free(f->meta_value);
+    free(f->entry);
+    free(f->by_name);
+    free(f->data);
+    free(f->aside);
+    free(f);
+}
