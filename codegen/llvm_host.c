@@ -1,7 +1,8 @@
 /* llvm_host.c: the host program of one device, built with the LLVM C API
  * and emitted as an object file (see runtime/program.h for its contents).
  *
- * The schedule becomes a straight line of calls: for each op placed on the
+ * The schedule becomes two straight lines of calls, fusion_forward_backward
+ * and fusion_update (the optimizer's ops): for each op placed on the
  * device, in order,
  *
  *     %r = call i32 @rt_op_run(i8* <ops blob + i * sizeof(rt_op)>, i8* %arena, i8* %ctx)
@@ -55,7 +56,18 @@ static uint64_t graph_build_id(const ir_graph *g)
     return id;
 }
 
-/* The tensors main needs to find: sources (inputs, params, state) and the loss. */
+/* Is v the gradient of a param (grad.<param>)?  main dumps those. */
+static int is_param_gradient(const ir_graph *g, int32_t v)
+{
+    const char *name = ir_value_name(g, v);
+    if (g->values[v].role != ROLE_GRADIENT || strncmp(name, "grad.", 5) != 0)
+        return 0;
+    int32_t p = ir_find_value(g, name + 5);
+    return p >= 0 && g->values[p].role == ROLE_PARAM;
+}
+
+/* The tensors main needs to find: sources (inputs, params, state), the
+ * loss, and each param's gradient. */
 static int collect_tensors(const ir_graph *g, rt_tensor_info **out, int32_t *count, int32_t *loss)
 {
     rt_tensor_info *t = calloc((size_t)g->n_values + 1, sizeof *t);
@@ -65,7 +77,7 @@ static int collect_tensors(const ir_graph *g, rt_tensor_info **out, int32_t *cou
     *loss = -1;
     for (int32_t v = 0; v < g->n_values; v++) {
         const ir_value *val = &g->values[v];
-        if (val->producer >= 0 && v != g->loss)
+        if (val->producer >= 0 && v != g->loss && !is_param_gradient(g, v))
             continue;
         if (v == g->loss)
             *loss = n;
@@ -85,15 +97,19 @@ static int collect_tensors(const ir_graph *g, rt_tensor_info **out, int32_t *cou
     return 0;
 }
 
-/* i32 fusion_step(i8* arena, i8* ctx): one rt_op_run call per op. */
-static void add_step_function(LLVMModuleRef m, LLVMContextRef cx, int32_t n_ops, int32_t blob_len)
+/* i32 NAME(i8* arena, i8* ctx): one rt_op_run call for each of ops
+ * [first, end), in order; returns -1 at the first that fails. */
+static void add_step_function(LLVMModuleRef m, LLVMContextRef cx, const char *name, int32_t first, int32_t end,
+                              int32_t blob_len)
 {
     LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(cx), 0), i32 = LLVMInt32TypeInContext(cx);
     LLVMTypeRef i64 = LLVMInt64TypeInContext(cx);
     LLVMTypeRef run_params[3] = { i8p, i8p, i8p }, step_params[2] = { i8p, i8p };
     LLVMTypeRef run_type = LLVMFunctionType(i32, run_params, 3, 0);
-    LLVMValueRef run = LLVMAddFunction(m, "rt_op_run", run_type);
-    LLVMValueRef step = LLVMAddFunction(m, "fusion_step", LLVMFunctionType(i32, step_params, 2, 0));
+    LLVMValueRef run = LLVMGetNamedFunction(m, "rt_op_run");
+    if (!run)
+        run = LLVMAddFunction(m, "rt_op_run", run_type);
+    LLVMValueRef step = LLVMAddFunction(m, name, LLVMFunctionType(i32, step_params, 2, 0));
     LLVMValueRef ops = LLVMGetNamedGlobal(m, "fusion_ops_blob");
     LLVMTypeRef blob_type = LLVMArrayType(LLVMInt8TypeInContext(cx), (unsigned)blob_len);
 
@@ -103,7 +119,7 @@ static void add_step_function(LLVMModuleRef m, LLVMContextRef cx, int32_t n_ops,
     LLVMMoveBasicBlockBefore(block, fail);
     LLVMPositionBuilderAtEnd(b, block);
     LLVMValueRef arena = LLVMGetParam(step, 0), ctx = LLVMGetParam(step, 1);
-    for (int32_t i = 0; i < n_ops; i++) {
+    for (int32_t i = first; i < end; i++) {
         LLVMValueRef index[2] = { LLVMConstInt(i64, 0, 0), LLVMConstInt(i64, (uint64_t)i * sizeof(rt_op), 0) };
         LLVMValueRef op = LLVMConstInBoundsGEP2(blob_type, ops, index, 2);
         LLVMValueRef args[3] = { op, arena, ctx };
@@ -127,11 +143,12 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     for (int32_t i = 0; i < g->n_nodes; i++)
         n_ops += device_of(&g->nodes[i]) == dev->index;
     rt_op *ops = calloc((size_t)n_ops + 1, sizeof *ops);
+    ir_phase *ops_phase = calloc((size_t)n_ops + 1, sizeof *ops_phase);
     int64_t *offsets = malloc(((size_t)g->n_values + 1) * sizeof *offsets);
     rt_tensor_info *tensors = NULL;
     int32_t n_tensors = 0, loss = -1, k = 0;
     int rc = 0;
-    if (!ops || !offsets || collect_tensors(g, &tensors, &n_tensors, &loss)) {
+    if (!ops || !ops_phase || !offsets || collect_tensors(g, &tensors, &n_tensors, &loss)) {
         rc = diag_set(err, file, 0, "out of memory generating code");
         goto done;
     }
@@ -144,8 +161,10 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
         }
     }
     for (int32_t i = 0; i < g->n_nodes && rc == 0; i++)
-        if (device_of(&g->nodes[i]) == dev->index)
+        if (device_of(&g->nodes[i]) == dev->index) {
+            ops_phase[k] = g->nodes[i].phase;
             rc = lower_node(g, i, offsets, g->nodes[i].ws_offset, &ops[k++], err);
+        }
     if (rc)
         goto done;
 
@@ -172,7 +191,13 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     add_blob(m, cx, "fusion_manifest_blob", &manifest, sizeof manifest);
     add_blob(m, cx, "fusion_tensors_blob", tensors, (size_t)n_tensors * sizeof *tensors);
     add_blob(m, cx, "fusion_ops_blob", ops, (size_t)n_ops * sizeof *ops);
-    add_step_function(m, cx, n_ops, (int32_t)((size_t)n_ops * sizeof *ops));
+    /* The optimizer's ops come last (the optimizer pass appends them). */
+    int32_t first_update = n_ops;
+    while (first_update > 0 && ops_phase[first_update - 1] == PHASE_UPDATE)
+        first_update--;
+    int32_t blob_len = (int32_t)((size_t)n_ops * sizeof *ops);
+    add_step_function(m, cx, "fusion_forward_backward", 0, first_update, blob_len);
+    add_step_function(m, cx, "fusion_update", first_update, n_ops, blob_len);
 
     char *message = NULL;
     LLVMTargetRef target;
@@ -196,6 +221,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     LLVMContextDispose(cx);
 done:
     free(ops);
+    free(ops_phase);
     free(offsets);
     free(tensors);
     return rc;

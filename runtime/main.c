@@ -3,8 +3,11 @@
  * Linked with one device's generated host program (runtime/program.h), it:
  * reads the embedded manifest, allocates the arena, initialises the
  * parameters from a seed, and runs steps, each: the data loader writes the
- * inputs, fusion_step runs the schedule (forward, backward, AdamW), one
- * line of progress goes to stdout and one JSON object to the log.
+ * inputs, fusion_forward_backward and fusion_update run the schedule
+ * (forward, backward, AdamW), one line of progress goes to stdout and one
+ * JSON object to the log.  Checkpoints (--save, --resume) hold the params,
+ * the optimizer state, the step and the seed, as safetensors: batches
+ * depend only on (seed, step), so a resumed run continues bit for bit.
  *
  *   fusion-<device> --data FILE [--data FILE]... [--steps N] [--seed S] [--log FILE] [--threads N]
  *
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +32,7 @@
 #include "cpu/kernels.h"
 #include "data.h"
 #include "program.h"
+#include "safetensors.h"
 
 /* ---- the program ------------------------------------------------------------- */
 
@@ -97,20 +102,125 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* ---- checkpoints, weights, gradients (safetensors) ---------------------------- */
+
+#define CHECKPOINT_FILE "checkpoint.safetensors"
+
+static int has_role(const rt_tensor_info *ti, unsigned roles) { return (roles >> ti->role) & 1; }
+
+static st_tensor as_st(const program *p, const rt_tensor_info *ti)
+{
+    st_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "%s", ti->name);
+    t.dtype = ti->dtype == DT_I32 ? ST_I32 : ST_F32;
+    t.rank = ti->t.rank;
+    for (int i = 0; i < ti->t.rank; i++)
+        t.dim[i] = ti->t.dim[i];
+    t.data = p->arena + ti->t.offset;
+    return t;
+}
+
+/* Write the tensors of the given roles (bits of 1 << ir_role) to path. */
+static int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata)
+{
+    st_tensor *list = calloc((size_t)p->manifest.n_tensors + 1, sizeof *list);
+    int n = 0;
+    if (!list)
+        return fail("out of memory writing %s", path);
+    for (int32_t i = 0; i < p->manifest.n_tensors; i++)
+        if (has_role(&p->tensors[i], roles))
+            list[n++] = as_st(p, &p->tensors[i]);
+    char why[512];
+    int rc = st_write(path, list, n, metadata, why, sizeof why);
+    free(list);
+    return rc ? fail("%s", why) : 0;
+}
+
+/* Read every tensor of the given roles from f by name into the arena; the
+ * shapes must be the model's. */
+static int read_tensors(program *p, const st_file *f, const char *path, unsigned roles)
+{
+    for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
+        const rt_tensor_info *ti = &p->tensors[i];
+        if (!has_role(ti, roles))
+            continue;
+        st_tensor t;
+        int found = st_find(f, ti->name, &t);
+        if (found <= 0)
+            return fail("%s: %s tensor '%s'", path, found == 0 ? "has no" : "has an unsupported dtype for",
+                        ti->name);
+        st_tensor want = as_st(p, ti);
+        int same = t.dtype == want.dtype && t.rank == want.rank;
+        for (int k = 0; same && k < t.rank; k++)
+            same = t.dim[k] == want.dim[k];
+        if (!same)
+            return fail("%s: tensor '%s' has another shape or dtype than the model's", path, ti->name);
+        memcpy(p->arena + ti->t.offset, t.data, (size_t)numel(&ti->t) * 4);
+    }
+    return 0;
+}
+
+static unsigned role_bit(ir_role r) { return 1u << r; }
+
+static int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed)
+{
+    char path[4096], step_text[32], seed_text[32], build[32];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/" CHECKPOINT_FILE, dir);
+    snprintf(step_text, sizeof step_text, "%lld", (long long)step);
+    snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)seed);
+    snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
+    const char *metadata[] = { "fusion.model", p->manifest.model, "fusion.build_id", build,
+                               "fusion.step", step_text, "fusion.seed", seed_text, NULL };
+    return write_tensors(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata);
+}
+
+/* Params and state from DIR's checkpoint; *step and *seed from it. */
+static int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed)
+{
+    char path[4096], why[512], build[32];
+    snprintf(path, sizeof path, "%s/" CHECKPOINT_FILE, dir);
+    st_file *f = st_open(path, why, sizeof why);
+    if (!f)
+        return fail("%s", why);
+    const char *b = st_metadata(f, "fusion.build_id"), *s = st_metadata(f, "fusion.step");
+    const char *sd = st_metadata(f, "fusion.seed");
+    snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
+    int rc = 0;
+    if (!b || !s || !sd)
+        rc = fail("%s: not a fusion checkpoint (no fusion.build_id, fusion.step, fusion.seed)", path);
+    else if (strcmp(b, build) != 0)
+        rc = fail("%s: written by another compile (build %s, this program is build %s)", path, b, build);
+    else {
+        *step = strtoll(s, NULL, 10);
+        *seed = strtoull(sd, NULL, 10);
+        rc = read_tensors(p, f, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE));
+    }
+    st_close(f);
+    return rc;
+}
+
 static const char usage[] =
     "usage: %s --data FILE [--data FILE]... [--steps N] [--seed S] [--log FILE] [--threads N]\n"
     "  --data FILE    training data: text (bytes) or llm.c token shards; repeat to concatenate\n"
     "  --steps N      training steps (default 100)\n"
     "  --seed S       seeds the parameters and the batches (default 1)\n"
     "  --log FILE     also write one JSON object per step to FILE\n"
-    "  --threads N    CPU threads (default: the device's, from the cluster file)\n";
+    "  --threads N    CPU threads (default: the device's, from the cluster file)\n"
+    "  --save DIR     write a checkpoint to DIR at the end (and every --save-every K steps)\n"
+    "  --resume DIR   continue from DIR's checkpoint (its step and seed) up to --steps\n"
+    "  --init FILE    initial parameters from a safetensors file, by name\n"
+    "  --dump-grads FILE  write every parameter's gradient of the first step (safetensors)\n";
 
 typedef struct {
     const char *data[64];
     int         n_data;
-    const char *log;
-    int64_t     steps;
+    const char *log, *save, *resume, *init, *dump_grads;
+    int64_t     steps, save_every;
     uint64_t    seed;
+    int         seed_given;
     int         threads;
 } run_options;
 
@@ -130,10 +240,20 @@ static int parse_args(int argc, char **argv, run_options *o)
             o->data[o->n_data++] = v;
         else if (strcmp(a, "--log") == 0)
             o->log = v;
+        else if (strcmp(a, "--save") == 0)
+            o->save = v;
+        else if (strcmp(a, "--resume") == 0)
+            o->resume = v;
+        else if (strcmp(a, "--init") == 0)
+            o->init = v;
+        else if (strcmp(a, "--dump-grads") == 0)
+            o->dump_grads = v;
+        else if (strcmp(a, "--save-every") == 0 && (o->save_every = strtoll(v, &end, 10)) > 0 && *end == '\0')
+            ;
         else if (strcmp(a, "--steps") == 0 && (o->steps = strtoll(v, &end, 10)) >= 0 && *end == '\0')
             ;
         else if (strcmp(a, "--seed") == 0 && (o->seed = strtoull(v, &end, 10), *end == '\0' && v[0] != '-'))
-            ;
+            o->seed_given = 1;
         else if (strcmp(a, "--threads") == 0 && (o->threads = (int)strtol(v, &end, 10)) > 0 && *end == '\0')
             ;
         else
@@ -190,17 +310,43 @@ int main(int argc, char **argv)
     FILE *log = NULL;
     if (o.log && !(log = fopen(o.log, "w")))
         return fail("%s: cannot write the log: %s", o.log, strerror(errno));
-    init_params(&p, o.seed);
+    int64_t done = 0;
+    if (o.resume) {
+        uint64_t seed = o.seed;
+        if (resume_checkpoint(&p, o.resume, &done, &seed))
+            return 1;
+        if (o.seed_given && seed != o.seed)
+            return fail("%s: the checkpoint was trained with --seed %llu, not %llu", o.resume,
+                        (unsigned long long)seed, (unsigned long long)o.seed);
+        o.seed = seed;
+    } else {
+        init_params(&p, o.seed);
+    }
+    if (o.init) {
+        char why[512];
+        st_file *f = st_open(o.init, why, sizeof why);
+        if (!f)
+            return fail("%s", why);
+        int bad = read_tensors(&p, f, o.init, role_bit(ROLE_PARAM));
+        st_close(f);
+        if (bad)
+            return 1;
+    }
     printf("fusion: model %s on device %s: %lld-byte arena, %d threads, %lld steps of %lld tokens\n",
            p.manifest.model, p.manifest.device, (long long)p.manifest.arena_bytes, o.threads, (long long)o.steps,
            (long long)(B * T));
     fflush(stdout);
-    for (int64_t step = 1; step <= o.steps; step++) {
+    for (int64_t step = done + 1; step <= o.steps; step++) {
         rt_data_batch(&data, o.seed, step, (int32_t *)(p.arena + tokens->offset),
                       (int32_t *)(p.arena + targets->offset), B, T);
         rt_context ctx = { step, "" };
         double t0 = now();
-        if (fusion_step(p.arena, &ctx) != 0)
+        if (fusion_forward_backward(p.arena, &ctx) != 0)
+            return fail("step %lld: %s", (long long)step, ctx.msg);
+        if (o.dump_grads && step == done + 1 &&
+            write_tensors(&p, o.dump_grads, role_bit(ROLE_GRADIENT), NULL))
+            return 1;
+        if (fusion_update(p.arena, &ctx) != 0)
             return fail("step %lld: %s", (long long)step, ctx.msg);
         double dt = now() - t0;
         float loss = p.manifest.loss >= 0 ? *(float *)(p.arena + p.tensors[p.manifest.loss].t.offset) : NAN;
@@ -209,9 +355,14 @@ int main(int argc, char **argv)
         printf("step %5lld/%lld  loss %.4f  %8.0f tok/s  %7.1f ms/step\n", (long long)step, (long long)o.steps,
                (double)loss, (double)(B * T) / dt, dt * 1e3);
         fflush(stdout);
-        if (log)
+        if (log) {   /* flushed each step: the log is read while training runs */
             fprintf(log, "{\"step\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"ms\": %.3f}\n",
                     (long long)step, (double)loss, (double)(B * T) / dt, dt * 1e3);
+            fflush(log);
+        }
+        if (o.save && ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps) &&
+            save_checkpoint(&p, o.save, step, o.seed))
+            return 1;
     }
     if (log && fclose(log) != 0)
         return fail("%s: cannot finish the log", o.log);

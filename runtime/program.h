@@ -6,12 +6,15 @@
  *
  *   fusion_manifest_blob  an rt_manifest: model, device, arena size, counts
  *   fusion_tensors_blob   rt_tensor_info[n_tensors]: every input, param,
- *                         optimizer state and the loss, with its place in
- *                         the arena (the data loader, the initialiser, the
- *                         checkpoints and the log find them here)
+ *                         optimizer state, the loss and each param's
+ *                         gradient (grad.<param>), with its place in the
+ *                         arena (the data loader, the initialiser, the
+ *                         checkpoints, the log and --dump-grads find them)
  *   fusion_ops_blob       rt_op[n_ops]: the schedule's ops
- *   fusion_step(arena, ctx)  the schedule: a straight line of
- *                         rt_op_run(&ops[i], arena, ctx) calls
+ *   fusion_forward_backward(arena, ctx), fusion_update(arena, ctx)
+ *                         the schedule, split before the optimizer's ops (so
+ *                         gradients can be read between the two): straight
+ *                         lines of rt_op_run(&ops[i], arena, ctx) calls
  *
  * The blobs are the C structs' bytes (compiler and runtime are built
  * together, for the same ABI); main copies them out before use.
@@ -49,6 +52,7 @@ typedef struct {
 extern const unsigned char fusion_manifest_blob[];
 extern const unsigned char fusion_tensors_blob[];
 extern const unsigned char fusion_ops_blob[];
-int fusion_step(char *arena, rt_context *ctx);
+int fusion_forward_backward(char *arena, rt_context *ctx);
+int fusion_update(char *arena, rt_context *ctx);
 
 #endif

@@ -1,0 +1,70 @@
+# Checkpoints: 40 straight steps, against a run killed (kill -9) after its
+# first checkpoint (every 10 steps), resumed, and run to step 40: the same
+# losses and bitwise the same parameters and optimizer state.
+# Also --init (weights by name), --dump-grads, and the refusals.
+. "$(dirname "$0")/lib.sh"
+
+cat /usr/share/common-licenses/* > "$work/corpus.txt"
+small=(--set vocab=256 --set ctx=32 --set layers=2 --set dim=64 --set heads=2 --set batch=8 --set seq=32
+       --set lr=3e-3 --set warmup=4 --set steps=40)
+"$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/out" "${small[@]}" >/dev/null || fail "compile"
+exe="$work/out/cpu0/fusion-cpu0"
+losses() { awk '/^step /{print $2, $4}' "$1"; }
+
+"$exe" --data "$work/corpus.txt" --steps 40 --seed 9 --save "$work/straight" >"$work/straight.out" 2>&1 ||
+  fail "straight run: $(tail -2 "$work/straight.out")"
+
+# Save every 10 steps, and kill -9 the process once its first checkpoint is there.
+"$exe" --data "$work/corpus.txt" --steps 1000000 --seed 9 --save "$work/ckpt" --save-every 10 \
+  --log "$work/killed.jsonl" >"$work/killed.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 3000); do
+  [ -e "$work/ckpt/checkpoint.safetensors" ] && break
+  sleep 0.01
+done
+kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+[ -s "$work/ckpt/checkpoint.safetensors" ] && pass || fail "no checkpoint after the kill"
+# A kill during a save leaves at most a temporary file beside the whole checkpoint.
+expect_eq "whole files in the checkpoint folder" "checkpoint.safetensors" "$(ls "$work/ckpt" | grep -v '\.tmp\.' || true)"
+"$exe" --data "$work/corpus.txt" --steps 40 --resume "$work/ckpt" --save "$work/resumed" >"$work/resumed.out" 2>&1 ||
+  fail "resumed run: $(tail -2 "$work/resumed.out")"
+first_resumed=$(losses "$work/resumed.out" | head -1 | cut -d/ -f1)
+killed_at=$(grep -c '"step"' "$work/killed.jsonl")
+case "$first_resumed" in 11|21|31) pass ;; *) fail "resumed at step '$first_resumed', expected 11, 21 or 31" ;; esac
+[ "$killed_at" -ge "$((first_resumed - 1))" ] && [ "$killed_at" -lt 40 ] && pass ||
+  fail "the killed run reached step $killed_at; the resume started at $first_resumed"
+expect_eq "losses after the resume" "$(losses "$work/straight.out" | awk -v s="$first_resumed" '{ split($1, a, "/"); if (a[1] >= s) print }')" \
+  "$(losses "$work/resumed.out")"
+if cmp -s "$work/straight/checkpoint.safetensors" "$work/resumed/checkpoint.safetensors"; then pass
+else fail "params and optimizer state at step 20 differ between the straight and the resumed run"; fi
+
+# --init: weights by name; the step-20 params as initial weights give another loss than the seed's.
+"$exe" --data "$work/corpus.txt" --steps 1 --seed 9 --init "$work/straight/checkpoint.safetensors" >"$work/init.out" ||
+  fail "--init run"
+init_loss=$(losses "$work/init.out" | awk '{print $2}')
+seed_loss=$(losses "$work/straight.out" | head -1 | awk '{print $2}')
+awk -v a="$init_loss" -v b="$seed_loss" 'BEGIN { exit !(a < b - 0.3) }' && pass ||
+  fail "--init with trained weights: first loss $init_loss, expected well under the fresh $seed_loss"
+
+# --dump-grads: one gradient per parameter, named grad.<param>.
+"$exe" --data "$work/corpus.txt" --steps 1 --dump-grads "$work/grads.safetensors" >/dev/null || fail "--dump-grads run"
+names=$(/usr/bin/python3 -c '
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+print(len([k for k in h if k.startswith("grad.")]), len([k for k in h if k != "__metadata__"]))' "$work/grads.safetensors")
+params=$(grep -c '^param ' "$work/out/cpu0/manifest.txt")
+expect_eq "gradients dumped (grad.*, all)" "$params $params" "$names"
+
+# Refusals: one line, non-zero exit.
+"$exe" --data "$work/corpus.txt" --steps 20 --resume "$work/nothing" >/dev/null 2>"$work/err"; expect_eq "resume from nothing" 1 $?
+grep -q "nothing/checkpoint.safetensors" "$work/err" && pass || fail "resume message: $(cat "$work/err")"
+"$exe" --data "$work/corpus.txt" --steps 20 --seed 3 --resume "$work/ckpt" >/dev/null 2>"$work/err"
+expect_eq "resume with another seed" 1 $?
+grep -q "was trained with --seed 9, not 3" "$work/err" && pass || fail "seed message: $(cat "$work/err")"
+"$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/other" "${small[@]}" --set lr=1e-3 >/dev/null
+"$work/other/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 20 --resume "$work/ckpt" >/dev/null 2>"$work/err"
+expect_eq "resume in another compile" 1 $?
+grep -q "written by another compile" "$work/err" && pass || fail "build message: $(cat "$work/err")"
+finish
