@@ -106,7 +106,12 @@ static double now(void)
 
 #define CHECKPOINT_FILE "checkpoint.safetensors"
 
-static int has_role(const rt_tensor_info *ti, unsigned roles) { return (roles >> ti->role) & 1; }
+/* Role bits (1 << ir_role) select tensors; LOSS_ROLE selects the loss. */
+#define LOSS_ROLE (1u << 31)
+static int is_loss(const program *p, const rt_tensor_info *ti)
+{
+    return p->manifest.loss >= 0 && ti == &p->tensors[p->manifest.loss];
+}
 
 static st_tensor as_st(const program *p, const rt_tensor_info *ti)
 {
@@ -129,7 +134,7 @@ static int write_tensors(const program *p, const char *path, unsigned roles, con
     if (!list)
         return fail("out of memory writing %s", path);
     for (int32_t i = 0; i < p->manifest.n_tensors; i++)
-        if (has_role(&p->tensors[i], roles))
+        if (((roles >> p->tensors[i].role) & 1) || ((roles & LOSS_ROLE) && is_loss(p, &p->tensors[i])))
             list[n++] = as_st(p, &p->tensors[i]);
     char why[512];
     int rc = st_write(path, list, n, metadata, why, sizeof why);
@@ -143,7 +148,7 @@ static int read_tensors(program *p, const st_file *f, const char *path, unsigned
 {
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
-        if (!has_role(ti, roles))
+        if (!((roles >> ti->role) & 1))
             continue;
         st_tensor t;
         int found = st_find(f, ti->name, &t);
@@ -212,12 +217,13 @@ static const char usage[] =
     "  --save DIR     write a checkpoint to DIR at the end (and every --save-every K steps)\n"
     "  --resume DIR   continue from DIR's checkpoint (its step and seed) up to --steps\n"
     "  --init FILE    initial parameters from a safetensors file, by name\n"
-    "  --dump-grads FILE  write every parameter's gradient of the first step (safetensors)\n";
+    "  --inputs FILE  the model's inputs, by name, from a safetensors file (the same every step)\n"
+    "  --dump-grads FILE  write the first step's inputs, loss and every parameter's gradient\n";
 
 typedef struct {
     const char *data[64];
     int         n_data;
-    const char *log, *save, *resume, *init, *dump_grads;
+    const char *log, *save, *resume, *init, *dump_grads, *inputs;
     int64_t     steps, save_every;
     uint64_t    seed;
     int         seed_given;
@@ -248,6 +254,8 @@ static int parse_args(int argc, char **argv, run_options *o)
             o->init = v;
         else if (strcmp(a, "--dump-grads") == 0)
             o->dump_grads = v;
+        else if (strcmp(a, "--inputs") == 0)
+            o->inputs = v;
         else if (strcmp(a, "--save-every") == 0 && (o->save_every = strtoll(v, &end, 10)) > 0 && *end == '\0')
             ;
         else if (strcmp(a, "--steps") == 0 && (o->steps = strtoll(v, &end, 10)) >= 0 && *end == '\0')
@@ -265,8 +273,8 @@ static int parse_args(int argc, char **argv, run_options *o)
         fprintf(stderr, usage, argv[0]);
         return 2;
     }
-    if (o->n_data == 0) {
-        fprintf(stderr, "%s: --data FILE is required\n\n", argv[0]);
+    if (o->n_data == 0 && !o->inputs) {
+        fprintf(stderr, "%s: --data FILE (or --inputs FILE) is required\n\n", argv[0]);
         fprintf(stderr, usage, argv[0]);
         return 2;
     }
@@ -295,18 +303,37 @@ int main(int argc, char **argv)
     memset(p.arena, 0, (size_t)p.manifest.arena_bytes);
     kernel_threads_set(o.threads);
 
-    int32_t tokens_at, targets_at;
-    if (find_token_inputs(&p, &tokens_at, &targets_at))
-        return 1;
-    const rt_tensor *tokens = &p.tensors[tokens_at].t, *targets = &p.tensors[targets_at].t;
-    int64_t B = tokens->dim[0], T = tokens->dim[1];
+    /* Inputs: token batches from --data, or fixed tensors from --inputs. */
+    int32_t tokens_at = -1, targets_at = -1;
+    int64_t B = 0, T = 0, samples = 1;
     rt_data data = { 0 };
     char why[512];
-    for (int i = 0; i < o.n_data; i++)
-        if (rt_data_load(&data, o.data[i], why, sizeof why))
+    if (o.inputs) {
+        st_file *f = st_open(o.inputs, why, sizeof why);
+        if (!f)
             return fail("%s", why);
-    if (data.n < T + 2)
-        return fail("%s: %lld tokens is too few for sequences of %lld", o.data[0], (long long)data.n, (long long)T);
+        int bad = read_tensors(&p, f, o.inputs, role_bit(ROLE_INPUT));
+        st_close(f);
+        if (bad)
+            return 1;
+        for (int32_t i = 0; i < p.manifest.n_tensors; i++)
+            if (p.tensors[i].role == ROLE_INPUT && p.tensors[i].t.rank > 0) {
+                samples = numel(&p.tensors[i].t);
+                break;
+            }
+    } else {
+        if (find_token_inputs(&p, &tokens_at, &targets_at))
+            return 1;
+        B = p.tensors[tokens_at].t.dim[0];
+        T = p.tensors[tokens_at].t.dim[1];
+        samples = B * T;
+        for (int i = 0; i < o.n_data; i++)
+            if (rt_data_load(&data, o.data[i], why, sizeof why))
+                return fail("%s", why);
+        if (data.n < T + 2)
+            return fail("%s: %lld tokens is too few for sequences of %lld", o.data[0], (long long)data.n,
+                        (long long)T);
+    }
     FILE *log = NULL;
     if (o.log && !(log = fopen(o.log, "w")))
         return fail("%s: cannot write the log: %s", o.log, strerror(errno));
@@ -332,19 +359,20 @@ int main(int argc, char **argv)
         if (bad)
             return 1;
     }
-    printf("fusion: model %s on device %s: %lld-byte arena, %d threads, %lld steps of %lld tokens\n",
+    printf("fusion: model %s on device %s: %lld-byte arena, %d threads, %lld steps of %lld %s\n",
            p.manifest.model, p.manifest.device, (long long)p.manifest.arena_bytes, o.threads, (long long)o.steps,
-           (long long)(B * T));
+           (long long)samples, o.inputs ? "input values" : "tokens");
     fflush(stdout);
     for (int64_t step = done + 1; step <= o.steps; step++) {
-        rt_data_batch(&data, o.seed, step, (int32_t *)(p.arena + tokens->offset),
-                      (int32_t *)(p.arena + targets->offset), B, T);
+        if (!o.inputs)
+            rt_data_batch(&data, o.seed, step, (int32_t *)(p.arena + p.tensors[tokens_at].t.offset),
+                          (int32_t *)(p.arena + p.tensors[targets_at].t.offset), B, T);
         rt_context ctx = { step, "" };
         double t0 = now();
         if (fusion_forward_backward(p.arena, &ctx) != 0)
             return fail("step %lld: %s", (long long)step, ctx.msg);
         if (o.dump_grads && step == done + 1 &&
-            write_tensors(&p, o.dump_grads, role_bit(ROLE_GRADIENT), NULL))
+            write_tensors(&p, o.dump_grads, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE, NULL))
             return 1;
         if (fusion_update(p.arena, &ctx) != 0)
             return fail("step %lld: %s", (long long)step, ctx.msg);
@@ -353,11 +381,11 @@ int main(int argc, char **argv)
         if (!isfinite(loss))
             return fail("step %lld: the loss is %f: training diverged", (long long)step, (double)loss);
         printf("step %5lld/%lld  loss %.4f  %8.0f tok/s  %7.1f ms/step\n", (long long)step, (long long)o.steps,
-               (double)loss, (double)(B * T) / dt, dt * 1e3);
+               (double)loss, (double)samples / dt, dt * 1e3);
         fflush(stdout);
         if (log) {   /* flushed each step: the log is read while training runs */
             fprintf(log, "{\"step\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"ms\": %.3f}\n",
-                    (long long)step, (double)loss, (double)(B * T) / dt, dt * 1e3);
+                    (long long)step, (double)loss, (double)samples / dt, dt * 1e3);
             fflush(log);
         }
         if (o.save && ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps) &&

@@ -46,16 +46,16 @@ seed_loss=$(losses "$work/straight.out" | head -1 | awk '{print $2}')
 awk -v a="$init_loss" -v b="$seed_loss" 'BEGIN { exit !(a < b - 0.3) }' && pass ||
   fail "--init with trained weights: first loss $init_loss, expected well under the fresh $seed_loss"
 
-# --dump-grads: one gradient per parameter, named grad.<param>.
+# --dump-grads: one gradient per parameter (grad.<param>), the inputs and the loss.
 "$exe" --data "$work/corpus.txt" --steps 1 --dump-grads "$work/grads.safetensors" >/dev/null || fail "--dump-grads run"
 names=$(/usr/bin/python3 -c '
 import json, struct, sys
 with open(sys.argv[1], "rb") as f:
     n = struct.unpack("<Q", f.read(8))[0]
     h = json.loads(f.read(n))
-print(len([k for k in h if k.startswith("grad.")]), len([k for k in h if k != "__metadata__"]))' "$work/grads.safetensors")
+print(len([k for k in h if k.startswith("grad.")]), " ".join(sorted(k for k in h if k != "__metadata__" and not k.startswith("grad."))))' "$work/grads.safetensors")
 params=$(grep -c '^param ' "$work/out/cpu0/manifest.txt")
-expect_eq "gradients dumped (grad.*, all)" "$params $params" "$names"
+expect_eq "tensors dumped (gradients, then the rest)" "$params idx loss targets" "$names"
 
 # Refusals: one line, non-zero exit.
 "$exe" --data "$work/corpus.txt" --steps 20 --resume "$work/nothing" >/dev/null 2>"$work/err"; expect_eq "resume from nothing" 1 $?

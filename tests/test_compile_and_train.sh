@@ -42,7 +42,7 @@ grep -q "token shard version 7, expected 1" "$work/err" && pass || fail "bad sha
 
 # Bad arguments and data: one line, non-zero exit.
 "$exe" --steps 3 >/dev/null 2>"$work/err"; expect_eq "no --data exit" 2 $?
-grep -q -- "--data FILE is required" "$work/err" && pass || fail "no --data message: $(cat "$work/err")"
+grep -q -- "--data FILE (or --inputs FILE) is required" "$work/err" && pass || fail "no --data message: $(cat "$work/err")"
 "$exe" --data "$work/missing.txt" --steps 3 >/dev/null 2>"$work/err"; expect_eq "missing data exit" 1 $?
 grep -q "missing.txt: cannot open the data" "$work/err" && pass || fail "missing data message: $(cat "$work/err")"
 printf 'short' >"$work/short.txt"

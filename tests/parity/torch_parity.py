@@ -1,0 +1,259 @@
+"""torch_parity.py: PyTorch as the independent reference for fusion's
+compiled models (run with Debian's /usr/bin/python3 and python3-torch).
+
+  torch_parity.py make  KIND CONFIG WEIGHTS INPUTS SEED
+      write random weights (every param of the model, by fusion's names) and
+      one batch of inputs as safetensors files
+  torch_parity.py grads KIND CONFIG WEIGHTS DUMP
+      recompute the loss and every gradient of the dumped step with torch
+      and compare: per tensor, max |fusion - torch| <= 1e-4 * max |torch|
+  torch_parity.py adamw KIND CONFIG WEIGHTS INPUTS CHECKPOINT STEPS
+      run STEPS steps of torch.optim.AdamW from WEIGHTS on INPUTS and compare
+      the parameters with fusion's checkpoint after the same steps
+
+KIND is gpt2, mlp or resnet; CONFIG is "name=value,..." of the --set options
+the model was compiled with (sizes and the optimizer's settings).  The torch
+models are written out functionally over a dict of tensors named as fusion
+names them, so no mapping table stands between the two.  Exits 1 (printing
+the tensor, the difference and its bound) on any mismatch.
+"""
+import json
+import math
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+TOL = 1e-4
+
+# ---- safetensors with the standard library ------------------------------------
+
+def st_read(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = e["data_offsets"]
+        dtype = {"F32": torch.float32, "I32": torch.int32}[e["dtype"]]
+        t = torch.frombuffer(bytearray(data[begin:end]), dtype=dtype) if end > begin else torch.empty(0, dtype=dtype)
+        out[name] = t.reshape(e["shape"]).clone()
+    return out
+
+
+def st_write(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        raw = t.contiguous().numpy().tobytes()
+        header[name] = {"dtype": {torch.float32: "F32", torch.int32: "I32"}[t.dtype],
+                        "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+# ---- the models, functionally over fusion's parameter names --------------------
+
+def gpt2_params(c):
+    d, L, V = c["dim"], c["layers"], c["vocab"]
+    shapes = {"wte": (V, d), "wpe": (c["ctx"], d), "ln_f.w": (d,), "ln_f.b": (d,)}
+    for i in range(L):
+        p = f"h.{i}."
+        shapes.update({p + "ln_1.w": (d,), p + "ln_1.b": (d,), p + "attn.c_attn.w": (3 * d, d),
+                       p + "attn.c_attn.b": (3 * d,), p + "attn.c_proj.w": (d, d), p + "attn.c_proj.b": (d,),
+                       p + "ln_2.w": (d,), p + "ln_2.b": (d,), p + "mlp.c_fc.w": (4 * d, d),
+                       p + "mlp.c_fc.b": (4 * d,), p + "mlp.c_proj.w": (d, 4 * d), p + "mlp.c_proj.b": (d,)})
+    return shapes
+
+
+def gpt2_inputs(c, g):
+    shape = (c["batch"], c["seq"])
+    return {"idx": torch.randint(0, c["vocab"], shape, generator=g, dtype=torch.int32),
+            "targets": torch.randint(0, c["vocab"], shape, generator=g, dtype=torch.int32)}
+
+
+def gpt2_loss(c, P, I):
+    idx, targets = I["idx"].long(), I["targets"].long()
+    B, T = idx.shape
+    d, H = c["dim"], c["heads"]
+    x = P["wte"][idx] + P["wpe"][torch.arange(T)]
+    for i in range(c["layers"]):
+        p = f"h.{i}."
+        h = F.layer_norm(x, (d,), P[p + "ln_1.w"], P[p + "ln_1.b"], 1e-5)
+        q, k, v = F.linear(h, P[p + "attn.c_attn.w"], P[p + "attn.c_attn.b"]).split(d, dim=2)
+        q, k, v = (t.view(B, T, H, d // H).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // H)
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, d)
+        x = x + F.linear(y, P[p + "attn.c_proj.w"], P[p + "attn.c_proj.b"])
+        h = F.layer_norm(x, (d,), P[p + "ln_2.w"], P[p + "ln_2.b"], 1e-5)
+        h = F.gelu(F.linear(h, P[p + "mlp.c_fc.w"], P[p + "mlp.c_fc.b"]), approximate="tanh")
+        x = x + F.linear(h, P[p + "mlp.c_proj.w"], P[p + "mlp.c_proj.b"])
+    logits = F.linear(F.layer_norm(x, (d,), P["ln_f.w"], P["ln_f.b"], 1e-5), P["wte"])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def mlp_params(c):
+    shapes = {}
+    for i in range(c["layers"]):
+        fan_in = c["in_dim"] if i == 0 else c["hidden"]
+        shapes.update({f"fc.{i}.w": (c["hidden"], fan_in), f"fc.{i}.b": (c["hidden"],)})
+    last = c["in_dim"] if c["layers"] == 0 else c["hidden"]
+    shapes.update({"head.w": (c["classes"], last), "head.b": (c["classes"],)})
+    return shapes
+
+
+def mlp_inputs(c, g):
+    return {"x": torch.randn(c["batch"], c["in_dim"], generator=g),
+            "labels": torch.randint(0, c["classes"], (c["batch"],), generator=g, dtype=torch.int32)}
+
+
+def mlp_loss(c, P, I):
+    h = I["x"]
+    for i in range(c["layers"]):
+        h = F.relu(F.linear(h, P[f"fc.{i}.w"], P[f"fc.{i}.b"]))
+    return F.cross_entropy(F.linear(h, P["head.w"], P["head.b"]), I["labels"].long())
+
+
+def resnet_blocks(c):
+    n = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3]}[c["depth"]]
+    expansion = 4 if c["depth"] >= 50 else 1
+    for s in range(1, 5):
+        width = 64 * 2 ** (s - 1)
+        for b in range(n[s - 1]):
+            inplanes = width * expansion if b > 0 else (64 if s == 1 else width // 2 * expansion)
+            stride = 2 if b == 0 and s > 1 else 1
+            yield f"layer.{s}.{b}.", width, inplanes, width * expansion, stride, expansion
+
+
+def resnet_params(c):
+    shapes = {"conv1.w": (64, 3, 7, 7), "bn1.w": (64,), "bn1.b": (64,)}
+    for p, width, inplanes, out, stride, expansion in resnet_blocks(c):
+        if expansion == 4:
+            shapes.update({p + "conv1.w": (width, inplanes, 1, 1), p + "conv2.w": (width, width, 3, 3),
+                           p + "conv3.w": (out, width, 1, 1), p + "bn3.w": (out,), p + "bn3.b": (out,)})
+        else:
+            shapes.update({p + "conv1.w": (width, inplanes, 3, 3), p + "conv2.w": (width, width, 3, 3)})
+        shapes.update({p + "bn1.w": (width,), p + "bn1.b": (width,), p + "bn2.w": (width,), p + "bn2.b": (width,)})
+        if inplanes != out or stride != 1:
+            shapes.update({p + "downsample.0.w": (out, inplanes, 1, 1), p + "downsample.1.w": (out,),
+                           p + "downsample.1.b": (out,)})
+    last = 512 * (4 if c["depth"] >= 50 else 1)
+    shapes.update({"fc.w": (c["classes"], last), "fc.b": (c["classes"],)})
+    return shapes
+
+
+def resnet_inputs(c, g):
+    return {"image": torch.randn(c["batch"], 3, c["size"], c["size"], generator=g),
+            "labels": torch.randint(0, c["classes"], (c["batch"],), generator=g, dtype=torch.int32)}
+
+
+def bn(x, P, name):
+    return F.batch_norm(x, None, None, P[name + ".w"], P[name + ".b"], training=True, eps=1e-5)
+
+
+def resnet_loss(c, P, I):
+    x = F.relu(bn(F.conv2d(I["image"], P["conv1.w"], stride=2, padding=3), P, "bn1"))
+    x = F.max_pool2d(x, 3, 2, 1)
+    for p, width, inplanes, out, stride, expansion in resnet_blocks(c):
+        if expansion == 4:
+            h = F.relu(bn(F.conv2d(x, P[p + "conv1.w"]), P, p + "bn1"))
+            h = F.relu(bn(F.conv2d(h, P[p + "conv2.w"], stride=stride, padding=1), P, p + "bn2"))
+            h = bn(F.conv2d(h, P[p + "conv3.w"]), P, p + "bn3")
+        else:
+            h = F.relu(bn(F.conv2d(x, P[p + "conv1.w"], stride=stride, padding=1), P, p + "bn1"))
+            h = bn(F.conv2d(h, P[p + "conv2.w"], padding=1), P, p + "bn2")
+        if p + "downsample.0.w" in P:
+            x = bn(F.conv2d(x, P[p + "downsample.0.w"], stride=stride), P, p + "downsample.1")
+        x = F.relu(h + x)
+    x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+    return F.cross_entropy(F.linear(x, P["fc.w"], P["fc.b"]), I["labels"].long())
+
+
+MODELS = {"gpt2": (gpt2_params, gpt2_inputs, gpt2_loss),
+          "mlp": (mlp_params, mlp_inputs, mlp_loss),
+          "resnet": (resnet_params, resnet_inputs, resnet_loss)}
+DEFAULTS = {"gpt2": {"attn_parts": 0}, "mlp": {}, "resnet": {}}
+OPTIMIZER = {"lr": 6e-4, "beta1": 0.9, "beta2": 0.999, "adam_eps": 1e-8, "weight_decay": 0.0,
+             "grad_clip": 0.0, "warmup": 0, "steps": 0, "min_lr": 0.0}
+
+
+def config(kind, text):
+    c = dict(DEFAULTS[kind])
+    c.update(OPTIMIZER)
+    for item in filter(None, text.split(",")):
+        k, v = item.split("=")
+        c[k] = float(v) if any(ch in v for ch in ".e") else int(v)
+    return c
+
+
+def compare(what, ours, ref):
+    bound = TOL * max(ref.abs().max().item(), 1e-30)
+    diff = (ours - ref).abs().max().item()
+    ok = diff <= bound
+    if not ok:
+        print(f"FAIL: {what}: max |fusion - torch| = {diff:.3g}, bound {bound:.3g} (max |torch| {ref.abs().max().item():.3g})")
+    return ok
+
+
+def main():
+    torch.set_num_threads(2)
+    mode, kind = sys.argv[1], sys.argv[2]
+    c = config(kind, sys.argv[3])
+    make_params, make_inputs, loss_fn = MODELS[kind]
+    if mode == "make":
+        weights, inputs, seed = sys.argv[4], sys.argv[5], int(sys.argv[6])
+        g = torch.Generator().manual_seed(seed)
+        P = {n: torch.randn(*s, generator=g) * (0.3 if len(s) < 2 else 1.0 / math.sqrt(s[1] * (s[2] * s[3] if len(s) == 4 else 1)))
+             + (1.0 if n.endswith(".w") and len(s) == 1 else 0.0)
+             for n, s in make_params(c).items()}
+        st_write(weights, P)
+        st_write(inputs, make_inputs(c, g))
+        return 0
+    P = {n: t.requires_grad_() for n, t in st_read(sys.argv[4]).items()}
+    if mode == "grads":
+        dump = st_read(sys.argv[5])
+        loss = loss_fn(c, P, dump)
+        loss.backward()
+        ok = compare("loss", dump["loss"].reshape(()), loss.detach())
+        for name, p in P.items():
+            ok &= compare("grad." + name, dump["grad." + name], p.grad)
+        print(f"{kind}: loss {loss.item():.6f}, {len(P)} gradients compared: {'match' if ok else 'DIFFER'}")
+        return 0 if ok else 1
+    inputs, checkpoint, steps = st_read(sys.argv[5]), st_read(sys.argv[6]), int(sys.argv[7])
+    decay = [p for p in P.values() if p.dim() >= 2]
+    rest = [p for p in P.values() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
+                             {"params": rest, "weight_decay": 0.0}],
+                            lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["adam_eps"])
+
+    def schedule(e):   # fusion's rate at step e + 1, over the peak rate
+        t, lr, w, n, lo = e + 1, c["lr"], c["warmup"], c["steps"], c["min_lr"]
+        if w > 0 and t <= w:
+            return t / w
+        if n <= 0:
+            return 1.0
+        r = min(1.0, (t - w) / (n - w))
+        return (lo + 0.5 * (1 + math.cos(math.pi * r)) * (lr - lo)) / lr
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_fn(c, P, inputs).backward()
+        if c["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(P.values(), c["grad_clip"])
+        opt.step()
+        sched.step()
+    ok = all([compare(name, checkpoint[name], p.detach()) for name, p in P.items()])
+    print(f"{kind}: {len(P)} parameters after {steps} AdamW steps: {'match' if ok else 'DIFFER'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
