@@ -3,6 +3,7 @@
 # losses and bitwise the same parameters and optimizer state.
 # Also --init (weights by name), --dump-grads, and the refusals.
 . "$(dirname "$0")/lib.sh"
+no_leak_scan_in_threaded_programs
 
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
 small=(--set vocab=256 --set ctx=32 --set layers=2 --set dim=64 --set heads=2 --set batch=8 --set seq=32

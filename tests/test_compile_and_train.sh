@@ -2,6 +2,7 @@
 # text, its loss falling; the program refuses bad arguments and bad data
 # with one clear line; a failed compile leaves no executable behind.
 . "$(dirname "$0")/lib.sh"
+no_leak_scan_in_threaded_programs
 
 # Training text from base-files (on every Debian): the licence texts.
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
