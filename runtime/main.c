@@ -168,6 +168,18 @@ static int read_tensors(program *p, const st_file *f, const char *path, unsigned
 
 static unsigned role_bit(ir_role r) { return 1u << r; }
 
+/* read_tensors from the safetensors file at path (--init, --inputs). */
+static int read_file_tensors(program *p, const char *path, unsigned roles)
+{
+    char why[512];
+    st_file *f = st_open(path, why, sizeof why);
+    if (!f)
+        return fail("%s", why);
+    int rc = read_tensors(p, f, path, roles);
+    st_close(f);
+    return rc;
+}
+
 static int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed)
 {
     char path[4096], step_text[32], seed_text[32], build[32];
@@ -309,12 +321,7 @@ int main(int argc, char **argv)
     rt_data data = { 0 };
     char why[512];
     if (o.inputs) {
-        st_file *f = st_open(o.inputs, why, sizeof why);
-        if (!f)
-            return fail("%s", why);
-        int bad = read_tensors(&p, f, o.inputs, role_bit(ROLE_INPUT));
-        st_close(f);
-        if (bad)
+        if (read_file_tensors(&p, o.inputs, role_bit(ROLE_INPUT)))
             return 1;
         for (int32_t i = 0; i < p.manifest.n_tensors; i++)
             if (p.tensors[i].role == ROLE_INPUT && p.tensors[i].t.rank > 0) {
@@ -349,16 +356,8 @@ int main(int argc, char **argv)
     } else {
         init_params(&p, o.seed);
     }
-    if (o.init) {
-        char why[512];
-        st_file *f = st_open(o.init, why, sizeof why);
-        if (!f)
-            return fail("%s", why);
-        int bad = read_tensors(&p, f, o.init, role_bit(ROLE_PARAM));
-        st_close(f);
-        if (bad)
-            return 1;
-    }
+    if (o.init && read_file_tensors(&p, o.init, role_bit(ROLE_PARAM)))
+        return 1;
     printf("fusion: model %s on device %s: %lld-byte arena, %d threads, %lld steps of %lld %s\n",
            p.manifest.model, p.manifest.device, (long long)p.manifest.arena_bytes, o.threads, (long long)o.steps,
            (long long)samples, o.inputs ? "input values" : "tokens");
