@@ -15,6 +15,7 @@ packages=(
   libopenblas-dev                    # CPU matrix products
   graphviz                           # rendering `fusionc dump --format dot` in tests
   python3-torch                      # independent reference in tests and benchmarks
+  perl time                          # tests write token shards; benchmarks measure peak memory
 )
 
 missing=()
