@@ -761,36 +761,34 @@ static int resolve_inputs(builder *b)
     return 0;
 }
 
+/* A producer of one of n's inputs that is not sorted yet (every unsorted
+ * node has one: that is why it is unsorted). */
+static int32_t unsorted_producer(const ir_graph *g, int32_t n, const char *done)
+{
+    for (int k = 0; k < g->nodes[n].n_in; k++) {
+        int32_t p = g->values[g->nodes[n].in[k]].producer;
+        if (p >= 0 && !done[p])
+            return p;
+    }
+    return -1;
+}
+
 /* Describe a cycle through node `start` (every node on it is unsorted). */
 static int report_cycle(builder *b, int32_t start, const char *done)
 {
     ir_graph *g = b->g;
     char path[DIAG_MSG_MAX] = "";
     int32_t n = start;
-    int steps = 0;
-    /* Walk producers among unsorted nodes; after n_nodes steps we are on the cycle. */
-    for (int i = 0; i < g->n_nodes; i++) {
-        int32_t next = -1;
-        for (int k = 0; k < g->nodes[n].n_in && next < 0; k++) {
-            int32_t p = g->values[g->nodes[n].in[k]].producer;
-            if (p >= 0 && !done[p])
-                next = p;
-        }
-        n = next;
-    }
+    /* Walk back through unsorted producers; after n_nodes steps we are on the cycle. */
+    for (int i = 0; i < g->n_nodes; i++)
+        n = unsorted_producer(g, n, done);
     int32_t on_cycle = n;
+    int steps = 0;
     do {
-        snprintf(path + strlen(path), sizeof path - strlen(path), "%s'%s' (line %d) <- ", steps ? "" : "",
-                 ir_node_name(g, n), g->nodes[n].loc.line);
-        int32_t next = -1;
-        for (int k = 0; k < g->nodes[n].n_in && next < 0; k++) {
-            int32_t p = g->values[g->nodes[n].in[k]].producer;
-            if (p >= 0 && !done[p])
-                next = p;
-        }
-        n = next;
-        steps++;
-    } while (n != on_cycle && steps < 16);
+        snprintf(path + strlen(path), sizeof path - strlen(path), "'%s' (line %d) <- ", ir_node_name(g, n),
+                 g->nodes[n].loc.line);
+        n = unsorted_producer(g, n, done);
+    } while (n != on_cycle && ++steps < 16);
     snprintf(path + strlen(path), sizeof path - strlen(path), "'%s'", ir_node_name(g, on_cycle));
     return fail(b, g->nodes[on_cycle].loc.line, "cycle: op %s needs its own output", path);
 }
