@@ -1,0 +1,234 @@
+/* bench_transport.c: throughput of one 64 MiB fp32 tensor between two
+ * processes on loopback, through fu_link (nanomsg tcp, header, XXH3 checksum,
+ * ack) against a plain TCP socket moving the same bytes with the same pattern
+ * (send the tensor, wait for a 1-byte ack).  A third line, bare nanomsg
+ * (NN_PAIR, NN_MSG, one-byte ack, no header or checksum), separates what
+ * nanomsg costs from what fu_link adds.
+ *
+ * Each figure is the median of REPS acked transfers after one warm-up,
+ * timed at the sender from the start of the send to the ack.  Target
+ * (many-devices issue): fu_link / raw TCP >= 0.8.
+ *
+ *     bench_transport [MiB]        default 64
+ */
+#include "comm/transport.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/pair.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REPS 9
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_double); return v[n / 2]; }
+
+static int free_port(int start) {
+    for (int port = start; port < start + 500; port++) {
+        int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int ok = bind(s, (struct sockaddr *)&a, sizeof a) == 0;
+        close(s);
+        if (ok) return port;
+    }
+    return -1;
+}
+
+/* ---- fu_link ----------------------------------------------------------- */
+
+static int fu_receiver(const char *url, float *buf, size_t bytes) {
+    char err[256];
+    fu_link *l = fu_link_listen(url, "sender", 10000, err, sizeof err);
+    if (!l) { fprintf(stderr, "receiver: %s\n", err); return 1; }
+    for (int r = 0; r < REPS + 1; r++) {
+        fu_msg_info m;
+        if (fu_link_recv(l, &m, buf, bytes, err, sizeof err) != 0) { fprintf(stderr, "receiver: %s\n", err); return 1; }
+    }
+    fu_link_close(l);
+    return 0;
+}
+
+static double fu_sender(const char *url, const float *buf, size_t bytes) {
+    char err[256];
+    fu_link *l = fu_link_connect(url, "receiver", 10000, err, sizeof err);
+    if (!l) { fprintf(stderr, "sender: %s\n", err); return -1; }
+    double t[REPS + 1];
+    for (int r = 0; r < REPS + 1; r++) {
+        fu_msg_info m = {.kind = MSG_ACTIVATION, .step = r, .tensor = 1, .codec = FU_CODEC_RAW_F32, .length = bytes};
+        double t0 = now_s();
+        if (fu_link_send(l, &m, buf, err, sizeof err) != 0) { fprintf(stderr, "sender: %s\n", err); return -1; }
+        t[r] = now_s() - t0;
+    }
+    fu_link_close(l);
+    return median(t + 1, REPS);
+}
+
+/* ---- bare nanomsg ------------------------------------------------------ */
+
+static int nn_open(const char *url, int bind) {
+    int s = nn_socket(AF_SP, NN_PAIR), unlimited = -1, buf = 4 << 20, tmo = 10000;
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &unlimited, sizeof unlimited);
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_SNDBUF, &buf, sizeof buf);
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVBUF, &buf, sizeof buf);
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_SNDTIMEO, &tmo, sizeof tmo);
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
+    if ((bind ? nn_bind(s, url) : nn_connect(s, url)) < 0) { fprintf(stderr, "%s: %s\n", url, nn_strerror(nn_errno())); return -1; }
+    return s;
+}
+
+static int nn_receiver(const char *url, float *buf, size_t bytes) {
+    int s = nn_open(url, 1);
+    if (s < 0) return 1;
+    for (int r = 0; r < REPS + 1; r++) {
+        void *m;
+        int n = nn_recv(s, &m, NN_MSG, 0);
+        if (n < 0) { fprintf(stderr, "nn receiver: %s\n", nn_strerror(nn_errno())); return 1; }
+        memcpy(buf, m, (size_t)n < bytes ? (size_t)n : bytes);   /* same one copy as fu_link */
+        nn_freemsg(m);
+        char ack = 1;
+        nn_send(s, &ack, 1, 0);
+    }
+    nn_close(s);
+    return 0;
+}
+
+static double nn_sender(const char *url, const float *buf, size_t bytes) {
+    int s = nn_open(url, 0);
+    if (s < 0) return -1;
+    double t[REPS + 1];
+    for (int r = 0; r < REPS + 1; r++) {
+        double t0 = now_s();
+        void *m = nn_allocmsg(bytes, 0);
+        memcpy(m, buf, bytes);
+        char ack;
+        if (nn_send(s, &m, NN_MSG, 0) < 0 || nn_recv(s, &ack, 1, 0) < 0) {
+            fprintf(stderr, "nn sender: %s\n", nn_strerror(nn_errno()));
+            return -1;
+        }
+        t[r] = now_s() - t0;
+    }
+    nn_close(s);
+    return median(t + 1, REPS);
+}
+
+/* ---- raw TCP ----------------------------------------------------------- */
+
+static int full(ssize_t (*io)(int, void *, size_t, int), int fd, void *p, size_t n) {
+    for (size_t done = 0; done < n;) {
+        ssize_t k = io(fd, (char *)p + done, n - done, 0);
+        if (k <= 0) return -1;
+        done += (size_t)k;
+    }
+    return 0;
+}
+static ssize_t send_nc(int fd, void *p, size_t n, int f) { return send(fd, p, n, f | MSG_NOSIGNAL); }
+
+static int tcp_receiver(int port, float *buf, size_t bytes) {
+    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 1) != 0) { perror("tcp receiver"); return 1; }
+    int s = accept(ls, NULL, NULL);
+    for (int r = 0; r < REPS + 1; r++) {
+        char ack = 1;
+        if (full(recv, s, buf, bytes) != 0 || full(send_nc, s, &ack, 1) != 0) { perror("tcp receiver"); return 1; }
+    }
+    close(s);
+    close(ls);
+    return 0;
+}
+
+static double tcp_sender(int port, const float *buf, size_t bytes) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int s = -1;
+    for (int tries = 0; tries < 200; tries++) {   /* until the receiver listens */
+        s = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(s, (struct sockaddr *)&a, sizeof a) == 0) break;
+        close(s);
+        s = -1;
+        usleep(10000);
+    }
+    if (s < 0) { perror("tcp sender"); return -1; }
+    int one = 1;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    double t[REPS + 1];
+    for (int r = 0; r < REPS + 1; r++) {
+        char ack;
+        double t0 = now_s();
+        if (full(send_nc, s, (void *)buf, bytes) != 0 || full(recv, s, &ack, 1) != 0) { perror("tcp sender"); return -1; }
+        t[r] = now_s() - t0;
+    }
+    close(s);
+    return median(t + 1, REPS);
+}
+
+/* ---- driver ------------------------------------------------------------ */
+
+enum { FU, NN, TCP };
+
+/* Forks the receiver, runs the sender here; median seconds, or -1. */
+static double run(int which, size_t bytes, float *tx, float *rx) {
+    int port = free_port(20000 + (int)(getpid() * 7919u % 38000u));
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(which == FU ? fu_receiver(url, rx, bytes) : which == NN ? nn_receiver(url, rx, bytes)
+                                                                       : tcp_receiver(port, rx, bytes));
+    double s = which == FU ? fu_sender(url, tx, bytes) : which == NN ? nn_sender(url, tx, bytes)
+                                                                     : tcp_sender(port, tx, bytes);
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+    return s;
+}
+
+int main(int argc, char **argv) {
+    size_t mib = argc > 1 ? (size_t)atoi(argv[1]) : 64;
+    size_t bytes = mib << 20;
+    float *tx = malloc(bytes), *rx = malloc(bytes);
+    if (!tx || !rx) return 1;
+    for (size_t i = 0; i < bytes / sizeof(float); i++) tx[i] = (float)(i % 1000) * 0.001f;
+    memset(rx, 0, bytes);
+    /* Each run forks before it touches nanomsg, so no child inherits its threads. */
+    double tcp = run(TCP, bytes, tx, rx);
+    double fu = run(FU, bytes, tx, rx);
+    double nn = run(NN, bytes, tx, rx);
+    if (tcp <= 0 || fu <= 0 || nn <= 0) { fprintf(stderr, "bench_transport: a transfer failed\n"); return 1; }
+    double gb_tcp = bytes / tcp / 1e9, gb_fu = bytes / fu / 1e9, gb_nn = bytes / nn / 1e9;
+    char what[80];
+    printf("%-44s %12s %-6s %-26s %s\n", "what", "value", "unit", "anchor", "ratio");
+    snprintf(what, sizeof what, "raw tcp loopback %zu MiB, acked", mib);
+    printf("%-44s %12.3f %-6s %-26s %s\n", what, gb_tcp, "GB/s", "-", "-");
+    snprintf(what, sizeof what, "fu_link nanomsg tcp %zu MiB, acked", mib);
+    printf("%-44s %12.3f %-6s %-26s %.3f\n", what, gb_fu, "GB/s", "raw tcp (target >= 0.8)", gb_fu / gb_tcp);
+    snprintf(what, sizeof what, "  bare nanomsg NN_MSG %zu MiB, acked", mib);
+    printf("%-44s %12.3f %-6s %-26s %.3f\n", what, gb_nn, "GB/s", "raw tcp", gb_nn / gb_tcp);
+    free(tx);
+    free(rx);
+    return 0;
+}
