@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../ir/ops.h"
 #include "../passes/passes.h"
 #include "llvm_host.h"
 
@@ -81,8 +82,19 @@ static int link_executable(const bundle_toolchain *tc, const char *object, const
     return run_command(argv, err, output);
 }
 
-static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int64_t arena, const char *path,
-                               struct diag *err)
+static int32_t value_stage_of(const ir_graph *g, int32_t v)
+{
+    if (g->values[v].producer >= 0)
+        return g->nodes[g->values[v].producer].stage;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] == v)
+                return g->nodes[i].stage;
+    return -1;
+}
+
+static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int32_t stage, int64_t arena,
+                               const char *path, struct diag *err)
 {
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
@@ -90,11 +102,13 @@ static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int
     FILE *f = fopen(tmp, "w");
     if (!f)
         return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
-    fprintf(f, "model      %s\ndevice     %s (%s, %d threads)\narena      %lld bytes\n", ir_str(g, g->name),
-            dev->name, dev->kind == DEVICE_CPU ? "cpu" : "cuda", dev->threads, (long long)arena);
+    fprintf(f, "model      %s\ndevice     %s (%s, %d threads)\nstage      %d of %d (%d replicas, %d micro-batches)\n"
+            "arena      %lld bytes\n", ir_str(g, g->name), dev->name, dev->kind == DEVICE_CPU ? "cpu" : "cuda",
+            dev->threads, stage, g->placement.n_stages, g->placement.n_replicas, g->placement.micro_batches,
+            (long long)arena);
     for (int32_t v = 0; v < g->n_values; v++) {
         const ir_value *val = &g->values[v];
-        if (val->producer >= 0)
+        if (val->producer >= 0 || value_stage_of(g, v) != stage)
             continue;
         char shape[256];
         fprintf(f, "%-6s %s %s%s at %lld\n", ir_role_name(val->role), ir_value_name(g, v), ir_dtype_name(val->dtype),
@@ -108,15 +122,124 @@ static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int
     return 0;
 }
 
-int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
-                 struct diag *err)
+/* Every link the program uses, the same list for every device: the
+ * send/recv pairs between stages (per replica lane) and each stage's ring
+ * of replicas, as (a < b) device pairs, sorted. */
+static int collect_links(const ir_graph *g, const cluster *c, rt_link **out, int32_t *count)
 {
-    if (c->n_devices != 1)
-        return diag_set(err, c->file, 0,
-                        "this cluster has %d devices; compiling for more than one device needs the fence and comm "
-                        "passes, which are not written yet: use a one-device cluster (clusters/local-1.xml)",
-                        c->n_devices);
-    const cluster_device *dev = &c->devices[0];
+    const ir_placement *p = &g->placement;
+    int32_t S = p->n_stages, R = p->n_replicas, N = c->n_devices;
+    char *used = calloc((size_t)N * (size_t)N + 1, 1);
+    if (!used)
+        return -1;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const ir_node *node = &g->nodes[i];
+        if (node->op != OP_SEND)
+            continue;
+        int32_t t = (int32_t)ir_node_int(node, ATTR_PEER, 0);
+        for (int32_t r = 0; r < R && t >= 0 && t < S; r++) {
+            int32_t a = p->device[node->stage * R + r], b = p->device[t * R + r];
+            used[(size_t)(a < b ? a : b) * N + (a < b ? b : a)] = 1;
+        }
+    }
+    for (int32_t s = 0; s < S && R > 1; s++)
+        for (int32_t r = 0; r < R; r++) {
+            int32_t a = p->device[s * R + r], b = p->device[s * R + (r + 1) % R];
+            used[(size_t)(a < b ? a : b) * N + (a < b ? b : a)] = 1;
+        }
+    int32_t n = 0;
+    for (size_t k = 0; k < (size_t)N * (size_t)N; k++)
+        n += used[k];
+    rt_link *links = calloc((size_t)n + 1, sizeof *links);
+    if (!links) {
+        free(used);
+        return -1;
+    }
+    n = 0;
+    for (int32_t a = 0; a < N; a++)
+        for (int32_t b = a + 1; b < N; b++)
+            if (used[(size_t)a * N + b]) {
+                links[n].a = a;
+                links[n].b = b;
+                cluster_link_between(c, a, b, &links[n].bandwidth, &links[n].latency);
+                n++;
+            }
+    free(used);
+    *out = links;
+    *count = n;
+    return 0;
+}
+
+/* OUT/launch-local.sh: every device on this machine, logs gathered, the
+ * progress of the device that reports the loss printed as it comes. */
+static int write_launch_local(const ir_graph *g, const cluster *c, const char *out_dir, struct diag *err)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/launch-local.sh", out_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
+    const ir_placement *p = &g->placement;
+    int32_t S = p->n_stages, R = p->n_replicas;
+    /* The device that reports the step's loss: replica 0 of the stage that computes it. */
+    int32_t loss_stage = S - 1;
+    if (g->loss >= 0 && g->values[g->loss].producer >= 0)
+        loss_stage = g->nodes[g->values[g->loss].producer].stage;
+    fprintf(f,
+            "#!/usr/bin/env bash\n"
+            "# launch-local.sh: start every device of this compile on this machine\n"
+            "# (model %s, %d stage%s x %d replica%s), each with the arguments given here\n"
+            "# (e.g. --data FILE --steps N --emulate-links); logs go to logs/<device>.log\n"
+            "# beside this script.  Prints the progress of %s, which reports the loss;\n"
+            "# exits non-zero, naming it, if any device fails.\n"
+            "set -u\n"
+            "here=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\n"
+            "mkdir -p \"$here/logs\"\n"
+            "devices=(",
+            ir_str(g, g->name), S, S == 1 ? "" : "s", R, R == 1 ? "" : "s",
+            c->devices[p->device[loss_stage * R]].name);
+    for (int32_t k = 0; k < S * R; k++)
+        fprintf(f, "%s%s", k ? " " : "", c->devices[p->device[k]].name);
+    fprintf(f, ")\nreporter=%s\n", c->devices[p->device[loss_stage * R]].name);
+    fputs("pids=()\n"
+          "for d in \"${devices[@]}\"; do\n"
+          "  \"$here/$d/fusion-$d\" \"$@\" >\"$here/logs/$d.log\" 2>&1 &\n"
+          "  pids+=($!)\n"
+          "done\n"
+          "trap 'kill \"${pids[@]}\" 2>/dev/null' INT TERM\n"
+          "tail -n +1 -F \"$here/logs/$reporter.log\" 2>/dev/null | sed -u \"s/^/[$reporter] /\" &\n"
+          "tailer=$!\n"
+          "status=0\n"
+          "for i in \"${!pids[@]}\"; do\n"
+          "  if ! wait \"${pids[$i]}\"; then\n"
+          "    status=1\n"
+          "    failed+=(\"${devices[$i]}\")\n"
+          "  fi\n"
+          "done\n"
+          "sleep 0.2\n"
+          "kill \"$tailer\" 2>/dev/null; wait \"$tailer\" 2>/dev/null\n"
+          "if [ \"$status\" -ne 0 ]; then\n"
+          "  for d in \"${failed[@]}\"; do\n"
+          "    echo \"launch-local: $d failed: $(grep -m1 'error' \"$here/logs/$d.log\")\" >&2\n"
+          "  done\n"
+          "fi\n"
+          "exit \"$status\"\n",
+          f);
+    int ok = fclose(f) == 0;
+    if (!ok || chmod(tmp, 0755) != 0 || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return diag_set(err, path, 0, "cannot write the launch script");
+    }
+    return 0;
+}
+
+/* Compile and link one device's program into OUT/<device>/. */
+static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t stage, int32_t replica,
+                        const rt_peer *peers, const rt_link *links, int32_t n_links, int32_t port_base,
+                        const char *out_dir, const bundle_toolchain *tc, struct diag *err)
+{
+    const cluster_device *dev = &c->devices[d];
     if (dev->kind != DEVICE_CPU)
         return diag_set(err, c->file, dev->line, "device '%s' is a CUDA device: only CPU devices compile so far",
                         dev->name);
@@ -128,10 +251,12 @@ int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const
         snprintf(exe, sizeof exe, "%s/fusion-%s", dir, dev->name) >= (int)sizeof exe ||
         snprintf(manifest, sizeof manifest, "%s/manifest.txt", dir) >= (int)sizeof manifest)
         return diag_set(err, out_dir, 0, "the output folder's path is too long");
-    if (make_dir(out_dir, err) || make_dir(dir, err))
+    if (make_dir(dir, err))
         return -1;
-    int64_t arena = memory_arena_bytes(g, 0);
-    llvm_device_info info = { 0, dev->name, arena, dev->threads, dev->slowdown };
+    /* Replicas share their stage's arena plan, made for its first device. */
+    int64_t arena = memory_arena_bytes(g, g->placement.device[stage * g->placement.n_replicas]);
+    llvm_device_info info = { d, dev->name, stage, replica, arena, dev->threads, dev->slowdown,
+                              peers, c->n_devices, links, n_links, port_base };
     int rc = llvm_emit_device(g, &info, object, err);
     if (rc == 0)
         rc = link_executable(tc, object, tmp, err);
@@ -141,6 +266,41 @@ int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const
     if (rc != 0)
         unlink(tmp);
     if (rc == 0)
-        rc = write_manifest_text(g, dev, arena, manifest, err);
+        rc = write_manifest_text(g, dev, stage, arena, manifest, err);
+    return rc;
+}
+
+int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
+                 int32_t port_base, struct diag *err)
+{
+    const ir_placement *p = &g->placement;
+    if (p->n_stages <= 0)
+        return diag_set(err, c->file, 0, "internal error: the graph has no placement (run the fence pass)");
+    for (int32_t k = 0; k < p->n_stages * p->n_replicas; k++)
+        if (p->device[k] < 0 || p->device[k] >= c->n_devices)
+            return diag_set(err, c->file, 0, "internal error: the placement names device %d of %d", p->device[k],
+                            c->n_devices);
+    if (make_dir(out_dir, err))
+        return -1;
+    rt_peer *peers = calloc((size_t)c->n_devices + 1, sizeof *peers);
+    rt_link *links = NULL;
+    int32_t n_links = 0;
+    if (!peers || collect_links(g, c, &links, &n_links)) {
+        free(peers);
+        return diag_set(err, out_dir, 0, "out of memory");
+    }
+    for (int32_t d = 0; d < c->n_devices; d++) {
+        snprintf(peers[d].name, sizeof peers[d].name, "%.63s", c->devices[d].name);
+        snprintf(peers[d].address, sizeof peers[d].address, "%s", c->hosts[c->devices[d].host].address);
+    }
+    int rc = 0;
+    for (int32_t s = 0; s < p->n_stages && rc == 0; s++)
+        for (int32_t r = 0; r < p->n_replicas && rc == 0; r++)
+            rc = write_device(g, c, p->device[s * p->n_replicas + r], s, r, peers, links, n_links,
+                              port_base > 0 ? port_base : 29500, out_dir, tc, err);
+    if (rc == 0)
+        rc = write_launch_local(g, c, out_dir, err);
+    free(peers);
+    free(links);
     return rc;
 }

@@ -17,7 +17,11 @@ typedef struct {
 /* The toolchain fusion was built with (paths fixed at build time). */
 const bundle_toolchain *bundle_default_toolchain(void);
 
+/* One bundle per device of the graph's placement (every replica of every
+ * stage), and OUT/launch-local.sh, which starts them all on this machine
+ * (see bundle.c).  port_base: link i of the program listens on
+ * port_base + i (0: 29500). */
 int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
-                 struct diag *err);
+                 int32_t port_base, struct diag *err);
 
 #endif

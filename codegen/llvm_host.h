@@ -6,15 +6,20 @@
 #include "../runtime/program.h"
 
 typedef struct {
-    int32_t     index;         /* the device's number in the graph (node.device)  */
+    int32_t     index;         /* the device's number in the cluster               */
     const char *name;          /* its name in the cluster                          */
+    int32_t     stage, replica;/* what it runs (the graph's placement)             */
     int64_t     arena_bytes;   /* from the memory pass                             */
     int32_t     threads;
     double      slowdown;
+    const rt_peer *peers;  int32_t n_peers;   /* every device of the cluster        */
+    const rt_link *links;  int32_t n_links;   /* every link the program uses        */
+    int32_t     port_base;
 } llvm_device_info;
 
-/* Lower every node placed on the device (in order) and write the object with
- * the manifest, tensor table, ops and fusion_step to object_path. */
+/* Lower every node of the device's stage (in order) and write the object
+ * with the manifest, tables, ops and the three phase functions to
+ * object_path (runtime/program.h). */
 int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char *object_path, struct diag *err);
 
 #endif

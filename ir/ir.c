@@ -55,6 +55,7 @@ void ir_graph_free(ir_graph *g)
     free(g->values);
     free(g->nodes);
     free(g->hypers);
+    free(g->placement.device);
     free(g->strings);
     name_map_free(g->string_index);
     ir_graph_init(g);
@@ -153,6 +154,14 @@ int ir_graph_copy(ir_graph *dst, const ir_graph *src)
     dst->nodes = dup_array(src->nodes, (size_t)src->n_nodes, sizeof *src->nodes, &failed);
     dst->hypers = dup_array(src->hypers, (size_t)src->n_hypers, sizeof *src->hypers, &failed);
     dst->strings = dup_array(src->strings, src->n_strings, 1, &failed);
+    /* The placement as it is, valid or not (the verifier judges the copy as
+     * it would the original); its array only when its size is one a valid
+     * placement can have. */
+    int64_t n_placed = (int64_t)src->placement.n_stages * src->placement.n_replicas;
+    dst->placement = src->placement;
+    dst->placement.device = src->placement.n_stages > 0 && src->placement.n_replicas > 0 &&
+                            n_placed <= IR_MAX_STAGE_DEVICES
+        ? dup_array(src->placement.device, (size_t)n_placed, sizeof *src->placement.device, &failed) : NULL;
     if (!failed) {
         dst->n_values = dst->cap_values = dst->values ? src->n_values : 0;
         dst->n_nodes = dst->cap_nodes = dst->nodes ? src->n_nodes : 0;
@@ -301,6 +310,35 @@ static int add_hyper(ir_graph *g, const char *name, int is_float, int64_t i, dou
 
 int ir_add_hyper_int(ir_graph *g, const char *name, int64_t v) { return add_hyper(g, name, 0, v, 0); }
 int ir_add_hyper_float(ir_graph *g, const char *name, double v) { return add_hyper(g, name, 1, 0, v); }
+
+int ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, int32_t micro_batches,
+                           const int32_t *devices)
+{
+    if (n_stages == 0 && n_replicas == 0 && micro_batches == 0 && !devices) {
+        free(g->placement.device);
+        memset(&g->placement, 0, sizeof g->placement);
+        return 0;
+    }
+    if (n_stages < 1 || n_replicas < 1 || micro_batches < 1 || !devices ||
+        (int64_t)n_stages * n_replicas > IR_MAX_STAGE_DEVICES)
+        return -1;
+    int32_t n = n_stages * n_replicas;   /* <= IR_MAX_STAGE_DEVICES: no overflow */
+    for (int32_t i = 0; i < n; i++) {
+        if (devices[i] < 0)
+            return -1;
+        for (int32_t j = 0; j < i; j++)   /* at most 1024 devices: the square is cheap */
+            if (devices[j] == devices[i])
+                return -1;
+    }
+    int32_t *copy = malloc((size_t)n * sizeof *copy);
+    if (!copy)
+        return -1;
+    memcpy(copy, devices, (size_t)n * sizeof *copy);
+    free(g->placement.device);
+    g->placement = (ir_placement){ .n_stages = n_stages, .n_replicas = n_replicas,
+                                   .micro_batches = micro_batches, .device = copy };
+    return 0;
+}
 
 /* ---- lookups ------------------------------------------------------------- */
 

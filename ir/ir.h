@@ -11,7 +11,9 @@
  *   - every value has exactly one producer: a node, or none for a source
  *     (role input, param or state);
  *   - value names and node names are unique, non-empty and printable;
- *   - known shapes have dims in [1, IR_DIM_MAX] and a product <= IR_NUMEL_MAX.
+ *   - known shapes have dims in [1, IR_DIM_MAX] and a product <= IR_NUMEL_MAX;
+ *   - a placement, when there is one, is consistent (see ir_placement) and
+ *     covers every node's stage annotation.
  *
  * What it deliberately is not: an execution engine.  The compiler never runs
  * a model; the runtime never sees the whole graph.
@@ -111,6 +113,27 @@ typedef struct {
     double   f;
 } ir_hyper;
 
+/* The plan the placement passes write: the OP-DAG cut into n_stages
+ * pipeline stages, each stage run by n_replicas cluster devices (data
+ * parallel), over micro_batches micro-batches per step.  Nodes say which
+ * stage they belong to (ir_node.stage); this says which devices run it.
+ *
+ *   device[s * n_replicas + r] = cluster device index of replica r of stage s
+ *
+ * n_stages == 0: not placed yet (the other fields are then 0 and NULL).
+ * Placed: every count >= 1, n_stages * n_replicas <= IR_MAX_STAGE_DEVICES,
+ * every device >= 0 and none twice, and every node's stage annotation
+ * (when set) < n_stages; ir_graph_verify checks all of it.  The IR does not
+ * know the cluster: that a device index names a device of it is the
+ * business of whoever reads both. */
+#define IR_MAX_STAGE_DEVICES 1024
+typedef struct {
+    int32_t  n_stages;         /* 0: not placed yet                              */
+    int32_t  n_replicas;       /* devices per stage (the same for every stage)   */
+    int32_t  micro_batches;    /* M                                              */
+    int32_t *device;           /* [n_stages * n_replicas], owned by the graph    */
+} ir_placement;
+
 typedef struct ir_graph {
     uint32_t  name;                /* model name                                  */
     uint32_t  after_pass;          /* the last pass run on it ("" = none: as the frontend
@@ -121,6 +144,7 @@ typedef struct ir_graph {
     ir_node  *nodes;   int32_t n_nodes,  cap_nodes;
     ir_hyper *hypers;  int32_t n_hypers, cap_hypers;
     int32_t   loss;                /* value index of the scalar loss, or -1       */
+    ir_placement placement;        /* stages -> devices (fence pass); n_stages 0: none */
     char     *strings; size_t  n_strings, cap_strings;  /* NUL-separated; 0 = "" */
     void     *string_index;        /* interning hash (rebuilt on copy)            */
 } ir_graph;
@@ -150,6 +174,14 @@ int     ir_node_set_ints(ir_graph *g, int32_t n, attr_key key, const int64_t *v,
 int     ir_node_set_float(ir_graph *g, int32_t n, attr_key key, double v);
 int     ir_add_hyper_int(ir_graph *g, const char *name, int64_t v);
 int     ir_add_hyper_float(ir_graph *g, const char *name, double v);
+/* Replace g's placement with a copy of devices[n_stages * n_replicas]
+ * (see ir_placement).  Returns -1, g unchanged, when memory runs out or the
+ * plan is invalid: a count < 1, more than IR_MAX_STAGE_DEVICES devices,
+ * devices NULL, a device < 0 or one listed twice.  (0, 0, 0, NULL) clears
+ * the placement.  Node stage annotations are not checked here (they may be
+ * set after); ir_graph_verify checks them. */
+int     ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, int32_t micro_batches,
+                               const int32_t *devices);
 
 /* ---- lookups ------------------------------------------------------------ */
 const ir_attr *ir_node_attr(const ir_node *n, attr_key key);       /* NULL if absent */

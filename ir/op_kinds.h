@@ -53,6 +53,14 @@ typedef enum {
     OP_CLIP_SCALE,      /* (sumsq) max_norm -> f32[] min(1, max_norm/(norm+1e-6)) */
     OP_ADAMW,           /* (p, g, m, v, lr, scale?) beta1 beta2 eps weight_decay:
                            updates p, m, v in place; no outputs               */
+
+    /* Communication, inserted by the comm pass where an edge crosses devices
+     * (remote autodiff): each send on one stage has its recv on another, the
+     * two sharing a `tensor` id; `peer` is the other end's stage.  allreduce
+     * averages a gradient over the replicas of its stage (data parallel). */
+    OP_SEND,            /* (x) peer tensor -> nothing: x goes to stage `peer`  */
+    OP_RECV,            /* () peer tensor -> x as sent by stage `peer`          */
+    OP_ALLREDUCE,       /* (g) tensor -> the mean of g over the stage's replicas */
     OP_COUNT
 } ir_op;
 
@@ -75,6 +83,8 @@ typedef enum {
     ATTR_BETA2,
     ATTR_WEIGHT_DECAY,
     ATTR_MAX_NORM,      /* clip_scale: the global gradient-norm bound                    */
+    ATTR_PEER,          /* send/recv: the stage at the other end                         */
+    ATTR_TENSOR,        /* send/recv/allreduce: the message id both ends agree on         */
     ATTR_KEY_COUNT
 } attr_key;
 

@@ -681,6 +681,75 @@ static int parse_hyper(parser *ps)
     return expect_end(ps, "end of line after the number");
 }
 
+#define TEXT_OF(x)       #x
+#define DIGITS_OF(x)     TEXT_OF(x)
+#define MAX_DEVICES_TEXT DIGITS_OF(IR_MAX_STAGE_DEVICES)   /* "1024" */
+
+/* KEY= at the cursor, KEY the one expected next. */
+static int expect_key(parser *ps, const char *key)
+{
+    char found[32], what[64];
+    snprintf(what, sizeof what, "'%s='", key);
+    if (!peek_key(ps, found, sizeof found))
+        return expected(ps, what);
+    if (strcmp(found, key) != 0)
+        return expected_tok(ps, what, found);   /* the other key, without its value */
+    ps->p += strlen(key);
+    return expect_char(ps, '=', "'='");
+}
+
+/* placement stages=S replicas=R micro_batches=M devices=[D,D,...]
+ * Everything ir_graph_set_placement would refuse is named here, at this
+ * line; that the nodes' stages fit is the verifier's to say, at the node. */
+static int parse_placement(parser *ps)
+{
+    ir_graph *g = ps->g;
+    if (g->placement.n_stages || g->n_hypers || g->n_values || g->n_nodes)
+        return diag_set(ps->err, ps->file, ps->line, "'placement' must come once, after 'model' (and 'after'), "
+                        "before any hyper, source or node");
+    int64_t stages, replicas, micro;
+    if (expect_key(ps, "stages") != 0 ||
+        read_int(ps, 1, IR_MAX_STAGE_DEVICES, "a stage count from 1 to " MAX_DEVICES_TEXT, &stages) != 0 ||
+        expect_key(ps, "replicas") != 0 ||
+        read_int(ps, 1, IR_MAX_STAGE_DEVICES, "a replica count from 1 to " MAX_DEVICES_TEXT, &replicas) != 0)
+        return -1;
+    if (stages * replicas > IR_MAX_STAGE_DEVICES)
+        return diag_set(ps->err, ps->file, ps->line, "expected at most %d devices in a placement "
+                        "(stages x replicas), found %lld x %lld = %lld", IR_MAX_STAGE_DEVICES,
+                        (long long)stages, (long long)replicas, (long long)(stages * replicas));
+    if (expect_key(ps, "micro_batches") != 0 ||
+        read_int(ps, 1, INT32_MAX, "a micro-batch count >= 1", &micro) != 0 ||
+        expect_key(ps, "devices") != 0 || expect_char(ps, '[', "'[' and the device list") != 0)
+        return -1;
+    int32_t n = (int32_t)(stages * replicas), devices[IR_MAX_STAGE_DEVICES];
+    char what[160];
+    for (int32_t i = 0; i < n; i++) {
+        int64_t d;
+        if (i > 0 && !peek_char(ps, ',')) {
+            snprintf(what, sizeof what, "',' and %d more device%s (stages x replicas = %lld x %lld = %d)",
+                     (int)(n - i), n - i == 1 ? "" : "s", (long long)stages, (long long)replicas, (int)n);
+            return expected(ps, what);
+        }
+        if (i > 0)
+            ps->p++;
+        if (read_int(ps, 0, INT32_MAX, "a device index >= 0", &d) != 0)
+            return -1;
+        for (int32_t j = 0; j < i; j++)
+            if (devices[j] == d)
+                return diag_set(ps->err, ps->file, ps->line, "device %lld is in the placement twice: stage %d "
+                                "replica %d, and stage %d replica %d", (long long)d, (int)(j / replicas),
+                                (int)(j % replicas), (int)(i / replicas), (int)(i % replicas));
+        devices[i] = (int32_t)d;
+    }
+    snprintf(what, sizeof what, "']' after %d devices (stages x replicas = %lld x %lld)", (int)n,
+             (long long)stages, (long long)replicas);
+    if (expect_char(ps, ']', what) != 0 || expect_end(ps, "end of line after the device list") != 0)
+        return -1;
+    if (ir_graph_set_placement(g, (int32_t)stages, (int32_t)replicas, (int32_t)micro, devices) != 0)
+        return out_of_memory(ps);   /* everything else it checks is checked above */
+    return 0;
+}
+
 /* One non-blank line; *stage: 0 before "fusion-ir 1", 1 before "model", 2 after. */
 static int parse_line(parser *ps, int *stage)
 {
@@ -712,7 +781,7 @@ static int parse_line(parser *ps, int *stage)
         return 0;
     }
     if (strcmp(word, "after") == 0) {
-        if (ps->g->after_pass || ps->g->n_hypers || ps->g->n_values)
+        if (ps->g->after_pass || ps->g->placement.n_stages || ps->g->n_hypers || ps->g->n_values)
             return diag_set(ps->err, ps->file, ps->line, "'after PASS' must come once, right after 'model'");
         if (read_name(ps, word, "a pass name") != 0 || expect_end(ps, "end of line after the pass name") != 0)
             return -1;
@@ -720,6 +789,8 @@ static int parse_line(parser *ps, int *stage)
             return out_of_memory(ps);
         return 0;
     }
+    if (strcmp(word, "placement") == 0)
+        return parse_placement(ps);
     if (strcmp(word, "node") == 0)
         return parse_node(ps);
     if (strcmp(word, "input") == 0)

@@ -5,11 +5,15 @@
  *
  *   fusion-ir 1
  *   model NAME
+ *   after PASS                  (the last pass run; absent before any pass)
+ *   placement stages=S replicas=R micro_batches=M devices=[D,D,...]
+ *                               (the stage -> device plan, ir_placement; absent
+ *                               until placed: S*R device indices, stage 0's
+ *                               replicas first; the keys in this order)
  *   hyper NAME = VALUE                               one per hyper, in order
  *   input NAME : DTYPE[SHAPE] @FILE:LINE             every source, in value order
  *   param NAME : DTYPE[SHAPE] init=INIT @FILE:LINE
  *   state NAME : DTYPE[SHAPE] init=INIT @FILE:LINE
- *   after PASS                  (the last pass run; absent before any pass)
  *   node NAME = OP(IN, IN, ...) ATTRS -> OUT : DTYPE[SHAPE] ROLE?, ... ANNOT @FILE:LINE
  *   node NAME = OP(IN, IN, ...) ATTRS : DTYPE[SHAPE] ROLE? ANNOT @FILE:LINE
  *     (the second form: one output, named like the node; the usual case)
@@ -185,6 +189,20 @@ static void put_node(FILE *out, const ir_graph *g, int32_t n)
     putc('\n', out);
 }
 
+/* Printed when placed, whatever it holds; a device array too short for its
+ * counts (an invalid graph) prints what there is, for the parser to reject. */
+static void put_placement(FILE *out, const ir_placement *p)
+{
+    if (p->n_stages <= 0)
+        return;
+    fprintf(out, "placement stages=%d replicas=%d micro_batches=%d devices=[", (int)p->n_stages,
+            (int)p->n_replicas, (int)p->micro_batches);
+    int64_t n = (int64_t)p->n_stages * p->n_replicas;
+    for (int64_t i = 0; p->device && p->n_replicas > 0 && n <= IR_MAX_STAGE_DEVICES && i < n; i++)
+        fprintf(out, "%s%d", i ? "," : "", (int)p->device[i]);
+    fputs("]\n", out);
+}
+
 int ir_graph_print(const ir_graph *g, FILE *out)
 {
     fputs("fusion-ir 1\nmodel ", out);
@@ -195,6 +213,7 @@ int ir_graph_print(const ir_graph *g, FILE *out)
         put_name(out, ir_str(g, g->after_pass));
         putc('\n', out);
     }
+    put_placement(out, &g->placement);
     for (int32_t h = 0; h < g->n_hypers; h++) {
         const ir_hyper *hy = &g->hypers[h];
         fputs("hyper ", out);

@@ -9,7 +9,8 @@
  *
  * Order: values (names, dtypes, roles, shapes, producers), then nodes in
  * order (names, arity, inputs in topological order, outputs, attributes),
- * then what needs the whole graph (producers listed, params used, loss).
+ * then what needs the whole graph (producers listed, params used, loss, the
+ * placement and the nodes' stages in it).
  */
 #include "ir.h"
 #include "name_map.h"
@@ -215,6 +216,43 @@ static int verify_node(verifier *vf, int32_t n)
     return verify_attrs(vf, n);
 }
 
+/* The placement alone (verify_whole then checks the nodes' stages against it).
+ * It has no source location: messages name the graph's file, line 0. */
+static int verify_placement(verifier *vf)
+{
+    const ir_placement *p = &vf->g->placement;
+    const ir_loc none = { 0, 0 };
+    if (p->n_stages == 0) {
+        if (p->n_replicas || p->micro_batches || p->device)
+            return fail_at(vf, none, "placement: 0 stages (not placed) but %d replicas, %d micro-batches and "
+                           "%s device list; expected all zero and none", p->n_replicas, p->micro_batches,
+                           p->device ? "a" : "no");
+        return 0;
+    }
+    if (p->n_stages < 0 || p->n_replicas < 1 || p->micro_batches < 1)
+        return fail_at(vf, none, "placement: %d stages, %d replicas, %d micro-batches; expected each >= 1 "
+                       "(or 0 stages: not placed)", p->n_stages, p->n_replicas, p->micro_batches);
+    int64_t n = (int64_t)p->n_stages * p->n_replicas;
+    if (n > IR_MAX_STAGE_DEVICES)
+        return fail_at(vf, none, "placement: %d stages x %d replicas = %lld devices, expected at most %d",
+                       p->n_stages, p->n_replicas, (long long)n, IR_MAX_STAGE_DEVICES);
+    if (!p->device)
+        return fail_at(vf, none, "placement: %d stages x %d replicas but no device list", p->n_stages,
+                       p->n_replicas);
+    for (int64_t i = 0; i < n; i++) {
+        int s = (int)(i / p->n_replicas), r = (int)(i % p->n_replicas);
+        if (p->device[i] < 0)
+            return fail_at(vf, none, "placement: stage %d replica %d is device %d, expected a device index >= 0",
+                           s, r, p->device[i]);
+        for (int64_t j = 0; j < i; j++)   /* at most 1024 devices: the square is cheap */
+            if (p->device[j] == p->device[i])
+                return fail_at(vf, none, "placement: device %d runs both stage %d replica %d and stage %d "
+                               "replica %d; a device runs one replica of one stage", p->device[i],
+                               (int)(j / p->n_replicas), (int)(j % p->n_replicas), s, r);
+    }
+    return 0;
+}
+
 static int verify_whole(verifier *vf)
 {
     const ir_graph *g = vf->g;
@@ -236,6 +274,15 @@ static int verify_whole(verifier *vf)
         if (val->shape.rank > 0)
             return fail_at(vf, val->loc, "loss '%s' has shape %s, expected a scalar []", vname(g, g->loss),
                            ir_shape_str(&val->shape, buf, sizeof buf));
+    }
+    if (verify_placement(vf) != 0)
+        return -1;
+    for (int32_t n = 0; n < g->n_nodes && g->placement.n_stages > 0; n++) {
+        const ir_node *node = &g->nodes[n];
+        if (node->stage >= g->placement.n_stages)
+            return fail_at(vf, node->loc, "node '%s' (%s): stage %d, but the placement has %d stage%s (0 to %d)",
+                           ir_str(g, node->name), op_table[node->op].name, node->stage, g->placement.n_stages,
+                           g->placement.n_stages == 1 ? "" : "s", g->placement.n_stages - 1);
     }
     return 0;
 }

@@ -190,3 +190,28 @@ done:
     free(no_offsets);
     return peak;
 }
+
+int32_t memory_stash_values(const ir_graph *g, int32_t stage, int32_t *out)
+{
+    int32_t n = 0;
+    char *seen = calloc((size_t)g->n_values + 1, 1);
+    if (!seen)
+        return -1;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const ir_node *node = &g->nodes[i];
+        if ((node->stage >= 0 ? node->stage : 0) != stage || node->phase != PHASE_BACKWARD)
+            continue;
+        for (int k = 0; k < node->n_in; k++) {
+            int32_t v = node->in[k];
+            const ir_value *val = &g->values[v];
+            int from_forward = val->producer >= 0 && g->nodes[val->producer].phase != PHASE_BACKWARD &&
+                               g->nodes[val->producer].phase != PHASE_UPDATE;
+            if (seen[v] || !(from_forward || val->role == ROLE_INPUT))
+                continue;
+            seen[v] = 1;
+            out[n++] = v;
+        }
+    }
+    free(seen);
+    return n;
+}

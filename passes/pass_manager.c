@@ -4,11 +4,20 @@
 
 #include "passes.h"
 
+/* The passes that need no options. */
+static int run_shapes(ir_graph *g, const pass_options *o, struct diag *e) { return pass_shapes(g, e); }
+static int run_autodiff(ir_graph *g, const pass_options *o, struct diag *e) { return pass_autodiff(g, e); }
+static int run_optimizer(ir_graph *g, const pass_options *o, struct diag *e) { return pass_optimizer(g, e); }
+static int run_memory(ir_graph *g, const pass_options *o, struct diag *e) { return pass_memory(g, e); }
+
 const pass pass_pipeline[] = {
-    { "shapes",   "infer and check the shape and dtype of every value", pass_shapes },
-    { "autodiff", "append the backward ops: the gradient of the loss for every param", pass_autodiff },
-    { "optimizer", "append the AdamW update of every param (schedule, clipping, moments)", pass_optimizer },
-    { "memory",    "place every value and scratch in its device's arena, reusing dead memory", pass_memory },
+    { "shapes",    "infer and check the shape and dtype of every value", run_shapes },
+    { "autodiff",  "append the backward ops: the gradient of the loss for every param", run_autodiff },
+    { "optimizer", "append the AdamW update of every param (schedule, clipping, moments)", run_optimizer },
+    { "estimate",  "workload estimator: each op's time on the cluster's devices", pass_estimate },
+    { "fence",     "OP-Fence: fences of similar bandwidth, stages, replicas, micro-batches", pass_fence },
+    { "comm",      "cut edges become send/recv pairs (remote autodiff); replicas all-reduce", pass_comm },
+    { "memory",    "place every value and scratch in its device's arena, reusing dead memory", run_memory },
 };
 const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
 
@@ -57,6 +66,7 @@ static int first_pass_to_run(const ir_graph *g, struct diag *err)
 
 int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err)
 {
+    static const pass_options no_options;
     int stop = 0, first = first_pass_to_run(g, err);
     if (first < 0)
         return -1;
@@ -78,7 +88,7 @@ int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err)
         return diag_set(err, "<output>", 0, "cannot write the IR dump");
     for (int i = first; i < pass_count && !stop; i++) {
         const pass *p = &pass_pipeline[i];
-        if (p->run(g, err) || ir_graph_verify(g, err)) {
+        if (p->run(g, opt ? opt : &no_options, err) || ir_graph_verify(g, err)) {
             diag_prefix(err, "%s: ", p->name);
             return -1;
         }

@@ -5,18 +5,69 @@
  * its XML file:line).  "frontend" is not a pass but names the graph as the
  * frontend built it, so `--after frontend` shows the IR before any pass.
  *
- * Today's pipeline:  shapes, autodiff, optimizer, memory.  The design's
- * other passes (estimate, fence, comm, compress, schedule) join the list as
- * they are written.
+ * Today's pipeline:  shapes, autodiff, optimizer, estimate, fence, comm,
+ * memory.  The passes that place the graph on a cluster (estimate, fence,
+ * comm) read the cluster and the scheduler's choices from pass_options;
+ * without a cluster they place everything on one default CPU device.  The
+ * 1F1B order of micro-batches is not an IR pass: the device program runs
+ * its stage's forward and backward per micro-batch in that order
+ * (runtime/main.c), from the placement the fence pass records.
  */
 #ifndef FUSION_PASSES_H
 #define FUSION_PASSES_H
 
 #include <stdio.h>
 
+#include "../frontend/cluster.h"
 #include "../ir/ir.h"
 
-typedef int (*pass_fn)(ir_graph *g, struct diag *err);
+/* The plan the fence pass chooses (see fence.c): S pipeline stages, each
+ * replicated on R devices, over M micro-batches; which forward node runs
+ * on which stage; and what the cost model expects of it.  Made on one
+ * graph, it can be applied to another built from the same model at another
+ * batch size (same nodes, other shapes): fusionc does that when the plan
+ * has replicas, since each replica's micro-batch is then smaller. */
+typedef struct {
+    int32_t  n_stages, n_replicas, micro_batches;
+    int32_t *devices;          /* [n_stages * n_replicas]: cluster device of (stage, replica) */
+    int32_t *stage_of_node;    /* [n_nodes]: forward nodes' stages (others: -1)               */
+    int32_t  n_nodes;
+    const char *scheduler;     /* "opfence" or "uniform"                                      */
+    /* The cost model's figures (seconds; per micro-batch unless said). */
+    double  *stage_compute;    /* [n_stages] forward + backward on the stage's slowest replica */
+    double  *stage_update;     /* [n_stages] the optimizer, once a step                       */
+    double  *cut_transfer;     /* [n_stages]: to the next stage, both directions (last: 0)    */
+    double  *cut_bytes;        /* [n_stages]: bytes sent forward at that cut per micro-batch  */
+    double  *allreduce;        /* [n_stages]: the replicas' gradient all-reduce, once a step  */
+    double   step_seconds;     /* the estimated step                                          */
+    double   bottleneck;       /* the largest per-micro-batch stage or link time              */
+    int32_t  bottleneck_stage; /* its stage (a cut's: the stage before it)                    */
+    int      bottleneck_is_link;
+    int32_t  n_fences;
+    int32_t *fence_of_device;  /* [n_devices of the cluster]                                  */
+} fence_plan;
+
+void fence_plan_free(fence_plan *p);
+
+typedef struct {
+    const char *dump_after;   /* NULL, "frontend" or a pass name            */
+    FILE       *dump_out;     /* where to print the IR after that pass      */
+    int         dump_dot;     /* print Graphviz instead of the text form    */
+    int         stop_after;   /* stop the pipeline after dump_after         */
+    const char *last_pass;    /* NULL, or run no pass after this one        */
+    /* Placement (estimate, fence, comm). */
+    const cluster *cluster;   /* NULL: one default CPU device               */
+    const char *scheduler;    /* "opfence" (NULL: the default) or "uniform" */
+    int         micro_batches;/* M >= 1 (0: 1)                              */
+    int         max_replicas; /* 0: any; 1: no data parallelism (a model without a `batch`) */
+    int         stages;       /* > 0: opfence considers only this many stages   */
+    int         replicas;     /* > 0: ... and this many replicas per stage      */
+    const fence_plan *plan;   /* apply this plan rather than search         */
+    fence_plan *plan_out;     /* when not NULL, the fence pass's plan is copied here */
+} pass_options;
+
+/* A pass reads the options it needs (most read none). */
+typedef int (*pass_fn)(ir_graph *g, const pass_options *opt, struct diag *err);
 
 typedef struct {
     const char *name;
@@ -26,14 +77,6 @@ typedef struct {
 
 extern const pass pass_pipeline[];
 extern const int  pass_count;
-
-typedef struct {
-    const char *dump_after;   /* NULL, "frontend" or a pass name            */
-    FILE       *dump_out;     /* where to print the IR after that pass      */
-    int         dump_dot;     /* print Graphviz instead of the text form    */
-    int         stop_after;   /* stop the pipeline after dump_after         */
-    const char *last_pass;    /* NULL, or run no pass after this one        */
-} pass_options;
 
 /* Is `name` "frontend" or a pass?  (For option checking before any work.) */
 int pass_name_known(const char *name);
@@ -47,6 +90,18 @@ int pass_shapes(ir_graph *g, struct diag *err);
 int pass_autodiff(ir_graph *g, struct diag *err);
 int pass_optimizer(ir_graph *g, struct diag *err);
 int pass_memory(ir_graph *g, struct diag *err);
+int pass_estimate(ir_graph *g, const pass_options *opt, struct diag *err);
+int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err);
+int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err);
+
+/* ---- the workload estimator (estimate.c) ---- */
+/* The default device when no cluster is given: one CPU core's worth. */
+const cluster_device *estimate_default_device(void);
+/* Seconds node n takes on device d: max(FLOPs / peak, bytes / memory
+ * bandwidth) + a fixed launch cost, times the device's emulated slowdown. */
+double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device *d);
+/* Seconds to move `bytes` over a link: latency + bytes / bandwidth. */
+double estimate_transfer_seconds(double bytes, double bandwidth, double latency);
 
 /* ---- analyses (read-only) ---- */
 typedef struct {
@@ -68,5 +123,13 @@ int model_stats_compute(const ir_graph *g, model_stats *s, struct diag *err);
 /* The peak bytes of a device's arena as the memory pass planned it (values
  * and scratch; 0 before the pass, -1 when out of memory). */
 int64_t memory_arena_bytes(const ir_graph *g, int32_t device);
+
+/* What a micro-batch's backward on `stage` reads of its forward: values
+ * made by forward ops or fed by the loader (inputs) that a backward op of
+ * the stage reads.  1F1B keeps a copy of them for each micro-batch whose
+ * backward waits while later ones run their forward (runtime/main.c).
+ * Writes their ids to out (room for g->n_values); returns the count, -1
+ * when out of memory. */
+int32_t memory_stash_values(const ir_graph *g, int32_t stage, int32_t *out);
 
 #endif

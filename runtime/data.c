@@ -100,15 +100,17 @@ int rt_data_load(rt_data *d, const char *path, char *err, size_t err_size)
     return rc;
 }
 
-void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int32_t *tokens, int32_t *targets,
-                   int64_t B, int64_t T)
+void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, int32_t *tokens,
+                   int32_t *targets, int64_t B, int64_t T)
 {
     for (int64_t b = 0; b < B; b++) {
-        rt_rng r = rt_rng_seeded(seed, (uint64_t)step, (uint64_t)b + 0x5EED);
+        rt_rng r = rt_rng_seeded(seed, (uint64_t)step, (uint64_t)(row0 + b) + 0x5EED);
         int64_t start = (int64_t)(rt_rng_next(&r) % (uint64_t)(d->n - T - 1));
         for (int64_t t = 0; t < T; t++) {
-            tokens[b * T + t] = d->tokens[start + t];
-            targets[b * T + t] = d->tokens[start + t + 1];
+            if (tokens)
+                tokens[b * T + t] = d->tokens[start + t];
+            if (targets)
+                targets[b * T + t] = d->tokens[start + t + 1];
         }
     }
 }

@@ -4,10 +4,13 @@
  * shapes; only data (token ids, targets) can still be out of range. */
 #include "exec.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "comm/comm.h"
 #include "cpu/kernels.h"
 
 int64_t rt_tensor_numel(const rt_tensor *t)
@@ -79,7 +82,7 @@ int64_t rt_op_workspace_floats(const rt_op *op)
     }
 }
 
-int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
+static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
 {
     int64_t bad = 0;
     switch (op->op) {
@@ -288,4 +291,42 @@ int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
         snprintf(ctx->msg, sizeof ctx->msg, "op '%s': op kind %d has no CPU kernel", op->name, (int)op->op);
         return -1;
     }
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
+{
+    switch (op->op) {
+    case OP_SEND:
+    case OP_RECV:
+    case OP_ALLREDUCE:
+        if (!ctx->comm) {
+            snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): this program has no peers to talk to",
+                     op->name, (int)op->line);
+            return -1;
+        }
+        return op->op == OP_SEND   ? rt_comm_send(ctx->comm, op, arena, ctx)
+               : op->op == OP_RECV ? rt_comm_recv(ctx->comm, op, arena, ctx)
+                                   : rt_comm_allreduce(ctx->comm, op, arena, ctx);
+    default:
+        break;
+    }
+    if (!(ctx->slowdown > 1.0))
+        return run_kernel(op, arena, ctx);
+    /* An emulated slower device: the op, then (slowdown - 1) times as long
+     * again asleep, so the device takes `slowdown` times as long and the
+     * idle time is free for the other devices on this machine. */
+    double t0 = seconds_now();
+    int rc = run_kernel(op, arena, ctx);
+    double wait = (seconds_now() - t0) * (ctx->slowdown - 1.0);
+    struct timespec ts = { (time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9) };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    return rc;
 }

@@ -38,9 +38,15 @@ typedef struct {
     int32_t   line;            /* its model-file line                         */
 } rt_op;                       /* position-independent: bundles embed rt_ops as bytes */
 
+struct rt_comm;                /* runtime/comm/comm.h: the device's peers     */
+
 typedef struct {
     int64_t step;              /* the update about to be made, from 1        */
     char    msg[512];          /* why rt_op_run failed                        */
+    int32_t micro_batch;       /* 0..M-1 in forward and backward; -1 in update */
+    int32_t phase;             /* the ir_phase running (messages are tagged by it) */
+    struct rt_comm *comm;      /* send, recv and allreduce go through it; NULL: none */
+    double  slowdown;          /* > 1: sleep after each op so it takes this many times as long */
 } rt_context;
 
 /* Run op on the arena.  Returns 0, or -1 with ctx->msg set (a token id or

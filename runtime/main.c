@@ -1,11 +1,26 @@
 /* main.c: the training loop of a device program (libfusion_rt_main).
  *
  * Linked with one device's generated host program (runtime/program.h), it:
- * reads the embedded manifest, allocates the arena, initialises the
- * parameters from a seed, and runs steps, each: the data loader writes the
- * inputs, fusion_forward_backward and fusion_update run the schedule
- * (forward, backward, AdamW), one line of progress goes to stdout and one
- * JSON object to the log.  Checkpoints (--save, --resume) hold the params,
+ * reads the embedded manifest, allocates the arena, connects to its peers
+ * (comm/comm.h), initialises the parameters from a seed, and runs steps.
+ * A step of a device running replica r of stage s (of S), over M
+ * micro-batches, in 1F1B order (PipeDream-Flush, Megatron's schedule):
+ *
+ *     min(S - s - 1, M) forwards, then alternately one forward and one
+ *     backward until every forward is done, then the remaining backwards;
+ *     then the optimizer (fusion_update) once.
+ *
+ * A forward loads micro-batch m's rows ((r*M + m) * b of the global batch:
+ * the rows a one-device run of the whole batch sees) and runs
+ * fusion_forward; if its backward does not come next, what the backward
+ * will read is copied to a stash slot (the arena holds one micro-batch).
+ * A backward restores it, runs fusion_backward, and adds the parameters'
+ * gradients into an accumulator; before the update the sum becomes the
+ * mean over micro-batches, so the step's mathematics is the one-device
+ * step's.  One line of progress goes to stdout and one JSON object to the
+ * log; the device that computes the loss reports the step's mean loss
+ * (averaged over replicas).  On any error the device tells its peers why
+ * it stops (they stop too, naming it) and exits 1.  Checkpoints (--save, --resume) hold the params,
  * the optimizer state, the step and the seed, as safetensors: batches
  * depend only on (seed, step), so a resumed run continues bit for bit.
  *
@@ -33,6 +48,9 @@
 #include "data.h"
 #include "program.h"
 #include "safetensors.h"
+#include "comm/comm.h"
+
+#include <xxhash.h>
 
 /* ---- the program ------------------------------------------------------------- */
 
@@ -40,6 +58,10 @@ typedef struct {
     rt_manifest     manifest;
     rt_tensor_info *tensors;
     char           *arena;
+    rt_tensor      *stash;       /* [n_stash] what a backward reads of its forward */
+    int32_t        *placement;   /* [n_stages * n_replicas] */
+    rt_peer        *peers;       /* [n_peers] */
+    rt_link        *links;       /* [n_links] */
 } program;
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -57,7 +79,8 @@ static int fail(const char *fmt, ...)
 static int64_t numel(const rt_tensor *t) { return rt_tensor_numel(t); }
 
 /* Params and state from their init specs, each from its own stream of
- * (seed, tensor index), so one tensor's values do not depend on another's. */
+ * (seed, hash of its name): a tensor gets the same values whichever device
+ * holds it and whatever else that device holds. */
 static void init_params(program *p, uint64_t seed)
 {
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
@@ -65,7 +88,7 @@ static void init_params(program *p, uint64_t seed)
         if (ti->role != ROLE_PARAM && ti->role != ROLE_STATE)
             continue;
         float *x = (float *)(p->arena + ti->t.offset);
-        rt_rng r = rt_rng_seeded(seed, (uint64_t)i, 0x1417);
+        rt_rng r = rt_rng_seeded(seed, XXH3_64bits(ti->name, strlen(ti->name)), 0x1417);
         for (int64_t k = 0, n = numel(&ti->t); k < n; k++) {
             switch (ti->init_kind) {
             case INIT_ONES:    x[k] = 1.0f; break;
@@ -77,22 +100,18 @@ static void init_params(program *p, uint64_t seed)
     }
 }
 
-/* The model's token inputs: its first two i32 inputs of shape (B,T). */
-static int find_token_inputs(const program *p, int32_t *tokens, int32_t *targets)
+/* The loader's feeds on this device (-1 when a stage holds neither). */
+static void find_feeds(const program *p, int32_t *tokens, int32_t *targets)
 {
     *tokens = *targets = -1;
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
-        const rt_tensor_info *ti = &p->tensors[i];
-        if (ti->role != ROLE_INPUT || ti->dtype != DT_I32 || ti->t.rank != 2)
+        if (p->tensors[i].role != ROLE_INPUT)
             continue;
-        if (*tokens < 0)
+        if (p->tensors[i].feed == 0)
             *tokens = i;
-        else if (*targets < 0)
+        else if (p->tensors[i].feed == 1)
             *targets = i;
     }
-    if (*tokens < 0 || *targets < 0)
-        return fail("the data loader needs a model with two i32 inputs of shape (B,T): tokens and targets");
-    return 0;
 }
 
 static double now(void)
@@ -105,6 +124,15 @@ static double now(void)
 /* ---- checkpoints, weights, gradients (safetensors) ---------------------------- */
 
 #define CHECKPOINT_FILE "checkpoint.safetensors"
+
+/* One device: DIR/checkpoint.safetensors; several: one file each. */
+static void checkpoint_path(const program *p, const char *dir, char *path, size_t size)
+{
+    if (p->manifest.n_stages * p->manifest.n_replicas > 1)
+        snprintf(path, size, "%s/checkpoint-%s.safetensors", dir, p->manifest.device);
+    else
+        snprintf(path, size, "%s/" CHECKPOINT_FILE, dir);
+}
 
 /* Role bits (1 << ir_role) select tensors; LOSS_ROLE selects the loss. */
 #define LOSS_ROLE (1u << 31)
@@ -185,7 +213,7 @@ static int save_checkpoint(const program *p, const char *dir, int64_t step, uint
     char path[4096], step_text[32], seed_text[32], build[32];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
-    snprintf(path, sizeof path, "%s/" CHECKPOINT_FILE, dir);
+    checkpoint_path(p, dir, path, sizeof path);
     snprintf(step_text, sizeof step_text, "%lld", (long long)step);
     snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)seed);
     snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
@@ -198,7 +226,7 @@ static int save_checkpoint(const program *p, const char *dir, int64_t step, uint
 static int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed)
 {
     char path[4096], why[512], build[32];
-    snprintf(path, sizeof path, "%s/" CHECKPOINT_FILE, dir);
+    checkpoint_path(p, dir, path, sizeof path);
     st_file *f = st_open(path, why, sizeof why);
     if (!f)
         return fail("%s", why);
@@ -230,7 +258,12 @@ static const char usage[] =
     "  --resume DIR   continue from DIR's checkpoint (its step and seed) up to --steps\n"
     "  --init FILE    initial parameters from a safetensors file, by name\n"
     "  --inputs FILE  the model's inputs, by name, from a safetensors file (the same every step)\n"
-    "  --dump-grads FILE  write the first step's inputs, loss and every parameter's gradient\n";
+    "  --dump-grads FILE  write the first step's inputs, loss and every parameter's gradient\n"
+    "several devices:\n"
+    "  --emulate-links     shape every link to the cluster file's bandwidth and latency\n"
+    "  --peer NAME=ADDR    device NAME is at ADDR (moved or replaced), not where the cluster file says\n"
+    "  --port-base P       link i listens on port P + i (all devices must agree; default: compiled in)\n"
+    "  --peer-timeout S    a peer silent for S seconds is dead (default 10)\n";
 
 typedef struct {
     const char *data[64];
@@ -240,7 +273,25 @@ typedef struct {
     uint64_t    seed;
     int         seed_given;
     int         threads;
+    rt_comm_options comm;
 } run_options;
+
+/* --peer NAME=ADDR */
+static int add_peer_override(run_options *o, const char *v)
+{
+    const char *eq = strchr(v, '=');
+    if (!eq || eq == v || !eq[1] || o->comm.n_overrides == RT_COMM_MAX_OVERRIDES)
+        return -1;
+    static char names[RT_COMM_MAX_OVERRIDES][64];
+    size_t n = (size_t)(eq - v);
+    if (n >= sizeof names[0])
+        return -1;
+    memcpy(names[o->comm.n_overrides], v, n);
+    names[o->comm.n_overrides][n] = '\0';
+    o->comm.peer_name[o->comm.n_overrides] = names[o->comm.n_overrides];
+    o->comm.peer_address[o->comm.n_overrides++] = eq + 1;
+    return 0;
+}
 
 /* 0, 1 after --help, 2 on a usage error (printed). */
 static int parse_args(int argc, char **argv, run_options *o)
@@ -252,8 +303,14 @@ static int parse_args(int argc, char **argv, run_options *o)
             printf(usage, argv[0]);
             return 1;
         }
+        if (strcmp(a, "--emulate-links") == 0) {
+            o->comm.emulate_links = 1;
+            continue;
+        }
         if (!v)
             goto bad;
+        long port = 0;
+        double seconds = 0;
         if (strcmp(a, "--data") == 0 && o->n_data < 64)
             o->data[o->n_data++] = v;
         else if (strcmp(a, "--log") == 0)
@@ -268,6 +325,12 @@ static int parse_args(int argc, char **argv, run_options *o)
             o->dump_grads = v;
         else if (strcmp(a, "--inputs") == 0)
             o->inputs = v;
+        else if (strcmp(a, "--peer") == 0 && add_peer_override(o, v) == 0)
+            ;
+        else if (strcmp(a, "--port-base") == 0 && (port = strtol(v, &end, 10)) > 0 && port < 65000 && *end == '\0')
+            o->comm.port_base = (int32_t)port;
+        else if (strcmp(a, "--peer-timeout") == 0 && (seconds = strtod(v, &end)) > 0 && seconds < 86400 && *end == '\0')
+            o->comm.timeout_ms = (int)(seconds * 1000);
         else if (strcmp(a, "--save-every") == 0 && (o->save_every = strtoll(v, &end, 10)) > 0 && *end == '\0')
             ;
         else if (strcmp(a, "--steps") == 0 && (o->steps = strtoll(v, &end, 10)) >= 0 && *end == '\0')
@@ -293,6 +356,333 @@ static int parse_args(int argc, char **argv, run_options *o)
     return 0;
 }
 
+/* Copy the embedded tables out of the program (program.h). */
+static int program_load(program *p)
+{
+    memcpy(&p->manifest, fusion_manifest_blob, sizeof p->manifest);
+    const rt_manifest *m = &p->manifest;
+    size_t placed = (size_t)m->n_stages * (size_t)m->n_replicas;
+    p->tensors = malloc((size_t)m->n_tensors * sizeof *p->tensors + 1);
+    p->stash = malloc((size_t)m->n_stash * sizeof *p->stash + 1);
+    p->placement = malloc(placed * sizeof *p->placement + 1);
+    p->peers = malloc((size_t)m->n_peers * sizeof *p->peers + 1);
+    p->links = malloc((size_t)m->n_links * sizeof *p->links + 1);
+    p->arena = aligned_alloc(64, ((size_t)m->arena_bytes + 63) / 64 * 64 + 64);
+    if (!p->tensors || !p->stash || !p->placement || !p->peers || !p->links || !p->arena)
+        return fail("cannot allocate the %lld-byte arena", (long long)m->arena_bytes);
+    memcpy(p->tensors, fusion_tensors_blob, (size_t)m->n_tensors * sizeof *p->tensors);
+    memcpy(p->stash, fusion_stash_blob, (size_t)m->n_stash * sizeof *p->stash);
+    memcpy(p->placement, fusion_placement_blob, placed * sizeof *p->placement);
+    memcpy(p->peers, fusion_peers_blob, (size_t)m->n_peers * sizeof *p->peers);
+    memcpy(p->links, fusion_links_blob, (size_t)m->n_links * sizeof *p->links);
+    memset(p->arena, 0, (size_t)m->arena_bytes);
+    return 0;
+}
+
+static void program_free(program *p)
+{
+    free(p->tensors);
+    free(p->stash);
+    free(p->placement);
+    free(p->peers);
+    free(p->links);
+    free(p->arena);
+}
+
+/* ---- one step: 1F1B over the micro-batches ----------------------------------- */
+
+typedef struct {
+    program  *p;
+    rt_comm  *comm;
+    rt_data  *data;
+    const run_options *o;
+    int32_t   tokens_at, targets_at;   /* feeds on this device, -1 none */
+    int64_t   b, T;                    /* rows per micro-batch, tokens per row */
+    int32_t   n_slots;                 /* stash slots                          */
+    char     *stash_mem;               /* [n_slots][stash_bytes]               */
+    int64_t   stash_bytes;
+    char     *stashed;                 /* per micro-batch: in a slot?          */
+    float    *grad_sum;                /* [grad floats] when M > 1             */
+    int32_t  *order;                   /* [2M] the 1F1B order                  */
+    int64_t   grad_floats;
+    double    loss_sum;
+} stepper;
+
+static int64_t stash_total(const program *p)
+{
+    int64_t bytes = 0;
+    for (int32_t i = 0; i < p->manifest.n_stash; i++)
+        bytes += numel(&p->stash[i]) * 4;
+    return bytes;
+}
+
+static void stash_copy(stepper *st, int32_t m, int save)
+{
+    char *slot = st->stash_mem + (size_t)(m % st->n_slots) * (size_t)st->stash_bytes;
+    for (int32_t i = 0; i < st->p->manifest.n_stash; i++) {
+        const rt_tensor *t = &st->p->stash[i];
+        size_t bytes = (size_t)numel(t) * 4;
+        if (save)
+            memcpy(slot, st->p->arena + t->offset, bytes);
+        else
+            memcpy(st->p->arena + t->offset, slot, bytes);
+        slot += bytes;
+    }
+}
+
+/* The parameters' gradients: add this micro-batch's into the sum (m > 0),
+ * or start it (m == 0); mean == 1: replace them by sum / M. */
+static void gradients_accumulate(stepper *st, int32_t m, int mean)
+{
+    const program *p = st->p;
+    float *acc = st->grad_sum, inv = 1.0f / (float)p->manifest.micro_batches;
+    for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
+        const rt_tensor_info *ti = &p->tensors[i];
+        if (ti->role != ROLE_GRADIENT)
+            continue;
+        float *g = (float *)(p->arena + ti->t.offset);
+        int64_t n = numel(&ti->t);
+        for (int64_t k = 0; k < n; k++) {
+            if (mean)
+                g[k] = acc[k] * inv;
+            else if (m == 0)
+                acc[k] = g[k];
+            else
+                acc[k] += g[k];
+        }
+        acc += n;
+    }
+}
+
+static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
+{
+    program *p = st->p;
+    const rt_manifest *mf = &p->manifest;
+    if (!st->o->inputs && (st->tokens_at >= 0 || st->targets_at >= 0)) {
+        int64_t row0 = ((int64_t)mf->replica * mf->micro_batches + m) * st->b;
+        int32_t *tok = st->tokens_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->tokens_at].t.offset) : NULL;
+        int32_t *tgt = st->targets_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->targets_at].t.offset) : NULL;
+        rt_data_batch(st->data, st->o->seed, ctx->step, row0, tok, tgt, st->b, st->T);
+    }
+    ctx->micro_batch = m;
+    ctx->phase = PHASE_FORWARD;
+    if (fusion_forward(p->arena, ctx) != 0)
+        return -1;
+    if (mf->loss >= 0)
+        st->loss_sum += *(float *)(p->arena + p->tensors[mf->loss].t.offset);
+    if (keep) {
+        stash_copy(st, m, 1);
+        st->stashed[m] = 1;
+    }
+    return 0;
+}
+
+static int run_backward(stepper *st, rt_context *ctx, int32_t m)
+{
+    if (st->stashed[m]) {
+        stash_copy(st, m, 0);
+        st->stashed[m] = 0;
+    }
+    ctx->micro_batch = m;
+    ctx->phase = PHASE_BACKWARD;
+    if (fusion_backward(st->p->arena, ctx) != 0)
+        return -1;
+    if (st->p->manifest.micro_batches > 1)
+        gradients_accumulate(st, m, 0);
+    return 0;
+}
+
+/* Forward and backward of every micro-batch in 1F1B order; the step's mean
+ * loss into *loss (NAN on a device without it). */
+static int run_micro_batches(stepper *st, rt_context *ctx, float *loss)
+{
+    const rt_manifest *mf = &st->p->manifest;
+    int32_t M = mf->micro_batches, warm = mf->n_stages - mf->stage - 1, n = 0;
+    if (warm > M)
+        warm = M;
+    /* The order: +m a forward, -(m+1) a backward. */
+    int32_t *order = st->order;
+    int32_t f = 0, b = 0;
+    for (; f < warm; f++)
+        order[n++] = f;
+    while (b < M) {
+        if (f < M)
+            order[n++] = f++;
+        order[n++] = -(++b);
+    }
+    st->loss_sum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t m = order[i] >= 0 ? order[i] : -order[i] - 1;
+        /* A forward keeps what its backward reads unless that backward is next. */
+        int rc = order[i] >= 0 ? run_forward(st, ctx, m, !(i + 1 < n && order[i + 1] == -(m + 1)))
+                               : run_backward(st, ctx, m);
+        if (rc)
+            return -1;
+    }
+    if (M > 1)
+        gradients_accumulate(st, 0, 1);
+    *loss = mf->loss >= 0 ? (float)(st->loss_sum / M) : NAN;
+    if (mf->loss >= 0 && mf->n_replicas > 1 &&
+        (!st->comm || rt_comm_mean_over_replicas(st->comm, loss, 1, -1, ctx)))
+        return -1;
+    if (mf->loss >= 0)   /* the step's loss where the log, checkpoints and --dump-grads find it */
+        *(float *)(st->p->arena + st->p->tensors[mf->loss].t.offset) = *loss;
+    return 0;
+}
+
+static int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, const run_options *o)
+{
+    memset(st, 0, sizeof *st);
+    st->p = p;
+    st->comm = comm;
+    st->data = data;
+    st->o = o;
+    const rt_manifest *m = &p->manifest;
+    find_feeds(p, &st->tokens_at, &st->targets_at);
+    int32_t feed = st->tokens_at >= 0 ? st->tokens_at : st->targets_at;
+    if (feed >= 0) {
+        st->b = p->tensors[feed].t.dim[0];
+        st->T = p->tensors[feed].t.dim[1];
+    }
+    int32_t warm = m->n_stages - m->stage - 1;
+    st->n_slots = (warm < m->micro_batches ? warm : m->micro_batches) + 1;
+    st->stash_bytes = stash_total(p);
+    st->stash_mem = malloc((size_t)st->n_slots * (size_t)st->stash_bytes + 1);
+    st->stashed = calloc((size_t)m->micro_batches + 1, 1);
+    st->order = malloc((2 * (size_t)m->micro_batches + 1) * sizeof *st->order);
+    for (int32_t i = 0; i < m->n_tensors; i++)
+        if (p->tensors[i].role == ROLE_GRADIENT)
+            st->grad_floats += numel(&p->tensors[i].t);
+    st->grad_sum = m->micro_batches > 1 ? malloc((size_t)st->grad_floats * sizeof(float) + 1) : NULL;
+    if (!st->stash_mem || !st->stashed || !st->order || (m->micro_batches > 1 && !st->grad_sum))
+        return fail("cannot allocate %lld bytes of stash and %lld of gradient sums",
+                    (long long)(st->n_slots * st->stash_bytes), (long long)st->grad_floats * 4);
+    return 0;
+}
+
+static void stepper_free(stepper *st)
+{
+    free(st->stash_mem);
+    free(st->stashed);
+    free(st->grad_sum);
+    free(st->order);
+}
+
+/* ---- main -------------------------------------------------------------------- */
+
+/* Report the error, tell the peers, and give main its exit status. */
+static int stop(rt_comm *comm, const char *device, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int stop(rt_comm *comm, const char *device, const char *fmt, ...)
+{
+    char why[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "fusion: error: %s: %s\n", device, why);
+    fflush(stderr);
+    if (comm)
+        rt_comm_abort(comm, why);
+    return 1;
+}
+
+static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
+{
+    const rt_manifest *mf = &p->manifest;
+    FILE *log = NULL;
+    if (o->log && !(log = fopen(o->log, "w")))
+        return stop(comm, mf->device, "%s: cannot write the log: %s", o->log, strerror(errno));
+    stepper st;
+    int rc = stepper_init(&st, p, comm, data, o);
+    int64_t done = 0;
+    uint64_t seed = o->seed;
+    if (rc == 0 && o->resume) {
+        if (resume_checkpoint(p, o->resume, &done, &seed))
+            rc = 1;
+        else if (o->seed_given && seed != o->seed)
+            rc = fail("%s: the checkpoint was trained with --seed %llu, not %llu", o->resume,
+                      (unsigned long long)seed, (unsigned long long)o->seed);
+    } else if (rc == 0) {
+        init_params(p, o->seed);
+    }
+    if (rc == 0 && o->init && read_file_tensors(p, o->init, role_bit(ROLE_PARAM)))
+        rc = 1;
+    if (rc) {
+        if (comm)
+            rt_comm_abort(comm, "could not start (see its log)");
+        stepper_free(&st);
+        if (log)
+            fclose(log);
+        return 1;
+    }
+    run_options seeded = *o;
+    seeded.seed = seed;
+    st.o = &seeded;
+    int64_t tokens = mf->tokens_per_step > 0 ? mf->tokens_per_step : 1;
+    printf("fusion: model %s on device %s: stage %d of %d, replica %d of %d, %d micro-batch%s; %lld-byte arena, "
+           "%d threads, %lld steps of %lld %s\n",
+           mf->model, mf->device, mf->stage, mf->n_stages, mf->replica, mf->n_replicas, mf->micro_batches,
+           mf->micro_batches == 1 ? "" : "es", (long long)mf->arena_bytes, o->threads, (long long)o->steps,
+           (long long)tokens, o->inputs ? "input values" : "tokens");
+    if (mf->slowdown > 1.0)
+        printf("fusion: emulating a device %.2f times slower (slowdown in the cluster file): each op is followed "
+               "by a sleep\n", mf->slowdown);
+    if (o->comm.emulate_links && mf->n_links > 0)
+        printf("fusion: emulating the cluster file's links (bandwidth and latency) on this machine's network\n");
+    fflush(stdout);
+    for (int64_t step = done + 1; step <= o->steps && rc == 0; step++) {
+        rt_context ctx = { .step = step, .comm = comm, .slowdown = mf->slowdown };
+        double t0 = now();
+        float loss = NAN;
+        if (run_micro_batches(&st, &ctx, &loss) != 0) {
+            rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
+            break;
+        }
+        if (o->dump_grads && step == done + 1 &&
+            write_tensors(p, o->dump_grads, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE, NULL)) {
+            rc = stop(comm, mf->device, "cannot write %s", o->dump_grads);
+            break;
+        }
+        ctx.micro_batch = -1;
+        ctx.phase = PHASE_UPDATE;
+        if (fusion_update(p->arena, &ctx) != 0) {
+            rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
+            break;
+        }
+        double dt = now() - t0;
+        if (mf->loss >= 0 && !isfinite(loss)) {
+            rc = stop(comm, mf->device, "step %lld: the loss is %f: training diverged", (long long)step, (double)loss);
+            break;
+        }
+        if (mf->loss >= 0)
+            printf("step %5lld/%lld  loss %.6f  %8.0f tok/s  %7.1f ms/step\n", (long long)step, (long long)o->steps,
+                   (double)loss, (double)tokens / dt, dt * 1e3);
+        else
+            printf("step %5lld/%lld  %8.0f tok/s  %7.1f ms/step\n", (long long)step, (long long)o->steps,
+                   (double)tokens / dt, dt * 1e3);
+        fflush(stdout);
+        if (log) {   /* flushed each step: the log is read while training runs */
+            if (mf->loss >= 0)
+                fprintf(log, "{\"step\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"ms\": %.3f}\n",
+                        (long long)step, (double)loss, (double)tokens / dt, dt * 1e3);
+            else
+                fprintf(log, "{\"step\": %lld, \"tokens_per_s\": %.1f, \"ms\": %.3f}\n", (long long)step,
+                        (double)tokens / dt, dt * 1e3);
+            fflush(log);
+        }
+        if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps) &&
+            save_checkpoint(p, o->save, step, seed))
+            rc = stop(comm, mf->device, "cannot write the checkpoint");
+    }
+    char why[512];
+    if (rc == 0 && comm && rt_comm_flush(comm, why, sizeof why) != 0)
+        rc = stop(comm, mf->device, "%s", why);
+    if (log && fclose(log) != 0 && rc == 0)
+        rc = fail("%s: cannot finish the log", o->log);
+    stepper_free(&st);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     /* libgomp reads its wait policy only at start: idle OpenMP threads must
@@ -302,99 +692,52 @@ int main(int argc, char **argv)
         execv("/proc/self/exe", argv);
     }
     program p;
+    memset(&p, 0, sizeof p);
     memcpy(&p.manifest, fusion_manifest_blob, sizeof p.manifest);
     run_options o = { .steps = 100, .seed = 1, .threads = p.manifest.threads > 0 ? p.manifest.threads : 1 };
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
-    p.tensors = malloc((size_t)p.manifest.n_tensors * sizeof *p.tensors + 1);
-    p.arena = aligned_alloc(64, ((size_t)p.manifest.arena_bytes + 63) / 64 * 64 + 64);
-    if (!p.tensors || !p.arena)
-        return fail("cannot allocate the %lld-byte arena", (long long)p.manifest.arena_bytes);
-    memcpy(p.tensors, fusion_tensors_blob, (size_t)p.manifest.n_tensors * sizeof *p.tensors);
-    memset(p.arena, 0, (size_t)p.manifest.arena_bytes);
+    if (program_load(&p)) {
+        program_free(&p);
+        return 1;
+    }
     kernel_threads_set(o.threads);
 
     /* Inputs: token batches from --data, or fixed tensors from --inputs. */
-    int32_t tokens_at = -1, targets_at = -1;
-    int64_t B = 0, T = 0, samples = 1;
     rt_data data = { 0 };
     char why[512];
+    int32_t tokens_at, targets_at;
+    find_feeds(&p, &tokens_at, &targets_at);
     if (o.inputs) {
-        if (read_file_tensors(&p, o.inputs, role_bit(ROLE_INPUT)))
-            return 1;
-        for (int32_t i = 0; i < p.manifest.n_tensors; i++)
-            if (p.tensors[i].role == ROLE_INPUT && p.tensors[i].t.rank > 0) {
-                samples = numel(&p.tensors[i].t);
-                break;
-            }
-    } else {
-        if (find_token_inputs(&p, &tokens_at, &targets_at))
-            return 1;
-        B = p.tensors[tokens_at].t.dim[0];
-        T = p.tensors[tokens_at].t.dim[1];
-        samples = B * T;
-        for (int i = 0; i < o.n_data; i++)
+        rc = read_file_tensors(&p, o.inputs, role_bit(ROLE_INPUT));
+    } else if (tokens_at >= 0 || targets_at >= 0) {
+        int64_t T = p.tensors[tokens_at >= 0 ? tokens_at : targets_at].t.dim[1];
+        for (int i = 0; i < o.n_data && rc == 0; i++)
             if (rt_data_load(&data, o.data[i], why, sizeof why))
-                return fail("%s", why);
-        if (data.n < T + 2)
-            return fail("%s: %lld tokens is too few for sequences of %lld", o.data[0], (long long)data.n,
-                        (long long)T);
-    }
-    FILE *log = NULL;
-    if (o.log && !(log = fopen(o.log, "w")))
-        return fail("%s: cannot write the log: %s", o.log, strerror(errno));
-    int64_t done = 0;
-    if (o.resume) {
-        uint64_t seed = o.seed;
-        if (resume_checkpoint(&p, o.resume, &done, &seed))
-            return 1;
-        if (o.seed_given && seed != o.seed)
-            return fail("%s: the checkpoint was trained with --seed %llu, not %llu", o.resume,
-                        (unsigned long long)seed, (unsigned long long)o.seed);
-        o.seed = seed;
+                rc = fail("%s", why);
+        if (rc == 0 && data.n < T + 2)
+            rc = fail("%s: %lld tokens is too few for sequences of %lld", o.data[0], (long long)data.n, (long long)T);
     } else {
-        init_params(&p, o.seed);
+        /* A stage with no inputs of the model: the model's inputs are made elsewhere. */
+        for (int32_t i = 0; i < p.manifest.n_tensors && rc == 0; i++)
+            if (p.tensors[i].role == ROLE_INPUT)
+                rc = fail("the data loader feeds only two i32 inputs of shape (B,T) (tokens, targets); '%s' needs "
+                          "--inputs FILE", p.tensors[i].name);
     }
-    if (o.init && read_file_tensors(&p, o.init, role_bit(ROLE_PARAM)))
-        return 1;
-    printf("fusion: model %s on device %s: %lld-byte arena, %d threads, %lld steps of %lld %s\n",
-           p.manifest.model, p.manifest.device, (long long)p.manifest.arena_bytes, o.threads, (long long)o.steps,
-           (long long)samples, o.inputs ? "input values" : "tokens");
-    fflush(stdout);
-    for (int64_t step = done + 1; step <= o.steps; step++) {
-        if (!o.inputs)
-            rt_data_batch(&data, o.seed, step, (int32_t *)(p.arena + p.tensors[tokens_at].t.offset),
-                          (int32_t *)(p.arena + p.tensors[targets_at].t.offset), B, T);
-        rt_context ctx = { step, "" };
-        double t0 = now();
-        if (fusion_forward_backward(p.arena, &ctx) != 0)
-            return fail("step %lld: %s", (long long)step, ctx.msg);
-        if (o.dump_grads && step == done + 1 &&
-            write_tensors(&p, o.dump_grads, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE, NULL))
-            return 1;
-        if (fusion_update(p.arena, &ctx) != 0)
-            return fail("step %lld: %s", (long long)step, ctx.msg);
-        double dt = now() - t0;
-        float loss = p.manifest.loss >= 0 ? *(float *)(p.arena + p.tensors[p.manifest.loss].t.offset) : NAN;
-        if (!isfinite(loss))
-            return fail("step %lld: the loss is %f: training diverged", (long long)step, (double)loss);
-        printf("step %5lld/%lld  loss %.4f  %8.0f tok/s  %7.1f ms/step\n", (long long)step, (long long)o.steps,
-               (double)loss, (double)samples / dt, dt * 1e3);
-        fflush(stdout);
-        if (log) {   /* flushed each step: the log is read while training runs */
-            fprintf(log, "{\"step\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"ms\": %.3f}\n",
-                    (long long)step, (double)loss, (double)samples / dt, dt * 1e3);
-            fflush(log);
-        }
-        if (o.save && ((o.save_every > 0 && step % o.save_every == 0) || step == o.steps) &&
-            save_checkpoint(&p, o.save, step, o.seed))
-            return 1;
+    rt_comm comm;
+    rt_comm *peers = NULL;
+    if (rc == 0 && p.manifest.n_links > 0) {
+        if (rt_comm_open(&comm, &p.manifest, p.placement, p.peers, p.links, &o.comm, why, sizeof why))
+            rc = fail("%s: %s", p.manifest.device, why);
+        else
+            peers = &comm;
     }
-    if (log && fclose(log) != 0)
-        return fail("%s: cannot finish the log", o.log);
+    if (rc == 0)
+        rc = train(&p, &o, peers, &data);
+    if (peers)
+        rt_comm_close(peers);
     rt_data_free(&data);
-    free(p.tensors);
-    free(p.arena);
-    return 0;
+    program_free(&p);
+    return rc;
 }

@@ -11,10 +11,22 @@
  *                         arena (the data loader, the initialiser, the
  *                         checkpoints, the log and --dump-grads find them)
  *   fusion_ops_blob       rt_op[n_ops]: the schedule's ops
- *   fusion_forward_backward(arena, ctx), fusion_update(arena, ctx)
- *                         the schedule, split before the optimizer's ops (so
- *                         gradients can be read between the two): straight
- *                         lines of rt_op_run(&ops[i], arena, ctx) calls
+ *   fusion_stash_blob     rt_tensor[n_stash]: what a micro-batch's backward
+ *                         reads of its forward (activations, received
+ *                         tensors, inputs), saved while later micro-batches
+ *                         run their forward (1F1B)
+ *   fusion_placement_blob int32[n_stages * n_replicas]: the cluster device
+ *                         of each (stage, replica)
+ *   fusion_peers_blob     rt_peer[n_peers]: every device of the cluster
+ *   fusion_links_blob     rt_link[n_links]: every link the whole program
+ *                         uses (all devices agree on it: link i listens on
+ *                         port base + i at its first device)
+ *   fusion_forward(arena, ctx), fusion_backward(arena, ctx),
+ *   fusion_update(arena, ctx)
+ *                         the stage's ops by phase: straight lines of
+ *                         rt_op_run(&ops[i], arena, ctx) calls; forward and
+ *                         backward run once per micro-batch, update once a
+ *                         step
  *
  * The blobs are the C structs' bytes (compiler and runtime are built
  * together, for the same ABI); main copies them out before use.
@@ -37,13 +49,32 @@ typedef struct {
     int32_t threads;           /* the device's CPU threads                      */
     int32_t loss;              /* index into the tensors of the loss, -1 none   */
     double  slowdown;          /* >= 1: run this many times slower (emulation)  */
+    /* Placement (the fence pass): this device runs replica `replica` of
+     * stage `stage` of n_stages, over micro_batches micro-batches a step. */
+    int32_t device_index;      /* in the cluster                                */
+    int32_t stage, replica, n_stages, n_replicas, micro_batches;
+    int32_t n_stash, n_peers, n_links;
+    int32_t port_base;         /* link i listens on port_base + i               */
+    int64_t tokens_per_step;   /* the global batch's tokens (samples), all micro-batches and replicas */
 } rt_manifest;
+
+typedef struct {
+    char name[64];
+    char address[256];         /* where its host listens ("127.0.0.1")          */
+} rt_peer;
+
+typedef struct {
+    int32_t a, b;              /* device indices, a < b: a listens, b connects   */
+    double  bandwidth;         /* bytes/s, from the cluster file                 */
+    double  latency;           /* seconds                                        */
+} rt_link;
 
 typedef struct {
     char      name[RT_TENSOR_NAME_MAX];
     int32_t   role;            /* ir_role                                        */
     int32_t   dtype;           /* ir_dtype                                       */
     int32_t   init_kind;       /* ir_init_kind                                   */
+    int32_t   feed;            /* inputs: 0 token ids, 1 targets, -1 neither     */
     double    init_a;
     rt_tensor t;               /* dims and place in the arena                    */
 } rt_tensor_info;
@@ -52,7 +83,12 @@ typedef struct {
 extern const unsigned char fusion_manifest_blob[];
 extern const unsigned char fusion_tensors_blob[];
 extern const unsigned char fusion_ops_blob[];
-int fusion_forward_backward(char *arena, rt_context *ctx);
+extern const unsigned char fusion_stash_blob[];
+extern const unsigned char fusion_placement_blob[];
+extern const unsigned char fusion_peers_blob[];
+extern const unsigned char fusion_links_blob[];
+int fusion_forward(char *arena, rt_context *ctx);
+int fusion_backward(char *arena, rt_context *ctx);
 int fusion_update(char *arena, rt_context *ctx);
 
 #endif

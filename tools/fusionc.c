@@ -3,6 +3,7 @@
  *   fusionc check FILE...                      validate model and cluster files
  *   fusionc dump MODEL [--after PASS] [--format text|dot] [-o FILE]
  *   fusionc stats MODEL                        parameters, FLOPs, activation bytes
+ *   fusionc profile [--threads N] [--out FILE] this host's <device> line (tools/profile.c)
  *
  * MODEL is a model XML or a text IR file (as written by `dump`).  Every
  * command takes `--set name=value` (hyper-parameters) and `--help`.
@@ -21,6 +22,8 @@
 #include "../frontend/model.h"
 #include "../frontend/xml_util.h"
 #include "../passes/passes.h"
+#include "plan_report.h"
+#include "profile.h"
 
 #ifndef FUSION_VERSION
 #define FUSION_VERSION "0.0.0"
@@ -39,6 +42,11 @@ typedef struct {
     const char   *format;
     const char   *output;
     int           verbose;
+    const char   *scheduler;    /* --scheduler opfence|uniform                  */
+    int           micro_batches;/* --micro-batches M (0: the default)           */
+    int           port_base;    /* --port-base P (0: 29500)                     */
+    int           stages;       /* --stages S (0: the scheduler's choice)       */
+    int           replicas;     /* --replicas R (0: the scheduler's choice)     */
 } options;
 
 static const char *const usage_main =
@@ -51,7 +59,9 @@ static const char *const usage_main =
     "  dump MODEL      print the operator graph (OP-DAG) after a pass, as text or Graphviz\n"
     "  stats MODEL     parameters, FLOPs per sample (forward, backward), activation bytes\n"
     "  compile MODEL CLUSTER -o OUT   one training program per device: OUT/<device>/fusion-<device>\n"
+    "  plan MODEL CLUSTER  how the model is placed on the cluster, with estimated times\n"
     "  passes          list the compiler's passes, in the order they run\n"
+    "  profile         measure this host's CPU and print its <device> line for a cluster file\n"
     "\n"
     "options:\n"
     "  --help          this text; `fusionc COMMAND --help` for a command's\n"
@@ -77,16 +87,37 @@ static const char *const usage_dump =
     "  -o FILE            write to FILE instead of standard output\n"
     "  --set name=value   override a hyper-parameter (repeatable)\n";
 
+#define PLACEMENT_OPTIONS                                                                         \
+    "  --scheduler S      opfence (default: bandwidth- and speed-aware) or uniform (equal layers\n"   \
+    "                     per device in file order, Megatron's default placement)\n"                 \
+    "  --micro-batches M  split the model's batch into M micro-batches (1F1B); default: the\n"     \
+    "                     largest divisor of the batch up to 4 on several devices, else 1\n"    \
+    "  --stages S, --replicas R   make opfence choose S stages of R replicas each\n"
+
 static const char *const usage_compile =
-    "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--dump-ir=PASS]\n"
+    "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--scheduler S] [--micro-batches M]\n"
     "\n"
-    "Compiles MODEL for the devices of CLUSTER: runs every pass, emits each\n"
-    "device's host program with LLVM and links it with the runtime into\n"
-    "OUT/<device>/fusion-<device> (and OUT/<device>/manifest.txt).  Run it with\n"
-    "`OUT/<device>/fusion-<device> --data FILE --steps N`.\n"
+    "Compiles MODEL for the devices of CLUSTER: runs every pass (placing the\n"
+    "model on the devices: stages, replicas, send/recv), emits each device's host\n"
+    "program with LLVM and links it with the runtime into OUT/<device>/fusion-<device>\n"
+    "(and OUT/<device>/manifest.txt), with OUT/plan.txt, OUT/plan.svg and\n"
+    "OUT/launch-local.sh, which starts every device on this machine:\n"
+    "`OUT/launch-local.sh --data FILE --steps N [--emulate-links]`.\n"
     "  -o OUT             the output folder (created if needed)\n"
-    "  --set name=value   override a hyper-parameter (repeatable)\n"
+    "  --set name=value   override a hyper-parameter (repeatable); `batch` is the global batch\n"
+    PLACEMENT_OPTIONS
+    "  --port-base P      link i of the program listens on port P + i (default 29500)\n"
     "  --dump-ir=PASS     print the IR after PASS to standard error\n";
+
+static const char *const usage_plan =
+    "usage: fusionc plan MODEL CLUSTER [--set name=value]... [--scheduler S] [--micro-batches M] [-o DIR]\n"
+    "\n"
+    "Prints how MODEL would be placed on CLUSTER: the fences, each stage's devices,\n"
+    "ops, estimated compute and transfer, the bottleneck, the estimated step time\n"
+    "and each device's memory; writes DIR/plan.txt and DIR/plan.svg (the graph\n"
+    "coloured by stage; default DIR: the current folder).\n"
+    "  --set name=value   override a hyper-parameter (repeatable)\n"
+    PLACEMENT_OPTIONS;
 
 static const char *const usage_stats =
     "usage: fusionc stats MODEL [--set name=value]...\n"
@@ -121,7 +152,9 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             continue;
         }
         int takes_value = strcmp(a, "--set") == 0 || strcmp(a, "--after") == 0 ||
-                          strcmp(a, "--format") == 0 || strcmp(a, "--dump-ir") == 0 || strcmp(a, "-o") == 0;
+                          strcmp(a, "--format") == 0 || strcmp(a, "--dump-ir") == 0 || strcmp(a, "-o") == 0 ||
+                          strcmp(a, "--scheduler") == 0 || strcmp(a, "--micro-batches") == 0 ||
+                          strcmp(a, "--port-base") == 0 || strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -131,7 +164,9 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                 return usage_error(usage, "unknown option '%s'", a);
             memcpy(key, a, n);
             key[n] = '\0';
-            if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format") && strcmp(key, "--dump-ir"))
+            if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format") && strcmp(key, "--dump-ir") &&
+                strcmp(key, "--scheduler") && strcmp(key, "--micro-batches") && strcmp(key, "--port-base") &&
+                strcmp(key, "--stages") && strcmp(key, "--replicas"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -162,6 +197,26 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                 o->after = value;
             else
                 o->dump_ir = value;
+        } else if (strcmp(a, "--scheduler") == 0) {
+            if (strcmp(value, "opfence") && strcmp(value, "uniform"))
+                return usage_error(usage, "--scheduler expects opfence or uniform, found '%s'", value);
+            o->scheduler = value;
+        } else if (strcmp(a, "--micro-batches") == 0 || strcmp(a, "--port-base") == 0 ||
+                   strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0) {
+            char *end = NULL;
+            long v = strtol(value, &end, 10);
+            int port = strcmp(a, "--port-base") == 0;
+            if (!end || *end || v < 1 || v > (port ? 65000 : 4096))
+                return usage_error(usage, port ? "--port-base expects a port in [1, 65000], found '%s'"
+                                               : "expected a count in [1, 4096], found '%s'", value);
+            if (port)
+                o->port_base = (int)v;
+            else if (strcmp(a, "--stages") == 0)
+                o->stages = (int)v;
+            else if (strcmp(a, "--replicas") == 0)
+                o->replicas = (int)v;
+            else
+                o->micro_batches = (int)v;
         } else if (strcmp(a, "--format") == 0) {
             if (strcmp(value, "text") && strcmp(value, "dot"))
                 return usage_error(usage, "--format expects text or dot, found '%s'", value);
@@ -409,6 +464,88 @@ static int cmd_stats(int argc, char **argv)
     return 0;
 }
 
+/* The model's global batch: its `batch` hyper-parameter, 0 if it has none. */
+static int64_t global_batch(const ir_graph *g)
+{
+    for (int32_t i = 0; i < g->n_hypers; i++)
+        if (!g->hypers[i].is_float && strcmp(ir_str(g, g->hypers[i].name), "batch") == 0)
+            return g->hypers[i].i;
+    return 0;
+}
+
+/* Load the model with `batch` set to `rows` (after the user's --set). */
+static int load_with_batch(const char *path, const options *o, int64_t rows, ir_graph *g, struct diag *err)
+{
+    options with = *o;
+    if (rows > 0) {
+        if (with.n_sets == MAX_SETS)
+            return diag_set(err, path, 0, "too many --set options to add the micro-batch size");
+        snprintf(with.set_text[with.n_sets], sizeof with.set_text[0], "batch=%lld", (long long)rows);
+        if (model_setting_parse(with.set_text[with.n_sets], with.set_text[with.n_sets], sizeof with.set_text[0],
+                                &with.sets[with.n_sets]))
+            return diag_set(err, path, 0, "internal error: cannot set the micro-batch size");
+        with.n_sets++;
+    }
+    return load_graph(path, &with, g, err);
+}
+
+/* Build, place and compile-ready (every pass) the model for cluster c.
+ *
+ * The model's `batch` is the global batch B of a step.  It is split into
+ * M micro-batches (--micro-batches; by default the largest divisor of B up
+ * to 4 on a cluster of several devices, else 1), and by the plan into R
+ * replicas: each device's program works on B / (M R) rows at a time.  The
+ * fence pass plans on the graph built at B / M; when its plan replicates,
+ * the graph is built again at B / (M R) and the same plan applied to it
+ * (same ops, smaller shapes). */
+static int build_placed(const options *o, const char *model_path, const cluster *c, ir_graph *g, fence_plan *plan,
+                        struct diag *err)
+{
+    pass_options popt = { 0 };
+    if (o->dump_ir) {
+        popt.dump_after = o->dump_ir;
+        popt.dump_out = stderr;
+    }
+    popt.cluster = c;
+    popt.scheduler = o->scheduler;
+    popt.stages = o->stages;
+    popt.replicas = o->replicas;
+    if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
+        return diag_set(err, model_path, 0, "--stages and --replicas choose among opfence's plans; uniform always "
+                        "uses every device as one stage");
+    ir_graph_init(g);
+    if (load_graph(model_path, o, g, err))
+        return -1;
+    int64_t B = global_batch(g);
+    int M = o->micro_batches;
+    if (M == 0) {
+        M = 1;
+        for (int k = 4; B > 0 && k > 1 && c->n_devices > 1 && M == 1; k--)
+            if (B % k == 0)
+                M = k;
+    }
+    if (B == 0 && M > 1)
+        return diag_set(err, model_path, 0, "--micro-batches %d needs a model with a `batch` hyper-parameter", M);
+    if (B > 0 && B % M != 0)
+        return diag_set(err, model_path, 0, "the batch (%lld) does not split into %d micro-batches", (long long)B, M);
+    popt.micro_batches = M;
+    popt.max_replicas = B > 0 ? 0 : 1;
+    popt.plan_out = plan;
+    popt.last_pass = "fence";
+    ir_graph_free(g);
+    if (load_with_batch(model_path, o, B > 0 ? B / M : 0, g, err) || pass_run_pipeline(g, &popt, err))
+        return -1;
+    popt.last_pass = NULL;
+    popt.plan_out = NULL;
+    if (plan->n_replicas > 1) {
+        ir_graph_free(g);
+        popt.plan = plan;
+        if (load_with_batch(model_path, o, B / M / plan->n_replicas, g, err))
+            return -1;
+    }
+    return pass_run_pipeline(g, &popt, err);
+}
+
 static int cmd_compile(int argc, char **argv)
 {
     options o;
@@ -423,17 +560,51 @@ static int cmd_compile(int argc, char **argv)
     ir_graph g;
     cluster c;
     memset(&c, 0, sizeof c);
-    pass_options dump;
-    rc = load_graph(o.files[0], &o, &g, &err) || cluster_load(o.files[1], &c, &err) ||
-         pass_run_pipeline(&g, dump_ir_options(&o, &dump), &err) ||
-         bundle_write(&g, &c, o.output, bundle_default_toolchain(), &err);
+    fence_plan plan;
+    memset(&plan, 0, sizeof plan);
+    ir_graph_init(&g);
+    rc = cluster_load(o.files[1], &c, &err) || build_placed(&o, o.files[0], &c, &g, &plan, &err) ||
+         bundle_write(&g, &c, o.output, bundle_default_toolchain(), o.port_base, &err) ||
+         plan_report_write(&g, &c, &plan, o.output, &err);
     if (rc)
         diag_print(&err);
     else
-        printf("compiled %s for %s: %d device program%s in %s/\n", ir_str(&g, g.name), c.name, c.n_devices,
-               c.n_devices == 1 ? "" : "s", o.output);
+        printf("compiled %s for %s: %d device program%s (%d stage%s x %d replica%s, %d micro-batch%s) in %s/\n",
+               ir_str(&g, g.name), c.name, plan.n_stages * plan.n_replicas,
+               plan.n_stages * plan.n_replicas == 1 ? "" : "s", plan.n_stages, plan.n_stages == 1 ? "" : "s",
+               plan.n_replicas, plan.n_replicas == 1 ? "" : "s", plan.micro_batches,
+               plan.micro_batches == 1 ? "" : "es", o.output);
     ir_graph_free(&g);
     cluster_free(&c);
+    fence_plan_free(&plan);
+    return rc ? 1 : 0;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+    options o;
+    int rc = parse_options(argc, argv, usage_plan, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (o.n_files != 2)
+        return usage_error(usage_plan, "%s", "expected a MODEL and a CLUSTER");
+    struct diag err = { 0 };
+    ir_graph g;
+    cluster c;
+    memset(&c, 0, sizeof c);
+    fence_plan plan;
+    memset(&plan, 0, sizeof plan);
+    ir_graph_init(&g);
+    rc = cluster_load(o.files[1], &c, &err) || build_placed(&o, o.files[0], &c, &g, &plan, &err);
+    if (rc == 0) {
+        plan_report_print(stdout, &g, &c, &plan);
+        rc = plan_report_write(&g, &c, &plan, o.output ? o.output : ".", &err);
+    }
+    if (rc)
+        diag_print(&err);
+    ir_graph_free(&g);
+    cluster_free(&c);
+    fence_plan_free(&plan);
     return rc ? 1 : 0;
 }
 
@@ -460,6 +631,10 @@ int main(int argc, char **argv)
         return cmd_stats(argc - 2, argv + 2);
     if (strcmp(cmd, "compile") == 0)
         return cmd_compile(argc - 2, argv + 2);
+    if (strcmp(cmd, "plan") == 0)
+        return cmd_plan(argc - 2, argv + 2);
+    if (strcmp(cmd, "profile") == 0)
+        return profile_main(argc - 2, argv + 2);
     if (strcmp(cmd, "passes") == 0) {
         printf("%-10s %s\n", "frontend", "(not a pass) the graph as the frontend built it");
         for (int i = 0; i < pass_count; i++)

@@ -22,9 +22,13 @@
  *
  * One side listens (binds), the other connects; both then exchange a
  * MSG_HANDSHAKE (which checks the protocol version) before the constructor
- * returns, so both must start within timeout_ms of each other.
+ * returns, so both must start within timeout_ms of each other.  Its payload
+ * is a random number of the sending link's: a connect to a loopback port
+ * that nobody listens on can connect to itself (TCP self-connect), which
+ * shows as receiving one's own number, and is dropped and retried.
  *
- * Wire format: a 64-byte header, little-endian, then `length` payload bytes.
+ * Wire format: a message travels as one or more frames; a frame is one
+ * nanomsg message, a 64-byte header, little-endian, then its payload bytes.
  *
  *     offset size field
  *      0      4   magic        "FUSN" (FU_WIRE_MAGIC)
@@ -34,11 +38,23 @@
  *     16      4   micro_batch  int32
  *     20      4   tensor       int32
  *     24      4   codec        int32 (FU_CODEC_RAW_F32 = 0)
- *     28      4   reserved     0
- *     32      8   length       uint64, payload bytes
+ *     28      4   frame        uint32, this frame's index in its message, from 0
+ *     32      8   length       uint64, payload bytes of the whole message
  *     40      8   seq          uint64, sender's message number; an ack echoes it
- *     48      8   checksum     XXH3_64bits(payload, seed = XXH3_64bits(header with checksum zeroed))
- *     56      8   reserved     0
+ *     48      8   checksum     XXH3_64bits(frame payload, seed = XXH3_64bits(header with checksum zeroed))
+ *     56      8   deliver_ns   uint64, CLOCK_REALTIME ns before which the receiver's
+ *                              user must not see the message (link shaping, hub.h); 0 = at once
+ *
+ * Frames: a message of `length` bytes goes as ceil(length / FU_WIRE_FRAME)
+ * frames (one when length is 0); frame i carries payload bytes
+ * [i * FU_WIRE_FRAME, min(length, (i + 1) * FU_WIRE_FRAME)).  Large tensors
+ * are framed because nanomsg allocates a buffer per message and one above
+ * glibc's 32 MiB mmap threshold costs fresh pages every time; frames keep
+ * both sides in reused heap memory and let copying overlap with the wire.
+ * The frames of one message are sent back to back; only control messages
+ * (ack, heartbeat, abort, bye: one frame each) may come between them.  The receiver
+ * checks every frame and acks once, after the last.  Version 1 had no frames
+ * and no deliver_ns (both fields were reserved, zero).
  *
  * Delivery: fu_link_send returns 0 only after the peer's fu_link_recv (or
  * any of its calls that read the socket) verified the message and sent back a
@@ -58,6 +74,13 @@
  * Errors are values: every function returns NULL or -1 and writes a one-line
  * message into err (n bytes).  A fu_link is not thread-safe: one thread uses
  * it at a time.
+ *
+ * Driving a link without blocking (what runtime/comm/hub.c does from one I/O
+ * thread per link): fu_link_post starts sending a data message and returns;
+ * fu_link_poll moves bytes both ways for up to timeout_ms and reports one
+ * event at a time (a message arrived, a post was acked), acking what
+ * arrives as it goes; fu_link_post_control sends a one-frame message (a
+ * heartbeat, an abort) ahead of the data frames still to go.
  */
 #ifndef FUSION_TRANSPORT_H
 #define FUSION_TRANSPORT_H
@@ -66,8 +89,9 @@
 #include <stdint.h>
 
 #define FU_WIRE_MAGIC    0x4E535546u   /* "FUSN" read as little-endian bytes */
-#define FU_WIRE_VERSION  1
-#define FU_WIRE_HEADER   64            /* bytes before the payload */
+#define FU_WIRE_VERSION  2
+#define FU_WIRE_HEADER   64            /* bytes before a frame's payload */
+#define FU_WIRE_FRAME    (4u << 20)    /* payload bytes per frame (the last may be shorter) */
 #define FU_CODEC_RAW_F32 0
 
 typedef struct fu_link fu_link;   /* one connected neighbour */
@@ -77,6 +101,10 @@ typedef enum {
     MSG_ACTIVATION,
     MSG_GRADIENT,
     MSG_ACK,
+    MSG_HELLO,       /* hub: build id and device name, once per link after the handshake */
+    MSG_HEARTBEAT,   /* hub: "still here" on an idle link; control, never acked */
+    MSG_ABORT,       /* hub: the sender stops; payload: why, as text; control, acked */
+    MSG_BYE,         /* hub: the sender closes its end cleanly; control, acked */
 } fu_msg_kind;
 
 typedef struct {
@@ -94,17 +122,60 @@ typedef struct {
 fu_link *fu_link_listen(const char *url, const char *peer_name, int timeout_ms, char *err, size_t n);
 /* Connect to url (nanomsg retries until the peer listens) and handshake. */
 fu_link *fu_link_connect(const char *url, const char *peer_name, int timeout_ms, char *err, size_t n);
+/* Either of the two (listen != 0: bind), giving up early with errno
+ * ECANCELED when cancel_fd (a pipe's read end; -1 for none) becomes
+ * readable.  On failure errno tells timeouts (ETIMEDOUT) from the rest. */
+fu_link *fu_link_open(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
+                      char *err, size_t n);
 
 /* Send info + payload (info->length bytes) and wait for the ack. */
 int fu_link_send(fu_link *l, const fu_msg_info *info, const void *payload, char *err, size_t n);
 /* Receive the next verified data message into payload (capacity bytes) and
- * ack it.  A message longer than capacity is an error, dropped unacked. */
+ * ack it.  A message longer than capacity is an error, dropped (acked).
+ * After an error the payload's contents are unspecified. */
 int fu_link_recv(fu_link *l, fu_msg_info *info, void *payload, uint64_t capacity, char *err, size_t n);
 void fu_link_close(fu_link *l);
 
-/* Tests: the wire bytes fu_link_send would send for this message (header +
- * payload, malloc'd, *len set; seq as given), and a send of arbitrary bytes
- * that does not wait for an ack, to inject corruption. */
+/* ---- without blocking ------------------------------------------------- */
+
+typedef enum {
+    FU_EVENT_NONE = 0,
+    FU_EVENT_MESSAGE,        /* a verified message arrived (and was acked if it needs one);
+                                heartbeats are not reported (see fu_link_last_heard_ms) */
+    FU_EVENT_ACKED,          /* the peer acked the post numbered seq */
+} fu_event_type;
+
+typedef struct {
+    fu_event_type type;
+    fu_msg_info   info;         /* MESSAGE */
+    void         *payload;      /* MESSAGE: info.length bytes, malloc'd (NULL when 0): the caller frees it */
+    uint64_t      deliver_ns;   /* MESSAGE: the sender's deliver_ns stamp, 0 = at once */
+    uint64_t      seq;          /* ACKED */
+} fu_event;
+
+/* Starts sending a data message (one at a time: -1 while an earlier post is
+ * not acked yet) and returns its seq.  The payload is read as frames go out
+ * and must stay valid until FU_EVENT_ACKED for that seq, or the link's end. */
+int fu_link_post(fu_link *l, const fu_msg_info *info, const void *payload, uint64_t deliver_ns, uint64_t *seq,
+                 char *err, size_t n);
+/* Queues a one-frame control message (MSG_HEARTBEAT, unacked; MSG_ABORT or
+ * MSG_BYE, acked: FU_EVENT_ACKED with *seq) ahead of any data frame still to go;
+ * the payload is copied. */
+int fu_link_post_control(fu_link *l, const fu_msg_info *info, const void *payload, uint64_t *seq,
+                         char *err, size_t n);
+/* Sends and receives for up to timeout_ms (0: what can be done now) and
+ * returns 1 with the first event, 0 when there was none by then or wake_fd
+ * (-1: none) became readable (the caller drains it), -1 on a dropped
+ * (corrupt, unexpected) message or a socket error. */
+int fu_link_poll(fu_link *l, fu_event *ev, int timeout_ms, int wake_fd, char *err, size_t n);
+/* CLOCK_MONOTONIC milliseconds when the last frame of any kind arrived
+ * (the handshake counts): what a liveness check compares against. */
+int64_t fu_link_last_heard_ms(const fu_link *l);
+
+/* Tests: the wire bytes fu_link_send would send for a one-frame message
+ * (header + payload, malloc'd, *len set; seq as given; NULL when the payload
+ * needs more than one frame), and a send of arbitrary bytes that does not
+ * wait for an ack, to inject corruption. */
 void *fu_link_encode(const fu_msg_info *info, const void *payload, uint64_t seq, size_t *len);
 int   fu_link_send_raw(fu_link *l, const void *bytes, size_t len, char *err, size_t n);
 

@@ -141,7 +141,7 @@ static inline void runner_fill(graph_runner *r, uint64_t seed, int32_t int_limit
 /* Run the nodes whose phase is in `phases` (bits of 1 << ir_phase), in order. */
 static inline int runner_run(graph_runner *r, unsigned phases, int64_t step)
 {
-    rt_context ctx = { step, "" };
+    rt_context ctx = { .step = step };
     for (int32_t n = 0; n < r->g->n_nodes; n++) {
         if (!((phases >> r->g->nodes[n].phase) & 1))
             continue;

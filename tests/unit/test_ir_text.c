@@ -4,7 +4,8 @@
  * The central property: for a valid graph g, print(g) -> parse -> print is
  * byte-identical.  Checked on graphs built by hand that use every feature of
  * the grammar, on the exact text of a small graph, on parse errors (line and
- * message), on every prefix of a valid text and on random corruptions of it
+ * message), on the placement line (its errors, its limits, deep copies), on
+ * every prefix of a valid text and on random corruptions of it
  * (no crash, no read past the end: each text is parsed from a heap buffer of
  * exactly its length, so ASan sees any overrun), and on `dot -Tsvg`.
  */
@@ -117,6 +118,8 @@ static void build_gpt_like(ir_graph *g)
     out(g, n, "d.logits", DT_F32, SHAPE(4, 64, 50257));
     g->values[g->nodes[n].out[0]].role = ROLE_GRADIENT;
     g->nodes[n].phase = PHASE_BACKWARD, g->nodes[n].device = 13, g->nodes[n].est_time = 0;
+    /* Two stages (the nodes above use 0 and 1), two replicas each. */
+    CHECK_INT(0, ir_graph_set_placement(g, 2, 2, 4, (int32_t[]){ 0, 1, 13, 2 }));
 }
 
 /* A small CNN: int-list attributes, quoted model, file and hyper names. */
@@ -221,6 +224,7 @@ static void test_text_round_trips_cnn_with_quoted_names(void)
     CHECK_CONTAINS(text, " stride=[2,2] pad=[1,1] -> ");
     CHECK_CONTAINS(text, "param fc/b : f32[10] init=none @");
     CHECK_CONTAINS(text, "loss : f32[?]\n");
+    CHECK(strstr(text, "placement") == NULL);   /* not placed: no line */
     free(text);
     ir_graph_free(&g);
 }
@@ -233,6 +237,7 @@ static void test_text_prints_the_documented_form(void)
     const char *head =
         "fusion-ir 1\n"
         "model gpt2-tiny\n"
+        "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,13,2]\n"
         "hyper n_layer = 2\n"
         "hyper neg = -3\n"
         "hyper lr = 0.0006\n"
@@ -290,6 +295,56 @@ static void test_text_parse_accepts_comments_blank_lines_crlf_and_quotes(void)
     CHECK_INT(1, ir_find_value(&g, "w"));
     free(printed);
     ir_graph_free(&g);
+}
+
+/* The placement line: after "after PASS", before the hypers; the largest
+ * plan round-trips; a copy owns its own device list; no line once cleared. */
+static void test_text_placement_line_round_trips(void)
+{
+    ir_graph g;
+    build_gpt_like(&g);
+    g.after_pass = ir_intern(&g, "fence");
+    char *text = print_to_string(&g, 0);
+    CHECK_CONTAINS(text, "model gpt2-tiny\nafter fence\n"
+                         "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,13,2]\nhyper n_layer = 2\n");
+    check_round_trip(&g, "gpt-like graph after fence");
+    free(text);
+
+    /* The copy is deep: the original's list freed, the copy still prints it. */
+    ir_graph copy;
+    CHECK_INT(0, ir_graph_copy(&copy, &g));
+    CHECK(copy.placement.device != g.placement.device);
+    char *before = print_to_string(&g, 0);
+    ir_graph_free(&g);
+    char *after = print_to_string(&copy, 0);
+    CHECK_STR(before, after);
+    free(before), free(after);
+
+    /* 1024 devices (the limit), one stage of 1024 replicas, reversed. */
+    int32_t devices[IR_MAX_STAGE_DEVICES];
+    for (int i = 0; i < IR_MAX_STAGE_DEVICES; i++)
+        devices[i] = IR_MAX_STAGE_DEVICES - 1 - i;
+    CHECK_INT(0, ir_graph_set_placement(&copy, 1, IR_MAX_STAGE_DEVICES, INT32_MAX, devices));
+    for (int32_t n = 0; n < copy.n_nodes; n++)
+        copy.nodes[n].stage = -1;
+    text = print_to_string(&copy, 0);
+    CHECK_CONTAINS(text, "\nplacement stages=1 replicas=1024 micro_batches=2147483647 devices=[1023,1022,");
+    CHECK_CONTAINS(text, ",2,1,0]\nhyper ");
+    check_round_trip(&copy, "1024 replicas");
+    free(text);
+
+    /* Cleared: no line, and the text reads back unplaced. */
+    CHECK_INT(0, ir_graph_set_placement(&copy, 0, 0, 0, NULL));
+    text = print_to_string(&copy, 0);
+    CHECK(strstr(text, "placement") == NULL);
+    ir_graph back;
+    struct diag err = { 0 };
+    CHECK_INT(0, parse_exact(text, strlen(text), &back, &err));
+    CHECK_INT(0, back.placement.n_stages);
+    CHECK(back.placement.device == NULL);
+    free(text);
+    ir_graph_free(&back);
+    ir_graph_free(&copy);
 }
 
 /* Parse text, expect failure at `line` with `needle` in the message. */
@@ -364,6 +419,83 @@ static void test_text_parse_errors_name_line_expected_and_found(void)
     /* Garbage bytes, NULs included, and no terminating NUL. */
     PARSE_ERROR("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 1, "expected 'fusion-ir 1' (the first line of a fusion IR file), found '\\x89PNG'");
     PARSE_ERROR(HEAD "input z\0 : f32[2]\n", 4, "expected ':' and a type, found '\\x00'");
+}
+
+#define TOP "fusion-ir 1\nmodel m\n"
+#define PLACED "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3]\n"
+
+static void test_text_parse_errors_in_the_placement_line(void)
+{
+    PARSE_ERROR(TOP "placement\n", 3, "expected 'stages=', found end of line");
+    PARSE_ERROR(TOP "placement replicas=2\n", 3, "expected 'stages=', found 'replicas'");
+    PARSE_ERROR(TOP "placement stages 2\n", 3, "expected 'stages=', found 'stages'");
+    PARSE_ERROR(TOP "placement stages=0 replicas=1 micro_batches=1 devices=[0]\n", 3,
+                "expected a stage count from 1 to 1024, found '0'");
+    PARSE_ERROR(TOP "placement stages=two\n", 3, "expected a stage count from 1 to 1024, found 'two'");
+    PARSE_ERROR(TOP "placement stages=2 micro_batches=4 devices=[0,1]\n", 3,
+                "expected 'replicas=', found 'micro_batches'");
+    PARSE_ERROR(TOP "placement stages=1 replicas=1025 micro_batches=1 devices=[0]\n", 3,
+                "expected a replica count from 1 to 1024, found '1025'");
+    PARSE_ERROR(TOP "placement stages=64 replicas=32 micro_batches=1 devices=[0]\n", 3,
+                "expected at most 1024 devices in a placement (stages x replicas), found 64 x 32 = 2048");
+    PARSE_ERROR(TOP "placement stages=1 replicas=1 micro_batches=0 devices=[0]\n", 3,
+                "expected a micro-batch count >= 1, found '0'");
+    PARSE_ERROR(TOP "placement stages=1 replicas=1 micro_batches=2147483648 devices=[0]\n", 3,
+                "expected a micro-batch count >= 1, found '2147483648'");
+    PARSE_ERROR(TOP "placement stages=1 replicas=1 micro_batches=1\n", 3, "expected 'devices=', found end of line");
+    PARSE_ERROR(TOP "placement stages=1 replicas=1 micro_batches=1 devices=0\n", 3,
+                "expected '[' and the device list, found '0'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2]\n", 3,
+                "expected ',' and 1 more device (stages x replicas = 2 x 2 = 4), found ']'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[]\n", 3,
+                "expected a device index >= 0, found ']'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3,4]\n", 3,
+                "expected ']' after 4 devices (stages x replicas = 2 x 2), found ','");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3\n", 3,
+                "expected ']' after 4 devices (stages x replicas = 2 x 2), found end of line");
+    PARSE_ERROR(TOP "placement stages=2 replicas=1 micro_batches=4 devices=[0,-1]\n", 3,
+                "expected a device index >= 0, found '-1'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,1]\n", 3,
+                "device 1 is in the placement twice: stage 0 replica 1, and stage 1 replica 1");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] extra\n", 3,
+                "expected end of line after the device list, found 'extra'");
+    PARSE_ERROR(TOP PLACED PLACED, 4, "'placement' must come once, after 'model' (and 'after'), before any "
+                                      "hyper, source or node");
+    PARSE_ERROR(TOP "input x : f32[2]\n" PLACED, 4, "'placement' must come once");
+    PARSE_ERROR(TOP "hyper h = 1\n" PLACED, 4, "'placement' must come once");
+    PARSE_ERROR(TOP PLACED "after shapes\n", 4, "'after PASS' must come once, right after 'model'");
+    PARSE_ERROR("fusion-ir 1\n" PLACED, 2, "expected 'model' and the model name, found 'placement'");
+    /* Well-formed, but a node's stage is not in the plan: the verifier says
+     * so at the node's line. */
+    PARSE_ERROR(TOP PLACED "input x : f32[2]\nnode a = gelu(x) : f32[2] stage=1\nnode b = gelu(a) : f32[2] "
+                "device=7 stage=2\n", 6, "node 'b' (gelu): stage 2, but the placement has 2 stages (0 to 1)");
+    /* And the good forms: spaces are free; 'after' first; a node in the last stage. */
+    const char *ok[] = {
+        TOP "after shapes\n" PLACED "input x : f32[2]\nnode a = gelu(x) : f32[2] stage=1\n",
+        TOP "placement   stages=1  replicas=1 micro_batches=1 devices=[ 7 ]  \n",
+        TOP "placement stages=3 replicas=1 micro_batches=1 devices=[2 , 0, 1]\n",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        ir_graph g;
+        struct diag err = { 0 };
+        int rc = parse_exact(ok[i], strlen(ok[i]), &g, &err);
+        CHECK_INT(0, rc);
+        if (rc)
+            fprintf(stderr, "  %s:%d: %s\n  in \"%s\"\n", err.file, err.line, err.msg, ok[i]);
+        ir_graph_free(&g);
+    }
+    ir_graph g;
+    struct diag err = { 0 };
+    const char *text = TOP "placement stages=3 replicas=1 micro_batches=5 devices=[2 , 0, 1]\n";
+    CHECK_INT(0, parse_exact(text, strlen(text), &g, &err));
+    CHECK_INT(3, g.placement.n_stages);
+    CHECK_INT(1, g.placement.n_replicas);
+    CHECK_INT(5, g.placement.micro_batches);
+    CHECK(g.placement.device && g.placement.device[0] == 2 && g.placement.device[2] == 1);
+    char *printed = print_to_string(&g, 0);
+    CHECK_STR(TOP "placement stages=3 replicas=1 micro_batches=5 devices=[2,0,1]\n", printed);
+    free(printed);
+    ir_graph_free(&g);
 }
 
 static void test_text_parse_runs_the_verifier_with_source_locations(void)
@@ -524,7 +656,9 @@ int main(void)
     test_text_round_trips_gpt_like_graph();
     test_text_round_trips_cnn_with_quoted_names();
     test_text_parse_accepts_comments_blank_lines_crlf_and_quotes();
+    test_text_placement_line_round_trips();
     test_text_parse_errors_name_line_expected_and_found();
+    test_text_parse_errors_in_the_placement_line();
     test_text_parse_runs_the_verifier_with_source_locations();
     test_text_prints_invalid_names_quoted();
     test_text_parse_survives_truncation_and_corruption();

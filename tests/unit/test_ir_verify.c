@@ -355,6 +355,119 @@ static void test_verify_rejects_bad_loss(void)
     ir_graph_free(&g);
 }
 
+/* build_small with fc in stage 0 and ce in stage 1, on devices 4,5 | 6,7. */
+static small build_placed(ir_graph *g)
+{
+    small s = build_small(g);
+    g->nodes[s.fc].stage = 0;
+    g->nodes[s.ce].stage = 1;
+    CHECK_INT(0, ir_graph_set_placement(g, 2, 2, 8, (int32_t[]){ 4, 5, 6, 7 }));
+    return s;
+}
+
+static void test_verify_accepts_placements(void)
+{
+    ir_graph g;
+    small s = build_placed(&g);
+    struct diag err = { 0 };
+    CHECK_INT(0, ir_graph_verify(&g, &err));
+    if (err.msg[0])
+        fprintf(stderr, "  unexpected: %s:%d: %s\n", err.file, err.line, err.msg);
+    g.nodes[s.fc].stage = -1;   /* a node without a stage annotation is fine */
+    CHECK_INT(0, ir_graph_verify(&g, NULL));
+    ir_graph_free(&g);
+    s = build_small(&g);        /* unplaced: stages are not bounded */
+    g.nodes[s.ce].stage = 99;
+    CHECK_INT(0, ir_graph_verify(&g, NULL));
+    ir_graph_free(&g);
+}
+
+static void test_verify_rejects_bad_placement(void)
+{
+    ir_graph g;
+    build_placed(&g);
+    g.placement.n_replicas = 0;
+    REJECTED(&g, "placement: 2 stages, 0 replicas, 8 micro-batches; expected each >= 1", "small", 0);
+    build_placed(&g);
+    g.placement.micro_batches = 0;
+    REJECTED(&g, "placement: 2 stages, 2 replicas, 0 micro-batches; expected each >= 1", "small", 0);
+    build_placed(&g);
+    g.placement.n_stages = -1;
+    REJECTED(&g, "placement: -1 stages, 2 replicas, 8 micro-batches", "small", 0);
+    build_placed(&g);
+    g.placement.n_stages = 0;   /* "not placed", but the rest is still there */
+    REJECTED(&g, "placement: 0 stages (not placed) but 2 replicas, 8 micro-batches and a device list", "small", 0);
+    build_placed(&g);
+    g.placement.n_replicas = 1024;   /* 2 x 1024: over the limit (the array is short, but never read) */
+    REJECTED(&g, "placement: 2 stages x 1024 replicas = 2048 devices, expected at most 1024", "small", 0);
+    build_placed(&g);
+    free(g.placement.device);
+    g.placement.device = NULL;
+    REJECTED(&g, "placement: 2 stages x 2 replicas but no device list", "small", 0);
+    build_placed(&g);
+    g.placement.device[3] = -2;
+    REJECTED(&g, "placement: stage 1 replica 1 is device -2, expected a device index >= 0", "small", 0);
+    build_placed(&g);
+    g.placement.device[2] = 5;
+    REJECTED(&g, "placement: device 5 runs both stage 0 replica 1 and stage 1 replica 0", "small", 0);
+}
+
+static void test_verify_rejects_node_stage_outside_placement(void)
+{
+    ir_graph g;
+    small s = build_placed(&g);
+    g.nodes[s.ce].stage = 2;
+    REJECTED(&g, "node 'ce' (cross_entropy): stage 2, but the placement has 2 stages (0 to 1)", "m.xml", 11);
+    s = build_placed(&g);
+    CHECK_INT(0, ir_graph_set_placement(&g, 1, 4, 1, (int32_t[]){ 0, 1, 2, 3 }));
+    REJECTED(&g, "node 'ce' (cross_entropy): stage 1, but the placement has 1 stage (0 to 0)", "m.xml", 11);
+}
+
+/* The setter copies, replaces, clears, and refuses what the verifier would
+ * (leaving the graph as it was). */
+static void test_ir_set_placement_copies_and_refuses_invalid_plans(void)
+{
+    ir_graph g;
+    build_small(&g);
+    CHECK_INT(0, g.placement.n_stages);   /* unplaced after init */
+    CHECK(g.placement.device == NULL);
+    int32_t devices[] = { 3, 1, 2, 0 };
+    CHECK_INT(0, ir_graph_set_placement(&g, 2, 2, 4, devices));
+    devices[0] = 9;                       /* a copy: the caller's array is its own */
+    CHECK_INT(3, g.placement.device[0]);
+    CHECK_INT(2, g.placement.n_stages);
+    CHECK_INT(2, g.placement.n_replicas);
+    CHECK_INT(4, g.placement.micro_batches);
+    const int32_t *kept = g.placement.device;
+    CHECK_INT(-1, ir_graph_set_placement(&g, 0, 2, 4, devices));                       /* 0 stages, not clearing */
+    CHECK_INT(-1, ir_graph_set_placement(&g, 2, 0, 4, devices));
+    CHECK_INT(-1, ir_graph_set_placement(&g, 2, 2, 0, devices));
+    CHECK_INT(-1, ir_graph_set_placement(&g, -1, -4, 1, devices));                     /* product positive */
+    CHECK_INT(-1, ir_graph_set_placement(&g, 2, 2, 4, NULL));
+    CHECK_INT(-1, ir_graph_set_placement(&g, 2, 2, 4, (int32_t[]){ 0, 1, 2, -1 }));    /* negative */
+    CHECK_INT(-1, ir_graph_set_placement(&g, 2, 2, 4, (int32_t[]){ 0, 1, 2, 1 }));     /* twice */
+    CHECK_INT(-1, ir_graph_set_placement(&g, 1025, 1, 4, devices));                    /* over the limit */
+    CHECK_INT(-1, ir_graph_set_placement(&g, 65536, 65536, 4, devices));               /* 2^32: no overflow */
+    CHECK(g.placement.device == kept);    /* unchanged by every refusal */
+    CHECK_INT(2, g.placement.n_stages);
+    CHECK_INT(3, g.placement.device[0]);
+    CHECK_INT(0, ir_graph_set_placement(&g, 1, 1, 1, (int32_t[]){ 42 }));             /* replaced */
+    CHECK_INT(42, g.placement.device[0]);
+    CHECK_INT(0, ir_graph_verify(&g, NULL));
+    ir_graph copy;
+    CHECK_INT(0, ir_graph_copy(&copy, &g));
+    CHECK(copy.placement.device != g.placement.device);
+    CHECK_INT(42, copy.placement.device[0]);
+    CHECK_INT(1, copy.placement.micro_batches);
+    CHECK_INT(0, ir_graph_set_placement(&g, 0, 0, 0, NULL));                           /* cleared */
+    CHECK_INT(0, g.placement.n_stages);
+    CHECK(g.placement.device == NULL);
+    CHECK_INT(0, ir_graph_verify(&g, NULL));
+    ir_graph_free(&copy);
+    ir_graph_free(&g);
+    CHECK(g.placement.device == NULL);     /* free leaves it initialised */
+}
+
 static void test_ir_interning_and_lookups(void)
 {
     ir_graph g;
@@ -503,6 +616,10 @@ int main(void)
     test_verify_rejects_bad_shapes();
     test_verify_rejects_bad_dtypes();
     test_verify_rejects_bad_loss();
+    test_verify_accepts_placements();
+    test_verify_rejects_bad_placement();
+    test_verify_rejects_node_stage_outside_placement();
+    test_ir_set_placement_copies_and_refuses_invalid_plans();
     test_ir_interning_and_lookups();
     test_ir_builder_defaults_and_attributes();
     test_ir_shapes_dtypes_and_names();

@@ -1,0 +1,269 @@
+/* comm.c: the `comm` pass.  After the fence pass every node has a stage;
+ * this pass makes every value live on one stage only, which is what lets
+ * each device's program be compiled alone (remote autodiff: RAD):
+ *
+ *   - a value read on a stage other than its home (its producer's stage,
+ *     or for a param, input or state its first reader's) gets, per such
+ *     stage t, a send on its home and a recv on t sharing a tensor id;
+ *     t's readers read the received copy "<value>:s<t>".  Forward
+ *     activations so flow down the pipeline and their gradients (made by
+ *     the backward ops on the later stage) flow back up; a parameter used
+ *     on two stages (GPT-2's tied embedding) is sent to the second each
+ *     micro-batch and its partial gradient sent back to be summed;
+ *   - the send follows its producer when both ends are in the same phase
+ *     (an activation leaves as soon as it is made), else it sits just
+ *     before the recv;
+ *   - an op without inputs (the learning-rate schedule) read on several
+ *     stages is computed on each rather than sent;
+ *   - with R > 1 replicas per stage, every parameter's gradient is averaged
+ *     over the stage's replicas (allreduce) before the optimizer reads it.
+ *
+ * With one stage and one replica the pass changes nothing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/ops.h"
+#include "passes.h"
+
+#define COMM_NAME_MAX 320
+
+typedef struct {
+    ir_graph    *g;
+    struct diag *err;
+    int32_t      n_old;        /* nodes before the pass                         */
+    int32_t     *anchor;       /* per new node: the old node it goes next to    */
+    char        *after;        /* per new node: 1 after the anchor, 0 before    */
+    int32_t      cap;
+    int32_t      next_tensor;
+} comm_state;
+
+static int oom(comm_state *cs) { return diag_set(cs->err, ir_loc_file(cs->g, (ir_loc){ 0, 0 }), 0, "out of memory"); }
+
+/* A new node next to old node `anchor` (before or after it). */
+static int32_t new_node(comm_state *cs, ir_op op, const char *name, int32_t anchor, int after, int32_t stage,
+                        ir_phase phase)
+{
+    ir_graph *g = cs->g;
+    ir_loc loc = g->nodes[anchor].loc;
+    int32_t n = ir_add_node(g, op, name, loc);
+    if (n < 0)
+        return -1;
+    int32_t k = n - cs->n_old;
+    if (k >= cs->cap) {
+        int32_t cap = cs->cap ? cs->cap * 2 : 64;
+        int32_t *a = realloc(cs->anchor, (size_t)cap * sizeof *a);
+        if (!a)
+            return -1;
+        cs->anchor = a;
+        char *f = realloc(cs->after, (size_t)cap);
+        if (!f)
+            return -1;
+        cs->after = f;
+        cs->cap = cap;
+    }
+    cs->anchor[k] = anchor;
+    cs->after[k] = (char)after;
+    g->nodes[n].stage = stage;
+    g->nodes[n].phase = phase;
+    const ir_placement *p = &g->placement;
+    g->nodes[n].device = p->device[stage * p->n_replicas];
+    return n;
+}
+
+/* Put the new nodes next to their anchors; fix every value's producer. */
+static int reorder(comm_state *cs)
+{
+    ir_graph *g = cs->g;
+    int32_t n = g->n_nodes, added = n - cs->n_old, k = 0;
+    ir_node *sorted = malloc(((size_t)n + 1) * sizeof *sorted);
+    int32_t *first = malloc(((size_t)cs->n_old + 1) * sizeof *first), *next = malloc(((size_t)added + 1) * sizeof *next);
+    if (!sorted || !first || !next) {
+        free(sorted);
+        free(first);
+        free(next);
+        return oom(cs);
+    }
+    /* Lists of new nodes per anchor, in the order they were made. */
+    for (int32_t i = 0; i < cs->n_old; i++)
+        first[i] = -1;
+    for (int32_t j = added - 1; j >= 0; j--) {
+        next[j] = first[cs->anchor[j]];
+        first[cs->anchor[j]] = j;
+    }
+    for (int32_t i = 0; i < cs->n_old; i++) {
+        for (int32_t j = first[i]; j >= 0; j = next[j])
+            if (!cs->after[j])
+                sorted[k++] = g->nodes[cs->n_old + j];
+        sorted[k++] = g->nodes[i];
+        for (int32_t j = first[i]; j >= 0; j = next[j])
+            if (cs->after[j])
+                sorted[k++] = g->nodes[cs->n_old + j];
+    }
+    memcpy(g->nodes, sorted, (size_t)n * sizeof *sorted);
+    for (int32_t i = 0; i < n; i++)
+        for (int o = 0; o < g->nodes[i].n_out; o++)
+            g->values[g->nodes[i].out[o]].producer = i;
+    free(sorted);
+    free(first);
+    free(next);
+    return 0;
+}
+
+static void replace_input(ir_node *node, int32_t from, int32_t to)
+{
+    for (int k = 0; k < node->n_in; k++)
+        if (node->in[k] == from)
+            node->in[k] = to;
+}
+
+/* The optimizer reads every gradient averaged over the stage's replicas. */
+static int add_allreduces(comm_state *cs)
+{
+    ir_graph *g = cs->g;
+    for (int32_t i = 0; i < cs->n_old; i++) {
+        if (g->nodes[i].op != OP_ADAMW || g->nodes[i].n_in < 2)
+            continue;
+        int32_t grad = g->nodes[i].in[1], first = -1;
+        for (int32_t j = 0; j < cs->n_old && first < 0; j++)
+            if (g->nodes[j].phase == PHASE_UPDATE)
+                for (int k = 0; k < g->nodes[j].n_in; k++)
+                    if (g->nodes[j].in[k] == grad)
+                        first = j;
+        char name[COMM_NAME_MAX];
+        snprintf(name, sizeof name, "%s:mean", ir_value_name(g, grad));
+        ir_shape shape = g->values[grad].shape;
+        int32_t n = new_node(cs, OP_ALLREDUCE, name, first, 0, g->nodes[i].stage, PHASE_UPDATE);
+        int32_t v = n < 0 ? -1 : ir_add_value(g, name, g->values[grad].dtype, ROLE_GRADIENT, &shape, g->values[grad].loc);
+        if (v < 0 || ir_node_add_input(g, n, grad) || ir_node_add_output(g, n, v) ||
+            ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++))
+            return oom(cs);
+        for (int32_t j = 0; j < cs->n_old; j++)
+            if (g->nodes[j].phase == PHASE_UPDATE)
+                replace_input(&g->nodes[j], grad, v);
+    }
+    return 0;
+}
+
+/* An op without inputs read on other stages is made again on each of them. */
+static int duplicate_sourceless(comm_state *cs, int32_t i, int32_t S)
+{
+    ir_graph *g = cs->g;
+    ir_node *node = &g->nodes[i];
+    if (node->n_in != 0 || node->n_out != 1 || node->op == OP_RECV)
+        return 0;
+    int32_t v = node->out[0];
+    for (int32_t t = 0; t < S; t++) {
+        if (t == g->nodes[i].stage)
+            continue;
+        int32_t first = -1;
+        for (int32_t j = i + 1; j < cs->n_old && first < 0; j++)
+            for (int k = 0; k < g->nodes[j].n_in; k++)
+                if (g->nodes[j].in[k] == v && g->nodes[j].stage == t)
+                    first = j;
+        if (first < 0)
+            continue;
+        char name[COMM_NAME_MAX];
+        snprintf(name, sizeof name, "%s:s%d", ir_value_name(g, v), t);
+        ir_shape shape = g->values[v].shape;
+        int32_t n = new_node(cs, g->nodes[i].op, name, first, 0, t, g->nodes[first].phase);
+        int32_t copy = n < 0 ? -1 : ir_add_value(g, name, g->values[v].dtype, g->values[v].role, &shape, g->values[v].loc);
+        if (copy < 0 || ir_node_add_output(g, n, copy))
+            return oom(cs);
+        g->nodes[n].n_attr = g->nodes[i].n_attr;
+        memcpy(g->nodes[n].attr, g->nodes[i].attr, sizeof g->nodes[n].attr);
+        for (int32_t j = i + 1; j < cs->n_old; j++)
+            if (g->nodes[j].stage == t)
+                replace_input(&g->nodes[j], v, copy);
+    }
+    return 0;
+}
+
+/* Value v, at home on stage `home`, read on other stages: a send/recv pair each. */
+static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
+{
+    ir_graph *g = cs->g;
+    int32_t producer = g->values[v].producer;
+    for (int32_t t = 0; t < S; t++) {
+        if (t == home)
+            continue;
+        int32_t first = -1;
+        for (int32_t j = 0; j < cs->n_old && first < 0; j++)
+            if (g->nodes[j].stage == t)
+                for (int k = 0; k < g->nodes[j].n_in; k++)
+                    if (g->nodes[j].in[k] == v)
+                        first = j;
+        if (first < 0)
+            continue;
+        ir_phase phase = g->nodes[first].phase;
+        int32_t tensor = cs->next_tensor++;
+        char name[COMM_NAME_MAX];
+        int send_after_producer = producer >= 0 && producer < cs->n_old && g->nodes[producer].phase == phase;
+        snprintf(name, sizeof name, "%s:send%d", ir_value_name(g, v), t);
+        int32_t s = new_node(cs, OP_SEND, name, send_after_producer ? producer : first, send_after_producer, home, phase);
+        if (s < 0 || ir_node_add_input(g, s, v) || ir_node_set_int(g, s, ATTR_PEER, t) ||
+            ir_node_set_int(g, s, ATTR_TENSOR, tensor))
+            return oom(cs);
+        snprintf(name, sizeof name, "%s:s%d", ir_value_name(g, v), t);
+        ir_shape shape = g->values[v].shape;
+        ir_role role = g->values[v].role == ROLE_GRADIENT ? ROLE_GRADIENT : ROLE_ACTIVATION;
+        int32_t r = new_node(cs, OP_RECV, name, first, 0, t, phase);
+        int32_t copy = r < 0 ? -1 : ir_add_value(g, name, g->values[v].dtype, role, &shape, g->values[v].loc);
+        if (copy < 0 || ir_node_add_output(g, r, copy) || ir_node_set_int(g, r, ATTR_PEER, home) ||
+            ir_node_set_int(g, r, ATTR_TENSOR, tensor))
+            return oom(cs);
+        for (int32_t j = 0; j < cs->n_old; j++)
+            if (g->nodes[j].stage == t)
+                replace_input(&g->nodes[j], v, copy);
+    }
+    return 0;
+}
+
+int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
+{
+    const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
+    const ir_placement *p = &g->placement;
+    if (p->n_stages <= 0)
+        return diag_set(err, file, 0, "the graph has no placement: the comm pass runs after the fence pass");
+    int32_t S = p->n_stages;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].stage < 0 || g->nodes[i].stage >= S)
+            return diag_set(err, ir_loc_file(g, g->nodes[i].loc), g->nodes[i].loc.line,
+                            "node '%s' has no stage in [0, %d): the fence pass places every node",
+                            ir_node_name(g, i), S);
+    if (S == 1 && p->n_replicas == 1)
+        return 0;
+    comm_state cs = { g, err, g->n_nodes, NULL, NULL, 0, 0 };
+    int32_t n_values = g->n_values;
+    int rc = 0;
+    if (p->n_replicas > 1)
+        rc = add_allreduces(&cs);
+    for (int32_t i = 0; i < cs.n_old && rc == 0; i++)
+        rc = duplicate_sourceless(&cs, i, S);
+    /* Each value's home: its producer's stage, or its first reader's. */
+    for (int32_t v = 0; v < n_values && rc == 0; v++) {
+        int32_t home = -1, producer = g->values[v].producer;
+        if (producer >= 0)
+            home = g->nodes[producer].stage;
+        for (int32_t j = 0; j < cs.n_old && home < 0; j++)
+            for (int k = 0; k < g->nodes[j].n_in; k++)
+                if (g->nodes[j].in[k] == v)
+                    home = g->nodes[j].stage;
+        if (home >= 0)
+            rc = cut_value(&cs, v, home, S);
+    }
+    if (rc == 0)
+        rc = reorder(&cs);
+    /* What the pass promises: every value is read on its home stage only. */
+    for (int32_t i = 0; i < g->n_nodes && rc == 0; i++)
+        for (int k = 0; k < g->nodes[i].n_in && rc == 0; k++) {
+            int32_t v = g->nodes[i].in[k], producer = g->values[v].producer;
+            if (producer >= 0 && g->nodes[producer].stage != g->nodes[i].stage)
+                rc = diag_set(err, file, 0, "internal error: node '%s' on stage %d reads '%s' from stage %d",
+                              ir_node_name(g, i), g->nodes[i].stage, ir_value_name(g, v), g->nodes[producer].stage);
+        }
+    free(cs.anchor);
+    free(cs.after);
+    return rc;
+}

@@ -1,0 +1,73 @@
+/* estimate.c: the workload estimator (FusionLLM's), and the `estimate` pass.
+ *
+ * Our reading of the paper (shared/docs/papers.md):
+ *
+ *   t_op   = max(flops / peak, bytes / memory_bandwidth) + launch
+ *   t_edge = latency + bytes / bandwidth
+ *
+ * with `peak` the device's matrix-product rate as `fusionc profile`
+ * measures it (sgemm at sizes where it is near its best), so a matrix
+ * product runs at the device's peak and everything else is bounded by
+ * memory traffic.  A device the cluster file marks `slowdown="k"` is
+ * emulated k times slower by the runtime, and estimated so.
+ *
+ * The pass writes each node's time on its device (or, before the fence
+ * pass has placed it, on the cluster's first device) into est_time; the
+ * fence pass asks estimate_node_seconds for every device it considers.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../ir/ops.h"
+#include "passes.h"
+
+/* What one op costs a device before any arithmetic: a kernel call and its
+ * loop set-up on a CPU, a launch on a GPU. */
+#define LAUNCH_SECONDS_CPU  4e-6
+#define LAUNCH_SECONDS_CUDA 8e-6
+
+const cluster_device *estimate_default_device(void)
+{
+    /* One AVX2/FMA core at about its sgemm rate (local-1's figures). */
+    static const cluster_device cpu = { .name = "cpu0", .kind = DEVICE_CPU, .arch = "x86_64",
+                                        .peak_flops = 50e9, .memory_bytes = 4.0 * (1u << 30),
+                                        .memory_bandwidth = 10e9, .threads = 1, .slowdown = 1.0 };
+    return &cpu;
+}
+
+double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device *d)
+{
+    const ir_node *node = &g->nodes[n];
+    if ((unsigned)node->op >= OP_COUNT || node->op == OP_SEND || node->op == OP_RECV)
+        return 0.0;   /* the link's time, not the device's */
+    const op_def *def = &op_table[node->op];
+    double flops = def->flops_forward ? def->flops_forward(g, node) : 0.0;
+    double bytes = def->bytes_forward ? def->bytes_forward(g, node) : 0.0;
+    double peak = d->peak_flops > 0 ? d->peak_flops : 1e9;
+    double bandwidth = d->memory_bandwidth > 0 ? d->memory_bandwidth : 1e9;
+    double t = fmax(flops / peak, bytes / bandwidth);
+    t += d->kind == DEVICE_CUDA ? LAUNCH_SECONDS_CUDA : LAUNCH_SECONDS_CPU;
+    return t * (d->slowdown >= 1.0 ? d->slowdown : 1.0);
+}
+
+double estimate_transfer_seconds(double bytes, double bandwidth, double latency)
+{
+    if (bytes <= 0)
+        return 0.0;
+    if (!(bandwidth > 0) || isinf(bandwidth))
+        return latency;
+    return latency + bytes / bandwidth;
+}
+
+int pass_estimate(ir_graph *g, const pass_options *opt, struct diag *err)
+{
+    const cluster *c = opt->cluster;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        int32_t dev = g->nodes[i].device;
+        const cluster_device *d = estimate_default_device();
+        if (c && c->n_devices > 0)
+            d = &c->devices[dev >= 0 && dev < c->n_devices ? dev : 0];
+        g->nodes[i].est_time = estimate_node_seconds(g, i, d);
+    }
+    return 0;
+}

@@ -1,0 +1,866 @@
+/* fence.c: the `fence` pass, FusionLLM's OP-Fence scheduler (our reading,
+ * shared/docs/papers.md), and the bandwidth-blind baseline beside it.
+ *
+ * A plan is S pipeline stages, each replicated on R devices (data
+ * parallel), trained over M micro-batches in 1F1B order.  The forward ops,
+ * in their topological order, are cut into S contiguous runs; every
+ * backward op follows the forward op it differentiates, every optimizer op
+ * its parameter.
+ *
+ * opfence (the default):
+ *   1. fences: devices joined by links of similar bandwidth.  The links'
+ *      bandwidths are sorted; at the widest gap between neighbours (a ratio
+ *      of at least 4) the cluster splits, and the fences are the groups
+ *      still joined by links above it;
+ *   2. the fences are chained in the order that makes the links between
+ *      consecutive fences cheapest (every order, for up to 7 fences), and
+ *      inside a fence the devices go fastest first;
+ *   3. every window of consecutive fences, every replica count R that
+ *      divides the micro-batch, and every stage count S with S*R devices in
+ *      the window (the fastest of them) is a candidate: a dynamic program
+ *      cuts the forward ops into S runs minimising the pipeline's
+ *      bottleneck (a stage's compute on its slowest replica, or a cut's
+ *      transfer, per micro-batch), and the cost model below gives the step
+ *      time; the fastest candidate wins (fewer devices on a tie).
+ *   So a slow link is kept off the pipeline when its transfer would be the
+ *   bottleneck, slow devices get fewer ops, and a fence of fast devices can
+ *   train alone, pipelined or replicated, when that is faster.
+ *
+ * uniform (Megatron's default placement, the baseline): every device of
+ * the cluster in file order, one stage each, the same number of
+ * parameterised forward ops ("layers") per stage.
+ *
+ * Step time (1F1B, M micro-batches, transfers overlapping compute):
+ *   T = sum_s c_s + sum_cuts (2 latency + transfer) + (M - 1) * bottleneck
+ *       + max_s (update_s + allreduce_s)
+ * with c_s a stage's forward + backward time per micro-batch and
+ * allreduce_s the ring all-reduce of its gradients over R replicas:
+ * 2 (R-1)/R * bytes / bandwidth + 2 (R-1) latency.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/name_map.h"
+#include "../ir/ops.h"
+#include "passes.h"
+
+#define FENCE_GAP_RATIO   4.0   /* bandwidths this far apart are different fences      */
+#define FENCE_MAX_PERMUTE 7     /* up to this many fences, every chain order is tried   */
+
+void fence_plan_free(fence_plan *p)
+{
+    if (!p)
+        return;
+    free(p->devices);
+    free(p->stage_of_node);
+    free(p->stage_compute);
+    free(p->stage_update);
+    free(p->cut_transfer);
+    free(p->cut_bytes);
+    free(p->allreduce);
+    free(p->fence_of_device);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- what the cost model knows about the graph --------------------------- */
+
+typedef struct {
+    const ir_graph *g;
+    const cluster  *c;
+    int32_t         n_devices;
+    const cluster_device *devices;   /* c->devices, or the default device     */
+    int32_t  n_fwd;                  /* forward ops                           */
+    int32_t *fwd;                    /* [n_fwd] node index                    */
+    int32_t *fwd_pos;                /* [n_nodes] position in fwd, or -1      */
+    int32_t *owner;                  /* [n_nodes] the forward position a backward op belongs to */
+    double  *time;                   /* [n_devices][n_fwd + 1] prefix sums: forward + backward seconds */
+    double  *update;                 /* [n_devices][n_fwd + 1] prefix sums: optimizer seconds */
+    double  *param_bytes;            /* [n_fwd + 1] prefix sums of the params each op owns */
+    double  *cut_fwd, *cut_bwd;      /* [n_fwd] bytes crossing the cut after position k */
+    int32_t *layer_ops;              /* [n_fwd + 1] prefix counts of parameterised forward ops */
+    int64_t  batch;                  /* rows of the micro-batch (leading dim of the first input) */
+    int      clip;                   /* the optimizer clips: stages agree on a norm each step */
+} fence_model;
+
+static int is_forward(const ir_node *n) { return n->phase == PHASE_FORWARD || n->phase == PHASE_NONE; }
+
+static double *prefix_row(double *table, const fence_model *m, int32_t d) { return table + (size_t)d * (size_t)(m->n_fwd + 1); }
+
+/* The forward op a backward op differentiates ("<forward>.backward"). */
+static int32_t forward_of_backward(const ir_graph *g, const name_map *nodes, int32_t n)
+{
+    if ((unsigned)g->nodes[n].op >= OP_COUNT || op_table[g->nodes[n].op].forward_of == OP_COUNT)
+        return -1;
+    const char *name = ir_node_name(g, n);
+    size_t len = strlen(name), suffix = strlen(".backward");
+    if (len <= suffix || strcmp(name + len - suffix, ".backward") != 0 || len - suffix >= 512)
+        return -1;
+    char base[512];
+    memcpy(base, name, len - suffix);
+    base[len - suffix] = '\0';
+    int64_t f;
+    return name_map_get(nodes, base, &f) ? (int32_t)f : -1;
+}
+
+static void model_free(fence_model *m)
+{
+    free(m->fwd);
+    free(m->fwd_pos);
+    free(m->owner);
+    free(m->time);
+    free(m->update);
+    free(m->param_bytes);
+    free(m->cut_fwd);
+    free(m->cut_bwd);
+    free(m->layer_ops);
+}
+
+static int is_float_dtype(ir_dtype dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
+
+static int model_build(fence_model *m, const ir_graph *g, const cluster *c, struct diag *err)
+{
+    memset(m, 0, sizeof *m);
+    m->g = g;
+    m->c = c;
+    m->n_devices = c && c->n_devices > 0 ? c->n_devices : 1;
+    m->devices = c && c->n_devices > 0 ? c->devices : estimate_default_device();
+    int32_t n = g->n_nodes, V = g->n_values;
+    m->fwd = malloc(((size_t)n + 1) * sizeof *m->fwd);
+    m->fwd_pos = malloc(((size_t)n + 1) * sizeof *m->fwd_pos);
+    m->owner = malloc(((size_t)n + 1) * sizeof *m->owner);
+    name_map *names = name_map_new();
+    int32_t *first_fwd = malloc(((size_t)V + 1) * sizeof *first_fwd), *last_fwd = malloc(((size_t)V + 1) * sizeof *last_fwd);
+    int rc = -1;
+    if (!m->fwd || !m->fwd_pos || !m->owner || !names || !first_fwd || !last_fwd)
+        goto done;
+    for (int32_t i = 0; i < n; i++) {
+        m->fwd_pos[i] = m->owner[i] = -1;
+        if (name_map_add(names, ir_node_name(g, i), i) < 0)
+            goto done;
+        if (is_forward(&g->nodes[i])) {
+            m->fwd_pos[i] = m->n_fwd;
+            m->owner[i] = m->n_fwd;
+            m->fwd[m->n_fwd++] = i;
+        }
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t f = forward_of_backward(g, names, i);
+        if (f >= 0 && m->fwd_pos[f] >= 0)
+            m->owner[i] = m->fwd_pos[f];
+    }
+    size_t row = (size_t)m->n_fwd + 1;
+    m->time = calloc(row * (size_t)m->n_devices, sizeof *m->time);
+    m->update = calloc(row * (size_t)m->n_devices, sizeof *m->update);
+    m->param_bytes = calloc(row, sizeof *m->param_bytes);
+    m->cut_fwd = calloc(row, sizeof *m->cut_fwd);
+    m->cut_bwd = calloc(row, sizeof *m->cut_bwd);
+    m->layer_ops = calloc(row, sizeof *m->layer_ops);
+    if (!m->time || !m->update || !m->param_bytes || !m->cut_fwd || !m->cut_bwd || !m->layer_ops)
+        goto done;
+
+    /* Where each value is first made or read, and last read, among forward ops. */
+    for (int32_t v = 0; v < V; v++)
+        first_fwd[v] = last_fwd[v] = -1;
+    for (int32_t k = 0; k < m->n_fwd; k++) {
+        const ir_node *node = &g->nodes[m->fwd[k]];
+        for (int i = 0; i < node->n_in; i++) {
+            int32_t v = node->in[i];
+            if (first_fwd[v] < 0)
+                first_fwd[v] = k;
+            last_fwd[v] = k;
+        }
+        for (int i = 0; i < node->n_out; i++)
+            first_fwd[node->out[i]] = k;
+    }
+    /* Params each forward op owns (its first reader), and its layer count. */
+    for (int32_t v = 0; v < V; v++)
+        if (g->values[v].role == ROLE_PARAM && first_fwd[v] >= 0)
+            m->param_bytes[first_fwd[v] + 1] += (double)ir_value_bytes(g, v);
+    for (int32_t k = 0; k < m->n_fwd; k++) {
+        const ir_node *node = &g->nodes[m->fwd[k]];
+        int has_param = 0;
+        for (int i = 0; i < node->n_in; i++)
+            has_param |= g->values[node->in[i]].role == ROLE_PARAM && first_fwd[node->in[i]] == k;
+        m->layer_ops[k + 1] = m->layer_ops[k] + has_param;
+        m->param_bytes[k + 1] += m->param_bytes[k];
+    }
+    /* Bytes that cross the cut after position k: made (or first read) at
+     * or before k, read after it.  Their gradients cross back, but for
+     * integers (token ids) that have none. */
+    double *diff_f = m->cut_fwd, *diff_b = m->cut_bwd;
+    for (int32_t v = 0; v < V; v++) {
+        if (first_fwd[v] < 0 || last_fwd[v] <= first_fwd[v] || g->values[v].role == ROLE_STATE)
+            continue;
+        double bytes = (double)ir_value_bytes(g, v);
+        diff_f[first_fwd[v]] += bytes;
+        diff_f[last_fwd[v]] -= bytes;
+        if (is_float_dtype(g->values[v].dtype) && g->values[v].role != ROLE_INPUT) {
+            diff_b[first_fwd[v]] += bytes;
+            diff_b[last_fwd[v]] -= bytes;
+        }
+    }
+    for (int32_t k = 1; k < m->n_fwd; k++) {
+        diff_f[k] += diff_f[k - 1];
+        diff_b[k] += diff_b[k - 1];
+    }
+    /* Per device: each forward op's time plus its backward ops', and the
+     * optimizer's time for the params it owns. */
+    for (int32_t d = 0; d < m->n_devices; d++) {
+        double *t = prefix_row(m->time, m, d), *u = prefix_row(m->update, m, d);
+        for (int32_t i = 0; i < n; i++) {
+            const ir_node *node = &g->nodes[i];
+            double s = estimate_node_seconds(g, i, &m->devices[d]);
+            if (node->phase == PHASE_UPDATE) {
+                int32_t owner = -1;
+                for (int k = 0; k < node->n_in && owner < 0; k++)
+                    if (g->values[node->in[k]].role == ROLE_PARAM)
+                        owner = first_fwd[node->in[k]];
+                if (owner >= 0)
+                    u[owner + 1] += s;
+            } else if (m->owner[i] >= 0) {
+                t[m->owner[i] + 1] += s;
+            }
+        }
+        for (int32_t k = 0; k < m->n_fwd; k++) {
+            t[k + 1] += t[k];
+            u[k + 1] += u[k];
+        }
+    }
+    for (int32_t v = 0; v < V && m->batch == 0; v++)
+        if (g->values[v].role == ROLE_INPUT && g->values[v].shape.rank > 0)
+            m->batch = g->values[v].shape.dim[0];
+    for (int32_t i = 0; i < n; i++)
+        m->clip |= g->nodes[i].op == OP_CLIP_SCALE;
+    rc = 0;
+done:
+    name_map_free(names);
+    free(first_fwd);
+    free(last_fwd);
+    if (rc)
+        diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory planning the placement");
+    return rc;
+}
+
+/* ---- one candidate: devices in stage order, cut by dynamic programming --- */
+
+typedef struct {
+    int32_t S, R, M;
+    const int32_t *dev;      /* [S*R] */
+} candidate;
+
+static void link_of(const fence_model *m, int32_t a, int32_t b, double *bw, double *lat)
+{
+    if (m->c && m->c->n_devices > 0)
+        cluster_link_between(m->c, a, b, bw, lat);
+    else
+        *bw = INFINITY, *lat = 0.0;
+}
+
+/* The slowest replica's compute for forward positions [j, k] of stage s. */
+static double stage_seconds(const fence_model *m, const candidate *cd, int32_t s, int32_t j, int32_t k)
+{
+    double worst = 0.0;
+    for (int32_t r = 0; r < cd->R; r++) {
+        const double *t = prefix_row(m->time, m, cd->dev[s * cd->R + r]);
+        worst = fmax(worst, t[k + 1] - t[j]);
+    }
+    return worst / cd->R;   /* each replica has 1/R of the micro-batch */
+}
+
+/* The slowest lane's link from stage s to s+1 for the cut after k: its
+ * busier direction per micro-batch (steady state), and its latency. */
+static void cut_seconds(const fence_model *m, const candidate *cd, int32_t s, int32_t k, double *busy, double *lat)
+{
+    *busy = 0.0;
+    *lat = 0.0;
+    for (int32_t r = 0; r < cd->R; r++) {
+        double bw, l;
+        link_of(m, cd->dev[s * cd->R + r], cd->dev[(s + 1) * cd->R + r], &bw, &l);
+        double bytes = fmax(m->cut_fwd[k], m->cut_bwd[k]) / cd->R;
+        *busy = fmax(*busy, estimate_transfer_seconds(bytes, bw, 0.0));
+        *lat = fmax(*lat, l);
+    }
+}
+
+/* The first micro-batch's trip over the cut after k and its gradient's
+ * trip back: two latencies and both transfers, on the slowest lane. */
+static double cut_round_trip(const fence_model *m, const candidate *cd, int32_t s, int32_t k)
+{
+    double worst = 0.0;
+    for (int32_t r = 0; r < cd->R; r++) {
+        double bw, lat;
+        link_of(m, cd->dev[s * cd->R + r], cd->dev[(s + 1) * cd->R + r], &bw, &lat);
+        worst = fmax(worst, estimate_transfer_seconds((m->cut_fwd[k] + m->cut_bwd[k]) / cd->R, bw, 2.0 * lat));
+    }
+    return worst;
+}
+
+/* The ring all-reduce of stage s's gradients over its replicas. */
+static double allreduce_seconds(const fence_model *m, const candidate *cd, int32_t s, double grad_bytes)
+{
+    if (cd->R < 2)
+        return 0.0;
+    double worst_bw = INFINITY, worst_lat = 0.0;
+    for (int32_t r = 0; r < cd->R; r++) {
+        double bw, lat;
+        link_of(m, cd->dev[s * cd->R + r], cd->dev[s * cd->R + (r + 1) % cd->R], &bw, &lat);
+        worst_bw = fmin(worst_bw, bw);
+        worst_lat = fmax(worst_lat, lat);
+    }
+    double R = cd->R;
+    return estimate_transfer_seconds(2.0 * (R - 1) / R * grad_bytes, worst_bw, 2.0 * (R - 1) * worst_lat);
+}
+
+/* Fill the plan's figures for cuts end[s] (the last forward position of each stage). */
+static double evaluate(const fence_model *m, const candidate *cd, const int32_t *end, fence_plan *out)
+{
+    double sum = 0.0, bottleneck = 0.0, tail = 0.0, max_lat = 0.0;
+    int32_t where = 0, is_link = 0;
+    for (int32_t s = 0, j = 0; s < cd->S; j = end[s] + 1, s++) {
+        double c = stage_seconds(m, cd, s, j, end[s]), busy = 0.0, lat = 0.0;
+        double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
+        double upd = 0.0;
+        for (int32_t r = 0; r < cd->R; r++) {
+            const double *u = prefix_row(m->update, m, cd->dev[s * cd->R + r]);
+            upd = fmax(upd, u[end[s] + 1] - u[j]);
+        }
+        double ar = allreduce_seconds(m, cd, s, grads);
+        sum += c;
+        if (c > bottleneck)
+            bottleneck = c, where = s, is_link = 0;
+        if (s + 1 < cd->S) {
+            cut_seconds(m, cd, s, end[s], &busy, &lat);
+            sum += cut_round_trip(m, cd, s, end[s]);
+            max_lat = fmax(max_lat, lat);
+            if (busy > bottleneck)
+                bottleneck = busy, where = s, is_link = 1;
+        }
+        tail = fmax(tail, upd + ar);
+        if (out) {
+            out->stage_compute[s] = c;
+            out->stage_update[s] = upd;
+            out->cut_transfer[s] = s + 1 < cd->S ? busy : 0.0;
+            out->cut_bytes[s] = s + 1 < cd->S ? m->cut_fwd[end[s]] / cd->R : 0.0;
+            out->allreduce[s] = ar;
+        }
+    }
+    /* Clipping: the stages agree on the gradient norm, a chain of scalars
+     * along the pipeline and one answer back. */
+    double norm_sync = m->clip && cd->S > 1 ? (double)cd->S * max_lat : 0.0;
+    double T = sum + (cd->M - 1) * bottleneck + tail + norm_sync;
+    if (out) {
+        out->step_seconds = T;
+        out->bottleneck = bottleneck;
+        out->bottleneck_stage = where;
+        out->bottleneck_is_link = is_link;
+    }
+    return T;
+}
+
+/* Cut forward positions into cd->S runs minimising the bottleneck; end[s]
+ * gets each stage's last position.  Returns 0, or -1 when there are fewer
+ * ops than stages. */
+static int cut_dp(const fence_model *m, const candidate *cd, int32_t *end)
+{
+    int32_t S = cd->S, n = m->n_fwd;
+    if (n < S)
+        return -1;
+    double *best = malloc((size_t)S * (size_t)n * sizeof *best);
+    int32_t *from = malloc((size_t)S * (size_t)n * sizeof *from);
+    if (!best || !from) {
+        free(best);
+        free(from);
+        return -1;
+    }
+    for (int32_t k = 0; k < n; k++) {
+        best[k] = stage_seconds(m, cd, 0, 0, k);
+        from[k] = -1;
+    }
+    for (int32_t s = 1; s < S; s++)
+        for (int32_t k = 0; k < n; k++) {
+            double b = INFINITY;
+            int32_t arg = -1;
+            for (int32_t j = s; j <= k; j++) {   /* stage s is [j, k]; stage s-1 ends at j-1 */
+                double prev = best[(size_t)(s - 1) * n + (j - 1)];
+                if (!(prev < b))
+                    continue;
+                double busy, lat;
+                cut_seconds(m, cd, s - 1, j - 1, &busy, &lat);
+                double v = fmax(prev, fmax(busy, stage_seconds(m, cd, s, j, k)));
+                if (v < b)
+                    b = v, arg = j - 1;
+            }
+            best[(size_t)s * n + k] = b;
+            from[(size_t)s * n + k] = arg;
+        }
+    int32_t k = n - 1;
+    for (int32_t s = S - 1; s >= 0; s--) {
+        end[s] = k;
+        k = from[(size_t)s * n + k];
+    }
+    free(best);
+    free(from);
+    return 0;
+}
+
+/* ---- fences ---------------------------------------------------------------- */
+
+static double device_speed(const cluster_device *d)
+{
+    return d->peak_flops / (d->slowdown >= 1.0 ? d->slowdown : 1.0);
+}
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* fence_of[d] for every device; returns the number of fences. */
+static int32_t find_fences(const fence_model *m, int32_t *fence_of)
+{
+    int32_t N = m->n_devices, n_links = 0;
+    double *bws = malloc(((size_t)N * (size_t)N + 1) * sizeof *bws), threshold = 0.0;
+    for (int32_t d = 0; d < N; d++)
+        fence_of[d] = d;
+    if (!bws)
+        return N;
+    for (int32_t a = 0; a < N; a++)
+        for (int32_t b = a + 1; b < N; b++) {
+            double bw, lat;
+            link_of(m, a, b, &bw, &lat);
+            bws[n_links++] = bw;
+        }
+    qsort(bws, (size_t)n_links, sizeof *bws, by_double);
+    double widest = FENCE_GAP_RATIO;
+    for (int32_t i = 1; i < n_links; i++)
+        if (bws[i - 1] > 0 && bws[i] / bws[i - 1] >= widest)
+            widest = bws[i] / bws[i - 1], threshold = bws[i];
+    free(bws);
+    /* Union devices joined by links at or above the threshold. */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int32_t a = 0; a < N; a++)
+            for (int32_t b = a + 1; b < N; b++) {
+                double bw, lat;
+                link_of(m, a, b, &bw, &lat);
+                if (bw >= threshold && fence_of[a] != fence_of[b]) {
+                    int32_t lo = fence_of[a] < fence_of[b] ? fence_of[a] : fence_of[b];
+                    fence_of[a] = fence_of[b] = lo;
+                    changed = 1;
+                }
+            }
+    }
+    /* Renumber 0.. in order of first device. */
+    int32_t n = 0;
+    int32_t *map = malloc(((size_t)N + 1) * sizeof *map);
+    if (!map)
+        return N;
+    for (int32_t d = 0; d < N; d++)
+        map[d] = -1;
+    for (int32_t d = 0; d < N; d++) {
+        if (map[fence_of[d]] < 0)
+            map[fence_of[d]] = n++;
+        fence_of[d] = map[fence_of[d]];
+    }
+    free(map);
+    return n;
+}
+
+/* The cost of joining fences a and b: their slowest link's time for a MiB. */
+static double fence_link_cost(const fence_model *m, const int32_t *fence_of, int32_t a, int32_t b)
+{
+    double worst = 0.0;
+    for (int32_t x = 0; x < m->n_devices; x++)
+        for (int32_t y = 0; y < m->n_devices; y++)
+            if (fence_of[x] == a && fence_of[y] == b) {
+                double bw, lat;
+                link_of(m, x, y, &bw, &lat);
+                worst = fmax(worst, estimate_transfer_seconds(1 << 20, bw, lat));
+            }
+    return worst;
+}
+
+/* The chain of fences: every order for a few, else nearest neighbour. */
+static void order_fences(const fence_model *m, const int32_t *fence_of, int32_t F, int32_t *order)
+{
+    for (int32_t i = 0; i < F; i++)
+        order[i] = i;
+    if (F <= 2)
+        return;
+    if (F <= FENCE_MAX_PERMUTE) {
+        int32_t perm[FENCE_MAX_PERMUTE], c[FENCE_MAX_PERMUTE] = { 0 };
+        double best = INFINITY;
+        for (int32_t i = 0; i < F; i++)
+            perm[i] = i;
+        /* Heap's algorithm over every permutation. */
+        for (int32_t i = 0;;) {
+            double cost = 0.0;
+            for (int32_t k = 1; k < F; k++)
+                cost += fence_link_cost(m, fence_of, perm[k - 1], perm[k]);
+            if (cost < best) {
+                best = cost;
+                memcpy(order, perm, (size_t)F * sizeof *perm);
+            }
+            while (i < F && c[i] >= i)
+                c[i++] = 0;
+            if (i >= F)
+                break;
+            int32_t j = i % 2 ? c[i] : 0, t = perm[j];
+            perm[j] = perm[i];
+            perm[i] = t;
+            c[i]++;
+            i = 1;
+        }
+        return;
+    }
+    char *used = calloc((size_t)F, 1);
+    if (!used)
+        return;
+    used[0] = 1;
+    for (int32_t k = 1; k < F; k++) {
+        int32_t best = -1;
+        double cost = INFINITY;
+        for (int32_t f = 0; f < F; f++)
+            if (!used[f] && fence_link_cost(m, fence_of, order[k - 1], f) < cost)
+                cost = fence_link_cost(m, fence_of, order[k - 1], f), best = f;
+        order[k] = best;
+        used[best] = 1;
+    }
+    free(used);
+}
+
+/* ---- the search ------------------------------------------------------------ */
+
+typedef struct {
+    double   T;
+    candidate cd;
+    int32_t *dev, *end;
+} best_plan;
+
+static int keep_if_better(best_plan *b, const fence_model *m, const candidate *cd, const int32_t *end)
+{
+    double T = evaluate(m, cd, end, NULL);
+    int32_t used = cd->S * cd->R, best_used = b->cd.S * b->cd.R;
+    if (b->dev && !(T < b->T * (1.0 - 1e-9) || (T <= b->T * (1.0 + 1e-9) && used < best_used)))
+        return 0;
+    int32_t *dev = malloc((size_t)used * sizeof *dev), *e = malloc((size_t)cd->S * sizeof *e);
+    if (!dev || !e) {
+        free(dev);
+        free(e);
+        return -1;
+    }
+    memcpy(dev, cd->dev, (size_t)used * sizeof *dev);
+    memcpy(e, end, (size_t)cd->S * sizeof *e);
+    free(b->dev);
+    free(b->end);
+    b->T = T;
+    b->cd = *cd;
+    b->cd.dev = b->dev = dev;
+    b->end = e;
+    return 0;
+}
+
+static const fence_model *speed_model;
+static int by_speed_desc(const void *a, const void *b)
+{
+    double x = device_speed(&speed_model->devices[*(const int32_t *)a]);
+    double y = device_speed(&speed_model->devices[*(const int32_t *)b]);
+    if (x != y)
+        return x < y ? 1 : -1;
+    return (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b);
+}
+
+static int search_opfence(const fence_model *m, int32_t M, const pass_options *opt, const int32_t *fence_of,
+                          int32_t F, best_plan *b)
+{
+    int32_t N = m->n_devices;
+    int32_t *order = malloc(((size_t)F + 1) * sizeof *order), *chain = malloc(((size_t)N + 1) * sizeof *chain);
+    int32_t *speed_rank = malloc(((size_t)N + 1) * sizeof *speed_rank);
+    int32_t *picked = malloc(((size_t)N + 1) * sizeof *picked), *cuts = malloc(((size_t)N + 1) * sizeof *cuts);
+    int32_t *start = malloc(((size_t)F + 2) * sizeof *start);
+    int rc = -1;
+    if (!order || !chain || !speed_rank || !picked || !cuts || !start)
+        goto done;
+    order_fences(m, fence_of, F, order);
+    /* The chain: fences in order, fastest devices first inside each. */
+    int32_t n = 0;
+    speed_model = m;
+    for (int32_t k = 0; k < F; k++) {
+        start[k] = n;
+        for (int32_t d = 0; d < N; d++)
+            if (fence_of[d] == order[k])
+                chain[n++] = d;
+        qsort(chain + start[k], (size_t)(n - start[k]), sizeof *chain, by_speed_desc);
+    }
+    start[F] = n;
+    for (int32_t f0 = 0; f0 < F; f0++)
+        for (int32_t f1 = f0; f1 < F; f1++) {
+            int32_t lo = start[f0], hi = start[f1 + 1], W = hi - lo;
+            for (int32_t R = 1; R <= W && (opt->max_replicas <= 0 || R <= opt->max_replicas); R++) {
+                if ((m->batch > 0 && m->batch % R != 0) || (opt->replicas > 0 && R != opt->replicas))
+                    continue;
+                for (int32_t S = 1; S * R <= W && S <= m->n_fwd; S++) {
+                    if (opt->stages > 0 && S != opt->stages)
+                        continue;
+                    /* The S*R fastest devices of the window, in chain order:
+                     * drop the slowest until that many are left. */
+                    memcpy(speed_rank, chain + lo, (size_t)W * sizeof *speed_rank);
+                    qsort(speed_rank, (size_t)W, sizeof *speed_rank, by_speed_desc);
+                    int32_t used = 0;
+                    for (int32_t i = 0; i < W; i++)
+                        for (int32_t k = 0; k < S * R; k++)
+                            if (speed_rank[k] == chain[lo + i])
+                                picked[used++] = chain[lo + i];
+                    candidate cd = { S, R, M, picked };
+                    if (cut_dp(m, &cd, cuts) == 0 && keep_if_better(b, m, &cd, cuts))
+                        goto done;
+                }
+            }
+        }
+    rc = 0;
+done:
+    free(order);
+    free(chain);
+    free(speed_rank);
+    free(picked);
+    free(cuts);
+    free(start);
+    return rc;
+}
+
+/* Every device in file order, equal "layers" (parameterised ops) each. */
+static int plan_uniform(const fence_model *m, int32_t M, best_plan *b)
+{
+    int32_t S = m->n_devices < m->n_fwd ? m->n_devices : m->n_fwd;
+    int32_t *dev = malloc(((size_t)S + 1) * sizeof *dev), *end = malloc(((size_t)S + 1) * sizeof *end);
+    if (!dev || !end) {
+        free(dev);
+        free(end);
+        return -1;
+    }
+    int32_t layers = m->layer_ops[m->n_fwd];
+    for (int32_t s = 0; s < S; s++)
+        dev[s] = s;
+    for (int32_t s = 0, k = 0; s < S; s++) {
+        /* Stage s ends where the layer count reaches (s+1)/S of all, leaving
+         * at least one op for each stage after it. */
+        int64_t want = (int64_t)layers * (s + 1) / S;
+        while (k < m->n_fwd - 1 && m->layer_ops[k + 1] < want)
+            k++;
+        if (k > m->n_fwd - (S - s))
+            k = m->n_fwd - (S - s);
+        if (s > 0 && k <= end[s - 1])
+            k = end[s - 1] + 1;
+        end[s] = s == S - 1 ? m->n_fwd - 1 : k;
+        k++;
+    }
+    candidate cd = { S, 1, M, dev };
+    int rc = keep_if_better(b, m, &cd, end);
+    free(dev);
+    free(end);
+    return rc;
+}
+
+/* ---- applying a plan to the graph ------------------------------------------ */
+
+/* Stages for every node: forward ops from the plan, backward ops from
+ * their forward op (others: the smallest stage that reads them), optimizer
+ * ops from their parameter. */
+static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p, struct diag *err)
+{
+    int32_t n = g->n_nodes, V = g->n_values;
+    int32_t *home = malloc(((size_t)V + 1) * sizeof *home);
+    if (!home)
+        return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory");
+    for (int32_t i = 0; i < n; i++)
+        g->nodes[i].stage = -1;
+    for (int32_t k = 0; k < m->n_fwd; k++)
+        g->nodes[m->fwd[k]].stage = p->stage_of_node[m->fwd[k]];
+    /* A param's stage: its first forward reader's. */
+    for (int32_t v = 0; v < V; v++)
+        home[v] = -1;
+    for (int32_t k = 0; k < m->n_fwd; k++) {
+        const ir_node *node = &g->nodes[m->fwd[k]];
+        for (int i = 0; i < node->n_in; i++)
+            if (home[node->in[i]] < 0)
+                home[node->in[i]] = node->stage;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        ir_node *node = &g->nodes[i];
+        if (node->phase == PHASE_UPDATE)
+            for (int k = 0; k < node->n_in && node->stage < 0; k++)
+                if (g->values[node->in[k]].role == ROLE_PARAM)
+                    node->stage = home[node->in[k]] >= 0 ? home[node->in[k]] : 0;
+        if (node->phase == PHASE_BACKWARD && m->owner[i] >= 0)
+            node->stage = g->nodes[m->fwd[m->owner[i]]].stage;
+    }
+    /* Update ops without a param (sum_squares, clip_scale, lr_schedule):
+     * the stage of the adamw that reads the same gradient, else of their
+     * input, else 0.  Then backward ops without a forward op (the seed,
+     * fan-out sums, copies): the smallest stage that reads them, walking
+     * back so readers are placed first. */
+    for (int32_t i = n - 1; i >= 0; i--) {
+        ir_node *node = &g->nodes[i];
+        if (node->phase != PHASE_UPDATE || node->stage >= 0 || node->op != OP_SUM_SQUARES)
+            continue;
+        for (int32_t j = 0; j < n && node->stage < 0; j++)
+            if (g->nodes[j].op == OP_ADAMW && g->nodes[j].n_in > 1 && g->nodes[j].in[1] == node->in[0])
+                node->stage = g->nodes[j].stage;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        ir_node *node = &g->nodes[i];
+        if (node->stage >= 0)
+            continue;
+        if (node->phase == PHASE_UPDATE) {
+            for (int k = 0; k < node->n_in && node->stage < 0; k++)
+                if (g->values[node->in[k]].producer >= 0)
+                    node->stage = g->nodes[g->values[node->in[k]].producer].stage;
+            if (node->stage < 0)
+                node->stage = 0;
+        }
+    }
+    for (int32_t i = n - 1; i >= 0; i--) {
+        ir_node *node = &g->nodes[i];
+        if (node->stage >= 0)
+            continue;
+        int32_t s = -1;
+        for (int o = 0; o < node->n_out; o++)
+            for (int32_t j = i + 1; j < n; j++)
+                for (int k = 0; k < g->nodes[j].n_in; k++)
+                    if (g->nodes[j].in[k] == node->out[o] && g->nodes[j].stage >= 0 &&
+                        (s < 0 || g->nodes[j].stage < s))
+                        s = g->nodes[j].stage;
+        node->stage = s >= 0 ? s : 0;
+    }
+    for (int32_t i = 0; i < n; i++)
+        g->nodes[i].device = p->devices[g->nodes[i].stage * p->n_replicas];
+    free(home);
+    return 0;
+}
+
+static int plan_copy(fence_plan *dst, const fence_plan *src, int32_t n_devices)
+{
+    memset(dst, 0, sizeof *dst);
+    *dst = *src;
+    size_t S = (size_t)src->n_stages, SR = S * (size_t)src->n_replicas;
+    dst->devices = malloc(SR * sizeof *dst->devices);
+    dst->stage_of_node = malloc(((size_t)src->n_nodes + 1) * sizeof *dst->stage_of_node);
+    dst->stage_compute = malloc(S * sizeof(double));
+    dst->stage_update = malloc(S * sizeof(double));
+    dst->cut_transfer = malloc(S * sizeof(double));
+    dst->cut_bytes = malloc(S * sizeof(double));
+    dst->allreduce = malloc(S * sizeof(double));
+    dst->fence_of_device = malloc(((size_t)n_devices + 1) * sizeof *dst->fence_of_device);
+    if (!dst->devices || !dst->stage_of_node || !dst->stage_compute || !dst->stage_update || !dst->cut_transfer ||
+        !dst->cut_bytes || !dst->allreduce || !dst->fence_of_device) {
+        fence_plan_free(dst);
+        return -1;
+    }
+    memcpy(dst->devices, src->devices, SR * sizeof *dst->devices);
+    memcpy(dst->stage_of_node, src->stage_of_node, (size_t)src->n_nodes * sizeof *dst->stage_of_node);
+    memcpy(dst->stage_compute, src->stage_compute, S * sizeof(double));
+    memcpy(dst->stage_update, src->stage_update, S * sizeof(double));
+    memcpy(dst->cut_transfer, src->cut_transfer, S * sizeof(double));
+    memcpy(dst->cut_bytes, src->cut_bytes, S * sizeof(double));
+    memcpy(dst->allreduce, src->allreduce, S * sizeof(double));
+    if (src->fence_of_device)
+        memcpy(dst->fence_of_device, src->fence_of_device, (size_t)n_devices * sizeof *dst->fence_of_device);
+    return 0;
+}
+
+int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
+{
+    const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
+    const char *scheduler = opt->scheduler ? opt->scheduler : "opfence";
+    if (strcmp(scheduler, "opfence") != 0 && strcmp(scheduler, "uniform") != 0)
+        return diag_set(err, file, 0, "unknown scheduler '%s' (the schedulers: opfence, uniform)", scheduler);
+    int32_t M = opt->micro_batches > 0 ? opt->micro_batches : 1;
+    fence_model m;
+    if (model_build(&m, g, opt->cluster, err))
+        return -1;
+    fence_plan plan;
+    memset(&plan, 0, sizeof plan);
+    best_plan b = { INFINITY, { 0, 0, 0, NULL }, NULL, NULL };
+    int rc = 0;
+    int32_t *fence_of = malloc(((size_t)m.n_devices + 1) * sizeof *fence_of);
+    if (!fence_of) {
+        rc = diag_set(err, file, 0, "out of memory");
+        goto done;
+    }
+    int32_t F = find_fences(&m, fence_of);
+    if (opt->plan) {
+        if (opt->plan->n_nodes != g->n_nodes) {
+            rc = diag_set(err, file, 0, "internal error: the plan was made for a graph of %d ops, this one has %d",
+                          opt->plan->n_nodes, g->n_nodes);
+            goto done;
+        }
+        if (plan_copy(&plan, opt->plan, m.n_devices)) {
+            rc = diag_set(err, file, 0, "out of memory");
+            goto done;
+        }
+    } else {
+        if (m.n_fwd == 0) {
+            rc = diag_set(err, file, 0, "the model has no forward ops to place");
+            goto done;
+        }
+        rc = strcmp(scheduler, "uniform") == 0 ? plan_uniform(&m, M, &b) : search_opfence(&m, M, opt, fence_of, F, &b);
+        if (rc || !b.dev) {
+            if (opt->stages > 0 || opt->replicas > 0)
+                rc = diag_set(err, file, 0, "no placement of %d stages x %d replicas: the cluster has %d devices, the "
+                              "model %d forward ops, and the replicas must divide the micro-batch (%lld rows)",
+                              opt->stages, opt->replicas > 0 ? opt->replicas : 1, m.n_devices, m.n_fwd,
+                              (long long)m.batch);
+            else
+                rc = diag_set(err, file, 0, "no placement of %d forward ops on %d devices fits", m.n_fwd, m.n_devices);
+            goto done;
+        }
+        int32_t S = b.cd.S, R = b.cd.R;
+        plan.n_stages = S;
+        plan.n_replicas = R;
+        plan.micro_batches = M;
+        plan.n_nodes = g->n_nodes;
+        plan.scheduler = strcmp(scheduler, "uniform") == 0 ? "uniform" : "opfence";
+        plan.devices = malloc((size_t)S * (size_t)R * sizeof *plan.devices);
+        plan.stage_of_node = malloc(((size_t)g->n_nodes + 1) * sizeof *plan.stage_of_node);
+        plan.stage_compute = calloc((size_t)S, sizeof(double));
+        plan.stage_update = calloc((size_t)S, sizeof(double));
+        plan.cut_transfer = calloc((size_t)S, sizeof(double));
+        plan.cut_bytes = calloc((size_t)S, sizeof(double));
+        plan.allreduce = calloc((size_t)S, sizeof(double));
+        plan.fence_of_device = malloc(((size_t)m.n_devices + 1) * sizeof *plan.fence_of_device);
+        if (!plan.devices || !plan.stage_of_node || !plan.stage_compute || !plan.stage_update || !plan.cut_transfer ||
+            !plan.cut_bytes || !plan.allreduce || !plan.fence_of_device) {
+            rc = diag_set(err, file, 0, "out of memory");
+            goto done;
+        }
+        memcpy(plan.devices, b.dev, (size_t)S * (size_t)R * sizeof *plan.devices);
+        memcpy(plan.fence_of_device, fence_of, (size_t)m.n_devices * sizeof *fence_of);
+        plan.n_fences = F;
+        for (int32_t i = 0; i < g->n_nodes; i++)
+            plan.stage_of_node[i] = -1;
+        for (int32_t s = 0, k = 0; s < S; s++)
+            for (; k <= b.end[s]; k++)
+                plan.stage_of_node[m.fwd[k]] = s;
+        evaluate(&m, &b.cd, b.end, &plan);
+    }
+    if ((rc = assign_stages(g, &m, &plan, err)) != 0)
+        goto done;
+    if (ir_graph_set_placement(g, plan.n_stages, plan.n_replicas, plan.micro_batches, plan.devices)) {
+        rc = diag_set(err, file, 0, "out of memory");
+        goto done;
+    }
+    if (opt->plan_out) {
+        fence_plan_free(opt->plan_out);
+        if (plan_copy(opt->plan_out, &plan, m.n_devices))
+            rc = diag_set(err, file, 0, "out of memory");
+    }
+done:
+    fence_plan_free(&plan);
+    free(b.dev);
+    free(b.end);
+    free(fence_of);
+    model_free(&m);
+    return rc;
+}

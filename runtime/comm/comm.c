@@ -1,0 +1,244 @@
+/* comm.c: a device program's peers and its send, recv and allreduce ops
+ * (see comm.h). */
+#include "comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../ir/op_kinds.h"
+#include "../../ir/ir.h"
+#include "hub.h"
+
+static const char *peer_address(const rt_comm_options *o, const rt_peer *p)
+{
+    for (int i = 0; o && i < o->n_overrides; i++)
+        if (strcmp(o->peer_name[i], p->name) == 0)
+            return o->peer_address[i];
+    return p->address;
+}
+
+int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, const rt_peer *peers,
+                 const rt_link *links, const rt_comm_options *o, char *err, size_t n)
+{
+    memset(c, 0, sizeof *c);
+    c->manifest = m;
+    c->placement = placement;
+    c->peers = peers;
+    int32_t self = m->device_index, count = 0;
+    fu_hub_link_spec *specs = calloc((size_t)m->n_links + 1, sizeof *specs);
+    if (!specs) {
+        snprintf(err, n, "out of memory opening %d links", m->n_links);
+        return -1;
+    }
+    int32_t port_base = o && o->port_base > 0 ? o->port_base : m->port_base;
+    for (int32_t i = 0; i < m->n_links; i++) {
+        const rt_link *l = &links[i];
+        if (l->a != self && l->b != self)
+            continue;
+        int32_t other = l->a == self ? l->b : l->a;
+        if (other < 0 || other >= m->n_peers) {
+            free(specs);
+            snprintf(err, n, "link %d names device %d of %d: a damaged program", i, other, m->n_peers);
+            return -1;
+        }
+        fu_hub_link_spec *s = &specs[count++];
+        s->peer = other;
+        snprintf(s->name, sizeof s->name, "%s", peers[other].name);
+        s->listen = l->a == self;
+        /* The lower-numbered device listens on every interface; the other
+         * connects to its host's address. */
+        if (s->listen)
+            snprintf(s->url, sizeof s->url, "tcp://*:%d", port_base + i);
+        else
+            snprintf(s->url, sizeof s->url, "tcp://%.200s:%d", peer_address(o, &peers[other]), port_base + i);
+        if (o && o->emulate_links) {
+            s->bandwidth = l->bandwidth;
+            s->latency = l->latency;
+        }
+    }
+    fu_hub_options ho = { .self_name = m->device, .build_id = m->build_id,
+                          .timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 10000,
+                          .connect_timeout_ms = o && o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000 };
+    c->hub = count > 0 ? fu_hub_open(specs, count, &ho, err, n) : NULL;
+    free(specs);
+    return count > 0 && !c->hub ? -1 : 0;
+}
+
+void rt_comm_close(rt_comm *c)
+{
+    if (c->hub)
+        fu_hub_close(c->hub);
+    free(c->scratch);
+    memset(c, 0, sizeof *c);
+}
+
+void rt_comm_abort(rt_comm *c, const char *why)
+{
+    if (c->hub)
+        fu_hub_abort(c->hub, why);
+}
+
+int rt_comm_flush(rt_comm *c, char *err, size_t n)
+{
+    return c->hub ? fu_hub_flush(c->hub, err, n) : 0;
+}
+
+/* The device of replica lane r's stage s. */
+static int32_t device_at(const rt_comm *c, int32_t stage, int32_t replica)
+{
+    return c->placement[stage * c->manifest->n_replicas + replica];
+}
+
+static int64_t tensor_bytes(const rt_tensor *t) { return rt_tensor_numel(t) * 4; }
+
+/* Messages in the update phase carry micro-batch -1; the ring's steps -2, -3, ... */
+static fu_msg_info message(const rt_op *op, const rt_context *ctx, int64_t bytes)
+{
+    fu_msg_info m = { .kind = ctx->phase == PHASE_FORWARD ? MSG_ACTIVATION : MSG_GRADIENT,
+                      .step = ctx->step, .micro_batch = ctx->micro_batch,
+                      .tensor = (int32_t)op->ints[ATTR_TENSOR], .codec = FU_CODEC_RAW_F32, .length = (uint64_t)bytes };
+    return m;
+}
+
+static int no_hub(const rt_op *op, rt_context *ctx)
+{
+    snprintf(ctx->msg, sizeof ctx->msg, "op '%s': no link to stage %lld", op->name, (long long)op->ints[ATTR_PEER]);
+    return -1;
+}
+
+int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
+{
+    if (!c->hub)
+        return no_hub(op, ctx);
+    int32_t to = device_at(c, (int32_t)op->ints[ATTR_PEER], c->manifest->replica);
+    fu_msg_info m = message(op, ctx, tensor_bytes(&op->in[0]));
+    char why[400];
+    if (fu_hub_send(c->hub, to, &m, arena + op->in[0].offset, why, sizeof why) != 0) {
+        snprintf(ctx->msg, sizeof ctx->msg, "sending '%s' to %s: %.300s", op->name, c->peers[to].name, why);
+        return -1;
+    }
+    return 0;
+}
+
+int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
+{
+    if (!c->hub)
+        return no_hub(op, ctx);
+    int32_t from = device_at(c, (int32_t)op->ints[ATTR_PEER], c->manifest->replica);
+    int64_t bytes = tensor_bytes(&op->out[0]);
+    fu_msg_info want = message(op, ctx, bytes);
+    char why[400];
+    if (fu_hub_recv(c->hub, from, &want, arena + op->out[0].offset, (uint64_t)bytes, why, sizeof why) != 0) {
+        snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %.300s", op->name, c->peers[from].name, why);
+        return -1;
+    }
+    return 0;
+}
+
+static int ensure_scratch(rt_comm *c, size_t floats, rt_context *ctx)
+{
+    if (floats <= c->scratch_floats)
+        return 0;
+    float *s = realloc(c->scratch, floats * sizeof *s);
+    if (!s) {
+        snprintf(ctx->msg, sizeof ctx->msg, "out of memory for a %zu-float all-reduce", floats);
+        return -1;
+    }
+    c->scratch = s;
+    c->scratch_floats = floats;
+    return 0;
+}
+
+/* One step of the ring: send x[lo, hi) to the next replica, receive the
+ * previous replica's [rlo, rhi) into the scratch. */
+static int ring_step(rt_comm *c, int32_t tensor, int32_t k, const float *send, int64_t n_send, int64_t n_recv,
+                     rt_context *ctx)
+{
+    const rt_manifest *m = c->manifest;
+    int32_t R = m->n_replicas, r = m->replica;
+    int32_t next = device_at(c, m->stage, (r + 1) % R), prev = device_at(c, m->stage, (r + R - 1) % R);
+    fu_msg_info out = { .kind = MSG_GRADIENT, .step = ctx->step, .micro_batch = -2 - k, .tensor = tensor,
+                        .codec = FU_CODEC_RAW_F32, .length = (uint64_t)n_send * 4 };
+    fu_msg_info in = out;
+    in.length = (uint64_t)n_recv * 4;
+    char why[400];
+    if (fu_hub_send(c->hub, next, &out, send, why, sizeof why) != 0 ||
+        fu_hub_recv(c->hub, prev, &in, c->scratch, in.length, why, sizeof why) != 0) {
+        snprintf(ctx->msg, sizeof ctx->msg, "all-reduce of tensor %d over the replicas: %s", tensor, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* x := mean over the stage's replicas.  Large tensors: ring reduce-scatter
+ * then all-gather (each chunk summed at one replica, then copied, so every
+ * replica has the same bits).  Tensors smaller than the ring: every vector
+ * goes round, and each replica sums them in replica order. */
+static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, rt_context *ctx)
+{
+    const rt_manifest *m = c->manifest;
+    int32_t R = m->n_replicas, r = m->replica;
+    if (R == 1)
+        return 0;
+    if (!c->hub) {
+        snprintf(ctx->msg, sizeof ctx->msg, "all-reduce of tensor %d: no links to the other replicas", tensor);
+        return -1;
+    }
+    if (n < R) {
+        if (ensure_scratch(c, (size_t)n * (size_t)(R + 1), ctx))
+            return -1;
+        float *all = c->scratch + n;   /* all[q * n + i]: replica q's x[i] */
+        memcpy(all + (size_t)r * n, x, (size_t)n * sizeof *x);
+        for (int32_t k = 0; k < R - 1; k++) {
+            int32_t have = (r - k + R) % R, get = (r - k - 1 + 2 * R) % R;
+            if (ring_step(c, tensor, k, all + (size_t)have * n, n, n, ctx))
+                return -1;
+            memcpy(all + (size_t)get * n, c->scratch, (size_t)n * sizeof *x);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            double sum = 0.0;
+            for (int32_t q = 0; q < R; q++)
+                sum += all[(size_t)q * n + i];
+            x[i] = (float)(sum / R);
+        }
+        return 0;
+    }
+#define CHUNK_LO(q) (n * (int64_t)(q) / R)
+    if (ensure_scratch(c, (size_t)(n / R + 1), ctx))
+        return -1;
+    for (int32_t k = 0; k < R - 1; k++) {   /* reduce-scatter */
+        int32_t s = (r - k + R) % R, g = (r - k - 1 + R) % R;
+        if (ring_step(c, tensor, k, x + CHUNK_LO(s), CHUNK_LO(s + 1) - CHUNK_LO(s), CHUNK_LO(g + 1) - CHUNK_LO(g), ctx))
+            return -1;
+        for (int64_t i = CHUNK_LO(g); i < CHUNK_LO(g + 1); i++)
+            x[i] += c->scratch[i - CHUNK_LO(g)];
+    }
+    /* Replica r now holds chunk (r + 1) % R summed over all; scale it once. */
+    int32_t own = (r + 1) % R;
+    for (int64_t i = CHUNK_LO(own); i < CHUNK_LO(own + 1); i++)
+        x[i] /= (float)R;
+    for (int32_t k = 0; k < R - 1; k++) {   /* all-gather */
+        int32_t s = (r + 1 - k + R) % R, g = (r - k + R) % R;
+        if (ring_step(c, tensor, R - 1 + k, x + CHUNK_LO(s), CHUNK_LO(s + 1) - CHUNK_LO(s),
+                      CHUNK_LO(g + 1) - CHUNK_LO(g), ctx))
+            return -1;
+        memcpy(x + CHUNK_LO(g), c->scratch, (size_t)(CHUNK_LO(g + 1) - CHUNK_LO(g)) * sizeof *x);
+    }
+#undef CHUNK_LO
+    return 0;
+}
+
+int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
+{
+    int64_t n = rt_tensor_numel(&op->in[0]);
+    float *y = (float *)(arena + op->out[0].offset);
+    if (op->out[0].offset != op->in[0].offset)
+        memmove(y, arena + op->in[0].offset, (size_t)n * sizeof *y);
+    return mean_over_replicas(c, y, n, (int32_t)op->ints[ATTR_TENSOR], ctx);
+}
+
+int rt_comm_mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tag, rt_context *ctx)
+{
+    return mean_over_replicas(c, x, n, tag, ctx);
+}

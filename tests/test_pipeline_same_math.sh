@@ -1,0 +1,55 @@
+# Many devices, the same mathematics: a small GPT on clusters/local-4.xml
+# as a 4-stage pipeline (4 micro-batches, 1F1B) and as 2 stages x 2
+# data-parallel replicas (2 micro-batches) gives, step for step, the losses
+# of the one-device run of the same global batch and seed, within 1e-5
+# relative, for 20 steps.  Also: launch-local.sh, plan.txt and the
+# per-device manifests are written, and every device reports completion.
+. "$(dirname "$0")/lib.sh"
+no_leak_scan_in_threaded_programs
+
+cat /usr/share/common-licenses/* > "$work/corpus.txt"
+model=(--set vocab=256 --set ctx=32 --set layers=4 --set dim=48 --set heads=4 --set batch=8 --set seq=32
+       --set lr=3e-3 --set warmup=5)
+steps=20
+# Ports: one range per test run, so parallel tests do not collide.
+base=$((20000 + ($$ % 900) * 40))
+
+losses() { awk '/^step /{print $4}' "$1"; }
+
+"$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/one" "${model[@]}" >"$work/c1" 2>&1 \
+  && pass || fail "one-device compile: $(cat "$work/c1")"
+"$work/one/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps $steps --seed 5 >"$work/one.out" 2>&1 \
+  && pass || fail "one-device run: $(tail -3 "$work/one.out")"
+losses "$work/one.out" >"$work/one.loss"
+expect_eq "one-device steps" $steps "$(wc -l <"$work/one.loss")"
+
+# run NAME COMPILE-OPTIONS...: compile for local-4, train with launch-local.sh.
+run() {
+  local name=$1; shift
+  if "$FUSIONC" compile models/gpt2.xml clusters/local-4.xml -o "$work/$name" "${model[@]}" \
+       --port-base "$base" "$@" >"$work/$name.compile" 2>&1; then pass
+  else fail "$name compile: $(cat "$work/$name.compile")"; return; fi
+  base=$((base + 20))
+  [ -x "$work/$name/launch-local.sh" ] && pass || fail "$name: no launch-local.sh"
+  [ -s "$work/$name/plan.txt" ] && pass || fail "$name: no plan.txt"
+  if "$work/$name/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 5 >"$work/$name.out" 2>&1; then
+    pass; else fail "$name run: $(tail -5 "$work/$name.out"; tail -3 "$work/$name"/logs/*.log)"; fi
+  sed 's/^\[[^]]*\] //' "$work/$name.out" | losses /dev/stdin >"$work/$name.loss"
+  expect_eq "$name steps" $steps "$(wc -l <"$work/$name.loss")"
+  # Every loss within 1e-5 relative of the one-device run's.
+  paste "$work/one.loss" "$work/$name.loss" | awk -v n="$name" '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
+      if (r > worst) { worst = r; at = NR; a = $1; b = $2 } }
+    END { if (worst > 1e-5) { printf "FAIL: %s: step %d loss %s, one device %s (relative %.2g > 1e-5)\n", n, at, b, a, worst > "/dev/stderr"; exit 1 }
+          printf "%s: worst relative loss difference %.2g over %d steps\n", n, worst, NR > "/dev/stderr" }' \
+    && pass || fail "$name losses differ from the one-device run"
+}
+
+run pipeline4 --scheduler uniform --micro-batches 4
+grep -q "4 stages x 1 replica" "$work/pipeline4.compile" && pass || fail "pipeline4: $(cat "$work/pipeline4.compile")"
+run grid2x2 --stages 2 --replicas 2 --micro-batches 2
+grep -q "2 stages x 2 replicas" "$work/grid2x2.compile" && pass || fail "grid2x2: $(cat "$work/grid2x2.compile")"
+for d in cpu-a0 cpu-a1 cpu-b0 cpu-b1; do
+  [ -s "$work/grid2x2/$d/manifest.txt" ] && pass || fail "grid2x2: no manifest for $d"
+done
+finish

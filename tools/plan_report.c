@@ -1,0 +1,195 @@
+/* plan_report.c: the placement report (see plan_report.h).
+ *
+ *   scheduler opfence: 2 fences, 2 stages x 1 replica, 4 micro-batches
+ *   fence 0: cpu-a0 cpu-a1            fence 1: cpu-b0 cpu-b1
+ *   stage  devices  ops (fwd)  compute/mb  send/mb  link/mb  update  allreduce  memory
+ *   ...
+ *   bottleneck: stage 1's compute, 12.3 ms per micro-batch
+ *   estimated step: 71.2 ms (4 micro-batches)
+ */
+#include "plan_report.h"
+
+#include "../ir/ops.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int32_t forward_ops_on(const ir_graph *g, int32_t stage)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        n += g->nodes[i].stage == stage && (g->nodes[i].phase == PHASE_FORWARD || g->nodes[i].phase == PHASE_NONE);
+    return n;
+}
+
+/* The arena, plus the stashed activations of the micro-batches 1F1B keeps
+ * waiting for their backward on this stage (S - s - 1 of them, at most M). */
+static double stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
+{
+    int32_t *ids = malloc(((size_t)g->n_values + 1) * sizeof *ids);
+    int32_t n = ids ? memory_stash_values(g, s, ids) : 0;
+    double stash = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        stash += (double)ir_value_bytes(g, ids[i]);
+    free(ids);
+    int32_t waiting = p->n_stages - s - 1 < p->micro_batches ? p->n_stages - s - 1 : p->micro_batches;
+    if (waiting < 0 || p->micro_batches <= 1)
+        waiting = 0;
+    return (double)memory_arena_bytes(g, p->devices[s * p->n_replicas]) + waiting * stash;
+}
+
+void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *p)
+{
+    const double ms = 1e3, mib = 1024.0 * 1024.0;
+    fprintf(out, "plan: %s on %s, scheduler %s: %d fence%s, %d stage%s x %d replica%s, %d micro-batch%s\n",
+            ir_str(g, g->name), c->name, p->scheduler ? p->scheduler : "opfence", p->n_fences,
+            p->n_fences == 1 ? "" : "s", p->n_stages, p->n_stages == 1 ? "" : "s", p->n_replicas,
+            p->n_replicas == 1 ? "" : "s", p->micro_batches, p->micro_batches == 1 ? "" : "es");
+    for (int32_t f = 0; f < p->n_fences && p->fence_of_device; f++) {
+        fprintf(out, "fence %d:", f);
+        for (int32_t d = 0; d < c->n_devices; d++)
+            if (p->fence_of_device[d] == f)
+                fprintf(out, " %s", c->devices[d].name);
+        fputc('\n', out);
+    }
+    fprintf(out, "%-5s %-24s %5s %12s %12s %12s %10s %10s %10s\n", "stage", "devices", "ops", "compute/mb",
+            "sent/mb", "link/mb", "update", "allreduce", "memory");
+    for (int32_t s = 0; s < p->n_stages; s++) {
+        char devices[256] = "";
+        for (int32_t r = 0; r < p->n_replicas; r++) {
+            size_t used = strlen(devices);
+            snprintf(devices + used, sizeof devices - used, "%s%s", r ? "," : "",
+                     c->devices[p->devices[s * p->n_replicas + r]].name);
+        }
+        char sent[32] = "-", link[32] = "-";
+        if (s + 1 < p->n_stages) {
+            snprintf(sent, sizeof sent, "%.1f KiB", p->cut_bytes[s] / 1024.0);
+            snprintf(link, sizeof link, "%.2f ms", p->cut_transfer[s] * ms);
+        }
+        fprintf(out, "%-5d %-24s %5d %9.2f ms %12s %12s %7.2f ms %7.2f ms %6.1f MiB\n", s, devices,
+                forward_ops_on(g, s), p->stage_compute[s] * ms, sent, link, p->stage_update[s] * ms,
+                p->allreduce[s] * ms, stage_memory(g, p, s) / mib);
+    }
+    int32_t b = p->bottleneck_stage;
+    if (p->bottleneck_is_link)
+        fprintf(out, "bottleneck: the link from stage %d to %d, %.2f ms per micro-batch\n", b, b + 1,
+                p->bottleneck * ms);
+    else
+        fprintf(out, "bottleneck: stage %d's compute, %.2f ms per micro-batch\n", b, p->bottleneck * ms);
+    fprintf(out, "estimated step: %.2f ms (%d micro-batch%s)\n", p->step_seconds * ms, p->micro_batches,
+            p->micro_batches == 1 ? "" : "es");
+}
+
+/* Write `path` via a temporary name; `fill` writes the contents. */
+static int write_atomically(const char *path, int (*fill)(FILE *, const void *), const void *arg, struct diag *err)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
+    int ok = fill(f, arg) == 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return diag_set(err, path, 0, "cannot write");
+    }
+    return 0;
+}
+
+typedef struct {
+    const ir_graph   *g;
+    const cluster    *c;
+    const fence_plan *p;
+} report_args;
+
+static int fill_text(FILE *f, const void *arg)
+{
+    const report_args *a = arg;
+    plan_report_print(f, a->g, a->c, a->p);
+    return ferror(f) ? -1 : 0;
+}
+
+/* plan.svg: one column per stage (its devices on top), the stage's forward
+ * ops down it in schedule order, each box in its device's colour; below
+ * them what the stage sends and to which stage.  Drawn here rather than by
+ * Graphviz: dot takes minutes to lay out a training graph of a few hundred
+ * ops, and a pipeline reads best as columns anyway. */
+static const char *const stage_colours[] = { "#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3",
+                                             "#fdb462", "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd" };
+
+static void svg_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '&')
+            fputs("&amp;", f);
+        else if (*s == '"')
+            fputs("&quot;", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+static int fill_svg(FILE *f, const void *arg)
+{
+    const report_args *a = arg;
+    const ir_graph *g = a->g;
+    const fence_plan *p = a->p;
+    const int col = 300, row = 20, top = 60;
+    int32_t tallest = 0;
+    for (int32_t s = 0; s < p->n_stages; s++) {
+        int32_t n = forward_ops_on(g, s);
+        for (int32_t i = 0; i < g->n_nodes; i++)
+            n += g->nodes[i].stage == s && g->nodes[i].op == OP_SEND;
+        tallest = n > tallest ? n : tallest;
+    }
+    int width = col * p->n_stages + 20, height = top + row * (tallest + 2) + 20;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"Helvetica\" "
+               "font-size=\"11\">\n<text x=\"10\" y=\"18\" font-size=\"14\">", width, height);
+    svg_text(f, ir_str(g, g->name));
+    fprintf(f, " on %s: %d stages x %d replicas, %d micro-batches, estimated step %.2f ms</text>\n", a->c->name,
+            p->n_stages, p->n_replicas, p->micro_batches, p->step_seconds * 1e3);
+    for (int32_t s = 0; s < p->n_stages; s++) {
+        int x = 10 + s * col, y = top;
+        const char *colour = stage_colours[s % (int)(sizeof stage_colours / sizeof *stage_colours)];
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">stage %d:", x, top - 14, s);
+        for (int32_t r = 0; r < p->n_replicas; r++) {
+            fputc(' ', f);
+            svg_text(f, a->c->devices[p->devices[s * p->n_replicas + r]].name);
+        }
+        fputs("</text>\n", f);
+        for (int32_t i = 0; i < g->n_nodes; i++) {
+            const ir_node *n = &g->nodes[i];
+            int forward = n->phase == PHASE_FORWARD || n->phase == PHASE_NONE;
+            if (n->stage != s || !(forward || n->op == OP_SEND))
+                continue;
+            if (n->op == OP_SEND && n->phase != PHASE_FORWARD)
+                continue;   /* gradients go back the way activations came */
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" stroke=\"#555\"/>", x, y,
+                    col - 20, row - 3, n->op == OP_SEND ? "white" : colour);
+            fprintf(f, "<text x=\"%d\" y=\"%d\">", x + 4, y + row - 7);
+            svg_text(f, ir_node_name(g, i));
+            if (n->op == OP_SEND)
+                fprintf(f, " &#8594; stage %lld", (long long)ir_node_int(n, ATTR_PEER, -1));
+            fputs("</text>\n", f);
+            y += row;
+        }
+    }
+    fputs("</svg>\n", f);
+    return ferror(f) ? -1 : 0;
+}
+
+int plan_report_write(const ir_graph *g, const cluster *c, const fence_plan *p, const char *dir, struct diag *err)
+{
+    report_args a = { g, c, p };
+    char path[4096], svg[4096];
+    snprintf(path, sizeof path, "%s/plan.txt", dir);
+    snprintf(svg, sizeof svg, "%s/plan.svg", dir);
+    return write_atomically(path, fill_text, &a, err) || write_atomically(svg, fill_svg, &a, err) ? -1 : 0;
+}
