@@ -2,8 +2,10 @@
  * processes on loopback, through fu_link (nanomsg tcp, header, XXH3 checksum,
  * ack) against a plain TCP socket moving the same bytes with the same pattern
  * (send the tensor, wait for a 1-byte ack).  A third line, bare nanomsg
- * (NN_PAIR, NN_MSG, one-byte ack, no header or checksum), separates what
- * nanomsg costs from what fu_link adds.
+ * (NN_PAIR, the tensor as one NN_MSG message, one-byte ack, no header or
+ * checksum), is what fu_link did before it cut tensors into FU_WIRE_FRAME
+ * frames: nanomsg allocates a buffer per message, and one of 64 MiB costs
+ * fresh pages on both sides every time (runtime/comm/transport.c).
  *
  * Each figure is the median of REPS acked transfers after one warm-up,
  * timed at the sender from the start of the send to the ack.  Target
@@ -224,9 +226,9 @@ int main(int argc, char **argv) {
     printf("%-44s %12s %-6s %-26s %s\n", "what", "value", "unit", "anchor", "ratio");
     snprintf(what, sizeof what, "raw tcp loopback %zu MiB, acked", mib);
     printf("%-44s %12.3f %-6s %-26s %s\n", what, gb_tcp, "GB/s", "-", "-");
-    snprintf(what, sizeof what, "fu_link nanomsg tcp %zu MiB, acked", mib);
+    snprintf(what, sizeof what, "fu_link nanomsg tcp %zu MiB, %u KiB frames", mib, FU_WIRE_FRAME >> 10);
     printf("%-44s %12.3f %-6s %-26s %.3f\n", what, gb_fu, "GB/s", "raw tcp (target >= 0.8)", gb_fu / gb_tcp);
-    snprintf(what, sizeof what, "  bare nanomsg NN_MSG %zu MiB, acked", mib);
+    snprintf(what, sizeof what, "  bare nanomsg, one %zu MiB NN_MSG, acked", mib);
     printf("%-44s %12.3f %-6s %-26s %.3f\n", what, gb_nn, "GB/s", "raw tcp", gb_nn / gb_tcp);
     free(tx);
     free(rx);

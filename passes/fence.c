@@ -30,12 +30,15 @@
  * the cluster in file order, one stage each, the same number of
  * parameterised forward ops ("layers") per stage.
  *
- * Step time (1F1B, M micro-batches, transfers overlapping compute):
- *   T = sum_s c_s + sum_cuts (2 latency + transfer) + (M - 1) * bottleneck
- *       + max_s (update_s + allreduce_s)
- * with c_s a stage's forward + backward time per micro-batch and
- * allreduce_s the ring all-reduce of its gradients over R replicas:
- * 2 (R-1)/R * bytes / bandwidth + 2 (R-1) latency.
+ * Step time: the forward and backward of the M micro-batches simulated
+ * event by event in the runtime's 1F1B order (simulate_1f1b: each stage's
+ * compute, each cut's transfer and latency, links full duplex), then
+ *   + max_s (update_s + allreduce_s) + the stages' agreement on the
+ *     gradient norm (S latencies, when the optimizer clips)
+ * with allreduce_s the ring all-reduce of a stage's gradients over its R
+ * replicas: 2 (R-1)/R * bytes / bandwidth + 2 (R-1) latency.  The dynamic
+ * program's objective, the bottleneck, is the steady state of the same
+ * pipeline: (M - 1) * bottleneck + the fill and drain.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -75,10 +78,12 @@ typedef struct {
     int32_t *fwd_pos;                /* [n_nodes] position in fwd, or -1      */
     int32_t *owner;                  /* [n_nodes] the forward position a backward op belongs to */
     double  *time;                   /* [n_devices][n_fwd + 1] prefix sums: forward + backward seconds */
+    double  *time_fwd;               /* [n_devices][n_fwd + 1] prefix sums: forward seconds alone */
     double  *update;                 /* [n_devices][n_fwd + 1] prefix sums: optimizer seconds */
     double  *param_bytes;            /* [n_fwd + 1] prefix sums of the params each op owns */
     double  *cut_fwd, *cut_bwd;      /* [n_fwd] bytes crossing the cut after position k */
     int32_t *layer_ops;              /* [n_fwd + 1] prefix counts of parameterised forward ops */
+    int32_t *first_fwd;              /* [n_values] the forward position that makes (or first reads) it, -1 */
     int64_t  batch;                  /* rows of the micro-batch (leading dim of the first input) */
     int      clip;                   /* the optimizer clips: stages agree on a norm each step */
 } fence_model;
@@ -109,11 +114,13 @@ static void model_free(fence_model *m)
     free(m->fwd_pos);
     free(m->owner);
     free(m->time);
+    free(m->time_fwd);
     free(m->update);
     free(m->param_bytes);
     free(m->cut_fwd);
     free(m->cut_bwd);
     free(m->layer_ops);
+    free(m->first_fwd);
 }
 
 static int is_float_dtype(ir_dtype dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
@@ -130,7 +137,8 @@ static int model_build(fence_model *m, const ir_graph *g, const cluster *c, stru
     m->fwd_pos = malloc(((size_t)n + 1) * sizeof *m->fwd_pos);
     m->owner = malloc(((size_t)n + 1) * sizeof *m->owner);
     name_map *names = name_map_new();
-    int32_t *first_fwd = malloc(((size_t)V + 1) * sizeof *first_fwd), *last_fwd = malloc(((size_t)V + 1) * sizeof *last_fwd);
+    int32_t *first_fwd = m->first_fwd = malloc(((size_t)V + 1) * sizeof *first_fwd);
+    int32_t *last_fwd = malloc(((size_t)V + 1) * sizeof *last_fwd);
     int rc = -1;
     if (!m->fwd || !m->fwd_pos || !m->owner || !names || !first_fwd || !last_fwd)
         goto done;
@@ -151,12 +159,13 @@ static int model_build(fence_model *m, const ir_graph *g, const cluster *c, stru
     }
     size_t row = (size_t)m->n_fwd + 1;
     m->time = calloc(row * (size_t)m->n_devices, sizeof *m->time);
+    m->time_fwd = calloc(row * (size_t)m->n_devices, sizeof *m->time_fwd);
     m->update = calloc(row * (size_t)m->n_devices, sizeof *m->update);
     m->param_bytes = calloc(row, sizeof *m->param_bytes);
     m->cut_fwd = calloc(row, sizeof *m->cut_fwd);
     m->cut_bwd = calloc(row, sizeof *m->cut_bwd);
     m->layer_ops = calloc(row, sizeof *m->layer_ops);
-    if (!m->time || !m->update || !m->param_bytes || !m->cut_fwd || !m->cut_bwd || !m->layer_ops)
+    if (!m->time || !m->time_fwd || !m->update || !m->param_bytes || !m->cut_fwd || !m->cut_bwd || !m->layer_ops)
         goto done;
 
     /* Where each value is first made or read, and last read, among forward ops. */
@@ -208,6 +217,7 @@ static int model_build(fence_model *m, const ir_graph *g, const cluster *c, stru
      * optimizer's time for the params it owns. */
     for (int32_t d = 0; d < m->n_devices; d++) {
         double *t = prefix_row(m->time, m, d), *u = prefix_row(m->update, m, d);
+        double *tf = prefix_row(m->time_fwd, m, d);
         for (int32_t i = 0; i < n; i++) {
             const ir_node *node = &g->nodes[i];
             double s = estimate_node_seconds(g, i, &m->devices[d]);
@@ -220,10 +230,13 @@ static int model_build(fence_model *m, const ir_graph *g, const cluster *c, stru
                     u[owner + 1] += s;
             } else if (m->owner[i] >= 0) {
                 t[m->owner[i] + 1] += s;
+                if (is_forward(node))
+                    tf[m->owner[i] + 1] += s;
             }
         }
         for (int32_t k = 0; k < m->n_fwd; k++) {
             t[k + 1] += t[k];
+            tf[k + 1] += tf[k];
             u[k + 1] += u[k];
         }
     }
@@ -235,7 +248,6 @@ static int model_build(fence_model *m, const ir_graph *g, const cluster *c, stru
     rc = 0;
 done:
     name_map_free(names);
-    free(first_fwd);
     free(last_fwd);
     if (rc)
         diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory planning the placement");
@@ -266,6 +278,17 @@ static double stage_seconds(const fence_model *m, const candidate *cd, int32_t s
         worst = fmax(worst, t[k + 1] - t[j]);
     }
     return worst / cd->R;   /* each replica has 1/R of the micro-batch */
+}
+
+/* The slowest replica's forward alone for positions [j, k] of stage s. */
+static double stage_forward_seconds(const fence_model *m, const candidate *cd, int32_t s, int32_t j, int32_t k)
+{
+    double worst = 0.0;
+    for (int32_t r = 0; r < cd->R; r++) {
+        const double *t = prefix_row(m->time_fwd, m, cd->dev[s * cd->R + r]);
+        worst = fmax(worst, t[k + 1] - t[j]);
+    }
+    return worst / cd->R;
 }
 
 /* The slowest lane's link from stage s to s+1 for the cut after k: its
@@ -312,6 +335,163 @@ static double allreduce_seconds(const fence_model *m, const candidate *cd, int32
     return estimate_transfer_seconds(2.0 * (R - 1) / R * grad_bytes, worst_bw, 2.0 * (R - 1) * worst_lat);
 }
 
+/* What crosses between stages per micro-batch and replica, as the comm
+ * pass will send it: each value from its home stage straight to every
+ * other stage that reads it (fwd[h*S + t], bytes), and its gradient back
+ * (bwd[t*S + h]) unless it has none (integers). */
+static void stage_traffic(const fence_model *m, const candidate *cd, const int32_t *end, double *fwd, double *bwd)
+{
+    const ir_graph *g = m->g;
+    int32_t S = cd->S;
+    memset(fwd, 0, (size_t)S * (size_t)S * sizeof *fwd);
+    memset(bwd, 0, (size_t)S * (size_t)S * sizeof *bwd);
+    int32_t *stage_at = malloc(((size_t)m->n_fwd + 1) * sizeof *stage_at);
+    char *sent = calloc((size_t)S, 1);
+    if (!stage_at || !sent) {
+        free(stage_at);
+        free(sent);
+        return;
+    }
+    for (int32_t s = 0, k = 0; s < S; s++)
+        for (; k <= end[s]; k++)
+            stage_at[k] = s;
+    for (int32_t v = 0; v < g->n_values; v++) {
+        if (m->first_fwd[v] < 0 || g->values[v].role == ROLE_STATE)
+            continue;
+        int32_t home = stage_at[m->first_fwd[v]];
+        memset(sent, 0, (size_t)S);
+        for (int32_t k = m->first_fwd[v] + 1; k < m->n_fwd; k++) {
+            const ir_node *node = &g->nodes[m->fwd[k]];
+            int32_t t = stage_at[k];
+            for (int i = 0; i < node->n_in && t != home && !sent[t]; i++)
+                if (node->in[i] == v) {
+                    double bytes = (double)ir_value_bytes(g, v) / cd->R;
+                    sent[t] = 1;
+                    fwd[(size_t)home * S + t] += bytes;
+                    if (is_float_dtype(g->values[v].dtype) && g->values[v].role != ROLE_INPUT)
+                        bwd[(size_t)t * S + home] += bytes;
+                }
+        }
+    }
+    free(stage_at);
+    free(sent);
+}
+
+/* The forward and backward of M micro-batches in the runtime's 1F1B order
+ * (runtime/main.c), event by event.  A stage runs its next action once
+ * every tensor it needs has arrived: a forward, every activation sent to
+ * it; a backward, every gradient sent to it (the last stage's, its own
+ * forward).  A tensor leaves when its op is done and its link (the pair of
+ * devices; the slowest replica lane) is free, is on the link bytes /
+ * bandwidth, and arrives a latency later; links carry activations and
+ * gradients in opposite directions at once.  Returns the time the last
+ * backward ends, or -1 when out of memory. */
+static double simulate_1f1b(const fence_model *m, const candidate *cd, const int32_t *end)
+{
+    int32_t S = cd->S, M = cd->M;
+    size_t SM = (size_t)S * (size_t)M, SS = (size_t)S * (size_t)S;
+    double *f = calloc((size_t)S, sizeof *f), *b = calloc((size_t)S, sizeof *b);
+    double *fwd = calloc(SS, sizeof *fwd), *bwd = calloc(SS, sizeof *bwd);
+    double *bw = calloc(SS, sizeof *bw), *lat = calloc(SS, sizeof *lat), *link_free = calloc(SS, sizeof *link_free);
+    double *ready_f = calloc(SM, sizeof *ready_f), *ready_b = calloc(SM, sizeof *ready_b);
+    int32_t *got_f = calloc(SM, sizeof *got_f), *got_b = calloc(SM, sizeof *got_b);
+    int32_t *need_f = calloc((size_t)S, sizeof *need_f), *need_b = calloc((size_t)S, sizeof *need_b);
+    double *free_at = calloc((size_t)S, sizeof *free_at);
+    int32_t *order = malloc(SM * 2 * sizeof *order), *next = calloc((size_t)S, sizeof *next);
+    double makespan = -1.0;
+    if (!f || !b || !fwd || !bwd || !bw || !lat || !link_free || !ready_f || !ready_b || !got_f || !got_b ||
+        !need_f || !need_b || !free_at || !order || !next)
+        goto done;
+    stage_traffic(m, cd, end, fwd, bwd);
+    for (int32_t s = 0, j = 0; s < S; j = end[s] + 1, s++) {
+        f[s] = stage_forward_seconds(m, cd, s, j, end[s]);
+        b[s] = stage_seconds(m, cd, s, j, end[s]) - f[s];
+        for (int32_t t = 0; t < S; t++) {
+            size_t st = (size_t)s * S + t;
+            bw[st] = INFINITY;
+            for (int32_t r = 0; r < cd->R; r++) {
+                double w, l;
+                link_of(m, cd->dev[s * cd->R + r], cd->dev[t * cd->R + r], &w, &l);
+                bw[st] = fmin(bw[st], w);
+                lat[st] = fmax(lat[st], l);
+            }
+            need_f[t] += fwd[st] > 0;
+            need_b[t] += bwd[st] > 0;
+        }
+        /* The runtime's order: +m a forward, -(m+1) a backward. */
+        int32_t warm = S - s - 1 < M ? S - s - 1 : M, n = 0, fw = 0, bk = 0;
+        int32_t *o = order + (size_t)s * 2 * M;
+        for (; fw < warm; fw++)
+            o[n++] = fw;
+        while (bk < M) {
+            if (fw < M)
+                o[n++] = fw++;
+            o[n++] = -(++bk);
+        }
+    }
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int32_t s = 0; s < S; s++)
+            while (next[s] < 2 * M) {
+                int32_t a = order[(size_t)s * 2 * M + next[s]], mb = a >= 0 ? a : -a - 1;
+                size_t at = (size_t)s * M + mb;
+                int ready = a >= 0 ? got_f[at] == need_f[s] : got_b[at] == need_b[s];
+                if (!ready)
+                    break;
+                double start = fmax(free_at[s], a >= 0 ? ready_f[at] : ready_b[at]);
+                double done_at = start + (a >= 0 ? f[s] : b[s]);
+                free_at[s] = done_at;
+                const double *bytes = a >= 0 ? fwd : bwd;
+                for (int32_t t = 0; t < S; t++) {
+                    size_t st = (size_t)s * S + t;
+                    if (bytes[st] <= 0)
+                        continue;
+                    double tx = fmax(link_free[st], done_at), on_wire = estimate_transfer_seconds(bytes[st], bw[st], 0.0);
+                    link_free[st] = tx + on_wire;
+                    size_t to = (size_t)t * M + mb;
+                    double arrive = tx + on_wire + lat[st];
+                    if (a >= 0) {
+                        ready_f[to] = fmax(ready_f[to], arrive);
+                        got_f[to]++;
+                    } else {
+                        ready_b[to] = fmax(ready_b[to], arrive);
+                        got_b[to]++;
+                    }
+                }
+                if (a >= 0 && need_b[s] == 0)
+                    ready_b[at] = done_at;   /* no gradient comes: its own loss */
+                next[s]++;
+                progress = 1;
+            }
+    }
+    makespan = 0.0;
+    for (int32_t s = 0; s < S; s++) {
+        if (next[s] < 2 * M) {   /* cannot happen for a pipeline of forward edges; be safe */
+            makespan = INFINITY;
+            break;
+        }
+        makespan = fmax(makespan, free_at[s]);
+    }
+done:
+    free(f);
+    free(b);
+    free(fwd);
+    free(bwd);
+    free(bw);
+    free(lat);
+    free(link_free);
+    free(ready_f);
+    free(ready_b);
+    free(got_f);
+    free(got_b);
+    free(need_f);
+    free(need_b);
+    free(free_at);
+    free(order);
+    free(next);
+    return makespan;
+}
+
 /* Fill the plan's figures for cuts end[s] (the last forward position of each stage). */
 static double evaluate(const fence_model *m, const candidate *cd, const int32_t *end, fence_plan *out)
 {
@@ -348,7 +528,10 @@ static double evaluate(const fence_model *m, const candidate *cd, const int32_t 
     /* Clipping: the stages agree on the gradient norm, a chain of scalars
      * along the pipeline and one answer back. */
     double norm_sync = m->clip && cd->S > 1 ? (double)cd->S * max_lat : 0.0;
-    double T = sum + (cd->M - 1) * bottleneck + tail + norm_sync;
+    double pipeline = simulate_1f1b(m, cd, end);
+    if (pipeline < 0)   /* out of memory: the closed form instead */
+        pipeline = sum + (cd->M - 1) * bottleneck;
+    double T = pipeline + tail + norm_sync;
     if (out) {
         out->step_seconds = T;
         out->bottleneck = bottleneck;
@@ -630,43 +813,89 @@ done:
     return rc;
 }
 
-/* Every device in file order, equal "layers" (parameterised ops) each. */
+/* The repeat instance a node belongs to: the name up to the first
+ * ".<digits>." ("h.3" of "h.3.attn.qkv"), as the frontend names repeat
+ * blocks' instances; its length, or 0 when the name has none. */
+static size_t layer_prefix(const char *name)
+{
+    for (const char *p = strchr(name, '.'); p; p = strchr(p + 1, '.')) {
+        const char *q = p + 1;
+        while (*q >= '0' && *q <= '9')
+            q++;
+        if (q > p + 1 && *q == '.')
+            return (size_t)(q - name);
+    }
+    return 0;
+}
+
+/* Every device in file order, one stage each, equal layers per stage:
+ * a layer is a repeat block's instance (a transformer block, a residual
+ * block), and stage s gets layers [s L / S, (s+1) L / S), the ops before
+ * the first layer going with it and those after the last with the last
+ * stage: Megatron's default placement.  A model with fewer layers than
+ * devices is cut by counts of parameterised ops instead. */
 static int plan_uniform(const fence_model *m, int32_t M, best_plan *b)
 {
     int32_t S = m->n_devices < m->n_fwd ? m->n_devices : m->n_fwd;
     int32_t *dev = malloc(((size_t)S + 1) * sizeof *dev), *end = malloc(((size_t)S + 1) * sizeof *end);
-    if (!dev || !end) {
+    int32_t *layer = malloc(((size_t)m->n_fwd + 1) * sizeof *layer);
+    if (!dev || !end || !layer) {
         free(dev);
         free(end);
+        free(layer);
         return -1;
     }
-    int32_t layers = m->layer_ops[m->n_fwd];
     for (int32_t s = 0; s < S; s++)
         dev[s] = s;
-    for (int32_t s = 0, k = 0; s < S; s++) {
-        /* Stage s ends where the layer count reaches (s+1)/S of all, leaving
-         * at least one op for each stage after it. */
-        int64_t want = (int64_t)layers * (s + 1) / S;
-        while (k < m->n_fwd - 1 && m->layer_ops[k + 1] < want)
+    /* Layer index of each forward op (carried over ops outside any layer). */
+    int32_t L = 0;
+    const char *last = NULL;
+    size_t last_len = 0;
+    for (int32_t k = 0; k < m->n_fwd; k++) {
+        const char *name = ir_node_name(m->g, m->fwd[k]);
+        size_t len = layer_prefix(name);
+        if (len > 0 && !(last && len == last_len && strncmp(name, last, len) == 0)) {
+            last = name;
+            last_len = len;
+            L++;
+        }
+        layer[k] = L - 1;   /* -1 before the first layer */
+    }
+    for (int32_t s = 0; s < S; s++)
+        end[s] = -1;
+    if (L >= S) {
+        for (int32_t k = 0; k < m->n_fwd; k++) {
+            int32_t s = layer[k] < 0 ? 0 : (int32_t)((int64_t)layer[k] * S / L);
+            end[s] = k;
+        }
+    } else {
+        int32_t layers = m->layer_ops[m->n_fwd];
+        for (int32_t s = 0, k = 0; s < S; s++) {
+            /* Stage s ends where the op count reaches (s+1)/S of all,
+             * leaving at least one op for each stage after it. */
+            int64_t want = (int64_t)layers * (s + 1) / S;
+            while (k < m->n_fwd - 1 && m->layer_ops[k + 1] < want)
+                k++;
+            if (k > m->n_fwd - (S - s))
+                k = m->n_fwd - (S - s);
+            if (s > 0 && k <= end[s - 1])
+                k = end[s - 1] + 1;
+            end[s] = s == S - 1 ? m->n_fwd - 1 : k;
             k++;
-        if (k > m->n_fwd - (S - s))
-            k = m->n_fwd - (S - s);
-        if (s > 0 && k <= end[s - 1])
-            k = end[s - 1] + 1;
-        end[s] = s == S - 1 ? m->n_fwd - 1 : k;
-        k++;
+        }
     }
     candidate cd = { S, 1, M, dev };
     int rc = keep_if_better(b, m, &cd, end);
     free(dev);
     free(end);
+    free(layer);
     return rc;
 }
 
 /* ---- applying a plan to the graph ------------------------------------------ */
 
 /* Stages for every node: forward ops from the plan, backward ops from
- * their forward op (others: the smallest stage that reads them), optimizer
+ * their forward op (others: the largest stage that reads them), optimizer
  * ops from their parameter. */
 static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p, struct diag *err)
 {
@@ -699,8 +928,12 @@ static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p,
     /* Update ops without a param (sum_squares, clip_scale, lr_schedule):
      * the stage of the adamw that reads the same gradient, else of their
      * input, else 0.  Then backward ops without a forward op (the seed,
-     * fan-out sums, copies): the smallest stage that reads them, walking
-     * back so readers are placed first. */
+     * fan-out sums, copies): the largest stage that reads them, walking
+     * back so readers are placed first.  The gradient of a value made on
+     * stage p is read by the backward of its producer (on p) and, through
+     * an add's pass-through, by sums for the add's inputs (on p or
+     * before): the largest is p, where the value lives, so a residual
+     * stream's gradient sums stay on their stage. */
     for (int32_t i = n - 1; i >= 0; i--) {
         ir_node *node = &g->nodes[i];
         if (node->phase != PHASE_UPDATE || node->stage >= 0 || node->op != OP_SUM_SQUARES)
@@ -730,7 +963,7 @@ static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p,
             for (int32_t j = i + 1; j < n; j++)
                 for (int k = 0; k < g->nodes[j].n_in; k++)
                     if (g->nodes[j].in[k] == node->out[o] && g->nodes[j].stage >= 0 &&
-                        (s < 0 || g->nodes[j].stage < s))
+                        g->nodes[j].stage > s)
                         s = g->nodes[j].stage;
         node->stage = s >= 0 ? s : 0;
     }

@@ -24,15 +24,24 @@
  *  - nn_send/nn_recv with NN_MSG hand buffers over instead of copying them:
  *    the sender builds header + payload in one nn_allocmsg buffer per frame,
  *    the receiver verifies the buffer nanomsg read into and copies once.
- *  - nanomsg allocates a buffer per received message: frames of
- *    FU_WIRE_FRAME bytes stay below glibc's mmap threshold, so that memory
- *    is reused instead of mapped (and faulted in) afresh per tensor.
+ *  - nanomsg allocates a buffer per message it receives (in its worker
+ *    thread's malloc arena) and frees each buffer it sent.  At glibc's
+ *    default thresholds that churn hands memory back to the kernel and
+ *    faults it in afresh all the time: a buffer above the mmap threshold
+ *    is mapped and unmapped per message, and a heap whose free top grows
+ *    past the trim threshold is trimmed.  Page faults, not copies, were
+ *    most of the cost of a 64 MiB tensor (bench/bench_transport.c).  So
+ *    the first link pins both thresholds (tune_malloc) and messages travel
+ *    as frames of FU_WIRE_FRAME bytes, which stay in cache between the
+ *    socket and the copy.
  */
 #include "comm/transport.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -791,6 +800,24 @@ void fu_link_close(fu_link *l) {
 
 /* ---- setup ------------------------------------------------------------- */
 
+/* glibc adapts its mmap threshold upwards (and the trim threshold to twice
+ * that) each time a mapped block is freed, up to 32 MiB (64 MiB); this sets
+ * them there at once, for the whole process, so that frame buffers are
+ * reused instead of being mapped or trimmed and faulted in again.  A
+ * process that chose its own thresholds (GLIBC_TUNABLES or MALLOC_*_
+ * variables) keeps them.  The cost: each malloc arena may keep up to 64 MiB
+ * of freed memory instead of returning it to the kernel. */
+static void tune_malloc(void) {
+#ifdef __GLIBC__
+    const char *tunables = getenv("GLIBC_TUNABLES");
+    if ((tunables && strstr(tunables, "glibc.malloc.")) || getenv("MALLOC_MMAP_THRESHOLD_") ||
+        getenv("MALLOC_TRIM_THRESHOLD_"))
+        return;
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
+}
+
 /* Drops the socket and everything read or queued on it (a self-connected
  * attempt, below). */
 static void reset_link(fu_link *l) {
@@ -853,6 +880,8 @@ static int open_socket(fu_link *l, const char *url, int listen, char *err, size_
 
 fu_link *fu_link_open(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
                       char *err, size_t n) {
+    static pthread_once_t tuned = PTHREAD_ONCE_INIT;
+    pthread_once(&tuned, tune_malloc);
     fu_link *l = calloc(1, sizeof *l);
     if (!l) { fail(err, n, "link to %s: out of memory", peer_name); errno = ENOMEM; return NULL; }
     snprintf(l->peer, sizeof l->peer, "%s", peer_name);

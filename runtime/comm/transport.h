@@ -48,9 +48,11 @@
  * Frames: a message of `length` bytes goes as ceil(length / FU_WIRE_FRAME)
  * frames (one when length is 0); frame i carries payload bytes
  * [i * FU_WIRE_FRAME, min(length, (i + 1) * FU_WIRE_FRAME)).  Large tensors
- * are framed because nanomsg allocates a buffer per message and one above
- * glibc's 32 MiB mmap threshold costs fresh pages every time; frames keep
- * both sides in reused heap memory and let copying overlap with the wire.
+ * are framed because nanomsg allocates a buffer per message, and buffers of
+ * tens of MiB cost fresh pages every time; small frames stay in reused,
+ * cached memory and let copying overlap with the wire (transport.c says
+ * more, bench/bench_transport.c measures it).  The first link opened also
+ * pins glibc's malloc thresholds for the process (transport.c, tune_malloc).
  * The frames of one message are sent back to back; only control messages
  * (ack, heartbeat, abort, bye: one frame each) may come between them.  The receiver
  * checks every frame and acks once, after the last.  Version 1 had no frames
@@ -91,7 +93,7 @@
 #define FU_WIRE_MAGIC    0x4E535546u   /* "FUSN" read as little-endian bytes */
 #define FU_WIRE_VERSION  2
 #define FU_WIRE_HEADER   64            /* bytes before a frame's payload */
-#define FU_WIRE_FRAME    (4u << 20)    /* payload bytes per frame (the last may be shorter) */
+#define FU_WIRE_FRAME    (256u << 10)  /* payload bytes per frame (the last may be shorter) */
 #define FU_CODEC_RAW_F32 0
 
 typedef struct fu_link fu_link;   /* one connected neighbour */
