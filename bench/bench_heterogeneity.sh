@@ -13,8 +13,8 @@
 #   - tokens/s of each, and opfence's over uniform's (target >= 1.5);
 #   - each plan's estimated step (fusionc plan) against its measured step
 #     (target: within 25%).
-# Both runs print their losses; they must agree step for step (the same
-# mathematics), and the script checks it.
+# Both runs print their losses; they must agree step for step within 1e-5
+# relative (the same mathematics), and the script checks it.
 # usage: bench/bench_heterogeneity.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,10 +47,6 @@ awk -v u="$u_ms" -v o="$o_ms" -v t="$tokens" 'BEGIN {
   printf "opfence tokens/s      %10.0f tok/s   anchor uniform %8.0f  ratio %.2f (target >= 1.5)\n", t / o * 1000, t / u * 1000, u / o }'
 awk -v e="$u_est" -v m="$u_ms" 'BEGIN { printf "uniform step estimate %10.1f ms      anchor measured %7.1f  ratio %.2f (target 0.75..1.25)\n", e, m, e / m }'
 awk -v e="$o_est" -v m="$o_ms" 'BEGIN { printf "opfence step estimate %10.1f ms      anchor measured %7.1f  ratio %.2f (target 0.75..1.25)\n", e, m, e / m }'
-if cmp -s "$work/uniform.loss" "$work/opfence.loss"; then
-  echo "losses: identical for $steps steps under both placements"
-else
-  echo "losses differ between the placements:" >&2
-  paste "$work/uniform.loss" "$work/opfence.loss" >&2
-  exit 1
-fi
+paste "$work/uniform.loss" "$work/opfence.loss" | awk -v n="$steps" '
+  { d = $1 - $2; if (d < 0) d = -d; if (d / $1 > worst) worst = d / $1 }
+  END { printf "losses: the two placements agree within %.2g relative over %d steps\n", worst, n; exit !(NR == n && worst <= 1e-5) }'

@@ -8,7 +8,9 @@
  * fresh pages on both sides every time (runtime/comm/transport.c).
  *
  * Each figure is the median of REPS acked transfers after one warm-up,
- * timed at the sender from the start of the send to the ack.  Target
+ * timed at the sender from the start of the send to the ack; the three ways
+ * take turns within every rep (tcp, fu_link, nanomsg, tcp, ...), so the
+ * ratio compares transfers made within a second of each other.  Target
  * (many-devices issue): fu_link / raw TCP >= 0.8.
  *
  *     bench_transport [MiB]        default 64
@@ -71,19 +73,13 @@ static int fu_receiver(const char *url, float *buf, size_t bytes) {
     return 0;
 }
 
-static double fu_sender(const char *url, const float *buf, size_t bytes) {
+/* One acked transfer; seconds, or -1. */
+static double fu_transfer(fu_link *l, int r, const float *buf, size_t bytes) {
     char err[256];
-    fu_link *l = fu_link_connect(url, "receiver", 10000, err, sizeof err);
-    if (!l) { fprintf(stderr, "sender: %s\n", err); return -1; }
-    double t[REPS + 1];
-    for (int r = 0; r < REPS + 1; r++) {
-        fu_msg_info m = {.kind = MSG_ACTIVATION, .step = r, .tensor = 1, .codec = FU_CODEC_RAW_F32, .length = bytes};
-        double t0 = now_s();
-        if (fu_link_send(l, &m, buf, err, sizeof err) != 0) { fprintf(stderr, "sender: %s\n", err); return -1; }
-        t[r] = now_s() - t0;
-    }
-    fu_link_close(l);
-    return median(t + 1, REPS);
+    fu_msg_info m = {.kind = MSG_ACTIVATION, .step = r, .tensor = 1, .codec = FU_CODEC_RAW_F32, .length = bytes};
+    double t0 = now_s();
+    if (fu_link_send(l, &m, buf, err, sizeof err) != 0) { fprintf(stderr, "sender: %s\n", err); return -1; }
+    return now_s() - t0;
 }
 
 /* ---- bare nanomsg ------------------------------------------------------ */
@@ -115,23 +111,16 @@ static int nn_receiver(const char *url, float *buf, size_t bytes) {
     return 0;
 }
 
-static double nn_sender(const char *url, const float *buf, size_t bytes) {
-    int s = nn_open(url, 0);
-    if (s < 0) return -1;
-    double t[REPS + 1];
-    for (int r = 0; r < REPS + 1; r++) {
-        double t0 = now_s();
-        void *m = nn_allocmsg(bytes, 0);
-        memcpy(m, buf, bytes);
-        char ack;
-        if (nn_send(s, &m, NN_MSG, 0) < 0 || nn_recv(s, &ack, 1, 0) < 0) {
-            fprintf(stderr, "nn sender: %s\n", nn_strerror(nn_errno()));
-            return -1;
-        }
-        t[r] = now_s() - t0;
+static double nn_transfer(int s, const float *buf, size_t bytes) {
+    double t0 = now_s();
+    void *m = nn_allocmsg(bytes, 0);
+    memcpy(m, buf, bytes);
+    char ack;
+    if (nn_send(s, &m, NN_MSG, 0) < 0 || nn_recv(s, &ack, 1, 0) < 0) {
+        fprintf(stderr, "nn sender: %s\n", nn_strerror(nn_errno()));
+        return -1;
     }
-    nn_close(s);
-    return median(t + 1, REPS);
+    return now_s() - t0;
 }
 
 /* ---- raw TCP ----------------------------------------------------------- */
@@ -162,7 +151,7 @@ static int tcp_receiver(int port, float *buf, size_t bytes) {
     return 0;
 }
 
-static double tcp_sender(int port, const float *buf, size_t bytes) {
+static int tcp_connect(int port) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     int s = -1;
@@ -176,15 +165,14 @@ static double tcp_sender(int port, const float *buf, size_t bytes) {
     if (s < 0) { perror("tcp sender"); return -1; }
     int one = 1;
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    double t[REPS + 1];
-    for (int r = 0; r < REPS + 1; r++) {
-        char ack;
-        double t0 = now_s();
-        if (full(send_nc, s, (void *)buf, bytes) != 0 || full(recv, s, &ack, 1) != 0) { perror("tcp sender"); return -1; }
-        t[r] = now_s() - t0;
-    }
-    close(s);
-    return median(t + 1, REPS);
+    return s;
+}
+
+static double tcp_transfer(int s, const float *buf, size_t bytes) {
+    char ack;
+    double t0 = now_s();
+    if (full(send_nc, s, (void *)buf, bytes) != 0 || full(recv, s, &ack, 1) != 0) { perror("tcp sender"); return -1; }
+    return now_s() - t0;
 }
 
 /* ---- driver ------------------------------------------------------------ */
@@ -192,23 +180,6 @@ static double tcp_sender(int port, const float *buf, size_t bytes) {
 enum { FU, NN, TCP };
 
 /* Forks the receiver, runs the sender here; median seconds, or -1. */
-static double run(int which, size_t bytes, float *tx, float *rx) {
-    int port = free_port(20000 + (int)(getpid() * 7919u % 38000u));
-    char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(which == FU ? fu_receiver(url, rx, bytes) : which == NN ? nn_receiver(url, rx, bytes)
-                                                                       : tcp_receiver(port, rx, bytes));
-    double s = which == FU ? fu_sender(url, tx, bytes) : which == NN ? nn_sender(url, tx, bytes)
-                                                                     : tcp_sender(port, tx, bytes);
-    int status;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
-    return s;
-}
-
 int main(int argc, char **argv) {
     size_t mib = argc > 1 ? (size_t)atoi(argv[1]) : 64;
     size_t bytes = mib << 20;
@@ -216,11 +187,45 @@ int main(int argc, char **argv) {
     if (!tx || !rx) return 1;
     for (size_t i = 0; i < bytes / sizeof(float); i++) tx[i] = (float)(i % 1000) * 0.001f;
     memset(rx, 0, bytes);
-    /* Each run forks before it touches nanomsg, so no child inherits its threads. */
-    double tcp = run(TCP, bytes, tx, rx);
-    double fu = run(FU, bytes, tx, rx);
-    double nn = run(NN, bytes, tx, rx);
-    if (tcp <= 0 || fu <= 0 || nn <= 0) { fprintf(stderr, "bench_transport: a transfer failed\n"); return 1; }
+    /* The three receivers are forked before this process touches nanomsg
+     * (no child inherits its threads); then every rep moves the tensor once
+     * each way, in turn, so that a slow or fast spell of the machine (a
+     * shared VM) falls on all three alike. */
+    int tcp_port = free_port(20000 + (int)(getpid() * 7919u % 38000u));
+    int fu_port = free_port(tcp_port + 1), nn_port = free_port(fu_port + 1);
+    char fu_url[64], nn_url[64];
+    snprintf(fu_url, sizeof fu_url, "tcp://127.0.0.1:%d", fu_port);
+    snprintf(nn_url, sizeof nn_url, "tcp://127.0.0.1:%d", nn_port);
+    fflush(stdout);
+    pid_t pids[3];
+    for (int which = 0; which < 3; which++) {
+        pids[which] = fork();
+        if (pids[which] == 0)
+            _exit(which == FU ? fu_receiver(fu_url, rx, bytes) : which == NN ? nn_receiver(nn_url, rx, bytes)
+                                                                              : tcp_receiver(tcp_port, rx, bytes));
+    }
+    char err[256];
+    int tcp_sock = tcp_connect(tcp_port), nn_sock = nn_open(nn_url, 0);
+    fu_link *l = fu_link_connect(fu_url, "receiver", 10000, err, sizeof err);
+    if (!l) fprintf(stderr, "sender: %s\n", err);
+    double t[3][REPS + 1];
+    int ok = tcp_sock >= 0 && nn_sock >= 0 && l;
+    for (int r = 0; ok && r < REPS + 1; r++) {   /* rep 0 warms up */
+        t[TCP][r] = tcp_transfer(tcp_sock, tx, bytes);
+        t[FU][r] = fu_transfer(l, r, tx, bytes);
+        t[NN][r] = nn_transfer(nn_sock, tx, bytes);
+        ok = t[TCP][r] > 0 && t[FU][r] > 0 && t[NN][r] > 0;
+    }
+    if (tcp_sock >= 0) close(tcp_sock);
+    if (nn_sock >= 0) nn_close(nn_sock);
+    fu_link_close(l);
+    for (int which = 0; which < 3; which++) {
+        int status;
+        waitpid(pids[which], &status, 0);
+        ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    if (!ok) { fprintf(stderr, "bench_transport: a transfer failed\n"); return 1; }
+    double tcp = median(t[TCP] + 1, REPS), fu = median(t[FU] + 1, REPS), nn = median(t[NN] + 1, REPS);
     double gb_tcp = bytes / tcp / 1e9, gb_fu = bytes / fu / 1e9, gb_nn = bytes / nn / 1e9;
     char what[80];
     printf("%-44s %12s %-6s %-26s %s\n", "what", "value", "unit", "anchor", "ratio");

@@ -259,11 +259,13 @@ static const char usage[] =
     "  --init FILE    initial parameters from a safetensors file, by name\n"
     "  --inputs FILE  the model's inputs, by name, from a safetensors file (the same every step)\n"
     "  --dump-grads FILE  write the first step's inputs, loss and every parameter's gradient\n"
+    "                 (FILE.<device> for each device of a program of several)\n"
     "several devices:\n"
     "  --emulate-links     shape every link to the cluster file's bandwidth and latency\n"
     "  --peer NAME=ADDR    device NAME is at ADDR (moved or replaced), not where the cluster file says\n"
     "  --port-base P       link i listens on port P + i (all devices must agree; default: compiled in)\n"
-    "  --peer-timeout S    a peer silent for S seconds is dead (default 10)\n";
+    "  --peer-timeout S    a peer silent for S seconds is dead (default 10)\n"
+    "  --connect-timeout S every peer must be up within S seconds of the start (default 60)\n";
 
 typedef struct {
     const char *data[64];
@@ -331,6 +333,9 @@ static int parse_args(int argc, char **argv, run_options *o)
             o->comm.port_base = (int32_t)port;
         else if (strcmp(a, "--peer-timeout") == 0 && (seconds = strtod(v, &end)) > 0 && seconds < 86400 && *end == '\0')
             o->comm.timeout_ms = (int)(seconds * 1000);
+        else if (strcmp(a, "--connect-timeout") == 0 && (seconds = strtod(v, &end)) > 0 && seconds < 86400 &&
+                 *end == '\0')
+            o->comm.connect_timeout_ms = (int)(seconds * 1000);
         else if (strcmp(a, "--save-every") == 0 && (o->save_every = strtoll(v, &end, 10)) > 0 && *end == '\0')
             ;
         else if (strcmp(a, "--steps") == 0 && (o->steps = strtoll(v, &end, 10)) >= 0 && *end == '\0')
@@ -638,10 +643,17 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
             rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
             break;
         }
-        if (o->dump_grads && step == done + 1 &&
-            write_tensors(p, o->dump_grads, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE, NULL)) {
-            rc = stop(comm, mf->device, "cannot write %s", o->dump_grads);
-            break;
+        if (o->dump_grads && step == done + 1) {
+            /* Several devices share the arguments: one file each, FILE.<device>. */
+            char path[4200];
+            if (mf->n_stages * mf->n_replicas > 1)
+                snprintf(path, sizeof path, "%s.%s", o->dump_grads, mf->device);
+            else
+                snprintf(path, sizeof path, "%s", o->dump_grads);
+            if (write_tensors(p, path, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE, NULL)) {
+                rc = stop(comm, mf->device, "cannot write %s", path);
+                break;
+            }
         }
         ctx.micro_batch = -1;
         ctx.phase = PHASE_UPDATE;

@@ -42,7 +42,8 @@ wait "${pids[2]}" 2>/dev/null
 pids=()
 for d in "${devices[@]}"; do
   out=$work/b; [ "$d" = cpu-a1 ] && out=$work/a
-  "$out/$d/fusion-$d" --data "$work/corpus.txt" --steps 5 --port-base "$((base + 10))" >"$work/m-$d.log" 2>&1 &
+  "$out/$d/fusion-$d" --data "$work/corpus.txt" --steps 5 --port-base "$((base + 10))" --connect-timeout 10 \
+    >"$work/m-$d.log" 2>&1 &
   pids+=($!)
 done
 for i in 0 1 2 3; do
