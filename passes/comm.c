@@ -16,7 +16,9 @@
  *   - an op without inputs (the learning-rate schedule) read on several
  *     stages is computed on each rather than sent;
  *   - with R > 1 replicas per stage, every parameter's gradient is averaged
- *     over the stage's replicas (allreduce) before the optimizer reads it.
+ *     over the stage's replicas (allreduce) before the optimizer reads it;
+ *     the all-reduces open the stage's update, back to back, and the
+ *     runtime sends them as one bucket.
  *
  * With one stage and one replica the pass changes nothing.
  */
@@ -118,23 +120,23 @@ static void replace_input(ir_node *node, int32_t from, int32_t to)
             node->in[k] = to;
 }
 
-/* The optimizer reads every gradient averaged over the stage's replicas. */
+/* The optimizer reads every gradient averaged over the stage's replicas.
+ * The all-reduces come first in the stage's update, one after another, so
+ * the runtime can send them as one bucket (runtime/comm/comm.c). */
 static int add_allreduces(comm_state *cs)
 {
     ir_graph *g = cs->g;
     for (int32_t i = 0; i < cs->n_old; i++) {
         if (g->nodes[i].op != OP_ADAMW || g->nodes[i].n_in < 2)
             continue;
-        int32_t grad = g->nodes[i].in[1], first = -1;
+        int32_t grad = g->nodes[i].in[1], stage = g->nodes[i].stage, first = -1;
         for (int32_t j = 0; j < cs->n_old && first < 0; j++)
-            if (g->nodes[j].phase == PHASE_UPDATE)
-                for (int k = 0; k < g->nodes[j].n_in; k++)
-                    if (g->nodes[j].in[k] == grad)
-                        first = j;
+            if (g->nodes[j].phase == PHASE_UPDATE && g->nodes[j].stage == stage)
+                first = j;
         char name[COMM_NAME_MAX];
         snprintf(name, sizeof name, "%s:mean", ir_value_name(g, grad));
         ir_shape shape = g->values[grad].shape;
-        int32_t n = new_node(cs, OP_ALLREDUCE, name, first, 0, g->nodes[i].stage, PHASE_UPDATE);
+        int32_t n = new_node(cs, OP_ALLREDUCE, name, first, 0, stage, PHASE_UPDATE);
         int32_t v = n < 0 ? -1 : ir_add_value(g, name, g->values[grad].dtype, ROLE_GRADIENT, &shape, g->values[grad].loc);
         if (v < 0 || ir_node_add_input(g, n, grad) || ir_node_add_output(g, n, v) ||
             ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++))

@@ -302,6 +302,8 @@ static double seconds_now(void)
 
 int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
 {
+    if (op->op != OP_ALLREDUCE && ctx->comm && ctx->comm->bucket_count > 0 && rt_comm_flush_bucket(ctx->comm, ctx))
+        return -1;
     switch (op->op) {
     case OP_SEND:
     case OP_RECV:

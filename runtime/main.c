@@ -252,7 +252,7 @@ static const char usage[] =
     "  --data FILE    training data: text (bytes) or llm.c token shards; repeat to concatenate\n"
     "  --steps N      training steps (default 100)\n"
     "  --seed S       seeds the parameters and the batches (default 1)\n"
-    "  --log FILE     also write one JSON object per step to FILE\n"
+    "  --log FILE     also write one JSON object per step to FILE (FILE.<device> on several devices)\n"
     "  --threads N    CPU threads (default: the device's, from the cluster file)\n"
     "  --save DIR     write a checkpoint to DIR at the end (and every --save-every K steps)\n"
     "  --resume DIR   continue from DIR's checkpoint (its step and seed) up to --steps\n"
@@ -591,12 +591,24 @@ static int stop(rt_comm *comm, const char *device, const char *fmt, ...)
     return 1;
 }
 
+/* Several devices share their arguments (launch-local.sh gives every
+ * device the same): a file each program writes is FILE.<device> then. */
+static void per_device_path(const program *p, const char *file, char *path, size_t size)
+{
+    if (file && p->manifest.n_stages * p->manifest.n_replicas > 1)
+        snprintf(path, size, "%s.%s", file, p->manifest.device);
+    else
+        snprintf(path, size, "%s", file ? file : "");
+}
+
 static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
 {
     const rt_manifest *mf = &p->manifest;
     FILE *log = NULL;
-    if (o->log && !(log = fopen(o->log, "w")))
-        return stop(comm, mf->device, "%s: cannot write the log: %s", o->log, strerror(errno));
+    char log_path[4200];
+    per_device_path(p, o->log, log_path, sizeof log_path);
+    if (o->log && !(log = fopen(log_path, "w")))
+        return stop(comm, mf->device, "%s: cannot write the log: %s", log_path, strerror(errno));
     stepper st;
     int rc = stepper_init(&st, p, comm, data, o);
     int64_t done = 0;
@@ -644,12 +656,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
             break;
         }
         if (o->dump_grads && step == done + 1) {
-            /* Several devices share the arguments: one file each, FILE.<device>. */
             char path[4200];
-            if (mf->n_stages * mf->n_replicas > 1)
-                snprintf(path, sizeof path, "%s.%s", o->dump_grads, mf->device);
-            else
-                snprintf(path, sizeof path, "%s", o->dump_grads);
+            per_device_path(p, o->dump_grads, path, sizeof path);
             if (write_tensors(p, path, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE, NULL)) {
                 rc = stop(comm, mf->device, "cannot write %s", path);
                 break;
@@ -657,7 +665,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
         }
         ctx.micro_batch = -1;
         ctx.phase = PHASE_UPDATE;
-        if (fusion_update(p->arena, &ctx) != 0) {
+        if (fusion_update(p->arena, &ctx) != 0 || (comm && rt_comm_flush_bucket(comm, &ctx) != 0)) {
             rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
             break;
         }
@@ -690,7 +698,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
     if (rc == 0 && comm && rt_comm_flush(comm, why, sizeof why) != 0)
         rc = stop(comm, mf->device, "%s", why);
     if (log && fclose(log) != 0 && rc == 0)
-        rc = fail("%s: cannot finish the log", o->log);
+        rc = fail("%s: cannot finish the log", log_path);
     stepper_free(&st);
     return rc;
 }

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds fusion, validates the
-# shipped models and clusters, then compiles a small GPT for the one-device
-# cluster clusters/local-1.xml and trains it on English text (the licence
-# texts that Debian's base-files package ships), printing progress; at the
-# end it compares the loss with the text's byte unigram entropy.
+# shipped models and clusters, then compiles a small GPT for the 4-device
+# cluster clusters/local-4.xml (two sites joined by a 20 Mbps, 40 ms link,
+# emulated on this machine), shows the plan OP-Fence chose beside the
+# bandwidth-blind one, and trains it on English text (the licence texts
+# that Debian's base-files package ships) with every device a process of
+# its own, printing progress; at the end it compares the loss with the
+# text's byte unigram entropy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -30,18 +33,24 @@ cat /usr/share/common-licenses/* > out/data/corpus.txt
 gpt=(--set vocab=256 --set ctx=64 --set layers=4 --set dim=128 --set heads=4 --set batch=8 --set seq=64
      --set lr=2e-3 --set warmup=20 --set steps=600 --set min_lr=2e-4)
 echo
-echo "== fusionc compile: a 4-layer byte-level GPT for clusters/local-1.xml =="
-$fusionc compile models/gpt2.xml clusters/local-1.xml -o out/demo "${gpt[@]}"
+echo "== fusionc plan: the bandwidth-blind placement (uniform), for comparison =="
+$fusionc plan models/gpt2.xml clusters/local-4.xml "${gpt[@]}" --scheduler uniform -o out
+echo
+echo "== fusionc compile: a 4-layer byte-level GPT for clusters/local-4.xml (OP-Fence) =="
+rm -rf out/demo
+$fusionc compile models/gpt2.xml clusters/local-4.xml -o out/demo "${gpt[@]}"
+cat out/demo/plan.txt
 $fusionc stats models/gpt2.xml "${gpt[@]}" | grep -E '^(parameters|arena)'
 
 echo
-echo "== training on out/data/corpus.txt ($(wc -c < out/data/corpus.txt) bytes of English) =="
-out/demo/cpu0/fusion-cpu0 --data out/data/corpus.txt --steps 600 --log out/demo/train.jsonl |
-  awk '/^step/ { n++; if (n <= 5 || n % 50 == 0) print; next } { print }'
+echo "== training on out/data/corpus.txt ($(wc -c < out/data/corpus.txt) bytes of English), links emulated =="
+out/demo/launch-local.sh --data out/data/corpus.txt --steps 600 --log out/demo/train.jsonl --emulate-links |
+  awk '/step/ { n++; if (n <= 5 || n % 50 == 0) print; next } { print }'
 
 entropy=$(od -An -v -tu1 out/data/corpus.txt | tr -s ' ' '\n' |
   awk 'NF { c[$1]++; n++ } END { for (k in c) { p = c[k] / n; h -= p * log(p) }; printf "%.3f", h }')
-last=$(tail -n 1 out/demo/train.jsonl | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+reporter=$(sed -n 's/^reporter=//p' out/demo/launch-local.sh)
+last=$(tail -n 1 "out/demo/train.jsonl.$reporter" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
 echo
 echo "final loss ${last} nats/byte; the text's byte unigram entropy is ${entropy} nats/byte"
 echo "(a model that only knew byte frequencies could not go below ${entropy})"

@@ -70,6 +70,9 @@ void rt_comm_close(rt_comm *c)
     if (c->hub)
         fu_hub_close(c->hub);
     free(c->scratch);
+    free(c->bucket_data);
+    free(c->bucket_floats);
+    free(c->bucket_buf);
     memset(c, 0, sizeof *c);
 }
 
@@ -235,7 +238,58 @@ int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     float *y = (float *)(arena + op->out[0].offset);
     if (op->out[0].offset != op->in[0].offset)
         memmove(y, arena + op->in[0].offset, (size_t)n * sizeof *y);
-    return mean_over_replicas(c, y, n, (int32_t)op->ints[ATTR_TENSOR], ctx);
+    if (c->manifest->n_replicas == 1)
+        return 0;
+    if (c->bucket_count == c->bucket_cap) {
+        int32_t cap = c->bucket_cap ? 2 * c->bucket_cap : 64;
+        float **d = realloc(c->bucket_data, (size_t)cap * sizeof *d);
+        if (d)
+            c->bucket_data = d;
+        int64_t *f = d ? realloc(c->bucket_floats, (size_t)cap * sizeof *f) : NULL;
+        if (!d || !f) {
+            snprintf(ctx->msg, sizeof ctx->msg, "out of memory for the all-reduce bucket");
+            return -1;
+        }
+        c->bucket_floats = f;
+        c->bucket_cap = cap;
+    }
+    if (c->bucket_count == 0)
+        c->bucket_tag = (int32_t)op->ints[ATTR_TENSOR];
+    c->bucket_data[c->bucket_count] = y;
+    c->bucket_floats[c->bucket_count++] = n;
+    return 0;
+}
+
+int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx)
+{
+    if (c->bucket_count == 0)
+        return 0;
+    int64_t total = 0;
+    for (int32_t i = 0; i < c->bucket_count; i++)
+        total += c->bucket_floats[i];
+    if ((size_t)total > c->bucket_buf_floats) {
+        float *b = realloc(c->bucket_buf, (size_t)total * sizeof *b);
+        if (!b) {
+            c->bucket_count = 0;
+            snprintf(ctx->msg, sizeof ctx->msg, "out of memory for a %lld-float all-reduce", (long long)total);
+            return -1;
+        }
+        c->bucket_buf = b;
+        c->bucket_buf_floats = (size_t)total;
+    }
+    float *at = c->bucket_buf;
+    for (int32_t i = 0; i < c->bucket_count; i++, at += c->bucket_floats[i - 1])
+        memcpy(at, c->bucket_data[i], (size_t)c->bucket_floats[i] * sizeof *at);
+    int32_t count = c->bucket_count;
+    c->bucket_count = 0;
+    if (mean_over_replicas(c, c->bucket_buf, total, c->bucket_tag, ctx))
+        return -1;
+    at = c->bucket_buf;
+    for (int32_t i = 0; i < count; i++) {
+        memcpy(c->bucket_data[i], at, (size_t)c->bucket_floats[i] * sizeof *at);
+        at += c->bucket_floats[i];
+    }
+    return 0;
 }
 
 int rt_comm_mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tag, rt_context *ctx)

@@ -40,6 +40,14 @@ typedef struct rt_comm {
     const rt_peer  *peers;
     float          *scratch;          /* allreduce: what arrives from the ring  */
     size_t          scratch_floats;
+    /* All-reduces wait in a bucket and go as one ring all-reduce when an op
+     * of another kind runs (or rt_comm_flush_bucket): one message a ring
+     * step for all of a stage's gradients, not one per tensor. */
+    float         **bucket_data;      /* [bucket_cap] each tensor's output     */
+    int64_t        *bucket_floats;
+    int32_t         bucket_count, bucket_cap, bucket_tag;
+    float          *bucket_buf;       /* the tensors end to end                */
+    size_t          bucket_buf_floats;
 } rt_comm;
 
 /* Connect to every peer this device has a link with (runtime/program.h's
@@ -56,6 +64,9 @@ int  rt_comm_flush(rt_comm *c, char *err, size_t n);
 int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
 int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
 int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
+
+/* Run the bucketed all-reduces (rt_op_run calls it before any other op). */
+int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx);
 
 /* x[0..n) := its mean over the replicas of this device's stage (the loss a
  * data-parallel step reports).  tag: a tensor id no op uses. */

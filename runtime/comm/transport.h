@@ -93,7 +93,7 @@
 #define FU_WIRE_MAGIC    0x4E535546u   /* "FUSN" read as little-endian bytes */
 #define FU_WIRE_VERSION  2
 #define FU_WIRE_HEADER   64            /* bytes before a frame's payload */
-#define FU_WIRE_FRAME    (256u << 10)  /* payload bytes per frame (the last may be shorter) */
+#define FU_WIRE_FRAME    (512u << 10)  /* payload bytes per frame (the last may be shorter) */
 #define FU_CODEC_RAW_F32 0
 
 typedef struct fu_link fu_link;   /* one connected neighbour */

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define ERR 256
 
@@ -55,7 +56,7 @@ typedef struct {
     float *data;      /* mode ECHO: the payload it received */
 } peer;
 
-enum { ECHO, RECV_FIVE, SILENT, SEND_ONE_THEN_EXIT, BOTH_SEND };
+enum { ECHO, RECV_FIVE, SILENT, SEND_ONE_THEN_EXIT, BOTH_SEND, RECV_THREE_BIG };
 
 #define BIG (5u << 20)   /* 5 MiB: over nanomsg's 1 MiB default NN_RCVMAXSIZE */
 
@@ -88,6 +89,12 @@ static void *peer_main(void *arg) {
         float x = 1.5f;
         fu_msg_info m = {.kind = MSG_ACTIVATION, .step = 1, .tensor = 2, .length = sizeof x};
         p->rc[0] = fu_link_send(l, &m, &x, p->err[0], ERR);
+        break;
+    }
+    case RECV_THREE_BIG: {
+        p->data = malloc(3 * FU_WIRE_FRAME);
+        for (int i = 0; i < 3; i++)
+            p->rc[i] = fu_link_recv(l, &p->info[i], p->data, 3 * FU_WIRE_FRAME, p->err[i], ERR);
         break;
     }
     case BOTH_SEND: {
@@ -308,6 +315,76 @@ static void test_transport_both_sides_send_at_once(void) {
     fu_link_close(l);
 }
 
+/* One frame, built from transport.h's header table alone (not with the
+ * transport's own code): a check of the documented format. */
+static size_t put_le(uint8_t *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+    return (size_t)bytes;
+}
+
+static uint8_t *frame_by_hand(const fu_msg_info *m, uint64_t seq, uint32_t frame, const uint8_t *payload,
+                              size_t *len) {
+    size_t off = (size_t)frame * FU_WIRE_FRAME;
+    size_t k = m->length - off < FU_WIRE_FRAME ? (size_t)(m->length - off) : FU_WIRE_FRAME;
+    uint8_t *f = calloc(1, FU_WIRE_HEADER + k);
+    put_le(f + 0, FU_WIRE_MAGIC, 4);
+    put_le(f + 4, FU_WIRE_VERSION, 2);
+    put_le(f + 6, m->kind, 2);
+    put_le(f + 8, (uint64_t)m->step, 8);
+    put_le(f + 16, (uint32_t)m->micro_batch, 4);
+    put_le(f + 20, (uint32_t)m->tensor, 4);
+    put_le(f + 24, (uint32_t)m->codec, 4);
+    put_le(f + 28, frame, 4);
+    put_le(f + 32, m->length, 8);
+    put_le(f + 40, seq, 8);
+    memcpy(f + FU_WIRE_HEADER, payload + off, k);
+    put_le(f + 48, XXH3_64bits_withSeed(f + FU_WIRE_HEADER, k, XXH3_64bits(f, FU_WIRE_HEADER)), 8);
+    *len = FU_WIRE_HEADER + k;
+    return f;
+}
+
+static void test_transport_drops_a_framed_message_with_a_bad_or_missing_frame(void) {
+    peer p;
+    pthread_t t;
+    fu_link *l = start(&p, &t, RECV_THREE_BIG, 2000);
+    CHECK(l != NULL);
+    if (!l) return;
+    uint64_t bytes = 2 * FU_WIRE_FRAME + 100;   /* three frames, the last short */
+    uint8_t *x = malloc(bytes);
+    for (uint64_t i = 0; i < bytes; i++) x[i] = (uint8_t)(i * 7 + 1);
+    char err[ERR] = "";
+    size_t len;
+    /* 1: its middle frame corrupt (the last one then goes unreported) */
+    fu_msg_info m = {.kind = MSG_GRADIENT, .step = 5, .tensor = 3, .length = bytes};
+    for (uint32_t f = 0; f < 3; f++) {
+        uint8_t *frame = frame_by_hand(&m, 100, f, x, &len);
+        if (f == 1) frame[FU_WIRE_HEADER + 1000] ^= 4;
+        CHECK_INT(0, fu_link_send_raw(l, frame, len, err, sizeof err));
+        free(frame);
+    }
+    /* 2: a sender that gave up after its first frame */
+    m.step = 6;
+    uint8_t *frame = frame_by_hand(&m, 101, 0, x, &len);
+    CHECK_INT(0, fu_link_send_raw(l, frame, len, err, sizeof err));
+    free(frame);
+    /* 3: a good one, acked, every byte in place */
+    m.step = 7;
+    CHECK_INT(0, fu_link_send(l, &m, x, err, sizeof err));
+    CHECK_STR("", err);
+    pthread_join(t, NULL);
+    CHECK_INT(-1, p.rc[0]);
+    CHECK_STR("message from main: checksum mismatch (step 5, tensor 3, frame 1): dropped", p.err[0]);
+    CHECK_INT(-1, p.rc[1]);
+    CHECK_STR("message from main: step 6, tensor 3 ended after frame 1 of 3 (sender gave up?): dropped", p.err[1]);
+    CHECK_INT(0, p.rc[2]);
+    CHECK_INT(7, p.info[2].step);
+    CHECK_INT(bytes, p.info[2].length);
+    CHECK(p.data && memcmp(p.data, x, bytes) == 0);
+    free(p.data);
+    free(x);
+    fu_link_close(l);
+}
+
 int main(void) {
     test_transport_5mib_round_trip_keeps_bytes_and_header();
     test_transport_rejects_corrupt_messages_and_delivers_the_next();
@@ -316,5 +393,6 @@ int main(void) {
     test_transport_recv_from_exited_peer_times_out_naming_it();
     test_transport_connect_to_nobody_times_out_naming_the_peer();
     test_transport_both_sides_send_at_once();
+    test_transport_drops_a_framed_message_with_a_bad_or_missing_frame();
     CHECK_DONE();
 }
