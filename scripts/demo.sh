@@ -45,7 +45,7 @@ $fusionc stats models/gpt2.xml "${gpt[@]}" | grep -E '^(parameters|arena)'
 echo
 echo "== training on out/data/corpus.txt ($(wc -c < out/data/corpus.txt) bytes of English), links emulated =="
 out/demo/launch-local.sh --data out/data/corpus.txt --steps 600 --log out/demo/train.jsonl --emulate-links |
-  awk '/step/ { n++; if (n <= 5 || n % 50 == 0) print; next } { print }'
+  awk '/ step +[0-9]+\// { n++; if (n <= 5 || n % 50 == 0) print; next } { print }'
 
 entropy=$(od -An -v -tu1 out/data/corpus.txt | tr -s ' ' '\n' |
   awk 'NF { c[$1]++; n++ } END { for (k in c) { p = c[k] / n; h -= p * log(p) }; printf "%.3f", h }')
