@@ -58,8 +58,8 @@ typedef enum {
      * (remote autodiff): each send on one stage has its recv on another, the
      * two sharing a `tensor` id; `peer` is the other end's stage.  allreduce
      * averages a gradient over the replicas of its stage (data parallel). */
-    OP_SEND,            /* (x) peer tensor -> nothing: x goes to stage `peer`  */
-    OP_RECV,            /* () peer tensor -> x as sent by stage `peer`          */
+    OP_SEND,            /* (x) peer tensor once -> nothing: x goes to stage `peer` */
+    OP_RECV,            /* () peer tensor once -> x as sent by stage `peer`     */
     OP_ALLREDUCE,       /* (g) tensor -> the mean of g over the stage's replicas */
     OP_COUNT
 } ir_op;
@@ -85,6 +85,8 @@ typedef enum {
     ATTR_MAX_NORM,      /* clip_scale: the global gradient-norm bound                    */
     ATTR_PEER,          /* send/recv: the stage at the other end                         */
     ATTR_TENSOR,        /* send/recv/allreduce: the message id both ends agree on         */
+    ATTR_ONCE,          /* send/recv: 1 = in micro-batch 0 only (a parameter: it does not
+                           change within a step; the copy is kept for the others)     */
     ATTR_KEY_COUNT
 } attr_key;
 

@@ -8,8 +8,9 @@
  *     t's readers read the received copy "<value>:s<t>".  Forward
  *     activations so flow down the pipeline and their gradients (made by
  *     the backward ops on the later stage) flow back up; a parameter used
- *     on two stages (GPT-2's tied embedding) is sent to the second each
- *     micro-batch and its partial gradient sent back to be summed;
+ *     on two stages (GPT-2's tied embedding) is sent to the second once a
+ *     step (`once`: in micro-batch 0) and its partial gradient sent back
+ *     each micro-batch to be summed;
  *   - the send follows its producer when both ends are in the same phase
  *     (an activation leaves as soon as it is made), else it sits just
  *     before the recv;
@@ -204,8 +205,11 @@ static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
         int send_after_producer = producer >= 0 && producer < cs->n_old && g->nodes[producer].phase == phase;
         snprintf(name, sizeof name, "%s:send%d", ir_value_name(g, v), t);
         int32_t s = new_node(cs, OP_SEND, name, send_after_producer ? producer : first, send_after_producer, home, phase);
+        /* A parameter does not change within a step: sent in micro-batch 0
+         * only, its copy kept (the memory pass keeps it all step). */
+        int once = g->values[v].role == ROLE_PARAM && phase == PHASE_FORWARD;
         if (s < 0 || ir_node_add_input(g, s, v) || ir_node_set_int(g, s, ATTR_PEER, t) ||
-            ir_node_set_int(g, s, ATTR_TENSOR, tensor))
+            ir_node_set_int(g, s, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, s, ATTR_ONCE, 1)))
             return oom(cs);
         snprintf(name, sizeof name, "%s:s%d", ir_value_name(g, v), t);
         ir_shape shape = g->values[v].shape;
@@ -213,7 +217,7 @@ static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
         int32_t r = new_node(cs, OP_RECV, name, first, 0, t, phase);
         int32_t copy = r < 0 ? -1 : ir_add_value(g, name, g->values[v].dtype, role, &shape, g->values[v].loc);
         if (copy < 0 || ir_node_add_output(g, r, copy) || ir_node_set_int(g, r, ATTR_PEER, home) ||
-            ir_node_set_int(g, r, ATTR_TENSOR, tensor))
+            ir_node_set_int(g, r, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, r, ATTR_ONCE, 1)))
             return oom(cs);
         for (int32_t j = 0; j < cs->n_old; j++)
             if (g->nodes[j].stage == t)

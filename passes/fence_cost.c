@@ -297,9 +297,13 @@ static void stage_traffic(const fence_model *m, const candidate *cd, const int32
             int32_t t = stage_at[k];
             for (int i = 0; i < node->n_in && t != home && !sent[t]; i++)
                 if (node->in[i] == v) {
-                    double bytes = (double)ir_value_bytes(g, v) / cd->R;
+                    /* An activation is split over the replicas' micro-batches; a
+                     * parameter is whole, sent once a step, its partial
+                     * gradient returned each micro-batch. */
+                    int param = g->values[v].role == ROLE_PARAM;
+                    double bytes = (double)ir_value_bytes(g, v) / (param ? 1 : cd->R);
                     sent[t] = 1;
-                    fwd[(size_t)home * S + t] += bytes;
+                    fwd[(size_t)home * S + t] += param ? bytes / cd->M : bytes;
                     if (is_float_dtype(g->values[v].dtype) && g->values[v].role != ROLE_INPUT)
                         bwd[(size_t)t * S + home] += bytes;
                 }

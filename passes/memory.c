@@ -115,7 +115,10 @@ int pass_memory(ir_graph *g, struct diag *err)
             const ir_value *val = &g->values[v];
             if (value_device(g, v, first_reader) != d)
                 continue;
-            int whole_step = val->producer < 0 || v == g->loss;
+            /* A copy received once a step (a parameter) serves every micro-batch. */
+            int once = val->producer >= 0 && g->nodes[val->producer].op == OP_RECV &&
+                       ir_node_int(&g->nodes[val->producer], ATTR_ONCE, 0);
+            int whole_step = val->producer < 0 || v == g->loss || once;
             buffer *b = &buffers[n++];
             b->bytes = align_up(ir_value_bytes(g, v) > 0 ? ir_value_bytes(g, v) : 1);
             b->start = whole_step ? 0 : val->producer;
@@ -206,7 +209,10 @@ int32_t memory_stash_values(const ir_graph *g, int32_t stage, int32_t *out)
             const ir_value *val = &g->values[v];
             int from_forward = val->producer >= 0 && g->nodes[val->producer].phase != PHASE_BACKWARD &&
                                g->nodes[val->producer].phase != PHASE_UPDATE;
-            if (seen[v] || !(from_forward || val->role == ROLE_INPUT))
+            /* A parameter received once a step lives all step: nothing to keep. */
+            int once = val->producer >= 0 && g->nodes[val->producer].op == OP_RECV &&
+                       ir_node_int(&g->nodes[val->producer], ATTR_ONCE, 0);
+            if (seen[v] || once || !(from_forward || val->role == ROLE_INPUT))
                 continue;
             seen[v] = 1;
             out[n++] = v;

@@ -112,6 +112,8 @@ static int no_hub(const rt_op *op, rt_context *ctx)
 
 int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 {
+    if (op->ints[ATTR_ONCE] && ctx->micro_batch > 0)
+        return 0;   /* a parameter: micro-batch 0 sent it */
     if (!c->hub)
         return no_hub(op, ctx);
     int32_t to = device_at(c, (int32_t)op->ints[ATTR_PEER], c->manifest->replica);
@@ -126,6 +128,8 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 
 int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 {
+    if (op->ints[ATTR_ONCE] && ctx->micro_batch > 0)
+        return 0;   /* the copy micro-batch 0 received is still in the arena */
     if (!c->hub)
         return no_hub(op, ctx);
     int32_t from = device_at(c, (int32_t)op->ints[ATTR_PEER], c->manifest->replica);
