@@ -87,6 +87,8 @@ typedef enum {
     ATTR_TENSOR,        /* send/recv/allreduce: the message id both ends agree on         */
     ATTR_ONCE,          /* send/recv: 1 = in micro-batch 0 only (a parameter: it does not
                            change within a step; the copy is kept for the others)     */
+    ATTR_DENSITY,       /* send/recv: > 0 = only this fraction of the elements travels,
+                           the largest by magnitude (AdaTopK, the compress pass)       */
     ATTR_KEY_COUNT
 } attr_key;
 

@@ -30,6 +30,10 @@
  * the cluster in file order, one stage each, the same number of layers
  * (repeat-block instances) per stage, blind to speeds and bandwidths.
  *
+ * gcma (DT-FM's scheduler, the second baseline; gcma.c): S x R and the
+ * devices' groups from DT-FM's own cost model and genetic search, equal
+ * layers per stage; fence_evaluate then costs it like the others.
+ *
  * The cost model and the step simulation are in fence_cost.c.
  */
 #include <math.h>
@@ -38,6 +42,7 @@
 
 #include "../ir/ops.h"
 #include "fence_cost.h"
+#include "gcma.h"
 #include "passes.h"
 
 #define FENCE_GAP_RATIO   4.0   /* bandwidths this far apart are different fences      */
@@ -299,25 +304,19 @@ static size_t layer_prefix(const char *name)
     return 0;
 }
 
-/* Every device in file order, one stage each, equal layers per stage:
- * a layer is a repeat block's instance (a transformer block, a residual
- * block), and stage s gets layers [s L / S, (s+1) L / S), the ops before
- * the first layer going with it and those after the last with the last
- * stage: Megatron's default placement.  A model with fewer layers than
- * devices is cut by counts of parameterised ops instead. */
-static int plan_uniform(const fence_model *m, int32_t M, best_plan *b)
+/* Equal layers per stage (gcma.h): a layer is a repeat block's instance
+ * (a transformer block, a residual block), and stage s gets layers
+ * [s L / S, (s+1) L / S), the ops before the first layer going with it and
+ * those after the last with the last stage: Megatron's default cut.  A
+ * model with fewer layers than stages is cut by counts of parameterised
+ * ops instead. */
+int fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end)
 {
-    int32_t S = m->n_devices < m->n_fwd ? m->n_devices : m->n_fwd;
-    int32_t *dev = malloc(((size_t)S + 1) * sizeof *dev), *end = malloc(((size_t)S + 1) * sizeof *end);
-    int32_t *layer = malloc(((size_t)m->n_fwd + 1) * sizeof *layer);
-    if (!dev || !end || !layer) {
-        free(dev);
-        free(end);
-        free(layer);
+    if (S < 1 || S > m->n_fwd)
         return -1;
-    }
-    for (int32_t s = 0; s < S; s++)
-        dev[s] = s;
+    int32_t *layer = malloc(((size_t)m->n_fwd + 1) * sizeof *layer);
+    if (!layer)
+        return -1;
     /* Layer index of each forward op (carried over ops outside any layer). */
     int32_t L = 0;
     const char *last = NULL;
@@ -355,12 +354,41 @@ static int plan_uniform(const fence_model *m, int32_t M, best_plan *b)
             k++;
         }
     }
-    candidate cd = { S, 1, M, dev };
-    int rc = keep_if_better(b, m, &cd, end);
+    free(layer);
+    return 0;
+}
+
+/* Every device in file order, one stage each, equal layers per stage:
+ * Megatron's default placement. */
+static int plan_uniform(const fence_model *m, int32_t M, best_plan *b)
+{
+    int32_t S = m->n_devices < m->n_fwd ? m->n_devices : m->n_fwd;
+    int32_t *dev = malloc(((size_t)S + 1) * sizeof *dev), *end = malloc(((size_t)S + 1) * sizeof *end);
+    int rc = -1;
+    if (dev && end && fence_uniform_cuts(m, S, end) == 0) {
+        for (int32_t s = 0; s < S; s++)
+            dev[s] = s;
+        candidate cd = { S, 1, M, dev };
+        rc = keep_if_better(b, m, &cd, end);
+    }
     free(dev);
     free(end);
-    free(layer);
     return rc;
+}
+
+/* DT-FM's scheduler (gcma.c): its S x R, device order and equal layers. */
+static int plan_gcma(const fence_model *m, int32_t M, const pass_options *opt, best_plan *b)
+{
+    int32_t S = 0, R = 0, *dev = NULL, *end = NULL;
+    double  cost;
+    int     rc = gcma_schedule(m, opt, &S, &R, &dev, &end, &cost);
+    if (rc == 0) {
+        candidate cd = { S, R, M, dev };
+        rc = keep_if_better(b, m, &cd, end);
+    }
+    free(dev);
+    free(end);
+    return rc < 0 ? -1 : 0;   /* no shape fits: no plan, reported by the caller */
 }
 
 /* ---- applying a plan to the graph ------------------------------------------ */
@@ -438,6 +466,23 @@ static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p,
                         s = g->nodes[j].stage;
         node->stage = s >= 0 ? s : 0;
     }
+    /* A gradient sum whose contributions all come from one other stage is
+     * done there: one tensor crosses instead of one per contribution (the
+     * residual stream's gradient at a cut has two). */
+    for (int32_t i = 0; i < n; i++) {
+        ir_node *node = &g->nodes[i];
+        if (node->phase != PHASE_BACKWARD || node->op != OP_ADD || m->owner[i] >= 0 || node->n_in == 0)
+            continue;
+        int32_t from = -1, same = 1;
+        for (int k = 0; k < node->n_in && same; k++) {
+            int32_t producer = g->values[node->in[k]].producer;
+            int32_t t = producer >= 0 ? g->nodes[producer].stage : -1;
+            same = t >= 0 && (from < 0 || t == from);
+            from = t;
+        }
+        if (same && from != node->stage)
+            node->stage = from;
+    }
     for (int32_t i = 0; i < n; i++)
         g->nodes[i].device = p->devices[g->nodes[i].stage * p->n_replicas];
     free(home);
@@ -478,8 +523,8 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
 {
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
     const char *scheduler = opt->scheduler ? opt->scheduler : "opfence";
-    if (strcmp(scheduler, "opfence") != 0 && strcmp(scheduler, "uniform") != 0)
-        return diag_set(err, file, 0, "unknown scheduler '%s' (the schedulers: opfence, uniform)", scheduler);
+    if (strcmp(scheduler, "opfence") != 0 && strcmp(scheduler, "uniform") != 0 && strcmp(scheduler, "gcma") != 0)
+        return diag_set(err, file, 0, "unknown scheduler '%s' (the schedulers: opfence, uniform, gcma)", scheduler);
     int32_t M = opt->micro_batches > 0 ? opt->micro_batches : 1;
     fence_model m;
     if (fence_model_build(&m, g, opt->cluster, err))
@@ -509,7 +554,9 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
             rc = diag_set(err, file, 0, "the model has no forward ops to place");
             goto done;
         }
-        rc = strcmp(scheduler, "uniform") == 0 ? plan_uniform(&m, M, &b) : search_opfence(&m, M, opt, fence_of, F, &b);
+        rc = strcmp(scheduler, "uniform") == 0 ? plan_uniform(&m, M, &b)
+             : strcmp(scheduler, "gcma") == 0  ? plan_gcma(&m, M, opt, &b)
+                                               : search_opfence(&m, M, opt, fence_of, F, &b);
         if (rc || !b.dev) {
             if (opt->stages > 0 || opt->replicas > 0)
                 rc = diag_set(err, file, 0, "no placement of %d stages x %d replicas: the cluster has %d devices, the "
@@ -525,7 +572,7 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
         plan.n_replicas = R;
         plan.micro_batches = M;
         plan.n_nodes = g->n_nodes;
-        plan.scheduler = strcmp(scheduler, "uniform") == 0 ? "uniform" : "opfence";
+        plan.scheduler = strcmp(scheduler, "uniform") == 0 ? "uniform" : strcmp(scheduler, "gcma") == 0 ? "gcma" : "opfence";
         plan.devices = malloc((size_t)S * (size_t)R * sizeof *plan.devices);
         plan.stage_of_node = malloc(((size_t)g->n_nodes + 1) * sizeof *plan.stage_of_node);
         plan.stage_compute = calloc((size_t)S, sizeof(double));

@@ -6,7 +6,7 @@
  * frontend built it, so `--after frontend` shows the IR before any pass.
  *
  * Today's pipeline:  shapes, autodiff, optimizer, estimate, fence, comm,
- * memory.  The passes that place the graph on a cluster (estimate, fence,
+ * compress, memory.  The passes that place the graph on a cluster (estimate, fence,
  * comm) read the cluster and the scheduler's choices from pass_options;
  * without a cluster they place everything on one default CPU device.  The
  * 1F1B order of micro-batches is not an IR pass: the device program runs
@@ -64,6 +64,7 @@ typedef struct {
     int         replicas;     /* > 0: ... and this many replicas per stage      */
     const fence_plan *plan;   /* apply this plan rather than search         */
     fence_plan *plan_out;     /* when not NULL, the fence pass's plan is copied here */
+    const char *compress;     /* none, topk:RHO or adatopk (NULL: none)     */
 } pass_options;
 
 /* A pass reads the options it needs (most read none). */
@@ -93,6 +94,7 @@ int pass_memory(ir_graph *g, struct diag *err);
 int pass_estimate(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err);
+int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err);
 
 /* ---- the workload estimator (estimate.c) ---- */
 /* The default device when no cluster is given: one CPU core's worth. */

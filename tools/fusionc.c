@@ -42,10 +42,11 @@ typedef struct {
     const char   *format;
     const char   *output;
     int           verbose;
-    const char   *scheduler;    /* --scheduler opfence|uniform                  */
+    const char   *scheduler;    /* --scheduler opfence|uniform|gcma             */
     int           micro_batches;/* --micro-batches M (0: the default)           */
     int           port_base;    /* --port-base P (0: 29500)                     */
     int           stages;       /* --stages S (0: the scheduler's choice)       */
+    const char   *compress;     /* --compress none|topk:RHO|adatopk             */
     int           replicas;     /* --replicas R (0: the scheduler's choice)     */
 } options;
 
@@ -88,11 +89,14 @@ static const char *const usage_dump =
     "  --set name=value   override a hyper-parameter (repeatable)\n";
 
 #define PLACEMENT_OPTIONS                                                                         \
-    "  --scheduler S      opfence (default: bandwidth- and speed-aware) or uniform (equal layers\n"   \
-    "                     per device in file order, Megatron's default placement)\n"                 \
+    "  --scheduler S      opfence (default: bandwidth- and speed-aware), uniform (equal layers\n"    \
+    "                     per device in file order, Megatron's default placement) or gcma\n"       \
+    "                     (DT-FM's genetic scheduler on its own cost model, equal layers per stage)\n" \
     "  --micro-batches M  split the model's batch into M micro-batches (1F1B); default: the\n"     \
     "                     largest divisor of the batch up to 4 on several devices, else 1\n"    \
-    "  --stages S, --replicas R   make opfence choose S stages of R replicas each\n"
+    "  --stages S, --replicas R   make opfence (or gcma) choose S stages of R replicas each\n"    \
+    "  --compress C       AdaTopK on the links the pipeline waits for: none (default), adatopk\n"  \
+    "                     (the density from the estimate) or topk:RHO (a fixed density)\n"
 
 static const char *const usage_compile =
     "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--scheduler S] [--micro-batches M]\n"
@@ -154,7 +158,8 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
         int takes_value = strcmp(a, "--set") == 0 || strcmp(a, "--after") == 0 ||
                           strcmp(a, "--format") == 0 || strcmp(a, "--dump-ir") == 0 || strcmp(a, "-o") == 0 ||
                           strcmp(a, "--scheduler") == 0 || strcmp(a, "--micro-batches") == 0 ||
-                          strcmp(a, "--port-base") == 0 || strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0;
+                          strcmp(a, "--port-base") == 0 || strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 ||
+                          strcmp(a, "--compress") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -166,7 +171,7 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             key[n] = '\0';
             if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format") && strcmp(key, "--dump-ir") &&
                 strcmp(key, "--scheduler") && strcmp(key, "--micro-batches") && strcmp(key, "--port-base") &&
-                strcmp(key, "--stages") && strcmp(key, "--replicas"))
+                strcmp(key, "--stages") && strcmp(key, "--replicas") && strcmp(key, "--compress"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -198,8 +203,8 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             else
                 o->dump_ir = value;
         } else if (strcmp(a, "--scheduler") == 0) {
-            if (strcmp(value, "opfence") && strcmp(value, "uniform"))
-                return usage_error(usage, "--scheduler expects opfence or uniform, found '%s'", value);
+            if (strcmp(value, "opfence") && strcmp(value, "uniform") && strcmp(value, "gcma"))
+                return usage_error(usage, "--scheduler expects opfence, uniform or gcma, found '%s'", value);
             o->scheduler = value;
         } else if (strcmp(a, "--micro-batches") == 0 || strcmp(a, "--port-base") == 0 ||
                    strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0) {
@@ -217,6 +222,13 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                 o->replicas = (int)v;
             else
                 o->micro_batches = (int)v;
+        } else if (strcmp(a, "--compress") == 0) {
+            char *end = NULL;
+            double rho = strncmp(value, "topk:", 5) == 0 ? strtod(value + 5, &end) : 0.0;
+            if (strcmp(value, "none") && strcmp(value, "adatopk") && !(end && *end == '\0' && rho > 0 && rho <= 1))
+                return usage_error(usage, "--compress expects none, topk:RHO (0 < RHO <= 1) or adatopk, found '%s'",
+                                   value);
+            o->compress = value;
         } else if (strcmp(a, "--format") == 0) {
             if (strcmp(value, "text") && strcmp(value, "dot"))
                 return usage_error(usage, "--format expects text or dot, found '%s'", value);
@@ -509,6 +521,7 @@ static int build_placed(const options *o, const char *model_path, const cluster 
     popt.cluster = c;
     popt.scheduler = o->scheduler;
     popt.stages = o->stages;
+    popt.compress = o->compress;
     popt.replicas = o->replicas;
     if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
         return diag_set(err, model_path, 0, "--stages and --replicas choose among opfence's plans; uniform always "

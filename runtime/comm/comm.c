@@ -9,6 +9,9 @@
 #include "../../ir/op_kinds.h"
 #include "../../ir/ir.h"
 #include "hub.h"
+#include "topk.h"
+
+static int packed_reserve(rt_comm *c, size_t bytes, rt_context *ctx);
 
 static const char *peer_address(const rt_comm_options *o, const rt_peer *p)
 {
@@ -73,6 +76,10 @@ void rt_comm_close(rt_comm *c)
     free(c->bucket_data);
     free(c->bucket_floats);
     free(c->bucket_buf);
+    free(c->packed);
+    if (c->topk)
+        topk_scratch_free(c->topk);
+    free(c->topk);
     memset(c, 0, sizeof *c);
 }
 
@@ -118,8 +125,23 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         return no_hub(op, ctx);
     int32_t to = device_at(c, (int32_t)op->ints[ATTR_PEER], c->manifest->replica);
     fu_msg_info m = message(op, ctx, tensor_bytes(&op->in[0]));
+    const void *payload = arena + op->in[0].offset;
     char why[400];
-    if (fu_hub_send(c->hub, to, &m, arena + op->in[0].offset, why, sizeof why) != 0) {
+    if (op->floats[ATTR_DENSITY] > 0) {   /* AdaTopK: the k largest by magnitude */
+        int64_t n = rt_tensor_numel(&op->in[0]), k = topk_count(n, op->floats[ATTR_DENSITY]);
+        if (packed_reserve(c, topk_encoded_bytes(n, k), ctx))
+            return -1;
+        int64_t bytes = topk_encode((const float *)payload, n, k, c->packed, c->packed_bytes, c->topk);
+        if (bytes < 0) {
+            snprintf(ctx->msg, sizeof ctx->msg, "op '%s': cannot encode the top %lld of %lld", op->name,
+                     (long long)k, (long long)n);
+            return -1;
+        }
+        m.codec = FU_CODEC_TOPK;
+        m.length = (uint64_t)bytes;
+        payload = c->packed;
+    }
+    if (fu_hub_send(c->hub, to, &m, payload, why, sizeof why) != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "sending '%s' to %s: %.300s", op->name, c->peers[to].name, why);
         return -1;
     }
@@ -133,13 +155,49 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     if (!c->hub)
         return no_hub(op, ctx);
     int32_t from = device_at(c, (int32_t)op->ints[ATTR_PEER], c->manifest->replica);
-    int64_t bytes = tensor_bytes(&op->out[0]);
+    int64_t bytes = tensor_bytes(&op->out[0]), n = rt_tensor_numel(&op->out[0]);
     fu_msg_info want = message(op, ctx, bytes);
+    void *into = arena + op->out[0].offset;
     char why[400];
-    if (fu_hub_recv(c->hub, from, &want, arena + op->out[0].offset, (uint64_t)bytes, why, sizeof why) != 0) {
+    if (op->floats[ATTR_DENSITY] > 0) {   /* both ends compute the same k, so the same length */
+        want.codec = FU_CODEC_TOPK;
+        want.length = topk_encoded_bytes(n, topk_count(n, op->floats[ATTR_DENSITY]));
+        if (packed_reserve(c, want.length, ctx))
+            return -1;
+        into = c->packed;
+    }
+    if (fu_hub_recv(c->hub, from, &want, into, want.length, why, sizeof why) != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %.300s", op->name, c->peers[from].name, why);
         return -1;
     }
+    if (into == c->packed &&
+        topk_decode(c->packed, want.length, (float *)(arena + op->out[0].offset), n, why, sizeof why) != 0) {
+        snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %.300s", op->name, c->peers[from].name, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* Room for `bytes` of encoded tensor, and the codec's scratch. */
+static int packed_reserve(rt_comm *c, size_t bytes, rt_context *ctx)
+{
+    if (!c->topk) {
+        c->topk = malloc(sizeof *c->topk);
+        if (!c->topk) {
+            snprintf(ctx->msg, sizeof ctx->msg, "out of memory for the top-k codec");
+            return -1;
+        }
+        topk_scratch_init(c->topk);
+    }
+    if (bytes <= c->packed_bytes)
+        return 0;
+    void *p = realloc(c->packed, bytes);
+    if (!p) {
+        snprintf(ctx->msg, sizeof ctx->msg, "out of memory for a %zu-byte top-k message", bytes);
+        return -1;
+    }
+    c->packed = p;
+    c->packed_bytes = bytes;
     return 0;
 }
 

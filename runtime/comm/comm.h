@@ -20,6 +20,7 @@
 
 #include "../exec.h"
 #include "../program.h"
+#include "topk.h"
 
 #define RT_COMM_MAX_OVERRIDES 64
 
@@ -48,6 +49,10 @@ typedef struct rt_comm {
     int32_t         bucket_count, bucket_cap, bucket_tag;
     float          *bucket_buf;       /* the tensors end to end                */
     size_t          bucket_buf_floats;
+    /* Top-k sends and receives (ops with a density): the encoded bytes. */
+    void           *packed;
+    size_t          packed_bytes;
+    topk_scratch   *topk;
 } rt_comm;
 
 /* Connect to every peer this device has a link with (runtime/program.h's
