@@ -44,5 +44,9 @@ int  fence_cut_dp(const fence_model *m, const candidate *cd, int32_t *end);
 /* The estimated step of the candidate cut at end[]; when out is not NULL
  * its per-stage figures, bottleneck and step go there. */
 double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *end, fence_plan *out);
+/* Stage ends (end[s]: the last forward position of stage s) for S stages of
+ * equal layers, Megatron's cut (fence.c; uniform and gcma use it).  0, or
+ * -1 when the model has fewer forward ops than S, or no memory. */
+int    fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end);
 
 #endif

@@ -103,11 +103,6 @@ double gcma_open_path(int32_t S, const double *dist, int32_t *order);
 
 /* ---- the fence pass's side ------------------------------------------------ */
 
-/* Stage ends (end[s]: the last forward position of stage s) for S stages of
- * equal layers, Megatron's cut (defined in fence.c, shared with uniform).
- * 0, or -1 when the model has fewer forward ops than S, or no memory. */
-int fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end);
-
 /* DT-FM's plan for the model on the cluster: S x R from opt->stages and
  * opt->replicas when given, else the factorisation of the device count
  * with the lowest DT-FM cost (S <= forward ops, R dividing the batch and
