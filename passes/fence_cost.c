@@ -8,7 +8,8 @@
  * in the runtime's 1F1B order (simulate_1f1b: each stage's
  * compute, each cut's transfer and latency, links full duplex), then
  *   + max_s (update_s + allreduce_s) + the stages' agreement on the
- *     gradient norm (S latencies, when the optimizer clips)
+ *     gradient norm (when the optimizer clips: the latencies of the chain
+ *     along the stages, and of the last stage's answer back)
  * with allreduce_s the ring all-reduce of a stage's gradients over its R
  * replicas: 2 (R-1)/R * bytes / bandwidth + 2 (R-1) latency.  The dynamic
  * program's objective, the bottleneck, is the steady state of the same
@@ -431,7 +432,7 @@ done:
 /* Fill the plan's figures for cuts end[s] (the last forward position of each stage). */
 double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *end, fence_plan *out)
 {
-    double sum = 0.0, bottleneck = 0.0, tail = 0.0, max_lat = 0.0;
+    double sum = 0.0, bottleneck = 0.0, tail = 0.0, chain_lat = 0.0;
     int32_t where = 0, is_link = 0;
     for (int32_t s = 0, j = 0; s < cd->S; j = end[s] + 1, s++) {
         double c = stage_seconds(m, cd, s, j, end[s]), busy = 0.0, lat = 0.0;
@@ -448,7 +449,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
         if (s + 1 < cd->S) {
             cut_seconds(m, cd, s, end[s], &busy, &lat);
             sum += cut_round_trip(m, cd, s, end[s]);
-            max_lat = fmax(max_lat, lat);
+            chain_lat += lat;
             if (busy > bottleneck)
                 bottleneck = busy, where = s, is_link = 1;
         }
@@ -463,7 +464,15 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     }
     /* Clipping: the stages agree on the gradient norm, a chain of scalars
      * along the pipeline and one answer back. */
-    double norm_sync = m->clip && cd->S > 1 ? (double)cd->S * max_lat : 0.0;
+    /* The clipping norm: a chain of scalars from stage to stage, then the
+     * last stage's answer to every other at once. */
+    double back = 0.0;
+    for (int32_t t = 0; t + 1 < cd->S; t++) {
+        double bw, lat;
+        fence_link_of(m, cd->dev[(cd->S - 1) * cd->R], cd->dev[t * cd->R], &bw, &lat);
+        back = fmax(back, lat);
+    }
+    double norm_sync = m->clip && cd->S > 1 ? chain_lat + back : 0.0;
     double pipeline = simulate_1f1b(m, cd, end);
     if (pipeline < 0)   /* out of memory: the closed form instead */
         pipeline = sum + (cd->M - 1) * bottleneck;

@@ -24,6 +24,7 @@
 #include "../passes/passes.h"
 #include "plan_report.h"
 #include "profile.h"
+#include "simulate.h"
 
 #ifndef FUSION_VERSION
 #define FUSION_VERSION "0.0.0"
@@ -48,6 +49,7 @@ typedef struct {
     int           stages;       /* --stages S (0: the scheduler's choice)       */
     const char   *compress;     /* --compress none|topk:RHO|adatopk             */
     int           replicas;     /* --replicas R (0: the scheduler's choice)     */
+    int           steps;        /* --steps N (simulate; 0: 1)                   */
 } options;
 
 static const char *const usage_main =
@@ -61,6 +63,7 @@ static const char *const usage_main =
     "  stats MODEL     parameters, FLOPs per sample (forward, backward), activation bytes\n"
     "  compile MODEL CLUSTER -o OUT   one training program per device: OUT/<device>/fusion-<device>\n"
     "  plan MODEL CLUSTER  how the model is placed on the cluster, with estimated times\n"
+    "  simulate MODEL CLUSTER  simulate training steps of the placed model, event by event\n"
     "  passes          list the compiler's passes, in the order they run\n"
     "  profile         measure this host's CPU and print its <device> line for a cluster file\n"
     "\n"
@@ -123,6 +126,19 @@ static const char *const usage_plan =
     "  --set name=value   override a hyper-parameter (repeatable)\n"
     PLACEMENT_OPTIONS;
 
+static const char *const usage_simulate =
+    "usage: fusionc simulate MODEL CLUSTER [--set name=value]... [--scheduler S] [--micro-batches M] [--steps N] [-o DIR]\n"
+    "\n"
+    "Simulates training steps of MODEL placed on CLUSTER, event by event: each\n"
+    "device's ops in the runtime's 1F1B order at the estimated times, each send/recv\n"
+    "on its link (bandwidth shared by concurrent transfers), the update and the\n"
+    "replicas' all-reduce.  Prints the step time, the bubble fraction, the bytes on\n"
+    "each link per step and each stage's busy time, with the plan's estimate;\n"
+    "writes DIR/gantt.svg, the timeline (default DIR: the current folder).\n"
+    "  --set name=value   override a hyper-parameter (repeatable)\n"
+    "  --steps N          simulate N consecutive steps (default 1)\n"
+    PLACEMENT_OPTIONS;
+
 static const char *const usage_stats =
     "usage: fusionc stats MODEL [--set name=value]...\n"
     "\n"
@@ -159,7 +175,7 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                           strcmp(a, "--format") == 0 || strcmp(a, "--dump-ir") == 0 || strcmp(a, "-o") == 0 ||
                           strcmp(a, "--scheduler") == 0 || strcmp(a, "--micro-batches") == 0 ||
                           strcmp(a, "--port-base") == 0 || strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 ||
-                          strcmp(a, "--compress") == 0;
+                          strcmp(a, "--compress") == 0 || strcmp(a, "--steps") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -171,7 +187,8 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             key[n] = '\0';
             if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format") && strcmp(key, "--dump-ir") &&
                 strcmp(key, "--scheduler") && strcmp(key, "--micro-batches") && strcmp(key, "--port-base") &&
-                strcmp(key, "--stages") && strcmp(key, "--replicas") && strcmp(key, "--compress"))
+                strcmp(key, "--stages") && strcmp(key, "--replicas") && strcmp(key, "--compress") &&
+                strcmp(key, "--steps"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -207,7 +224,7 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                 return usage_error(usage, "--scheduler expects opfence, uniform or gcma, found '%s'", value);
             o->scheduler = value;
         } else if (strcmp(a, "--micro-batches") == 0 || strcmp(a, "--port-base") == 0 ||
-                   strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0) {
+                   strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 || strcmp(a, "--steps") == 0) {
             char *end = NULL;
             long v = strtol(value, &end, 10);
             int port = strcmp(a, "--port-base") == 0;
@@ -220,6 +237,8 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                 o->stages = (int)v;
             else if (strcmp(a, "--replicas") == 0)
                 o->replicas = (int)v;
+            else if (strcmp(a, "--steps") == 0)
+                o->steps = (int)v;
             else
                 o->micro_batches = (int)v;
         } else if (strcmp(a, "--compress") == 0) {
@@ -621,6 +640,81 @@ static int cmd_plan(int argc, char **argv)
     return rc ? 1 : 0;
 }
 
+/* The simulated steps, the bubble, each link's bytes and each stage's busy time. */
+static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *plan,
+                           const sim_result *r)
+{
+    const double ms = 1e3;
+    fprintf(out, "simulate: %s on %s, scheduler %s, %d stage%s x %d replica%s, %d micro-batch%s, %d step%s\n",
+            ir_str(g, g->name), c->name, plan->scheduler ? plan->scheduler : "opfence", plan->n_stages,
+            plan->n_stages == 1 ? "" : "s", plan->n_replicas, plan->n_replicas == 1 ? "" : "s",
+            plan->micro_batches, plan->micro_batches == 1 ? "" : "es", r->n_steps, r->n_steps == 1 ? "" : "s");
+    for (int32_t k = 0; k < r->n_steps; k++)
+        fprintf(out, "step %d: %.3f ms\n", k + 1, (r->step_end[k] - (k ? r->step_end[k - 1] : 0.0)) * ms);
+    fprintf(out, "simulated step: %.3f ms\n", r->step_end[0] * ms);
+    fprintf(out, "plan estimate: %.3f ms\n", plan->step_seconds * ms);
+    /* The estimate pass's time of every op (est_time, on its stage's first
+     * device): what one device alone would be busy for, a step's worth. */
+    double ops = 0.0;
+    for (int32_t i = 0; i < g->n_nodes; i++)   /* (nodes the comm pass added have none: -1) */
+        if (g->nodes[i].est_time > 0)
+            ops += g->nodes[i].est_time * (g->nodes[i].phase == PHASE_UPDATE ? 1 : plan->micro_batches);
+    fprintf(out, "op estimates: %.3f ms\n", ops * ms);
+    fprintf(out, "bubble: %.4f\n", r->bubble);
+    fprintf(out, "%-5s %-24s %12s\n", "stage", "devices", "busy");
+    for (int32_t s = 0; s < plan->n_stages; s++) {
+        double busy = 0.0;
+        char devices[256] = "";
+        for (int32_t i = 0; i < r->n_workers; i++)
+            if (r->stage[i] == s) {
+                size_t used = strlen(devices);
+                snprintf(devices + used, sizeof devices - used, "%s%s", used ? "," : "", c->devices[r->device[i]].name);
+                busy = busy > r->busy[i] ? busy : r->busy[i];
+            }
+        fprintf(out, "%-5d %-24s %9.3f ms\n", s, devices, busy * ms);
+    }
+    fprintf(out, "%-30s %12s %12s %12s %12s\n", "link (bytes per step)", "forward", "backward", "update", "total");
+    for (int32_t l = 0; l < r->n_links; l++) {
+        const sim_link *k = &r->links[l];
+        char name[300];
+        snprintf(name, sizeof name, "%s->%s", c->devices[k->from].name, c->devices[k->to].name);
+        fprintf(out, "%-30s %12.0f %12.0f %12.0f %12.0f\n", name, k->bytes[PHASE_FORWARD], k->bytes[PHASE_BACKWARD],
+                k->bytes[PHASE_UPDATE], k->bytes[PHASE_FORWARD] + k->bytes[PHASE_BACKWARD] + k->bytes[PHASE_UPDATE]);
+    }
+}
+
+static int cmd_simulate(int argc, char **argv)
+{
+    options o;
+    int rc = parse_options(argc, argv, usage_simulate, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (o.n_files != 2)
+        return usage_error(usage_simulate, "%s", "expected a MODEL and a CLUSTER");
+    struct diag err = { 0 };
+    ir_graph g;
+    cluster c;
+    memset(&c, 0, sizeof c);
+    fence_plan plan;
+    memset(&plan, 0, sizeof plan);
+    sim_result r;
+    memset(&r, 0, sizeof r);
+    ir_graph_init(&g);
+    rc = cluster_load(o.files[1], &c, &err) || build_placed(&o, o.files[0], &c, &g, &plan, &err) ||
+         simulate_steps(&g, &c, o.steps > 0 ? o.steps : 1, &r, &err);
+    if (rc == 0) {
+        simulate_print(stdout, &g, &c, &plan, &r);
+        rc = simulate_write_gantt(&r, &c, o.output ? o.output : ".", &err);
+    }
+    if (rc)
+        diag_print(&err);
+    sim_result_free(&r);
+    ir_graph_free(&g);
+    cluster_free(&c);
+    fence_plan_free(&plan);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -646,6 +740,8 @@ int main(int argc, char **argv)
         return cmd_compile(argc - 2, argv + 2);
     if (strcmp(cmd, "plan") == 0)
         return cmd_plan(argc - 2, argv + 2);
+    if (strcmp(cmd, "simulate") == 0)
+        return cmd_simulate(argc - 2, argv + 2);
     if (strcmp(cmd, "profile") == 0)
         return profile_main(argc - 2, argv + 2);
     if (strcmp(cmd, "passes") == 0) {

@@ -1,0 +1,559 @@
+/* simulate.c: the discrete-event simulation of training steps (simulate.h).
+ *
+ * The state is a worker per device of the placement (stage s, replica r:
+ * worker s * R + r), a cursor into its program, and the transfers on the
+ * links.  Time jumps from event to event: a worker finishing an op, a
+ * transfer's last byte leaving (the active transfers of a link's direction
+ * share its bandwidth equally: each of n gets bandwidth / n), a message
+ * arriving a latency later.  At each event every worker that can go on
+ * does: a compute op takes its estimated time, a send starts a transfer
+ * (after encoding, for a top-k pair) and does not wait for it, a recv waits
+ * for its message (then decodes), the first all-reduce of the update waits
+ * for every replica of its stage and then takes the ring's time for the
+ * whole bucket.
+ *
+ * A worker's program, as the runtime runs it (runtime/main.c): per step,
+ * the forward and backward of each micro-batch in 1F1B order (warm-up
+ * min(S - s - 1, M) forwards, then one forward one backward, then the
+ * remaining backwards), then the update.  Steps follow each other with no
+ * barrier, as on the devices.  A message is told apart by its tensor id,
+ * micro-batch (the update's: M), replica and step; a `once` send or recv
+ * runs in micro-batch 0 only.
+ */
+#include "simulate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../ir/ops.h"
+#include "../passes/passes.h"
+
+typedef struct {
+    int32_t stage, replica, device;
+    int32_t step, action, op;   /* action: index into the stage's order, 2M = the update */
+    double  t_free;             /* the current op ends (or the worker may go on) then   */
+    int     blocked;            /* waits for a message or its replicas                  */
+    int     in_allreduce;       /* counted at its stage's all-reduce                    */
+    int32_t pending_send;       /* a send whose encoding ends at t_free, or -1          */
+    int32_t box;                /* the open box, or -1                                  */
+    int     done;
+} worker;
+
+typedef struct {
+    int32_t transfer;           /* index into r->transfers */
+    double  remaining;
+    size_t  key;                /* the message            */
+} active_transfer;
+
+typedef struct {
+    const ir_graph *g;
+    const cluster  *c;
+    sim_result     *r;
+    int32_t S, R, M, T, steps;
+    int32_t *ops[PHASE_COUNT];  /* [S][n_nodes]: per stage and phase, node indices in order */
+    int32_t *n_ops;             /* [S * PHASE_COUNT]                                      */
+    int32_t *order;             /* [S][2M]: +m a forward, -(m+1) a backward               */
+    worker  *w;
+    double  *arrival;           /* [steps][M+1][R][T]: INFINITY until known               */
+    int32_t *link_of;           /* [n_devices^2]: index into r->links, -1                 */
+    int32_t *link_active;       /* [n_devices^2 capacity]: active transfers per link      */
+    active_transfer *act;  int32_t n_act, cap_act;
+    int32_t *ar_count;          /* [S] replicas at the all-reduce                         */
+} sim;
+
+static ir_phase phase_of(const ir_node *n) { return n->phase == PHASE_NONE ? PHASE_FORWARD : n->phase; }
+
+/* The bytes a send puts on the wire: the tensor, or its top-k encoding
+ * (runtime/comm/topk.h: a header, then index/value pairs or a bitmap and
+ * the values, whichever is smaller). */
+static double wire_bytes(const ir_graph *g, const ir_node *send, double *codec_seconds)
+{
+    int32_t v = send->in[0];
+    double density = ir_node_float(send, ATTR_DENSITY, 0.0), bytes = (double)ir_value_bytes(g, v);
+    *codec_seconds = 0.0;
+    if (density <= 0.0 || density >= 1.0)
+        return bytes;
+    double n = (double)ir_shape_numel(&g->values[v].shape), k = round(density * n);
+    *codec_seconds = 4.0 * n / SIM_CODEC_BYTES_PER_SECOND;
+    return 24.0 + fmin(8.0 * k, ceil(n / 8.0) + 4.0 * k);
+}
+
+static int grow(void **p, int32_t *cap, int32_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    int32_t c = *cap ? *cap * 2 : 64;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, (size_t)c * size);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Start or extend worker w's box of this kind at [start, end]. */
+static int add_box(sim *s, int32_t wi, sim_kind kind, int32_t mb, double start, double end)
+{
+    sim_result *r = s->r;
+    worker *w = &s->w[wi];
+    if (w->box >= 0) {
+        sim_box *b = &r->boxes[w->box];
+        if (b->kind == kind && b->micro_batch == mb && b->step == w->step && fabs(b->end - start) <= 1e-12) {
+            b->end = end;
+            return 0;
+        }
+    }
+    if (grow((void **)&r->boxes, &r->cap_boxes, r->n_boxes + 1, sizeof *r->boxes))
+        return -1;
+    r->boxes[r->n_boxes] = (sim_box){ wi, kind, mb, w->step, start, end };
+    w->box = r->n_boxes++;
+    return 0;
+}
+
+static int32_t link_index(sim *s, int32_t from, int32_t to)
+{
+    int32_t D = s->c->n_devices;
+    int32_t *at = &s->link_of[(size_t)from * D + to];
+    if (*at < 0) {
+        sim_link *l = &s->r->links[s->r->n_links];
+        memset(l, 0, sizeof *l);
+        l->from = from;
+        l->to = to;
+        cluster_link_between(s->c, from, to, &l->bandwidth, &l->latency);
+        *at = s->r->n_links++;
+    }
+    return *at;
+}
+
+static size_t message_key(const sim *s, int32_t step, int32_t slot, int32_t replica, int32_t tensor)
+{
+    return (((size_t)step * (size_t)(s->M + 1) + (size_t)slot) * (size_t)s->R + (size_t)replica) * (size_t)s->T +
+           (size_t)tensor;
+}
+
+/* Put worker w's send (node n) on the link to its peer at time `now`. */
+static int start_transfer(sim *s, int32_t wi, int32_t n, int32_t mb, double now)
+{
+    const ir_graph *g = s->g;
+    const ir_node *send = &g->nodes[n];
+    worker *w = &s->w[wi];
+    int32_t peer = (int32_t)ir_node_int(send, ATTR_PEER, -1), tensor = (int32_t)ir_node_int(send, ATTR_TENSOR, -1);
+    if (peer < 0 || peer >= s->S || tensor < 0 || tensor >= s->T)
+        return 1;
+    int32_t to = s->w[peer * s->R + w->replica].device;
+    int32_t li = link_index(s, w->device, to);
+    double codec, bytes = wire_bytes(g, send, &codec);
+    sim_result *r = s->r;
+    sim_link *l = &r->links[li];
+    if (w->step == 0)
+        l->bytes[phase_of(send)] += bytes;
+    if (grow((void **)&r->transfers, &r->cap_transfers, r->n_transfers + 1, sizeof *r->transfers) ||
+        grow((void **)&s->act, &s->cap_act, s->n_act + 1, sizeof *s->act))
+        return -1;
+    int32_t ti = r->n_transfers++;
+    r->transfers[ti] = (sim_transfer){ li, mb, w->step, phase_of(send), bytes, now, now };
+    size_t key = message_key(s, w->step, mb < 0 ? s->M : mb, w->replica, tensor);
+    if (!(l->bandwidth < INFINITY) || bytes <= 0) {   /* no wire to wait for */
+        s->arrival[key] = now + l->latency;
+        return 0;
+    }
+    s->act[s->n_act++] = (active_transfer){ ti, bytes, key };
+    s->link_active[li]++;
+    return 0;
+}
+
+/* The ring all-reduce of stage st's bucket, starting at node index k of
+ * its update ops: 2 (R-1)/R bytes over the ring's slowest link + 2 (R-1)
+ * latencies. */
+static double allreduce_seconds(const sim *s, int32_t st, int32_t k)
+{
+    const ir_graph *g = s->g;
+    const int32_t *ops = s->ops[PHASE_UPDATE] + (size_t)st * g->n_nodes;
+    int32_t n = s->n_ops[st * PHASE_COUNT + PHASE_UPDATE];
+    double bytes = 0.0, bw = INFINITY, lat = 0.0, R = s->R;
+    for (; k < n && g->nodes[ops[k]].op == OP_ALLREDUCE; k++)
+        bytes += (double)ir_value_bytes(g, g->nodes[ops[k]].in[0]);
+    for (int32_t r = 0; r < s->R; r++) {
+        double b, l;
+        cluster_link_between(s->c, s->w[st * s->R + r].device, s->w[st * s->R + (r + 1) % s->R].device, &b, &l);
+        bw = fmin(bw, b);
+        lat = fmax(lat, l);
+    }
+    return estimate_transfer_seconds(2.0 * (R - 1) / R * bytes, bw, 2.0 * (R - 1) * lat);
+}
+
+/* Let worker wi go on at `now` as far as it can.  0, -1 out of memory, 1 a bad send. */
+static int advance(sim *s, int32_t wi, double now)
+{
+    const ir_graph *g = s->g;
+    worker *w = &s->w[wi];
+    w->blocked = 0;
+    while (!w->done && w->t_free <= now) {
+        int32_t st = w->stage;
+        int update = w->action == 2 * s->M;
+        int32_t a = update ? 0 : s->order[(size_t)st * 2 * s->M + w->action];
+        int32_t mb = update ? -1 : a >= 0 ? a : -a - 1;
+        ir_phase ph = update ? PHASE_UPDATE : a >= 0 ? PHASE_FORWARD : PHASE_BACKWARD;
+        if (w->pending_send >= 0) {
+            int rc = start_transfer(s, wi, w->pending_send, mb, w->t_free);
+            if (rc)
+                return rc;
+            w->pending_send = -1;
+        }
+        const int32_t *ops = s->ops[ph] + (size_t)st * g->n_nodes;
+        int32_t n_ops = s->n_ops[st * PHASE_COUNT + ph];
+        if (w->op == n_ops) {   /* the action is done */
+            w->op = 0;
+            w->box = -1;
+            if (++w->action > 2 * s->M) {
+                s->r->step_end[w->step] = fmax(s->r->step_end[w->step], w->t_free);
+                w->action = 0;
+                if (++w->step == s->steps)
+                    w->done = 1;
+            }
+            continue;
+        }
+        int32_t n = ops[w->op];
+        const ir_node *node = &g->nodes[n];
+        sim_kind kind = update ? SIM_UPDATE : a >= 0 ? SIM_FORWARD : SIM_BACKWARD;
+        if ((node->op == OP_SEND || node->op == OP_RECV) && ir_node_int(node, ATTR_ONCE, 0) && mb > 0) {
+            w->op++;
+            continue;
+        }
+        double dur = 0.0;
+        if (node->op == OP_SEND) {
+            wire_bytes(g, node, &dur);
+            w->pending_send = n;
+        } else if (node->op == OP_RECV) {
+            int32_t tensor = (int32_t)ir_node_int(node, ATTR_TENSOR, -1);
+            if (tensor < 0 || tensor >= s->T)
+                return 1;
+            double arrive = s->arrival[message_key(s, w->step, mb < 0 ? s->M : mb, w->replica, tensor)];
+            if (arrive > now) {
+                if (arrive < INFINITY)
+                    w->t_free = arrive;
+                else
+                    w->blocked = 1;
+                return 0;
+            }
+            if (ir_node_float(node, ATTR_DENSITY, 0.0) > 0.0 && ir_node_float(node, ATTR_DENSITY, 0.0) < 1.0)
+                dur = 4.0 * (double)ir_shape_numel(&g->values[node->out[0]].shape) / SIM_CODEC_BYTES_PER_SECOND;
+            w->t_free = fmax(w->t_free, arrive);
+        } else if (node->op == OP_ALLREDUCE) {
+            if (w->op > 0 && g->nodes[ops[w->op - 1]].op == OP_ALLREDUCE) {   /* in the bucket */
+                w->op++;
+                continue;
+            }
+            if (!w->in_allreduce) {
+                w->in_allreduce = 1;
+                s->ar_count[st]++;
+            }
+            if (s->ar_count[st] < s->R) {
+                w->blocked = 1;
+                return 0;
+            }
+            double end = now + allreduce_seconds(s, st, w->op);
+            s->ar_count[st] = 0;
+            for (int32_t r = 0; r < s->R; r++) {
+                worker *x = &s->w[st * s->R + r];
+                x->in_allreduce = 0;
+                x->blocked = 0;
+                x->t_free = end;
+                x->op++;
+                x->box = -1;
+                if (add_box(s, st * s->R + r, SIM_ALLREDUCE, -1, now, end))
+                    return -1;
+                x->box = -1;
+            }
+            continue;
+        } else {
+            dur = estimate_node_seconds(g, n, &s->c->devices[w->device]);
+        }
+        double start = fmax(w->t_free, now);
+        if (dur > 0.0) {
+            if (add_box(s, wi, kind, mb, start, start + dur))
+                return -1;
+            if (w->step == 0)
+                s->r->busy[wi] += dur;
+        }
+        w->t_free = start + dur;
+        w->op++;
+    }
+    return 0;
+}
+
+static int run(sim *s, struct diag *err, const char *file)
+{
+    sim_result *r = s->r;
+    double now = 0.0;
+    for (;;) {
+        int all_done = 1;
+        for (int32_t i = 0; i < r->n_workers; i++) {
+            int rc = s->w[i].done ? 0 : advance(s, i, now);
+            if (rc < 0)
+                return diag_set(err, file, 0, "out of memory simulating");
+            if (rc > 0)
+                return diag_set(err, file, 0, "a send or recv names no stage or tensor of the placement");
+            all_done &= s->w[i].done;
+        }
+        if (all_done)
+            return 0;
+        double next = INFINITY;
+        for (int32_t i = 0; i < r->n_workers; i++)
+            if (!s->w[i].done && !s->w[i].blocked && s->w[i].t_free > now)
+                next = fmin(next, s->w[i].t_free);
+        for (int32_t k = 0; k < s->n_act; k++) {
+            const sim_link *l = &r->links[r->transfers[s->act[k].transfer].link];
+            next = fmin(next, now + s->act[k].remaining * s->link_active[r->transfers[s->act[k].transfer].link] /
+                                        l->bandwidth);
+        }
+        if (!(next < INFINITY)) {
+            for (int32_t i = 0; i < r->n_workers; i++)
+                if (!s->w[i].done)
+                    return diag_set(err, file, 0,
+                                    "the simulation is stuck: device %s (stage %d) waits at step %d for a message "
+                                    "that never comes", s->c->devices[s->w[i].device].name, s->w[i].stage,
+                                    s->w[i].step + 1);
+            return 0;
+        }
+        double dt = next - now;
+        int32_t kept = 0, *finished = calloc((size_t)s->n_act + 1, sizeof *finished);
+        if (!finished)
+            return diag_set(err, file, 0, "out of memory simulating");
+        for (int32_t k = 0; k < s->n_act; k++) {   /* the rates before anything leaves */
+            sim_transfer *t = &r->transfers[s->act[k].transfer];
+            s->act[k].remaining -= dt * r->links[t->link].bandwidth / s->link_active[t->link];
+            finished[k] = s->act[k].remaining <= 1e-6 * fmax(1.0, t->bytes);
+        }
+        for (int32_t k = 0; k < s->n_act; k++) {
+            sim_transfer *t = &r->transfers[s->act[k].transfer];
+            if (finished[k]) {
+                t->end = next;
+                s->arrival[s->act[k].key] = next + r->links[t->link].latency;
+                s->link_active[t->link]--;
+            } else {
+                s->act[kept++] = s->act[k];
+            }
+        }
+        free(finished);
+        s->n_act = kept;
+        now = next;
+    }
+}
+
+int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, sim_result *r, struct diag *err)
+{
+    const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
+    memset(r, 0, sizeof *r);
+    if (!c || c->n_devices < 1 || steps < 1)
+        return diag_set(err, file, 0, "simulate needs a cluster and at least one step");
+    const ir_placement *p = &g->placement;
+    static const int32_t first_device = 0;
+    sim s;
+    memset(&s, 0, sizeof s);
+    s.g = g;
+    s.c = c;
+    s.r = r;
+    s.steps = steps;
+    s.S = p->n_stages > 0 ? p->n_stages : 1;
+    s.R = p->n_stages > 0 ? p->n_replicas : 1;
+    s.M = p->n_stages > 0 && p->micro_batches > 0 ? p->micro_batches : 1;
+    const int32_t *placed = p->n_stages > 0 ? p->device : &first_device;
+    int32_t W = s.S * s.R, D = c->n_devices, N = g->n_nodes;
+    for (int32_t i = 0; i < N; i++)
+        if (g->nodes[i].op == OP_SEND || g->nodes[i].op == OP_RECV)
+            s.T = (int32_t)fmax(s.T, (double)ir_node_int(&g->nodes[i], ATTR_TENSOR, -1) + 1);
+    size_t n_keys = (size_t)steps * (size_t)(s.M + 1) * (size_t)s.R * (size_t)(s.T > 0 ? s.T : 1);
+    r->n_workers = W;
+    r->n_steps = steps;
+    r->device = calloc((size_t)W, sizeof *r->device);
+    r->stage = calloc((size_t)W, sizeof *r->stage);
+    r->busy = calloc((size_t)W, sizeof *r->busy);
+    r->step_end = calloc((size_t)steps, sizeof *r->step_end);
+    r->links = calloc((size_t)D * (size_t)D + 1, sizeof *r->links);
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        s.ops[ph] = malloc((size_t)s.S * (size_t)N * sizeof *s.ops[ph] + 1);
+    s.n_ops = calloc((size_t)s.S * PHASE_COUNT, sizeof *s.n_ops);
+    s.order = malloc((size_t)s.S * 2 * (size_t)s.M * sizeof *s.order);
+    s.w = calloc((size_t)W, sizeof *s.w);
+    s.arrival = malloc(n_keys * sizeof *s.arrival);
+    s.link_of = malloc((size_t)D * (size_t)D * sizeof *s.link_of);
+    s.link_active = calloc((size_t)D * (size_t)D + 1, sizeof *s.link_active);
+    s.ar_count = calloc((size_t)s.S, sizeof *s.ar_count);
+    int rc = -1;
+    if (!r->device || !r->stage || !r->busy || !r->step_end || !r->links || !s.ops[0] || !s.ops[1] || !s.ops[2] ||
+        !s.ops[3] || !s.n_ops || !s.order || !s.w || !s.arrival || !s.link_of || !s.link_active || !s.ar_count) {
+        diag_set(err, file, 0, "out of memory simulating");
+        goto done;
+    }
+    for (size_t k = 0; k < n_keys; k++)
+        s.arrival[k] = INFINITY;
+    for (size_t k = 0; k < (size_t)D * (size_t)D; k++)
+        s.link_of[k] = -1;
+    for (int32_t i = 0; i < N; i++) {
+        int32_t st = g->nodes[i].stage >= 0 ? g->nodes[i].stage : 0;
+        if (st >= s.S) {
+            diag_set(err, file, 0, "node '%s' is on stage %d of a %d-stage placement", ir_node_name(g, i), st, s.S);
+            goto done;
+        }
+        ir_phase ph = phase_of(&g->nodes[i]);
+        s.ops[ph][(size_t)st * N + s.n_ops[st * PHASE_COUNT + ph]++] = i;
+    }
+    for (int32_t st = 0; st < s.S; st++) {
+        /* The runtime's order (runtime/main.c run_micro_batches). */
+        int32_t warm = s.S - st - 1 < s.M ? s.S - st - 1 : s.M, n = 0, f = 0, b = 0;
+        int32_t *o = s.order + (size_t)st * 2 * s.M;
+        for (; f < warm; f++)
+            o[n++] = f;
+        while (b < s.M) {
+            if (f < s.M)
+                o[n++] = f++;
+            o[n++] = -(++b);
+        }
+        for (int32_t rep = 0; rep < s.R; rep++) {
+            int32_t wi = st * s.R + rep, dev = placed[wi];
+            if (dev < 0 || dev >= D) {
+                diag_set(err, file, 0, "the placement names device %d; the cluster has %d", dev, D);
+                goto done;
+            }
+            s.w[wi] = (worker){ .stage = st, .replica = rep, .device = dev, .pending_send = -1, .box = -1 };
+            r->device[wi] = dev;
+            r->stage[wi] = st;
+        }
+    }
+    if (run(&s, err, file))
+        goto done;
+    double T1 = r->step_end[0], busy = 0.0;
+    for (int32_t i = 0; i < W; i++)
+        busy += r->busy[i];
+    r->bubble = T1 > 0 ? fmax(0.0, (W * T1 - busy) / (W * T1)) : 0.0;
+    rc = 0;
+done:
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        free(s.ops[ph]);
+    free(s.n_ops);
+    free(s.order);
+    free(s.w);
+    free(s.arrival);
+    free(s.link_of);
+    free(s.link_active);
+    free(s.ar_count);
+    free(s.act);
+    if (rc)
+        sim_result_free(r);
+    return rc;
+}
+
+void sim_result_free(sim_result *r)
+{
+    free(r->device);
+    free(r->stage);
+    free(r->busy);
+    free(r->step_end);
+    free(r->boxes);
+    free(r->transfers);
+    free(r->links);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- the timeline -------------------------------------------------------- */
+
+static const char *const kind_colour[SIM_KIND_COUNT] = { "#4e79a7", "#59a14f", "#f28e2b", "#b07aa1" };
+
+/* A tick spacing of 1, 2 or 5 times a power of ten giving about 10 ticks. */
+static double tick_ms(double span_ms)
+{
+    double raw = span_ms / 10.0, p = pow(10.0, floor(log10(raw > 0 ? raw : 1.0)));
+    return raw <= p ? p : raw <= 2 * p ? 2 * p : raw <= 5 * p ? 5 * p : 10 * p;
+}
+
+int simulate_write_gantt(const sim_result *r, const cluster *c, const char *dir, struct diag *err)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/gantt.svg", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
+    const double left = 130.0, width = 1100.0, row = 24.0, top = 30.0;
+    double span = r->n_steps > 0 ? r->step_end[r->n_steps - 1] : 0.0;
+    for (int32_t k = 0; k < r->n_transfers; k++)
+        span = fmax(span, r->transfers[k].end + r->links[r->transfers[k].link].latency);
+    if (!(span > 0))
+        span = 1e-3;
+    double scale = width / span;   /* px per second */
+    int32_t used_links = r->n_links;
+    double height = top + (r->n_workers + used_links) * row + 40.0;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+               "font-size=\"11\">\n", left + width + 20.0, height);
+    fprintf(f, "<text x=\"%.0f\" y=\"16\" font-size=\"13\">simulated: %d step%s, %.2f ms (step 1 %.2f ms), "
+               "bubble %.1f%%</text>\n", left, r->n_steps, r->n_steps == 1 ? "" : "s", span * 1e3,
+            r->n_steps > 0 ? r->step_end[0] * 1e3 : 0.0, r->bubble * 100.0);
+    for (int32_t i = 0; i < r->n_workers; i++) {
+        double y = top + i * row;
+        fprintf(f, "<text class=\"row device\" x=\"4\" y=\"%.1f\">%s (stage %d)</text>\n", y + 15.0,
+                c->devices[r->device[i]].name, r->stage[i]);
+    }
+    for (int32_t l = 0; l < r->n_links; l++) {
+        double y = top + (r->n_workers + l) * row;
+        fprintf(f, "<text class=\"row link\" x=\"4\" y=\"%.1f\">%s&#8594;%s</text>\n", y + 15.0,
+                c->devices[r->links[l].from].name, c->devices[r->links[l].to].name);
+    }
+    static const char *const kind_name[SIM_KIND_COUNT] = { "forward", "backward", "update", "all-reduce" };
+    static const char *const kind_letter[SIM_KIND_COUNT] = { "F", "B", "U", "AR" };
+    for (int32_t k = 0; k < r->n_boxes; k++) {
+        const sim_box *b = &r->boxes[k];
+        double x = left + b->start * scale, w = fmax(0.5, (b->end - b->start) * scale), y = top + b->worker * row;
+        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
+                   "stroke-width=\"0.3\"><title>step %d %s", x, y + 2.0, w, row - 4.0, kind_colour[b->kind],
+                b->step + 1, kind_name[b->kind]);
+        if (b->micro_batch >= 0)
+            fprintf(f, " micro-batch %d", b->micro_batch);
+        fprintf(f, ": %.3f-%.3f ms</title></rect>\n", b->start * 1e3, b->end * 1e3);
+        if (w >= 16.0) {
+            if (b->micro_batch >= 0)
+                fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" fill=\"white\">%s%d</text>\n", x + 2.0, y + 15.0,
+                        kind_letter[b->kind], b->micro_batch);
+            else
+                fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" fill=\"white\">%s</text>\n", x + 2.0, y + 15.0,
+                        kind_letter[b->kind]);
+        }
+    }
+    for (int32_t k = 0; k < r->n_transfers; k++) {
+        const sim_transfer *t = &r->transfers[k];
+        const sim_link *l = &r->links[t->link];
+        double x = left + t->start * scale, w = fmax(0.5, (t->end + l->latency - t->start) * scale);
+        double y = top + (r->n_workers + t->link) * row;
+        ir_phase ph = t->phase;
+        const char *colour = ph == PHASE_BACKWARD ? kind_colour[SIM_BACKWARD]
+                             : ph == PHASE_UPDATE ? kind_colour[SIM_UPDATE] : kind_colour[SIM_FORWARD];
+        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" fill-opacity=\"0.35\" "
+                   "stroke=\"%s\" stroke-width=\"0.5\"><title>step %d micro-batch %d: %.0f bytes, sent %.3f ms, "
+                   "last byte out %.3f ms, arrives %.3f ms</title></rect>\n",
+                x, y + 3.0, w, row - 6.0, colour, colour, t->step + 1, t->micro_batch, t->bytes, t->start * 1e3,
+                t->end * 1e3, (t->end + l->latency) * 1e3);
+    }
+    double axis = top + (r->n_workers + used_links) * row + 4.0, dt = tick_ms(span * 1e3);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"black\"/>\n", left, axis,
+            left + width, axis);
+    for (double t = 0.0; t <= span * 1e3 + 1e-9; t += dt) {
+        double x = left + t * 1e-3 * scale;
+        fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"black\"/>"
+                   "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+                x, axis, x, axis + 4.0, x, axis + 16.0, t);
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">ms</text>\n", left + width + 4.0, axis + 16.0);
+    fprintf(f, "</svg>\n");
+    int ok = !ferror(f);
+    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return diag_set(err, path, 0, "cannot write the timeline");
+    }
+    return 0;
+}
