@@ -89,6 +89,8 @@ typedef enum {
                            change within a step; the copy is kept for the others)     */
     ATTR_DENSITY,       /* send/recv: > 0 = only this fraction of the elements travels,
                            the largest by magnitude (AdaTopK, the compress pass)       */
+    ATTR_FEEDBACK,      /* send: 1 = x is a parameter's partial gradient: send the top k of
+                           x + residual, keep the rest in the residual (error feedback) */
     ATTR_KEY_COUNT
 } attr_key;
 

@@ -15,17 +15,23 @@
  *
  * --compress none (the default for now: no pair compressed), topk:RHO
  * (every pair over such a link at density RHO), adatopk (the density
- * above).  Only fp32 activations and activation gradients of the forward
- * and backward phases are compressed; the optimizer's scalars, a parameter
- * sent once a step, and a parameter's partial gradient (which needs error
- * feedback, not wired yet) are not.  The density is the send/recv
- * pair's `density` attribute, the same on both ends, so both compute the
- * same k and the same message length.
+ * above).  Only fp32 tensors of the forward and backward phases are
+ * compressed: activations, activation gradients, and a parameter's partial
+ * gradient (summed into grad.<param> on the other end), whose send also
+ * gets `feedback=1`: the runtime sends the top k of x + residual and keeps
+ * what it did not send in the residual for the next micro-batch and step
+ * (error feedback: without it the small entries of a parameter gradient
+ * would never arrive).  The optimizer's scalars and a parameter sent once a
+ * step are not compressed.  The density is the send/recv pair's `density`
+ * attribute: the sender's starting density.  The message carries its k, so
+ * the runtime may change the density between steps (fusion
+ * --adapt-density: toward the time the compiled density takes on the
+ * compiled link, i.e. T* under adatopk, or the sending stage's measured
+ * compute per micro-batch when longer: runtime/comm/comm.h) without
+ * telling the receiver.
  *
- * Not yet: the runtime's re-measurement of each link and adaptation of
- * rho between steps; error feedback for compressed parameter gradients
- * (the runtime codec has it: topk_encode_with_residual); the cost model's
- * account of compression; adatopk as the default for multi-site clusters.
+ * Not yet: the cost model's account of compression; adatopk as the
+ * default for multi-site clusters.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -114,8 +120,6 @@ int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
         if (send->op != OP_SEND || send->phase == PHASE_UPDATE || ir_node_int(send, ATTR_ONCE, 0) ||
             g->values[send->in[0]].dtype != DT_F32)
             continue;
-        if (feeds_param_gradient(g, send->in[0]))
-            continue;
         int32_t to = (int32_t)ir_node_int(send, ATTR_PEER, -1), tensor = (int32_t)ir_node_int(send, ATTR_TENSOR, -1);
         double bw = INFINITY, lat = 0.0;
         for (int32_t r = 0; r < p->n_replicas && to >= 0 && to < p->n_stages; r++) {
@@ -131,7 +135,8 @@ int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
         if (rho >= 0.5)
             continue;   /* the dense tensor is as small */
         rho = fmax(rho, DENSITY_MIN);
-        if (ir_node_set_float(g, i, ATTR_DENSITY, rho))
+        if (ir_node_set_float(g, i, ATTR_DENSITY, rho) ||
+            (feeds_param_gradient(g, send->in[0]) && ir_node_set_int(g, i, ATTR_FEEDBACK, 1)))
             return diag_set(err, file, 0, "out of memory");
         for (int32_t j = 0; j < g->n_nodes; j++)
             if (g->nodes[j].op == OP_RECV && ir_node_int(&g->nodes[j], ATTR_TENSOR, -2) == tensor &&

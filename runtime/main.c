@@ -262,6 +262,7 @@ static const char usage[] =
     "                 (FILE.<device> for each device of a program of several)\n"
     "several devices:\n"
     "  --emulate-links     shape every link to the cluster file's bandwidth and latency\n"
+    "  --adapt-density     AdaTopK: re-measure each compressed link between steps and adapt its density\n"
     "  --peer NAME=ADDR    device NAME is at ADDR (moved or replaced), not where the cluster file says\n"
     "  --port-base P       link i listens on port P + i (all devices must agree; default: compiled in)\n"
     "  --peer-timeout S    a peer silent for S seconds is dead (default 10)\n"
@@ -307,6 +308,10 @@ static int parse_args(int argc, char **argv, run_options *o)
         }
         if (strcmp(a, "--emulate-links") == 0) {
             o->comm.emulate_links = 1;
+            continue;
+        }
+        if (strcmp(a, "--adapt-density") == 0) {
+            o->comm.adapt_density = 1;
             continue;
         }
         if (!v)
@@ -670,16 +675,21 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
             break;
         }
         double dt = now() - t0;
+        /* AdaTopK: this step's compressed sends' densities, then the next step's. */
+        char rho[256] = "";
+        rt_comm_density_text(comm, rho, sizeof rho);
+        if (comm)
+            rt_comm_adapt_density(comm, dt);
         if (mf->loss >= 0 && !isfinite(loss)) {
             rc = stop(comm, mf->device, "step %lld: the loss is %f: training diverged", (long long)step, (double)loss);
             break;
         }
         if (mf->loss >= 0)
-            printf("step %5lld/%lld  loss %.6f  %8.0f tok/s  %7.1f ms/step\n", (long long)step, (long long)o->steps,
-                   (double)loss, (double)tokens / dt, dt * 1e3);
+            printf("step %5lld/%lld  loss %.6f  %8.0f tok/s  %7.1f ms/step%s\n", (long long)step, (long long)o->steps,
+                   (double)loss, (double)tokens / dt, dt * 1e3, rho);
         else
-            printf("step %5lld/%lld  %8.0f tok/s  %7.1f ms/step\n", (long long)step, (long long)o->steps,
-                   (double)tokens / dt, dt * 1e3);
+            printf("step %5lld/%lld  %8.0f tok/s  %7.1f ms/step%s\n", (long long)step, (long long)o->steps,
+                   (double)tokens / dt, dt * 1e3, rho);
         fflush(stdout);
         if (log) {   /* flushed each step: the log is read while training runs */
             if (mf->loss >= 0)

@@ -16,6 +16,7 @@ packages=(
   graphviz                           # rendering `fusionc dump --format dot` in tests
   python3-torch                      # independent reference in tests and benchmarks
   perl time                          # tests write token shards; benchmarks measure peak memory
+  gnuplot-nox                        # bench/bench_adatopk.sh's loss curves (PNG)
 )
 
 missing=()

@@ -1,8 +1,12 @@
 # The compress pass (AdaTopK): on a 4-stage pipeline across local-4's slow
-# link, the activation and the activation gradient that cross it get a top-k
-# density, nothing else does (not the fast links, not a parameter's partial
-# gradient); the compressed program trains (its loss falls, unlike the
-# uncompressed run's bit for bit); a bad --compress gets one line.
+# links, the activation, the activation gradient and the tied embedding's
+# partial gradient (grad.wte.1, last stage -> first) that cross them get a
+# top-k density, nothing else does (not the fast links); only grad.wte.1's
+# send gets error feedback (feedback=1); the compressed program trains (its
+# loss falls, unlike the uncompressed run's bit for bit); with
+# --adapt-density the sender changes the density between steps (the
+# receiver reads k from the message) and logs it, and training still works;
+# a bad --compress gets one line.
 . "$(dirname "$0")/lib.sh"
 no_leak_scan_in_threaded_programs
 
@@ -20,10 +24,16 @@ done
 sends() { grep '^node .*= send(' "$1" | grep 'density=' | sed 's/^node \([^ ]*\) = .*density=\([0-9.e-]*\).*/\1 \2/'; }
 expect_eq "none: compressed sends" "" "$(sends "$work/none.ir")"
 expect_eq "topk:0.05: compressed sends" "h.1.out:send2 0.05
+grad.wte.1:send0 0.05
 grad.h.1.out:send1 0.05" "$(sends "$work/topk:0.05.ir")"
-# adatopk: the same two, at beta T* / (2 S): below 1/2, above 0.1%.
-sends "$work/adatopk.ir" | awk '{ n++; if (!($2 > 0.001 && $2 < 0.5)) bad = 1 } END { exit !(n == 2 && !bad) }' \
-  && pass || fail "adatopk densities: $(sends "$work/adatopk.ir")"
+feedback() { grep '^node .*= send(' "$1" | grep 'feedback=1' | sed 's/^node \([^ ]*\) = .*/\1/'; }
+for c in topk:0.05 adatopk; do
+  expect_eq "$c: sends with error feedback" "grad.wte.1:send0" "$(feedback "$work/$c.ir")"
+done
+expect_eq "recvs with error feedback (the sender's business)" "" "$(grep '= recv(' "$work/topk:0.05.ir" | grep feedback)"
+# adatopk: the same three, at beta T* / (2 S): below 1/2, above 0.1%.
+sends "$work/adatopk.ir" | awk '{ n++; if (!($2 > 0.001 && $2 < 0.5)) bad = 1 } END { exit !(n == 3 && !bad) }' \
+  && pass || fail "adatopk densities (3 sends, each in (0.001, 0.5)): $(sends "$work/adatopk.ir")"
 # Every recv has its send's density.
 for c in topk:0.05 adatopk; do
   expect_eq "$c: recv densities" "$(grep '= send(' "$work/$c.ir" | grep -o 'density=[0-9.e-]*' | sort)" \
@@ -40,6 +50,22 @@ first=$(head -1 "$work/topk:0.05.loss"); last=$(tail -1 "$work/topk:0.05.loss")
 awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f - 0.3) }' && pass || fail "compressed loss went from $first to $last"
 cmp -s "$work/none.loss" "$work/topk:0.05.loss" && fail "compression changed nothing" || pass
 echo "loss after 20 steps: uncompressed $(tail -1 "$work/none.loss"), top 5% on the slow link $last" >&2
+
+# --adapt-density on loopback: each sender re-measures its links between
+# steps and moves its densities (its progress line says "rho X" per
+# compressed send; which way depends on this machine's per-message time,
+# so only a change within [0.001, 1] is checked), the receivers follow
+# from the message, and the loss still falls.
+"$work/topk:0.05/launch-local.sh" --data "$work/corpus.txt" --steps 8 --seed 2 --adapt-density \
+  >"$work/adapt.train" 2>&1 && pass || fail "train --adapt-density: $(tail -3 "$work/adapt.train")"
+rho=$(grep '^\[cpu-b1\] step ' "$work/adapt.train" | sed 's/.*rho \([0-9.]*\).*/\1/')
+expect_eq "cpu-b1 (sends grad.wte.1) logs rho every step" 8 "$(grep -c . <<<"$rho")"
+expect_eq "first step at the compiled density" 0.0500 "$(head -1 <<<"$rho")"
+awk '{ if ($1 != 0.05) moved = 1; if (!($1 >= 0.001 && $1 <= 1)) bad = 1 } END { exit !(moved && !bad) }' <<<"$rho" \
+  && pass || fail "adapted densities: $(echo $rho), expected a change from 0.0500, each within [0.001, 1]"
+sed 's/^\[[^]]*\] //' "$work/adapt.train" | awk '/^step .* loss /{ print $4 }' >"$work/adapt.loss"
+awk -v f="$(head -1 "$work/adapt.loss")" -v l="$(tail -1 "$work/adapt.loss")" 'BEGIN { exit !(l < f) }' \
+  && pass || fail "adaptive loss went from $(head -1 "$work/adapt.loss") to $(tail -1 "$work/adapt.loss")"
 
 "$FUSIONC" compile models/gpt2.xml clusters/local-4.xml -o "$work/bad" "${model[@]}" --compress topk:2 >/dev/null 2>"$work/err"
 expect_eq "bad --compress exit" 2 $?

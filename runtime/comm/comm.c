@@ -2,9 +2,11 @@
  * (see comm.h). */
 #include "comm.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../ir/op_kinds.h"
 #include "../../ir/ir.h"
@@ -12,6 +14,14 @@
 #include "topk.h"
 
 static int packed_reserve(rt_comm *c, size_t bytes, rt_context *ctx);
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static rt_topk_send *topk_send_state(rt_comm *c, const rt_op *op, int32_t to, rt_context *ctx);
 
 static const char *peer_address(const rt_comm_options *o, const rt_peer *p)
 {
@@ -29,8 +39,14 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
     c->placement = placement;
     c->peers = peers;
     int32_t self = m->device_index, count = 0;
+    c->adapt = o && o->adapt_density;
+    c->link_bandwidth = calloc((size_t)m->n_peers + 1, sizeof *c->link_bandwidth);
+    c->mark_bytes = calloc((size_t)m->n_peers + 1, sizeof *c->mark_bytes);
+    c->mark_busy = calloc((size_t)m->n_peers + 1, sizeof *c->mark_busy);
     fu_hub_link_spec *specs = calloc((size_t)m->n_links + 1, sizeof *specs);
-    if (!specs) {
+    if (!specs || !c->link_bandwidth || !c->mark_bytes || !c->mark_busy) {
+        free(specs);
+        rt_comm_close(c);
         snprintf(err, n, "out of memory opening %d links", m->n_links);
         return -1;
     }
@@ -42,9 +58,11 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
         int32_t other = l->a == self ? l->b : l->a;
         if (other < 0 || other >= m->n_peers) {
             free(specs);
+            rt_comm_close(c);
             snprintf(err, n, "link %d names device %d of %d: a damaged program", i, other, m->n_peers);
             return -1;
         }
+        c->link_bandwidth[other] = l->bandwidth;
         fu_hub_link_spec *s = &specs[count++];
         s->peer = other;
         snprintf(s->name, sizeof s->name, "%s", peers[other].name);
@@ -65,7 +83,11 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
                           .connect_timeout_ms = o && o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000 };
     c->hub = count > 0 ? fu_hub_open(specs, count, &ho, err, n) : NULL;
     free(specs);
-    return count > 0 && !c->hub ? -1 : 0;
+    if (count > 0 && !c->hub) {
+        rt_comm_close(c);
+        return -1;
+    }
+    return 0;
 }
 
 void rt_comm_close(rt_comm *c)
@@ -80,6 +102,12 @@ void rt_comm_close(rt_comm *c)
     if (c->topk)
         topk_scratch_free(c->topk);
     free(c->topk);
+    for (int32_t i = 0; i < c->n_sends; i++)
+        free(c->sends[i].residual);
+    free(c->sends);
+    free(c->link_bandwidth);
+    free(c->mark_bytes);
+    free(c->mark_busy);
     memset(c, 0, sizeof *c);
 }
 
@@ -127,16 +155,23 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     fu_msg_info m = message(op, ctx, tensor_bytes(&op->in[0]));
     const void *payload = arena + op->in[0].offset;
     char why[400];
-    if (op->floats[ATTR_DENSITY] > 0) {   /* AdaTopK: the k largest by magnitude */
-        int64_t n = rt_tensor_numel(&op->in[0]), k = topk_count(n, op->floats[ATTR_DENSITY]);
+    if (op->floats[ATTR_DENSITY] > 0) {   /* AdaTopK: the k largest by magnitude, at this step's density */
+        rt_topk_send *s = topk_send_state(c, op, to, ctx);
+        if (!s)
+            return -1;
+        int64_t n = s->n, k = topk_count(n, s->density);
         if (packed_reserve(c, topk_encoded_bytes(n, k), ctx))
             return -1;
-        int64_t bytes = topk_encode((const float *)payload, n, k, c->packed, c->packed_bytes, c->topk);
+        int64_t bytes = s->residual ? topk_encode_with_residual((const float *)payload, s->residual, n, k, c->packed,
+                                                                c->packed_bytes, c->topk)
+                                    : topk_encode((const float *)payload, n, k, c->packed, c->packed_bytes, c->topk);
         if (bytes < 0) {
             snprintf(ctx->msg, sizeof ctx->msg, "op '%s': cannot encode the top %lld of %lld", op->name,
                      (long long)k, (long long)n);
             return -1;
         }
+        s->step_bytes += (uint64_t)bytes;   /* what rt_comm_adapt_density measures against */
+        s->step_sends++;
         m.codec = FU_CODEC_TOPK;
         m.length = (uint64_t)bytes;
         payload = c->packed;
@@ -159,23 +194,109 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     fu_msg_info want = message(op, ctx, bytes);
     void *into = arena + op->out[0].offset;
     char why[400];
-    if (op->floats[ATTR_DENSITY] > 0) {   /* both ends compute the same k, so the same length */
+    if (op->floats[ATTR_DENSITY] > 0) {   /* the sender chose k (its header says): any length up to k = n */
         want.codec = FU_CODEC_TOPK;
-        want.length = topk_encoded_bytes(n, topk_count(n, op->floats[ATTR_DENSITY]));
+        want.length = topk_encoded_bytes(n, n);
         if (packed_reserve(c, want.length, ctx))
             return -1;
         into = c->packed;
     }
-    if (fu_hub_recv(c->hub, from, &want, into, want.length, why, sizeof why) != 0) {
+    uint64_t got = want.length;
+    double t0 = seconds_now();
+    int rc = into == c->packed ? fu_hub_recv_upto(c->hub, from, &want, into, want.length, &got, why, sizeof why)
+                               : fu_hub_recv(c->hub, from, &want, into, want.length, why, sizeof why);
+    c->recv_wait += seconds_now() - t0;
+    if (rc != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %.300s", op->name, c->peers[from].name, why);
         return -1;
     }
     if (into == c->packed &&
-        topk_decode(c->packed, want.length, (float *)(arena + op->out[0].offset), n, why, sizeof why) != 0) {
+        topk_decode(c->packed, got, (float *)(arena + op->out[0].offset), n, why, sizeof why) != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %.300s", op->name, c->peers[from].name, why);
         return -1;
     }
     return 0;
+}
+
+/* The state of the compressed send op, made at its first message: the
+ * compiled density, the target it implies on the compiled link, and for
+ * feedback=1 a zeroed residual, kept for the whole run. */
+static rt_topk_send *topk_send_state(rt_comm *c, const rt_op *op, int32_t to, rt_context *ctx)
+{
+    int32_t tensor = (int32_t)op->ints[ATTR_TENSOR];
+    for (int32_t i = 0; i < c->n_sends; i++)
+        if (c->sends[i].tensor == tensor)
+            return &c->sends[i];
+    if (c->n_sends == c->sends_cap) {
+        int32_t cap = c->sends_cap ? 2 * c->sends_cap : 8;
+        rt_topk_send *p = realloc(c->sends, (size_t)cap * sizeof *p);
+        if (!p) {
+            snprintf(ctx->msg, sizeof ctx->msg, "out of memory for op '%s'", op->name);
+            return NULL;
+        }
+        c->sends = p;
+        c->sends_cap = cap;
+    }
+    int64_t n = rt_tensor_numel(&op->in[0]);
+    double density = op->floats[ATTR_DENSITY], bw = c->link_bandwidth[to];
+    rt_topk_send s = { .tensor = tensor, .peer = to, .n = n, .density = density,
+                       .target = bw > 0 ? (double)topk_encoded_bytes(n, topk_count(n, density)) / bw : 0.0 };
+    if (op->ints[ATTR_FEEDBACK] && !(s.residual = calloc((size_t)n, sizeof *s.residual))) {
+        snprintf(ctx->msg, sizeof ctx->msg, "out of memory for the residual of op '%s' (%lld floats)", op->name,
+                 (long long)n);
+        return NULL;
+    }
+    c->sends[c->n_sends] = s;
+    return &c->sends[c->n_sends++];
+}
+
+void rt_comm_adapt_density(rt_comm *c, double step_seconds)
+{
+    /* This stage's compute per micro-batch: the step less its waits for peers. */
+    double compute = fmax(0.0, step_seconds - c->recv_wait) / (c->manifest->micro_batches > 0 ? c->manifest->micro_batches : 1);
+    c->recv_wait = 0.0;
+    if (!c->adapt || !c->hub)
+        return;
+    for (int32_t p = 0; p < c->manifest->n_peers; p++) {
+        int used = 0;
+        for (int32_t i = 0; i < c->n_sends; i++)
+            used |= c->sends[i].peer == p;
+        uint64_t bytes;
+        double busy;
+        if (!used || fu_hub_stats(c->hub, p, &bytes, &busy) != 0)
+            continue;
+        double d_bytes = (double)(bytes - c->mark_bytes[p]), d_busy = busy - c->mark_busy[p];
+        if (!(d_bytes > 0 && d_busy > 0))
+            continue;   /* nothing acked since: keep the densities, measure again next step */
+        c->mark_bytes[p] = bytes;
+        c->mark_busy[p] = busy;
+        double throughput = d_bytes / d_busy;   /* bytes/s */
+        for (int32_t i = 0; i < c->n_sends; i++) {
+            rt_topk_send *s = &c->sends[i];
+            if (s->peer != p || s->step_sends == 0 || !(s->target > 0))
+                continue;
+            double took = (double)s->step_bytes / s->step_sends / throughput, target = fmax(s->target, compute);
+            double next = fmin(1.0, fmax(RT_DENSITY_MIN, s->density * target / took));
+            s->density = fmin(1.0, fmax(RT_DENSITY_MIN, sqrt(s->density * next)));
+        }
+    }
+    for (int32_t i = 0; i < c->n_sends; i++) {
+        c->sends[i].step_bytes = 0;
+        c->sends[i].step_sends = 0;
+    }
+}
+
+void rt_comm_density_text(const rt_comm *c, char *buf, size_t n)
+{
+    size_t at = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int32_t i = 0; c && i < c->n_sends && at < n; i++) {
+        int w = snprintf(buf + at, n - at, "  rho %.4f", c->sends[i].density);
+        if (w < 0)
+            break;
+        at += (size_t)w;
+    }
 }
 
 /* Room for `bytes` of encoded tensor, and the codec's scratch. */

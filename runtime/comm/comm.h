@@ -26,6 +26,7 @@
 
 typedef struct {
     int         emulate_links;        /* shape each link to the cluster file's bandwidth and latency */
+    int         adapt_density;        /* AdaTopK: re-measure each compressed link between steps   */
     int         timeout_ms;           /* a peer silent this long is dead (default 10000)               */
     int         connect_timeout_ms;   /* every peer must be up within this (default 60000)             */
     int32_t     port_base;            /* 0: the manifest's                                             */
@@ -33,6 +34,20 @@ typedef struct {
     const char *peer_address[RT_COMM_MAX_OVERRIDES];
     int         n_overrides;
 } rt_comm_options;
+
+/* AdaTopK, one compressed send op (a density > 0) of this device: the
+ * density its messages use this step, and what it needs to adapt it.
+ * The message carries its k, so the receiver needs none of this. */
+typedef struct {
+    int32_t  tensor, peer;            /* the op's message id; the receiving device                   */
+    int64_t  n;                       /* elements of the dense tensor                                */
+    double   density;                 /* this step's: the compiled one, then rt_comm_adapt_density's */
+    double   target;                  /* seconds a message should take: the compiled density's bytes
+                                         on the compiled link (T* under adatopk); 0 = unknown        */
+    float   *residual;                /* (n,) error feedback (feedback=1), zeroed at the start; else NULL */
+    uint64_t step_bytes;              /* this step's encoded bytes ...                               */
+    int32_t  step_sends;              /* ... in this many messages                                   */
+} rt_topk_send;
 
 typedef struct rt_comm {
     struct fu_hub  *hub;
@@ -53,6 +68,14 @@ typedef struct rt_comm {
     void           *packed;
     size_t          packed_bytes;
     topk_scratch   *topk;
+    /* AdaTopK between steps (rt_comm_adapt_density). */
+    rt_topk_send   *sends;            /* [n_sends] by first use                */
+    int32_t         n_sends, sends_cap;
+    int             adapt;            /* rt_comm_options.adapt_density         */
+    double         *link_bandwidth;   /* [n_peers] bytes/s compiled, 0 no link */
+    uint64_t       *mark_bytes;       /* [n_peers] fu_hub_stats at the last adaptation */
+    double         *mark_busy;
+    double          recv_wait;        /* seconds blocked in receives since the last adaptation */
 } rt_comm;
 
 /* Connect to every peer this device has a link with (runtime/program.h's
@@ -72,6 +95,26 @@ int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 
 /* Run the bucketed all-reduces (rt_op_run calls it before any other op). */
 int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx);
+
+/* AdaTopK, between steps (after a step's update, before the next step's
+ * first send; step_seconds: the step's wall time): for each compressed
+ * send, the link's throughput since the last call (fu_hub_stats: bytes
+ * acked / busy seconds) gives the time its messages took; the density
+ * moves toward the one that makes them take the target:
+ *     rho' = clamp(rho * target / measured, RT_DENSITY_MIN, 1),
+ * smoothed (rho := sqrt(rho * rho'), a half step in log space).  The
+ * target is the compiled one (the compiled density's bytes on the compiled
+ * link: T* under adatopk), or this stage's measured compute per
+ * micro-batch (step_seconds less the time blocked in receives, over the
+ * micro-batches) when that is longer: T* is the largest stage's compute,
+ * so never less than this stage's, and the compiled estimate can be far
+ * below what the devices really take.  Does nothing unless adapt_density
+ * was set.  Never fails: a link that sent nothing keeps its density. */
+#define RT_DENSITY_MIN 1e-3           /* the compress pass's minimum */
+void rt_comm_adapt_density(rt_comm *c, double step_seconds);
+/* "  rho 0.0520" for each compressed send of this device (tensor order of
+ * first use) into buf; "" when none. */
+void rt_comm_density_text(const rt_comm *c, char *buf, size_t n);
 
 /* x[0..n) := its mean over the replicas of this device's stage (the loss a
  * data-parallel step reports).  tag: a tensor id no op uses. */

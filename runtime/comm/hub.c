@@ -595,11 +595,13 @@ static int same_message(const fu_msg_info *a, const fu_msg_info *b) {
     return a->kind == b->kind && a->step == b->step && a->micro_batch == b->micro_batch && a->tensor == b->tensor;
 }
 
-int fu_hub_recv(fu_hub *h, int32_t peer, const fu_msg_info *want, void *payload, uint64_t capacity,
-                char *err, size_t n) {
+/* fu_hub_recv (got NULL: the length must be want->length) and
+ * fu_hub_recv_upto (any length up to capacity, stored in *got). */
+static int hub_recv(fu_hub *h, int32_t peer, const fu_msg_info *want, void *payload, uint64_t capacity,
+                    uint64_t *got, char *err, size_t n) {
     hub_link *k = find(h, peer, err, n);
     if (!k) return -1;
-    if (want->length > capacity) {
+    if (!got && want->length > capacity) {
         fail(err, n, "receive from %s: %" PRIu64 " bytes asked for a %" PRIu64 "-byte buffer (step %" PRId64
              ", tensor %" PRId32 ")", k->spec.name, want->length, capacity, want->step, want->tensor);
         return -1;
@@ -643,17 +645,28 @@ int fu_hub_recv(fu_hub *h, int32_t peer, const fu_msg_info *want, void *payload,
     }
     pthread_mutex_unlock(&h->mu);
     if (!m) return rc;
-    if (m->info.length != want->length) {
+    if (got ? m->info.length > capacity : m->info.length != want->length) {
         fail(err, n, "message from %s (step %" PRId64 ", micro-batch %" PRId32 ", tensor %" PRId32 "): %" PRIu64
-             " bytes, expected %" PRIu64, k->spec.name, want->step, want->micro_batch, want->tensor,
-             m->info.length, want->length);
+             " bytes, expected %s%" PRIu64, k->spec.name, want->step, want->micro_batch, want->tensor,
+             m->info.length, got ? "at most " : "", got ? capacity : want->length);
         rc = -1;
-    } else if (m->info.length) {
-        memcpy(payload, m->payload, (size_t)m->info.length);
+    } else {
+        if (m->info.length) memcpy(payload, m->payload, (size_t)m->info.length);
+        if (got) *got = m->info.length;
     }
     free(m->payload);
     free(m);
     return rc;
+}
+
+int fu_hub_recv(fu_hub *h, int32_t peer, const fu_msg_info *want, void *payload, uint64_t capacity,
+                char *err, size_t n) {
+    return hub_recv(h, peer, want, payload, capacity, NULL, err, n);
+}
+
+int fu_hub_recv_upto(fu_hub *h, int32_t peer, const fu_msg_info *want, void *payload, uint64_t capacity,
+                     uint64_t *length, char *err, size_t n) {
+    return hub_recv(h, peer, want, payload, capacity, length, err, n);
 }
 
 int fu_hub_flush(fu_hub *h, char *err, size_t n) {

@@ -136,6 +136,11 @@ int fu_hub_send(fu_hub *h, int32_t peer, const fu_msg_info *info, const void *pa
  * into payload. */
 int fu_hub_recv(fu_hub *h, int32_t peer, const fu_msg_info *want, void *payload, uint64_t capacity,
                 char *err, size_t n);
+/* The same for a message whose length the sender chose (a top-k tensor
+ * whose density the sender adapts): any length up to capacity is taken,
+ * and stored in *length; a longer one is an error. */
+int fu_hub_recv_upto(fu_hub *h, int32_t peer, const fu_msg_info *want, void *payload, uint64_t capacity,
+                     uint64_t *length, char *err, size_t n);
 /* Waits until every queued send is acked. */
 int fu_hub_flush(fu_hub *h, char *err, size_t n);
 
