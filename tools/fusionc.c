@@ -578,6 +578,28 @@ static int build_placed(const options *o, const char *model_path, const cluster 
     return pass_run_pipeline(g, &popt, err);
 }
 
+/* A model built and placed on a cluster (compile, plan and simulate start
+ * from one).  placed_load fills p (err on failure); placed_free always. */
+typedef struct {
+    ir_graph   g;
+    cluster    c;
+    fence_plan plan;
+} placed_model;
+
+static int placed_load(placed_model *p, const options *o, struct diag *err)
+{
+    memset(p, 0, sizeof *p);
+    ir_graph_init(&p->g);
+    return cluster_load(o->files[1], &p->c, err) || build_placed(o, o->files[0], &p->c, &p->g, &p->plan, err) ? -1 : 0;
+}
+
+static void placed_free(placed_model *p)
+{
+    ir_graph_free(&p->g);
+    cluster_free(&p->c);
+    fence_plan_free(&p->plan);
+}
+
 static int cmd_compile(int argc, char **argv)
 {
     options o;
@@ -589,26 +611,20 @@ static int cmd_compile(int argc, char **argv)
     if (!o.output)
         return usage_error(usage_compile, "%s", "expected -o OUT, the output folder");
     struct diag err = { 0 };
-    ir_graph g;
-    cluster c;
-    memset(&c, 0, sizeof c);
-    fence_plan plan;
-    memset(&plan, 0, sizeof plan);
-    ir_graph_init(&g);
-    rc = cluster_load(o.files[1], &c, &err) || build_placed(&o, o.files[0], &c, &g, &plan, &err) ||
-         bundle_write(&g, &c, o.output, bundle_default_toolchain(), o.port_base, &err) ||
-         plan_report_write(&g, &c, &plan, o.output, &err);
+    placed_model m;
+    rc = placed_load(&m, &o, &err) ||
+         bundle_write(&m.g, &m.c, o.output, bundle_default_toolchain(), o.port_base, &err) ||
+         plan_report_write(&m.g, &m.c, &m.plan, o.output, &err);
+    const fence_plan *plan = &m.plan;
     if (rc)
         diag_print(&err);
     else
         printf("compiled %s for %s: %d device program%s (%d stage%s x %d replica%s, %d micro-batch%s) in %s/\n",
-               ir_str(&g, g.name), c.name, plan.n_stages * plan.n_replicas,
-               plan.n_stages * plan.n_replicas == 1 ? "" : "s", plan.n_stages, plan.n_stages == 1 ? "" : "s",
-               plan.n_replicas, plan.n_replicas == 1 ? "" : "s", plan.micro_batches,
-               plan.micro_batches == 1 ? "" : "es", o.output);
-    ir_graph_free(&g);
-    cluster_free(&c);
-    fence_plan_free(&plan);
+               ir_str(&m.g, m.g.name), m.c.name, plan->n_stages * plan->n_replicas,
+               plan->n_stages * plan->n_replicas == 1 ? "" : "s", plan->n_stages, plan->n_stages == 1 ? "" : "s",
+               plan->n_replicas, plan->n_replicas == 1 ? "" : "s", plan->micro_batches,
+               plan->micro_batches == 1 ? "" : "es", o.output);
+    placed_free(&m);
     return rc ? 1 : 0;
 }
 
@@ -621,22 +637,15 @@ static int cmd_plan(int argc, char **argv)
     if (o.n_files != 2)
         return usage_error(usage_plan, "%s", "expected a MODEL and a CLUSTER");
     struct diag err = { 0 };
-    ir_graph g;
-    cluster c;
-    memset(&c, 0, sizeof c);
-    fence_plan plan;
-    memset(&plan, 0, sizeof plan);
-    ir_graph_init(&g);
-    rc = cluster_load(o.files[1], &c, &err) || build_placed(&o, o.files[0], &c, &g, &plan, &err);
+    placed_model m;
+    rc = placed_load(&m, &o, &err);
     if (rc == 0) {
-        plan_report_print(stdout, &g, &c, &plan);
-        rc = plan_report_write(&g, &c, &plan, o.output ? o.output : ".", &err);
+        plan_report_print(stdout, &m.g, &m.c, &m.plan);
+        rc = plan_report_write(&m.g, &m.c, &m.plan, o.output ? o.output : ".", &err);
     }
     if (rc)
         diag_print(&err);
-    ir_graph_free(&g);
-    cluster_free(&c);
-    fence_plan_free(&plan);
+    placed_free(&m);
     return rc ? 1 : 0;
 }
 
@@ -692,26 +701,18 @@ static int cmd_simulate(int argc, char **argv)
     if (o.n_files != 2)
         return usage_error(usage_simulate, "%s", "expected a MODEL and a CLUSTER");
     struct diag err = { 0 };
-    ir_graph g;
-    cluster c;
-    memset(&c, 0, sizeof c);
-    fence_plan plan;
-    memset(&plan, 0, sizeof plan);
+    placed_model m;
     sim_result r;
     memset(&r, 0, sizeof r);
-    ir_graph_init(&g);
-    rc = cluster_load(o.files[1], &c, &err) || build_placed(&o, o.files[0], &c, &g, &plan, &err) ||
-         simulate_steps(&g, &c, o.steps > 0 ? o.steps : 1, &r, &err);
+    rc = placed_load(&m, &o, &err) || simulate_steps(&m.g, &m.c, o.steps > 0 ? o.steps : 1, &r, &err);
     if (rc == 0) {
-        simulate_print(stdout, &g, &c, &plan, &r);
-        rc = simulate_write_gantt(&r, &c, o.output ? o.output : ".", &err);
+        simulate_print(stdout, &m.g, &m.c, &m.plan, &r);
+        rc = simulate_write_gantt(&r, &m.c, o.output ? o.output : ".", &err);
     }
     if (rc)
         diag_print(&err);
     sim_result_free(&r);
-    ir_graph_free(&g);
-    cluster_free(&c);
-    fence_plan_free(&plan);
+    placed_free(&m);
     return rc ? 1 : 0;
 }
 

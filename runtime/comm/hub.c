@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE   /* pipe2; before any system header */
 #include "comm/hub.h"
+#include "comm/wire_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,21 +71,6 @@ struct fu_hub {
     int64_t         abort_start_ms;
     int             stopping;      /* fu_hub_close: say bye (unless failed) and leave */
 };
-
-static void fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(char *err, size_t n, const char *fmt, ...) {
-    if (!err || n == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
-static int64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 static int64_t realtime_ns(void) {
     struct timespec t;

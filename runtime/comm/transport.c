@@ -36,6 +36,7 @@
  *    socket and the copy.
  */
 #include "comm/transport.h"
+#include "comm/wire_util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -123,21 +124,6 @@ struct fu_link {
     uint64_t control_waiting[8];  /* acked control posts not acked yet */
     int      n_control_waiting;
 };
-
-static void fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(char *err, size_t n, const char *fmt, ...) {
-    if (!err || n == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
-static int64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /* ---- wire header ------------------------------------------------------- */
 
