@@ -56,6 +56,7 @@ void ir_graph_free(ir_graph *g)
     free(g->nodes);
     free(g->hypers);
     free(g->placement.device);
+    free(g->placement.warmup);
     free(g->strings);
     name_map_free(g->string_index);
     ir_graph_init(g);
@@ -162,6 +163,10 @@ int ir_graph_copy(ir_graph *dst, const ir_graph *src)
     dst->placement.device = src->placement.n_stages > 0 && src->placement.n_replicas > 0 &&
                             n_placed <= IR_MAX_STAGE_DEVICES
         ? dup_array(src->placement.device, (size_t)n_placed, sizeof *src->placement.device, &failed) : NULL;
+    dst->placement.warmup = src->placement.warmup && src->placement.n_stages > 0 &&
+                            src->placement.n_stages <= IR_MAX_STAGE_DEVICES
+        ? dup_array(src->placement.warmup, (size_t)src->placement.n_stages, sizeof *src->placement.warmup, &failed)
+        : NULL;
     if (!failed) {
         dst->n_values = dst->cap_values = dst->values ? src->n_values : 0;
         dst->n_nodes = dst->cap_nodes = dst->nodes ? src->n_nodes : 0;
@@ -316,6 +321,7 @@ int ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, in
 {
     if (n_stages == 0 && n_replicas == 0 && micro_batches == 0 && !devices) {
         free(g->placement.device);
+        free(g->placement.warmup);
         memset(&g->placement, 0, sizeof g->placement);
         return 0;
     }
@@ -335,8 +341,41 @@ int ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, in
         return -1;
     memcpy(copy, devices, (size_t)n * sizeof *copy);
     free(g->placement.device);
+    free(g->placement.warmup);
     g->placement = (ir_placement){ .n_stages = n_stages, .n_replicas = n_replicas,
                                    .micro_batches = micro_batches, .device = copy };
+    return 0;
+}
+
+int32_t ir_placement_warmup(const ir_placement *p, int32_t s)
+{
+    if (p->warmup && s >= 0 && s < p->n_stages)
+        return p->warmup[s];
+    int32_t w = p->n_stages - s - 1;
+    return w < 0 ? 0 : w < p->micro_batches ? w : p->micro_batches;
+}
+
+int ir_graph_set_warmup(ir_graph *g, const int32_t *warmup)
+{
+    ir_placement *p = &g->placement;
+    if (p->n_stages <= 0)
+        return -1;
+    if (!warmup) {
+        free(p->warmup);
+        p->warmup = NULL;
+        return 0;
+    }
+    for (int32_t s = 0; s < p->n_stages; s++) {
+        int32_t next = s + 1 < p->n_stages ? warmup[s + 1] + 1 : 0;
+        if (warmup[s] < 0 || warmup[s] > p->micro_batches || warmup[s] < (next < p->micro_batches ? next : p->micro_batches))
+            return -1;
+    }
+    int32_t *copy = malloc((size_t)p->n_stages * sizeof *copy);
+    if (!copy)
+        return -1;
+    memcpy(copy, warmup, (size_t)p->n_stages * sizeof *copy);
+    free(p->warmup);
+    p->warmup = copy;
     return 0;
 }
 

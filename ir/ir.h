@@ -132,6 +132,9 @@ typedef struct {
     int32_t  n_replicas;       /* devices per stage (the same for every stage)   */
     int32_t  micro_batches;    /* M                                              */
     int32_t *device;           /* [n_stages * n_replicas], owned by the graph    */
+    int32_t *warmup;           /* [n_stages]: forwards a stage runs before its first
+                                  backward (the schedule pass), owned by the graph;
+                                  NULL: 1F1B's min(M, S - s - 1)                  */
 } ir_placement;
 
 typedef struct ir_graph {
@@ -180,6 +183,13 @@ int     ir_add_hyper_float(ir_graph *g, const char *name, double v);
  * devices NULL, a device < 0 or one listed twice.  (0, 0, 0, NULL) clears
  * the placement.  Node stage annotations are not checked here (they may be
  * set after); ir_graph_verify checks them. */
+/* Stage s's warm-up forwards: the placement's, or 1F1B's min(M, S - s - 1). */
+int32_t ir_placement_warmup(const ir_placement *p, int32_t s);
+/* Set every stage's warm-up (NULL: back to 1F1B's).  -1 (nothing changed)
+ * when not placed, or a value is outside [0, M], or a stage warms up less
+ * than min(M, the next stage's + 1) (it would wait for a backward that
+ * waits for one of its own forwards). */
+int     ir_graph_set_warmup(ir_graph *g, const int32_t *warmup);
 int     ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, int32_t micro_batches,
                                const int32_t *devices);
 

@@ -16,7 +16,8 @@ static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_STEPS] = "steps",     [ATTR_MIN_LR] = "min_lr", [ATTR_BETA1] = "beta1",
     [ATTR_BETA2] = "beta2",     [ATTR_WEIGHT_DECAY] = "weight_decay", [ATTR_MAX_NORM] = "max_norm",
     [ATTR_PEER] = "peer",       [ATTR_TENSOR] = "tensor", [ATTR_ONCE] = "once",
-    [ATTR_DENSITY] = "density", [ATTR_FEEDBACK] = "feedback",
+    [ATTR_DENSITY] = "density", [ATTR_FEEDBACK] = "feedback", [ATTR_BITS] = "bits",
+    [ATTR_ACCUMULATE] = "accumulate",
 };
 
 static const attr_type attr_types[ATTR_KEY_COUNT] = {
@@ -27,7 +28,8 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
     [ATTR_STEPS] = ATTR_INT,   [ATTR_MIN_LR] = ATTR_FLOAT, [ATTR_BETA1] = ATTR_FLOAT,
     [ATTR_BETA2] = ATTR_FLOAT, [ATTR_WEIGHT_DECAY] = ATTR_FLOAT, [ATTR_MAX_NORM] = ATTR_FLOAT,
     [ATTR_PEER] = ATTR_INT,  [ATTR_TENSOR] = ATTR_INT,  [ATTR_ONCE] = ATTR_INT,
-    [ATTR_DENSITY] = ATTR_FLOAT, [ATTR_FEEDBACK] = ATTR_INT,
+    [ATTR_DENSITY] = ATTR_FLOAT, [ATTR_FEEDBACK] = ATTR_INT, [ATTR_BITS] = ATTR_INT,
+    [ATTR_ACCUMULATE] = ATTR_INT,
 };
 
 #define REQ_INT(k)          { k, ATTR_INT, 1, 0, 0 }
@@ -182,13 +184,15 @@ const op_def op_table[OP_COUNT] = {
     [OP_SEND] = { .name = "send", .min_in = 1, .max_in = 1, .min_out = 0, .max_out = 0, .in_names = { "x" },
                   .shape = shape_scalar, .flops_forward = flops_zero, .flops_backward = flops_zero,
                   .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = OP_COUNT, .internal = 1,
-                  .n_attr_specs = 5, .attr_specs = { REQ_INT(ATTR_PEER), REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_ONCE, 0),
-                                                     OPT_FLOAT(ATTR_DENSITY, 0.0), OPT_INT(ATTR_FEEDBACK, 0) } },
+                  .n_attr_specs = 7, .attr_specs = { REQ_INT(ATTR_PEER), REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_ONCE, 0),
+                                                     OPT_FLOAT(ATTR_DENSITY, 0.0), OPT_INT(ATTR_FEEDBACK, 0),
+                                                     OPT_INT(ATTR_BITS, 0), OPT_INT(ATTR_ACCUMULATE, 0) } },
     [OP_RECV] = { .name = "recv", .min_in = 0, .max_in = 0, .min_out = 1, .max_out = 1,
                   .shape = shape_given, .flops_forward = flops_zero, .flops_backward = flops_zero,
                   .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = OP_COUNT, .internal = 1,
-                  .n_attr_specs = 4, .attr_specs = { REQ_INT(ATTR_PEER), REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_ONCE, 0),
-                                                     OPT_FLOAT(ATTR_DENSITY, 0.0) } },
+                  .n_attr_specs = 6, .attr_specs = { REQ_INT(ATTR_PEER), REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_ONCE, 0),
+                                                     OPT_FLOAT(ATTR_DENSITY, 0.0), OPT_INT(ATTR_BITS, 0),
+                                                     OPT_INT(ATTR_ACCUMULATE, 0) } },
     [OP_ALLREDUCE] = { .name = "allreduce", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1, .in_names = { "g" },
                        .shape = shape_same_as_first, .flops_forward = flops_input_elements,
                        .flops_backward = flops_zero, .bytes_forward = bytes_io, .backward = OP_COUNT,

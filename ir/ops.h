@@ -38,7 +38,7 @@ typedef int (*op_shape_fn)(const ir_graph *g, const ir_node *n,
  * and bytes read plus written (the memory-bound lower limit). */
 typedef double (*op_cost_fn)(const ir_graph *g, const ir_node *n);
 
-#define OP_MAX_ATTR_SPECS 5
+#define OP_MAX_ATTR_SPECS 7
 #define OP_IN(i) (1u << (i))   /* a bit in bwd_saves_in / bwd_saves_out / grads */
 
 typedef struct {

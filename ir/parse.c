@@ -698,7 +698,7 @@ static int expect_key(parser *ps, const char *key)
     return expect_char(ps, '=', "'='");
 }
 
-/* placement stages=S replicas=R micro_batches=M devices=[D,D,...]
+/* placement stages=S replicas=R micro_batches=M devices=[D,D,...] [warmup=[W,...]]
  * Everything ir_graph_set_placement would refuse is named here, at this
  * line; that the nodes' stages fit is the verifier's to say, at the node. */
 static int parse_placement(parser *ps)
@@ -743,10 +743,35 @@ static int parse_placement(parser *ps)
     }
     snprintf(what, sizeof what, "']' after %d devices (stages x replicas = %lld x %lld)", (int)n,
              (long long)stages, (long long)replicas);
-    if (expect_char(ps, ']', what) != 0 || expect_end(ps, "end of line after the device list") != 0)
+    if (expect_char(ps, ']', what) != 0)
+        return -1;
+    int32_t warmup[IR_MAX_STAGE_DEVICES];
+    int has_warmup = !at_end(ps) && (size_t)(ps->end - ps->p) >= 7 && strncmp(ps->p, "warmup=", 7) == 0;
+    if (has_warmup) {
+        if (expect_key(ps, "warmup") != 0 || expect_char(ps, '[', "'[' and each stage's warm-up forwards") != 0)
+            return -1;
+        for (int32_t s = 0; s < stages; s++) {
+            int64_t w;
+            snprintf(what, sizeof what, "',' and %d more warm-up count%s (one a stage)", (int)(stages - s),
+                     stages - s == 1 ? "" : "s");
+            if (s > 0 && !peek_char(ps, ','))
+                return expected(ps, what);
+            if (s > 0)
+                ps->p++;
+            if (read_int(ps, 0, micro, "a warm-up count from 0 to the micro-batches", &w) != 0)
+                return -1;
+            warmup[s] = (int32_t)w;
+        }
+        if (expect_char(ps, ']', "']' after one warm-up count a stage") != 0)
+            return -1;
+    }
+    if (expect_end(ps, has_warmup ? "end of line after the warm-up list" : "end of line after the device list") != 0)
         return -1;
     if (ir_graph_set_placement(g, (int32_t)stages, (int32_t)replicas, (int32_t)micro, devices) != 0)
         return out_of_memory(ps);   /* everything else it checks is checked above */
+    if (has_warmup && ir_graph_set_warmup(g, warmup) != 0)
+        return diag_set(ps->err, ps->file, ps->line, "warmup: a stage warms up less than the next stage's + 1 "
+                        "(it would wait for a backward that waits for its own forward)");
     return 0;
 }
 

@@ -9,7 +9,9 @@
  *   placement stages=S replicas=R micro_batches=M devices=[D,D,...]
  *                               (the stage -> device plan, ir_placement; absent
  *                               until placed: S*R device indices, stage 0's
- *                               replicas first; the keys in this order)
+ *                               replicas first; the keys in this order), then
+ *                               warmup=[W,...] when the schedule pass set each
+ *                               stage's warm-up forwards
  *   hyper NAME = VALUE                               one per hyper, in order
  *   input NAME : DTYPE[SHAPE] @FILE:LINE             every source, in value order
  *   param NAME : DTYPE[SHAPE] init=INIT @FILE:LINE
@@ -200,7 +202,10 @@ static void put_placement(FILE *out, const ir_placement *p)
     int64_t n = (int64_t)p->n_stages * p->n_replicas;
     for (int64_t i = 0; p->device && p->n_replicas > 0 && n <= IR_MAX_STAGE_DEVICES && i < n; i++)
         fprintf(out, "%s%d", i ? "," : "", (int)p->device[i]);
-    fputs("]\n", out);
+    putc(']', out);
+    for (int32_t s = 0; p->warmup && p->n_stages <= IR_MAX_STAGE_DEVICES && s < p->n_stages; s++)
+        fprintf(out, "%s%d", s ? "," : " warmup=[", (int)p->warmup[s]);
+    fputs(p->warmup && p->n_stages <= IR_MAX_STAGE_DEVICES ? "]\n" : "\n", out);
 }
 
 int ir_graph_print(const ir_graph *g, FILE *out)

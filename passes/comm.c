@@ -10,7 +10,11 @@
  *     the backward ops on the later stage) flow back up; a parameter used
  *     on two stages (GPT-2's tied embedding) is sent to the second once a
  *     step (`once`: in micro-batch 0) and its partial gradient sent back
- *     each micro-batch to be summed;
+ *     to be summed into the parameter's gradient (`accumulate`: the sender
+ *     sums it over the step's micro-batches and sends the sum with the
+ *     last, the receiver reads zeros before: the runtime sums each
+ *     micro-batch's gradient, so the step's gradient is the same and one
+ *     tensor crosses a step instead of M);
  *   - the send follows its producer when both ends are in the same phase
  *     (an activation leaves as soon as it is made), else it sits just
  *     before the recv;
@@ -183,6 +187,18 @@ static int duplicate_sourceless(comm_state *cs, int32_t i, int32_t S)
     return 0;
 }
 
+/* Is v, read by node `reader`, a parameter's partial gradient: a gradient
+ * that reader sums (add) into grad.<param>? */
+static int partial_param_gradient(const ir_graph *g, int32_t v, int32_t reader)
+{
+    const ir_node *n = &g->nodes[reader];
+    if (g->values[v].role != ROLE_GRADIENT || n->op != OP_ADD || n->phase != PHASE_BACKWARD || n->n_out != 1)
+        return 0;
+    const char *name = ir_value_name(g, n->out[0]);
+    int32_t param = strncmp(name, "grad.", 5) == 0 ? ir_find_value(g, name + 5) : -1;
+    return param >= 0 && g->values[param].role == ROLE_PARAM;
+}
+
 /* Value v, at home on stage `home`, read on other stages: a send/recv pair each. */
 static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
 {
@@ -208,8 +224,12 @@ static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
         /* A parameter does not change within a step: sent in micro-batch 0
          * only, its copy kept (the memory pass keeps it all step). */
         int once = g->values[v].role == ROLE_PARAM && phase == PHASE_FORWARD;
+        /* A parameter's partial gradient is only needed summed, at the
+         * update: it crosses once a step, summed over the micro-batches. */
+        int accumulate = partial_param_gradient(g, v, first);
         if (s < 0 || ir_node_add_input(g, s, v) || ir_node_set_int(g, s, ATTR_PEER, t) ||
-            ir_node_set_int(g, s, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, s, ATTR_ONCE, 1)))
+            ir_node_set_int(g, s, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, s, ATTR_ONCE, 1)) ||
+            (accumulate && ir_node_set_int(g, s, ATTR_ACCUMULATE, 1)))
             return oom(cs);
         snprintf(name, sizeof name, "%s:s%d", ir_value_name(g, v), t);
         ir_shape shape = g->values[v].shape;
@@ -217,7 +237,8 @@ static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
         int32_t r = new_node(cs, OP_RECV, name, first, 0, t, phase);
         int32_t copy = r < 0 ? -1 : ir_add_value(g, name, g->values[v].dtype, role, &shape, g->values[v].loc);
         if (copy < 0 || ir_node_add_output(g, r, copy) || ir_node_set_int(g, r, ATTR_PEER, home) ||
-            ir_node_set_int(g, r, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, r, ATTR_ONCE, 1)))
+            ir_node_set_int(g, r, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, r, ATTR_ONCE, 1)) ||
+            (accumulate && ir_node_set_int(g, r, ATTR_ACCUMULATE, 1)))
             return oom(cs);
         for (int32_t j = 0; j < cs->n_old; j++)
             if (g->nodes[j].stage == t)

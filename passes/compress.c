@@ -1,37 +1,40 @@
 /* compress.c: the `compress` pass, AdaTopK (FusionLLM) on the slow links.
  *
- * After the comm pass every cut edge is a send/recv pair.  This pass gives
- * the pairs whose transfer would hold the pipeline up a top-k density:
- * the sender then ships only the k elements of largest magnitude (index
- * and value, or a bitmap and the values: runtime/comm/topk.h) and the
- * receiver rebuilds the tensor with zeros elsewhere.  Our reading of the
- * paper (shared/docs/papers.md):
+ * After the comm pass every cut edge is a send/recv pair.  This pass marks
+ * the pairs whose transfer would hold the pipeline up, so that fewer bytes
+ * cross.  Our reading of the paper (shared/docs/papers.md):
  *
- *   T*  = the largest stage's compute per micro-batch (forward + backward)
- *   a link whose transfer S / beta exceeds T* gets
+ *   T*  = the largest stage's compute per micro-batch (forward + backward);
+ *   a link whose transfer S / beta exceeds T* is compressed, at the density
  *   rho = min(1, beta T* / (S (1 + index_overhead)))   index_overhead = 1
  *   (a kept fp32 element costs 8 bytes with its index), and only when
  *   rho < 1/2: above that the dense tensor is smaller.
  *
- * --compress none (the default for now: no pair compressed), topk:RHO
- * (every pair over such a link at density RHO), adatopk (the density
- * above).  Only fp32 tensors of the forward and backward phases are
- * compressed: activations, activation gradients, and a parameter's partial
- * gradient (summed into grad.<param> on the other end), whose send also
- * gets `feedback=1`: the runtime sends the top k of x + residual and keeps
- * what it did not send in the residual for the next micro-batch and step
- * (error feedback: without it the small entries of a parameter gradient
- * would never arrive).  The optimizer's scalars and a parameter sent once a
- * step are not compressed.  The density is the send/recv pair's `density`
- * attribute: the sender's starting density.  The message carries its k, so
- * the runtime may change the density between steps (fusion
- * --adapt-density: toward the time the compiled density takes on the
- * compiled link, i.e. T* under adatopk, or the sending stage's measured
- * compute per micro-batch when longer: runtime/comm/comm.h) without
- * telling the receiver.
+ * --compress adatopk (ours, bettered where measurement said so):
+ *   - a parameter's partial gradient (summed into grad.<param> on the other
+ *     end; it crosses once a step, summed over the micro-batches: the comm
+ *     pass's `accumulate`, so its budget is M T*) travels as its top k at
+ *     rho (`density`, runtime/comm/topk.h), with error feedback
+ *     (`feedback=1`): the runtime sends the top k of x + residual and keeps
+ *     the rest for the next step, so every entry arrives in time;
+ *   - an activation, or an activation's gradient, travels as rows of 8 bits
+ *     and a scale (`bits=8`, runtime/comm/quant.h), or of 4 bits when even
+ *     8 bits would take longer than T*.  Top-k of these stalled training in
+ *     our measurement (quant.h says by how much): they have no next step to
+ *     carry a residual to.  Gradients are rounded stochastically (unbiased),
+ *     activations to nearest.
+ * --compress topk:RHO: every pair over such a link is top-k at RHO, the
+ *   paper's plain reading (kept to compare with).
+ * --compress none: no pair is compressed.
  *
- * Not yet: the cost model's account of compression; adatopk as the
- * default for multi-site clusters.
+ * Only fp32 tensors of the forward and backward phases are compressed; the
+ * optimizer's scalars and a parameter sent once a step are not.  The
+ * density is the send/recv pair's `density` attribute: the sender's starting
+ * density.  The message carries its k, so the runtime may change the density
+ * between steps (fusion --adapt-density: toward the time the compiled
+ * density takes on the compiled link, or the sending stage's measured
+ * compute per micro-batch when longer: runtime/comm/comm.h) without telling
+ * the receiver.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -42,6 +45,7 @@
 
 #define INDEX_OVERHEAD 1.0   /* a kept element: 4 bytes of value, 4 of index */
 #define DENSITY_MIN    1e-3  /* keep at least 0.1%: below it training stalls */
+#define ROW_BYTES_8    1.0   /* bytes an element costs at bits=8 (the row scales aside) */
 
 /* The parsed --compress option: density < 0 for adatopk, 0 for none. */
 static int parse_compress(const char *spec, double *density)
@@ -62,31 +66,22 @@ static int parse_compress(const char *spec, double *density)
     return -1;
 }
 
-/* Is v a contribution to a parameter's gradient: a gradient summed (add)
- * into grad.<param>?  (Through its received copy, if any.) */
-static int feeds_param_gradient(const ir_graph *g, int32_t v)
+double compress_wire_bytes(const ir_graph *g, const ir_node *send)
 {
-    if (g->values[v].role != ROLE_GRADIENT)
-        return 0;
-    for (int32_t i = 0; i < g->n_nodes; i++) {
-        const ir_node *n = &g->nodes[i];
-        int reads = 0;
-        if (n->op != OP_ADD)
-            continue;
-        for (int k = 0; k < n->n_in; k++) {
-            int32_t u = n->in[k], p = g->values[u].producer;
-            reads |= u == v || (p >= 0 && g->nodes[p].op == OP_RECV && g->nodes[p].n_out == 1 &&
-                                strncmp(ir_value_name(g, u), ir_value_name(g, v), strlen(ir_value_name(g, v))) == 0 &&
-                                ir_value_name(g, u)[strlen(ir_value_name(g, v))] == ':');
-        }
-        for (int o = 0; reads && o < n->n_out; o++) {
-            const char *name = ir_value_name(g, n->out[o]);
-            int32_t param = strncmp(name, "grad.", 5) == 0 ? ir_find_value(g, name + 5) : -1;
-            if (param >= 0 && g->values[param].role == ROLE_PARAM)
-                return 1;
-        }
+    int32_t v = send->in[0];
+    const ir_shape *sh = &g->values[v].shape;
+    double n = (double)ir_shape_numel(sh), bytes = (double)ir_value_bytes(g, v);
+    double density = ir_node_float(send, ATTR_DENSITY, 0.0);
+    int64_t bits = ir_node_int(send, ATTR_BITS, 0);
+    if (bits > 0) {   /* a header, an fp32 scale a row, bits an element (quant.h) */
+        double cols = sh->rank > 0 ? fmax(1.0, (double)sh->dim[sh->rank - 1]) : 1.0;
+        return 32.0 + 4.0 * ceil(n / cols) + ceil(n * (double)bits / 8.0);
     }
-    return 0;
+    if (density <= 0.0 || density >= 1.0)
+        return bytes;
+    /* A header, then index/value pairs or a bitmap and the values (topk.h). */
+    double k = fmax(1.0, floor(density * n + 0.5));
+    return 24.0 + fmin(8.0 * k, ceil(n / 8.0) + 4.0 * k);
 }
 
 int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
@@ -128,19 +123,30 @@ int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
             bw = fmin(bw, b);
             lat = fmax(lat, l);
         }
+        /* A parameter's partial gradient crosses once a step (`accumulate`,
+         * the comm pass): its budget is the stage's whole step, M T*. */
+        int param_grad = ir_node_int(send, ATTR_ACCUMULATE, 0) != 0;
+        double budget = param_grad ? t_star * p->micro_batches : t_star;
         double bytes = (double)ir_value_bytes(g, send->in[0]) / p->n_replicas;
-        if (!(bytes / bw > t_star))
+        if (!(bytes / bw > budget))
             continue;   /* fast enough: the link is not what the pipeline waits for */
-        double rho = fixed > 0 ? fixed : fmin(1.0, bw * t_star / (bytes * (1.0 + INDEX_OVERHEAD)));
-        if (rho >= 0.5)
-            continue;   /* the dense tensor is as small */
-        rho = fmax(rho, DENSITY_MIN);
-        if (ir_node_set_float(g, i, ATTR_DENSITY, rho) ||
-            (feeds_param_gradient(g, send->in[0]) && ir_node_set_int(g, i, ATTR_FEEDBACK, 1)))
+        int bits = 0;
+        double rho = 0.0;
+        if (fixed < 0 && !param_grad) {   /* adatopk: rows of 8 bits, or 4 when 8 are still too slow */
+            double elements = (double)ir_shape_numel(&g->values[send->in[0]].shape) / p->n_replicas;
+            bits = ROW_BYTES_8 * elements / bw > t_star ? 4 : 8;
+        } else {
+            rho = fixed > 0 ? fixed : fmin(1.0, bw * budget / (bytes * (1.0 + INDEX_OVERHEAD)));
+            if (rho >= 0.5)
+                continue;   /* the dense tensor is as small */
+            rho = fmax(rho, DENSITY_MIN);
+        }
+        if ((bits ? ir_node_set_int(g, i, ATTR_BITS, bits) : ir_node_set_float(g, i, ATTR_DENSITY, rho)) ||
+            (!bits && param_grad && ir_node_set_int(g, i, ATTR_FEEDBACK, 1)))
             return diag_set(err, file, 0, "out of memory");
         for (int32_t j = 0; j < g->n_nodes; j++)
             if (g->nodes[j].op == OP_RECV && ir_node_int(&g->nodes[j], ATTR_TENSOR, -2) == tensor &&
-                ir_node_set_float(g, j, ATTR_DENSITY, rho))
+                (bits ? ir_node_set_int(g, j, ATTR_BITS, bits) : ir_node_set_float(g, j, ATTR_DENSITY, rho)))
                 return diag_set(err, file, 0, "out of memory");
     }
     return 0;

@@ -21,6 +21,7 @@
 
 #include "../ir/name_map.h"
 #include "../ir/ops.h"
+#include "../ir/pipeline_order.h"
 #include "fence_cost.h"
 /* ---- what the cost model knows about the graph --------------------------- */
 
@@ -335,9 +336,11 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const int
     int32_t *need_f = calloc((size_t)S, sizeof *need_f), *need_b = calloc((size_t)S, sizeof *need_b);
     double *free_at = calloc((size_t)S, sizeof *free_at);
     int32_t *order = malloc(SM * 2 * sizeof *order), *next = calloc((size_t)S, sizeof *next);
+    double *stage_time = calloc((size_t)S, sizeof *stage_time), *round_trip = calloc((size_t)S, sizeof *round_trip);
+    int32_t *warm = calloc((size_t)S, sizeof *warm);
     double makespan = -1.0;
     if (!f || !b || !fwd || !bwd || !bw || !lat || !link_free || !ready_f || !ready_b || !got_f || !got_b ||
-        !need_f || !need_b || !free_at || !order || !next)
+        !need_f || !need_b || !free_at || !order || !next || !stage_time || !round_trip || !warm)
         goto done;
     stage_traffic(m, cd, end, fwd, bwd);
     for (int32_t s = 0, j = 0; s < S; j = end[s] + 1, s++) {
@@ -355,17 +358,17 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const int
             need_f[t] += fwd[st] > 0;
             need_b[t] += bwd[st] > 0;
         }
-        /* The runtime's order: +m a forward, -(m+1) a backward. */
-        int32_t warm = S - s - 1 < M ? S - s - 1 : M, n = 0, fw = 0, bk = 0;
-        int32_t *o = order + (size_t)s * 2 * M;
-        for (; fw < warm; fw++)
-            o[n++] = fw;
-        while (bk < M) {
-            if (fw < M)
-                o[n++] = fw++;
-            o[n++] = -(++bk);
-        }
     }
+    /* The runtime's order (the schedule pass's warm-up): +m a forward, -(m+1) a backward. */
+    for (int32_t s = 0; s < S; s++) {
+        stage_time[s] = f[s] + b[s];
+        round_trip[s] = s + 1 < S ? 2.0 * (lat[(size_t)s * S + s + 1] +
+                                           fmax(fwd[(size_t)s * S + s + 1], bwd[(size_t)(s + 1) * S + s]) /
+                                               bw[(size_t)s * S + s + 1]) : 0.0;
+    }
+    schedule_warmup(S, M, stage_time, round_trip, warm);
+    for (int32_t s = 0; s < S; s++)
+        pipeline_order(M, warm[s], order + (size_t)s * 2 * M);
     for (int progress = 1; progress;) {
         progress = 0;
         for (int32_t s = 0; s < S; s++)
@@ -426,6 +429,9 @@ done:
     free(free_at);
     free(order);
     free(next);
+    free(stage_time);
+    free(round_trip);
+    free(warm);
     return makespan;
 }
 

@@ -17,7 +17,8 @@ const pass pass_pipeline[] = {
     { "estimate",  "workload estimator: each op's time on the cluster's devices", pass_estimate },
     { "fence",     "OP-Fence: fences of similar bandwidth, stages, replicas, micro-batches", pass_fence },
     { "comm",      "cut edges become send/recv pairs (remote autodiff); replicas all-reduce", pass_comm },
-    { "compress",  "AdaTopK: top-k density for the send/recv pairs on links the pipeline waits for", pass_compress },
+    { "compress",  "AdaTopK: top-k or row quantisation for the send/recv pairs on links the pipeline waits for", pass_compress },
+    { "schedule",  "1F1B warm-up per stage: enough forwards in flight to cover slow links' round trips", pass_schedule },
     { "memory",    "place every value and scratch in its device's arena, reusing dead memory", run_memory },
 };
 const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);

@@ -6,12 +6,13 @@
  * frontend built it, so `--after frontend` shows the IR before any pass.
  *
  * Today's pipeline:  shapes, autodiff, optimizer, estimate, fence, comm,
- * compress, memory.  The passes that place the graph on a cluster (estimate, fence,
- * comm) read the cluster and the scheduler's choices from pass_options;
- * without a cluster they place everything on one default CPU device.  The
- * 1F1B order of micro-batches is not an IR pass: the device program runs
- * its stage's forward and backward per micro-batch in that order
- * (runtime/main.c), from the placement the fence pass records.
+ * compress, schedule, memory.  The passes that place the graph on a cluster
+ * (estimate, fence, comm, compress, schedule) read the cluster and the
+ * scheduler's choices from pass_options; without a cluster they place
+ * everything on one default CPU device.  The IR describes one micro-batch:
+ * the device program runs its stage's forward and backward per micro-batch
+ * in 1F1B order (runtime/main.c), from the placement the fence pass records
+ * and the warm-up depth per stage the schedule pass adds to it.
  */
 #ifndef FUSION_PASSES_H
 #define FUSION_PASSES_H
@@ -95,6 +96,16 @@ int pass_estimate(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err);
+int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err);
+/* The schedule pass's rule (schedule.c): warm[s] for S stages over M
+ * micro-batches, from each stage's forward + backward seconds per
+ * micro-batch and each cut's round trip (round_trip[c], c < S - 1: twice
+ * latency + transfer between stages c and c + 1).  The fence pass's cost
+ * model uses it too, so a plan is priced in the order it will run in. */
+void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const double *round_trip, int32_t *warm);
+/* The bytes a send puts on the wire: the tensor, its top-k encoding
+ * (density, runtime/comm/topk.h) or its rows of bits (runtime/comm/quant.h). */
+double compress_wire_bytes(const ir_graph *g, const ir_node *send);
 
 /* ---- the workload estimator (estimate.c) ---- */
 /* The default device when no cluster is given: one CPU core's worth. */

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "../ir/ir.h"
+#include "../ir/pipeline_order.h"
 #include "cpu/kernels.h"
 #include "data.h"
 #include "program.h"
@@ -507,19 +508,9 @@ static int run_backward(stepper *st, rt_context *ctx, int32_t m)
 static int run_micro_batches(stepper *st, rt_context *ctx, float *loss)
 {
     const rt_manifest *mf = &st->p->manifest;
-    int32_t M = mf->micro_batches, warm = mf->n_stages - mf->stage - 1, n = 0;
-    if (warm > M)
-        warm = M;
+    int32_t M = mf->micro_batches;
     /* The order: +m a forward, -(m+1) a backward. */
-    int32_t *order = st->order;
-    int32_t f = 0, b = 0;
-    for (; f < warm; f++)
-        order[n++] = f;
-    while (b < M) {
-        if (f < M)
-            order[n++] = f++;
-        order[n++] = -(++b);
-    }
+    int32_t *order = st->order, n = pipeline_order(M, mf->warmup, order);
     st->loss_sum = 0.0;
     for (int32_t i = 0; i < n; i++) {
         int32_t m = order[i] >= 0 ? order[i] : -order[i] - 1;
@@ -554,8 +545,8 @@ static int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, c
         st->b = p->tensors[feed].t.dim[0];
         st->T = p->tensors[feed].t.dim[1];
     }
-    int32_t warm = m->n_stages - m->stage - 1;
-    st->n_slots = (warm < m->micro_batches ? warm : m->micro_batches) + 1;
+    /* At most warm-up + 1 micro-batches wait for their backward at once. */
+    st->n_slots = (m->warmup < m->micro_batches ? m->warmup : m->micro_batches) + 1;
     st->stash_bytes = stash_total(p);
     st->stash_mem = malloc((size_t)st->n_slots * (size_t)st->stash_bytes + 1);
     st->stashed = calloc((size_t)m->micro_batches + 1, 1);

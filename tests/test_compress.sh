@@ -1,12 +1,15 @@
 # The compress pass (AdaTopK): on a 4-stage pipeline across local-4's slow
 # links, the activation, the activation gradient and the tied embedding's
-# partial gradient (grad.wte.1, last stage -> first) that cross them get a
-# top-k density, nothing else does (not the fast links); only grad.wte.1's
-# send gets error feedback (feedback=1); the compressed program trains (its
-# loss falls, unlike the uncompressed run's bit for bit); with
-# --adapt-density the sender changes the density between steps (the
-# receiver reads k from the message) and logs it, and training still works;
-# a bad --compress gets one line.
+# partial gradient (grad.wte.1, last stage -> first) that cross them are
+# compressed, nothing else is (not the fast links).  topk:RHO gives all
+# three a top-k density; adatopk gives grad.wte.1 (a parameter's partial
+# gradient) a top-k density with error feedback (feedback=1) and the other
+# two rows of 8 or 4 bits (bits=, runtime/comm/quant.h); every recv matches
+# its send.  Both compressed programs train (the loss falls, unlike the
+# uncompressed run's bit for bit: how close adatopk comes to it over a
+# longer run is bench/bench_adatopk.sh's to say); with --adapt-density the sender changes the density
+# between steps (the receiver reads k from the message) and logs it, and
+# training still works; a bad --compress gets one line.
 . "$(dirname "$0")/lib.sh"
 no_leak_scan_in_threaded_programs
 
@@ -31,16 +34,24 @@ for c in topk:0.05 adatopk; do
   expect_eq "$c: sends with error feedback" "grad.wte.1:send0" "$(feedback "$work/$c.ir")"
 done
 expect_eq "recvs with error feedback (the sender's business)" "" "$(grep '= recv(' "$work/topk:0.05.ir" | grep feedback)"
-# adatopk: the same three, at beta T* / (2 S): below 1/2, above 0.1%.
-sends "$work/adatopk.ir" | awk '{ n++; if (!($2 > 0.001 && $2 < 0.5)) bad = 1 } END { exit !(n == 3 && !bad) }' \
-  && pass || fail "adatopk densities (3 sends, each in (0.001, 0.5)): $(sends "$work/adatopk.ir")"
-# Every recv has its send's density.
+# adatopk: grad.wte.1 at beta T* / (2 S), below 1/2 and above 0.1%; the
+# activation and its gradient as rows of 8 or 4 bits.
+sends "$work/adatopk.ir" | awk '{ n++; if (!($2 > 0.001 && $2 < 0.5)) bad = 1 } END { exit !(n == 1 && !bad) }' \
+  && pass || fail "adatopk densities (grad.wte.1:send0 in (0.001, 0.5)): $(sends "$work/adatopk.ir")"
+bits() { grep '^node .*= send(' "$1" | grep 'bits=' | sed 's/^node \([^ ]*\) = .*bits=\([0-9]*\).*/\1 \2/'; }
+bits "$work/adatopk.ir" | awk '{ n++; names = names $1 " "; if ($2 != 8 && $2 != 4) bad = 1 }
+  END { exit !(n == 2 && !bad && names ~ /^h.1.out:send2 grad.h.1.out:send1 $/) }' \
+  && pass || fail "adatopk rows of bits (h.1.out, grad.h.1.out at 8 or 4): $(bits "$work/adatopk.ir")"
+expect_eq "topk:0.05: rows of bits" "" "$(bits "$work/topk:0.05.ir")"
+# Every recv has its send's density and bits.
 for c in topk:0.05 adatopk; do
   expect_eq "$c: recv densities" "$(grep '= send(' "$work/$c.ir" | grep -o 'density=[0-9.e-]*' | sort)" \
     "$(grep '= recv(' "$work/$c.ir" | grep -o 'density=[0-9.e-]*' | sort)"
+  expect_eq "$c: recv bits" "$(grep '= send(' "$work/$c.ir" | grep -o 'bits=[0-9]*' | sort)" \
+    "$(grep '= recv(' "$work/$c.ir" | grep -o 'bits=[0-9]*' | sort)"
 done
 
-for c in none topk:0.05; do
+for c in none topk:0.05 adatopk; do
   "$work/$c/launch-local.sh" --data "$work/corpus.txt" --steps 20 --seed 2 >"$work/$c.train" 2>&1 \
     && pass || fail "train --compress $c: $(tail -3 "$work/$c.train")"
   sed 's/^\[[^]]*\] //' "$work/$c.train" | awk '/^step /{ print $4 }' >"$work/$c.loss"
@@ -49,7 +60,11 @@ expect_eq "compressed steps" 20 "$(wc -l <"$work/topk:0.05.loss")"
 first=$(head -1 "$work/topk:0.05.loss"); last=$(tail -1 "$work/topk:0.05.loss")
 awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f - 0.3) }' && pass || fail "compressed loss went from $first to $last"
 cmp -s "$work/none.loss" "$work/topk:0.05.loss" && fail "compression changed nothing" || pass
-echo "loss after 20 steps: uncompressed $(tail -1 "$work/none.loss"), top 5% on the slow link $last" >&2
+cmp -s "$work/none.loss" "$work/adatopk.loss" && fail "adatopk changed nothing" || pass
+dense=$(tail -1 "$work/none.loss"); ada=$(tail -1 "$work/adatopk.loss")
+awk -v f="$(head -1 "$work/adatopk.loss")" -v l="$ada" 'BEGIN { exit !(l < f - 0.3) }' && pass \
+  || fail "adatopk's loss went from $(head -1 "$work/adatopk.loss") to $ada"
+echo "loss after 20 steps: uncompressed $dense, top 5% on the slow link $last, adatopk $ada" >&2
 
 # --adapt-density on loopback: each sender re-measures its links between
 # steps and moves its densities (its progress line says "rho X" per

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "../ir/ops.h"
+#include "../ir/pipeline_order.h"
 #include "../passes/passes.h"
 
 typedef struct {
@@ -67,19 +68,15 @@ typedef struct {
 
 static ir_phase phase_of(const ir_node *n) { return n->phase == PHASE_NONE ? PHASE_FORWARD : n->phase; }
 
-/* The bytes a send puts on the wire: the tensor, or its top-k encoding
- * (runtime/comm/topk.h: a header, then index/value pairs or a bitmap and
- * the values, whichever is smaller). */
+/* The bytes a send puts on the wire (compress_wire_bytes) and, when it is
+ * compressed, the codec's seconds on the sender. */
 static double wire_bytes(const ir_graph *g, const ir_node *send, double *codec_seconds)
 {
-    int32_t v = send->in[0];
-    double density = ir_node_float(send, ATTR_DENSITY, 0.0), bytes = (double)ir_value_bytes(g, v);
-    *codec_seconds = 0.0;
-    if (density <= 0.0 || density >= 1.0)
-        return bytes;
-    double n = (double)ir_shape_numel(&g->values[v].shape), k = round(density * n);
-    *codec_seconds = 4.0 * n / SIM_CODEC_BYTES_PER_SECOND;
-    return 24.0 + fmin(8.0 * k, ceil(n / 8.0) + 4.0 * k);
+    double density = ir_node_float(send, ATTR_DENSITY, 0.0);
+    int compressed = ir_node_int(send, ATTR_BITS, 0) > 0 || (density > 0.0 && density < 1.0);
+    *codec_seconds = compressed ? 4.0 * (double)ir_shape_numel(&g->values[send->in[0]].shape) /
+                                      SIM_CODEC_BYTES_PER_SECOND : 0.0;
+    return compress_wire_bytes(g, send);
 }
 
 static int grow(void **p, int32_t *cap, int32_t need, size_t size)
@@ -222,7 +219,9 @@ static int advance(sim *s, int32_t wi, double now)
         int32_t n = ops[w->op];
         const ir_node *node = &g->nodes[n];
         sim_kind kind = update ? SIM_UPDATE : a >= 0 ? SIM_FORWARD : SIM_BACKWARD;
-        if ((node->op == OP_SEND || node->op == OP_RECV) && ir_node_int(node, ATTR_ONCE, 0) && mb > 0) {
+        if ((node->op == OP_SEND || node->op == OP_RECV) &&
+            ((ir_node_int(node, ATTR_ONCE, 0) && mb > 0) ||   /* a parameter: sent in micro-batch 0 */
+             (ir_node_int(node, ATTR_ACCUMULATE, 0) && mb >= 0 && mb < s->M - 1))) {   /* summed, sent with the last */
             w->op++;
             continue;
         }
@@ -242,7 +241,8 @@ static int advance(sim *s, int32_t wi, double now)
                     w->blocked = 1;
                 return 0;
             }
-            if (ir_node_float(node, ATTR_DENSITY, 0.0) > 0.0 && ir_node_float(node, ATTR_DENSITY, 0.0) < 1.0)
+            if ((ir_node_float(node, ATTR_DENSITY, 0.0) > 0.0 && ir_node_float(node, ATTR_DENSITY, 0.0) < 1.0) ||
+                ir_node_int(node, ATTR_BITS, 0) > 0)
                 dur = 4.0 * (double)ir_shape_numel(&g->values[node->out[0]].shape) / SIM_CODEC_BYTES_PER_SECOND;
             w->t_free = fmax(w->t_free, arrive);
         } else if (node->op == OP_ALLREDUCE) {
@@ -328,8 +328,13 @@ static int run(sim *s, struct diag *err, const char *file)
             return diag_set(err, file, 0, "out of memory simulating");
         for (int32_t k = 0; k < s->n_act; k++) {   /* the rates before anything leaves */
             sim_transfer *t = &r->transfers[s->act[k].transfer];
+            /* Done: the transfer whose end made `next` (the same expression:
+             * late in a long run a few bytes' time is below the clock's
+             * resolution, dt rounds to 0, and a test on the bytes left
+             * alone would never end it), or one with nearly no bytes left. */
+            finished[k] = now + s->act[k].remaining * s->link_active[t->link] / r->links[t->link].bandwidth <= next;
             s->act[k].remaining -= dt * r->links[t->link].bandwidth / s->link_active[t->link];
-            finished[k] = s->act[k].remaining <= 1e-6 * fmax(1.0, t->bytes);
+            finished[k] |= s->act[k].remaining <= 1e-6 * fmax(1.0, t->bytes);
         }
         for (int32_t k = 0; k < s->n_act; k++) {
             sim_transfer *t = &r->transfers[s->act[k].transfer];
@@ -407,15 +412,7 @@ int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, sim_resul
     }
     for (int32_t st = 0; st < s.S; st++) {
         /* The runtime's order (runtime/main.c run_micro_batches). */
-        int32_t warm = s.S - st - 1 < s.M ? s.S - st - 1 : s.M, n = 0, f = 0, b = 0;
-        int32_t *o = s.order + (size_t)st * 2 * s.M;
-        for (; f < warm; f++)
-            o[n++] = f;
-        while (b < s.M) {
-            if (f < s.M)
-                o[n++] = f++;
-            o[n++] = -(++b);
-        }
+        pipeline_order(s.M, ir_placement_warmup(&g->placement, st), s.order + (size_t)st * 2 * s.M);
         for (int32_t rep = 0; rep < s.R; rep++) {
             int32_t wi = st * s.R + rep, dev = placed[wi];
             if (dev < 0 || dev >= D) {

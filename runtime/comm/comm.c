@@ -11,6 +11,7 @@
 #include "../../ir/op_kinds.h"
 #include "../../ir/ir.h"
 #include "hub.h"
+#include "quant.h"
 #include "topk.h"
 
 static int packed_reserve(rt_comm *c, size_t bytes, rt_context *ctx);
@@ -22,6 +23,7 @@ static double seconds_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 static rt_topk_send *topk_send_state(rt_comm *c, const rt_op *op, int32_t to, rt_context *ctx);
+static float *accumulator(rt_comm *c, const rt_op *op, rt_context *ctx);
 
 static const char *peer_address(const rt_comm_options *o, const rt_peer *p)
 {
@@ -104,6 +106,9 @@ void rt_comm_close(rt_comm *c)
     free(c->topk);
     for (int32_t i = 0; i < c->n_sends; i++)
         free(c->sends[i].residual);
+    for (int32_t i = 0; i < c->n_accs; i++)
+        free(c->accs[i].sum);
+    free(c->accs);
     free(c->sends);
     free(c->link_bandwidth);
     free(c->mark_bytes);
@@ -130,6 +135,9 @@ static int32_t device_at(const rt_comm *c, int32_t stage, int32_t replica)
 
 static int64_t tensor_bytes(const rt_tensor *t) { return rt_tensor_numel(t) * 4; }
 
+/* A quantised tensor's row: its last dimension (a scalar is one row of 1). */
+static int64_t quant_cols(const rt_tensor *t) { return t->rank > 0 ? t->dim[t->rank - 1] : 1; }
+
 /* Messages in the update phase carry micro-batch -1; the ring's steps -2, -3, ... */
 static fu_msg_info message(const rt_op *op, const rt_context *ctx, int64_t bytes)
 {
@@ -155,6 +163,19 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     fu_msg_info m = message(op, ctx, tensor_bytes(&op->in[0]));
     const void *payload = arena + op->in[0].offset;
     char why[400];
+    if (op->ints[ATTR_ACCUMULATE] && c->manifest->micro_batches > 1) {
+        /* A parameter's partial gradient: summed here, sent with the last micro-batch. */
+        float *sum = accumulator(c, op, ctx);
+        if (!sum)
+            return -1;
+        const float *x = payload;
+        int64_t n = rt_tensor_numel(&op->in[0]);
+        for (int64_t i = 0; i < n; i++)
+            sum[i] = ctx->micro_batch == 0 ? x[i] : sum[i] + x[i];
+        if (ctx->micro_batch < c->manifest->micro_batches - 1)
+            return 0;
+        payload = sum;
+    }
     if (op->floats[ATTR_DENSITY] > 0) {   /* AdaTopK: the k largest by magnitude, at this step's density */
         rt_topk_send *s = topk_send_state(c, op, to, ctx);
         if (!s)
@@ -175,6 +196,26 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         m.codec = FU_CODEC_TOPK;
         m.length = (uint64_t)bytes;
         payload = c->packed;
+    } else if (op->ints[ATTR_BITS] > 0) {   /* rows of 8 or 4 bits (quant.h) */
+        int64_t n = rt_tensor_numel(&op->in[0]), cols = quant_cols(&op->in[0]), rows = cols ? n / cols : 0;
+        int bits = (int)op->ints[ATTR_BITS];
+        size_t cap = quant_encoded_bytes(rows, cols, bits);
+        if (packed_reserve(c, cap, ctx))
+            return -1;
+        /* Gradients round stochastically (unbiased), from a seed that is a
+         * function of the message, so a run is reproducible. */
+        quant_rounding rounding = ctx->phase == PHASE_BACKWARD ? QUANT_STOCHASTIC : QUANT_NEAREST;
+        uint64_t seed = ((uint64_t)ctx->step << 32) ^ ((uint64_t)(uint32_t)ctx->micro_batch << 16) ^
+                        (uint64_t)(uint32_t)m.tensor ^ ((uint64_t)c->manifest->replica << 56);
+        int64_t bytes = quant_encode((const float *)payload, rows, cols, bits, rounding, seed, c->packed, cap);
+        if (bytes < 0) {
+            snprintf(ctx->msg, sizeof ctx->msg, "op '%s': cannot quantise %lld x %lld to %d bits", op->name,
+                     (long long)rows, (long long)cols, bits);
+            return -1;
+        }
+        m.codec = FU_CODEC_QUANT;
+        m.length = (uint64_t)bytes;
+        payload = c->packed;
     }
     if (fu_hub_send(c->hub, to, &m, payload, why, sizeof why) != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "sending '%s' to %s: %.300s", op->name, c->peers[to].name, why);
@@ -191,12 +232,28 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         return no_hub(op, ctx);
     int32_t from = device_at(c, (int32_t)op->ints[ATTR_PEER], c->manifest->replica);
     int64_t bytes = tensor_bytes(&op->out[0]), n = rt_tensor_numel(&op->out[0]);
+    if (op->ints[ATTR_ACCUMULATE] && ctx->micro_batch < c->manifest->micro_batches - 1) {
+        memset(arena + op->out[0].offset, 0, (size_t)bytes);   /* the sum comes with the last micro-batch */
+        return 0;
+    }
     fu_msg_info want = message(op, ctx, bytes);
     void *into = arena + op->out[0].offset;
     char why[400];
     if (op->floats[ATTR_DENSITY] > 0) {   /* the sender chose k (its header says): any length up to k = n */
         want.codec = FU_CODEC_TOPK;
         want.length = topk_encoded_bytes(n, n);
+        if (packed_reserve(c, want.length, ctx))
+            return -1;
+        into = c->packed;
+    } else if (op->ints[ATTR_BITS] > 0) {   /* rows of bits (quant.h): the length is the encoding's */
+        int64_t cols = quant_cols(&op->out[0]);
+        want.codec = FU_CODEC_QUANT;
+        want.length = quant_encoded_bytes(cols ? n / cols : 0, cols, (int)op->ints[ATTR_BITS]);
+        if (!want.length) {
+            snprintf(ctx->msg, sizeof ctx->msg, "op '%s': %lld bits is not a row width", op->name,
+                     (long long)op->ints[ATTR_BITS]);
+            return -1;
+        }
         if (packed_reserve(c, want.length, ctx))
             return -1;
         into = c->packed;
@@ -210,8 +267,9 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %.300s", op->name, c->peers[from].name, why);
         return -1;
     }
-    if (into == c->packed &&
-        topk_decode(c->packed, got, (float *)(arena + op->out[0].offset), n, why, sizeof why) != 0) {
+    float *out = (float *)(arena + op->out[0].offset);
+    if (into == c->packed && (want.codec == FU_CODEC_QUANT ? quant_decode(c->packed, got, out, n, why, sizeof why)
+                                                            : topk_decode(c->packed, got, out, n, why, sizeof why)) != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %.300s", op->name, c->peers[from].name, why);
         return -1;
     }
@@ -248,6 +306,33 @@ static rt_topk_send *topk_send_state(rt_comm *c, const rt_op *op, int32_t to, rt
     }
     c->sends[c->n_sends] = s;
     return &c->sends[c->n_sends++];
+}
+
+/* The step's sum of op's input (accumulate=1), made at first use. */
+static float *accumulator(rt_comm *c, const rt_op *op, rt_context *ctx)
+{
+    int32_t tensor = (int32_t)op->ints[ATTR_TENSOR];
+    for (int32_t i = 0; i < c->n_accs; i++)
+        if (c->accs[i].tensor == tensor)
+            return c->accs[i].sum;
+    int64_t n = rt_tensor_numel(&op->in[0]);
+    if (c->n_accs == c->accs_cap) {
+        int32_t cap = c->accs_cap ? 2 * c->accs_cap : 4;
+        rt_accumulator *p = realloc(c->accs, (size_t)cap * sizeof *p);
+        if (!p)
+            goto oom;
+        c->accs = p;
+        c->accs_cap = cap;
+    }
+    float *sum = malloc((size_t)(n > 0 ? n : 1) * sizeof *sum);
+    if (!sum)
+        goto oom;
+    c->accs[c->n_accs++] = (rt_accumulator){ .tensor = tensor, .n = n, .sum = sum };
+    return sum;
+oom:
+    snprintf(ctx->msg, sizeof ctx->msg, "out of memory for the gradient sum of op '%s' (%lld floats)", op->name,
+             (long long)n);
+    return NULL;
 }
 
 void rt_comm_adapt_density(rt_comm *c, double step_seconds)

@@ -49,6 +49,14 @@ typedef struct {
     int32_t  step_sends;              /* ... in this many messages                                   */
 } rt_topk_send;
 
+/* A parameter's partial gradient summed over a step's micro-batches before
+ * it is sent (accumulate=1). */
+typedef struct {
+    int32_t tensor;
+    int64_t n;
+    float  *sum;                      /* (n,) */
+} rt_accumulator;
+
 typedef struct rt_comm {
     struct fu_hub  *hub;
     const rt_manifest *manifest;
@@ -76,6 +84,8 @@ typedef struct rt_comm {
     uint64_t       *mark_bytes;       /* [n_peers] fu_hub_stats at the last adaptation */
     double         *mark_busy;
     double          recv_wait;        /* seconds blocked in receives since the last adaptation */
+    rt_accumulator *accs;             /* [n_accs] by first use                 */
+    int32_t         n_accs, accs_cap;
 } rt_comm;
 
 /* Connect to every peer this device has a link with (runtime/program.h's

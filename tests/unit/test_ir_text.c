@@ -310,6 +310,20 @@ static void test_text_placement_line_round_trips(void)
     check_round_trip(&g, "gpt-like graph after fence");
     free(text);
 
+    /* The schedule pass's warm-up: printed after the devices, round-trips,
+     * copied; a stage may not warm up less than the next one + 1. */
+    CHECK_INT(1, ir_placement_warmup(&g.placement, 0));   /* unset: 1F1B's min(M, S - s - 1) */
+    CHECK_INT(0, ir_placement_warmup(&g.placement, 1));
+    CHECK_INT(-1, ir_graph_set_warmup(&g, (int32_t[]){ 1, 1 }));
+    CHECK_INT(-1, ir_graph_set_warmup(&g, (int32_t[]){ 5, 0 }));   /* over M = 4 */
+    CHECK_INT(0, ir_graph_set_warmup(&g, (int32_t[]){ 4, 3 }));
+    CHECK_INT(3, ir_placement_warmup(&g.placement, 1));
+    text = print_to_string(&g, 0);
+    CHECK_CONTAINS(text, "devices=[0,1,13,2] warmup=[4,3]\nhyper n_layer = 2\n");
+    check_round_trip(&g, "gpt-like graph with warm-up counts");
+    free(text);
+    CHECK_INT(0, ir_graph_set_warmup(&g, NULL));
+
     /* The copy is deep: the original's list freed, the copy still prints it. */
     ir_graph copy;
     CHECK_INT(0, ir_graph_copy(&copy, &g));
@@ -459,6 +473,14 @@ static void test_text_parse_errors_in_the_placement_line(void)
                 "device 1 is in the placement twice: stage 0 replica 1, and stage 1 replica 1");
     PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] extra\n", 3,
                 "expected end of line after the device list, found 'extra'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] warmup=[1,1]\n", 3,
+                "a stage warms up less than the next stage's + 1");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] warmup=[5,0]\n", 3,
+                "a warm-up count from 0 to the micro-batches");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] warmup=[1]\n", 3,
+                "',' and 1 more warm-up count");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] warmup=[1,0] x\n", 3,
+                "expected end of line after the warm-up list, found 'x'");
     PARSE_ERROR(TOP PLACED PLACED, 4, "'placement' must come once, after 'model' (and 'after'), before any "
                                       "hyper, source or node");
     PARSE_ERROR(TOP "input x : f32[2]\n" PLACED, 4, "'placement' must come once");

@@ -1,0 +1,151 @@
+/* quant.c: the row-quantisation codec (quant.h says what and the format). */
+#include "comm/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "quant.c writes its format in host byte order, which must be little-endian"
+#endif
+
+static int valid(int64_t rows, int64_t cols, int bits)
+{
+    return rows >= 0 && cols >= 0 && (bits == 4 || bits == 8) && (cols == 0 || rows <= INT64_MAX / 8 / cols);
+}
+
+static size_t value_bytes(int64_t n, int bits) { return bits == 8 ? (size_t)n : ((size_t)n + 1) / 2; }
+
+size_t quant_encoded_bytes(int64_t rows, int64_t cols, int bits)
+{
+    if (!valid(rows, cols, bits))
+        return 0;
+    return QUANT_HEADER_BYTES + 4 * (size_t)rows + value_bytes(rows * cols, bits);
+}
+
+/* splitmix64's finaliser: a counter-based generator, so element i's uniform
+ * depends on (seed, i) only. */
+static inline uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A row's scale max|x| / L, its inverse in *inv; NaN when the row holds an
+ * Inf or NaN (it then decodes as NaN: q = 0 times a NaN scale). */
+static float row_scale(const float *x, int64_t cols, float L, float *inv)
+{
+    float m = 0.0f;
+    int broken = 0;
+    for (int64_t j = 0; j < cols; j++) {
+        broken |= !isfinite(x[j]);
+        m = fmaxf(m, fabsf(x[j]));
+    }
+    *inv = broken || m == 0.0f ? 0.0f : L / m;
+    return broken ? NAN : m > 0.0f ? m / L : 1.0f;
+}
+
+/* q[len] in [-L, L] for x[len], element index0 onward (the stochastic
+ * rounding's counter). */
+static void quantize(const float *x, int64_t len, float inv, float L, quant_rounding rounding, uint64_t seed,
+                     int64_t index0, int8_t *q)
+{
+    if (rounding == QUANT_NEAREST) {
+        for (int64_t j = 0; j < len; j++)
+            q[j] = (int8_t)fmaxf(-L, fminf(L, nearbyintf(x[j] * inv)));
+        return;
+    }
+    for (int64_t j = 0; j < len; j++) {
+        uint64_t r = mix64(seed + 0x9e3779b97f4a7c15ull * (uint64_t)(index0 + j + 1));
+        float u = (float)(r >> 40) * 0x1p-24f;   /* uniform in [0, 1) */
+        q[j] = (int8_t)fmaxf(-L, fminf(L, floorf(x[j] * inv + u)));
+    }
+}
+
+int64_t quant_encode(const float *x, int64_t rows, int64_t cols, int bits, quant_rounding rounding, uint64_t seed,
+                     void *out, size_t cap)
+{
+    size_t need = quant_encoded_bytes(rows, cols, bits);
+    if (!need || need > cap || !out || (rows * cols > 0 && !x))
+        return -1;
+    unsigned char *o = out;
+    uint32_t magic = QUANT_MAGIC, b = (uint32_t)bits;
+    memset(o, 0, QUANT_HEADER_BYTES);
+    memcpy(o, &magic, 4);
+    memcpy(o + 4, &b, 4);
+    memcpy(o + 8, &rows, 8);
+    memcpy(o + 16, &cols, 8);
+    unsigned char *scales = o + QUANT_HEADER_BYTES, *values = scales + 4 * (size_t)rows;
+    if (bits == 4)
+        memset(values, 0, value_bytes(rows * cols, 4));
+    float L = bits == 8 ? 127.0f : 7.0f;
+    enum { CHUNK = 4096 };
+    int8_t q[CHUNK];
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float inv, scale = row_scale(xr, cols, L, &inv);
+        memcpy(scales + 4 * r, &scale, 4);
+        for (int64_t c0 = 0; c0 < cols; c0 += CHUNK) {
+            int64_t len = cols - c0 < CHUNK ? cols - c0 : CHUNK, at = r * cols + c0;
+            quantize(xr + c0, len, inv, L, rounding, seed, at, q);
+            if (bits == 8) {
+                memcpy(values + at, q, (size_t)len);
+                continue;
+            }
+            for (int64_t j = 0; j < len; j++)
+                values[(at + j) / 2] |= (unsigned char)((q[j] + 8) << (4 * ((at + j) & 1)));
+        }
+    }
+    return (int64_t)need;
+}
+
+int quant_decode(const void *buf, size_t len, float *y, int64_t n, char *err, size_t err_size)
+{
+    const unsigned char *p = buf;
+    uint32_t magic, bits;
+    int64_t rows, cols;
+    if (len < QUANT_HEADER_BYTES) {
+        snprintf(err, err_size, "quant: %zu bytes, shorter than the %d-byte header", len, QUANT_HEADER_BYTES);
+        return -1;
+    }
+    memcpy(&magic, p, 4);
+    memcpy(&bits, p + 4, 4);
+    memcpy(&rows, p + 8, 8);
+    memcpy(&cols, p + 16, 8);
+    if (magic != QUANT_MAGIC) {
+        snprintf(err, err_size, "quant: bad magic 0x%08x (expected \"FUQZ\")", magic);
+        return -1;
+    }
+    if (!valid(rows, cols, (int)bits) || rows * cols != n) {
+        snprintf(err, err_size, "quant: %lld x %lld at %u bits does not describe the %lld elements expected",
+                 (long long)rows, (long long)cols, bits, (long long)n);
+        return -1;
+    }
+    if (len != quant_encoded_bytes(rows, cols, (int)bits)) {
+        snprintf(err, err_size, "quant: %zu bytes, expected %zu for %lld x %lld at %u bits", len,
+                 quant_encoded_bytes(rows, cols, (int)bits), (long long)rows, (long long)cols, bits);
+        return -1;
+    }
+    const unsigned char *scales = p + QUANT_HEADER_BYTES, *values = scales + 4 * (size_t)rows;
+    for (int64_t r = 0; r < rows; r++) {
+        float scale;
+        memcpy(&scale, scales + 4 * r, 4);
+        float *yr = y + r * cols;
+        if (bits == 8) {
+            const int8_t *q = (const int8_t *)values + r * cols;
+            for (int64_t j = 0; j < cols; j++)
+                yr[j] = (float)q[j] * scale;
+            continue;
+        }
+        for (int64_t j = 0, i = r * cols; j < cols; j++, i++) {
+            int nibble = (values[i / 2] >> (4 * (i & 1))) & 15;
+            if (nibble == 0) {
+                snprintf(err, err_size, "quant: element %lld holds the unused 4-bit code 0", (long long)i);
+                return -1;
+            }
+            yr[j] = (float)(nibble - 8) * scale;
+        }
+    }
+    return 0;
+}
