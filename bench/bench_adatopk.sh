@@ -6,8 +6,10 @@
 # clusters/local-4.xml: two sites of two CPU devices on this machine, a
 # 20 Mbps / 40 ms link between the sites (the runtime's link shaper,
 # --emulate-links).  --scheduler uniform makes every device a stage, so the
-# slow link is on the pipeline (an activation, its gradient, and the tied
-# embedding's partial gradient cross it every micro-batch).  Compiled twice,
+# slow link is on the pipeline (an activation and its gradient cross it
+# every micro-batch, the tied embedding's partial gradient once a step).
+# adatopk sends the first two as rows of 8 or 4 bits and the third as its
+# top k with error feedback (passes/compress.c).  Compiled twice,
 # with --compress none and --compress adatopk (the latter run with
 # --adapt-density: each sender re-measures its links between steps), both
 # trained the same steps from the same seed, one after the other.
@@ -41,7 +43,8 @@ for c in none adatopk; do
     --scheduler uniform --micro-batches 4 --compress "$c" --port-base "$base" --dump-ir=compress \
     >"$work/$c.compile" 2>"$work/$c.ir"
   base=$((base + 20))
-  grep '^node .*= send(' "$work/$c.ir" | grep 'density=' | sed 's/^node \([^ ]*\) = .*\(density=[0-9.e-]*\).*/# '"$c"': \1 \2/' || true
+  grep '^node .*= send(' "$work/$c.ir" | grep -E 'density=|bits=' \
+    | sed -E 's/^node ([^ ]*) = .*((density|bits)=[0-9.e-]*).*/# '"$c"': \1 \2/' || true
   extra=(); [ "$c" = adatopk ] && extra=(--adapt-density)
   "$work/$c/launch-local.sh" --data "$work/corpus.txt" --steps "$steps" --seed 1 --emulate-links "${extra[@]}" \
     >"$work/$c.out" 2>&1 || { tail -5 "$work/$c.out" >&2; exit 1; }

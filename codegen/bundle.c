@@ -1,10 +1,13 @@
 /* bundle.c: the linker driver and bundle writer (see bundle.h).
  *
  * Per device: the host program's object (llvm_host.c) is linked by the C
- * compiler with libfusion_rt_main (main, the training loop) and
- * libfusion_rt_cpu (kernels) into a temporary file in the device's folder,
- * then renamed to fusion-<device>: a failed compile never leaves an
- * executable that looks whole.
+ * compiler with libfusion_rt_main (main, the training loop),
+ * libfusion_rt_cuda (the CUDA backend, dlopen'd driver: every bundle has
+ * it, only a CUDA device's uses it) and libfusion_rt_cpu (kernels) into a
+ * temporary file in the device's folder, then renamed to fusion-<device>: a
+ * failed compile never leaves an executable that looks whole.  A CUDA
+ * device's folder also gets kernels.cu and kernels.ptx, the generated
+ * source and its PTX, for people and for ptxas.
  */
 #include "bundle.h"
 
@@ -26,6 +29,9 @@
 #ifndef FUSION_RT_MAIN_LIB
 #define FUSION_RT_MAIN_LIB "libfusion_rt_main.a"
 #endif
+#ifndef FUSION_RT_CUDA_LIB
+#define FUSION_RT_CUDA_LIB "libfusion_rt_cuda.a"
+#endif
 #ifndef FUSION_RT_CPU_LIB
 #define FUSION_RT_CPU_LIB "libfusion_rt_cpu.a"
 #endif
@@ -35,7 +41,7 @@
 
 const bundle_toolchain *bundle_default_toolchain(void)
 {
-    static const bundle_toolchain tc = { FUSION_CC, { FUSION_RT_MAIN_LIB, FUSION_RT_CPU_LIB, NULL }, FUSION_LINK_FLAGS };
+    static const bundle_toolchain tc = { FUSION_CC, { FUSION_RT_MAIN_LIB, FUSION_RT_CUDA_LIB, FUSION_RT_CPU_LIB, NULL }, FUSION_LINK_FLAGS };
     return &tc;
 }
 
@@ -240,9 +246,6 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
                         const char *out_dir, const bundle_toolchain *tc, struct diag *err)
 {
     const cluster_device *dev = &c->devices[d];
-    if (dev->kind != DEVICE_CPU)
-        return diag_set(err, c->file, dev->line, "device '%s' is a CUDA device: only CPU devices compile so far",
-                        dev->name);
     char dir[4096], object[4096], tmp[4096], exe[4096], manifest[4096];
     long pid = (long)getpid();
     if (snprintf(dir, sizeof dir, "%s/%s", out_dir, dev->name) >= (int)sizeof dir ||
@@ -256,7 +259,8 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
     /* Replicas share their stage's arena plan, made for its first device. */
     int64_t arena = memory_arena_bytes(g, g->placement.device[stage * g->placement.n_replicas]);
     llvm_device_info info = { d, dev->name, stage, replica, arena, dev->threads, dev->slowdown,
-                              peers, c->n_devices, links, n_links, port_base };
+                              peers, c->n_devices, links, n_links, port_base,
+                              dev->kind == DEVICE_CUDA ? dir : NULL, dev->arch };
     int rc = llvm_emit_device(g, &info, object, err);
     if (rc == 0)
         rc = link_executable(tc, object, tmp, err);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
@@ -26,7 +27,9 @@
 
 #include "../ir/ops.h"
 #include "../passes/passes.h"
+#include "cuda_kernels.h"
 #include "lower.h"
+#include "nvrtc.h"
 
 static int32_t stage_of(const ir_node *n) { return n->stage >= 0 ? n->stage : 0; }
 
@@ -129,19 +132,44 @@ static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *read
 
 /* i32 NAME(i8* arena, i8* ctx): one rt_op_run call for each op i with
  * phase[i] == phase, in order; returns -1 at the first that fails. */
+/* A call that returns i32, then on to %fail unless it returned 0. */
+static void build_checked_call(LLVMBuilderRef b, LLVMContextRef cx, LLVMValueRef fn, LLVMTypeRef type,
+                               LLVMValueRef *args, unsigned n_args, LLVMValueRef step, LLVMBasicBlockRef fail)
+{
+    LLVMTypeRef i32 = LLVMInt32TypeInContext(cx);
+    LLVMValueRef rc = LLVMBuildCall2(b, type, fn, args, n_args, "");
+    LLVMValueRef failed = LLVMBuildICmp(b, LLVMIntNE, rc, LLVMConstInt(i32, 0, 0), "");
+    LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(cx, step, "");
+    LLVMMoveBasicBlockBefore(next, fail);
+    LLVMBuildCondBr(b, failed, fail, next);
+    LLVMPositionBuilderAtEnd(b, next);
+}
+
+static LLVMValueRef declare(LLVMModuleRef m, const char *name, LLVMTypeRef type)
+{
+    LLVMValueRef f = LLVMGetNamedFunction(m, name);
+    return f ? f : LLVMAddFunction(m, name, type);
+}
+
+/* On a CUDA device (cuda_ops_len > 0) each op is
+ *     rt_cuda_op_run(<op>, <its rt_cuda_op>, arena, ctx)
+ * between rt_cuda_phase_begin(arena, ctx) and rt_cuda_phase_end(arena, ctx). */
 static void add_step_function(LLVMModuleRef m, LLVMContextRef cx, const char *name, const ir_phase *phase,
-                              int32_t n_ops, ir_phase want, int32_t blob_len)
+                              int32_t n_ops, ir_phase want, int32_t blob_len, int32_t cuda_ops_len)
 {
     LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(cx), 0), i32 = LLVMInt32TypeInContext(cx);
     LLVMTypeRef i64 = LLVMInt64TypeInContext(cx);
-    LLVMTypeRef run_params[3] = { i8p, i8p, i8p }, step_params[2] = { i8p, i8p };
+    LLVMTypeRef run_params[4] = { i8p, i8p, i8p, i8p }, step_params[2] = { i8p, i8p };
     LLVMTypeRef run_type = LLVMFunctionType(i32, run_params, 3, 0);
-    LLVMValueRef run = LLVMGetNamedFunction(m, "rt_op_run");
-    if (!run)
-        run = LLVMAddFunction(m, "rt_op_run", run_type);
+    LLVMTypeRef cuda_run_type = LLVMFunctionType(i32, run_params, 4, 0);
+    LLVMTypeRef phase_type = LLVMFunctionType(i32, step_params, 2, 0);
+    int cuda = cuda_ops_len > 0;
+    LLVMValueRef run = cuda ? declare(m, "rt_cuda_op_run", cuda_run_type) : declare(m, "rt_op_run", run_type);
     LLVMValueRef step = LLVMAddFunction(m, name, LLVMFunctionType(i32, step_params, 2, 0));
     LLVMValueRef ops = LLVMGetNamedGlobal(m, "fusion_ops_blob");
+    LLVMValueRef cuda_ops = LLVMGetNamedGlobal(m, "fusion_cuda_ops_blob");
     LLVMTypeRef blob_type = LLVMArrayType(LLVMInt8TypeInContext(cx), (unsigned)blob_len);
+    LLVMTypeRef cuda_blob_type = LLVMArrayType(LLVMInt8TypeInContext(cx), (unsigned)cuda_ops_len);
 
     LLVMBuilderRef b = LLVMCreateBuilderInContext(cx);
     LLVMBasicBlockRef fail = LLVMAppendBasicBlockInContext(cx, step, "fail");
@@ -149,19 +177,26 @@ static void add_step_function(LLVMModuleRef m, LLVMContextRef cx, const char *na
     LLVMMoveBasicBlockBefore(block, fail);
     LLVMPositionBuilderAtEnd(b, block);
     LLVMValueRef arena = LLVMGetParam(step, 0), ctx = LLVMGetParam(step, 1);
+    LLVMValueRef phase_args[2] = { arena, ctx };
+    if (cuda)
+        build_checked_call(b, cx, declare(m, "rt_cuda_phase_begin", phase_type), phase_type, phase_args, 2, step, fail);
     for (int32_t i = 0; i < n_ops; i++) {
         if (phase[i] != want)
             continue;
         LLVMValueRef index[2] = { LLVMConstInt(i64, 0, 0), LLVMConstInt(i64, (uint64_t)i * sizeof(rt_op), 0) };
         LLVMValueRef op = LLVMConstInBoundsGEP2(blob_type, ops, index, 2);
-        LLVMValueRef args[3] = { op, arena, ctx };
-        LLVMValueRef rc = LLVMBuildCall2(b, run_type, run, args, 3, "");
-        LLVMValueRef failed = LLVMBuildICmp(b, LLVMIntNE, rc, LLVMConstInt(i32, 0, 0), "");
-        LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(cx, step, "");
-        LLVMMoveBasicBlockBefore(next, fail);
-        LLVMBuildCondBr(b, failed, fail, next);
-        LLVMPositionBuilderAtEnd(b, next);
+        if (cuda) {
+            LLVMValueRef cindex[2] = { LLVMConstInt(i64, 0, 0), LLVMConstInt(i64, (uint64_t)i * sizeof(rt_cuda_op), 0) };
+            LLVMValueRef cop = LLVMConstInBoundsGEP2(cuda_blob_type, cuda_ops, cindex, 2);
+            LLVMValueRef args[4] = { op, cop, arena, ctx };
+            build_checked_call(b, cx, run, cuda_run_type, args, 4, step, fail);
+        } else {
+            LLVMValueRef args[3] = { op, arena, ctx };
+            build_checked_call(b, cx, run, run_type, args, 3, step, fail);
+        }
     }
+    if (cuda)
+        build_checked_call(b, cx, declare(m, "rt_cuda_phase_end", phase_type), phase_type, phase_args, 2, step, fail);
     LLVMBuildRet(b, LLVMConstInt(i32, 0, 0));
     LLVMPositionBuilderAtEnd(b, fail);
     LLVMBuildRet(b, LLVMConstInt(i32, (uint64_t)-1, 1));
@@ -190,6 +225,97 @@ static int collect_stash(const ir_graph *g, int32_t stage, rt_tensor **out, int3
     *out = t;
     *count = n;
     return 0;
+}
+
+/* A CPU device's CUDA blobs: zero kernels, so main can refer to them all. */
+static void add_empty_cuda_module(LLVMModuleRef m, LLVMContextRef cx)
+{
+    rt_cuda_module_info info;
+    memset(&info, 0, sizeof info);
+    add_blob(m, cx, "fusion_cuda_info_blob", &info, sizeof info);
+    const char *names[] = { "fusion_cuda_steps_blob", "fusion_cuda_ops_blob", "fusion_cuda_names_blob",
+                            "fusion_cuda_sm80_blob", "fusion_cuda_sm90_blob", "fusion_cuda_ptx_blob" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        add_blob(m, cx, names[i], "", 1);
+}
+
+/* Write bytes to dir/name (temporary name, then rename). */
+static int write_file(const char *dir, const char *name, const void *bytes, size_t len, struct diag *err)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return diag_set(err, path, 0, "cannot write");
+    int ok = fwrite(bytes, 1, len, f) == len;
+    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return diag_set(err, path, 0, "cannot write");
+    }
+    return 0;
+}
+
+/* A CUDA device: every op's steps and kernels (cuda_kernels.c), compiled
+ * by NVRTC (nvrtc.c, cached), embedded as the fusion_cuda_* blobs. */
+static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device_info *dev, const rt_op *ops,
+                           int32_t n_ops, int32_t *cuda_ops_len, struct diag *err)
+{
+    cuda_plan plan;
+    cuda_plan_init(&plan);
+    nvrtc_images im;
+    memset(&im, 0, sizeof im);
+    char *names = NULL;
+    int rc = 0;
+    for (int32_t i = 0; i < n_ops && rc == 0; i++)
+        rc = cuda_plan_add_op(&plan, &ops[i], err);
+    if (rc == 0 && plan.oom)
+        rc = diag_set(err, dev->name, 0, "out of memory generating CUDA kernels");
+    if (rc == 0)
+        rc = write_file(dev->cuda_dump_dir, "kernels.cu", plan.source, plan.source_len, err);
+    if (rc == 0)
+        rc = nvrtc_compile(plan.source, dev->name, &im, err);
+    if (rc == 0)
+        rc = write_file(dev->cuda_dump_dir, "kernels.ptx", im.ptx, im.ptx_bytes - 1, err);
+    size_t names_len = 0;
+    for (int32_t k = 0; rc == 0 && k < plan.n_kernels; k++)
+        names_len += strlen(plan.names[k]) + 1;
+    if (rc == 0 && !(names = malloc(names_len + 1)))
+        rc = diag_set(err, dev->name, 0, "out of memory");
+    if (rc == 0) {
+        size_t at = 0;
+        for (int32_t k = 0; k < plan.n_kernels; k++) {
+            size_t n = strlen(plan.names[k]) + 1;
+            memcpy(names + at, plan.names[k], n);
+            at += n;
+        }
+        rt_cuda_module_info info;
+        memset(&info, 0, sizeof info);
+        info.n_kernels = plan.n_kernels;
+        info.n_steps = plan.n_steps;
+        info.scratch_bytes = plan.scratch_bytes;
+        info.cubin_sm80_bytes = (int64_t)im.cubin_sm80_bytes;
+        info.cubin_sm90_bytes = (int64_t)im.cubin_sm90_bytes;
+        info.ptx_bytes = (int64_t)im.ptx_bytes;
+        info.names_bytes = (int64_t)names_len;
+        snprintf(info.ptx_arch, sizeof info.ptx_arch, "compute_80");
+        add_blob(m, cx, "fusion_cuda_info_blob", &info, sizeof info);
+        add_blob(m, cx, "fusion_cuda_steps_blob", plan.steps, (size_t)plan.n_steps * sizeof *plan.steps);
+        add_blob(m, cx, "fusion_cuda_ops_blob", plan.ops, (size_t)plan.n_ops * sizeof *plan.ops);
+        add_blob(m, cx, "fusion_cuda_names_blob", names, names_len);
+        add_blob(m, cx, "fusion_cuda_sm80_blob", im.cubin_sm80, im.cubin_sm80_bytes);
+        add_blob(m, cx, "fusion_cuda_sm90_blob", im.cubin_sm90, im.cubin_sm90_bytes);
+        add_blob(m, cx, "fusion_cuda_ptx_blob", im.ptx, im.ptx_bytes);
+        *cuda_ops_len = (int32_t)((size_t)plan.n_ops * sizeof *plan.ops);
+        if (*cuda_ops_len == 0)   /* no ops on this device: nothing to run, but keep the CUDA path */
+            *cuda_ops_len = 1;
+    } else {
+        add_empty_cuda_module(m, cx);
+    }
+    free(names);
+    nvrtc_images_free(&im);
+    cuda_plan_free(&plan);
+    return rc;
 }
 
 int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char *object_path, struct diag *err)
@@ -263,6 +389,8 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     manifest.n_peers = dev->n_peers;
     manifest.n_links = dev->n_links;
     manifest.port_base = dev->port_base;
+    manifest.backend = dev->cuda_dump_dir ? RT_BACKEND_CUDA : RT_BACKEND_CPU;
+    snprintf(manifest.arch, sizeof manifest.arch, "%s", dev->arch ? dev->arch : "");
     /* The global batch: the first input's elements (token ids), per
      * micro-batch and replica, times M and R. */
     for (int32_t v = 0; v < g->n_values && manifest.tokens_per_step == 0; v++)
@@ -285,13 +413,20 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     add_blob(m, cx, "fusion_peers_blob", dev->peers, (size_t)dev->n_peers * sizeof *dev->peers);
     add_blob(m, cx, "fusion_links_blob", dev->links, (size_t)dev->n_links * sizeof *dev->links);
     int32_t blob_len = (int32_t)((size_t)n_ops * sizeof *ops);
-    add_step_function(m, cx, "fusion_forward", ops_phase, n_ops, PHASE_FORWARD, blob_len);
-    add_step_function(m, cx, "fusion_backward", ops_phase, n_ops, PHASE_BACKWARD, blob_len);
-    add_step_function(m, cx, "fusion_update", ops_phase, n_ops, PHASE_UPDATE, blob_len);
+    int32_t cuda_ops_len = 0;
+    if (dev->cuda_dump_dir)
+        rc = add_cuda_module(m, cx, dev, ops, n_ops, &cuda_ops_len, err);
+    else
+        add_empty_cuda_module(m, cx);
+    add_step_function(m, cx, "fusion_forward", ops_phase, n_ops, PHASE_FORWARD, blob_len, cuda_ops_len);
+    add_step_function(m, cx, "fusion_backward", ops_phase, n_ops, PHASE_BACKWARD, blob_len, cuda_ops_len);
+    add_step_function(m, cx, "fusion_update", ops_phase, n_ops, PHASE_UPDATE, blob_len, cuda_ops_len);
 
     char *message = NULL;
     LLVMTargetRef target;
-    if (LLVMVerifyModule(m, LLVMReturnStatusAction, &message)) {
+    if (rc) {
+        /* the CUDA module failed (err says why): nothing to emit */
+    } else if (LLVMVerifyModule(m, LLVMReturnStatusAction, &message)) {
         rc = diag_set(err, file, 0, "internal error: the generated module does not verify: %s", message);
     } else if (LLVMGetTargetFromTriple(triple, &target, &message)) {
         rc = diag_set(err, file, 0, "no LLVM target for %s: %s", triple, message);

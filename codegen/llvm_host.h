@@ -15,11 +15,19 @@ typedef struct {
     const rt_peer *peers;  int32_t n_peers;   /* every device of the cluster        */
     const rt_link *links;  int32_t n_links;   /* every link the program uses        */
     int32_t     port_base;
+    /* A CUDA device: its ops also lower to CUDA steps and kernels, compiled
+     * by NVRTC and embedded (runtime/cuda/cuda_program.h); the generated
+     * source and PTX are written to cuda_dump_dir (kernels.cu, kernels.ptx).
+     * NULL: a CPU device. */
+    const char *cuda_dump_dir;
+    const char *arch;          /* the cluster file's arch, for the manifest        */
 } llvm_device_info;
 
 /* Lower every node of the device's stage (in order) and write the object
  * with the manifest, tables, ops and the three phase functions to
- * object_path (runtime/program.h). */
+ * object_path (runtime/program.h).  For a CUDA device the phase functions
+ * call rt_cuda_op_run (runtime/cuda/cuda.h) instead of rt_op_run, between
+ * rt_cuda_phase_begin and rt_cuda_phase_end. */
 int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char *object_path, struct diag *err);
 
 #endif

@@ -153,6 +153,84 @@ static int add_allreduces(comm_state *cs)
     return 0;
 }
 
+/* The gradient-norm clip: the optimizer pass sums every gradient's squares
+ * in one chain (sum_squares ... -> clip_scale) that, once placed, runs
+ * along the stages, and clip_scale's answer goes back to each: two trips
+ * along the pipeline, over every slow link, each step.  Instead each run of
+ * the chain on one stage starts afresh; every stage receives the other
+ * runs' partial sums, adds them all in one fixed order (so every stage gets
+ * the same bits) and computes the clip scale itself: one exchange, all at
+ * once.  Only the scalars travel. */
+static int clip_norm_per_stage(comm_state *cs, int32_t S)
+{
+    ir_graph *g = cs->g;
+    int32_t clip = -1;
+    for (int32_t i = 0; i < cs->n_old && clip < 0; i++)
+        if (g->nodes[i].op == OP_CLIP_SCALE && g->nodes[i].n_in == 1 && g->nodes[i].n_out == 1)
+            clip = i;
+    if (clip < 0)
+        return 0;
+    int32_t *part = malloc(((size_t)cs->n_old + 1) * sizeof *part), n_part = 0;
+    if (!part)
+        return oom(cs);
+    /* The chain's runs: where it crosses to another stage, and its end. */
+    for (int32_t i = 0; i < cs->n_old; i++) {
+        ir_node *n = &g->nodes[i];
+        if (n->op != OP_SUM_SQUARES || n->n_in != 2)
+            continue;
+        int32_t acc = n->in[1], producer = g->values[acc].producer;
+        if (producer >= 0 && g->nodes[producer].stage != n->stage) {
+            part[n_part++] = acc;
+            n->n_in = 1;   /* this run starts from zero */
+        }
+    }
+    part[n_part++] = g->nodes[clip].in[0];
+    int32_t scale = g->nodes[clip].out[0];
+    ir_loc loc = g->nodes[clip].loc;
+    int rc = 0;
+    for (int32_t t = 0; t < S && rc == 0; t++) {
+        int32_t first = -1;   /* the first node on t that reads the scale */
+        for (int32_t j = 0; j < cs->n_old && first < 0; j++)
+            for (int k = 0; k < g->nodes[j].n_in; k++)
+                if (g->nodes[j].in[k] == scale && g->nodes[j].stage == t)
+                    first = j;
+        int home = g->nodes[clip].stage == t;
+        if (first < 0 && !home)
+            continue;
+        int32_t anchor = home ? clip : first, total = part[0];
+        char name[COMM_NAME_MAX];
+        for (int32_t k = 1; k < n_part && rc == 0; k++) {   /* total = part[0] + part[1] + ... */
+            ir_shape shape = { 0 };
+            snprintf(name, sizeof name, "sumsq.total:s%d.%d", t, k);
+            int32_t n = new_node(cs, OP_ADD, name, anchor, 0, t, PHASE_UPDATE);
+            int32_t v = n < 0 ? -1 : ir_add_value(g, name, DT_F32, g->values[scale].role, &shape, loc);
+            if (v < 0 || ir_node_add_input(g, n, total) || ir_node_add_input(g, n, part[k]) ||
+                ir_node_add_output(g, n, v))
+                rc = oom(cs);
+            total = v;
+        }
+        if (rc || home) {
+            g->nodes[clip].in[0] = total;
+            continue;
+        }
+        ir_shape shape = { 0 };
+        snprintf(name, sizeof name, "%s:s%d", ir_value_name(g, scale), t);
+        int32_t n = new_node(cs, OP_CLIP_SCALE, name, first, 0, t, PHASE_UPDATE);
+        int32_t v = n < 0 ? -1 : ir_add_value(g, name, DT_F32, g->values[scale].role, &shape, loc);
+        if (v < 0 || ir_node_add_input(g, n, total) || ir_node_add_output(g, n, v)) {
+            rc = oom(cs);
+            break;
+        }
+        g->nodes[n].n_attr = g->nodes[clip].n_attr;
+        memcpy(g->nodes[n].attr, g->nodes[clip].attr, sizeof g->nodes[n].attr);
+        for (int32_t j = 0; j < cs->n_old; j++)
+            if (g->nodes[j].stage == t)
+                replace_input(&g->nodes[j], scale, v);
+    }
+    free(part);
+    return rc;
+}
+
 /* An op without inputs read on other stages is made again on each of them. */
 static int duplicate_sourceless(comm_state *cs, int32_t i, int32_t S)
 {
@@ -261,9 +339,18 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
                             ir_node_name(g, i), S);
     if (S == 1 && p->n_replicas == 1)
         return 0;
+    /* First the clip's partial sums, placed among the old nodes; then the
+     * cut edges of the graph that makes, the new adds read included. */
+    comm_state pre = { g, err, g->n_nodes, NULL, NULL, 0, 0 };
+    int rc = S > 1 ? clip_norm_per_stage(&pre, S) : 0;
+    if (rc == 0 && g->n_nodes > pre.n_old)
+        rc = reorder(&pre);
+    free(pre.anchor);
+    free(pre.after);
+    if (rc)
+        return rc;
     comm_state cs = { g, err, g->n_nodes, NULL, NULL, 0, 0 };
     int32_t n_values = g->n_values;
-    int rc = 0;
     if (p->n_replicas > 1)
         rc = add_allreduces(&cs);
     for (int32_t i = 0; i < cs.n_old && rc == 0; i++)

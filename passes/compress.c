@@ -26,6 +26,7 @@
  * --compress topk:RHO: every pair over such a link is top-k at RHO, the
  *   paper's plain reading (kept to compare with).
  * --compress none: no pair is compressed.
+ * Without --compress: adatopk on a cluster of several regions, none on one.
  *
  * Only fp32 tensors of the forward and backward phases are compressed; the
  * optimizer's scalars and a parameter sent once a step are not.  The
@@ -43,52 +44,26 @@
 #include "../ir/ops.h"
 #include "passes.h"
 
-#define INDEX_OVERHEAD 1.0   /* a kept element: 4 bytes of value, 4 of index */
-#define DENSITY_MIN    1e-3  /* keep at least 0.1%: below it training stalls */
-#define ROW_BYTES_8    1.0   /* bytes an element costs at bits=8 (the row scales aside) */
-
-/* The parsed --compress option: density < 0 for adatopk, 0 for none. */
-static int parse_compress(const char *spec, double *density)
-{
-    if (spec && strcmp(spec, "adatopk") == 0) {
-        *density = -1.0;
-        return 0;
-    }
-    if (!spec || strcmp(spec, "none") == 0) {
-        *density = 0.0;
-        return 0;
-    }
-    char *end = NULL;
-    if (strncmp(spec, "topk:", 5) == 0) {
-        *density = strtod(spec + 5, &end);
-        return end && *end == '\0' && *density > 0 && *density <= 1 ? 0 : -1;
-    }
-    return -1;
-}
+/* The density, the bits and the encoded sizes: compress_rule.c (shared
+ * with the fence pass's cost model, so the plan is priced as sent). */
 
 double compress_wire_bytes(const ir_graph *g, const ir_node *send)
 {
     int32_t v = send->in[0];
     const ir_shape *sh = &g->values[v].shape;
-    double n = (double)ir_shape_numel(sh), bytes = (double)ir_value_bytes(g, v);
     double density = ir_node_float(send, ATTR_DENSITY, 0.0);
-    int64_t bits = ir_node_int(send, ATTR_BITS, 0);
-    if (bits > 0) {   /* a header, an fp32 scale a row, bits an element (quant.h) */
-        double cols = sh->rank > 0 ? fmax(1.0, (double)sh->dim[sh->rank - 1]) : 1.0;
-        return 32.0 + 4.0 * ceil(n / cols) + ceil(n * (double)bits / 8.0);
-    }
-    if (density <= 0.0 || density >= 1.0)
-        return bytes;
-    /* A header, then index/value pairs or a bitmap and the values (topk.h). */
-    double k = fmax(1.0, floor(density * n + 0.5));
-    return 24.0 + fmin(8.0 * k, ceil(n / 8.0) + 4.0 * k);
+    int bits = (int)ir_node_int(send, ATTR_BITS, 0);
+    if (bits <= 0 && (density <= 0.0 || density >= 1.0))
+        return (double)ir_value_bytes(g, v);
+    return compress_encoded_bytes((double)ir_shape_numel(sh), sh->rank > 0 ? (double)sh->dim[sh->rank - 1] : 1.0,
+                                  density, bits);   /* compress_rule.c: topk.h's or quant.h's encoding */
 }
 
 int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
 {
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
     double fixed;
-    if (parse_compress(opt->compress, &fixed))
+    if (compress_parse(opt->compress, opt->cluster, &fixed))
         return diag_set(err, file, 0, "--compress expects none, topk:RHO (0 < RHO <= 1) or adatopk, found '%s'",
                         opt->compress);
     const cluster *c = opt->cluster;
@@ -127,20 +102,26 @@ int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
          * the comm pass): its budget is the stage's whole step, M T*. */
         int param_grad = ir_node_int(send, ATTR_ACCUMULATE, 0) != 0;
         double budget = param_grad ? t_star * p->micro_batches : t_star;
-        double bytes = (double)ir_value_bytes(g, send->in[0]) / p->n_replicas;
+        /* The graph is one replica's micro-batch already (fusionc builds it
+         * at B / (M R) when the plan replicates): its bytes are a lane's. */
+        double bytes = (double)ir_value_bytes(g, send->in[0]);
         if (!(bytes / bw > budget))
             continue;   /* fast enough: the link is not what the pipeline waits for */
         int bits = 0;
         double rho = 0.0;
         if (fixed < 0 && !param_grad) {   /* adatopk: rows of 8 bits, or 4 when 8 are still too slow */
-            double elements = (double)ir_shape_numel(&g->values[send->in[0]].shape) / p->n_replicas;
-            bits = ROW_BYTES_8 * elements / bw > t_star ? 4 : 8;
+            bits = compress_bits((double)ir_shape_numel(&g->values[send->in[0]].shape), bw, t_star);
         } else {
-            rho = fixed > 0 ? fixed : fmin(1.0, bw * budget / (bytes * (1.0 + INDEX_OVERHEAD)));
-            if (rho >= 0.5)
+            rho = compress_density(bytes, bw, budget, fixed);   /* compress_rule.c, shared with fence_cost.c */
+            if (rho <= 0.0)
                 continue;   /* the dense tensor is as small */
-            rho = fmax(rho, DENSITY_MIN);
         }
+        const ir_shape *sh = &g->values[send->in[0]].shape;
+        double elements = (double)ir_shape_numel(sh);
+        if (!compress_pays(bytes, compress_encoded_bytes(elements, sh->rank > 0 ? (double)sh->dim[sh->rank - 1] : 1.0,
+                                                         rho, bits),
+                           bw, budget, compress_codec_seconds(elements)))
+            continue;   /* the codec would cost the stage more than the link saves */
         if ((bits ? ir_node_set_int(g, i, ATTR_BITS, bits) : ir_node_set_float(g, i, ATTR_DENSITY, rho)) ||
             (!bits && param_grad && ir_node_set_int(g, i, ATTR_FEEDBACK, 1)))
             return diag_set(err, file, 0, "out of memory");

@@ -50,6 +50,11 @@ double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device 
     return t * (d->slowdown >= 1.0 ? d->slowdown : 1.0);
 }
 
+double estimate_launch_seconds(const cluster_device *d)
+{
+    return (d->kind == DEVICE_CUDA ? LAUNCH_SECONDS_CUDA : LAUNCH_SECONDS_CPU) * (d->slowdown >= 1.0 ? d->slowdown : 1.0);
+}
+
 double estimate_transfer_seconds(double bytes, double bandwidth, double latency)
 {
     if (bytes <= 0)

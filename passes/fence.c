@@ -1,5 +1,5 @@
-/* fence.c: the `fence` pass, FusionLLM's OP-Fence scheduler (our reading,
- * shared/docs/papers.md), and the bandwidth-blind baseline beside it.
+/* fence.c: the `fence` pass: which devices train which ops (a plan of
+ * stages x replicas), by one of four schedulers, then every node's stage.
  *
  * A plan is S pipeline stages, each replicated on R devices (data
  * parallel), trained over M micro-batches in 1F1B order.  The forward ops,
@@ -7,24 +7,10 @@
  * backward op follows the forward op it differentiates, every optimizer op
  * its parameter.
  *
- * opfence (the default):
- *   1. fences: devices joined by links of similar bandwidth.  The links'
- *      bandwidths are sorted; at the widest gap between neighbours (a ratio
- *      of at least 4) the cluster splits, and the fences are the groups
- *      still joined by links above it;
- *   2. the fences are chained in the order that makes the links between
- *      consecutive fences cheapest (every order, for up to 7 fences), and
- *      inside a fence the devices go fastest first;
- *   3. every window of consecutive fences, every replica count R that
- *      divides the micro-batch, and every stage count S with S*R devices in
- *      the window (the fastest of them) is a candidate: a dynamic program
- *      cuts the forward ops into S runs minimising the pipeline's
- *      bottleneck (a stage's compute on its slowest replica, or a cut's
- *      transfer, per micro-batch), and the cost model below gives the step
- *      time; the fastest candidate wins (fewer devices on a tie).
- *   So a slow link is kept off the pipeline when its transfer would be the
- *   bottleneck, slow devices get fewer ops, and a fence of fast devices can
- *   train alone, pipelined or replicated, when that is faster.
+ * opfence (the default): FusionLLM's OP-Fence, our reading (fence_search.c):
+ *   fences of similar bandwidth, chained; windows of fences, S and R
+ *   searched on the cost model (fence_cost.c), compression-aware under
+ *   --compress, within the devices' memory.
  *
  * uniform (Megatron's default placement, the baseline): every device of
  * the cluster in file order, one stage each, the same number of layers
@@ -34,6 +20,10 @@
  * devices' groups from DT-FM's own cost model and genetic search, equal
  * layers per stage; fence_evaluate then costs it like the others.
  *
+ * random (the random placement of DT-FM's end-to-end comparison): the
+ * same S x R as gcma, the devices in slots drawn at random (--seed), equal
+ * layers per stage.
+ *
  * The cost model and the step simulation are in fence_cost.c.
  */
 #include <math.h>
@@ -42,11 +32,9 @@
 
 #include "../ir/ops.h"
 #include "fence_cost.h"
+#include "fence_search.h"
 #include "gcma.h"
 #include "passes.h"
-
-#define FENCE_GAP_RATIO   4.0   /* bandwidths this far apart are different fences      */
-#define FENCE_MAX_PERMUTE 7     /* up to this many fences, every chain order is tried   */
 
 void fence_plan_free(fence_plan *p)
 {
@@ -61,232 +49,6 @@ void fence_plan_free(fence_plan *p)
     free(p->allreduce);
     free(p->fence_of_device);
     memset(p, 0, sizeof *p);
-}
-
-/* ---- fences ---------------------------------------------------------------- */
-
-static double device_speed(const cluster_device *d)
-{
-    return d->peak_flops / (d->slowdown >= 1.0 ? d->slowdown : 1.0);
-}
-
-static int by_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* fence_of[d] for every device; returns the number of fences. */
-static int32_t find_fences(const fence_model *m, int32_t *fence_of)
-{
-    int32_t N = m->n_devices, n_links = 0;
-    double *bws = malloc(((size_t)N * (size_t)N + 1) * sizeof *bws), threshold = 0.0;
-    for (int32_t d = 0; d < N; d++)
-        fence_of[d] = d;
-    if (!bws)
-        return N;
-    for (int32_t a = 0; a < N; a++)
-        for (int32_t b = a + 1; b < N; b++) {
-            double bw, lat;
-            fence_link_of(m, a, b, &bw, &lat);
-            bws[n_links++] = bw;
-        }
-    qsort(bws, (size_t)n_links, sizeof *bws, by_double);
-    double widest = FENCE_GAP_RATIO;
-    for (int32_t i = 1; i < n_links; i++)
-        if (bws[i - 1] > 0 && bws[i] / bws[i - 1] >= widest)
-            widest = bws[i] / bws[i - 1], threshold = bws[i];
-    free(bws);
-    /* Union devices joined by links at or above the threshold. */
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int32_t a = 0; a < N; a++)
-            for (int32_t b = a + 1; b < N; b++) {
-                double bw, lat;
-                fence_link_of(m, a, b, &bw, &lat);
-                if (bw >= threshold && fence_of[a] != fence_of[b]) {
-                    int32_t lo = fence_of[a] < fence_of[b] ? fence_of[a] : fence_of[b];
-                    fence_of[a] = fence_of[b] = lo;
-                    changed = 1;
-                }
-            }
-    }
-    /* Renumber 0.. in order of first device. */
-    int32_t n = 0;
-    int32_t *map = malloc(((size_t)N + 1) * sizeof *map);
-    if (!map)
-        return N;
-    for (int32_t d = 0; d < N; d++)
-        map[d] = -1;
-    for (int32_t d = 0; d < N; d++) {
-        if (map[fence_of[d]] < 0)
-            map[fence_of[d]] = n++;
-        fence_of[d] = map[fence_of[d]];
-    }
-    free(map);
-    return n;
-}
-
-/* The cost of joining fences a and b: their slowest link's time for a MiB. */
-static double fence_link_cost(const fence_model *m, const int32_t *fence_of, int32_t a, int32_t b)
-{
-    double worst = 0.0;
-    for (int32_t x = 0; x < m->n_devices; x++)
-        for (int32_t y = 0; y < m->n_devices; y++)
-            if (fence_of[x] == a && fence_of[y] == b) {
-                double bw, lat;
-                fence_link_of(m, x, y, &bw, &lat);
-                worst = fmax(worst, estimate_transfer_seconds(1 << 20, bw, lat));
-            }
-    return worst;
-}
-
-/* The chain of fences: every order for a few, else nearest neighbour. */
-static void order_fences(const fence_model *m, const int32_t *fence_of, int32_t F, int32_t *order)
-{
-    for (int32_t i = 0; i < F; i++)
-        order[i] = i;
-    if (F <= 2)
-        return;
-    if (F <= FENCE_MAX_PERMUTE) {
-        int32_t perm[FENCE_MAX_PERMUTE], c[FENCE_MAX_PERMUTE] = { 0 };
-        double best = INFINITY;
-        for (int32_t i = 0; i < F; i++)
-            perm[i] = i;
-        /* Heap's algorithm over every permutation. */
-        for (int32_t i = 0;;) {
-            double cost = 0.0;
-            for (int32_t k = 1; k < F; k++)
-                cost += fence_link_cost(m, fence_of, perm[k - 1], perm[k]);
-            if (cost < best) {
-                best = cost;
-                memcpy(order, perm, (size_t)F * sizeof *perm);
-            }
-            while (i < F && c[i] >= i)
-                c[i++] = 0;
-            if (i >= F)
-                break;
-            int32_t j = i % 2 ? c[i] : 0, t = perm[j];
-            perm[j] = perm[i];
-            perm[i] = t;
-            c[i]++;
-            i = 1;
-        }
-        return;
-    }
-    char *used = calloc((size_t)F, 1);
-    if (!used)
-        return;
-    used[0] = 1;
-    for (int32_t k = 1; k < F; k++) {
-        int32_t best = -1;
-        double cost = INFINITY;
-        for (int32_t f = 0; f < F; f++)
-            if (!used[f] && fence_link_cost(m, fence_of, order[k - 1], f) < cost)
-                cost = fence_link_cost(m, fence_of, order[k - 1], f), best = f;
-        order[k] = best;
-        used[best] = 1;
-    }
-    free(used);
-}
-
-/* ---- the search ------------------------------------------------------------ */
-
-typedef struct {
-    double   T;
-    candidate cd;
-    int32_t *dev, *end;
-} best_plan;
-
-static int keep_if_better(best_plan *b, const fence_model *m, const candidate *cd, const int32_t *end)
-{
-    double T = fence_evaluate(m, cd, end, NULL);
-    int32_t used = cd->S * cd->R, best_used = b->cd.S * b->cd.R;
-    if (b->dev && !(T < b->T * (1.0 - 1e-9) || (T <= b->T * (1.0 + 1e-9) && used < best_used)))
-        return 0;
-    int32_t *dev = malloc((size_t)used * sizeof *dev), *e = malloc((size_t)cd->S * sizeof *e);
-    if (!dev || !e) {
-        free(dev);
-        free(e);
-        return -1;
-    }
-    memcpy(dev, cd->dev, (size_t)used * sizeof *dev);
-    memcpy(e, end, (size_t)cd->S * sizeof *e);
-    free(b->dev);
-    free(b->end);
-    b->T = T;
-    b->cd = *cd;
-    b->cd.dev = b->dev = dev;
-    b->end = e;
-    return 0;
-}
-
-static const fence_model *speed_model;
-static int by_speed_desc(const void *a, const void *b)
-{
-    double x = device_speed(&speed_model->devices[*(const int32_t *)a]);
-    double y = device_speed(&speed_model->devices[*(const int32_t *)b]);
-    if (x != y)
-        return x < y ? 1 : -1;
-    return (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b);
-}
-
-static int search_opfence(const fence_model *m, int32_t M, const pass_options *opt, const int32_t *fence_of,
-                          int32_t F, best_plan *b)
-{
-    int32_t N = m->n_devices;
-    int32_t *order = malloc(((size_t)F + 1) * sizeof *order), *chain = malloc(((size_t)N + 1) * sizeof *chain);
-    int32_t *speed_rank = malloc(((size_t)N + 1) * sizeof *speed_rank);
-    int32_t *picked = malloc(((size_t)N + 1) * sizeof *picked), *cuts = malloc(((size_t)N + 1) * sizeof *cuts);
-    int32_t *start = malloc(((size_t)F + 2) * sizeof *start);
-    int rc = -1;
-    if (!order || !chain || !speed_rank || !picked || !cuts || !start)
-        goto done;
-    order_fences(m, fence_of, F, order);
-    /* The chain: fences in order, fastest devices first inside each. */
-    int32_t n = 0;
-    speed_model = m;
-    for (int32_t k = 0; k < F; k++) {
-        start[k] = n;
-        for (int32_t d = 0; d < N; d++)
-            if (fence_of[d] == order[k])
-                chain[n++] = d;
-        qsort(chain + start[k], (size_t)(n - start[k]), sizeof *chain, by_speed_desc);
-    }
-    start[F] = n;
-    for (int32_t f0 = 0; f0 < F; f0++)
-        for (int32_t f1 = f0; f1 < F; f1++) {
-            int32_t lo = start[f0], hi = start[f1 + 1], W = hi - lo;
-            for (int32_t R = 1; R <= W && (opt->max_replicas <= 0 || R <= opt->max_replicas); R++) {
-                if ((m->batch > 0 && m->batch % R != 0) || (opt->replicas > 0 && R != opt->replicas))
-                    continue;
-                for (int32_t S = 1; S * R <= W && S <= m->n_fwd; S++) {
-                    if (opt->stages > 0 && S != opt->stages)
-                        continue;
-                    /* The S*R fastest devices of the window, in chain order:
-                     * drop the slowest until that many are left. */
-                    memcpy(speed_rank, chain + lo, (size_t)W * sizeof *speed_rank);
-                    qsort(speed_rank, (size_t)W, sizeof *speed_rank, by_speed_desc);
-                    int32_t used = 0;
-                    for (int32_t i = 0; i < W; i++)
-                        for (int32_t k = 0; k < S * R; k++)
-                            if (speed_rank[k] == chain[lo + i])
-                                picked[used++] = chain[lo + i];
-                    candidate cd = { S, R, M, picked };
-                    if (fence_cut_dp(m, &cd, cuts) == 0 && keep_if_better(b, m, &cd, cuts))
-                        goto done;
-                }
-            }
-        }
-    rc = 0;
-done:
-    free(order);
-    free(chain);
-    free(speed_rank);
-    free(picked);
-    free(cuts);
-    free(start);
-    return rc;
 }
 
 /* The repeat instance a node belongs to: the name up to the first
@@ -360,7 +122,7 @@ int fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end)
 
 /* Every device in file order, one stage each, equal layers per stage:
  * Megatron's default placement. */
-static int plan_uniform(const fence_model *m, int32_t M, best_plan *b)
+static int plan_uniform(const fence_model *m, int32_t M, fence_best *b)
 {
     int32_t S = m->n_devices < m->n_fwd ? m->n_devices : m->n_fwd;
     int32_t *dev = malloc(((size_t)S + 1) * sizeof *dev), *end = malloc(((size_t)S + 1) * sizeof *end);
@@ -369,22 +131,23 @@ static int plan_uniform(const fence_model *m, int32_t M, best_plan *b)
         for (int32_t s = 0; s < S; s++)
             dev[s] = s;
         candidate cd = { S, 1, M, dev };
-        rc = keep_if_better(b, m, &cd, end);
+        rc = fence_keep_if_better(b, m, &cd, end, 0, NULL, NULL);
     }
     free(dev);
     free(end);
     return rc;
 }
 
-/* DT-FM's scheduler (gcma.c): its S x R, device order and equal layers. */
-static int plan_gcma(const fence_model *m, int32_t M, const pass_options *opt, best_plan *b)
+/* DT-FM's scheduler (gcma.c): its S x R, device order and equal layers;
+ * or its random-placement baseline on the same S x R. */
+static int plan_gcma(const fence_model *m, int32_t M, const pass_options *opt, int random, fence_best *b)
 {
     int32_t S = 0, R = 0, *dev = NULL, *end = NULL;
     double  cost;
-    int     rc = gcma_schedule(m, opt, &S, &R, &dev, &end, &cost);
+    int     rc = gcma_schedule(m, opt, random, &S, &R, &dev, &end, &cost);
     if (rc == 0) {
         candidate cd = { S, R, M, dev };
-        rc = keep_if_better(b, m, &cd, end);
+        rc = fence_keep_if_better(b, m, &cd, end, 0, NULL, NULL);
     }
     free(dev);
     free(end);
@@ -523,22 +286,29 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
 {
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
     const char *scheduler = opt->scheduler ? opt->scheduler : "opfence";
-    if (strcmp(scheduler, "opfence") != 0 && strcmp(scheduler, "uniform") != 0 && strcmp(scheduler, "gcma") != 0)
-        return diag_set(err, file, 0, "unknown scheduler '%s' (the schedulers: opfence, uniform, gcma)", scheduler);
+    if (strcmp(scheduler, "opfence") != 0 && strcmp(scheduler, "uniform") != 0 && strcmp(scheduler, "gcma") != 0 &&
+        strcmp(scheduler, "random") != 0)
+        return diag_set(err, file, 0, "unknown scheduler '%s' (the schedulers: opfence, uniform, gcma, random)",
+                        scheduler);
+    double compress;
+    if (compress_parse(opt->compress, opt->cluster, &compress))
+        return diag_set(err, file, 0, "--compress expects none, topk:RHO (0 < RHO <= 1) or adatopk, found '%s'",
+                        opt->compress);
     int32_t M = opt->micro_batches > 0 ? opt->micro_batches : 1;
     fence_model m;
     if (fence_model_build(&m, g, opt->cluster, err))
         return -1;
+    m.compress = compress;
     fence_plan plan;
     memset(&plan, 0, sizeof plan);
-    best_plan b = { INFINITY, { 0, 0, 0, NULL }, NULL, NULL };
+    fence_best b = { INFINITY, 0, { 0, 0, 0, NULL }, NULL, NULL };
     int rc = 0;
     int32_t *fence_of = malloc(((size_t)m.n_devices + 1) * sizeof *fence_of);
     if (!fence_of) {
         rc = diag_set(err, file, 0, "out of memory");
         goto done;
     }
-    int32_t F = find_fences(&m, fence_of);
+    int32_t F = fence_find(&m, fence_of);
     if (opt->plan) {
         if (opt->plan->n_nodes != g->n_nodes) {
             rc = diag_set(err, file, 0, "internal error: the plan was made for a graph of %d ops, this one has %d",
@@ -555,8 +325,9 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
             goto done;
         }
         rc = strcmp(scheduler, "uniform") == 0 ? plan_uniform(&m, M, &b)
-             : strcmp(scheduler, "gcma") == 0  ? plan_gcma(&m, M, opt, &b)
-                                               : search_opfence(&m, M, opt, fence_of, F, &b);
+             : strcmp(scheduler, "gcma") == 0  ? plan_gcma(&m, M, opt, 0, &b)
+             : strcmp(scheduler, "random") == 0 ? plan_gcma(&m, M, opt, 1, &b)
+                                               : fence_search(&m, M, opt, fence_of, F, &b);
         if (rc || !b.dev) {
             if (opt->stages > 0 || opt->replicas > 0)
                 rc = diag_set(err, file, 0, "no placement of %d stages x %d replicas: the cluster has %d devices, the "
@@ -572,7 +343,10 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
         plan.n_replicas = R;
         plan.micro_batches = M;
         plan.n_nodes = g->n_nodes;
-        plan.scheduler = strcmp(scheduler, "uniform") == 0 ? "uniform" : strcmp(scheduler, "gcma") == 0 ? "gcma" : "opfence";
+        plan.scheduler = strcmp(scheduler, "uniform") == 0  ? "uniform"
+                         : strcmp(scheduler, "gcma") == 0   ? "gcma"
+                         : strcmp(scheduler, "random") == 0 ? "random"
+                                                            : "opfence";
         plan.devices = malloc((size_t)S * (size_t)R * sizeof *plan.devices);
         plan.stage_of_node = malloc(((size_t)g->n_nodes + 1) * sizeof *plan.stage_of_node);
         plan.stage_compute = calloc((size_t)S, sizeof(double));
@@ -594,7 +368,7 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
         for (int32_t s = 0, k = 0; s < S; s++)
             for (; k <= b.end[s]; k++)
                 plan.stage_of_node[m.fwd[k]] = s;
-        fence_evaluate(&m, &b.cd, b.end, &plan);
+        fence_evaluate(&m, &b.cd, b.end, &plan, NULL);
     }
     if ((rc = assign_stages(g, &m, &plan, err)) != 0)
         goto done;
@@ -609,8 +383,7 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
     }
 done:
     fence_plan_free(&plan);
-    free(b.dev);
-    free(b.end);
+    fence_best_free(&b);
     free(fence_of);
     fence_model_free(&m);
     return rc;

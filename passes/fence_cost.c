@@ -1,257 +1,349 @@
-/* fence_cost.c: the fence pass's cost model (fence_cost.h).
+/* fence_cost.c: the fence pass's cost model (fence_cost.h): what a
+ * placement candidate costs.  The tables it reads are fence_model.c's.
  *
- * Per forward op and device: the op's time and its backward ops' (the
- * workload estimator, estimate.c), prefix-summed so a run of ops costs two
- * lookups; per cut: the bytes that cross it.  A candidate's stages are
- * cut by dynamic programming on the pipeline's bottleneck, and its step is
- * the forward and backward of the M micro-batches simulated event by event
- * in the runtime's 1F1B order (simulate_1f1b: each stage's
- * compute, each cut's transfer and latency, links full duplex), then
+ * A candidate's stages are cut by dynamic programming on the pipeline's
+ * bottleneck (fence_cut_dp), and its step (fence_evaluate) is the forward
+ * and backward of the M micro-batches simulated event by event in the
+ * runtime's 1F1B order with the schedule pass's warm-up (simulate_1f1b:
+ * each stage's compute, each tensor's transfer and latency, links full
+ * duplex), then
  *   + max_s (update_s + allreduce_s) + the stages' agreement on the
- *     gradient norm (when the optimizer clips: the latencies of the chain
- *     along the stages, and of the last stage's answer back)
+ *     gradient norm (when the optimizer clips: every stage sends its
+ *     partial sum to every other at once, so the slowest pair's latency)
  * with allreduce_s the ring all-reduce of a stage's gradients over its R
- * replicas: 2 (R-1)/R * bytes / bandwidth + 2 (R-1) latency.  The dynamic
- * program's objective, the bottleneck, is the steady state of the same
- * pipeline: (M - 1) * bottleneck + the fill and drain.
+ * replicas: 2 (R-1)/R * bytes / bandwidth + 2 (R-1) latency.
+ *
+ * Traffic is priced as the comm pass sends it: an activation (or input)
+ * from the stage that makes it straight to each later stage that reads
+ * it, the lane's 1/R share of the micro-batch, its gradient back; a
+ * parameter read on another stage (GPT-2's tied embedding) whole, once a
+ * step, its gradient back once a step after the last micro-batch.  Under
+ * --compress (m->compress) each tensor over a link it would wait for is
+ * priced at the size the compress pass will send (compress_tensor_bytes,
+ * with T* = the candidate's largest stage compute per micro-batch), and the
+ * codec's time is added to the compute of both ends.  So a plan that
+ * crosses a slow link compressed is weighed against one that avoids it.
+ *
+ * Shapes: S stages, R replicas, M micro-batches, n forward ops.  The DP is
+ * O(S n^2) (a stage's alike replicas share one time row), the evaluation
+ * O(S^2 (R + M) + the forward reads).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ir/name_map.h"
 #include "../ir/ops.h"
 #include "../ir/pipeline_order.h"
 #include "fence_cost.h"
-/* ---- what the cost model knows about the graph --------------------------- */
 
+/* fmax without its NaN rules (none arise here), so that it inlines. */
+static inline double dmax(double a, double b) { return a > b ? a : b; }
 
-static int is_forward(const ir_node *n) { return n->phase == PHASE_FORWARD || n->phase == PHASE_NONE; }
+/* ---- a candidate's devices, read once ------------------------------------ */
 
-static double *prefix_row(double *table, const fence_model *m, int32_t d) { return table + (size_t)d * (size_t)(m->n_fwd + 1); }
+/* Per stage, the distinct time rows of its replicas; per pair of stages
+ * (h, t), the slowest lane's bandwidth and the largest latency (lane r of
+ * stage h talks to lane r of stage t).  pairs = 0: only consecutive
+ * stages (what the DP needs). */
+typedef struct {
+    int32_t S, R;
+    int32_t *rows, *n_rows;   /* [S * R], [S] */
+    double  *bw, *lat;        /* [S * S] */
+} lanes;
 
-/* The forward op a backward op differentiates ("<forward>.backward"). */
-static int32_t forward_of_backward(const ir_graph *g, const name_map *nodes, int32_t n)
+static void lanes_free(lanes *l)
 {
-    if ((unsigned)g->nodes[n].op >= OP_COUNT || op_table[g->nodes[n].op].forward_of == OP_COUNT)
-        return -1;
-    const char *name = ir_node_name(g, n);
-    size_t len = strlen(name), suffix = strlen(".backward");
-    if (len <= suffix || strcmp(name + len - suffix, ".backward") != 0 || len - suffix >= 512)
-        return -1;
-    char base[512];
-    memcpy(base, name, len - suffix);
-    base[len - suffix] = '\0';
-    int64_t f;
-    return name_map_get(nodes, base, &f) ? (int32_t)f : -1;
+    free(l->rows);
+    free(l->n_rows);
+    free(l->bw);
+    free(l->lat);
 }
 
-void fence_model_free(fence_model *m)
+static int lanes_init(lanes *l, const fence_model *m, const candidate *cd, int pairs)
 {
-    free(m->fwd);
-    free(m->fwd_pos);
-    free(m->owner);
-    free(m->time);
-    free(m->time_fwd);
-    free(m->update);
-    free(m->param_bytes);
-    free(m->cut_fwd);
-    free(m->cut_bwd);
-    free(m->layer_ops);
-    free(m->first_fwd);
-}
-
-static int is_float_dtype(ir_dtype dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
-
-int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struct diag *err)
-{
-    memset(m, 0, sizeof *m);
-    m->g = g;
-    m->c = c;
-    m->n_devices = c && c->n_devices > 0 ? c->n_devices : 1;
-    m->devices = c && c->n_devices > 0 ? c->devices : estimate_default_device();
-    int32_t n = g->n_nodes, V = g->n_values;
-    m->fwd = malloc(((size_t)n + 1) * sizeof *m->fwd);
-    m->fwd_pos = malloc(((size_t)n + 1) * sizeof *m->fwd_pos);
-    m->owner = malloc(((size_t)n + 1) * sizeof *m->owner);
-    name_map *names = name_map_new();
-    int32_t *first_fwd = m->first_fwd = malloc(((size_t)V + 1) * sizeof *first_fwd);
-    int32_t *last_fwd = malloc(((size_t)V + 1) * sizeof *last_fwd);
-    int rc = -1;
-    if (!m->fwd || !m->fwd_pos || !m->owner || !names || !first_fwd || !last_fwd)
-        goto done;
-    for (int32_t i = 0; i < n; i++) {
-        m->fwd_pos[i] = m->owner[i] = -1;
-        if (name_map_add(names, ir_node_name(g, i), i) < 0)
-            goto done;
-        if (is_forward(&g->nodes[i])) {
-            m->fwd_pos[i] = m->n_fwd;
-            m->owner[i] = m->n_fwd;
-            m->fwd[m->n_fwd++] = i;
+    int32_t S = cd->S, R = cd->R;
+    size_t SS = (size_t)S * (size_t)S;
+    l->S = S, l->R = R;
+    l->rows = malloc((size_t)S * (size_t)R * sizeof *l->rows);
+    l->n_rows = calloc((size_t)S, sizeof *l->n_rows);
+    l->bw = malloc(SS * sizeof *l->bw);
+    l->lat = malloc(SS * sizeof *l->lat);
+    if (!l->rows || !l->n_rows || !l->bw || !l->lat) {
+        lanes_free(l);
+        return -1;
+    }
+    for (int32_t s = 0; s < S; s++)
+        for (int32_t r = 0; r < R; r++) {
+            int32_t row = m->row_of[cd->dev[s * R + r]], seen = 0;
+            for (int32_t i = 0; i < l->n_rows[s]; i++)
+                seen |= l->rows[s * R + i] == row;
+            if (!seen)
+                l->rows[s * R + l->n_rows[s]++] = row;
         }
-    }
-    for (int32_t i = 0; i < n; i++) {
-        int32_t f = forward_of_backward(g, names, i);
-        if (f >= 0 && m->fwd_pos[f] >= 0)
-            m->owner[i] = m->fwd_pos[f];
-    }
-    size_t row = (size_t)m->n_fwd + 1;
-    m->time = calloc(row * (size_t)m->n_devices, sizeof *m->time);
-    m->time_fwd = calloc(row * (size_t)m->n_devices, sizeof *m->time_fwd);
-    m->update = calloc(row * (size_t)m->n_devices, sizeof *m->update);
-    m->param_bytes = calloc(row, sizeof *m->param_bytes);
-    m->cut_fwd = calloc(row, sizeof *m->cut_fwd);
-    m->cut_bwd = calloc(row, sizeof *m->cut_bwd);
-    m->layer_ops = calloc(row, sizeof *m->layer_ops);
-    if (!m->time || !m->time_fwd || !m->update || !m->param_bytes || !m->cut_fwd || !m->cut_bwd || !m->layer_ops)
-        goto done;
-
-    /* Where each value is first made or read, and last read, among forward ops. */
-    for (int32_t v = 0; v < V; v++)
-        first_fwd[v] = last_fwd[v] = -1;
-    for (int32_t k = 0; k < m->n_fwd; k++) {
-        const ir_node *node = &g->nodes[m->fwd[k]];
-        for (int i = 0; i < node->n_in; i++) {
-            int32_t v = node->in[i];
-            if (first_fwd[v] < 0)
-                first_fwd[v] = k;
-            last_fwd[v] = k;
-        }
-        for (int i = 0; i < node->n_out; i++)
-            first_fwd[node->out[i]] = k;
-    }
-    /* Params each forward op owns (its first reader), and its layer count. */
-    for (int32_t v = 0; v < V; v++)
-        if (g->values[v].role == ROLE_PARAM && first_fwd[v] >= 0)
-            m->param_bytes[first_fwd[v] + 1] += (double)ir_value_bytes(g, v);
-    for (int32_t k = 0; k < m->n_fwd; k++) {
-        const ir_node *node = &g->nodes[m->fwd[k]];
-        int has_param = 0;
-        for (int i = 0; i < node->n_in; i++)
-            has_param |= g->values[node->in[i]].role == ROLE_PARAM && first_fwd[node->in[i]] == k;
-        m->layer_ops[k + 1] = m->layer_ops[k] + has_param;
-        m->param_bytes[k + 1] += m->param_bytes[k];
-    }
-    /* Bytes that cross the cut after position k: made (or first read) at
-     * or before k, read after it.  Their gradients cross back, but for
-     * integers (token ids) that have none. */
-    double *diff_f = m->cut_fwd, *diff_b = m->cut_bwd;
-    for (int32_t v = 0; v < V; v++) {
-        if (first_fwd[v] < 0 || last_fwd[v] <= first_fwd[v] || g->values[v].role == ROLE_STATE)
-            continue;
-        double bytes = (double)ir_value_bytes(g, v);
-        diff_f[first_fwd[v]] += bytes;
-        diff_f[last_fwd[v]] -= bytes;
-        if (is_float_dtype(g->values[v].dtype) && g->values[v].role != ROLE_INPUT) {
-            diff_b[first_fwd[v]] += bytes;
-            diff_b[last_fwd[v]] -= bytes;
-        }
-    }
-    for (int32_t k = 1; k < m->n_fwd; k++) {
-        diff_f[k] += diff_f[k - 1];
-        diff_b[k] += diff_b[k - 1];
-    }
-    /* Per device: each forward op's time plus its backward ops', and the
-     * optimizer's time for the params it owns. */
-    for (int32_t d = 0; d < m->n_devices; d++) {
-        double *t = prefix_row(m->time, m, d), *u = prefix_row(m->update, m, d);
-        double *tf = prefix_row(m->time_fwd, m, d);
-        for (int32_t i = 0; i < n; i++) {
-            const ir_node *node = &g->nodes[i];
-            double s = estimate_node_seconds(g, i, &m->devices[d]);
-            if (node->phase == PHASE_UPDATE) {
-                int32_t owner = -1;
-                for (int k = 0; k < node->n_in && owner < 0; k++)
-                    if (g->values[node->in[k]].role == ROLE_PARAM)
-                        owner = first_fwd[node->in[k]];
-                if (owner >= 0)
-                    u[owner + 1] += s;
-            } else if (m->owner[i] >= 0) {
-                t[m->owner[i] + 1] += s;
-                if (is_forward(node))
-                    tf[m->owner[i] + 1] += s;
+    for (int32_t h = 0; h < S; h++)
+        for (int32_t t = 0; t < S; t++) {
+            size_t ht = (size_t)h * S + t;
+            l->bw[ht] = INFINITY, l->lat[ht] = 0.0;
+            if (h == t || (!pairs && t != h + 1 && h != t + 1))
+                continue;
+            for (int32_t r = 0; r < R; r++) {
+                double w, x;
+                fence_link_of(m, cd->dev[h * R + r], cd->dev[t * R + r], &w, &x);
+                l->bw[ht] = fmin(l->bw[ht], w);
+                l->lat[ht] = fmax(l->lat[ht], x);
             }
         }
-        for (int32_t k = 0; k < m->n_fwd; k++) {
-            t[k + 1] += t[k];
-            tf[k + 1] += tf[k];
-            u[k + 1] += u[k];
+    return 0;
+}
+
+/* The slowest replica's seconds for forward positions [j, k] of stage s:
+ * per micro-batch from table m->time (forward and backward; counts
+ * m->n_ops) or m->time_fwd (forward alone; m->n_ops_fwd), a replica having
+ * 1/R of the micro-batch, which shrinks its ops' work but not their
+ * launches; or a step's update from m->update (counts NULL: each replica
+ * runs all of it). */
+static double stage_seconds(const fence_model *m, const lanes *l, const double *table, const int32_t *counts,
+                            int32_t s, int32_t j, int32_t k)
+{
+    double worst = 0.0;
+    size_t row = (size_t)m->n_fwd + 1;
+    for (int32_t i = 0; i < l->n_rows[s]; i++) {
+        int32_t r = l->rows[s * l->R + i];
+        const double *t = table + (size_t)r * row;
+        double span = t[k + 1] - t[j];
+        if (counts) {
+            double fixed = m->launch[r] * (counts[k + 1] - counts[j]);
+            span = (span - fixed) / l->R + fixed;
         }
-    }
-    for (int32_t v = 0; v < V && m->batch == 0; v++)
-        if (g->values[v].role == ROLE_INPUT && g->values[v].shape.rank > 0)
-            m->batch = g->values[v].shape.dim[0];
-    for (int32_t i = 0; i < n; i++)
-        m->clip |= g->nodes[i].op == OP_CLIP_SCALE;
-    rc = 0;
-done:
-    name_map_free(names);
-    free(last_fwd);
-    if (rc)
-        diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory planning the placement");
-    return rc;
-}
-
-/* ---- one candidate: devices in stage order, cut by dynamic programming --- */
-
-
-void fence_link_of(const fence_model *m, int32_t a, int32_t b, double *bw, double *lat)
-{
-    if (m->c && m->c->n_devices > 0)
-        cluster_link_between(m->c, a, b, bw, lat);
-    else
-        *bw = INFINITY, *lat = 0.0;
-}
-
-/* The slowest replica's compute for forward positions [j, k] of stage s. */
-static double stage_seconds(const fence_model *m, const candidate *cd, int32_t s, int32_t j, int32_t k)
-{
-    double worst = 0.0;
-    for (int32_t r = 0; r < cd->R; r++) {
-        const double *t = prefix_row(m->time, m, cd->dev[s * cd->R + r]);
-        worst = fmax(worst, t[k + 1] - t[j]);
-    }
-    return worst / cd->R;   /* each replica has 1/R of the micro-batch */
-}
-
-/* The slowest replica's forward alone for positions [j, k] of stage s. */
-static double stage_forward_seconds(const fence_model *m, const candidate *cd, int32_t s, int32_t j, int32_t k)
-{
-    double worst = 0.0;
-    for (int32_t r = 0; r < cd->R; r++) {
-        const double *t = prefix_row(m->time_fwd, m, cd->dev[s * cd->R + r]);
-        worst = fmax(worst, t[k + 1] - t[j]);
-    }
-    return worst / cd->R;
-}
-
-/* The slowest lane's link from stage s to s+1 for the cut after k: its
- * busier direction per micro-batch (steady state), and its latency. */
-static void cut_seconds(const fence_model *m, const candidate *cd, int32_t s, int32_t k, double *busy, double *lat)
-{
-    *busy = 0.0;
-    *lat = 0.0;
-    for (int32_t r = 0; r < cd->R; r++) {
-        double bw, l;
-        fence_link_of(m, cd->dev[s * cd->R + r], cd->dev[(s + 1) * cd->R + r], &bw, &l);
-        double bytes = fmax(m->cut_fwd[k], m->cut_bwd[k]) / cd->R;
-        *busy = fmax(*busy, estimate_transfer_seconds(bytes, bw, 0.0));
-        *lat = fmax(*lat, l);
-    }
-}
-
-/* The first micro-batch's trip over the cut after k and its gradient's
- * trip back: two latencies and both transfers, on the slowest lane. */
-static double cut_round_trip(const fence_model *m, const candidate *cd, int32_t s, int32_t k)
-{
-    double worst = 0.0;
-    for (int32_t r = 0; r < cd->R; r++) {
-        double bw, lat;
-        fence_link_of(m, cd->dev[s * cd->R + r], cd->dev[(s + 1) * cd->R + r], &bw, &lat);
-        worst = fmax(worst, estimate_transfer_seconds((m->cut_fwd[k] + m->cut_bwd[k]) / cd->R, bw, 2.0 * lat));
+        worst = dmax(worst, span);
     }
     return worst;
 }
+
+/* ---- traffic ---------------------------------------------------------------- */
+
+/* What value v puts on a link of bandwidth bw, as the comm and compress
+ * passes send it: *f forward and *b back, per micro-batch (each_mb) or per
+ * step (a parameter: once); *cf, *cb the codec's seconds at one end. */
+static void tensor_traffic(const fence_model *m, int32_t v, int32_t R, int32_t M, double bw, double t_star,
+                           double *f, double *b, double *cf, double *cb, int *each_mb)
+{
+    const ir_value *val = &m->g->values[v];
+    int    param = val->role == ROLE_PARAM, grad = fence_is_float(val->dtype) && val->role != ROLE_INPUT;
+    int    on = m->compress != 0.0 && t_star > 0 && val->dtype == DT_F32;
+    double elements = (double)ir_shape_numel(&val->shape) / (param ? 1 : R);
+    double cols = val->shape.rank > 0 ? (double)val->shape.dim[val->shape.rank - 1] : 1.0;
+    *each_mb = !param;
+    *cf = *cb = 0.0;
+    /* The parameter sent once a step is never compressed; its gradient is
+     * (top-k with error feedback), as is everything sent each micro-batch. */
+    *f = param || !on ? (double)ir_value_bytes(m->g, v) / (param ? 1 : R)
+                      : compress_tensor_bytes(elements, cols, bw, t_star, M, m->compress, 0, cf);
+    *b = !grad ? 0.0
+         : on  ? compress_tensor_bytes(elements, cols, bw, t_star, M, m->compress, param, cb)
+               : (double)ir_value_bytes(m->g, v) / (param ? 1 : R);
+}
+
+/* The bytes crossing the cut after k each micro-batch, each way, for the
+ * DP: per tensor as tensor_traffic says (a step's parameter traffic as its
+ * 1/M share); dense and summed when not compressing. */
+static void cut_bytes(const fence_model *m, int32_t R, int32_t M, int32_t k, double bw, double t_star, double *fwd,
+                      double *bwd)
+{
+    if (m->compress == 0.0 || !(t_star > 0)) {
+        *fwd = m->cut_fwd[k] / R + m->cut_param[k] / M;
+        *bwd = m->cut_bwd[k] / R + m->cut_param[k] / M;
+        return;
+    }
+    *fwd = *bwd = 0.0;
+    for (int32_t i = m->cut_start[k]; i < m->cut_start[k + 1]; i++) {
+        double f, b, cf, cb;
+        int    each;
+        tensor_traffic(m, m->cut_vals[i], R, M, bw, t_star, &f, &b, &cf, &cb, &each);
+        *fwd += each ? f : f / M;
+        *bwd += each ? b : b / M;
+    }
+}
+
+/* What crosses between stages, per lane, as the comm pass sends it: each
+ * value from its home stage straight to every other stage that reads it.
+ * Per micro-batch fwd[h*S + t] (and its gradient back, bwd[t*S + h]); once
+ * a step fwd_once / bwd_once (parameters).  codec_f[s], codec_b[s]: the
+ * codec's seconds a stage spends per forward / backward (a step's
+ * parameter gradients spread over its M backwards). */
+typedef struct {
+    double *fwd, *bwd, *fwd_once, *bwd_once;   /* [S * S] */
+    double *codec_f, *codec_b;                 /* [S]     */
+} traffic;
+
+static int stage_traffic(const fence_model *m, const candidate *cd, const int32_t *end, const lanes *l,
+                         double t_star, traffic *tr)
+{
+    const ir_graph *g = m->g;
+    int32_t S = cd->S, M = cd->M;
+    int32_t *stage_at = malloc(((size_t)m->n_fwd + 1) * sizeof *stage_at);
+    char    *sent = calloc((size_t)S, 1);
+    if (!stage_at || !sent) {
+        free(stage_at);
+        free(sent);
+        return -1;
+    }
+    for (int32_t s = 0, k = 0; s < S; s++)
+        for (; k <= end[s]; k++)
+            stage_at[k] = s;
+    for (int32_t v = 0; v < g->n_values; v++) {
+        if (m->first_fwd[v] < 0 || g->values[v].role == ROLE_STATE || m->read_start[v] == m->read_start[v + 1])
+            continue;
+        int32_t home = stage_at[m->first_fwd[v]];
+        memset(sent, 0, (size_t)S);
+        for (int32_t i = m->read_start[v]; i < m->read_start[v + 1]; i++) {
+            int32_t t = stage_at[m->read_pos[i]];
+            if (t == home || sent[t])
+                continue;
+            sent[t] = 1;
+            size_t ht = (size_t)home * S + t, th = (size_t)t * S + home;
+            double f, b, cf, cb;
+            int    each;
+            tensor_traffic(m, v, cd->R, M, l->bw[ht], t_star, &f, &b, &cf, &cb, &each);
+            if (each) {
+                tr->fwd[ht] += f;
+                tr->bwd[th] += b;
+                tr->codec_f[home] += cf;
+                tr->codec_f[t] += cf;
+                tr->codec_b[t] += cb;
+                tr->codec_b[home] += cb;
+            } else {
+                tr->fwd_once[ht] += f;
+                tr->bwd_once[th] += b;
+                tr->codec_b[t] += cb / M;
+                tr->codec_b[home] += cb / M;
+            }
+        }
+    }
+    free(stage_at);
+    free(sent);
+    return 0;
+}
+
+/* ---- the pipeline, event by event ------------------------------------------- */
+
+/* The forward and backward of M micro-batches in the runtime's 1F1B order
+ * (runtime/main.c, the schedule pass's warm-up), event by event.  A stage
+ * runs its next action once every tensor it needs has arrived: a forward,
+ * every activation sent to it (micro-batch 0: and the parameters sent once
+ * a step); a backward, every gradient sent to it (the last stage's, its
+ * own forward).  A tensor leaves when its op is done and its link (the
+ * pair of stages; the slowest replica lane) is free, is on the link
+ * bytes / bandwidth, and arrives a latency later; links carry activations
+ * and gradients in opposite directions at once.  A step's parameter
+ * gradients leave after the sender's last backward, and the receiver's
+ * update waits for them.  f[s], b[s]: a stage's forward and backward per
+ * micro-batch; most[s]: the most warm-up its memory holds (NULL: M).
+ * *warm_out (when not NULL, [S]) gets the warm-up used.
+ * Returns the time the last stage is done, or -1 when out of memory. */
+static double simulate_1f1b(const candidate *cd, const lanes *l, const traffic *tr, const double *f, const double *b,
+                            const double *most, int32_t *warm_out)
+{
+    int32_t S = cd->S, M = cd->M;
+    size_t SM = (size_t)S * (size_t)M, SS = (size_t)S * (size_t)S;
+    double  *link_free = calloc(SS, sizeof *link_free);
+    double  *ready_f = calloc(SM, sizeof *ready_f), *ready_b = calloc(SM, sizeof *ready_b);
+    int32_t *got_f = calloc(SM, sizeof *got_f), *got_b = calloc(SM, sizeof *got_b);
+    int32_t *need_f0 = calloc((size_t)S, sizeof *need_f0), *need_f = calloc((size_t)S, sizeof *need_f);
+    int32_t *need_b = calloc((size_t)S, sizeof *need_b);
+    double  *free_at = calloc((size_t)S, sizeof *free_at), *once_at = calloc((size_t)S, sizeof *once_at);
+    int32_t *order = malloc(SM * 2 * sizeof *order), *next = calloc((size_t)S, sizeof *next);
+    double  *stage_time = calloc((size_t)S, sizeof *stage_time), *round_trip = calloc((size_t)S, sizeof *round_trip);
+    int32_t *warm = calloc((size_t)S, sizeof *warm);
+    double   makespan = -1.0;
+    if (!link_free || !ready_f || !ready_b || !got_f || !got_b || !need_f0 || !need_f || !need_b || !free_at ||
+        !once_at || !order || !next || !stage_time || !round_trip || !warm)
+        goto done;
+    for (int32_t s = 0; s < S; s++)
+        for (int32_t t = 0; t < S; t++) {
+            size_t st = (size_t)s * S + t;
+            need_f[t] += tr->fwd[st] > 0;
+            need_f0[t] += tr->fwd[st] > 0 || tr->fwd_once[st] > 0;
+            need_b[t] += tr->bwd[st] > 0;
+        }
+    /* The runtime's order (the schedule pass's warm-up): +m a forward, -(m+1) a backward. */
+    for (int32_t s = 0; s < S; s++) {
+        size_t next_stage = (size_t)s * S + s + 1, back = (size_t)(s + 1) * S + s;
+        stage_time[s] = f[s] + b[s];
+        round_trip[s] = s + 1 < S ? 2.0 * (l->lat[next_stage] + fmax(tr->fwd[next_stage], tr->bwd[back]) /
+                                                                    l->bw[next_stage]) : 0.0;
+    }
+    schedule_warmup(S, M, stage_time, round_trip, most, warm);
+    for (int32_t s = 0; s < S; s++)
+        pipeline_order(M, warm[s], order + (size_t)s * 2 * M);
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int32_t s = 0; s < S; s++)
+            while (next[s] < 2 * M) {
+                int32_t a = order[(size_t)s * 2 * M + next[s]], mb = a >= 0 ? a : -a - 1;
+                size_t  at = (size_t)s * M + mb;
+                int ready = a >= 0 ? got_f[at] == (mb == 0 ? need_f0[s] : need_f[s]) : got_b[at] == need_b[s];
+                if (!ready)
+                    break;
+                double start = fmax(free_at[s], a >= 0 ? ready_f[at] : ready_b[at]);
+                double done_at = start + (a >= 0 ? f[s] : b[s]);
+                free_at[s] = done_at;
+                for (int32_t t = 0; t < S; t++) {
+                    size_t st = (size_t)s * S + t;
+                    double bytes = a >= 0 ? tr->fwd[st] + (mb == 0 ? tr->fwd_once[st] : 0.0)
+                                          : tr->bwd[st] + (mb == M - 1 ? tr->bwd_once[st] : 0.0);
+                    if (bytes <= 0)
+                        continue;
+                    double tx = fmax(link_free[st], done_at), on_wire = bytes / l->bw[st];
+                    link_free[st] = tx + on_wire;
+                    double arrive = tx + on_wire + l->lat[st];
+                    size_t to = (size_t)t * M + mb;
+                    if (a >= 0) {
+                        ready_f[to] = fmax(ready_f[to], arrive);
+                        got_f[to]++;
+                    } else if (tr->bwd[st] > 0) {
+                        ready_b[to] = fmax(ready_b[to], arrive);
+                        got_b[to]++;
+                    }
+                    if (a < 0 && mb == M - 1 && tr->bwd_once[st] > 0)
+                        once_at[t] = fmax(once_at[t], arrive);   /* the receiver's update waits */
+                }
+                if (a >= 0 && need_b[s] == 0)
+                    ready_b[at] = done_at;   /* no gradient comes: its own loss */
+                next[s]++;
+                progress = 1;
+            }
+    }
+    makespan = 0.0;
+    for (int32_t s = 0; s < S; s++) {
+        if (next[s] < 2 * M) {   /* cannot happen for a pipeline of forward edges; be safe */
+            makespan = INFINITY;
+            break;
+        }
+        makespan = fmax(makespan, fmax(free_at[s], once_at[s]));
+    }
+    if (warm_out)
+        memcpy(warm_out, warm, (size_t)S * sizeof *warm);
+done:
+    free(link_free);
+    free(ready_f);
+    free(ready_b);
+    free(got_f);
+    free(got_b);
+    free(need_f0);
+    free(need_f);
+    free(need_b);
+    free(free_at);
+    free(once_at);
+    free(order);
+    free(next);
+    free(stage_time);
+    free(round_trip);
+    free(warm);
+    return makespan;
+}
+
+/* ---- the step -------------------------------------------------------------- */
 
 /* The ring all-reduce of stage s's gradients over its replicas. */
 static double allreduce_seconds(const fence_model *m, const candidate *cd, int32_t s, double grad_bytes)
@@ -269,272 +361,310 @@ static double allreduce_seconds(const fence_model *m, const candidate *cd, int32
     return estimate_transfer_seconds(2.0 * (R - 1) / R * grad_bytes, worst_bw, 2.0 * (R - 1) * worst_lat);
 }
 
-/* What crosses between stages per micro-batch and replica, as the comm
- * pass will send it: each value from its home stage straight to every
- * other stage that reads it (fwd[h*S + t], bytes), and its gradient back
- * (bwd[t*S + h]) unless it has none (integers). */
-static void stage_traffic(const fence_model *m, const candidate *cd, const int32_t *end, double *fwd, double *bwd)
+double fence_t_star(const fence_model *m, const candidate *cd, const int32_t *end)
 {
-    const ir_graph *g = m->g;
+    lanes  l;
+    double t = 0.0;
+    if (lanes_init(&l, m, cd, 0))
+        return 0.0;
+    for (int32_t s = 0, j = 0; s < cd->S; j = end[s] + 1, s++)
+        t = fmax(t, stage_seconds(m, &l, m->time, m->n_ops, s, j, end[s]));
+    lanes_free(&l);
+    return t;
+}
+
+/* A stage's memory (fence_cost.h): its state (parameters, gradients and
+ * AdamW's moments, 4 x; a parameter received once a step and its summed
+ * gradient, 2 x), what one micro-batch in flight adds (its forward
+ * outputs, a lane's share), and its smallest device's memory. */
+static void stage_memory(const fence_model *m, const candidate *cd, const int32_t *end, const traffic *tr, int32_t s,
+                         double *state, double *stash, double *memory)
+{
+    int32_t S = cd->S, j = s > 0 ? end[s - 1] + 1 : 0;
+    double received = 0.0;
+    for (int32_t h = 0; h < S; h++)
+        received += tr->fwd_once[(size_t)h * S + s];
+    *state = 4.0 * (m->param_bytes[end[s] + 1] - m->param_bytes[j]) + 2.0 * received;
+    *stash = (m->act_bytes[end[s] + 1] - m->act_bytes[j]) / cd->R;
+    *memory = INFINITY;
+    for (int32_t r = 0; r < cd->R; r++) {
+        double have = m->devices[cd->dev[s * cd->R + r]].memory_bytes;
+        if (have > 0)
+            *memory = fmin(*memory, have);
+    }
+}
+
+/* The fullest device's need over its memory, with warm[s] + 1 micro-batches in flight. */
+static double memory_fill(const fence_model *m, const candidate *cd, const int32_t *end, const traffic *tr,
+                          const int32_t *warm)
+{
+    double fill = 0.0;
+    for (int32_t s = 0; s < cd->S; s++) {
+        double state, stash, memory;
+        stage_memory(m, cd, end, tr, s, &state, &stash, &memory);
+        int32_t in_flight = warm[s] + 1 < cd->M ? warm[s] + 1 : cd->M;
+        if (memory < INFINITY)
+            fill = fmax(fill, (state + in_flight * stash) / memory);
+    }
+    return fill;
+}
+
+double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *end, fence_plan *out,
+                      double *fill)
+{
     int32_t S = cd->S;
-    memset(fwd, 0, (size_t)S * (size_t)S * sizeof *fwd);
-    memset(bwd, 0, (size_t)S * (size_t)S * sizeof *bwd);
-    int32_t *stage_at = malloc(((size_t)m->n_fwd + 1) * sizeof *stage_at);
-    char *sent = calloc((size_t)S, 1);
-    if (!stage_at || !sent) {
-        free(stage_at);
-        free(sent);
-        return;
-    }
-    for (int32_t s = 0, k = 0; s < S; s++)
-        for (; k <= end[s]; k++)
-            stage_at[k] = s;
-    for (int32_t v = 0; v < g->n_values; v++) {
-        if (m->first_fwd[v] < 0 || g->values[v].role == ROLE_STATE)
-            continue;
-        int32_t home = stage_at[m->first_fwd[v]];
-        memset(sent, 0, (size_t)S);
-        for (int32_t k = m->first_fwd[v] + 1; k < m->n_fwd; k++) {
-            const ir_node *node = &g->nodes[m->fwd[k]];
-            int32_t t = stage_at[k];
-            for (int i = 0; i < node->n_in && t != home && !sent[t]; i++)
-                if (node->in[i] == v) {
-                    /* An activation is split over the replicas' micro-batches; a
-                     * parameter is whole, sent once a step, its partial
-                     * gradient returned each micro-batch. */
-                    int param = g->values[v].role == ROLE_PARAM;
-                    double bytes = (double)ir_value_bytes(g, v) / (param ? 1 : cd->R);
-                    sent[t] = 1;
-                    fwd[(size_t)home * S + t] += param ? bytes / cd->M : bytes;
-                    if (is_float_dtype(g->values[v].dtype) && g->values[v].role != ROLE_INPUT)
-                        bwd[(size_t)t * S + home] += bytes;
-                }
-        }
-    }
-    free(stage_at);
-    free(sent);
-}
-
-/* The forward and backward of M micro-batches in the runtime's 1F1B order
- * (runtime/main.c), event by event.  A stage runs its next action once
- * every tensor it needs has arrived: a forward, every activation sent to
- * it; a backward, every gradient sent to it (the last stage's, its own
- * forward).  A tensor leaves when its op is done and its link (the pair of
- * devices; the slowest replica lane) is free, is on the link bytes /
- * bandwidth, and arrives a latency later; links carry activations and
- * gradients in opposite directions at once.  Returns the time the last
- * backward ends, or -1 when out of memory. */
-static double simulate_1f1b(const fence_model *m, const candidate *cd, const int32_t *end)
-{
-    int32_t S = cd->S, M = cd->M;
-    size_t SM = (size_t)S * (size_t)M, SS = (size_t)S * (size_t)S;
-    double *f = calloc((size_t)S, sizeof *f), *b = calloc((size_t)S, sizeof *b);
-    double *fwd = calloc(SS, sizeof *fwd), *bwd = calloc(SS, sizeof *bwd);
-    double *bw = calloc(SS, sizeof *bw), *lat = calloc(SS, sizeof *lat), *link_free = calloc(SS, sizeof *link_free);
-    double *ready_f = calloc(SM, sizeof *ready_f), *ready_b = calloc(SM, sizeof *ready_b);
-    int32_t *got_f = calloc(SM, sizeof *got_f), *got_b = calloc(SM, sizeof *got_b);
-    int32_t *need_f = calloc((size_t)S, sizeof *need_f), *need_b = calloc((size_t)S, sizeof *need_b);
-    double *free_at = calloc((size_t)S, sizeof *free_at);
-    int32_t *order = malloc(SM * 2 * sizeof *order), *next = calloc((size_t)S, sizeof *next);
-    double *stage_time = calloc((size_t)S, sizeof *stage_time), *round_trip = calloc((size_t)S, sizeof *round_trip);
+    size_t  SS = (size_t)S * (size_t)S;
+    lanes   l;
+    traffic tr = { 0 };
+    double *f = calloc((size_t)S, sizeof *f), *b = calloc((size_t)S, sizeof *b), *c = calloc((size_t)S, sizeof *c);
     int32_t *warm = calloc((size_t)S, sizeof *warm);
-    double makespan = -1.0;
-    if (!f || !b || !fwd || !bwd || !bw || !lat || !link_free || !ready_f || !ready_b || !got_f || !got_b ||
-        !need_f || !need_b || !free_at || !order || !next || !stage_time || !round_trip || !warm)
+    double  *most = calloc((size_t)S, sizeof *most);
+    int      have_lanes = lanes_init(&l, m, cd, 1) == 0;
+    tr.fwd = calloc(SS, sizeof *tr.fwd);
+    tr.bwd = calloc(SS, sizeof *tr.bwd);
+    tr.fwd_once = calloc(SS, sizeof *tr.fwd_once);
+    tr.bwd_once = calloc(SS, sizeof *tr.bwd_once);
+    tr.codec_f = calloc((size_t)S, sizeof *tr.codec_f);
+    tr.codec_b = calloc((size_t)S, sizeof *tr.codec_b);
+    double T = INFINITY;
+    if (fill)
+        *fill = INFINITY;
+    if (!f || !b || !c || !warm || !most || !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once ||
+        !tr.codec_f || !tr.codec_b)
         goto done;
-    stage_traffic(m, cd, end, fwd, bwd);
+    /* Compute per micro-batch, T* (the compress pass's target), then the
+     * traffic at the sizes it will send and the codec's time. */
+    double t_star = 0.0;
     for (int32_t s = 0, j = 0; s < S; j = end[s] + 1, s++) {
-        f[s] = stage_forward_seconds(m, cd, s, j, end[s]);
-        b[s] = stage_seconds(m, cd, s, j, end[s]) - f[s];
-        for (int32_t t = 0; t < S; t++) {
-            size_t st = (size_t)s * S + t;
-            bw[st] = INFINITY;
-            for (int32_t r = 0; r < cd->R; r++) {
-                double w, l;
-                fence_link_of(m, cd->dev[s * cd->R + r], cd->dev[t * cd->R + r], &w, &l);
-                bw[st] = fmin(bw[st], w);
-                lat[st] = fmax(lat[st], l);
-            }
-            need_f[t] += fwd[st] > 0;
-            need_b[t] += bwd[st] > 0;
-        }
+        f[s] = stage_seconds(m, &l, m->time_fwd, m->n_ops_fwd, s, j, end[s]);
+        c[s] = stage_seconds(m, &l, m->time, m->n_ops, s, j, end[s]);
+        b[s] = c[s] - f[s];
+        t_star = fmax(t_star, c[s]);
     }
-    /* The runtime's order (the schedule pass's warm-up): +m a forward, -(m+1) a backward. */
+    if (stage_traffic(m, cd, end, &l, t_star, &tr))
+        goto done;
     for (int32_t s = 0; s < S; s++) {
-        stage_time[s] = f[s] + b[s];
-        round_trip[s] = s + 1 < S ? 2.0 * (lat[(size_t)s * S + s + 1] +
-                                           fmax(fwd[(size_t)s * S + s + 1], bwd[(size_t)(s + 1) * S + s]) /
-                                               bw[(size_t)s * S + s + 1]) : 0.0;
+        f[s] += tr.codec_f[s];
+        b[s] += tr.codec_b[s];
     }
-    schedule_warmup(S, M, stage_time, round_trip, warm);
-    for (int32_t s = 0; s < S; s++)
-        pipeline_order(M, warm[s], order + (size_t)s * 2 * M);
-    for (int progress = 1; progress;) {
-        progress = 0;
-        for (int32_t s = 0; s < S; s++)
-            while (next[s] < 2 * M) {
-                int32_t a = order[(size_t)s * 2 * M + next[s]], mb = a >= 0 ? a : -a - 1;
-                size_t at = (size_t)s * M + mb;
-                int ready = a >= 0 ? got_f[at] == need_f[s] : got_b[at] == need_b[s];
-                if (!ready)
-                    break;
-                double start = fmax(free_at[s], a >= 0 ? ready_f[at] : ready_b[at]);
-                double done_at = start + (a >= 0 ? f[s] : b[s]);
-                free_at[s] = done_at;
-                const double *bytes = a >= 0 ? fwd : bwd;
-                for (int32_t t = 0; t < S; t++) {
-                    size_t st = (size_t)s * S + t;
-                    if (bytes[st] <= 0)
-                        continue;
-                    double tx = fmax(link_free[st], done_at), on_wire = estimate_transfer_seconds(bytes[st], bw[st], 0.0);
-                    link_free[st] = tx + on_wire;
-                    size_t to = (size_t)t * M + mb;
-                    double arrive = tx + on_wire + lat[st];
-                    if (a >= 0) {
-                        ready_f[to] = fmax(ready_f[to], arrive);
-                        got_f[to]++;
-                    } else {
-                        ready_b[to] = fmax(ready_b[to], arrive);
-                        got_b[to]++;
-                    }
-                }
-                if (a >= 0 && need_b[s] == 0)
-                    ready_b[at] = done_at;   /* no gradient comes: its own loss */
-                next[s]++;
-                progress = 1;
-            }
-    }
-    makespan = 0.0;
-    for (int32_t s = 0; s < S; s++) {
-        if (next[s] < 2 * M) {   /* cannot happen for a pipeline of forward edges; be safe */
-            makespan = INFINITY;
-            break;
-        }
-        makespan = fmax(makespan, free_at[s]);
-    }
-done:
-    free(f);
-    free(b);
-    free(fwd);
-    free(bwd);
-    free(bw);
-    free(lat);
-    free(link_free);
-    free(ready_f);
-    free(ready_b);
-    free(got_f);
-    free(got_b);
-    free(need_f);
-    free(need_b);
-    free(free_at);
-    free(order);
-    free(next);
-    free(stage_time);
-    free(round_trip);
-    free(warm);
-    return makespan;
-}
-
-/* Fill the plan's figures for cuts end[s] (the last forward position of each stage). */
-double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *end, fence_plan *out)
-{
-    double sum = 0.0, bottleneck = 0.0, tail = 0.0, chain_lat = 0.0;
+    double sum = 0.0, bottleneck = 0.0, tail = 0.0;
     int32_t where = 0, is_link = 0;
-    for (int32_t s = 0, j = 0; s < cd->S; j = end[s] + 1, s++) {
-        double c = stage_seconds(m, cd, s, j, end[s]), busy = 0.0, lat = 0.0;
+    for (int32_t s = 0, j = 0; s < S; j = end[s] + 1, s++) {
+        double cs = f[s] + b[s], busy = 0.0, fwd = 0.0, bwd = 0.0;
         double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
-        double upd = 0.0;
-        for (int32_t r = 0; r < cd->R; r++) {
-            const double *u = prefix_row(m->update, m, cd->dev[s * cd->R + r]);
-            upd = fmax(upd, u[end[s] + 1] - u[j]);
-        }
+        double upd = stage_seconds(m, &l, m->update, NULL, s, j, end[s]);
         double ar = allreduce_seconds(m, cd, s, grads);
-        sum += c;
-        if (c > bottleneck)
-            bottleneck = c, where = s, is_link = 0;
-        if (s + 1 < cd->S) {
-            cut_seconds(m, cd, s, end[s], &busy, &lat);
-            sum += cut_round_trip(m, cd, s, end[s]);
-            chain_lat += lat;
+        sum += cs;
+        if (cs > bottleneck)
+            bottleneck = cs, where = s, is_link = 0;
+        if (s + 1 < S) {
+            size_t next = (size_t)s * S + s + 1;
+            cut_bytes(m, cd->R, cd->M, end[s], l.bw[next], t_star, &fwd, &bwd);
+            busy = fmax(fwd, bwd) / l.bw[next];
+            sum += (fwd + bwd) / l.bw[next] + 2.0 * l.lat[next];   /* the first micro-batch's round trip */
             if (busy > bottleneck)
                 bottleneck = busy, where = s, is_link = 1;
         }
         tail = fmax(tail, upd + ar);
         if (out) {
-            out->stage_compute[s] = c;
+            out->stage_compute[s] = cs;
             out->stage_update[s] = upd;
-            out->cut_transfer[s] = s + 1 < cd->S ? busy : 0.0;
-            out->cut_bytes[s] = s + 1 < cd->S ? m->cut_fwd[end[s]] / cd->R : 0.0;
+            out->cut_transfer[s] = busy;
+            out->cut_bytes[s] = fwd;
             out->allreduce[s] = ar;
         }
     }
-    /* Clipping: the stages agree on the gradient norm, a chain of scalars
-     * along the pipeline and one answer back. */
-    /* The clipping norm: a chain of scalars from stage to stage, then the
-     * last stage's answer to every other at once. */
-    double back = 0.0;
-    for (int32_t t = 0; t + 1 < cd->S; t++) {
-        double bw, lat;
-        fence_link_of(m, cd->dev[(cd->S - 1) * cd->R], cd->dev[t * cd->R], &bw, &lat);
-        back = fmax(back, lat);
+    /* The clipping norm: every stage sends its partial sum of squares to
+     * every other at once (the comm pass's clip_norm_per_stage): the
+     * slowest pair's latency. */
+    double norm_sync = 0.0;
+    for (int32_t s = 0; m->clip && s < S; s++)
+        for (int32_t t = 0; t < S; t++)
+            norm_sync = fmax(norm_sync, s == t ? 0.0 : l.lat[(size_t)s * S + t]);
+    for (int32_t s = 0; s < S; s++) {   /* the warm-up the schedule pass will allow (schedule.c) */
+        double state, stash, memory;
+        stage_memory(m, cd, end, &tr, s, &state, &stash, &memory);
+        most[s] = schedule_warmup_most(memory, state, stash);
     }
-    double norm_sync = m->clip && cd->S > 1 ? chain_lat + back : 0.0;
-    double pipeline = simulate_1f1b(m, cd, end);
-    if (pipeline < 0)   /* out of memory: the closed form instead */
+    double pipeline = simulate_1f1b(cd, &l, &tr, f, b, most, warm);
+    if (pipeline < 0) {   /* out of memory: the closed form instead, plain 1F1B */
         pipeline = sum + (cd->M - 1) * bottleneck;
-    double T = pipeline + tail + norm_sync;
+        for (int32_t s = 0; s < S; s++)
+            warm[s] = S - s - 1;
+    }
+    T = pipeline + tail + norm_sync;
+    if (fill)
+        *fill = memory_fill(m, cd, end, &tr, warm);
     if (out) {
         out->step_seconds = T;
         out->bottleneck = bottleneck;
         out->bottleneck_stage = where;
         out->bottleneck_is_link = is_link;
     }
+done:
+    if (have_lanes)
+        lanes_free(&l);
+    free(f);
+    free(b);
+    free(c);
+    free(warm);
+    free(most);
+    free(tr.fwd);
+    free(tr.bwd);
+    free(tr.fwd_once);
+    free(tr.bwd_once);
+    free(tr.codec_f);
+    free(tr.codec_b);
     return T;
 }
 
-/* Cut forward positions into cd->S runs minimising the bottleneck; end[s]
- * gets each stage's last position.  Returns 0, or -1 when there are fewer
- * ops than stages. */
-int fence_cut_dp(const fence_model *m, const candidate *cd, int32_t *end)
+/* ---- the cut ----------------------------------------------------------------- */
+
+
+/* The DP over a chain of stages (fence_cost.h).  best[s][k]: the least
+ * bottleneck of positions [0, k] on stages [0, s]; stage s is [j, k].  The
+ * rows depend only on the first s + 1 stages' devices, so one table serves
+ * every S up to the chain's length; rows are filled as they are asked for. */
+struct fence_dp {
+    const fence_model *m;
+    lanes    l;
+    int32_t  S_max, n, M;
+    int32_t  rows;             /* rows filled so far                                */
+    double   t_star;
+    double  *best, *cut;       /* [S_max * n], [(S_max - 1) * n]                     */
+    int32_t *from;             /* [S_max * n]                                        */
+    const int32_t *cd_dev;     /* the candidate's devices, [S_max * R]               */
+    double  *prefix;           /* [n + 1] scratch: a stage's seconds as one prefix    */
+    int      memory;           /* stages must fit their devices' memory (S = S_max)   */
+};
+
+fence_dp *fence_dp_new(const fence_model *m, const candidate *cd, double t_star, int memory)
 {
-    int32_t S = cd->S, n = m->n_fwd;
-    if (n < S)
-        return -1;
-    double *best = malloc((size_t)S * (size_t)n * sizeof *best);
-    int32_t *from = malloc((size_t)S * (size_t)n * sizeof *from);
-    if (!best || !from) {
-        free(best);
-        free(from);
-        return -1;
+    fence_dp *dp = calloc(1, sizeof *dp);
+    int32_t   S = cd->S, n = m->n_fwd;
+    if (!dp)
+        return NULL;
+    dp->m = m, dp->S_max = S, dp->n = n, dp->M = cd->M, dp->t_star = t_star, dp->memory = memory;
+    dp->cd_dev = cd->dev;   /* read while rows are filled: the caller keeps it */
+    int have_lanes = lanes_init(&dp->l, m, cd, 0) == 0;
+    dp->best = malloc((size_t)S * (size_t)n * sizeof *dp->best + 1);
+    dp->cut = malloc((size_t)(S > 1 ? S - 1 : 1) * (size_t)n * sizeof *dp->cut + 1);
+    dp->from = malloc((size_t)S * (size_t)n * sizeof *dp->from + 1);
+    dp->prefix = malloc(((size_t)n + 1) * sizeof *dp->prefix);
+    if (!have_lanes || !dp->best || !dp->cut || !dp->from || !dp->prefix) {
+        if (have_lanes)
+            lanes_free(&dp->l);
+        free(dp->best), free(dp->cut), free(dp->from), free(dp->prefix), free(dp);
+        return NULL;
     }
-    for (int32_t k = 0; k < n; k++) {
-        best[k] = stage_seconds(m, cd, 0, 0, k);
-        from[k] = -1;
+    return dp;
+}
+
+void fence_dp_free(fence_dp *dp)
+{
+    if (!dp)
+        return;
+    lanes_free(&dp->l);
+    free(dp->best);
+    free(dp->cut);
+    free(dp->from);
+    free(dp->prefix);
+    free(dp);
+}
+
+/* Row s: the cut into stage s from stage s - 1 (its busier direction per
+ * micro-batch on the slowest lane), then best[s][*].  j runs down from k:
+ * stage s only grows as j falls, so once it alone passes the best found no
+ * smaller j can win.  Ties go to the smallest j.  A stage of alike replicas
+ * (the usual case) reads one prefix row. */
+static void dp_fill_row(fence_dp *dp, int32_t s)
+{
+    const fence_model *m = dp->m;
+    const lanes *l = &dp->l;
+    int32_t n = dp->n;
+    /* One row: the stage's seconds as one prefix, t[k + 1] - t[j], its
+     * work shared by the R replicas and its launches not (stage_seconds). */
+    double  *t = l->n_rows[s] == 1 ? dp->prefix : NULL;
+    if (t) {
+        int32_t r = l->rows[s * l->R];
+        const double *p = m->time + (size_t)r * ((size_t)n + 1);
+        for (int32_t k = 0; k <= n; k++)
+            t[k] = p[k] / l->R + m->launch[r] * (1.0 - 1.0 / l->R) * m->n_ops[k];
     }
-    for (int32_t s = 1; s < S; s++)
+    double  *best = dp->best + (size_t)s * n;
+    int32_t *from = dp->from + (size_t)s * n;
+    double have = INFINITY, in_flight = dp->S_max - s < dp->M ? dp->S_max - s : dp->M;
+    for (int32_t r = 0; dp->memory && r < l->R; r++)
+        if (m->devices[dp->cd_dev[s * l->R + r]].memory_bytes > 0)
+            have = fmin(have, m->devices[dp->cd_dev[s * l->R + r]].memory_bytes);
+    if (s == 0) {
         for (int32_t k = 0; k < n; k++) {
-            double b = INFINITY;
-            int32_t arg = -1;
-            for (int32_t j = s; j <= k; j++) {   /* stage s is [j, k]; stage s-1 ends at j-1 */
-                double prev = best[(size_t)(s - 1) * n + (j - 1)];
-                if (!(prev < b))
-                    continue;
-                double busy, lat;
-                cut_seconds(m, cd, s - 1, j - 1, &busy, &lat);
-                double v = fmax(prev, fmax(busy, stage_seconds(m, cd, s, j, k)));
-                if (v < b)
-                    b = v, arg = j - 1;
-            }
-            best[(size_t)s * n + k] = b;
-            from[(size_t)s * n + k] = arg;
+            int fits = !(have < INFINITY) ||
+                       4.0 * m->param_bytes[k + 1] + in_flight * m->act_bytes[k + 1] / l->R <= have - 2.0 * m->shared_bytes;
+            best[k] = !fits ? INFINITY : t ? t[k + 1] - t[0] : stage_seconds(m, l, m->time, m->n_ops, 0, 0, k);
+            from[k] = -1;
         }
-    int32_t k = n - 1;
-    for (int32_t s = S - 1; s >= 0; s--) {
-        end[s] = k;
-        k = from[(size_t)s * n + k];
+        return;
     }
-    free(best);
-    free(from);
+    double *cut = dp->cut + (size_t)(s - 1) * n;
+    size_t  link = (size_t)(s - 1) * l->S + s;
+    for (int32_t k = 0; k < n; k++) {
+        double fwd, bwd;
+        cut_bytes(m, l->R, dp->M, k, l->bw[link], dp->t_star, &fwd, &bwd);
+        cut[k] = dmax(fwd, bwd) / l->bw[link];
+    }
+    const double *prev = best - n;
+    for (int32_t k = 0; k < n; k++) {
+        double  bound = INFINITY;
+        int32_t arg = -1;
+        for (int32_t j = k; j >= s; j--) {   /* stage s-1 ends at j-1 */
+            double here = t ? t[k + 1] - t[j] : stage_seconds(m, l, m->time, m->n_ops, s, j, k);
+            /* Memory only grows as the stage does: the first j that does not
+             * fit ends the search (plain 1F1B's micro-batches in flight, and
+             * room for a copy of the parameters read on several stages). */
+            if (here > bound || (have < INFINITY && 4.0 * (m->param_bytes[k + 1] - m->param_bytes[j]) +
+                                                        in_flight * (m->act_bytes[k + 1] - m->act_bytes[j]) / l->R >
+                                                        have - 2.0 * m->shared_bytes))
+                break;
+            double v = dmax(prev[j - 1], dmax(cut[j - 1], here));
+            if (v <= bound)
+                bound = v, arg = j - 1;
+        }
+        best[k] = bound;
+        from[k] = arg;
+    }
+}
+
+int fence_dp_cuts(fence_dp *dp, int32_t S, int32_t *end)
+{
+    if (S < 1 || S > dp->S_max || dp->n < S)
+        return -1;
+    for (; dp->rows < S; dp->rows++)
+        dp_fill_row(dp, dp->rows);
+    if (!(dp->best[(size_t)(S - 1) * dp->n + dp->n - 1] < INFINITY))
+        return -1;   /* no cut fits (memory) */
+    for (int32_t s = S - 1, k = dp->n - 1; s >= 0; s--) {
+        end[s] = k;
+        k = dp->from[(size_t)s * dp->n + k];
+    }
     return 0;
 }
 
+double fence_dp_bottleneck(fence_dp *dp, int32_t S)
+{
+    if (S < 1 || S > dp->S_max || dp->n < S)
+        return INFINITY;
+    for (; dp->rows < S; dp->rows++)
+        dp_fill_row(dp, dp->rows);
+    return dp->best[(size_t)(S - 1) * dp->n + dp->n - 1];
+}
+
+int fence_cut_dp(const fence_model *m, const candidate *cd, double t_star, int memory, int32_t *end)
+{
+    if (m->n_fwd < cd->S)
+        return -1;
+    fence_dp *dp = fence_dp_new(m, cd, t_star, memory);
+    int rc = dp ? fence_dp_cuts(dp, cd->S, end) : -1;
+    fence_dp_free(dp);
+    return rc;
+}

@@ -809,8 +809,8 @@ static int shape_fits(const fence_model *m, const pass_options *opt, int32_t S, 
            (m->batch <= 0 || m->batch % R == 0);
 }
 
-int gcma_schedule(const fence_model *m, const pass_options *opt, int32_t *S_out, int32_t *R_out, int32_t **dev_out,
-                  int32_t **end_out, double *cost_out)
+int gcma_schedule(const fence_model *m, const pass_options *opt, int random, int32_t *S_out, int32_t *R_out,
+                  int32_t **dev_out, int32_t **end_out, double *cost_out)
 {
     int32_t N = m->n_devices, shapes = 0;
     for (int32_t S = 1; S <= N; S++)
@@ -866,6 +866,15 @@ int gcma_schedule(const fence_model *m, const pass_options *opt, int32_t *S_out,
         free(end);
         gcma_result_free(&res);
         gcma_problem_free(&p);
+    }
+    /* The random baseline: the shape the search chose, every device in a
+     * slot drawn at random (Megatron's placement with the devices listed
+     * in a random order: no matching of lanes, no order of groups). */
+    if (rc == 0 && random && *dev_out) {
+        rng r = { (opt->seed ? opt->seed : 1) * 0x9e3779b97f4a7c15ull };
+        for (int32_t i = 0; i < N; i++)
+            (*dev_out)[i] = i;
+        shuffle(&r, *dev_out, N);
     }
     gcma_links_free(&links);
     if (rc || !*dev_out) {

@@ -108,8 +108,10 @@ double gcma_open_path(int32_t S, const double *dist, int32_t *order);
  * with the lowest DT-FM cost (S <= forward ops, R dividing the batch and
  * within opt->max_replicas); equal layers per stage.  *dev ([S * R]) and
  * *end ([S]) are allocated; 1 when no factorisation fits, -1 when out of
- * memory, else 0. */
-int gcma_schedule(const fence_model *m, const pass_options *opt, int32_t *S, int32_t *R, int32_t **dev,
+ * memory, else 0.  random: the random-placement baseline of DT-FM's
+ * end-to-end runs instead: the shape the search chose, the devices in
+ * slots drawn at random (seeded by opt->seed; 0: 1). */
+int gcma_schedule(const fence_model *m, const pass_options *opt, int random, int32_t *S, int32_t *R, int32_t **dev,
                   int32_t **end, double *cost);
 
 #endif

@@ -33,7 +33,7 @@ typedef struct {
     int32_t *devices;          /* [n_stages * n_replicas]: cluster device of (stage, replica) */
     int32_t *stage_of_node;    /* [n_nodes]: forward nodes' stages (others: -1)               */
     int32_t  n_nodes;
-    const char *scheduler;     /* "opfence" or "uniform"                                      */
+    const char *scheduler;     /* "opfence", "uniform", "gcma" or "random"                    */
     /* The cost model's figures (seconds; per micro-batch unless said). */
     double  *stage_compute;    /* [n_stages] forward + backward on the stage's slowest replica */
     double  *stage_update;     /* [n_stages] the optimizer, once a step                       */
@@ -58,14 +58,15 @@ typedef struct {
     const char *last_pass;    /* NULL, or run no pass after this one        */
     /* Placement (estimate, fence, comm). */
     const cluster *cluster;   /* NULL: one default CPU device               */
-    const char *scheduler;    /* "opfence" (NULL: the default) or "uniform" */
+    const char *scheduler;    /* "opfence" (NULL: the default), "uniform", "gcma" or "random" */
     int         micro_batches;/* M >= 1 (0: 1)                              */
     int         max_replicas; /* 0: any; 1: no data parallelism (a model without a `batch`) */
     int         stages;       /* > 0: opfence considers only this many stages   */
     int         replicas;     /* > 0: ... and this many replicas per stage      */
     const fence_plan *plan;   /* apply this plan rather than search         */
     fence_plan *plan_out;     /* when not NULL, the fence pass's plan is copied here */
-    const char *compress;     /* none, topk:RHO or adatopk (NULL: none)     */
+    const char *compress;     /* none, topk:RHO or adatopk (NULL: adatopk on several regions, else none) */
+    uint64_t    seed;         /* --scheduler random's draw (0: 1)           */
 } pass_options;
 
 /* A pass reads the options it needs (most read none). */
@@ -100,12 +101,49 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err);
 /* The schedule pass's rule (schedule.c): warm[s] for S stages over M
  * micro-batches, from each stage's forward + backward seconds per
  * micro-batch and each cut's round trip (round_trip[c], c < S - 1: twice
- * latency + transfer between stages c and c + 1).  The fence pass's cost
- * model uses it too, so a plan is priced in the order it will run in. */
-void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const double *round_trip, int32_t *warm);
+ * latency + transfer between stages c and c + 1), at most most[s] (NULL:
+ * M; schedule_warmup_most) but never below plain 1F1B's S - s - 1.  The
+ * fence pass's cost model uses it too, so a plan is priced in the order it
+ * will run in. */
+void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const double *round_trip,
+                     const double *most, int32_t *warm);
+/* The most warm-up forwards a stage fits: memory (bytes) less state_bytes
+ * (parameters, gradients, optimizer moments) holds warm + 1 micro-batches
+ * of stash_bytes each; INFINITY when either is unknown. */
+double schedule_warmup_most(double memory, double state_bytes, double stash_bytes);
 /* The bytes a send puts on the wire: the tensor, its top-k encoding
  * (density, runtime/comm/topk.h) or its rows of bits (runtime/comm/quant.h). */
 double compress_wire_bytes(const ir_graph *g, const ir_node *send);
+
+/* ---- compression's arithmetic (compress_rule.c) ----
+ * What the compress pass decides for a tensor over a slow link, and what
+ * that costs, for the pass itself and for the fence pass's cost model,
+ * which asks before the graph is placed.  Bytes, bytes/s, seconds. */
+/* The top-k codec's measured speed, bytes of fp32 input per second at
+ * each end (README: bench_topk, 5.5 GB/s compress + decompress at 1%). */
+#define COMPRESS_CODEC_BYTES_PER_SECOND 5e9
+/* --compress: *fixed = 0 none, -1 adatopk, RHO for topk:RHO; -1 when
+ * malformed.  NULL: adatopk on a cluster of several regions, else none. */
+int    compress_parse(const char *spec, const cluster *c, double *fixed);
+/* Top-k density for `bytes` over bandwidth bw within `budget` seconds
+ * (AdaTopK; fixed > 0: topk:RHO); 0: send it dense (fast enough, or the
+ * encoding would be no smaller). */
+double compress_density(double bytes, double bw, double budget, double fixed);
+/* Row quantisation bits (8, or 4 when 8 still take longer than t_star). */
+int    compress_bits(double elements, double bw, double t_star);
+/* Bytes on the wire for `elements` fp32 in rows of `cols`: top-k at
+ * `density` or rows of `bits` (both 0: dense). */
+double compress_encoded_bytes(double elements, double cols, double density, int bits);
+/* The codec's seconds at one end for a tensor of `elements` fp32. */
+double compress_codec_seconds(double elements);
+/* Whether sending `wire` bytes instead of `bytes` over bw, at the codec's
+ * seconds on the stage, makes a micro-batch faster than `budget` allows. */
+int    compress_pays(double bytes, double wire, double bw, double budget, double codec_seconds);
+/* The compress pass's decision for one fp32 tensor sent each micro-batch
+ * (param_grad: a parameter's partial gradient, sent once a step), as bytes
+ * on the wire; *codec_seconds gets one end's codec time (0 when dense). */
+double compress_tensor_bytes(double elements, double cols, double bw, double t_star, int micro_batches,
+                             double fixed, int param_grad, double *codec_seconds);
 
 /* ---- the workload estimator (estimate.c) ---- */
 /* The default device when no cluster is given: one CPU core's worth. */
@@ -113,6 +151,10 @@ const cluster_device *estimate_default_device(void);
 /* Seconds node n takes on device d: max(FLOPs / peak, bytes / memory
  * bandwidth) + a fixed launch cost, times the device's emulated slowdown. */
 double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device *d);
+/* The part of every op's seconds on device d that does not shrink with
+ * the op's size (a launch, a kernel call): what a replica's smaller
+ * micro-batch still pays per op. */
+double estimate_launch_seconds(const cluster_device *d);
 /* Seconds to move `bytes` over a link: latency + bytes / bandwidth. */
 double estimate_transfer_seconds(double bytes, double bandwidth, double latency);
 

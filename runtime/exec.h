@@ -47,6 +47,7 @@ typedef struct {
     int32_t phase;             /* the ir_phase running (messages are tagged by it) */
     struct rt_comm *comm;      /* send, recv and allreduce go through it; NULL: none */
     double  slowdown;          /* > 1: sleep after each op so it takes this many times as long */
+    struct rt_cuda *cuda;      /* a CUDA device's backend (cuda/cuda.h); NULL on a CPU device */
 } rt_context;
 
 /* Run op on the arena.  Returns 0, or -1 with ctx->msg set (a token id or

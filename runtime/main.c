@@ -50,6 +50,7 @@
 #include "program.h"
 #include "safetensors.h"
 #include "comm/comm.h"
+#include "cuda/cuda.h"
 
 #include <xxhash.h>
 
@@ -63,6 +64,7 @@ typedef struct {
     int32_t        *placement;   /* [n_stages * n_replicas] */
     rt_peer        *peers;       /* [n_peers] */
     rt_link        *links;       /* [n_links] */
+    rt_cuda        *cuda;        /* a CUDA device's backend; NULL on a CPU device */
 } program;
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -392,6 +394,7 @@ static int program_load(program *p)
 
 static void program_free(program *p)
 {
+    rt_cuda_close(p->cuda);      /* first: it unpins the host arena */
     free(p->tensors);
     free(p->stash);
     free(p->placement);
@@ -644,7 +647,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
         printf("fusion: emulating the cluster file's links (bandwidth and latency) on this machine's network\n");
     fflush(stdout);
     for (int64_t step = done + 1; step <= o->steps && rc == 0; step++) {
-        rt_context ctx = { .step = step, .comm = comm, .slowdown = mf->slowdown };
+        rt_context ctx = { .step = step, .comm = comm, .slowdown = mf->slowdown, .cuda = p->cuda };
         double t0 = now();
         float loss = NAN;
         if (run_micro_batches(&st, &ctx, &loss) != 0) {
@@ -667,8 +670,9 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
         }
         double dt = now() - t0;
         /* AdaTopK: this step's compressed sends' densities, then the next step's. */
-        char rho[256] = "";
-        rt_comm_density_text(comm, rho, sizeof rho);
+        char rho[256] = "", rho_json[256] = "";
+        rt_comm_density_text(comm, rho, sizeof rho, 0);
+        rt_comm_density_text(comm, rho_json, sizeof rho_json, 1);
         if (comm)
             rt_comm_adapt_density(comm, dt);
         if (mf->loss >= 0 && !isfinite(loss)) {
@@ -684,11 +688,11 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
         fflush(stdout);
         if (log) {   /* flushed each step: the log is read while training runs */
             if (mf->loss >= 0)
-                fprintf(log, "{\"step\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"ms\": %.3f}\n",
-                        (long long)step, (double)loss, (double)tokens / dt, dt * 1e3);
+                fprintf(log, "{\"step\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n",
+                        (long long)step, (double)loss, (double)tokens / dt, dt * 1e3, rho_json);
             else
-                fprintf(log, "{\"step\": %lld, \"tokens_per_s\": %.1f, \"ms\": %.3f}\n", (long long)step,
-                        (double)tokens / dt, dt * 1e3);
+                fprintf(log, "{\"step\": %lld, \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n", (long long)step,
+                        (double)tokens / dt, dt * 1e3, rho_json);
             fflush(log);
         }
         if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps) &&
@@ -719,7 +723,14 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
-    if (program_load(&p)) {
+    /* A CUDA device: the driver first, so a machine without one says so at
+     * once (one line, exit 1), before the arena is allocated. */
+    char cuda_why[512];
+    if (p.manifest.backend == RT_BACKEND_CUDA && rt_cuda_open(&p.cuda, &p.manifest, cuda_why, sizeof cuda_why))
+        return fail("%s: %s", p.manifest.device, cuda_why);
+    if (program_load(&p) ||
+        (p.cuda && rt_cuda_attach_host_arena(p.cuda, p.arena, cuda_why, sizeof cuda_why) &&
+         fail("%s: %s", p.manifest.device, cuda_why))) {
         program_free(&p);
         return 1;
     }

@@ -21,6 +21,7 @@
  *   fusion_links_blob     rt_link[n_links]: every link the whole program
  *                         uses (all devices agree on it: link i listens on
  *                         port base + i at its first device)
+ *   fusion_cuda_*_blob    a CUDA device's kernels and steps (below)
  *   fusion_forward(arena, ctx), fusion_backward(arena, ctx),
  *   fusion_update(arena, ctx)
  *                         the stage's ops by phase: straight lines of
@@ -57,7 +58,11 @@ typedef struct {
     int32_t n_stash, n_peers, n_links;
     int32_t port_base;         /* link i listens on port_base + i               */
     int64_t tokens_per_step;   /* the global batch's tokens (samples), all micro-batches and replicas */
+    int32_t backend;           /* RT_BACKEND_CPU or RT_BACKEND_CUDA             */
+    char    arch[32];          /* the cluster file's arch ("sm_80"; "" on a CPU) */
 } rt_manifest;
+
+enum { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
 
 typedef struct {
     char name[64];
@@ -88,6 +93,15 @@ extern const unsigned char fusion_stash_blob[];
 extern const unsigned char fusion_placement_blob[];
 extern const unsigned char fusion_peers_blob[];
 extern const unsigned char fusion_links_blob[];
+/* A CUDA device's module (runtime/cuda/cuda_program.h); on a CPU device
+ * the info says zero kernels and the rest are empty. */
+extern const unsigned char fusion_cuda_info_blob[];    /* rt_cuda_module_info          */
+extern const unsigned char fusion_cuda_steps_blob[];   /* rt_cuda_step[n_steps]        */
+extern const unsigned char fusion_cuda_ops_blob[];     /* rt_cuda_op[n_ops]            */
+extern const unsigned char fusion_cuda_names_blob[];   /* n_kernels NUL-ended names    */
+extern const unsigned char fusion_cuda_sm80_blob[];    /* CUBIN (ELF) for sm_80        */
+extern const unsigned char fusion_cuda_sm90_blob[];    /* CUBIN (ELF) for sm_90        */
+extern const unsigned char fusion_cuda_ptx_blob[];     /* PTX for compute_80, NUL-ended */
 int fusion_forward(char *arena, rt_context *ctx);
 int fusion_backward(char *arena, rt_context *ctx);
 int fusion_update(char *arena, rt_context *ctx);

@@ -5,11 +5,13 @@
 # three a top-k density; adatopk gives grad.wte.1 (a parameter's partial
 # gradient) a top-k density with error feedback (feedback=1) and the other
 # two rows of 8 or 4 bits (bits=, runtime/comm/quant.h); every recv matches
-# its send.  Both compressed programs train (the loss falls, unlike the
-# uncompressed run's bit for bit: how close adatopk comes to it over a
-# longer run is bench/bench_adatopk.sh's to say); with --adapt-density the sender changes the density
-# between steps (the receiver reads k from the message) and logs it, and
-# training still works; a bad --compress gets one line.
+# its send; without --compress a cluster of several regions gets adatopk.
+# Both compressed programs train (the loss falls, unlike the uncompressed
+# run's bit for bit: how close adatopk comes to it over a longer run is
+# bench/bench_adatopk.sh's to say); with --adapt-density the sender
+# changes the density between steps (the receiver reads k from the
+# message) and logs it, and training still works; a bad --compress gets
+# one line.
 . "$(dirname "$0")/lib.sh"
 no_leak_scan_in_threaded_programs
 
@@ -43,6 +45,11 @@ bits "$work/adatopk.ir" | awk '{ n++; names = names $1 " "; if ($2 != 8 && $2 !=
   END { exit !(n == 2 && !bad && names ~ /^h.1.out:send2 grad.h.1.out:send1 $/) }' \
   && pass || fail "adatopk rows of bits (h.1.out, grad.h.1.out at 8 or 4): $(bits "$work/adatopk.ir")"
 expect_eq "topk:0.05: rows of bits" "" "$(bits "$work/topk:0.05.ir")"
+# Without --compress a cluster of several regions gets adatopk.
+"$FUSIONC" compile models/gpt2.xml clusters/local-4.xml -o "$work/default" "${model[@]}" --scheduler uniform \
+  --micro-batches 4 --port-base "$base" --dump-ir=compress >/dev/null 2>"$work/default.ir" \
+  && pass || fail "compile without --compress: $(tail -3 "$work/default.ir")"
+expect_eq "the default on local-4 (two regions)" "$(grep '= send(' "$work/adatopk.ir")" "$(grep '= send(' "$work/default.ir")"
 # Every recv has its send's density and bits.
 for c in topk:0.05 adatopk; do
   expect_eq "$c: recv densities" "$(grep '= send(' "$work/$c.ir" | grep -o 'density=[0-9.e-]*' | sort)" \
@@ -72,7 +79,9 @@ echo "loss after 20 steps: uncompressed $dense, top 5% on the slow link $last, a
 # so only a change within [0.001, 1] is checked), the receivers follow
 # from the message, and the loss still falls.
 "$work/topk:0.05/launch-local.sh" --data "$work/corpus.txt" --steps 8 --seed 2 --adapt-density \
-  >"$work/adapt.train" 2>&1 && pass || fail "train --adapt-density: $(tail -3 "$work/adapt.train")"
+  --log "$work/adapt.jsonl" >"$work/adapt.train" 2>&1 && pass || fail "train --adapt-density: $(tail -3 "$work/adapt.train")"
+# The JSONL log carries the same densities.
+expect_eq "cpu-b1's JSONL lines with a rho list" 8 "$(grep -c '"rho": \[0\.[0-9]*\]}$' "$work/adapt.jsonl.cpu-b1")"
 rho=$(grep '^\[cpu-b1\] step ' "$work/adapt.train" | sed 's/.*rho \([0-9.]*\).*/\1/')
 expect_eq "cpu-b1 (sends grad.wte.1) logs rho every step" 8 "$(grep -c . <<<"$rho")"
 expect_eq "first step at the compiled density" 0.0500 "$(head -1 <<<"$rho")"

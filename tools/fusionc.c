@@ -43,13 +43,14 @@ typedef struct {
     const char   *format;
     const char   *output;
     int           verbose;
-    const char   *scheduler;    /* --scheduler opfence|uniform|gcma             */
+    const char   *scheduler;    /* --scheduler opfence|uniform|gcma|random      */
     int           micro_batches;/* --micro-batches M (0: the default)           */
     int           port_base;    /* --port-base P (0: 29500)                     */
     int           stages;       /* --stages S (0: the scheduler's choice)       */
     const char   *compress;     /* --compress none|topk:RHO|adatopk             */
     int           replicas;     /* --replicas R (0: the scheduler's choice)     */
-    int           steps;        /* --steps N (simulate; 0: 1)                   */
+    int           steps;        /* --steps N (simulate; 0: 3)                   */
+    long long     seed;         /* --seed N (--scheduler random; 0: 1)          */
 } options;
 
 static const char *const usage_main =
@@ -93,13 +94,17 @@ static const char *const usage_dump =
 
 #define PLACEMENT_OPTIONS                                                                         \
     "  --scheduler S      opfence (default: bandwidth- and speed-aware), uniform (equal layers\n"    \
-    "                     per device in file order, Megatron's default placement) or gcma\n"       \
+    "                     per device in file order, Megatron's default placement), gcma\n"         \
     "                     (DT-FM's genetic scheduler on its own cost model, equal layers per stage)\n" \
+    "                     or random (DT-FM's random-placement baseline on gcma's stages x replicas)\n" \
+    "  --seed N           the random scheduler's draw (default 1)\n"                             \
     "  --micro-batches M  split the model's batch into M micro-batches (1F1B); default: the\n"     \
     "                     largest divisor of the batch up to 4 on several devices, else 1\n"    \
     "  --stages S, --replicas R   make opfence (or gcma) choose S stages of R replicas each\n"    \
-    "  --compress C       AdaTopK on the links the pipeline waits for: none (default), adatopk\n"  \
-    "                     (the density from the estimate) or topk:RHO (a fixed density)\n"
+    "  --compress C       AdaTopK on the links the pipeline waits for: adatopk (the default on a\n" \
+    "                     cluster of several regions: rows of 8 or 4 bits for activations and\n"  \
+    "                     their gradients, top-k with error feedback for parameter gradients),\n" \
+    "                     none (the default on one region) or topk:RHO (everything top-k at RHO)\n"
 
 static const char *const usage_compile =
     "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--scheduler S] [--micro-batches M]\n"
@@ -131,12 +136,14 @@ static const char *const usage_simulate =
     "\n"
     "Simulates training steps of MODEL placed on CLUSTER, event by event: each\n"
     "device's ops in the runtime's 1F1B order at the estimated times, each send/recv\n"
-    "on its link (bandwidth shared by concurrent transfers), the update and the\n"
-    "replicas' all-reduce.  Prints the step time, the bubble fraction, the bytes on\n"
-    "each link per step and each stage's busy time, with the plan's estimate;\n"
-    "writes DIR/gantt.svg, the timeline (default DIR: the current folder).\n"
+    "on its link (one message at a time, in order), the update and the\n"
+    "replicas' all-reduce.  Prints each step's time and the last one's (the steady\n"
+    "state: stages start the next step as soon as their update is done, so step 1\n"
+    "also holds the pipeline's start), the bubble fraction, the bytes on each link\n"
+    "per step and each stage's busy time, with the plan's estimate; writes\n"
+    "DIR/gantt.svg, the timeline (default DIR: the current folder).\n"
     "  --set name=value   override a hyper-parameter (repeatable)\n"
-    "  --steps N          simulate N consecutive steps (default 1)\n"
+    "  --steps N          simulate N consecutive steps (default 3)\n"
     PLACEMENT_OPTIONS;
 
 static const char *const usage_stats =
@@ -175,7 +182,7 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                           strcmp(a, "--format") == 0 || strcmp(a, "--dump-ir") == 0 || strcmp(a, "-o") == 0 ||
                           strcmp(a, "--scheduler") == 0 || strcmp(a, "--micro-batches") == 0 ||
                           strcmp(a, "--port-base") == 0 || strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 ||
-                          strcmp(a, "--compress") == 0 || strcmp(a, "--steps") == 0;
+                          strcmp(a, "--compress") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--seed") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -188,7 +195,7 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format") && strcmp(key, "--dump-ir") &&
                 strcmp(key, "--scheduler") && strcmp(key, "--micro-batches") && strcmp(key, "--port-base") &&
                 strcmp(key, "--stages") && strcmp(key, "--replicas") && strcmp(key, "--compress") &&
-                strcmp(key, "--steps"))
+                strcmp(key, "--steps") && strcmp(key, "--seed"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -220,8 +227,8 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             else
                 o->dump_ir = value;
         } else if (strcmp(a, "--scheduler") == 0) {
-            if (strcmp(value, "opfence") && strcmp(value, "uniform") && strcmp(value, "gcma"))
-                return usage_error(usage, "--scheduler expects opfence, uniform or gcma, found '%s'", value);
+            if (strcmp(value, "opfence") && strcmp(value, "uniform") && strcmp(value, "gcma") && strcmp(value, "random"))
+                return usage_error(usage, "--scheduler expects opfence, uniform, gcma or random, found '%s'", value);
             o->scheduler = value;
         } else if (strcmp(a, "--micro-batches") == 0 || strcmp(a, "--port-base") == 0 ||
                    strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 || strcmp(a, "--steps") == 0) {
@@ -241,6 +248,12 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                 o->steps = (int)v;
             else
                 o->micro_batches = (int)v;
+        } else if (strcmp(a, "--seed") == 0) {
+            char *end = NULL;
+            long long v = strtoll(value, &end, 10);
+            if (!end || *end || v < 1)
+                return usage_error(usage, "--seed expects a positive integer, found '%s'", value);
+            o->seed = v;
         } else if (strcmp(a, "--compress") == 0) {
             char *end = NULL;
             double rho = strncmp(value, "topk:", 5) == 0 ? strtod(value + 5, &end) : 0.0;
@@ -542,6 +555,7 @@ static int build_placed(const options *o, const char *model_path, const cluster 
     popt.stages = o->stages;
     popt.compress = o->compress;
     popt.replicas = o->replicas;
+    popt.seed = (uint64_t)o->seed;
     if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
         return diag_set(err, model_path, 0, "--stages and --replicas choose among opfence's plans; uniform always "
                         "uses every device as one stage");
@@ -660,7 +674,8 @@ static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const
             plan->micro_batches, plan->micro_batches == 1 ? "" : "es", r->n_steps, r->n_steps == 1 ? "" : "s");
     for (int32_t k = 0; k < r->n_steps; k++)
         fprintf(out, "step %d: %.3f ms\n", k + 1, (r->step_end[k] - (k ? r->step_end[k - 1] : 0.0)) * ms);
-    fprintf(out, "simulated step: %.3f ms\n", r->step_end[0] * ms);
+    int32_t last = r->n_steps - 1;   /* the steady state */
+    fprintf(out, "simulated step: %.3f ms\n", (r->step_end[last] - (last ? r->step_end[last - 1] : 0.0)) * ms);
     fprintf(out, "plan estimate: %.3f ms\n", plan->step_seconds * ms);
     /* The estimate pass's time of every op (est_time, on its stage's first
      * device): what one device alone would be busy for, a step's worth. */
@@ -678,7 +693,7 @@ static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const
             if (r->stage[i] == s) {
                 size_t used = strlen(devices);
                 snprintf(devices + used, sizeof devices - used, "%s%s", used ? "," : "", c->devices[r->device[i]].name);
-                busy = busy > r->busy[i] ? busy : r->busy[i];
+                busy = busy > r->busy[i] / r->n_steps ? busy : r->busy[i] / r->n_steps;   /* a step's */
             }
         fprintf(out, "%-5d %-24s %9.3f ms\n", s, devices, busy * ms);
     }
@@ -704,7 +719,7 @@ static int cmd_simulate(int argc, char **argv)
     placed_model m;
     sim_result r;
     memset(&r, 0, sizeof r);
-    rc = placed_load(&m, &o, &err) || simulate_steps(&m.g, &m.c, o.steps > 0 ? o.steps : 1, &r, &err);
+    rc = placed_load(&m, &o, &err) || simulate_steps(&m.g, &m.c, o.steps > 0 ? o.steps : 3, &r, &err);
     if (rc == 0) {
         simulate_print(stdout, &m.g, &m.c, &m.plan, &r);
         rc = simulate_write_gantt(&r, &m.c, o.output ? o.output : ".", &err);

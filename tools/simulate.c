@@ -3,9 +3,11 @@
  * The state is a worker per device of the placement (stage s, replica r:
  * worker s * R + r), a cursor into its program, and the transfers on the
  * links.  Time jumps from event to event: a worker finishing an op, a
- * transfer's last byte leaving (the active transfers of a link's direction
- * share its bandwidth equally: each of n gets bandwidth / n), a message
- * arriving a latency later.  At each event every worker that can go on
+ * message arriving.  A link's direction carries one message at a time, in
+ * the order they were sent (the runtime's hub: one outbox per link, its
+ * head on the wire), so a message's last byte leaves bytes / bandwidth
+ * after the link is free or it is sent, whichever is later, and it arrives
+ * a latency after that.  At each event every worker that can go on
  * does: a compute op takes its estimated time, a send starts a transfer
  * (after encoding, for a top-k pair) and does not wait for it, a recv waits
  * for its message (then decodes), the first all-reduce of the update waits
@@ -45,12 +47,6 @@ typedef struct {
 } worker;
 
 typedef struct {
-    int32_t transfer;           /* index into r->transfers */
-    double  remaining;
-    size_t  key;                /* the message            */
-} active_transfer;
-
-typedef struct {
     const ir_graph *g;
     const cluster  *c;
     sim_result     *r;
@@ -61,8 +57,7 @@ typedef struct {
     worker  *w;
     double  *arrival;           /* [steps][M+1][R][T]: INFINITY until known               */
     int32_t *link_of;           /* [n_devices^2]: index into r->links, -1                 */
-    int32_t *link_active;       /* [n_devices^2 capacity]: active transfers per link      */
-    active_transfer *act;  int32_t n_act, cap_act;
+    double  *link_free;         /* [n_devices^2 capacity]: when each link's last message is out */
     int32_t *ar_count;          /* [S] replicas at the all-reduce                         */
 } sim;
 
@@ -150,18 +145,14 @@ static int start_transfer(sim *s, int32_t wi, int32_t n, int32_t mb, double now)
     sim_link *l = &r->links[li];
     if (w->step == 0)
         l->bytes[phase_of(send)] += bytes;
-    if (grow((void **)&r->transfers, &r->cap_transfers, r->n_transfers + 1, sizeof *r->transfers) ||
-        grow((void **)&s->act, &s->cap_act, s->n_act + 1, sizeof *s->act))
+    if (grow((void **)&r->transfers, &r->cap_transfers, r->n_transfers + 1, sizeof *r->transfers))
         return -1;
-    int32_t ti = r->n_transfers++;
-    r->transfers[ti] = (sim_transfer){ li, mb, w->step, phase_of(send), bytes, now, now };
-    size_t key = message_key(s, w->step, mb < 0 ? s->M : mb, w->replica, tensor);
-    if (!(l->bandwidth < INFINITY) || bytes <= 0) {   /* no wire to wait for */
-        s->arrival[key] = now + l->latency;
-        return 0;
-    }
-    s->act[s->n_act++] = (active_transfer){ ti, bytes, key };
-    s->link_active[li]++;
+    /* First in, first out: on the wire once the link is free. */
+    double start = fmax(now, s->link_free[li]);
+    double end = l->bandwidth < INFINITY && bytes > 0 ? start + bytes / l->bandwidth : start;
+    s->link_free[li] = end;
+    r->transfers[r->n_transfers++] = (sim_transfer){ li, mb, w->step, phase_of(send), bytes, start, end };
+    s->arrival[message_key(s, w->step, mb < 0 ? s->M : mb, w->replica, tensor)] = end + l->latency;
     return 0;
 }
 
@@ -279,8 +270,7 @@ static int advance(sim *s, int32_t wi, double now)
         if (dur > 0.0) {
             if (add_box(s, wi, kind, mb, start, start + dur))
                 return -1;
-            if (w->step == 0)
-                s->r->busy[wi] += dur;
+            s->r->busy[wi] += dur;
         }
         w->t_free = start + dur;
         w->op++;
@@ -294,13 +284,20 @@ static int run(sim *s, struct diag *err, const char *file)
     double now = 0.0;
     for (;;) {
         int all_done = 1;
-        for (int32_t i = 0; i < r->n_workers; i++) {
-            int rc = s->w[i].done ? 0 : advance(s, i, now);
-            if (rc < 0)
-                return diag_set(err, file, 0, "out of memory simulating");
-            if (rc > 0)
-                return diag_set(err, file, 0, "a send or recv names no stage or tensor of the placement");
-            all_done &= s->w[i].done;
+        /* Until no worker sends: a send makes its message's arrival known
+         * at once, and a worker that blocked on it earlier in the pass can
+         * then go on. */
+        for (int32_t sent = -1; sent != r->n_transfers;) {
+            sent = r->n_transfers;
+            all_done = 1;
+            for (int32_t i = 0; i < r->n_workers; i++) {
+                int rc = s->w[i].done ? 0 : advance(s, i, now);
+                if (rc < 0)
+                    return diag_set(err, file, 0, "out of memory simulating");
+                if (rc > 0)
+                    return diag_set(err, file, 0, "a send or recv names no stage or tensor of the placement");
+                all_done &= s->w[i].done;
+            }
         }
         if (all_done)
             return 0;
@@ -308,11 +305,6 @@ static int run(sim *s, struct diag *err, const char *file)
         for (int32_t i = 0; i < r->n_workers; i++)
             if (!s->w[i].done && !s->w[i].blocked && s->w[i].t_free > now)
                 next = fmin(next, s->w[i].t_free);
-        for (int32_t k = 0; k < s->n_act; k++) {
-            const sim_link *l = &r->links[r->transfers[s->act[k].transfer].link];
-            next = fmin(next, now + s->act[k].remaining * s->link_active[r->transfers[s->act[k].transfer].link] /
-                                        l->bandwidth);
-        }
         if (!(next < INFINITY)) {
             for (int32_t i = 0; i < r->n_workers; i++)
                 if (!s->w[i].done)
@@ -322,32 +314,6 @@ static int run(sim *s, struct diag *err, const char *file)
                                     s->w[i].step + 1);
             return 0;
         }
-        double dt = next - now;
-        int32_t kept = 0, *finished = calloc((size_t)s->n_act + 1, sizeof *finished);
-        if (!finished)
-            return diag_set(err, file, 0, "out of memory simulating");
-        for (int32_t k = 0; k < s->n_act; k++) {   /* the rates before anything leaves */
-            sim_transfer *t = &r->transfers[s->act[k].transfer];
-            /* Done: the transfer whose end made `next` (the same expression:
-             * late in a long run a few bytes' time is below the clock's
-             * resolution, dt rounds to 0, and a test on the bytes left
-             * alone would never end it), or one with nearly no bytes left. */
-            finished[k] = now + s->act[k].remaining * s->link_active[t->link] / r->links[t->link].bandwidth <= next;
-            s->act[k].remaining -= dt * r->links[t->link].bandwidth / s->link_active[t->link];
-            finished[k] |= s->act[k].remaining <= 1e-6 * fmax(1.0, t->bytes);
-        }
-        for (int32_t k = 0; k < s->n_act; k++) {
-            sim_transfer *t = &r->transfers[s->act[k].transfer];
-            if (finished[k]) {
-                t->end = next;
-                s->arrival[s->act[k].key] = next + r->links[t->link].latency;
-                s->link_active[t->link]--;
-            } else {
-                s->act[kept++] = s->act[k];
-            }
-        }
-        free(finished);
-        s->n_act = kept;
         now = next;
     }
 }
@@ -389,11 +355,11 @@ int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, sim_resul
     s.w = calloc((size_t)W, sizeof *s.w);
     s.arrival = malloc(n_keys * sizeof *s.arrival);
     s.link_of = malloc((size_t)D * (size_t)D * sizeof *s.link_of);
-    s.link_active = calloc((size_t)D * (size_t)D + 1, sizeof *s.link_active);
+    s.link_free = calloc((size_t)D * (size_t)D + 1, sizeof *s.link_free);
     s.ar_count = calloc((size_t)s.S, sizeof *s.ar_count);
     int rc = -1;
     if (!r->device || !r->stage || !r->busy || !r->step_end || !r->links || !s.ops[0] || !s.ops[1] || !s.ops[2] ||
-        !s.ops[3] || !s.n_ops || !s.order || !s.w || !s.arrival || !s.link_of || !s.link_active || !s.ar_count) {
+        !s.ops[3] || !s.n_ops || !s.order || !s.w || !s.arrival || !s.link_of || !s.link_free || !s.ar_count) {
         diag_set(err, file, 0, "out of memory simulating");
         goto done;
     }
@@ -426,10 +392,10 @@ int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, sim_resul
     }
     if (run(&s, err, file))
         goto done;
-    double T1 = r->step_end[0], busy = 0.0;
+    double span = r->step_end[steps - 1], busy = 0.0;   /* the bubble over every step simulated */
     for (int32_t i = 0; i < W; i++)
         busy += r->busy[i];
-    r->bubble = T1 > 0 ? fmax(0.0, (W * T1 - busy) / (W * T1)) : 0.0;
+    r->bubble = span > 0 ? fmax(0.0, (W * span - busy) / (W * span)) : 0.0;
     rc = 0;
 done:
     for (int ph = 0; ph < PHASE_COUNT; ph++)
@@ -439,9 +405,8 @@ done:
     free(s.w);
     free(s.arrival);
     free(s.link_of);
-    free(s.link_active);
+    free(s.link_free);
     free(s.ar_count);
-    free(s.act);
     if (rc)
         sim_result_free(r);
     return rc;

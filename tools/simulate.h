@@ -6,9 +6,8 @@
  * op for the workload estimator's time on that device (estimate.c).  The
  * send/recv pairs of the comm and compress passes are messages on the
  * link between the two devices (cluster_link_between): latency +
- * bytes / bandwidth, the bandwidth of a link's direction shared equally by
- * the transfers on it at the same time (processor sharing; links are full
- * duplex).  A top-k pair (`density`) sends its encoded size and costs its
+ * bytes / bandwidth, one message at a time per direction in the order sent
+ * (the runtime's hub keeps one outbox per link; links are full duplex).  A top-k pair (`density`) sends its encoded size and costs its
  * ends the codec's time; the replicas' all-reduces (a bucket at the start
  * of the update) cost a ring over the stage's slowest link.
  *
@@ -57,10 +56,10 @@ typedef struct {
     int32_t  n_workers;     /* stages x replicas                                   */
     int32_t *device;        /* [n_workers] cluster device                          */
     int32_t *stage;         /* [n_workers]                                         */
-    double  *busy;          /* [n_workers] compute and codec seconds in step 1     */
+    double  *busy;          /* [n_workers] compute and codec seconds, every step   */
     int32_t  n_steps;
     double  *step_end;      /* [n_steps] when the last device ends step k          */
-    double   bubble;        /* step 1: idle / (workers x step)                     */
+    double   bubble;        /* idle / (workers x all the steps' span)              */
     sim_box *boxes;        int32_t n_boxes, cap_boxes;
     sim_transfer *transfers; int32_t n_transfers, cap_transfers;
     sim_link *links;       int32_t n_links;

@@ -371,13 +371,15 @@ void rt_comm_adapt_density(rt_comm *c, double step_seconds)
     }
 }
 
-void rt_comm_density_text(const rt_comm *c, char *buf, size_t n)
+void rt_comm_density_text(const rt_comm *c, char *buf, size_t n, int json)
 {
     size_t at = 0;
     if (n)
         buf[0] = '\0';
     for (int32_t i = 0; c && i < c->n_sends && at < n; i++) {
-        int w = snprintf(buf + at, n - at, "  rho %.4f", c->sends[i].density);
+        int w = json ? snprintf(buf + at, n - at, "%s%.4f%s", i ? ", " : ", \"rho\": [", c->sends[i].density,
+                                i + 1 == c->n_sends ? "]" : "")
+                     : snprintf(buf + at, n - at, "  rho %.4f", c->sends[i].density);
         if (w < 0)
             break;
         at += (size_t)w;

@@ -123,8 +123,9 @@ int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx);
 #define RT_DENSITY_MIN 1e-3           /* the compress pass's minimum */
 void rt_comm_adapt_density(rt_comm *c, double step_seconds);
 /* "  rho 0.0520" for each compressed send of this device (tensor order of
- * first use) into buf; "" when none. */
-void rt_comm_density_text(const rt_comm *c, char *buf, size_t n);
+ * first use) into buf, or with json ', "rho": [0.0520, ...]' for the
+ * JSONL log; "" when none. */
+void rt_comm_density_text(const rt_comm *c, char *buf, size_t n, int json);
 
 /* x[0..n) := its mean over the replicas of this device's stage (the loss a
  * data-parallel step reports).  tag: a tensor id no op uses. */

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# bench_paper: the papers' experiments at their scale, in simulation only
+# (`fusionc simulate`: no training, no GPU; our cluster reconstructions).
+#
+# FusionLLM (papers.md): GPT-2 and ResNet-101 on 48 GPUs over three testbeds
+# with 8 Mbps - 10 Gbps links, 1.45-9.39x over its baselines.  Ours:
+#   clusters/fusionllm-48.xml         labs, a cloud, a partner site, a community site
+#   clusters/fusionllm-geo-48.xml     six cloud regions on three continents
+#   clusters/fusionllm-labhome-48.xml a lab and 32 volunteers' home PCs
+#   GPT-2 small (12 layers, d 768, 12 heads, ctx 1024): a step of 32
+#     sequences of 1,024 tokens in 8 micro-batches (our choice: FusionLLM
+#     does not give its batch);
+#   ResNet-101 (models/resnet.xml, depth=101): a step of 256 images of
+#     224 x 224 in 8 micro-batches (ImageNet's usual 256).
+# DT-FM (papers.md): GPT-3 XL's shape on its five 64-GPU scenarios
+#   (clusters/dtfm-*.xml): 24 layers, d 2048, 16 heads (d/heads = 128),
+#   sequences of 2,048 tokens, a step of 1,024 sequences in 128
+#   micro-batches (DT-FM's batch; micro-batch 1 per replica at 8 replicas).
+#   fp32: the models have no precision knob, so activations and gradients
+#   are twice DT-FM's fp16 bytes.
+#
+# Schedulers: uniform (Megatron's placement: every device a stage in file
+# order, equal layers), gcma (DT-FM's genetic search on its cost model),
+# random (the same stages x replicas as gcma, devices in random slots: the
+# median of seeds 1-3), opfence (ours, dense), opfence + adatopk (ours,
+# compression-aware).  The baselines are dense (--compress none).  The step
+# is the simulator's steady state (step 3 of 3).
+#
+# Prints a markdown table (step in seconds, plan as stages x replicas),
+# then one line a figure: what, value, unit, anchor, ratio.  Takes a few
+# minutes on two cores.  Not a ctest test.
+# usage: bench/bench_paper.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+fusionc="$build/fusionc"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+gpt2=(models/gpt2.xml --set batch=32 --micro-batches 8)
+resnet=(models/resnet.xml --set depth=101 --set batch=256 --micro-batches 8)
+gpt3xl=(models/gpt2.xml --set layers=24 --set dim=2048 --set heads=16 --set ctx=2048 --set seq=2048
+        --set batch=1024 --micro-batches 128)
+
+# sim CLUSTER SCHEDULER-OPTIONS... -- MODEL...: prints "SECONDS SxR".
+sim() {
+  local cluster=$1 opts=() out
+  shift
+  while [ "$1" != "--" ]; do opts+=("$1"); shift; done
+  shift
+  out=$("$fusionc" simulate "$@" "clusters/$cluster.xml" "${opts[@]}" -o "$work") || {
+    echo "bench_paper: fusionc simulate $* clusters/$cluster.xml ${opts[*]} failed" >&2; exit 1; }
+  awk '/^simulate:/ { for (i = 1; i <= NF; i++) if ($i ~ /^stage/) { s = $(i - 1); r = $(i + 2) } }
+       /^simulated step:/ { t = $3 / 1000 }
+       END { printf "%.6g %sx%s\n", t, s, r }' <<<"$out"
+}
+
+median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+
+rows=("fusionllm-48|GPT-2 small|gpt2" "fusionllm-48|ResNet-101|resnet"
+      "fusionllm-geo-48|GPT-2 small|gpt2" "fusionllm-geo-48|ResNet-101|resnet"
+      "fusionllm-labhome-48|GPT-2 small|gpt2" "fusionllm-labhome-48|ResNet-101|resnet"
+      "dtfm-datacenter-ondemand|GPT-3 XL|gpt3xl" "dtfm-datacenter-spot|GPT-3 XL|gpt3xl"
+      "dtfm-multi-dc|GPT-3 XL|gpt3xl" "dtfm-regional|GPT-3 XL|gpt3xl" "dtfm-worldwide|GPT-3 XL|gpt3xl")
+
+echo "| testbed | model | uniform | gcma | random | opfence | opfence + adatopk | uniform / (opfence + adatopk) |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+figures=()
+for row in "${rows[@]}"; do
+  IFS='|' read -r cluster name model <<<"$row"
+  declare -n m=$model
+  read -r u u_plan < <(sim "$cluster" --scheduler uniform --compress none -- "${m[@]}")
+  read -r g g_plan < <(sim "$cluster" --scheduler gcma --compress none -- "${m[@]}")
+  r1=$(sim "$cluster" --scheduler random --seed 1 --compress none -- "${m[@]}")
+  r2=$(sim "$cluster" --scheduler random --seed 2 --compress none -- "${m[@]}")
+  r3=$(sim "$cluster" --scheduler random --seed 3 --compress none -- "${m[@]}")
+  r=$(median3 "${r1% *}" "${r2% *}" "${r3% *}")
+  r_plan=${r1#* }
+  read -r o o_plan < <(sim "$cluster" --scheduler opfence --compress none -- "${m[@]}")
+  read -r a a_plan < <(sim "$cluster" --scheduler opfence --compress adatopk -- "${m[@]}")
+  unset -n m
+  ratio=$(awk -v u="$u" -v a="$a" 'BEGIN { printf "%.3g", u / a }')
+  printf '| %s | %s | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %s |\n' \
+    "$cluster" "$name" "$u" "$u_plan" "$g" "$g_plan" "$r" "$r_plan" "$o" "$o_plan" "$a" "$a_plan" "$ratio"
+  case $cluster in
+    fusionllm-*)
+      figures+=("$(awk -v c="$cluster" -v n="$name" -v u="$u" -v a="$a" 'BEGIN {
+        printf "%s %s: uniform / (opfence + adatopk), %.3g, x, FusionLLM 1.45-9.39 (target >= 1.45), %s",
+               c, n, u / a, (u / a >= 1.45 ? "met" : "MISSED") }')") ;;
+    dtfm-worldwide)
+      figures+=("$(awk -v g="$g" -v o="$o" 'BEGIN {
+        printf "dtfm-worldwide GPT-3 XL: gcma / opfence, %.3g, x, our step <= gcma (target >= 1), %s",
+               g / o, (o <= g ? "met" : "MISSED") }')")
+      figures+=("$(awk -v g="$g" -v a="$a" 'BEGIN {
+        printf "dtfm-worldwide GPT-3 XL: gcma / (opfence + adatopk), %.3g, x, our step <= gcma (target >= 1), %s",
+               g / a, (a <= g ? "met" : "MISSED") }')")
+      figures+=("$(awk -v g="$g" -v r="$r" 'BEGIN {
+        printf "dtfm-worldwide GPT-3 XL: random / gcma, %.3g, x, DT-FM 167.74 / 43.78 = 3.83 (target >= 3), %s",
+               r / g, (r >= 3 * g ? "met" : "MISSED") }')") ;;
+    dtfm-*)
+      figures+=("$(awk -v c="$cluster" -v g="$g" -v r="$r" -v o="$o" -v a="$a" 'BEGIN {
+        printf "%s GPT-3 XL: random / gcma %.3g x, gcma / opfence %.3g x, gcma / (opfence + adatopk) %.3g x (no target)",
+               c, r / g, g / o, g / a }')") ;;
+  esac
+done
+echo
+printf '%s\n' "${figures[@]}"

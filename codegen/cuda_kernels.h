@@ -1,0 +1,62 @@
+/* cuda_kernels.h: CUDA C for the forward and backward of every op, one
+ * kernel specialised per op instance's sizes, and the steps that run it.
+ *
+ * The code generator lowers each node of a CUDA device to an rt_op (as for
+ * a CPU device), then hands it here: cuda_plan_add_op appends the op's steps
+ * (kernel launches, cuBLAS products, or a host step for communication; see
+ * runtime/cuda/cuda_program.h) and the source of any kernel it needs that
+ * the plan does not have yet.  Sizes, attributes and strides are constants
+ * in the source; pointers are arguments, so the twelve identical layers of
+ * GPT-2 share their kernels and the module stays small.  A kernel's name is
+ * its op and a hash of its text (f_layernorm_fwd_3f2a...), so equal sources
+ * are one kernel.
+ *
+ * The source is plain CUDA C with no includes: the prelude
+ * (cuda_kernels_prelude) defines fusion_args and the block reductions, and
+ * spells shared memory through two macros that the CPU emulation harness
+ * (tests/unit/cuda_emu.h) defines its own way.  Reductions accumulate in
+ * double, as the CPU kernels do, and in a fixed order: results do not
+ * depend on timing, and the harness compares them with the CPU kernels.
+ *
+ * What it deliberately is not: fast.  The kernels are the plain,
+ * obviously-right form (block-per-row reductions, one thread per output,
+ * no tensor cores, no fusion of elementwise chains yet); matrix products,
+ * where the time goes, are cuBLAS's.
+ */
+#ifndef FUSION_CUDA_KERNELS_H
+#define FUSION_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ir/diag.h"
+#include "../runtime/cuda/cuda_program.h"
+#include "../runtime/exec.h"
+
+typedef struct {
+    char         *source;       /* the prelude, then every kernel, NUL-terminated */
+    size_t        source_len, source_cap;
+    char        **names;        /* [n_kernels] kernel names                      */
+    uint64_t     *hashes;       /* [n_kernels] of the kernels' text              */
+    int32_t       n_kernels, cap_kernels;
+    rt_cuda_step *steps;
+    int32_t       n_steps, cap_steps;
+    rt_cuda_op   *ops;          /* one per op added, in order                    */
+    int32_t       n_ops, cap_ops;
+    int64_t       scratch_bytes;/* the most any op's steps need                  */
+    int           oom;          /* an allocation failed: the plan is unusable    */
+} cuda_plan;
+
+void cuda_plan_init(cuda_plan *p);
+void cuda_plan_free(cuda_plan *p);
+
+/* Append op's steps (and new kernels).  0, or -1 with err set naming the op. */
+int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err);
+
+/* The text every module starts with (also what the harness compiles). */
+const char *cuda_kernels_prelude(void);
+
+/* Threads per block of every generated kernel. */
+#define CUDA_KERNEL_THREADS 256
+
+#endif

@@ -1,0 +1,82 @@
+/* cuda_kernels_internal.h: what the kernel-source files share
+ * (cuda_kernels.c: the plan, elementwise and layout ops, dense products;
+ * cuda_kernels_nn.c: normalisation, softmax, attention, loss, convolution,
+ * pooling, optimizer). */
+#ifndef FUSION_CUDA_KERNELS_INTERNAL_H
+#define FUSION_CUDA_KERNELS_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "cuda_kernels.h"
+
+#define NT CUDA_KERNEL_THREADS
+
+/* A kernel being written: its tag (op and direction) and body text. */
+typedef struct {
+    char  *text;
+    size_t len, cap;
+    int    oom;
+} kbuf;
+
+void kb_printf(kbuf *kb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Finish the kernel: name it f_<tag>_<hash>, add it to the plan unless an
+ * equal one is there; its index, or -1 when out of memory. kb is freed. */
+int32_t kb_finish(cuda_plan *p, kbuf *kb, const char *tag);
+
+/* Arguments. */
+rt_cuda_arg arg_arena(int64_t offset);
+rt_cuda_arg arg_scratch(int64_t offset);
+rt_cuda_arg arg_none(void);
+rt_cuda_arg arg_status(void);
+#define ARG_END ((rt_cuda_arg){ -1, 0, 0 })
+
+/* Launch kernel k on grid x block (1-d), dyn shared bytes; args end with ARG_END. */
+int step_kernel(cuda_plan *p, int32_t k, int64_t grid, uint32_t shared_bytes, int check_status, ...);
+/* Row-major C = alpha·op(A)·op(B) + beta·C, batch entries batch apart. */
+int step_gemm(cuda_plan *p, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              rt_cuda_arg A, int64_t lda, int64_t stride_a, rt_cuda_arg B, int64_t ldb, int64_t stride_b,
+              float beta, rt_cuda_arg C, int64_t ldc, int64_t stride_c, int64_t batch);
+void plan_need_scratch(cuda_plan *p, int64_t bytes);
+
+/* Blocks for n elements, one thread each, grid-stride beyond a cap. */
+int64_t grid_for(int64_t n);
+
+/* Op helpers: an input's or output's place, and a backward op's gradient
+ * output for forward input `bit` (arg_none when not asked for). */
+rt_cuda_arg in_arg(const rt_op *op, int i);
+rt_cuda_arg out_arg(const rt_op *op, int i);
+rt_cuda_arg grad_arg(const rt_op *op, int bit);
+/* A place plus bytes. */
+rt_cuda_arg arg_plus(rt_cuda_arg a, int64_t bytes);
+
+/* One elementwise kernel over n elements (a grid-stride loop over i):
+ * decls declare the pointers from a.p[], body computes element i; the
+ * arguments follow, ending with ARG_END. */
+int elementwise(cuda_plan *p, const char *tag, int64_t n, const char *decls, const char *body, ...);
+/* out[j] = Σ_rows in[row][j] in double, one thread per column. */
+int lower_column_sums(cuda_plan *p, rt_cuda_arg out, rt_cuda_arg in, int64_t rows, int64_t cols);
+
+/* The ops of cuda_kernels_nn.c; each returns 0, or -1 when out of memory. */
+int lower_layernorm(cuda_plan *p, const rt_op *op);
+int lower_layernorm_backward(cuda_plan *p, const rt_op *op);
+int lower_batchnorm(cuda_plan *p, const rt_op *op);
+int lower_batchnorm_backward(cuda_plan *p, const rt_op *op);
+int lower_softmax(cuda_plan *p, const rt_op *op);
+int lower_softmax_backward(cuda_plan *p, const rt_op *op);
+int lower_attention(cuda_plan *p, const rt_op *op);
+int lower_attention_backward(cuda_plan *p, const rt_op *op);
+int lower_cross_entropy(cuda_plan *p, const rt_op *op);
+int lower_cross_entropy_backward(cuda_plan *p, const rt_op *op);
+int lower_conv2d(cuda_plan *p, const rt_op *op);
+int lower_conv2d_backward(cuda_plan *p, const rt_op *op);
+int lower_maxpool(cuda_plan *p, const rt_op *op, int backward);
+int lower_avgpool(cuda_plan *p, const rt_op *op, int backward);
+int lower_sum_squares(cuda_plan *p, const rt_op *op);
+int lower_clip_scale(cuda_plan *p, const rt_op *op);
+int lower_lr_schedule(cuda_plan *p, const rt_op *op);
+int lower_adamw(cuda_plan *p, const rt_op *op);
+
+/* "%.9e" with an f: a float literal that reads back to the same float. */
+const char *flit(char buf[32], double v);
+
+#endif

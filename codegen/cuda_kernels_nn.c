@@ -1,0 +1,762 @@
+/* cuda_kernels_nn.c: CUDA C for the ops with reductions or windows:
+ * layernorm, batchnorm, softmax, attention, cross-entropy, convolution,
+ * pooling, and the optimizer's ops (see cuda_kernels.h).
+ *
+ * Each kernel follows its CPU kernel in runtime/cpu/ step for step (the
+ * same float expressions, sums in double), so the emulation harness can
+ * hold them to 1e-5 of the output's largest magnitude.  Reductions are one
+ * block (NT threads) per row, channel or query; a kernel that needs another
+ * launch's row statistics (layernorm and attention backward, cross-entropy)
+ * passes them through the backend's scratch area.
+ */
+#include "cuda_kernels_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "../ir/ops.h"
+
+#define LL(x) ((long long)(x))
+
+/* The block-reduction buffers every reducing kernel declares. */
+_Static_assert(NT == 256, "red_decls spells the block size");
+static const char red_decls[] = "    FUSION_SHARED(double, red, 256);\n    FUSION_SHARED(float, redf, 256);\n";
+
+/* ---- layernorm ---------------------------------------------------------------- */
+
+/* Statistics of row xr (C) into mean (double) and rstd; two passes, in double. */
+static void kb_row_stats(kbuf *kb, const char *xr, int64_t C, const char *eps)
+{
+    kb_printf(kb,
+              "    double s = 0, ss = 0;\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) s += %s[j];\n"
+              "    double mean = fusion_block_sum(s, red) / %lld.0;\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { double d = %s[j] - mean; ss += d * d; }\n"
+              "    double var = fusion_block_sum(ss, red) / %lld.0;\n"
+              "    float m = (float)mean, rs = (float)(1.0 / sqrt(var + (double)%s));\n",
+              LL(C), xr, LL(C), LL(C), xr, LL(C), eps);
+}
+
+/* x (N,C), w (C), b (C) -> y (N,C), one block per row. */
+int lower_layernorm(cuda_plan *p, const rt_op *op)
+{
+    int64_t C = op->in[0].rank > 0 ? op->in[0].dim[op->in[0].rank - 1] : 1, N = rt_tensor_numel(&op->in[0]) / C;
+    char eps[32];
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb,
+              "    float *y = (float *)a.p[0] + (long long)blockIdx.x * %lldLL;\n"
+              "    const float *xr = (const float *)a.p[1] + (long long)blockIdx.x * %lldLL;\n"
+              "    const float *w = (const float *)a.p[2], *b = (const float *)a.p[3];\n",
+              LL(C), LL(C));
+    kb_row_stats(&kb, "xr", C, flit(eps, op->floats[ATTR_EPS]));
+    kb_printf(&kb, "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x)\n"
+                   "        y[j] = (xr[j] - m) * rs * (w ? w[j] : 1.0f) + (b ? b[j] : 0.0f);\n",
+              LL(C));
+    return step_kernel(p, kb_finish(p, &kb, "layernorm_fwd"), N, 0, 0, out_arg(op, 0), in_arg(op, 0),
+                       op->n_in > 1 ? in_arg(op, 1) : arg_none(), op->n_in > 2 ? in_arg(op, 2) : arg_none(), ARG_END);
+}
+
+/* x, w, dy -> dx, dw, db.  Launch 1, a block per row: the row's mean and
+ * rstd (kept in scratch as floats, as the CPU kernel keeps them) and dx.
+ * Launch 2, a thread per column: dw, db summed over the rows in double. */
+int lower_layernorm_backward(cuda_plan *p, const rt_op *op)
+{
+    int64_t C = op->in[0].rank > 0 ? op->in[0].dim[op->in[0].rank - 1] : 1, N = rt_tensor_numel(&op->in[0]) / C;
+    rt_cuda_arg dx = grad_arg(op, 0), dw = grad_arg(op, 1), db = grad_arg(op, 2);
+    char eps[32];
+    plan_need_scratch(p, 2 * N * 4);
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb,
+              "    long long r = blockIdx.x;\n"
+              "    const float *xr = (const float *)a.p[1] + r * %lldLL, *dyr = (const float *)a.p[3] + r * %lldLL;\n"
+              "    const float *w = (const float *)a.p[2];\n"
+              "    float *stats = (float *)a.p[4];\n",
+              LL(C), LL(C));
+    kb_row_stats(&kb, "xr", C, flit(eps, op->floats[ATTR_EPS]));
+    kb_printf(&kb,
+              "    if (threadIdx.x == 0) { stats[r] = m; stats[%lldLL + r] = rs; }\n"
+              "    if (!a.p[0]) return;\n"
+              "    double sg = 0, sgx = 0;\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) {\n"
+              "        float xhat = (xr[j] - m) * rs, g = dyr[j] * (w ? w[j] : 1.0f);\n"
+              "        sg += g;\n"
+              "        sgx += g * xhat;\n"
+              "    }\n"
+              "    float mg = (float)(fusion_block_sum(sg, red) / %lld.0), mgx = (float)(fusion_block_sum(sgx, red) / %lld.0);\n"
+              "    float *dxr = (float *)a.p[0] + r * %lldLL;\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) {\n"
+              "        float xhat = (xr[j] - m) * rs, g = dyr[j] * (w ? w[j] : 1.0f);\n"
+              "        dxr[j] = rs * (g - mg - xhat * mgx);\n"
+              "    }\n",
+              LL(N), LL(C), LL(C), LL(C), LL(C), LL(C));
+    rt_cuda_arg w = op->n_in > 2 ? in_arg(op, 1) : arg_none(), dy = in_arg(op, op->n_in - 1);
+    if (step_kernel(p, kb_finish(p, &kb, "layernorm_bwd_rows"), N, 0, 0, dx, in_arg(op, 0), w, dy, arg_scratch(0),
+                    ARG_END))
+        return -1;
+    if (!dw.kind && !db.kind)
+        return 0;
+    kb_printf(&kb,
+              "    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "    if (j >= %lldLL) return;\n"
+              "    const float *x = (const float *)a.p[2], *dy = (const float *)a.p[3], *stats = (const float *)a.p[4];\n"
+              "    double aw = 0, ab = 0;\n"
+              "    for (long long r = 0; r < %lldLL; r++) {\n"
+              "        float m = stats[r], rs = stats[%lldLL + r], g = dy[r * %lldLL + j];\n"
+              "        aw += g * ((x[r * %lldLL + j] - m) * rs);\n"
+              "        ab += g;\n"
+              "    }\n"
+              "    if (a.p[0]) ((float *)a.p[0])[j] = (float)aw;\n"
+              "    if (a.p[1]) ((float *)a.p[1])[j] = (float)ab;\n",
+              LL(C), LL(N), LL(N), LL(C), LL(C));
+    return step_kernel(p, kb_finish(p, &kb, "layernorm_bwd_cols"), (C + NT - 1) / NT, 0, 0, dw, db, in_arg(op, 0), dy,
+                       arg_scratch(0), ARG_END);
+}
+
+/* ---- batchnorm (training mode) ------------------------------------------------------ */
+
+/* Channel c's statistics over x (N,C,HW): mean, var (double), m, rs (float). */
+static void kb_channel_stats(kbuf *kb, int64_t N, int64_t C, int64_t HW, const char *eps)
+{
+    kb_printf(kb,
+              "    const long long c = blockIdx.x, count = %lldLL;\n"
+              "#define AT(i) ((((i) / %lldLL) * %lldLL + c) * %lldLL + (i) %% %lldLL)\n"
+              "    double s = 0, ss = 0;\n"
+              "    for (long long i = threadIdx.x; i < count; i += blockDim.x) s += x[AT(i)];\n"
+              "    double mean = fusion_block_sum(s, red) / (double)count;\n"
+              "    for (long long i = threadIdx.x; i < count; i += blockDim.x) { double d = x[AT(i)] - mean; ss += d * d; }\n"
+              "    double var = fusion_block_sum(ss, red) / (double)count;\n"
+              "    float m = (float)mean, rs = (float)(1.0 / sqrt(var + (double)%s));\n",
+              LL(N * HW), LL(HW), LL(C), LL(HW), LL(HW), eps);
+}
+
+static void channel_sizes(const rt_op *op, int64_t *N, int64_t *C, int64_t *HW)
+{
+    const rt_tensor *x = &op->in[0];
+    *N = x->dim[0];
+    *C = x->dim[1];
+    *HW = rt_tensor_numel(x) / (*N * *C);
+}
+
+/* x (N,C,HW), w, b (C) -> y, one block per channel (no running statistics:
+ * the runtime keeps none). */
+int lower_batchnorm(cuda_plan *p, const rt_op *op)
+{
+    int64_t N, C, HW;
+    channel_sizes(op, &N, &C, &HW);
+    char eps[32];
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "    float *y = (float *)a.p[0];\n"
+                   "    const float *x = (const float *)a.p[1], *w = (const float *)a.p[2], *b = (const float *)a.p[3];\n");
+    kb_channel_stats(&kb, N, C, HW, flit(eps, op->floats[ATTR_EPS]));
+    kb_printf(&kb, "    float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;\n"
+                   "    for (long long i = threadIdx.x; i < count; i += blockDim.x) y[AT(i)] = (x[AT(i)] - m) * rs * wc + bc;\n"
+                   "#undef AT\n");
+    return step_kernel(p, kb_finish(p, &kb, "batchnorm_fwd"), C, 0, 0, out_arg(op, 0), in_arg(op, 0),
+                       op->n_in > 1 ? in_arg(op, 1) : arg_none(), op->n_in > 2 ? in_arg(op, 2) : arg_none(), ARG_END);
+}
+
+/* x, w, dy -> dx, dw, db, one block per channel. */
+int lower_batchnorm_backward(cuda_plan *p, const rt_op *op)
+{
+    int64_t N, C, HW;
+    channel_sizes(op, &N, &C, &HW);
+    char eps[32];
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "    const float *x = (const float *)a.p[3], *w = (const float *)a.p[4], *dy = (const float *)a.p[5];\n");
+    kb_channel_stats(&kb, N, C, HW, flit(eps, op->floats[ATTR_EPS]));
+    kb_printf(&kb,
+              "    double sdy = 0, sdyx = 0;\n"
+              "    for (long long i = threadIdx.x; i < count; i += blockDim.x) {\n"
+              "        sdy += dy[AT(i)];\n"
+              "        sdyx += dy[AT(i)] * ((x[AT(i)] - m) * rs);\n"
+              "    }\n"
+              "    sdy = fusion_block_sum(sdy, red);\n"
+              "    sdyx = fusion_block_sum(sdyx, red);\n"
+              "    if (threadIdx.x == 0 && a.p[1]) ((float *)a.p[1])[c] = (float)sdyx;\n"
+              "    if (threadIdx.x == 0 && a.p[2]) ((float *)a.p[2])[c] = (float)sdy;\n"
+              "    float *dx = (float *)a.p[0];\n"
+              "    if (!dx) return;\n"
+              "    float k = (w ? w[c] : 1.0f) * rs, mdy = (float)(sdy / (double)count), mdyx = (float)(sdyx / (double)count);\n"
+              "    for (long long i = threadIdx.x; i < count; i += blockDim.x)\n"
+              "        dx[AT(i)] = k * (dy[AT(i)] - mdy - (x[AT(i)] - m) * rs * mdyx);\n"
+              "#undef AT\n");
+    return step_kernel(p, kb_finish(p, &kb, "batchnorm_bwd"), C, 0, 0, grad_arg(op, 0), grad_arg(op, 1), grad_arg(op, 2),
+                       in_arg(op, 0), op->n_in > 2 ? in_arg(op, 1) : arg_none(), in_arg(op, op->n_in - 1), ARG_END);
+}
+
+/* ---- softmax ---------------------------------------------------------------------- */
+
+/* x (R,L) -> y, one block per row; causal: row r keeps j <= r % L. */
+int lower_softmax(cuda_plan *p, const rt_op *op)
+{
+    int64_t L = op->in[0].rank > 0 ? op->in[0].dim[op->in[0].rank - 1] : 1, R = rt_tensor_numel(&op->in[0]) / L;
+    int causal = op->ints[ATTR_CAUSAL] != 0;
+    char valid[64];
+    if (causal)
+        snprintf(valid, sizeof valid, "r %% %lldLL + 1", LL(L));
+    else
+        snprintf(valid, sizeof valid, "%lldLL", LL(L));
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb,
+              "    long long r = blockIdx.x, valid = %s;\n"
+              "    const float *x = (const float *)a.p[1] + r * %lldLL;\n"
+              "    float *y = (float *)a.p[0] + r * %lldLL;\n"
+              "    float mx = -FUSION_INF;\n"
+              "    for (long long j = threadIdx.x; j < valid; j += blockDim.x) mx = x[j] > mx ? x[j] : mx;\n"
+              "    mx = fusion_block_max(mx, redf);\n"
+              "    double s = 0;\n"
+              "    for (long long j = threadIdx.x; j < valid; j += blockDim.x) s += expf(x[j] - mx);\n"
+              "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) y[j] = j < valid ? expf(x[j] - mx) * inv : 0.0f;\n",
+              valid, LL(L), LL(L), LL(L));
+    return step_kernel(p, kb_finish(p, &kb, causal ? "softmax_causal_fwd" : "softmax_fwd"), R, 0, 0, out_arg(op, 0),
+                       in_arg(op, 0), ARG_END);
+}
+
+/* y, dy -> dx = y·(dy - Σ dy·y), one block per row. */
+int lower_softmax_backward(cuda_plan *p, const rt_op *op)
+{
+    int64_t L = op->in[0].rank > 0 ? op->in[0].dim[op->in[0].rank - 1] : 1, R = rt_tensor_numel(&op->in[0]) / L;
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb,
+              "    long long r = blockIdx.x;\n"
+              "    const float *y = (const float *)a.p[1] + r * %lldLL, *dy = (const float *)a.p[2] + r * %lldLL;\n"
+              "    float *dx = (float *)a.p[0] + r * %lldLL;\n"
+              "    double dot = 0;\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) dot += dy[j] * y[j];\n"
+              "    float d = (float)fusion_block_sum(dot, red);\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) dx[j] = y[j] * (dy[j] - d);\n",
+              LL(L), LL(L), LL(L), LL(L), LL(L));
+    return step_kernel(p, kb_finish(p, &kb, "softmax_bwd"), R, 0, 0, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1), ARG_END);
+}
+
+/* ---- attention -------------------------------------------------------------------- */
+
+/* The largest sequence the attention kernels take: two rows of T floats in
+ * shared memory, within the 48 KiB every architecture gives without opt-in. */
+#define ATTENTION_MAX_T 6144
+
+/* Common head of the attention kernels: block = one (b, h, row) of T. */
+static void kb_attention_head(kbuf *kb, int64_t T, int64_t C, int64_t H, const char *row)
+{
+    int64_t D = C / H;
+    char scale[32];
+    kb_printf(kb,
+              "    const long long T = %lldLL, C = %lldLL, D = %lldLL;\n"
+              "    const float scale = %s;\n"
+              "    const long long %s = blockIdx.x %% T, bh = blockIdx.x / T, h = bh %% %lldLL, b = bh / %lldLL;\n"
+              "    const float *qkv = (const float *)a.p[1];\n"
+              "#define Q(t) (qkv + (b * T + (t)) * 3 * C + h * D)\n"
+              "#define K(t) (Q(t) + C)\n"
+              "#define V(t) (Q(t) + 2 * C)\n",
+              LL(T), LL(C), LL(D), flit(scale, 1.0 / sqrt((double)D)), row, LL(H), LL(H));
+}
+
+/* The scaled score of query i against key j, as the CPU's sgemm forms it. */
+static const char att_score[] =
+    "        float sc = 0.0f;\n"
+    "        for (long long d = 0; d < D; d++) sc += Q(i)[d] * K(j)[d];\n"
+    "        sc = scale * sc;\n";
+
+/* qkv (B,T,3C) -> out (B,T,C): a block per query row i of head h of batch
+ * b; its causal scores in shared memory, softmax, then P·v. */
+int lower_attention(cuda_plan *p, const rt_op *op)
+{
+    const rt_tensor *qkv = &op->in[0];
+    int64_t B = qkv->dim[0], T = qkv->dim[1], C = qkv->dim[2] / 3, H = op->ints[ATTR_HEADS];
+    if (T > ATTENTION_MAX_T)
+        return -2;
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_attention_head(&kb, T, C, H, "i");
+    kb_printf(&kb,
+              "    FUSION_DYN_SHARED(float, P);\n"
+              "    float mx = -FUSION_INF;\n"
+              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
+              "%s"
+              "        P[j] = sc;\n"
+              "        mx = sc > mx ? sc : mx;\n"
+              "    }\n"
+              "    mx = fusion_block_max(mx, redf);\n"
+              "    double s = 0;\n"
+              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) { float e = expf(P[j] - mx); P[j] = e; s += e; }\n"
+              "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n"
+              "    float *out = (float *)a.p[0] + (b * T + i) * C + h * D;\n"
+              "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
+              "        float acc = 0.0f;\n"
+              "        for (long long j = 0; j <= i; j++) acc += (P[j] * inv) * V(j)[d];\n"
+              "        out[d] = acc;\n"
+              "    }\n"
+              "#undef Q\n#undef K\n#undef V\n",
+              att_score);
+    return step_kernel(p, kb_finish(p, &kb, "attention_fwd"), B * H * T, (uint32_t)(T * 4), 0, out_arg(op, 0),
+                       in_arg(op, 0), ARG_END);
+}
+
+/* qkv, dout -> dqkv.  Launch 1, a block per query row i: P and
+ * dS = P ⊙ (dP - Σ P⊙dP) with dP = dO·vᵀ, then dq = scale·dS·k; the row's
+ * max, 1/sum and Σ P⊙dP go to scratch.  Launch 2, a block per key row j:
+ * P and dS of the queries i >= j recomputed from those, then
+ * dk = scale·dSᵀ·q and dv = Pᵀ·dO.  Every element of dqkv is written once,
+ * in a fixed order: no atomics. */
+int lower_attention_backward(cuda_plan *p, const rt_op *op)
+{
+    const rt_tensor *qkv = &op->in[0];
+    int64_t B = qkv->dim[0], T = qkv->dim[1], C = qkv->dim[2] / 3, H = op->ints[ATTR_HEADS];
+    if (T > ATTENTION_MAX_T)
+        return -2;
+    plan_need_scratch(p, 3 * B * H * T * 4);
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_attention_head(&kb, T, C, H, "i");
+    kb_printf(&kb,
+              "    const float *dO = (const float *)a.p[2] + (b * T + i) * C + h * D;\n"
+              "    float *stats = (float *)a.p[3] + blockIdx.x * 3;\n"
+              "    FUSION_DYN_SHARED(float, P);\n"
+              "    float *dP = P + T;\n"
+              "    float mx = -FUSION_INF;\n"
+              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
+              "%s"
+              "        P[j] = sc;\n"
+              "        mx = sc > mx ? sc : mx;\n"
+              "    }\n"
+              "    mx = fusion_block_max(mx, redf);\n"
+              "    double s = 0;\n"
+              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) { float e = expf(P[j] - mx); P[j] = e; s += e; }\n"
+              "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n"
+              "    double dot = 0;\n"
+              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
+              "        float pj = P[j] * inv, dp = 0.0f;\n"
+              "        for (long long d = 0; d < D; d++) dp += dO[d] * V(j)[d];\n"
+              "        P[j] = pj;\n"
+              "        dP[j] = dp;\n"
+              "        dot += pj * dp;\n"
+              "    }\n"
+              "    float dd = (float)fusion_block_sum(dot, red);\n"
+              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) dP[j] = P[j] * (dP[j] - dd);\n"
+              "    if (threadIdx.x == 0) { stats[0] = mx; stats[1] = inv; stats[2] = dd; }\n"
+              "    __syncthreads();\n"
+              "    float *dq = (float *)a.p[0] + (b * T + i) * 3 * C + h * D;\n"
+              "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
+              "        float acc = 0.0f;\n"
+              "        for (long long j = 0; j <= i; j++) acc += dP[j] * K(j)[d];\n"
+              "        dq[d] = scale * acc;\n"
+              "    }\n"
+              "#undef Q\n#undef K\n#undef V\n",
+              att_score);
+    rt_cuda_arg dqkv = out_arg(op, 0);
+    if (step_kernel(p, kb_finish(p, &kb, "attention_bwd_q"), B * H * T, (uint32_t)(2 * T * 4), 0, dqkv, in_arg(op, 0),
+                    in_arg(op, 1), arg_scratch(0), ARG_END))
+        return -1;
+    kb_printf(&kb, "%s", red_decls);
+    kb_attention_head(&kb, T, C, H, "j");
+    kb_printf(&kb,
+              "    const float *dout = (const float *)a.p[2], *stats = (const float *)a.p[3] + bh * T * 3;\n"
+              "#define DO(t) (dout + (b * T + (t)) * C + h * D)\n"
+              "    FUSION_DYN_SHARED(float, P);\n"
+              "    float *dS = P + T;\n"
+              "    for (long long i = j + threadIdx.x; i < T; i += blockDim.x) {\n"
+              "%s"
+              "        float pij = expf(sc - stats[i * 3]) * stats[i * 3 + 1], dp = 0.0f;\n"
+              "        for (long long d = 0; d < D; d++) dp += DO(i)[d] * V(j)[d];\n"
+              "        P[i] = pij;\n"
+              "        dS[i] = pij * (dp - stats[i * 3 + 2]);\n"
+              "    }\n"
+              "    __syncthreads();\n"
+              "    float *dk = (float *)a.p[0] + (b * T + j) * 3 * C + C + h * D, *dv = dk + C;\n"
+              "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
+              "        float ak = 0.0f, av = 0.0f;\n"
+              "        for (long long i = j; i < T; i++) { ak += dS[i] * Q(i)[d]; av += P[i] * DO(i)[d]; }\n"
+              "        dk[d] = scale * ak;\n"
+              "        dv[d] = av;\n"
+              "    }\n"
+              "#undef Q\n#undef K\n#undef V\n#undef DO\n",
+              att_score);
+    return step_kernel(p, kb_finish(p, &kb, "attention_bwd_kv"), B * H * T, (uint32_t)(2 * T * 4), 0, dqkv,
+                       in_arg(op, 0), in_arg(op, 1), arg_scratch(0), ARG_END);
+}
+
+/* ---- cross-entropy ---------------------------------------------------------------- */
+
+/* Row max and Σ exp(x - max) of row x (V) into mx, s (every thread). */
+static void kb_row_logsumexp(kbuf *kb, int64_t V)
+{
+    kb_printf(kb,
+              "    float mx = -FUSION_INF;\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) mx = x[j] > mx ? x[j] : mx;\n"
+              "    mx = fusion_block_max(mx, redf);\n"
+              "    double s = 0;\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) s += expf(x[j] - mx);\n"
+              "    s = fusion_block_sum(s, red);\n",
+              LL(V), LL(V));
+}
+
+/* logits (N,V), targets (N) -> loss: a block per row writes its loss (double)
+ * to scratch, one block sums them.  A bad target is reported. */
+int lower_cross_entropy(cuda_plan *p, const rt_op *op)
+{
+    int64_t V = op->in[0].dim[op->in[0].rank - 1], N = rt_tensor_numel(&op->in[0]) / V;
+    plan_need_scratch(p, N * 8);
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb,
+              "    long long r = blockIdx.x;\n"
+              "    const float *x = (const float *)a.p[1] + r * %lldLL;\n"
+              "    int t = ((const int *)a.p[2])[r];\n"
+              "    double *rows = (double *)a.p[3];\n"
+              "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) { fusion_report_bad(a.p[4], r); rows[r] = 0; } return; }\n",
+              LL(V), LL(V));
+    kb_row_logsumexp(&kb, V);
+    kb_printf(&kb, "    if (threadIdx.x == 0) rows[r] = (double)mx + log(s) - (double)x[t];\n");
+    if (step_kernel(p, kb_finish(p, &kb, "cross_entropy_rows"), N, 0, 1, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
+                    arg_scratch(0), arg_status(), ARG_END))
+        return -1;
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb,
+              "    const double *rows = (const double *)a.p[1];\n"
+              "    double s = 0;\n"
+              "    for (long long r = threadIdx.x; r < %lldLL; r += blockDim.x) s += rows[r];\n"
+              "    s = fusion_block_sum(s, red);\n"
+              "    if (threadIdx.x == 0) *(float *)a.p[0] = (float)(s / %lld.0);\n",
+              LL(N), LL(N));
+    return step_kernel(p, kb_finish(p, &kb, "mean_rows"), 1, 0, 0, out_arg(op, 0), arg_scratch(0), ARG_END);
+}
+
+/* logits, targets, dloss -> dlogits = dloss/N · (softmax - onehot), a block per row. */
+int lower_cross_entropy_backward(cuda_plan *p, const rt_op *op)
+{
+    int64_t V = op->in[0].dim[op->in[0].rank - 1], N = rt_tensor_numel(&op->in[0]) / V;
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb,
+              "    long long r = blockIdx.x;\n"
+              "    const float *x = (const float *)a.p[1] + r * %lldLL;\n"
+              "    int t = ((const int *)a.p[2])[r];\n"
+              "    float *dx = (float *)a.p[0] + r * %lldLL;\n"
+              "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) fusion_report_bad(a.p[4], r); return; }\n"
+              "    float g = (float)((double)*(const float *)a.p[3] / %lld.0);\n",
+              LL(V), LL(V), LL(V), LL(N));
+    kb_row_logsumexp(&kb, V);
+    kb_printf(&kb,
+              "    float inv = (float)(1.0 / s);\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) dx[j] = (expf(x[j] - mx) * inv) * g;\n"
+              "    __syncthreads();\n"
+              "    if (threadIdx.x == 0) dx[t] -= g;\n",
+              LL(V));
+    return step_kernel(p, kb_finish(p, &kb, "cross_entropy_bwd"), N, 0, 1, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
+                       in_arg(op, 2), arg_status(), ARG_END);
+}
+
+/* ---- convolution ------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t N, C, H, W, OC, KH, KW, s, pad, OH, OW, P, CKK;
+    int pointwise;
+} conv_dims;
+
+static conv_dims conv_dims_of(const rt_op *op)
+{
+    const rt_tensor *x = &op->in[0], *w = &op->in[1];
+    conv_dims d = { x->dim[0], x->dim[1], x->dim[2], x->dim[3], w->dim[0], w->dim[2], w->dim[3],
+                    op->ints[ATTR_STRIDE], op->ints[ATTR_PAD], 0, 0, 0, 0, 0 };
+    d.OH = (d.H + 2 * d.pad - d.KH) / d.s + 1;
+    d.OW = (d.W + 2 * d.pad - d.KW) / d.s + 1;
+    d.P = d.OH * d.OW;
+    d.CKK = d.C * d.KH * d.KW;
+    d.pointwise = d.KH == 1 && d.KW == 1 && d.s == 1 && d.pad == 0;
+    return d;
+}
+
+/* col (C·KH·KW, OH·OW) = the unrolled image x (C,H,W), zeros outside. */
+static int step_im2col(cuda_plan *p, const conv_dims *d, rt_cuda_arg col, rt_cuda_arg x)
+{
+    char body[1024];
+    snprintf(body, sizeof body,
+             "        long long row = i / %lldLL, pix = i %% %lldLL;\n"
+             "        long long kw = row %% %lldLL, kh = (row / %lldLL) %% %lldLL, c = row / %lldLL;\n"
+             "        long long ih = (pix / %lldLL) * %lldLL - %lldLL + kh, iw = (pix %% %lldLL) * %lldLL - %lldLL + kw;\n"
+             "        col[i] = ih >= 0 && ih < %lldLL && iw >= 0 && iw < %lldLL ? x[(c * %lldLL + ih) * %lldLL + iw] : 0.0f;\n",
+             LL(d->P), LL(d->P), LL(d->KW), LL(d->KW), LL(d->KH), LL(d->KW * d->KH), LL(d->OW), LL(d->s), LL(d->pad),
+             LL(d->OW), LL(d->s), LL(d->pad), LL(d->H), LL(d->W), LL(d->H), LL(d->W));
+    return elementwise(p, "im2col", d->CKK * d->P,
+                       "    float *col = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n", body, col, x,
+                       ARG_END);
+}
+
+/* x (C,H,W) = the adjoint of im2col applied to col: each pixel gathers its
+ * (kh, kw) entries in the CPU's order. */
+static int step_col2im(cuda_plan *p, const conv_dims *d, rt_cuda_arg x, rt_cuda_arg col)
+{
+    char body[1536];
+    snprintf(body, sizeof body,
+             "        long long c = i / %lldLL, ih = (i / %lldLL) %% %lldLL, iw = i %% %lldLL;\n"
+             "        float acc = 0.0f;\n"
+             "        for (long long kh = 0; kh < %lldLL; kh++)\n"
+             "            for (long long kw = 0; kw < %lldLL; kw++) {\n"
+             "                long long th = ih + %lldLL - kh, tw = iw + %lldLL - kw;\n"
+             "                if (th < 0 || tw < 0 || th %% %lldLL || tw %% %lldLL) continue;\n"
+             "                long long oh = th / %lldLL, ow = tw / %lldLL;\n"
+             "                if (oh >= %lldLL || ow >= %lldLL) continue;\n"
+             "                acc += col[((c * %lldLL + kh) * %lldLL + kw) * %lldLL + oh * %lldLL + ow];\n"
+             "            }\n"
+             "        x[i] = acc;\n",
+             LL(d->H * d->W), LL(d->W), LL(d->H), LL(d->W), LL(d->KH), LL(d->KW), LL(d->pad), LL(d->pad), LL(d->s),
+             LL(d->s), LL(d->s), LL(d->s), LL(d->OH), LL(d->OW), LL(d->KH), LL(d->KW), LL(d->P), LL(d->OW));
+    return elementwise(p, "col2im", d->C * d->H * d->W,
+                       "    float *x = (float *)a.p[0];\n    const float *col = (const float *)a.p[1];\n", body, x, col,
+                       ARG_END);
+}
+
+/* x (N,C,H,W), w (OC,C,KH,KW), b? -> y (N,OC,OH,OW): per image, im2col into
+ * the op's workspace and one product (w·col) onto the broadcast bias; a
+ * pointwise convolution is one batched product on x itself. */
+int lower_conv2d(cuda_plan *p, const rt_op *op)
+{
+    conv_dims d = conv_dims_of(op);
+    int bias = op->n_in == 3;
+    if (!d.pointwise && op->ws_offset < 0)
+        return -2;
+    if (bias) {
+        char body[128];
+        snprintf(body, sizeof body, "        y[i] = b[(i / %lldLL) %% %lldLL];\n", LL(d.P), LL(d.OC));
+        if (elementwise(p, "bias_planes", d.N * d.OC * d.P,
+                        "    float *y = (float *)a.p[0];\n    const float *b = (const float *)a.p[1];\n", body,
+                        out_arg(op, 0), in_arg(op, 2), ARG_END))
+            return -1;
+    }
+    float beta = bias ? 1.0f : 0.0f;
+    if (d.pointwise)
+        return step_gemm(p, 0, 0, d.OC, d.P, d.CKK, 1.0f, in_arg(op, 1), d.CKK, 0, in_arg(op, 0), d.P, d.C * d.H * d.W,
+                         beta, out_arg(op, 0), d.P, d.OC * d.P, d.N);
+    rt_cuda_arg ws = arg_arena(op->ws_offset);
+    for (int64_t n = 0; n < d.N; n++) {
+        if (step_im2col(p, &d, ws, arg_plus(in_arg(op, 0), n * d.C * d.H * d.W * 4)) ||
+            step_gemm(p, 0, 0, d.OC, d.P, d.CKK, 1.0f, in_arg(op, 1), d.CKK, 0, ws, d.P, 0, beta,
+                      arg_plus(out_arg(op, 0), n * d.OC * d.P * 4), d.P, 0, 1))
+            return -1;
+    }
+    return 0;
+}
+
+/* x, w, dy -> dx, dw, db, in the CPU kernel's order (the workspace holds one
+ * image's columns, then wᵀ·dy[n]):
+ *   db[oc] = Σ dy over images and pixels     a block per channel
+ *   dw += dy[n]·im2col(x[n])ᵀ                 (the first image overwrites)
+ *   dx[n] = col2im(wᵀ·dy[n]) */
+int lower_conv2d_backward(cuda_plan *p, const rt_op *op)
+{
+    conv_dims d = conv_dims_of(op);
+    rt_cuda_arg dx = grad_arg(op, 0), dw = grad_arg(op, 1), db = grad_arg(op, 2), dy = in_arg(op, 2);
+    if (!d.pointwise && op->ws_offset < 0)
+        return -2;
+    if (db.kind) {
+        kbuf kb = { 0 };
+        kb_printf(&kb, "%s", red_decls);
+        kb_printf(&kb,
+                  "    const float *dy = (const float *)a.p[1];\n"
+                  "    long long oc = blockIdx.x;\n"
+                  "    double s = 0;\n"
+                  "    for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x)\n"
+                  "        s += dy[((i / %lldLL) * %lldLL + oc) * %lldLL + i %% %lldLL];\n"
+                  "    s = fusion_block_sum(s, red);\n"
+                  "    if (threadIdx.x == 0) ((float *)a.p[0])[oc] = (float)s;\n",
+                  LL(d.N * d.P), LL(d.P), LL(d.OC), LL(d.P), LL(d.P));
+        if (step_kernel(p, kb_finish(p, &kb, "conv_bias_grad"), d.OC, 0, 0, db, dy, ARG_END))
+            return -1;
+    }
+    rt_cuda_arg ws = d.pointwise ? arg_none() : arg_arena(op->ws_offset);
+    if (dx.kind && d.pointwise &&
+        step_gemm(p, 1, 0, d.C, d.P, d.OC, 1.0f, in_arg(op, 1), d.CKK, 0, dy, d.P, d.OC * d.P, 0.0f, dx, d.P,
+                  d.C * d.H * d.W, d.N))
+        return -1;
+    for (int64_t n = 0; n < d.N; n++) {
+        rt_cuda_arg xn = arg_plus(in_arg(op, 0), n * d.C * d.H * d.W * 4), dyn = arg_plus(dy, n * d.OC * d.P * 4);
+        if (dw.kind) {
+            rt_cuda_arg col = xn;
+            if (!d.pointwise) {
+                if (step_im2col(p, &d, ws, xn))
+                    return -1;
+                col = ws;
+            }
+            if (step_gemm(p, 0, 1, d.OC, d.CKK, d.P, 1.0f, dyn, d.P, 0, col, d.P, 0, n ? 1.0f : 0.0f, dw, d.CKK, 0, 1))
+                return -1;
+        }
+        if (dx.kind && !d.pointwise &&
+            (step_gemm(p, 1, 0, d.CKK, d.P, d.OC, 1.0f, in_arg(op, 1), d.CKK, 0, dyn, d.P, 0, 0.0f, ws, d.P, 0, 1) ||
+             step_col2im(p, &d, arg_plus(dx, n * d.C * d.H * d.W * 4), ws)))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- pooling ----------------------------------------------------------------------- */
+
+/* maxpool: x (N,C,H,W) -> y (N,C,OH,OW), a thread per output; backward, a
+ * thread per input pixel gathering the dy of the windows whose max it is,
+ * in the CPU's (oh, ow) order. */
+int lower_maxpool(cuda_plan *p, const rt_op *op, int backward)
+{
+    const rt_tensor *x = &op->in[0];
+    int64_t N = x->dim[0], C = x->dim[1], H = x->dim[2], W = x->dim[3];
+    int64_t k = op->ints[ATTR_KERNEL], s = op->ints[ATTR_STRIDE] ? op->ints[ATTR_STRIDE] : k, pad = op->ints[ATTR_PAD];
+    int64_t OH = (H + 2 * pad - k) / s + 1, OW = (W + 2 * pad - k) / s + 1;
+    char body[1536];
+    if (!backward) {
+        snprintf(body, sizeof body,
+                 "        long long nc = i / %lldLL, pix = i %% %lldLL;\n"
+                 "        const float *plane = x + nc * %lldLL;\n"
+                 "        long long at = fusion_window_argmax(plane, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, pix / %lldLL, pix %% %lldLL);\n"
+                 "        y[i] = at >= 0 ? plane[at] : -FUSION_INF;\n",
+                 LL(OH * OW), LL(OH * OW), LL(H * W), LL(H), LL(W), LL(k), LL(s), LL(pad), LL(OW), LL(OW));
+        return elementwise(p, "maxpool_fwd", N * C * OH * OW,
+                           "    float *y = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n", body,
+                           out_arg(op, 0), in_arg(op, 0), ARG_END);
+    }
+    snprintf(body, sizeof body,
+             "        long long nc = i / %lldLL, ih = (i / %lldLL) %% %lldLL, iw = i %% %lldLL, pos = ih * %lldLL + iw;\n"
+             "        const float *plane = x + nc * %lldLL, *g = dy + nc * %lldLL;\n"
+             "        long long lh = ih + %lldLL - %lldLL + 1, lw = iw + %lldLL - %lldLL + 1;\n"
+             "        long long oh0 = lh <= 0 ? 0 : (lh + %lldLL - 1) / %lldLL, ow0 = lw <= 0 ? 0 : (lw + %lldLL - 1) / %lldLL;\n"
+             "        long long oh1 = (ih + %lldLL) / %lldLL, ow1 = (iw + %lldLL) / %lldLL;\n"
+             "        if (oh1 > %lldLL) oh1 = %lldLL;\n"
+             "        if (ow1 > %lldLL) ow1 = %lldLL;\n"
+             "        float acc = 0.0f;\n"
+             "        for (long long oh = oh0; oh <= oh1; oh++)\n"
+             "            for (long long ow = ow0; ow <= ow1; ow++)\n"
+             "                if (fusion_window_argmax(plane, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, oh, ow) == pos)\n"
+             "                    acc += g[oh * %lldLL + ow];\n"
+             "        dx[i] = acc;\n",
+             LL(H * W), LL(W), LL(H), LL(W), LL(W), LL(H * W), LL(OH * OW), LL(pad), LL(k), LL(pad), LL(k), LL(s),
+             LL(s), LL(s), LL(s), LL(pad), LL(s), LL(pad), LL(s), LL(OH - 1), LL(OH - 1), LL(OW - 1), LL(OW - 1),
+             LL(H), LL(W), LL(k), LL(s), LL(pad), LL(OW));
+    return elementwise(p, "maxpool_bwd", N * C * H * W,
+                       "    float *dx = (float *)a.p[0];\n    const float *dy = (const float *)a.p[1];\n"
+                       "    const float *x = (const float *)a.p[2];\n",
+                       body, out_arg(op, 0), in_arg(op, 1), in_arg(op, 0), ARG_END);
+}
+
+/* global average pooling: x (N,C,HW) -> y (N,C), a thread per plane; the
+ * backward spreads dy / HW over the plane. */
+int lower_avgpool(cuda_plan *p, const rt_op *op, int backward)
+{
+    const rt_tensor *x = backward ? &op->out[0] : &op->in[0];
+    int64_t NC = x->dim[0] * x->dim[1], HW = x->dim[2] * x->dim[3];
+    char body[256];
+    if (!backward) {
+        snprintf(body, sizeof body,
+                 "        double s = 0;\n"
+                 "        for (long long j = 0; j < %lldLL; j++) s += x[i * %lldLL + j];\n"
+                 "        y[i] = (float)(s / %lld.0);\n",
+                 LL(HW), LL(HW), LL(HW));
+        return elementwise(p, "avgpool_fwd", NC, "    float *y = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n",
+                           body, out_arg(op, 0), in_arg(op, 0), ARG_END);
+    }
+    snprintf(body, sizeof body, "        dx[i] = dy[i / %lldLL] / (float)%lldLL;\n", LL(HW), LL(HW));
+    return elementwise(p, "avgpool_bwd", NC * HW, "    float *dx = (float *)a.p[0];\n    const float *dy = (const float *)a.p[1];\n",
+                       body, out_arg(op, 0), in_arg(op, 0), ARG_END);
+}
+
+/* ---- optimizer ---------------------------------------------------------------------- */
+
+/* g (n), acc? -> acc + Σ g²: blocks write partial sums (double) to scratch,
+ * one block adds them up. */
+int lower_sum_squares(cuda_plan *p, const rt_op *op)
+{
+    int64_t n = rt_tensor_numel(&op->in[0]);
+    int64_t blocks = (n + NT - 1) / NT;
+    blocks = blocks > 1024 ? 1024 : blocks;
+    plan_need_scratch(p, blocks * 8);
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb,
+              "    const float *g = (const float *)a.p[1];\n"
+              "    double s = 0;\n"
+              "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < %lldLL; i += (long long)gridDim.x * blockDim.x)\n"
+              "        s += (double)g[i] * g[i];\n"
+              "    s = fusion_block_sum(s, red);\n"
+              "    if (threadIdx.x == 0) ((double *)a.p[0])[blockIdx.x] = s;\n",
+              LL(n));
+    if (step_kernel(p, kb_finish(p, &kb, "sum_squares_part"), blocks, 0, 0, arg_scratch(0), in_arg(op, 0), ARG_END))
+        return -1;
+    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb,
+              "    const double *part = (const double *)a.p[1];\n"
+              "    double s = 0;\n"
+              "    for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) s += part[i];\n"
+              "    s = fusion_block_sum(s, red);\n"
+              "    if (threadIdx.x == 0) *(float *)a.p[0] = (float)((a.p[2] ? (double)*(const float *)a.p[2] : 0.0) + s);\n",
+              LL(blocks));
+    return step_kernel(p, kb_finish(p, &kb, "sum_squares_total"), 1, 0, 0, out_arg(op, 0), arg_scratch(0),
+                       op->n_in == 2 ? in_arg(op, 1) : arg_none(), ARG_END);
+}
+
+/* sumsq -> min(1, max_norm / (sqrt(sumsq) + 1e-6)), as clip_grad_norm_. */
+int lower_clip_scale(cuda_plan *p, const rt_op *op)
+{
+    kbuf kb = { 0 };
+    kb_printf(&kb,
+              "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
+              "    double norm = sqrt((double)*(const float *)a.p[1]), coef = %.17g / (norm + 1e-6);\n"
+              "    *(float *)a.p[0] = (float)(coef < 1.0 ? coef : 1.0);\n",
+              op->floats[ATTR_MAX_NORM]);
+    return step_kernel(p, kb_finish(p, &kb, "clip_scale"), 1, 0, 0, out_arg(op, 0), in_arg(op, 0), ARG_END);
+}
+
+/* -> this step's learning rate (a.step): warm-up, then cosine decay to min_lr. */
+int lower_lr_schedule(cuda_plan *p, const rt_op *op)
+{
+    kbuf kb = { 0 };
+    kb_printf(&kb,
+              "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
+              "    const double lr = %.17g, min_lr = %.17g;\n"
+              "    const long long warmup = %lldLL, steps = %lldLL, t = a.step;\n"
+              "    double r;\n"
+              "    if (warmup > 0 && t <= warmup) r = lr * (double)t / (double)warmup;\n"
+              "    else if (steps <= 0) r = lr;\n"
+              "    else {\n"
+              "        double ratio = (double)(t - warmup) / (double)(steps - warmup);\n"
+              "        if (ratio > 1.0) ratio = 1.0;\n"
+              "        r = min_lr + 0.5 * (1.0 + cos(3.14159265358979323846 * ratio)) * (lr - min_lr);\n"
+              "    }\n"
+              "    *(float *)a.p[0] = (float)r;\n",
+              op->floats[ATTR_LR], op->floats[ATTR_MIN_LR], LL(op->ints[ATTR_WARMUP]), LL(op->ints[ATTR_STEPS]));
+    return step_kernel(p, kb_finish(p, &kb, "lr_schedule"), 1, 0, 0, out_arg(op, 0), ARG_END);
+}
+
+/* p, g, m, v, lr, scale? -> p, m, v updated in place (and g scaled first
+ * when the clip scale is not 1), torch.optim.AdamW's arithmetic as
+ * runtime/cpu/optim.c spells it. */
+int lower_adamw(cuda_plan *p, const rt_op *op)
+{
+    int64_t n = rt_tensor_numel(&op->in[0]);
+    char body[1024];
+    snprintf(body, sizeof body,
+             "        float gi = grad[i];\n"
+             "        if (sc != 1.0f) { gi = gi * sc; grad[i] = gi; }\n"
+             "        float pi = param[i] * decay;\n"
+             "        float mi = w1 < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);\n"
+             "        float vi = v[i] * b2 + w2 * gi * gi;\n"
+             "        float denom = sqrtf(vi) / bc2_sqrt + epsf;\n"
+             "        param[i] = pi + step * mi / denom;\n"
+             "        m[i] = mi;\n"
+             "        v[i] = vi;\n");
+    char decls[1536];
+    snprintf(decls, sizeof decls,
+             "    float *param = (float *)a.p[0], *grad = (float *)a.p[1], *m = (float *)a.p[2], *v = (float *)a.p[3];\n"
+             "    const double beta1 = %.17g, beta2 = %.17g, eps = %.17g, wd = %.17g;\n"
+             "    double lr = (double)*(const float *)a.p[4];\n"
+             "    float sc = a.p[5] ? *(const float *)a.p[5] : 1.0f;\n"
+             "    double bc1 = 1.0 - pow(beta1, (double)a.step), bc2 = 1.0 - pow(beta2, (double)a.step);\n"
+             "    float decay = (float)(1.0 - lr * wd), w1 = (float)(1.0 - beta1);\n"
+             "    float b2 = (float)beta2, w2 = (float)(1.0 - beta2);\n"
+             "    float step = (float)(-(lr / bc1)), bc2_sqrt = (float)sqrt(bc2), epsf = (float)eps;\n",
+             op->floats[ATTR_BETA1], op->floats[ATTR_BETA2], op->floats[ATTR_EPS], op->floats[ATTR_WEIGHT_DECAY]);
+    return elementwise(p, "adamw", n, decls, body, in_arg(op, 0), in_arg(op, 1), in_arg(op, 2), in_arg(op, 3),
+                       in_arg(op, 4), op->n_in == 6 ? in_arg(op, 5) : arg_none(), ARG_END);
+}

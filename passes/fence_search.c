@@ -1,0 +1,509 @@
+/* fence_search.c: OP-Fence's search (FusionLLM, our reading: papers.md),
+ * the default scheduler of the fence pass (fence.c).
+ *
+ *   1. fences: devices joined by links of similar bandwidth.  The links'
+ *      bandwidths are sorted; at the widest gap between neighbours (a ratio
+ *      of at least 4) the cluster splits, and the fences are the groups
+ *      still joined by links above it;
+ *   2. the fences are chained in the order that makes the links between
+ *      consecutive fences cheapest (every order, for up to 7 fences; else
+ *      nearest neighbour), and inside a fence the devices go fastest first;
+ *   3. windows of consecutive fences, every replica count R that divides
+ *      the micro-batch, and stage counts S with S*R devices in the window
+ *      (the fastest of them) are the candidates: a dynamic program cuts the
+ *      forward ops into S runs minimising the pipeline's bottleneck (a
+ *      stage's compute on its slowest replica, or a cut's transfer, per
+ *      micro-batch), and the cost model gives the step time (fence_cost.c);
+ *      the cut of equal layers a stage is priced too (it can balance the
+ *      all-reduce and the update, which the DP does not see).
+ *      Under --compress the cuts are priced again at the sizes the compress
+ *      pass will send (with T* from the dense cut, then from the compressed
+ *      one), so a plan that crosses a slow link compressed can win;
+ *   4. the fastest candidate that fits in its devices' memory wins (fewer
+ *      devices on a tie); when none fits, the fastest.
+ *
+ * How much is searched.  Up to FENCE_ALL_WINDOWS windows (22 fences) every
+ * window is tried, and up to FENCE_ALL_S stage counts per (window, R) every
+ * count: clusters of up to 64 devices are searched exhaustively.  Beyond:
+ *   - windows grow from each fence one fence at a time while the window's
+ *     best improves (once more after it stops: FENCE_PATIENCE), since a
+ *     window is worth widening only while the links it takes in pay;
+ *   - stage counts are tried on a geometric grid (ratio 1.25), then refined
+ *     by bisection on either side of the grid's best: the step time of S
+ *     stages is smooth in S (fill, drain and cut sizes change slowly);
+ * and the whole search stops widening windows when FENCE_WORK_BUDGET
+ * elementary steps are spent (deterministic, unlike a clock): every single
+ * fence is still searched.  1,024 devices (64 sites of two 8-GPU hosts:
+ * 128 fences) take about 2.5 s (tests/unit/test_fence_scale.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fence_cost.h"
+#include "fence_search.h"
+
+#define FENCE_GAP_RATIO   4.0    /* bandwidths this far apart are different fences      */
+#define FENCE_MAX_PERMUTE 7      /* up to this many fences, every chain order is tried   */
+#define FENCE_ALL_WINDOWS 256    /* up to this many windows, every one is tried          */
+#define FENCE_ALL_S       64     /* up to this many stage counts, every one is tried     */
+#define FENCE_S_RATIO     1.25   /* the stage-count grid beyond                          */
+#define FENCE_PATIENCE    1      /* windows widened past the last improvement            */
+#define FENCE_WORK_BUDGET 4e9    /* elementary steps (DP cells, simulated sends) in all  */
+
+/* ---- fences ---------------------------------------------------------------- */
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int32_t find_root(int32_t *parent, int32_t x)
+{
+    while (parent[x] != x)
+        x = parent[x] = parent[parent[x]];
+    return x;
+}
+
+int32_t fence_find(const fence_model *m, int32_t *fence_of)
+{
+    int32_t N = m->n_devices;
+    size_t  n_links = 0;
+    double *bws = malloc(((size_t)N * (size_t)N / 2 + 1) * sizeof *bws), threshold = 0.0;
+    int32_t *parent = malloc(((size_t)N + 1) * sizeof *parent);
+    for (int32_t d = 0; d < N; d++)
+        fence_of[d] = d;
+    if (!bws || !parent) {
+        free(bws);
+        free(parent);
+        return N;
+    }
+    for (int32_t a = 0; a < N; a++)
+        for (int32_t b = a + 1; b < N; b++) {
+            double bw, lat;
+            fence_link_of(m, a, b, &bw, &lat);
+            bws[n_links++] = bw;
+        }
+    qsort(bws, n_links, sizeof *bws, by_double);
+    double widest = FENCE_GAP_RATIO;
+    for (size_t i = 1; i < n_links; i++)
+        if (bws[i - 1] > 0 && bws[i] / bws[i - 1] >= widest)
+            widest = bws[i] / bws[i - 1], threshold = bws[i];
+    free(bws);
+    /* Union devices joined by links at or above the threshold; each fence
+     * is named by its first device, then numbered 0.. in that order. */
+    for (int32_t d = 0; d < N; d++)
+        parent[d] = d;
+    for (int32_t a = 0; a < N; a++)
+        for (int32_t b = a + 1; b < N; b++) {
+            double bw, lat;
+            fence_link_of(m, a, b, &bw, &lat);
+            int32_t ra = find_root(parent, a), rb = find_root(parent, b);
+            if (bw >= threshold && ra != rb) {
+                if (ra < rb)
+                    parent[rb] = ra;
+                else
+                    parent[ra] = rb;
+            }
+        }
+    int32_t n = 0;
+    for (int32_t d = 0; d < N; d++)
+        fence_of[d] = -1;
+    for (int32_t d = 0; d < N; d++) {
+        int32_t r = find_root(parent, d);
+        if (fence_of[r] < 0)
+            fence_of[r] = n++;
+        fence_of[d] = fence_of[r];
+    }
+    free(parent);
+    return n;
+}
+
+/* cost[a * F + b]: joining fences a and b, their slowest link's time for a MiB. */
+static double *fence_link_costs(const fence_model *m, const int32_t *fence_of, int32_t F)
+{
+    double *cost = calloc((size_t)F * (size_t)F + 1, sizeof *cost);
+    if (!cost)
+        return NULL;
+    for (int32_t x = 0; x < m->n_devices; x++)
+        for (int32_t y = 0; y < m->n_devices; y++) {
+            double bw, lat;
+            if (fence_of[x] == fence_of[y])
+                continue;
+            fence_link_of(m, x, y, &bw, &lat);
+            double *c = &cost[(size_t)fence_of[x] * F + fence_of[y]];
+            *c = fmax(*c, estimate_transfer_seconds(1 << 20, bw, lat));
+        }
+    return cost;
+}
+
+/* The chain of fences: every order for a few, else nearest neighbour. */
+static void order_fences(const double *cost, int32_t F, int32_t *order)
+{
+    for (int32_t i = 0; i < F; i++)
+        order[i] = i;
+    if (F <= 2 || !cost)
+        return;
+    if (F <= FENCE_MAX_PERMUTE) {
+        int32_t perm[FENCE_MAX_PERMUTE], c[FENCE_MAX_PERMUTE] = { 0 };
+        double best = INFINITY;
+        for (int32_t i = 0; i < F; i++)
+            perm[i] = i;
+        /* Heap's algorithm over every permutation. */
+        for (int32_t i = 0;;) {
+            double len = 0.0;
+            for (int32_t k = 1; k < F; k++)
+                len += cost[(size_t)perm[k - 1] * F + perm[k]];
+            if (len < best) {
+                best = len;
+                memcpy(order, perm, (size_t)F * sizeof *perm);
+            }
+            while (i < F && c[i] >= i)
+                c[i++] = 0;
+            if (i >= F)
+                break;
+            int32_t j = i % 2 ? c[i] : 0, t = perm[j];
+            perm[j] = perm[i];
+            perm[i] = t;
+            c[i]++;
+            i = 1;
+        }
+        return;
+    }
+    char *used = calloc((size_t)F, 1);
+    if (!used)
+        return;
+    used[0] = 1;
+    for (int32_t k = 1; k < F; k++) {
+        int32_t best = -1;
+        for (int32_t f = 0; f < F; f++)
+            if (!used[f] && (best < 0 || cost[(size_t)order[k - 1] * F + f] < cost[(size_t)order[k - 1] * F + best]))
+                best = f;
+        order[k] = best;
+        used[best] = 1;
+    }
+    free(used);
+}
+
+/* ---- the best candidate so far --------------------------------------------- */
+
+void fence_best_free(fence_best *b)
+{
+    free(b->dev);
+    free(b->end);
+    memset(b, 0, sizeof *b);
+    b->T = INFINITY;
+}
+
+/* Keep cd cut at end when it is better: fitting in memory first (when
+ * memory_aware), then faster, then fewer devices.  Its T goes to *T_out. */
+int fence_keep_if_better(fence_best *b, const fence_model *m, const candidate *cd, const int32_t *end,
+                         int memory_aware, double *T_out, double *fill_out)
+{
+    double fill = 0.0, T = fence_evaluate(m, cd, end, NULL, memory_aware ? &fill : NULL);
+    int    fits = !memory_aware || fill <= 1.0;
+    int32_t used = cd->S * cd->R, best_used = b->cd.S * b->cd.R;
+    if (T_out)
+        *T_out = fits ? T : INFINITY;
+    if (fill_out)
+        *fill_out = fill;
+    if (b->dev) {
+        int better = fits != b->fits ? fits
+                     : T < b->T * (1.0 - 1e-9) || (T <= b->T * (1.0 + 1e-9) && used < best_used);
+        if (!better)
+            return 0;
+    }
+    int32_t *dev = malloc((size_t)used * sizeof *dev), *e = malloc((size_t)cd->S * sizeof *e);
+    if (!dev || !e) {
+        free(dev);
+        free(e);
+        return -1;
+    }
+    memcpy(dev, cd->dev, (size_t)used * sizeof *dev);
+    memcpy(e, end, (size_t)cd->S * sizeof *e);
+    free(b->dev);
+    free(b->end);
+    b->T = T;
+    b->fits = fits;
+    b->cd = *cd;
+    b->cd.dev = b->dev = dev;
+    b->end = e;
+    return 0;
+}
+
+/* ---- the search ------------------------------------------------------------ */
+
+typedef struct {
+    const fence_model *m;
+    const pass_options *opt;
+    int32_t  M;
+    int32_t *chain;        /* [N] fences in order, fastest devices first inside each */
+    int32_t *start;        /* [F + 1] each fence's first position in the chain       */
+    int32_t *rank;         /* [N] a window's device's place in its speed order        */
+    int32_t *order;        /* [N] scratch for the speed order                        */
+    int32_t *picked, *cuts, *cuts2;
+    int32_t *prefix_rank;  /* [N + 1] the largest rank among a window's first i devices */
+    fence_dp *dp;          /* the dense DP of the window's chain for the current R   */
+    double   work;         /* elementary steps spent                                  */
+    fence_best *best;
+} search;
+
+static const fence_model *speed_model;
+static double device_speed(const cluster_device *d) { return d->peak_flops / (d->slowdown >= 1.0 ? d->slowdown : 1.0); }
+
+static int by_speed_desc(const void *a, const void *b)
+{
+    double x = device_speed(&speed_model->devices[*(const int32_t *)a]);
+    double y = device_speed(&speed_model->devices[*(const int32_t *)b]);
+    if (x != y)
+        return x < y ? 1 : -1;
+    return (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b);
+}
+
+/* Each device of chain[lo, hi)'s place among the window's devices by
+ * speed (fastest first, ties by device index): rank[i] for chain[lo + i]. */
+static void rank_window(search *x, int32_t lo, int32_t hi)
+{
+    int32_t W = hi - lo, *by_speed = x->picked;   /* scratch: picked is free between candidates */
+    memcpy(by_speed, x->chain + lo, (size_t)W * sizeof *by_speed);
+    speed_model = x->m;
+    qsort(by_speed, (size_t)W, sizeof *by_speed, by_speed_desc);
+    for (int32_t i = 0; i < W; i++)
+        x->order[by_speed[i]] = i;   /* device -> its place */
+    for (int32_t i = 0; i < W; i++)
+        x->rank[i] = x->order[x->chain[lo + i]];
+}
+
+/* Could the compress pass compress anything between consecutive stages
+ * of cd, whatever the cut?  Not when the largest a cut can carry crosses
+ * the slowest lane within T* (the pass leaves faster transfers alone);
+ * then a cut priced compressed is the dense one, and not worth a DP. */
+static int compression_may_apply(const fence_model *m, const candidate *cd, double t_star)
+{
+    double bw = INFINITY;
+    for (int32_t s = 0; s + 1 < cd->S; s++)
+        for (int32_t r = 0; r < cd->R; r++) {
+            double b, lat;
+            fence_link_of(m, cd->dev[s * cd->R + r], cd->dev[(s + 1) * cd->R + r], &b, &lat);
+            bw = fmin(bw, b);
+        }
+    return m->max_cut_tensor / cd->R / bw > t_star || m->max_cut_param / bw > t_star * cd->M;
+}
+
+/* No cut, compressed or not, runs the M micro-batches in less than M times
+ * a stage's share of the compute: the whole forward and backward over S
+ * stages, on the candidate's fastest device, a replica's share. */
+static double compute_bound(const fence_model *m, const candidate *cd)
+{
+    double fastest = INFINITY;
+    int32_t n = m->n_fwd;
+    for (int32_t i = 0; i < cd->S * cd->R; i++) {
+        int32_t r = m->row_of[cd->dev[i]];
+        const double *t = m->time + (size_t)r * ((size_t)n + 1);
+        fastest = fmin(fastest, t[n] / cd->R + m->launch[r] * (1.0 - 1.0 / cd->R) * m->n_ops[n]);
+    }
+    return cd->M * fastest / cd->S;
+}
+
+/* The candidate of S stages x R replicas on the S*R fastest devices of the
+ * window chain[lo, hi) (ranked), in chain order: cut, priced, kept when
+ * better.  Returns its step (INFINITY when it does not fit), or -1 on no memory. */
+static double try_candidate(search *x, int32_t lo, int32_t hi, int32_t S, int32_t R)
+{
+    const fence_model *m = x->m;
+    int32_t used = 0, n = m->n_fwd;
+    for (int32_t i = 0; i < hi - lo; i++)
+        if (x->rank[i] < S * R)
+            x->picked[used++] = x->chain[lo + i];
+    candidate cd = { S, R, x->M, x->picked };
+    double T = INFINITY, t;
+    /* The S*R fastest are the window's first: the shared table cuts it. */
+    int shared = x->dp && x->prefix_rank[S * R] < S * R;
+    x->work += (shared ? (double)n * n / S : (double)n * n) + (double)S * S * (R + 2 * x->M) + m->read_start[m->g->n_values];
+    double fill = 0.0;
+    if ((shared ? fence_dp_cuts(x->dp, S, x->cuts) : fence_cut_dp(m, &cd, 0.0, 0, x->cuts)) != 0)
+        return INFINITY;
+    if (fence_keep_if_better(x->best, m, &cd, x->cuts, 1, &T, &fill))
+        return -1;
+    /* Equal layers a stage (Megatron's and DT-FM's cut): the DP balances
+     * the pipeline's bottleneck, but the step also holds the all-reduce
+     * and the update, which equal stages can balance better. */
+    if (fence_uniform_cuts(m, S, x->cuts2) == 0) {
+        if (fence_keep_if_better(x->best, m, &cd, x->cuts2, 1, &t, NULL))
+            return -1;
+        T = fmin(T, t);
+    }
+    /* The cut balances compute; when a stage then overfills its memory,
+     * cut again with memory as a bound. */
+    if (fill > 1.0) {
+        x->work += (double)n * n;
+        if (fence_cut_dp(m, &cd, 0.0, 1, x->cuts) == 0) {
+            if (fence_keep_if_better(x->best, m, &cd, x->cuts, 1, &t, &fill))
+                return -1;
+            T = fmin(T, t);
+        }
+    }
+    /* Under compression, cut again at the sizes the compress pass will send
+     * for this T*, and once more for the T* that cut gives. */
+    int32_t *prev = x->cuts, *cur = x->cuts2;
+    for (int round = 0; m->compress != 0.0 && round < 2; round++) {
+        double t_star = fence_t_star(m, &cd, prev);
+        x->work += (double)n * n;
+        if (!(t_star > 0) || (x->best->fits && compute_bound(m, &cd) >= x->best->T) ||
+            !compression_may_apply(m, &cd, t_star) ||
+            fence_cut_dp(m, &cd, t_star, fill > 1.0, cur) != 0 ||
+            memcmp(cur, prev, (size_t)S * sizeof *cur) == 0)
+            break;
+        if (fence_keep_if_better(x->best, m, &cd, cur, 1, &t, NULL))
+            return -1;
+        T = fmin(T, t);
+        int32_t *swap = prev;
+        prev = cur;
+        cur = swap;
+    }
+    return T;
+}
+
+/* The best over S for one window and R: every S, or the grid and its
+ * refinement (see the top).  Returns the best step found, -1 on no memory. */
+static double search_stages(search *x, int32_t lo, int32_t hi, int32_t R)
+{
+    const fence_model *m = x->m;
+    int32_t W = hi - lo, S_max = W / R < m->n_fwd ? W / R : m->n_fwd;
+    double  best = INFINITY, T;
+    if (x->opt->stages > 0)
+        return x->opt->stages <= S_max ? try_candidate(x, lo, hi, x->opt->stages, R) : INFINITY;
+    if (S_max <= FENCE_ALL_S) {
+        for (int32_t S = 1; S <= S_max; S++) {
+            if ((T = try_candidate(x, lo, hi, S, R)) < 0)
+                return -1;
+            best = fmin(best, T);
+        }
+        return best;
+    }
+    /* The grid: 1..8, then each 1.25 times the last, and S_max. */
+    int32_t grid[256], n = 0;
+    for (int32_t S = 1; S <= S_max && n < 255; S = S < 8 ? S + 1 : (int32_t)ceil(S * FENCE_S_RATIO))
+        grid[n++] = S;
+    if (grid[n - 1] != S_max)
+        grid[n++] = S_max;
+    int32_t at = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if ((T = try_candidate(x, lo, hi, grid[i], R)) < 0)
+            return -1;
+        if (T < best)
+            best = T, at = i;
+    }
+    /* Bisect the gaps on either side of the grid's best [a, b, c] until
+     * no stage count between them is left untried. */
+    int32_t a = at > 0 ? grid[at - 1] : grid[at], b = grid[at], c = at + 1 < n ? grid[at + 1] : grid[at];
+    while (b - a > 1 || c - b > 1) {
+        if (b - a > 1) {
+            int32_t mid = a + (b - a) / 2;
+            if ((T = try_candidate(x, lo, hi, mid, R)) < 0)
+                return -1;
+            if (T < best)
+                c = b, b = mid, best = T;
+            else
+                a = mid;
+        }
+        if (c - b > 1) {
+            int32_t mid = b + (c - b) / 2;
+            if ((T = try_candidate(x, lo, hi, mid, R)) < 0)
+                return -1;
+            if (T < best)
+                a = b, b = mid, best = T;
+            else
+                c = mid;
+        }
+    }
+    return best;
+}
+
+/* Every R (dividing the micro-batch, within the options) on one window. */
+static double search_window(search *x, int32_t f0, int32_t f1)
+{
+    const fence_model *m = x->m;
+    const pass_options *opt = x->opt;
+    int32_t lo = x->start[f0], hi = x->start[f1 + 1], W = hi - lo;
+    double  best = INFINITY;
+    rank_window(x, lo, hi);
+    x->prefix_rank[0] = -1;
+    for (int32_t i = 0; i < W; i++)
+        x->prefix_rank[i + 1] = x->rank[i] > x->prefix_rank[i] ? x->rank[i] : x->prefix_rank[i];
+    for (int32_t R = 1; R <= W && (opt->max_replicas <= 0 || R <= opt->max_replicas); R++) {
+        if ((m->batch > 0 && m->batch % R != 0) || (opt->replicas > 0 && R != opt->replicas))
+            continue;
+        int32_t S_max = W / R < m->n_fwd ? W / R : m->n_fwd;
+        candidate chain = { S_max, R, x->M, x->chain + lo };
+        x->dp = S_max > 0 ? fence_dp_new(m, &chain, 0.0, 0) : NULL;
+        double T = x->dp || S_max == 0 ? search_stages(x, lo, hi, R) : -1;
+        fence_dp_free(x->dp);
+        x->dp = NULL;
+        if (T < 0)
+            return -1;
+        best = fmin(best, T);
+    }
+    return best;
+}
+
+int fence_search(const fence_model *m, int32_t M, const pass_options *opt, const int32_t *fence_of, int32_t F,
+                 fence_best *b)
+{
+    int32_t N = m->n_devices;
+    search  x = { .m = m, .opt = opt, .M = M, .best = b };
+    int32_t *fences = malloc(((size_t)F + 1) * sizeof *fences);
+    double  *cost = fence_link_costs(m, fence_of, F);
+    int      rc = -1;
+    x.chain = malloc(((size_t)N + 1) * sizeof *x.chain);
+    x.start = malloc(((size_t)F + 2) * sizeof *x.start);
+    x.rank = malloc(((size_t)N + 1) * sizeof *x.rank);
+    x.order = malloc(((size_t)N + 1) * sizeof *x.order);
+    x.picked = malloc(((size_t)N + 1) * sizeof *x.picked);
+    x.cuts = malloc(((size_t)N + m->n_fwd + 1) * sizeof *x.cuts);
+    x.cuts2 = malloc(((size_t)N + m->n_fwd + 1) * sizeof *x.cuts2);
+    x.prefix_rank = malloc(((size_t)N + 2) * sizeof *x.prefix_rank);
+    if (!fences || !cost || !x.chain || !x.start || !x.rank || !x.order || !x.picked || !x.cuts || !x.cuts2 ||
+        !x.prefix_rank)
+        goto done;
+    order_fences(cost, F, fences);
+    /* The chain: fences in order, fastest devices first inside each. */
+    int32_t n = 0;
+    speed_model = m;
+    for (int32_t k = 0; k < F; k++) {
+        x.start[k] = n;
+        for (int32_t d = 0; d < N; d++)
+            if (fence_of[d] == fences[k])
+                x.chain[n++] = d;
+        qsort(x.chain + x.start[k], (size_t)(n - x.start[k]), sizeof *x.chain, by_speed_desc);
+    }
+    x.start[F] = n;
+    int exhaustive = (int64_t)F * (F + 1) / 2 <= FENCE_ALL_WINDOWS;
+    for (int32_t f0 = 0; f0 < F; f0++) {
+        double  best = INFINITY;
+        int32_t since = 0;
+        for (int32_t f1 = f0; f1 < F; f1++) {
+            if (!exhaustive && f1 > f0 && (since > FENCE_PATIENCE || x.work > FENCE_WORK_BUDGET))
+                break;
+            double T = search_window(&x, f0, f1);
+            if (T < 0)
+                goto done;
+            since = T < best ? 0 : since + 1;
+            best = fmin(best, T);
+        }
+    }
+    rc = 0;
+done:
+    free(fences);
+    free(cost);
+    free(x.chain);
+    free(x.start);
+    free(x.rank);
+    free(x.order);
+    free(x.picked);
+    free(x.cuts);
+    free(x.cuts2);
+    free(x.prefix_rank);
+    return rc;
+}

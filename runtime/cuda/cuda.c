@@ -1,0 +1,392 @@
+/* cuda.c: the CUDA backend (see cuda.h): the driver API and cuBLAS through
+ * dlopen, module loading (CUBIN, else PTX), the device arena, launches.
+ *
+ * The driver's and cuBLAS's types and entry points are declared here (the
+ * ABI is stable: the _v2 names are what cuda.h maps to since CUDA 4), so
+ * building fusion needs no CUDA header and a bundle links nothing of CUDA.
+ */
+#define _GNU_SOURCE
+#include "cuda.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../comm/comm.h"
+#include "cuda_gemm.h"
+
+typedef int cu_result;                /* CUresult: 0 = CUDA_SUCCESS            */
+typedef int cu_device;
+typedef struct cu_ctx_s *cu_context;
+typedef struct cu_mod_s *cu_module;
+typedef struct cu_fn_s *cu_function;
+typedef struct cu_stream_s *cu_stream;
+typedef unsigned long long cu_deviceptr;
+typedef struct cublas_s *cublas_handle;
+
+#define CU_ATTR_CC_MAJOR 75
+#define CU_ATTR_CC_MINOR 76
+
+typedef struct {
+    cu_result (*init)(unsigned);
+    cu_result (*device_get)(cu_device *, int);
+    cu_result (*device_attribute)(int *, int, cu_device);
+    cu_result (*ctx_retain)(cu_context *, cu_device);
+    cu_result (*ctx_release)(cu_device);
+    cu_result (*ctx_set)(cu_context);
+    cu_result (*module_load)(cu_module *, const void *);
+    cu_result (*module_unload)(cu_module);
+    cu_result (*module_function)(cu_function *, cu_module, const char *);
+    cu_result (*mem_alloc)(cu_deviceptr *, size_t);
+    cu_result (*mem_free)(cu_deviceptr);
+    cu_result (*htod)(cu_deviceptr, const void *, size_t, cu_stream);
+    cu_result (*dtoh)(void *, cu_deviceptr, size_t, cu_stream);
+    cu_result (*stream_create)(cu_stream *, unsigned);
+    cu_result (*stream_sync)(cu_stream);
+    cu_result (*stream_destroy)(cu_stream);
+    cu_result (*launch)(cu_function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, cu_stream,
+                        void **, void **);
+    cu_result (*host_register)(void *, size_t, unsigned);
+    cu_result (*host_unregister)(void *);
+    cu_result (*error_string)(cu_result, const char **);
+    int (*blas_create)(cublas_handle *);
+    int (*blas_destroy)(cublas_handle);
+    int (*blas_stream)(cublas_handle, cu_stream);
+    int (*blas_sgemm)(cublas_handle, int, int, int, int, int, const float *, const float *, int, long long,
+                      const float *, int, long long, const float *, float *, int, long long, int);
+} cuda_api;
+
+struct rt_cuda {
+    cuda_api     api;
+    void        *libcuda, *libcublas;
+    cu_device    device;
+    cu_context   context;
+    cu_stream    stream;
+    cu_module    module;
+    cublas_handle blas;
+    cu_function *functions;          /* [n_kernels] */
+    const rt_cuda_step *steps;
+    cu_deviceptr arena, scratch, status;
+    size_t       arena_bytes;
+    char        *host_arena;         /* page-locked while attached */
+    int          cc_major, cc_minor;
+    const char  *image;              /* "sm_80 CUBIN", "sm_90 CUBIN" or "compute_80 PTX" */
+};
+
+static int fail_cu(rt_cuda *c, cu_result r, const char *what, char *why, size_t len)
+{
+    const char *s = NULL;
+    if (c->api.error_string)
+        c->api.error_string(r, &s);
+    snprintf(why, len, "CUDA: %s failed: %s (error %d)", what, s ? s : "unknown error", r);
+    return -1;
+}
+
+static void *sym(void *lib, const char *name, int *missing)
+{
+    void *p = dlsym(lib, name);
+    if (!p)
+        *missing = 1;
+    return p;
+}
+
+/* The driver and cuBLAS, or why not. */
+static int load_libraries(rt_cuda *c, char *why, size_t len)
+{
+    c->libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!c->libcuda) {
+        const char *e = dlerror();
+        snprintf(why, len, "no CUDA driver found (%s); this program is for a CUDA device and needs the NVIDIA driver",
+                 e ? e : "libcuda.so.1 does not load");
+        return -1;
+    }
+    cuda_api *a = &c->api;
+    int missing = 0;
+    void *l = c->libcuda;
+    a->init = sym(l, "cuInit", &missing);
+    a->device_get = sym(l, "cuDeviceGet", &missing);
+    a->device_attribute = sym(l, "cuDeviceGetAttribute", &missing);
+    a->ctx_retain = sym(l, "cuDevicePrimaryCtxRetain", &missing);
+    a->ctx_release = sym(l, "cuDevicePrimaryCtxRelease_v2", &missing);
+    a->ctx_set = sym(l, "cuCtxSetCurrent", &missing);
+    a->module_load = sym(l, "cuModuleLoadData", &missing);
+    a->module_unload = sym(l, "cuModuleUnload", &missing);
+    a->module_function = sym(l, "cuModuleGetFunction", &missing);
+    a->mem_alloc = sym(l, "cuMemAlloc_v2", &missing);
+    a->mem_free = sym(l, "cuMemFree_v2", &missing);
+    a->htod = sym(l, "cuMemcpyHtoDAsync_v2", &missing);
+    a->dtoh = sym(l, "cuMemcpyDtoHAsync_v2", &missing);
+    a->stream_create = sym(l, "cuStreamCreate", &missing);
+    a->stream_sync = sym(l, "cuStreamSynchronize", &missing);
+    a->stream_destroy = sym(l, "cuStreamDestroy_v2", &missing);
+    a->launch = sym(l, "cuLaunchKernel", &missing);
+    a->host_register = sym(l, "cuMemHostRegister_v2", &missing);
+    a->host_unregister = sym(l, "cuMemHostUnregister", &missing);
+    a->error_string = sym(l, "cuGetErrorString", &missing);
+    if (missing) {
+        snprintf(why, len, "the CUDA driver (libcuda.so.1) is too old: it lacks entry points this program needs");
+        return -1;
+    }
+    const char *blas_names[] = { "libcublas.so", "libcublas.so.13", "libcublas.so.12", "libcublas.so.11" };
+    for (size_t i = 0; i < sizeof blas_names / sizeof blas_names[0] && !c->libcublas; i++)
+        c->libcublas = dlopen(blas_names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!c->libcublas) {
+        snprintf(why, len, "cuBLAS (libcublas.so) not found: install the CUDA toolkit's cuBLAS or set LD_LIBRARY_PATH");
+        return -1;
+    }
+    a->blas_create = sym(c->libcublas, "cublasCreate_v2", &missing);
+    a->blas_destroy = sym(c->libcublas, "cublasDestroy_v2", &missing);
+    a->blas_stream = sym(c->libcublas, "cublasSetStream_v2", &missing);
+    a->blas_sgemm = sym(c->libcublas, "cublasSgemmStridedBatched", &missing);
+    if (missing) {
+        snprintf(why, len, "cuBLAS lacks cublasSgemmStridedBatched (CUDA 8 or later is needed)");
+        return -1;
+    }
+    return 0;
+}
+
+/* CUBIN for the device's architecture, else PTX (the driver JIT-compiles it). */
+static int load_module(rt_cuda *c, const rt_cuda_module_info *info, char *why, size_t len)
+{
+    const void *cubin = NULL;
+    if (c->cc_major == 8 && info->cubin_sm80_bytes > 0)
+        cubin = fusion_cuda_sm80_blob, c->image = "sm_80 CUBIN";
+    else if (c->cc_major == 9 && c->cc_minor == 0 && info->cubin_sm90_bytes > 0)
+        cubin = fusion_cuda_sm90_blob, c->image = "sm_90 CUBIN";
+    cu_result r = cubin ? c->api.module_load(&c->module, cubin) : 1;
+    if (r != 0) {
+        c->image = "compute_80 PTX";
+        r = c->api.module_load(&c->module, fusion_cuda_ptx_blob);
+        if (r != 0)
+            return fail_cu(c, r, "loading the kernels (CUBIN and PTX)", why, len);
+    }
+    c->functions = calloc((size_t)info->n_kernels + 1, sizeof *c->functions);
+    if (!c->functions) {
+        snprintf(why, len, "out of memory");
+        return -1;
+    }
+    const char *name = (const char *)fusion_cuda_names_blob;
+    for (int32_t k = 0; k < info->n_kernels; k++, name += strlen(name) + 1)
+        if ((r = c->api.module_function(&c->functions[k], c->module, name)) != 0)
+            return fail_cu(c, r, name, why, len);
+    return 0;
+}
+
+int rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t len)
+{
+    *out = NULL;
+    rt_cuda *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(why, len, "out of memory");
+        return -1;
+    }
+    rt_cuda_module_info info;
+    memcpy(&info, fusion_cuda_info_blob, sizeof info);
+    c->steps = (const rt_cuda_step *)fusion_cuda_steps_blob;
+    c->arena_bytes = (size_t)m->arena_bytes;
+    const char *dev_env = getenv("FUSION_CUDA_DEVICE");
+    int ordinal = dev_env ? atoi(dev_env) : 0;
+    cu_result r;
+    int rc = load_libraries(c, why, len);
+    if (rc == 0 && (r = c->api.init(0)) != 0)
+        rc = fail_cu(c, r, "cuInit (is a GPU present and the driver loaded?)", why, len);
+    if (rc == 0 && (r = c->api.device_get(&c->device, ordinal)) != 0)
+        rc = fail_cu(c, r, "cuDeviceGet", why, len);
+    if (rc == 0 && ((r = c->api.device_attribute(&c->cc_major, CU_ATTR_CC_MAJOR, c->device)) != 0 ||
+                    (r = c->api.device_attribute(&c->cc_minor, CU_ATTR_CC_MINOR, c->device)) != 0))
+        rc = fail_cu(c, r, "cuDeviceGetAttribute", why, len);
+    if (rc == 0 && ((r = c->api.ctx_retain(&c->context, c->device)) != 0 || (r = c->api.ctx_set(c->context)) != 0))
+        rc = fail_cu(c, r, "creating the context", why, len);
+    if (rc == 0 && (r = c->api.stream_create(&c->stream, 0)) != 0)
+        rc = fail_cu(c, r, "cuStreamCreate", why, len);
+    if (rc == 0)
+        rc = load_module(c, &info, why, len);
+    if (rc == 0 && (r = c->api.mem_alloc(&c->arena, c->arena_bytes + 64)) != 0)
+        rc = fail_cu(c, r, "allocating the device arena", why, len);
+    if (rc == 0 && (r = c->api.mem_alloc(&c->scratch, (size_t)info.scratch_bytes + 256)) != 0)
+        rc = fail_cu(c, r, "allocating the scratch area", why, len);
+    if (rc == 0 && (r = c->api.mem_alloc(&c->status, 64)) != 0)
+        rc = fail_cu(c, r, "allocating the status word", why, len);
+    if (rc == 0 && (c->api.blas_create(&c->blas) != 0 || c->api.blas_stream(c->blas, c->stream) != 0)) {
+        snprintf(why, len, "cuBLAS: cannot create a handle");
+        rc = -1;
+    }
+    if (rc == 0) {
+        int64_t ok = RT_CUDA_STATUS_OK;
+        if ((r = c->api.htod(c->status, &ok, sizeof ok, c->stream)) != 0 || (r = c->api.stream_sync(c->stream)) != 0)
+            rc = fail_cu(c, r, "initialising the status word", why, len);
+    }
+    if (rc) {
+        rt_cuda_close(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+int rt_cuda_attach_host_arena(rt_cuda *c, char *arena, char *why, size_t len)
+{
+    cu_result r = c->api.host_register(arena, c->arena_bytes, 0);
+    if (r != 0)
+        return fail_cu(c, r, "page-locking the host arena", why, len);
+    c->host_arena = arena;
+    return 0;
+}
+
+void rt_cuda_close(rt_cuda *c)
+{
+    if (!c)
+        return;
+    if (c->libcuda && c->api.init) {
+        if (c->stream)
+            c->api.stream_sync(c->stream);
+        if (c->host_arena)
+            c->api.host_unregister(c->host_arena);
+        if (c->blas)
+            c->api.blas_destroy(c->blas);
+        if (c->arena)
+            c->api.mem_free(c->arena);
+        if (c->scratch)
+            c->api.mem_free(c->scratch);
+        if (c->status)
+            c->api.mem_free(c->status);
+        if (c->module)
+            c->api.module_unload(c->module);
+        if (c->stream)
+            c->api.stream_destroy(c->stream);
+        if (c->context)
+            c->api.ctx_release(c->device);
+    }
+    free(c->functions);
+    if (c->libcublas)
+        dlclose(c->libcublas);
+    if (c->libcuda)
+        dlclose(c->libcuda);
+    free(c);
+}
+
+/* ---- running --------------------------------------------------------------------- */
+
+static int ctx_fail(rt_context *ctx, const rt_op *op, const char *what, cu_result r)
+{
+    const char *s = NULL;
+    if (ctx->cuda && ctx->cuda->api.error_string)
+        ctx->cuda->api.error_string(r, &s);
+    snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): CUDA %s failed: %s", op ? op->name : "-",
+             op ? (int)op->line : 0, what, s ? s : "unknown error");
+    return -1;
+}
+
+int rt_cuda_phase_begin(char *arena, rt_context *ctx)
+{
+    rt_cuda *c = ctx->cuda;
+    cu_result r = c->api.htod(c->arena, arena, c->arena_bytes, c->stream);
+    return r ? ctx_fail(ctx, NULL, "copying the arena to the device", r) : 0;
+}
+
+int rt_cuda_phase_end(char *arena, rt_context *ctx)
+{
+    rt_cuda *c = ctx->cuda;
+    cu_result r = c->api.dtoh(arena, c->arena, c->arena_bytes, c->stream);
+    if (r == 0)
+        r = c->api.stream_sync(c->stream);
+    return r ? ctx_fail(ctx, NULL, "copying the arena back", r) : 0;
+}
+
+static cu_deviceptr place(const rt_cuda *c, const rt_cuda_arg *a)
+{
+    switch (a->kind) {
+    case RT_CUDA_ARG_ARENA:   return c->arena + (cu_deviceptr)a->value;
+    case RT_CUDA_ARG_SCRATCH: return c->scratch + (cu_deviceptr)a->value;
+    case RT_CUDA_ARG_STATUS:  return c->status;
+    default:                  return 0;
+    }
+}
+
+/* After a kernel that checks ids: the first bad position, reported as the
+ * CPU kernels report it (the ids are in the host arena too). */
+static int check_status(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx)
+{
+    int64_t pos = RT_CUDA_STATUS_OK, ok = RT_CUDA_STATUS_OK;
+    cu_result r = c->api.dtoh(&pos, c->status, sizeof pos, c->stream);
+    if (r == 0)
+        r = c->api.stream_sync(c->stream);
+    if (r)
+        return ctx_fail(ctx, op, "reading the status word", r);
+    if (pos == RT_CUDA_STATUS_OK)
+        return 0;
+    c->api.htod(c->status, &ok, sizeof ok, c->stream);
+    int ids = op->op == OP_EMBEDDING || op->op == OP_EMBEDDING_BACKWARD ? 0 : 1;
+    const int32_t *idx = (const int32_t *)(arena + op->in[ids].offset);
+    snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): %s %d at position %lld is out of range", op->name,
+             (int)op->line, ids == 0 ? "token id" : "target", (int)idx[pos], (long long)pos);
+    return -1;
+}
+
+/* send, recv, allreduce: on the host, over the pinned arena. */
+static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx)
+{
+    cu_result r = 0;
+    for (int i = 0; i < op->n_in && r == 0; i++)
+        r = c->api.dtoh(arena + op->in[i].offset, c->arena + (cu_deviceptr)op->in[i].offset,
+                        (size_t)rt_tensor_numel(&op->in[i]) * 4, c->stream);
+    if (r == 0)
+        r = c->api.stream_sync(c->stream);
+    if (r)
+        return ctx_fail(ctx, op, "copying to the host", r);
+    /* An all-reduce goes at once, not in a bucket: its result must be on the
+     * device before the next step reads it. */
+    if (rt_op_run(op, arena, ctx) != 0 ||
+        (op->op == OP_ALLREDUCE && ctx->comm && ctx->comm->bucket_count > 0 && rt_comm_flush_bucket(ctx->comm, ctx)))
+        return -1;
+    for (int i = 0; i < op->n_out && r == 0; i++)
+        r = c->api.htod(c->arena + (cu_deviceptr)op->out[i].offset, arena + op->out[i].offset,
+                        (size_t)rt_tensor_numel(&op->out[i]) * 4, c->stream);
+    if (r == 0)
+        r = c->api.stream_sync(c->stream);   /* the host buffer is reused by the next receive */
+    return r ? ctx_fail(ctx, op, "copying to the device", r) : 0;
+}
+
+int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_context *ctx)
+{
+    rt_cuda *c = ctx->cuda;
+    for (int32_t i = cop->first; i < cop->first + cop->count; i++) {
+        const rt_cuda_step *s = &c->steps[i];
+        if (s->kind == RT_CUDA_STEP_HOST) {
+            if (run_on_host(c, op, arena, ctx))
+                return -1;
+        } else if (s->kind == RT_CUDA_STEP_GEMM) {
+            rt_cuda_colmajor_gemm g = rt_cuda_gemm_colmajor(s);
+            float *A = (float *)(uintptr_t)place(c, &s->arg[g.a_arg]), *B = (float *)(uintptr_t)place(c, &s->arg[g.b_arg]);
+            float *C = (float *)(uintptr_t)place(c, &s->arg[2]);
+            if (g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX || g.batch > INT32_MAX) {
+                snprintf(ctx->msg, sizeof ctx->msg, "op '%s': a matrix product too large for cuBLAS's int sizes",
+                         op->name);
+                return -1;
+            }
+            int st = c->api.blas_sgemm(c->blas, g.trans_a, g.trans_b, (int)g.m, (int)g.n, (int)g.k, &g.alpha, A,
+                                       (int)g.lda, g.stride_a, B, (int)g.ldb, g.stride_b, &g.beta, C, (int)g.ldc,
+                                       g.stride_c, (int)g.batch);
+            if (st != 0) {
+                snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): cublasSgemmStridedBatched failed (status %d)",
+                         op->name, (int)op->line, st);
+                return -1;
+            }
+        } else {
+            struct { cu_deviceptr p[RT_CUDA_MAX_ARGS]; long long step; } args;
+            for (int k = 0; k < RT_CUDA_MAX_ARGS; k++)
+                args.p[k] = place(c, &s->arg[k]);
+            args.step = (long long)ctx->step;
+            void *params[] = { &args };
+            cu_result r = c->api.launch(c->functions[s->kernel], s->grid[0], s->grid[1], s->grid[2], s->block[0],
+                                        s->block[1], s->block[2], s->shared_bytes, c->stream, params, NULL);
+            if (r)
+                return ctx_fail(ctx, op, "cuLaunchKernel", r);
+            if (s->check_status && check_status(c, op, arena, ctx))
+                return -1;
+        }
+    }
+    return 0;
+}

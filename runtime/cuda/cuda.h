@@ -1,0 +1,54 @@
+/* cuda.h: the CUDA backend of a device program (libfusion_rt_cuda).
+ *
+ * The driver (libcuda.so.1) and cuBLAS (libcublas.so) are loaded with
+ * dlopen when a CUDA program starts, so a bundle links and starts on any
+ * machine, and one without a driver stops at once with one line saying so.
+ *
+ * Memory.  The device holds the arena (the memory pass's plan, the same
+ * offsets as on a CPU), the scratch area the steps ask for, and a status
+ * word.  The host keeps its arena too, page-locked (cuMemHostRegister), and
+ * it is what main.c reads and writes between phases (data, the stash,
+ * gradient accumulation, checkpoints): rt_cuda_phase_begin copies it to the
+ * device, rt_cuda_phase_end copies it back.  That is correct for every
+ * host-side use without main knowing about the device, and costs two arena
+ * copies a phase (PCIe: about 40 ms per GB each way); copying only what the
+ * host touches is the next step.  Communication ops (send, recv,
+ * allreduce) run on the host over the pinned arena: their inputs come down
+ * first, their outputs go back up.
+ *
+ * Modules.  The program embeds CUBIN for sm_80 and sm_90 and PTX for
+ * compute_80: a device of compute capability 8.x loads the sm_80 CUBIN, 9.0
+ * the sm_90 one, and anything else, or a CUBIN the driver refuses, the PTX,
+ * which the driver compiles for the device it has.
+ *
+ * What has run: nothing here has run on a GPU (no machine of this project
+ * has one).  The kernels are checked on the CPU by the emulation harness
+ * (tests/unit/test_cuda_emulation.cpp); this file is checked to stop
+ * cleanly without a driver.
+ */
+#ifndef FUSION_RT_CUDA_H
+#define FUSION_RT_CUDA_H
+
+#include <stddef.h>
+
+#include "../exec.h"
+#include "../program.h"
+#include "cuda_program.h"
+
+typedef struct rt_cuda rt_cuda;
+
+/* Load the driver and cuBLAS, pick the device ($FUSION_CUDA_DEVICE, default
+ * 0), load the module, allocate the device arena and scratch.  0, or -1
+ * with a one-line reason in why (starting "no CUDA driver found" when
+ * libcuda.so.1 does not load). */
+int  rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t why_len);
+/* Page-lock the host arena (arena_bytes of m) and use it as the staging area. */
+int  rt_cuda_attach_host_arena(rt_cuda *c, char *arena, char *why, size_t why_len);
+void rt_cuda_close(rt_cuda *c);
+
+/* Called by the generated phase functions (codegen/llvm_host.c). */
+int rt_cuda_phase_begin(char *arena, rt_context *ctx);
+int rt_cuda_phase_end(char *arena, rt_context *ctx);
+int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_context *ctx);
+
+#endif

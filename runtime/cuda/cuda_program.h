@@ -1,0 +1,90 @@
+/* cuda_program.h: what a CUDA device's program holds besides its rt_ops,
+ * shared by the code generator (codegen/cuda_kernels.c writes it) and the
+ * CUDA backend (runtime/cuda/cuda.c runs it).
+ *
+ * Each rt_op of a CUDA device lowers to a short list of steps, run in
+ * order on one stream:
+ *
+ *   RT_CUDA_STEP_KERNEL  one launch of a generated kernel (by index into the
+ *                        module's kernel names), grid, block, dynamic shared
+ *                        bytes and up to RT_CUDA_MAX_ARGS pointer arguments;
+ *   RT_CUDA_STEP_GEMM    one cuBLAS strided-batched sgemm, written in the
+ *                        row-major form the CPU kernels use
+ *                        (C = alpha·op(A)·op(B) + beta·C, leading dimensions
+ *                        and batch strides in elements); the backend turns
+ *                        it into cuBLAS's column-major call by swapping the
+ *                        operands (Cᵀ = op(B)ᵀ·op(A)ᵀ);
+ *   RT_CUDA_STEP_HOST    the op runs on the host (send, recv, allreduce):
+ *                        its inputs are copied to the pinned host arena,
+ *                        rt_op_run does the work there, its outputs are
+ *                        copied back.
+ *
+ * Every generated kernel has one signature,
+ *     extern "C" __global__ void NAME(fusion_args a)
+ * with fusion_args { char *p[RT_CUDA_MAX_ARGS]; long long step; }: a
+ * uniform ABI, so that launching (here and in the CPU emulation harness,
+ * tests/unit/cuda_emu.h) needs no per-kernel code.  Sizes are constants in
+ * the kernel's source, so kernels of equal shapes are one kernel.
+ *
+ * Pointer arguments name a place: the device arena (a byte offset, as the
+ * memory pass placed the op's tensors), the backend's scratch area (for
+ * kernels that pass row statistics from one launch to the next), the
+ * backend's status word (bad token ids and targets are reported there), or
+ * nothing.
+ *
+ * Like rt_op, these are plain bytes embedded in the executable: compiler and
+ * runtime are built together, for one ABI.
+ */
+#ifndef FUSION_RT_CUDA_PROGRAM_H
+#define FUSION_RT_CUDA_PROGRAM_H
+
+#include <stdint.h>
+
+#define RT_CUDA_MAX_ARGS 8
+
+typedef enum {
+    RT_CUDA_ARG_NONE,          /* a NULL pointer                                 */
+    RT_CUDA_ARG_ARENA,         /* device arena + value                            */
+    RT_CUDA_ARG_SCRATCH,       /* scratch area + value                            */
+    RT_CUDA_ARG_STATUS         /* the status word (int64, RT_CUDA_STATUS_OK or a position) */
+} rt_cuda_arg_kind;
+
+#define RT_CUDA_STATUS_OK INT64_MAX   /* kernels atomicMin a bad position into it */
+
+typedef struct {
+    int32_t kind;              /* rt_cuda_arg_kind */
+    int32_t pad;
+    int64_t value;             /* byte offset */
+} rt_cuda_arg;
+
+typedef enum { RT_CUDA_STEP_KERNEL, RT_CUDA_STEP_GEMM, RT_CUDA_STEP_HOST } rt_cuda_step_kind;
+
+typedef struct {
+    int32_t     kind;          /* rt_cuda_step_kind                              */
+    /* kernel */
+    int32_t     kernel;        /* index into the module's kernel names           */
+    uint32_t    grid[3], block[3];
+    uint32_t    shared_bytes;  /* dynamic shared memory                           */
+    int32_t     check_status;  /* 1: read the status word after this launch      */
+    rt_cuda_arg arg[RT_CUDA_MAX_ARGS];   /* kernel: p[0..]; gemm: A, B, C        */
+    /* gemm, row-major: C (M,N) = alpha·op(A)·op(B) + beta·C, per batch entry */
+    int32_t     trans_a, trans_b;
+    int64_t     m, n, k, lda, ldb, ldc;
+    int64_t     stride_a, stride_b, stride_c, batch;
+    float       alpha, beta;
+} rt_cuda_step;
+
+typedef struct {
+    int32_t first, count;      /* this op's steps                                */
+} rt_cuda_op;
+
+/* The module: images and names, as the generated program embeds them. */
+typedef struct {
+    int32_t n_kernels;         /* names: n_kernels NUL-terminated strings        */
+    int32_t n_steps;
+    int64_t scratch_bytes;     /* the scratch area's size (device memory)        */
+    int64_t cubin_sm80_bytes, cubin_sm90_bytes, ptx_bytes, names_bytes;
+    char    ptx_arch[16];      /* "compute_80": the PTX's virtual architecture   */
+} rt_cuda_module_info;
+
+#endif

@@ -1,0 +1,35 @@
+/* cuda_cases.h: the op instances the CUDA emulation harness checks, shared
+ * by the generator that writes their kernels as C++ (cuda_emu_gen.c, at
+ * build time) and the harness that runs them (test_cuda_emulation.cpp).
+ *
+ * Every op with a CUDA kernel appears, forward and backward, at sizes that
+ * are not multiples of the 256-thread block (odd row lengths, rows longer
+ * than one block, partial last blocks).  Each case is an rt_op placed in an
+ * arena of its own. */
+#ifndef FUSION_CUDA_CASES_H
+#define FUSION_CUDA_CASES_H
+
+#include <stdint.h>
+
+#include "../../runtime/exec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    rt_op   op;
+    char    label[64];
+    int64_t arena_bytes;
+    int32_t int_range[RT_MAX_IN];   /* > 0: input i is int32 ids in [0, range) */
+    int     in_place;               /* adamw: inputs 0..3 are its results      */
+} cuda_case;
+
+/* The cases, in a fixed order; free() the array. */
+int cuda_cases_build(cuda_case **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
