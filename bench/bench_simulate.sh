@@ -3,10 +3,12 @@
 #
 # A small GPT (4 layers, width 48, batch 8 x 32 tokens) on clusters/local-4.xml
 # (two sites of two CPU devices on this machine, a 20 Mbps / 40 ms link
-# between the sites, emulated by the runtime's link shaper), in four
-# configurations: uniform with 1 and 4 micro-batches, opfence (its default
-# micro-batches), uniform with 4 micro-batches and top-k at 5% on the slow
-# link.  Each is simulated (fusionc simulate) and compiled and trained for
+# between the sites, emulated by the runtime's link shaper), in seven
+# configurations: uniform with 1 and 4 micro-batches, dense, opfence (its
+# default micro-batches), uniform with 4 micro-batches and top-k at 5% on
+# the slow link, and with adatopk (rows of bits, top-k with feedback),
+# gcma (DT-FM's scheduler) with 4 micro-batches, and uniform on
+# local-4-hetero (site B 4 times slower).  Each is simulated (fusionc simulate) and compiled and trained for
 # STEPS steps (launch-local.sh --emulate-links); the measured step is the
 # median of steps 3.. (after connections and caches), over every device's
 # lines.
@@ -27,19 +29,23 @@ base=$((41000 + ($$ % 400) * 40))
 
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-configs=("uniform-M1|--scheduler uniform --micro-batches 1"
-         "uniform-M4|--scheduler uniform --micro-batches 4"
+configs=("uniform-M1|--scheduler uniform --micro-batches 1 --compress none"
+         "uniform-M4|--scheduler uniform --micro-batches 4 --compress none"
          "opfence|--scheduler opfence"
-         "uniform-M4-topk0.05|--scheduler uniform --micro-batches 4 --compress topk:0.05")
+         "uniform-M4-topk0.05|--scheduler uniform --micro-batches 4 --compress topk:0.05"
+         "uniform-M4-adatopk|--scheduler uniform --micro-batches 4 --compress adatopk"
+         "gcma-M4|--scheduler gcma --micro-batches 4 --compress none"
+         "hetero-uniform-M4|--scheduler uniform --micro-batches 4 --compress none|clusters/local-4-hetero.xml")
 printf '%-22s %12s %12s %8s\n' "what" "simulated" "measured" "ratio"
 for c in "${configs[@]}"; do
-  name=${c%%|*}
-  read -r -a opts <<<"${c#*|}"
+  IFS='|' read -r name spec cluster <<<"$c"
+  cluster=${cluster:-clusters/local-4.xml}
+  read -r -a opts <<<"$spec"
   mkdir -p "$work/$name.sim"
-  "$build/fusionc" simulate models/gpt2.xml clusters/local-4.xml "${model[@]}" "${opts[@]}" -o "$work/$name.sim" \
+  "$build/fusionc" simulate models/gpt2.xml "$cluster" "${model[@]}" "${opts[@]}" -o "$work/$name.sim" \
     >"$work/$name.simout"
   sim=$(awk '/^simulated step:/ { print $3 }' "$work/$name.simout")
-  "$build/fusionc" compile models/gpt2.xml clusters/local-4.xml -o "$work/$name" "${model[@]}" "${opts[@]}" \
+  "$build/fusionc" compile models/gpt2.xml "$cluster" -o "$work/$name" "${model[@]}" "${opts[@]}" \
     --port-base "$base" >"$work/$name.compile"
   base=$((base + 20))
   "$work/$name/launch-local.sh" --data "$work/corpus.txt" --steps "$steps" --emulate-links >"$work/$name.out" 2>&1
