@@ -25,7 +25,8 @@ static int32_t forward_ops_on(const ir_graph *g, int32_t stage)
 }
 
 /* The arena, plus the stashed activations of the micro-batches 1F1B keeps
- * waiting for their backward on this stage (S - s - 1 of them, at most M). */
+ * waiting for their backward on this stage: its warm-up forwards (the
+ * schedule pass's; plain 1F1B's S - s - 1 before it ran), at most M. */
 static double stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
 {
     int32_t *ids = malloc(((size_t)g->n_values + 1) * sizeof *ids);
@@ -34,7 +35,10 @@ static double stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
     for (int32_t i = 0; i < n; i++)
         stash += (double)ir_value_bytes(g, ids[i]);
     free(ids);
-    int32_t waiting = p->n_stages - s - 1 < p->micro_batches ? p->n_stages - s - 1 : p->micro_batches;
+    int32_t waiting = g->placement.n_stages == p->n_stages ? ir_placement_warmup(&g->placement, s)
+                                                           : p->n_stages - s - 1;
+    if (waiting > p->micro_batches)
+        waiting = p->micro_batches;
     if (waiting < 0 || p->micro_batches <= 1)
         waiting = 0;
     return (double)memory_arena_bytes(g, p->devices[s * p->n_replicas]) + waiting * stash;
