@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "timing.h"
 #include "cluster.h"
 #include "gcma.h"
 
@@ -37,12 +38,6 @@ static const char *source_dir(void)
     return dir;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint64_t test_rng = 12345;
 static double uniform01(void)
@@ -241,21 +236,7 @@ static void synthetic_link(const void *ctx, int32_t a, int32_t b, double *bw, do
     *lat = s->lat[ra * s->regions + rb];
 }
 
-/* The 10 s limit is a user's: an optimised build without sanitizers.
- * (clang 14 does not define __SANITIZE_ADDRESS__; __has_feature does.) */
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_SANITIZER 1
-#endif
-#if defined(__OPTIMIZE__) && !defined(UNDER_SANITIZER)
-#define OPTIMISED_BUILD 1
-#else
-#define OPTIMISED_BUILD 0
-#endif
+/* The 10 s limit is a user's: checked in an optimised build (timing.h). */
 
 static void test_gcma_schedules_1024_devices_within_10_s(void)
 {
