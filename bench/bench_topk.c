@@ -6,6 +6,10 @@
  * same run; ratio = codec / memcpy.  Target: compress + decompress >= 1 GB/s
  * per core.
  *
+ * The row codec (runtime/comm/quant.h: what adatopk sends activations and
+ * their gradients as) is measured the same way on the same tensor read as
+ * rows of 128: 8 bits rounded to nearest, 8 and 4 bits stochastic.
+ *
  * Each figure is the median of REPS reps after one warm-up (which also
  * grows the scratch: the timed calls allocate nothing).  Compress and
  * decompress are also reported alone (medians of their own), and the
@@ -14,6 +18,7 @@
  *
  *     bench_topk [MiB]        default 64
  */
+#include "comm/quant.h"
 #include "comm/topk.h"
 
 #include <math.h>
@@ -102,6 +107,28 @@ int main(int argc, char **argv) {
         snprintf(what, sizeof what, "  decompress alone");
         printf("%-44s %12.3f %-6s %-28s %.3f\n", what, gd, "GB/s", "memcpy", gd / gb_memcpy);
         snprintf(what, sizeof what, "  encoded size, %lld of %lld kept", (long long)k, (long long)n);
+        printf("%-44s %12.3f %-6s %-28s %.4f\n", what, (double)cap / (1 << 20), "MiB", "raw fp32 bytes",
+               (double)cap / bytes);
+    }
+    static const struct { int bits; quant_rounding rounding; const char *name; } rows[] = {
+        {8, QUANT_NEAREST, "8-bit rows, nearest"}, {8, QUANT_STOCHASTIC, "8-bit rows, stochastic"},
+        {4, QUANT_STOCHASTIC, "4-bit rows, stochastic"}};
+    const int64_t cols = 128, n_rows = n / cols;
+    for (size_t q = 0; q < sizeof rows / sizeof *rows; q++) {
+        size_t cap = quant_encoded_bytes(n_rows, cols, rows[q].bits);
+        double tb[REPS];
+        for (int r = -1; r < REPS; r++) {
+            double t0 = now_s();
+            int64_t len = quant_encode(x, n_rows, cols, rows[q].bits, rows[q].rounding, 7 + (uint64_t)r, buf, cap);
+            int rc = len < 0 ? -1 : quant_decode(buf, (size_t)len, y, n_rows * cols, err, sizeof err);
+            double t1 = now_s();
+            if (len < 0 || rc != 0) { fprintf(stderr, "bench_topk: %s\n", len < 0 ? "quant encode failed" : err); return 1; }
+            if (r >= 0) tb[r] = t1 - t0;
+        }
+        double gb = (double)(n_rows * cols) * 4 / median(tb, REPS) / 1e9;
+        snprintf(what, sizeof what, "%s compress+decompress", rows[q].name);
+        printf("%-44s %12.3f %-6s %-28s %.3f\n", what, gb, "GB/s", "memcpy (target >= 1 GB/s)", gb / gb_memcpy);
+        snprintf(what, sizeof what, "  encoded size");
         printf("%-44s %12.3f %-6s %-28s %.4f\n", what, (double)cap / (1 << 20), "MiB", "raw fp32 bytes",
                (double)cap / bytes);
     }

@@ -36,31 +36,56 @@ static inline uint64_t mix64(uint64_t z)
  * Inf or NaN (it then decodes as NaN: q = 0 times a NaN scale). */
 static float row_scale(const float *x, int64_t cols, float L, float *inv)
 {
-    float m = 0.0f;
-    int broken = 0;
+    float m = 0.0f, nan_if_broken = 0.0f;   /* x - x is NaN for an Inf or NaN, else 0 */
     for (int64_t j = 0; j < cols; j++) {
-        broken |= !isfinite(x[j]);
-        m = fmaxf(m, fabsf(x[j]));
+        nan_if_broken += x[j] - x[j];
+        float a = fabsf(x[j]);
+        m = a > m ? a : m;
     }
+    int broken = nan_if_broken != 0.0f;
     *inv = broken || m == 0.0f ? 0.0f : L / m;
     return broken ? NAN : m > 0.0f ? m / L : 1.0f;
 }
 
+/* floor(x * inv + u) in [-L, L], u in (0, 1).  The floor is a truncation
+ * of a positive number (the value is above -L - 1 >= -128), which the
+ * compiler vectorises where floorf is a library call. */
+static inline int8_t stochastic_level(float x, float inv, float u, float L)
+{
+    float v = (float)((int)(x * inv + u + 128.0f) - 128);
+    return (int8_t)(int)(v > L ? L : v < -L ? -L : v);
+}
+
+/* Element i's uniform: bits 16 (i % 4) .. 16 (i % 4) + 15 of a hash of
+ * (seed, i / 4), the middle of its 1/65536 bin (the rounding's bias is
+ * below 2^-16 of a scale). */
+static inline float uniform_of(uint64_t h, int64_t i) { return ((float)((h >> (16 * (i & 3))) & 0xffff) + 0.5f) * 0x1p-16f; }
+static inline uint64_t hash_of(uint64_t seed, int64_t i) { return mix64(seed + 0x9e3779b97f4a7c15ull * (uint64_t)((i >> 2) + 1)); }
+
 /* q[len] in [-L, L] for x[len], element index0 onward (the stochastic
- * rounding's counter). */
+ * rounding's counter).  Written so the compiler vectorises the nearest
+ * case; the stochastic one draws one 64-bit hash per four elements. */
 static void quantize(const float *x, int64_t len, float inv, float L, quant_rounding rounding, uint64_t seed,
                      int64_t index0, int8_t *q)
 {
     if (rounding == QUANT_NEAREST) {
-        for (int64_t j = 0; j < len; j++)
-            q[j] = (int8_t)fmaxf(-L, fminf(L, nearbyintf(x[j] * inv)));
+        for (int64_t j = 0; j < len; j++) {
+            float v = x[j] * inv;
+            v = v > L ? L : v < -L ? -L : v;
+            q[j] = (int8_t)(int)(v + (v >= 0.0f ? 0.5f : -0.5f));
+        }
         return;
     }
-    for (int64_t j = 0; j < len; j++) {
-        uint64_t r = mix64(seed + 0x9e3779b97f4a7c15ull * (uint64_t)(index0 + j + 1));
-        float u = (float)(r >> 40) * 0x1p-24f;   /* uniform in [0, 1) */
-        q[j] = (int8_t)fmaxf(-L, fminf(L, floorf(x[j] * inv + u)));
+    int64_t j = 0;
+    for (; j < len && ((index0 + j) & 3); j++)   /* up to a multiple of 4 */
+        q[j] = stochastic_level(x[j], inv, uniform_of(hash_of(seed, index0 + j), index0 + j), L);
+    for (; j + 4 <= len; j += 4) {               /* whole groups: one hash each */
+        uint64_t h = hash_of(seed, index0 + j);
+        for (int t = 0; t < 4; t++)
+            q[j + t] = stochastic_level(x[j + t], inv, uniform_of(h, t), L);
     }
+    for (; j < len; j++)
+        q[j] = stochastic_level(x[j], inv, uniform_of(hash_of(seed, index0 + j), index0 + j), L);
 }
 
 int64_t quant_encode(const float *x, int64_t rows, int64_t cols, int bits, quant_rounding rounding, uint64_t seed,
@@ -93,8 +118,13 @@ int64_t quant_encode(const float *x, int64_t rows, int64_t cols, int bits, quant
                 memcpy(values + at, q, (size_t)len);
                 continue;
             }
-            for (int64_t j = 0; j < len; j++)
-                values[(at + j) / 2] |= (unsigned char)((q[j] + 8) << (4 * ((at + j) & 1)));
+            int64_t j = 0;   /* element i's nibble: the low one of byte i / 2 when i is even */
+            if ((at & 1) && len > 0)
+                values[at / 2] |= (unsigned char)((q[j++] + 8) << 4);
+            for (; j + 1 < len; j += 2)
+                values[(at + j) / 2] = (unsigned char)((q[j] + 8) | ((q[j + 1] + 8) << 4));
+            if (j < len)
+                values[(at + j) / 2] |= (unsigned char)(q[j] + 8);
         }
     }
     return (int64_t)need;
@@ -138,13 +168,18 @@ int quant_decode(const void *buf, size_t len, float *y, int64_t n, char *err, si
                 yr[j] = (float)q[j] * scale;
             continue;
         }
+        int unused = 0;
         for (int64_t j = 0, i = r * cols; j < cols; j++, i++) {
             int nibble = (values[i / 2] >> (4 * (i & 1))) & 15;
-            if (nibble == 0) {
-                snprintf(err, err_size, "quant: element %lld holds the unused 4-bit code 0", (long long)i);
-                return -1;
-            }
+            unused |= nibble == 0;
             yr[j] = (float)(nibble - 8) * scale;
+        }
+        if (unused) {
+            for (int64_t i = r * cols; i < (r + 1) * cols; i++)
+                if (((values[i / 2] >> (4 * (i & 1))) & 15) == 0) {
+                    snprintf(err, err_size, "quant: element %lld holds the unused 4-bit code 0", (long long)i);
+                    return -1;
+                }
         }
     }
     return 0;
