@@ -113,7 +113,10 @@ int64_t quant_encode(const float *x, int64_t rows, int64_t cols, int bits, quant
         memcpy(scales + 4 * r, &scale, 4);
         for (int64_t c0 = 0; c0 < cols; c0 += CHUNK) {
             int64_t len = cols - c0 < CHUNK ? cols - c0 : CHUNK, at = r * cols + c0;
-            quantize(xr + c0, len, inv, L, rounding, seed, at, q);
+            if (isnan(scale))   /* a broken row: zeros, which decode as NaN (0 times the NaN scale) */
+                memset(q, 0, (size_t)len);
+            else
+                quantize(xr + c0, len, inv, L, rounding, seed, at, q);
             if (bits == 8) {
                 memcpy(values + at, q, (size_t)len);
                 continue;
