@@ -51,17 +51,19 @@ for i in 0 1 2 3; do
   [ "$status" -ne 0 ] && pass || fail "${devices[$i]} ran with a mismatched peer"
 done
 grep -q "another compile" "$work/m-cpu-a1.log" && pass || fail "cpu-a1 does not say why: $(cat "$work/m-cpu-a1.log")"
-# Its neighbours name it: "runs another compile" when its hello reached
-# them before it stopped, else "did not connect" (it refused first); or
-# they name a third device that did not connect to them because it had
-# stopped first, its own error naming cpu-a1 (every stage talks to every
-# other at the update: the clipping norm's exchange).
+# Its neighbours name it ("runs another compile" when its hello reached
+# them before it stopped, else "did not connect"), or name a device whose
+# own error does (every stage talks to every other at the update, the
+# clipping norm's exchange, so a third device may stop first; one that
+# stops while still connecting does not tell the others why, and they
+# find it silent: a known gap, named in the closing note).
 for d in cpu-a0 cpu-b0; do
   err=$(grep -i "error" "$work/m-$d.log")
-  other=$(sed -n 's/.*peer \(cpu-[ab][01]\) ([^)]*) did not connect.*/\1/p' <<<"$err" | head -1)
-  if grep -q "cpu-a1" <<<"$err"; then pass
-  elif [ -n "$other" ] && grep -i "error" "$work/m-$other.log" | grep -q "cpu-a1"; then pass
-  else fail "$d does not name cpu-a1, nor a peer that stopped because of it: $(cat "$work/m-$d.log")"; fi
+  named=$(grep -o 'cpu-[ab][01]' <<<"$err" | sort -u)
+  ok=0
+  grep -q "cpu-a1" <<<"$err" && ok=1
+  for o in $named; do grep -i "error" "$work/m-$o.log" 2>/dev/null | grep -q "cpu-a1" && ok=1; done
+  [ $ok = 1 ] && pass || fail "$d does not name cpu-a1, nor a device whose error does: $(cat "$work/m-$d.log")"
 done
 
 # 3. Bad arguments: one line, exit 2.
