@@ -112,6 +112,10 @@ static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int
             "arena      %lld bytes\n", ir_str(g, g->name), dev->name, dev->kind == DEVICE_CPU ? "cpu" : "cuda",
             dev->threads, stage, g->placement.n_stages, g->placement.n_replicas, g->placement.micro_batches,
             (long long)arena);
+    if (g->placement.n_stages > 0)
+        fprintf(f, "schedule   %d warm-up forwards%s\n", (int)ir_placement_warmup(&g->placement, stage),
+                ir_placement_recompute(&g->placement, stage)
+                    ? ", recomputes: keeps a waiting micro-batch's inputs, runs its forward again" : "");
     for (int32_t v = 0; v < g->n_values; v++) {
         const ir_value *val = &g->values[v];
         if (val->producer >= 0 || value_stage_of(g, v) != stage)

@@ -385,6 +385,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     manifest.n_replicas = R;
     manifest.micro_batches = pl->n_stages > 0 && pl->micro_batches > 0 ? pl->micro_batches : 1;
     manifest.warmup = pl->n_stages > 0 ? ir_placement_warmup(pl, dev->stage) : 0;
+    manifest.recompute = pl->n_stages > 0 ? ir_placement_recompute(pl, dev->stage) : 0;
     manifest.n_stash = n_stash;
     manifest.n_peers = dev->n_peers;
     manifest.n_links = dev->n_links;

@@ -57,6 +57,7 @@ void ir_graph_free(ir_graph *g)
     free(g->hypers);
     free(g->placement.device);
     free(g->placement.warmup);
+    free(g->placement.recompute);
     free(g->strings);
     name_map_free(g->string_index);
     ir_graph_init(g);
@@ -166,6 +167,11 @@ int ir_graph_copy(ir_graph *dst, const ir_graph *src)
     dst->placement.warmup = src->placement.warmup && src->placement.n_stages > 0 &&
                             src->placement.n_stages <= IR_MAX_STAGE_DEVICES
         ? dup_array(src->placement.warmup, (size_t)src->placement.n_stages, sizeof *src->placement.warmup, &failed)
+        : NULL;
+    dst->placement.recompute = src->placement.recompute && src->placement.n_stages > 0 &&
+                               src->placement.n_stages <= IR_MAX_STAGE_DEVICES
+        ? dup_array(src->placement.recompute, (size_t)src->placement.n_stages, sizeof *src->placement.recompute,
+                    &failed)
         : NULL;
     if (!failed) {
         dst->n_values = dst->cap_values = dst->values ? src->n_values : 0;
@@ -322,6 +328,7 @@ int ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, in
     if (n_stages == 0 && n_replicas == 0 && micro_batches == 0 && !devices) {
         free(g->placement.device);
         free(g->placement.warmup);
+        free(g->placement.recompute);
         memset(&g->placement, 0, sizeof g->placement);
         return 0;
     }
@@ -342,6 +349,7 @@ int ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, in
     memcpy(copy, devices, (size_t)n * sizeof *copy);
     free(g->placement.device);
     free(g->placement.warmup);
+    free(g->placement.recompute);
     g->placement = (ir_placement){ .n_stages = n_stages, .n_replicas = n_replicas,
                                    .micro_batches = micro_batches, .device = copy };
     return 0;
@@ -376,6 +384,32 @@ int ir_graph_set_warmup(ir_graph *g, const int32_t *warmup)
     memcpy(copy, warmup, (size_t)p->n_stages * sizeof *copy);
     free(p->warmup);
     p->warmup = copy;
+    return 0;
+}
+
+int ir_placement_recompute(const ir_placement *p, int32_t s)
+{
+    return p->recompute && s >= 0 && s < p->n_stages ? p->recompute[s] : 0;
+}
+
+int ir_graph_set_recompute(ir_graph *g, const uint8_t *recompute)
+{
+    ir_placement *p = &g->placement;
+    if (p->n_stages <= 0)
+        return -1;
+    int any = 0;
+    for (int32_t s = 0; recompute && s < p->n_stages; s++) {
+        if (recompute[s] > 1)
+            return -1;
+        any |= recompute[s];
+    }
+    uint8_t *copy = any ? malloc((size_t)p->n_stages) : NULL;
+    if (any && !copy)
+        return -1;
+    if (copy)
+        memcpy(copy, recompute, (size_t)p->n_stages);
+    free(p->recompute);
+    p->recompute = copy;
     return 0;
 }
 

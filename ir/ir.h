@@ -135,6 +135,10 @@ typedef struct {
     int32_t *warmup;           /* [n_stages]: forwards a stage runs before its first
                                   backward (the schedule pass), owned by the graph;
                                   NULL: 1F1B's min(M, S - s - 1)                  */
+    uint8_t *recompute;        /* [n_stages]: 1 where a stage keeps only its forward's
+                                  inputs for a waiting backward and runs the forward
+                                  again before it (the schedule pass), owned by the
+                                  graph; NULL: no stage does                      */
 } ir_placement;
 
 typedef struct ir_graph {
@@ -190,6 +194,13 @@ int32_t ir_placement_warmup(const ir_placement *p, int32_t s);
  * than min(M, the next stage's + 1) (it would wait for a backward that
  * waits for one of its own forwards). */
 int     ir_graph_set_warmup(ir_graph *g, const int32_t *warmup);
+/* Does stage s recompute its forward before a waiting backward?  (0 when
+ * not placed or out of range.) */
+int     ir_placement_recompute(const ir_placement *p, int32_t s);
+/* Set every stage's flag from recompute[n_stages] (each 0 or 1; NULL, or
+ * all 0: none).  -1 (nothing changed) when not placed, a flag is not 0 or
+ * 1, or memory runs out. */
+int     ir_graph_set_recompute(ir_graph *g, const uint8_t *recompute);
 int     ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, int32_t micro_batches,
                                const int32_t *devices);
 

@@ -698,7 +698,7 @@ static int expect_key(parser *ps, const char *key)
     return expect_char(ps, '=', "'='");
 }
 
-/* placement stages=S replicas=R micro_batches=M devices=[D,D,...] [warmup=[W,...]]
+/* placement stages=S replicas=R micro_batches=M devices=[D,D,...] [warmup=[W,...]] [recompute=[0|1,...]]
  * Everything ir_graph_set_placement would refuse is named here, at this
  * line; that the nodes' stages fit is the verifier's to say, at the node. */
 static int parse_placement(parser *ps)
@@ -765,13 +765,37 @@ static int parse_placement(parser *ps)
         if (expect_char(ps, ']', "']' after one warm-up count a stage") != 0)
             return -1;
     }
-    if (expect_end(ps, has_warmup ? "end of line after the warm-up list" : "end of line after the device list") != 0)
+    uint8_t recompute[IR_MAX_STAGE_DEVICES];
+    int has_recompute = !at_end(ps) && (size_t)(ps->end - ps->p) >= 10 && strncmp(ps->p, "recompute=", 10) == 0;
+    if (has_recompute) {
+        if (expect_key(ps, "recompute") != 0 || expect_char(ps, '[', "'[' and each stage's recompute flag") != 0)
+            return -1;
+        for (int32_t s = 0; s < stages; s++) {
+            int64_t flag;
+            snprintf(what, sizeof what, "',' and %d more recompute flag%s (one a stage)", (int)(stages - s),
+                     stages - s == 1 ? "" : "s");
+            if (s > 0 && !peek_char(ps, ','))
+                return expected(ps, what);
+            if (s > 0)
+                ps->p++;
+            if (read_int(ps, 0, 1, "a recompute flag, 0 or 1", &flag) != 0)
+                return -1;
+            recompute[s] = (uint8_t)flag;
+        }
+        if (expect_char(ps, ']', "']' after one recompute flag a stage") != 0)
+            return -1;
+    }
+    if (expect_end(ps, has_recompute ? "end of line after the recompute list"
+                       : has_warmup  ? "end of line after the warm-up list"
+                                     : "end of line after the device list") != 0)
         return -1;
     if (ir_graph_set_placement(g, (int32_t)stages, (int32_t)replicas, (int32_t)micro, devices) != 0)
         return out_of_memory(ps);   /* everything else it checks is checked above */
     if (has_warmup && ir_graph_set_warmup(g, warmup) != 0)
         return diag_set(ps->err, ps->file, ps->line, "warmup: a stage warms up less than the next stage's + 1 "
                         "(it would wait for a backward that waits for its own forward)");
+    if (has_recompute && ir_graph_set_recompute(g, recompute) != 0)
+        return out_of_memory(ps);   /* the flags are checked above */
     return 0;
 }
 

@@ -299,6 +299,11 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
     if (fence_model_build(&m, g, opt->cluster, err))
         return -1;
     m.compress = compress;
+    m.recompute = schedule_recompute_mode(opt->recompute);
+    if (m.recompute < 0) {
+        fence_model_free(&m);
+        return diag_set(err, file, 0, "--recompute expects auto, on or off, found '%s'", opt->recompute);
+    }
     fence_plan plan;
     memset(&plan, 0, sizeof plan);
     fence_best b = { INFINITY, 0, { 0, 0, 0, NULL }, NULL, NULL };

@@ -238,11 +238,14 @@ static int stage_traffic(const fence_model *m, const candidate *cd, const int32_
  * and gradients in opposite directions at once.  A step's parameter
  * gradients leave after the sender's last backward, and the receiver's
  * update waits for them.  f[s], b[s]: a stage's forward and backward per
- * micro-batch; most[s]: the most warm-up its memory holds (NULL: M).
- * *warm_out (when not NULL, [S]) gets the warm-up used.
+ * micro-batch; most[s] / most_replay[s]: the most warm-up its memory
+ * holds, keeping its stash / recomputing (NULL: M).  *warm_out and
+ * *recompute_out (when not NULL, [S]) get the warm-up and recompute flags
+ * used (schedule_plan).
  * Returns the time the last stage is done, or -1 when out of memory. */
-static double simulate_1f1b(const candidate *cd, const lanes *l, const traffic *tr, const double *f, const double *b,
-                            const double *most, int32_t *warm_out)
+static double simulate_1f1b(const fence_model *m, const candidate *cd, const lanes *l, const traffic *tr,
+                            const double *f, const double *b, const double *most, const double *most_replay,
+                            int32_t *warm_out, uint8_t *recompute_out)
 {
     int32_t S = cd->S, M = cd->M;
     size_t SM = (size_t)S * (size_t)M, SS = (size_t)S * (size_t)S;
@@ -254,10 +257,12 @@ static double simulate_1f1b(const candidate *cd, const lanes *l, const traffic *
     double  *free_at = calloc((size_t)S, sizeof *free_at), *once_at = calloc((size_t)S, sizeof *once_at);
     int32_t *order = malloc(SM * 2 * sizeof *order), *next = calloc((size_t)S, sizeof *next);
     double  *stage_time = calloc((size_t)S, sizeof *stage_time), *round_trip = calloc((size_t)S, sizeof *round_trip);
+    double  *transfer = calloc((size_t)S, sizeof *transfer), *backward = calloc((size_t)S, sizeof *backward);
     int32_t *warm = calloc((size_t)S, sizeof *warm);
+    uint8_t *recompute = calloc((size_t)S, 1);
     double   makespan = -1.0;
     if (!link_free || !ready_f || !ready_b || !got_f || !got_b || !need_f0 || !need_f || !need_b || !free_at ||
-        !once_at || !order || !next || !stage_time || !round_trip || !warm)
+        !once_at || !order || !next || !stage_time || !round_trip || !transfer || !backward || !warm || !recompute)
         goto done;
     for (int32_t s = 0; s < S; s++)
         for (int32_t t = 0; t < S; t++) {
@@ -270,10 +275,16 @@ static double simulate_1f1b(const candidate *cd, const lanes *l, const traffic *
     for (int32_t s = 0; s < S; s++) {
         size_t next_stage = (size_t)s * S + s + 1, back = (size_t)(s + 1) * S + s;
         stage_time[s] = f[s] + b[s];
-        round_trip[s] = s + 1 < S ? 2.0 * (l->lat[next_stage] + fmax(tr->fwd[next_stage], tr->bwd[back]) /
-                                                                    l->bw[next_stage]) : 0.0;
+        transfer[s] = s + 1 < S ? fmax(tr->fwd[next_stage], tr->bwd[back]) / l->bw[next_stage] : 0.0;
+        round_trip[s] = s + 1 < S ? 2.0 * (l->lat[next_stage] + transfer[s]) : 0.0;
     }
-    schedule_warmup(S, M, stage_time, round_trip, most, warm);
+    /* The schedule pass's warm-up and recompute choice; a stage that
+     * recomputes runs its forward again before each backward. */
+    if (schedule_plan(S, M, stage_time, f, round_trip, transfer, most, most_replay, m->recompute, warm, recompute,
+                      NULL))
+        goto done;
+    for (int32_t s = 0; s < S; s++)
+        backward[s] = b[s] + (recompute[s] ? f[s] : 0.0);
     for (int32_t s = 0; s < S; s++)
         pipeline_order(M, warm[s], order + (size_t)s * 2 * M);
     for (int progress = 1; progress;) {
@@ -286,7 +297,7 @@ static double simulate_1f1b(const candidate *cd, const lanes *l, const traffic *
                 if (!ready)
                     break;
                 double start = fmax(free_at[s], a >= 0 ? ready_f[at] : ready_b[at]);
-                double done_at = start + (a >= 0 ? f[s] : b[s]);
+                double done_at = start + (a >= 0 ? f[s] : backward[s]);
                 free_at[s] = done_at;
                 for (int32_t t = 0; t < S; t++) {
                     size_t st = (size_t)s * S + t;
@@ -324,6 +335,8 @@ static double simulate_1f1b(const candidate *cd, const lanes *l, const traffic *
     }
     if (warm_out)
         memcpy(warm_out, warm, (size_t)S * sizeof *warm);
+    if (recompute_out)
+        memcpy(recompute_out, recompute, (size_t)S);
 done:
     free(link_free);
     free(ready_f);
@@ -339,7 +352,10 @@ done:
     free(next);
     free(stage_time);
     free(round_trip);
+    free(transfer);
+    free(backward);
     free(warm);
+    free(recompute);
     return makespan;
 }
 
@@ -376,9 +392,10 @@ double fence_t_star(const fence_model *m, const candidate *cd, const int32_t *en
 /* A stage's memory (fence_cost.h): its state (parameters, gradients and
  * AdamW's moments, 4 x; a parameter received once a step and its summed
  * gradient, 2 x), what one micro-batch in flight adds (its forward
- * outputs, a lane's share), and its smallest device's memory. */
+ * outputs, a lane's share; recomputing, what it receives, the inputs
+ * being too small to count), and its smallest device's memory. */
 static void stage_memory(const fence_model *m, const candidate *cd, const int32_t *end, const traffic *tr, int32_t s,
-                         double *state, double *stash, double *memory)
+                         double *state, double *stash, double *replay, double *memory)
 {
     int32_t S = cd->S, j = s > 0 ? end[s - 1] + 1 : 0;
     double received = 0.0;
@@ -386,6 +403,7 @@ static void stage_memory(const fence_model *m, const candidate *cd, const int32_
         received += tr->fwd_once[(size_t)h * S + s];
     *state = 4.0 * (m->param_bytes[end[s] + 1] - m->param_bytes[j]) + 2.0 * received;
     *stash = (m->act_bytes[end[s] + 1] - m->act_bytes[j]) / cd->R;
+    *replay = s > 0 ? m->cut_fwd[end[s - 1]] / cd->R : 0.0;
     *memory = INFINITY;
     for (int32_t r = 0; r < cd->R; r++) {
         double have = m->devices[cd->dev[s * cd->R + r]].memory_bytes;
@@ -396,15 +414,15 @@ static void stage_memory(const fence_model *m, const candidate *cd, const int32_
 
 /* The fullest device's need over its memory, with warm[s] + 1 micro-batches in flight. */
 static double memory_fill(const fence_model *m, const candidate *cd, const int32_t *end, const traffic *tr,
-                          const int32_t *warm)
+                          const int32_t *warm, const uint8_t *recompute)
 {
     double fill = 0.0;
     for (int32_t s = 0; s < cd->S; s++) {
-        double state, stash, memory;
-        stage_memory(m, cd, end, tr, s, &state, &stash, &memory);
+        double state, stash, replay, memory;
+        stage_memory(m, cd, end, tr, s, &state, &stash, &replay, &memory);
         int32_t in_flight = warm[s] + 1 < cd->M ? warm[s] + 1 : cd->M;
         if (memory < INFINITY)
-            fill = fmax(fill, (state + in_flight * stash) / memory);
+            fill = fmax(fill, (state + in_flight * (recompute[s] ? replay : stash)) / memory);
     }
     return fill;
 }
@@ -418,7 +436,8 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     traffic tr = { 0 };
     double *f = calloc((size_t)S, sizeof *f), *b = calloc((size_t)S, sizeof *b), *c = calloc((size_t)S, sizeof *c);
     int32_t *warm = calloc((size_t)S, sizeof *warm);
-    double  *most = calloc((size_t)S, sizeof *most);
+    double  *most = calloc((size_t)S, sizeof *most), *most_replay = calloc((size_t)S, sizeof *most_replay);
+    uint8_t *recompute = calloc((size_t)S, 1);
     int      have_lanes = lanes_init(&l, m, cd, 1) == 0;
     tr.fwd = calloc(SS, sizeof *tr.fwd);
     tr.bwd = calloc(SS, sizeof *tr.bwd);
@@ -429,7 +448,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     double T = INFINITY;
     if (fill)
         *fill = INFINITY;
-    if (!f || !b || !c || !warm || !most || !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once ||
+    if (!f || !b || !c || !warm || !most || !most_replay || !recompute || !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once ||
         !tr.codec_f || !tr.codec_b)
         goto done;
     /* Compute per micro-batch, T* (the compress pass's target), then the
@@ -482,19 +501,22 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
         for (int32_t t = 0; t < S; t++)
             norm_sync = fmax(norm_sync, s == t ? 0.0 : l.lat[(size_t)s * S + t]);
     for (int32_t s = 0; s < S; s++) {   /* the warm-up the schedule pass will allow (schedule.c) */
-        double state, stash, memory;
-        stage_memory(m, cd, end, &tr, s, &state, &stash, &memory);
+        double state, stash, replay, memory;
+        stage_memory(m, cd, end, &tr, s, &state, &stash, &replay, &memory);
         most[s] = schedule_warmup_most(memory, state, stash);
+        most_replay[s] = schedule_warmup_most(memory, state, replay);
     }
-    double pipeline = simulate_1f1b(cd, &l, &tr, f, b, most, warm);
+    double pipeline = simulate_1f1b(m, cd, &l, &tr, f, b, most, most_replay, warm, recompute);
     if (pipeline < 0) {   /* out of memory: the closed form instead, plain 1F1B */
         pipeline = sum + (cd->M - 1) * bottleneck;
-        for (int32_t s = 0; s < S; s++)
+        for (int32_t s = 0; s < S; s++) {
             warm[s] = S - s - 1;
+            recompute[s] = 0;
+        }
     }
     T = pipeline + tail + norm_sync;
     if (fill)
-        *fill = memory_fill(m, cd, end, &tr, warm);
+        *fill = memory_fill(m, cd, end, &tr, warm, recompute);
     if (out) {
         out->step_seconds = T;
         out->bottleneck = bottleneck;
@@ -509,6 +531,8 @@ done:
     free(c);
     free(warm);
     free(most);
+    free(most_replay);
+    free(recompute);
     free(tr.fwd);
     free(tr.bwd);
     free(tr.fwd_once);

@@ -48,6 +48,7 @@ typedef struct {
     int      clip;                   /* the optimizer clips: stages agree on a norm each step */
     double   compress;               /* what the compress pass will do (compress_parse): 0 none,
                                       * -1 adatopk, else topk's density; the fence pass sets it */
+    int      recompute;              /* schedule_plan's mode (--recompute); the fence pass sets it */
 } fence_model;
 
 /* A candidate: S stages of R devices each (dev[s * R + r]), M micro-batches. */

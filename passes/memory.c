@@ -4,7 +4,9 @@
  *   - a value lives from the op that writes it to the last op that reads
  *     it, in schedule (node) order; params, optimizer state and inputs live
  *     the whole step (they persist, or the loader writes them first), and
- *     so does the loss (the runtime reads it after the step);
+ *     so does the loss (the runtime reads it after the step), and so does
+ *     what a recomputing stage's forward receives (it is put back before
+ *     the forward runs again);
  *   - an op's scratch (attention, convolution) lives only while it runs;
  *   - buffers are placed largest first, each at the lowest 64-byte-aligned
  *     offset that overlaps no buffer whose lifetime overlaps its own (the
@@ -118,7 +120,14 @@ int pass_memory(ir_graph *g, struct diag *err)
             /* A copy received once a step (a parameter) serves every micro-batch. */
             int once = val->producer >= 0 && g->nodes[val->producer].op == OP_RECV &&
                        ir_node_int(&g->nodes[val->producer], ATTR_ONCE, 0);
-            int whole_step = val->producer < 0 || v == g->loss || once;
+            /* A stage that recomputes puts back what its forward received
+             * before running the forward again (runtime/main.c): no op
+             * before the recv, in node order, may have its place. */
+            const ir_node *producer = val->producer >= 0 ? &g->nodes[val->producer] : NULL;
+            int replayed = producer && producer->op == OP_RECV && producer->phase != PHASE_BACKWARD &&
+                           producer->phase != PHASE_UPDATE &&
+                           ir_placement_recompute(&g->placement, producer->stage);
+            int whole_step = val->producer < 0 || v == g->loss || once || replayed;
             buffer *b = &buffers[n++];
             b->bytes = align_up(ir_value_bytes(g, v) > 0 ? ir_value_bytes(g, v) : 1);
             b->start = whole_step ? 0 : val->producer;
@@ -196,23 +205,30 @@ done:
 
 int32_t memory_stash_values(const ir_graph *g, int32_t stage, int32_t *out)
 {
+    return memory_stash_values_as(g, stage, ir_placement_recompute(&g->placement, stage), out);
+}
+
+int32_t memory_stash_values_as(const ir_graph *g, int32_t stage, int recompute, int32_t *out)
+{
     int32_t n = 0;
     char *seen = calloc((size_t)g->n_values + 1, 1);
     if (!seen)
         return -1;
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const ir_node *node = &g->nodes[i];
-        if ((node->stage >= 0 ? node->stage : 0) != stage || node->phase != PHASE_BACKWARD)
+        if ((node->stage >= 0 ? node->stage : 0) != stage || node->phase == PHASE_UPDATE ||
+            (!recompute && node->phase != PHASE_BACKWARD))
             continue;
         for (int k = 0; k < node->n_in; k++) {
             int32_t v = node->in[k];
             const ir_value *val = &g->values[v];
-            int from_forward = val->producer >= 0 && g->nodes[val->producer].phase != PHASE_BACKWARD &&
-                               g->nodes[val->producer].phase != PHASE_UPDATE;
+            const ir_node *producer = val->producer >= 0 ? &g->nodes[val->producer] : NULL;
+            int from_forward = producer && producer->phase != PHASE_BACKWARD && producer->phase != PHASE_UPDATE;
             /* A parameter received once a step lives all step: nothing to keep. */
-            int once = val->producer >= 0 && g->nodes[val->producer].op == OP_RECV &&
-                       ir_node_int(&g->nodes[val->producer], ATTR_ONCE, 0);
-            if (seen[v] || once || !(from_forward || val->role == ROLE_INPUT))
+            int once = producer && producer->op == OP_RECV && ir_node_int(producer, ATTR_ONCE, 0);
+            /* Recomputing, the forward makes again all but what it receives. */
+            int kept = recompute ? (from_forward && producer->op == OP_RECV) : from_forward;
+            if (seen[v] || once || !(kept || val->role == ROLE_INPUT))
                 continue;
             seen[v] = 1;
             out[n++] = v;

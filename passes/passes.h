@@ -67,6 +67,7 @@ typedef struct {
     fence_plan *plan_out;     /* when not NULL, the fence pass's plan is copied here */
     const char *compress;     /* none, topk:RHO or adatopk (NULL: adatopk on several regions, else none) */
     uint64_t    seed;         /* --scheduler random's draw (0: 1)           */
+    const char *recompute;    /* "auto" (NULL: the schedule pass decides), "on" or "off" */
 } pass_options;
 
 /* A pass reads the options it needs (most read none). */
@@ -111,6 +112,21 @@ void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const do
  * (parameters, gradients, optimizer moments) holds warm + 1 micro-batches
  * of stash_bytes each; INFINITY when either is unknown. */
 double schedule_warmup_most(double memory, double state_bytes, double stash_bytes);
+/* The schedule pass's whole choice (schedule.c), for the pass and the
+ * fence pass's cost model alike: each stage's warm-up and whether it
+ * recomputes its forward.  Per stage s: stage_seconds (forward + backward)
+ * and forward_seconds (what a replay costs) per micro-batch; per cut c <
+ * S - 1: round_trip[c] and transfer[c] (its busier direction's seconds a
+ * micro-batch); most_stash[s] / most_replay[s]: the warm-up memory holds
+ * keeping what the backward reads / only the forward's inputs (NULL: no
+ * limit).  mode: SCHEDULE_RECOMPUTE_AUTO, _OFF or _ON (every stage that
+ * stashes).  *stage_out (when not NULL): each stage's seconds a
+ * micro-batch with its replay.  0, or -1 when out of memory. */
+enum { SCHEDULE_RECOMPUTE_OFF = 0, SCHEDULE_RECOMPUTE_ON = 1, SCHEDULE_RECOMPUTE_AUTO = 2 };
+int    schedule_recompute_mode(const char *spec);   /* -1: not auto, on or off */
+int    schedule_plan(int32_t S, int32_t M, const double *stage_seconds, const double *forward_seconds,
+                     const double *round_trip, const double *transfer, const double *most_stash,
+                     const double *most_replay, int mode, int32_t *warm, uint8_t *recompute, double *stage_out);
 /* The bytes a send puts on the wire: the tensor, its top-k encoding
  * (density, runtime/comm/topk.h) or its rows of bits (runtime/comm/quant.h). */
 double compress_wire_bytes(const ir_graph *g, const ir_node *send);
@@ -179,12 +195,18 @@ int model_stats_compute(const ir_graph *g, model_stats *s, struct diag *err);
  * and scratch; 0 before the pass, -1 when out of memory). */
 int64_t memory_arena_bytes(const ir_graph *g, int32_t device);
 
-/* What a micro-batch's backward on `stage` reads of its forward: values
- * made by forward ops or fed by the loader (inputs) that a backward op of
- * the stage reads.  1F1B keeps a copy of them for each micro-batch whose
- * backward waits while later ones run their forward (runtime/main.c).
+/* What 1F1B keeps of a micro-batch whose backward on `stage` waits while
+ * later ones run their forward (runtime/main.c):
+ *   - a stage that does not recompute (ir_placement_recompute): what its
+ *     backward reads of its forward, values made by forward ops or fed by
+ *     the loader (inputs) that a backward op of the stage reads;
+ *   - a stage that recomputes: what its forward gets from outside, the
+ *     values received each micro-batch and the inputs, that an op of the
+ *     stage reads; the forward runs again from them before the backward.
  * Writes their ids to out (room for g->n_values); returns the count, -1
- * when out of memory. */
+ * when out of memory.  memory_stash_values_as: the same for a given
+ * `recompute`, whatever the placement says. */
 int32_t memory_stash_values(const ir_graph *g, int32_t stage, int32_t *out);
+int32_t memory_stash_values_as(const ir_graph *g, int32_t stage, int recompute, int32_t *out);
 
 #endif

@@ -38,11 +38,29 @@
  * is below t_s and this is plain 1F1B.  Without a cluster or with one stage
  * there is nothing to do.
  *
+ * Recomputation.  Over slow links that cap can be what limits the step:
+ * GPT-3 XL's shape on DT-FM's world-wide cluster keeps 800 MB a micro-batch
+ * for a 3-layer stage, so a 16 GiB device holds 15 in flight where the
+ * round trips ask for over 100.  A stage that recomputes keeps only what
+ * its forward received and loaded (16 MB there) and runs the forward again
+ * before each waiting backward (runtime/main.c), at the price of one more
+ * forward a micro-batch.  `auto` (the default) chooses it when memory caps
+ * some stage's warm-up, for the stages it caps, if the step it predicts is
+ * shorter: a stage's period a micro-batch is the longest of its compute,
+ * the cut's transfer, and the cut's round trip shared among the
+ * micro-batches the lead keeps on it,
+ *
+ *   period = max_s max(t_s, transfer_s, (r_s + t_s) / (w_s - w_{s+1}))
+ *
+ * (the lead floor(r_s / t_s) + 1 is the least that makes the last term
+ * t_s).  `on` recomputes every stage that keeps anything, `off` none.
+ *
  * The runtime (runtime/main.c) and the simulator (tools/simulate.c) read
- * the warm-up from the placement.
+ * the warm-up and the recompute flags from the placement.
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "passes.h"
 
@@ -72,33 +90,119 @@ double schedule_warmup_most(double memory, double state_bytes, double stash_byte
     return floor((memory - state_bytes) / stash_bytes) - 1.0;
 }
 
+int schedule_recompute_mode(const char *spec)
+{
+    return !spec || strcmp(spec, "auto") == 0 ? SCHEDULE_RECOMPUTE_AUTO
+           : strcmp(spec, "on") == 0          ? SCHEDULE_RECOMPUTE_ON
+           : strcmp(spec, "off") == 0         ? SCHEDULE_RECOMPUTE_OFF
+                                              : -1;
+}
+
+/* The predicted seconds a micro-batch of the pipeline in this order (the
+ * period in the comment at the top). */
+static double pipeline_period(int32_t S, const double *t, const double *round_trip, const double *transfer,
+                              const int32_t *warm)
+{
+    double period = 0.0;
+    for (int32_t s = 0; s < S; s++) {
+        period = fmax(period, t[s]);
+        if (s + 1 < S) {
+            int32_t lead = warm[s] - warm[s + 1];
+            period = fmax(period, transfer[s]);
+            if (lead > 0)   /* lead 0: both hold every micro-batch, nothing waits */
+                period = fmax(period, (round_trip[s] + t[s]) / lead);
+        }
+    }
+    return period;
+}
+
+int schedule_plan(int32_t S, int32_t M, const double *stage_seconds, const double *forward_seconds,
+                  const double *round_trip, const double *transfer, const double *most_stash,
+                  const double *most_replay, int mode, int32_t *warm, uint8_t *recompute, double *stage_out)
+{
+    double  *t = malloc(((size_t)S + 1) * sizeof *t), *most = malloc(((size_t)S + 1) * sizeof *most);
+    int32_t *uncapped = malloc(((size_t)S + 1) * sizeof *uncapped), *warm_r = malloc(((size_t)S + 1) * sizeof *warm_r);
+    int      rc = -1;
+    if (!t || !most || !uncapped || !warm_r)
+        goto done;
+    schedule_warmup(S, M, stage_seconds, round_trip, most_stash, warm);
+    memset(recompute, 0, (size_t)S);
+    if (stage_out)
+        memcpy(stage_out, stage_seconds, (size_t)S * sizeof *stage_out);
+    rc = 0;
+    if (mode == SCHEDULE_RECOMPUTE_OFF)
+        goto done;
+    /* The stages whose own memory caps the warm-up they would take. */
+    schedule_warmup(S, M, stage_seconds, round_trip, NULL, uncapped);
+    int any = 0;
+    for (int32_t s = 0; s < S; s++) {
+        recompute[s] = mode == SCHEDULE_RECOMPUTE_ON || (most_stash && most_stash[s] < uncapped[s]);
+        t[s] = stage_seconds[s] + (recompute[s] ? forward_seconds[s] : 0.0);
+        most[s] = recompute[s] ? (most_replay ? most_replay[s] : INFINITY) : (most_stash ? most_stash[s] : INFINITY);
+        any |= recompute[s];
+    }
+    if (!any)
+        goto done;
+    schedule_warmup(S, M, t, round_trip, most, warm_r);
+    for (int32_t s = 0; s < S; s++)
+        if (warm_r[s] == 0 && recompute[s]) {   /* its backward always follows its forward: nothing kept */
+            recompute[s] = 0;
+            t[s] = stage_seconds[s];
+        }
+    if (mode == SCHEDULE_RECOMPUTE_AUTO &&
+        !(pipeline_period(S, t, round_trip, transfer, warm_r) < pipeline_period(S, stage_seconds, round_trip, transfer, warm))) {
+        memset(recompute, 0, (size_t)S);
+        goto done;
+    }
+    memcpy(warm, warm_r, (size_t)S * sizeof *warm);
+    if (stage_out)
+        memcpy(stage_out, t, (size_t)S * sizeof *stage_out);
+done:
+    free(t);
+    free(most);
+    free(uncapped);
+    free(warm_r);
+    return rc;
+}
+
+/* The bytes stage s keeps a waiting micro-batch (memory_stash_values_as). */
+static double stash_bytes(const ir_graph *g, int32_t s, int recompute, int32_t *ids)
+{
+    int32_t n = memory_stash_values_as(g, s, recompute, ids);
+    double bytes = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        bytes += (double)ir_value_bytes(g, ids[i]);
+    return n < 0 ? -1.0 : bytes;
+}
+
 int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
 {
     const cluster *c = opt->cluster;
     const ir_placement *p = &g->placement;
     int32_t S = p->n_stages, R = p->n_replicas, M = p->micro_batches;
+    const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
+    int mode = schedule_recompute_mode(opt->recompute);
+    if (mode < 0)
+        return diag_set(err, file, 0, "--recompute: expected auto, on or off, found '%s'", opt->recompute);
     if (!c || S < 2)
         return 0;
-    const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
     double *t = calloc((size_t)S, sizeof *t), *fwd = calloc((size_t)S, sizeof *fwd),
-           *bwd = calloc((size_t)S, sizeof *bwd);
-    int32_t *warm = calloc((size_t)S, sizeof *warm);
-    double *state = calloc((size_t)S, sizeof *state), *outputs = calloc((size_t)S, sizeof *outputs);
-    double *most = calloc((size_t)S, sizeof *most);
-    char *counted = calloc((size_t)g->n_values + 1, 1), *by_backward = calloc((size_t)g->n_values + 1, 1);
-    if (!t || !fwd || !bwd || !warm || !state || !outputs || !most || !counted || !by_backward) {
-        free(t), free(fwd), free(bwd), free(warm), free(state), free(outputs), free(most), free(counted),
-            free(by_backward);
-        return diag_set(err, file, 0, "out of memory");
+           *bwd = calloc((size_t)S, sizeof *bwd), *forward = calloc((size_t)S, sizeof *forward);
+    double *transfer = calloc((size_t)S, sizeof *transfer), *state = calloc((size_t)S, sizeof *state);
+    double *most = calloc((size_t)S, sizeof *most), *most_replay = calloc((size_t)S, sizeof *most_replay);
+    int32_t *warm = calloc((size_t)S, sizeof *warm), *ids = malloc(((size_t)g->n_values + 1) * sizeof *ids);
+    uint8_t *recompute = calloc((size_t)S, 1);
+    char *counted = calloc((size_t)g->n_values + 1, 1);
+    int rc = 0;
+    if (!t || !fwd || !bwd || !forward || !transfer || !state || !most || !most_replay || !warm || !ids ||
+        !recompute || !counted) {
+        rc = diag_set(err, file, 0, "out of memory");
+        goto done;
     }
     /* Memory: each stage's parameters with their gradients and two AdamW
      * moments (read by its ops, each once: 4 x), a parameter received once
-     * a step with its summed gradient (2 x), and the outputs of its forward
-     * ops a backward op reads, one micro-batch's (its stash). */
-    for (int32_t i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].phase == PHASE_BACKWARD)
-            for (int k = 0; k < g->nodes[i].n_in; k++)
-                by_backward[g->nodes[i].in[k]] = 1;
+     * a step with its summed gradient (2 x), and what it keeps a waiting
+     * micro-batch (its stash, either way). */
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const ir_node *n = &g->nodes[i];
         if (n->stage < 0 || n->stage >= S)
@@ -108,27 +212,31 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
                 counted[n->in[k]] = 1;
                 state[n->stage] += 4.0 * (double)ir_value_bytes(g, n->in[k]);
             }
-        int once = n->op == OP_RECV && ir_node_int(n, ATTR_ONCE, 0);
-        if (n->phase == PHASE_FORWARD || n->phase == PHASE_NONE)
-            for (int k = 0; k < n->n_out; k++) {
-                if (once)
-                    state[n->stage] += 2.0 * (double)ir_value_bytes(g, n->out[k]);
-                else if (by_backward[n->out[k]])
-                    outputs[n->stage] += (double)ir_value_bytes(g, n->out[k]);
-            }
+        if (n->op == OP_RECV && ir_node_int(n, ATTR_ONCE, 0) && n->phase != PHASE_BACKWARD &&
+            n->phase != PHASE_UPDATE)
+            for (int k = 0; k < n->n_out; k++)
+                state[n->stage] += 2.0 * (double)ir_value_bytes(g, n->out[k]);
     }
     for (int32_t s = 0; s < S; s++) {
-        double memory = INFINITY;
+        double memory = INFINITY, kept = stash_bytes(g, s, 0, ids), inputs = stash_bytes(g, s, 1, ids);
+        if (kept < 0 || inputs < 0) {
+            rc = diag_set(err, file, 0, "out of memory");
+            goto done;
+        }
         for (int32_t r = 0; r < R; r++)
             if (p->device[s * R + r] >= 0 && p->device[s * R + r] < c->n_devices)
                 memory = fmin(memory, c->devices[p->device[s * R + r]].memory_bytes);
-        most[s] = schedule_warmup_most(memory, state[s], outputs[s]);
+        most[s] = schedule_warmup_most(memory, state[s], kept);
+        most_replay[s] = schedule_warmup_most(memory, state[s], inputs);
     }
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const ir_node *n = &g->nodes[i];
         if (n->phase == PHASE_UPDATE || n->stage < 0 || n->stage >= S || n->device < 0 || n->device >= c->n_devices)
             continue;
-        t[n->stage] += estimate_node_seconds(g, i, &c->devices[n->device]);
+        double seconds = estimate_node_seconds(g, i, &c->devices[n->device]);
+        t[n->stage] += seconds;
+        if (n->phase != PHASE_BACKWARD && n->op != OP_SEND && n->op != OP_RECV)
+            forward[n->stage] += seconds;   /* what a replay runs */
         /* A micro-batch's round trip: not what crosses once a step (a
          * parameter, and its gradient summed over the step: `accumulate`). */
         if (n->op != OP_SEND || ir_node_int(n, ATTR_ONCE, 0) || ir_node_int(n, ATTR_ACCUMULATE, 0))
@@ -148,11 +256,15 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
             bw = fmin(bw, b);
             lat = fmax(lat, l);
         }
-        fwd[s] = 2.0 * (lat + fmax(fwd[s], bwd[s]) / bw);   /* now the cut's round trip */
+        transfer[s] = fmax(fwd[s], bwd[s]) / bw;
+        fwd[s] = 2.0 * (lat + transfer[s]);   /* now the cut's round trip */
     }
-    schedule_warmup(S, M, t, fwd, most, warm);
-    int rc = ir_graph_set_warmup(g, warm) ? diag_set(err, file, 0, "schedule: cannot set the warm-up counts") : 0;
-    free(t), free(fwd), free(bwd), free(warm), free(state), free(outputs), free(most), free(counted),
-        free(by_backward);
+    if (schedule_plan(S, M, t, forward, fwd, transfer, most, most_replay, mode, warm, recompute, NULL))
+        rc = diag_set(err, file, 0, "out of memory");
+    else if (ir_graph_set_warmup(g, warm) || ir_graph_set_recompute(g, recompute))
+        rc = diag_set(err, file, 0, "schedule: cannot set the warm-up counts");
+done:
+    free(t), free(fwd), free(bwd), free(forward), free(transfer), free(state), free(most), free(most_replay);
+    free(warm), free(ids), free(recompute), free(counted);
     return rc;
 }

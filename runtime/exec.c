@@ -307,6 +307,9 @@ int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
     switch (op->op) {
     case OP_SEND:
     case OP_RECV:
+        if (ctx->replay)   /* sent already; received and put back by the stepper */
+            return 0;
+        /* fall through */
     case OP_ALLREDUCE:
         if (!ctx->comm) {
             snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): this program has no peers to talk to",

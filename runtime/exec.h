@@ -48,6 +48,8 @@ typedef struct {
     struct rt_comm *comm;      /* send, recv and allreduce go through it; NULL: none */
     double  slowdown;          /* > 1: sleep after each op so it takes this many times as long */
     struct rt_cuda *cuda;      /* a CUDA device's backend (cuda/cuda.h); NULL on a CPU device */
+    int32_t replay;            /* 1: the forward runs again for its backward (recompute):
+                                  sends and recvs do nothing, what they moved is in place */
 } rt_context;
 
 /* Run op on the arena.  Returns 0, or -1 with ctx->msg set (a token id or

@@ -14,6 +14,11 @@
  * the rows a one-device run of the whole batch sees) and runs
  * fusion_forward; if its backward does not come next, what the backward
  * will read is copied to a stash slot (the arena holds one micro-batch).
+ * On a stage that recomputes (the schedule pass chose it, to keep more
+ * micro-batches in flight over a slow link), the slot holds only what the
+ * forward received and loaded, and the backward first runs the forward
+ * again from it, its sends and recvs skipped (ctx->replay): the same ops
+ * on the same inputs, so the same values, bit for bit.
  * A backward restores it, runs fusion_backward, and adds the parameters'
  * gradients into an accumulator; before the update the sum becomes the
  * mean over micro-batches, so the step's mathematics is the one-device
@@ -493,11 +498,19 @@ static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
 
 static int run_backward(stepper *st, rt_context *ctx, int32_t m)
 {
+    ctx->micro_batch = m;
     if (st->stashed[m]) {
         stash_copy(st, m, 0);
         st->stashed[m] = 0;
+        if (st->p->manifest.recompute) {   /* the stash is the forward's inputs: run it again */
+            ctx->phase = PHASE_FORWARD;
+            ctx->replay = 1;
+            int rc = fusion_forward(st->p->arena, ctx);
+            ctx->replay = 0;
+            if (rc != 0)
+                return -1;
+        }
     }
-    ctx->micro_batch = m;
     ctx->phase = PHASE_BACKWARD;
     if (fusion_backward(st->p->arena, ctx) != 0)
         return -1;

@@ -3,7 +3,9 @@
 # data-parallel replicas (2 micro-batches) gives, step for step, the losses
 # of the one-device run of the same global batch and seed, within 1e-5
 # relative, for 20 steps (with --compress none: local-4 has two regions, so
-# adatopk, which changes the mathematics on purpose, is its default).  Also: launch-local.sh, plan.txt and the
+# adatopk, which changes the mathematics on purpose, is its default); with
+# --recompute on, the 4-stage pipeline's losses are bit-equal to its losses
+# without.  Also: launch-local.sh, plan.txt and the
 # per-device manifests are written, and every device reports completion.
 . "$(dirname "$0")/lib.sh"
 no_leak_scan_in_threaded_programs
@@ -48,6 +50,16 @@ run() {
 
 run pipeline4 --scheduler uniform --micro-batches 4
 grep -q "4 stages x 1 replica" "$work/pipeline4.compile" && pass || fail "pipeline4: $(cat "$work/pipeline4.compile")"
+# Recomputation: stages 0-2 keep only what their forward receives and run it
+# again before each waiting backward; the same ops on the same inputs give
+# the same losses, bit for bit, as the pipeline that keeps its stash.
+run recompute4 --scheduler uniform --micro-batches 4 --recompute on
+grep -q "^recompute: stages 0, 1, 2 " "$work/recompute4/plan.txt" && pass \
+  || fail "recompute4: plan.txt does not say stages 0-2 recompute: $(cat "$work/recompute4/plan.txt")"
+grep -q "^schedule .*, recomputes" "$work/recompute4/cpu-a0/manifest.txt" && pass \
+  || fail "recompute4: cpu-a0's manifest does not say it recomputes: $(cat "$work/recompute4/cpu-a0/manifest.txt")"
+cmp -s "$work/pipeline4.loss" "$work/recompute4.loss" && pass \
+  || fail "recompute4: losses differ from pipeline4's: $(paste "$work/pipeline4.loss" "$work/recompute4.loss" | head -5)"
 run grid2x2 --stages 2 --replicas 2 --micro-batches 2
 grep -q "2 stages x 2 replicas" "$work/grid2x2.compile" && pass || fail "grid2x2: $(cat "$work/grid2x2.compile")"
 for d in cpu-a0 cpu-a1 cpu-b0 cpu-b1; do

@@ -48,6 +48,7 @@ typedef struct {
     int           port_base;    /* --port-base P (0: 29500)                     */
     int           stages;       /* --stages S (0: the scheduler's choice)       */
     const char   *compress;     /* --compress none|topk:RHO|adatopk             */
+    const char   *recompute;    /* --recompute auto|on|off                      */
     int           replicas;     /* --replicas R (0: the scheduler's choice)     */
     int           steps;        /* --steps N (simulate; 0: 3)                   */
     long long     seed;         /* --seed N (--scheduler random; 0: 1)          */
@@ -104,7 +105,10 @@ static const char *const usage_dump =
     "  --compress C       AdaTopK on the links the pipeline waits for: adatopk (the default on a\n" \
     "                     cluster of several regions: rows of 8 or 4 bits for activations and\n"  \
     "                     their gradients, top-k with error feedback for parameter gradients),\n" \
-    "                     none (the default on one region) or topk:RHO (everything top-k at RHO)\n"
+    "                     none (the default on one region) or topk:RHO (everything top-k at RHO)\n" \
+    "  --recompute R      auto (default: a stage whose memory caps the micro-batches it keeps\n"   \
+    "                     in flight keeps only its forward's inputs and runs the forward again\n"  \
+    "                     before each waiting backward, when that shortens the step), on or off\n"
 
 static const char *const usage_compile =
     "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--scheduler S] [--micro-batches M]\n"
@@ -182,7 +186,8 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                           strcmp(a, "--format") == 0 || strcmp(a, "--dump-ir") == 0 || strcmp(a, "-o") == 0 ||
                           strcmp(a, "--scheduler") == 0 || strcmp(a, "--micro-batches") == 0 ||
                           strcmp(a, "--port-base") == 0 || strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 ||
-                          strcmp(a, "--compress") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--seed") == 0;
+                          strcmp(a, "--compress") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--seed") == 0 ||
+                          strcmp(a, "--recompute") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -195,7 +200,7 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format") && strcmp(key, "--dump-ir") &&
                 strcmp(key, "--scheduler") && strcmp(key, "--micro-batches") && strcmp(key, "--port-base") &&
                 strcmp(key, "--stages") && strcmp(key, "--replicas") && strcmp(key, "--compress") &&
-                strcmp(key, "--steps") && strcmp(key, "--seed"))
+                strcmp(key, "--steps") && strcmp(key, "--seed") && strcmp(key, "--recompute"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -261,6 +266,10 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                 return usage_error(usage, "--compress expects none, topk:RHO (0 < RHO <= 1) or adatopk, found '%s'",
                                    value);
             o->compress = value;
+        } else if (strcmp(a, "--recompute") == 0) {
+            if (schedule_recompute_mode(value) < 0)
+                return usage_error(usage, "--recompute expects auto, on or off, found '%s'", value);
+            o->recompute = value;
         } else if (strcmp(a, "--format") == 0) {
             if (strcmp(value, "text") && strcmp(value, "dot"))
                 return usage_error(usage, "--format expects text or dot, found '%s'", value);
@@ -554,6 +563,7 @@ static int build_placed(const options *o, const char *model_path, const cluster 
     popt.scheduler = o->scheduler;
     popt.stages = o->stages;
     popt.compress = o->compress;
+    popt.recompute = o->recompute;
     popt.replicas = o->replicas;
     popt.seed = (uint64_t)o->seed;
     if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)

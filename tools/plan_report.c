@@ -26,7 +26,8 @@ static int32_t forward_ops_on(const ir_graph *g, int32_t stage)
 
 /* The arena, plus the stashed activations of the micro-batches 1F1B keeps
  * waiting for their backward on this stage: its warm-up forwards (the
- * schedule pass's; plain 1F1B's S - s - 1 before it ran), at most M. */
+ * schedule pass's; plain 1F1B's S - s - 1 before it ran), at most M; on a
+ * stage that recomputes, only its forward's inputs (memory_stash_values). */
 static double stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
 {
     int32_t *ids = malloc(((size_t)g->n_values + 1) * sizeof *ids);
@@ -76,6 +77,12 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
                 forward_ops_on(g, s), p->stage_compute[s] * ms, sent, link, p->stage_update[s] * ms,
                 p->allreduce[s] * ms, stage_memory(g, p, s) / mib);
     }
+    int32_t placed = g->placement.n_stages == p->n_stages, any = 0;
+    for (int32_t s = 0; placed && s < p->n_stages; s++)
+        if (ir_placement_recompute(&g->placement, s))
+            fprintf(out, "%s%d", any++ ? ", " : "recompute: stages ", s);
+    if (any)
+        fputs(" keep only what their forward receives a micro-batch and run it again before its backward\n", out);
     int32_t b = p->bottleneck_stage;
     if (p->bottleneck_is_link)
         fprintf(out, "bottleneck: the link from stage %d to %d, %.2f ms per micro-batch\n", b, b + 1,

@@ -17,7 +17,8 @@
  * A worker's program, as the runtime runs it (runtime/main.c): per step,
  * the forward and backward of each micro-batch in 1F1B order (warm-up
  * min(S - s - 1, M) forwards, then one forward one backward, then the
- * remaining backwards), then the update.  Steps follow each other with no
+ * remaining backwards; on a stage that recomputes, a backward that waited
+ * runs the forward's compute again first), then the update.  Steps follow each other with no
  * barrier, as on the devices.  A message is told apart by its tensor id,
  * micro-batch (the update's: M), replica and step; a `once` send or recv
  * runs in micro-batch 0 only.
@@ -42,6 +43,9 @@ typedef struct {
     int     blocked;            /* waits for a message or its replicas                  */
     int     in_allreduce;       /* counted at its stage's all-reduce                    */
     int32_t pending_send;       /* a send whose encoding ends at t_free, or -1          */
+    double  replay;             /* recomputing: its forward's compute, run again before a
+                                   waiting backward (0: the stage keeps its stash)      */
+    int     replayed;           /* this backward's replay is done                        */
     int32_t box;                /* the open box, or -1                                  */
     int     done;
 } worker;
@@ -196,8 +200,21 @@ static int advance(sim *s, int32_t wi, double now)
         }
         const int32_t *ops = s->ops[ph] + (size_t)st * g->n_nodes;
         int32_t n_ops = s->n_ops[st * PHASE_COUNT + ph];
+        if (!w->replayed && w->op == 0 && a < 0 && w->replay > 0.0 && w->action > 0 &&
+            s->order[(size_t)st * 2 * s->M + w->action - 1] != mb) {
+            /* A waiting backward on a stage that recomputes: the forward
+             * again first (runtime/main.c run_backward). */
+            double start = fmax(w->t_free, now);
+            if (add_box(s, wi, SIM_FORWARD, mb, start, start + w->replay))
+                return -1;
+            s->r->busy[wi] += w->replay;
+            w->t_free = start + w->replay;
+            w->replayed = 1;
+            continue;
+        }
         if (w->op == n_ops) {   /* the action is done */
             w->op = 0;
+            w->replayed = 0;
             w->box = -1;
             if (++w->action > 2 * s->M) {
                 s->r->step_end[w->step] = fmax(s->r->step_end[w->step], w->t_free);
@@ -386,6 +403,12 @@ int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, sim_resul
                 goto done;
             }
             s.w[wi] = (worker){ .stage = st, .replica = rep, .device = dev, .pending_send = -1, .box = -1 };
+            for (int32_t k = 0; ir_placement_recompute(&g->placement, st) && k < s.n_ops[st * PHASE_COUNT + PHASE_FORWARD];
+                 k++) {
+                int32_t n = s.ops[PHASE_FORWARD][(size_t)st * N + k];
+                if (g->nodes[n].op != OP_SEND && g->nodes[n].op != OP_RECV)
+                    s.w[wi].replay += estimate_node_seconds(g, n, &c->devices[dev]);
+            }
             r->device[wi] = dev;
             r->stage[wi] = st;
         }

@@ -322,6 +322,19 @@ static void test_text_placement_line_round_trips(void)
     CHECK_CONTAINS(text, "devices=[0,1,13,2] warmup=[4,3]\nhyper n_layer = 2\n");
     check_round_trip(&g, "gpt-like graph with warm-up counts");
     free(text);
+    /* Recompute flags: after the warm-up, only when a stage recomputes. */
+    CHECK_INT(0, ir_placement_recompute(&g.placement, 0));
+    CHECK_INT(-1, ir_graph_set_recompute(&g, (uint8_t[]){ 2, 0 }));
+    CHECK_INT(0, ir_graph_set_recompute(&g, (uint8_t[]){ 1, 0 }));
+    CHECK_INT(1, ir_placement_recompute(&g.placement, 0));
+    CHECK_INT(0, ir_placement_recompute(&g.placement, 1));
+    CHECK_INT(0, ir_placement_recompute(&g.placement, 2));   /* out of range */
+    text = print_to_string(&g, 0);
+    CHECK_CONTAINS(text, "devices=[0,1,13,2] warmup=[4,3] recompute=[1,0]\nhyper n_layer = 2\n");
+    check_round_trip(&g, "gpt-like graph with recompute flags");
+    free(text);
+    CHECK_INT(0, ir_graph_set_recompute(&g, (uint8_t[]){ 0, 0 }));   /* none: no list */
+    CHECK(g.placement.recompute == NULL);
     CHECK_INT(0, ir_graph_set_warmup(&g, NULL));
 
     /* The copy is deep: the original's list freed, the copy still prints it. */
@@ -481,6 +494,12 @@ static void test_text_parse_errors_in_the_placement_line(void)
                 "',' and 1 more warm-up count");
     PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] warmup=[1,0] x\n", 3,
                 "expected end of line after the warm-up list, found 'x'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] warmup=[1,0] recompute=[1,2]\n",
+                3, "expected a recompute flag, 0 or 1, found '2'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] recompute=[1]\n", 3,
+                "',' and 1 more recompute flag");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] recompute=[1,0] x\n", 3,
+                "expected end of line after the recompute list, found 'x'");
     PARSE_ERROR(TOP PLACED PLACED, 4, "'placement' must come once, after 'model' (and 'after'), before any "
                                       "hyper, source or node");
     PARSE_ERROR(TOP "input x : f32[2]\n" PLACED, 4, "'placement' must come once");
