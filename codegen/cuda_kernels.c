@@ -141,6 +141,7 @@ void cuda_plan_free(cuda_plan *p)
     free(p->steps);
     free(p->ops);
     free(p->source);
+    cuda_fusable_free(p);
     memset(p, 0, sizeof *p);
 }
 
@@ -309,44 +310,6 @@ const char *flit(char buf[32], double v)
 }
 
 /* ---- elementwise kernels ---------------------------------------------------- */
-
-/* The loop every elementwise kernel is: body sees i (long long), n elements. */
-static void kb_elementwise_loop(kbuf *kb, int64_t n, const char *body)
-{
-    kb_printf(kb,
-              "    const long long n = %lldLL;\n"
-              "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-              "         i += (long long)gridDim.x * blockDim.x) {\n"
-              "%s"
-              "    }\n",
-              (long long)n, body);
-}
-
-/* One elementwise kernel over n elements: decls declare the pointers from
- * a.p[], body computes element i. */
-int elementwise(cuda_plan *p, const char *tag, int64_t n, const char *decls, const char *body, ...)
-{
-    kbuf kb = { 0 };
-    kb_printf(&kb, "%s", decls);
-    kb_elementwise_loop(&kb, n, body);
-    int32_t k = kb_finish(p, &kb, tag);
-    if (k < 0)
-        return -1;
-    rt_cuda_step *s;
-    if (step_kernel(p, k, grid_for(n), 0, 0, ARG_END))
-        return -1;
-    s = &p->steps[p->n_steps - 1];
-    va_list ap;
-    va_start(ap, body);
-    for (int i = 0; i < RT_CUDA_MAX_ARGS; i++) {
-        rt_cuda_arg a = va_arg(ap, rt_cuda_arg);
-        if (a.kind < 0)
-            break;
-        s->arg[i] = a;
-    }
-    va_end(ap);
-    return 0;
-}
 
 /* gelu, tanh form, through 1 + tanh(u) = 2/(1 + e^-2u) as the CPU kernel
  * (runtime/cpu/elementwise.c) computes it. */
@@ -537,16 +500,13 @@ int lower_column_sums(cuda_plan *p, rt_cuda_arg out, rt_cuda_arg in, int64_t row
 static int lower_linear(cuda_plan *p, const rt_op *op)
 {
     int64_t K = op->in[1].dim[1], N = op->in[1].dim[0], M = rt_tensor_numel(&op->in[0]) / K;
-    int bias = op->n_in == 3;
-    if (bias) {
-        char body[96];
-        snprintf(body, sizeof body, "        y[i] = b[i %% %lldLL];\n", (long long)N);
-        if (elementwise(p, "bias_rows", M * N, "    float *y = (float *)a.p[0];\n    const float *b = (const float *)a.p[1];\n",
-                        body, out_arg(op, 0), in_arg(op, 2), ARG_END))
-            return -1;
-    }
-    return step_gemm(p, 0, 1, M, N, K, 1.0f, in_arg(op, 0), K, 0, in_arg(op, 1), K, 0, bias ? 1.0f : 0.0f,
-                     out_arg(op, 0), N, 0, 1);
+    if (step_gemm(p, 0, 1, M, N, K, 1.0f, in_arg(op, 0), K, 0, in_arg(op, 1), K, 0, 0.0f, out_arg(op, 0), N, 0, 1))
+        return -1;
+    if (op->n_in < 3)
+        return 0;
+    /* The bias after the product, so that the activation or residual add
+     * that follows fuses with it (cuda_elementwise.c). */
+    return elementwise_bias_rows_add(p, M, N, out_arg(op, 0), in_arg(op, 2));
 }
 
 /* x, w, dy -> dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = Σ_rows dy. */

@@ -20,8 +20,9 @@
  *
  * What it deliberately is not: fast.  The kernels are the plain,
  * obviously-right form (block-per-row reductions, one thread per output,
- * no tensor cores, no fusion of elementwise chains yet); matrix products,
- * where the time goes, are cuBLAS's.
+ * no tensor cores); matrix products, where the time goes, are cuBLAS's.
+ * Chains of elementwise ops (a bias, then gelu or a residual add) fuse
+ * into one launch when the plan asks (cuda_elementwise.c).
  */
 #ifndef FUSION_CUDA_KERNELS_H
 #define FUSION_CUDA_KERNELS_H
@@ -45,6 +46,12 @@ typedef struct {
     int32_t       n_ops, cap_ops;
     int64_t       scratch_bytes;/* the most any op's steps need                  */
     int           oom;          /* an allocation failed: the plan is unusable    */
+    int           fuse;         /* 1: an elementwise kernel may join the one before
+                                   it (cuda_elementwise.c); 0 (cuda_plan_init): each
+                                   op its own steps, as the emulation harness checks them */
+    int32_t       group;        /* the caller's label for the ops being added (their
+                                   phase): only kernels of one group fuse      */
+    struct cuda_fusable *fusable;   /* the last step, when another may join it */
 } cuda_plan;
 
 void cuda_plan_init(cuda_plan *p);

@@ -51,8 +51,13 @@ rt_cuda_arg arg_plus(rt_cuda_arg a, int64_t bytes);
 
 /* One elementwise kernel over n elements (a grid-stride loop over i):
  * decls declare the pointers from a.p[], body computes element i; the
- * arguments follow, ending with ARG_END. */
+ * arguments follow, ending with ARG_END.  With p->fuse it may instead join
+ * the plan's last step (cuda_elementwise.c). */
 int elementwise(cuda_plan *p, const char *tag, int64_t n, const char *decls, const char *body, ...);
+/* y (rows, cols) += b (cols) broadcast over rows: elementwise, fusable with
+ * what follows though it reads b at i % cols. */
+int elementwise_bias_rows_add(cuda_plan *p, int64_t rows, int64_t cols, rt_cuda_arg y, rt_cuda_arg b);
+void cuda_fusable_free(cuda_plan *p);
 /* out[j] = Σ_rows in[row][j] in double, one thread per column. */
 int lower_column_sums(cuda_plan *p, rt_cuda_arg out, rt_cuda_arg in, int64_t rows, int64_t cols);
 

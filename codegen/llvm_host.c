@@ -259,7 +259,7 @@ static int write_file(const char *dir, const char *name, const void *bytes, size
 /* A CUDA device: every op's steps and kernels (cuda_kernels.c), compiled
  * by NVRTC (nvrtc.c, cached), embedded as the fusion_cuda_* blobs. */
 static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device_info *dev, const rt_op *ops,
-                           int32_t n_ops, int32_t *cuda_ops_len, struct diag *err)
+                           const ir_phase *ops_phase, int32_t n_ops, int32_t *cuda_ops_len, struct diag *err)
 {
     cuda_plan plan;
     cuda_plan_init(&plan);
@@ -267,8 +267,11 @@ static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device
     memset(&im, 0, sizeof im);
     char *names = NULL;
     int rc = 0;
-    for (int32_t i = 0; i < n_ops && rc == 0; i++)
+    plan.fuse = 1;
+    for (int32_t i = 0; i < n_ops && rc == 0; i++) {
+        plan.group = ops_phase[i];   /* a kernel fuses only with one of its own phase */
         rc = cuda_plan_add_op(&plan, &ops[i], err);
+    }
     if (rc == 0 && plan.oom)
         rc = diag_set(err, dev->name, 0, "out of memory generating CUDA kernels");
     if (rc == 0)
@@ -416,7 +419,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     int32_t blob_len = (int32_t)((size_t)n_ops * sizeof *ops);
     int32_t cuda_ops_len = 0;
     if (dev->cuda_dump_dir)
-        rc = add_cuda_module(m, cx, dev, ops, n_ops, &cuda_ops_len, err);
+        rc = add_cuda_module(m, cx, dev, ops, ops_phase, n_ops, &cuda_ops_len, err);
     else
         add_empty_cuda_module(m, cx);
     add_step_function(m, cx, "fusion_forward", ops_phase, n_ops, PHASE_FORWARD, blob_len, cuda_ops_len);

@@ -247,3 +247,103 @@ int cuda_cases_build(cuda_case **out_cases)
     *out_cases = l.c;
     return l.n;
 }
+
+/* ---- chains: elementwise kernels fusing (codegen/cuda_elementwise.c) ---- */
+
+/* t placed at *at, *at moved past it (64-byte aligned). */
+static rt_tensor at_place(rt_tensor t, int64_t *at)
+{
+    t.offset = *at;
+    *at += (rt_tensor_numel(&t) * 4 + 63) / 64 * 64;
+    return t;
+}
+
+static rt_op chain_op(int k, const char *name)
+{
+    rt_op op;
+    memset(&op, 0, sizeof op);
+    op.op = k;
+    op.ws_offset = -1;
+    snprintf(op.name, sizeof op.name, "%s", name);
+    const op_def *def = &op_table[k];
+    for (int i = 0; i < def->n_attr_specs; i++) {
+        op.ints[def->attr_specs[i].key] = def->attr_specs[i].default_int;
+        op.floats[def->attr_specs[i].key] = def->attr_specs[i].default_float;
+    }
+    return op;
+}
+
+static rt_op op2(int k, const char *name, rt_tensor a, rt_tensor b, rt_tensor y)
+{
+    rt_op op = chain_op(k, name);
+    op.in[op.n_in++] = a;
+    op.in[op.n_in++] = b;
+    op.out[op.n_out++] = y;
+    return op;
+}
+
+static rt_op op1(int k, const char *name, rt_tensor x, rt_tensor y)
+{
+    rt_op op = chain_op(k, name);
+    op.in[op.n_in++] = x;
+    op.out[op.n_out++] = y;
+    return op;
+}
+
+static rt_op linear(rt_tensor x, rt_tensor w, rt_tensor b, rt_tensor y)
+{
+    rt_op op = op2(OP_LINEAR, "linear", x, w, y);
+    op.in[op.n_in++] = b;
+    return op;
+}
+
+int cuda_chains_build(cuda_chain **out)
+{
+    enum { N_CHAINS = 6 };
+    cuda_chain *c = calloc(N_CHAINS, sizeof *c);
+    if (!c)
+        abort();
+    int64_t at;
+    rt_tensor x, w, b, h, y, r, z;
+
+    /* GPT's MLP: the product, then its bias and gelu in one launch. */
+    at = 0;
+    x = at_place(S3(2, 5, 37), &at), w = at_place(S2(19, 37), &at), b = at_place(S1(19), &at);
+    h = at_place(S3(2, 5, 19), &at), y = at_place(S3(2, 5, 19), &at);
+    c[0] = (cuda_chain){ { linear(x, w, b, h), op1(OP_GELU, "gelu", h, y) }, 2, "linear + bias -> gelu", at, 2 };
+    /* GPT's projection: bias and the residual add in one launch. */
+    at = 0;
+    x = at_place(S2(11, 300), &at), w = at_place(S2(7, 300), &at), b = at_place(S1(7), &at);
+    h = at_place(S2(11, 7), &at), r = at_place(S2(11, 7), &at), y = at_place(S2(11, 7), &at);
+    c[1] = (cuda_chain){ { linear(x, w, b, h), op2(OP_ADD, "add", r, h, y) }, 2, "linear + bias -> residual add", at, 2 };
+    /* Three parts: bias, gelu, add. */
+    at = 0;
+    x = at_place(S3(2, 5, 37), &at), w = at_place(S2(19, 37), &at), b = at_place(S1(19), &at);
+    h = at_place(S3(2, 5, 19), &at), y = at_place(S3(2, 5, 19), &at), r = at_place(S3(2, 5, 19), &at);
+    z = at_place(S3(2, 5, 19), &at);
+    c[2] = (cuda_chain){ { linear(x, w, b, h), op1(OP_GELU, "gelu", h, y), op2(OP_ADD, "add", y, r, z) }, 3,
+                         "linear + bias -> gelu -> add", at, 2 };
+    /* ResNet's block end, in place: add into a, relu of a into a. */
+    at = 0;
+    x = at_place(S1(1001), &at), r = at_place(S1(1001), &at);
+    c[3] = (cuda_chain){ { op2(OP_ADD, "add", x, r, x), op1(OP_RELU, "relu", x, x) }, 2, "add in place -> relu in place",
+                         at, 1 };
+    /* Must not fuse: relu writes where add reads, 4 floats further on. */
+    at = 0;
+    x = at_place(S1(1001), &at), r = at_place(S1(1001), &at), y = at_place(S1(1001), &at);
+    z = r;
+    z.offset += 16;
+    at += 64;
+    c[4] = (cuda_chain){ { op2(OP_ADD, "add", x, r, y), op1(OP_RELU, "relu", y, z) }, 2,
+                         "add -> relu over add's input, shifted: not fused", at, 2 };
+    /* Must not fuse: different lengths. */
+    at = 0;
+    x = at_place(S1(1001), &at), r = at_place(S1(1001), &at), y = at_place(S1(1001), &at);
+    h = at_place(S1(999), &at), z = at_place(S1(999), &at);
+    c[5] = (cuda_chain){ { op2(OP_ADD, "add", x, r, y), op1(OP_RELU, "relu", h, z) }, 2,
+                         "add 1001, relu 999: not fused", at, 2 };
+    for (int i = 0; i < N_CHAINS; i++)
+        c[i].arena_bytes += 64;
+    *out = c;
+    return N_CHAINS;
+}

@@ -28,6 +28,20 @@ typedef struct {
 /* The cases, in a fixed order; free() the array. */
 int cuda_cases_build(cuda_case **out);
 
+/* A chain of ops on one arena, for the fusion of elementwise kernels
+ * (codegen/cuda_elementwise.c): added to a plan with fuse = 1, its steps
+ * must number `steps` and compute what the ops compute one by one. */
+typedef struct {
+    rt_op   ops[4];
+    int     n_ops;
+    char    label[96];
+    int64_t arena_bytes;
+    int     steps;                  /* fused, as the fusion rules allow */
+} cuda_chain;
+
+/* The chains, in a fixed order; free() the array. */
+int cuda_chains_build(cuda_chain **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,7 +5,8 @@
  *
  * The file is the generated source unchanged, after cuda_emu.h, and a
  * table of its kernels by name (cuda_emu_kernel) that the harness looks
- * kernels up in.  The harness builds the same plan again to get the steps. */
+ * kernels up in.  The harness builds the same plan again to get the steps:
+ * the cases one by one, then the chains with fusion on. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -28,6 +29,19 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: case '%s': %s\n", argv[0], cases[i].label, err.msg);
             return 1;
         }
+    /* The chains after them, fused, each its own group (as the harness adds them). */
+    cuda_chain *chains = NULL;
+    int n_chains = cuda_chains_build(&chains);
+    plan.fuse = 1;
+    for (int j = 0; j < n_chains; j++)
+        for (int i = 0; i < chains[j].n_ops; i++) {
+            plan.group = 1000 + j;
+            if (cuda_plan_add_op(&plan, &chains[j].ops[i], &err)) {
+                fprintf(stderr, "%s: chain '%s': %s\n", argv[0], chains[j].label, err.msg);
+                return 1;
+            }
+        }
+    free(chains);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", argv[1]);
     FILE *f = fopen(tmp, "w");

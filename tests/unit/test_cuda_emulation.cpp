@@ -99,11 +99,11 @@ const char *reference_sgemm(device &d, const rt_cuda_step &s)
     return nullptr;
 }
 
-/* Run the op's steps on d.  Returns a message, or nullptr. */
-const char *run_steps(const cuda_plan &plan, int index, device &d, const std::vector<int> &kernel_of, int *launches)
+/* Run steps [first, end) on d.  Returns a message, or nullptr. */
+const char *run_step_range(const cuda_plan &plan, int32_t first, int32_t end, device &d,
+                           const std::vector<int> &kernel_of, int *launches)
 {
-    const rt_cuda_op &cop = plan.ops[index];
-    for (int32_t i = cop.first; i < cop.first + cop.count; i++) {
+    for (int32_t i = first; i < end; i++) {
         const rt_cuda_step &s = plan.steps[i];
         if (s.kind == RT_CUDA_STEP_GEMM) {
             if (const char *why = reference_sgemm(d, s))
@@ -124,6 +124,13 @@ const char *run_steps(const cuda_plan &plan, int index, device &d, const std::ve
         ++*launches;
     }
     return nullptr;
+}
+
+/* Run op `index`'s steps on d. */
+const char *run_steps(const cuda_plan &plan, int index, device &d, const std::vector<int> &kernel_of, int *launches)
+{
+    const rt_cuda_op &cop = plan.ops[index];
+    return run_step_range(plan, cop.first, cop.first + cop.count, d, kernel_of, launches);
 }
 
 /* Inputs: ids in range, or uniform in [-1, 1); a few ops want positive or
@@ -211,6 +218,20 @@ int main()
             fprintf(stderr, "FAIL plan: case '%s': %s\n", cases[i].label, err.msg);
             return 1;
         }
+    /* The chains, fused, each its own group (as cuda_emu_gen adds them). */
+    cuda_chain *chains = nullptr;
+    int n_chains = cuda_chains_build(&chains);
+    std::vector<int> chain_first_op;
+    plan.fuse = 1;
+    for (int j = 0; j < n_chains; j++) {
+        chain_first_op.push_back(plan.n_ops);
+        plan.group = 1000 + j;
+        for (int i = 0; i < chains[j].n_ops; i++)
+            if (cuda_plan_add_op(&plan, &chains[j].ops[i], &err)) {
+                fprintf(stderr, "FAIL plan: chain '%s': %s\n", chains[j].label, err.msg);
+                return 1;
+            }
+    }
     std::vector<int> kernel_of((size_t)plan.n_kernels, -1);
     for (int32_t k = 0; k < plan.n_kernels; k++) {
         for (int e = 0; e < cuda_emu_n_kernels; e++)
@@ -315,6 +336,58 @@ int main()
         }
         free(gpu);
     }
+    /* The chains: the fused steps against the CPU kernels run one op after
+     * the other on the same arena; every op's outputs compared. */
+    for (int j = 0; j < n_chains; j++) {
+        const cuda_chain &ch = chains[j];
+        const rt_cuda_op &first = plan.ops[chain_first_op[(size_t)j]];
+        const rt_cuda_op &last = plan.ops[chain_first_op[(size_t)j] + ch.n_ops - 1];
+        int32_t steps = last.first + last.count - first.first;
+        size_t bytes = (size_t)(ch.arena_bytes + 63) / 64 * 64;
+        char *cpu = (char *)aligned_alloc(64, bytes), *gpu = (char *)aligned_alloc(64, bytes);
+        for (size_t k = 0; k < bytes / 4; k++) {   /* every float random: inputs, and what outputs overwrite */
+            float v = (float)(2.0 * r.uniform() - 1.0);
+            memcpy(cpu + k * 4, &v, 4);
+        }
+        memcpy(gpu, cpu, bytes);
+        const char *why = nullptr;
+        rt_context ctx;
+        memset(&ctx, 0, sizeof ctx);
+        for (int i = 0; i < ch.n_ops && !why; i++)
+            if (rt_op_run(&ch.ops[i], cpu, &ctx) != 0)
+                why = "a CPU kernel failed";
+        device d{ gpu, std::vector<unsigned char>((size_t)plan.scratch_bytes + 64, 0xA5), RT_CUDA_STATUS_OK };
+        int launches = 0;
+        if (!why)
+            why = run_step_range(plan, first.first, first.first + steps, d, kernel_of, &launches);
+        static char msg[256];
+        if (!why && steps != ch.steps) {
+            snprintf(msg, sizeof msg, "%d steps, expected %d", (int)steps, ch.steps);
+            why = msg;
+        }
+        double chain_rel = 0;
+        for (int i = 0; i < ch.n_ops && !why; i++) {
+            compared m = compare(ch.ops[i].out[0], cpu, gpu, false);
+            if (m.nan || m.max_diff > 1e-5 * m.max_ref) {
+                snprintf(msg, sizeof msg, "op %d (%s): |gpu - cpu| = %.3g at element %lld, max|cpu| = %.3g", i,
+                         ch.ops[i].name, m.max_diff, (long long)m.worst, m.max_ref);
+                why = msg;
+            }
+            chain_rel = std::fmax(chain_rel, m.max_ref > 0 ? m.max_diff / m.max_ref : 0);
+        }
+        if (why) {
+            printf("FAIL chain %-36s %s\n", ch.label, why);
+            failed++;
+        } else {
+            printf("ok   chain %-36s %d ops in %d step%s, max|gpu-cpu| = %.2e x max|cpu|\n", ch.label, ch.n_ops, steps,
+                   steps == 1 ? "" : "s", chain_rel);
+            passed++;
+            worst_rel = std::fmax(worst_rel, chain_rel);
+        }
+        free(cpu);
+        free(gpu);
+    }
+    free(chains);
     printf("largest error of a passing case: %.2e x max|cpu|\n", worst_rel);
     printf("%d passed, %d failed\n", passed, failed);
     cuda_plan_free(&plan);
