@@ -16,12 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../ir/ops.h"
 #include "../passes/passes.h"
 #include "llvm_host.h"
+#include "process.h"
 
 #ifndef FUSION_CC
 #define FUSION_CC "cc"
@@ -50,24 +50,6 @@ static int make_dir(const char *path, struct diag *err)
     if (mkdir(path, 0755) == 0 || errno == EEXIST)
         return 0;
     return diag_set(err, path, 0, "cannot create the folder: %s", strerror(errno));
-}
-
-/* Run argv (no shell); 0 when it exits 0. */
-static int run_command(char *const argv[], struct diag *err, const char *what)
-{
-    pid_t pid = fork();
-    if (pid < 0)
-        return diag_set(err, what, 0, "cannot start %s: %s", argv[0], strerror(errno));
-    if (pid == 0) {
-        execvp(argv[0], argv);
-        fprintf(stderr, "%s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    int status;
-    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return diag_set(err, what, 0, "%s failed (exit status %d)", argv[0],
-                        WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    return 0;
 }
 
 static int link_executable(const bundle_toolchain *tc, const char *object, const char *output, struct diag *err)

@@ -30,11 +30,12 @@
 #include "cuda_kernels.h"
 #include "lower.h"
 #include "nvrtc.h"
+#include "fatbin.h"
 
 static int32_t stage_of(const ir_node *n) { return n->stage >= 0 ? n->stage : 0; }
 
 /* A constant [len x i8] global holding `bytes`, 16-byte aligned. */
-static void add_blob(LLVMModuleRef m, LLVMContextRef cx, const char *name, const void *bytes, size_t len)
+static LLVMValueRef add_blob(LLVMModuleRef m, LLVMContextRef cx, const char *name, const void *bytes, size_t len)
 {
     LLVMValueRef init = LLVMConstStringInContext(cx, (const char *)bytes, (unsigned)len, 1);
     LLVMValueRef global = LLVMAddGlobal(m, LLVMTypeOf(init), name);
@@ -42,6 +43,7 @@ static void add_blob(LLVMModuleRef m, LLVMContextRef cx, const char *name, const
     LLVMSetGlobalConstant(global, 1);
     LLVMSetAlignment(global, 16);
     LLVMSetLinkage(global, LLVMExternalLinkage);
+    return global;
 }
 
 /* The graph's identity: a hash of its text form, so peers built from
@@ -234,7 +236,7 @@ static void add_empty_cuda_module(LLVMModuleRef m, LLVMContextRef cx)
     memset(&info, 0, sizeof info);
     add_blob(m, cx, "fusion_cuda_info_blob", &info, sizeof info);
     const char *names[] = { "fusion_cuda_steps_blob", "fusion_cuda_ops_blob", "fusion_cuda_names_blob",
-                            "fusion_cuda_sm80_blob", "fusion_cuda_sm90_blob", "fusion_cuda_ptx_blob" };
+                            "fusion_cuda_fatbin_blob" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         add_blob(m, cx, names[i], "", 1);
 }
@@ -280,6 +282,10 @@ static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device
         rc = nvrtc_compile(plan.source, dev->name, &im, err);
     if (rc == 0)
         rc = write_file(dev->cuda_dump_dir, "kernels.ptx", im.ptx, im.ptx_bytes - 1, err);
+    unsigned char *fat = NULL;
+    size_t fat_bytes = 0;
+    if (rc == 0)
+        rc = fatbin_pack(&im, dev->name, &fat, &fat_bytes, err);
     size_t names_len = 0;
     for (int32_t k = 0; rc == 0 && k < plan.n_kernels; k++)
         names_len += strlen(plan.names[k]) + 1;
@@ -297,18 +303,15 @@ static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device
         info.n_kernels = plan.n_kernels;
         info.n_steps = plan.n_steps;
         info.scratch_bytes = plan.scratch_bytes;
-        info.cubin_sm80_bytes = (int64_t)im.cubin_sm80_bytes;
-        info.cubin_sm90_bytes = (int64_t)im.cubin_sm90_bytes;
-        info.ptx_bytes = (int64_t)im.ptx_bytes;
+        info.fatbin_bytes = (int64_t)fat_bytes;
         info.names_bytes = (int64_t)names_len;
         snprintf(info.ptx_arch, sizeof info.ptx_arch, "compute_80");
         add_blob(m, cx, "fusion_cuda_info_blob", &info, sizeof info);
         add_blob(m, cx, "fusion_cuda_steps_blob", plan.steps, (size_t)plan.n_steps * sizeof *plan.steps);
         add_blob(m, cx, "fusion_cuda_ops_blob", plan.ops, (size_t)plan.n_ops * sizeof *plan.ops);
         add_blob(m, cx, "fusion_cuda_names_blob", names, names_len);
-        add_blob(m, cx, "fusion_cuda_sm80_blob", im.cubin_sm80, im.cubin_sm80_bytes);
-        add_blob(m, cx, "fusion_cuda_sm90_blob", im.cubin_sm90, im.cubin_sm90_bytes);
-        add_blob(m, cx, "fusion_cuda_ptx_blob", im.ptx, im.ptx_bytes);
+        /* Where nvcc puts it, so that cuobjdump finds it. */
+        LLVMSetSection(add_blob(m, cx, "fusion_cuda_fatbin_blob", fat, fat_bytes), ".nv_fatbin");
         *cuda_ops_len = (int32_t)((size_t)plan.n_ops * sizeof *plan.ops);
         if (*cuda_ops_len == 0)   /* no ops on this device: nothing to run, but keep the CUDA path */
             *cuda_ops_len = 1;
@@ -316,6 +319,7 @@ static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device
         add_empty_cuda_module(m, cx);
     }
     free(names);
+    free(fat);
     nvrtc_images_free(&im);
     cuda_plan_free(&plan);
     return rc;

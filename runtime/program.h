@@ -101,9 +101,7 @@ extern const unsigned char fusion_cuda_info_blob[];    /* rt_cuda_module_info   
 extern const unsigned char fusion_cuda_steps_blob[];   /* rt_cuda_step[n_steps]        */
 extern const unsigned char fusion_cuda_ops_blob[];     /* rt_cuda_op[n_ops]            */
 extern const unsigned char fusion_cuda_names_blob[];   /* n_kernels NUL-ended names    */
-extern const unsigned char fusion_cuda_sm80_blob[];    /* CUBIN (ELF) for sm_80        */
-extern const unsigned char fusion_cuda_sm90_blob[];    /* CUBIN (ELF) for sm_90        */
-extern const unsigned char fusion_cuda_ptx_blob[];     /* PTX for compute_80, NUL-ended */
+extern const unsigned char fusion_cuda_fatbin_blob[];  /* the fat binary, in .nv_fatbin  */
 int fusion_forward(char *arena, rt_context *ctx);
 int fusion_backward(char *arena, rt_context *ctx);
 int fusion_update(char *arena, rt_context *ctx);

@@ -3,8 +3,9 @@
 #   - every kernel of GPT-2 small (fused attention, and attention from its
 #     parts) and of ResNet-50 compiles with NVRTC into CUBIN for sm_80 and
 #     sm_90, and its PTX assembles with ptxas for both;
-#   - the bundle holds both CUBINs with every kernel (tests/cuda_cubins.py,
-#     standing in for cuobjdump, which this machine lacks);
+#   - the bundle's .nv_fatbin section holds a fat binary with both CUBINs,
+#     every kernel in each, and the PTX (tests/cuda_cubins.py, standing in
+#     for cuobjdump, which this machine lacks);
 #   - the bundle started here exits 1 with one line: no CUDA driver found;
 #   - a cluster mixing CPU and CUDA devices compiles, each bundle with its
 #     backend, and the kernel cache makes the recompile a cache hit.
@@ -48,9 +49,9 @@ check_cuda_bundle() {
   done
   if python3 tests/cuda_cubins.py "$exe" >"$work/cubins.txt" 2>&1; then pass
   else fail "$label: no CUBIN inside $exe"; fi
-  expect_eq "$label: CUBINs in the bundle" \
-    "cubin sm_80 $kernels kernels|cubin sm_90 $kernels kernels" \
-    "$(grep '^cubin' "$work/cubins.txt" | sed 's/ [0-9]* bytes//' | paste -sd'|')"
+  expect_eq "$label: images in the bundle's fat binary" \
+    "cubin sm_80 $kernels kernels|cubin sm_90 $kernels kernels|ptx sm_80" \
+    "$(grep -E '^(cubin|ptx)' "$work/cubins.txt" | sed 's/ [0-9]* bytes//' | paste -sd'|')"
   # Started here: no driver, one line, exit 1, no crash.
   "$exe" --data "$work/data.txt" --steps 1 >"$work/run.out" 2>"$work/run.err"
   expect_eq "$label: exit status without a driver" "1" "$?"

@@ -72,7 +72,6 @@ struct rt_cuda {
     size_t       arena_bytes;
     char        *host_arena;         /* page-locked while attached */
     int          cc_major, cc_minor;
-    const char  *image;              /* "sm_80 CUBIN", "sm_90 CUBIN" or "compute_80 PTX" */
 };
 
 static int fail_cu(rt_cuda *c, cu_result r, const char *what, char *why, size_t len)
@@ -147,21 +146,14 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
     return 0;
 }
 
-/* CUBIN for the device's architecture, else PTX (the driver JIT-compiles it). */
+/* The fat binary (codegen/fatbin.h): the driver takes the CUBIN built for
+ * the device's architecture (sm_80 serves every 8.x, sm_90 the 9.0), else
+ * compiles the PTX for it (a newer GPU). */
 static int load_module(rt_cuda *c, const rt_cuda_module_info *info, char *why, size_t len)
 {
-    const void *cubin = NULL;
-    if (c->cc_major == 8 && info->cubin_sm80_bytes > 0)
-        cubin = fusion_cuda_sm80_blob, c->image = "sm_80 CUBIN";
-    else if (c->cc_major == 9 && c->cc_minor == 0 && info->cubin_sm90_bytes > 0)
-        cubin = fusion_cuda_sm90_blob, c->image = "sm_90 CUBIN";
-    cu_result r = cubin ? c->api.module_load(&c->module, cubin) : 1;
-    if (r != 0) {
-        c->image = "compute_80 PTX";
-        r = c->api.module_load(&c->module, fusion_cuda_ptx_blob);
-        if (r != 0)
-            return fail_cu(c, r, "loading the kernels (CUBIN and PTX)", why, len);
-    }
+    cu_result r = info->fatbin_bytes > 0 ? c->api.module_load(&c->module, fusion_cuda_fatbin_blob) : 1;
+    if (r != 0)
+        return fail_cu(c, r, "loading the kernels (fat binary: sm_80 and sm_90 CUBIN, compute_80 PTX)", why, len);
     c->functions = calloc((size_t)info->n_kernels + 1, sizeof *c->functions);
     if (!c->functions) {
         snprintf(why, len, "out of memory");
@@ -197,6 +189,11 @@ int rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t len)
     if (rc == 0 && ((r = c->api.device_attribute(&c->cc_major, CU_ATTR_CC_MAJOR, c->device)) != 0 ||
                     (r = c->api.device_attribute(&c->cc_minor, CU_ATTR_CC_MINOR, c->device)) != 0))
         rc = fail_cu(c, r, "cuDeviceGetAttribute", why, len);
+    if (rc == 0 && c->cc_major < 8) {   /* the oldest image is compute_80 PTX */
+        snprintf(why, len, "GPU %d has compute capability %d.%d; this bundle's kernels need 8.0 or newer", ordinal,
+                 c->cc_major, c->cc_minor);
+        rc = -1;
+    }
     if (rc == 0 && ((r = c->api.ctx_retain(&c->context, c->device)) != 0 || (r = c->api.ctx_set(c->context)) != 0))
         rc = fail_cu(c, r, "creating the context", why, len);
     if (rc == 0 && (r = c->api.stream_create(&c->stream, 0)) != 0)

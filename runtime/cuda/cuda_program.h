@@ -83,7 +83,8 @@ typedef struct {
     int32_t n_kernels;         /* names: n_kernels NUL-terminated strings        */
     int32_t n_steps;
     int64_t scratch_bytes;     /* the scratch area's size (device memory)        */
-    int64_t cubin_sm80_bytes, cubin_sm90_bytes, ptx_bytes, names_bytes;
+    int64_t fatbin_bytes, names_bytes;   /* the fat binary: CUBIN for sm_80 and sm_90,
+                                            PTX for compute_80 (codegen/fatbin.h) */
     char    ptx_arch[16];      /* "compute_80": the PTX's virtual architecture   */
 } rt_cuda_module_info;
 
