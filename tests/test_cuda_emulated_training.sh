@@ -1,0 +1,106 @@
+# A CUDA device's whole program, trained on the CPU through an emulated
+# driver (tests/emu_driver/emu_driver.cpp: libcuda.so.1 and libcublas.so
+# that run the bundle's own kernels, compiled as C++ against
+# tests/unit/cuda_emu.h, and a reference sgemm).  What runs is the bundle as
+# built: runtime/cuda/cuda.c loads the fat binary, copies the arena, launches
+# every step, calls cuBLAS, reads the status word, and runs send/recv on
+# the host.  A small GPT, seed 5, 6 steps:
+#   - on one CUDA device: the first step's gradients (--dump-grads) within
+#     1e-4 of each tensor's largest magnitude, and every loss within 1e-5
+#     relative, of the same model on one CPU device (the kernels and the
+#     reference sgemm sum in another order);
+#   - on clusters/local-mixed.xml as a 4-stage pipeline (two CPU devices,
+#     then two CUDA devices, 4 micro-batches, --recompute on so the CUDA
+#     stages also replay their forward): the same, against the one CPU
+#     device;
+#   - a bad token id in the data stops the CUDA device with the CPU's
+#     message ("token id ... out of range"), exit 1.
+# Needs a C++ compiler and python3 (the kernel table); nothing is skipped.
+. "$(dirname "$0")/lib.sh"
+no_leak_scan_in_threaded_programs
+
+model=(--set vocab=256 --set ctx=16 --set layers=2 --set dim=32 --set heads=2 --set batch=4 --set seq=16)
+steps=6
+cat /usr/share/common-licenses/* > "$work/corpus.txt"
+base=$((24000 + ($$ % 900) * 40))
+cat >"$work/one-gpu.xml" <<'EOF'
+<?xml version="1.0" encoding="UTF-8"?>
+<cluster name="one-gpu">
+  <region name="r" bandwidth="10Gbps" latency="50us">
+    <host name="h" address="127.0.0.1">
+      <device name="gpu" kind="cuda" arch="sm_80" peak="19.5TFLOPS" memory="80GiB" memory-bandwidth="1555GB/s"/>
+    </host>
+  </region>
+</cluster>
+EOF
+
+losses() { sed 's/^\[[^]]*\] //' "$1" | awk '/^step /{print $4}'; }
+# close NAME REF FOUND: every loss within 1e-5 relative.
+close() {
+  paste "$2" "$3" | awk -v n="$1" -v steps=$steps '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r }
+    END { if (NR != steps) { printf "FAIL: %s: %d losses, expected %d\n", n, NR, steps > "/dev/stderr"; exit 1 }
+          if (worst > 1e-5) { printf "FAIL: %s: loss differs from the CPU run by %.2g relative (bound 1e-5)\n", n, worst > "/dev/stderr"; exit 1 }
+          printf "%s: worst relative loss difference from the CPU run %.2g over %d steps\n", n, worst, NR > "/dev/stderr" }' \
+    && pass || fail "$1: losses $(paste -sd' ' "$3"), CPU $(paste -sd' ' "$2")"
+}
+
+"$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/cpu" "${model[@]}" >"$work/log" 2>&1 \
+  && pass || fail "CPU compile: $(cat "$work/log")"
+"$work/cpu/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps $steps --seed 5 --dump-grads "$work/cpu.grads" \
+  >"$work/cpu.out" 2>&1 \
+  && pass || fail "CPU run: $(tail -3 "$work/cpu.out")"
+losses "$work/cpu.out" >"$work/cpu.loss"
+
+"$FUSIONC" compile models/gpt2.xml "$work/one-gpu.xml" -o "$work/gpu" "${model[@]}" >"$work/log" 2>&1 \
+  && pass || fail "one-GPU compile: $(tail -c 1500 "$work/log")"
+"$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed" "${model[@]}" --scheduler uniform \
+  --micro-batches 4 --recompute on --port-base "$base" >"$work/log" 2>&1 \
+  && pass || fail "mixed compile: $(tail -c 1500 "$work/log")"
+grep -q "4 stages x 1 replica" "$work/log" && pass || fail "mixed: not a 4-stage pipeline: $(cat "$work/log")"
+
+# The emulated driver, with the kernels of all three CUDA bundles.
+python3 tests/emu_driver/gen_kernels.py "$work/kernels_emu.cpp" "$work/gpu/gpu/kernels.cu" \
+  "$work/mixed/gpu-0/kernels.cu" "$work/mixed/gpu-1/kernels.cu" && pass || fail "generating the kernel table"
+mkdir -p "$work/lib"
+if ${CXX:-g++} -std=c++20 -O1 -shared -fPIC -w -I tests/unit -o "$work/lib/libcuda.so.1" \
+     tests/emu_driver/emu_driver.cpp tests/unit/cuda_emu.cpp "$work/kernels_emu.cpp" 2>"$work/cxx.err"; then pass
+else fail "building the emulated driver: $(head -c 1500 "$work/cxx.err")"; fi
+ln -sf libcuda.so.1 "$work/lib/libcublas.so"
+export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# One CUDA device.
+FUSION_EMU_COUNTS="$work/gpu.counts" "$work/gpu/gpu/fusion-gpu" --data "$work/corpus.txt" --steps $steps --seed 5 \
+  --dump-grads "$work/gpu.grads" >"$work/gpu.out" 2>&1 && pass || fail "one-GPU run: $(tail -5 "$work/gpu.out")"
+losses "$work/gpu.out" >"$work/gpu.loss"
+close "one CUDA device" "$work/cpu.loss" "$work/gpu.loss"
+if python3 tests/emu_driver/compare_grads.py "$work/cpu.grads" "$work/gpu.grads" 1e-4 >"$work/grads.txt" 2>&1; then pass
+else fail "one CUDA device: gradients differ from the CPU's: $(cat "$work/grads.txt")"; fi
+echo "one CUDA device, first step's gradients against the CPU's: $(head -1 "$work/grads.txt")" >&2
+read -r _ launches _ gemms _ <"$work/gpu.counts" 2>/dev/null || launches=0 gemms=0
+[ "${launches:-0}" -gt 0 ] && [ "${gemms:-0}" -gt 0 ] && pass \
+  || fail "one-GPU run: the emulated driver saw ${launches:-0} launches and ${gemms:-0} products"
+echo "one CUDA device, $steps steps: $(cat "$work/gpu.counts")" >&2
+
+# Two CPU and two CUDA stages.
+if "$work/mixed/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 5 >"$work/mixed.out" 2>&1; then pass
+else fail "mixed run: $(tail -5 "$work/mixed.out"; tail -3 "$work/mixed"/logs/*.log)"; fi
+losses "$work/mixed.out" >"$work/mixed.loss"
+close "mixed pipeline (CPU, CPU, CUDA, CUDA)" "$work/cpu.loss" "$work/mixed.loss"
+
+# A bad token id: the CUDA kernel reports it through the status word, the
+# runtime names it as the CPU kernels do.
+printf '\xff%.0s' $(seq 1 4096) >"$work/bad.bin"
+python3 - "$work/bad.bin" <<'PY'
+import struct, sys
+# An llm.c token shard (data.h): header of 256 int32 (magic 20240520, version 1, count), then uint16 tokens.
+n = 4096
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack(f"<{n}H", *([300] * n)))   # 300 >= vocab 256
+PY
+"$work/gpu/gpu/fusion-gpu" --data "$work/bad.bin" --steps 1 --seed 5 >"$work/bad.out" 2>&1
+expect_eq "bad token id: exit status" 1 "$?"
+grep -q "token id 300 at position 0 is out of range" "$work/bad.out" && pass \
+  || fail "bad token id: expected 'token id 300 at position 0 is out of range', found: $(tail -3 "$work/bad.out")"
+finish
