@@ -218,9 +218,11 @@ static int read_file_tensors(program *p, const char *path, unsigned roles)
 
 static int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed)
 {
-    char path[4096], step_text[32], seed_text[32], build[32];
+    char path[4096], step_text[32], seed_text[32], build[32], why[512];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
+    if (p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why, sizeof why))   /* they live on the device */
+        return fail("%s: %s", p->manifest.device, why);
     checkpoint_path(p, dir, path, sizeof path);
     snprintf(step_text, sizeof step_text, "%lld", (long long)step);
     snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)seed);
@@ -743,7 +745,10 @@ int main(int argc, char **argv)
         return fail("%s: %s", p.manifest.device, cuda_why);
     if (program_load(&p) ||
         (p.cuda && rt_cuda_attach_host_arena(p.cuda, p.arena, cuda_why, sizeof cuda_why) &&
-         fail("%s: %s", p.manifest.device, cuda_why))) {
+         fail("%s: %s", p.manifest.device, cuda_why)) ||
+        (p.cuda && rt_cuda_set_host_tensors(p.cuda, p.tensors, p.manifest.n_tensors, p.stash, p.manifest.n_stash,
+                                            p.manifest.loss) &&
+         fail("%s: out of memory", p.manifest.device))) {
         program_free(&p);
         return 1;
     }

@@ -6,13 +6,18 @@
 # every step, calls cuBLAS, reads the status word, and runs send/recv on
 # the host.  A small GPT, seed 5, 6 steps:
 #   - on one CUDA device: the first step's gradients (--dump-grads) within
-#     1e-4 of each tensor's largest magnitude, and every loss within 1e-5
-#     relative, of the same model on one CPU device (the kernels and the
-#     reference sgemm sum in another order);
+#     1e-4 of each tensor's largest magnitude, the checkpoint after the
+#     last (parameters and AdamW moments, which stay on the device) within
+#     2e-3 (AdamW divides by the root of small moments: small differences
+#     grow), and every loss within 1e-5 relative, of the same model on one
+#     CPU device (the kernels and the reference sgemm sum in another
+#     order); and each way, under a third of the bytes that copying the
+#     whole arena every phase would move (only what the host touches
+#     crosses);
 #   - on clusters/local-mixed.xml as a 4-stage pipeline (two CPU devices,
-#     then two CUDA devices, 4 micro-batches, --recompute on so the CUDA
-#     stages also replay their forward): the same, against the one CPU
-#     device;
+#     then two CUDA devices, 4 micro-batches), with --recompute off (the
+#     first CUDA stage keeps a stash) and on (it replays its forward):
+#     every loss within 1e-5 relative of the one CPU device's;
 #   - a bad token id in the data stops the CUDA device with the CPU's
 #     message ("token id ... out of range"), exit 1.
 # Needs a C++ compiler and python3 (the kernel table); nothing is skipped.
@@ -48,20 +53,24 @@ close() {
 "$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/cpu" "${model[@]}" >"$work/log" 2>&1 \
   && pass || fail "CPU compile: $(cat "$work/log")"
 "$work/cpu/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps $steps --seed 5 --dump-grads "$work/cpu.grads" \
+  --save "$work/cpu.ckpt" \
   >"$work/cpu.out" 2>&1 \
   && pass || fail "CPU run: $(tail -3 "$work/cpu.out")"
 losses "$work/cpu.out" >"$work/cpu.loss"
 
 "$FUSIONC" compile models/gpt2.xml "$work/one-gpu.xml" -o "$work/gpu" "${model[@]}" >"$work/log" 2>&1 \
   && pass || fail "one-GPU compile: $(tail -c 1500 "$work/log")"
-"$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed" "${model[@]}" --scheduler uniform \
-  --micro-batches 4 --recompute on --port-base "$base" >"$work/log" 2>&1 \
-  && pass || fail "mixed compile: $(tail -c 1500 "$work/log")"
-grep -q "4 stages x 1 replica" "$work/log" && pass || fail "mixed: not a 4-stage pipeline: $(cat "$work/log")"
+for r in off on; do
+  "$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-$r" "${model[@]}" --scheduler uniform \
+    --micro-batches 4 --recompute $r --port-base "$base" >"$work/log" 2>&1 \
+    && pass || fail "mixed compile: $(tail -c 1500 "$work/log")"
+  base=$((base + 20))
+  grep -q "4 stages x 1 replica" "$work/log" && pass || fail "mixed: not a 4-stage pipeline: $(cat "$work/log")"
+done
 
 # The emulated driver, with the kernels of all three CUDA bundles.
 python3 tests/emu_driver/gen_kernels.py "$work/kernels_emu.cpp" "$work/gpu/gpu/kernels.cu" \
-  "$work/mixed/gpu-0/kernels.cu" "$work/mixed/gpu-1/kernels.cu" && pass || fail "generating the kernel table"
+  "$work"/mixed-*/gpu-*/kernels.cu && pass || fail "generating the kernel table"
 mkdir -p "$work/lib"
 if ${CXX:-g++} -std=c++20 -O1 -shared -fPIC -w -I tests/unit -o "$work/lib/libcuda.so.1" \
      tests/emu_driver/emu_driver.cpp tests/unit/cuda_emu.cpp "$work/kernels_emu.cpp" 2>"$work/cxx.err"; then pass
@@ -71,22 +80,37 @@ export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # One CUDA device.
 FUSION_EMU_COUNTS="$work/gpu.counts" "$work/gpu/gpu/fusion-gpu" --data "$work/corpus.txt" --steps $steps --seed 5 \
-  --dump-grads "$work/gpu.grads" >"$work/gpu.out" 2>&1 && pass || fail "one-GPU run: $(tail -5 "$work/gpu.out")"
+  --dump-grads "$work/gpu.grads" --save "$work/gpu.ckpt" >"$work/gpu.out" 2>&1 && pass || fail "one-GPU run: $(tail -5 "$work/gpu.out")"
 losses "$work/gpu.out" >"$work/gpu.loss"
 close "one CUDA device" "$work/cpu.loss" "$work/gpu.loss"
 if python3 tests/emu_driver/compare_grads.py "$work/cpu.grads" "$work/gpu.grads" 1e-4 >"$work/grads.txt" 2>&1; then pass
 else fail "one CUDA device: gradients differ from the CPU's: $(cat "$work/grads.txt")"; fi
 echo "one CUDA device, first step's gradients against the CPU's: $(head -1 "$work/grads.txt")" >&2
-read -r _ launches _ gemms _ <"$work/gpu.counts" 2>/dev/null || launches=0 gemms=0
+# The checkpoint: parameters and AdamW's moments after the last step, which
+# live on the device and come down for it.
+if python3 tests/emu_driver/compare_grads.py "$work/cpu.ckpt/checkpoint.safetensors" \
+     "$work/gpu.ckpt/checkpoint.safetensors" 2e-3 >"$work/ckpt.txt" 2>&1; then pass
+else fail "one CUDA device: the checkpoint differs from the CPU's: $(cat "$work/ckpt.txt")"; fi
+echo "one CUDA device, checkpoint after $steps steps against the CPU's: $(head -1 "$work/ckpt.txt")" >&2
+read -r _ launches _ gemms _ _ up _ _ down <"$work/gpu.counts" 2>/dev/null || launches=0 gemms=0
 [ "${launches:-0}" -gt 0 ] && [ "${gemms:-0}" -gt 0 ] && pass \
   || fail "one-GPU run: the emulated driver saw ${launches:-0} launches and ${gemms:-0} products"
+arena=$(awk '/^arena/ { print $2 }' "$work/gpu/gpu/manifest.txt")
+whole=$((steps * 3 * arena))   # forward, backward, update: the whole arena each way each phase
+[ "${up:-$whole}" -lt $((whole / 3)) ] && [ "${down:-$whole}" -lt $((whole / 3)) ] && pass \
+  || fail "one-GPU run: copied ${up:-?} bytes up and ${down:-?} down; the whole arena a phase would be $whole each way"
+echo "one CUDA device: ${up:-?} bytes up, ${down:-?} down over $steps steps (the whole arena each phase: $whole each way)" >&2
 echo "one CUDA device, $steps steps: $(cat "$work/gpu.counts")" >&2
 
-# Two CPU and two CUDA stages.
-if "$work/mixed/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 5 >"$work/mixed.out" 2>&1; then pass
-else fail "mixed run: $(tail -5 "$work/mixed.out"; tail -3 "$work/mixed"/logs/*.log)"; fi
-losses "$work/mixed.out" >"$work/mixed.loss"
-close "mixed pipeline (CPU, CPU, CUDA, CUDA)" "$work/cpu.loss" "$work/mixed.loss"
+# Two CPU and two CUDA stages: the first CUDA stage keeps a waiting
+# micro-batch's activations (off) or its forward's inputs and runs the
+# forward again (on).
+for r in off on; do
+  if "$work/mixed-$r/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 5 >"$work/mixed.out" 2>&1; then pass
+  else fail "mixed run, recompute $r: $(tail -5 "$work/mixed.out"; tail -3 "$work/mixed-$r"/logs/*.log)"; fi
+  losses "$work/mixed.out" >"$work/mixed.loss"
+  close "mixed pipeline (CPU, CPU, CUDA, CUDA), recompute $r" "$work/cpu.loss" "$work/mixed.loss"
+done
 
 # A bad token id: the CUDA kernel reports it through the status word, the
 # runtime names it as the CPU kernels do.

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../ir/ir.h"
 #include "../comm/comm.h"
 #include "cuda_gemm.h"
 
@@ -72,6 +73,10 @@ struct rt_cuda {
     size_t       arena_bytes;
     char        *host_arena;         /* page-locked while attached */
     int          cc_major, cc_minor;
+    /* What the host touches between phases (rt_cuda_set_host_tensors). */
+    rt_cuda_range *inputs, *stash, *grads, *state, loss;
+    int32_t      n_inputs, n_stash, n_grads, n_state;
+    int          device_current;     /* 0: the next phase copies the whole arena up */
 };
 
 static int fail_cu(rt_cuda *c, cu_result r, const char *what, char *why, size_t len)
@@ -257,6 +262,7 @@ void rt_cuda_close(rt_cuda *c)
             c->api.ctx_release(c->device);
     }
     free(c->functions);
+    free(c->inputs), free(c->stash), free(c->grads), free(c->state);
     if (c->libcublas)
         dlclose(c->libcublas);
     if (c->libcuda)
@@ -276,21 +282,107 @@ static int ctx_fail(rt_context *ctx, const rt_op *op, const char *what, cu_resul
     return -1;
 }
 
+/* Copy ranges between the host arena and the device's, on the stream. */
+static cu_result push(rt_cuda *c, const char *arena, const rt_cuda_range *r, int32_t n)
+{
+    cu_result e = 0;
+    for (int32_t i = 0; i < n && e == 0; i++)
+        if (r[i].bytes > 0)
+            e = c->api.htod(c->arena + (cu_deviceptr)r[i].offset, arena + r[i].offset, (size_t)r[i].bytes, c->stream);
+    return e;
+}
+
+static cu_result pull(rt_cuda *c, char *arena, const rt_cuda_range *r, int32_t n)
+{
+    cu_result e = 0;
+    for (int32_t i = 0; i < n && e == 0; i++)
+        if (r[i].bytes > 0)
+            e = c->api.dtoh(arena + r[i].offset, c->arena + (cu_deviceptr)r[i].offset, (size_t)r[i].bytes, c->stream);
+    return e;
+}
+
+static int take_ranges(rt_cuda_range **out, int32_t *n, const rt_tensor *t, int32_t count)
+{
+    *out = calloc((size_t)count + 1, sizeof **out);
+    if (!*out)
+        return -1;
+    for (int32_t i = 0; i < count; i++)
+        (*out)[i] = (rt_cuda_range){ t[i].offset, rt_tensor_numel(&t[i]) * 4 };
+    *n = count;
+    return 0;
+}
+
+int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t n_tensors, const rt_tensor *stash,
+                             int32_t n_stash, int32_t loss)
+{
+    rt_tensor *by_role[ROLE_COUNT];
+    int32_t    count[ROLE_COUNT] = { 0 };
+    int        rc = 0;
+    for (int r = 0; r < ROLE_COUNT; r++)
+        if (!(by_role[r] = calloc((size_t)n_tensors + 1, sizeof *by_role[r])))
+            rc = -1;
+    for (int32_t i = 0; rc == 0 && i < n_tensors; i++)
+        if (tensors[i].role >= 0 && tensors[i].role < ROLE_COUNT)
+            by_role[tensors[i].role][count[tensors[i].role]++] = tensors[i].t;
+    /* The state a checkpoint reads: parameters, then the optimizer's moments. */
+    for (int32_t i = 0; rc == 0 && i < count[ROLE_STATE]; i++)
+        by_role[ROLE_PARAM][count[ROLE_PARAM] + i] = by_role[ROLE_STATE][i];
+    if (rc == 0 && (take_ranges(&c->inputs, &c->n_inputs, by_role[ROLE_INPUT], count[ROLE_INPUT]) ||
+                    take_ranges(&c->grads, &c->n_grads, by_role[ROLE_GRADIENT], count[ROLE_GRADIENT]) ||
+                    take_ranges(&c->state, &c->n_state, by_role[ROLE_PARAM], count[ROLE_PARAM] + count[ROLE_STATE]) ||
+                    take_ranges(&c->stash, &c->n_stash, stash, n_stash)))
+        rc = -1;
+    if (rc == 0 && loss >= 0 && loss < n_tensors)
+        c->loss = (rt_cuda_range){ tensors[loss].t.offset, rt_tensor_numel(&tensors[loss].t) * 4 };
+    for (int r = 0; r < ROLE_COUNT; r++)
+        free(by_role[r]);
+    return rc;
+}
+
 int rt_cuda_phase_begin(char *arena, rt_context *ctx)
 {
     rt_cuda *c = ctx->cuda;
-    cu_result r = c->api.htod(c->arena, arena, c->arena_bytes, c->stream);
-    return r ? ctx_fail(ctx, NULL, "copying the arena to the device", r) : 0;
+    cu_result r = 0;
+    if (!c->device_current) {   /* the first phase, or the host wrote the parameters */
+        r = c->api.htod(c->arena, arena, c->arena_bytes, c->stream);
+        c->device_current = r == 0;
+    } else if (ctx->phase == PHASE_FORWARD) {
+        r = push(c, arena, c->inputs, c->n_inputs);
+        if (r == 0 && ctx->replay)   /* what main put back for the forward to run again */
+            r = push(c, arena, c->stash, c->n_stash);
+    } else if (ctx->phase == PHASE_BACKWARD) {
+        r = push(c, arena, c->stash, c->n_stash);   /* main may have put a waiting micro-batch's back */
+    } else if (ctx->phase == PHASE_UPDATE) {
+        r = push(c, arena, c->grads, c->n_grads);   /* main's mean over the micro-batches */
+    }
+    return r ? ctx_fail(ctx, NULL, "copying to the device", r) : 0;
 }
 
 int rt_cuda_phase_end(char *arena, rt_context *ctx)
 {
     rt_cuda *c = ctx->cuda;
-    cu_result r = c->api.dtoh(arena, c->arena, c->arena_bytes, c->stream);
+    cu_result r = 0;
+    if (ctx->phase == PHASE_FORWARD && !ctx->replay) {
+        r = pull(c, arena, &c->loss, 1);
+        if (r == 0)
+            r = pull(c, arena, c->stash, c->n_stash);   /* main keeps it if the backward waits */
+    } else if (ctx->phase == PHASE_BACKWARD) {
+        r = pull(c, arena, c->grads, c->n_grads);       /* main sums them over micro-batches */
+    }
     if (r == 0)
         r = c->api.stream_sync(c->stream);
-    return r ? ctx_fail(ctx, NULL, "copying the arena back", r) : 0;
+    return r ? ctx_fail(ctx, NULL, "copying back to the host", r) : 0;
 }
+
+int rt_cuda_pull_state(rt_cuda *c, char *arena, char *why, size_t len)
+{
+    cu_result r = pull(c, arena, c->state, c->n_state);
+    if (r == 0)
+        r = c->api.stream_sync(c->stream);
+    return r ? fail_cu(c, r, "copying the parameters and optimizer state back", why, len) : 0;
+}
+
+void rt_cuda_host_wrote(rt_cuda *c) { c->device_current = 0; }
 
 static cu_deviceptr place(const rt_cuda *c, const rt_cuda_arg *a)
 {

@@ -7,14 +7,17 @@
  * Memory.  The device holds the arena (the memory pass's plan, the same
  * offsets as on a CPU), the scratch area the steps ask for, and a status
  * word.  The host keeps its arena too, page-locked (cuMemHostRegister), and
- * it is what main.c reads and writes between phases (data, the stash,
- * gradient accumulation, checkpoints): rt_cuda_phase_begin copies it to the
- * device, rt_cuda_phase_end copies it back.  That is correct for every
- * host-side use without main knowing about the device, and costs two arena
- * copies a phase (PCIe: about 40 ms per GB each way); copying only what the
- * host touches is the next step.  Communication ops (send, recv,
- * allreduce) run on the host over the pinned arena: their inputs come down
- * first, their outputs go back up.
+ * it is what main.c reads and writes between phases.  Only what the host
+ * touches crosses (rt_cuda_set_host_tensors names it): the first phase
+ * copies the whole arena up (the parameters main initialised or resumed);
+ * then a forward takes the inputs main loaded up and brings the loss and
+ * the stash down, a backward takes the stash up (main may have put a
+ * waiting micro-batch's back) and brings the gradients down (main sums
+ * them), the update takes the gradients up (their mean).  Parameters and
+ * optimizer state stay on the device; rt_cuda_pull_state brings them down
+ * for a checkpoint.  Communication ops (send, recv, allreduce) run on the
+ * host over the pinned arena: their inputs come down first, their outputs
+ * go back up.
  *
  * Modules.  The program embeds CUBIN for sm_80 and sm_90 and PTX for
  * compute_80: a device of compute capability 8.x loads the sm_80 CUBIN, 9.0
@@ -45,6 +48,21 @@ int  rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t why_len
 /* Page-lock the host arena (arena_bytes of m) and use it as the staging area. */
 int  rt_cuda_attach_host_arena(rt_cuda *c, char *arena, char *why, size_t why_len);
 void rt_cuda_close(rt_cuda *c);
+
+/* An arena range the host touches. */
+typedef struct {
+    int64_t offset, bytes;
+} rt_cuda_range;
+
+/* What crosses between phases: the tensors by role (inputs, gradients,
+ * parameters and state), the stash (main.c's), the loss (-1: none).  0, or
+ * -1 when out of memory. */
+int  rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t n_tensors, const rt_tensor *stash,
+                              int32_t n_stash, int32_t loss);
+/* Bring the parameters and optimizer state down to the host arena (before a checkpoint). */
+int  rt_cuda_pull_state(rt_cuda *c, char *arena, char *why, size_t why_len);
+/* The host wrote to its arena beyond the sets above: the next phase copies it all up. */
+void rt_cuda_host_wrote(rt_cuda *c);
 
 /* Called by the generated phase functions (codegen/llvm_host.c). */
 int rt_cuda_phase_begin(char *arena, rt_context *ctx);
