@@ -20,6 +20,7 @@
 
 #include "../ir/ops.h"
 #include "../passes/passes.h"
+#include "bundle_libs.h"
 #include "llvm_host.h"
 #include "process.h"
 
@@ -56,7 +57,7 @@ static int link_executable(const bundle_toolchain *tc, const char *object, const
 {
     char flags[1024];
     snprintf(flags, sizeof flags, "%s", tc->link_flags);
-    char *argv[64];
+    char *argv[72];
     int n = 0;
     argv[n++] = (char *)tc->cc;
     argv[n++] = (char *)object;
@@ -64,6 +65,10 @@ static int link_executable(const bundle_toolchain *tc, const char *object, const
         argv[n++] = (char *)tc->runtime_libs[i];
     for (char *tok = strtok(flags, " "); tok && n < 60; tok = strtok(NULL, " "))
         argv[n++] = tok;
+    /* The bundled libraries (bundle_libs.h): DT_RPATH, which the loader
+     * also searches for the libraries' own dependencies. */
+    argv[n++] = "-Wl,-rpath,$ORIGIN/lib";
+    argv[n++] = "-Wl,--disable-new-dtags";
     argv[n++] = "-o";
     argv[n++] = (char *)output;
     argv[n] = NULL;
@@ -229,7 +234,7 @@ static int write_launch_local(const ir_graph *g, const cluster *c, const char *o
 /* Compile and link one device's program into OUT/<device>/. */
 static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t stage, int32_t replica,
                         const rt_peer *peers, const rt_link *links, int32_t n_links, int32_t port_base,
-                        const char *out_dir, const bundle_toolchain *tc, struct diag *err)
+                        const char *out_dir, const bundle_toolchain *tc, bundle_libs *libs, struct diag *err)
 {
     const cluster_device *dev = &c->devices[d];
     char dir[4096], object[4096], tmp[4096], exe[4096], manifest[4096];
@@ -251,6 +256,8 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
     if (rc == 0)
         rc = link_executable(tc, object, tmp, err);
     unlink(object);
+    if (rc == 0)   /* before the rename: a program without its libraries is not whole */
+        rc = bundle_libs_copy(libs, tmp, dir, err);
     if (rc == 0 && rename(tmp, exe) != 0)
         rc = diag_set(err, exe, 0, "cannot rename the linked program into place: %s", strerror(errno));
     if (rc != 0)
@@ -284,10 +291,12 @@ int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const
         snprintf(peers[d].address, sizeof peers[d].address, "%s", c->hosts[c->devices[d].host].address);
     }
     int rc = 0;
+    bundle_libs libs = { 0 };
     for (int32_t s = 0; s < p->n_stages && rc == 0; s++)
         for (int32_t r = 0; r < p->n_replicas && rc == 0; r++)
             rc = write_device(g, c, p->device[s * p->n_replicas + r], s, r, peers, links, n_links,
-                              port_base > 0 ? port_base : 29500, out_dir, tc, err);
+                              port_base > 0 ? port_base : 29500, out_dir, tc, &libs, err);
+    bundle_libs_free(&libs);
     if (rc == 0)
         rc = write_launch_local(g, c, out_dir, err);
     free(peers);

@@ -9,4 +9,7 @@
  * it exits 0, else -1 with err naming `what` and the exit status. */
 int run_command(char *const argv[], struct diag *err, const char *what);
 
+/* The same, with its standard output in *out (malloc'd, NUL-terminated). */
+int run_capture(char *const argv[], char **out, struct diag *err, const char *what);
+
 #endif

@@ -414,14 +414,18 @@ static int check_status(rt_cuda *c, const rt_op *op, char *arena, rt_context *ct
     return -1;
 }
 
-/* send, recv, allreduce: on the host, over the pinned arena. */
+/* send, recv, allreduce: on the host, over the pinned arena.  A recv
+ * brings nothing down, so it does not wait for the stream: the kernels
+ * launched before it run on while the host waits for the message (the
+ * hub's thread sends and receives beside the compute; only the copies
+ * over PCIe are on the one stream). */
 static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx)
 {
     cu_result r = 0;
     for (int i = 0; i < op->n_in && r == 0; i++)
         r = c->api.dtoh(arena + op->in[i].offset, c->arena + (cu_deviceptr)op->in[i].offset,
                         (size_t)rt_tensor_numel(&op->in[i]) * 4, c->stream);
-    if (r == 0)
+    if (r == 0 && op->n_in > 0)
         r = c->api.stream_sync(c->stream);
     if (r)
         return ctx_fail(ctx, op, "copying to the host", r);

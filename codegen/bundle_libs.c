@@ -1,0 +1,147 @@
+/* bundle_libs.c: see bundle_libs.h. */
+#define _GNU_SOURCE
+#include "bundle_libs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "process.h"
+
+int bundle_lib_is_libc(const char *name)
+{
+    static const char *const own[] = { "libc.so",   "libm.so",     "libpthread.so", "libdl.so",    "librt.so",
+                                       "libanl.so", "libresolv.so", "libutil.so",   "libmvec.so", "ld-linux",
+                                       "linux-vdso", "linux-gate" };
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (strncmp(name, own[i], strlen(own[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* Copy src to dst whole, through dst.tmp.PID, keeping the mode. */
+static int copy_file(const char *src, const char *dst, struct diag *err)
+{
+    char tmp[4700];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (in < 0 || fstat(in, &st) != 0) {
+        if (in >= 0)
+            close(in);
+        return diag_set(err, src, 0, "cannot read the library to bundle: %s", strerror(errno));
+    }
+    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, st.st_mode & 0777);
+    if (out < 0) {
+        close(in);
+        return diag_set(err, tmp, 0, "cannot write: %s", strerror(errno));
+    }
+    char buf[1 << 16];
+    ssize_t got;
+    int ok = 1;
+    while (ok && (got = read(in, buf, sizeof buf)) != 0) {
+        if (got < 0) {
+            ok = errno == EINTR;
+            continue;
+        }
+        for (ssize_t at = 0; ok && at < got;) {
+            ssize_t put = write(out, buf + at, (size_t)(got - at));
+            ok = put > 0 || (put < 0 && errno == EINTR);
+            at += put > 0 ? put : 0;
+        }
+    }
+    int saved = errno;
+    close(in);
+    ok &= close(out) == 0;
+    if (!ok || rename(tmp, dst) != 0) {
+        unlink(tmp);
+        return diag_set(err, dst, 0, "cannot copy %s here: %s", src, strerror(ok ? errno : saved));
+    }
+    return 0;
+}
+
+/* dst as a hard link to first (temporary name, then rename), else a copy. */
+static int link_or_copy(const char *first, const char *dst, struct diag *err)
+{
+    char tmp[4700];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
+    unlink(tmp);
+    if (link(first, tmp) == 0) {
+        if (rename(tmp, dst) == 0)
+            return 0;
+        unlink(tmp);
+    }
+    return copy_file(first, dst, err);
+}
+
+static int remember(bundle_libs *seen, const char *name, const char *path)
+{
+    if (seen->n == seen->cap) {
+        int cap = seen->cap ? seen->cap * 2 : 16;
+        char(*names)[256] = realloc(seen->name, (size_t)cap * sizeof *names);
+        if (names)
+            seen->name = names;
+        char(*paths)[4600] = names ? realloc(seen->path, (size_t)cap * sizeof *paths) : NULL;
+        if (!paths)
+            return -1;
+        seen->path = paths;
+        seen->cap = cap;
+    }
+    snprintf(seen->name[seen->n], sizeof seen->name[0], "%s", name);
+    snprintf(seen->path[seen->n], sizeof seen->path[0], "%s", path);
+    seen->n++;
+    return 0;
+}
+
+int bundle_libs_copy(bundle_libs *seen, const char *exe, const char *dir, struct diag *err)
+{
+    char lib_dir[4200];
+    snprintf(lib_dir, sizeof lib_dir, "%s/lib", dir);
+    if (mkdir(lib_dir, 0755) != 0 && errno != EEXIST)
+        return diag_set(err, lib_dir, 0, "cannot create the folder: %s", strerror(errno));
+    char *listing = NULL;
+    char *argv[] = { "ldd", (char *)exe, NULL };
+    if (run_capture(argv, &listing, err, exe))
+        return -1;
+    int rc = 0;
+    /* Lines: "\tNAME => PATH (0x...)", "\tNAME (0x...)" (the vdso), "\tPATH (0x...)" (the loader). */
+    for (char *line = strtok(listing, "\n"); line && rc == 0; line = strtok(NULL, "\n")) {
+        char name[256], path[4096];
+        if (sscanf(line, " %255s => %4095s", name, path) != 2 || bundle_lib_is_libc(name))
+            continue;
+        if (path[0] != '/') {   /* "=> not found" */
+            rc = diag_set(err, exe, 0, "ldd cannot find %s, a library it needs", name);
+            break;
+        }
+        char dst[4500];
+        snprintf(dst, sizeof dst, "%s/%s", lib_dir, name);
+        int known = -1;
+        for (int i = 0; i < seen->n && known < 0; i++)
+            if (strcmp(seen->name[i], name) == 0)
+                known = i;
+        if (known >= 0 && strcmp(seen->path[known], dst) != 0) {
+            rc = link_or_copy(seen->path[known], dst, err);
+        } else {
+            rc = copy_file(path, dst, err);
+            if (rc == 0 && known < 0 && remember(seen, name, dst))
+                rc = diag_set(err, dst, 0, "out of memory");
+        }
+    }
+    if (!listing && rc == 0)
+        rc = diag_set(err, exe, 0, "ldd printed nothing");
+    free(listing);
+    return rc;
+}
+
+void bundle_libs_free(bundle_libs *seen)
+{
+    free(seen->name);
+    free(seen->path);
+    seen->name = NULL;
+    seen->path = NULL;
+    seen->n = seen->cap = 0;
+}
