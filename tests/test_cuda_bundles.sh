@@ -24,16 +24,6 @@ fi
 export FUSION_CACHE_DIR="$work/cache"
 printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 400) >"$work/data.txt"
 
-cat >"$work/one-gpu.xml" <<'EOF'
-<?xml version="1.0" encoding="UTF-8"?>
-<cluster name="one-gpu">
-  <region name="r" bandwidth="10Gbps" latency="50us">
-    <host name="h" address="127.0.0.1">
-      <device name="gpu" kind="cuda" arch="sm_80" peak="19.5TFLOPS" memory="80GiB" memory-bandwidth="1555GB/s"/>
-    </host>
-  </region>
-</cluster>
-EOF
 
 # check_cuda_bundle LABEL DIR: ptxas, the CUBINs in the executable, the start without a driver.
 check_cuda_bundle() {
@@ -61,19 +51,19 @@ check_cuda_bundle() {
 }
 
 # GPT-2 small, fused attention
-if "$FUSIONC" compile models/gpt2.xml "$work/one-gpu.xml" -o "$work/gpt2" >"$work/log" 2>&1; then pass
+if "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpt2" >"$work/log" 2>&1; then pass
 else fail "compile GPT-2 small for one GPU: $(tail -c 1500 "$work/log")"; fi
 [ -d "$work/gpt2/gpu" ] && check_cuda_bundle "gpt2 small" "$work/gpt2/gpu"
 echo "gpt2 small: $(grep -c '^extern' "$work/gpt2/gpu/kernels.cu" 2>/dev/null) kernels" >&2
 
 # GPT-2 small's sizes, attention from its parts (split, matmul, causal softmax, merge)
-if "$FUSIONC" compile models/gpt2.xml "$work/one-gpu.xml" -o "$work/gpt2p" --set attn_parts=1 --set layers=2 \
+if "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpt2p" --set attn_parts=1 --set layers=2 \
      >"$work/log" 2>&1; then pass
 else fail "compile GPT-2 (attn_parts=1) for one GPU: $(tail -c 1500 "$work/log")"; fi
 [ -d "$work/gpt2p/gpu" ] && check_cuda_bundle "gpt2 attn_parts" "$work/gpt2p/gpu"
 
 # ResNet-50
-if "$FUSIONC" compile models/resnet.xml "$work/one-gpu.xml" -o "$work/resnet" >"$work/log" 2>&1; then pass
+if "$FUSIONC" compile models/resnet.xml tests/clusters/one-gpu.xml -o "$work/resnet" >"$work/log" 2>&1; then pass
 else fail "compile ResNet-50 for one GPU: $(tail -c 1500 "$work/log")"; fi
 [ -d "$work/resnet/gpu" ] && check_cuda_bundle "resnet-50" "$work/resnet/gpu"
 echo "resnet-50: $(grep -c '^extern' "$work/resnet/gpu/kernels.cu" 2>/dev/null) kernels" >&2
@@ -96,7 +86,7 @@ done
 
 # The cache: a recompile of the same kernels reads them back (no new entries).
 before=$(ls "$FUSION_CACHE_DIR" | wc -l)
-"$FUSIONC" compile models/gpt2.xml "$work/one-gpu.xml" -o "$work/gpt2" >"$work/log" 2>&1 || fail "recompile: $(tail -c 800 "$work/log")"
+"$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpt2" >"$work/log" 2>&1 || fail "recompile: $(tail -c 800 "$work/log")"
 expect_eq "cache entries after a recompile" "$before" "$(ls "$FUSION_CACHE_DIR" | wc -l)"
 cmp -s "$work/gpt2/gpu/kernels.cu" "$work/gpt2/gpu/kernels.cu" && pass
 

@@ -28,16 +28,6 @@ model=(--set vocab=256 --set ctx=16 --set layers=2 --set dim=32 --set heads=2 --
 steps=6
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
 base=$((24000 + ($$ % 900) * 40))
-cat >"$work/one-gpu.xml" <<'EOF'
-<?xml version="1.0" encoding="UTF-8"?>
-<cluster name="one-gpu">
-  <region name="r" bandwidth="10Gbps" latency="50us">
-    <host name="h" address="127.0.0.1">
-      <device name="gpu" kind="cuda" arch="sm_80" peak="19.5TFLOPS" memory="80GiB" memory-bandwidth="1555GB/s"/>
-    </host>
-  </region>
-</cluster>
-EOF
 
 losses() { sed 's/^\[[^]]*\] //' "$1" | awk '/^step /{print $4}'; }
 # close NAME REF FOUND: every loss within 1e-5 relative.
@@ -58,7 +48,7 @@ close() {
   && pass || fail "CPU run: $(tail -3 "$work/cpu.out")"
 losses "$work/cpu.out" >"$work/cpu.loss"
 
-"$FUSIONC" compile models/gpt2.xml "$work/one-gpu.xml" -o "$work/gpu" "${model[@]}" >"$work/log" 2>&1 \
+"$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpu" "${model[@]}" >"$work/log" 2>&1 \
   && pass || fail "one-GPU compile: $(tail -c 1500 "$work/log")"
 for r in off on; do
   "$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-$r" "${model[@]}" --scheduler uniform \
