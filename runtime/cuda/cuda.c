@@ -1,5 +1,6 @@
 /* cuda.c: the CUDA backend (see cuda.h): the driver API and cuBLAS through
- * dlopen, module loading (CUBIN, else PTX), the device arena, launches.
+ * dlopen, module loading (the fat binary), the device arena and what crosses to
+ * it, launches.
  *
  * The driver's and cuBLAS's types and entry points are declared here (the
  * ABI is stable: the _v2 names are what cuda.h maps to since CUDA 4), so

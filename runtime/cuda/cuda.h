@@ -19,15 +19,17 @@
  * host over the pinned arena: their inputs come down first, their outputs
  * go back up.
  *
- * Modules.  The program embeds CUBIN for sm_80 and sm_90 and PTX for
- * compute_80: a device of compute capability 8.x loads the sm_80 CUBIN, 9.0
- * the sm_90 one, and anything else, or a CUBIN the driver refuses, the PTX,
- * which the driver compiles for the device it has.
+ * Modules.  The program embeds one fat binary (codegen/fatbin.h: CUBIN for
+ * sm_80 and sm_90, PTX for compute_80) in its .nv_fatbin section; the
+ * driver takes from it the CUBIN for the device's architecture (8.x: sm_80,
+ * 9.0: sm_90), else compiles the PTX for the device it has.  A device older
+ * than 8.0 is refused.
  *
  * What has run: nothing here has run on a GPU (no machine of this project
  * has one).  The kernels are checked on the CPU by the emulation harness
- * (tests/unit/test_cuda_emulation.cpp); this file is checked to stop
- * cleanly without a driver.
+ * (tests/unit/test_cuda_emulation.cpp); this file runs whole on an emulated
+ * driver (tests/test_cuda_emulated_training.sh) and stops cleanly without
+ * a driver.
  */
 #ifndef FUSION_RT_CUDA_H
 #define FUSION_RT_CUDA_H
