@@ -264,6 +264,25 @@ static const char att_score[] =
     "        for (long long d = 0; d < D; d++) sc += Q(i)[d] * K(j)[d];\n"
     "        sc = scale * sc;\n";
 
+/* The causal softmax of query row i into P[0..i] (shared): its max mx and
+ * 1 / Σ exp in inv, P[j] = exp(score - mx); the forward and the backward's
+ * first launch form it alike. */
+static void kb_attention_softmax_row(kbuf *kb)
+{
+    kb_printf(kb,
+              "    float mx = -FUSION_INF;\n"
+              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
+              "%s"
+              "        P[j] = sc;\n"
+              "        mx = sc > mx ? sc : mx;\n"
+              "    }\n"
+              "    mx = fusion_block_max(mx, redf);\n"
+              "    double s = 0;\n"
+              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) { float e = expf(P[j] - mx); P[j] = e; s += e; }\n"
+              "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n",
+              att_score);
+}
+
 /* qkv (B,T,3C) -> out (B,T,C): a block per query row i of head h of batch
  * b; its causal scores in shared memory, softmax, then P·v. */
 int lower_attention(cuda_plan *p, const rt_op *op)
@@ -275,26 +294,16 @@ int lower_attention(cuda_plan *p, const rt_op *op)
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
     kb_attention_head(&kb, T, C, H, "i");
+    kb_printf(&kb, "    FUSION_DYN_SHARED(float, P);\n");
+    kb_attention_softmax_row(&kb);
     kb_printf(&kb,
-              "    FUSION_DYN_SHARED(float, P);\n"
-              "    float mx = -FUSION_INF;\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
-              "%s"
-              "        P[j] = sc;\n"
-              "        mx = sc > mx ? sc : mx;\n"
-              "    }\n"
-              "    mx = fusion_block_max(mx, redf);\n"
-              "    double s = 0;\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) { float e = expf(P[j] - mx); P[j] = e; s += e; }\n"
-              "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n"
               "    float *out = (float *)a.p[0] + (b * T + i) * C + h * D;\n"
               "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
               "        float acc = 0.0f;\n"
               "        for (long long j = 0; j <= i; j++) acc += (P[j] * inv) * V(j)[d];\n"
               "        out[d] = acc;\n"
               "    }\n"
-              "#undef Q\n#undef K\n#undef V\n",
-              att_score);
+              "#undef Q\n#undef K\n#undef V\n");
     return step_kernel(p, kb_finish(p, &kb, "attention_fwd"), B * H * T, (uint32_t)(T * 4), 0, out_arg(op, 0),
                        in_arg(op, 0), ARG_END);
 }
@@ -319,17 +328,9 @@ int lower_attention_backward(cuda_plan *p, const rt_op *op)
               "    const float *dO = (const float *)a.p[2] + (b * T + i) * C + h * D;\n"
               "    float *stats = (float *)a.p[3] + blockIdx.x * 3;\n"
               "    FUSION_DYN_SHARED(float, P);\n"
-              "    float *dP = P + T;\n"
-              "    float mx = -FUSION_INF;\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
-              "%s"
-              "        P[j] = sc;\n"
-              "        mx = sc > mx ? sc : mx;\n"
-              "    }\n"
-              "    mx = fusion_block_max(mx, redf);\n"
-              "    double s = 0;\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) { float e = expf(P[j] - mx); P[j] = e; s += e; }\n"
-              "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n"
+              "    float *dP = P + T;\n");
+    kb_attention_softmax_row(&kb);
+    kb_printf(&kb,
               "    double dot = 0;\n"
               "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
               "        float pj = P[j] * inv, dp = 0.0f;\n"
@@ -348,8 +349,7 @@ int lower_attention_backward(cuda_plan *p, const rt_op *op)
               "        for (long long j = 0; j <= i; j++) acc += dP[j] * K(j)[d];\n"
               "        dq[d] = scale * acc;\n"
               "    }\n"
-              "#undef Q\n#undef K\n#undef V\n",
-              att_score);
+              "#undef Q\n#undef K\n#undef V\n");
     rt_cuda_arg dqkv = out_arg(op, 0);
     if (step_kernel(p, kb_finish(p, &kb, "attention_bwd_q"), B * H * T, (uint32_t)(2 * T * 4), 0, dqkv, in_arg(op, 0),
                     in_arg(op, 1), arg_scratch(0), ARG_END))
