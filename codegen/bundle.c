@@ -231,6 +231,51 @@ static int write_launch_local(const ir_graph *g, const cluster *c, const char *o
     return 0;
 }
 
+/* OUT/deploy.txt and OUT/cluster.xml: what `fusionc deploy`, `launch` and
+ * `stop` (tools/deploy.c, tools/launch.c) read.  deploy.txt names the
+ * devices in the order they start (stage by stage) and the one that reports
+ * the loss; cluster.xml is the compile's cluster file as it was, where the
+ * hosts' addresses, ssh users, ports and paths are (--cluster replaces it
+ * when the machines moved). */
+static int write_deploy_list(const ir_graph *g, const cluster *c, const char *out_dir, struct diag *err)
+{
+    char path[4200], tmp[4300], xml[4200], xml_tmp[4300];
+    snprintf(path, sizeof path, "%s/deploy.txt", out_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(xml, sizeof xml, "%s/cluster.xml", out_dir);
+    snprintf(xml_tmp, sizeof xml_tmp, "%s.tmp.%ld", xml, (long)getpid());
+    FILE *in = fopen(c->file, "rb"), *out = fopen(xml_tmp, "wb");
+    int ok = in && out;
+    char buf[1 << 14];
+    for (size_t got; ok && (got = fread(buf, 1, sizeof buf, in)) > 0;)
+        ok = fwrite(buf, 1, got, out) == got;
+    ok = ok && !ferror(in);
+    if (in)
+        fclose(in);
+    if (out)
+        ok &= fclose(out) == 0;
+    if (!ok || rename(xml_tmp, xml) != 0) {
+        unlink(xml_tmp);
+        return diag_set(err, xml, 0, "cannot copy the cluster file %s here: %s", c->file, strerror(errno));
+    }
+    const ir_placement *p = &g->placement;
+    int32_t S = p->n_stages, R = p->n_replicas, loss_stage = S - 1;
+    if (g->loss >= 0 && g->values[g->loss].producer >= 0)
+        loss_stage = g->nodes[g->values[g->loss].producer].stage;
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
+    fprintf(f, "# fusion deploy list (written by fusionc compile; read by fusionc deploy, launch, stop)\n"
+               "reporter %s\n", c->devices[p->device[loss_stage * R]].name);
+    for (int32_t k = 0; k < S * R; k++)
+        fprintf(f, "device %s\n", c->devices[p->device[k]].name);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return diag_set(err, path, 0, "cannot write the deploy list");
+    }
+    return 0;
+}
+
 /* Compile and link one device's program into OUT/<device>/. */
 static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t stage, int32_t replica,
                         const rt_peer *peers, const rt_link *links, int32_t n_links, int32_t port_base,
@@ -299,6 +344,8 @@ int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const
     bundle_libs_free(&libs);
     if (rc == 0)
         rc = write_launch_local(g, c, out_dir, err);
+    if (rc == 0)
+        rc = write_deploy_list(g, c, out_dir, err);
     free(peers);
     free(links);
     return rc;

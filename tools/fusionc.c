@@ -4,6 +4,8 @@
  *   fusionc dump MODEL [--after PASS] [--format text|dot] [-o FILE]
  *   fusionc stats MODEL                        parameters, FLOPs, activation bytes
  *   fusionc profile [--threads N] [--out FILE] this host's <device> line (tools/profile.c)
+ *   fusionc deploy OUT | launch OUT ARGS... | stop OUT   bundles on their hosts over ssh
+ *                                              (tools/deploy.c, tools/launch.c)
  *
  * MODEL is a model XML or a text IR file (as written by `dump`).  Every
  * command takes `--set name=value` (hyper-parameters) and `--help`.
@@ -22,6 +24,8 @@
 #include "../frontend/model.h"
 #include "../frontend/xml_util.h"
 #include "../passes/passes.h"
+#include "deploy.h"
+#include "launch.h"
 #include "plan_report.h"
 #include "profile.h"
 #include "simulate.h"
@@ -68,6 +72,9 @@ static const char *const usage_main =
     "  simulate MODEL CLUSTER  simulate training steps of the placed model, event by event\n"
     "  passes          list the compiler's passes, in the order they run\n"
     "  profile         measure this host's CPU and print its <device> line for a cluster file\n"
+    "  deploy OUT      copy each device's bundle to its host over ssh (checked, only what changed)\n"
+    "  launch OUT ARGS start every device on its host over ssh, gather the logs, wait for the end\n"
+    "  stop OUT        stop the devices of OUT on their hosts\n"
     "\n"
     "options:\n"
     "  --help          this text; `fusionc COMMAND --help` for a command's\n"
@@ -770,6 +777,12 @@ int main(int argc, char **argv)
         return cmd_simulate(argc - 2, argv + 2);
     if (strcmp(cmd, "profile") == 0)
         return profile_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "deploy") == 0)
+        return deploy_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "launch") == 0)
+        return launch_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "stop") == 0)
+        return stop_main(argc - 2, argv + 2);
     if (strcmp(cmd, "passes") == 0) {
         printf("%-10s %s\n", "frontend", "(not a pass) the graph as the frontend built it");
         for (int i = 0; i < pass_count; i++)

@@ -1,0 +1,368 @@
+/* launch.c: `fusionc launch OUT ARGS...` and `fusionc stop OUT`: start
+ * every deployed device on its host over ssh, gather its output, stop them.
+ *
+ * launch: one ssh per device, in the deploy list's order (stage by stage;
+ * the runtime's connections wait for late peers, so the order only makes
+ * the logs read in order).  Each runs, on its host,
+ *
+ *     cd P/<device> && echo $$ > fusion.pid && exec ./fusion-<device> ARGS [--peer NAME=ADDR]...
+ *
+ * (ARGS as given, each quoted for the remote shell; --peer for the devices
+ * whose address in --cluster differs from the compile's, so a device that
+ * moved is found).  Its standard output and error come back over the ssh
+ * connection into OUT/logs/<device>.log; the progress of the device that
+ * reports the loss is printed as it comes.  When a device fails, the others
+ * get --grace seconds (default 30: more than the runtime's 10 s peer
+ * timeout) to stop by themselves, as they do when a peer is lost; then they
+ * are stopped.  Ctrl-C stops every device.  The exit status is 0 when every
+ * device finished its steps, 1 otherwise, each failure named with its host.
+ *
+ * stop: kills, on each host, the process in P/<device>/fusion.pid if it is
+ * that bundle's program (its /proc exe is the bundle's), first politely
+ * (SIGTERM), then after 5 s for good.
+ */
+#define _GNU_SOURCE
+#include "launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "remote.h"
+
+static const char *const usage_launch =
+    "usage: fusionc launch OUT [--cluster FILE] [--ssh-config FILE] [--grace S] [--] ARGS...\n"
+    "\n"
+    "Start every device of OUT (deployed with `fusionc deploy`) on its host over ssh, each\n"
+    "with ARGS (the device program's options, e.g. --data FILE --steps N: paths are on\n"
+    "the hosts).  Logs come back to OUT/logs/<device>.log; the progress of the device\n"
+    "that reports the loss is printed.  Exits 0 when every device completed, else 1,\n"
+    "naming each device that failed and its host.\n"
+    "\n"
+    "  --cluster FILE      the hosts from this cluster file (default OUT/cluster.xml); a\n"
+    "                      device whose address changed is told to its peers (--peer)\n"
+    "  --ssh-config FILE   passed to ssh as -F FILE\n"
+    "  --grace S           after a device fails, the others have S seconds to stop by\n"
+    "                      themselves before they are stopped (default 30)\n";
+
+static const char *const usage_stop =
+    "usage: fusionc stop OUT [--cluster FILE] [--ssh-config FILE]\n"
+    "\n"
+    "Stop every device of OUT that runs on its host (started by `fusionc launch`).\n";
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = sig; }
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Shared option parsing: OUT, --cluster, --ssh-config, --grace; the rest
+ * (launch only) is for the devices. */
+typedef struct {
+    const char *out_dir, *cluster_file, *ssh_config;
+    double      grace;
+    char      **device_args;
+    int         n_device_args;
+} launch_options;
+
+static int parse(int argc, char **argv, launch_options *o, int for_launch, const char *usage, const char *cmd)
+{
+    o->grace = 30;
+    o->device_args = calloc((size_t)argc + 1, sizeof *o->device_args);
+    if (!o->device_args)
+        return 2;
+    int verbatim = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end;
+        if (!verbatim && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) && !o->out_dir) {
+            fputs(usage, stdout);
+            return 1;
+        } else if (!verbatim && strcmp(a, "--cluster") == 0 && v) {
+            o->cluster_file = v, i++;
+        } else if (!verbatim && strcmp(a, "--ssh-config") == 0 && v) {
+            o->ssh_config = v, i++;
+        } else if (!verbatim && for_launch && strcmp(a, "--grace") == 0 && v && (o->grace = strtod(v, &end)) >= 0 &&
+                   *end == '\0') {
+            i++;
+        } else if (!verbatim && strcmp(a, "--") == 0 && for_launch) {
+            verbatim = 1;
+        } else if (!o->out_dir && a[0] != '-') {
+            o->out_dir = a;
+        } else if (for_launch && o->out_dir) {
+            o->device_args[o->n_device_args++] = argv[i];
+        } else {
+            fprintf(stderr, "fusionc %s: unexpected argument '%s'\n\n%s", cmd, a, usage);
+            return 2;
+        }
+    }
+    if (!o->out_dir) {
+        fprintf(stderr, "fusionc %s: expected the compile's output folder\n\n%s", cmd, usage);
+        return 2;
+    }
+    return 0;
+}
+
+/* The remote command that starts device k (see the file's comment). */
+static int start_command(const remote_plan *plan, const remote_plan *compiled, int k, const launch_options *o,
+                         char *cmd, size_t len)
+{
+    const remote_device *d = &plan->devices[k];
+    size_t at = (size_t)snprintf(cmd, len, "cd ");
+    char where[600], exe[200];
+    snprintf(where, sizeof where, "%s/%s", d->path, d->device);
+    snprintf(exe, sizeof exe, "./fusion-%s", d->device);
+    if (remote_quote(cmd, len, &at, where))
+        return -1;
+    at += (size_t)snprintf(cmd + at, len - at, " 2>/dev/null || { echo \"fusion: no bundle at ");
+    if (remote_quote(cmd, len, &at, where))
+        return -1;
+    at += (size_t)snprintf(cmd + at, len - at, " on this host: run fusionc deploy first\" >&2; exit 3; }"
+                                               "; echo $$ > fusion.pid && exec ");
+    if (remote_quote(cmd, len, &at, exe))
+        return -1;
+    for (int i = 0; i < o->n_device_args; i++) {
+        cmd[at++] = ' ';
+        if (remote_quote(cmd, len, &at, o->device_args[i]))
+            return -1;
+    }
+    for (int j = 0; j < plan->n_devices; j++) {
+        const remote_device *p = &plan->devices[j];
+        if (j == k || strcmp(p->address, compiled->devices[j].address) == 0)
+            continue;
+        char peer[400];
+        snprintf(peer, sizeof peer, "%s=%s", p->device, p->address);
+        if (at + 10 >= len)
+            return -1;
+        at += (size_t)snprintf(cmd + at, len - at, " --peer ");
+        if (remote_quote(cmd, len, &at, peer))
+            return -1;
+    }
+    return 0;
+}
+
+/* Start ssh for device k, its output into OUT/logs/<device>.log. */
+static pid_t spawn_device(const remote_plan *plan, const remote_device *d, const char *command, const char *log)
+{
+    char *argv[40], store[4096];
+    int n = remote_ssh_argv(plan, d, argv, 36, store, sizeof store);
+    if (n < 0)
+        return -1;
+    argv[n++] = (char *)command;
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), null = open("/dev/null", O_RDONLY);
+    if (fd < 0 || null < 0)
+        _exit(126);
+    dup2(null, STDIN_FILENO);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    execvp(argv[0], argv);
+    fprintf(stderr, "cannot run ssh: %s\n", strerror(errno));
+    _exit(127);
+}
+
+/* Print the lines the reporter's log gained since *offset, prefixed. */
+static void follow(const char *log, const char *device, long *offset)
+{
+    FILE *f = fopen(log, "r");
+    if (!f)
+        return;
+    if (fseek(f, *offset, SEEK_SET) == 0) {
+        char line[4096];
+        while (fgets(line, sizeof line, f)) {
+            size_t n = strlen(line);
+            if (line[n - 1] != '\n' && !feof(f))
+                continue;   /* a line longer than the buffer: its pieces print as they come */
+            if (line[n - 1] != '\n')
+                break;      /* not whole yet: read it again next time */
+            printf("[%s] %s", device, line);
+            *offset += (long)n;
+        }
+    }
+    fflush(stdout);
+    fclose(f);
+}
+
+/* The line of a device's log that says why it stopped. */
+static void log_reason(const char *log, char *out, size_t len)
+{
+    out[0] = '\0';
+    FILE *f = fopen(log, "r");
+    if (!f)
+        return;
+    char line[1024], last[1024] = "";
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!out[0] && strstr(line, "error"))
+            snprintf(out, len, "%s", line);
+        if (line[0])
+            snprintf(last, sizeof last, "%s", line);
+    }
+    fclose(f);
+    if (!out[0])
+        snprintf(out, len, "%s", last[0] ? last : "no output");
+}
+
+static int stop_devices(const remote_plan *plan, const int *which, int quiet)
+{
+    int failed = 0;
+    for (int k = 0; k < plan->n_devices; k++) {
+        if (which && !which[k])
+            continue;
+        const remote_device *d = &plan->devices[k];
+        char script[4096], where[600], host[500];
+        snprintf(where, sizeof where, "%s/%s", d->path, d->device);
+        size_t at = (size_t)snprintf(script, sizeof script, "cd ");
+        remote_quote(script, sizeof script, &at, where);
+        snprintf(script + at, sizeof script - at,
+                 " 2>/dev/null || { echo 'not deployed'; exit 0; }"
+                 "; p=$(cat fusion.pid 2>/dev/null || true); exe=$(readlink -f './fusion-%s')"
+                 "; if [ -n \"$p\" ] && [ \"$(readlink /proc/$p/exe 2>/dev/null)\" = \"$exe\" ]; then"
+                 " kill $p; i=0; while [ $i -lt 50 ] && kill -0 $p 2>/dev/null; do sleep 0.1; i=$((i+1)); done"
+                 "; kill -9 $p 2>/dev/null; echo \"stopped (pid $p)\"; else echo 'not running'; fi; rm -f fusion.pid",
+                 d->device);
+        char *text = NULL, said[700];
+        int status = remote_run(plan, d, script, &text);
+        remote_last_line(text, said, sizeof said);
+        free(text);
+        remote_describe(d, host, sizeof host);
+        if (status != 0) {
+            fprintf(stderr, "fusionc stop: device %s on %s: ssh failed: %s\n", d->device, host, said);
+            failed++;
+        } else if (!quiet) {
+            printf("stop: device %s on %s: %s\n", d->device, host, said);
+        }
+    }
+    return failed;
+}
+
+int launch_main(int argc, char **argv)
+{
+    launch_options o = { 0 };
+    int rc = parse(argc, argv, &o, 1, usage_launch, "launch");
+    if (rc) {
+        free(o.device_args);
+        return rc == 1 ? 0 : 2;
+    }
+    remote_plan plan = { 0 }, compiled = { 0 };
+    plan.ssh_config = compiled.ssh_config = o.ssh_config;
+    struct diag err = { 0 };
+    if (remote_plan_load(&compiled, o.out_dir, NULL, &err) ||
+        remote_plan_load(&plan, o.out_dir, o.cluster_file, &err)) {
+        diag_print(&err);
+        remote_plan_free(&compiled);
+        free(o.device_args);
+        return 1;
+    }
+    char logs[4200];
+    snprintf(logs, sizeof logs, "%s/logs", o.out_dir);
+    mkdir(logs, 0755);
+    int n = plan.n_devices, reporter = 0, running = 0, failures = 0;
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    int *status = calloc((size_t)n, sizeof *status), *alive = calloc((size_t)n, sizeof *alive);
+    char(*log)[4400] = calloc((size_t)n, sizeof *log);
+    struct sigaction sa = { 0 };
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    for (int k = 0; pids && status && alive && log && k < n; k++) {
+        char command[16384];
+        const remote_device *d = &plan.devices[k];
+        snprintf(log[k], sizeof log[k], "%s/%s.log", logs, d->device);
+        if (strcmp(d->device, plan.reporter) == 0)
+            reporter = k;
+        if (start_command(&plan, &compiled, k, &o, command, sizeof command) ||
+            (pids[k] = spawn_device(&plan, d, command, log[k])) < 0) {
+            fprintf(stderr, "fusionc launch: cannot start device %s (arguments too long, or no ssh)\n", d->device);
+            status[k] = 127;
+            failures++;
+            continue;
+        }
+        alive[k] = 1;
+        running++;
+    }
+    long offset = 0;
+    double first_failure = failures ? now_seconds() : 0;
+    int stopped = 0;
+    while (running > 0) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        for (int k = 0; pid > 0 && k < n; k++)
+            if (pids[k] == pid && alive[k]) {
+                alive[k] = 0;
+                running--;
+                status[k] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                if (status[k] != 0 && failures++ == 0)
+                    first_failure = now_seconds();
+            }
+        follow(log[reporter], plan.reporter, &offset);
+        if (pid > 0)
+            continue;
+        if (!stopped && (interrupted || (failures && now_seconds() - first_failure > o.grace))) {
+            fprintf(stderr, "fusionc launch: %s; stopping the devices still running\n",
+                    interrupted ? "interrupted" : "a device failed and the others did not stop by themselves");
+            stop_devices(&plan, alive, 1);
+            for (int k = 0; k < n; k++)
+                if (alive[k])
+                    kill(pids[k], SIGTERM);
+            stopped = 1;
+        }
+        usleep(100 * 1000);
+    }
+    follow(log[reporter], plan.reporter, &offset);
+    int failed = 0;
+    for (int k = 0; status && k < n; k++) {
+        if (status[k] == 0)
+            continue;
+        char host[500], reason[1100];
+        remote_describe(&plan.devices[k], host, sizeof host);
+        log_reason(log[k], reason, sizeof reason);
+        fprintf(stderr, "fusionc launch: device %s on %s %s (exit %d): %s\n", plan.devices[k].device, host,
+                status[k] == 255 ? "lost its ssh connection or was killed" : "failed", status[k], reason);
+        failed++;
+    }
+    if (failed || interrupted)
+        fprintf(stderr, "fusionc launch: training did not complete (%d of %d devices failed; logs in %s)\n", failed,
+                n, logs);
+    else
+        printf("launch: training completed on %d device%s (logs in %s)\n", n, n == 1 ? "" : "s", logs);
+    rc = failed || interrupted || !pids ? 1 : 0;
+    free(pids), free(status), free(alive), free(log);
+    remote_plan_free(&plan);
+    remote_plan_free(&compiled);
+    free(o.device_args);
+    return rc;
+}
+
+int stop_main(int argc, char **argv)
+{
+    launch_options o = { 0 };
+    int rc = parse(argc, argv, &o, 0, usage_stop, "stop");
+    free(o.device_args);
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    remote_plan plan = { 0 };
+    plan.ssh_config = o.ssh_config;
+    struct diag err = { 0 };
+    if (remote_plan_load(&plan, o.out_dir, o.cluster_file, &err)) {
+        diag_print(&err);
+        return 1;
+    }
+    int failed = stop_devices(&plan, NULL, 0);
+    remote_plan_free(&plan);
+    return failed ? 1 : 0;
+}
