@@ -200,6 +200,8 @@ static int write_launch_local(const ir_graph *g, const cluster *c, const char *o
         fprintf(f, "%s%s", k ? " " : "", c->devices[p->device[k]].name);
     fprintf(f, ")\nreporter=%s\n", c->devices[p->device[loss_stage * R]].name);
     fputs("pids=()\n"
+          "# Empty the logs first: the tail below must not print a previous run's.\n"
+          "for d in \"${devices[@]}\"; do : >\"$here/logs/$d.log\"; done\n"
           "for d in \"${devices[@]}\"; do\n"
           "  \"$here/$d/fusion-$d\" \"$@\" >\"$here/logs/$d.log\" 2>&1 &\n"
           "  pids+=($!)\n"

@@ -17,6 +17,8 @@ packages=(
   python3-torch                      # independent reference in tests and benchmarks
   perl time                          # tests write token shards; benchmarks measure peak memory
   gnuplot-nox                        # bench/bench_adatopk.sh's loss curves (PNG)
+  openssh-client rsync               # fusionc deploy and launch (ssh, rsync, scp)
+  openssh-server iproute2            # the deploy test's hosts: sshd in network namespaces
 )
 
 missing=()

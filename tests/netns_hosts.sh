@@ -23,7 +23,7 @@
 #   shape_host I RATE       the kernel's tbf at RATE (e.g. 20mbit) on both
 #                           directions of host I's link: a slow site
 #   host_sshd_stop I        stop host I's sshd (a host that refuses ssh)
-#   hosts_down              remove everything (also at exit)
+#   hosts_down              remove everything (the test's EXIT trap calls it)
 #
 # ssh options for fusionc: --ssh-config "$ssh_config" (the test's key,
 # root, no host key checks: the hosts are made anew each run).
@@ -64,7 +64,6 @@ hosts_up() {
   for tool in ip tc ssh ssh-keygen /usr/sbin/sshd; do
     command -v "$tool" >/dev/null || { echo "netns_hosts: $tool is missing (scripts/install-deps.sh installs it)" >&2; return 1; }
   done
-  trap 'hosts_down; rm -rf "$work"' EXIT
   mkdir -p "$work/ssh" /run/sshd
   ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/id" || return 1
   ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/host_key" || return 1
