@@ -26,7 +26,8 @@
 #   hosts_down              remove everything (the test's EXIT trap calls it)
 #
 # ssh options for fusionc: --ssh-config "$ssh_config" (the test's key,
-# root, no host key checks: the hosts are made anew each run).
+# root, no host key checks: the hosts are made anew each run; the
+# sanitizers' options travel to the hosts, as in a sanitizer build's tests).
 
 ns="fz$$"
 n_hosts=0
@@ -76,6 +77,7 @@ Host *
   StrictHostKeyChecking no
   UserKnownHostsFile /dev/null
   LogLevel ERROR
+  SendEnv ASAN_OPTIONS UBSAN_OPTIONS
 EOF
   ip netns add "${ns}sw" || return 1
   ip -n "${ns}sw" link add br0 type bridge
@@ -96,6 +98,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 Subsystem sftp internal-sftp
+AcceptEnv ASAN_OPTIONS UBSAN_OPTIONS
 LogLevel ERROR
 EOF
     on_host "$i" /usr/sbin/sshd -f "$work/ssh/sshd-$i.conf" -E "$work/ssh/sshd-$i.log" || return 1

@@ -33,7 +33,8 @@ trap '[ $full_mounted = 1 ] && umount "$work/full"; hosts_down; rm -rf "$work"' 
 mount -t tmpfs -o size=1m fusion-test-full "$work/full" && full_mounted=1 && pass || fail "cannot mount a small tmpfs"
 hosts_up 3 || { fail "could not make the namespace hosts"; finish; exit 1; }
 
-# cluster_file FILE [H1_PATH] [H2_PORT]: the three hosts (host 1's path and host 2's ssh port may differ).
+# cluster_file FILE [H1_PATH] [H2_PORT] [H1_ADDRESS]: the three hosts (host 1's path and address, and host
+# 2's ssh port, may differ).
 cluster_file() {
   cat >"$1" <<EOF
 <?xml version="1.0" encoding="UTF-8"?>
@@ -42,7 +43,7 @@ cluster_file() {
     <host name="h0" address="$(host_ip 0)" user="root" path="$work/hosts/h0/fusion">
       <device name="cpu-a0" kind="cpu" peak="50GFLOPS" memory="4GiB" memory-bandwidth="10GB/s" threads="1"/>
     </host>
-    <host name="h1" address="$(host_ip 1)" path="${2:-$work/hosts/h1/fusion}">
+    <host name="h1" address="${4:-$(host_ip 1)}" path="${2:-$work/hosts/h1/fusion}">
       <device name="cpu-a1" kind="cpu" peak="50GFLOPS" memory="4GiB" memory-bandwidth="10GB/s" threads="1"/>
     </host>
   </region>
@@ -118,6 +119,14 @@ losses "$work/local.out" >"$work/losses.local"
 expect_eq "losses across the namespace hosts against this machine's run" "$(paste -sd' ' "$work/losses.local")" \
   "$(paste -sd' ' "$work/losses.hosts")"
 echo "losses, step 1 and 20: $(sed -n '1p;20p' "$work/losses.hosts" | paste -sd' ') (hosts) and $(sed -n '1p;20p' "$work/losses.local" | paste -sd' ') (local)" >&2
+
+# --- a device moved: cpu-a1 now on host 0's address; its peers are told (--peer) -----------
+cluster_file "$work/cluster-moved.xml" "$work/hosts/h1/fusion" 22 "$(host_ip 0)"
+on_controller "$FUSIONC" launch "$out" --cluster "$work/cluster-moved.xml" --ssh-config "$ssh_config" \
+  --data "$work/corpus.txt" --steps 3 --seed 3 >"$work/moved.out" 2>"$work/moved.err" && pass \
+  || fail "launch with cpu-a1 moved to host 0: $(cat "$work/moved.err")"
+expect_eq "losses with cpu-a1 moved" "$(head -3 "$work/losses.hosts" | paste -sd' ')" \
+  "$(losses "$work/moved.out" | paste -sd' ')"
 
 # --- scp, when asked ---------------------------------------------------------------
 cluster_file "$work/cluster-scp.xml" "$work/hosts/h1/by-scp"

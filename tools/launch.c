@@ -161,11 +161,18 @@ static pid_t spawn_device(const remote_plan *plan, const remote_device *d, const
         return -1;
     argv[n++] = (char *)command;
     argv[n] = NULL;
+    /* Emptied here, before the fork: the parent follows this log at once
+     * and must not print a previous run's lines. */
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
     pid_t pid = fork();
-    if (pid != 0)
+    if (pid != 0) {
+        close(fd);
         return pid;
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), null = open("/dev/null", O_RDONLY);
-    if (fd < 0 || null < 0)
+    }
+    int null = open("/dev/null", O_RDONLY);
+    if (null < 0)
         _exit(126);
     dup2(null, STDIN_FILENO);
     dup2(fd, STDOUT_FILENO);
