@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../ir/ir.h"
 #include "../comm/comm.h"
@@ -159,11 +160,24 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
         snprintf(why, len, "the CUDA driver (libcuda.so.1) is too old: it lacks entry points this program needs");
         return -1;
     }
-    const char *blas_names[] = { "libcublas.so", "libcublas.so.13", "libcublas.so.12", "libcublas.so.11" };
-    for (size_t i = 0; i < sizeof blas_names / sizeof blas_names[0] && !c->libcublas; i++)
-        c->libcublas = dlopen(blas_names[i], RTLD_NOW | RTLD_LOCAL);
+    /* The bundle's own cuBLAS first (codegen/bundle_libs.h: lib/ beside
+     * the program; its run path, $ORIGIN, finds libcublasLt there), then the
+     * host's (fusionc --cublas system). */
+    const char *blas_names[] = { "libcublas.so.13", "libcublas.so.12", "libcublas.so.11" };
+    char here[4096], path[4200];
+    ssize_t n = readlink("/proc/self/exe", here, sizeof here - 1);
+    char *slash = n > 0 ? (here[n] = '\0', strrchr(here, '/')) : NULL;
+    for (size_t i = 0; slash && i < sizeof blas_names / sizeof blas_names[0] && !c->libcublas; i++) {
+        *slash = '\0';
+        snprintf(path, sizeof path, "%s/lib/%s", here, blas_names[i]);
+        c->libcublas = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    const char *host_names[] = { "libcublas.so", "libcublas.so.13", "libcublas.so.12", "libcublas.so.11" };
+    for (size_t i = 0; i < sizeof host_names / sizeof host_names[0] && !c->libcublas; i++)
+        c->libcublas = dlopen(host_names[i], RTLD_NOW | RTLD_LOCAL);
     if (!c->libcublas) {
-        snprintf(why, len, "cuBLAS (libcublas.so) not found: install the CUDA toolkit's cuBLAS or set LD_LIBRARY_PATH");
+        snprintf(why, len, "cuBLAS (libcublas.so) not found: neither in the bundle's lib/ nor on this host; install "
+                 "the CUDA toolkit's cuBLAS or set LD_LIBRARY_PATH");
         return -1;
     }
     a->blas_create = sym(c->libcublas, "cublasCreate_v2", &missing);
