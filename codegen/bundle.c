@@ -36,13 +36,17 @@
 #ifndef FUSION_RT_CPU_LIB
 #define FUSION_RT_CPU_LIB "libfusion_rt_cpu.a"
 #endif
+#ifndef FUSION_CUDA_HOME
+#define FUSION_CUDA_HOME "/usr/local/cuda"
+#endif
 #ifndef FUSION_LINK_FLAGS
 #define FUSION_LINK_FLAGS "-lopenblas -fopenmp -lm"
 #endif
 
 const bundle_toolchain *bundle_default_toolchain(void)
 {
-    static const bundle_toolchain tc = { FUSION_CC, { FUSION_RT_MAIN_LIB, FUSION_RT_CUDA_LIB, FUSION_RT_CPU_LIB, NULL }, FUSION_LINK_FLAGS };
+    static const bundle_toolchain tc = { FUSION_CC, { FUSION_RT_MAIN_LIB, FUSION_RT_CUDA_LIB, FUSION_RT_CPU_LIB, NULL },
+                                         FUSION_LINK_FLAGS, 0 };
     return &tc;
 }
 
@@ -305,6 +309,10 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
     unlink(object);
     if (rc == 0)   /* before the rename: a program without its libraries is not whole */
         rc = bundle_libs_copy(libs, tmp, dir, err);
+    if (rc == 0 && dev->kind == DEVICE_CUDA && !tc->cublas_system) {   /* cuBLAS, from the toolkit ($CUDA_HOME) */
+        const char *home = getenv("CUDA_HOME");
+        rc = bundle_libs_add_cublas(libs, dir, home && *home ? home : FUSION_CUDA_HOME, err);
+    }
     if (rc == 0 && rename(tmp, exe) != 0)
         rc = diag_set(err, exe, 0, "cannot rename the linked program into place: %s", strerror(errno));
     if (rc != 0)

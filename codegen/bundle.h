@@ -12,6 +12,8 @@ typedef struct {
     const char *cc;              /* the C compiler that links (default: the one fusion was built with) */
     const char *runtime_libs[4]; /* static libraries to link, NULL-terminated */
     const char *link_flags;      /* e.g. "-lopenblas -fopenmp -lm"            */
+    int         cublas_system;   /* 1: a CUDA device's bundle leaves cuBLAS to the host
+                                    (--cublas system); 0: it carries it in lib/ */
 } bundle_toolchain;
 
 /* The toolchain fusion was built with (paths fixed at build time). */

@@ -9,7 +9,10 @@
  * of a compile copies a library (temporary name, then rename); the others
  * hard-link that copy (no disk space), or copy it where links fail.
  * libcuda.so.1 and cuBLAS are opened at run time (runtime/cuda/cuda.h), not
- * linked: ldd does not list them. */
+ * linked: ldd does not list them.  A CUDA device's bundle carries cuBLAS
+ * all the same (bundle_libs_add_cublas): libcublas.so.N and libcublasLt.so.N
+ * (570 MB for CUDA 13), hard links to the toolkit's files where the file
+ * system allows (else copies), so that the host needs only the driver. */
 #ifndef FUSION_BUNDLE_LIBS_H
 #define FUSION_BUNDLE_LIBS_H
 
@@ -27,6 +30,11 @@ int bundle_lib_is_libc(const char *name);
 /* Copy what `exe` needs into dir/lib/.  0, or -1 with err naming the
  * library or the step (ldd) that failed. */
 int  bundle_libs_copy(bundle_libs *seen, const char *exe, const char *dir, struct diag *err);
+/* Put cuBLAS into dir/lib/: libcublas.so.N from cuda_home/lib64 (N = 13,
+ * 12 or 11, the newest there), and what it needs (libcublasLt.so.N,
+ * libgcc_s), hard-linked from the toolkit where possible.  0, or -1 with
+ * err naming what is missing. */
+int  bundle_libs_add_cublas(bundle_libs *seen, const char *dir, const char *cuda_home, struct diag *err);
 void bundle_libs_free(bundle_libs *seen);
 
 #endif

@@ -8,7 +8,10 @@
 #     for cuobjdump, which this machine lacks);
 #   - the bundle started here exits 1 with one line: no CUDA driver found;
 #   - a cluster mixing CPU and CUDA devices compiles, each bundle with its
-#     backend, and the kernel cache makes the recompile a cache hit.
+#     backend, and the kernel cache makes the recompile a cache hit;
+#   - a CUDA bundle carries cuBLAS (libcublas, libcublasLt) in lib/ as hard
+#     links, one file across devices; --cublas system leaves it out; a
+#     toolkit without cuBLAS fails the compile, naming it.
 # Needs the CUDA toolkit (NVRTC, ptxas); without it the test FAILS, naming
 # what is missing: nothing is skipped.
 source "$(dirname "$0")/lib.sh"
@@ -83,6 +86,46 @@ for d in cpu-0 cpu-1 gpu-0 gpu-1; do
     python3 tests/cuda_cubins.py "$work/mixed/$d/fusion-$d" >/dev/null 2>&1 && fail "mixed: CPU bundle $d holds a CUBIN" || pass
   fi
 done
+
+# cuBLAS travels with a CUDA bundle (default --cublas bundle): libcublas and
+# libcublasLt in lib/, hard links (to the toolkit's files, or to the first
+# device's), the same file in both CUDA devices; no CPU device carries them.
+for d in gpu-0 gpu-1; do
+  for lib in libcublas libcublasLt; do
+    f=$(ls "$work/mixed/$d/lib/$lib".so.* 2>/dev/null | head -1)
+    if [ -n "$f" ] && [ "$(stat -c %h "$f")" -gt 1 ]; then pass
+    else fail "mixed: $d/lib: expected $lib.so.N as a hard link (link count > 1), found: '${f:-none}' $( [ -n "$f" ] && stat -c 'links %h' "$f")"; fi
+  done
+done
+for lib in libcublas libcublasLt; do
+  expect_eq "mixed: gpu-0's and gpu-1's $lib are one file (inode)" \
+    "$(stat -c %i "$work/mixed/gpu-0/lib/$lib".so.* 2>/dev/null)" "$(stat -c %i "$work/mixed/gpu-1/lib/$lib".so.* 2>/dev/null)"
+done
+expect_eq "mixed: cuBLAS in CPU device cpu-0's lib/" "" "$(ls "$work/mixed/cpu-0/lib" | grep cublas)"
+expect_eq "mixed: files left under temporary names in lib/" "" "$(ls "$work"/mixed/*/lib | grep '\.tmp\.')"
+echo "mixed gpu-0/lib: $(ls -l "$work/mixed/gpu-0/lib" | awk '/cublas/ {print $9 " (" $2 " links, " $5 " bytes)"}' | paste -sd' ')" >&2
+# libcublas.so.N finds libcublasLt.so.N beside it: its run path is $ORIGIN.
+blas=$(ls "$work/mixed/gpu-0/lib"/libcublas.so.* 2>/dev/null | head -1)
+expect_eq "libcublas's run path" "[\$ORIGIN]" "$(readelf -d "$blas" 2>/dev/null | sed -n 's/.*(RUNPATH) *Library runpath: //p')"
+
+# --cublas system: the bundle leaves cuBLAS to the host.
+if "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/sys" --set layers=2 --cublas system \
+     >"$work/log" 2>&1; then pass
+else fail "compile with --cublas system: $(tail -c 1500 "$work/log")"; fi
+expect_eq "--cublas system: cuBLAS in the bundle's lib/" "" "$(ls "$work/sys/gpu/lib" 2>&1 | grep cublas)"
+[ -x "$work/sys/gpu/fusion-gpu" ] && pass || fail "--cublas system: no program in $work/sys/gpu"
+
+# A toolkit without cuBLAS: the compile fails and says what is missing,
+# unless --cublas system.
+mkdir -p "$work/no-cublas/lib64"
+CUDA_HOME="$work/no-cublas" "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/nocub" \
+  --set layers=2 >"$work/log" 2>&1
+expect_eq "toolkit without cuBLAS: exit status" 1 "$?"
+grep -q "no cuBLAS (libcublas.so.13, .12 or .11 in $work/no-cublas/lib64)" "$work/log" && pass \
+  || fail "toolkit without cuBLAS: expected 'no cuBLAS (libcublas.so.13, .12 or .11 in $work/no-cublas/lib64)', found: $(tail -c 600 "$work/log")"
+CUDA_HOME="$work/no-cublas" "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/nocub" \
+  --set layers=2 --cublas system >"$work/log" 2>&1 && pass \
+  || fail "toolkit without cuBLAS, --cublas system: $(tail -c 600 "$work/log")"
 
 # The cache: a recompile of the same kernels reads them back (no new entries).
 before=$(ls "$FUSION_CACHE_DIR" | wc -l)

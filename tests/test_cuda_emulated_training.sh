@@ -4,7 +4,9 @@
 # tests/unit/cuda_emu.h, and a reference sgemm).  What runs is the bundle as
 # built: runtime/cuda/cuda.c loads the fat binary, copies the arena, launches
 # every step, calls cuBLAS, reads the status word, and runs send/recv on
-# the host.  A small GPT, seed 5, 6 steps:
+# the host.  The emulated streams are lazy queues (emu_driver.cpp), so a
+# wait or synchronisation that cuda.c leaves out shows as stale data and a
+# loss that differs.  A small GPT, seed 5, 6 steps:
 #   - on one CUDA device: the first step's gradients (--dump-grads) within
 #     1e-4 of each tensor's largest magnitude, the checkpoint after the
 #     last (parameters and AdamW moments, which stay on the device) within
@@ -17,7 +19,9 @@
 #   - on clusters/local-mixed.xml as a 4-stage pipeline (two CPU devices,
 #     then two CUDA devices, 4 micro-batches), with --recompute off (the
 #     first CUDA stage keeps a stash) and on (it replays its forward):
-#     every loss within 1e-5 relative of the one CPU device's;
+#     every loss within 1e-5 relative of the one CPU device's, and each
+#     CUDA stage's recv and send copies ran on the copy stream (the
+#     emulator's second stream: FUSION_EMU_COUNTS);
 #   - a bad token id in the data stops the CUDA device with the CPU's
 #     message ("token id ... out of range"), exit 1.
 # Needs a C++ compiler and python3 (the kernel table); nothing is skipped.
@@ -48,11 +52,13 @@ close() {
   && pass || fail "CPU run: $(tail -3 "$work/cpu.out")"
 losses "$work/cpu.out" >"$work/cpu.loss"
 
-"$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpu" "${model[@]}" >"$work/log" 2>&1 \
+# --cublas system: the emulated driver stands in for cuBLAS too, found on
+# LD_LIBRARY_PATH; a bundled libcublas would be opened first.
+"$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpu" "${model[@]}" --cublas system >"$work/log" 2>&1 \
   && pass || fail "one-GPU compile: $(tail -c 1500 "$work/log")"
 for r in off on; do
   "$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-$r" "${model[@]}" --scheduler uniform \
-    --micro-batches 4 --recompute $r --port-base "$base" >"$work/log" 2>&1 \
+    --micro-batches 4 --recompute $r --port-base "$base" --cublas system >"$work/log" 2>&1 \
     && pass || fail "mixed compile: $(tail -c 1500 "$work/log")"
   base=$((base + 20))
   grep -q "4 stages x 1 replica" "$work/log" && pass || fail "mixed: not a 4-stage pipeline: $(cat "$work/log")"
@@ -82,7 +88,7 @@ if python3 tests/emu_driver/compare_grads.py "$work/cpu.ckpt/checkpoint.safetens
      "$work/gpu.ckpt/checkpoint.safetensors" 2e-3 >"$work/ckpt.txt" 2>&1; then pass
 else fail "one CUDA device: the checkpoint differs from the CPU's: $(cat "$work/ckpt.txt")"; fi
 echo "one CUDA device, checkpoint after $steps steps against the CPU's: $(head -1 "$work/ckpt.txt")" >&2
-read -r _ launches _ gemms _ _ up _ _ down <"$work/gpu.counts" 2>/dev/null || launches=0 gemms=0
+read -r _ launches _ gemms _ _ up _ _ down _ <"$work/gpu.counts" 2>/dev/null || launches=0 gemms=0
 [ "${launches:-0}" -gt 0 ] && [ "${gemms:-0}" -gt 0 ] && pass \
   || fail "one-GPU run: the emulated driver saw ${launches:-0} launches and ${gemms:-0} products"
 arena=$(awk '/^arena/ { print $2 }' "$work/gpu/gpu/manifest.txt")
@@ -91,15 +97,31 @@ whole=$((steps * 3 * arena))   # forward, backward, update: the whole arena each
   || fail "one-GPU run: copied ${up:-?} bytes up and ${down:-?} down; the whole arena a phase would be $whole each way"
 echo "one CUDA device: ${up:-?} bytes up, ${down:-?} down over $steps steps (the whole arena each phase: $whole each way)" >&2
 echo "one CUDA device, $steps steps: $(cat "$work/gpu.counts")" >&2
+# No communication: nothing crosses on the copy stream.
+expect_eq "one CUDA device: copies on the second stream" "second-stream htod 0 dtoh 0" \
+  "$(grep -o 'second-stream.*' "$work/gpu.counts")"
 
 # Two CPU and two CUDA stages: the first CUDA stage keeps a waiting
 # micro-batch's activations (off) or its forward's inputs and runs the
 # forward again (on).
 for r in off on; do
-  if "$work/mixed-$r/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 5 >"$work/mixed.out" 2>&1; then pass
+  if FUSION_EMU_COUNTS="$work/mixed-$r.counts" "$work/mixed-$r/launch-local.sh" --data "$work/corpus.txt" \
+       --steps $steps --seed 5 >"$work/mixed.out" 2>&1; then pass
   else fail "mixed run, recompute $r: $(tail -5 "$work/mixed.out"; tail -3 "$work/mixed-$r"/logs/*.log)"; fi
-  losses "$work/mixed.out" >"$work/mixed.loss"
+  # The reporter's own log: launch-local.sh's echo of it (tail -F) can miss
+  # lines on a loaded machine.
+  reporter=$(sed -n 's/^reporter=//p' "$work/mixed-$r/launch-local.sh")
+  losses "$work/mixed-$r/logs/$reporter.log" >"$work/mixed.loss"
   close "mixed pipeline (CPU, CPU, CUDA, CUDA), recompute $r" "$work/cpu.loss" "$work/mixed.loss"
+  # Each CUDA stage receives and sends: its copies to and from the host
+  # arena go on cuda.c's copy stream (the emulator's second stream).
+  expect_eq "mixed, recompute $r: CUDA devices that wrote counts" 2 "$(wc -l <"$work/mixed-$r.counts" 2>/dev/null)"
+  while read -r line; do
+    echo "mixed, recompute $r, a CUDA stage: $line" >&2
+    set -- $line
+    [ "${13:-0}" -gt 0 ] && [ "${15:-0}" -gt 0 ] && pass \
+      || fail "mixed, recompute $r: expected recv and send copies on the second stream (htod > 0, dtoh > 0), found: $line"
+  done <"$work/mixed-$r.counts"
 done
 
 # A bad token id: the CUDA kernel reports it through the status word, the

@@ -53,6 +53,7 @@ typedef struct {
     int           stages;       /* --stages S (0: the scheduler's choice)       */
     const char   *compress;     /* --compress none|topk:RHO|adatopk             */
     const char   *recompute;    /* --recompute auto|on|off                      */
+    const char   *cublas;       /* --cublas bundle|system (compile)             */
     int           replicas;     /* --replicas R (0: the scheduler's choice)     */
     int           steps;        /* --steps N (simulate; 0: 3)                   */
     long long     seed;         /* --seed N (--scheduler random; 0: 1)          */
@@ -130,6 +131,9 @@ static const char *const usage_compile =
     "  --set name=value   override a hyper-parameter (repeatable); `batch` is the global batch\n"
     PLACEMENT_OPTIONS
     "  --port-base P      link i of the program listens on port P + i (default 29500)\n"
+    "  --cublas C         bundle (default: a CUDA device's bundle carries cuBLAS, libcublas and\n"
+    "                     libcublasLt from $CUDA_HOME/lib64, hard-linked where possible) or system\n"
+    "                     (left out: the hosts that run it have the CUDA toolkit's cuBLAS)\n"
     "  --dump-ir=PASS     print the IR after PASS to standard error\n";
 
 static const char *const usage_plan =
@@ -194,7 +198,7 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                           strcmp(a, "--scheduler") == 0 || strcmp(a, "--micro-batches") == 0 ||
                           strcmp(a, "--port-base") == 0 || strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 ||
                           strcmp(a, "--compress") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--seed") == 0 ||
-                          strcmp(a, "--recompute") == 0;
+                          strcmp(a, "--recompute") == 0 || strcmp(a, "--cublas") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -207,7 +211,8 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format") && strcmp(key, "--dump-ir") &&
                 strcmp(key, "--scheduler") && strcmp(key, "--micro-batches") && strcmp(key, "--port-base") &&
                 strcmp(key, "--stages") && strcmp(key, "--replicas") && strcmp(key, "--compress") &&
-                strcmp(key, "--steps") && strcmp(key, "--seed") && strcmp(key, "--recompute"))
+                strcmp(key, "--steps") && strcmp(key, "--seed") && strcmp(key, "--recompute") &&
+                strcmp(key, "--cublas"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -277,6 +282,10 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             if (schedule_recompute_mode(value) < 0)
                 return usage_error(usage, "--recompute expects auto, on or off, found '%s'", value);
             o->recompute = value;
+        } else if (strcmp(a, "--cublas") == 0) {
+            if (strcmp(value, "bundle") && strcmp(value, "system"))
+                return usage_error(usage, "--cublas expects bundle or system, found '%s'", value);
+            o->cublas = value;
         } else if (strcmp(a, "--format") == 0) {
             if (strcmp(value, "text") && strcmp(value, "dot"))
                 return usage_error(usage, "--format expects text or dot, found '%s'", value);
@@ -643,8 +652,10 @@ static int cmd_compile(int argc, char **argv)
         return usage_error(usage_compile, "%s", "expected -o OUT, the output folder");
     struct diag err = { 0 };
     placed_model m;
+    bundle_toolchain tc = *bundle_default_toolchain();
+    tc.cublas_system = o.cublas && strcmp(o.cublas, "system") == 0;
     rc = placed_load(&m, &o, &err) ||
-         bundle_write(&m.g, &m.c, o.output, bundle_default_toolchain(), o.port_base, &err) ||
+         bundle_write(&m.g, &m.c, o.output, &tc, o.port_base, &err) ||
          plan_report_write(&m.g, &m.c, &m.plan, o.output, &err);
     const fence_plan *plan = &m.plan;
     if (rc)

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../ir/ir.h"
 #include "../comm/comm.h"
@@ -25,11 +26,14 @@ typedef struct cu_ctx_s *cu_context;
 typedef struct cu_mod_s *cu_module;
 typedef struct cu_fn_s *cu_function;
 typedef struct cu_stream_s *cu_stream;
+typedef struct cu_event_s *cu_event;
 typedef unsigned long long cu_deviceptr;
 typedef struct cublas_s *cublas_handle;
 
 #define CU_ATTR_CC_MAJOR 75
 #define CU_ATTR_CC_MINOR 76
+#define CU_EVENT_DISABLE_TIMING 2   /* cheaper to record: no timestamps */
+#define RT_CUDA_UPLOADS 4           /* recv/allreduce uploads in flight  */
 
 typedef struct {
     cu_result (*init)(unsigned);
@@ -48,6 +52,11 @@ typedef struct {
     cu_result (*stream_create)(cu_stream *, unsigned);
     cu_result (*stream_sync)(cu_stream);
     cu_result (*stream_destroy)(cu_stream);
+    cu_result (*stream_wait_event)(cu_stream, cu_event, unsigned);
+    cu_result (*event_create)(cu_event *, unsigned);
+    cu_result (*event_record)(cu_event, cu_stream);
+    cu_result (*event_sync)(cu_event);
+    cu_result (*event_destroy)(cu_event);
     cu_result (*launch)(cu_function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, cu_stream,
                         void **, void **);
     cu_result (*host_register)(void *, size_t, unsigned);
@@ -65,7 +74,19 @@ struct rt_cuda {
     void        *libcuda, *libcublas;
     cu_device    device;
     cu_context   context;
-    cu_stream    stream;
+    cu_stream    stream;             /* compute: kernels, products, the phases' copies */
+    cu_stream    copy;               /* the copies of send, recv and allreduce (run_on_host) */
+    cu_event     computed;           /* on the compute stream: what was queued before a copy */
+    cu_event     copied;             /* on the copy stream: a send's inputs are on the host  */
+    /* Uploads in flight: a recv's (or allreduce's) htod reads the host
+     * arena range [lo, hi) until its event completes; the host must not
+     * write that range before (run_on_host waits). */
+    struct {
+        cu_event done;
+        int64_t  lo, hi;
+        int      busy;
+    }            upload[RT_CUDA_UPLOADS];
+    int          next_upload;
     cu_module    module;
     cublas_handle blas;
     cu_function *functions;          /* [n_kernels] */
@@ -126,6 +147,11 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
     a->stream_create = sym(l, "cuStreamCreate", &missing);
     a->stream_sync = sym(l, "cuStreamSynchronize", &missing);
     a->stream_destroy = sym(l, "cuStreamDestroy_v2", &missing);
+    a->stream_wait_event = sym(l, "cuStreamWaitEvent", &missing);
+    a->event_create = sym(l, "cuEventCreate", &missing);
+    a->event_record = sym(l, "cuEventRecord", &missing);
+    a->event_sync = sym(l, "cuEventSynchronize", &missing);
+    a->event_destroy = sym(l, "cuEventDestroy_v2", &missing);
     a->launch = sym(l, "cuLaunchKernel", &missing);
     a->host_register = sym(l, "cuMemHostRegister_v2", &missing);
     a->host_unregister = sym(l, "cuMemHostUnregister", &missing);
@@ -134,11 +160,24 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
         snprintf(why, len, "the CUDA driver (libcuda.so.1) is too old: it lacks entry points this program needs");
         return -1;
     }
-    const char *blas_names[] = { "libcublas.so", "libcublas.so.13", "libcublas.so.12", "libcublas.so.11" };
-    for (size_t i = 0; i < sizeof blas_names / sizeof blas_names[0] && !c->libcublas; i++)
-        c->libcublas = dlopen(blas_names[i], RTLD_NOW | RTLD_LOCAL);
+    /* The bundle's own cuBLAS first (codegen/bundle_libs.h: lib/ beside
+     * the program; its run path, $ORIGIN, finds libcublasLt there), then the
+     * host's (fusionc --cublas system). */
+    const char *blas_names[] = { "libcublas.so.13", "libcublas.so.12", "libcublas.so.11" };
+    char here[4096], path[4200];
+    ssize_t n = readlink("/proc/self/exe", here, sizeof here - 1);
+    char *slash = n > 0 ? (here[n] = '\0', strrchr(here, '/')) : NULL;
+    for (size_t i = 0; slash && i < sizeof blas_names / sizeof blas_names[0] && !c->libcublas; i++) {
+        *slash = '\0';
+        snprintf(path, sizeof path, "%s/lib/%s", here, blas_names[i]);
+        c->libcublas = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    const char *host_names[] = { "libcublas.so", "libcublas.so.13", "libcublas.so.12", "libcublas.so.11" };
+    for (size_t i = 0; i < sizeof host_names / sizeof host_names[0] && !c->libcublas; i++)
+        c->libcublas = dlopen(host_names[i], RTLD_NOW | RTLD_LOCAL);
     if (!c->libcublas) {
-        snprintf(why, len, "cuBLAS (libcublas.so) not found: install the CUDA toolkit's cuBLAS or set LD_LIBRARY_PATH");
+        snprintf(why, len, "cuBLAS (libcublas.so) not found: neither in the bundle's lib/ nor on this host; install "
+                 "the CUDA toolkit's cuBLAS or set LD_LIBRARY_PATH");
         return -1;
     }
     a->blas_create = sym(c->libcublas, "cublasCreate_v2", &missing);
@@ -202,8 +241,14 @@ int rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t len)
     }
     if (rc == 0 && ((r = c->api.ctx_retain(&c->context, c->device)) != 0 || (r = c->api.ctx_set(c->context)) != 0))
         rc = fail_cu(c, r, "creating the context", why, len);
-    if (rc == 0 && (r = c->api.stream_create(&c->stream, 0)) != 0)
+    if (rc == 0 && ((r = c->api.stream_create(&c->stream, 0)) != 0 || (r = c->api.stream_create(&c->copy, 0)) != 0))
         rc = fail_cu(c, r, "cuStreamCreate", why, len);
+    if (rc == 0 && ((r = c->api.event_create(&c->computed, CU_EVENT_DISABLE_TIMING)) != 0 ||
+                    (r = c->api.event_create(&c->copied, CU_EVENT_DISABLE_TIMING)) != 0))
+        rc = fail_cu(c, r, "cuEventCreate", why, len);
+    for (int i = 0; rc == 0 && i < RT_CUDA_UPLOADS; i++)
+        if ((r = c->api.event_create(&c->upload[i].done, CU_EVENT_DISABLE_TIMING)) != 0)
+            rc = fail_cu(c, r, "cuEventCreate", why, len);
     if (rc == 0)
         rc = load_module(c, &info, why, len);
     if (rc == 0 && (r = c->api.mem_alloc(&c->arena, c->arena_bytes + 64)) != 0)
@@ -245,6 +290,8 @@ void rt_cuda_close(rt_cuda *c)
     if (c->libcuda && c->api.init) {
         if (c->stream)
             c->api.stream_sync(c->stream);
+        if (c->copy)
+            c->api.stream_sync(c->copy);
         if (c->host_arena)
             c->api.host_unregister(c->host_arena);
         if (c->blas)
@@ -257,6 +304,15 @@ void rt_cuda_close(rt_cuda *c)
             c->api.mem_free(c->status);
         if (c->module)
             c->api.module_unload(c->module);
+        for (int i = 0; i < RT_CUDA_UPLOADS; i++)
+            if (c->upload[i].done)
+                c->api.event_destroy(c->upload[i].done);
+        if (c->computed)
+            c->api.event_destroy(c->computed);
+        if (c->copied)
+            c->api.event_destroy(c->copied);
+        if (c->copy)
+            c->api.stream_destroy(c->copy);
         if (c->stream)
             c->api.stream_destroy(c->stream);
         if (c->context)
@@ -372,6 +428,10 @@ int rt_cuda_phase_end(char *arena, rt_context *ctx)
     }
     if (r == 0)
         r = c->api.stream_sync(c->stream);
+    /* Every upload was waited for by the compute stream (run_on_host), so
+     * its slot of the host arena is free once that stream is. */
+    for (int i = 0; r == 0 && i < RT_CUDA_UPLOADS; i++)
+        c->upload[i].busy = 0;
     return r ? ctx_fail(ctx, NULL, "copying back to the host", r) : 0;
 }
 
@@ -415,32 +475,97 @@ static int check_status(rt_cuda *c, const rt_op *op, char *arena, rt_context *ct
     return -1;
 }
 
-/* send, recv, allreduce: on the host, over the pinned arena.  A recv
- * brings nothing down, so it does not wait for the stream: the kernels
- * launched before it run on while the host waits for the message (the
- * hub's thread sends and receives beside the compute; only the copies
- * over PCIe are on the one stream). */
+/* Wait for the uploads in flight that read host arena bytes in [lo, hi). */
+static cu_result uploads_wait(rt_cuda *c, int64_t lo, int64_t hi)
+{
+    cu_result r = 0;
+    for (int i = 0; i < RT_CUDA_UPLOADS && r == 0; i++)
+        if (c->upload[i].busy && c->upload[i].lo < hi && lo < c->upload[i].hi) {
+            r = c->api.event_sync(c->upload[i].done);
+            c->upload[i].busy = r != 0;
+        }
+    return r;
+}
+
+/* send, recv, allreduce: on the host, over the pinned host arena, with
+ * their copies on the copy stream so that the compute stream never waits
+ * for the host and the host waits for the compute stream only where it
+ * needs a kernel's result (a send's input).
+ *
+ * Down (a send's or allreduce's inputs):
+ *   computed on the compute stream, the copy stream waits for it: the copy
+ *     reads what the kernels queued so far wrote (read after write);
+ *   the copies, then copied on the copy stream; the host waits for copied
+ *     (not for the compute stream) before the hub takes the bytes.  Nothing
+ *     launched later can overwrite the device source before the copy, as
+ *     the host launches nothing until copied; the copy stream runs in order,
+ *     so an upload still reading the same host bytes reads them first.
+ * Up (a recv's or allreduce's outputs):
+ *   before the host writes the outputs' host range, it waits for the
+ *     uploads in flight that read that range (write after read on the host:
+ *     the next receive into the same tensor);
+ *   computed on the compute stream, the copy stream waits for it: kernels
+ *     queued earlier may still read the device range the memory plan gives
+ *     these outputs (write after read on the device);
+ *   the copies, then the slot's event on the copy stream, and the compute
+ *     stream waits for it: the kernels launched after read what came up
+ *     (read after write).  The host does not wait: it goes on launching,
+ *     and its next receive overlaps the copy and the kernels before it.
+ * A phase's end synchronises the compute stream, which has waited for
+ * every upload: no copy is in flight between phases. */
 static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx)
 {
     cu_result r = 0;
-    for (int i = 0; i < op->n_in && r == 0; i++)
-        r = c->api.dtoh(arena + op->in[i].offset, c->arena + (cu_deviceptr)op->in[i].offset,
-                        (size_t)rt_tensor_numel(&op->in[i]) * 4, c->stream);
-    if (r == 0 && op->n_in > 0)
-        r = c->api.stream_sync(c->stream);
-    if (r)
-        return ctx_fail(ctx, op, "copying to the host", r);
+    if (op->n_in > 0) {
+        r = c->api.event_record(c->computed, c->stream);
+        if (r == 0)
+            r = c->api.stream_wait_event(c->copy, c->computed, 0);
+        for (int i = 0; i < op->n_in && r == 0; i++)
+            r = c->api.dtoh(arena + op->in[i].offset, c->arena + (cu_deviceptr)op->in[i].offset,
+                            (size_t)rt_tensor_numel(&op->in[i]) * 4, c->copy);
+        if (r == 0)
+            r = c->api.event_record(c->copied, c->copy);
+        if (r == 0)
+            r = c->api.event_sync(c->copied);
+        if (r)
+            return ctx_fail(ctx, op, "copying to the host", r);
+    }
+    int64_t lo = INT64_MAX, hi = INT64_MIN;   /* the host range the outputs cover */
+    for (int i = 0; i < op->n_out; i++) {
+        int64_t at = op->out[i].offset, end = at + rt_tensor_numel(&op->out[i]) * 4;
+        lo = at < lo ? at : lo;
+        hi = end > hi ? end : hi;
+    }
+    if (op->n_out > 0 && (r = uploads_wait(c, lo, hi)) != 0)
+        return ctx_fail(ctx, op, "waiting for an upload", r);
     /* An all-reduce goes at once, not in a bucket: its result must be on the
      * device before the next step reads it. */
     if (rt_op_run(op, arena, ctx) != 0 ||
         (op->op == OP_ALLREDUCE && ctx->comm && ctx->comm->bucket_count > 0 && rt_comm_flush_bucket(ctx->comm, ctx)))
         return -1;
+    if (op->n_out == 0)
+        return 0;
+    /* The next slot; if it is still in flight (RT_CUDA_UPLOADS receives
+     * ago), the host waits for it. */
+    int k = c->next_upload;
+    c->next_upload = (k + 1) % RT_CUDA_UPLOADS;
+    if (c->upload[k].busy && (r = c->api.event_sync(c->upload[k].done)) != 0)
+        return ctx_fail(ctx, op, "waiting for an upload", r);
+    c->upload[k].busy = 0;
+    r = c->api.event_record(c->computed, c->stream);
+    if (r == 0)
+        r = c->api.stream_wait_event(c->copy, c->computed, 0);
     for (int i = 0; i < op->n_out && r == 0; i++)
         r = c->api.htod(c->arena + (cu_deviceptr)op->out[i].offset, arena + op->out[i].offset,
-                        (size_t)rt_tensor_numel(&op->out[i]) * 4, c->stream);
+                        (size_t)rt_tensor_numel(&op->out[i]) * 4, c->copy);
     if (r == 0)
-        r = c->api.stream_sync(c->stream);   /* the host buffer is reused by the next receive */
-    return r ? ctx_fail(ctx, op, "copying to the device", r) : 0;
+        r = c->api.event_record(c->upload[k].done, c->copy);
+    if (r == 0)
+        r = c->api.stream_wait_event(c->stream, c->upload[k].done, 0);
+    if (r)
+        return ctx_fail(ctx, op, "copying to the device", r);
+    c->upload[k].lo = lo, c->upload[k].hi = hi, c->upload[k].busy = 1;
+    return 0;
 }
 
 int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_context *ctx)

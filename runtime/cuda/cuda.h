@@ -3,6 +3,9 @@
  * The driver (libcuda.so.1) and cuBLAS (libcublas.so) are loaded with
  * dlopen when a CUDA program starts, so a bundle links and starts on any
  * machine, and one without a driver stops at once with one line saying so.
+ * cuBLAS is the bundle's own (lib/libcublas.so.N beside the program, with
+ * libcublasLt.so.N, which it finds through its run path $ORIGIN:
+ * codegen/bundle_libs.h), else the host's (fusionc --cublas system).
  *
  * Memory.  The device holds the arena (the memory pass's plan, the same
  * offsets as on a CPU), the scratch area the steps ask for, and a status
@@ -17,7 +20,15 @@
  * optimizer state stay on the device; rt_cuda_pull_state brings them down
  * for a checkpoint.  Communication ops (send, recv, allreduce) run on the
  * host over the pinned arena: their inputs come down first, their outputs
- * go back up.
+ * go back up, both on a second stream (the copy stream) ordered against the
+ * compute stream by events (cuda.c, run_on_host, says which hazard each
+ * prevents).  What overlaps: a recv's upload, and the kernels queued before
+ * it, with the host's launching and its next receive (the host waits for
+ * an upload only before it writes those host bytes again); the kernels
+ * after it wait on the device, not the host.  A send's copy down waits for
+ * the kernels queued before it, and the host for that copy, not for the
+ * compute stream.  The phases' own copies (inputs, stash, gradients) stay
+ * on the compute stream and do not overlap compute.
  *
  * Modules.  The program embeds one fat binary (codegen/fatbin.h: CUBIN for
  * sm_80 and sm_90, PTX for compute_80) in its .nv_fatbin section; the

@@ -9,9 +9,22 @@
  * as fibers up to each __syncthreads), with a table of its kernels by name
  * (emu_kernels) that cuModuleGetFunction looks them up in.  Device memory
  * is host memory: a device pointer is the address malloc returned, so the
- * kernels' fusion_args need no translation.  Every call is synchronous, in
- * order: streams are one queue, so this checks what is copied and when
- * against what the kernels read, not the overlap of copies and kernels.
+ * kernels' fusion_args need no translation.
+ *
+ * Streams are real queues, and lazy: every stream is a FIFO of deferred
+ * operations (copies, launches, products, event records, waits), and
+ * nothing runs when it is enqueued.  A stream runs its queue only as far as
+ * the host demands: cuStreamSynchronize (all of it), cuEventSynchronize or
+ * cuEventQuery (up to the event's record), a cross-stream wait reached in
+ * another stream's queue (cuStreamWaitEvent: the waited-for stream runs up
+ * to the record first), a free or an unregister (everything).  So a missing
+ * wait shows: a kernel that is not ordered after the copy it reads runs
+ * before it and reads stale memory; a host read of a page-locked buffer
+ * before the event that guards it sees the old bytes; a host write to a
+ * page-locked buffer a queued copy still reads changes what it copies.  As
+ * on a GPU, a copy from pageable host memory (not cuMemHostRegister'ed)
+ * takes its bytes when it is enqueued, and one to pageable memory waits for
+ * its stream first (the driver stages both).
  *
  * What it checks on its own: the module is a fat binary (the magic), every
  * kernel asked for exists, launches stay within a GPU's limits, a copy or
@@ -20,14 +33,19 @@
  * Each failure returns an error code, as the driver would, and says why on
  * stderr.
  *
- * FUSION_EMU_COUNTS=FILE: at exit, append one line, the calls made:
- * "launches N gemms N htod N BYTES dtoh N BYTES".
+ * FUSION_EMU_COUNTS=FILE: at exit, append one line, the operations that
+ * ran: "launches N gemms N htod N BYTES dtoh N BYTES second-stream htod N
+ * dtoh N" (the last two: copies that ran on the second stream created,
+ * runtime/cuda/cuda.c's copy stream).
  */
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <vector>
 
 #include "cuda_emu.h"
 
@@ -38,20 +56,69 @@ namespace {
 
 const int kInvalidValue = 1, kOutOfMemory = 2, kNotFound = 500, kInvalidImage = 200;
 
-std::map<uintptr_t, size_t> allocations;   /* device memory: start -> bytes */
+std::map<uintptr_t, size_t> allocations;   /* device memory: start -> bytes             */
+std::map<uintptr_t, size_t> pinned;        /* cuMemHostRegister'ed host memory          */
 struct counts_t {
     long long launches = 0, gemms = 0, htod = 0, htod_bytes = 0, dtoh = 0, dtoh_bytes = 0;
+    long long second_htod = 0, second_dtoh = 0;   /* copies that ran on the second stream created */
 } counts;
 
-/* Is [p, p + bytes) inside one allocation? */
-bool owned(uintptr_t p, size_t bytes)
+/* A stream: its deferred operations, in order.  enqueued counts every
+ * operation ever queued, done those that ran: operation i (from 1) has run
+ * once done >= i. */
+struct stream_t {
+    int                               index = 0;   /* 1: the first stream created, 2: the second, ... */
+    std::deque<std::function<void()>> queue;
+    long long                         enqueued = 0, done = 0;
+};
+/* An event: the stream and position of its last record (none: complete). */
+struct event_t {
+    stream_t *stream = nullptr;
+    long long at = 0;
+};
+stream_t              null_stream;       /* the legacy default stream, as one more queue */
+std::vector<stream_t *> streams;          /* every live stream, the default one first     */
+int                   streams_created = 0;
+
+stream_t *stream_of(void *s) { return s ? (stream_t *)s : &null_stream; }
+
+void enqueue(stream_t *s, std::function<void()> op)
 {
-    auto it = allocations.upper_bound(p);
-    if (it == allocations.begin())
+    s->queue.push_back(std::move(op));
+    s->enqueued++;
+}
+
+/* Run s's queue up to and including operation `upto`.  A wait in it runs
+ * the other stream first; waits name positions already queued when they
+ * were made, so this always ends. */
+void run_until(stream_t *s, long long upto)
+{
+    while (s->done < upto && !s->queue.empty()) {
+        std::function<void()> op = std::move(s->queue.front());
+        s->queue.pop_front();
+        op();
+        s->done++;
+    }
+}
+void run_all(stream_t *s) { run_until(s, s->enqueued); }
+void run_every_stream()
+{
+    run_all(&null_stream);
+    for (stream_t *s : streams)
+        run_all(s);
+}
+
+bool in_map(const std::map<uintptr_t, size_t> &m, uintptr_t p, size_t bytes)
+{
+    auto it = m.upper_bound(p);
+    if (it == m.begin())
         return false;
     --it;
     return p >= it->first && p + bytes <= it->first + it->second;
 }
+
+/* Is [p, p + bytes) inside one allocation? */
+bool owned(uintptr_t p, size_t bytes) { return in_map(allocations, p, bytes); }
 
 int refuse(const char *what)
 {
@@ -66,8 +133,9 @@ struct counts_writer {
         if (!path || !*path)
             return;
         if (FILE *f = fopen(path, "a")) {
-            fprintf(f, "launches %lld gemms %lld htod %lld %lld dtoh %lld %lld\n", counts.launches, counts.gemms,
-                    counts.htod, counts.htod_bytes, counts.dtoh, counts.dtoh_bytes);
+            fprintf(f, "launches %lld gemms %lld htod %lld %lld dtoh %lld %lld second-stream htod %lld dtoh %lld\n",
+                    counts.launches, counts.gemms, counts.htod, counts.htod_bytes, counts.dtoh, counts.dtoh_bytes,
+                    counts.second_htod, counts.second_dtoh);
             fclose(f);
         }
     }
@@ -136,36 +204,126 @@ int cuMemFree_v2(CUdeviceptr p)
     auto it = allocations.find((uintptr_t)p);
     if (it == allocations.end())
         return refuse("cuMemFree of memory not allocated");
+    run_every_stream();   /* the driver's cuMemFree waits for the device */
     free((void *)(uintptr_t)p);
     allocations.erase(it);
     return 0;
 }
-int cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, void *)
+/* From page-locked memory the copy reads the host when it runs; from
+ * pageable memory the driver stages the bytes before it returns. */
+int cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, void *stream)
 {
     if (!owned((uintptr_t)dst, bytes))
         return refuse("cuMemcpyHtoD to device memory not allocated");
-    memcpy((void *)(uintptr_t)dst, src, bytes);
-    counts.htod++, counts.htod_bytes += (long long)bytes;
+    stream_t *s = stream_of(stream);
+    auto count = [s, bytes] {
+        counts.htod++, counts.htod_bytes += (long long)bytes;
+        counts.second_htod += s->index == 2;
+    };
+    if (in_map(pinned, (uintptr_t)src, bytes)) {
+        enqueue(s, [=] { memcpy((void *)(uintptr_t)dst, src, bytes), count(); });
+    } else {
+        std::vector<char> staged((const char *)src, (const char *)src + bytes);
+        enqueue(s, [=] { memcpy((void *)(uintptr_t)dst, staged.data(), bytes), count(); });
+    }
     return 0;
 }
-int cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *)
+/* To page-locked memory the copy writes the host when it runs; to pageable
+ * memory the call returns when the stream has reached it and the bytes are there. */
+int cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *stream)
 {
     if (!owned((uintptr_t)src, bytes))
         return refuse("cuMemcpyDtoH from device memory not allocated");
-    memcpy(dst, (const void *)(uintptr_t)src, bytes);
-    counts.dtoh++, counts.dtoh_bytes += (long long)bytes;
+    stream_t *s = stream_of(stream);
+    enqueue(s, [=] {
+        memcpy(dst, (const void *)(uintptr_t)src, bytes);
+        counts.dtoh++, counts.dtoh_bytes += (long long)bytes;
+        counts.second_dtoh += s->index == 2;
+    });
+    if (!in_map(pinned, (uintptr_t)dst, bytes))
+        run_all(s);
     return 0;
 }
 int cuStreamCreate(void **stream, unsigned)
 {
-    static int the_stream;
-    *stream = &the_stream;
+    stream_t *s = new stream_t;
+    s->index = ++streams_created;
+    streams.push_back(s);
+    *stream = s;
     return 0;
 }
-int cuStreamSynchronize(void *) { return 0; }
-int cuStreamDestroy_v2(void *) { return 0; }
-int cuMemHostRegister_v2(void *, size_t, unsigned) { return 0; }
-int cuMemHostUnregister(void *) { return 0; }
+int cuStreamSynchronize(void *stream)
+{
+    run_all(stream_of(stream));
+    return 0;
+}
+int cuStreamDestroy_v2(void *stream)
+{
+    stream_t *s = stream_of(stream);
+    if (s == &null_stream)
+        return refuse("cuStreamDestroy of the default stream");
+    for (size_t i = 0; i < streams.size(); i++)
+        if (streams[i] == s) {
+            run_all(s);   /* the driver finishes the work queued first */
+            streams.erase(streams.begin() + (long)i);
+            delete s;
+            return 0;
+        }
+    return refuse("cuStreamDestroy of a stream not created");
+}
+int cuEventCreate(void **event, unsigned)
+{
+    *event = new event_t;
+    return 0;
+}
+int cuEventDestroy_v2(void *event)
+{
+    delete (event_t *)event;
+    return 0;
+}
+/* The event completes when the stream has run what was queued before it. */
+int cuEventRecord(void *event, void *stream)
+{
+    if (!event)
+        return refuse("cuEventRecord without an event");
+    event_t *e = (event_t *)event;
+    e->stream = stream_of(stream);
+    e->at = e->stream->enqueued;
+    return 0;
+}
+int cuEventSynchronize(void *event)
+{
+    event_t *e = (event_t *)event;
+    if (!e)
+        return refuse("cuEventSynchronize without an event");
+    if (e->stream)
+        run_until(e->stream, e->at);
+    return 0;
+}
+/* Lazy: a query runs what the event waits for, then says it is done. */
+int cuEventQuery(void *event) { return cuEventSynchronize(event); }
+/* What the stream runs after this waits for the event's record as it is now. */
+int cuStreamWaitEvent(void *stream, void *event, unsigned)
+{
+    event_t *e = (event_t *)event;
+    if (!e)
+        return refuse("cuStreamWaitEvent without an event");
+    stream_t *other = e->stream;
+    long long at = e->at;
+    if (other)
+        enqueue(stream_of(stream), [other, at] { run_until(other, at); });
+    return 0;
+}
+int cuMemHostRegister_v2(void *p, size_t bytes, unsigned)
+{
+    pinned[(uintptr_t)p] = bytes;
+    return 0;
+}
+int cuMemHostUnregister(void *p)
+{
+    run_every_stream();
+    return pinned.erase((uintptr_t)p) ? 0 : refuse("cuMemHostUnregister of memory not registered");
+}
 int cuGetErrorString(int error, const char **text)
 {
     *text = error == kInvalidValue ? "invalid argument (emulated)" : error == kNotFound ? "named symbol not found (emulated)"
@@ -175,7 +333,7 @@ int cuGetErrorString(int error, const char **text)
 }
 
 int cuLaunchKernel(const cuda_emu_kernel *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                   unsigned bz, unsigned shared, void *, void **params, void **extra)
+                   unsigned bz, unsigned shared, void *stream, void **params, void **extra)
 {
     if (!f || !params || extra)
         return refuse("cuLaunchKernel without a function or parameters");
@@ -186,8 +344,13 @@ int cuLaunchKernel(const cuda_emu_kernel *f, unsigned gx, unsigned gy, unsigned 
     for (int k = 0; k < 8; k++)
         if (args[k] && !owned((uintptr_t)args[k], 1))
             return refuse("a kernel argument points outside device memory");
-    cuda_emu_launch(f, dim3{ gx, gy, gz }, dim3{ bx, by, bz }, shared, params[0]);
-    counts.launches++;
+    /* The parameters are read when the call is made (they may live on the caller's stack). */
+    struct { CUdeviceptr p[8]; long long step; } copy;
+    memcpy(&copy, params[0], sizeof copy);
+    enqueue(stream_of(stream), [=] {
+        cuda_emu_launch(f, dim3{ gx, gy, gz }, dim3{ bx, by, bz }, shared, &copy);
+        counts.launches++;
+    });
     return 0;
 }
 
@@ -200,7 +363,12 @@ int cublasCreate_v2(void **handle)
     return 0;
 }
 int cublasDestroy_v2(void *) { return 0; }
-int cublasSetStream_v2(void *, void *) { return 0; }
+static void *blas_stream;   /* cublasSetStream_v2's; the products go on it */
+int cublasSetStream_v2(void *, void *stream)
+{
+    blas_stream = stream;
+    return 0;
+}
 
 /* Column-major C = alpha op(A) op(B) + beta C per batch entry, in double. */
 int cublasSgemmStridedBatched(void *, int ta, int tb, int m, int n, int k, const float *alpha, const float *A,
@@ -212,20 +380,23 @@ int cublasSgemmStridedBatched(void *, int ta, int tb, int m, int n, int k, const
         return 7;   /* CUBLAS_STATUS_INVALID_VALUE */
     if (!owned((uintptr_t)C, 4) || !owned((uintptr_t)A, 4) || !owned((uintptr_t)B, 4))
         return 7;
-    for (int b = 0; b < batch; b++) {
-        const float *Ab = A + b * sa, *Bb = B + b * sb;
-        float *Cb = C + b * sc;
-        for (int j = 0; j < n; j++)
-            for (int i = 0; i < m; i++) {
-                double acc = 0;
-                for (int l = 0; l < k; l++)
-                    acc += (double)(ta ? Ab[l + (long long)i * lda] : Ab[i + (long long)l * lda]) *
-                           (double)(tb ? Bb[j + (long long)l * ldb] : Bb[l + (long long)j * ldb]);
-                float *c = &Cb[i + (long long)j * ldc];
-                *c = *beta == 0.0f ? (float)(*alpha * acc) : (float)(*alpha * acc + (double)*beta * *c);
-            }
-    }
-    counts.gemms++;
+    float alpha_v = *alpha, beta_v = *beta;   /* read now: they may live on the caller's stack */
+    enqueue(stream_of(blas_stream), [=] {
+        for (int b = 0; b < batch; b++) {
+            const float *Ab = A + b * sa, *Bb = B + b * sb;
+            float *Cb = C + b * sc;
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    double acc = 0;
+                    for (int l = 0; l < k; l++)
+                        acc += (double)(ta ? Ab[l + (long long)i * lda] : Ab[i + (long long)l * lda]) *
+                               (double)(tb ? Bb[j + (long long)l * ldb] : Bb[l + (long long)j * ldb]);
+                    float *c = &Cb[i + (long long)j * ldc];
+                    *c = beta_v == 0.0f ? (float)(alpha_v * acc) : (float)(alpha_v * acc + (double)beta_v * *c);
+                }
+        }
+        counts.gemms++;
+    });
     return 0;
 }
 
