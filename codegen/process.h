@@ -9,6 +9,12 @@
  * it exits 0, else -1 with err naming `what` and the exit status. */
 int run_command(char *const argv[], struct diag *err, const char *what);
 
+/* Run argv with its standard output (and standard error too, when
+ * with_stderr) in *out (malloc'd, NUL-terminated; NULL when out of
+ * memory).  Returns the exit status (128 + N for signal N), or -1 when it
+ * cannot start. */
+int run_capture_status(char *const argv[], int with_stderr, char **out);
+
 /* The same, with its standard output in *out (malloc'd, NUL-terminated). */
 int run_capture(char *const argv[], char **out, struct diag *err, const char *what);
 

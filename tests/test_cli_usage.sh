@@ -7,6 +7,13 @@ for c in "" check dump stats; do
   # shellcheck disable=SC2086
   "$FUSIONC" $c --help >"$work/out" 2>&1 && grep -q "usage: fusionc" "$work/out" && pass || fail "fusionc $c --help"
 done
+for c in deploy launch stop; do
+  "$FUSIONC" $c --help >"$work/out" 2>&1 && grep -q "usage: fusionc $c OUT" "$work/out" && pass || fail "fusionc $c --help"
+  "$FUSIONC" $c >/dev/null 2>&1; expect_eq "$c without OUT: exit" 2 $?
+  "$FUSIONC" $c "$work/nothing-here" 2>"$work/err" >/dev/null; expect_eq "$c of a folder that is no compile's: exit" 1 $?
+  grep -q "nothing-here/deploy.txt:0: error: cannot read the deploy list" "$work/err" && pass || fail "$c: $(cat "$work/err")"
+done
+"$FUSIONC" deploy "$work" --copier ftp >/dev/null 2>&1; expect_eq "deploy --copier ftp: exit" 2 $?
 "$FUSIONC" frobnicate >/dev/null 2>&1; expect_eq "unknown command exit" 2 $?
 "$FUSIONC" dump >/dev/null 2>&1; expect_eq "dump without a model exit" 2 $?
 "$FUSIONC" dump models/mlp.xml --bogus >/dev/null 2>&1; expect_eq "unknown option exit" 2 $?

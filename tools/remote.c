@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
+
+#include "../codegen/process.h"
 
 int remote_plan_load(remote_plan *p, const char *out_dir, const char *cluster_file, struct diag *err)
 {
@@ -156,55 +156,7 @@ int remote_ssh_argv(const remote_plan *p, const remote_device *d, char *argv[], 
     return n;
 }
 
-int remote_capture(char *const argv[], char **out)
-{
-    int fds[2];
-    *out = NULL;
-    if (pipe(fds) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]), close(fds[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        dup2(fds[1], STDERR_FILENO);
-        close(fds[0]), close(fds[1]);
-        execvp(argv[0], argv);
-        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(fds[1]);
-    size_t len = 0, cap = 4096;
-    char *text = malloc(cap);
-    for (ssize_t got = 1; text && got != 0;) {
-        if (len + 1024 > cap) {
-            char *bigger = realloc(text, cap *= 2);
-            if (!bigger) {
-                free(text);
-                text = NULL;
-                break;
-            }
-            text = bigger;
-        }
-        got = read(fds[0], text + len, cap - len - 1);
-        if (got > 0)
-            len += (size_t)got;
-        else if (got < 0 && errno != EINTR)
-            break;
-    }
-    close(fds[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (text)
-        text[len] = '\0';
-    *out = text;
-    if (WIFSIGNALED(status))
-        return 128 + WTERMSIG(status);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+int remote_capture(char *const argv[], char **out) { return run_capture_status(argv, 1, out); }
 
 int remote_run(const remote_plan *p, const remote_device *d, const char *command, char **out)
 {
