@@ -192,11 +192,10 @@ static void follow(const char *log, const char *device, long *offset)
         char line[4096];
         while (fgets(line, sizeof line, f)) {
             size_t n = strlen(line);
-            if (line[n - 1] != '\n' && !feof(f))
-                continue;   /* a line longer than the buffer: its pieces print as they come */
-            if (line[n - 1] != '\n')
+            if (line[n - 1] != '\n' && feof(f))
                 break;      /* not whole yet: read it again next time */
-            printf("[%s] %s", device, line);
+            /* (a line longer than the buffer prints in pieces, each prefixed) */
+            printf("[%s] %s%s", device, line, line[n - 1] == '\n' ? "" : "\n");
             *offset += (long)n;
         }
     }
