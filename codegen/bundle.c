@@ -171,6 +171,16 @@ static int collect_links(const ir_graph *g, const cluster *c, rt_link **out, int
     return 0;
 }
 
+/* The device that reports the step's loss: replica 0 of the stage that computes it. */
+static int32_t reporter_device(const ir_graph *g)
+{
+    const ir_placement *p = &g->placement;
+    int32_t loss_stage = p->n_stages - 1;
+    if (g->loss >= 0 && g->values[g->loss].producer >= 0)
+        loss_stage = g->nodes[g->values[g->loss].producer].stage;
+    return p->device[loss_stage * p->n_replicas];
+}
+
 /* OUT/launch-local.sh: every device on this machine, logs gathered, the
  * progress of the device that reports the loss printed as it comes. */
 static int write_launch_local(const ir_graph *g, const cluster *c, const char *out_dir, struct diag *err)
@@ -183,10 +193,7 @@ static int write_launch_local(const ir_graph *g, const cluster *c, const char *o
         return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
     const ir_placement *p = &g->placement;
     int32_t S = p->n_stages, R = p->n_replicas;
-    /* The device that reports the step's loss: replica 0 of the stage that computes it. */
-    int32_t loss_stage = S - 1;
-    if (g->loss >= 0 && g->values[g->loss].producer >= 0)
-        loss_stage = g->nodes[g->values[g->loss].producer].stage;
+    const char *reporter = c->devices[reporter_device(g)].name;
     fprintf(f,
             "#!/usr/bin/env bash\n"
             "# launch-local.sh: start every device of this compile on this machine\n"
@@ -199,10 +206,10 @@ static int write_launch_local(const ir_graph *g, const cluster *c, const char *o
             "mkdir -p \"$here/logs\"\n"
             "devices=(",
             ir_str(g, g->name), S, S == 1 ? "" : "s", R, R == 1 ? "" : "s",
-            c->devices[p->device[loss_stage * R]].name);
+            reporter);
     for (int32_t k = 0; k < S * R; k++)
         fprintf(f, "%s%s", k ? " " : "", c->devices[p->device[k]].name);
-    fprintf(f, ")\nreporter=%s\n", c->devices[p->device[loss_stage * R]].name);
+    fprintf(f, ")\nreporter=%s\n", reporter);
     fputs("pids=()\n"
           "# Empty the logs first: the tail below must not print a previous run's.\n"
           "for d in \"${devices[@]}\"; do : >\"$here/logs/$d.log\"; done\n"
@@ -245,35 +252,19 @@ static int write_launch_local(const ir_graph *g, const cluster *c, const char *o
  * when the machines moved). */
 static int write_deploy_list(const ir_graph *g, const cluster *c, const char *out_dir, struct diag *err)
 {
-    char path[4200], tmp[4300], xml[4200], xml_tmp[4300];
+    char path[4200], tmp[4300], xml[4200];
     snprintf(path, sizeof path, "%s/deploy.txt", out_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     snprintf(xml, sizeof xml, "%s/cluster.xml", out_dir);
-    snprintf(xml_tmp, sizeof xml_tmp, "%s.tmp.%ld", xml, (long)getpid());
-    FILE *in = fopen(c->file, "rb"), *out = fopen(xml_tmp, "wb");
-    int ok = in && out;
-    char buf[1 << 14];
-    for (size_t got; ok && (got = fread(buf, 1, sizeof buf, in)) > 0;)
-        ok = fwrite(buf, 1, got, out) == got;
-    ok = ok && !ferror(in);
-    if (in)
-        fclose(in);
-    if (out)
-        ok &= fclose(out) == 0;
-    if (!ok || rename(xml_tmp, xml) != 0) {
-        unlink(xml_tmp);
-        return diag_set(err, xml, 0, "cannot copy the cluster file %s here: %s", c->file, strerror(errno));
-    }
+    if (bundle_copy_file(c->file, xml, err))
+        return -1;
     const ir_placement *p = &g->placement;
-    int32_t S = p->n_stages, R = p->n_replicas, loss_stage = S - 1;
-    if (g->loss >= 0 && g->values[g->loss].producer >= 0)
-        loss_stage = g->nodes[g->values[g->loss].producer].stage;
     FILE *f = fopen(tmp, "w");
     if (!f)
         return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
     fprintf(f, "# fusion deploy list (written by fusionc compile; read by fusionc deploy, launch, stop)\n"
-               "reporter %s\n", c->devices[p->device[loss_stage * R]].name);
-    for (int32_t k = 0; k < S * R; k++)
+               "reporter %s\n", c->devices[reporter_device(g)].name);
+    for (int32_t k = 0; k < p->n_stages * p->n_replicas; k++)
         fprintf(f, "device %s\n", c->devices[p->device[k]].name);
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         unlink(tmp);

@@ -23,8 +23,7 @@ int bundle_lib_is_libc(const char *name)
     return 0;
 }
 
-/* Copy src to dst whole, through dst.tmp.PID, keeping the mode. */
-static int copy_file(const char *src, const char *dst, struct diag *err)
+int bundle_copy_file(const char *src, const char *dst, struct diag *err)
 {
     char tmp[4700];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
@@ -33,7 +32,7 @@ static int copy_file(const char *src, const char *dst, struct diag *err)
     if (in < 0 || fstat(in, &st) != 0) {
         if (in >= 0)
             close(in);
-        return diag_set(err, src, 0, "cannot read the library to bundle: %s", strerror(errno));
+        return diag_set(err, src, 0, "cannot read it to copy it into the bundle: %s", strerror(errno));
     }
     int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, st.st_mode & 0777);
     if (out < 0) {
@@ -76,7 +75,7 @@ static int link_or_copy(const char *first, const char *dst, struct diag *err)
         if (renamed)
             return 0;
     }
-    return copy_file(first, dst, err);
+    return bundle_copy_file(first, dst, err);
 }
 
 static int remember(bundle_libs *seen, const char *name, const char *path)
@@ -115,7 +114,7 @@ static int bundle_one(bundle_libs *seen, const char *name, const char *path, con
     char real[4096];
     if (link_first && !realpath(path, real))   /* link(2) would link a symbolic link itself */
         return diag_set(err, path, 0, "cannot read the library to bundle: %s", strerror(errno));
-    int rc = link_first ? link_or_copy(real, dst, err) : copy_file(path, dst, err);
+    int rc = link_first ? link_or_copy(real, dst, err) : bundle_copy_file(path, dst, err);
     if (rc == 0 && remember(seen, name, dst))
         rc = diag_set(err, dst, 0, "out of memory");
     return rc;

@@ -24,6 +24,10 @@ typedef struct {
     int  n, cap;
 } bundle_libs;
 
+/* Copy src to dst whole, through dst.tmp.PID, keeping the mode.  0, or -1
+ * with err naming the file that could not be read or written. */
+int bundle_copy_file(const char *src, const char *dst, struct diag *err);
+
 /* Is `name` (a file name: "libc.so.6") one of the C library's own? */
 int bundle_lib_is_libc(const char *name);
 
