@@ -182,6 +182,57 @@ static int is_cuda_arch(const char *arch)
 
 /* ---- elements --------------------------------------------------------- */
 
+/* peak-fp32, peak-tf32, peak-bf16, peak-fp16: at least one; a bare peak
+ * is refused, since the figure a file gives means nothing until it says
+ * for which arithmetic (an A100's 19.5 and 312 TFLOPS are both "its peak"). */
+static int read_peaks(loader *ld, xmlNodePtr node, cluster_device *d)
+{
+    char who[2 * CLUSTER_NAME_MAX + 32], text[128], attr[32];
+    int  stated = 0, bare = xml_attr(node, "peak", text, sizeof text, ld->path, ld->err);
+    if (bare < 0)
+        return -1;
+    if (bare > 0)
+        return diag_set(ld->err, ld->path, xml_line(node),
+                        "%s: peak=\"%s\" does not say for which arithmetic; write peak-fp32 (and peak-tf32, "
+                        "peak-bf16, peak-fp16 where the device has them), dense datasheet figures",
+                        owner(node, who, sizeof who), text);
+    for (int k = 0; k < PEAK_COUNT; k++) {
+        snprintf(attr, sizeof attr, "peak-%s", cluster_peak_name((peak_kind)k));
+        if (attr_quantity(ld, node, attr, UNIT_FLOPS, 0.0, &d->peak_flops[k]) != 0)
+            return -1;
+        stated += d->peak_flops[k] > 0;
+    }
+    if (!stated)
+        return diag_set(ld->err, ld->path, xml_line(node),
+                        "%s: no peak: expected peak-fp32=\"...\" (and peak-tf32, peak-bf16, peak-fp16 where the "
+                        "device has them)", owner(node, who, sizeof who));
+    return 0;
+}
+
+const char *cluster_peak_name(peak_kind k)
+{
+    static const char *const names[PEAK_COUNT] = { "fp32", "tf32", "bf16", "fp16" };
+    return (unsigned)k < PEAK_COUNT ? names[k] : "?";
+}
+
+int cluster_require_peak(const cluster *c, peak_kind k, struct diag *err)
+{
+    for (int i = 0; i < c->n_devices; i++) {
+        const cluster_device *d = &c->devices[i];
+        if (d->peak_flops[k] > 0)
+            continue;
+        char have[128] = "";
+        for (int j = 0; j < PEAK_COUNT; j++)
+            if (d->peak_flops[j] > 0)
+                snprintf(have + strlen(have), sizeof have - strlen(have), "%speak-%s", have[0] ? ", " : "",
+                         cluster_peak_name((peak_kind)j));
+        return diag_set(err, c->file, d->line, "device '%s'%s%s states no peak-%s (it states %s): add the "
+                        "datasheet's dense %s figure, or compile for a precision it has",
+                        d->name, d->arch[0] ? " " : "", d->arch, cluster_peak_name(k), have, cluster_peak_name(k));
+    }
+    return 0;
+}
+
 static int read_device(loader *ld, xmlNodePtr node, int host, cluster_device *d)
 {
     char kind[16], who[CLUSTER_NAME_MAX + 16];
@@ -210,7 +261,7 @@ static int read_device(loader *ld, xmlNodePtr node, int host, cluster_device *d)
     if (d->kind == DEVICE_CPU && strncmp(d->arch, "sm_", 3) == 0)
         return diag_set(ld->err, ld->path, d->line, "%s: arch=\"%s\" is a CUDA architecture, but kind=\"cpu\"",
                         owner(node, who, sizeof who), d->arch);
-    if (attr_quantity(ld, node, "peak", UNIT_FLOPS, -1, &d->peak_flops) != 0 ||
+    if (read_peaks(ld, node, d) != 0 ||
         attr_quantity(ld, node, "memory", UNIT_SIZE, -1, &d->memory_bytes) != 0 ||
         attr_quantity(ld, node, "memory-bandwidth", UNIT_BANDWIDTH, -1, &d->memory_bandwidth) != 0 ||
         attr_int(ld, node, "threads", 1, 1024, 1, &d->threads) != 0 ||
@@ -698,9 +749,15 @@ void cluster_print_summary(const cluster *c, FILE *out)
                 const cluster_device *dv = &c->devices[d];
                 if (dv->host != h)
                     continue;
-                fprintf(out, "    device %s: %s%s%s, peak %s, memory %s at %.4g GB/s, %d thread%s", dv->name,
-                        dv->kind == DEVICE_CUDA ? "cuda" : "cpu", dv->arch[0] ? " " : "", dv->arch,
-                        units_format(dv->peak_flops, UNIT_FLOPS, a, sizeof a),
+                fprintf(out, "    device %s: %s%s%s, peak", dv->name, dv->kind == DEVICE_CUDA ? "cuda" : "cpu",
+                        dv->arch[0] ? " " : "", dv->arch);
+                for (int k = 0, first = 1; k < PEAK_COUNT; k++)
+                    if (dv->peak_flops[k] > 0) {
+                        fprintf(out, "%s %s %s", first ? "" : ",", cluster_peak_name((peak_kind)k),
+                                units_format(dv->peak_flops[k], UNIT_FLOPS, a, sizeof a));
+                        first = 0;
+                    }
+                fprintf(out, ", memory %s at %.4g GB/s, %d thread%s",
                         units_format(dv->memory_bytes, UNIT_SIZE, m, sizeof m), dv->memory_bandwidth / 1e9,
                         dv->threads, dv->threads == 1 ? "" : "s");
                 if (dv->slowdown != 1.0)

@@ -32,11 +32,17 @@
 
 typedef enum { DEVICE_CPU, DEVICE_CUDA } device_kind;
 
+/* The arithmetic a device's peak is stated for (cluster.xsd: peak-fp32,
+ * peak-tf32, peak-bf16, peak-fp16).  Dense figures, never sparsity's: a
+ * matrix product with inputs of that type and fp32 accumulation.  tf32 is
+ * fp32 data through the tensor cores (opt-in for fp32 compiles). */
+typedef enum { PEAK_FP32, PEAK_TF32, PEAK_BF16, PEAK_FP16, PEAK_COUNT } peak_kind;
+
 typedef struct {
     char        name[CLUSTER_NAME_MAX];   /* unique in the cluster               */
     device_kind kind;
     char        arch[32];                 /* "sm_80", "sm_90", "x86_64"; may be "" */
-    double      peak_flops;               /* FLOP/s                              */
+    double      peak_flops[PEAK_COUNT];   /* FLOP/s per peak_kind; 0: not stated */
     double      memory_bytes;
     double      memory_bandwidth;         /* bytes/s                             */
     int         threads;                  /* CPU threads to use (>= 1)           */
@@ -98,6 +104,12 @@ void cluster_link_between(const cluster *c, int dev_a, int dev_b, double *bandwi
 int  cluster_find_region(const cluster *c, const char *name);
 int  cluster_find_host(const cluster *c, const char *name);
 int  cluster_find_device(const cluster *c, const char *name);
+
+/* "fp32", "tf32", "bf16", "fp16" (the attribute is "peak-" and this). */
+const char *cluster_peak_name(peak_kind k);
+/* 0 when every device states a peak of kind k; else -1 with err naming the
+ * first device that does not (its file and line) and what it does state. */
+int  cluster_require_peak(const cluster *c, peak_kind k, struct diag *err);
 
 /* One line per region/host/device and the link matrix by region, for `fusionc check -v`. */
 void cluster_print_summary(const cluster *c, FILE *out);

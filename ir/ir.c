@@ -151,6 +151,8 @@ int ir_graph_copy(ir_graph *dst, const ir_graph *src)
     dst->name = src->name;
     dst->source = src->source;
     dst->after_pass = src->after_pass;
+    dst->precision = src->precision;
+    dst->tf32 = src->tf32;
     dst->loss = src->loss;
     dst->values = dup_array(src->values, (size_t)src->n_values, sizeof *src->values, &failed);
     dst->nodes = dup_array(src->nodes, (size_t)src->n_nodes, sizeof *src->nodes, &failed);

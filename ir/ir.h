@@ -147,6 +147,11 @@ typedef struct ir_graph {
                                       built it); the pass manager resumes after it   */
     uint32_t  source;              /* the file it was read from (XML or text IR), for
                                       messages about nodes that have no location; not printed */
+    ir_dtype  precision;           /* what forward and backward tensors are stored in:
+                                      DT_F32 (the default), DT_BF16 or DT_F16; set by the
+                                      precision pass.  Parameters, their gradients and the
+                                      optimizer state stay f32 whatever it is.          */
+    int       tf32;                /* 1: f32 matrix products may use TF32 tensor cores    */
     ir_value *values;  int32_t n_values, cap_values;
     ir_node  *nodes;   int32_t n_nodes,  cap_nodes;
     ir_hyper *hypers;  int32_t n_hypers, cap_hypers;

@@ -21,6 +21,15 @@ static ir_dtype in_dtype(const ir_graph *g, const ir_node *n, int i)
     return g->values[n->in[i]].dtype;
 }
 
+/* The dtype of a float output made from input i: a model's op stores its
+ * result in the graph's precision (the precision pass sets it; f32 until
+ * then), whatever its parameters are; ops the passes add keep their
+ * input's. */
+static ir_dtype float_out(const ir_graph *g, const ir_node *n, int i)
+{
+    return op_table[n->op].internal ? in_dtype(g, n, i) : g->precision;
+}
+
 /* "input 'w' (h.0.attn.w, f32[768,2304])" for messages. */
 static const char *describe_input(const ir_graph *g, const ir_node *n, int i, char *buf, size_t size)
 {
@@ -84,7 +93,7 @@ int shape_same_as_first(const ir_graph *g, const ir_node *n, ir_shape out[], ir_
     if (need_dtype(g, n, 0, 1, err))
         return -1;
     out[0] = *in_shape(g, n, 0);
-    dt[0] = in_dtype(g, n, 0);
+    dt[0] = float_out(g, n, 0);
     return 0;
 }
 
@@ -97,7 +106,7 @@ int shape_embedding(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtyp
     const ir_shape *idx = in_shape(g, n, 0), *table = in_shape(g, n, 1);
     out[0] = *idx;
     out[0].dim[out[0].rank++] = table->dim[1];
-    dt[0] = in_dtype(g, n, 1);
+    dt[0] = float_out(g, n, 1);
     return 0;
 }
 
@@ -128,7 +137,7 @@ int shape_linear(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype d
         return -1;
     out[0] = *x;
     out[0].dim[x->rank - 1] = w->dim[0];
-    dt[0] = in_dtype(g, n, 0);
+    dt[0] = float_out(g, n, 0);
     return 0;
 }
 
@@ -159,7 +168,7 @@ int shape_matmul(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype d
     out[0] = *a;
     out[0].dim[a->rank - 2] = m;
     out[0].dim[a->rank - 1] = bn;
-    dt[0] = in_dtype(g, n, 0);
+    dt[0] = float_out(g, n, 0);
     return 0;
 }
 
@@ -200,7 +209,7 @@ int shape_attention(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtyp
         return -1;
     out[0] = *qkv;
     out[0].dim[2] = c;
-    dt[0] = in_dtype(g, n, 0);
+    dt[0] = float_out(g, n, 0);
     return 0;
 }
 
@@ -228,7 +237,7 @@ int shape_merge_heads(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dt
     const ir_shape *y = in_shape(g, n, 0);
     int64_t dims[3] = { y->dim[0], y->dim[2], y->dim[1] * y->dim[3] };
     out[0] = ir_shape_make(3, dims);
-    dt[0] = in_dtype(g, n, 0);
+    dt[0] = float_out(g, n, 0);
     return 0;
 }
 
@@ -301,7 +310,7 @@ int shape_conv2d(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype d
         return -1;
     int64_t dims[4] = { x->dim[0], w->dim[0], oh, ow };
     out[0] = ir_shape_make(4, dims);
-    dt[0] = in_dtype(g, n, 0);
+    dt[0] = float_out(g, n, 0);
     return 0;
 }
 
@@ -336,7 +345,7 @@ int shape_maxpool(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype 
         return -1;
     int64_t dims[4] = { x->dim[0], x->dim[1], oh, ow };
     out[0] = ir_shape_make(4, dims);
-    dt[0] = in_dtype(g, n, 0);
+    dt[0] = float_out(g, n, 0);
     return 0;
 }
 
@@ -348,7 +357,7 @@ int shape_avgpool_global(const ir_graph *g, const ir_node *n, ir_shape out[], ir
     const ir_shape *x = in_shape(g, n, 0);
     int64_t dims[2] = { x->dim[0], x->dim[1] };
     out[0] = ir_shape_make(2, dims);
-    dt[0] = in_dtype(g, n, 0);
+    dt[0] = float_out(g, n, 0);
     return 0;
 }
 
@@ -363,7 +372,7 @@ int shape_flatten(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype 
         rest *= x->dim[i];   /* bounded: the input's own product passed the verifier */
     int64_t dims[2] = { x->dim[0], rest };
     out[0] = ir_shape_make(2, dims);
-    dt[0] = in_dtype(g, n, 0);
+    dt[0] = float_out(g, n, 0);
     return 0;
 }
 

@@ -799,6 +799,31 @@ static int parse_placement(parser *ps)
     return 0;
 }
 
+/* "precision DTYPE [tf32]": once, before the placement and any source. */
+static int parse_precision(parser *ps)
+{
+    ir_graph *g = ps->g;
+    char      word[TOKEN_MAX];
+    if (g->precision != DT_F32 || g->tf32 || g->placement.n_stages || g->n_hypers || g->n_values)
+        return diag_set(ps->err, ps->file, ps->line, "'precision' must come once, after 'model' (and 'after'), "
+                        "before the placement and any source");
+    if (read_word(ps, word, "a precision (f32, bf16 or f16)") != 0)
+        return -1;
+    ir_dtype dt;
+    if (ir_dtype_parse(word, &dt) != 0 || dt == DT_I32)
+        return expected_tok(ps, "a precision (f32, bf16 or f16)", word);
+    g->precision = dt;
+    if (at_end(ps))
+        return expect_end(ps, "end of line after the precision");
+    if (read_word(ps, word, "'tf32' or the end of the line") != 0)
+        return -1;
+    if (strcmp(word, "tf32") != 0 || dt != DT_F32)
+        return expected_tok(ps, dt == DT_F32 ? "'tf32' or the end of the line" : "the end of the line (tf32 is for f32)",
+                            word);
+    g->tf32 = 1;
+    return expect_end(ps, "end of line after 'tf32'");
+}
+
 /* One non-blank line; *stage: 0 before "fusion-ir 1", 1 before "model", 2 after. */
 static int parse_line(parser *ps, int *stage)
 {
@@ -838,6 +863,8 @@ static int parse_line(parser *ps, int *stage)
             return out_of_memory(ps);
         return 0;
     }
+    if (strcmp(word, "precision") == 0)
+        return parse_precision(ps);
     if (strcmp(word, "placement") == 0)
         return parse_placement(ps);
     if (strcmp(word, "node") == 0)

@@ -6,6 +6,8 @@
  *   fusion-ir 1
  *   model NAME
  *   after PASS                  (the last pass run; absent before any pass)
+ *   precision DTYPE [tf32]      (the precision pass's choice; absent for f32
+ *                               without tf32, the default)
  *   placement stages=S replicas=R micro_batches=M devices=[D,D,...]
  *                               (the stage -> device plan, ir_placement; absent
  *                               until placed: S*R device indices, stage 0's
@@ -223,6 +225,8 @@ int ir_graph_print(const ir_graph *g, FILE *out)
         put_name(out, ir_str(g, g->after_pass));
         putc('\n', out);
     }
+    if (g->precision != DT_F32 || g->tf32)
+        fprintf(out, "precision %s%s\n", ir_dtype_name(g->precision), g->tf32 ? " tf32" : "");
     put_placement(out, &g->placement);
     for (int32_t h = 0; h < g->n_hypers; h++) {
         const ir_hyper *hy = &g->hypers[h];

@@ -5,10 +5,11 @@
  *   t_op   = max(flops / peak, bytes / memory_bandwidth) + launch
  *   t_edge = latency + bytes / bandwidth
  *
- * with `peak` the device's matrix-product rate as `fusionc profile`
- * measures it (sgemm at sizes where it is near its best), so a matrix
+ * with `peak` the device's matrix-product rate in the arithmetic the op
+ * runs in (the cluster file's peak-fp32, -tf32, -bf16 or -fp16: datasheet
+ * figures for GPUs, `fusionc profile`'s measurement for CPUs), so a matrix
  * product runs at the device's peak and everything else is bounded by
- * memory traffic.  A device the cluster file marks `slowdown="k"` is
+ * memory traffic, whose bytes are the tensors' in their dtypes.  A device the cluster file marks `slowdown="k"` is
  * emulated k times slower by the runtime, and estimated so.
  *
  * The pass writes each node's time on its device (or, before the fence
@@ -30,9 +31,26 @@ const cluster_device *estimate_default_device(void)
 {
     /* One AVX2/FMA core at about its sgemm rate (local-1's figures). */
     static const cluster_device cpu = { .name = "cpu0", .kind = DEVICE_CPU, .arch = "x86_64",
-                                        .peak_flops = 50e9, .memory_bytes = 4.0 * (1u << 30),
+                                        .peak_flops = { [PEAK_FP32] = 50e9, [PEAK_BF16] = 50e9, [PEAK_FP16] = 50e9 },
+                                        .memory_bytes = 4.0 * (1u << 30),
                                         .memory_bandwidth = 10e9, .threads = 1, .slowdown = 1.0 };
     return &cpu;
+}
+
+peak_kind estimate_graph_peak_kind(const ir_graph *g)
+{
+    return g->precision == DT_BF16 ? PEAK_BF16 : g->precision == DT_F16 ? PEAK_FP16 : g->tf32 ? PEAK_TF32 : PEAK_FP32;
+}
+
+peak_kind estimate_node_peak_kind(const ir_graph *g, int32_t n)
+{
+    const ir_node *node = &g->nodes[n];
+    for (int i = 0; i < node->n_in + node->n_out; i++) {
+        ir_dtype dt = g->values[i < node->n_in ? node->in[i] : node->out[i - node->n_in]].dtype;
+        if (dt == DT_BF16 || dt == DT_F16)
+            return dt == DT_BF16 ? PEAK_BF16 : PEAK_FP16;
+    }
+    return g->tf32 ? PEAK_TF32 : PEAK_FP32;
 }
 
 double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device *d)
@@ -43,7 +61,11 @@ double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device 
     const op_def *def = &op_table[node->op];
     double flops = def->flops_forward ? def->flops_forward(g, node) : 0.0;
     double bytes = def->bytes_forward ? def->bytes_forward(g, node) : 0.0;
-    double peak = d->peak_flops > 0 ? d->peak_flops : 1e9;
+    /* A peak the file does not state was refused before any pass ran
+     * (fusionc: cluster_require_peak); 1 GFLOPS guards a caller that did not. */
+    double peak = d->peak_flops[estimate_node_peak_kind(g, n)];
+    if (!(peak > 0))
+        peak = 1e9;
     double bandwidth = d->memory_bandwidth > 0 ? d->memory_bandwidth : 1e9;
     double t = fmax(flops / peak, bytes / bandwidth);
     t += d->kind == DEVICE_CUDA ? LAUNCH_SECONDS_CUDA : LAUNCH_SECONDS_CPU;

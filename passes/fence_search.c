@@ -250,7 +250,11 @@ typedef struct {
 } search;
 
 static const fence_model *speed_model;
-static double device_speed(const cluster_device *d) { return d->peak_flops / (d->slowdown >= 1.0 ? d->slowdown : 1.0); }
+/* Devices ranked by their peak in the precision the graph computes in. */
+static double device_speed(const cluster_device *d)
+{
+    return d->peak_flops[estimate_graph_peak_kind(speed_model->g)] / (d->slowdown >= 1.0 ? d->slowdown : 1.0);
+}
 
 static int by_speed_desc(const void *a, const void *b)
 {

@@ -5,7 +5,7 @@
  * its XML file:line).  "frontend" is not a pass but names the graph as the
  * frontend built it, so `--after frontend` shows the IR before any pass.
  *
- * Today's pipeline:  shapes, autodiff, optimizer, estimate, fence, comm,
+ * Today's pipeline:  shapes, precision, autodiff, optimizer, estimate, fence, comm,
  * compress, schedule, memory.  The passes that place the graph on a cluster
  * (estimate, fence, comm, compress, schedule) read the cluster and the
  * scheduler's choices from pass_options; without a cluster they place
@@ -68,6 +68,8 @@ typedef struct {
     const char *compress;     /* none, topk:RHO or adatopk (NULL: adatopk on several regions, else none) */
     uint64_t    seed;         /* --scheduler random's draw (0: 1)           */
     const char *recompute;    /* "auto" (NULL: the schedule pass decides), "on" or "off" */
+    ir_dtype    precision;    /* what activations and their gradients are stored in (0: f32) */
+    int         tf32;         /* 1: f32 products may run on TF32 tensor cores           */
 } pass_options;
 
 /* A pass reads the options it needs (most read none). */
@@ -91,6 +93,7 @@ int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err);
 
 /* ---- the passes ---- */
 int pass_shapes(ir_graph *g, struct diag *err);
+int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_autodiff(ir_graph *g, struct diag *err);
 int pass_optimizer(ir_graph *g, struct diag *err);
 int pass_memory(ir_graph *g, struct diag *err);
@@ -164,6 +167,12 @@ double compress_tensor_bytes(double elements, double cols, double bw, double t_s
 /* ---- the workload estimator (estimate.c) ---- */
 /* The default device when no cluster is given: one CPU core's worth. */
 const cluster_device *estimate_default_device(void);
+/* The arithmetic node n runs in: bf16 or fp16 when any of its float
+ * tensors is stored so (products then read their f32 weights rounded, and
+ * accumulate in f32), else tf32 in a graph compiled with it, else fp32.
+ * estimate_graph_peak_kind: the graph's own (its matrix products'). */
+peak_kind estimate_node_peak_kind(const ir_graph *g, int32_t n);
+peak_kind estimate_graph_peak_kind(const ir_graph *g);
 /* Seconds node n takes on device d: max(FLOPs / peak, bytes / memory
  * bandwidth) + a fixed launch cost, times the device's emulated slowdown. */
 double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device *d);

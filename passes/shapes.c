@@ -8,7 +8,9 @@
 #include "../ir/ops.h"
 #include "passes.h"
 
-int pass_shapes(ir_graph *g, struct diag *err)
+/* retype: the graph's precision changed, so the dtypes already there are
+ * replaced by the rules' rather than checked against them. */
+static int infer(ir_graph *g, int retype, struct diag *err)
 {
     for (int32_t i = 0; i < g->n_nodes; i++) {
         ir_node *n = &g->nodes[i];
@@ -40,7 +42,7 @@ int pass_shapes(ir_graph *g, struct diag *err)
                 return diag_set(err, file, n->loc.line, "op '%s' (%s): output '%s' would be %s, an absurd size",
                                 ir_node_name(g, i), def->name, ir_value_name(g, n->out[k]),
                                 ir_shape_str(&shapes[k], want, sizeof want));
-            if (v->shape.rank >= 0 && (!ir_shape_equal(&v->shape, &shapes[k]) || v->dtype != dtypes[k]))
+            if (v->shape.rank >= 0 && (!ir_shape_equal(&v->shape, &shapes[k]) || (!retype && v->dtype != dtypes[k])))
                 return diag_set(err, file, n->loc.line,
                                 "op '%s' (%s): output '%s' is declared %s%s but the inputs give %s%s",
                                 ir_node_name(g, i), def->name, ir_value_name(g, n->out[k]),
@@ -51,4 +53,28 @@ int pass_shapes(ir_graph *g, struct diag *err)
         }
     }
     return 0;
+}
+
+int pass_shapes(ir_graph *g, struct diag *err) { return infer(g, 0, err); }
+
+/* The precision pass: the graph's precision from --precision, then every
+ * value a model op makes is stored in it (the shape rules say so, see
+ * ops_shape.c's float_out), except the loss, which cross-entropy makes in
+ * f32.  Parameters stay f32 (they are the master copy the optimizer
+ * updates), and so do their gradients and AdamW's moments, which autodiff
+ * and the optimizer pass make in the dtype of the parameter; a matrix
+ * product rounds its f32 weight to the precision as it reads it (the
+ * runtime, as autocast does).  The gradients of activations take the
+ * activations' dtype. */
+int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err)
+{
+    if (opt->precision != DT_F32 && opt->precision != DT_BF16 && opt->precision != DT_F16)
+        return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "precision %s: expected f32, bf16 or f16",
+                        ir_dtype_name(opt->precision));
+    if (opt->tf32 && opt->precision != DT_F32)
+        return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "tf32 is for f32 compiles, not %s",
+                        ir_dtype_name(opt->precision));
+    g->precision = opt->precision;
+    g->tf32 = opt->tf32;
+    return infer(g, 1, err);
 }

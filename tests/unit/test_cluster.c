@@ -210,7 +210,7 @@ static void test_cluster_paper_links(void)
         CHECK_NEAR(25e9 / 8, bw, 1e-3);
         CHECK_INT(DEVICE_CUDA, c.devices[0].kind);
         CHECK_STR("sm_70", c.devices[0].arch);
-        CHECK_NEAR(125e12, c.devices[0].peak_flops, 0);
+        CHECK_NEAR(125e12, c.devices[0].peak_flops[PEAK_FP16], 0);
         cluster_free(&c);
     }
     if (load_shipped("fusionllm-48.xml", &c) == 0) {
