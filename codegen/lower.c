@@ -10,6 +10,7 @@ static void lower_tensor(const ir_graph *g, int32_t v, const int64_t *value_offs
     const ir_value *val = &g->values[v];
     memset(t, 0, sizeof *t);
     t->rank = val->shape.rank;
+    t->dtype = (int32_t)val->dtype;
     for (int i = 0; i < val->shape.rank; i++)
         t->dim[i] = val->shape.dim[i];
     t->offset = value_offset[v];

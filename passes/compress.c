@@ -87,8 +87,10 @@ int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
     /* Each pair: its link is the slowest of the replica lanes'. */
     for (int32_t i = 0; i < g->n_nodes; i++) {
         ir_node *send = &g->nodes[i];
-        if (send->op != OP_SEND || send->phase == PHASE_UPDATE || ir_node_int(send, ATTR_ONCE, 0) ||
-            g->values[send->in[0]].dtype != DT_F32)
+        if (send->op != OP_SEND || send->phase == PHASE_UPDATE || ir_node_int(send, ATTR_ONCE, 0))
+            continue;
+        ir_dtype dt = g->values[send->in[0]].dtype;
+        if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16)
             continue;
         int32_t to = (int32_t)ir_node_int(send, ATTR_PEER, -1), tensor = (int32_t)ir_node_int(send, ATTR_TENSOR, -1);
         double bw = INFINITY, lat = 0.0;
@@ -112,7 +114,7 @@ int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
         if (fixed < 0 && !param_grad) {   /* adatopk: rows of 8 bits, or 4 when 8 are still too slow */
             bits = compress_bits((double)ir_shape_numel(&g->values[send->in[0]].shape), bw, t_star);
         } else {
-            rho = compress_density(bytes, bw, budget, fixed);   /* compress_rule.c, shared with fence_cost.c */
+            rho = compress_density((double)ir_shape_numel(&g->values[send->in[0]].shape), bytes, bw, budget, fixed);   /* compress_rule.c, shared with fence_cost.c */
             if (rho <= 0.0)
                 continue;   /* the dense tensor is as small */
         }

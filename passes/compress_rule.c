@@ -18,7 +18,7 @@
 
 #include "passes.h"
 
-#define INDEX_OVERHEAD 1.0   /* a kept fp32 element: 4 bytes of value, 4 of index */
+#define KEPT_BYTES     8.0   /* a kept element: its value as fp32 and its index   */
 #define DENSITY_MIN    1e-3  /* keep at least 0.1%: below it training stalls      */
 #define ROW_BYTES_8    1.0   /* bytes an element costs at bits=8 (the row scales aside) */
 
@@ -44,16 +44,17 @@ int compress_parse(const char *spec, const cluster *c, double *fixed)
     return -1;
 }
 
-/* AdaTopK's density (papers.md): rho = min(1, beta T / (S (1 + overhead)))
- * when the dense transfer S / beta exceeds the time budget T; a fixed
- * topk:RHO takes RHO instead.  At rho >= 1/2 the encoding (8 bytes a kept
- * element) is no smaller than the tensor: 0, send it dense. */
-double compress_density(double bytes, double bw, double budget, double fixed)
+/* AdaTopK's density (papers.md): rho = min(1, beta T / (8 n)) for n
+ * elements (8 bytes a kept one) when the dense transfer S / beta exceeds
+ * the time budget T; a fixed topk:RHO takes RHO instead.  When the
+ * encoding is no smaller than the dense tensor (rho >= S / 8n: 1/2 for
+ * fp32, 1/4 for 16-bit tensors), 0: send it dense. */
+double compress_density(double elements, double bytes, double bw, double budget, double fixed)
 {
-    if (fixed == 0.0 || !(bytes / bw > budget))
+    if (fixed == 0.0 || !(bytes / bw > budget) || !(elements > 0))
         return 0.0;   /* fast enough: the link is not what the pipeline waits for */
-    double rho = fixed > 0 ? fixed : fmin(1.0, bw * budget / (bytes * (1.0 + INDEX_OVERHEAD)));
-    return rho >= 0.5 ? 0.0 : fmax(rho, DENSITY_MIN);
+    double rho = fixed > 0 ? fixed : fmin(1.0, bw * budget / (elements * KEPT_BYTES));
+    return rho >= bytes / (elements * KEPT_BYTES) ? 0.0 : fmax(rho, DENSITY_MIN);
 }
 
 /* Rows of 8 bits, or of 4 when 8 would still take longer than T*. */
@@ -92,10 +93,10 @@ int compress_pays(double bytes, double wire, double bw, double budget, double co
 
 /* The compress pass's whole decision for one fp32 tensor, as bytes on the
  * wire (compress.c applies the same steps to a send node). */
-double compress_tensor_bytes(double elements, double cols, double bw, double t_star, int micro_batches,
-                             double fixed, int param_grad, double *codec_seconds)
+double compress_tensor_bytes(double elements, double elem_bytes, double cols, double bw, double t_star,
+                             int micro_batches, double fixed, int param_grad, double *codec_seconds)
 {
-    double bytes = 4.0 * elements, wire = bytes;
+    double bytes = elem_bytes * elements, wire = bytes;
     /* A parameter's partial gradient crosses once a step: its budget is the
      * stage's whole step, M T*. */
     double budget = param_grad ? t_star * (micro_batches > 0 ? micro_batches : 1) : t_star;
@@ -105,7 +106,7 @@ double compress_tensor_bytes(double elements, double cols, double bw, double t_s
     if (fixed < 0 && !param_grad) {
         wire = compress_encoded_bytes(elements, cols, 0.0, compress_bits(elements, bw, t_star));
     } else {
-        double rho = compress_density(bytes, bw, budget, fixed);
+        double rho = compress_density(elements, bytes, bw, budget, fixed);
         if (rho <= 0.0)
             return bytes;
         wire = compress_encoded_bytes(elements, cols, rho, 0);

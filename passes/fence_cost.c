@@ -130,7 +130,8 @@ static void tensor_traffic(const fence_model *m, int32_t v, int32_t R, int32_t M
 {
     const ir_value *val = &m->g->values[v];
     int    param = val->role == ROLE_PARAM, grad = fence_is_float(val->dtype) && val->role != ROLE_INPUT;
-    int    on = m->compress != 0.0 && t_star > 0 && val->dtype == DT_F32;
+    int    on = m->compress != 0.0 && t_star > 0 && fence_is_float(val->dtype);
+    double size = (double)ir_dtype_size(val->dtype);
     double elements = (double)ir_shape_numel(&val->shape) / (param ? 1 : R);
     double cols = val->shape.rank > 0 ? (double)val->shape.dim[val->shape.rank - 1] : 1.0;
     *each_mb = !param;
@@ -138,9 +139,9 @@ static void tensor_traffic(const fence_model *m, int32_t v, int32_t R, int32_t M
     /* The parameter sent once a step is never compressed; its gradient is
      * (top-k with error feedback), as is everything sent each micro-batch. */
     *f = param || !on ? (double)ir_value_bytes(m->g, v) / (param ? 1 : R)
-                      : compress_tensor_bytes(elements, cols, bw, t_star, M, m->compress, 0, cf);
+                      : compress_tensor_bytes(elements, size, cols, bw, t_star, M, m->compress, 0, cf);
     *b = !grad ? 0.0
-         : on  ? compress_tensor_bytes(elements, cols, bw, t_star, M, m->compress, param, cb)
+         : on  ? compress_tensor_bytes(elements, size, cols, bw, t_star, M, m->compress, param, cb)
                : (double)ir_value_bytes(m->g, v) / (param ? 1 : R);
 }
 

@@ -144,25 +144,27 @@ double compress_wire_bytes(const ir_graph *g, const ir_node *send);
 /* --compress: *fixed = 0 none, -1 adatopk, RHO for topk:RHO; -1 when
  * malformed.  NULL: adatopk on a cluster of several regions, else none. */
 int    compress_parse(const char *spec, const cluster *c, double *fixed);
-/* Top-k density for `bytes` over bandwidth bw within `budget` seconds
- * (AdaTopK; fixed > 0: topk:RHO); 0: send it dense (fast enough, or the
- * encoding would be no smaller). */
-double compress_density(double bytes, double bw, double budget, double fixed);
+/* Top-k density for a tensor of `elements` stored in `bytes` over
+ * bandwidth bw within `budget` seconds (AdaTopK; fixed > 0: topk:RHO); 0:
+ * send it dense (fast enough, or the encoding would be no smaller). */
+double compress_density(double elements, double bytes, double bw, double budget, double fixed);
 /* Row quantisation bits (8, or 4 when 8 still take longer than t_star). */
 int    compress_bits(double elements, double bw, double t_star);
-/* Bytes on the wire for `elements` fp32 in rows of `cols`: top-k at
- * `density` or rows of `bits` (both 0: dense). */
+/* Bytes on the wire for `elements` in rows of `cols`: top-k at `density`
+ * or rows of `bits` (both 0: dense fp32; the codecs encode fp32 values
+ * whatever the tensor is stored in). */
 double compress_encoded_bytes(double elements, double cols, double density, int bits);
 /* The codec's seconds at one end for a tensor of `elements` fp32. */
 double compress_codec_seconds(double elements);
 /* Whether sending `wire` bytes instead of `bytes` over bw, at the codec's
  * seconds on the stage, makes a micro-batch faster than `budget` allows. */
 int    compress_pays(double bytes, double wire, double bw, double budget, double codec_seconds);
-/* The compress pass's decision for one fp32 tensor sent each micro-batch
+/* The compress pass's decision for one tensor of `elements` of
+ * `elem_bytes` each (4, or 2 for bf16/fp16) sent each micro-batch
  * (param_grad: a parameter's partial gradient, sent once a step), as bytes
  * on the wire; *codec_seconds gets one end's codec time (0 when dense). */
-double compress_tensor_bytes(double elements, double cols, double bw, double t_star, int micro_batches,
-                             double fixed, int param_grad, double *codec_seconds);
+double compress_tensor_bytes(double elements, double elem_bytes, double cols, double bw, double t_star,
+                             int micro_batches, double fixed, int param_grad, double *codec_seconds);
 
 /* ---- the workload estimator (estimate.c) ---- */
 /* The default device when no cluster is given: one CPU core's worth. */

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "comm/comm.h"
+#include "cpu/half.h"
 #include "cpu/kernels.h"
 
 int64_t rt_tensor_numel(const rt_tensor *t)
@@ -20,6 +21,10 @@ int64_t rt_tensor_numel(const rt_tensor *t)
         n *= t->dim[i];
     return n;
 }
+
+int64_t rt_tensor_bytes(const rt_tensor *t) { return rt_tensor_numel(t) * half_dtype_bytes(t->dtype); }
+
+static int is_half(const rt_tensor *t) { return t->dtype == HALF_DT_BF16 || t->dtype == HALF_DT_F16; }
 
 static int64_t last_dim(const rt_tensor *t) { return t->rank > 0 ? t->dim[t->rank - 1] : 1; }
 
@@ -65,7 +70,36 @@ static double scheduled_lr(const rt_op *op, int64_t t)
     return min_lr + 0.5 * (1.0 + cos(M_PI * ratio)) * (lr - min_lr);
 }
 
-int64_t rt_op_workspace_floats(const rt_op *op)
+/* ---- 16-bit tensors -------------------------------------------------------
+ *
+ * The CPU kernels compute in f32.  An op some of whose float tensors are
+ * stored in bf16 or fp16 runs its f32 kernel on f32 copies in its scratch,
+ * after the kernel's own scratch:
+ *
+ *   [kernel scratch][copy of 16-bit tensor 1][copy 2]...   each 64-byte aligned
+ *
+ * each 16-bit input widened (exact), each 16-bit output written there by the
+ * kernel and rounded into its place (nearest even).  So products and
+ * reductions accumulate in f32 (in double, where the kernels do) and only
+ * what is stored is rounded, as with tensor cores.  f32 inputs, the
+ * parameters among them, are read as they are: a CPU multiplies in f32
+ * anyway, and rounding a weight first would cost a copy of it per product
+ * (the CUDA path rounds, since cuBLAS wants both operands in 16 bits; the
+ * two differ by less than bf16's own rounding of the result).
+ * bench/bench_bf16.c measures what the copies cost. */
+static int64_t copy_floats(const rt_tensor *t) { return (rt_tensor_numel(t) + 15) / 16 * 16; }
+
+static int64_t half_copies_floats(const rt_op *op)
+{
+    int64_t floats = 0;
+    for (int i = 0; i < op->n_in; i++)
+        floats += is_half(&op->in[i]) ? copy_floats(&op->in[i]) : 0;
+    for (int i = 0; i < op->n_out; i++)
+        floats += is_half(&op->out[i]) ? copy_floats(&op->out[i]) : 0;
+    return floats;
+}
+
+static int64_t kernel_workspace_floats(const rt_op *op)
 {
     switch (op->op) {
     case OP_ATTENTION:
@@ -80,6 +114,13 @@ int64_t rt_op_workspace_floats(const rt_op *op)
     default:
         return 0;
     }
+}
+
+int64_t rt_op_workspace_floats(const rt_op *op)
+{
+    int64_t copies = half_copies_floats(op);
+    /* The kernel's part rounded up so the copies start 64-byte aligned. */
+    return copies ? (kernel_workspace_floats(op) + 15) / 16 * 16 + copies : kernel_workspace_floats(op);
 }
 
 static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
@@ -293,6 +334,49 @@ static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
     }
 }
 
+/* run_kernel on f32 copies of op's 16-bit tensors (see above). */
+static int run_kernel_widened(const rt_op *op, char *arena, rt_context *ctx)
+{
+    rt_op wide = *op;
+    int64_t at = op->ws_offset + (kernel_workspace_floats(op) + 15) / 16 * 16 * (int64_t)sizeof(float);
+    for (int i = 0; i < op->n_in; i++) {
+        if (!is_half(&op->in[i]))
+            continue;
+        half_to_f32((float *)(arena + at), arena + op->in[i].offset, rt_tensor_numel(&op->in[i]), op->in[i].dtype);
+        wide.in[i].offset = at;
+        wide.in[i].dtype = HALF_DT_F32;
+        at += copy_floats(&op->in[i]) * (int64_t)sizeof(float);
+    }
+    for (int i = 0; i < op->n_out; i++) {
+        if (!is_half(&op->out[i]))
+            continue;
+        wide.out[i].offset = at;
+        wide.out[i].dtype = HALF_DT_F32;
+        at += copy_floats(&op->out[i]) * (int64_t)sizeof(float);
+    }
+    if (run_kernel(&wide, arena, ctx))
+        return -1;   /* the kernel wrote nothing (kernels.h): neither do we */
+    for (int i = 0; i < op->n_out; i++)
+        if (is_half(&op->out[i]))
+            half_from_f32(arena + op->out[i].offset, (const float *)(arena + wide.out[i].offset),
+                          rt_tensor_numel(&op->out[i]), op->out[i].dtype);
+    return 0;
+}
+
+static int run_op(const rt_op *op, char *arena, rt_context *ctx)
+{
+    for (int i = 0; i < op->n_in + op->n_out; i++)
+        if (is_half(i < op->n_in ? &op->in[i] : &op->out[i - op->n_in])) {
+            if (op->ws_offset < 0) {
+                snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): 16-bit tensors but no scratch to widen them in",
+                         op->name, (int)op->line);
+                return -1;
+            }
+            return run_kernel_widened(op, arena, ctx);
+        }
+    return run_kernel(op, arena, ctx);
+}
+
 static double seconds_now(void)
 {
     struct timespec ts;
@@ -323,12 +407,12 @@ int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
         break;
     }
     if (!(ctx->slowdown > 1.0))
-        return run_kernel(op, arena, ctx);
+        return run_op(op, arena, ctx);
     /* An emulated slower device: the op, then (slowdown - 1) times as long
      * again asleep, so the device takes `slowdown` times as long and the
      * idle time is free for the other devices on this machine. */
     double t0 = seconds_now();
-    int rc = run_kernel(op, arena, ctx);
+    int rc = run_op(op, arena, ctx);
     double wait = (seconds_now() - t0) * (ctx->slowdown - 1.0);
     struct timespec ts = { (time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9) };
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)

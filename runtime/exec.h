@@ -23,6 +23,7 @@
 
 typedef struct {
     int32_t rank;
+    int32_t dtype;             /* an ir_dtype: f32 (0), i32, f16 or bf16 (cpu/half.h) */
     int64_t dim[RT_MAX_RANK];
     int64_t offset;            /* bytes into the arena                        */
 } rt_tensor;
@@ -56,9 +57,14 @@ typedef struct {
  * target out of range: bad input data, not a compiler bug). */
 int rt_op_run(const rt_op *op, char *arena, rt_context *ctx);
 
-/* Floats of scratch the op needs in the arena (0 for most ops). */
+/* Floats of scratch the op needs in the arena: its kernel's (attention,
+ * conv2d), then, when some of its float tensors are stored in 16 bits, an
+ * f32 copy of each of them for the f32 kernel to work on (0 for most ops
+ * of an f32 graph). */
 int64_t rt_op_workspace_floats(const rt_op *op);
 
 int64_t rt_tensor_numel(const rt_tensor *t);
+/* numel times the dtype's size. */
+int64_t rt_tensor_bytes(const rt_tensor *t);
 
 #endif

@@ -433,7 +433,7 @@ static int64_t stash_total(const program *p)
 {
     int64_t bytes = 0;
     for (int32_t i = 0; i < p->manifest.n_stash; i++)
-        bytes += numel(&p->stash[i]) * 4;
+        bytes += rt_tensor_bytes(&p->stash[i]);
     return bytes;
 }
 
@@ -442,7 +442,7 @@ static void stash_copy(stepper *st, int32_t m, int save)
     char *slot = st->stash_mem + (size_t)(m % st->n_slots) * (size_t)st->stash_bytes;
     for (int32_t i = 0; i < st->p->manifest.n_stash; i++) {
         const rt_tensor *t = &st->p->stash[i];
-        size_t bytes = (size_t)numel(t) * 4;
+        size_t bytes = (size_t)rt_tensor_bytes(t);
         if (save)
             memcpy(slot, st->p->arena + t->offset, bytes);
         else

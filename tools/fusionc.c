@@ -57,6 +57,8 @@ typedef struct {
     int           replicas;     /* --replicas R (0: the scheduler's choice)     */
     int           steps;        /* --steps N (simulate; 0: 3)                   */
     long long     seed;         /* --seed N (--scheduler random; 0: 1)          */
+    ir_dtype      precision;    /* --precision fp32|bf16|fp16 (DT_F32 = 0: fp32)  */
+    int           tf32;         /* --tf32                                       */
 } options;
 
 static const char *const usage_main =
@@ -81,6 +83,12 @@ static const char *const usage_main =
     "  --help          this text; `fusionc COMMAND --help` for a command's\n"
     "  --version       print the version\n";
 
+#define PRECISION_OPTIONS                                                                         \
+    "  --precision P      fp32 (default), bf16 or fp16: what activations and their gradients are\n" \
+    "                     stored and sent in; parameters, their gradients and AdamW's state stay\n" \
+    "                     fp32, products accumulate in fp32; fp16 adds dynamic loss scaling\n"     \
+    "  --tf32             fp32 matrix products may use TF32 tensor cores (CUDA; peak-tf32)\n"
+
 static const char *const usage_check =
     "usage: fusionc check FILE... [--set name=value]... [-v]\n"
     "\n"
@@ -99,9 +107,11 @@ static const char *const usage_dump =
     "  --after PASS       frontend (as built, before any pass) or a pass name\n"
     "  --format FORMAT    text (default) or dot (Graphviz: dot -Tsvg)\n"
     "  -o FILE            write to FILE instead of standard output\n"
-    "  --set name=value   override a hyper-parameter (repeatable)\n";
+    "  --set name=value   override a hyper-parameter (repeatable)\n"
+    PRECISION_OPTIONS;
 
 #define PLACEMENT_OPTIONS                                                                         \
+    PRECISION_OPTIONS                                                                             \
     "  --scheduler S      opfence (default: bandwidth- and speed-aware), uniform (equal layers\n"    \
     "                     per device in file order, Megatron's default placement), gcma\n"         \
     "                     (DT-FM's genetic scheduler on its own cost model, equal layers per stage)\n" \
@@ -167,6 +177,7 @@ static const char *const usage_stats =
     "Prints the number of parameters, FLOPs per sample for the forward and the\n"
     "backward pass, and the bytes of activations one step produces.\n"
     "  --set name=value   override a hyper-parameter (repeatable)\n"
+    PRECISION_OPTIONS
     "  --dump-ir=PASS     print the IR after PASS to standard error\n";
 
 static int usage_error(const char *usage, const char *fmt, const char *arg)
@@ -189,8 +200,8 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             fputs(usage, stdout);
             return 1;
         }
-        if (strcmp(a, "-v") == 0) {
-            o->verbose = 1;
+        if (strcmp(a, "-v") == 0 || strcmp(a, "--tf32") == 0) {
+            *(a[1] == 'v' ? &o->verbose : &o->tf32) = 1;
             continue;
         }
         int takes_value = strcmp(a, "--set") == 0 || strcmp(a, "--after") == 0 ||
@@ -198,7 +209,8 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                           strcmp(a, "--scheduler") == 0 || strcmp(a, "--micro-batches") == 0 ||
                           strcmp(a, "--port-base") == 0 || strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 ||
                           strcmp(a, "--compress") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--seed") == 0 ||
-                          strcmp(a, "--recompute") == 0 || strcmp(a, "--cublas") == 0;
+                          strcmp(a, "--recompute") == 0 || strcmp(a, "--cublas") == 0 ||
+                          strcmp(a, "--precision") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -212,7 +224,7 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
                 strcmp(key, "--scheduler") && strcmp(key, "--micro-batches") && strcmp(key, "--port-base") &&
                 strcmp(key, "--stages") && strcmp(key, "--replicas") && strcmp(key, "--compress") &&
                 strcmp(key, "--steps") && strcmp(key, "--seed") && strcmp(key, "--recompute") &&
-                strcmp(key, "--cublas"))
+                strcmp(key, "--cublas") && strcmp(key, "--precision"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -282,6 +294,16 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             if (schedule_recompute_mode(value) < 0)
                 return usage_error(usage, "--recompute expects auto, on or off, found '%s'", value);
             o->recompute = value;
+        } else if (strcmp(a, "--precision") == 0) {
+            static const char *const names[] = { [DT_F32] = "fp32", [DT_BF16] = "bf16", [DT_F16] = "fp16" };
+            int found = 0;
+            for (int k = 0; k < (int)(sizeof names / sizeof names[0]) && !found; k++)
+                if (names[k] && strcmp(value, names[k]) == 0) {
+                    o->precision = (ir_dtype)k;
+                    found = 1;
+                }
+            if (!found)
+                return usage_error(usage, "--precision expects fp32, bf16 or fp16, found '%s'", value);
         } else if (strcmp(a, "--cublas") == 0) {
             if (strcmp(value, "bundle") && strcmp(value, "system"))
                 return usage_error(usage, "--cublas expects bundle or system, found '%s'", value);
@@ -383,12 +405,10 @@ static int commit_output(FILE *f, const char *path, const char *tmp, int ok)
 
 /* ---- commands ------------------------------------------------------------ */
 
-/* Pipeline options for --dump-ir (NULL when not asked for). */
+/* Pipeline options: the precision, and --dump-ir when asked for. */
 static const pass_options *dump_ir_options(const options *o, pass_options *buf)
 {
-    if (!o->dump_ir)
-        return NULL;
-    *buf = (pass_options){ .dump_after = o->dump_ir, .dump_out = stderr };
+    *buf = (pass_options){ .dump_after = o->dump_ir, .dump_out = stderr, .precision = o->precision, .tf32 = o->tf32 };
     return buf;
 }
 
@@ -461,7 +481,8 @@ static int cmd_dump(int argc, char **argv)
         return 1;
     }
     pass_options popt = { .dump_after = o.after ? o.after : pass_pipeline[pass_count - 1].name,
-                          .dump_out = out, .dump_dot = o.format && strcmp(o.format, "dot") == 0, .stop_after = 1 };
+                          .dump_out = out, .dump_dot = o.format && strcmp(o.format, "dot") == 0, .stop_after = 1,
+                          .precision = o.precision, .tf32 = o.tf32 };
     rc = pass_run_pipeline(&g, &popt, &err);
     if (commit_output(out, o.output, tmp, rc == 0) && rc == 0) {
         rc = -1;
@@ -582,6 +603,8 @@ static int build_placed(const options *o, const char *model_path, const cluster 
     popt.recompute = o->recompute;
     popt.replicas = o->replicas;
     popt.seed = (uint64_t)o->seed;
+    popt.precision = o->precision;
+    popt.tf32 = o->tf32;
     if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
         return diag_set(err, model_path, 0, "--stages and --replicas choose among opfence's plans; uniform always "
                         "uses every device as one stage");
@@ -630,7 +653,13 @@ static int placed_load(placed_model *p, const options *o, struct diag *err)
 {
     memset(p, 0, sizeof *p);
     ir_graph_init(&p->g);
-    return cluster_load(o->files[1], &p->c, err) || build_placed(o, o->files[0], &p->c, &p->g, &p->plan, err) ? -1 : 0;
+    /* Every device must state the peak of the arithmetic it will run (and
+     * fp32's, for the optimizer): a plan made on another one's is a lie. */
+    peak_kind kind = o->precision == DT_BF16 ? PEAK_BF16 : o->precision == DT_F16 ? PEAK_FP16
+                   : o->tf32 ? PEAK_TF32 : PEAK_FP32;
+    return cluster_load(o->files[1], &p->c, err) || cluster_require_peak(&p->c, kind, err) ||
+           cluster_require_peak(&p->c, PEAK_FP32, err) ||
+           build_placed(o, o->files[0], &p->c, &p->g, &p->plan, err) ? -1 : 0;
 }
 
 static void placed_free(placed_model *p)

@@ -10,6 +10,7 @@
 
 #include "../../ir/op_kinds.h"
 #include "../../ir/ir.h"
+#include "../cpu/half.h"
 #include "hub.h"
 #include "quant.h"
 #include "topk.h"
@@ -97,6 +98,7 @@ void rt_comm_close(rt_comm *c)
     if (c->hub)
         fu_hub_close(c->hub);
     free(c->scratch);
+    free(c->widened);
     free(c->bucket_data);
     free(c->bucket_floats);
     free(c->bucket_buf);
@@ -133,7 +135,26 @@ static int32_t device_at(const rt_comm *c, int32_t stage, int32_t replica)
     return c->placement[stage * c->manifest->n_replicas + replica];
 }
 
-static int64_t tensor_bytes(const rt_tensor *t) { return rt_tensor_numel(t) * 4; }
+static int64_t tensor_bytes(const rt_tensor *t) { return rt_tensor_bytes(t); }
+
+static int is_half(const rt_tensor *t) { return t->dtype == HALF_DT_BF16 || t->dtype == HALF_DT_F16; }
+
+/* The codecs (top-k, rows of bits) work on f32: a 16-bit tensor is widened
+ * into c->widened first (exact), and decoded there before it is rounded
+ * into place.  Raw, it crosses the link as it is stored: 2 bytes an element. */
+static float *widened(rt_comm *c, int64_t n, rt_context *ctx)
+{
+    if ((size_t)n > c->widened_floats) {
+        float *w = realloc(c->widened, (size_t)n * sizeof *w);
+        if (!w) {
+            snprintf(ctx->msg, sizeof ctx->msg, "out of memory for a %lld-float codec buffer", (long long)n);
+            return NULL;
+        }
+        c->widened = w;
+        c->widened_floats = (size_t)n;
+    }
+    return c->widened;
+}
 
 /* A quantised tensor's row: its last dimension (a scalar is one row of 1). */
 static int64_t quant_cols(const rt_tensor *t) { return t->rank > 0 ? t->dim[t->rank - 1] : 1; }
@@ -144,6 +165,9 @@ static fu_msg_info message(const rt_op *op, const rt_context *ctx, int64_t bytes
     fu_msg_info m = { .kind = ctx->phase == PHASE_FORWARD ? MSG_ACTIVATION : MSG_GRADIENT,
                       .step = ctx->step, .micro_batch = ctx->micro_batch,
                       .tensor = (int32_t)op->ints[ATTR_TENSOR], .codec = FU_CODEC_RAW_F32, .length = (uint64_t)bytes };
+    const rt_tensor *t = op->op == OP_RECV ? &op->out[0] : &op->in[0];
+    if (is_half(t))
+        m.codec = t->dtype == HALF_DT_BF16 ? FU_CODEC_RAW_BF16 : FU_CODEC_RAW_F16;
     return m;
 }
 
@@ -163,6 +187,17 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     fu_msg_info m = message(op, ctx, tensor_bytes(&op->in[0]));
     const void *payload = arena + op->in[0].offset;
     char why[400];
+    if ((op->ints[ATTR_ACCUMULATE] || op->ints[ATTR_FEEDBACK]) && is_half(&op->in[0])) {
+        snprintf(ctx->msg, sizeof ctx->msg, "op '%s': a parameter's gradient is f32, this one is 16-bit", op->name);
+        return -1;
+    }
+    if ((op->floats[ATTR_DENSITY] > 0 || op->ints[ATTR_BITS] > 0) && is_half(&op->in[0])) {
+        float *w = widened(c, rt_tensor_numel(&op->in[0]), ctx);
+        if (!w)
+            return -1;
+        half_to_f32(w, payload, rt_tensor_numel(&op->in[0]), op->in[0].dtype);
+        payload = w;
+    }
     if (op->ints[ATTR_ACCUMULATE] && c->manifest->micro_batches > 1) {
         /* A parameter's partial gradient: summed here, sent with the last micro-batch. */
         float *sum = accumulator(c, op, ctx);
@@ -268,11 +303,15 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         return -1;
     }
     float *out = (float *)(arena + op->out[0].offset);
+    if (into == c->packed && is_half(&op->out[0]) && !(out = widened(c, n, ctx)))
+        return -1;
     if (into == c->packed && (want.codec == FU_CODEC_QUANT ? quant_decode(c->packed, got, out, n, why, sizeof why)
                                                             : topk_decode(c->packed, got, out, n, why, sizeof why)) != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %.300s", op->name, c->peers[from].name, why);
         return -1;
     }
+    if (into == c->packed && is_half(&op->out[0]))
+        half_from_f32(arena + op->out[0].offset, out, n, op->out[0].dtype);
     return 0;
 }
 
@@ -505,6 +544,10 @@ static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, r
 int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 {
     int64_t n = rt_tensor_numel(&op->in[0]);
+    if (is_half(&op->in[0])) {   /* parameters' gradients are f32 (the precision pass) */
+        snprintf(ctx->msg, sizeof ctx->msg, "op '%s': all-reduce of a 16-bit tensor", op->name);
+        return -1;
+    }
     float *y = (float *)(arena + op->out[0].offset);
     if (op->out[0].offset != op->in[0].offset)
         memmove(y, arena + op->in[0].offset, (size_t)n * sizeof *y);

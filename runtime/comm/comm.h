@@ -64,6 +64,8 @@ typedef struct rt_comm {
     const rt_peer  *peers;
     float          *scratch;          /* allreduce: what arrives from the ring  */
     size_t          scratch_floats;
+    float          *widened;          /* a 16-bit tensor in f32, for the codecs */
+    size_t          widened_floats;
     /* All-reduces wait in a bucket and go as one ring all-reduce when an op
      * of another kind runs (or rt_comm_flush_bucket): one message a ring
      * step for all of a stage's gradients, not one per tensor. */

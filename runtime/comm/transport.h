@@ -94,7 +94,9 @@
 #define FU_WIRE_VERSION  2
 #define FU_WIRE_HEADER   64            /* bytes before a frame's payload */
 #define FU_WIRE_FRAME    (512u << 10)  /* payload bytes per frame (the last may be shorter) */
-#define FU_CODEC_RAW_F32 0
+#define FU_CODEC_RAW_F32  0
+#define FU_CODEC_RAW_F16  3            /* 1 and 2: comm/topk.h, comm/quant.h */
+#define FU_CODEC_RAW_BF16 4
 
 typedef struct fu_link fu_link;   /* one connected neighbour */
 
