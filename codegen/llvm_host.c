@@ -393,6 +393,8 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     manifest.micro_batches = pl->n_stages > 0 && pl->micro_batches > 0 ? pl->micro_batches : 1;
     manifest.warmup = pl->n_stages > 0 ? ir_placement_warmup(pl, dev->stage) : 0;
     manifest.recompute = pl->n_stages > 0 ? ir_placement_recompute(pl, dev->stage) : 0;
+    manifest.precision = (int32_t)g->precision;
+    manifest.loss_scaling = g->precision == DT_F16;
     manifest.n_stash = n_stash;
     manifest.n_peers = dev->n_peers;
     manifest.n_links = dev->n_links;

@@ -96,6 +96,9 @@ typedef enum {
     ATTR_ACCUMULATE,    /* send/recv: 1 = x is a parameter's partial gradient: the sender
                            sums it over the step's micro-batches and sends the sum with
                            the last one; the receiver reads zeros before (the comm pass) */
+    ATTR_LOSS_SCALE,    /* fill: 1 = the loss seed, times the runtime's loss scale; clip_scale:
+                           1 = divide by it too, and NaN (skip the step) when the
+                           gradients overflowed (fp16's dynamic loss scaling)        */
     ATTR_KEY_COUNT
 } attr_key;
 

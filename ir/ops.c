@@ -17,7 +17,7 @@ static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_BETA2] = "beta2",     [ATTR_WEIGHT_DECAY] = "weight_decay", [ATTR_MAX_NORM] = "max_norm",
     [ATTR_PEER] = "peer",       [ATTR_TENSOR] = "tensor", [ATTR_ONCE] = "once",
     [ATTR_DENSITY] = "density", [ATTR_FEEDBACK] = "feedback", [ATTR_BITS] = "bits",
-    [ATTR_ACCUMULATE] = "accumulate",
+    [ATTR_ACCUMULATE] = "accumulate", [ATTR_LOSS_SCALE] = "loss_scale",
 };
 
 static const attr_type attr_types[ATTR_KEY_COUNT] = {
@@ -29,7 +29,7 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
     [ATTR_BETA2] = ATTR_FLOAT, [ATTR_WEIGHT_DECAY] = ATTR_FLOAT, [ATTR_MAX_NORM] = ATTR_FLOAT,
     [ATTR_PEER] = ATTR_INT,  [ATTR_TENSOR] = ATTR_INT,  [ATTR_ONCE] = ATTR_INT,
     [ATTR_DENSITY] = ATTR_FLOAT, [ATTR_FEEDBACK] = ATTR_INT, [ATTR_BITS] = ATTR_INT,
-    [ATTR_ACCUMULATE] = ATTR_INT,
+    [ATTR_ACCUMULATE] = ATTR_INT, [ATTR_LOSS_SCALE] = ATTR_INT,
 };
 
 #define REQ_INT(k)          { k, ATTR_INT, 1, 0, 0 }
@@ -171,7 +171,8 @@ const op_def op_table[OP_COUNT] = {
     [OP_SUM_SQUARES] = { OPTIMIZER("sum_squares", 1, 2, 1, shape_scalar, flops_input_elements_2),
                          .in_names = { "g", "acc" } },
     [OP_CLIP_SCALE] = { OPTIMIZER("clip_scale", 1, 1, 1, shape_scalar, flops_zero),
-                        .in_names = { "sumsq" }, .n_attr_specs = 1, .attr_specs = { REQ_FLOAT(ATTR_MAX_NORM) } },
+                        .in_names = { "sumsq" }, .n_attr_specs = 2,
+                        .attr_specs = { REQ_FLOAT(ATTR_MAX_NORM), OPT_INT(ATTR_LOSS_SCALE, 0) } },
     [OP_ADAMW] = { OPTIMIZER("adamw", 5, 6, 0, shape_scalar, flops_input_elements_12),
                    .in_names = { "p", "g", "m", "v", "lr", "scale" }, .n_attr_specs = 4,
                    .attr_specs = { OPT_FLOAT(ATTR_BETA1, 0.9), OPT_FLOAT(ATTR_BETA2, 0.999), OPT_FLOAT(ATTR_EPS, 1e-8),
@@ -179,7 +180,7 @@ const op_def op_table[OP_COUNT] = {
     [OP_FILL] = { .name = "fill", .min_in = 0, .max_in = 0, .min_out = 1, .max_out = 1,
                   .shape = shape_given, .flops_forward = flops_zero, .flops_backward = flops_zero,
                   .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = OP_COUNT, .internal = 1,
-                  .n_attr_specs = 1, .attr_specs = { REQ_FLOAT(ATTR_VALUE) } },
+                  .n_attr_specs = 2, .attr_specs = { REQ_FLOAT(ATTR_VALUE), OPT_INT(ATTR_LOSS_SCALE, 0) } },
     /* Communication (the comm pass): no FLOPs; their cost is the link's. */
     [OP_SEND] = { .name = "send", .min_in = 1, .max_in = 1, .min_out = 0, .max_out = 0, .in_names = { "x" },
                   .shape = shape_scalar, .flops_forward = flops_zero, .flops_backward = flops_zero,

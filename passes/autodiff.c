@@ -232,7 +232,11 @@ int pass_autodiff(ir_graph *g, struct diag *err)
     snprintf(name, sizeof name, "grad.%s", ir_value_name(g, g->loss));
     int32_t seed_node = add_node(&ad, OP_FILL, name, loss->loc);
     int32_t seed = seed_node < 0 ? -1 : new_grad_value(&ad, g->loss, name, seed_node);
-    if (seed < 0 || ir_node_set_float(g, seed_node, ATTR_VALUE, 1.0) || add_contribution(&ad, g->loss, seed)) {
+    /* fp16: the seed is the loss scale, so small gradients stay above
+     * fp16's subnormals (the runtime's scaler; clip_scale divides it out). */
+    if (seed < 0 || ir_node_set_float(g, seed_node, ATTR_VALUE, 1.0) ||
+        (g->precision == DT_F16 && ir_node_set_int(g, seed_node, ATTR_LOSS_SCALE, 1)) ||
+        add_contribution(&ad, g->loss, seed)) {
         rc = -1;
         goto done;
     }

@@ -2,8 +2,8 @@
  * parameter as IR ops (phase=update), after autodiff:
  *
  *   optimizer.lr   = lr_schedule() lr warmup steps min_lr      this step's rate
- *   sumsq.<p>      = sum_squares(grad.<p>, previous sumsq)     when grad_clip > 0
- *   clip_scale     = clip_scale(last sumsq) max_norm
+ *   sumsq.<p>      = sum_squares(grad.<p>, previous sumsq)     when grad_clip > 0 or fp16
+ *   clip_scale     = clip_scale(last sumsq) max_norm loss_scale
  *   adamw.<p>      : adamw(p, grad.<p>, adamw.m.<p>, adamw.v.<p>, optimizer.lr, clip_scale)
  *
  * with the moments adamw.m.<p>, adamw.v.<p> as state values (zeros).  The
@@ -13,6 +13,11 @@
  *
  *   lr 6e-4   beta1 0.9   beta2 0.999   adam_eps 1e-8   weight_decay 0
  *   grad_clip 0 (off)   warmup 0   steps 0 (constant rate)   min_lr 0
+ *
+ * In an fp16 graph the gradients come scaled by the runtime's loss scale
+ * (autodiff's seed): clip_scale (loss_scale=1) divides it out, clips when
+ * grad_clip > 0, and is NaN when a gradient overflowed, which makes every
+ * adamw skip the step (torch.cuda.amp.GradScaler's rule; runtime/exec.c).
  *
  * Weight decay applies to matrices and kernels (rank >= 2) and not to
  * biases and norm scales, the convention of GPT-2 and llm.c training.
@@ -91,7 +96,7 @@ int pass_optimizer(ir_graph *g, struct diag *err)
     if (!grad_of)
         return oom(g, err);
     int32_t sumsq = -1, scale = -1;
-    int rc = 0;
+    int rc = 0, scaled = g->precision == DT_F16;
     for (int32_t p = 0; p < n_values && rc == 0; p++) {
         grad_of[p] = -1;
         if (g->values[p].role != ROLE_PARAM)
@@ -103,7 +108,7 @@ int pass_optimizer(ir_graph *g, struct diag *err)
             rc = diag_set(err, ir_loc_file(g, g->values[p].loc), g->values[p].loc.line,
                           "param '%s' has no gradient '%s': the optimizer runs after autodiff",
                           ir_value_name(g, p), name);
-        } else if (clip > 0) {
+        } else if (clip > 0 || scaled) {
             snprintf(name, sizeof name, "sumsq.%s", ir_value_name(g, p));
             int32_t acc;
             n = scalar_node(g, OP_SUM_SQUARES, name, g->values[p].loc, &acc);
@@ -112,9 +117,10 @@ int pass_optimizer(ir_graph *g, struct diag *err)
             sumsq = acc;
         }
     }
-    if (rc == 0 && clip > 0 && sumsq >= 0) {
+    if (rc == 0 && (clip > 0 || scaled) && sumsq >= 0) {
         n = scalar_node(g, OP_CLIP_SCALE, "clip_scale", (ir_loc){ 0, 0 }, &scale);
-        if (n < 0 || ir_node_add_input(g, n, sumsq) || ir_node_set_float(g, n, ATTR_MAX_NORM, clip))
+        if (n < 0 || ir_node_add_input(g, n, sumsq) || ir_node_set_float(g, n, ATTR_MAX_NORM, clip) ||
+            (scaled && ir_node_set_int(g, n, ATTR_LOSS_SCALE, 1)))
             rc = oom(g, err);
     }
     for (int32_t p = 0; p < n_values && rc == 0; p++) {

@@ -303,6 +303,8 @@ static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
         return 0;
     case OP_FILL: {
         float value = (float)op->floats[ATTR_VALUE], *y = OUT(0);
+        if (op->ints[ATTR_LOSS_SCALE])
+            value = ctx->inject_overflow ? INFINITY : value * (ctx->loss_scale > 0 ? ctx->loss_scale : 1.0f);
         for (int64_t i = 0, n = rt_tensor_numel(&op->out[0]); i < n; i++)
             y[i] = value;
         return 0;
@@ -316,16 +318,30 @@ static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
         return 0;
     }
     case OP_CLIP_SCALE: {                        /* as torch.nn.utils.clip_grad_norm_ */
-        double norm = sqrt((double)*IN(0)), coef = op->floats[ATTR_MAX_NORM] / (norm + 1e-6);
-        *OUT(0) = (float)(coef < 1.0 ? coef : 1.0);
+        double norm = sqrt((double)*IN(0)), unscale = 1.0;
+        if (op->ints[ATTR_LOSS_SCALE]) {         /* the gradients are loss_scale times the true ones */
+            if (!isfinite(norm)) {
+                *OUT(0) = NAN;                   /* overflow: every adamw skips this step */
+                return 0;
+            }
+            unscale = ctx->loss_scale > 0 ? 1.0 / ctx->loss_scale : 1.0;
+            norm *= unscale;
+        }
+        double max_norm = op->floats[ATTR_MAX_NORM], coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+        *OUT(0) = (float)((coef < 1.0 ? coef : 1.0) * unscale);
         return 0;
     }
     case OP_ADAMW: {                             /* p, g, m, v, lr, scale? */
         int64_t n = rt_tensor_numel(&op->in[0]);
+        if (op->n_in == 6 && !isfinite(*IN(5))) {
+            ctx->overflowed = 1;                 /* fp16's loss scaler skips the step (clip_scale) */
+            return 0;
+        }
         if (op->n_in == 6 && *IN(5) != 1.0f)
             grad_scale(IN(1), n, *IN(5));        /* the gradient dies here: scaled in place */
         adamw_update(IN(0), IN(1), IN(2), IN(3), n, (double)*IN(4), op->floats[ATTR_BETA1],
-                     op->floats[ATTR_BETA2], op->floats[ATTR_EPS], op->floats[ATTR_WEIGHT_DECAY], ctx->step);
+                     op->floats[ATTR_BETA2], op->floats[ATTR_EPS], op->floats[ATTR_WEIGHT_DECAY],
+                     ctx->step - ctx->skipped);
         return 0;
     }
     default:

@@ -51,6 +51,16 @@ typedef struct {
     struct rt_cuda *cuda;      /* a CUDA device's backend (cuda/cuda.h); NULL on a CPU device */
     int32_t replay;            /* 1: the forward runs again for its backward (recompute):
                                   sends and recvs do nothing, what they moved is in place */
+    /* fp16's dynamic loss scaling (the fill and clip_scale ops that say loss_scale=1):
+     * the loss seed is loss_scale (infinite when inject_overflow, a test's way
+     * to force an overflow); clip_scale divides it out, or gives NaN when the
+     * gradients overflowed, and then every adamw leaves its parameter, m and v
+     * as they were and sets overflowed.  AdamW's bias correction counts the
+     * steps taken: step - skipped. */
+    float   loss_scale;
+    int32_t inject_overflow;
+    int32_t overflowed;
+    int64_t skipped;
 } rt_context;
 
 /* Run op on the arena.  Returns 0, or -1 with ctx->msg set (a token id or

@@ -52,6 +52,7 @@
 #include "../ir/pipeline_order.h"
 #include "cpu/kernels.h"
 #include "data.h"
+#include "loss_scale.h"
 #include "program.h"
 #include "safetensors.h"
 #include "comm/comm.h"
@@ -270,6 +271,10 @@ static const char usage[] =
     "  --inputs FILE  the model's inputs, by name, from a safetensors file (the same every step)\n"
     "  --dump-grads FILE  write the first step's inputs, loss and every parameter's gradient\n"
     "                 (FILE.<device> for each device of a program of several)\n"
+    "fp16 programs (dynamic loss scaling):\n"
+    "  --loss-scale S        the first loss scale (default 65536)\n"
+    "  --loss-scale-window N good steps in a row before it doubles (default 2000)\n"
+    "  --inject-overflow K   make step K's gradients overflow (to test the scaler; every device)\n"
     "several devices:\n"
     "  --emulate-links     shape every link to the cluster file's bandwidth and latency\n"
     "  --adapt-density     AdaTopK: re-measure each compressed link between steps and adapt its density\n"
@@ -283,6 +288,8 @@ typedef struct {
     int         n_data;
     const char *log, *save, *resume, *init, *dump_grads, *inputs;
     int64_t     steps, save_every;
+    double      loss_scale;
+    int64_t     loss_scale_window, inject_overflow;
     uint64_t    seed;
     int         seed_given;
     int         threads;
@@ -358,6 +365,15 @@ static int parse_args(int argc, char **argv, run_options *o)
         else if (strcmp(a, "--seed") == 0 && (o->seed = strtoull(v, &end, 10), *end == '\0' && v[0] != '-'))
             o->seed_given = 1;
         else if (strcmp(a, "--threads") == 0 && (o->threads = (int)strtol(v, &end, 10)) > 0 && *end == '\0')
+            ;
+        else if (strcmp(a, "--loss-scale") == 0 && (o->loss_scale = strtod(v, &end)) >= 1 &&
+                 o->loss_scale <= 1e30 && *end == '\0')
+            ;
+        else if (strcmp(a, "--loss-scale-window") == 0 && (o->loss_scale_window = strtoll(v, &end, 10)) > 0 &&
+                 *end == '\0')
+            ;
+        else if (strcmp(a, "--inject-overflow") == 0 && (o->inject_overflow = strtoll(v, &end, 10)) > 0 &&
+                 *end == '\0')
             ;
         else
             goto bad;
@@ -660,9 +676,16 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
                "by a sleep\n", mf->slowdown);
     if (o->comm.emulate_links && mf->n_links > 0)
         printf("fusion: emulating the cluster file's links (bandwidth and latency) on this machine's network\n");
+    rt_loss_scaler scaler;
+    rt_loss_scaler_init(&scaler, (float)o->loss_scale, o->loss_scale_window);
+    if (mf->loss_scaling)
+        printf("fusion: fp16 with dynamic loss scaling: scale %g, doubled after %lld good steps, halved and the step "
+               "skipped on an overflow\n", (double)scaler.scale, (long long)scaler.window);
     fflush(stdout);
     for (int64_t step = done + 1; step <= o->steps && rc == 0; step++) {
-        rt_context ctx = { .step = step, .comm = comm, .slowdown = mf->slowdown, .cuda = p->cuda };
+        rt_context ctx = { .step = step, .comm = comm, .slowdown = mf->slowdown, .cuda = p->cuda,
+                           .loss_scale = scaler.scale, .skipped = scaler.skipped,
+                           .inject_overflow = o->inject_overflow == step };
         double t0 = now();
         float loss = NAN;
         if (run_micro_batches(&st, &ctx, &loss) != 0) {
@@ -690,7 +713,21 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
         rt_comm_density_text(comm, rho_json, sizeof rho_json, 1);
         if (comm)
             rt_comm_adapt_density(comm, dt);
-        if (mf->loss >= 0 && !isfinite(loss)) {
+        char scaled[160] = "";
+        if (mf->loss_scaling) {   /* the scale this step ran with, and whether it was skipped, in the log */
+            size_t n = strlen(rho_json);
+            snprintf(rho_json + n, sizeof rho_json - n, ", \"loss_scale\": %g, \"skipped\": %s",
+                     (double)scaler.scale, ctx.overflowed ? "true" : "false");
+        }
+        if (mf->loss_scaling && rt_loss_scaler_update(&scaler, ctx.overflowed, scaled, sizeof scaled)) {
+            printf("step %5lld: %s\n", (long long)step, scaled);
+            if (scaler.scale < RT_LOSS_SCALE_MIN) {
+                rc = stop(comm, mf->device, "step %lld: the loss scale fell below %g: training diverged", (long long)step,
+                          (double)RT_LOSS_SCALE_MIN);
+                break;
+            }
+        }
+        if (mf->loss >= 0 && !isfinite(loss) && !(mf->loss_scaling && ctx.overflowed)) {
             rc = stop(comm, mf->device, "step %lld: the loss is %f: training diverged", (long long)step, (double)loss);
             break;
         }

@@ -62,6 +62,8 @@ typedef struct {
     int64_t tokens_per_step;   /* the global batch's tokens (samples), all micro-batches and replicas */
     int32_t backend;           /* RT_BACKEND_CPU or RT_BACKEND_CUDA             */
     char    arch[32];          /* the cluster file's arch ("sm_80"; "" on a CPU) */
+    int32_t precision;         /* the graph's (ir_dtype): what activations are stored in */
+    int32_t loss_scaling;      /* 1: fp16's dynamic loss scaling (loss_scale.h)    */
 } rt_manifest;
 
 enum { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };

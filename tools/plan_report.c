@@ -6,6 +6,8 @@
  *   ...
  *   bottleneck: stage 1's compute, 12.3 ms per micro-batch
  *   estimated step: 71.2 ms (4 micro-batches)
+ *   precision: bf16 (activations and their gradients; ...)
+ *   link stage 1 <-> 2 (cpu-a1 <-> cpu-b0): 1.50 MiB a step forward, 1.50 MiB back (a replica lane)
  */
 #include "plan_report.h"
 
@@ -43,6 +45,57 @@ static double stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
     if (waiting < 0 || p->micro_batches <= 1)
         waiting = 0;
     return (double)memory_arena_bytes(g, p->devices[s * p->n_replicas]) + waiting * stash;
+}
+
+/* Bytes a step between stages a < b on one replica lane, as the sends
+ * put them on the wire (after compression): [0] a -> b, [1] b -> a.  A
+ * send runs every micro-batch, or once a step (a parameter, a summed
+ * parameter gradient, the update's scalars). */
+static void link_bytes(const ir_graph *g, int32_t a, int32_t b, double bytes[2])
+{
+    bytes[0] = bytes[1] = 0.0;
+    int32_t M = g->placement.micro_batches > 0 ? g->placement.micro_batches : 1;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const ir_node *n = &g->nodes[i];
+        int32_t peer = (int32_t)ir_node_int(n, ATTR_PEER, -1);
+        if (n->op != OP_SEND || !((n->stage == a && peer == b) || (n->stage == b && peer == a)))
+            continue;
+        int once = ir_node_int(n, ATTR_ONCE, 0) || ir_node_int(n, ATTR_ACCUMULATE, 0) || n->phase == PHASE_UPDATE;
+        bytes[n->stage == b] += compress_wire_bytes(g, n) * (once ? 1 : M);
+    }
+}
+
+/* "1.50 MiB", "12.0 KiB", "8 B" */
+static const char *size_text(double bytes, char *buf, size_t size)
+{
+    if (bytes >= 1024.0 * 1024.0)
+        snprintf(buf, size, "%.2f MiB", bytes / (1024.0 * 1024.0));
+    else if (bytes >= 1024.0)
+        snprintf(buf, size, "%.1f KiB", bytes / 1024.0);
+    else
+        snprintf(buf, size, "%.0f B", bytes);
+    return buf;
+}
+
+static void print_links(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *p)
+{
+    fprintf(out, "precision: %s (%s)\n", ir_dtype_name(g->precision),
+            g->precision == DT_F32 ? "everything f32" : "activations and their gradients, on the wire too; "
+            "parameters, their gradients and AdamW's state f32");
+    if (g->placement.n_stages != p->n_stages)
+        return;
+    for (int32_t a = 0; a < p->n_stages; a++)
+        for (int32_t b = a + 1; b < p->n_stages; b++) {
+            double bytes[2];
+            link_bytes(g, a, b, bytes);
+            if (bytes[0] + bytes[1] <= 0)
+                continue;
+            char f[32], back[32];
+            fprintf(out, "link stage %d <-> %d (%s <-> %s): %s a step forward, %s back%s\n", a, b,
+                    c->devices[p->devices[a * p->n_replicas]].name, c->devices[p->devices[b * p->n_replicas]].name,
+                    size_text(bytes[0], f, sizeof f), size_text(bytes[1], back, sizeof back),
+                    p->n_replicas > 1 ? " (each replica lane)" : "");
+        }
 }
 
 void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *p)
@@ -91,6 +144,7 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
         fprintf(out, "bottleneck: stage %d's compute, %.2f ms per micro-batch\n", b, p->bottleneck * ms);
     fprintf(out, "estimated step: %.2f ms (%d micro-batch%s)\n", p->step_seconds * ms, p->micro_batches,
             p->micro_batches == 1 ? "" : "es");
+    print_links(out, g, c, p);
 }
 
 /* Write `path` via a temporary name; `fill` writes the contents. */
