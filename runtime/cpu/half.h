@@ -47,10 +47,9 @@ static inline float bf16_to_f32(bf16_t h) { return half_bits_f32((uint32_t)h << 
 static inline bf16_t f32_to_bf16(float f)
 {
     uint32_t u = half_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)           /* NaN: keep it quiet and a NaN */
-        return (bf16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);                /* round to nearest, ties to even */
-    return (bf16_t)(u >> 16);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;   /* to nearest, ties to even */
+    uint32_t nan = (u >> 16) | 0x0040u;                           /* NaN stays a (quiet) NaN  */
+    return (bf16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);   /* a select: vectorises */
 }
 
 static inline float fp16_to_f32(fp16_t h)
