@@ -16,8 +16,12 @@
 #   (clusters/dtfm-*.xml): 24 layers, d 2048, 16 heads (d/heads = 128),
 #   sequences of 2,048 tokens, a step of 1,024 sequences in 128
 #   micro-batches (DT-FM's batch; micro-batch 1 per replica at 8 replicas).
-#   fp32: the models have no precision knob, so activations and gradients
-#   are twice DT-FM's fp16 bytes.
+# Precision: fp16 (--precision fp16) everywhere, as DT-FM trained and as
+#   mixed precision runs on these GPUs (the V100s have no bf16): activations
+#   and their gradients in 16 bits on the wire, products at each GPU's
+#   datasheet fp16 tensor-core peak with fp32 accumulation (V100 125,
+#   A100 312, RTX 4090 165.2, RTX 3090 71, RTX 3080 59.5 TFLOPS dense),
+#   the rest bounded by memory bandwidth.  The precision column says so.
 #
 # Schedulers: uniform (Megatron's placement: every device a stage in file
 # order, equal layers), gcma (DT-FM's genetic search on its cost model),
@@ -57,18 +61,19 @@ sim() {
 
 median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 
-rows=("fusionllm-48|GPT-2 small|gpt2" "fusionllm-48|ResNet-101|resnet"
-      "fusionllm-geo-48|GPT-2 small|gpt2" "fusionllm-geo-48|ResNet-101|resnet"
-      "fusionllm-labhome-48|GPT-2 small|gpt2" "fusionllm-labhome-48|ResNet-101|resnet"
-      "dtfm-datacenter-ondemand|GPT-3 XL|gpt3xl" "dtfm-datacenter-spot|GPT-3 XL|gpt3xl"
-      "dtfm-multi-dc|GPT-3 XL|gpt3xl" "dtfm-regional|GPT-3 XL|gpt3xl" "dtfm-worldwide|GPT-3 XL|gpt3xl")
+rows=("fusionllm-48|GPT-2 small|gpt2|fp16" "fusionllm-48|ResNet-101|resnet|fp16"
+      "fusionllm-geo-48|GPT-2 small|gpt2|fp16" "fusionllm-geo-48|ResNet-101|resnet|fp16"
+      "fusionllm-labhome-48|GPT-2 small|gpt2|fp16" "fusionllm-labhome-48|ResNet-101|resnet|fp16"
+      "dtfm-datacenter-ondemand|GPT-3 XL|gpt3xl|fp16" "dtfm-datacenter-spot|GPT-3 XL|gpt3xl|fp16"
+      "dtfm-multi-dc|GPT-3 XL|gpt3xl|fp16" "dtfm-regional|GPT-3 XL|gpt3xl|fp16" "dtfm-worldwide|GPT-3 XL|gpt3xl|fp16")
 
-echo "| testbed | model | uniform | gcma | random | opfence | opfence + adatopk | uniform / (opfence + adatopk) |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|"
+echo "| testbed | model | precision | uniform | gcma | random | opfence | opfence + adatopk | uniform / (opfence + adatopk) |"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|"
 figures=()
 for row in "${rows[@]}"; do
-  IFS='|' read -r cluster name model <<<"$row"
-  declare -n m=$model
+  IFS='|' read -r cluster name model precision <<<"$row"
+  declare -n base=$model
+  m=("${base[@]}" --precision "$precision")
   read -r u u_plan < <(sim "$cluster" --scheduler uniform --compress none -- "${m[@]}")
   read -r g g_plan < <(sim "$cluster" --scheduler gcma --compress none -- "${m[@]}")
   r1=$(sim "$cluster" --scheduler random --seed 1 --compress none -- "${m[@]}")
@@ -78,10 +83,10 @@ for row in "${rows[@]}"; do
   r_plan=${r1#* }
   read -r o o_plan < <(sim "$cluster" --scheduler opfence --compress none -- "${m[@]}")
   read -r a a_plan < <(sim "$cluster" --scheduler opfence --compress adatopk -- "${m[@]}")
-  unset -n m
+  unset -n base
   ratio=$(awk -v u="$u" -v a="$a" 'BEGIN { printf "%.3g", u / a }')
-  printf '| %s | %s | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %s |\n' \
-    "$cluster" "$name" "$u" "$u_plan" "$g" "$g_plan" "$r" "$r_plan" "$o" "$o_plan" "$a" "$a_plan" "$ratio"
+  printf '| %s | %s | %s | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %s |\n' \
+    "$cluster" "$name" "$precision" "$u" "$u_plan" "$g" "$g_plan" "$r" "$r_plan" "$o" "$o_plan" "$a" "$a_plan" "$ratio"
   case $cluster in
     fusionllm-*)
       figures+=("$(awk -v c="$cluster" -v n="$name" -v u="$u" -v a="$a" 'BEGIN {

@@ -6,7 +6,9 @@ torch.optim.AdamW as the optimizer pass configures it (betas 0.9/0.95,
 weight decay 0.1 on matrices, global-norm clipping at 1.0), on random
 tokens.  Prints one line: median ms/step, peak resident MiB.
 
-usage: /usr/bin/python3 torch_gpt2.py LAYERS DIM HEADS VOCAB CTX BATCH SEQ THREADS STEPS
+usage: /usr/bin/python3 torch_gpt2.py LAYERS DIM HEADS VOCAB CTX BATCH SEQ THREADS STEPS [bf16]
+  bf16: the forward under torch.autocast("cpu", torch.bfloat16), as a
+  PyTorch user trains in mixed precision (bench_precision.sh)
 """
 import math
 import resource
@@ -60,6 +62,7 @@ class GPT(nn.Module):
 
 def main():
     layers, dim, heads, vocab, ctx, batch, seq, threads, steps = map(int, sys.argv[1:10])
+    bf16 = len(sys.argv) > 10 and sys.argv[10] == "bf16"
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = GPT(layers, dim, heads, vocab, ctx)
@@ -72,7 +75,8 @@ def main():
         idx = torch.randint(0, min(vocab, 256), (batch, seq))
         targets = torch.randint(0, min(vocab, 256), (batch, seq))
         t0 = time.perf_counter()
-        loss = model(idx, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(idx, targets)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -293,6 +293,9 @@ int ir_graph_verify(const ir_graph *g, struct diag *err)
     if (g->n_values < 0 || g->n_nodes < 0 || (g->n_values && !g->values) || (g->n_nodes && !g->nodes))
         return fail_at(&vf, (ir_loc){ 0, 0 }, "graph arrays are inconsistent (%d values, %d nodes)",
                        g->n_values, g->n_nodes);
+    if (!is_float_dtype(g->precision) || (g->tf32 != 0 && (g->tf32 != 1 || g->precision != DT_F32)))
+        return fail_at(&vf, (ir_loc){ 0, 0 }, "precision %s%s: expected f32 (with or without tf32), bf16 or f16",
+                       ir_dtype_name(g->precision), g->tf32 ? " tf32" : "");
     size_t nv = (size_t)g->n_values + 1;
     vf.listed_by = malloc(nv * sizeof *vf.listed_by);
     vf.used = calloc(nv, 1);

@@ -690,6 +690,34 @@ static void test_text_short_form_for_an_output_named_like_its_node(void)
     ir_graph_free(&g);
 }
 
+/* "precision bf16" / "precision f32 tf32" after the model line round-trip;
+ * f32 without tf32 (the default) prints no line; bad ones are refused. */
+static void test_text_precision_line_round_trips(void)
+{
+    ir_graph g;
+    ir_graph_init(&g);
+    build_gpt_like(&g);
+    char *text = print_to_string(&g, 0);
+    CHECK(text && !strstr(text, "\nprecision "));
+    free(text);
+    g.precision = DT_BF16;
+    text = print_to_string(&g, 0);
+    CHECK_CONTAINS(text, "\nprecision bf16\n");
+    free(text);
+    check_round_trip(&g, "bf16 graph");
+    g.precision = DT_F32;
+    g.tf32 = 1;
+    text = print_to_string(&g, 0);
+    CHECK_CONTAINS(text, "\nprecision f32 tf32\n");
+    free(text);
+    check_round_trip(&g, "tf32 graph");
+    ir_graph_free(&g);
+    PARSE_ERROR("fusion-ir 1\nmodel m\nprecision i32\n", 3, "expected a precision (f32, bf16 or f16), found 'i32'");
+    PARSE_ERROR("fusion-ir 1\nmodel m\nprecision bf16 tf32\n", 3,
+                "expected the end of the line (tf32 is for f32), found 'tf32'");
+    PARSE_ERROR("fusion-ir 1\nmodel m\nprecision f16\nprecision f16\n", 4, "'precision' must come once");
+}
+
 int main(void)
 {
     test_text_prints_the_documented_form();
@@ -698,6 +726,7 @@ int main(void)
     test_text_round_trips_cnn_with_quoted_names();
     test_text_parse_accepts_comments_blank_lines_crlf_and_quotes();
     test_text_placement_line_round_trips();
+    test_text_precision_line_round_trips();
     test_text_parse_errors_name_line_expected_and_found();
     test_text_parse_errors_in_the_placement_line();
     test_text_parse_runs_the_verifier_with_source_locations();
