@@ -180,27 +180,31 @@ static int write_tensors(const program *p, const char *path, unsigned roles, con
 }
 
 /* Read every tensor of the given roles from f by name into the arena; the
- * shapes must be the model's. */
+ * shapes must be the model's, the file's dtype one that converts to the
+ * tensor's (a BF16 or F16 file loads into fp32 parameters).  Nothing is
+ * written unless every tensor is there and fits. */
 static int read_tensors(program *p, const st_file *f, const char *path, unsigned roles)
 {
+    st_target *list = calloc((size_t)p->manifest.n_tensors + 1, sizeof *list);
+    int n = 0;
+    if (!list)
+        return fail("out of memory reading %s", path);
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
         if (!((roles >> ti->role) & 1))
             continue;
-        st_tensor t;
-        int found = st_find(f, ti->name, &t);
-        if (found <= 0)
-            return fail("%s: %s tensor '%s'", path, found == 0 ? "has no" : "has an unsupported dtype for",
-                        ti->name);
         st_tensor want = as_st(p, ti);
-        int same = t.dtype == want.dtype && t.rank == want.rank;
-        for (int k = 0; same && k < t.rank; k++)
-            same = t.dim[k] == want.dim[k];
-        if (!same)
-            return fail("%s: tensor '%s' has another shape or dtype than the model's", path, ti->name);
-        memcpy(p->arena + ti->t.offset, t.data, (size_t)numel(&ti->t) * 4);
+        st_target *t = &list[n++];
+        t->name = ti->name;
+        t->dtype = want.dtype;
+        t->rank = want.rank;
+        memcpy(t->dim, want.dim, sizeof t->dim);
+        t->dst = p->arena + ti->t.offset;
     }
-    return 0;
+    char why[512];
+    int rc = st_load(f, list, n, why, sizeof why);
+    free(list);
+    return rc ? fail("%s", why) : 0;
 }
 
 static unsigned role_bit(ir_role r) { return 1u << r; }

@@ -5,8 +5,12 @@
  * parses it with cJSON, checks every entry, then sorts the entries twice:
  * by name (duplicates, and st_find's binary search) and by offset
  * (overlaps).  Nothing here exits or prints: errors are returned in err.
+ * Float dtypes convert with half.h's functions (convert below), never
+ * with code of their own.
  */
 #include "safetensors.h"
+
+#include "cpu/half.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,9 +28,14 @@
 #error "safetensors.c copies tensor bytes as they are: it needs a little-endian host"
 #endif
 
+/* st_dtype's numbers are ir_dtype's and half.h's: one can be passed as the other. */
+_Static_assert((int)ST_F32 == HALF_DT_F32 && (int)ST_I32 == HALF_DT_I32 && (int)ST_F16 == HALF_DT_F16 &&
+               (int)ST_BF16 == HALF_DT_BF16,
+               "st_dtype and half.h's HALF_DT_* disagree");
+
 /* Every dtype the format defines that has a whole number of bytes per
- * element.  Only F32 and I32 load; the rest are known, so a file with them
- * opens, and st_get says -1 for those tensors. */
+ * element.  The four of st_dtype load; the rest are known, so a file with
+ * them opens, and st_get says -1 for those tensors. */
 typedef struct {
     const char *name;
     int         size;          /* bytes per element             */
@@ -34,15 +43,45 @@ typedef struct {
 } dtype_info;
 
 static const dtype_info dtypes[] = {
-    {"F32", 4, ST_F32}, {"I32", 4, ST_I32},
+    {"F32", 4, ST_F32}, {"I32", 4, ST_I32}, {"F16", 2, ST_F16}, {"BF16", 2, ST_BF16},
     {"BOOL", 1, -1}, {"U8", 1, -1}, {"I8", 1, -1}, {"F8_E5M2", 1, -1}, {"F8_E4M3", 1, -1}, {"F8_E8M0", 1, -1},
-    {"I16", 2, -1}, {"U16", 2, -1}, {"F16", 2, -1}, {"BF16", 2, -1},
+    {"I16", 2, -1}, {"U16", 2, -1},
     {"U32", 4, -1},
     {"I64", 8, -1}, {"U64", 8, -1}, {"F64", 8, -1}, {"C64", 8, -1},
 };
 #define N_DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
+#define N_ST_DTYPES 4          /* dtypes[st] is st_dtype st's entry */
+#define SUPPORTED "F32, F16, BF16, I32"
 
-static const char *st_dtype_str(st_dtype d) { return d == ST_F32 ? "F32" : "I32"; }
+const char *st_dtype_name(st_dtype d) { return (unsigned)d < N_ST_DTYPES ? dtypes[d].name : "?"; }
+int         st_dtype_size(st_dtype d) { return (unsigned)d < N_ST_DTYPES ? dtypes[d].size : 0; }
+
+static int is_float(st_dtype d) { return d == ST_F32 || d == ST_F16 || d == ST_BF16; }
+
+/* Does data of dtype from convert to dtype to?  Floats among themselves,
+ * I32 only to itself. */
+static int converts(st_dtype from, st_dtype to) { return from == to || (is_float(from) && is_float(to)); }
+
+/* to (n of dtype dt) = from (n of dtype df), for dtypes that convert: a copy
+ * when they are the same, else through half.h (exact to F32, rounded to
+ * nearest even from it; F16 <-> BF16 through an exact fp32 block). */
+static void convert(void *to, st_dtype dt, const void *from, st_dtype df, int64_t n)
+{
+    if (dt == df)
+        memcpy(to, from, (size_t)n * (size_t)st_dtype_size(dt));
+    else if (dt == ST_F32)
+        half_to_f32(to, from, n, (int)df);
+    else if (df == ST_F32)
+        half_from_f32(to, from, n, (int)dt);
+    else {
+        float block[1024];
+        for (int64_t at = 0; at < n; at += 1024) {
+            int64_t k = n - at < 1024 ? n - at : 1024;
+            half_to_f32(block, (const uint16_t *)from + at, k, (int)df);
+            half_from_f32((uint16_t *)to + at, block, k, (int)dt);
+        }
+    }
+}
 
 /* JSON numbers are doubles: integers are exact up to 2^53. */
 #define JSON_INT_MAX 9007199254740992.0
@@ -210,9 +249,12 @@ static int cmp_tensor_name(const void *a, const void *b)
     return strcmp((*(const st_tensor *const *)a)->name, (*(const st_tensor *const *)b)->name);
 }
 
-/* Checks the tensors and metadata; 0, or -1 with err set. */
-static int check_write_args(const char *path, const st_tensor *t, int n, const char *const *meta,
-                            char *err, size_t err_size)
+/* The dtype tensor i is stored as in the file. */
+static st_dtype file_dtype(const st_tensor *t, const st_dtype *as, int i) { return as ? as[i] : t[i].dtype; }
+
+/* Checks the tensors, their file dtypes and the metadata; 0, or -1 with err set. */
+static int check_write_args(const char *path, const st_tensor *t, int n, const st_dtype *as,
+                            const char *const *meta, char *err, size_t err_size)
 {
     if (n < 0 || (n > 0 && !t)) {
         set_err(err, err_size, "%s: %d tensors%s", path, n, n > 0 ? " but no array" : "");
@@ -233,8 +275,20 @@ static int check_write_args(const char *path, const st_tensor *t, int n, const c
             set_err(err, err_size, "%s: tensor %d: name '%s' is %s", path, i, name, why);
             return -1;
         }
-        if (t[i].dtype != ST_F32 && t[i].dtype != ST_I32) {
-            set_err(err, err_size, "%s: tensor '%s': dtype %d is neither ST_F32 nor ST_I32", path, name, (int)t[i].dtype);
+        if (st_dtype_size(t[i].dtype) == 0) {
+            set_err(err, err_size, "%s: tensor '%s': dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16", path, name,
+                    (int)t[i].dtype);
+            return -1;
+        }
+        st_dtype to = file_dtype(t, as, i);
+        if (st_dtype_size(to) == 0) {
+            set_err(err, err_size, "%s: tensor '%s': file dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16", path,
+                    name, (int)to);
+            return -1;
+        }
+        if (!converts(t[i].dtype, to)) {
+            set_err(err, err_size, "%s: tensor '%s': %s data cannot be written as %s (floats convert among F32, "
+                    "F16, BF16; I32 stays I32)", path, name, st_dtype_name(t[i].dtype), st_dtype_name(to));
             return -1;
         }
         if (t[i].rank < 0 || t[i].rank > ST_MAX_RANK) {
@@ -247,7 +301,9 @@ static int check_write_args(const char *path, const st_tensor *t, int n, const c
                         (long long)t[i].dim[d]);
                 return -1;
             }
-        int64_t nbytes = tensor_nbytes(t[i].rank, t[i].dim, 4);
+        /* The data's bytes bound the file's: no 16-bit dtype is wider. */
+        int64_t nbytes = tensor_nbytes(t[i].rank, t[i].dim, st_dtype_size(t[i].dtype) > st_dtype_size(to)
+                                                            ? st_dtype_size(t[i].dtype) : st_dtype_size(to));
         if (nbytes < 0 || (double)nbytes > JSON_INT_MAX) {
             set_err(err, err_size, "%s: tensor '%s': too large", path, name);
             return -1;
@@ -297,7 +353,7 @@ static int check_write_args(const char *path, const st_tensor *t, int n, const c
 /* The header: "__metadata__" first (as Hugging Face writes it), then the
  * tensors in the order given, keys dtype, shape, data_offsets; no spaces
  * except the padding to a multiple of 8 bytes. */
-static void build_header(sbuf *b, const st_tensor *t, int n, const char *const *meta)
+static void build_header(sbuf *b, const st_tensor *t, int n, const st_dtype *as, const char *const *meta)
 {
     sb_puts(b, "{");
     int first = 1;
@@ -315,13 +371,13 @@ static void build_header(sbuf *b, const st_tensor *t, int n, const char *const *
     }
     int64_t offset = 0;
     for (int i = 0; i < n; i++) {
-        int64_t nbytes = tensor_nbytes(t[i].rank, t[i].dim, 4);
+        int64_t nbytes = tensor_nbytes(t[i].rank, t[i].dim, st_dtype_size(file_dtype(t, as, i)));
         if (!first)
             sb_puts(b, ",");
         first = 0;
         sb_json_string(b, t[i].name);
         sb_puts(b, ":{\"dtype\":");
-        sb_json_string(b, st_dtype_str(t[i].dtype));
+        sb_json_string(b, st_dtype_name(file_dtype(t, as, i)));
         sb_puts(b, ",\"shape\":[");
         for (int d = 0; d < t[i].rank; d++)
             sb_printf(b, "%s%lld", d ? "," : "", (long long)t[i].dim[d]);
@@ -354,24 +410,56 @@ static int fsync_parent_dir(const char *path)
     return rc;
 }
 
+/* Elements converted at a time when a tensor's file dtype is not its own. */
+#define WRITE_BLOCK ((int64_t)1 << 18)
+
+/* Tensor t's data to fd in dtype to: as is, or a block at a time through
+ * block (WRITE_BLOCK elements of 4 bytes). */
+static int write_tensor(int fd, const st_tensor *t, st_dtype to, void *block)
+{
+    int64_t numel = tensor_nbytes(t->rank, t->dim, 1);
+    if (numel == 0)
+        return 0;
+    if (to == t->dtype)
+        return write_all(fd, t->data, (size_t)numel * (size_t)st_dtype_size(to));
+    for (int64_t at = 0; at < numel; at += WRITE_BLOCK) {
+        int64_t k = numel - at < WRITE_BLOCK ? numel - at : WRITE_BLOCK;
+        convert(block, to, (const char *)t->data + at * st_dtype_size(t->dtype), t->dtype, k);
+        if (write_all(fd, block, (size_t)k * (size_t)st_dtype_size(to)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 int st_write(const char *path, const st_tensor *tensors, int n, const char *const *metadata,
              char *err, size_t err_size)
+{
+    return st_write_as(path, tensors, n, NULL, metadata, err, err_size);
+}
+
+int st_write_as(const char *path, const st_tensor *tensors, int n, const st_dtype *as,
+                const char *const *metadata, char *err, size_t err_size)
 {
     if (!path) {
         set_err(err, err_size, "st_write: path is NULL");
         return -1;
     }
-    if (check_write_args(path, tensors, n, metadata, err, err_size) != 0)
+    if (check_write_args(path, tensors, n, as, metadata, err, err_size) != 0)
         return -1;
 
     sbuf header = {0};
-    build_header(&header, tensors, n, metadata);
+    build_header(&header, tensors, n, as, metadata);
     size_t tmp_size = strlen(path) + 32;
     char *tmp = malloc(tmp_size);
-    if (header.oom || !tmp) {
+    int converting = 0;
+    for (int i = 0; i < n; i++)
+        converting |= file_dtype(tensors, as, i) != tensors[i].dtype;
+    void *block = converting ? malloc((size_t)WRITE_BLOCK * 4) : NULL;
+    if (header.oom || !tmp || (converting && !block)) {
         set_err(err, err_size, "%s: out of memory", path);
         free(header.p);
         free(tmp);
+        free(block);
         return -1;
     }
     snprintf(tmp, tmp_size, "%s.tmp.%ld", path, (long)getpid());
@@ -390,13 +478,11 @@ int st_write(const char *path, const st_tensor *tensors, int n, const char *cons
         what = "write";
         goto fail;
     }
-    for (int i = 0; i < n; i++) {
-        int64_t nbytes = tensor_nbytes(tensors[i].rank, tensors[i].dim, 4);
-        if (nbytes > 0 && write_all(fd, tensors[i].data, (size_t)nbytes) != 0) {
+    for (int i = 0; i < n; i++)
+        if (write_tensor(fd, &tensors[i], file_dtype(tensors, as, i), block) != 0) {
             what = "write";
             goto fail;
         }
-    }
     if (fsync(fd) != 0) {
         what = "fsync";
         goto fail;
@@ -427,6 +513,7 @@ fail:
 out:
     free(tmp);
     free(header.p);
+    free(block);
     return rc;
 }
 
@@ -442,13 +529,14 @@ typedef struct {
 } st_entry;
 
 struct st_file {
+    char      *path;                /* for st_load's messages            */
     int        n;
     st_entry  *entry;               /* header order                     */
     st_entry **by_name;             /* sorted by name, for st_find       */
     int        n_meta;
     char     **meta_key, **meta_value;
     char      *data;                /* the data section, DATA_ALIGN-aligned   */
-    char      *aside;               /* copies of misaligned F32/I32 tensors   */
+    char      *aside;               /* copies of misaligned tensors fusion reads */
 };
 
 static int cmp_entry_name(const void *a, const void *b)
@@ -510,7 +598,8 @@ static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st
         if (strcmp(dtype->valuestring, dtypes[i].name) == 0)
             e->dtype = i;
     if (e->dtype < 0) {
-        set_err(err, err_size, "%s: tensor '%s': unknown dtype \"%s\"", path, name, dtype->valuestring);
+        set_err(err, err_size, "%s: tensor '%s': unknown dtype \"%s\" (not a safetensors dtype; fusion reads "
+                SUPPORTED ")", path, name, dtype->valuestring);
         return -1;
     }
 
@@ -698,8 +787,9 @@ out:
     return rc;
 }
 
-/* Point every entry at its data; F32/I32 tensors whose offset is not a
- * multiple of 4 get an aligned copy (only files from other writers). */
+/* Point every entry at its data; tensors fusion reads whose offset is not a
+ * multiple of their element size get an aligned copy (only files from other
+ * writers). */
 static int place_data(const char *path, st_file *f, char *err, size_t err_size)
 {
     size_t aside = 0;
@@ -734,6 +824,10 @@ st_file *st_open(const char *path, char *err, size_t err_size)
     st_file *f = calloc(1, sizeof *f);
     char *hdr = NULL;
     int fd = -1;
+    if (f && !(f->path = strdup(path))) {
+        free(f);
+        f = NULL;
+    }
     if (!f) {
         set_err(err, err_size, "%s: out of memory", path);
         return NULL;
@@ -846,6 +940,76 @@ int st_find(const st_file *f, const char *name, st_tensor *out)
     return entry_tensor(*hit, out) == 0 ? 1 : -1;
 }
 
+/* Can target t be loaded from f?  Its entry in *e, or -1 with err set. */
+static int check_target(const st_file *f, const st_target *t, const st_entry **e, char *err, size_t err_size)
+{
+    if (!t->name) {
+        set_err(err, err_size, "%s: st_load: a target has no name", f->path);
+        return -1;
+    }
+    st_entry **hit = f->n ? bsearch(t->name, f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name_key) : NULL;
+    if (!hit) {
+        set_err(err, err_size, "%s: has no tensor '%s'", f->path, t->name);
+        return -1;
+    }
+    *e = *hit;
+    const dtype_info *in = &dtypes[(*e)->dtype];
+    if (in->st < 0) {
+        set_err(err, err_size, "%s: tensor '%s': dtype %s is not supported (fusion reads " SUPPORTED ")", f->path,
+                t->name, in->name);
+        return -1;
+    }
+    if (st_dtype_size(t->dtype) == 0) {
+        set_err(err, err_size, "%s: tensor '%s': target dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16",
+                f->path, t->name, (int)t->dtype);
+        return -1;
+    }
+    if (!converts((st_dtype)in->st, t->dtype)) {
+        set_err(err, err_size, "%s: tensor '%s': %s in the file does not load as %s (floats convert among F32, F16, "
+                "BF16; I32 loads only as I32)", f->path, t->name, in->name, st_dtype_name(t->dtype));
+        return -1;
+    }
+    int same = t->rank == (*e)->rank;
+    for (int k = 0; same && k < t->rank; k++)
+        same = t->dim[k] == (*e)->dim[k];
+    if (!same) {
+        char in_file[ST_MAX_RANK * 21 + 3], wanted[ST_MAX_RANK * 21 + 3];
+        shape_str(in_file, sizeof in_file, (*e)->rank, (*e)->dim);
+        if (t->rank < 0 || t->rank > ST_MAX_RANK)
+            snprintf(wanted, sizeof wanted, "rank %d", t->rank);
+        else
+            shape_str(wanted, sizeof wanted, t->rank, t->dim);
+        set_err(err, err_size, "%s: tensor '%s': shape %s in the file, %s wanted", f->path, t->name, in_file, wanted);
+        return -1;
+    }
+    if ((*e)->end > (*e)->begin && !t->dst) {
+        set_err(err, err_size, "%s: tensor '%s': target dst is NULL", f->path, t->name);
+        return -1;
+    }
+    return 0;
+}
+
+int st_load(const st_file *f, const st_target *targets, int n, char *err, size_t err_size)
+{
+    if (!f || n < 0 || (n > 0 && !targets)) {
+        set_err(err, err_size, "st_load: %s", !f ? "no file" : "no targets");
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {   /* everything checked before anything is written */
+        const st_entry *e;
+        if (check_target(f, &targets[i], &e, err, err_size) != 0)
+            return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const st_entry *e = NULL;
+        check_target(f, &targets[i], &e, NULL, 0);
+        int64_t numel = tensor_nbytes(e->rank, e->dim, 1);   /* the file's bytes fit: it fits */
+        if (numel > 0)
+            convert(targets[i].dst, targets[i].dtype, e->data, (st_dtype)dtypes[e->dtype].st, numel);
+    }
+    return 0;
+}
+
 const char *st_metadata(const st_file *f, const char *key)
 {
     if (!f || !key)
@@ -870,5 +1034,6 @@ void st_close(st_file *f)
     free(f->by_name);
     free(f->data);
     free(f->aside);
+    free(f->path);
     free(f);
 }

@@ -47,6 +47,38 @@ seed_loss=$(losses "$work/straight.out" | head -1 | awk '{print $2}')
 awk -v a="$init_loss" -v b="$seed_loss" 'BEGIN { exit !(a < b - 0.3) }' && pass ||
   fail "--init with trained weights: first loss $init_loss, expected well under the fresh $seed_loss"
 
+# --init from a BF16 checkpoint (as a Hugging Face one saved in bf16): torch rounds the step-20
+# params to bfloat16 and writes them as BF16, and beside it as F32 (.to(bfloat16).float()); both
+# load into the fp32 parameters and give the same first loss, bit for bit.
+/usr/bin/python3 -c '
+import json, struct, sys, torch
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr, data = json.loads(raw[8:8 + n]), bytearray(raw[8 + n:])
+def write(path, as_bf16):
+    header, blob = {}, b""
+    for name, e in hdr.items():
+        if name == "__metadata__" or e["dtype"] != "F32":
+            continue
+        b, end = e["data_offsets"]
+        t = torch.frombuffer(data[b:end], dtype=torch.float32).to(torch.bfloat16) if end > b else torch.empty(0, dtype=torch.bfloat16)
+        r = t.view(torch.int16).numpy().tobytes() if as_bf16 else t.float().numpy().tobytes()
+        header[name] = {"dtype": "BF16" if as_bf16 else "F32", "shape": e["shape"], "data_offsets": [len(blob), len(blob) + len(r)]}
+        blob += r
+    text = json.dumps(header).encode()
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + blob)
+write(sys.argv[2], True)
+write(sys.argv[3], False)' "$work/straight/checkpoint.safetensors" "$work/bf16.safetensors" "$work/bf16-as-f32.safetensors" ||
+  fail "torch could not write the bf16 checkpoint (/usr/bin/python3 with torch is required)"
+grep -q '"dtype": "BF16"' "$work/bf16.safetensors" && pass || fail "no BF16 tensor in the converted checkpoint"
+"$exe" --data "$work/corpus.txt" --steps 1 --seed 9 --init "$work/bf16.safetensors" >"$work/init-bf16.out" 2>&1 ||
+  fail "--init from a BF16 checkpoint: $(tail -2 "$work/init-bf16.out")"
+"$exe" --data "$work/corpus.txt" --steps 1 --seed 9 --init "$work/bf16-as-f32.safetensors" >"$work/init-bf16-f32.out" 2>&1 ||
+  fail "--init from its F32 twin: $(tail -2 "$work/init-bf16-f32.out")"
+expect_eq "first loss from the BF16 checkpoint and from its F32 twin" "$(losses "$work/init-bf16-f32.out")" \
+  "$(losses "$work/init-bf16.out")"
+[ -n "$(losses "$work/init-bf16.out")" ] && pass || fail "--init from the BF16 checkpoint printed no loss"
+
 # --dump-grads: one gradient per parameter (grad.<param>), the inputs and the loss.
 "$exe" --data "$work/corpus.txt" --steps 1 --dump-grads "$work/grads.safetensors" >/dev/null || fail "--dump-grads run"
 names=$(/usr/bin/python3 -c '

@@ -5,7 +5,8 @@
  * and random byte flips (no crash, which ASan checks); and both directions
  * with PyTorch: /usr/bin/python3 reads our file with struct + json +
  * torch.frombuffer, and writes one (with a U8 and an F16 tensor in it) that
- * we read.  A missing python3-torch fails the test.
+ * we read.  A missing python3-torch fails the test.  F16 and BF16 against
+ * torch, conversions and st_load's messages: test_safetensors_half.c.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -365,7 +366,7 @@ static void test_open_rejects_malformed_files(void)
 }
 
 /* What the reader accepts beyond what our writer writes: dtypes it does not
- * load, misaligned offsets, holes, trailing bytes, empty tensors sharing an
+ * load, misaligned offsets (an F32 at 3, an F16 at 17), holes, trailing bytes, empty tensors sharing an
  * offset, extra keys in an entry. */
 static void test_open_accepts_other_writers_files(void)
 {
@@ -374,7 +375,7 @@ static void test_open_accepts_other_writers_files(void)
     write_raw(path,
               "{\"u\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
               "\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[3,11]},"
-              "\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[16,20],\"extra\":true},"
+              "\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[17,21],\"extra\":true},"
               "\"e\":{\"dtype\":\"I32\",\"shape\":[0,4],\"data_offsets\":[16,16]},"
               "\"z\":{\"dtype\":\"BF16\",\"shape\":[0],\"data_offsets\":[3,3]}}   ",
               24);
@@ -392,8 +393,11 @@ static void test_open_accepts_other_writers_files(void)
     CHECK_INT(1, got.rank);
     CHECK_INT(3, got.dim[0]);
     CHECK(got.data == NULL);
-    CHECK_INT(-1, st_find(f, "h", &got));
+    CHECK_INT(1, st_find(f, "h", &got));
     CHECK_STR("h", got.name);
+    CHECK_INT(ST_F16, got.dtype);
+    CHECK_INT(0, (uintptr_t)got.data % 2);
+    CHECK(memcmp(got.data, "\x11\x12\x13\x14", 4) == 0);
     CHECK_INT(1, st_find(f, "x", &got));
     CHECK_INT(ST_F32, got.dtype);
     CHECK_INT(0, (uintptr_t)got.data % 4);
@@ -456,7 +460,7 @@ static void test_open_survives_truncation_and_flips(void)
             st_tensor got;
             if (st_get(f, i, &got) != 0)
                 continue;
-            int64_t bytes_n = 4;
+            int64_t bytes_n = st_dtype_size(got.dtype);
             for (int d = 0; d < got.rank; d++)
                 bytes_n *= got.dim[d];
             for (int64_t b = 0; b < bytes_n; b++)
@@ -575,9 +579,12 @@ static void test_torch_reads_ours_and_we_read_torchs(void)
     CHECK_CONTAINS(st_metadata(f, "source"), "torch 1.");
 
     CHECK_INT(-1, st_find(f, "u8", &got));
-    CHECK_INT(-1, st_find(f, "half", &got));
+    CHECK_INT(1, st_find(f, "half", &got));
+    CHECK_INT(ST_F16, got.dtype);
     CHECK_INT(1, got.rank);
     CHECK_INT(2, got.dim[0]);
+    CHECK_INT(0x3800, ((const uint16_t *)got.data)[0]);   /* 0.5, 2.0 in binary16 */
+    CHECK_INT(0x4000, ((const uint16_t *)got.data)[1]);
 
     const float x[4] = {1.5f, -2.25f, 3.0f, 1e-3f};
     CHECK_INT(1, st_find(f, "x", &got));
