@@ -221,9 +221,12 @@ static int read_file_tensors(program *p, const char *path, unsigned roles)
     return rc;
 }
 
-static int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed)
+/* An fp16 run's loss scaler travels in the checkpoint's metadata, so a
+ * resumed run goes on with the scale (and the count of skipped steps that
+ * AdamW's bias correction uses) it stopped with. */
+static int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls)
 {
-    char path[4096], step_text[32], seed_text[32], build[32], why[512];
+    char path[4096], step_text[32], seed_text[32], build[32], why[512], scale[96];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
     if (p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why, sizeof why))   /* they live on the device */
@@ -232,13 +235,16 @@ static int save_checkpoint(const program *p, const char *dir, int64_t step, uint
     snprintf(step_text, sizeof step_text, "%lld", (long long)step);
     snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)seed);
     snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
+    snprintf(scale, sizeof scale, "%.9g %lld %lld", (double)ls->scale, (long long)ls->good, (long long)ls->skipped);
     const char *metadata[] = { "fusion.model", p->manifest.model, "fusion.build_id", build,
-                               "fusion.step", step_text, "fusion.seed", seed_text, NULL };
+                               "fusion.step", step_text, "fusion.seed", seed_text,
+                               p->manifest.loss_scaling ? "fusion.loss_scaler" : NULL, scale, NULL };
     return write_tensors(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata);
 }
 
-/* Params and state from DIR's checkpoint; *step and *seed from it. */
-static int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed)
+/* Params and state from DIR's checkpoint; *step, *seed (and an fp16
+ * run's loss scaler) from it. */
+static int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls)
 {
     char path[4096], why[512], build[32];
     checkpoint_path(p, dir, path, sizeof path);
@@ -256,7 +262,19 @@ static int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_
     else {
         *step = strtoll(s, NULL, 10);
         *seed = strtoull(sd, NULL, 10);
-        rc = read_tensors(p, f, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE));
+        const char *sc = st_metadata(f, "fusion.loss_scaler");
+        double scale;
+        long long good, skipped;
+        if (p->manifest.loss_scaling && sc && sscanf(sc, "%lf %lld %lld", &scale, &good, &skipped) == 3 &&
+            scale > 0 && good >= 0 && skipped >= 0) {
+            ls->scale = (float)scale;
+            ls->good = good;
+            ls->skipped = skipped;
+        } else if (p->manifest.loss_scaling) {
+            rc = fail("%s: no valid fusion.loss_scaler (an fp16 checkpoint has one)", path);
+        }
+        if (rc == 0)
+            rc = read_tensors(p, f, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE));
     }
     st_close(f);
     return rc;
@@ -647,8 +665,10 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
     int rc = stepper_init(&st, p, comm, data, o);
     int64_t done = 0;
     uint64_t seed = o->seed;
+    rt_loss_scaler scaler;
+    rt_loss_scaler_init(&scaler, (float)o->loss_scale, o->loss_scale_window);
     if (rc == 0 && o->resume) {
-        if (resume_checkpoint(p, o->resume, &done, &seed))
+        if (resume_checkpoint(p, o->resume, &done, &seed, &scaler))
             rc = 1;
         else if (o->seed_given && seed != o->seed)
             rc = fail("%s: the checkpoint was trained with --seed %llu, not %llu", o->resume,
@@ -680,8 +700,6 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
                "by a sleep\n", mf->slowdown);
     if (o->comm.emulate_links && mf->n_links > 0)
         printf("fusion: emulating the cluster file's links (bandwidth and latency) on this machine's network\n");
-    rt_loss_scaler scaler;
-    rt_loss_scaler_init(&scaler, (float)o->loss_scale, o->loss_scale_window);
     if (mf->loss_scaling)
         printf("fusion: fp16 with dynamic loss scaling: scale %g, doubled after %lld good steps, halved and the step "
                "skipped on an overflow\n", (double)scaler.scale, (long long)scaler.window);
@@ -752,7 +770,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
             fflush(log);
         }
         if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps) &&
-            save_checkpoint(p, o->save, step, seed))
+            save_checkpoint(p, o->save, step, seed, &scaler))
             rc = stop(comm, mf->device, "cannot write the checkpoint");
     }
     char why[512];
