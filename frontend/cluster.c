@@ -6,9 +6,10 @@
  *     <region name="siteA" bandwidth="10Gbps" latency="50us">
  *       <host name="a0" address="127.0.0.1" user="" port="22" path="fusion"
  *             link-bandwidth="256Gbps" link-latency="1us">
- *         <device name="cpu0" kind="cpu" peak="50GFLOPS" memory="4GiB"
+ *         <device name="cpu0" kind="cpu" peak-fp32="50GFLOPS" memory="4GiB"
  *                 memory-bandwidth="10GB/s" threads="1" slowdown="1"/>
- *         <device name="gpu0" kind="cuda" arch="sm_80" peak="312TFLOPS"
+ *         <device name="gpu0" kind="cuda" arch="sm_80" peak-fp32="19.5TFLOPS"
+ *                 peak-tf32="156TFLOPS" peak-bf16="312TFLOPS" peak-fp16="312TFLOPS"
  *                 memory="80GiB" memory-bandwidth="2039GB/s"/>
  *       </host>
  *     </region>
@@ -21,6 +22,8 @@
  * ranges), then the semantic checks here, each reported at the line of the
  * element at fault:
  *   - every quantity parses with its unit (units.c), and is > 0;
+ *   - a device states at least one peak-fp32/-tf32/-bf16/-fp16, and no
+ *     bare peak (read_peaks);
  *   - kind="cuda" has arch="sm_NN"; kind="cpu" has no sm_ arch;
  *   - region and host names are unique together (a link names either),
  *     device names are unique;

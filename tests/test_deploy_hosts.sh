@@ -41,15 +41,15 @@ cluster_file() {
 <cluster name="netns-3">
   <region name="siteA" bandwidth="1Gbps" latency="1ms">
     <host name="h0" address="$(host_ip 0)" user="root" path="$work/hosts/h0/fusion">
-      <device name="cpu-a0" kind="cpu" peak="50GFLOPS" memory="4GiB" memory-bandwidth="10GB/s" threads="1"/>
+      <device name="cpu-a0" kind="cpu" peak-fp32="50GFLOPS" memory="4GiB" memory-bandwidth="10GB/s" threads="1"/>
     </host>
     <host name="h1" address="${4:-$(host_ip 1)}" path="${2:-$work/hosts/h1/fusion}">
-      <device name="cpu-a1" kind="cpu" peak="50GFLOPS" memory="4GiB" memory-bandwidth="10GB/s" threads="1"/>
+      <device name="cpu-a1" kind="cpu" peak-fp32="50GFLOPS" memory="4GiB" memory-bandwidth="10GB/s" threads="1"/>
     </host>
   </region>
   <region name="siteB" bandwidth="1Gbps" latency="1ms">
     <host name="h2" address="$(host_ip 2)" port="${3:-22}" path="$work/hosts/h2/fusion">
-      <device name="cpu-b0" kind="cpu" peak="50GFLOPS" memory="4GiB" memory-bandwidth="10GB/s" threads="1"/>
+      <device name="cpu-b0" kind="cpu" peak-fp32="50GFLOPS" memory="4GiB" memory-bandwidth="10GB/s" threads="1"/>
     </host>
   </region>
   <link from="siteA" to="siteB" bandwidth="20Mbps" latency="40ms"/>

@@ -1,20 +1,45 @@
-# fusionc profile: its <device> line, pasted into a one-device cluster file,
-# passes `fusionc check` (cluster.xsd and the unit checks); the figures are
-# positive numbers; --out writes the same kind of line atomically; bad
-# arguments get one line and exit 2.
+# fusionc profile: its comment and <device> line, pasted into a one-device
+# cluster file, pass `fusionc check` (cluster.xsd and the unit checks); the
+# line states peak-fp32, peak-bf16 and peak-fp16, positive numbers, and the
+# comment says how bf16 was measured; --out writes the same two lines
+# atomically; bad arguments get one line and exit 2.
 . "$(dirname "$0")/lib.sh"
 no_leak_scan_in_threaded_programs   # OpenBLAS and OpenMP threads
 
-if "$FUSIONC" profile --seconds 1 >"$work/line" 2>"$work/err"; then pass; else
+if "$FUSIONC" profile --seconds 1 >"$work/out" 2>"$work/err"; then pass; else
   fail "fusionc profile --seconds 1: exit $?: $(cat "$work/err")"; fi
-expect_eq "lines printed" 1 "$(wc -l <"$work/line")"
+expect_eq "lines printed" 2 "$(wc -l <"$work/out")"
+sed -n 1p "$work/out" >"$work/comment"
+sed -n 2p "$work/out" >"$work/line"
 line=$(cat "$work/line")
-grep -Eq '^<device name="cpu0" kind="cpu"( arch="[A-Za-z0-9_.-]+")? peak="[0-9]+\.[0-9](|K|M|G|T|P)FLOPS" memory="[0-9]+\.[0-9](B|KiB|MiB|GiB|TiB)" memory-bandwidth="[0-9]+\.[0-9](B|KB|MB|GB|TB)/s" threads="[0-9]+"/>$' \
+flops='="[0-9]+\.[0-9](|K|M|G|T|P)FLOPS"'
+grep -Eq '^<device name="cpu0" kind="cpu"( arch="[A-Za-z0-9_.-]+")? peak-fp32'"$flops"' peak-bf16'"$flops"' peak-fp16'"$flops"' memory="[0-9]+\.[0-9](B|KiB|MiB|GiB|TiB)" memory-bandwidth="[0-9]+\.[0-9](B|KB|MB|GB|TB)/s" threads="[0-9]+"/>$' \
   "$work/line" && pass || fail "the line's form: '$line'"
 
-# The FLOP/s figure and the bandwidth are positive numbers.
-peak=$(sed -n 's/.* peak="\([0-9.]*\)[A-Z]*FLOPS".*/\1/p' "$work/line")
-awk -v p="$peak" 'BEGIN { exit !(p + 0 > 0) }' && pass || fail "peak '$peak' is not a positive number: '$line'"
+# The comment: one XML comment (no "--" inside, which XML refuses), saying
+# how peak-bf16 was had: by widening to fp32, with the reason when
+# cblas_sbgemm was not used, or by cblas_sbgemm.
+comment=$(cat "$work/comment")
+grep -Eq '^<!-- fusionc profile: peak-fp32 is cblas_sgemm; peak-bf16 (widens to fp32, runs cblas_sgemm and rounds \((this OpenBLAS has no cblas_sbgemm|cblas_sbgemm: [0-9.]+[KMGTP]?FLOPS)\)|is cblas_sbgemm, rounded \(widening for cblas_sgemm: [0-9.]+[KMGTP]?FLOPS\)); peak-fp16 .* -->$' \
+  "$work/comment" && pass || fail "the comment's form: '$comment'"
+inner=${comment#<!--}
+inner=${inner%-->}
+case "$inner" in *--*) fail "two hyphens inside the comment: '$comment'" ;; *) pass ;; esac
+# Whether the OpenBLAS fusionc runs with exports cblas_sbgemm, as the comment must say.
+blas=$(ldd "$FUSIONC" | sed -n 's/.*libopenblas[^ ]* => \([^ ]*\).*/\1/p' | head -1)
+if [ -n "$blas" ] && command -v nm >/dev/null; then
+  if nm -D "$blas" | grep -q ' T cblas_sbgemm$'; then
+    grep -q "cblas_sbgemm: \|is cblas_sbgemm" "$work/comment" && pass || fail "$blas has cblas_sbgemm, but: '$comment'"
+  else
+    grep -q "this OpenBLAS has no cblas_sbgemm" "$work/comment" && pass || fail "$blas has no cblas_sbgemm, but: '$comment'"
+  fi
+fi
+
+# The FLOP/s figures and the bandwidth are positive numbers.
+for kind in fp32 bf16 fp16; do
+  peak=$(sed -n 's/.* peak-'"$kind"'="\([0-9.]*\)[A-Z]*FLOPS".*/\1/p' "$work/line")
+  awk -v p="$peak" 'BEGIN { exit !(p + 0 > 0) }' && pass || fail "peak-$kind '$peak' is not a positive number: '$line'"
+done
 bw=$(sed -n 's/.* memory-bandwidth="\([0-9.]*\)[A-Z]*B\/s".*/\1/p' "$work/line")
 awk -v b="$bw" 'BEGIN { exit !(b + 0 > 0) }' && pass || fail "bandwidth '$bw' is not a positive number: '$line'"
 # By default it measures with every core it may use.
@@ -33,18 +58,32 @@ cluster_with() {   # cluster_with LINE FILE
 </cluster>
 EOF
 }
-cluster_with "$line" "$work/cluster.xml"
+cluster_with "$comment
+      $line" "$work/cluster.xml"
 if "$FUSIONC" check models/mlp.xml "$work/cluster.xml" >"$work/check" 2>&1; then pass; else
   fail "fusionc check of the pasted line: $(cat "$work/check")"; fi
 grep -q "cluster 'profiled': 1 regions, 1 hosts, 1 devices" "$work/check" && pass ||
   fail "check output: $(cat "$work/check")"
+# The cluster holds the three peaks as measured.
+"$FUSIONC" check -v "$work/cluster.xml" >"$work/check" 2>&1
+want=$(sed -n 's/.* peak-fp32="\([^"]*\)" peak-bf16="\([^"]*\)" peak-fp16="\([^"]*\)".*/peak fp32 \1, bf16 \2, fp16 \3/p' "$work/line" |
+       sed 's/\([0-9]\)\([KMGTP]\?FLOPS\)/\1 \2/g')
+grep -qF "$want" "$work/check" && pass || fail "check -v should say '$want': $(cat "$work/check")"
 
-# --out FILE, --name, --threads: the file holds the line and nothing else
-# (no temporary left beside it), and it validates too.
+# Started without OMP_WAIT_POLICY, it sets it and starts again (the
+# conversions' OpenMP threads must not spin against OpenBLAS): same output.
+if env -u OMP_WAIT_POLICY "$FUSIONC" profile --seconds 0.2 --threads 1 >"$work/out2" 2>"$work/err"; then pass; else
+  fail "profile without OMP_WAIT_POLICY: $(cat "$work/err")"; fi
+expect_eq "lines printed without OMP_WAIT_POLICY" 2 "$(wc -l <"$work/out2")"
+
+# --out FILE, --name, --threads: the file holds the two lines and nothing
+# else (no temporary left beside it), and they validate too.
 if "$FUSIONC" profile --seconds 0.3 --threads 1 --name gpu-less_host.0 --out "$work/dev.xml" >"$work/stdout" 2>"$work/err"
 then pass; else fail "profile --out: $(cat "$work/err")"; fi
 expect_eq "stdout with --out" "" "$(cat "$work/stdout")"
-grep -Eq '^<device name="gpu-less_host.0" kind="cpu".* threads="1"/>$' "$work/dev.xml" && pass ||
+expect_eq "lines in the --out file" 2 "$(wc -l <"$work/dev.xml")"
+sed -n 1p "$work/dev.xml" | grep -Eq '^<!-- fusionc profile: .* -->$' && sed -n 2p "$work/dev.xml" |
+  grep -Eq '^<device name="gpu-less_host.0" kind="cpu".* peak-fp32=.* peak-bf16=.* peak-fp16=.* threads="1"/>$' && pass ||
   fail "--out file: '$(cat "$work/dev.xml" 2>/dev/null)'"
 expect_eq "files beside --out" "dev.xml" "$(cd "$work" && ls | grep -e '^dev\.xml' | tr '\n' ' ' | sed 's/ $//')"
 cluster_with "$(cat "$work/dev.xml")" "$work/cluster2.xml"

@@ -1,15 +1,25 @@
 /* profile.c: `fusionc profile` (see profile.h): measure this host's CPU and
  * write the <device> line of a cluster file.
  *
- * Two measurements share the time budget (--seconds, 60% and 40%), each the
- * best of as many repetitions as fit after one untimed warm-up, because the
- * best run is the one least disturbed by the rest of the machine and the
- * compiler's cost model wants what the hardware can do:
+ * Three kinds of measurement share the time budget (--seconds: 30% fp32,
+ * 30% the 16-bit ways together, 40% the triad), each the best of as many
+ * repetitions as fit after one untimed warm-up, because the best run is
+ * the one least disturbed by the rest of the machine and the compiler's
+ * cost model wants what the hardware can do:
  *
  *   sgemm   cblas_sgemm, C (n,n) = A (n,n) · B (n,n), n = 512, 768, 1024, on
  *           the OpenBLAS threads the kernels use (kernel_threads_set); the
  *           rate of the best size is the peak.  A size whose one product
  *           would take more than half its share of the budget is skipped.
+ *   16-bit  the same products the way fusion's CPU kernels do them: bf16
+ *           (or fp16) A and B widened to fp32 (half_to_f32), cblas_sgemm,
+ *           C rounded back (half_from_f32), timed as a whole.  fp16's
+ *           conversions are slower than bf16's (half.c): on a 2-core Intel
+ *           Xeon (AVX-512) the fp16 product ran 12-24% below the bf16 one,
+ *           so it is measured, not copied.  When the OpenBLAS in the process
+ *           exports cblas_sbgemm (built with BUILD_BFLOAT16; Debian 12's
+ *           0.3.21 is not), bf16 is also timed through it (bf16 in, fp32
+ *           out, rounded) and the faster way gives peak-bf16.
  *   triad   a[i] = b[i] + s·c[i] over three arrays of doubles on N OpenMP
  *           threads, first touched by the same threads (so each page sits by
  *           the core that streams it); 24 bytes an element, STREAM's count.
@@ -22,16 +32,22 @@
  *           rate is reached there, and first touching the pages is slow on
  *           some hosts (the same one: 2.7 s for 2 GiB even with huge pages).
  *
+ * fusionc re-executes itself with OMP_WAIT_POLICY=passive when it is unset,
+ * as the devices' programs do (runtime/main.c): the 16-bit ways alternate
+ * OpenMP conversions and OpenBLAS, and with libgomp's threads left
+ * spinning the bf16 product measured up to 17 times slower on that Xeon.
+ *
  * The budget counts the triad's setup (first touching its arrays), so the
  * whole run takes about --seconds, unless the minimum work alone takes
- * longer: one timed product of the first size, three timed triad passes.
- * The figures have one decimal in the largest unit that keeps them >= 1
- * ("207.1GFLOPS"); memory is rounded down, so the line never promises more
- * than there is.
+ * longer: one timed product of the first size each way, three timed triad
+ * passes.  The figures have one decimal in the largest unit that keeps them
+ * >= 1 ("207.1GFLOPS"); memory is rounded down, so the line never promises
+ * more than there is.
  */
 #define _GNU_SOURCE 1   /* sched_getaffinity, CPU_COUNT; before any system header */
 #include "profile.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <sched.h>
@@ -47,6 +63,7 @@
 #include <cblas.h>
 
 #include "../frontend/units.h"
+#include "../runtime/cpu/half.h"
 #include "../runtime/cpu/kernels.h"
 
 #ifndef _OPENMP
@@ -61,14 +78,16 @@
 static const char usage[] =
     "usage: fusionc profile [--threads N] [--name NAME] [--seconds S] [--out FILE] [-v]\n"
     "\n"
-    "Measures this host's CPU (sgemm FLOP/s, memory bandwidth, memory) and prints\n"
-    "its <device> line for a cluster file, ready to paste inside a <host>:\n"
-    "  <device name=\"cpu0\" kind=\"cpu\" arch=\"x86_64\" peak=\"41.2GFLOPS\" memory=\"23.5GiB\"\n"
-    "          memory-bandwidth=\"9.8GB/s\" threads=\"2\"/>\n"
+    "Measures this host's CPU (matrix-product FLOP/s in fp32, bf16 and fp16, memory\n"
+    "bandwidth, memory) and prints its <device> line for a cluster file, after a\n"
+    "comment saying how the 16-bit figures were measured; both go inside a <host>:\n"
+    "  <!-- fusionc profile: peak-fp32 is cblas_sgemm; peak-bf16 widens to fp32, ... -->\n"
+    "  <device name=\"cpu0\" kind=\"cpu\" arch=\"x86_64\" peak-fp32=\"41.2GFLOPS\" peak-bf16=\"36.5GFLOPS\"\n"
+    "          peak-fp16=\"32.0GFLOPS\" memory=\"23.5GiB\" memory-bandwidth=\"9.8GB/s\" threads=\"2\"/>\n"
     "  --threads N    threads to measure with, 1 to 1024 (default: every core it may use)\n"
     "  --name NAME    the device's name (default cpu0)\n"
     "  --seconds S    time to spend measuring, 0.1 to 3600 (default 3)\n"
-    "  --out FILE     write the line to FILE (atomically) instead of standard output\n"
+    "  --out FILE     write the two lines to FILE (atomically) instead of standard output\n"
     "  -v             print each measurement on standard error\n";
 
 typedef struct {
@@ -179,9 +198,112 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The best sgemm rate (FLOP/s) over the sizes that fit in `budget` seconds,
- * or -1 when memory runs out. */
-static double measure_sgemm(double budget, int verbose)
+/* How a timed product of two n x n matrices is computed.  Every way takes
+ * the same 2·n³ FLOP; the 16-bit ones start from 16-bit inputs and end
+ * with a 16-bit result, the conversions inside the timing, as fusion's
+ * kernels pay them (half.h: 16-bit tensors are stored, fp32 is computed). */
+typedef enum {
+    GEMM_F32,       /* cblas_sgemm on fp32                                    */
+    GEMM_BF16,      /* widen A and B to fp32, cblas_sgemm, round C to bf16     */
+    GEMM_FP16,      /* the same with fp16 (its conversions are slower: half.c) */
+    GEMM_SBGEMM,    /* cblas_sbgemm (bf16 in, fp32 out), round C to bf16       */
+    GEMM_COUNT
+} gemm_way;
+
+static const char *const gemm_way_name[GEMM_COUNT] = {
+    "sgemm", "bf16 (widen, sgemm, round)", "fp16 (widen, sgemm, round)", "bf16 (cblas_sbgemm, round)",
+};
+
+/* The 16-bit type a way's inputs and result are stored in (HALF_DT_*;
+ * GEMM_F32 does not use them). */
+static int gemm_way_dtype(gemm_way way)
+{
+    return way == GEMM_FP16 ? HALF_DT_F16 : HALF_DT_BF16;
+}
+
+/* cblas_sbgemm as OpenBLAS declares it (cblas.h, bfloat16 = uint16_t).  Not
+ * called by name: OpenBLAS builds without BUILD_BFLOAT16 (Debian 12's 0.3.21)
+ * declare it in the header but do not export it. */
+typedef void (*sbgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint m, blasint n,
+                          blasint k, float alpha, const bf16_t *a, blasint lda, const bf16_t *b, blasint ldb,
+                          float beta, float *c, blasint ldc);
+
+/* cblas_sbgemm from the OpenBLAS this process runs with, or NULL: first in
+ * the global scope (fusionc links OpenBLAS), then in the loaded
+ * libopenblas.so.0 itself.  *handle is that library's handle (to dlclose), or NULL. */
+static sbgemm_fn find_sbgemm(void **handle)
+{
+    *handle = NULL;
+    void *f = dlsym(RTLD_DEFAULT, "cblas_sbgemm");
+    if (!f && (*handle = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD)) != NULL)
+        f = dlsym(*handle, "cblas_sbgemm");
+    sbgemm_fn fn;
+    memcpy(&fn, &f, sizeof fn);   /* object pointer to function pointer, as POSIX allows */
+    return f ? fn : NULL;
+}
+
+/* The operands of one size, in fp32 and in a 16-bit type. */
+typedef struct {
+    int       n, dtype;           /* dtype: HALF_DT_BF16 or HALF_DT_F16 (of ha, hb, hc) */
+    float    *a, *b, *c;          /* (n,n) fp32                                        */
+    uint16_t *ha, *hb, *hc;       /* (n,n) 16-bit                                      */
+} gemm_buffers;
+
+static void gemm_buffers_free(gemm_buffers *g)
+{
+    free(g->a), free(g->b), free(g->c), free(g->ha), free(g->hb), free(g->hc);
+    *g = (gemm_buffers){ 0 };
+}
+
+/* 0, or -1 when memory runs out. */
+static int gemm_buffers_init(gemm_buffers *g, int n, int dtype)
+{
+    size_t count = (size_t)n * (size_t)n;
+    *g = (gemm_buffers){ .n = n, .dtype = dtype };
+    g->a = malloc(count * sizeof *g->a), g->b = malloc(count * sizeof *g->b), g->c = malloc(count * sizeof *g->c);
+    g->ha = malloc(count * sizeof *g->ha), g->hb = malloc(count * sizeof *g->hb), g->hc = malloc(count * sizeof *g->hc);
+    if (!g->a || !g->b || !g->c || !g->ha || !g->hb || !g->hc) {
+        gemm_buffers_free(g);
+        return -1;
+    }
+    for (size_t i = 0; i < count; i++) {   /* small, varied values: no denormals, no overflow */
+        g->a[i] = (float)((i * 7 + 3) % 17) * 0.0625f - 0.5f;
+        g->b[i] = (float)((i * 5 + 1) % 13) * 0.0625f - 0.375f;
+    }
+    half_from_f32(g->ha, g->a, (int64_t)count, g->dtype);   /* exact in both: multiples of 1/16 below 1 */
+    half_from_f32(g->hb, g->b, (int64_t)count, g->dtype);
+    return 0;
+}
+
+/* C (n,n) = A (n,n) · B (n,n), one way.  GEMM_BF16 and GEMM_FP16 overwrite
+ * a and b with the widened ha and hb (the same values). */
+static void gemm_once(gemm_way way, const gemm_buffers *g, sbgemm_fn sbgemm)
+{
+    const int n = g->n;
+    const int64_t count = (int64_t)n * n;
+    switch (way) {
+    case GEMM_F32:
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, g->a, n, g->b, n, 0.0f, g->c, n);
+        break;
+    case GEMM_BF16:
+    case GEMM_FP16:
+        half_to_f32(g->a, g->ha, count, g->dtype);
+        half_to_f32(g->b, g->hb, count, g->dtype);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, g->a, n, g->b, n, 0.0f, g->c, n);
+        half_from_f32(g->hc, g->c, count, g->dtype);
+        break;
+    case GEMM_SBGEMM:
+        sbgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, g->ha, n, g->hb, n, 0.0f, g->c, n);
+        half_from_f32(g->hc, g->c, count, HALF_DT_BF16);
+        break;
+    default:
+        break;
+    }
+}
+
+/* The best rate (FLOP/s) of one way over the sizes that fit in `budget`
+ * seconds, or -1 when memory runs out. */
+static double measure_gemm(gemm_way way, sbgemm_fn sbgemm, double budget, int verbose)
 {
     static const int sizes[] = { 512, 768, 1024 };
     const int n_sizes = (int)(sizeof sizes / sizeof sizes[0]);
@@ -191,22 +313,15 @@ static double measure_sgemm(double budget, int verbose)
         const double flop = 2.0 * n * n * n, share = budget / n_sizes;
         if (best_rate > 0 && flop / best_rate > share / 2)
             break;   /* larger sizes only take longer */
-        size_t count = (size_t)n * (size_t)n;
-        float *a = malloc(count * sizeof *a), *b = malloc(count * sizeof *b), *c = malloc(count * sizeof *c);
-        if (!a || !b || !c) {
-            free(a), free(b), free(c);
+        gemm_buffers g;
+        if (gemm_buffers_init(&g, n, gemm_way_dtype(way)) != 0)
             return -1;
-        }
-        for (size_t i = 0; i < count; i++) {   /* small, varied values: no denormals, no overflow */
-            a[i] = (float)((i * 7 + 3) % 17) * 0.0625f - 0.5f;
-            b[i] = (float)((i * 5 + 1) % 13) * 0.0625f - 0.375f;
-        }
         double best = INFINITY, start = now();
         int reps = 0;
         /* One untimed warm-up (OpenBLAS starts its threads), then at least one timed run. */
         for (int warm = 1; reps == 0 || now() - start < share; warm = 0) {
             double t0 = now();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            gemm_once(way, &g, sbgemm);
             double t = now() - t0;
             if (!warm) {
                 reps++;
@@ -216,11 +331,12 @@ static double measure_sgemm(double budget, int verbose)
         }
         double rate = best > 0 ? flop / best : 0;
         if (verbose)
-            fprintf(stderr, "sgemm %dx%d: %.1f GFLOP/s (best of %d, c[0] = %g)\n", n, n, rate / 1e9, reps,
-                    (double)c[0]);
+            fprintf(stderr, "%s %dx%d: %.1f GFLOP/s (best of %d, c[0] = %g)\n", gemm_way_name[way], n, n, rate / 1e9,
+                    reps, way == GEMM_F32 ? (double)g.c[0]
+                          : way == GEMM_FP16 ? (double)fp16_to_f32(g.hc[0]) : (double)bf16_to_f32(g.hc[0]));
         if (rate > best_rate)
             best_rate = rate;
-        free(a), free(b), free(c);
+        gemm_buffers_free(&g);
     }
     return best_rate;
 }
@@ -425,18 +541,34 @@ int profile_main(int argc, char **argv)
         return cannot_write(&out);
 
     kernel_threads_set(o.threads);
+    void *blas = NULL;
+    sbgemm_fn sbgemm = find_sbgemm(&blas);
     double memory = memory_bytes(), stream = triad_bytes(memory);
-    double flops = measure_sgemm(0.6 * o.seconds, o.verbose);
-    double bandwidth = flops < 0 ? -1 : measure_triad(0.4 * o.seconds, o.threads, stream, o.verbose);
-    if (flops < 0 || bandwidth < 0) {
+    /* 30% fp32; 30% the 16-bit ways, shared; 40% the triad. */
+    const double share16 = 0.3 * o.seconds / (sbgemm ? 3 : 2);
+    double rate[GEMM_COUNT] = { 0 };
+    int oom = 0;
+    for (int w = 0; w < GEMM_COUNT && !oom; w++)
+        if (w != GEMM_SBGEMM || sbgemm)
+            oom = (rate[w] = measure_gemm((gemm_way)w, sbgemm, w == GEMM_F32 ? 0.3 * o.seconds : share16,
+                                          o.verbose)) < 0;
+    double bandwidth = oom ? -1 : measure_triad(0.4 * o.seconds, o.threads, stream, o.verbose);
+    if (blas)
+        dlclose(blas);
+    if (bandwidth < 0) {
         fprintf(stderr, "fusionc profile: error: out of memory for the measurement buffers (%.0f MiB)\n",
                 stream / (1 << 20));
         output_commit(&out, NULL);
         return 1;
     }
-    if (!(flops > 0) || !isfinite(flops) || !(bandwidth > 0) || !isfinite(bandwidth) || !(memory > 0)) {
-        fprintf(stderr, "fusionc profile: error: a measurement failed (peak %g FLOP/s, bandwidth %g B/s, "
-                        "memory %g B)\n", flops, bandwidth, memory);
+    int measured = 1;
+    for (int w = 0; w < GEMM_COUNT; w++)
+        if (w != GEMM_SBGEMM || sbgemm)
+            measured = measured && rate[w] > 0 && isfinite(rate[w]);
+    if (!measured || !(bandwidth > 0) || !isfinite(bandwidth) || !(memory > 0)) {
+        fprintf(stderr, "fusionc profile: error: a measurement failed (fp32 %g, bf16 %g, fp16 %g, cblas_sbgemm %g "
+                        "FLOP/s, bandwidth %g B/s, memory %g B)\n", rate[GEMM_F32], rate[GEMM_BF16], rate[GEMM_FP16],
+                rate[GEMM_SBGEMM], bandwidth, memory);
         output_commit(&out, NULL);
         return 1;
     }
@@ -444,15 +576,32 @@ int profile_main(int argc, char **argv)
     static const char *const flop_units[] = { "FLOPS", "KFLOPS", "MFLOPS", "GFLOPS", "TFLOPS", "PFLOPS" };
     static const char *const size_units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
     static const char *const rate_units[] = { "B/s", "KB/s", "MB/s", "GB/s", "TB/s" };
-    char peak[32], mem[32], bw[32], arch[40], arch_attr[64] = "", line[512];
-    put_quantity(peak, sizeof peak, flops, flop_units, 6, 1000.0, 0);
+    char p32[32], pbf16[32], pfp16[32], pother[32], mem[32], bw[32], arch[40], arch_attr[64] = "", how[256],
+         line[1024];
+    /* bf16: the faster of widening and cblas_sbgemm, when this OpenBLAS has it. */
+    const int use_sbgemm = sbgemm && rate[GEMM_SBGEMM] > rate[GEMM_BF16];
+    put_quantity(p32, sizeof p32, rate[GEMM_F32], flop_units, 6, 1000.0, 0);
+    put_quantity(pbf16, sizeof pbf16, rate[use_sbgemm ? GEMM_SBGEMM : GEMM_BF16], flop_units, 6, 1000.0, 0);
+    put_quantity(pfp16, sizeof pfp16, rate[GEMM_FP16], flop_units, 6, 1000.0, 0);
+    put_quantity(pother, sizeof pother, rate[use_sbgemm ? GEMM_BF16 : GEMM_SBGEMM], flop_units, 6, 1000.0, 0);
     put_quantity(mem, sizeof mem, memory, size_units, 5, 1024.0, 1);
     put_quantity(bw, sizeof bw, bandwidth, rate_units, 5, 1000.0, 0);
+    if (!sbgemm)
+        snprintf(how, sizeof how, "widens to fp32, runs cblas_sgemm and rounds (this OpenBLAS has no cblas_sbgemm)");
+    else if (use_sbgemm)
+        snprintf(how, sizeof how, "is cblas_sbgemm, rounded (widening for cblas_sgemm: %s)", pother);
+    else
+        snprintf(how, sizeof how, "widens to fp32, runs cblas_sgemm and rounds (cblas_sbgemm: %s)", pother);
     machine_arch(arch, sizeof arch);
     if (arch[0])
         snprintf(arch_attr, sizeof arch_attr, " arch=\"%s\"", arch);
+    /* The comment says how the 16-bit figures were had; no two hyphens in a
+     * row inside it, which XML forbids there. */
     snprintf(line, sizeof line,
-             "<device name=\"%s\" kind=\"cpu\"%s peak=\"%s\" memory=\"%s\" memory-bandwidth=\"%s\" threads=\"%d\"/>\n",
-             o.name, arch_attr, peak, mem, bw, o.threads);
+             "<!-- fusionc profile: peak-fp32 is cblas_sgemm; peak-bf16 %s; peak-fp16 widens to fp32, runs "
+             "cblas_sgemm and rounds (fusion's CPU kernels compute in fp32, 16-bit tensors are storage only) -->\n"
+             "<device name=\"%s\" kind=\"cpu\"%s peak-fp32=\"%s\" peak-bf16=\"%s\" peak-fp16=\"%s\" memory=\"%s\" "
+             "memory-bandwidth=\"%s\" threads=\"%d\"/>\n",
+             how, o.name, arch_attr, p32, pbf16, pfp16, mem, bw, o.threads);
     return output_commit(&out, line) == 0 ? 0 : cannot_write(&out);
 }

@@ -3,13 +3,22 @@
  *   fusionc profile [--threads N] [--name NAME] [--seconds S] [--out FILE] [-v]
  *
  * Measures this host's CPU with N threads (default: every core this process
- * may run on) and prints one line in frontend/cluster.xsd's syntax, ready to
- * paste inside a <host> of a cluster file:
+ * may run on) and prints two lines in frontend/cluster.xsd's syntax, ready
+ * to paste inside a <host> of a cluster file: a comment saying how the
+ * 16-bit peaks were measured, and the device:
  *
- *   <device name="cpu0" kind="cpu" arch="x86_64" peak="41.2GFLOPS" memory="23.5GiB" memory-bandwidth="9.8GB/s" threads="2"/>
+ *   <!-- fusionc profile: peak-fp32 is cblas_sgemm; peak-bf16 widens to fp32, runs cblas_sgemm and rounds (this OpenBLAS has no cblas_sbgemm); peak-fp16 ... -->
+ *   <device name="cpu0" kind="cpu" arch="x86_64" peak-fp32="41.2GFLOPS" peak-bf16="36.5GFLOPS" peak-fp16="32.0GFLOPS" memory="23.5GiB" memory-bandwidth="9.8GB/s" threads="2"/>
  *
- *   peak              the best cblas_sgemm rate on square fp32 matrices
+ *   peak-fp32         the best cblas_sgemm rate on square fp32 matrices
  *                     (512, 768, 1024), 2·n³ FLOP a product
+ *   peak-bf16         the same products from bf16 inputs to a bf16 result,
+ *                     as fusion's CPU kernels do them: widened to fp32,
+ *                     cblas_sgemm, rounded, timed as a whole; or
+ *                     cblas_sbgemm and rounding, when this OpenBLAS exports
+ *                     it and it is faster (the comment says which)
+ *   peak-fp16         the widening way with fp16 (no cblas_sbgemm for it);
+ *                     below bf16's, its conversions being slower
  *   memory-bandwidth  the best STREAM triad a = b + s·c over doubles, 24
  *                     bytes an element (write-allocate not counted), on
  *                     arrays of 256 MiB or 4x the last-level cache in all
@@ -18,16 +27,19 @@
  *   arch              uname's machine ("x86_64"), left out when not a valid arch
  *
  * What it deliberately is not: a benchmark of fusion's own kernels (bench/
- * has those), nor a probe of GPUs (kind="cuda" lines are written by hand).
+ * has those; the 16-bit ways follow their method, not their code), nor a
+ * probe of GPUs (kind="cuda" lines are written by hand, from datasheets).
  */
 #ifndef FUSION_PROFILE_H
 #define FUSION_PROFILE_H
 
 /* argv holds the arguments after "profile" (argv[0] is the first option, not
- * the command).  Prints the line on standard output, or writes it to --out
- * FILE under a temporary name then renames it.  Returns the exit status:
- * 0 done (or --help), 1 a measurement or the output failed (one line on
- * stderr), 2 bad arguments (one line on stderr). */
+ * the command).  Prints the two lines on standard output, or writes them to
+ * --out FILE under a temporary name then renames it.  The process should
+ * have started with OMP_WAIT_POLICY=passive, as the devices' programs do
+ * (fusionc's main re-executes itself so; profile.c says why).  Returns the
+ * exit status: 0 done (or --help), 1 a measurement or the output failed
+ * (one line on stderr), 2 bad arguments (one line on stderr). */
 int profile_main(int argc, char **argv);
 
 #endif

@@ -1,6 +1,8 @@
 /* test_cluster.c: every shipped cluster file loads; counts and link
- * resolution match what the files say; and each kind of bad cluster file is
- * refused with a message naming what is wrong, at the right line. */
+ * resolution match what the files say; the shipped devices state their
+ * datasheets' dense peaks per arithmetic, and a compile's precision can be
+ * checked against them (cluster_require_peak); and each kind of bad cluster
+ * file is refused with a message naming what is wrong, at the right line. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <math.h>
@@ -210,7 +212,9 @@ static void test_cluster_paper_links(void)
         CHECK_NEAR(25e9 / 8, bw, 1e-3);
         CHECK_INT(DEVICE_CUDA, c.devices[0].kind);
         CHECK_STR("sm_70", c.devices[0].arch);
+        CHECK_NEAR(15.7e12, c.devices[0].peak_flops[PEAK_FP32], 0);
         CHECK_NEAR(125e12, c.devices[0].peak_flops[PEAK_FP16], 0);
+        CHECK_NEAR(0, c.devices[0].peak_flops[PEAK_BF16], 0);   /* Volta: no bf16 */
         cluster_free(&c);
     }
     if (load_shipped("fusionllm-48.xml", &c) == 0) {
@@ -225,23 +229,181 @@ static void test_cluster_paper_links(void)
     }
 }
 
+/* Every device of every shipped cluster file states its datasheet's dense
+ * peaks, and only the arithmetics it has: V100 (sm_70) no tf32 or bf16; a
+ * CPU the same figure for fp32, bf16 and fp16 (its kernels compute in fp32).
+ * The two sm_86 cards are told apart by memory (RTX 3090 24 GiB, 3080 10 GiB). */
+static void test_cluster_shipped_peaks_are_the_datasheets(void)
+{
+    static const struct {
+        const char *arch;
+        double      memory_gib;   /* 0: any */
+        double      tflops[PEAK_COUNT];   /* fp32, tf32, bf16, fp16; 0: not stated */
+    } sheet[] = {
+        { "sm_70", 0, { 15.7, 0, 0, 125 } },             /* Tesla V100 datasheet            */
+        { "sm_80", 0, { 19.5, 156, 312, 312 } },         /* A100 datasheet                  */
+        { "sm_86", 24, { 35.6, 35.6, 71, 71 } },         /* RTX 3090, GA102 whitepaper      */
+        { "sm_86", 10, { 29.8, 29.8, 59.5, 59.5 } },     /* RTX 3080, GA102 whitepaper      */
+        { "sm_89", 0, { 82.6, 82.6, 165.2, 165.2 } },    /* RTX 4090, Ada whitepaper        */
+        { "sm_90", 0, { 67, 494.7, 989.4, 989.4 } },     /* H100 SXM5 datasheet             */
+    };
+    char dir_path[2048];
+    snprintf(dir_path, sizeof dir_path, "%s/clusters", source_dir());
+    DIR *dir = opendir(dir_path);
+    CHECK(dir != NULL);
+    if (!dir)
+        return;
+    int n_gpus = 0, n_cpus = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        size_t n = strlen(e->d_name);
+        cluster c;
+        if (n < 5 || strcmp(e->d_name + n - 4, ".xml") != 0 || load_shipped(e->d_name, &c) != 0)
+            continue;
+        int reported = 0;   /* the first device at fault in a file is named, not every one */
+        for (int i = 0; i < c.n_devices; i++) {
+            const cluster_device *d = &c.devices[i];
+            int failures = check_failures;
+            n_cpus += d->kind == DEVICE_CPU;
+            n_gpus += d->kind == DEVICE_CUDA;
+            if (reported)
+                continue;
+            if (d->kind == DEVICE_CPU) {
+                CHECK(d->peak_flops[PEAK_FP32] > 0);
+                CHECK_NEAR(d->peak_flops[PEAK_FP32], d->peak_flops[PEAK_BF16], 0);
+                CHECK_NEAR(d->peak_flops[PEAK_FP32], d->peak_flops[PEAK_FP16], 0);
+                CHECK_NEAR(0, d->peak_flops[PEAK_TF32], 0);
+            } else {
+                int row = -1;
+                for (int r = 0; r < (int)(sizeof sheet / sizeof sheet[0]) && row < 0; r++)
+                    if (strcmp(sheet[r].arch, d->arch) == 0 &&
+                        (sheet[r].memory_gib == 0 || sheet[r].memory_gib * 1073741824.0 == d->memory_bytes))
+                        row = r;
+                CHECK(row >= 0);
+                for (int k = 0; row >= 0 && k < PEAK_COUNT; k++)
+                    CHECK_NEAR(sheet[row].tflops[k] * 1e12, d->peak_flops[k], 1.0);
+            }
+            if (check_failures != failures) {
+                fprintf(stderr, "  in %s:%d, device '%s' (%s)\n", c.file, d->line, d->name, d->arch);
+                reported = 1;
+            }
+        }
+        cluster_free(&c);
+    }
+    closedir(dir);
+    CHECK(n_gpus >= 5 * 64 + 3 * 48);
+    CHECK(n_cpus >= 8);
+}
+
+/* cluster_require_peak: a compile in bf16 needs every device to state
+ * peak-bf16; a V100 does not, and is named with its file and line. */
+static const char *mixed_xml =
+    "<cluster name='mixed'>\n"
+    "  <region name='r' bandwidth='10Gbps' latency='50us'>\n"
+    "    <host name='h0' address='10.0.0.1'>\n"
+    "      <device name='a100' kind='cuda' arch='sm_80' peak-fp32='19.5TFLOPS' peak-tf32='156TFLOPS' "
+    "peak-bf16='312TFLOPS' peak-fp16='312TFLOPS' memory='80GiB' memory-bandwidth='2039GB/s'/>\n"
+    "      <device name='v100' kind='cuda' arch='sm_70' peak-fp32='15.7TFLOPS' peak-fp16='125TFLOPS' "
+    "memory='32GiB' memory-bandwidth='900GB/s'/>\n"
+    "    </host>\n"
+    "  </region>\n"
+    "</cluster>\n";
+
+static void test_cluster_require_peak(void)
+{
+    CHECK_STR("fp32", cluster_peak_name(PEAK_FP32));
+    CHECK_STR("tf32", cluster_peak_name(PEAK_TF32));
+    CHECK_STR("bf16", cluster_peak_name(PEAK_BF16));
+    CHECK_STR("fp16", cluster_peak_name(PEAK_FP16));
+    CHECK_STR("?", cluster_peak_name(PEAK_COUNT));
+
+    cluster     c;
+    struct diag err = { "", 0, "" };
+    int         rc = cluster_load_memory(mixed_xml, (int)strlen(mixed_xml), "mixed.xml", &c, &err);
+    CHECK_INT(0, rc);
+    if (rc != 0) {
+        fprintf(stderr, "  %s:%d: %s\n", err.file, err.line, err.msg);
+        return;
+    }
+    CHECK_INT(0, cluster_require_peak(&c, PEAK_FP32, &err));
+    CHECK_INT(0, cluster_require_peak(&c, PEAK_FP16, &err));
+    err = (struct diag){ "", 0, "" };
+    CHECK_INT(-1, cluster_require_peak(&c, PEAK_BF16, &err));
+    CHECK_STR("mixed.xml", err.file);
+    CHECK_INT(5, err.line);
+    CHECK_CONTAINS(err.msg, "device 'v100' sm_70 states no peak-bf16 (it states peak-fp32, peak-fp16)");
+    CHECK_INT(-1, cluster_require_peak(&c, PEAK_TF32, &err));
+    CHECK_CONTAINS(err.msg, "device 'v100' sm_70 states no peak-tf32");
+
+    /* the summary lists the peaks each device states, and no others */
+    char  *text = NULL;
+    size_t size = 0;
+    FILE  *out = open_memstream(&text, &size);
+    cluster_print_summary(&c, out);
+    fclose(out);
+    CHECK_CONTAINS(text, "device a100: cuda sm_80, peak fp32 19.5 TFLOPS, tf32 156 TFLOPS, bf16 312 TFLOPS, fp16 312 "
+                         "TFLOPS, memory 80 GiB");
+    CHECK_CONTAINS(text, "device v100: cuda sm_70, peak fp32 15.7 TFLOPS, fp16 125 TFLOPS, memory 32 GiB");
+    free(text);
+    cluster_free(&c);
+
+    /* the A100 alone has every arithmetic */
+    const char *a100_only = "<cluster name='a'>\n  <region name='r' bandwidth='10Gbps' latency='50us'>\n"
+                            "    <host name='h0' address='10.0.0.1'>\n"
+                            "      <device name='a100' kind='cuda' arch='sm_80' peak-fp32='19.5TFLOPS' "
+                            "peak-tf32='156TFLOPS' peak-bf16='312TFLOPS' peak-fp16='312TFLOPS' memory='80GiB' "
+                            "memory-bandwidth='2039GB/s'/>\n    </host>\n  </region>\n</cluster>\n";
+    CHECK_INT(0, cluster_load_memory(a100_only, (int)strlen(a100_only), "a100.xml", &c, &err));
+    for (int k = 0; k < PEAK_COUNT; k++)
+        CHECK_INT(0, cluster_require_peak(&c, (peak_kind)k, &err));
+    cluster_free(&c);
+
+    /* shipped files: fusionllm-48's V100s have no bf16, local-gpu-4's A100s and H100s do */
+    if (load_shipped("fusionllm-48.xml", &c) == 0) {
+        err = (struct diag){ "", 0, "" };
+        CHECK_INT(-1, cluster_require_peak(&c, PEAK_BF16, &err));
+        CHECK_CONTAINS(err.file, "clusters/fusionllm-48.xml");
+        CHECK(err.line > 0);
+        CHECK_CONTAINS(err.msg, "sm_70 states no peak-bf16 (it states peak-fp32, peak-fp16)");
+        int v = -1;   /* the first V100 in file order: the one named */
+        for (int i = 0; i < c.n_devices && v < 0; i++)
+            if (strcmp(c.devices[i].arch, "sm_70") == 0)
+                v = i;
+        CHECK(v >= 0);
+        if (v >= 0) {
+            CHECK_INT(c.devices[v].line, err.line);
+            char want[CLUSTER_NAME_MAX + 16];
+            snprintf(want, sizeof want, "device '%s' ", c.devices[v].name);
+            CHECK_CONTAINS(err.msg, want);
+        }
+        CHECK_INT(0, cluster_require_peak(&c, PEAK_FP16, &err));
+        cluster_free(&c);
+    }
+    if (load_shipped("local-gpu-4.xml", &c) == 0) {
+        CHECK_INT(0, cluster_require_peak(&c, PEAK_BF16, &err));
+        CHECK_INT(0, cluster_require_peak(&c, PEAK_TF32, &err));
+        cluster_free(&c);
+    }
+}
+
 /* A two-site cluster with a host-host link that overrides the site link,
  * and a host with two devices and no link attributes (the defaults). */
 static const char *override_xml =
     "<cluster name='t'>\n"
     "  <region name='A' bandwidth='1Gbps' latency='1ms'>\n"
     "    <host name='a0' address='10.0.0.1' user='me' port='2222' path='/opt/f'>\n"
-    "      <device name='d0' kind='cpu' peak='1GFLOPS' memory='1GiB' memory-bandwidth='1GB/s'/>\n"
-    "      <device name='d1' kind='cuda' arch='sm_80' peak='312TFLOPS' memory='80GiB' memory-bandwidth='2039GB/s'\n"
-    "              threads='4' slowdown='2.5'/>\n"
+    "      <device name='d0' kind='cpu' peak-fp32='1GFLOPS' memory='1GiB' memory-bandwidth='1GB/s'/>\n"
+    "      <device name='d1' kind='cuda' arch='sm_80' peak-fp32='19.5TFLOPS' peak-tf32='156TFLOPS' peak-bf16='312TFLOPS'\n"
+    "              peak-fp16='312TFLOPS' memory='80GiB' memory-bandwidth='2039GB/s'"
+    " threads='4' slowdown='2.5'/>\n"
     "    </host>\n"
     "    <host name='a1' address='10.0.0.2'>\n"
-    "      <device name='d2' kind='cpu' peak='1GFLOPS' memory='1GiB' memory-bandwidth='1GB/s'/>\n"
+    "      <device name='d2' kind='cpu' peak-fp32='1GFLOPS' peak-bf16='0.8GFLOPS' memory='1GiB' memory-bandwidth='1GB/s'/>\n"
     "    </host>\n"
     "  </region>\n"
     "  <region name='B' bandwidth='1Gbps' latency='1ms'>\n"
     "    <host name='b0' address='10.0.1.1' link-bandwidth='64GB/s' link-latency='3us'>\n"
-    "      <device name='d3' kind='cpu' peak='1GFLOPS' memory='1GiB' memory-bandwidth='1GB/s'/>\n"
+    "      <device name='d3' kind='cpu' peak-fp32='1GFLOPS' memory='1GiB' memory-bandwidth='1GB/s'/>\n"
     "    </host>\n"
     "  </region>\n"
     "  <link from='A' to='B' bandwidth='10Mbps' latency='50ms'/>\n"
@@ -291,6 +453,15 @@ static void test_cluster_link_rules_and_defaults(void)
     CHECK_INT(4, d1->threads);
     CHECK_NEAR(2.5, d1->slowdown, 0);
     CHECK_NEAR(80.0 * 1073741824.0, d1->memory_bytes, 0);
+    CHECK_NEAR(19.5e12, d1->peak_flops[PEAK_FP32], 0);
+    CHECK_NEAR(156e12, d1->peak_flops[PEAK_TF32], 0);
+    CHECK_NEAR(312e12, d1->peak_flops[PEAK_BF16], 0);
+    CHECK_NEAR(312e12, d1->peak_flops[PEAK_FP16], 0);
+    const cluster_device *d2 = &c.devices[device(&c, "d2")];
+    CHECK_NEAR(1e9, d2->peak_flops[PEAK_FP32], 0);     /* only what the file states */
+    CHECK_NEAR(0.8e9, d2->peak_flops[PEAK_BF16], 1e-6);
+    CHECK_NEAR(0, d2->peak_flops[PEAK_TF32], 0);
+    CHECK_NEAR(0, d2->peak_flops[PEAK_FP16], 0);
     CHECK_INT(6, d1->line);
     CHECK_INT(0, d1->host);
     CHECK_INT(13, c.hosts[2].line);
@@ -305,7 +476,10 @@ static void test_cluster_link_rules_and_defaults(void)
     fclose(out);
     CHECK_CONTAINS(text, "cluster t (override.xml): 2 regions, 3 hosts, 4 devices, 2 links");
     CHECK_CONTAINS(text, "host a0: me@10.0.0.1:2222 path /opt/f");
-    CHECK_CONTAINS(text, "device d1: cuda sm_80, peak 312 TFLOPS, memory 80 GiB at 2039 GB/s, 4 threads, slowdown 2.5x");
+    CHECK_CONTAINS(text, "device d1: cuda sm_80, peak fp32 19.5 TFLOPS, tf32 156 TFLOPS, bf16 312 TFLOPS, fp16 312 "
+                         "TFLOPS, memory 80 GiB at 2039 GB/s, 4 threads, slowdown 2.5x");
+    CHECK_CONTAINS(text, "device d0: cpu, peak fp32 1 GFLOPS, memory 1 GiB at 1 GB/s, 1 thread\n");
+    CHECK_CONTAINS(text, "device d2: cpu, peak fp32 1 GFLOPS, bf16 800 MFLOPS, memory");
     CHECK_CONTAINS(text, "b0 <-> a1: 100 Mbps, 20 ms");
     CHECK_CONTAINS(text, "10 Mbps, 50 ms");
     free(text);
@@ -352,7 +526,7 @@ static void check_refused(const char *what, const char *xml, int len, int line, 
 #define HEAD "<cluster name='bad'>\n"
 #define REGION_A "  <region name='siteA' bandwidth='10Gbps' latency='50us'>\n"
 #define REGION_B "  <region name='siteB' bandwidth='10Gbps' latency='50us'>\n"
-#define DEV(n) "      <device name='" n "' kind='cpu' peak='50GFLOPS' memory='4GiB' memory-bandwidth='10GB/s'/>\n"
+#define DEV(n) "      <device name='" n "' kind='cpu' peak-fp32='50GFLOPS' memory='4GiB' memory-bandwidth='10GB/s'/>\n"
 #define HOST(h, d) "    <host name='" h "' address='127.0.0.1'>\n" DEV(d) "    </host>\n"
 #define END_REGION "  </region>\n"
 #define LINK_AB "  <link from='siteA' to='siteB' bandwidth='20Mbps' latency='40ms'/>\n"
@@ -372,14 +546,14 @@ static void test_cluster_refuses_bad_input(void)
                   "link from 'siteA' to 'siteB': latency=\"40\": missing unit after '40': expected one of ns, us, ms, s");
     check_refused("bytes/s where a size goes",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
-                  "      <device name='d0' kind='cpu' peak='50GFLOPS' memory='4GB/s' memory-bandwidth='10GB/s'/><!--here-->\n"
+                  "      <device name='d0' kind='cpu' peak-fp32='50GFLOPS' memory='4GB/s' memory-bandwidth='10GB/s'/><!--here-->\n"
                   "    </host>\n" END_REGION TAIL, -1, -1,
                   "device 'd0': memory=\"4GB/s\": '4GB/s' is a bandwidth, but a size was expected");
     check_refused("negative peak",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
-                  "      <device name='d0' kind='cpu' peak='-50GFLOPS' memory='4GiB' memory-bandwidth='10GB/s'/><!--here-->\n"
+                  "      <device name='d0' kind='cpu' peak-fp32='-50GFLOPS' memory='4GiB' memory-bandwidth='10GB/s'/><!--here-->\n"
                   "    </host>\n" END_REGION TAIL, -1, -1,
-                  "peak=\"-50GFLOPS\": '-50GFLOPS' is negative");
+                  "device 'd0': peak-fp32=\"-50GFLOPS\": '-50GFLOPS' is negative");
     check_refused("zero host link",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1' link-bandwidth='0Gbps'><!--here-->\n"
                   DEV("d0") "    </host>\n" END_REGION TAIL, -1, -1,
@@ -389,6 +563,36 @@ static void test_cluster_refuses_bad_input(void)
                   DEV("d0") "    </host>\n" END_REGION TAIL, -1, -1,
                   "link-latency=\"2us!\": unexpected '!'");
 
+    /* peaks: one per arithmetic; a bare peak says none */
+    check_refused("a bare peak",
+                  HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
+                  "      <device name='c0' kind='cpu' peak='50GFLOPS' memory='8GiB' memory-bandwidth='20GB/s'/><!--here-->\n"
+                  "    </host>\n" END_REGION TAIL, -1, -1,
+                  "device 'c0': peak=\"50GFLOPS\" does not say for which arithmetic; write peak-fp32 (and peak-tf32, "
+                  "peak-bf16, peak-fp16 where the device has them)");
+    check_refused("a bare peak beside peak-fp32",
+                  HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
+                  "      <device name='g0' kind='cuda' arch='sm_80' peak-fp32='19.5TFLOPS' peak='312TFLOPS' memory='80GiB'\n"
+                  "              memory-bandwidth='2TB/s'/><!--here-->\n"
+                  "    </host>\n" END_REGION TAIL, -1, -1,
+                  "device 'g0': peak=\"312TFLOPS\" does not say for which arithmetic");
+    check_refused("no peak at all",
+                  HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
+                  "      <device name='c0' kind='cpu' memory='8GiB' memory-bandwidth='20GB/s'/><!--here-->\n"
+                  "    </host>\n" END_REGION TAIL, -1, -1,
+                  "device 'c0': no peak: expected peak-fp32=\"...\" (and peak-tf32, peak-bf16, peak-fp16 where the "
+                  "device has them)");
+    check_refused("a zero peak-bf16",
+                  HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
+                  "      <device name='c0' kind='cpu' peak-fp32='50GFLOPS' peak-bf16='0GFLOPS' memory='8GiB' memory-bandwidth='20GB/s'/><!--here-->\n"
+                  "    </host>\n" END_REGION TAIL, -1, -1,
+                  "device 'c0': peak-bf16=\"0GFLOPS\": '0GFLOPS' is zero");
+    check_refused("a peak in the wrong unit",
+                  HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
+                  "      <device name='c0' kind='cpu' peak-fp16='50GB/s' memory='8GiB' memory-bandwidth='20GB/s'/><!--here-->\n"
+                  "    </host>\n" END_REGION TAIL, -1, -1,
+                  "device 'c0': peak-fp16=\"50GB/s\": '50GB/s' is a bandwidth");
+
     /* names */
     check_refused("host named like a region",
                   HEAD REGION_A HOST("a0", "d0") END_REGION REGION_B
@@ -397,7 +601,7 @@ static void test_cluster_refuses_bad_input(void)
                   "host 'siteA': the name is already used by the region at line 2");
     check_refused("two devices with one name",
                   HEAD REGION_A HOST("a0", "d0") "    <host name='a1' address='127.0.0.1'>\n"
-                  "      <device name='d0' kind='cpu' peak='50GFLOPS' memory='4GiB' memory-bandwidth='10GB/s'/><!--here-->\n"
+                  "      <device name='d0' kind='cpu' peak-fp32='50GFLOPS' memory='4GiB' memory-bandwidth='10GB/s'/><!--here-->\n"
                   "    </host>\n" END_REGION TAIL, -1, -1,
                   "device 'd0': the name is already used by the device at line 4 (device names must be unique)");
 
@@ -437,17 +641,17 @@ static void test_cluster_refuses_bad_input(void)
     /* devices */
     check_refused("cuda without arch",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
-                  "      <device name='g0' kind='cuda' peak='312TFLOPS' memory='80GiB' memory-bandwidth='2TB/s'/><!--here-->\n"
+                  "      <device name='g0' kind='cuda' peak-fp32='19.5TFLOPS' memory='80GiB' memory-bandwidth='2TB/s'/><!--here-->\n"
                   "    </host>\n" END_REGION TAIL, -1, -1,
                   "device 'g0': a cuda device needs arch=\"sm_NN\"");
     check_refused("cuda with a non-CUDA arch",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
-                  "      <device name='g0' kind='cuda' arch='ampere' peak='312TFLOPS' memory='80GiB' memory-bandwidth='2TB/s'/><!--here-->\n"
+                  "      <device name='g0' kind='cuda' arch='ampere' peak-fp32='19.5TFLOPS' memory='80GiB' memory-bandwidth='2TB/s'/><!--here-->\n"
                   "    </host>\n" END_REGION TAIL, -1, -1,
                   "device 'g0': arch=\"ampere\": expected a CUDA architecture sm_NN");
     check_refused("cpu with a CUDA arch",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
-                  "      <device name='c0' kind='cpu' arch='sm_80' peak='1TFLOPS' memory='8GiB' memory-bandwidth='20GB/s'/><!--here-->\n"
+                  "      <device name='c0' kind='cpu' arch='sm_80' peak-fp32='1TFLOPS' memory='8GiB' memory-bandwidth='20GB/s'/><!--here-->\n"
                   "    </host>\n" END_REGION TAIL, -1, -1,
                   "arch=\"sm_80\" is a CUDA architecture, but kind=\"cpu\"");
     check_refused("no devices at all",
@@ -457,7 +661,7 @@ static void test_cluster_refuses_bad_input(void)
     /* caught by the schema, still with the line */
     check_refused("threads out of range",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
-                  "      <device name='c0' kind='cpu' peak='1TFLOPS' memory='8GiB' memory-bandwidth='20GB/s' threads='0'/><!--here-->\n"
+                  "      <device name='c0' kind='cpu' peak-fp32='1TFLOPS' memory='8GiB' memory-bandwidth='20GB/s' threads='0'/><!--here-->\n"
                   "    </host>\n" END_REGION TAIL, -1, -1,
                   "threads");
     check_refused("port out of range",
@@ -466,14 +670,14 @@ static void test_cluster_refuses_bad_input(void)
                   "65535");
     check_refused("slowdown below 1",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
-                  "      <device name='c0' kind='cpu' peak='1TFLOPS' memory='8GiB' memory-bandwidth='20GB/s' slowdown='0.5'/><!--here-->\n"
+                  "      <device name='c0' kind='cpu' peak-fp32='1TFLOPS' memory='8GiB' memory-bandwidth='20GB/s' slowdown='0.5'/><!--here-->\n"
                   "    </host>\n" END_REGION TAIL, -1, -1,
                   "slowdown");
-    check_refused("missing peak",
+    check_refused("unknown arithmetic",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
-                  "      <device name='c0' kind='cpu' memory='8GiB' memory-bandwidth='20GB/s'/><!--here-->\n"
+                  "      <device name='c0' kind='cpu' peak-fp8='1TFLOPS' memory='8GiB' memory-bandwidth='20GB/s'/><!--here-->\n"
                   "    </host>\n" END_REGION TAIL, -1, -1,
-                  "'peak' is required");
+                  "peak-fp8");
     check_refused("unknown element",
                   HEAD REGION_A "    <host name='a0' address='127.0.0.1'>\n"
                   "      <gpu name='c0'/><!--here-->\n"
@@ -534,6 +738,8 @@ int main(void)
     test_cluster_counts();
     test_cluster_local_files();
     test_cluster_paper_links();
+    test_cluster_shipped_peaks_are_the_datasheets();
+    test_cluster_require_peak();
     test_cluster_link_rules_and_defaults();
     test_cluster_refuses_bad_input();
     test_cluster_load_file_errors();

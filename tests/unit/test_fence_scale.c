@@ -73,10 +73,14 @@ static void put(text *t, const char *fmt, ...)
     }
 }
 
+/* A100, V100, RTX 3090: the datasheet peaks of clusters/fusionllm-48.xml. */
 static const char *const gpu[3] = {
-    "kind=\"cuda\" arch=\"sm_80\" peak=\"312TFLOPS\" memory=\"80GiB\" memory-bandwidth=\"2039GB/s\"",
-    "kind=\"cuda\" arch=\"sm_70\" peak=\"125TFLOPS\" memory=\"32GiB\" memory-bandwidth=\"900GB/s\"",
-    "kind=\"cuda\" arch=\"sm_86\" peak=\"71TFLOPS\" memory=\"24GiB\" memory-bandwidth=\"936GB/s\"",
+    "kind=\"cuda\" arch=\"sm_80\" peak-fp32=\"19.5TFLOPS\" peak-tf32=\"156TFLOPS\" peak-bf16=\"312TFLOPS\" "
+    "peak-fp16=\"312TFLOPS\" memory=\"80GiB\" memory-bandwidth=\"2039GB/s\"",
+    "kind=\"cuda\" arch=\"sm_70\" peak-fp32=\"15.7TFLOPS\" peak-fp16=\"125TFLOPS\" memory=\"32GiB\" "
+    "memory-bandwidth=\"900GB/s\"",
+    "kind=\"cuda\" arch=\"sm_86\" peak-fp32=\"35.6TFLOPS\" peak-tf32=\"35.6TFLOPS\" peak-bf16=\"71TFLOPS\" "
+    "peak-fp16=\"71TFLOPS\" memory=\"24GiB\" memory-bandwidth=\"936GB/s\"",
 };
 
 static int load_cluster(const char *xml, cluster *c)
@@ -173,7 +177,7 @@ static void test_fence_opfence_schedules_1024_devices_within_10_s(void)
  * (8 layers of 2048, batch 64 in 4 micro-batches, no data parallelism). */
 static void plan_two_sites(double mbps, const char *compress, fence_plan *plan)
 {
-    static const char *const cpu = "kind=\"cpu\" peak=\"50GFLOPS\" memory=\"4GiB\" memory-bandwidth=\"10GB/s\"";
+    static const char *const cpu = "kind=\"cpu\" peak-fp32=\"50GFLOPS\" memory=\"4GiB\" memory-bandwidth=\"10GB/s\"";
     char xml[2048];
     snprintf(xml, sizeof xml,
              "<cluster name=\"two-sites\">\n"
