@@ -19,7 +19,8 @@
 #   - fp16 with an overflow forced at step 4: the step is skipped (every
 #     parameter and AdamW moment after it equals the checkpoint before it),
 #     the loss scale halves (65536 -> 32768), training goes on and its loss
-#     falls;
+#     falls; a run resumed from a checkpoint after the overflow goes on at
+#     32768;
 #   - memory and bytes: GPT-2 small (B=4, T=64) stores <= 0.6x the
 #     activation bytes in bf16; `fusionc plan` shows each stage link's
 #     bytes a step, halved in bf16;
@@ -133,6 +134,9 @@ grep -q "step     4: gradients overflowed: step skipped, loss scale 65536 -> 327
   >"$work/h30.out" 2>&1 && pass || fail "fp16 30 steps: $(tail -3 "$work/h30.out")"
 expect_eq "fp16 step 5's loss scale" 32768 "$(sed -n 5p "$work/h.jsonl" | sed 's/.*"loss_scale": \([0-9]*\).*/\1/')"
 expect_eq "fp16 steps skipped" 1 "$(grep -c '"skipped": true' "$work/h.jsonl")"
+"$work/h/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 6 --seed 5 --resume "$work/ck4" --log "$work/hr.jsonl" \
+  >"$work/hr.out" 2>&1 && pass || fail "fp16 resume: $(tail -3 "$work/hr.out")"
+expect_eq "fp16 resumed at step 5: its loss scale" 32768 "$(head -1 "$work/hr.jsonl" | sed 's/.*"loss_scale": \([0-9]*\).*/\1/')"
 first=$(losses "$work/h30.out" | head -1); last=$(losses "$work/h30.out" | tail -1)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' && pass ||
   fail "fp16 after the overflow: loss $first -> $last, expected it to fall by > 0.5"
