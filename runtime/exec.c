@@ -24,7 +24,9 @@ int64_t rt_tensor_numel(const rt_tensor *t)
 
 int64_t rt_tensor_bytes(const rt_tensor *t) { return rt_tensor_numel(t) * half_dtype_bytes(t->dtype); }
 
-static int is_half(const rt_tensor *t) { return t->dtype == HALF_DT_BF16 || t->dtype == HALF_DT_F16; }
+int rt_tensor_is_half(const rt_tensor *t) { return t->dtype == HALF_DT_BF16 || t->dtype == HALF_DT_F16; }
+
+static int is_half(const rt_tensor *t) { return rt_tensor_is_half(t); }
 
 static int64_t last_dim(const rt_tensor *t) { return t->rank > 0 ? t->dim[t->rank - 1] : 1; }
 
@@ -86,7 +88,7 @@ static double scheduled_lr(const rt_op *op, int64_t t)
  * anyway, and rounding a weight first would cost a copy of it per product
  * (the CUDA path rounds, since cuBLAS wants both operands in 16 bits; the
  * two differ by less than bf16's own rounding of the result).
- * bench/bench_bf16.c measures what the copies cost. */
+ * bench/bench_bf16_gemm.c and bench_precision.sh measure what they cost. */
 static int64_t copy_floats(const rt_tensor *t) { return (rt_tensor_numel(t) + 15) / 16 * 16; }
 
 static int64_t half_copies_floats(const rt_op *op)

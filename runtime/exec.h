@@ -76,5 +76,7 @@ int64_t rt_op_workspace_floats(const rt_op *op);
 int64_t rt_tensor_numel(const rt_tensor *t);
 /* numel times the dtype's size. */
 int64_t rt_tensor_bytes(const rt_tensor *t);
+/* Is it stored in 16 bits (bf16 or fp16)? */
+int     rt_tensor_is_half(const rt_tensor *t);
 
 #endif

@@ -137,7 +137,7 @@ static int32_t device_at(const rt_comm *c, int32_t stage, int32_t replica)
 
 static int64_t tensor_bytes(const rt_tensor *t) { return rt_tensor_bytes(t); }
 
-static int is_half(const rt_tensor *t) { return t->dtype == HALF_DT_BF16 || t->dtype == HALF_DT_F16; }
+static int is_half(const rt_tensor *t) { return rt_tensor_is_half(t); }
 
 /* The codecs (top-k, rows of bits) work on f32: a 16-bit tensor is widened
  * into c->widened first (exact), and decoded there before it is rounded
