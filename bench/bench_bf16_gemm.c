@@ -119,9 +119,9 @@ int main(int argc, char **argv)
         }
         srand(7);
         for (size_t i = 0; i < a; i++)
-            p.a[i] = (float)rand() / RAND_MAX - 0.5f;
+            p.a[i] = (float)((double)rand() / RAND_MAX) - 0.5f;
         for (size_t i = 0; i < b; i++)
-            p.b[i] = (float)rand() / RAND_MAX - 0.5f;
+            p.b[i] = (float)((double)rand() / RAND_MAX) - 0.5f;
         half_from_f32(p.ah, p.a, (int64_t)a, HALF_DT_BF16);
         half_from_f32(p.bh, p.b, (int64_t)b, HALF_DT_BF16);
         double flops = 2.0 * p.M * p.N * p.K, t32 = timed(run_sgemm, &p), tw = timed(run_widened, &p);
