@@ -725,10 +725,12 @@ static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const
                            const sim_result *r)
 {
     const double ms = 1e3;
-    fprintf(out, "simulate: %s on %s, scheduler %s, %d stage%s x %d replica%s, %d micro-batch%s, %d step%s\n",
+    fprintf(out, "simulate: %s on %s, scheduler %s, %d stage%s x %d replica%s, %d micro-batch%s, %d step%s, "
+            "precision %s%s\n",
             ir_str(g, g->name), c->name, plan->scheduler ? plan->scheduler : "opfence", plan->n_stages,
             plan->n_stages == 1 ? "" : "s", plan->n_replicas, plan->n_replicas == 1 ? "" : "s",
-            plan->micro_batches, plan->micro_batches == 1 ? "" : "es", r->n_steps, r->n_steps == 1 ? "" : "s");
+            plan->micro_batches, plan->micro_batches == 1 ? "" : "es", r->n_steps, r->n_steps == 1 ? "" : "s",
+            ir_dtype_name(g->precision), g->tf32 ? " (tf32 products)" : "");
     for (int32_t k = 0; k < r->n_steps; k++)
         fprintf(out, "step %d: %.3f ms\n", k + 1, (r->step_end[k] - (k ? r->step_end[k - 1] : 0.0)) * ms);
     int32_t last = r->n_steps - 1;   /* the steady state */
