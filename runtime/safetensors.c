@@ -1,14 +1,15 @@
-/* safetensors.c: the safetensors reader and writer (see safetensors.h).
+/* safetensors.c: the safetensors reader (see safetensors.h), and what it
+ * shares with the writer (safetensors_write.c, safetensors_internal.h):
+ * the dtypes, their conversion, messages.
  *
- * The writer builds the header JSON by hand (cJSON would print large
- * offsets as 1e+15, and we want its exact bytes under test); the reader
- * parses it with cJSON, checks every entry, then sorts the entries twice:
+ * The reader parses the header with cJSON, checks every entry, then sorts the entries twice:
  * by name (duplicates, and st_find's binary search) and by offset
  * (overlaps).  Nothing here exits or prints: errors are returned in err.
  * Float dtypes convert with half.h's functions (convert below), never
  * with code of their own.
  */
 #include "safetensors.h"
+#include "safetensors_internal.h"
 
 #include "cpu/half.h"
 
@@ -58,14 +59,9 @@ int         st_dtype_size(st_dtype d) { return (unsigned)d < N_ST_DTYPES ? dtype
 
 static int is_float(st_dtype d) { return d == ST_F32 || d == ST_F16 || d == ST_BF16; }
 
-/* Does data of dtype from convert to dtype to?  Floats among themselves,
- * I32 only to itself. */
-static int converts(st_dtype from, st_dtype to) { return from == to || (is_float(from) && is_float(to)); }
+int st_converts(st_dtype from, st_dtype to) { return from == to || (is_float(from) && is_float(to)); }
 
-/* to (n of dtype dt) = from (n of dtype df), for dtypes that convert: a copy
- * when they are the same, else through half.h (exact to F32, rounded to
- * nearest even from it; F16 <-> BF16 through an exact fp32 block). */
-static void convert(void *to, st_dtype dt, const void *from, st_dtype df, int64_t n)
+void st_convert(void *to, st_dtype dt, const void *from, st_dtype df, int64_t n)
 {
     if (dt == df)
         memcpy(to, from, (size_t)n * (size_t)st_dtype_size(dt));
@@ -83,12 +79,9 @@ static void convert(void *to, st_dtype dt, const void *from, st_dtype df, int64_
     }
 }
 
-/* JSON numbers are doubles: integers are exact up to 2^53. */
-#define JSON_INT_MAX 9007199254740992.0
-
 #define DATA_ALIGN 64
 
-static void set_err(char *err, size_t err_size, const char *fmt, ...)
+void st_set_err(char *err, size_t err_size, const char *fmt, ...)
 {
     if (!err || err_size == 0)
         return;
@@ -98,9 +91,7 @@ static void set_err(char *err, size_t err_size, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF)?
- * On failure *bad is the offset of the first bad byte. */
-static int utf8_valid(const unsigned char *s, size_t n, size_t *bad)
+int st_utf8_valid(const unsigned char *s, size_t n, size_t *bad)
 {
     size_t i = 0;
     while (i < n) {
@@ -139,30 +130,13 @@ static void shape_str(char *buf, size_t size, int rank, const int64_t *dim)
         snprintf(buf + at, size - at, "]");
 }
 
-/* Bytes of a tensor, or -1 when they overflow int64. */
-static int64_t tensor_nbytes(int rank, const int64_t *dim, int elem_size)
+int64_t st_tensor_nbytes(int rank, const int64_t *dim, int elem_size)
 {
     int64_t n = elem_size;
     for (int i = 0; i < rank; i++)
         if (__builtin_mul_overflow(n, dim[i], &n))
             return -1;
     return n;
-}
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n > 0) {
-        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
 }
 
 /* Reads exactly n bytes; -1 with errno set on error, or errno 0 at an
@@ -184,337 +158,6 @@ static int read_all(int fd, void *buf, size_t n)
         n -= (size_t)r;
     }
     return 0;
-}
-
-/* ---- Writer ------------------------------------------------------------ */
-
-/* A growing string; oom sticks once an allocation fails. */
-typedef struct {
-    char  *p;
-    size_t len, cap;
-    int    oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (b->len + n + 1 > cap)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    sb_put(b, tmp, (size_t)n);   /* only short numbers go through here */
-}
-
-/* A JSON string literal: quotes, backslashes and control characters
- * escaped, other UTF-8 as is. */
-static void sb_json_string(sbuf *b, const char *s)
-{
-    sb_puts(b, "\"");
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"')       sb_puts(b, "\\\"");
-        else if (*c == '\\') sb_puts(b, "\\\\");
-        else if (*c == '\n') sb_puts(b, "\\n");
-        else if (*c == '\t') sb_puts(b, "\\t");
-        else if (*c < 0x20)  sb_printf(b, "\\u%04x", *c);
-        else                 sb_put(b, (const char *)c, 1);
-    }
-    sb_puts(b, "\"");
-}
-
-static int cmp_tensor_name(const void *a, const void *b)
-{
-    return strcmp((*(const st_tensor *const *)a)->name, (*(const st_tensor *const *)b)->name);
-}
-
-/* The dtype tensor i is stored as in the file. */
-static st_dtype file_dtype(const st_tensor *t, const st_dtype *as, int i) { return as ? as[i] : t[i].dtype; }
-
-/* Checks the tensors, their file dtypes and the metadata; 0, or -1 with err set. */
-static int check_write_args(const char *path, const st_tensor *t, int n, const st_dtype *as,
-                            const char *const *meta, char *err, size_t err_size)
-{
-    if (n < 0 || (n > 0 && !t)) {
-        set_err(err, err_size, "%s: %d tensors%s", path, n, n > 0 ? " but no array" : "");
-        return -1;
-    }
-    for (int i = 0; i < n; i++) {
-        const char *name = t[i].name;
-        size_t bad;
-        if (!memchr(name, '\0', ST_NAME_MAX)) {
-            set_err(err, err_size, "%s: tensor %d: name is not NUL-terminated within ST_NAME_MAX (%d) bytes",
-                    path, i, ST_NAME_MAX);
-            return -1;
-        }
-        const char *why = !name[0] ? "empty"
-                        : strcmp(name, "__metadata__") == 0 ? "reserved for the metadata"
-                        : !utf8_valid((const unsigned char *)name, strlen(name), &bad) ? "not valid UTF-8" : NULL;
-        if (why) {
-            set_err(err, err_size, "%s: tensor %d: name '%s' is %s", path, i, name, why);
-            return -1;
-        }
-        if (st_dtype_size(t[i].dtype) == 0) {
-            set_err(err, err_size, "%s: tensor '%s': dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16", path, name,
-                    (int)t[i].dtype);
-            return -1;
-        }
-        st_dtype to = file_dtype(t, as, i);
-        if (st_dtype_size(to) == 0) {
-            set_err(err, err_size, "%s: tensor '%s': file dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16", path,
-                    name, (int)to);
-            return -1;
-        }
-        if (!converts(t[i].dtype, to)) {
-            set_err(err, err_size, "%s: tensor '%s': %s data cannot be written as %s (floats convert among F32, "
-                    "F16, BF16; I32 stays I32)", path, name, st_dtype_name(t[i].dtype), st_dtype_name(to));
-            return -1;
-        }
-        if (t[i].rank < 0 || t[i].rank > ST_MAX_RANK) {
-            set_err(err, err_size, "%s: tensor '%s': rank %d is outside [0, %d]", path, name, t[i].rank, ST_MAX_RANK);
-            return -1;
-        }
-        for (int d = 0; d < t[i].rank; d++)
-            if (t[i].dim[d] < 0) {
-                set_err(err, err_size, "%s: tensor '%s': dim %d is %lld, negative", path, name, d,
-                        (long long)t[i].dim[d]);
-                return -1;
-            }
-        /* The data's bytes bound the file's: no 16-bit dtype is wider. */
-        int64_t nbytes = tensor_nbytes(t[i].rank, t[i].dim, st_dtype_size(t[i].dtype) > st_dtype_size(to)
-                                                            ? st_dtype_size(t[i].dtype) : st_dtype_size(to));
-        if (nbytes < 0 || (double)nbytes > JSON_INT_MAX) {
-            set_err(err, err_size, "%s: tensor '%s': too large", path, name);
-            return -1;
-        }
-        if (nbytes > 0 && !t[i].data) {
-            set_err(err, err_size, "%s: tensor '%s': data is NULL", path, name);
-            return -1;
-        }
-    }
-    if (n > 1) {
-        const st_tensor **sorted = malloc((size_t)n * sizeof *sorted);
-        if (!sorted) {
-            set_err(err, err_size, "%s: out of memory", path);
-            return -1;
-        }
-        for (int i = 0; i < n; i++)
-            sorted[i] = &t[i];
-        qsort(sorted, (size_t)n, sizeof *sorted, cmp_tensor_name);
-        for (int i = 1; i < n; i++)
-            if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0) {
-                set_err(err, err_size, "%s: tensor name '%s' given twice", path, sorted[i]->name);
-                free(sorted);
-                return -1;
-            }
-        free(sorted);
-    }
-    for (int i = 0; meta && meta[i]; i += 2) {
-        size_t bad;
-        if (!meta[i + 1]) {
-            set_err(err, err_size, "%s: metadata key '%s' has no value (the list is key, value, ..., NULL)", path, meta[i]);
-            return -1;
-        }
-        if (!utf8_valid((const unsigned char *)meta[i], strlen(meta[i]), &bad) ||
-            !utf8_valid((const unsigned char *)meta[i + 1], strlen(meta[i + 1]), &bad)) {
-            set_err(err, err_size, "%s: metadata '%s' is not valid UTF-8", path, meta[i]);
-            return -1;
-        }
-        for (int j = 0; j < i; j += 2)
-            if (strcmp(meta[j], meta[i]) == 0) {
-                set_err(err, err_size, "%s: metadata key '%s' given twice", path, meta[i]);
-                return -1;
-            }
-    }
-    return 0;
-}
-
-/* The header: "__metadata__" first (as Hugging Face writes it), then the
- * tensors in the order given, keys dtype, shape, data_offsets; no spaces
- * except the padding to a multiple of 8 bytes. */
-static void build_header(sbuf *b, const st_tensor *t, int n, const st_dtype *as, const char *const *meta)
-{
-    sb_puts(b, "{");
-    int first = 1;
-    if (meta && meta[0]) {
-        sb_puts(b, "\"__metadata__\":{");
-        for (int i = 0; meta[i]; i += 2) {
-            if (i)
-                sb_puts(b, ",");
-            sb_json_string(b, meta[i]);
-            sb_puts(b, ":");
-            sb_json_string(b, meta[i + 1]);
-        }
-        sb_puts(b, "}");
-        first = 0;
-    }
-    int64_t offset = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t nbytes = tensor_nbytes(t[i].rank, t[i].dim, st_dtype_size(file_dtype(t, as, i)));
-        if (!first)
-            sb_puts(b, ",");
-        first = 0;
-        sb_json_string(b, t[i].name);
-        sb_puts(b, ":{\"dtype\":");
-        sb_json_string(b, st_dtype_name(file_dtype(t, as, i)));
-        sb_puts(b, ",\"shape\":[");
-        for (int d = 0; d < t[i].rank; d++)
-            sb_printf(b, "%s%lld", d ? "," : "", (long long)t[i].dim[d]);
-        sb_printf(b, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + nbytes));
-        offset += nbytes;
-    }
-    sb_puts(b, "}");
-    while (b->len % 8 != 0)
-        sb_puts(b, " ");
-}
-
-/* fsync the directory holding path, so the rename itself is durable. */
-static int fsync_parent_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir)
-        return -1;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(dir);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    int saved = errno;
-    /* Some file systems cannot fsync a directory; the rename stands. */
-    if (rc != 0 && (saved == EINVAL || saved == EROFS))
-        rc = 0;
-    close(fd);
-    errno = saved;
-    return rc;
-}
-
-/* Elements converted at a time when a tensor's file dtype is not its own. */
-#define WRITE_BLOCK ((int64_t)1 << 18)
-
-/* Tensor t's data to fd in dtype to: as is, or a block at a time through
- * block (WRITE_BLOCK elements of 4 bytes). */
-static int write_tensor(int fd, const st_tensor *t, st_dtype to, void *block)
-{
-    int64_t numel = tensor_nbytes(t->rank, t->dim, 1);
-    if (numel == 0)
-        return 0;
-    if (to == t->dtype)
-        return write_all(fd, t->data, (size_t)numel * (size_t)st_dtype_size(to));
-    for (int64_t at = 0; at < numel; at += WRITE_BLOCK) {
-        int64_t k = numel - at < WRITE_BLOCK ? numel - at : WRITE_BLOCK;
-        convert(block, to, (const char *)t->data + at * st_dtype_size(t->dtype), t->dtype, k);
-        if (write_all(fd, block, (size_t)k * (size_t)st_dtype_size(to)) != 0)
-            return -1;
-    }
-    return 0;
-}
-
-int st_write(const char *path, const st_tensor *tensors, int n, const char *const *metadata,
-             char *err, size_t err_size)
-{
-    return st_write_as(path, tensors, n, NULL, metadata, err, err_size);
-}
-
-int st_write_as(const char *path, const st_tensor *tensors, int n, const st_dtype *as,
-                const char *const *metadata, char *err, size_t err_size)
-{
-    if (!path) {
-        set_err(err, err_size, "st_write: path is NULL");
-        return -1;
-    }
-    if (check_write_args(path, tensors, n, as, metadata, err, err_size) != 0)
-        return -1;
-
-    sbuf header = {0};
-    build_header(&header, tensors, n, as, metadata);
-    size_t tmp_size = strlen(path) + 32;
-    char *tmp = malloc(tmp_size);
-    int converting = 0;
-    for (int i = 0; i < n; i++)
-        converting |= file_dtype(tensors, as, i) != tensors[i].dtype;
-    void *block = converting ? malloc((size_t)WRITE_BLOCK * 4) : NULL;
-    if (header.oom || !tmp || (converting && !block)) {
-        set_err(err, err_size, "%s: out of memory", path);
-        free(header.p);
-        free(tmp);
-        free(block);
-        return -1;
-    }
-    snprintf(tmp, tmp_size, "%s.tmp.%ld", path, (long)getpid());
-
-    int rc = -1, closed;
-    const char *what = NULL;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        set_err(err, err_size, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-        goto out;
-    }
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++)
-        len8[i] = (unsigned char)((uint64_t)header.len >> (8 * i));
-    if (write_all(fd, len8, 8) != 0 || write_all(fd, header.p, header.len) != 0) {
-        what = "write";
-        goto fail;
-    }
-    for (int i = 0; i < n; i++)
-        if (write_tensor(fd, &tensors[i], file_dtype(tensors, as, i), block) != 0) {
-            what = "write";
-            goto fail;
-        }
-    if (fsync(fd) != 0) {
-        what = "fsync";
-        goto fail;
-    }
-    closed = close(fd);
-    fd = -1;
-    if (closed != 0) {
-        what = "close";
-        goto fail;
-    }
-    if (rename(tmp, path) != 0) {
-        what = "rename";
-        goto fail;
-    }
-    if (fsync_parent_dir(path) != 0) {
-        /* The file is in place and whole; only its durability is in doubt. */
-        set_err(err, err_size, "%s: written, but fsync of its directory failed: %s", path, strerror(errno));
-        goto out;
-    }
-    rc = 0;
-    goto out;
-
-fail:
-    set_err(err, err_size, "%s: %s failed: %s", path, what, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-out:
-    free(tmp);
-    free(header.p);
-    free(block);
-    return rc;
 }
 
 /* ---- Reader ------------------------------------------------------------ */
@@ -558,7 +201,7 @@ static int json_uint(const cJSON *item, int64_t *v)
     if (!cJSON_IsNumber(item))
         return 0;
     double d = item->valuedouble;
-    if (!(d >= 0 && d <= JSON_INT_MAX) || d != (double)(int64_t)d)
+    if (!(d >= 0 && d <= ST_JSON_INT_MAX) || d != (double)(int64_t)d)
         return 0;
     *v = (int64_t)d;
     return 1;
@@ -570,13 +213,13 @@ static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st
     const char *name = item->string;
     size_t name_len = strlen(name);
     if (name_len >= ST_NAME_MAX) {
-        set_err(err, err_size, "%s: tensor '%.40s...': name of %zu bytes is longer than ST_NAME_MAX - 1 (%d)",
+        st_set_err(err, err_size, "%s: tensor '%.40s...': name of %zu bytes is longer than ST_NAME_MAX - 1 (%d)",
                 path, name, name_len, ST_NAME_MAX - 1);
         return -1;
     }
     memcpy(e->name, name, name_len + 1);
     if (!cJSON_IsObject(item)) {
-        set_err(err, err_size, "%s: tensor '%s': entry is not an object", path, name);
+        st_set_err(err, err_size, "%s: tensor '%s': entry is not an object", path, name);
         return -1;
     }
 
@@ -585,12 +228,12 @@ static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st
     const cJSON *offsets = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
     const char *missing = !dtype ? "dtype" : !shape ? "shape" : !offsets ? "data_offsets" : NULL;
     if (missing) {
-        set_err(err, err_size, "%s: tensor '%s': missing \"%s\"", path, name, missing);
+        st_set_err(err, err_size, "%s: tensor '%s': missing \"%s\"", path, name, missing);
         return -1;
     }
 
     if (!cJSON_IsString(dtype)) {
-        set_err(err, err_size, "%s: tensor '%s': \"dtype\" is not a string", path, name);
+        st_set_err(err, err_size, "%s: tensor '%s': \"dtype\" is not a string", path, name);
         return -1;
     }
     e->dtype = -1;
@@ -598,57 +241,57 @@ static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st
         if (strcmp(dtype->valuestring, dtypes[i].name) == 0)
             e->dtype = i;
     if (e->dtype < 0) {
-        set_err(err, err_size, "%s: tensor '%s': unknown dtype \"%s\" (not a safetensors dtype; fusion reads "
+        st_set_err(err, err_size, "%s: tensor '%s': unknown dtype \"%s\" (not a safetensors dtype; fusion reads "
                 SUPPORTED ")", path, name, dtype->valuestring);
         return -1;
     }
 
     if (!cJSON_IsArray(shape)) {
-        set_err(err, err_size, "%s: tensor '%s': \"shape\" is not an array", path, name);
+        st_set_err(err, err_size, "%s: tensor '%s': \"shape\" is not an array", path, name);
         return -1;
     }
     int rank = cJSON_GetArraySize(shape);
     if (rank > ST_MAX_RANK) {
-        set_err(err, err_size, "%s: tensor '%s': rank %d is more than ST_MAX_RANK (%d)", path, name, rank, ST_MAX_RANK);
+        st_set_err(err, err_size, "%s: tensor '%s': rank %d is more than ST_MAX_RANK (%d)", path, name, rank, ST_MAX_RANK);
         return -1;
     }
     e->rank = rank;
     int d = 0;
     for (const cJSON *x = shape->child; x; x = x->next, d++) {
         if (cJSON_IsNumber(x) && x->valuedouble < 0) {
-            set_err(err, err_size, "%s: tensor '%s': negative dim %g in shape", path, name, x->valuedouble);
+            st_set_err(err, err_size, "%s: tensor '%s': negative dim %g in shape", path, name, x->valuedouble);
             return -1;
         }
         if (!json_uint(x, &e->dim[d])) {
-            set_err(err, err_size, "%s: tensor '%s': shape[%d] is not an integer in [0, 2^53]", path, name, d);
+            st_set_err(err, err_size, "%s: tensor '%s': shape[%d] is not an integer in [0, 2^53]", path, name, d);
             return -1;
         }
     }
 
     if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||
         !json_uint(offsets->child, &e->begin) || !json_uint(offsets->child->next, &e->end)) {
-        set_err(err, err_size, "%s: tensor '%s': \"data_offsets\" is not [begin, end], two integers in [0, 2^53]",
+        st_set_err(err, err_size, "%s: tensor '%s': \"data_offsets\" is not [begin, end], two integers in [0, 2^53]",
                 path, name);
         return -1;
     }
     if (e->end < e->begin) {
-        set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) end before they begin", path, name,
+        st_set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) end before they begin", path, name,
                 (long long)e->begin, (long long)e->end);
         return -1;
     }
     if (e->end > data_len) {
-        set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) run past the end of the data (%lld bytes)",
+        st_set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) run past the end of the data (%lld bytes)",
                 path, name, (long long)e->begin, (long long)e->end, (long long)data_len);
         return -1;
     }
-    int64_t need = tensor_nbytes(e->rank, e->dim, dtypes[e->dtype].size);
+    int64_t need = st_tensor_nbytes(e->rank, e->dim, dtypes[e->dtype].size);
     if (need != e->end - e->begin) {
         char sh[ST_MAX_RANK * 21 + 3];
         shape_str(sh, sizeof sh, e->rank, e->dim);
         if (need < 0)
-            set_err(err, err_size, "%s: tensor '%s': %s %s is too large", path, name, dtypes[e->dtype].name, sh);
+            st_set_err(err, err_size, "%s: tensor '%s': %s %s is too large", path, name, dtypes[e->dtype].name, sh);
         else
-            set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) hold %lld bytes but %s %s needs %lld",
+            st_set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) hold %lld bytes but %s %s needs %lld",
                     path, name, (long long)e->begin, (long long)e->end, (long long)(e->end - e->begin),
                     dtypes[e->dtype].name, sh, (long long)need);
         return -1;
@@ -659,28 +302,28 @@ static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st
 static int parse_metadata(const char *path, st_file *f, const cJSON *meta, char *err, size_t err_size)
 {
     if (f->meta_key) {
-        set_err(err, err_size, "%s: \"__metadata__\" appears twice in the header", path);
+        st_set_err(err, err_size, "%s: \"__metadata__\" appears twice in the header", path);
         return -1;
     }
     if (!cJSON_IsObject(meta)) {
-        set_err(err, err_size, "%s: \"__metadata__\" is not an object", path);
+        st_set_err(err, err_size, "%s: \"__metadata__\" is not an object", path);
         return -1;
     }
     int n = cJSON_GetArraySize(meta);
     f->meta_key = calloc((size_t)n + 1, sizeof *f->meta_key);
     f->meta_value = calloc((size_t)n + 1, sizeof *f->meta_value);
     if (!f->meta_key || !f->meta_value) {
-        set_err(err, err_size, "%s: out of memory", path);
+        st_set_err(err, err_size, "%s: out of memory", path);
         return -1;
     }
     for (const cJSON *kv = meta->child; kv; kv = kv->next) {
         if (!cJSON_IsString(kv)) {
-            set_err(err, err_size, "%s: \"__metadata__\" value of '%s' is not a string", path, kv->string);
+            st_set_err(err, err_size, "%s: \"__metadata__\" value of '%s' is not a string", path, kv->string);
             return -1;
         }
         for (int j = 0; j < f->n_meta; j++)
             if (strcmp(f->meta_key[j], kv->string) == 0) {
-                set_err(err, err_size, "%s: \"__metadata__\" key '%s' appears twice", path, kv->string);
+                st_set_err(err, err_size, "%s: \"__metadata__\" key '%s' appears twice", path, kv->string);
                 return -1;
             }
         f->meta_key[f->n_meta] = strdup(kv->string);
@@ -689,7 +332,7 @@ static int parse_metadata(const char *path, st_file *f, const cJSON *meta, char 
             free(f->meta_key[f->n_meta]);   /* the other is NULL */
             free(f->meta_value[f->n_meta]);
             f->meta_key[f->n_meta] = f->meta_value[f->n_meta] = NULL;
-            set_err(err, err_size, "%s: out of memory", path);
+            st_set_err(err, err_size, "%s: out of memory", path);
             return -1;
         }
         f->n_meta++;
@@ -702,27 +345,27 @@ static int parse_header(const char *path, st_file *f, const char *hdr, size_t hd
                         char *err, size_t err_size)
 {
     size_t bad;
-    if (!utf8_valid((const unsigned char *)hdr, hdr_len, &bad)) {
-        set_err(err, err_size, "%s: header is not valid UTF-8 (byte %zu of the JSON)", path, bad);
+    if (!st_utf8_valid((const unsigned char *)hdr, hdr_len, &bad)) {
+        st_set_err(err, err_size, "%s: header is not valid UTF-8 (byte %zu of the JSON)", path, bad);
         return -1;
     }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hdr_len, &end, 0);
     if (!root) {
         size_t at = end && end >= hdr ? (size_t)(end - hdr) : 0;
-        set_err(err, err_size, "%s: header is not valid JSON (at byte %zu of %zu: \"%.20s\")", path, at, hdr_len,
+        st_set_err(err, err_size, "%s: header is not valid JSON (at byte %zu of %zu: \"%.20s\")", path, at, hdr_len,
                 at < hdr_len ? hdr + at : "");
         return -1;
     }
     int rc = -1;
     for (const char *p = end; p < hdr + hdr_len; p++)
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            set_err(err, err_size, "%s: header has bytes after its JSON (at byte %zu of %zu)", path,
+            st_set_err(err, err_size, "%s: header has bytes after its JSON (at byte %zu of %zu)", path,
                     (size_t)(p - hdr), hdr_len);
             goto out;
         }
     if (!cJSON_IsObject(root)) {
-        set_err(err, err_size, "%s: header JSON is not an object", path);
+        st_set_err(err, err_size, "%s: header JSON is not an object", path);
         goto out;
     }
     int n = 0;
@@ -730,7 +373,7 @@ static int parse_header(const char *path, st_file *f, const char *hdr, size_t hd
         n += strcmp(item->string, "__metadata__") != 0;
     f->entry = calloc((size_t)n + 1, sizeof *f->entry);
     if (!f->entry) {
-        set_err(err, err_size, "%s: out of memory", path);
+        st_set_err(err, err_size, "%s: out of memory", path);
         goto out;
     }
     for (const cJSON *item = root->child; item; item = item->next) {
@@ -757,7 +400,7 @@ static int check_entries(const char *path, st_file *f, char *err, size_t err_siz
     st_entry **by_offset = malloc(((size_t)f->n + 1) * sizeof *by_offset);
     int rc = -1;
     if (!f->by_name || !by_offset) {
-        set_err(err, err_size, "%s: out of memory", path);
+        st_set_err(err, err_size, "%s: out of memory", path);
         goto out;
     }
     int n_nonempty = 0;
@@ -769,14 +412,14 @@ static int check_entries(const char *path, st_file *f, char *err, size_t err_siz
     qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_entry_name);
     for (int i = 1; i < f->n; i++)
         if (strcmp(f->by_name[i - 1]->name, f->by_name[i]->name) == 0) {
-            set_err(err, err_size, "%s: tensor '%s' appears twice in the header", path, f->by_name[i]->name);
+            st_set_err(err, err_size, "%s: tensor '%s' appears twice in the header", path, f->by_name[i]->name);
             goto out;
         }
     qsort(by_offset, (size_t)n_nonempty, sizeof *by_offset, cmp_entry_offset);
     for (int i = 1; i < n_nonempty; i++) {
         const st_entry *a = by_offset[i - 1], *b = by_offset[i];
         if (b->begin < a->end) {
-            set_err(err, err_size, "%s: tensors '%s' [%lld, %lld) and '%s' [%lld, %lld) overlap", path, a->name,
+            st_set_err(err, err_size, "%s: tensors '%s' [%lld, %lld) and '%s' [%lld, %lld) overlap", path, a->name,
                     (long long)a->begin, (long long)a->end, b->name, (long long)b->begin, (long long)b->end);
             goto out;
         }
@@ -799,7 +442,7 @@ static int place_data(const char *path, st_file *f, char *err, size_t err_size)
             aside += ((size_t)(e->end - e->begin) + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
     }
     if (aside > 0 && !(f->aside = aligned_alloc(DATA_ALIGN, aside))) {
-        set_err(err, err_size, "%s: out of memory (%zu bytes)", path, aside);
+        st_set_err(err, err_size, "%s: out of memory (%zu bytes)", path, aside);
         return -1;
     }
     size_t at = 0;
@@ -818,7 +461,7 @@ static int place_data(const char *path, st_file *f, char *err, size_t err_size)
 st_file *st_open(const char *path, char *err, size_t err_size)
 {
     if (!path) {
-        set_err(err, err_size, "st_open: path is NULL");
+        st_set_err(err, err_size, "st_open: path is NULL");
         return NULL;
     }
     st_file *f = calloc(1, sizeof *f);
@@ -829,23 +472,23 @@ st_file *st_open(const char *path, char *err, size_t err_size)
         f = NULL;
     }
     if (!f) {
-        set_err(err, err_size, "%s: out of memory", path);
+        st_set_err(err, err_size, "%s: out of memory", path);
         return NULL;
     }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
-        set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        st_set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        set_err(err, err_size, "%s: not a regular file", path);
+        st_set_err(err, err_size, "%s: not a regular file", path);
         goto fail;
     }
     int64_t size = (int64_t)st.st_size;
     unsigned char len8[8];
     if (size < 8) {
-        set_err(err, err_size, "%s: truncated: %lld bytes, fewer than the 8-byte header length", path,
+        st_set_err(err, err_size, "%s: truncated: %lld bytes, fewer than the 8-byte header length", path,
                 (long long)size);
         goto fail;
     }
@@ -855,13 +498,13 @@ st_file *st_open(const char *path, char *err, size_t err_size)
     for (int i = 0; i < 8; i++)
         hdr_len |= (uint64_t)len8[i] << (8 * i);
     if (hdr_len > (uint64_t)(size - 8)) {
-        set_err(err, err_size, "%s: header length %llu runs past the end of the file (%lld bytes after the length)",
+        st_set_err(err, err_size, "%s: header length %llu runs past the end of the file (%lld bytes after the length)",
                 path, (unsigned long long)hdr_len, (long long)(size - 8));
         goto fail;
     }
     hdr = malloc((size_t)hdr_len + 1);
     if (!hdr) {
-        set_err(err, err_size, "%s: out of memory (header of %llu bytes)", path, (unsigned long long)hdr_len);
+        st_set_err(err, err_size, "%s: out of memory (header of %llu bytes)", path, (unsigned long long)hdr_len);
         goto fail;
     }
     if (read_all(fd, hdr, (size_t)hdr_len) != 0)
@@ -877,7 +520,7 @@ st_file *st_open(const char *path, char *err, size_t err_size)
     size_t alloc = ((size_t)data_len + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
     f->data = aligned_alloc(DATA_ALIGN, alloc ? alloc : DATA_ALIGN);
     if (!f->data) {
-        set_err(err, err_size, "%s: out of memory (%lld bytes of data)", path, (long long)data_len);
+        st_set_err(err, err_size, "%s: out of memory (%lld bytes of data)", path, (long long)data_len);
         goto fail;
     }
     if (read_all(fd, f->data, (size_t)data_len) != 0)
@@ -889,9 +532,9 @@ st_file *st_open(const char *path, char *err, size_t err_size)
 
 read_error:
     if (errno)
-        set_err(err, err_size, "%s: read failed: %s", path, strerror(errno));
+        st_set_err(err, err_size, "%s: read failed: %s", path, strerror(errno));
     else
-        set_err(err, err_size, "%s: file shrank while being read", path);
+        st_set_err(err, err_size, "%s: file shrank while being read", path);
 fail:
     if (fd >= 0)
         close(fd);
@@ -944,28 +587,28 @@ int st_find(const st_file *f, const char *name, st_tensor *out)
 static int check_target(const st_file *f, const st_target *t, const st_entry **e, char *err, size_t err_size)
 {
     if (!t->name) {
-        set_err(err, err_size, "%s: st_load: a target has no name", f->path);
+        st_set_err(err, err_size, "%s: st_load: a target has no name", f->path);
         return -1;
     }
     st_entry **hit = f->n ? bsearch(t->name, f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name_key) : NULL;
     if (!hit) {
-        set_err(err, err_size, "%s: has no tensor '%s'", f->path, t->name);
+        st_set_err(err, err_size, "%s: has no tensor '%s'", f->path, t->name);
         return -1;
     }
     *e = *hit;
     const dtype_info *in = &dtypes[(*e)->dtype];
     if (in->st < 0) {
-        set_err(err, err_size, "%s: tensor '%s': dtype %s is not supported (fusion reads " SUPPORTED ")", f->path,
+        st_set_err(err, err_size, "%s: tensor '%s': dtype %s is not supported (fusion reads " SUPPORTED ")", f->path,
                 t->name, in->name);
         return -1;
     }
     if (st_dtype_size(t->dtype) == 0) {
-        set_err(err, err_size, "%s: tensor '%s': target dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16",
+        st_set_err(err, err_size, "%s: tensor '%s': target dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16",
                 f->path, t->name, (int)t->dtype);
         return -1;
     }
-    if (!converts((st_dtype)in->st, t->dtype)) {
-        set_err(err, err_size, "%s: tensor '%s': %s in the file does not load as %s (floats convert among F32, F16, "
+    if (!st_converts((st_dtype)in->st, t->dtype)) {
+        st_set_err(err, err_size, "%s: tensor '%s': %s in the file does not load as %s (floats convert among F32, F16, "
                 "BF16; I32 loads only as I32)", f->path, t->name, in->name, st_dtype_name(t->dtype));
         return -1;
     }
@@ -979,11 +622,11 @@ static int check_target(const st_file *f, const st_target *t, const st_entry **e
             snprintf(wanted, sizeof wanted, "rank %d", t->rank);
         else
             shape_str(wanted, sizeof wanted, t->rank, t->dim);
-        set_err(err, err_size, "%s: tensor '%s': shape %s in the file, %s wanted", f->path, t->name, in_file, wanted);
+        st_set_err(err, err_size, "%s: tensor '%s': shape %s in the file, %s wanted", f->path, t->name, in_file, wanted);
         return -1;
     }
     if ((*e)->end > (*e)->begin && !t->dst) {
-        set_err(err, err_size, "%s: tensor '%s': target dst is NULL", f->path, t->name);
+        st_set_err(err, err_size, "%s: tensor '%s': target dst is NULL", f->path, t->name);
         return -1;
     }
     return 0;
@@ -992,7 +635,7 @@ static int check_target(const st_file *f, const st_target *t, const st_entry **e
 int st_load(const st_file *f, const st_target *targets, int n, char *err, size_t err_size)
 {
     if (!f || n < 0 || (n > 0 && !targets)) {
-        set_err(err, err_size, "st_load: %s", !f ? "no file" : "no targets");
+        st_set_err(err, err_size, "st_load: %s", !f ? "no file" : "no targets");
         return -1;
     }
     for (int i = 0; i < n; i++) {   /* everything checked before anything is written */
@@ -1003,9 +646,9 @@ int st_load(const st_file *f, const st_target *targets, int n, char *err, size_t
     for (int i = 0; i < n; i++) {
         const st_entry *e = NULL;
         check_target(f, &targets[i], &e, NULL, 0);
-        int64_t numel = tensor_nbytes(e->rank, e->dim, 1);   /* the file's bytes fit: it fits */
+        int64_t numel = st_tensor_nbytes(e->rank, e->dim, 1);   /* the file's bytes fit: it fits */
         if (numel > 0)
-            convert(targets[i].dst, targets[i].dtype, e->data, (st_dtype)dtypes[e->dtype].st, numel);
+            st_convert(targets[i].dst, targets[i].dtype, e->data, (st_dtype)dtypes[e->dtype].st, numel);
     }
     return 0;
 }
