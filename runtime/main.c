@@ -164,18 +164,30 @@ static st_tensor as_st(const program *p, const rt_tensor_info *ti)
 }
 
 /* Write the tensors of the given roles (bits of 1 << ir_role) to path. */
-static int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata)
+/* Every tensor of the given roles (and the loss with LOSS_ROLE) to path;
+ * the parameters in param_dtype (ST_F32: as they are; ST_BF16, ST_F16:
+ * rounded, for a file half the size), everything else as it is. */
+static int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata,
+                         st_dtype param_dtype)
 {
     st_tensor *list = calloc((size_t)p->manifest.n_tensors + 1, sizeof *list);
+    st_dtype  *as = calloc((size_t)p->manifest.n_tensors + 1, sizeof *as);
     int n = 0;
-    if (!list)
+    if (!list || !as) {
+        free(list);
+        free(as);
         return fail("out of memory writing %s", path);
+    }
     for (int32_t i = 0; i < p->manifest.n_tensors; i++)
-        if (((roles >> p->tensors[i].role) & 1) || ((roles & LOSS_ROLE) && is_loss(p, &p->tensors[i])))
-            list[n++] = as_st(p, &p->tensors[i]);
+        if (((roles >> p->tensors[i].role) & 1) || ((roles & LOSS_ROLE) && is_loss(p, &p->tensors[i]))) {
+            list[n] = as_st(p, &p->tensors[i]);
+            as[n] = p->tensors[i].role == ROLE_PARAM ? param_dtype : list[n].dtype;
+            n++;
+        }
     char why[512];
-    int rc = st_write(path, list, n, metadata, why, sizeof why);
+    int rc = st_write_as(path, list, n, as, metadata, why, sizeof why);
     free(list);
+    free(as);
     return rc ? fail("%s", why) : 0;
 }
 
@@ -224,7 +236,8 @@ static int read_file_tensors(program *p, const char *path, unsigned roles)
 /* An fp16 run's loss scaler travels in the checkpoint's metadata, so a
  * resumed run goes on with the scale (and the count of skipped steps that
  * AdamW's bias correction uses) it stopped with. */
-static int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls)
+static int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
+                           st_dtype save_dtype)
 {
     char path[4096], step_text[32], seed_text[32], build[32], why[512], scale[96];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -239,7 +252,7 @@ static int save_checkpoint(const program *p, const char *dir, int64_t step, uint
     const char *metadata[] = { "fusion.model", p->manifest.model, "fusion.build_id", build,
                                "fusion.step", step_text, "fusion.seed", seed_text,
                                p->manifest.loss_scaling ? "fusion.loss_scaler" : NULL, scale, NULL };
-    return write_tensors(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata);
+    return write_tensors(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype);
 }
 
 /* Params and state from DIR's checkpoint; *step, *seed (and an fp16
@@ -289,6 +302,9 @@ static const char usage[] =
     "  --threads N    CPU threads (default: the device's, from the cluster file)\n"
     "  --save DIR     write a checkpoint to DIR at the end (and every --save-every K steps)\n"
     "  --resume DIR   continue from DIR's checkpoint (its step and seed) up to --steps\n"
+    "  --save-dtype T fp32 (default), bf16 or fp16: the checkpoint's parameters in T (half the\n"
+    "                 size; AdamW's moments stay fp32; a run resumed from it starts from the\n"
+    "                 rounded weights, so it is no longer bit for bit)\n"
     "  --init FILE    initial parameters from a safetensors file, by name\n"
     "  --inputs FILE  the model's inputs, by name, from a safetensors file (the same every step)\n"
     "  --dump-grads FILE  write the first step's inputs, loss and every parameter's gradient\n"
@@ -311,6 +327,7 @@ typedef struct {
     const char *log, *save, *resume, *init, *dump_grads, *inputs;
     int64_t     steps, save_every;
     double      loss_scale;
+    st_dtype    save_dtype;
     int64_t     loss_scale_window, inject_overflow;
     uint64_t    seed;
     int         seed_given;
@@ -388,6 +405,9 @@ static int parse_args(int argc, char **argv, run_options *o)
             o->seed_given = 1;
         else if (strcmp(a, "--threads") == 0 && (o->threads = (int)strtol(v, &end, 10)) > 0 && *end == '\0')
             ;
+        else if (strcmp(a, "--save-dtype") == 0 && (strcmp(v, "fp32") == 0 || strcmp(v, "bf16") == 0 ||
+                                                    strcmp(v, "fp16") == 0))
+            o->save_dtype = v[0] == 'b' ? ST_BF16 : v[2] == '1' ? ST_F16 : ST_F32;
         else if (strcmp(a, "--loss-scale") == 0 && (o->loss_scale = strtod(v, &end)) >= 1 &&
                  o->loss_scale <= 1e30 && *end == '\0')
             ;
@@ -717,7 +737,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
         if (o->dump_grads && step == done + 1) {
             char path[4200];
             per_device_path(p, o->dump_grads, path, sizeof path);
-            if (write_tensors(p, path, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE, NULL)) {
+            if (write_tensors(p, path, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE, NULL, ST_F32)) {
                 rc = stop(comm, mf->device, "cannot write %s", path);
                 break;
             }
@@ -770,7 +790,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
             fflush(log);
         }
         if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps) &&
-            save_checkpoint(p, o->save, step, seed, &scaler))
+            save_checkpoint(p, o->save, step, seed, &scaler, o->save_dtype))
             rc = stop(comm, mf->device, "cannot write the checkpoint");
     }
     char why[512];

@@ -21,6 +21,9 @@
 #     the loss scale halves (65536 -> 32768), training goes on and its loss
 #     falls; a run resumed from a checkpoint after the overflow goes on at
 #     32768;
+#   - --save-dtype bf16 writes the checkpoint's parameters as BF16 (AdamW's
+#     moments F32), and a run resumed from it goes on within 1e-3 of one
+#     resumed from the fp32 checkpoint;
 #   - memory and bytes: GPT-2 small (B=4, T=64) stores <= 0.6x the
 #     activation bytes in bf16; `fusionc plan` shows each stage link's
 #     bytes a step, halved in bf16;
@@ -140,6 +143,26 @@ expect_eq "fp16 resumed at step 5: its loss scale" 32768 "$(head -1 "$work/hr.js
 first=$(losses "$work/h30.out" | head -1); last=$(losses "$work/h30.out" | tail -1)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' && pass ||
   fail "fp16 after the overflow: loss $first -> $last, expected it to fall by > 0.5"
+
+# ---- bf16 checkpoints --------------------------------------------------------------
+"$work/one/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 3 --seed 5 --save "$work/s32" >/dev/null 2>&1 &&
+  "$work/one/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 3 --seed 5 --save "$work/s16" --save-dtype bf16 \
+    >/dev/null 2>&1 && pass || fail "--save-dtype bf16 run"
+"$py" - "$work/s16/checkpoint.safetensors" >"$work/dt" 2>&1 <<'EOF' && pass || fail "bf16 checkpoint dtypes: $(cat "$work/dt")"
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+d = {n: e["dtype"] for n, e in h.items() if n != "__metadata__"}
+bad = [n for n, t in d.items() if t != ("F32" if n.startswith("adamw.") else "BF16")]
+print(f"{len(d)} tensors, wrong dtype: {bad[:3]}")
+sys.exit(1 if bad or not d else 0)
+EOF
+for s in 32 16; do
+  "$work/one/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 5 --resume "$work/s$s" >"$work/r$s.out" 2>&1 ||
+    fail "resume from s$s: $(tail -2 "$work/r$s.out")"
+done
+r32=$(losses "$work/r32.out" | tail -1); r16=$(losses "$work/r16.out" | tail -1)
+rel_within "$r16" "$r32" 1e-3 && pass || fail "resumed from the bf16 checkpoint: loss $r16, from fp32's $r32"
 
 # ---- memory and bytes ------------------------------------------------------------
 act() { "$FUSIONC" stats models/gpt2.xml --set batch=4 --set seq=64 --precision "$1" |
