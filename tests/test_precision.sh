@@ -40,12 +40,13 @@ parity=tests/parity/torch_parity.py
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
 rel_within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(d <= t * m) }'; }
 losses() { awk '/^step +[0-9]+\//{print $4}' "$1"; }
+jsonl_loss() { sed 's/.*"loss": \([0-9.]*\).*/\1/' "$@"; }
+# sets_of "a=1,b=2" NAME: the array NAME=(--set a=1 --set b=2)
+sets_of() { local -n out=$2; local kv s; out=(); IFS=, read -ra kv <<<"$1"; for s in "${kv[@]}"; do out+=(--set "$s"); done; }
 
 # ---- bf16 against torch autocast --------------------------------------------
 cfg="vocab=256,ctx=32,layers=2,dim=64,heads=4,batch=4,seq=32,lr=1e-3"
-sets=()
-IFS=, read -ra kv <<<"$cfg"
-for s in "${kv[@]}"; do sets+=(--set "$s"); done
+sets_of "$cfg" sets
 "$py" "$parity" make gpt2 "$cfg" "$work/w.st" "$work/in.st" 7 || fail "torch_parity make"
 for p in fp32 bf16; do
   "$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/par-$p" "${sets[@]}" --precision $p \
@@ -56,21 +57,20 @@ done
 if "$py" "$parity" autocast gpt2 "$cfg" "$work/w.st" "$work/in.st" "$work/bf16.jsonl" 5 bfloat16 >"$work/cmp" 2>&1; then
   pass; echo "  $(tail -1 "$work/cmp")" >&2
 else fail "bf16 vs torch autocast: $(cat "$work/cmp")"; fi
-differ=$(paste <(sed 's/.*"loss": \([0-9.]*\).*/\1/' "$work/fp32.jsonl") <(sed 's/.*"loss": \([0-9.]*\).*/\1/' "$work/bf16.jsonl") |
+differ=$(paste <(jsonl_loss "$work/fp32.jsonl") <(jsonl_loss "$work/bf16.jsonl") |
   awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) n++ } END { print n + 0 }')
 [ "$differ" -ge 3 ] && pass || fail "bf16's losses equal fp32's in $((5 - differ)) of 5 steps: is it storing bf16 at all?"
 
 # ---- every CPU kernel: ResNet-18 in bf16 and fp16 ------------------------------
 rcfg="depth=18,batch=8,size=32,classes=7,lr=1e-3"
-rsets=()
-IFS=, read -ra kv <<<"$rcfg"
-for s in "${kv[@]}"; do rsets+=(--set "$s"); done
+sets_of "$rcfg" rsets
 "$py" "$parity" make resnet "$rcfg" "$work/rw.st" "$work/rin.st" 7 || fail "torch_parity make resnet"
 for p in bf16 fp16; do
   "$FUSIONC" compile models/resnet.xml clusters/local-1.xml -o "$work/rn-$p" "${rsets[@]}" --precision $p >/dev/null &&
-    "$work/rn-$p/cpu0/fusion-cpu0" --init "$work/rw.st" --inputs "$work/rin.st" --steps 3 --log "$work/rn-$p.jsonl"       >"$work/rn-$p.run" 2>&1 && pass || fail "resnet18 $p: $(tail -2 "$work/rn-$p.run")"
-  first=$(head -1 "$work/rn-$p.jsonl" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
-  last=$(tail -1 "$work/rn-$p.jsonl" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+    "$work/rn-$p/cpu0/fusion-cpu0" --init "$work/rw.st" --inputs "$work/rin.st" --steps 3 --log "$work/rn-$p.jsonl" \
+      >"$work/rn-$p.run" 2>&1 && pass || fail "resnet18 $p: $(tail -2 "$work/rn-$p.run")"
+  first=$(head -1 "$work/rn-$p.jsonl" | jsonl_loss)
+  last=$(tail -1 "$work/rn-$p.jsonl" | jsonl_loss)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.5 * a) }' && pass || fail "resnet18 $p: loss $first -> $last over 3 steps"
 done
 if "$py" "$parity" autocast resnet "$rcfg" "$work/rw.st" "$work/rin.st" "$work/rn-bf16.jsonl" 1 bfloat16 2e-2 >"$work/rcmp" 2>&1

@@ -1,0 +1,64 @@
+/* safetensors_test_files.h: files by hand for the safetensors tests
+ * (test_safetensors.c, test_safetensors_half.c): a scratch folder, raw
+ * bytes in and out, a header with counting data after it. */
+#ifndef FUSION_SAFETENSORS_TEST_FILES_H
+#define FUSION_SAFETENSORS_TEST_FILES_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+static char dir[1024];   /* short enough that dir/name fits PATH_MAX */
+
+/* dir/name, in one of a few rotating buffers. */
+static const char *in_dir(const char *name)
+{
+    static char buf[4][PATH_MAX];
+    static int next;
+    char *p = buf[next++ % 4];
+    snprintf(p, PATH_MAX, "%s/%s", dir, name);
+    return p;
+}
+
+static void write_bytes(const char *path, const void *bytes, size_t n)
+{
+    FILE *fp = fopen(path, "wb");
+    if (!fp || fwrite(bytes, 1, n, fp) != n || fclose(fp) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+/* A safetensors file by hand: the header JSON as given (no padding), then
+ * data_len bytes 0, 1, 2, ... */
+static void write_raw(const char *path, const char *header, size_t data_len)
+{
+    size_t n = strlen(header);
+    unsigned char *buf = malloc(8 + n + data_len);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, header, n);
+    for (size_t i = 0; i < data_len; i++)
+        buf[8 + n + i] = (unsigned char)i;
+    write_bytes(path, buf, 8 + n + data_len);
+    free(buf);
+}
+
+static unsigned char *read_bytes(const char *path, size_t *n)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return NULL;
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)size + 1);
+    *n = fread(buf, 1, (size_t)size, fp);
+    fclose(fp);
+    return buf;
+}
+
+#endif
