@@ -61,4 +61,23 @@ static unsigned char *read_bytes(const char *path, size_t *n)
     return buf;
 }
 
+/* dir = a new folder $TMPDIR/NAME-XXXXXX; 0, or -1 (printed). */
+static int scratch_dir_make(const char *name)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    if (mkdtemp(dir))
+        return 0;
+    perror("mkdtemp");
+    return -1;
+}
+
+static void scratch_dir_remove(void)
+{
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 #endif

@@ -562,12 +562,8 @@ static void test_torch_reads_ours_and_we_read_torchs(void)
 
 int main(void)
 {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/fusion-safetensors-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (scratch_dir_make("fusion-safetensors"))
         return 1;
-    }
     test_roundtrip_tensors_scalars_int32_metadata();
     test_roundtrip_empty_list();
     test_write_exact_bytes();
@@ -578,9 +574,6 @@ int main(void)
     test_open_survives_truncation_and_flips();
     test_torch_reads_ours_and_we_read_torchs();
 
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    scratch_dir_remove();
     CHECK_DONE();
 }

@@ -522,21 +522,14 @@ static void test_torch_half_files_both_ways(void)
 
 int main(void)
 {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/fusion-safetensors-half-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (scratch_dir_make("fusion-safetensors-half"))
         return 1;
-    }
     make_values();
     test_half_write_exact_bytes();
     test_half_roundtrip_equals_half_round();
     test_load_refuses_and_leaves_memory_alone();
     test_torch_half_files_both_ways();
 
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    scratch_dir_remove();
     CHECK_DONE();
 }
