@@ -1,6 +1,7 @@
 /* safetensors_test_files.h: files by hand for the safetensors tests
  * (test_safetensors.c, test_safetensors_half.c): a scratch folder, raw
- * bytes in and out, a header with counting data after it. */
+ * bytes in and out, a header with counting data after it.  Include it
+ * after check.h. */
 #ifndef FUSION_SAFETENSORS_TEST_FILES_H
 #define FUSION_SAFETENSORS_TEST_FILES_H
 
@@ -59,6 +60,22 @@ static unsigned char *read_bytes(const char *path, size_t *n)
     *n = fread(buf, 1, (size_t)size, fp);
     fclose(fp);
     return buf;
+}
+
+/* The file at path holds exactly the n bytes `expected` (check.h's
+ * CHECK_INT says where the first difference is). */
+static void check_file_bytes(const char *path, const char *expected, size_t n_expected)
+{
+    size_t n = 0;
+    unsigned char *bytes = read_bytes(path, &n);
+    CHECK_INT(n_expected, n);
+    for (size_t i = 0; bytes && i < n && i < n_expected; i++)
+        if (bytes[i] != (unsigned char)expected[i]) {
+            CHECK_INT((unsigned char)expected[i], bytes[i]);
+            fprintf(stderr, "  first difference at byte %zu\n", i);
+            break;
+        }
+    free(bytes);
 }
 
 /* dir = a new folder $TMPDIR/NAME-XXXXXX; 0, or -1 (printed). */

@@ -139,16 +139,7 @@ static void test_write_exact_bytes(void)
     char err[512] = "";
     const char *path = in_dir("exact.safetensors");
     CHECK_INT(0, st_write(path, t, 2, meta, err, sizeof err));
-    size_t n = 0;
-    unsigned char *bytes = read_bytes(path, &n);
-    CHECK_INT(sizeof expected - 1, n);
-    for (size_t i = 0; bytes && i < n && i < sizeof expected - 1; i++)
-        if (bytes[i] != (unsigned char)expected[i]) {
-            CHECK_INT((unsigned char)expected[i], bytes[i]);
-            fprintf(stderr, "  first difference at byte %zu\n", i);
-            break;
-        }
-    free(bytes);
+    check_file_bytes(path, expected, sizeof expected - 1);
 }
 
 static void test_write_leaves_no_temp_file(void)

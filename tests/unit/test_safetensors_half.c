@@ -127,16 +127,7 @@ static void test_half_write_exact_bytes(void)
     const char *path = in_dir("exact-half.safetensors");
     CHECK_INT(0, st_write_as(path, t, 3, as, NULL, err, sizeof err));
     CHECK_STR("", err);
-    size_t n = 0;
-    unsigned char *bytes = read_bytes(path, &n);
-    CHECK_INT(sizeof expected - 1, n);
-    for (size_t i = 0; bytes && i < n && i < sizeof expected - 1; i++)
-        if (bytes[i] != (unsigned char)expected[i]) {
-            CHECK_INT((unsigned char)expected[i], bytes[i]);
-            fprintf(stderr, "  first difference at byte %zu\n", i);
-            break;
-        }
-    free(bytes);
+    check_file_bytes(path, expected, sizeof expected - 1);
 
     /* Each tensor in its own dtype: byte for byte what st_write writes. */
     const st_dtype own[] = {ST_F32, ST_I32, ST_F32};
