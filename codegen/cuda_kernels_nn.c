@@ -4,7 +4,9 @@
  *
  * Each kernel follows its CPU kernel in runtime/cpu/ step for step (the
  * same float expressions, sums in double), so the emulation harness can
- * hold them to 1e-5 of the output's largest magnitude.  Reductions are one
+ * hold them to 1e-5 of the output's largest magnitude (a 16-bit output: to
+ * one step of its format, where the two f32 results straddle a rounding
+ * boundary; tests/unit/cuda_cases.c).  Reductions are one
  * block (NT threads) per row, channel or query; a kernel that needs another
  * launch's row statistics (layernorm and attention backward, cross-entropy)
  * passes them through the backend's scratch area.

@@ -36,6 +36,10 @@
 #     64 tokens and 256 classes, so a step's loss moves by a small fraction
 #     of the unit roundoff (measured: 4e-5 bf16, 5e-6 fp16, over 6 steps)
 #     and a gradient by a few (measured: 2 and 1.6);
+#   - bf16 on the 4-stage pipeline of two CPU and two CUDA devices (bf16
+#     activations and their gradients cross the links, to and from the
+#     CUDA devices' host steps): every loss within 1e-3 of the one CPU
+#     device's bf16 run (measured 1.1e-5);
 #   - fp16 with an overflow injected at step 3: the CUDA device skips the
 #     step (its adamw kernels see clip_scale's NaN and say so in the flags
 #     word), halves the loss scale as the CPU does, and its losses follow
@@ -87,6 +91,10 @@ for p in bf16 fp16; do
 done
 "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpu-tf32" "${model[@]}" --tf32 --cublas system \
   >"$work/log" 2>&1 && pass || fail "one-GPU compile --tf32: $(tail -c 1500 "$work/log")"
+"$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-bf16" "${model[@]}" --scheduler uniform \
+  --micro-batches 4 --port-base "$base" --cublas system --precision bf16 >"$work/log" 2>&1 \
+  && pass || fail "mixed compile --precision bf16: $(tail -c 1500 "$work/log")"
+base=$((base + 20))
 for r in off on; do
   "$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-$r" "${model[@]}" --scheduler uniform \
     --micro-batches 4 --recompute $r --port-base "$base" --cublas system >"$work/log" 2>&1 \
@@ -97,7 +105,7 @@ done
 
 # The emulated driver, with the kernels of every CUDA bundle.
 python3 tests/emu_driver/gen_kernels.py "$work/kernels_emu.cpp" "$work"/gpu*/gpu/kernels.cu \
-  "$work"/mixed-*/gpu-*/kernels.cu && pass || fail "generating the kernel table"
+  "$work"/mixed*/gpu-*/kernels.cu && pass || fail "generating the kernel table"
 mkdir -p "$work/lib"
 if ${CXX:-g++} -std=c++20 -O1 -shared -fPIC -w -I tests/unit -o "$work/lib/libcuda.so.1" \
      tests/emu_driver/emu_driver.cpp tests/unit/cuda_emu.cpp "$work/kernels_emu.cpp" 2>"$work/cxx.err"; then pass
@@ -170,6 +178,19 @@ expect_eq "one CUDA device, fp16, overflow at 3: the scaler's word" \
 losses "$work/cpu-ov.out" >"$work/cpu-ov.loss"
 losses "$work/gpu-ov.out" >"$work/gpu-ov.loss"
 close_within "one CUDA device, fp16, overflow at step 3" 2e-4 "$work/cpu-ov.loss" "$work/gpu-ov.loss"
+# bf16 through the mixed pipeline: 16-bit activations on the links to and from the CUDA stages.
+if FUSION_EMU_COUNTS="$work/mixed-bf16.counts" "$work/mixed-bf16/launch-local.sh" --data "$work/corpus.txt" \
+     --steps $steps --seed 5 >"$work/mixed.out" 2>&1; then pass
+else fail "mixed run, bf16: $(tail -5 "$work/mixed.out"; tail -3 "$work/mixed-bf16"/logs/*.log)"; fi
+reporter=$(sed -n 's/^reporter=//p' "$work/mixed-bf16/launch-local.sh")
+losses "$work/mixed-bf16/logs/$reporter.log" >"$work/mixed-bf16.loss"
+close_within "mixed pipeline (CPU, CPU, CUDA, CUDA), bf16" 1e-3 "$work/cpu-bf16.loss" "$work/mixed-bf16.loss"
+while read -r line; do
+  echo "mixed, bf16, a CUDA stage: $line" >&2
+  set -- $line
+  [ "${4:-0}" -gt 0 ] && [ "${17:-0}" = "${4:-0}" ] && [ "${13:-0}" -gt 0 ] && [ "${15:-0}" -gt 0 ] && pass \
+    || fail "mixed, bf16: expected products on GemmEx and recv and send copies on the second stream, found: $line"
+done <"$work/mixed-bf16.counts"
 # --tf32: against the CPU's f32.
 FUSION_EMU_COUNTS="$work/gpu-tf32.counts" "$work/gpu-tf32/gpu/fusion-gpu" --data "$work/corpus.txt" --steps $steps \
   --seed 5 >"$work/gpu-tf32.out" 2>&1 && pass || fail "one-GPU run --tf32: $(tail -5 "$work/gpu-tf32.out")"
