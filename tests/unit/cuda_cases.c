@@ -11,7 +11,9 @@
  *       computes the same f32 expressions and rounds once; the two f32
  *       results differ in their last bits (another summation order), so
  *       one that lies near a rounding boundary can round to the other
- *       neighbour: one step of the format, at most 2u of the value;
+ *       neighbour: one step of the format, at most 2u of the value; and
+ *       that is rare, so at most 1% of the elements may differ at all (a
+ *       kernel that truncated would differ in half of them);
  *   8   a matrix product with an f32 operand (a weight): cuBLAS multiplies
  *       operands of one type, so the CUDA path rounds the weight to 16 bits
  *       (relative error u per element; summed over K terms of random sign
