@@ -28,7 +28,7 @@
  * and implicit conversions are off: a read or write that does not say LD
  * or ST does not compile.  Under FUSION_EMULATION the harness supplies the
  * two types and their four conversions (tests/unit/cuda_emu.h). */
-static const char prelude[] =
+static const char prelude[] =   /* fusion_args: runtime/cuda/cuda_program.h's rt_cuda_args */
     "/* fusion: generated CUDA C (codegen/cuda_kernels.c). */\n"
     "typedef struct { char *p[8]; long long step, adam_step; float loss_scale; int inject_overflow; } fusion_args;\n"
     "#ifndef FUSION_EMULATION\n"

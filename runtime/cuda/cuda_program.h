@@ -78,6 +78,13 @@ typedef struct {
     float    loss_scale;            /* 1 when the program does not scale       */
     int32_t  inject_overflow;
 } rt_cuda_args;
+/* The prelude spells it { char *p[8]; long long step, adam_step; float
+ * loss_scale; int inject_overflow; } (codegen/cuda_kernels.c): 88 bytes. */
+#ifdef __cplusplus
+static_assert(sizeof(rt_cuda_args) == 88, "rt_cuda_args is the kernels' fusion_args");
+#else
+_Static_assert(sizeof(rt_cuda_args) == 88, "rt_cuda_args is the kernels' fusion_args");
+#endif
 
 typedef enum { RT_CUDA_STEP_KERNEL, RT_CUDA_STEP_GEMM, RT_CUDA_STEP_HOST } rt_cuda_step_kind;
 
