@@ -103,6 +103,9 @@ static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int
             "arena      %lld bytes\n", ir_str(g, g->name), dev->name, dev->kind == DEVICE_CPU ? "cpu" : "cuda",
             dev->threads, stage, g->placement.n_stages, g->placement.n_replicas, g->placement.micro_batches,
             (long long)arena);
+    fprintf(f, "precision  %s%s\n", ir_dtype_name(g->precision),
+            g->tf32 ? " (f32 products may use TF32 tensor cores)"
+            : g->precision != DT_F32 ? " activations (parameters, their gradients, AdamW's state: f32)" : "");
     if (g->placement.n_stages > 0)
         fprintf(f, "schedule   %d warm-up forwards%s\n", (int)ir_placement_warmup(&g->placement, stage),
                 ir_placement_recompute(&g->placement, stage)
@@ -323,12 +326,6 @@ int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const
         if (p->device[k] < 0 || p->device[k] >= c->n_devices)
             return diag_set(err, c->file, 0, "internal error: the placement names device %d of %d", p->device[k],
                             c->n_devices);
-    for (int32_t k = 0; k < p->n_stages * p->n_replicas; k++) {
-        const cluster_device *dev = &c->devices[p->device[k]];
-        if (dev->kind == DEVICE_CUDA && g->precision != DT_F32)   /* before anything is written */
-            return diag_set(err, c->file, dev->line, "device '%s': the CUDA kernels exist in f32 only so far; "
-                            "compile CUDA devices with --precision fp32 (plan and simulate take any)", dev->name);
-    }
     if (make_dir(out_dir, err))
         return -1;
     rt_peer *peers = calloc((size_t)c->n_devices + 1, sizeof *peers);

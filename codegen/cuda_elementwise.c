@@ -6,7 +6,8 @@
  * declared inside it:
  *
  *     for (i = ...; i < n; i += ...) {
- *         { float *y = (float *)a.p[0]; const float *x = (const float *)a.p[1]; y[i] = ...; }
+ *         { __nv_bfloat16 *y = (__nv_bfloat16 *)a.p[0]; const float *x = (const float *)a.p[1];
+ *           ST(y[i], ...LD(x[i])...); }
  *     }
  *
  * so two of them fuse by putting the second's block after the first's in
@@ -21,9 +22,10 @@
  *     backwards, add) or read a broadcast parameter besides
  *     (bias_rows_add reads b[i % N]);
  *   - together they take at most RT_CUDA_MAX_ARGS pointers;
- *   - each pointer of one either is a pointer of the other (same place: a
- *     thread reads element i before it writes it, in op order) or names
- *     memory n floats away from it; a broadcast pointer must be apart.
+ *   - each pointer of one either is a pointer of the other (same place and
+ *     dtype: a thread reads element i before it writes it, in op order) or
+ *     names memory n elements away from it; a broadcast pointer must be
+ *     apart.
  *     Then no thread reads what another writes, and the fused loop computes
  *     what the two launches did.
  *
@@ -112,7 +114,7 @@ static int can_join(const cuda_plan *p, const struct cuda_fusable *f, int64_t n,
             if (x->kind != RT_CUDA_ARG_ARENA || y->kind != RT_CUDA_ARG_ARENA)
                 return 0;
             int either_broadcast = ((f->broadcast >> a) & 1) || ((broadcast >> b) & 1);
-            if (x->value == y->value ? either_broadcast
+            if (x->value == y->value ? either_broadcast || x->dtype != y->dtype
                                      : x->value < y->value + bytes[b] && y->value < x->value + f->bytes[a])
                 return 0;
         }
@@ -183,7 +185,19 @@ static int add_elementwise(cuda_plan *p, const char *tag, int64_t n, const char 
     return 0;
 }
 
-int elementwise(cuda_plan *p, const char *tag, int64_t n, const char *decls, const char *body, ...)
+/* The pointer declarations of names (kb_ptrs) for args, then the kernel. */
+static int add_declared(cuda_plan *p, const char *tag, int64_t n, const char *names, const char *body,
+                        const rt_cuda_arg *args, const int64_t *bytes, int32_t n_args, uint32_t broadcast)
+{
+    kbuf decls = { 0 };
+    kb_printf(&decls, "%s", "");
+    kb_ptrs(&decls, names, args, n_args);
+    int rc = decls.oom ? (p->oom = 1, -1) : add_elementwise(p, tag, n, decls.text, body, args, bytes, n_args, broadcast);
+    free(decls.text);
+    return rc;
+}
+
+int elementwise(cuda_plan *p, const char *tag, int64_t n, const char *names, const char *body, ...)
 {
     rt_cuda_arg args[RT_CUDA_MAX_ARGS];
     int64_t bytes[RT_CUDA_MAX_ARGS];
@@ -195,21 +209,19 @@ int elementwise(cuda_plan *p, const char *tag, int64_t n, const char *decls, con
         if (a.kind < 0)
             break;
         args[n_args] = a;
-        bytes[n_args] = 4 * n;
+        bytes[n_args] = dtype_bytes(a.dtype) * n;
     }
     va_end(ap);
-    return add_elementwise(p, tag, n, decls, body, args, bytes, n_args, 0);
+    return add_declared(p, tag, n, names, body, args, bytes, n_args, 0);
 }
 
 int elementwise_bias_rows_add(cuda_plan *p, int64_t rows, int64_t cols, rt_cuda_arg y, rt_cuda_arg b)
 {
     char body[96];
-    snprintf(body, sizeof body, "        y[i] += b[i %% %lldLL];\n", (long long)cols);
+    snprintf(body, sizeof body, "        ST(y[i], LD(y[i]) + LD(b[i %% %lldLL]));\n", (long long)cols);
     const rt_cuda_arg args[2] = { y, b };
-    const int64_t bytes[2] = { 4 * rows * cols, 4 * cols };
-    return add_elementwise(p, "bias_rows_add", rows * cols,
-                           "    float *y = (float *)a.p[0];\n    const float *b = (const float *)a.p[1];\n", body, args,
-                           bytes, 2, 1u << 1);
+    const int64_t bytes[2] = { dtype_bytes(y.dtype) * rows * cols, dtype_bytes(b.dtype) * cols };
+    return add_declared(p, "bias_rows_add", rows * cols, "y! b", body, args, bytes, 2, 1u << 1);
 }
 
 

@@ -19,16 +19,41 @@
 /* ---- the prelude --------------------------------------------------------- */
 
 /* Block reductions go through shared memory with a barrier per halving:
- * no warp shuffles, so the CPU emulation harness runs the same text. */
-static const char prelude[] =
+ * no warp shuffles, so the CPU emulation harness runs the same text.
+ *
+ * Storage and arithmetic: a tensor is stored as float, __nv_bfloat16
+ * (cuda_bf16.h) or __half (cuda_fp16.h), its dtype (ctype() below), and a
+ * kernel reads it with LD(), to float, computes in float (sums in double)
+ * and writes with ST(), rounding to nearest even.  The headers' operators
+ * and implicit conversions are off: a read or write that does not say LD
+ * or ST does not compile.  Under FUSION_EMULATION the harness supplies the
+ * two types and their four conversions (tests/unit/cuda_emu.h). */
+static const char prelude[] =   /* fusion_args: runtime/cuda/cuda_program.h's rt_cuda_args */
     "/* fusion: generated CUDA C (codegen/cuda_kernels.c). */\n"
-    "typedef struct { char *p[8]; long long step; } fusion_args;\n"
+    "typedef struct { char *p[8]; long long step, adam_step; float loss_scale; int inject_overflow; } fusion_args;\n"
     "#ifndef FUSION_EMULATION\n"
     "#define FUSION_SHARED(type, name, count) __shared__ type name[count]\n"
     "#define FUSION_DYN_SHARED(type, name) extern __shared__ float fusion_dyn_shared_[]; "
     "type *name = (type *)fusion_dyn_shared_\n"
     "#define FUSION_INF __int_as_float(0x7f800000)\n"
+    "#define FUSION_NAN __int_as_float(0x7fffffff)\n"
+    "#define __CUDA_NO_HALF_OPERATORS__\n"
+    "#define __CUDA_NO_HALF_CONVERSIONS__\n"
+    "#define __CUDA_NO_BFLOAT16_OPERATORS__\n"
+    "#define __CUDA_NO_BFLOAT16_CONVERSIONS__\n"
+    "#include <cuda_bf16.h>\n"
+    "#include <cuda_fp16.h>\n"
     "#endif\n"
+    "__device__ float fusion_ld(float v) { return v; }\n"
+    "__device__ float fusion_ld(__nv_bfloat16 v) { return __bfloat162float(v); }\n"
+    "__device__ float fusion_ld(__half v) { return __half2float(v); }\n"
+    "__device__ void fusion_st(float *p, float v) { *p = v; }\n"
+    "__device__ void fusion_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }\n"
+    "__device__ void fusion_st(__half *p, float v) { *p = __float2half_rn(v); }\n"
+    "#define LD(v) fusion_ld(v)\n"
+    "#define ST(ref, v) fusion_st(&(ref), (v))\n"
+    "/* Not inf, not NaN. */\n"
+    "__device__ bool fusion_finite(double v) { return v - v == 0.0; }\n"
     "/* Sum over the block's 256 threads; every thread gets the total, in a\n"
     " * fixed order: 32 partial sums of 8, then one of 32.  Three barriers, not\n"
     " * the nine of a halving tree: the emulation harness pays per barrier,\n"
@@ -71,7 +96,8 @@ static const char prelude[] =
     "/* Index in the (H,W) plane of the max of the k x k window at (oh, ow),\n"
     " * padding -inf, the first max in scan order, a NaN wins; -1: all padding\n"
     " * (runtime/cpu/conv.c's window_argmax). */\n"
-    "__device__ long long fusion_window_argmax(const float *plane, long long H, long long W, long long k,\n"
+    "template <typename T>\n"
+    "__device__ long long fusion_window_argmax(const T *plane, long long H, long long W, long long k,\n"
     "                                          long long s, long long pad, long long oh, long long ow)\n"
     "{\n"
     "    long long h0 = oh * s - pad, w0 = ow * s - pad;\n"
@@ -83,7 +109,7 @@ static const char prelude[] =
     "    float m = -FUSION_INF;\n"
     "    for (long long ih = h0; ih < h1; ih++)\n"
     "        for (long long iw = w0; iw < w1; iw++) {\n"
-    "            float v = plane[ih * W + iw];\n"
+    "            float v = LD(plane[ih * W + iw]);\n"
     "            if (v > m || v != v) { m = v; best = ih * W + iw; }\n"
     "        }\n"
     "    return best;\n"
@@ -200,15 +226,53 @@ done:
     return index;
 }
 
-rt_cuda_arg arg_arena(int64_t offset) { return (rt_cuda_arg){ RT_CUDA_ARG_ARENA, 0, offset }; }
-rt_cuda_arg arg_scratch(int64_t offset) { return (rt_cuda_arg){ RT_CUDA_ARG_SCRATCH, 0, offset }; }
-rt_cuda_arg arg_none(void) { return (rt_cuda_arg){ RT_CUDA_ARG_NONE, 0, 0 }; }
-rt_cuda_arg arg_status(void) { return (rt_cuda_arg){ RT_CUDA_ARG_STATUS, 0, 0 }; }
-rt_cuda_arg arg_plus(rt_cuda_arg a, int64_t bytes)
+rt_cuda_arg arg_arena(int64_t offset, int32_t dtype) { return (rt_cuda_arg){ RT_CUDA_ARG_ARENA, dtype, offset }; }
+rt_cuda_arg arg_scratch(int64_t offset) { return (rt_cuda_arg){ RT_CUDA_ARG_SCRATCH, DT_F32, offset }; }
+rt_cuda_arg arg_none(void) { return (rt_cuda_arg){ RT_CUDA_ARG_NONE, DT_F32, 0 }; }
+rt_cuda_arg arg_status(void) { return (rt_cuda_arg){ RT_CUDA_ARG_STATUS, DT_I32, 0 }; }
+rt_cuda_arg arg_flags(void) { return (rt_cuda_arg){ RT_CUDA_ARG_FLAGS, DT_I32, 0 }; }
+rt_cuda_arg arg_elems(rt_cuda_arg a, int64_t elements)
 {
     if (a.kind == RT_CUDA_ARG_ARENA || a.kind == RT_CUDA_ARG_SCRATCH)
-        a.value += bytes;
+        a.value += elements * dtype_bytes(a.dtype);
     return a;
+}
+
+/* ---- storage types ------------------------------------------------------------ */
+
+const char *ctype(int32_t dtype)
+{
+    switch (dtype) {
+    case DT_BF16: return "__nv_bfloat16";
+    case DT_F16:  return "__half";
+    case DT_I32:  return "int";
+    default:      return "float";
+    }
+}
+
+int64_t dtype_bytes(int32_t dtype) { return dtype == DT_BF16 || dtype == DT_F16 ? 2 : 4; }
+
+void kb_ptr(kbuf *kb, const char *name, int index, rt_cuda_arg arg, int writable, const char *offset)
+{
+    const char *c = writable ? "" : "const ", *t = ctype(arg.dtype);
+    kb_printf(kb, "    %s%s *%s = (%s%s *)a.p[%d]%s;\n", c, t, name, c, t, index, offset ? offset : "");
+}
+
+void kb_ptrs(kbuf *kb, const char *names, const rt_cuda_arg *args, int n_args)
+{
+    const char *at = names;
+    for (int i = 0; i < n_args && *at; i++) {
+        while (*at == ' ')
+            at++;
+        size_t len = strcspn(at, " ");
+        if (len > 0 && !(len == 1 && at[0] == '-')) {
+            char name[32];
+            int writable = at[len - 1] == '!';
+            snprintf(name, sizeof name, "%.*s", (int)(len - (size_t)writable), at);
+            kb_ptr(kb, name, i, args[i], writable, "");
+        }
+        at += len;
+    }
 }
 
 static rt_cuda_step *new_step(cuda_plan *p)
@@ -251,6 +315,10 @@ int step_gemm(cuda_plan *p, int trans_a, int trans_b, int64_t m, int64_t n, int6
               rt_cuda_arg A, int64_t lda, int64_t stride_a, rt_cuda_arg B, int64_t ldb, int64_t stride_b,
               float beta, rt_cuda_arg C, int64_t ldc, int64_t stride_c, int64_t batch)
 {
+    int half_c = C.dtype == DT_BF16 || C.dtype == DT_F16;
+    if (A.dtype != B.dtype || (A.dtype != DT_F32 && A.dtype != DT_BF16 && A.dtype != DT_F16) ||
+        (C.dtype != DT_F32 && C.dtype != A.dtype) || (half_c && A.dtype == DT_F32))
+        return -3;   /* cuBLAS has no such product: the lowering should have rounded an operand */
     rt_cuda_step *s = new_step(p);
     if (!s)
         return -1;
@@ -289,8 +357,8 @@ int64_t grid_for(int64_t n)
     return g < 1 ? 1 : g > 65536 ? 65536 : g;
 }
 
-rt_cuda_arg in_arg(const rt_op *op, int i) { return arg_arena(op->in[i].offset); }
-rt_cuda_arg out_arg(const rt_op *op, int i) { return arg_arena(op->out[i].offset); }
+rt_cuda_arg in_arg(const rt_op *op, int i) { return arg_arena(op->in[i].offset, op->in[i].dtype); }
+rt_cuda_arg out_arg(const rt_op *op, int i) { return arg_arena(op->out[i].offset, op->out[i].dtype); }
 
 rt_cuda_arg grad_arg(const rt_op *op, int bit)
 {
@@ -314,7 +382,7 @@ const char *flit(char buf[32], double v)
 /* gelu, tanh form, through 1 + tanh(u) = 2/(1 + e^-2u) as the CPU kernel
  * (runtime/cpu/elementwise.c) computes it. */
 #define GELU_E                                                                                                 \
-    "        float xi = x[i], u2 = -2.0f * 0.7978845608028654f * (xi + 0.044715f * xi * xi * xi);\n"              \
+    "        float xi = LD(x[i]), u2 = -2.0f * 0.7978845608028654f * (xi + 0.044715f * xi * xi * xi);\n"          \
     "        float e = expf(u2 > 88.0f ? 88.0f : u2);\n"
 
 static int lower_elementwise(cuda_plan *p, const rt_op *op)
@@ -322,45 +390,45 @@ static int lower_elementwise(cuda_plan *p, const rt_op *op)
     int64_t n = rt_tensor_numel(&op->in[0]);
     switch (op->op) {
     case OP_GELU:       /* y (n) = gelu(x) */
-        return elementwise(p, "gelu_fwd", n, "    float *y = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n",
-                           GELU_E "        y[i] = xi / (1.0f + e);\n", out_arg(op, 0), in_arg(op, 0), ARG_END);
+        return elementwise(p, "gelu_fwd", n, "y! x", GELU_E "        ST(y[i], xi / (1.0f + e));\n", out_arg(op, 0),
+                           in_arg(op, 0), ARG_END);
     case OP_GELU_BACKWARD:   /* x, dy -> dx */
-        return elementwise(p, "gelu_bwd", n,
-                           "    float *dx = (float *)a.p[0];\n    const float *dy = (const float *)a.p[1];\n"
-                           "    const float *x = (const float *)a.p[2];\n",
+        return elementwise(p, "gelu_bwd", n, "dx! dy x",
                            GELU_E "        float s = 1.0f / (1.0f + e), oms = e * s;\n"
                                   "        float dinner = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * xi * xi);\n"
-                                  "        dx[i] = dy[i] * (s + 2.0f * xi * s * oms * dinner);\n",
+                                  "        ST(dx[i], LD(dy[i]) * (s + 2.0f * xi * s * oms * dinner));\n",
                            out_arg(op, 0), in_arg(op, 1), in_arg(op, 0), ARG_END);
     case OP_RELU:
-        return elementwise(p, "relu_fwd", n, "    float *y = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n",
-                           "        y[i] = x[i] > 0.0f ? x[i] : 0.0f;\n", out_arg(op, 0), in_arg(op, 0), ARG_END);
+        return elementwise(p, "relu_fwd", n, "y! x", "        float xi = LD(x[i]);\n        ST(y[i], xi > 0.0f ? xi : 0.0f);\n",
+                           out_arg(op, 0), in_arg(op, 0), ARG_END);
     case OP_RELU_BACKWARD:   /* x, dy -> dx */
-        return elementwise(p, "relu_bwd", n,
-                           "    float *dx = (float *)a.p[0];\n    const float *dy = (const float *)a.p[1];\n"
-                           "    const float *x = (const float *)a.p[2];\n",
-                           "        dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;\n", out_arg(op, 0), in_arg(op, 1), in_arg(op, 0),
-                           ARG_END);
+        return elementwise(p, "relu_bwd", n, "dx! dy x", "        ST(dx[i], LD(x[i]) > 0.0f ? LD(dy[i]) : 0.0f);\n",
+                           out_arg(op, 0), in_arg(op, 1), in_arg(op, 0), ARG_END);
     case OP_ADD:        /* c may be a or b: element i reads before it writes */
-        return elementwise(p, "add", rt_tensor_numel(&op->out[0]),
-                           "    float *c = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n"
-                           "    const float *z = (const float *)a.p[2];\n",
-                           "        c[i] = x[i] + z[i];\n", out_arg(op, 0), in_arg(op, 0), in_arg(op, 1), ARG_END);
-    default:            /* flatten, its backward, copy: y = x */
+        return elementwise(p, "add", rt_tensor_numel(&op->out[0]), "c! x z", "        ST(c[i], LD(x[i]) + LD(z[i]));\n",
+                           out_arg(op, 0), in_arg(op, 0), in_arg(op, 1), ARG_END);
+    default:            /* flatten, its backward, copy: y = x (bits as they are when the types agree) */
         n = rt_tensor_numel(&op->out[0]);
-        if (op->out[0].offset == op->in[0].offset)
+        if (op->out[0].offset == op->in[0].offset && op->out[0].dtype == op->in[0].dtype)
             return 0;
-        return elementwise(p, "copy", n, "    float *y = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n",
-                           "        y[i] = x[i];\n", out_arg(op, 0), in_arg(op, 0), ARG_END);
+        return elementwise(p, "copy", n, "y! x",
+                           op->out[0].dtype == op->in[0].dtype ? "        y[i] = x[i];\n" : "        ST(y[i], LD(x[i]));\n",
+                           out_arg(op, 0), in_arg(op, 0), ARG_END);
     }
 }
 
+/* The seed of a backward, or a constant; loss_scale=1 (fp16): the value
+ * times this step's loss scale, infinite when an overflow is injected
+ * (runtime/exec.h), as the launch's fusion_args carry them. */
 static int lower_fill(cuda_plan *p, const rt_op *op)
 {
-    char v[32], body[96];
-    snprintf(body, sizeof body, "        y[i] = %s;\n", flit(v, op->floats[ATTR_VALUE]));
-    return elementwise(p, "fill", rt_tensor_numel(&op->out[0]), "    float *y = (float *)a.p[0];\n", body, out_arg(op, 0),
-                       ARG_END);
+    char v[32], body[160];
+    if (op->ints[ATTR_LOSS_SCALE])
+        snprintf(body, sizeof body, "        ST(y[i], a.inject_overflow ? FUSION_INF : %s * a.loss_scale);\n",
+                 flit(v, op->floats[ATTR_VALUE]));
+    else
+        snprintf(body, sizeof body, "        ST(y[i], %s);\n", flit(v, op->floats[ATTR_VALUE]));
+    return elementwise(p, "fill", rt_tensor_numel(&op->out[0]), "y!", body, out_arg(op, 0), ARG_END);
 }
 
 /* ---- embedding and positions ---------------------------------------------------- */
@@ -371,7 +439,7 @@ static int lower_positions(cuda_plan *p, const rt_op *op)
     int64_t T = o->rank > 0 ? o->dim[o->rank - 1] : 1;
     char body[96];
     snprintf(body, sizeof body, "        y[i] = (int)(i %% %lldLL);\n", (long long)T);
-    return elementwise(p, "positions", rt_tensor_numel(o), "    int *y = (int *)a.p[0];\n", body, out_arg(op, 0), ARG_END);
+    return elementwise(p, "positions", rt_tensor_numel(o), "y!", body, out_arg(op, 0), ARG_END);
 }
 
 /* idx (N), table (V,C) -> out (N,C). An id outside [0,V) is reported
@@ -384,12 +452,10 @@ static int lower_embedding(cuda_plan *p, const rt_op *op)
              "        long long row = i / %lldLL, col = i %% %lldLL;\n"
              "        int v = idx[row];\n"
              "        if (v < 0 || v >= %lld) { if (col == 0) fusion_report_bad(a.p[3], row); }\n"
-             "        else out[i] = table[(long long)v * %lldLL + col];\n",
+             "        else ST(out[i], LD(table[(long long)v * %lldLL + col]));\n",
              (long long)C, (long long)C, (long long)V, (long long)C);
-    if (elementwise(p, "embedding_fwd", N * C,
-                    "    float *out = (float *)a.p[0];\n    const int *idx = (const int *)a.p[1];\n"
-                    "    const float *table = (const float *)a.p[2];\n",
-                    body, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1), arg_status(), ARG_END))
+    if (elementwise(p, "embedding_fwd", N * C, "out! idx table -", body, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
+                    arg_status(), ARG_END))
         return -1;
     p->steps[p->n_steps - 1].check_status = 1;
     return 0;
@@ -397,24 +463,25 @@ static int lower_embedding(cuda_plan *p, const rt_op *op)
 
 /* idx (N), dout (N,C) -> dtable (V,C): zeroed, then one thread per column
  * adds the rows in token order, as the CPU kernel does (no atomics: equal
- * ids add up in a fixed order). */
+ * ids add up in a fixed order).  dtable is a parameter's gradient, f32:
+ * each add is stored as it is made. */
 static int lower_embedding_backward(cuda_plan *p, const rt_op *op)
 {
     int64_t V = op->out[0].dim[0], C = op->out[0].dim[1], N = rt_tensor_numel(&op->in[0]);
-    if (elementwise(p, "zero", V * C, "    float *y = (float *)a.p[0];\n", "        y[i] = 0.0f;\n", out_arg(op, 0),
-                    ARG_END))
+    if (elementwise(p, "zero", V * C, "y!", "        ST(y[i], 0.0f);\n", out_arg(op, 0), ARG_END))
         return -1;
     kbuf kb = { 0 };
+    kb_ptr(&kb, "dtable", 0, out_arg(op, 0), 1, NULL);
+    kb_ptr(&kb, "dout", 1, in_arg(op, 1), 0, NULL);
+    kb_ptr(&kb, "idx", 2, in_arg(op, 0), 0, NULL);
     kb_printf(&kb,
-              "    float *dtable = (float *)a.p[0];\n"
-              "    const float *dout = (const float *)a.p[1];\n"
-              "    const int *idx = (const int *)a.p[2];\n"
               "    long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
               "    if (c >= %lldLL) return;\n"
               "    for (long long i = 0; i < %lldLL; i++) {\n"
               "        int v = idx[i];\n"
               "        if (v < 0 || v >= %lld) { if (c == 0) fusion_report_bad(a.p[3], i); continue; }\n"
-              "        dtable[(long long)v * %lldLL + c] += dout[i * %lldLL + c];\n"
+              "        long long at = (long long)v * %lldLL + c;\n"
+              "        ST(dtable[at], LD(dtable[at]) + LD(dout[i * %lldLL + c]));\n"
               "    }\n",
               (long long)C, (long long)N, (long long)V, (long long)C, (long long)C);
     return step_kernel(p, kb_finish(p, &kb, "embedding_bwd"), (C + NT - 1) / NT, 0, 1, out_arg(op, 0), in_arg(op, 1),
@@ -434,25 +501,20 @@ static int lower_qkv_split(cuda_plan *p, const rt_op *op, int backward)
         B = dq->dim[0], T = dq->dim[2], H = dq->dim[1], C = dq->dim[1] * dq->dim[3];
     }
     int64_t D = C / H;
-    char body[768];
+    char body[900];
     snprintf(body, sizeof body,
+             "        const long long C = %lldLL;\n"
              "        long long d = i %% %lldLL, t = (i / %lldLL) %% %lldLL, h = (i / %lldLL) %% %lldLL, b = i / %lldLL;\n"
              "        long long r = (b * %lldLL + t) * %lldLL + h * %lldLL + d;\n"
              "%s",
-             (long long)D, (long long)D, (long long)T, (long long)(D * T), (long long)H, (long long)(D * T * H),
-             (long long)T, (long long)(3 * C), (long long)D,
-             backward ? "        qkv[r] = q[i];\n        qkv[r + C] = k[i];\n        qkv[r + 2 * C] = v[i];\n"
-                      : "        q[i] = qkv[r];\n        k[i] = qkv[r + C];\n        v[i] = qkv[r + 2 * C];\n");
-    char decls[512];
-    snprintf(decls, sizeof decls,
-             "    %sfloat *q = (%sfloat *)a.p[0], *k = (%sfloat *)a.p[1], *v = (%sfloat *)a.p[2];\n"
-             "    %sfloat *qkv = (%sfloat *)a.p[3];\n    const long long C = %lldLL;\n",
-             backward ? "const " : "", backward ? "const " : "", backward ? "const " : "", backward ? "const " : "",
-             backward ? "" : "const ", backward ? "" : "const ", (long long)C);
+             (long long)C, (long long)D, (long long)D, (long long)T, (long long)(D * T), (long long)H,
+             (long long)(D * T * H), (long long)T, (long long)(3 * C), (long long)D,
+             backward ? "        ST(qkv[r], LD(q[i]));\n        ST(qkv[r + C], LD(k[i]));\n        ST(qkv[r + 2 * C], LD(v[i]));\n"
+                      : "        ST(q[i], LD(qkv[r]));\n        ST(k[i], LD(qkv[r + C]));\n        ST(v[i], LD(qkv[r + 2 * C]));\n");
     if (!backward)
-        return elementwise(p, "qkv_split_fwd", B * T * C, decls, body, out_arg(op, 0), out_arg(op, 1), out_arg(op, 2),
-                           in_arg(op, 0), ARG_END);
-    return elementwise(p, "qkv_split_bwd", B * T * C, decls, body, in_arg(op, 0), in_arg(op, 1), in_arg(op, 2),
+        return elementwise(p, "qkv_split_fwd", B * T * C, "q! k! v! qkv", body, out_arg(op, 0), out_arg(op, 1),
+                           out_arg(op, 2), in_arg(op, 0), ARG_END);
+    return elementwise(p, "qkv_split_bwd", B * T * C, "q k v qkv!", body, in_arg(op, 0), in_arg(op, 1), in_arg(op, 2),
                        out_arg(op, 0), ARG_END);
 }
 
@@ -467,14 +529,11 @@ static int lower_merge_heads(cuda_plan *p, const rt_op *op, int backward)
              "        long long r = (b * %lldLL + t) * %lldLL + h * %lldLL + d;\n"
              "%s",
              (long long)D, (long long)D, (long long)T, (long long)(D * T), (long long)H, (long long)(D * T * H),
-             (long long)T, (long long)(H * D), (long long)D, backward ? "        x[i] = y[r];\n" : "        y[r] = x[i];\n");
+             (long long)T, (long long)(H * D), (long long)D,
+             backward ? "        ST(x[i], LD(y[r]));\n" : "        ST(y[r], LD(x[i]));\n");
     if (!backward)
-        return elementwise(p, "merge_heads_fwd", B * H * T * D,
-                           "    float *y = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n", body,
-                           out_arg(op, 0), in_arg(op, 0), ARG_END);
-    return elementwise(p, "merge_heads_bwd", B * H * T * D,
-                       "    float *x = (float *)a.p[0];\n    const float *y = (const float *)a.p[1];\n", body,
-                       out_arg(op, 0), in_arg(op, 0), ARG_END);
+        return elementwise(p, "merge_heads_fwd", B * H * T * D, "y! x", body, out_arg(op, 0), in_arg(op, 0), ARG_END);
+    return elementwise(p, "merge_heads_bwd", B * H * T * D, "x! y", body, out_arg(op, 0), in_arg(op, 0), ARG_END);
 }
 
 /* ---- dense: linear and matmul ------------------------------------------------------ */
@@ -483,16 +542,32 @@ static int lower_merge_heads(cuda_plan *p, const rt_op *op, int backward)
 int lower_column_sums(cuda_plan *p, rt_cuda_arg out, rt_cuda_arg in, int64_t rows, int64_t cols)
 {
     kbuf kb = { 0 };
+    kb_ptr(&kb, "out", 0, out, 1, NULL);
+    kb_ptr(&kb, "x", 1, in, 0, NULL);
     kb_printf(&kb,
-              "    float *out = (float *)a.p[0];\n"
-              "    const float *x = (const float *)a.p[1];\n"
               "    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
               "    if (j >= %lldLL) return;\n"
               "    double s = 0;\n"
-              "    for (long long r = 0; r < %lldLL; r++) s += x[r * %lldLL + j];\n"
-              "    out[j] = (float)s;\n",
+              "    for (long long r = 0; r < %lldLL; r++) s += LD(x[r * %lldLL + j]);\n"
+              "    ST(out[j], (float)s);\n",
               (long long)cols, (long long)rows, (long long)cols);
     return step_kernel(p, kb_finish(p, &kb, "column_sums"), (cols + NT - 1) / NT, 0, 0, out, in, ARG_END);
+}
+
+int product_operand(cuda_plan *p, const rt_op *op, int i, rt_cuda_arg *operand)
+{
+    *operand = in_arg(op, i);
+    int64_t at = rt_op_rounded_input_at(op, i);
+    if (at < 0)
+        return 0;
+    if (op->ws_offset < 0)
+        return -2;
+    rt_cuda_arg copy = arg_arena(op->ws_offset + at, rt_op_product_dtype(op));
+    if (elementwise(p, "round", rt_tensor_numel(&op->in[i]), "y! x", "        ST(y[i], LD(x[i]));\n", copy, *operand,
+                    ARG_END))
+        return -1;
+    *operand = copy;
+    return 0;
 }
 
 /* x (M,K), w (N,K), b (N)? -> y (M,N) = x·wᵀ + b: the bias broadcast, then
@@ -500,7 +575,11 @@ int lower_column_sums(cuda_plan *p, rt_cuda_arg out, rt_cuda_arg in, int64_t row
 static int lower_linear(cuda_plan *p, const rt_op *op)
 {
     int64_t K = op->in[1].dim[1], N = op->in[1].dim[0], M = rt_tensor_numel(&op->in[0]) / K;
-    if (step_gemm(p, 0, 1, M, N, K, 1.0f, in_arg(op, 0), K, 0, in_arg(op, 1), K, 0, 0.0f, out_arg(op, 0), N, 0, 1))
+    rt_cuda_arg x, w;
+    int rc = product_operand(p, op, 0, &x);
+    if (rc || (rc = product_operand(p, op, 1, &w)))
+        return rc;
+    if (step_gemm(p, 0, 1, M, N, K, 1.0f, x, K, 0, w, K, 0, 0.0f, out_arg(op, 0), N, 0, 1))
         return -1;
     if (op->n_in < 3)
         return 0;
@@ -513,10 +592,13 @@ static int lower_linear(cuda_plan *p, const rt_op *op)
 static int lower_linear_backward(cuda_plan *p, const rt_op *op)
 {
     int64_t K = op->in[1].dim[1], N = op->in[1].dim[0], M = rt_tensor_numel(&op->in[0]) / K;
-    rt_cuda_arg dx = grad_arg(op, 0), dw = grad_arg(op, 1), db = grad_arg(op, 2);
-    if (dx.kind && step_gemm(p, 0, 0, M, K, N, 1.0f, in_arg(op, 2), N, 0, in_arg(op, 1), K, 0, 0.0f, dx, K, 0, 1))
+    rt_cuda_arg dx = grad_arg(op, 0), dw = grad_arg(op, 1), db = grad_arg(op, 2), x, w, dy;
+    int rc = product_operand(p, op, 0, &x);
+    if (rc || (rc = product_operand(p, op, 1, &w)) || (rc = product_operand(p, op, 2, &dy)))
+        return rc;
+    if (dx.kind && step_gemm(p, 0, 0, M, K, N, 1.0f, dy, N, 0, w, K, 0, 0.0f, dx, K, 0, 1))
         return -1;
-    if (dw.kind && step_gemm(p, 1, 0, N, K, M, 1.0f, in_arg(op, 2), N, 0, in_arg(op, 0), K, 0, 0.0f, dw, K, 0, 1))
+    if (dw.kind && step_gemm(p, 1, 0, N, K, M, 1.0f, dy, N, 0, x, K, 0, 0.0f, dw, K, 0, 1))
         return -1;
     if (db.kind && lower_column_sums(p, db, in_arg(op, 2), M, N))
         return -1;
@@ -527,30 +609,30 @@ static int lower_linear_backward(cuda_plan *p, const rt_op *op)
  * one strided-batched product (a shared b: one tall product). */
 static int lower_matmul(cuda_plan *p, const rt_op *op, int backward)
 {
-    const rt_tensor *a = &op->in[0], *b = &op->in[1];
-    int tb = op->ints[ATTR_TRANSPOSE_B] != 0, b_batched = b->rank > 2;
-    int64_t M = a->dim[a->rank - 2], K = a->dim[a->rank - 1];
-    int64_t N = b->dim[b->rank - (tb ? 2 : 1)], Bt = rt_tensor_numel(a) / (M * K);
+    const rt_tensor *at = &op->in[0], *bt = &op->in[1];
+    int tb = op->ints[ATTR_TRANSPOSE_B] != 0, b_batched = bt->rank > 2;
+    int64_t M = at->dim[at->rank - 2], K = at->dim[at->rank - 1];
+    int64_t N = bt->dim[bt->rank - (tb ? 2 : 1)], Bt = rt_tensor_numel(at) / (M * K);
     int64_t ldb = tb ? K : N;
     float scale = (float)op->floats[ATTR_SCALE];
+    rt_cuda_arg a, b, dc;
+    int rc = product_operand(p, op, 0, &a);
+    if (rc || (rc = product_operand(p, op, 1, &b)) || (backward && (rc = product_operand(p, op, 2, &dc))))
+        return rc;
     if (!backward) {
         if (!b_batched)
-            return step_gemm(p, 0, tb, Bt * M, N, K, scale, in_arg(op, 0), K, 0, in_arg(op, 1), ldb, 0, 0.0f,
-                             out_arg(op, 0), N, 0, 1);
-        return step_gemm(p, 0, tb, M, N, K, scale, in_arg(op, 0), K, M * K, in_arg(op, 1), ldb, K * N, 0.0f,
-                         out_arg(op, 0), N, M * N, Bt);
+            return step_gemm(p, 0, tb, Bt * M, N, K, scale, a, K, 0, b, ldb, 0, 0.0f, out_arg(op, 0), N, 0, 1);
+        return step_gemm(p, 0, tb, M, N, K, scale, a, K, M * K, b, ldb, K * N, 0.0f, out_arg(op, 0), N, M * N, Bt);
     }
     /* a, b, dc -> da = scale·dc·op(b)ᵀ ; db = scale·aᵀ·dc or dcᵀ·a */
     int64_t rows = b_batched ? M : Bt * M, count = b_batched ? Bt : 1;
-    rt_cuda_arg da = grad_arg(op, 0), db = grad_arg(op, 1), dc = in_arg(op, 2);
-    if (da.kind && step_gemm(p, 0, !tb, rows, K, N, scale, dc, N, rows * N, in_arg(op, 1), ldb, b_batched ? K * N : 0,
-                             0.0f, da, K, rows * K, count))
+    rt_cuda_arg da = grad_arg(op, 0), db = grad_arg(op, 1);
+    if (da.kind && step_gemm(p, 0, !tb, rows, K, N, scale, dc, N, rows * N, b, ldb, b_batched ? K * N : 0, 0.0f, da, K,
+                             rows * K, count))
         return -1;
-    if (db.kind && !tb &&
-        step_gemm(p, 1, 0, K, N, rows, scale, in_arg(op, 0), K, rows * K, dc, N, rows * N, 0.0f, db, N, K * N, count))
+    if (db.kind && !tb && step_gemm(p, 1, 0, K, N, rows, scale, a, K, rows * K, dc, N, rows * N, 0.0f, db, N, K * N, count))
         return -1;
-    if (db.kind && tb &&
-        step_gemm(p, 1, 0, N, K, rows, scale, dc, N, rows * N, in_arg(op, 0), K, rows * K, 0.0f, db, K, K * N, count))
+    if (db.kind && tb && step_gemm(p, 1, 0, N, K, rows, scale, dc, N, rows * N, a, K, rows * K, 0.0f, db, K, K * N, count))
         return -1;
     return 0;
 }
@@ -621,8 +703,16 @@ int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err)
     }
     if (rc == -2)
         return diag_set(err, op->name, op->line,
-                        "op '%s' (%s): sizes the CUDA kernels do not take yet (attention: T <= 6144; convolution: "
-                        "a workspace from the memory pass)", op->name, op_table[op->op].name);
+                        "op '%s' (%s): sizes the CUDA kernels do not take yet (attention: T <= 6144; convolution, "
+                        "and products of 16-bit tensors with f32 ones: a workspace from the memory pass)", op->name,
+                        op_table[op->op].name);
+    if (rc == -3)
+        return diag_set(err, op->name, op->line,
+                        "internal error: op '%s' (%s): a matrix product of operands cuBLAS does not multiply together "
+                        "(%s by %s)", op->name, op_table[op->op].name, ctype(op->in[0].dtype), ctype(op->in[1].dtype));
+    if (rc == -4)
+        return diag_set(err, op->name, op->line, "op '%s' (%s): its CUDA kernel takes f32 tensors only, and this one "
+                        "has a 16-bit one", op->name, op_table[op->op].name);
     if (rc || p->oom)
         return diag_set(err, op->name, op->line, "out of memory generating CUDA kernels for op '%s'", op->name);
     p->ops[p->n_ops].first = first;

@@ -11,18 +11,31 @@
  * its op and a hash of its text (f_layernorm_fwd_3f2a...), so equal sources
  * are one kernel.
  *
- * The source is plain CUDA C with no includes: the prelude
- * (cuda_kernels_prelude) defines fusion_args and the block reductions, and
- * spells shared memory through two macros that the CPU emulation harness
- * (tests/unit/cuda_emu.h) defines its own way.  Reductions accumulate in
- * double, as the CPU kernels do, and in a fixed order: results do not
- * depend on timing, and the harness compares them with the CPU kernels.
+ * The source is plain CUDA C whose only includes are cuda_bf16.h and
+ * cuda_fp16.h: the prelude (cuda_kernels_prelude) defines fusion_args, the
+ * block reductions and the loads and stores of the three float storage
+ * types, and spells shared memory through two macros that the CPU
+ * emulation harness (tests/unit/cuda_emu.h) defines its own way, with the
+ * two 16-bit types.  Reductions accumulate in double, as the CPU kernels
+ * do, and in a fixed order: results do not depend on timing, and the
+ * harness compares them with the CPU kernels.
+ *
+ * Precision.  A kernel is written once and declares each tensor with the C
+ * type of its dtype (rt_tensor.dtype: float, __nv_bfloat16, __half); it
+ * loads to float, computes in float and rounds what it stores (nearest
+ * even), as the CPU's 16-bit path does (runtime/exec.c).  So a bf16 graph's
+ * layernorm reads bf16 activations and f32 weights and writes bf16, and
+ * its weight gradient in f32.  A matrix product of 16-bit activations is a
+ * cublasGemmEx (tensor cores, f32 accumulator); an f32 weight it reads is
+ * rounded first into the op's scratch (runtime/exec.h's layout).
  *
  * What it deliberately is not: fast.  The kernels are the plain,
- * obviously-right form (block-per-row reductions, one thread per output,
- * no tensor cores); matrix products, where the time goes, are cuBLAS's.
- * Chains of elementwise ops (a bias, then gelu or a residual add) fuse
- * into one launch when the plan asks (cuda_elementwise.c).
+ * obviously-right form (block-per-row reductions, one thread per output);
+ * matrix products, where the time goes, are cuBLAS's.  Chains of
+ * elementwise ops (a bias, then gelu or a residual add) fuse into one
+ * launch when the plan asks (cuda_elementwise.c).  A weight is rounded
+ * again for each product that reads it (once a micro-batch per direction),
+ * not cached for the step.
  */
 #ifndef FUSION_CUDA_KERNELS_H
 #define FUSION_CUDA_KERNELS_H

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 
+#include "../ir/ir.h"
 #include "cuda_kernels.h"
 
 #define NT CUDA_KERNEL_THREADS
@@ -23,16 +24,34 @@ void kb_printf(kbuf *kb, const char *fmt, ...) __attribute__((format(printf, 2, 
  * equal one is there; its index, or -1 when out of memory. kb is freed. */
 int32_t kb_finish(cuda_plan *p, kbuf *kb, const char *tag);
 
-/* Arguments. */
-rt_cuda_arg arg_arena(int64_t offset);
+/* Arguments: a place and the dtype of what is there (scratch: f32). */
+rt_cuda_arg arg_arena(int64_t offset, int32_t dtype);
 rt_cuda_arg arg_scratch(int64_t offset);
 rt_cuda_arg arg_none(void);
 rt_cuda_arg arg_status(void);
+rt_cuda_arg arg_flags(void);
 #define ARG_END ((rt_cuda_arg){ -1, 0, 0 })
+
+/* ---- storage types: the one place that maps a dtype to kernel text -----
+ *
+ * A kernel declares each tensor pointer with its C type, ctype(dtype):
+ * float, int, __nv_bfloat16 or __half; it reads floats through LD(x[i])
+ * and writes through ST(y[i], v) (the prelude's overloads: exact widening,
+ * round-to-nearest-even narrowing), so one kernel text serves f32, bf16
+ * and fp16 tensors, and mixes of them, but for its declarations. */
+const char *ctype(int32_t dtype);
+int64_t     dtype_bytes(int32_t dtype);
+/* "    [const ]T *name = ([const ]T *)a.p[index]<offset>;\n", T = ctype(arg.dtype);
+ * offset: NULL, or an expression in elements (" + r * 300LL"). */
+void kb_ptr(kbuf *kb, const char *name, int index, rt_cuda_arg arg, int writable, const char *offset);
+/* One kb_ptr per argument: names are space-separated in argument order, a
+ * trailing '!' marks one written (the others are const), "-" declares none. */
+void kb_ptrs(kbuf *kb, const char *names, const rt_cuda_arg *args, int n_args);
 
 /* Launch kernel k on grid x block (1-d), dyn shared bytes; args end with ARG_END. */
 int step_kernel(cuda_plan *p, int32_t k, int64_t grid, uint32_t shared_bytes, int check_status, ...);
-/* Row-major C = alpha·op(A)·op(B) + beta·C, batch entries batch apart. */
+/* Row-major C = alpha·op(A)·op(B) + beta·C, batch entries batch apart.
+ * A and B of one type (f32, bf16, fp16), C f32 or theirs; -3 otherwise. */
 int step_gemm(cuda_plan *p, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               rt_cuda_arg A, int64_t lda, int64_t stride_a, rt_cuda_arg B, int64_t ldb, int64_t stride_b,
               float beta, rt_cuda_arg C, int64_t ldc, int64_t stride_c, int64_t batch);
@@ -46,18 +65,23 @@ int64_t grid_for(int64_t n);
 rt_cuda_arg in_arg(const rt_op *op, int i);
 rt_cuda_arg out_arg(const rt_op *op, int i);
 rt_cuda_arg grad_arg(const rt_op *op, int bit);
-/* A place plus bytes. */
-rt_cuda_arg arg_plus(rt_cuda_arg a, int64_t bytes);
+/* A place plus a number of its elements (of its dtype). */
+rt_cuda_arg arg_elems(rt_cuda_arg a, int64_t elements);
 
 /* One elementwise kernel over n elements (a grid-stride loop over i):
- * decls declare the pointers from a.p[], body computes element i; the
- * arguments follow, ending with ARG_END.  With p->fuse it may instead join
- * the plan's last step (cuda_elementwise.c). */
-int elementwise(cuda_plan *p, const char *tag, int64_t n, const char *decls, const char *body, ...);
+ * names declares the pointers of the arguments (kb_ptrs), body computes
+ * element i; the arguments follow, ending with ARG_END.  With p->fuse it
+ * may instead join the plan's last step (cuda_elementwise.c). */
+int elementwise(cuda_plan *p, const char *tag, int64_t n, const char *names, const char *body, ...);
 /* y (rows, cols) += b (cols) broadcast over rows: elementwise, fusable with
  * what follows though it reads b at i % cols. */
 int elementwise_bias_rows_add(cuda_plan *p, int64_t rows, int64_t cols, rt_cuda_arg y, rt_cuda_arg b);
 void cuda_fusable_free(cuda_plan *p);
+/* The operand input i of a product op as cuBLAS reads it: the tensor itself,
+ * or, when it is f32 and the op multiplies in 16 bits (rt_op_product_dtype),
+ * its copy rounded into the op's scratch (runtime/exec.h's layout) by a
+ * kernel added here.  0, -1 out of memory, -2 no scratch. */
+int product_operand(cuda_plan *p, const rt_op *op, int i, rt_cuda_arg *operand);
 /* out[j] = Σ_rows in[row][j] in double, one thread per column. */
 int lower_column_sums(cuda_plan *p, rt_cuda_arg out, rt_cuda_arg in, int64_t rows, int64_t cols);
 

@@ -4,7 +4,9 @@
  *
  * Each kernel follows its CPU kernel in runtime/cpu/ step for step (the
  * same float expressions, sums in double), so the emulation harness can
- * hold them to 1e-5 of the output's largest magnitude.  Reductions are one
+ * hold them to 1e-5 of the output's largest magnitude (a 16-bit output: to
+ * one step of its format, where the two f32 results straddle a rounding
+ * boundary; tests/unit/cuda_cases.c).  Reductions are one
  * block (NT threads) per row, channel or query; a kernel that needs another
  * launch's row statistics (layernorm and attention backward, cross-entropy)
  * passes them through the backend's scratch area.
@@ -29,32 +31,38 @@ static void kb_row_stats(kbuf *kb, const char *xr, int64_t C, const char *eps)
 {
     kb_printf(kb,
               "    double s = 0, ss = 0;\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) s += %s[j];\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) s += LD(%s[j]);\n"
               "    double mean = fusion_block_sum(s, red) / %lld.0;\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { double d = %s[j] - mean; ss += d * d; }\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { double d = LD(%s[j]) - mean; ss += d * d; }\n"
               "    double var = fusion_block_sum(ss, red) / %lld.0;\n"
               "    float m = (float)mean, rs = (float)(1.0 / sqrt(var + (double)%s));\n",
               LL(C), xr, LL(C), LL(C), xr, LL(C), eps);
+}
+
+/* " + (long long)blockIdx.x * 300LL": a row-per-block kernel's offset, in elements. */
+static const char *row_offset(char buf[64], const char *row, int64_t len)
+{
+    snprintf(buf, 64, " + %s * %lldLL", row, LL(len));
+    return buf;
 }
 
 /* x (N,C), w (C), b (C) -> y (N,C), one block per row. */
 int lower_layernorm(cuda_plan *p, const rt_op *op)
 {
     int64_t C = op->in[0].rank > 0 ? op->in[0].dim[op->in[0].rank - 1] : 1, N = rt_tensor_numel(&op->in[0]) / C;
-    char eps[32];
+    rt_cuda_arg w = op->n_in > 1 ? in_arg(op, 1) : arg_none(), b = op->n_in > 2 ? in_arg(op, 2) : arg_none();
+    char eps[32], row[64];
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
-    kb_printf(&kb,
-              "    float *y = (float *)a.p[0] + (long long)blockIdx.x * %lldLL;\n"
-              "    const float *xr = (const float *)a.p[1] + (long long)blockIdx.x * %lldLL;\n"
-              "    const float *w = (const float *)a.p[2], *b = (const float *)a.p[3];\n",
-              LL(C), LL(C));
+    kb_ptr(&kb, "y", 0, out_arg(op, 0), 1, row_offset(row, "(long long)blockIdx.x", C));
+    kb_ptr(&kb, "xr", 1, in_arg(op, 0), 0, row);
+    kb_ptr(&kb, "w", 2, w, 0, NULL);
+    kb_ptr(&kb, "b", 3, b, 0, NULL);
     kb_row_stats(&kb, "xr", C, flit(eps, op->floats[ATTR_EPS]));
     kb_printf(&kb, "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x)\n"
-                   "        y[j] = (xr[j] - m) * rs * (w ? w[j] : 1.0f) + (b ? b[j] : 0.0f);\n",
+                   "        ST(y[j], (LD(xr[j]) - m) * rs * (w ? LD(w[j]) : 1.0f) + (b ? LD(b[j]) : 0.0f));\n",
               LL(C));
-    return step_kernel(p, kb_finish(p, &kb, "layernorm_fwd"), N, 0, 0, out_arg(op, 0), in_arg(op, 0),
-                       op->n_in > 1 ? in_arg(op, 1) : arg_none(), op->n_in > 2 ? in_arg(op, 2) : arg_none(), ARG_END);
+    return step_kernel(p, kb_finish(p, &kb, "layernorm_fwd"), N, 0, 0, out_arg(op, 0), in_arg(op, 0), w, b, ARG_END);
 }
 
 /* x, w, dy -> dx, dw, db.  Launch 1, a block per row: the row's mean and
@@ -64,51 +72,56 @@ int lower_layernorm_backward(cuda_plan *p, const rt_op *op)
 {
     int64_t C = op->in[0].rank > 0 ? op->in[0].dim[op->in[0].rank - 1] : 1, N = rt_tensor_numel(&op->in[0]) / C;
     rt_cuda_arg dx = grad_arg(op, 0), dw = grad_arg(op, 1), db = grad_arg(op, 2);
-    char eps[32];
+    rt_cuda_arg w = op->n_in > 2 ? in_arg(op, 1) : arg_none(), dy = in_arg(op, op->n_in - 1);
+    char eps[32], row[64];
     plan_need_scratch(p, 2 * N * 4);
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
-    kb_printf(&kb,
-              "    long long r = blockIdx.x;\n"
-              "    const float *xr = (const float *)a.p[1] + r * %lldLL, *dyr = (const float *)a.p[3] + r * %lldLL;\n"
-              "    const float *w = (const float *)a.p[2];\n"
-              "    float *stats = (float *)a.p[4];\n",
-              LL(C), LL(C));
+    kb_printf(&kb, "    long long r = blockIdx.x;\n");
+    kb_ptr(&kb, "xr", 1, in_arg(op, 0), 0, row_offset(row, "r", C));
+    kb_ptr(&kb, "dyr", 3, dy, 0, row);
+    kb_ptr(&kb, "w", 2, w, 0, NULL);
+    kb_printf(&kb, "    float *stats = (float *)a.p[4];\n");
     kb_row_stats(&kb, "xr", C, flit(eps, op->floats[ATTR_EPS]));
     kb_printf(&kb,
               "    if (threadIdx.x == 0) { stats[r] = m; stats[%lldLL + r] = rs; }\n"
               "    if (!a.p[0]) return;\n"
               "    double sg = 0, sgx = 0;\n"
               "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) {\n"
-              "        float xhat = (xr[j] - m) * rs, g = dyr[j] * (w ? w[j] : 1.0f);\n"
+              "        float xhat = (LD(xr[j]) - m) * rs, g = LD(dyr[j]) * (w ? LD(w[j]) : 1.0f);\n"
               "        sg += g;\n"
               "        sgx += g * xhat;\n"
               "    }\n"
-              "    float mg = (float)(fusion_block_sum(sg, red) / %lld.0), mgx = (float)(fusion_block_sum(sgx, red) / %lld.0);\n"
-              "    float *dxr = (float *)a.p[0] + r * %lldLL;\n"
+              "    float mg = (float)(fusion_block_sum(sg, red) / %lld.0), mgx = (float)(fusion_block_sum(sgx, red) / %lld.0);\n",
+              LL(N), LL(C), LL(C), LL(C));
+    kb_ptr(&kb, "dxr", 0, dx, 1, row);
+    kb_printf(&kb,
               "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) {\n"
-              "        float xhat = (xr[j] - m) * rs, g = dyr[j] * (w ? w[j] : 1.0f);\n"
-              "        dxr[j] = rs * (g - mg - xhat * mgx);\n"
+              "        float xhat = (LD(xr[j]) - m) * rs, g = LD(dyr[j]) * (w ? LD(w[j]) : 1.0f);\n"
+              "        ST(dxr[j], rs * (g - mg - xhat * mgx));\n"
               "    }\n",
-              LL(N), LL(C), LL(C), LL(C), LL(C), LL(C));
-    rt_cuda_arg w = op->n_in > 2 ? in_arg(op, 1) : arg_none(), dy = in_arg(op, op->n_in - 1);
+              LL(C));
     if (step_kernel(p, kb_finish(p, &kb, "layernorm_bwd_rows"), N, 0, 0, dx, in_arg(op, 0), w, dy, arg_scratch(0),
                     ARG_END))
         return -1;
     if (!dw.kind && !db.kind)
         return 0;
+    kb_ptr(&kb, "dw", 0, dw, 1, NULL);
+    kb_ptr(&kb, "db", 1, db, 1, NULL);
+    kb_ptr(&kb, "x", 2, in_arg(op, 0), 0, NULL);
+    kb_ptr(&kb, "dy", 3, dy, 0, NULL);
     kb_printf(&kb,
+              "    const float *stats = (const float *)a.p[4];\n"
               "    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
               "    if (j >= %lldLL) return;\n"
-              "    const float *x = (const float *)a.p[2], *dy = (const float *)a.p[3], *stats = (const float *)a.p[4];\n"
               "    double aw = 0, ab = 0;\n"
               "    for (long long r = 0; r < %lldLL; r++) {\n"
-              "        float m = stats[r], rs = stats[%lldLL + r], g = dy[r * %lldLL + j];\n"
-              "        aw += g * ((x[r * %lldLL + j] - m) * rs);\n"
+              "        float m = stats[r], rs = stats[%lldLL + r], g = LD(dy[r * %lldLL + j]);\n"
+              "        aw += g * ((LD(x[r * %lldLL + j]) - m) * rs);\n"
               "        ab += g;\n"
               "    }\n"
-              "    if (a.p[0]) ((float *)a.p[0])[j] = (float)aw;\n"
-              "    if (a.p[1]) ((float *)a.p[1])[j] = (float)ab;\n",
+              "    if (dw) ST(dw[j], (float)aw);\n"
+              "    if (db) ST(db[j], (float)ab);\n",
               LL(C), LL(N), LL(N), LL(C), LL(C));
     return step_kernel(p, kb_finish(p, &kb, "layernorm_bwd_cols"), (C + NT - 1) / NT, 0, 0, dw, db, in_arg(op, 0), dy,
                        arg_scratch(0), ARG_END);
@@ -123,9 +136,9 @@ static void kb_channel_stats(kbuf *kb, int64_t N, int64_t C, int64_t HW, const c
               "    const long long c = blockIdx.x, count = %lldLL;\n"
               "#define AT(i) ((((i) / %lldLL) * %lldLL + c) * %lldLL + (i) %% %lldLL)\n"
               "    double s = 0, ss = 0;\n"
-              "    for (long long i = threadIdx.x; i < count; i += blockDim.x) s += x[AT(i)];\n"
+              "    for (long long i = threadIdx.x; i < count; i += blockDim.x) s += LD(x[AT(i)]);\n"
               "    double mean = fusion_block_sum(s, red) / (double)count;\n"
-              "    for (long long i = threadIdx.x; i < count; i += blockDim.x) { double d = x[AT(i)] - mean; ss += d * d; }\n"
+              "    for (long long i = threadIdx.x; i < count; i += blockDim.x) { double d = LD(x[AT(i)]) - mean; ss += d * d; }\n"
               "    double var = fusion_block_sum(ss, red) / (double)count;\n"
               "    float m = (float)mean, rs = (float)(1.0 / sqrt(var + (double)%s));\n",
               LL(N * HW), LL(HW), LL(C), LL(HW), LL(HW), eps);
@@ -145,17 +158,17 @@ int lower_batchnorm(cuda_plan *p, const rt_op *op)
 {
     int64_t N, C, HW;
     channel_sizes(op, &N, &C, &HW);
+    rt_cuda_arg w = op->n_in > 1 ? in_arg(op, 1) : arg_none(), b = op->n_in > 2 ? in_arg(op, 2) : arg_none();
+    const rt_cuda_arg args[] = { out_arg(op, 0), in_arg(op, 0), w, b };
     char eps[32];
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
-    kb_printf(&kb, "    float *y = (float *)a.p[0];\n"
-                   "    const float *x = (const float *)a.p[1], *w = (const float *)a.p[2], *b = (const float *)a.p[3];\n");
+    kb_ptrs(&kb, "y! x w b", args, 4);
     kb_channel_stats(&kb, N, C, HW, flit(eps, op->floats[ATTR_EPS]));
-    kb_printf(&kb, "    float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;\n"
-                   "    for (long long i = threadIdx.x; i < count; i += blockDim.x) y[AT(i)] = (x[AT(i)] - m) * rs * wc + bc;\n"
+    kb_printf(&kb, "    float wc = w ? LD(w[c]) : 1.0f, bc = b ? LD(b[c]) : 0.0f;\n"
+                   "    for (long long i = threadIdx.x; i < count; i += blockDim.x) ST(y[AT(i)], (LD(x[AT(i)]) - m) * rs * wc + bc);\n"
                    "#undef AT\n");
-    return step_kernel(p, kb_finish(p, &kb, "batchnorm_fwd"), C, 0, 0, out_arg(op, 0), in_arg(op, 0),
-                       op->n_in > 1 ? in_arg(op, 1) : arg_none(), op->n_in > 2 ? in_arg(op, 2) : arg_none(), ARG_END);
+    return step_kernel(p, kb_finish(p, &kb, "batchnorm_fwd"), C, 0, 0, args[0], args[1], args[2], args[3], ARG_END);
 }
 
 /* x, w, dy -> dx, dw, db, one block per channel. */
@@ -163,29 +176,31 @@ int lower_batchnorm_backward(cuda_plan *p, const rt_op *op)
 {
     int64_t N, C, HW;
     channel_sizes(op, &N, &C, &HW);
+    const rt_cuda_arg args[] = { grad_arg(op, 0), grad_arg(op, 1), grad_arg(op, 2), in_arg(op, 0),
+                                 op->n_in > 2 ? in_arg(op, 1) : arg_none(), in_arg(op, op->n_in - 1) };
     char eps[32];
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
-    kb_printf(&kb, "    const float *x = (const float *)a.p[3], *w = (const float *)a.p[4], *dy = (const float *)a.p[5];\n");
+    kb_ptrs(&kb, "dx! dw! db! x w dy", args, 6);
     kb_channel_stats(&kb, N, C, HW, flit(eps, op->floats[ATTR_EPS]));
     kb_printf(&kb,
               "    double sdy = 0, sdyx = 0;\n"
               "    for (long long i = threadIdx.x; i < count; i += blockDim.x) {\n"
-              "        sdy += dy[AT(i)];\n"
-              "        sdyx += dy[AT(i)] * ((x[AT(i)] - m) * rs);\n"
+              "        float g = LD(dy[AT(i)]);\n"
+              "        sdy += g;\n"
+              "        sdyx += g * ((LD(x[AT(i)]) - m) * rs);\n"
               "    }\n"
               "    sdy = fusion_block_sum(sdy, red);\n"
               "    sdyx = fusion_block_sum(sdyx, red);\n"
-              "    if (threadIdx.x == 0 && a.p[1]) ((float *)a.p[1])[c] = (float)sdyx;\n"
-              "    if (threadIdx.x == 0 && a.p[2]) ((float *)a.p[2])[c] = (float)sdy;\n"
-              "    float *dx = (float *)a.p[0];\n"
+              "    if (threadIdx.x == 0 && dw) ST(dw[c], (float)sdyx);\n"
+              "    if (threadIdx.x == 0 && db) ST(db[c], (float)sdy);\n"
               "    if (!dx) return;\n"
-              "    float k = (w ? w[c] : 1.0f) * rs, mdy = (float)(sdy / (double)count), mdyx = (float)(sdyx / (double)count);\n"
+              "    float k = (w ? LD(w[c]) : 1.0f) * rs, mdy = (float)(sdy / (double)count), mdyx = (float)(sdyx / (double)count);\n"
               "    for (long long i = threadIdx.x; i < count; i += blockDim.x)\n"
-              "        dx[AT(i)] = k * (dy[AT(i)] - mdy - (x[AT(i)] - m) * rs * mdyx);\n"
+              "        ST(dx[AT(i)], k * (LD(dy[AT(i)]) - mdy - (LD(x[AT(i)]) - m) * rs * mdyx));\n"
               "#undef AT\n");
-    return step_kernel(p, kb_finish(p, &kb, "batchnorm_bwd"), C, 0, 0, grad_arg(op, 0), grad_arg(op, 1), grad_arg(op, 2),
-                       in_arg(op, 0), op->n_in > 2 ? in_arg(op, 1) : arg_none(), in_arg(op, op->n_in - 1), ARG_END);
+    return step_kernel(p, kb_finish(p, &kb, "batchnorm_bwd"), C, 0, 0, args[0], args[1], args[2], args[3], args[4],
+                       args[5], ARG_END);
 }
 
 /* ---- softmax ---------------------------------------------------------------------- */
@@ -195,25 +210,25 @@ int lower_softmax(cuda_plan *p, const rt_op *op)
 {
     int64_t L = op->in[0].rank > 0 ? op->in[0].dim[op->in[0].rank - 1] : 1, R = rt_tensor_numel(&op->in[0]) / L;
     int causal = op->ints[ATTR_CAUSAL] != 0;
-    char valid[64];
+    char valid[64], row[64];
     if (causal)
         snprintf(valid, sizeof valid, "r %% %lldLL + 1", LL(L));
     else
         snprintf(valid, sizeof valid, "%lldLL", LL(L));
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "    long long r = blockIdx.x, valid = %s;\n", valid);
+    kb_ptr(&kb, "x", 1, in_arg(op, 0), 0, row_offset(row, "r", L));
+    kb_ptr(&kb, "y", 0, out_arg(op, 0), 1, row);
     kb_printf(&kb,
-              "    long long r = blockIdx.x, valid = %s;\n"
-              "    const float *x = (const float *)a.p[1] + r * %lldLL;\n"
-              "    float *y = (float *)a.p[0] + r * %lldLL;\n"
               "    float mx = -FUSION_INF;\n"
-              "    for (long long j = threadIdx.x; j < valid; j += blockDim.x) mx = x[j] > mx ? x[j] : mx;\n"
+              "    for (long long j = threadIdx.x; j < valid; j += blockDim.x) { float xj = LD(x[j]); mx = xj > mx ? xj : mx; }\n"
               "    mx = fusion_block_max(mx, redf);\n"
               "    double s = 0;\n"
-              "    for (long long j = threadIdx.x; j < valid; j += blockDim.x) s += expf(x[j] - mx);\n"
+              "    for (long long j = threadIdx.x; j < valid; j += blockDim.x) s += expf(LD(x[j]) - mx);\n"
               "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) y[j] = j < valid ? expf(x[j] - mx) * inv : 0.0f;\n",
-              valid, LL(L), LL(L), LL(L));
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(y[j], j < valid ? expf(LD(x[j]) - mx) * inv : 0.0f);\n",
+              LL(L));
     return step_kernel(p, kb_finish(p, &kb, causal ? "softmax_causal_fwd" : "softmax_fwd"), R, 0, 0, out_arg(op, 0),
                        in_arg(op, 0), ARG_END);
 }
@@ -222,17 +237,19 @@ int lower_softmax(cuda_plan *p, const rt_op *op)
 int lower_softmax_backward(cuda_plan *p, const rt_op *op)
 {
     int64_t L = op->in[0].rank > 0 ? op->in[0].dim[op->in[0].rank - 1] : 1, R = rt_tensor_numel(&op->in[0]) / L;
+    char row[64];
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "    long long r = blockIdx.x;\n");
+    kb_ptr(&kb, "y", 1, in_arg(op, 0), 0, row_offset(row, "r", L));
+    kb_ptr(&kb, "dy", 2, in_arg(op, 1), 0, row);
+    kb_ptr(&kb, "dx", 0, out_arg(op, 0), 1, row);
     kb_printf(&kb,
-              "    long long r = blockIdx.x;\n"
-              "    const float *y = (const float *)a.p[1] + r * %lldLL, *dy = (const float *)a.p[2] + r * %lldLL;\n"
-              "    float *dx = (float *)a.p[0] + r * %lldLL;\n"
               "    double dot = 0;\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) dot += dy[j] * y[j];\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) dot += LD(dy[j]) * LD(y[j]);\n"
               "    float d = (float)fusion_block_sum(dot, red);\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) dx[j] = y[j] * (dy[j] - d);\n",
-              LL(L), LL(L), LL(L), LL(L), LL(L));
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(dx[j], LD(y[j]) * (LD(dy[j]) - d));\n",
+              LL(L), LL(L));
     return step_kernel(p, kb_finish(p, &kb, "softmax_bwd"), R, 0, 0, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1), ARG_END);
 }
 
@@ -243,25 +260,26 @@ int lower_softmax_backward(cuda_plan *p, const rt_op *op)
 #define ATTENTION_MAX_T 6144
 
 /* Common head of the attention kernels: block = one (b, h, row) of T. */
-static void kb_attention_head(kbuf *kb, int64_t T, int64_t C, int64_t H, const char *row)
+static void kb_attention_head(kbuf *kb, const rt_op *op, int64_t T, int64_t C, int64_t H, const char *row)
 {
     int64_t D = C / H;
     char scale[32];
     kb_printf(kb,
               "    const long long T = %lldLL, C = %lldLL, D = %lldLL;\n"
               "    const float scale = %s;\n"
-              "    const long long %s = blockIdx.x %% T, bh = blockIdx.x / T, h = bh %% %lldLL, b = bh / %lldLL;\n"
-              "    const float *qkv = (const float *)a.p[1];\n"
+              "    const long long %s = blockIdx.x %% T, bh = blockIdx.x / T, h = bh %% %lldLL, b = bh / %lldLL;\n",
+              LL(T), LL(C), LL(D), flit(scale, 1.0 / sqrt((double)D)), row, LL(H), LL(H));
+    kb_ptr(kb, "qkv", 1, in_arg(op, 0), 0, NULL);
+    kb_printf(kb,
               "#define Q(t) (qkv + (b * T + (t)) * 3 * C + h * D)\n"
               "#define K(t) (Q(t) + C)\n"
-              "#define V(t) (Q(t) + 2 * C)\n",
-              LL(T), LL(C), LL(D), flit(scale, 1.0 / sqrt((double)D)), row, LL(H), LL(H));
+              "#define V(t) (Q(t) + 2 * C)\n");
 }
 
 /* The scaled score of query i against key j, as the CPU's sgemm forms it. */
 static const char att_score[] =
     "        float sc = 0.0f;\n"
-    "        for (long long d = 0; d < D; d++) sc += Q(i)[d] * K(j)[d];\n"
+    "        for (long long d = 0; d < D; d++) sc += LD(Q(i)[d]) * LD(K(j)[d]);\n"
     "        sc = scale * sc;\n";
 
 /* The causal softmax of query row i into P[0..i] (shared): its max mx and
@@ -293,15 +311,15 @@ int lower_attention(cuda_plan *p, const rt_op *op)
         return -2;
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
-    kb_attention_head(&kb, T, C, H, "i");
+    kb_attention_head(&kb, op, T, C, H, "i");
     kb_printf(&kb, "    FUSION_DYN_SHARED(float, P);\n");
     kb_attention_softmax_row(&kb);
+    kb_ptr(&kb, "out", 0, out_arg(op, 0), 1, " + (b * T + i) * C + h * D");
     kb_printf(&kb,
-              "    float *out = (float *)a.p[0] + (b * T + i) * C + h * D;\n"
               "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
               "        float acc = 0.0f;\n"
-              "        for (long long j = 0; j <= i; j++) acc += (P[j] * inv) * V(j)[d];\n"
-              "        out[d] = acc;\n"
+              "        for (long long j = 0; j <= i; j++) acc += (P[j] * inv) * LD(V(j)[d]);\n"
+              "        ST(out[d], acc);\n"
               "    }\n"
               "#undef Q\n#undef K\n#undef V\n");
     return step_kernel(p, kb_finish(p, &kb, "attention_fwd"), B * H * T, (uint32_t)(T * 4), 0, out_arg(op, 0),
@@ -321,11 +339,12 @@ int lower_attention_backward(cuda_plan *p, const rt_op *op)
     if (T > ATTENTION_MAX_T)
         return -2;
     plan_need_scratch(p, 3 * B * H * T * 4);
+    rt_cuda_arg dqkv = out_arg(op, 0);
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
-    kb_attention_head(&kb, T, C, H, "i");
+    kb_attention_head(&kb, op, T, C, H, "i");
+    kb_ptr(&kb, "dO", 2, in_arg(op, 1), 0, " + (b * T + i) * C + h * D");
     kb_printf(&kb,
-              "    const float *dO = (const float *)a.p[2] + (b * T + i) * C + h * D;\n"
               "    float *stats = (float *)a.p[3] + blockIdx.x * 3;\n"
               "    FUSION_DYN_SHARED(float, P);\n"
               "    float *dP = P + T;\n");
@@ -334,7 +353,7 @@ int lower_attention_backward(cuda_plan *p, const rt_op *op)
               "    double dot = 0;\n"
               "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
               "        float pj = P[j] * inv, dp = 0.0f;\n"
-              "        for (long long d = 0; d < D; d++) dp += dO[d] * V(j)[d];\n"
+              "        for (long long d = 0; d < D; d++) dp += LD(dO[d]) * LD(V(j)[d]);\n"
               "        P[j] = pj;\n"
               "        dP[j] = dp;\n"
               "        dot += pj * dp;\n"
@@ -342,42 +361,44 @@ int lower_attention_backward(cuda_plan *p, const rt_op *op)
               "    float dd = (float)fusion_block_sum(dot, red);\n"
               "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) dP[j] = P[j] * (dP[j] - dd);\n"
               "    if (threadIdx.x == 0) { stats[0] = mx; stats[1] = inv; stats[2] = dd; }\n"
-              "    __syncthreads();\n"
-              "    float *dq = (float *)a.p[0] + (b * T + i) * 3 * C + h * D;\n"
+              "    __syncthreads();\n");
+    kb_ptr(&kb, "dq", 0, dqkv, 1, " + (b * T + i) * 3 * C + h * D");
+    kb_printf(&kb,
               "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
               "        float acc = 0.0f;\n"
-              "        for (long long j = 0; j <= i; j++) acc += dP[j] * K(j)[d];\n"
-              "        dq[d] = scale * acc;\n"
+              "        for (long long j = 0; j <= i; j++) acc += dP[j] * LD(K(j)[d]);\n"
+              "        ST(dq[d], scale * acc);\n"
               "    }\n"
               "#undef Q\n#undef K\n#undef V\n");
-    rt_cuda_arg dqkv = out_arg(op, 0);
     if (step_kernel(p, kb_finish(p, &kb, "attention_bwd_q"), B * H * T, (uint32_t)(2 * T * 4), 0, dqkv, in_arg(op, 0),
                     in_arg(op, 1), arg_scratch(0), ARG_END))
         return -1;
     kb_printf(&kb, "%s", red_decls);
-    kb_attention_head(&kb, T, C, H, "j");
+    kb_attention_head(&kb, op, T, C, H, "j");
+    kb_ptr(&kb, "dout", 2, in_arg(op, 1), 0, NULL);
     kb_printf(&kb,
-              "    const float *dout = (const float *)a.p[2], *stats = (const float *)a.p[3] + bh * T * 3;\n"
+              "    const float *stats = (const float *)a.p[3] + bh * T * 3;\n"
               "#define DO(t) (dout + (b * T + (t)) * C + h * D)\n"
               "    FUSION_DYN_SHARED(float, P);\n"
               "    float *dS = P + T;\n"
               "    for (long long i = j + threadIdx.x; i < T; i += blockDim.x) {\n"
               "%s"
               "        float pij = expf(sc - stats[i * 3]) * stats[i * 3 + 1], dp = 0.0f;\n"
-              "        for (long long d = 0; d < D; d++) dp += DO(i)[d] * V(j)[d];\n"
+              "        for (long long d = 0; d < D; d++) dp += LD(DO(i)[d]) * LD(V(j)[d]);\n"
               "        P[i] = pij;\n"
               "        dS[i] = pij * (dp - stats[i * 3 + 2]);\n"
               "    }\n"
-              "    __syncthreads();\n"
-              "    float *dk = (float *)a.p[0] + (b * T + j) * 3 * C + C + h * D, *dv = dk + C;\n"
+              "    __syncthreads();\n",
+              att_score);
+    kb_ptr(&kb, "dk", 0, dqkv, 1, " + (b * T + j) * 3 * C + C + h * D");
+    kb_printf(&kb,
               "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
               "        float ak = 0.0f, av = 0.0f;\n"
-              "        for (long long i = j; i < T; i++) { ak += dS[i] * Q(i)[d]; av += P[i] * DO(i)[d]; }\n"
-              "        dk[d] = scale * ak;\n"
-              "        dv[d] = av;\n"
+              "        for (long long i = j; i < T; i++) { ak += dS[i] * LD(Q(i)[d]); av += P[i] * LD(DO(i)[d]); }\n"
+              "        ST(dk[d], scale * ak);\n"
+              "        ST(dk[C + d], av);\n"
               "    }\n"
-              "#undef Q\n#undef K\n#undef V\n#undef DO\n",
-              att_score);
+              "#undef Q\n#undef K\n#undef V\n#undef DO\n");
     return step_kernel(p, kb_finish(p, &kb, "attention_bwd_kv"), B * H * T, (uint32_t)(2 * T * 4), 0, dqkv,
                        in_arg(op, 0), in_arg(op, 1), arg_scratch(0), ARG_END);
 }
@@ -389,10 +410,10 @@ static void kb_row_logsumexp(kbuf *kb, int64_t V)
 {
     kb_printf(kb,
               "    float mx = -FUSION_INF;\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) mx = x[j] > mx ? x[j] : mx;\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { float xj = LD(x[j]); mx = xj > mx ? xj : mx; }\n"
               "    mx = fusion_block_max(mx, redf);\n"
               "    double s = 0;\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) s += expf(x[j] - mx);\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) s += expf(LD(x[j]) - mx);\n"
               "    s = fusion_block_sum(s, red);\n",
               LL(V), LL(V));
 }
@@ -402,52 +423,59 @@ static void kb_row_logsumexp(kbuf *kb, int64_t V)
 int lower_cross_entropy(cuda_plan *p, const rt_op *op)
 {
     int64_t V = op->in[0].dim[op->in[0].rank - 1], N = rt_tensor_numel(&op->in[0]) / V;
+    char row[64];
     plan_need_scratch(p, N * 8);
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "    long long r = blockIdx.x;\n");
+    kb_ptr(&kb, "x", 1, in_arg(op, 0), 0, row_offset(row, "r", V));
     kb_printf(&kb,
-              "    long long r = blockIdx.x;\n"
-              "    const float *x = (const float *)a.p[1] + r * %lldLL;\n"
               "    int t = ((const int *)a.p[2])[r];\n"
               "    double *rows = (double *)a.p[3];\n"
               "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) { fusion_report_bad(a.p[4], r); rows[r] = 0; } return; }\n",
-              LL(V), LL(V));
+              LL(V));
     kb_row_logsumexp(&kb, V);
-    kb_printf(&kb, "    if (threadIdx.x == 0) rows[r] = (double)mx + log(s) - (double)x[t];\n");
+    kb_printf(&kb, "    if (threadIdx.x == 0) rows[r] = (double)mx + log(s) - (double)LD(x[t]);\n");
     if (step_kernel(p, kb_finish(p, &kb, "cross_entropy_rows"), N, 0, 1, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
                     arg_scratch(0), arg_status(), ARG_END))
         return -1;
     kb_printf(&kb, "%s", red_decls);
+    kb_ptr(&kb, "loss", 0, out_arg(op, 0), 1, NULL);
     kb_printf(&kb,
               "    const double *rows = (const double *)a.p[1];\n"
               "    double s = 0;\n"
               "    for (long long r = threadIdx.x; r < %lldLL; r += blockDim.x) s += rows[r];\n"
               "    s = fusion_block_sum(s, red);\n"
-              "    if (threadIdx.x == 0) *(float *)a.p[0] = (float)(s / %lld.0);\n",
+              "    if (threadIdx.x == 0) ST(*loss, (float)(s / %lld.0));\n",
               LL(N), LL(N));
     return step_kernel(p, kb_finish(p, &kb, "mean_rows"), 1, 0, 0, out_arg(op, 0), arg_scratch(0), ARG_END);
 }
 
-/* logits, targets, dloss -> dlogits = dloss/N · (softmax - onehot), a block per row. */
+/* logits, targets, dloss -> dlogits = dloss/N · (softmax - onehot), a block
+ * per row; the target's element takes its - dloss/N before it is stored
+ * (one rounding, as the CPU's). */
 int lower_cross_entropy_backward(cuda_plan *p, const rt_op *op)
 {
     int64_t V = op->in[0].dim[op->in[0].rank - 1], N = rt_tensor_numel(&op->in[0]) / V;
+    char row[64];
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "    long long r = blockIdx.x;\n");
+    kb_ptr(&kb, "x", 1, in_arg(op, 0), 0, row_offset(row, "r", V));
+    kb_ptr(&kb, "dx", 0, out_arg(op, 0), 1, row);
+    kb_ptr(&kb, "dloss", 3, in_arg(op, 2), 0, NULL);
     kb_printf(&kb,
-              "    long long r = blockIdx.x;\n"
-              "    const float *x = (const float *)a.p[1] + r * %lldLL;\n"
               "    int t = ((const int *)a.p[2])[r];\n"
-              "    float *dx = (float *)a.p[0] + r * %lldLL;\n"
               "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) fusion_report_bad(a.p[4], r); return; }\n"
-              "    float g = (float)((double)*(const float *)a.p[3] / %lld.0);\n",
-              LL(V), LL(V), LL(V), LL(N));
+              "    float g = (float)((double)LD(*dloss) / %lld.0);\n",
+              LL(V), LL(N));
     kb_row_logsumexp(&kb, V);
     kb_printf(&kb,
               "    float inv = (float)(1.0 / s);\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) dx[j] = (expf(x[j] - mx) * inv) * g;\n"
-              "    __syncthreads();\n"
-              "    if (threadIdx.x == 0) dx[t] -= g;\n",
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) {\n"
+              "        float d = (expf(LD(x[j]) - mx) * inv) * g;\n"
+              "        ST(dx[j], j == t ? d - g : d);\n"
+              "    }\n",
               LL(V));
     return step_kernel(p, kb_finish(p, &kb, "cross_entropy_bwd"), N, 0, 1, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
                        in_arg(op, 2), arg_status(), ARG_END);
@@ -481,12 +509,10 @@ static int step_im2col(cuda_plan *p, const conv_dims *d, rt_cuda_arg col, rt_cud
              "        long long row = i / %lldLL, pix = i %% %lldLL;\n"
              "        long long kw = row %% %lldLL, kh = (row / %lldLL) %% %lldLL, c = row / %lldLL;\n"
              "        long long ih = (pix / %lldLL) * %lldLL - %lldLL + kh, iw = (pix %% %lldLL) * %lldLL - %lldLL + kw;\n"
-             "        col[i] = ih >= 0 && ih < %lldLL && iw >= 0 && iw < %lldLL ? x[(c * %lldLL + ih) * %lldLL + iw] : 0.0f;\n",
+             "        ST(col[i], ih >= 0 && ih < %lldLL && iw >= 0 && iw < %lldLL ? LD(x[(c * %lldLL + ih) * %lldLL + iw]) : 0.0f);\n",
              LL(d->P), LL(d->P), LL(d->KW), LL(d->KW), LL(d->KH), LL(d->KW * d->KH), LL(d->OW), LL(d->s), LL(d->pad),
              LL(d->OW), LL(d->s), LL(d->pad), LL(d->H), LL(d->W), LL(d->H), LL(d->W));
-    return elementwise(p, "im2col", d->CKK * d->P,
-                       "    float *col = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n", body, col, x,
-                       ARG_END);
+    return elementwise(p, "im2col", d->CKK * d->P, "col! x", body, col, x, ARG_END);
 }
 
 /* x (C,H,W) = the adjoint of im2col applied to col: each pixel gathers its
@@ -503,93 +529,100 @@ static int step_col2im(cuda_plan *p, const conv_dims *d, rt_cuda_arg x, rt_cuda_
              "                if (th < 0 || tw < 0 || th %% %lldLL || tw %% %lldLL) continue;\n"
              "                long long oh = th / %lldLL, ow = tw / %lldLL;\n"
              "                if (oh >= %lldLL || ow >= %lldLL) continue;\n"
-             "                acc += col[((c * %lldLL + kh) * %lldLL + kw) * %lldLL + oh * %lldLL + ow];\n"
+             "                acc += LD(col[((c * %lldLL + kh) * %lldLL + kw) * %lldLL + oh * %lldLL + ow]);\n"
              "            }\n"
-             "        x[i] = acc;\n",
+             "        ST(x[i], acc);\n",
              LL(d->H * d->W), LL(d->W), LL(d->H), LL(d->W), LL(d->KH), LL(d->KW), LL(d->pad), LL(d->pad), LL(d->s),
              LL(d->s), LL(d->s), LL(d->s), LL(d->OH), LL(d->OW), LL(d->KH), LL(d->KW), LL(d->P), LL(d->OW));
-    return elementwise(p, "col2im", d->C * d->H * d->W,
-                       "    float *x = (float *)a.p[0];\n    const float *col = (const float *)a.p[1];\n", body, x, col,
-                       ARG_END);
+    return elementwise(p, "col2im", d->C * d->H * d->W, "x! col", body, x, col, ARG_END);
 }
 
 /* x (N,C,H,W), w (OC,C,KH,KW), b? -> y (N,OC,OH,OW): per image, im2col into
  * the op's workspace and one product (w·col) onto the broadcast bias; a
- * pointwise convolution is one batched product on x itself. */
+ * pointwise convolution is one batched product on x itself.  In 16 bits
+ * the columns are in the product's type and w is read rounded (exec.h's
+ * scratch layout: the columns first, then the copy of w). */
 int lower_conv2d(cuda_plan *p, const rt_op *op)
 {
     conv_dims d = conv_dims_of(op);
     int bias = op->n_in == 3;
     if (!d.pointwise && op->ws_offset < 0)
         return -2;
+    rt_cuda_arg x, w;
+    int rc = product_operand(p, op, 0, &x);
+    if (rc || (rc = product_operand(p, op, 1, &w)))
+        return rc;
     if (bias) {
         char body[128];
-        snprintf(body, sizeof body, "        y[i] = b[(i / %lldLL) %% %lldLL];\n", LL(d.P), LL(d.OC));
-        if (elementwise(p, "bias_planes", d.N * d.OC * d.P,
-                        "    float *y = (float *)a.p[0];\n    const float *b = (const float *)a.p[1];\n", body,
-                        out_arg(op, 0), in_arg(op, 2), ARG_END))
+        snprintf(body, sizeof body, "        ST(y[i], LD(b[(i / %lldLL) %% %lldLL]));\n", LL(d.P), LL(d.OC));
+        if (elementwise(p, "bias_planes", d.N * d.OC * d.P, "y! b", body, out_arg(op, 0), in_arg(op, 2), ARG_END))
             return -1;
     }
     float beta = bias ? 1.0f : 0.0f;
     if (d.pointwise)
-        return step_gemm(p, 0, 0, d.OC, d.P, d.CKK, 1.0f, in_arg(op, 1), d.CKK, 0, in_arg(op, 0), d.P, d.C * d.H * d.W,
-                         beta, out_arg(op, 0), d.P, d.OC * d.P, d.N);
-    rt_cuda_arg ws = arg_arena(op->ws_offset);
+        return step_gemm(p, 0, 0, d.OC, d.P, d.CKK, 1.0f, w, d.CKK, 0, x, d.P, d.C * d.H * d.W, beta, out_arg(op, 0), d.P,
+                         d.OC * d.P, d.N);
+    rt_cuda_arg col = arg_arena(op->ws_offset, w.dtype);
     for (int64_t n = 0; n < d.N; n++) {
-        if (step_im2col(p, &d, ws, arg_plus(in_arg(op, 0), n * d.C * d.H * d.W * 4)) ||
-            step_gemm(p, 0, 0, d.OC, d.P, d.CKK, 1.0f, in_arg(op, 1), d.CKK, 0, ws, d.P, 0, beta,
-                      arg_plus(out_arg(op, 0), n * d.OC * d.P * 4), d.P, 0, 1))
+        if (step_im2col(p, &d, col, arg_elems(x, n * d.C * d.H * d.W)) ||
+            step_gemm(p, 0, 0, d.OC, d.P, d.CKK, 1.0f, w, d.CKK, 0, col, d.P, 0, beta,
+                      arg_elems(out_arg(op, 0), n * d.OC * d.P), d.P, 0, 1))
             return -1;
     }
     return 0;
 }
 
 /* x, w, dy -> dx, dw, db, in the CPU kernel's order (the workspace holds one
- * image's columns, then wᵀ·dy[n]):
+ * image's columns, in the product's type, then wᵀ·dy[n] in f32, then in 16
+ * bits the rounded w):
  *   db[oc] = Σ dy over images and pixels     a block per channel
  *   dw += dy[n]·im2col(x[n])ᵀ                 (the first image overwrites)
  *   dx[n] = col2im(wᵀ·dy[n]) */
 int lower_conv2d_backward(cuda_plan *p, const rt_op *op)
 {
     conv_dims d = conv_dims_of(op);
-    rt_cuda_arg dx = grad_arg(op, 0), dw = grad_arg(op, 1), db = grad_arg(op, 2), dy = in_arg(op, 2);
+    rt_cuda_arg dx = grad_arg(op, 0), dw = grad_arg(op, 1), db = grad_arg(op, 2), x, w, dy;
     if (!d.pointwise && op->ws_offset < 0)
         return -2;
+    int rc = product_operand(p, op, 0, &x);
+    if (rc || (rc = product_operand(p, op, 1, &w)) || (rc = product_operand(p, op, 2, &dy)))
+        return rc;
     if (db.kind) {
         kbuf kb = { 0 };
         kb_printf(&kb, "%s", red_decls);
+        kb_ptr(&kb, "db", 0, db, 1, NULL);
+        kb_ptr(&kb, "dy", 1, in_arg(op, 2), 0, NULL);
         kb_printf(&kb,
-                  "    const float *dy = (const float *)a.p[1];\n"
                   "    long long oc = blockIdx.x;\n"
                   "    double s = 0;\n"
                   "    for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x)\n"
-                  "        s += dy[((i / %lldLL) * %lldLL + oc) * %lldLL + i %% %lldLL];\n"
+                  "        s += LD(dy[((i / %lldLL) * %lldLL + oc) * %lldLL + i %% %lldLL]);\n"
                   "    s = fusion_block_sum(s, red);\n"
-                  "    if (threadIdx.x == 0) ((float *)a.p[0])[oc] = (float)s;\n",
+                  "    if (threadIdx.x == 0) ST(db[oc], (float)s);\n",
                   LL(d.N * d.P), LL(d.P), LL(d.OC), LL(d.P), LL(d.P));
-        if (step_kernel(p, kb_finish(p, &kb, "conv_bias_grad"), d.OC, 0, 0, db, dy, ARG_END))
+        if (step_kernel(p, kb_finish(p, &kb, "conv_bias_grad"), d.OC, 0, 0, db, in_arg(op, 2), ARG_END))
             return -1;
     }
-    rt_cuda_arg ws = d.pointwise ? arg_none() : arg_arena(op->ws_offset);
+    rt_cuda_arg col = d.pointwise ? arg_none() : arg_arena(op->ws_offset, dy.dtype);
+    rt_cuda_arg wt_dy = d.pointwise ? arg_none() : arg_arena(op->ws_offset, DT_F32);
     if (dx.kind && d.pointwise &&
-        step_gemm(p, 1, 0, d.C, d.P, d.OC, 1.0f, in_arg(op, 1), d.CKK, 0, dy, d.P, d.OC * d.P, 0.0f, dx, d.P,
-                  d.C * d.H * d.W, d.N))
+        step_gemm(p, 1, 0, d.C, d.P, d.OC, 1.0f, w, d.CKK, 0, dy, d.P, d.OC * d.P, 0.0f, dx, d.P, d.C * d.H * d.W, d.N))
         return -1;
     for (int64_t n = 0; n < d.N; n++) {
-        rt_cuda_arg xn = arg_plus(in_arg(op, 0), n * d.C * d.H * d.W * 4), dyn = arg_plus(dy, n * d.OC * d.P * 4);
+        rt_cuda_arg xn = arg_elems(x, n * d.C * d.H * d.W), dyn = arg_elems(dy, n * d.OC * d.P);
         if (dw.kind) {
-            rt_cuda_arg col = xn;
+            rt_cuda_arg cols = xn;
             if (!d.pointwise) {
-                if (step_im2col(p, &d, ws, xn))
+                if (step_im2col(p, &d, col, xn))
                     return -1;
-                col = ws;
+                cols = col;
             }
-            if (step_gemm(p, 0, 1, d.OC, d.CKK, d.P, 1.0f, dyn, d.P, 0, col, d.P, 0, n ? 1.0f : 0.0f, dw, d.CKK, 0, 1))
+            if (step_gemm(p, 0, 1, d.OC, d.CKK, d.P, 1.0f, dyn, d.P, 0, cols, d.P, 0, n ? 1.0f : 0.0f, dw, d.CKK, 0, 1))
                 return -1;
         }
         if (dx.kind && !d.pointwise &&
-            (step_gemm(p, 1, 0, d.CKK, d.P, d.OC, 1.0f, in_arg(op, 1), d.CKK, 0, dyn, d.P, 0, 0.0f, ws, d.P, 0, 1) ||
-             step_col2im(p, &d, arg_plus(dx, n * d.C * d.H * d.W * 4), ws)))
+            (step_gemm(p, 1, 0, d.CKK, d.P, d.OC, 1.0f, w, d.CKK, 0, dyn, d.P, 0, 0.0f, wt_dy, d.P, 0, 1) ||
+             step_col2im(p, &d, arg_elems(dx, n * d.C * d.H * d.W), wt_dy)))
             return -1;
     }
     return 0;
@@ -610,17 +643,16 @@ int lower_maxpool(cuda_plan *p, const rt_op *op, int backward)
     if (!backward) {
         snprintf(body, sizeof body,
                  "        long long nc = i / %lldLL, pix = i %% %lldLL;\n"
-                 "        const float *plane = x + nc * %lldLL;\n"
+                 "        const auto *plane = x + nc * %lldLL;\n"
                  "        long long at = fusion_window_argmax(plane, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, pix / %lldLL, pix %% %lldLL);\n"
-                 "        y[i] = at >= 0 ? plane[at] : -FUSION_INF;\n",
+                 "        ST(y[i], at >= 0 ? LD(plane[at]) : -FUSION_INF);\n",
                  LL(OH * OW), LL(OH * OW), LL(H * W), LL(H), LL(W), LL(k), LL(s), LL(pad), LL(OW), LL(OW));
-        return elementwise(p, "maxpool_fwd", N * C * OH * OW,
-                           "    float *y = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n", body,
-                           out_arg(op, 0), in_arg(op, 0), ARG_END);
+        return elementwise(p, "maxpool_fwd", N * C * OH * OW, "y! x", body, out_arg(op, 0), in_arg(op, 0), ARG_END);
     }
     snprintf(body, sizeof body,
              "        long long nc = i / %lldLL, ih = (i / %lldLL) %% %lldLL, iw = i %% %lldLL, pos = ih * %lldLL + iw;\n"
-             "        const float *plane = x + nc * %lldLL, *g = dy + nc * %lldLL;\n"
+             "        const auto *plane = x + nc * %lldLL;\n"
+             "        const auto *g = dy + nc * %lldLL;\n"
              "        long long lh = ih + %lldLL - %lldLL + 1, lw = iw + %lldLL - %lldLL + 1;\n"
              "        long long oh0 = lh <= 0 ? 0 : (lh + %lldLL - 1) / %lldLL, ow0 = lw <= 0 ? 0 : (lw + %lldLL - 1) / %lldLL;\n"
              "        long long oh1 = (ih + %lldLL) / %lldLL, ow1 = (iw + %lldLL) / %lldLL;\n"
@@ -630,15 +662,13 @@ int lower_maxpool(cuda_plan *p, const rt_op *op, int backward)
              "        for (long long oh = oh0; oh <= oh1; oh++)\n"
              "            for (long long ow = ow0; ow <= ow1; ow++)\n"
              "                if (fusion_window_argmax(plane, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, oh, ow) == pos)\n"
-             "                    acc += g[oh * %lldLL + ow];\n"
-             "        dx[i] = acc;\n",
+             "                    acc += LD(g[oh * %lldLL + ow]);\n"
+             "        ST(dx[i], acc);\n",
              LL(H * W), LL(W), LL(H), LL(W), LL(W), LL(H * W), LL(OH * OW), LL(pad), LL(k), LL(pad), LL(k), LL(s),
              LL(s), LL(s), LL(s), LL(pad), LL(s), LL(pad), LL(s), LL(OH - 1), LL(OH - 1), LL(OW - 1), LL(OW - 1),
              LL(H), LL(W), LL(k), LL(s), LL(pad), LL(OW));
-    return elementwise(p, "maxpool_bwd", N * C * H * W,
-                       "    float *dx = (float *)a.p[0];\n    const float *dy = (const float *)a.p[1];\n"
-                       "    const float *x = (const float *)a.p[2];\n",
-                       body, out_arg(op, 0), in_arg(op, 1), in_arg(op, 0), ARG_END);
+    return elementwise(p, "maxpool_bwd", N * C * H * W, "dx! dy x", body, out_arg(op, 0), in_arg(op, 1), in_arg(op, 0),
+                       ARG_END);
 }
 
 /* global average pooling: x (N,C,HW) -> y (N,C), a thread per plane; the
@@ -651,18 +681,30 @@ int lower_avgpool(cuda_plan *p, const rt_op *op, int backward)
     if (!backward) {
         snprintf(body, sizeof body,
                  "        double s = 0;\n"
-                 "        for (long long j = 0; j < %lldLL; j++) s += x[i * %lldLL + j];\n"
-                 "        y[i] = (float)(s / %lld.0);\n",
+                 "        for (long long j = 0; j < %lldLL; j++) s += LD(x[i * %lldLL + j]);\n"
+                 "        ST(y[i], (float)(s / %lld.0));\n",
                  LL(HW), LL(HW), LL(HW));
-        return elementwise(p, "avgpool_fwd", NC, "    float *y = (float *)a.p[0];\n    const float *x = (const float *)a.p[1];\n",
-                           body, out_arg(op, 0), in_arg(op, 0), ARG_END);
+        return elementwise(p, "avgpool_fwd", NC, "y! x", body, out_arg(op, 0), in_arg(op, 0), ARG_END);
     }
-    snprintf(body, sizeof body, "        dx[i] = dy[i / %lldLL] / (float)%lldLL;\n", LL(HW), LL(HW));
-    return elementwise(p, "avgpool_bwd", NC * HW, "    float *dx = (float *)a.p[0];\n    const float *dy = (const float *)a.p[1];\n",
-                       body, out_arg(op, 0), in_arg(op, 0), ARG_END);
+    snprintf(body, sizeof body, "        ST(dx[i], LD(dy[i / %lldLL]) / (float)%lldLL);\n", LL(HW), LL(HW));
+    return elementwise(p, "avgpool_bwd", NC * HW, "dx! dy", body, out_arg(op, 0), in_arg(op, 0), ARG_END);
 }
 
 /* ---- optimizer ---------------------------------------------------------------------- */
+
+/* Parameters, their gradients, AdamW's moments and the optimizer's scalars
+ * are f32 in every precision (passes/optimizer.c): these kernels take f32
+ * only (-4 otherwise). */
+static int all_f32(const rt_op *op)
+{
+    for (int i = 0; i < op->n_in; i++)
+        if (op->in[i].dtype != DT_F32)
+            return 0;
+    for (int i = 0; i < op->n_out; i++)
+        if (op->out[i].dtype != DT_F32)
+            return 0;
+    return 1;
+}
 
 /* g (n), acc? -> acc + Σ g²: blocks write partial sums (double) to scratch,
  * one block adds them up. */
@@ -671,6 +713,8 @@ int lower_sum_squares(cuda_plan *p, const rt_op *op)
     int64_t n = rt_tensor_numel(&op->in[0]);
     int64_t blocks = (n + NT - 1) / NT;
     blocks = blocks > 1024 ? 1024 : blocks;
+    if (!all_f32(op))
+        return -4;
     plan_need_scratch(p, blocks * 8);
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", red_decls);
@@ -696,21 +740,36 @@ int lower_sum_squares(cuda_plan *p, const rt_op *op)
                        op->n_in == 2 ? in_arg(op, 1) : arg_none(), ARG_END);
 }
 
-/* sumsq -> min(1, max_norm / (sqrt(sumsq) + 1e-6)), as clip_grad_norm_. */
+/* sumsq -> min(1, max_norm / (sqrt(sumsq) + 1e-6)), as clip_grad_norm_.
+ * loss_scale=1 (fp16): the gradients are the loss scale times the true
+ * ones, so the norm is divided by it and so is the result; a norm that is
+ * not finite (they overflowed) gives NaN, and every adamw skips the step
+ * (runtime/exec.h). */
 int lower_clip_scale(cuda_plan *p, const rt_op *op)
 {
+    if (!all_f32(op))
+        return -4;
     kbuf kb = { 0 };
     kb_printf(&kb,
               "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
-              "    double norm = sqrt((double)*(const float *)a.p[1]), coef = %.17g / (norm + 1e-6);\n"
-              "    *(float *)a.p[0] = (float)(coef < 1.0 ? coef : 1.0);\n",
+              "    double norm = sqrt((double)*(const float *)a.p[1]), unscale = 1.0, max_norm = %.17g;\n",
               op->floats[ATTR_MAX_NORM]);
+    if (op->ints[ATTR_LOSS_SCALE])
+        kb_printf(&kb,
+                  "    if (!fusion_finite(norm)) { *(float *)a.p[0] = FUSION_NAN; return; }\n"
+                  "    unscale = a.loss_scale > 0 ? 1.0 / a.loss_scale : 1.0;\n"
+                  "    norm *= unscale;\n");
+    kb_printf(&kb,
+              "    double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;\n"
+              "    *(float *)a.p[0] = (float)((coef < 1.0 ? coef : 1.0) * unscale);\n");
     return step_kernel(p, kb_finish(p, &kb, "clip_scale"), 1, 0, 0, out_arg(op, 0), in_arg(op, 0), ARG_END);
 }
 
 /* -> this step's learning rate (a.step): warm-up, then cosine decay to min_lr. */
 int lower_lr_schedule(cuda_plan *p, const rt_op *op)
 {
+    if (!all_f32(op))
+        return -4;
     kbuf kb = { 0 };
     kb_printf(&kb,
               "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
@@ -731,12 +790,25 @@ int lower_lr_schedule(cuda_plan *p, const rt_op *op)
 
 /* p, g, m, v, lr, scale? -> p, m, v updated in place (and g scaled first
  * when the clip scale is not 1), torch.optim.AdamW's arithmetic as
- * runtime/cpu/optim.c spells it. */
+ * runtime/cpu/optim.c spells it.  A scale that is not finite (fp16's
+ * overflow, clip_scale) leaves everything as it was and sets the flags
+ * word's RT_CUDA_FLAG_SKIPPED.  The bias correction counts the steps taken,
+ * a.adam_step (step - skipped), as the CPU's does. */
 int lower_adamw(cuda_plan *p, const rt_op *op)
 {
     int64_t n = rt_tensor_numel(&op->in[0]);
-    char body[1024];
+    if (!all_f32(op))
+        return -4;
+    char body[2560];
     snprintf(body, sizeof body,
+             "        float sc = a.p[5] ? *(const float *)a.p[5] : 1.0f;\n"
+             "        if (!fusion_finite(sc)) { if (i == 0) *(int *)a.p[6] |= %d; return; }\n"
+             "        const double beta1 = %.17g, beta2 = %.17g, eps = %.17g, wd = %.17g;\n"
+             "        double lr = (double)*(const float *)a.p[4];\n"
+             "        double bc1 = 1.0 - pow(beta1, (double)a.adam_step), bc2 = 1.0 - pow(beta2, (double)a.adam_step);\n"
+             "        float decay = (float)(1.0 - lr * wd), w1 = (float)(1.0 - beta1);\n"
+             "        float b2 = (float)beta2, w2 = (float)(1.0 - beta2);\n"
+             "        float step = (float)(-(lr / bc1)), bc2_sqrt = (float)sqrt(bc2), epsf = (float)eps;\n"
              "        float gi = grad[i];\n"
              "        if (sc != 1.0f) { gi = gi * sc; grad[i] = gi; }\n"
              "        float pi = param[i] * decay;\n"
@@ -745,18 +817,9 @@ int lower_adamw(cuda_plan *p, const rt_op *op)
              "        float denom = sqrtf(vi) / bc2_sqrt + epsf;\n"
              "        param[i] = pi + step * mi / denom;\n"
              "        m[i] = mi;\n"
-             "        v[i] = vi;\n");
-    char decls[1536];
-    snprintf(decls, sizeof decls,
-             "    float *param = (float *)a.p[0], *grad = (float *)a.p[1], *m = (float *)a.p[2], *v = (float *)a.p[3];\n"
-             "    const double beta1 = %.17g, beta2 = %.17g, eps = %.17g, wd = %.17g;\n"
-             "    double lr = (double)*(const float *)a.p[4];\n"
-             "    float sc = a.p[5] ? *(const float *)a.p[5] : 1.0f;\n"
-             "    double bc1 = 1.0 - pow(beta1, (double)a.step), bc2 = 1.0 - pow(beta2, (double)a.step);\n"
-             "    float decay = (float)(1.0 - lr * wd), w1 = (float)(1.0 - beta1);\n"
-             "    float b2 = (float)beta2, w2 = (float)(1.0 - beta2);\n"
-             "    float step = (float)(-(lr / bc1)), bc2_sqrt = (float)sqrt(bc2), epsf = (float)eps;\n",
-             op->floats[ATTR_BETA1], op->floats[ATTR_BETA2], op->floats[ATTR_EPS], op->floats[ATTR_WEIGHT_DECAY]);
-    return elementwise(p, "adamw", n, decls, body, in_arg(op, 0), in_arg(op, 1), in_arg(op, 2), in_arg(op, 3),
-                       in_arg(op, 4), op->n_in == 6 ? in_arg(op, 5) : arg_none(), ARG_END);
+             "        v[i] = vi;\n",
+             RT_CUDA_FLAG_SKIPPED, op->floats[ATTR_BETA1], op->floats[ATTR_BETA2], op->floats[ATTR_EPS],
+             op->floats[ATTR_WEIGHT_DECAY]);
+    return elementwise(p, "adamw", n, "param! grad! m! v! - - -", body, in_arg(op, 0), in_arg(op, 1), in_arg(op, 2),
+                       in_arg(op, 3), in_arg(op, 4), op->n_in == 6 ? in_arg(op, 5) : arg_none(), arg_flags(), ARG_END);
 }

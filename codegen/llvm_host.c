@@ -395,6 +395,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     manifest.recompute = pl->n_stages > 0 ? ir_placement_recompute(pl, dev->stage) : 0;
     manifest.precision = (int32_t)g->precision;
     manifest.loss_scaling = g->precision == DT_F16;
+    manifest.tf32 = g->tf32 != 0;
     manifest.n_stash = n_stash;
     manifest.n_peers = dev->n_peers;
     manifest.n_links = dev->n_links;

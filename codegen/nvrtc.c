@@ -2,7 +2,8 @@
  *
  * The three compiles of a module (sm_80 CUBIN, sm_90 CUBIN, compute_80
  * PTX) run on three threads: NVRTC allows concurrent calls on distinct
- * programs, and a cold GPT-2 compile is mostly this.
+ * programs, and a cold GPT-2 compile is mostly this.  The kernels include
+ * the toolkit's cuda_bf16.h and cuda_fp16.h (find_include).
  */
 #define _GNU_SOURCE
 #include "nvrtc.h"
@@ -42,6 +43,7 @@ typedef struct {
     int major, minor;
     char version_text[32];
     char where[4096];
+    char include_opt[4200];           /* "-I<dir>": the toolkit's cuda_bf16.h, cuda_fp16.h */
 } nvrtc_api;
 
 static nvrtc_api api;
@@ -69,6 +71,42 @@ static void *open_first(char *where, size_t where_len)
         }
     }
     return NULL;
+}
+
+/* The kernels include cuda_bf16.h and cuda_fp16.h (cuda_kernels.c's
+ * prelude), which NVRTC does not carry: the toolkit's include folder, found
+ * beside the library NVRTC was loaded from (DIR/lib64/libnvrtc.so ->
+ * DIR/include), else under $CUDA_HOME, FUSION_CUDA_HOME, /usr/local/cuda. */
+static int find_include(char *opt, size_t len, const char *where)
+{
+    char dirs[4][4096];
+    int n = 0;
+    const char *home = getenv("CUDA_HOME");
+    char real[4096];
+    if (realpath(where, real)) {
+        char *slash = strrchr(real, '/');
+        if (slash) {
+            *slash = '\0';
+            slash = strrchr(real, '/');
+            if (slash) {
+                *slash = '\0';
+                snprintf(dirs[n++], sizeof dirs[0], "%.4000s/include", real);
+            }
+        }
+    }
+    if (home && *home)
+        snprintf(dirs[n++], sizeof dirs[0], "%.4000s/include", home);
+    snprintf(dirs[n++], sizeof dirs[0], "%s/include", FUSION_CUDA_HOME);
+    snprintf(dirs[n++], sizeof dirs[0], "/usr/local/cuda/include");
+    for (int i = 0; i < n; i++) {
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%.4096s/cuda_bf16.h", dirs[i]);
+        if (access(probe, R_OK) == 0) {
+            snprintf(opt, len, "-I%.4096s", dirs[i]);
+            return 0;
+        }
+    }
+    return -1;
 }
 
 static void load_api(void)
@@ -105,6 +143,14 @@ static void load_api(void)
         return;
     }
     snprintf(api.version_text, sizeof api.version_text, "%d.%d", api.major, api.minor);
+    if (find_include(api.include_opt, sizeof api.include_opt, api.where)) {
+        snprintf(api_error, sizeof api_error,
+                 "%s: found NVRTC but not the CUDA headers beside it (cuda_bf16.h, cuda_fp16.h: looked in its "
+                 "toolkit's include/, $CUDA_HOME/include, %s/include and /usr/local/cuda/include)", api.where,
+                 FUSION_CUDA_HOME);
+        api_state = -1;
+        return;
+    }
     api_state = 1;
 }
 
@@ -137,13 +183,13 @@ static void *compile_one(void *arg)
     nvrtc_program prog = NULL;
     char arch_opt[64];
     snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", j->arch);
-    const char *options[] = { arch_opt, "--std=c++17", "-default-device" };
+    const char *options[] = { arch_opt, "--std=c++17", "-default-device", api.include_opt };
     int rc = api.create(&prog, j->source, j->name, 0, NULL, NULL);
     if (rc != 0) {
         snprintf(j->error, sizeof j->error, "nvrtcCreateProgram: %s", api.error_string(rc));
         return NULL;
     }
-    rc = api.compile(prog, 3, options);
+    rc = api.compile(prog, 4, options);
     if (rc != 0) {
         size_t n = 0;
         api.log_size(prog, &n);
@@ -263,6 +309,7 @@ int nvrtc_compile(const char *source, const char *module_name, nvrtc_images *out
         return diag_set(err, module_name, 0, "out of memory");
     XXH3_128bits_reset(st);
     XXH3_128bits_update(st, salt, strlen(salt));
+    XXH3_128bits_update(st, api.include_opt, strlen(api.include_opt));   /* whose headers */
     XXH3_128bits_update(st, source, strlen(source));
     XXH128_hash_t key = XXH3_128bits_digest(st);
     XXH3_freeState(st);

@@ -72,7 +72,7 @@ static double scheduled_lr(const rt_op *op, int64_t t)
     return min_lr + 0.5 * (1.0 + cos(M_PI * ratio)) * (lr - min_lr);
 }
 
-/* ---- 16-bit tensors -------------------------------------------------------
+/* ---- 16-bit tensors and the scratch (exec.h: rt_op_workspace_floats) ------
  *
  * The CPU kernels compute in f32.  An op some of whose float tensors are
  * stored in bf16 or fp16 runs its f32 kernel on f32 copies in its scratch,
@@ -85,11 +85,18 @@ static double scheduled_lr(const rt_op *op, int64_t t)
  * reductions accumulate in f32 (in double, where the kernels do) and only
  * what is stored is rounded, as with tensor cores.  f32 inputs, the
  * parameters among them, are read as they are: a CPU multiplies in f32
- * anyway, and rounding a weight first would cost a copy of it per product
- * (the CUDA path rounds, since cuBLAS wants both operands in 16 bits; the
- * two differ by less than bf16's own rounding of the result).
- * bench/bench_bf16_gemm.c and bench_precision.sh measure what they cost. */
+ * anyway, and rounding a weight first would cost a copy of it per product.
+ * The CUDA path rounds them (cuBLAS wants both operands in one type) into
+ * the same place, after the same kernel scratch:
+ *
+ *   [kernel scratch][16-bit copy of f32 product input 1][copy 2]...
+ *
+ * The two differ by less than the 16-bit format's own rounding of the
+ * result (the emulation harness measures it: tests/unit/cuda_cases.c).
+ * bench/bench_bf16_gemm.c and bench_precision.sh measure what the CPU's copies cost. */
 static int64_t copy_floats(const rt_tensor *t) { return (rt_tensor_numel(t) + 15) / 16 * 16; }
+/* A 16-bit copy of t in floats, 64-byte aligned (32 elements a line). */
+static int64_t half_copy_floats(const rt_tensor *t) { return (rt_tensor_numel(t) + 31) / 32 * 16; }
 
 static int64_t half_copies_floats(const rt_op *op)
 {
@@ -99,6 +106,50 @@ static int64_t half_copies_floats(const rt_op *op)
     for (int i = 0; i < op->n_out; i++)
         floats += is_half(&op->out[i]) ? copy_floats(&op->out[i]) : 0;
     return floats;
+}
+
+static int is_product(int32_t k)
+{
+    return k == OP_LINEAR || k == OP_LINEAR_BACKWARD || k == OP_MATMUL || k == OP_MATMUL_BACKWARD ||
+           k == OP_CONV2D || k == OP_CONV2D_BACKWARD;
+}
+
+int32_t rt_op_product_dtype(const rt_op *op)
+{
+    if (!is_product(op->op))
+        return HALF_DT_F32;
+    for (int i = 0; i < op->n_in; i++)
+        if (is_half(&op->in[i]))
+            return op->in[i].dtype;
+    for (int i = 0; i < op->n_out; i++)
+        if (is_half(&op->out[i]))
+            return op->out[i].dtype;
+    return HALF_DT_F32;
+}
+
+uint32_t rt_op_product_inputs(const rt_op *op)
+{
+    int64_t grads = op->ints[ATTR_GRADS];
+    int dx = (grads & 1) != 0, dw = (grads & 2) != 0;
+    switch (op->op) {
+    case OP_LINEAR:                              /* x·wᵀ */
+    case OP_MATMUL:                              /* a·op(b) */
+        return 1u << 0 | 1u << 1;
+    case OP_LINEAR_BACKWARD:                     /* dx = dy·w, dw = dyᵀ·x */
+    case OP_MATMUL_BACKWARD:                     /* da = dc·op(b)ᵀ, db = aᵀ·dc or dcᵀ·a */
+        return (dx || dw ? 1u << 2 : 0) | (dx ? 1u << 1 : 0) | (dw ? 1u << 0 : 0);
+    case OP_CONV2D:
+    case OP_CONV2D_BACKWARD: {                   /* w·im2col(x); x itself when 1x1 */
+        const rt_tensor *w = &op->in[1];
+        int pointwise = w->dim[2] == 1 && w->dim[3] == 1 && op->ints[ATTR_STRIDE] == 1 && op->ints[ATTR_PAD] == 0;
+        if (op->op == OP_CONV2D)
+            return 1u << 1 | (pointwise ? 1u << 0 : 0);
+        /* dx = col2im(wᵀ·dy), dw = dy·im2col(x)ᵀ */
+        return (dx || dw ? 1u << 2 : 0) | (dx ? 1u << 1 : 0) | (dw && pointwise ? 1u << 0 : 0);
+    }
+    default:
+        return 0;
+    }
 }
 
 static int64_t kernel_workspace_floats(const rt_op *op)
@@ -118,11 +169,40 @@ static int64_t kernel_workspace_floats(const rt_op *op)
     }
 }
 
+/* The kernel's part, rounded up so that the copies start 64-byte aligned. */
+static int64_t copies_at_floats(const rt_op *op) { return (kernel_workspace_floats(op) + 15) / 16 * 16; }
+
+int64_t rt_op_rounded_input_at(const rt_op *op, int i)
+{
+    if (rt_op_product_dtype(op) == HALF_DT_F32)
+        return -1;
+    uint32_t inputs = rt_op_product_inputs(op);
+    int64_t at = copies_at_floats(op);
+    for (int k = 0; k < op->n_in; k++) {
+        if (!((inputs >> k) & 1) || op->in[k].dtype != HALF_DT_F32)
+            continue;
+        if (k == i)
+            return at * (int64_t)sizeof(float);
+        at += half_copy_floats(&op->in[k]);
+    }
+    return -1;
+}
+
+/* The CUDA layout's copies, in floats. */
+static int64_t rounded_inputs_floats(const rt_op *op)
+{
+    int64_t floats = 0;
+    for (int k = 0; k < op->n_in; k++)
+        if (rt_op_rounded_input_at(op, k) >= 0)
+            floats += half_copy_floats(&op->in[k]);
+    return floats;
+}
+
 int64_t rt_op_workspace_floats(const rt_op *op)
 {
-    int64_t copies = half_copies_floats(op);
-    /* The kernel's part rounded up so the copies start 64-byte aligned. */
-    return copies ? (kernel_workspace_floats(op) + 15) / 16 * 16 + copies : kernel_workspace_floats(op);
+    int64_t cpu = half_copies_floats(op), cuda = rounded_inputs_floats(op);
+    int64_t copies = cpu > cuda ? cpu : cuda;
+    return copies ? copies_at_floats(op) + copies : kernel_workspace_floats(op);
 }
 
 static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
@@ -356,7 +436,7 @@ static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
 static int run_kernel_widened(const rt_op *op, char *arena, rt_context *ctx)
 {
     rt_op wide = *op;
-    int64_t at = op->ws_offset + (kernel_workspace_floats(op) + 15) / 16 * 16 * (int64_t)sizeof(float);
+    int64_t at = op->ws_offset + copies_at_floats(op) * (int64_t)sizeof(float);
     for (int i = 0; i < op->n_in; i++) {
         if (!is_half(&op->in[i]))
             continue;

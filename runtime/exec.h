@@ -67,11 +67,36 @@ typedef struct {
  * target out of range: bad input data, not a compiler bug). */
 int rt_op_run(const rt_op *op, char *arena, rt_context *ctx);
 
-/* Floats of scratch the op needs in the arena: its kernel's (attention,
- * conv2d), then, when some of its float tensors are stored in 16 bits, an
- * f32 copy of each of them for the f32 kernel to work on (0 for most ops
- * of an f32 graph). */
+/* The op's scratch in the arena (ws_offset), one layout for both backends,
+ * each piece 64-byte aligned:
+ *
+ *   [kernel scratch][copies]
+ *
+ * kernel scratch: what the op's kernels need (attention's scores on a CPU,
+ * conv2d's im2col columns on either); copies, only when some of its
+ * tensors are 16-bit:
+ *   CPU   an f32 copy of each 16-bit tensor, inputs then outputs (the f32
+ *         kernel runs on them: exec.c, run_kernel_widened);
+ *   CUDA  a 16-bit copy (in rt_op_product_dtype) of each f32 input a
+ *         matrix product reads (rt_op_product_inputs): cuBLAS multiplies
+ *         two operands of one type, so a product of bf16 activations by f32
+ *         weights reads the weights rounded (codegen/cuda_kernels.c).
+ * The memory pass does not tell the backends apart: the copies' part is
+ * sized for the larger of the two.  Floats in all (0 for most ops of an
+ * f32 graph). */
 int64_t rt_op_workspace_floats(const rt_op *op);
+/* The float type a product op (linear, matmul, conv2d and their backwards)
+ * multiplies in: bf16 or f16 when any of its tensors is stored so, else
+ * f32 (also for every other op). */
+int32_t rt_op_product_dtype(const rt_op *op);
+/* Bit i: input i is read as an operand of a matrix product (the backward
+ * ops': of a gradient its `grads` attribute asks for) in its own layout,
+ * not through an im2col kernel.  0 for an op without products. */
+uint32_t rt_op_product_inputs(const rt_op *op);
+/* Where, in bytes from ws_offset, the CUDA layout keeps input i's 16-bit
+ * copy; -1 when input i has none (it is not an f32 product input of a
+ * 16-bit product). */
+int64_t rt_op_rounded_input_at(const rt_op *op, int i);
 
 int64_t rt_tensor_numel(const rt_tensor *t);
 /* numel times the dtype's size. */

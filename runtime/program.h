@@ -64,6 +64,8 @@ typedef struct {
     char    arch[32];          /* the cluster file's arch ("sm_80"; "" on a CPU) */
     int32_t precision;         /* the graph's (ir_dtype): what activations are stored in */
     int32_t loss_scaling;      /* 1: fp16's dynamic loss scaling (loss_scale.h)    */
+    int32_t tf32;              /* 1: f32 products may use TF32 tensor cores (CUDA: cuBLAS's
+                                  CUBLAS_TF32_TENSOR_OP_MATH; a CPU ignores it)   */
 } rt_manifest;
 
 enum { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CUDA devices, on a machine without a GPU:
 #   - every kernel of GPT-2 small (fused attention, and attention from its
-#     parts) and of ResNet-50 compiles with NVRTC into CUBIN for sm_80 and
-#     sm_90, and its PTX assembles with ptxas for both;
+#     parts; in f32, bf16 and fp16) and of ResNet-50 (f32 and bf16)
+#     compiles with NVRTC into CUBIN for sm_80 and sm_90, and its PTX
+#     assembles with ptxas for both;
 #   - the bundle's .nv_fatbin section holds a fat binary with both CUBINs,
 #     every kernel in each, and the PTX (tests/cuda_cubins.py, standing in
 #     for cuobjdump, which this machine lacks);
@@ -59,17 +60,34 @@ else fail "compile GPT-2 small for one GPU: $(tail -c 1500 "$work/log")"; fi
 [ -d "$work/gpt2/gpu" ] && check_cuda_bundle "gpt2 small" "$work/gpt2/gpu"
 echo "gpt2 small: $(grep -c '^extern' "$work/gpt2/gpu/kernels.cu" 2>/dev/null) kernels" >&2
 
+# GPT-2 small in bf16 and fp16: every kernel in its 16-bit form (cuda_bf16.h,
+# cuda_fp16.h), compiled for sm_80 and sm_90, the products on cublasGemmEx.
+for p in bf16 fp16; do
+  if "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpt2-$p" --precision $p >"$work/log" 2>&1
+  then pass; else fail "compile GPT-2 small --precision $p for one GPU: $(tail -c 1500 "$work/log")"; fi
+  [ -d "$work/gpt2-$p/gpu" ] && check_cuda_bundle "gpt2 small $p" "$work/gpt2-$p/gpu"
+  t=$([ $p = bf16 ] && echo __nv_bfloat16 || echo __half)
+  n16=$(grep -c "^extern \"C\"" "$work/gpt2-$p/gpu/kernels.cu" 2>/dev/null)
+  k16=$(awk -v t="$t" '/^extern "C"/ { k = 1 } k && index($0, t " *") { n++; k = 0 } END { print n + 0 }' "$work/gpt2-$p/gpu/kernels.cu" 2>/dev/null)
+  [ "${k16:-0}" -gt 0 ] && pass || fail "gpt2 small $p: no kernel takes a $t tensor"
+  echo "gpt2 small $p: $n16 kernels, $k16 of them on $t tensors" >&2
+done
+
 # GPT-2 small's sizes, attention from its parts (split, matmul, causal softmax, merge)
 if "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpt2p" --set attn_parts=1 --set layers=2 \
      >"$work/log" 2>&1; then pass
 else fail "compile GPT-2 (attn_parts=1) for one GPU: $(tail -c 1500 "$work/log")"; fi
 [ -d "$work/gpt2p/gpu" ] && check_cuda_bundle "gpt2 attn_parts" "$work/gpt2p/gpu"
 
-# ResNet-50
+# ResNet-50, and in bf16 (convolution, pooling, batchnorm in 16 bits)
 if "$FUSIONC" compile models/resnet.xml tests/clusters/one-gpu.xml -o "$work/resnet" >"$work/log" 2>&1; then pass
 else fail "compile ResNet-50 for one GPU: $(tail -c 1500 "$work/log")"; fi
 [ -d "$work/resnet/gpu" ] && check_cuda_bundle "resnet-50" "$work/resnet/gpu"
 echo "resnet-50: $(grep -c '^extern' "$work/resnet/gpu/kernels.cu" 2>/dev/null) kernels" >&2
+if "$FUSIONC" compile models/resnet.xml tests/clusters/one-gpu.xml -o "$work/resnet-bf16" --precision bf16 \
+     >"$work/log" 2>&1; then pass
+else fail "compile ResNet-50 --precision bf16 for one GPU: $(tail -c 1500 "$work/log")"; fi
+[ -d "$work/resnet-bf16/gpu" ] && check_cuda_bundle "resnet-50 bf16" "$work/resnet-bf16/gpu"
 
 # Mixed CPU + CUDA: every device gets its backend.
 if "$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed" --stages 4 --set layers=2 \

@@ -23,7 +23,31 @@
 #     CUDA stage's recv and send copies ran on the copy stream (the
 #     emulator's second stream: FUSION_EMU_COUNTS);
 #   - a bad token id in the data stops the CUDA device with the CPU's
-#     message ("token id ... out of range"), exit 1.
+#     message ("token id ... out of range"), exit 1;
+#   - --precision bf16 and fp16 on one CUDA device against the CPU device
+#     in the same precision: every loss within 1e-3 (bf16) and 2e-4 (fp16)
+#     relative, the first step's gradients within 4 unit roundoffs (4 x
+#     2^-8, 4 x 2^-11) of each tensor's largest magnitude, and the products
+#     went to cublasGemmEx (FUSION_EMU_COUNTS).  Why those bounds: the two
+#     paths store the same activations in 16 bits, and the emulation harness
+#     (test_cuda_emulation) holds each kernel to 2 unit roundoffs of the
+#     CPU's (8 for a product whose f32 weight the CUDA path rounds first);
+#     such differences, rare and of random sign, average out over a batch's
+#     64 tokens and 256 classes, so a step's loss moves by a small fraction
+#     of the unit roundoff (measured: 4e-5 bf16, 5e-6 fp16, over 6 steps)
+#     and a gradient by a few (measured: 2 and 1.6);
+#   - bf16 on the 4-stage pipeline of two CPU and two CUDA devices (bf16
+#     activations and their gradients cross the links, to and from the
+#     CUDA devices' host steps): every loss within 1e-3 of the one CPU
+#     device's bf16 run (measured 1.1e-5);
+#   - fp16 with an overflow injected at step 3: the CUDA device skips the
+#     step (its adamw kernels see clip_scale's NaN and say so in the flags
+#     word), halves the loss scale as the CPU does, and its losses follow
+#     the CPU's within 2e-4;
+#   - --tf32 (f32 products on TF32 tensor cores: the emulated sgemm rounds
+#     its operands to 10 mantissa bits, sums in f32): every loss within
+#     1e-4 relative of the CPU's f32 (TF32's unit roundoff is 2^-11; measured
+#     3e-6), and every product ran with TF32 allowed.
 # Needs a C++ compiler and python3 (the kernel table); nothing is skipped.
 . "$(dirname "$0")/lib.sh"
 no_leak_scan_in_threaded_programs
@@ -33,7 +57,7 @@ steps=6
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
 base=$((24000 + ($$ % 900) * 40))
 
-losses() { sed 's/^\[[^]]*\] //' "$1" | awk '/^step /{print $4}'; }
+losses() { sed 's/^\[[^]]*\] //' "$1" | awk '/^step +[0-9]+\//{print $4}'; }
 # close NAME REF FOUND: every loss within 1e-5 relative.
 close() {
   paste "$2" "$3" | awk -v n="$1" -v steps=$steps '
@@ -56,6 +80,21 @@ losses "$work/cpu.out" >"$work/cpu.loss"
 # LD_LIBRARY_PATH; a bundled libcublas would be opened first.
 "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpu" "${model[@]}" --cublas system >"$work/log" 2>&1 \
   && pass || fail "one-GPU compile: $(tail -c 1500 "$work/log")"
+# 16-bit and TF32: a CPU and a CUDA bundle for each precision.
+for p in bf16 fp16; do
+  "$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/cpu-$p" "${model[@]}" --precision $p >"$work/log" 2>&1 \
+    && pass || fail "CPU compile --precision $p: $(tail -3 "$work/log")"
+  "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpu-$p" "${model[@]}" --precision $p \
+    --cublas system >"$work/log" 2>&1 && pass || fail "one-GPU compile --precision $p: $(tail -c 1500 "$work/log")"
+  grep -q "^precision  ${p/fp16/f16} activations" "$work/gpu-$p/gpu/manifest.txt" && pass \
+    || fail "--precision $p: the manifest says: $(grep precision "$work/gpu-$p/gpu/manifest.txt")"
+done
+"$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpu-tf32" "${model[@]}" --tf32 --cublas system \
+  >"$work/log" 2>&1 && pass || fail "one-GPU compile --tf32: $(tail -c 1500 "$work/log")"
+"$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-bf16" "${model[@]}" --scheduler uniform \
+  --micro-batches 4 --port-base "$base" --cublas system --precision bf16 >"$work/log" 2>&1 \
+  && pass || fail "mixed compile --precision bf16: $(tail -c 1500 "$work/log")"
+base=$((base + 20))
 for r in off on; do
   "$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-$r" "${model[@]}" --scheduler uniform \
     --micro-batches 4 --recompute $r --port-base "$base" --cublas system >"$work/log" 2>&1 \
@@ -64,9 +103,9 @@ for r in off on; do
   grep -q "4 stages x 1 replica" "$work/log" && pass || fail "mixed: not a 4-stage pipeline: $(cat "$work/log")"
 done
 
-# The emulated driver, with the kernels of all three CUDA bundles.
-python3 tests/emu_driver/gen_kernels.py "$work/kernels_emu.cpp" "$work/gpu/gpu/kernels.cu" \
-  "$work"/mixed-*/gpu-*/kernels.cu && pass || fail "generating the kernel table"
+# The emulated driver, with the kernels of every CUDA bundle.
+python3 tests/emu_driver/gen_kernels.py "$work/kernels_emu.cpp" "$work"/gpu*/gpu/kernels.cu \
+  "$work"/mixed*/gpu-*/kernels.cu && pass || fail "generating the kernel table"
 mkdir -p "$work/lib"
 if ${CXX:-g++} -std=c++20 -O1 -shared -fPIC -w -I tests/unit -o "$work/lib/libcuda.so.1" \
      tests/emu_driver/emu_driver.cpp tests/unit/cuda_emu.cpp "$work/kernels_emu.cpp" 2>"$work/cxx.err"; then pass
@@ -99,7 +138,67 @@ echo "one CUDA device: ${up:-?} bytes up, ${down:-?} down over $steps steps (the
 echo "one CUDA device, $steps steps: $(cat "$work/gpu.counts")" >&2
 # No communication: nothing crosses on the copy stream.
 expect_eq "one CUDA device: copies on the second stream" "second-stream htod 0 dtoh 0" \
-  "$(grep -o 'second-stream.*' "$work/gpu.counts")"
+  "$(grep -o 'second-stream htod [0-9]* dtoh [0-9]*' "$work/gpu.counts")"
+
+# bf16 and fp16: one CUDA device against the CPU device in the same precision.
+# close_within NAME BOUND REF FOUND: every loss within BOUND relative.
+close_within() {
+  paste "$3" "$4" | awk -v n="$1" -v b="$2" -v steps=$steps '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r }
+    END { if (NR != steps) { printf "FAIL: %s: %d losses, expected %d\n", n, NR, steps > "/dev/stderr"; exit 1 }
+          if (worst > b) { printf "FAIL: %s: loss differs from the CPU run by %.2g relative (bound %g)\n", n, worst, b > "/dev/stderr"; exit 1 }
+          printf "%s: worst relative loss difference from the CPU run %.2g over %d steps (bound %g)\n", n, worst, NR, b > "/dev/stderr" }' \
+    && pass || fail "$1: losses $(paste -sd' ' "$4"), CPU $(paste -sd' ' "$3")"
+}
+for p in bf16 fp16; do
+  case $p in bf16) bound=1e-3 grads=1.5625e-2 ;; fp16) bound=2e-4 grads=1.953125e-3 ;; esac
+  "$work/cpu-$p/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps $steps --seed 5 --dump-grads "$work/cpu-$p.grads" \
+    >"$work/cpu-$p.out" 2>&1 && pass || fail "CPU run --precision $p: $(tail -3 "$work/cpu-$p.out")"
+  FUSION_EMU_COUNTS="$work/gpu-$p.counts" "$work/gpu-$p/gpu/fusion-gpu" --data "$work/corpus.txt" --steps $steps --seed 5 \
+    --dump-grads "$work/gpu-$p.grads" >"$work/gpu-$p.out" 2>&1 && pass || fail "one-GPU run --precision $p: $(tail -5 "$work/gpu-$p.out")"
+  losses "$work/cpu-$p.out" >"$work/cpu-$p.loss"
+  losses "$work/gpu-$p.out" >"$work/gpu-$p.loss"
+  close_within "one CUDA device, $p" $bound "$work/cpu-$p.loss" "$work/gpu-$p.loss"
+  if python3 tests/emu_driver/compare_grads.py "$work/cpu-$p.grads" "$work/gpu-$p.grads" $grads >"$work/grads.txt" 2>&1; then pass
+  else fail "one CUDA device, $p: gradients differ from the CPU's: $(cat "$work/grads.txt")"; fi
+  echo "one CUDA device, $p, first step's gradients against the CPU's (bound $grads): $(head -1 "$work/grads.txt")" >&2
+  echo "one CUDA device, $p, $steps steps: $(cat "$work/gpu-$p.counts")" >&2
+  set -- $(cat "$work/gpu-$p.counts" 2>/dev/null)
+  [ "${4:-0}" -gt 0 ] && [ "${17:-0}" = "${4:-0}" ] && pass \
+    || fail "one CUDA device, $p: expected every product on cublasGemmEx (gemms = gemm-ex > 0), found: $*"
+done
+# fp16 with an overflow at step 3: skipped on both, the scale halved, the same losses after.
+"$work/cpu-fp16/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps $steps --seed 5 --inject-overflow 3 \
+  >"$work/cpu-ov.out" 2>&1 && pass || fail "CPU run, fp16, overflow at 3: $(tail -3 "$work/cpu-ov.out")"
+"$work/gpu-fp16/gpu/fusion-gpu" --data "$work/corpus.txt" --steps $steps --seed 5 --inject-overflow 3 \
+  >"$work/gpu-ov.out" 2>&1 && pass || fail "one-GPU run, fp16, overflow at 3: $(tail -5 "$work/gpu-ov.out")"
+expect_eq "one CUDA device, fp16, overflow at 3: the scaler's word" \
+  "step     3: gradients overflowed: step skipped, loss scale 65536 -> 32768" \
+  "$(grep 'gradients overflowed' "$work/gpu-ov.out")"
+losses "$work/cpu-ov.out" >"$work/cpu-ov.loss"
+losses "$work/gpu-ov.out" >"$work/gpu-ov.loss"
+close_within "one CUDA device, fp16, overflow at step 3" 2e-4 "$work/cpu-ov.loss" "$work/gpu-ov.loss"
+# bf16 through the mixed pipeline: 16-bit activations on the links to and from the CUDA stages.
+if FUSION_EMU_COUNTS="$work/mixed-bf16.counts" "$work/mixed-bf16/launch-local.sh" --data "$work/corpus.txt" \
+     --steps $steps --seed 5 >"$work/mixed.out" 2>&1; then pass
+else fail "mixed run, bf16: $(tail -5 "$work/mixed.out"; tail -3 "$work/mixed-bf16"/logs/*.log)"; fi
+reporter=$(sed -n 's/^reporter=//p' "$work/mixed-bf16/launch-local.sh")
+losses "$work/mixed-bf16/logs/$reporter.log" >"$work/mixed-bf16.loss"
+close_within "mixed pipeline (CPU, CPU, CUDA, CUDA), bf16" 1e-3 "$work/cpu-bf16.loss" "$work/mixed-bf16.loss"
+while read -r line; do
+  echo "mixed, bf16, a CUDA stage: $line" >&2
+  set -- $line
+  [ "${4:-0}" -gt 0 ] && [ "${17:-0}" = "${4:-0}" ] && [ "${13:-0}" -gt 0 ] && [ "${15:-0}" -gt 0 ] && pass \
+    || fail "mixed, bf16: expected products on GemmEx and recv and send copies on the second stream, found: $line"
+done <"$work/mixed-bf16.counts"
+# --tf32: against the CPU's f32.
+FUSION_EMU_COUNTS="$work/gpu-tf32.counts" "$work/gpu-tf32/gpu/fusion-gpu" --data "$work/corpus.txt" --steps $steps \
+  --seed 5 >"$work/gpu-tf32.out" 2>&1 && pass || fail "one-GPU run --tf32: $(tail -5 "$work/gpu-tf32.out")"
+losses "$work/gpu-tf32.out" >"$work/gpu-tf32.loss"
+close_within "one CUDA device, tf32" 1e-4 "$work/cpu.loss" "$work/gpu-tf32.loss"
+set -- $(cat "$work/gpu-tf32.counts" 2>/dev/null)
+[ "${4:-0}" -gt 0 ] && [ "${19:-0}" = "${4:-0}" ] && pass \
+  || fail "one CUDA device, tf32: expected every product with TF32 allowed (gemms = tf32 > 0), found: $*"
 
 # Two CPU and two CUDA stages: the first CUDA stage keeps a waiting
 # micro-batch's activations (off) or its forward's inputs and runs the

@@ -67,7 +67,18 @@ typedef struct {
     int (*blas_stream)(cublas_handle, cu_stream);
     int (*blas_sgemm)(cublas_handle, int, int, int, int, int, const float *, const float *, int, long long,
                       const float *, int, long long, const float *, float *, int, long long, int);
+    int (*blas_gemm_ex)(cublas_handle, int, int, int, int, int, const void *, const void *, int, int, long long,
+                        const void *, int, int, long long, const void *, void *, int, int, long long, int, int, int);
+    int (*blas_math_mode)(cublas_handle, int);
 } cuda_api;
+
+/* cuBLAS's enums, as its headers number them (stable across 11, 12, 13). */
+#define CUDA_R_32F                 0
+#define CUDA_R_16F                 2
+#define CUDA_R_16BF                14
+#define CUBLAS_COMPUTE_32F         68     /* f32 accumulator, operands as they are */
+#define CUBLAS_GEMM_DEFAULT        -1
+#define CUBLAS_TF32_TENSOR_OP_MATH 3      /* sgemm may round its operands to TF32 */
 
 struct rt_cuda {
     cuda_api     api;
@@ -91,7 +102,8 @@ struct rt_cuda {
     cublas_handle blas;
     cu_function *functions;          /* [n_kernels] */
     const rt_cuda_step *steps;
-    cu_deviceptr arena, scratch, status;
+    cu_deviceptr arena, scratch, status;   /* status: the status word (int64), then the flags word (int32) */
+    int          loss_scaling;       /* the manifest's: read the flags word after an update */
     size_t       arena_bytes;
     char        *host_arena;         /* page-locked while attached */
     int          cc_major, cc_minor;
@@ -184,8 +196,11 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
     a->blas_destroy = sym(c->libcublas, "cublasDestroy_v2", &missing);
     a->blas_stream = sym(c->libcublas, "cublasSetStream_v2", &missing);
     a->blas_sgemm = sym(c->libcublas, "cublasSgemmStridedBatched", &missing);
+    a->blas_gemm_ex = sym(c->libcublas, "cublasGemmStridedBatchedEx", &missing);
+    a->blas_math_mode = sym(c->libcublas, "cublasSetMathMode", &missing);
     if (missing) {
-        snprintf(why, len, "cuBLAS lacks cublasSgemmStridedBatched (CUDA 8 or later is needed)");
+        snprintf(why, len, "cuBLAS lacks cublasSgemmStridedBatched, cublasGemmStridedBatchedEx or cublasSetMathMode "
+                 "(CUDA 11 or later is needed)");
         return -1;
     }
     return 0;
@@ -223,6 +238,7 @@ int rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t len)
     memcpy(&info, fusion_cuda_info_blob, sizeof info);
     c->steps = (const rt_cuda_step *)fusion_cuda_steps_blob;
     c->arena_bytes = (size_t)m->arena_bytes;
+    c->loss_scaling = m->loss_scaling;
     const char *dev_env = getenv("FUSION_CUDA_DEVICE");
     int ordinal = dev_env ? atoi(dev_env) : 0;
     cu_result r;
@@ -261,9 +277,16 @@ int rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t len)
         snprintf(why, len, "cuBLAS: cannot create a handle");
         rc = -1;
     }
+    /* --tf32: f32 products on TF32 tensor cores (10-bit mantissa operands,
+     * f32 accumulator); the 16-bit products are GemmEx's either way. */
+    if (rc == 0 && m->tf32 && c->api.blas_math_mode(c->blas, CUBLAS_TF32_TENSOR_OP_MATH) != 0) {
+        snprintf(why, len, "cuBLAS: cannot allow TF32 (cublasSetMathMode)");
+        rc = -1;
+    }
     if (rc == 0) {
-        int64_t ok = RT_CUDA_STATUS_OK;
-        if ((r = c->api.htod(c->status, &ok, sizeof ok, c->stream)) != 0 || (r = c->api.stream_sync(c->stream)) != 0)
+        struct { int64_t status; int32_t flags, pad; } words = { RT_CUDA_STATUS_OK, 0, 0 };
+        if ((r = c->api.htod(c->status, &words, sizeof words, c->stream)) != 0 ||
+            (r = c->api.stream_sync(c->stream)) != 0)
             rc = fail_cu(c, r, "initialising the status word", why, len);
     }
     if (rc) {
@@ -364,7 +387,7 @@ static int take_ranges(rt_cuda_range **out, int32_t *n, const rt_tensor *t, int3
     if (!*out)
         return -1;
     for (int32_t i = 0; i < count; i++)
-        (*out)[i] = (rt_cuda_range){ t[i].offset, rt_tensor_numel(&t[i]) * 4 };
+        (*out)[i] = (rt_cuda_range){ t[i].offset, rt_tensor_bytes(&t[i]) };
     *n = count;
     return 0;
 }
@@ -390,7 +413,7 @@ int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t 
                     take_ranges(&c->stash, &c->n_stash, stash, n_stash)))
         rc = -1;
     if (rc == 0 && loss >= 0 && loss < n_tensors)
-        c->loss = (rt_cuda_range){ tensors[loss].t.offset, rt_tensor_numel(&tensors[loss].t) * 4 };
+        c->loss = (rt_cuda_range){ tensors[loss].t.offset, rt_tensor_bytes(&tensors[loss].t) };
     for (int r = 0; r < ROLE_COUNT; r++)
         free(by_role[r]);
     return rc;
@@ -419,15 +442,27 @@ int rt_cuda_phase_end(char *arena, rt_context *ctx)
 {
     rt_cuda *c = ctx->cuda;
     cu_result r = 0;
+    int32_t flags = 0;
     if (ctx->phase == PHASE_FORWARD && !ctx->replay) {
         r = pull(c, arena, &c->loss, 1);
         if (r == 0)
             r = pull(c, arena, c->stash, c->n_stash);   /* main keeps it if the backward waits */
     } else if (ctx->phase == PHASE_BACKWARD) {
         r = pull(c, arena, c->grads, c->n_grads);       /* main sums them over micro-batches */
+    } else if (ctx->phase == PHASE_UPDATE && c->loss_scaling) {
+        /* Did an adamw skip the step (fp16's overflow)?  The flags word
+         * says so; main's loss scaler reads ctx->overflowed. */
+        r = c->api.dtoh(&flags, c->status + 8, sizeof flags, c->stream);
     }
     if (r == 0)
         r = c->api.stream_sync(c->stream);
+    if (r == 0 && (flags & RT_CUDA_FLAG_SKIPPED)) {
+        int32_t zero = 0;
+        ctx->overflowed = 1;
+        r = c->api.htod(c->status + 8, &zero, sizeof zero, c->stream);
+        if (r == 0)
+            r = c->api.stream_sync(c->stream);
+    }
     /* Every upload was waited for by the compute stream (run_on_host), so
      * its slot of the host arena is free once that stream is. */
     for (int i = 0; r == 0 && i < RT_CUDA_UPLOADS; i++)
@@ -451,6 +486,7 @@ static cu_deviceptr place(const rt_cuda *c, const rt_cuda_arg *a)
     case RT_CUDA_ARG_ARENA:   return c->arena + (cu_deviceptr)a->value;
     case RT_CUDA_ARG_SCRATCH: return c->scratch + (cu_deviceptr)a->value;
     case RT_CUDA_ARG_STATUS:  return c->status;
+    case RT_CUDA_ARG_FLAGS:   return c->status + 8;
     default:                  return 0;
     }
 }
@@ -522,7 +558,7 @@ static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx
             r = c->api.stream_wait_event(c->copy, c->computed, 0);
         for (int i = 0; i < op->n_in && r == 0; i++)
             r = c->api.dtoh(arena + op->in[i].offset, c->arena + (cu_deviceptr)op->in[i].offset,
-                            (size_t)rt_tensor_numel(&op->in[i]) * 4, c->copy);
+                            (size_t)rt_tensor_bytes(&op->in[i]), c->copy);
         if (r == 0)
             r = c->api.event_record(c->copied, c->copy);
         if (r == 0)
@@ -532,7 +568,7 @@ static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx
     }
     int64_t lo = INT64_MAX, hi = INT64_MIN;   /* the host range the outputs cover */
     for (int i = 0; i < op->n_out; i++) {
-        int64_t at = op->out[i].offset, end = at + rt_tensor_numel(&op->out[i]) * 4;
+        int64_t at = op->out[i].offset, end = at + rt_tensor_bytes(&op->out[i]);
         lo = at < lo ? at : lo;
         hi = end > hi ? end : hi;
     }
@@ -557,7 +593,7 @@ static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx
         r = c->api.stream_wait_event(c->copy, c->computed, 0);
     for (int i = 0; i < op->n_out && r == 0; i++)
         r = c->api.htod(c->arena + (cu_deviceptr)op->out[i].offset, arena + op->out[i].offset,
-                        (size_t)rt_tensor_numel(&op->out[i]) * 4, c->copy);
+                        (size_t)rt_tensor_bytes(&op->out[i]), c->copy);
     if (r == 0)
         r = c->api.event_record(c->upload[k].done, c->copy);
     if (r == 0)
@@ -565,6 +601,44 @@ static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx
     if (r)
         return ctx_fail(ctx, op, "copying to the device", r);
     c->upload[k].lo = lo, c->upload[k].hi = hi, c->upload[k].busy = 1;
+    return 0;
+}
+
+/* The cudaDataType of a product operand's dtype; -1: cuBLAS does not take it. */
+static int blas_type(int32_t dtype)
+{
+    return dtype == DT_F32 ? CUDA_R_32F : dtype == DT_BF16 ? CUDA_R_16BF : dtype == DT_F16 ? CUDA_R_16F : -1;
+}
+
+/* One product step: f32 operands, an sgemm (TF32 when the handle allows
+ * it); 16-bit ones, GemmEx with an f32 accumulator and C in its own type. */
+static int run_gemm(rt_cuda *c, const rt_op *op, const rt_cuda_step *s, rt_context *ctx)
+{
+    rt_cuda_colmajor_gemm g = rt_cuda_gemm_colmajor(s);
+    const rt_cuda_arg *a = &s->arg[g.a_arg], *b = &s->arg[g.b_arg], *cc = &s->arg[2];
+    void *A = (void *)(uintptr_t)place(c, a), *B = (void *)(uintptr_t)place(c, b), *C = (void *)(uintptr_t)place(c, cc);
+    if (g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX || g.batch > INT32_MAX) {
+        snprintf(ctx->msg, sizeof ctx->msg, "op '%s': a matrix product too large for cuBLAS's int sizes", op->name);
+        return -1;
+    }
+    int st;
+    const char *what;
+    if (a->dtype == DT_F32 && b->dtype == DT_F32 && cc->dtype == DT_F32) {
+        what = "cublasSgemmStridedBatched";
+        st = c->api.blas_sgemm(c->blas, g.trans_a, g.trans_b, (int)g.m, (int)g.n, (int)g.k, &g.alpha, A, (int)g.lda,
+                               g.stride_a, B, (int)g.ldb, g.stride_b, &g.beta, C, (int)g.ldc, g.stride_c, (int)g.batch);
+    } else {
+        what = "cublasGemmStridedBatchedEx";
+        st = c->api.blas_gemm_ex(c->blas, g.trans_a, g.trans_b, (int)g.m, (int)g.n, (int)g.k, &g.alpha, A,
+                                 blas_type(a->dtype), (int)g.lda, g.stride_a, B, blas_type(b->dtype), (int)g.ldb,
+                                 g.stride_b, &g.beta, C, blas_type(cc->dtype), (int)g.ldc, g.stride_c, (int)g.batch,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }
+    if (st != 0) {
+        snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): %s failed (status %d)", op->name, (int)op->line, what,
+                 st);
+        return -1;
+    }
     return 0;
 }
 
@@ -577,27 +651,16 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
             if (run_on_host(c, op, arena, ctx))
                 return -1;
         } else if (s->kind == RT_CUDA_STEP_GEMM) {
-            rt_cuda_colmajor_gemm g = rt_cuda_gemm_colmajor(s);
-            float *A = (float *)(uintptr_t)place(c, &s->arg[g.a_arg]), *B = (float *)(uintptr_t)place(c, &s->arg[g.b_arg]);
-            float *C = (float *)(uintptr_t)place(c, &s->arg[2]);
-            if (g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX || g.batch > INT32_MAX) {
-                snprintf(ctx->msg, sizeof ctx->msg, "op '%s': a matrix product too large for cuBLAS's int sizes",
-                         op->name);
+            if (run_gemm(c, op, s, ctx))
                 return -1;
-            }
-            int st = c->api.blas_sgemm(c->blas, g.trans_a, g.trans_b, (int)g.m, (int)g.n, (int)g.k, &g.alpha, A,
-                                       (int)g.lda, g.stride_a, B, (int)g.ldb, g.stride_b, &g.beta, C, (int)g.ldc,
-                                       g.stride_c, (int)g.batch);
-            if (st != 0) {
-                snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): cublasSgemmStridedBatched failed (status %d)",
-                         op->name, (int)op->line, st);
-                return -1;
-            }
         } else {
-            struct { cu_deviceptr p[RT_CUDA_MAX_ARGS]; long long step; } args;
+            rt_cuda_args args;
             for (int k = 0; k < RT_CUDA_MAX_ARGS; k++)
                 args.p[k] = place(c, &s->arg[k]);
-            args.step = (long long)ctx->step;
+            args.step = ctx->step;
+            args.adam_step = ctx->step - ctx->skipped;
+            args.loss_scale = ctx->loss_scale > 0 ? ctx->loss_scale : 1.0f;
+            args.inject_overflow = ctx->inject_overflow;
             void *params[] = { &args };
             cu_result r = c->api.launch(c->functions[s->kernel], s->grid[0], s->grid[1], s->grid[2], s->block[0],
                                         s->block[1], s->block[2], s->shared_bytes, c->stream, params, NULL);

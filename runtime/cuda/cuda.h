@@ -8,8 +8,8 @@
  * codegen/bundle_libs.h), else the host's (fusionc --cublas system).
  *
  * Memory.  The device holds the arena (the memory pass's plan, the same
- * offsets as on a CPU), the scratch area the steps ask for, and a status
- * word.  The host keeps its arena too, page-locked (cuMemHostRegister), and
+ * offsets as on a CPU), the scratch area the steps ask for, a status
+ * word and a flags word.  The host keeps its arena too, page-locked (cuMemHostRegister), and
  * it is what main.c reads and writes between phases.  Only what the host
  * touches crosses (rt_cuda_set_host_tensors names it): the first phase
  * copies the whole arena up (the parameters main initialised or resumed);
@@ -29,6 +29,19 @@
  * the kernels queued before it, and the host for that copy, not for the
  * compute stream.  The phases' own copies (inputs, stash, gradients) stay
  * on the compute stream and do not overlap compute.
+ *
+ * Products.  A step of f32 operands is cublasSgemmStridedBatched; the
+ * program's tf32 flag (fusionc --tf32) sets the handle's math mode to
+ * CUBLAS_TF32_TENSOR_OP_MATH, so those may run on TF32 tensor cores.  A
+ * step of bf16 or fp16 operands (a --precision bf16 or fp16 program) is
+ * cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F: tensor cores, an f32
+ * accumulator, C in f32 (a weight's gradient) or the operands' type.
+ *
+ * fp16's loss scaling.  Each launch carries this step's loss scale and
+ * whether an overflow is injected (rt_cuda_args), for the seed (fill) and
+ * clip_scale; an adamw that finds clip_scale's NaN leaves its parameter
+ * alone and sets a bit in the flags word, which the update phase's end
+ * reads into ctx->overflowed for main's scaler.
  *
  * Modules.  The program embeds one fat binary (codegen/fatbin.h: CUBIN for
  * sm_80 and sm_90, PTX for compute_80) in its .nv_fatbin section; the

@@ -6,7 +6,8 @@
  *     C = op(A)·op(B)    (row-major)
  * is  Cᵀ = op(B)ᵀ·op(A)ᵀ (column-major)
  * which is cublasSgemm(opB, opA, N, M, K, B, ldb, A, lda, C, ldc): the
- * operands swap places and the transposes stay with their operands.  The
+ * operands swap places and the transposes stay with their operands (and
+ * their types: cublasGemmEx's Atype is the step's B's dtype).  The
  * backend (cuda.c) and the emulation harness's reference cuBLAS
  * (tests/unit/test_cuda_emulation.cpp) both call this, so the harness
  * checks the very conversion the backend makes.

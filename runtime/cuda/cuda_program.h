@@ -8,12 +8,17 @@
  *   RT_CUDA_STEP_KERNEL  one launch of a generated kernel (by index into the
  *                        module's kernel names), grid, block, dynamic shared
  *                        bytes and up to RT_CUDA_MAX_ARGS pointer arguments;
- *   RT_CUDA_STEP_GEMM    one cuBLAS strided-batched sgemm, written in the
+ *   RT_CUDA_STEP_GEMM    one cuBLAS strided-batched product, written in the
  *                        row-major form the CPU kernels use
  *                        (C = alpha·op(A)·op(B) + beta·C, leading dimensions
  *                        and batch strides in elements); the backend turns
  *                        it into cuBLAS's column-major call by swapping the
- *                        operands (Cᵀ = op(B)ᵀ·op(A)ᵀ);
+ *                        operands (Cᵀ = op(B)ᵀ·op(A)ᵀ).  The operands' types
+ *                        are their arguments' dtypes: all f32, an sgemm
+ *                        (TF32 tensor cores when the program allows them);
+ *                        A and B both bf16 or both fp16, cublasGemmEx's
+ *                        strided-batched form with an f32 accumulator, C in
+ *                        its own type (f32 or the same 16-bit one);
  *   RT_CUDA_STEP_HOST    the op runs on the host (send, recv, allreduce):
  *                        its inputs are copied to the pinned host arena,
  *                        rt_op_run does the work there, its outputs are
@@ -21,16 +26,19 @@
  *
  * Every generated kernel has one signature,
  *     extern "C" __global__ void NAME(fusion_args a)
- * with fusion_args { char *p[RT_CUDA_MAX_ARGS]; long long step; }: a
- * uniform ABI, so that launching (here and in the CPU emulation harness,
- * tests/unit/cuda_emu.h) needs no per-kernel code.  Sizes are constants in
- * the kernel's source, so kernels of equal shapes are one kernel.
+ * with fusion_args laid out as rt_cuda_args below: a uniform ABI, so that
+ * launching (here and in the CPU emulation harness, tests/unit/cuda_emu.h)
+ * needs no per-kernel code.  Sizes are constants in the kernel's source,
+ * so kernels of equal shapes are one kernel.
  *
  * Pointer arguments name a place: the device arena (a byte offset, as the
  * memory pass placed the op's tensors), the backend's scratch area (for
  * kernels that pass row statistics from one launch to the next), the
- * backend's status word (bad token ids and targets are reported there), or
- * nothing.
+ * backend's status word (bad token ids and targets are reported there), its
+ * flags word (an AdamW that skipped its step says so there), or nothing.
+ * An argument also says the dtype of what it points at (ir_dtype: f32,
+ * i32, f16, bf16): the kernels were written for it, and a product's
+ * operand types come from it.
  *
  * Like rt_op, these are plain bytes embedded in the executable: compiler and
  * runtime are built together, for one ABI.
@@ -46,16 +54,37 @@ typedef enum {
     RT_CUDA_ARG_NONE,          /* a NULL pointer                                 */
     RT_CUDA_ARG_ARENA,         /* device arena + value                            */
     RT_CUDA_ARG_SCRATCH,       /* scratch area + value                            */
-    RT_CUDA_ARG_STATUS         /* the status word (int64, RT_CUDA_STATUS_OK or a position) */
+    RT_CUDA_ARG_STATUS,        /* the status word (int64, RT_CUDA_STATUS_OK or a position) */
+    RT_CUDA_ARG_FLAGS          /* the flags word (int32, RT_CUDA_FLAG_* bits; 0 at start) */
 } rt_cuda_arg_kind;
 
 #define RT_CUDA_STATUS_OK INT64_MAX   /* kernels atomicMin a bad position into it */
+#define RT_CUDA_FLAG_SKIPPED 1        /* an adamw skipped its step: fp16's loss scale overflowed */
 
 typedef struct {
     int32_t kind;              /* rt_cuda_arg_kind */
-    int32_t pad;
+    int32_t dtype;             /* of what it points at: an ir_dtype (0: f32) */
     int64_t value;             /* byte offset */
 } rt_cuda_arg;
+
+/* A launch's one parameter, the generated prelude's fusion_args: the
+ * pointers, this step's number (lr_schedule), the steps taken (AdamW's
+ * bias correction: step - skipped), and fp16's loss scale (runtime/exec.h:
+ * the seed is loss_scale, infinite when inject_overflow; clip_scale
+ * divides it out). */
+typedef struct {
+    uint64_t p[RT_CUDA_MAX_ARGS];   /* device addresses                       */
+    int64_t  step, adam_step;
+    float    loss_scale;            /* 1 when the program does not scale       */
+    int32_t  inject_overflow;
+} rt_cuda_args;
+/* The prelude spells it { char *p[8]; long long step, adam_step; float
+ * loss_scale; int inject_overflow; } (codegen/cuda_kernels.c): 88 bytes. */
+#ifdef __cplusplus
+static_assert(sizeof(rt_cuda_args) == 88, "rt_cuda_args is the kernels' fusion_args");
+#else
+_Static_assert(sizeof(rt_cuda_args) == 88, "rt_cuda_args is the kernels' fusion_args");
+#endif
 
 typedef enum { RT_CUDA_STEP_KERNEL, RT_CUDA_STEP_GEMM, RT_CUDA_STEP_HOST } rt_cuda_step_kind;
 

@@ -33,10 +33,20 @@
  * Each failure returns an error code, as the driver would, and says why on
  * stderr.
  *
+ * cuBLAS: cublasSgemmStridedBatched sums in double (more exactly than a
+ * GPU), or, after cublasSetMathMode(CUBLAS_TF32_TENSOR_OP_MATH), rounds
+ * its operands to TF32 (10 mantissa bits, nearest even) and sums in f32,
+ * as tensor cores do; cublasGemmStridedBatchedEx takes bf16 or fp16
+ * operands (CUDA_R_16BF, CUDA_R_16F) with C in f32 or their own type,
+ * CUBLAS_COMPUTE_32F: products summed in f32, C rounded to nearest even
+ * (runtime/cpu/half.h's conversions).
+ *
  * FUSION_EMU_COUNTS=FILE: at exit, append one line, the operations that
  * ran: "launches N gemms N htod N BYTES dtoh N BYTES second-stream htod N
- * dtoh N" (the last two: copies that ran on the second stream created,
- * runtime/cuda/cuda.c's copy stream).
+ * dtoh N gemm-ex N tf32 N" (second-stream: copies that ran on the second
+ * stream created, runtime/cuda/cuda.c's copy stream; gemm-ex: the products
+ * of 16-bit operands among the gemms; tf32: the sgemms that ran with TF32
+ * allowed).
  */
 #include <cstdint>
 #include <cstdio>
@@ -47,6 +57,7 @@
 #include <map>
 #include <vector>
 
+#include "../../runtime/cuda/cuda_program.h"
 #include "cuda_emu.h"
 
 extern "C" const cuda_emu_kernel emu_kernels[];
@@ -61,6 +72,7 @@ std::map<uintptr_t, size_t> pinned;        /* cuMemHostRegister'ed host memory  
 struct counts_t {
     long long launches = 0, gemms = 0, htod = 0, htod_bytes = 0, dtoh = 0, dtoh_bytes = 0;
     long long second_htod = 0, second_dtoh = 0;   /* copies that ran on the second stream created */
+    long long gemm_ex = 0, tf32 = 0;
 } counts;
 
 /* A stream: its deferred operations, in order.  enqueued counts every
@@ -133,9 +145,10 @@ struct counts_writer {
         if (!path || !*path)
             return;
         if (FILE *f = fopen(path, "a")) {
-            fprintf(f, "launches %lld gemms %lld htod %lld %lld dtoh %lld %lld second-stream htod %lld dtoh %lld\n",
+            fprintf(f, "launches %lld gemms %lld htod %lld %lld dtoh %lld %lld second-stream htod %lld dtoh %lld "
+                       "gemm-ex %lld tf32 %lld\n",
                     counts.launches, counts.gemms, counts.htod, counts.htod_bytes, counts.dtoh, counts.dtoh_bytes,
-                    counts.second_htod, counts.second_dtoh);
+                    counts.second_htod, counts.second_dtoh, counts.gemm_ex, counts.tf32);
             fclose(f);
         }
     }
@@ -339,14 +352,12 @@ int cuLaunchKernel(const cuda_emu_kernel *f, unsigned gx, unsigned gy, unsigned 
         return refuse("cuLaunchKernel without a function or parameters");
     if ((unsigned long long)bx * by * bz > 1024 || shared > 48 * 1024 || gx < 1 || gy < 1 || gz < 1)
         return refuse("a launch no GPU takes (block, grid or shared memory size)");
-    /* One parameter, the kernel's fusion_args: RT_CUDA_MAX_ARGS pointers, then the step. */
-    const CUdeviceptr *args = (const CUdeviceptr *)params[0];
-    for (int k = 0; k < 8; k++)
-        if (args[k] && !owned((uintptr_t)args[k], 1))
-            return refuse("a kernel argument points outside device memory");
-    /* The parameters are read when the call is made (they may live on the caller's stack). */
-    struct { CUdeviceptr p[8]; long long step; } copy;
+    /* One parameter, the kernel's fusion_args (rt_cuda_args): the pointers, the step, the loss scale. */
+    rt_cuda_args copy;   /* read when the call is made: it may live on the caller's stack */
     memcpy(&copy, params[0], sizeof copy);
+    for (int k = 0; k < RT_CUDA_MAX_ARGS; k++)
+        if (copy.p[k] && !owned((uintptr_t)copy.p[k], 1))
+            return refuse("a kernel argument points outside device memory");
     enqueue(stream_of(stream), [=] {
         cuda_emu_launch(f, dim3{ gx, gy, gz }, dim3{ bx, by, bz }, shared, &copy);
         counts.launches++;
@@ -370,32 +381,117 @@ int cublasSetStream_v2(void *, void *stream)
     return 0;
 }
 
-/* Column-major C = alpha op(A) op(B) + beta C per batch entry, in double. */
+static int math_mode;   /* cublasSetMathMode's: 3 = CUBLAS_TF32_TENSOR_OP_MATH */
+int cublasSetMathMode(void *, int mode)
+{
+    math_mode = mode;
+    return 0;
+}
+
+/* x rounded to TF32: 10 mantissa bits, to nearest even (what is kept of an
+ * f32 operand on a tensor core). */
+static float tf32_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u)   /* inf and NaN as they are */
+        u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* cudaDataType: 0 CUDA_R_32F, 2 CUDA_R_16F, 14 CUDA_R_16BF. */
+static int elem_bytes(int type) { return type == 0 ? 4 : type == 2 || type == 14 ? 2 : 0; }
+static float elem_load(const void *p, int type, long long k)
+{
+    if (type == 0)
+        return ((const float *)p)[k];
+    uint16_t h = ((const uint16_t *)p)[k];
+    return type == 14 ? bf16_to_f32(h) : fp16_to_f32(h);
+}
+static void elem_store(void *p, int type, long long k, float v)
+{
+    if (type == 0)
+        ((float *)p)[k] = v;
+    else
+        ((uint16_t *)p)[k] = type == 14 ? f32_to_bf16(v) : f32_to_fp16(v);
+}
+
+/* Column-major C = alpha op(A) op(B) + beta C per batch entry: in double
+ * (exact) or in f32 (tensor cores: wide = false), operands rounded to TF32
+ * when tf32. */
+static void gemm_run(int ta, int tb, int m, int n, int k, float alpha, const void *A, int at, int lda, long long sa,
+                     const void *B, int bt, int ldb, long long sb, float beta, void *C, int ct, int ldc, long long sc,
+                     int batch, bool wide, bool tf32)
+{
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                double acc = 0;
+                float acc32 = 0;
+                for (int l = 0; l < k; l++) {
+                    float x = elem_load(A, at, b * sa + (ta ? l + (long long)i * lda : i + (long long)l * lda));
+                    float y = elem_load(B, bt, b * sb + (tb ? j + (long long)l * ldb : l + (long long)j * ldb));
+                    if (tf32)
+                        x = tf32_round(x), y = tf32_round(y);
+                    if (wide)
+                        acc += (double)x * (double)y;
+                    else
+                        acc32 += x * y;
+                }
+                if (!wide)
+                    acc = acc32;
+                long long at_c = b * sc + i + (long long)j * ldc;
+                double v = beta == 0.0f ? alpha * acc : alpha * acc + (double)beta * elem_load(C, ct, at_c);
+                elem_store(C, ct, at_c, (float)v);
+            }
+}
+
+static bool gemm_args_ok(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int batch)
+{
+    return m >= 0 && n >= 0 && k >= 0 && batch >= 1 && lda >= (ta ? k : m) && lda >= 1 && ldb >= (tb ? n : k) &&
+           ldb >= 1 && ldc >= m && ldc >= 1;
+}
+
 int cublasSgemmStridedBatched(void *, int ta, int tb, int m, int n, int k, const float *alpha, const float *A,
                               int lda, long long sa, const float *B, int ldb, long long sb, const float *beta, float *C,
                               int ldc, long long sc, int batch)
 {
-    if (m < 0 || n < 0 || k < 0 || batch < 1 || lda < (ta ? k : m) || lda < 1 || ldb < (tb ? n : k) || ldb < 1 ||
-        ldc < m || ldc < 1)
+    if (!gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc, batch))
         return 7;   /* CUBLAS_STATUS_INVALID_VALUE */
     if (!owned((uintptr_t)C, 4) || !owned((uintptr_t)A, 4) || !owned((uintptr_t)B, 4))
         return 7;
     float alpha_v = *alpha, beta_v = *beta;   /* read now: they may live on the caller's stack */
+    bool tf32 = math_mode == 3;
     enqueue(stream_of(blas_stream), [=] {
-        for (int b = 0; b < batch; b++) {
-            const float *Ab = A + b * sa, *Bb = B + b * sb;
-            float *Cb = C + b * sc;
-            for (int j = 0; j < n; j++)
-                for (int i = 0; i < m; i++) {
-                    double acc = 0;
-                    for (int l = 0; l < k; l++)
-                        acc += (double)(ta ? Ab[l + (long long)i * lda] : Ab[i + (long long)l * lda]) *
-                               (double)(tb ? Bb[j + (long long)l * ldb] : Bb[l + (long long)j * ldb]);
-                    float *c = &Cb[i + (long long)j * ldc];
-                    *c = beta_v == 0.0f ? (float)(alpha_v * acc) : (float)(alpha_v * acc + (double)beta_v * *c);
-                }
-        }
+        gemm_run(ta, tb, m, n, k, alpha_v, A, 0, lda, sa, B, 0, ldb, sb, beta_v, C, 0, ldc, sc, batch, !tf32, tf32);
         counts.gemms++;
+        counts.tf32 += tf32;
+    });
+    return 0;
+}
+
+/* A and B both bf16 or both fp16 (or both f32), C f32 or theirs;
+ * CUBLAS_COMPUTE_32F (68) or its TF32 form (77). */
+int cublasGemmStridedBatchedEx(void *, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at,
+                               int lda, long long sa, const void *B, int bt, int ldb, long long sb, const void *beta,
+                               void *C, int ct, int ldc, long long sc, int batch, int compute, int)
+{
+    if (!gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc, batch))
+        return 7;
+    if (!elem_bytes(at) || at != bt || !elem_bytes(ct) || (ct != 0 && ct != at) || (compute != 68 && compute != 77))
+        return refuse("cublasGemmStridedBatchedEx: operand types or compute type it does not take"), 15;   /* NOT_SUPPORTED */
+    if (!owned((uintptr_t)C, (size_t)elem_bytes(ct)) || !owned((uintptr_t)A, (size_t)elem_bytes(at)) ||
+        !owned((uintptr_t)B, (size_t)elem_bytes(bt)))
+        return 7;
+    float alpha_v = *(const float *)alpha, beta_v = *(const float *)beta;   /* COMPUTE_32F: float scalars */
+    bool tf32 = at == 0 && (compute == 77 || math_mode == 3);
+    enqueue(stream_of(blas_stream), [=] {
+        gemm_run(ta, tb, m, n, k, alpha_v, A, at, lda, sa, B, bt, ldb, sb, beta_v, C, ct, ldc, sc, batch,
+                 at == 0 && !tf32, tf32);
+        counts.gemms++;
+        counts.gemm_ex += at != 0;
+        counts.tf32 += tf32;
     });
     return 0;
 }

@@ -1,7 +1,29 @@
 /* cuda_cases.c: the op instances of the CUDA emulation harness (see
  * cuda_cases.h).  Sizes are chosen against the 256-thread block: rows of
  * 300 (more than a block, not a multiple), 37 and 13 (less), element counts
- * that leave the last block partial. */
+ * that leave the last block partial.
+ *
+ * Every case runs in f32, bf16 and fp16 (precision_variants).  How far a
+ * 16-bit output may be from the CPU's, in units of the format's unit
+ * roundoff u (2^-8 bf16, 2^-11 fp16) times the output's largest magnitude:
+ *
+ *   2   the kernel reads the same 16-bit inputs the CPU widens (exactly),
+ *       computes the same f32 expressions and rounds once; the two f32
+ *       results differ in their last bits (another summation order), so
+ *       one that lies near a rounding boundary can round to the other
+ *       neighbour: one step of the format, at most 2u of the value; and
+ *       that is rare, so at most 1% of the elements may differ at all (a
+ *       kernel that truncated would differ in half of them);
+ *   8   a matrix product with an f32 operand (a weight): cuBLAS multiplies
+ *       operands of one type, so the CUDA path rounds the weight to 16 bits
+ *       (relative error u per element; summed over K terms of random sign
+ *       it stays within about u of the result, a few u at worst) and the
+ *       CPU multiplies the f32 weight; a bias added after the product
+ *       rounds twice (the product, then the sum): 2u + 2u + the weight's;
+ *       measured below 4u (the harness prints each case's figure).
+ * f32 outputs (a parameter's gradient, the loss) hold to 1e-5 of their
+ * largest magnitude in every precision: both paths read the same 16-bit
+ * inputs exactly and accumulate in f32 or double. */
 #include "cuda_cases.h"
 
 #include <stdarg.h>
@@ -34,7 +56,7 @@ static rt_tensor shape(int rank, ...)
 #define S4(a, b, c, d) shape(4, (int64_t)(a), (int64_t)(b), (int64_t)(c), (int64_t)(d))
 #define SCALAR         shape(0)
 
-/* A new case of op kind k, attributes at the op table's defaults. */
+/* A new case of op kind k, attributes at the op table's defaults, f32. */
 static cuda_case *add(case_list *l, int k, const char *label)
 {
     if (l->n == l->cap) {
@@ -47,6 +69,8 @@ static cuda_case *add(case_list *l, int k, const char *label)
     memset(c, 0, sizeof *c);
     c->op.op = k;
     c->op.ws_offset = -1;
+    c->precision = DT_F32;
+    c->tol16 = 2;
     snprintf(c->label, sizeof c->label, "%s", label);
     snprintf(c->op.name, sizeof c->op.name, "%s", label);
     const op_def *def = &op_table[k];
@@ -62,8 +86,23 @@ static void out(cuda_case *c, rt_tensor t) { c->op.out[c->op.n_out++] = t; }
 static void ids(cuda_case *c, rt_tensor t, int32_t range)
 {
     c->int_range[c->op.n_in] = range;
+    t.dtype = DT_I32;
     in(c, t);
 }
+/* A parameter (f32 in every precision), and a parameter's gradient. */
+static void param(cuda_case *c, rt_tensor t)
+{
+    c->f32_in |= 1u << c->op.n_in;
+    in(c, t);
+}
+static void pgrad(cuda_case *c, rt_tensor t)
+{
+    c->f32_out |= 1u << c->op.n_out;
+    out(c, t);
+}
+/* A scalar the graph keeps f32 (the loss, its seed, the optimizer's). */
+static void f32_in(cuda_case *c, rt_tensor t) { param(c, t); }
+static void f32_out(cuda_case *c, rt_tensor t) { pgrad(c, t); }
 
 /* Every tensor its own 64-byte-aligned place; then the op's workspace. */
 static void place(cuda_case *c)
@@ -71,11 +110,11 @@ static void place(cuda_case *c)
     int64_t at = 0;
     for (int i = 0; i < c->op.n_in; i++) {
         c->op.in[i].offset = at;
-        at += (rt_tensor_numel(&c->op.in[i]) * 4 + 63) / 64 * 64;
+        at += (rt_tensor_bytes(&c->op.in[i]) + 63) / 64 * 64;
     }
     for (int i = 0; i < c->op.n_out; i++) {
         c->op.out[i].offset = at;
-        at += (rt_tensor_numel(&c->op.out[i]) * 4 + 63) / 64 * 64;
+        at += (rt_tensor_bytes(&c->op.out[i]) + 63) / 64 * 64;
     }
     int64_t ws = rt_op_workspace_floats(&c->op);
     if (ws > 0) {
@@ -98,11 +137,14 @@ static void elementwise_cases(case_list *l)
     c = add(l, OP_COPY, "copy 517"); in(c, S1(517)); out(c, S1(517));
     c = add(l, OP_FLATTEN, "flatten 2x3x5x7"); in(c, S4(2, 3, 5, 7)); out(c, S2(2, 105));
     c = add(l, OP_FILL, "fill 259"); out(c, S1(259)); c->op.floats[ATTR_VALUE] = 1.25;
-    c = add(l, OP_POSITIONS, "positions 3x37"); ids(c, S2(3, 37), 50); out(c, S2(3, 37));
-    c = add(l, OP_EMBEDDING, "embedding 2x13 of 37x300"); ids(c, S2(2, 13), 37); in(c, S2(37, 300)); out(c, S3(2, 13, 300));
+    /* fp16's seed: the value times the loss scale (the harness runs it with one) */
+    c = add(l, OP_FILL, "fill loss_scale"); f32_out(c, SCALAR); c->op.floats[ATTR_VALUE] = 1.0;
+    c->op.ints[ATTR_LOSS_SCALE] = 1; c->loss_scaled = 1;
+    c = add(l, OP_POSITIONS, "positions 3x37"); ids(c, S2(3, 37), 50); out(c, S2(3, 37)); c->op.out[0].dtype = DT_I32;
+    c = add(l, OP_EMBEDDING, "embedding 2x13 of 37x300"); ids(c, S2(2, 13), 37); param(c, S2(37, 300)); out(c, S3(2, 13, 300));
     c = add(l, OP_EMBEDDING_BACKWARD, "embedding_backward 2x13 to 37x300");
     ids(c, S2(2, 13), 11);   /* 11 of 37 rows: ids repeat, rows add up */
-    in(c, S3(2, 13, 300)); out(c, S2(37, 300));
+    in(c, S3(2, 13, 300)); pgrad(c, S2(37, 300));
     c->op.ints[ATTR_GRADS] = 2;
     c = add(l, OP_QKV_SPLIT, "qkv_split 2x13x72 h3"); in(c, S3(2, 13, 72)); c->op.ints[ATTR_HEADS] = 3;
     out(c, S4(2, 3, 13, 8)); out(c, S4(2, 3, 13, 8)); out(c, S4(2, 3, 13, 8));
@@ -114,28 +156,32 @@ static void elementwise_cases(case_list *l)
     c->op.ints[ATTR_GRADS] = 1;
 }
 
+/* Products with a weight (an f32 parameter) read it rounded on CUDA in 16
+ * bits: tol16 8 (the top of the file). */
 static void dense_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_LINEAR, "linear 2x5x37 -> 19, bias"); in(c, S3(2, 5, 37)); in(c, S2(19, 37)); in(c, S1(19));
-    out(c, S3(2, 5, 19));
-    c = add(l, OP_LINEAR, "linear 11x300 -> 7"); in(c, S2(11, 300)); in(c, S2(7, 300)); out(c, S2(11, 7));
+    c = add(l, OP_LINEAR, "linear 2x5x37 -> 19, bias"); in(c, S3(2, 5, 37)); param(c, S2(19, 37)); param(c, S1(19));
+    out(c, S3(2, 5, 19)); c->tol16 = 8;
+    c = add(l, OP_LINEAR, "linear 11x300 -> 7"); in(c, S2(11, 300)); param(c, S2(7, 300)); out(c, S2(11, 7));
+    c->tol16 = 8;
     c = add(l, OP_LINEAR_BACKWARD, "linear_backward 2x5x37 -> 19");
-    in(c, S3(2, 5, 37)); in(c, S2(19, 37)); in(c, S3(2, 5, 19));
-    out(c, S3(2, 5, 37)); out(c, S2(19, 37)); out(c, S1(19));
-    c->op.ints[ATTR_GRADS] = 7;
-    c = add(l, OP_LINEAR_BACKWARD, "linear_backward dw only"); in(c, S2(11, 300)); in(c, S2(7, 300)); in(c, S2(11, 7));
-    out(c, S2(7, 300));
+    in(c, S3(2, 5, 37)); param(c, S2(19, 37)); in(c, S3(2, 5, 19));
+    out(c, S3(2, 5, 37)); pgrad(c, S2(19, 37)); pgrad(c, S1(19));
+    c->op.ints[ATTR_GRADS] = 7; c->tol16 = 8;
+    c = add(l, OP_LINEAR_BACKWARD, "linear_backward dw only"); in(c, S2(11, 300)); param(c, S2(7, 300)); in(c, S2(11, 7));
+    pgrad(c, S2(7, 300));
     c->op.ints[ATTR_GRADS] = 2;
     c = add(l, OP_MATMUL, "matmul 2x3x5x7 . (9x7)^T batched"); in(c, S4(2, 3, 5, 7)); in(c, S4(2, 3, 9, 7));
     out(c, S4(2, 3, 5, 9)); c->op.ints[ATTR_TRANSPOSE_B] = 1; c->op.floats[ATTR_SCALE] = 0.3;
-    c = add(l, OP_MATMUL, "matmul 6x5x7 . 7x9 shared"); in(c, S3(6, 5, 7)); in(c, S2(7, 9)); out(c, S3(6, 5, 9));
+    c = add(l, OP_MATMUL, "matmul 6x5x7 . 7x9 shared weight"); in(c, S3(6, 5, 7)); param(c, S2(7, 9)); out(c, S3(6, 5, 9));
+    c->tol16 = 8;
     c = add(l, OP_MATMUL_BACKWARD, "matmul_backward batched, transposed");
     in(c, S4(2, 3, 5, 7)); in(c, S4(2, 3, 9, 7)); in(c, S4(2, 3, 5, 9)); out(c, S4(2, 3, 5, 7)); out(c, S4(2, 3, 9, 7));
     c->op.ints[ATTR_TRANSPOSE_B] = 1; c->op.floats[ATTR_SCALE] = 0.3; c->op.ints[ATTR_GRADS] = 3;
-    c = add(l, OP_MATMUL_BACKWARD, "matmul_backward shared");
-    in(c, S3(6, 5, 7)); in(c, S2(7, 9)); in(c, S3(6, 5, 9)); out(c, S3(6, 5, 7)); out(c, S2(7, 9));
-    c->op.ints[ATTR_GRADS] = 3;
+    c = add(l, OP_MATMUL_BACKWARD, "matmul_backward shared weight");
+    in(c, S3(6, 5, 7)); param(c, S2(7, 9)); in(c, S3(6, 5, 9)); out(c, S3(6, 5, 7)); pgrad(c, S2(7, 9));
+    c->op.ints[ATTR_GRADS] = 3; c->tol16 = 8;
     c = add(l, OP_MATMUL_BACKWARD, "matmul_backward shared, transposed");
     in(c, S3(6, 5, 7)); in(c, S2(9, 7)); in(c, S3(6, 5, 9)); out(c, S3(6, 5, 7)); out(c, S2(9, 7));
     c->op.ints[ATTR_TRANSPOSE_B] = 1; c->op.ints[ATTR_GRADS] = 3;
@@ -144,22 +190,22 @@ static void dense_cases(case_list *l)
 static void norm_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_LAYERNORM, "layernorm 3x7x300"); in(c, S3(3, 7, 300)); in(c, S1(300)); in(c, S1(300));
+    c = add(l, OP_LAYERNORM, "layernorm 3x7x300"); in(c, S3(3, 7, 300)); param(c, S1(300)); param(c, S1(300));
     out(c, S3(3, 7, 300));
     c = add(l, OP_LAYERNORM_BACKWARD, "layernorm_backward 3x7x300");
-    in(c, S3(3, 7, 300)); in(c, S1(300)); in(c, S3(3, 7, 300));
-    out(c, S3(3, 7, 300)); out(c, S1(300)); out(c, S1(300));
+    in(c, S3(3, 7, 300)); param(c, S1(300)); in(c, S3(3, 7, 300));
+    out(c, S3(3, 7, 300)); pgrad(c, S1(300)); pgrad(c, S1(300));
     c->op.ints[ATTR_GRADS] = 7;
     c = add(l, OP_LAYERNORM_BACKWARD, "layernorm_backward 5x37 dw db only");
-    in(c, S2(5, 37)); in(c, S1(37)); in(c, S2(5, 37)); out(c, S1(37)); out(c, S1(37));
+    in(c, S2(5, 37)); param(c, S1(37)); in(c, S2(5, 37)); pgrad(c, S1(37)); pgrad(c, S1(37));
     c->op.ints[ATTR_GRADS] = 6;
-    c = add(l, OP_BATCHNORM, "batchnorm 3x5x7x9"); in(c, S4(3, 5, 7, 9)); in(c, S1(5)); in(c, S1(5));
+    c = add(l, OP_BATCHNORM, "batchnorm 3x5x7x9"); in(c, S4(3, 5, 7, 9)); param(c, S1(5)); param(c, S1(5));
     out(c, S4(3, 5, 7, 9));
     c = add(l, OP_BATCHNORM_BACKWARD, "batchnorm_backward 3x5x7x9");
-    in(c, S4(3, 5, 7, 9)); in(c, S1(5)); in(c, S4(3, 5, 7, 9));
-    out(c, S4(3, 5, 7, 9)); out(c, S1(5)); out(c, S1(5));
+    in(c, S4(3, 5, 7, 9)); param(c, S1(5)); in(c, S4(3, 5, 7, 9));
+    out(c, S4(3, 5, 7, 9)); pgrad(c, S1(5)); pgrad(c, S1(5));
     c->op.ints[ATTR_GRADS] = 7;
-    c = add(l, OP_BATCHNORM, "batchnorm 13x3 (N,C)"); in(c, S2(13, 3)); in(c, S1(3)); in(c, S1(3)); out(c, S2(13, 3));
+    c = add(l, OP_BATCHNORM, "batchnorm 13x3 (N,C)"); in(c, S2(13, 3)); param(c, S1(3)); param(c, S1(3)); out(c, S2(13, 3));
     c = add(l, OP_SOFTMAX, "softmax 5x300"); in(c, S2(5, 300)); out(c, S2(5, 300));
     c = add(l, OP_SOFTMAX, "softmax causal 2x3x11x11"); in(c, S4(2, 3, 11, 11)); out(c, S4(2, 3, 11, 11));
     c->op.ints[ATTR_CAUSAL] = 1;
@@ -181,30 +227,31 @@ static void attention_loss_cases(case_list *l)
     c->op.ints[ATTR_HEADS] = 1;
     c = add(l, OP_ATTENTION_BACKWARD, "attention_backward 1x300x9 h1"); in(c, S3(1, 300, 9)); in(c, S3(1, 300, 3));
     out(c, S3(1, 300, 9)); c->op.ints[ATTR_HEADS] = 1; c->op.ints[ATTR_GRADS] = 1;
-    c = add(l, OP_CROSS_ENTROPY, "cross_entropy 2x7x300"); in(c, S3(2, 7, 300)); ids(c, S2(2, 7), 300); out(c, SCALAR);
+    c = add(l, OP_CROSS_ENTROPY, "cross_entropy 2x7x300"); in(c, S3(2, 7, 300)); ids(c, S2(2, 7), 300);
+    f32_out(c, SCALAR);
     c = add(l, OP_CROSS_ENTROPY_BACKWARD, "cross_entropy_backward 2x7x300");
-    in(c, S3(2, 7, 300)); ids(c, S2(2, 7), 300); in(c, SCALAR); out(c, S3(2, 7, 300));
+    in(c, S3(2, 7, 300)); ids(c, S2(2, 7), 300); f32_in(c, SCALAR); out(c, S3(2, 7, 300));
     c->op.ints[ATTR_GRADS] = 1;
 }
 
 static void conv_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_CONV2D, "conv2d 2x3x11x13 k3 s2 p1, bias"); in(c, S4(2, 3, 11, 13)); in(c, S4(5, 3, 3, 3));
-    in(c, S1(5)); out(c, S4(2, 5, 6, 7)); c->op.ints[ATTR_STRIDE] = 2; c->op.ints[ATTR_PAD] = 1;
-    c = add(l, OP_CONV2D, "conv2d 2x3x11x13 1x1"); in(c, S4(2, 3, 11, 13)); in(c, S4(5, 3, 1, 1));
-    out(c, S4(2, 5, 11, 13)); c->op.ints[ATTR_STRIDE] = 1; c->op.ints[ATTR_PAD] = 0;
+    c = add(l, OP_CONV2D, "conv2d 2x3x11x13 k3 s2 p1, bias"); in(c, S4(2, 3, 11, 13)); param(c, S4(5, 3, 3, 3));
+    param(c, S1(5)); out(c, S4(2, 5, 6, 7)); c->op.ints[ATTR_STRIDE] = 2; c->op.ints[ATTR_PAD] = 1; c->tol16 = 8;
+    c = add(l, OP_CONV2D, "conv2d 2x3x11x13 1x1"); in(c, S4(2, 3, 11, 13)); param(c, S4(5, 3, 1, 1));
+    out(c, S4(2, 5, 11, 13)); c->op.ints[ATTR_STRIDE] = 1; c->op.ints[ATTR_PAD] = 0; c->tol16 = 8;
     c = add(l, OP_CONV2D_BACKWARD, "conv2d_backward k3 s2 p1");
-    in(c, S4(2, 3, 11, 13)); in(c, S4(5, 3, 3, 3)); in(c, S4(2, 5, 6, 7));
-    out(c, S4(2, 3, 11, 13)); out(c, S4(5, 3, 3, 3)); out(c, S1(5));
-    c->op.ints[ATTR_STRIDE] = 2; c->op.ints[ATTR_PAD] = 1; c->op.ints[ATTR_GRADS] = 7;
+    in(c, S4(2, 3, 11, 13)); param(c, S4(5, 3, 3, 3)); in(c, S4(2, 5, 6, 7));
+    out(c, S4(2, 3, 11, 13)); pgrad(c, S4(5, 3, 3, 3)); pgrad(c, S1(5));
+    c->op.ints[ATTR_STRIDE] = 2; c->op.ints[ATTR_PAD] = 1; c->op.ints[ATTR_GRADS] = 7; c->tol16 = 8;
     c = add(l, OP_CONV2D_BACKWARD, "conv2d_backward 1x1");
-    in(c, S4(2, 3, 11, 13)); in(c, S4(5, 3, 1, 1)); in(c, S4(2, 5, 11, 13));
-    out(c, S4(2, 3, 11, 13)); out(c, S4(5, 3, 1, 1));
-    c->op.ints[ATTR_STRIDE] = 1; c->op.ints[ATTR_PAD] = 0; c->op.ints[ATTR_GRADS] = 3;
+    in(c, S4(2, 3, 11, 13)); param(c, S4(5, 3, 1, 1)); in(c, S4(2, 5, 11, 13));
+    out(c, S4(2, 3, 11, 13)); pgrad(c, S4(5, 3, 1, 1));
+    c->op.ints[ATTR_STRIDE] = 1; c->op.ints[ATTR_PAD] = 0; c->op.ints[ATTR_GRADS] = 3; c->tol16 = 8;
     c = add(l, OP_CONV2D_BACKWARD, "conv2d_backward k3 s1 p1 dx only");
-    in(c, S4(1, 2, 7, 5)); in(c, S4(3, 2, 3, 3)); in(c, S4(1, 3, 7, 5)); out(c, S4(1, 2, 7, 5));
-    c->op.ints[ATTR_STRIDE] = 1; c->op.ints[ATTR_PAD] = 1; c->op.ints[ATTR_GRADS] = 1;
+    in(c, S4(1, 2, 7, 5)); param(c, S4(3, 2, 3, 3)); in(c, S4(1, 3, 7, 5)); out(c, S4(1, 2, 7, 5));
+    c->op.ints[ATTR_STRIDE] = 1; c->op.ints[ATTR_PAD] = 1; c->op.ints[ATTR_GRADS] = 1; c->tol16 = 8;
     c = add(l, OP_MAXPOOL, "maxpool 2x3x11x13 k3 s2 p1"); in(c, S4(2, 3, 11, 13)); out(c, S4(2, 3, 6, 7));
     c->op.ints[ATTR_KERNEL] = 3; c->op.ints[ATTR_STRIDE] = 2; c->op.ints[ATTR_PAD] = 1;
     c = add(l, OP_MAXPOOL_BACKWARD, "maxpool_backward 2x3x11x13 k3 s2 p1"); in(c, S4(2, 3, 11, 13));
@@ -215,22 +262,55 @@ static void conv_cases(case_list *l)
     c->op.ints[ATTR_GRADS] = 1;
 }
 
+/* The optimizer's tensors are f32 in every precision: f32 cases only. */
 static void optimizer_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_SUM_SQUARES, "sum_squares 5001 + acc"); in(c, S1(5001)); in(c, SCALAR); out(c, SCALAR);
-    c = add(l, OP_SUM_SQUARES, "sum_squares 37"); in(c, S1(37)); out(c, SCALAR);
-    c = add(l, OP_CLIP_SCALE, "clip_scale"); in(c, SCALAR); out(c, SCALAR); c->op.floats[ATTR_MAX_NORM] = 0.5;
-    c = add(l, OP_LR_SCHEDULE, "lr_schedule warmup"); out(c, SCALAR);
+    c = add(l, OP_SUM_SQUARES, "sum_squares 5001 + acc"); f32_in(c, S1(5001)); f32_in(c, SCALAR); f32_out(c, SCALAR);
+    c = add(l, OP_SUM_SQUARES, "sum_squares 37"); f32_in(c, S1(37)); f32_out(c, SCALAR);
+    c = add(l, OP_CLIP_SCALE, "clip_scale"); f32_in(c, SCALAR); f32_out(c, SCALAR); c->op.floats[ATTR_MAX_NORM] = 0.5;
+    /* fp16's: the norm of gradients the loss scale made larger */
+    c = add(l, OP_CLIP_SCALE, "clip_scale loss_scale"); f32_in(c, SCALAR); f32_out(c, SCALAR);
+    c->op.floats[ATTR_MAX_NORM] = 0.5; c->op.ints[ATTR_LOSS_SCALE] = 1; c->loss_scaled = 1;
+    c = add(l, OP_LR_SCHEDULE, "lr_schedule warmup"); f32_out(c, SCALAR);
     c->op.floats[ATTR_LR] = 6e-4; c->op.ints[ATTR_WARMUP] = 10; c->op.ints[ATTR_STEPS] = 100; c->op.floats[ATTR_MIN_LR] = 6e-5;
-    c = add(l, OP_LR_SCHEDULE, "lr_schedule cosine"); out(c, SCALAR);
+    c = add(l, OP_LR_SCHEDULE, "lr_schedule cosine"); f32_out(c, SCALAR);
     c->op.floats[ATTR_LR] = 6e-4; c->op.ints[ATTR_WARMUP] = 1; c->op.ints[ATTR_STEPS] = 100; c->op.floats[ATTR_MIN_LR] = 6e-5;
-    c = add(l, OP_ADAMW, "adamw 1001, clip scale"); in(c, S1(1001)); in(c, S1(1001)); in(c, S1(1001)); in(c, S1(1001));
-    in(c, SCALAR); in(c, SCALAR); c->in_place = 1;
+    c = add(l, OP_ADAMW, "adamw 1001, clip scale");
+    for (int i = 0; i < 4; i++)
+        f32_in(c, S1(1001));
+    f32_in(c, SCALAR); f32_in(c, SCALAR); c->in_place = 1;
     c->op.floats[ATTR_BETA1] = 0.9; c->op.floats[ATTR_BETA2] = 0.95; c->op.floats[ATTR_EPS] = 1e-8;
     c->op.floats[ATTR_WEIGHT_DECAY] = 0.1;
-    c = add(l, OP_ADAMW, "adamw 300"); in(c, S1(300)); in(c, S1(300)); in(c, S1(300)); in(c, S1(300)); in(c, SCALAR);
-    c->in_place = 1;
+    c = add(l, OP_ADAMW, "adamw 300");
+    for (int i = 0; i < 4; i++)
+        f32_in(c, S1(300));
+    f32_in(c, SCALAR); c->in_place = 1;
+}
+
+/* Each case again in bf16 and in fp16, unless every float tensor of it
+ * stays f32 (the optimizer's, the seed) or it has none (positions). */
+static void precision_variants(case_list *l)
+{
+    static const int32_t precisions[] = { DT_BF16, DT_F16 };
+    int n = l->n;
+    for (size_t p = 0; p < sizeof precisions / sizeof precisions[0]; p++)
+        for (int i = 0; i < n; i++) {
+            cuda_case v = l->c[i];   /* a copy: add() may move the array */
+            int changed = 0;
+            for (int k = 0; k < v.op.n_in; k++)
+                if (!((v.f32_in >> k) & 1) && v.int_range[k] == 0 && v.op.in[k].dtype == DT_F32)
+                    v.op.in[k].dtype = precisions[p], changed = 1;
+            for (int k = 0; k < v.op.n_out; k++)
+                if (!((v.f32_out >> k) & 1) && v.op.out[k].dtype == DT_F32)
+                    v.op.out[k].dtype = precisions[p], changed = 1;
+            if (!changed)
+                continue;
+            cuda_case *c = add(l, v.op.op, "");
+            *c = v;
+            c->precision = precisions[p];
+            snprintf(c->label, sizeof c->label, "%s %.70s", precisions[p] == DT_BF16 ? "bf16" : "fp16", v.label);
+        }
 }
 
 int cuda_cases_build(cuda_case **out_cases)
@@ -242,6 +322,7 @@ int cuda_cases_build(cuda_case **out_cases)
     attention_loss_cases(&l);
     conv_cases(&l);
     optimizer_cases(&l);
+    precision_variants(&l);
     for (int i = 0; i < l.n; i++)
         place(&l.c[i]);
     *out_cases = l.c;
@@ -250,11 +331,12 @@ int cuda_cases_build(cuda_case **out_cases)
 
 /* ---- chains: elementwise kernels fusing (codegen/cuda_elementwise.c) ---- */
 
-/* t placed at *at, *at moved past it (64-byte aligned). */
-static rt_tensor at_place(rt_tensor t, int64_t *at)
+/* t, of dtype dt, placed at *at, *at moved past it (64-byte aligned). */
+static rt_tensor at_place(rt_tensor t, int32_t dt, int64_t *at)
 {
+    t.dtype = dt;
     t.offset = *at;
-    *at += (rt_tensor_numel(&t) * 4 + 63) / 64 * 64;
+    *at += (rt_tensor_bytes(&t) + 63) / 64 * 64;
     return t;
 }
 
@@ -297,53 +379,80 @@ static rt_op linear(rt_tensor x, rt_tensor w, rt_tensor b, rt_tensor y)
     return op;
 }
 
-int cuda_chains_build(cuda_chain **out)
+enum { N_CHAINS = 6 };
+
+/* The chains with activations of dtype dt (weights and biases f32): in 16
+ * bits a linear rounds its weight first, one step more (not fused: it is
+ * over the weight's elements). */
+static void build_chains(cuda_chain *c, int32_t dt)
 {
-    enum { N_CHAINS = 6 };
-    cuda_chain *c = calloc(N_CHAINS, sizeof *c);
-    if (!c)
-        abort();
     int64_t at;
+    int round = dt != DT_F32;
     rt_tensor x, w, b, h, y, r, z;
 
     /* GPT's MLP: the product, then its bias and gelu in one launch. */
     at = 0;
-    x = at_place(S3(2, 5, 37), &at), w = at_place(S2(19, 37), &at), b = at_place(S1(19), &at);
-    h = at_place(S3(2, 5, 19), &at), y = at_place(S3(2, 5, 19), &at);
-    c[0] = (cuda_chain){ { linear(x, w, b, h), op1(OP_GELU, "gelu", h, y) }, 2, "linear + bias -> gelu", at, 2 };
+    x = at_place(S3(2, 5, 37), dt, &at), w = at_place(S2(19, 37), DT_F32, &at), b = at_place(S1(19), DT_F32, &at);
+    h = at_place(S3(2, 5, 19), dt, &at), y = at_place(S3(2, 5, 19), dt, &at);
+    c[0] = (cuda_chain){ { linear(x, w, b, h), op1(OP_GELU, "gelu", h, y) }, 2, "linear + bias -> gelu", at, 2 + round, dt };
     /* GPT's projection: bias and the residual add in one launch. */
     at = 0;
-    x = at_place(S2(11, 300), &at), w = at_place(S2(7, 300), &at), b = at_place(S1(7), &at);
-    h = at_place(S2(11, 7), &at), r = at_place(S2(11, 7), &at), y = at_place(S2(11, 7), &at);
-    c[1] = (cuda_chain){ { linear(x, w, b, h), op2(OP_ADD, "add", r, h, y) }, 2, "linear + bias -> residual add", at, 2 };
+    x = at_place(S2(11, 300), dt, &at), w = at_place(S2(7, 300), DT_F32, &at), b = at_place(S1(7), DT_F32, &at);
+    h = at_place(S2(11, 7), dt, &at), r = at_place(S2(11, 7), dt, &at), y = at_place(S2(11, 7), dt, &at);
+    c[1] = (cuda_chain){ { linear(x, w, b, h), op2(OP_ADD, "add", r, h, y) }, 2, "linear + bias -> residual add", at,
+                         2 + round, dt };
     /* Three parts: bias, gelu, add. */
     at = 0;
-    x = at_place(S3(2, 5, 37), &at), w = at_place(S2(19, 37), &at), b = at_place(S1(19), &at);
-    h = at_place(S3(2, 5, 19), &at), y = at_place(S3(2, 5, 19), &at), r = at_place(S3(2, 5, 19), &at);
-    z = at_place(S3(2, 5, 19), &at);
+    x = at_place(S3(2, 5, 37), dt, &at), w = at_place(S2(19, 37), DT_F32, &at), b = at_place(S1(19), DT_F32, &at);
+    h = at_place(S3(2, 5, 19), dt, &at), y = at_place(S3(2, 5, 19), dt, &at), r = at_place(S3(2, 5, 19), dt, &at);
+    z = at_place(S3(2, 5, 19), dt, &at);
     c[2] = (cuda_chain){ { linear(x, w, b, h), op1(OP_GELU, "gelu", h, y), op2(OP_ADD, "add", y, r, z) }, 3,
-                         "linear + bias -> gelu -> add", at, 2 };
+                         "linear + bias -> gelu -> add", at, 2 + round, dt };
     /* ResNet's block end, in place: add into a, relu of a into a. */
     at = 0;
-    x = at_place(S1(1001), &at), r = at_place(S1(1001), &at);
+    x = at_place(S1(1001), dt, &at), r = at_place(S1(1001), dt, &at);
     c[3] = (cuda_chain){ { op2(OP_ADD, "add", x, r, x), op1(OP_RELU, "relu", x, x) }, 2, "add in place -> relu in place",
-                         at, 1 };
-    /* Must not fuse: relu writes where add reads, 4 floats further on. */
+                         at, 1, dt };
+    /* Must not fuse: relu writes where add reads, 16 bytes further on. */
     at = 0;
-    x = at_place(S1(1001), &at), r = at_place(S1(1001), &at), y = at_place(S1(1001), &at);
+    x = at_place(S1(1001), dt, &at), r = at_place(S1(1001), dt, &at), y = at_place(S1(1001), dt, &at);
     z = r;
     z.offset += 16;
     at += 64;
     c[4] = (cuda_chain){ { op2(OP_ADD, "add", x, r, y), op1(OP_RELU, "relu", y, z) }, 2,
-                         "add -> relu over add's input, shifted: not fused", at, 2 };
+                         "add -> relu over add's input, shifted: not fused", at, 2, dt };
     /* Must not fuse: different lengths. */
     at = 0;
-    x = at_place(S1(1001), &at), r = at_place(S1(1001), &at), y = at_place(S1(1001), &at);
-    h = at_place(S1(999), &at), z = at_place(S1(999), &at);
+    x = at_place(S1(1001), dt, &at), r = at_place(S1(1001), dt, &at), y = at_place(S1(1001), dt, &at);
+    h = at_place(S1(999), dt, &at), z = at_place(S1(999), dt, &at);
     c[5] = (cuda_chain){ { op2(OP_ADD, "add", x, r, y), op1(OP_RELU, "relu", h, z) }, 2,
-                         "add 1001, relu 999: not fused", at, 2 };
-    for (int i = 0; i < N_CHAINS; i++)
+                         "add 1001, relu 999: not fused", at, 2, dt };
+    for (int i = 0; i < N_CHAINS; i++) {
+        if (dt != DT_F32) {
+            char label[96];
+            snprintf(label, sizeof label, "%s %s", dt == DT_BF16 ? "bf16" : "fp16", c[i].label);
+            memcpy(c[i].label, label, sizeof label);
+        }
+        for (int k = 0; k < c[i].n_ops; k++) {   /* scratch where an op wants it (exec.h) */
+            int64_t ws = rt_op_workspace_floats(&c[i].ops[k]);
+            if (ws > 0) {
+                c[i].ops[k].ws_offset = c[i].arena_bytes;
+                c[i].arena_bytes += (ws * 4 + 63) / 64 * 64;
+            }
+        }
         c[i].arena_bytes += 64;
+    }
+}
+
+int cuda_chains_build(cuda_chain **out)
+{
+    static const int32_t precisions[] = { DT_F32, DT_BF16, DT_F16 };
+    const int n = (int)(sizeof precisions / sizeof precisions[0]);
+    cuda_chain *c = calloc((size_t)(N_CHAINS * n), sizeof *c);
+    if (!c)
+        abort();
+    for (int p = 0; p < n; p++)
+        build_chains(c + p * N_CHAINS, precisions[p]);
     *out = c;
-    return N_CHAINS;
+    return N_CHAINS * n;
 }

@@ -12,6 +12,11 @@
  * FUSION_DYN_SHARED and FUSION_INF to this header when FUSION_EMULATION is
  * defined.
  *
+ * The 16-bit storage types are the CUDA headers' names with the four
+ * conversions the kernels use (the prelude reads and writes through them
+ * only), done by runtime/cpu/half.h: round to nearest even, as
+ * __float2bfloat16_rn and __float2half_rn do on the GPU.
+ *
  * What it is not: a GPU.  Warp-level behaviour (shuffles, divergence,
  * memory ordering between blocks) is not modelled; the generated kernels use
  * none of it.
@@ -23,6 +28,8 @@
 #include <stddef.h>
 
 #include <limits>
+
+#include "../../runtime/cpu/half.h"
 
 #define FUSION_EMULATION 1
 
@@ -41,6 +48,19 @@ unsigned long long atomicMin(unsigned long long *address, unsigned long long val
 #define FUSION_SHARED(type, name, count) static type name[count]
 #define FUSION_DYN_SHARED(type, name) type *name = (type *)cuda_emu_dyn_shared()
 #define FUSION_INF (std::numeric_limits<float>::infinity())
+#define FUSION_NAN (std::numeric_limits<float>::quiet_NaN())
+
+/* cuda_bf16.h's and cuda_fp16.h's types, as the prelude uses them: bits, no arithmetic. */
+struct __nv_bfloat16 {
+    bf16_t bits;
+};
+struct __half {
+    fp16_t bits;
+};
+static inline float __bfloat162float(__nv_bfloat16 h) { return bf16_to_f32(h.bits); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{ f32_to_bf16(f) }; }
+static inline float __half2float(__half h) { return fp16_to_f32(h.bits); }
+static inline __half __float2half_rn(float f) { return __half{ f32_to_fp16(f) }; }
 
 /* The generated table: each kernel's name and a thunk that calls it with
  * the fusion_args at args. */

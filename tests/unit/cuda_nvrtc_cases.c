@@ -1,0 +1,75 @@
+/* test_cuda_kernels_nvrtc: every kernel of the emulation harness's cases
+ * (cuda_cases.c: every op, forward and backward, in f32, bf16 and fp16,
+ * and the fused chains) compiled by NVRTC as the code generator compiles a
+ * device's module: CUBIN for sm_80 and sm_90, PTX for compute_80
+ * (codegen/nvrtc.c, through its cache).  The harness runs this very source
+ * on the CPU; here it must also be CUDA that NVRTC takes, with
+ * cuda_bf16.h and cuda_fp16.h, and every kernel must be an entry of the
+ * PTX.  Needs the CUDA toolkit (NVRTC): without it the test FAILS, saying
+ * what is missing.  Prints the counts; exits 1 on any failure. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../codegen/cuda_kernels.h"
+#include "../../codegen/nvrtc.h"
+#include "cuda_cases.h"
+
+int main(void)
+{
+    cuda_case *cases = NULL;
+    int n = cuda_cases_build(&cases), failed = 0;
+    cuda_plan plan;
+    cuda_plan_init(&plan);
+    struct diag err;
+    memset(&err, 0, sizeof err);
+    for (int i = 0; i < n; i++)
+        if (cuda_plan_add_op(&plan, &cases[i].op, &err)) {
+            printf("FAIL plan: case '%s': %s\n", cases[i].label, err.msg);
+            return 1;
+        }
+    cuda_chain *chains = NULL;
+    int n_chains = cuda_chains_build(&chains);
+    plan.fuse = 1;
+    for (int j = 0; j < n_chains; j++)
+        for (int i = 0; i < chains[j].n_ops; i++) {
+            plan.group = 1000 + j;
+            if (cuda_plan_add_op(&plan, &chains[j].ops[i], &err)) {
+                printf("FAIL plan: chain '%s': %s\n", chains[j].label, err.msg);
+                return 1;
+            }
+        }
+    nvrtc_images im;
+    if (nvrtc_compile(plan.source, "cuda_cases", &im, &err)) {
+        printf("FAIL: NVRTC: %s\n", err.msg);
+        return 1;
+    }
+    int half = 0;
+    for (int32_t k = 0; k < plan.n_kernels; k++) {
+        char entry[160];
+        snprintf(entry, sizeof entry, ".entry %s(", plan.names[k]);
+        if (!strstr(im.ptx, entry)) {
+            printf("FAIL: kernel %s is not in the PTX\n", plan.names[k]);
+            failed++;
+        }
+    }
+    for (const char *at = plan.source; (at = strstr(at, "\nextern \"C\" __global__")) != NULL; at++) {
+        const char *end = strstr(at + 1, "\nextern \"C\" __global__");
+        const char *b = strstr(at, "__nv_bfloat16 *"), *h = strstr(at, "__half *");
+        half += (b && (!end || b < end)) || (h && (!end || h < end));
+    }
+    if (im.cubin_sm80_bytes == 0 || im.cubin_sm90_bytes == 0) {
+        printf("FAIL: an empty CUBIN (sm_80 %zu bytes, sm_90 %zu bytes)\n", im.cubin_sm80_bytes, im.cubin_sm90_bytes);
+        failed++;
+    }
+    printf("%d cases and %d chains: %d kernels (%d of them on bf16 or fp16 tensors), compiled for sm_80 (%zu bytes), "
+           "sm_90 (%zu bytes) and compute_80 (%zu bytes of PTX)%s\n",
+           n, n_chains, plan.n_kernels, half, im.cubin_sm80_bytes, im.cubin_sm90_bytes, im.ptx_bytes,
+           im.from_cache ? ", from the cache" : "");
+    printf("%s\n", failed ? "FAILED" : "ok");
+    nvrtc_images_free(&im);
+    cuda_plan_free(&plan);
+    free(chains);
+    free(cases);
+    return failed ? 1 : 0;
+}
