@@ -31,7 +31,9 @@
 #     settings) simulates >= 4x slower in fp32 than in fp16 (V100: 15.7 vs
 #     125 TFLOPS), and bf16 there is refused naming the device (V100s have
 #     no bf16);
-#   - the IR's precision line reads back; --precision int3 is a usage error.
+#   - the IR's precision line reads back; --precision int3 is a usage error;
+#     --init from a safetensors file whose tensor is F64 stops with a message
+#     naming the file, the tensor and the dtype.
 . "$(dirname "$0")/lib.sh"
 no_leak_scan_in_threaded_programs
 py=/usr/bin/python3
@@ -203,4 +205,24 @@ grep -q "^precision f16$" "$work/g.fir" && pass || fail "no 'precision f16' line
 expect_eq "--precision int3: exit" 2 "$?"
 grep -q "fusionc: --precision expects fp32, bf16 or fp16, found 'int3'" "$work/bad" && pass || fail "int3: $(head -2 "$work/bad")"
 [ ! -e "$work/x" ] && pass || fail "--precision int3 left an output folder"
+"$py" - "$work/w.st" "$work/f64.st" <<'EOF' || fail "making an F64 file"
+import sys
+sys.path.insert(0, "tests/parity")
+from torch_parity import st_read
+import json, struct
+t = st_read(sys.argv[1])
+header, blobs, off = {}, [], 0
+for n, v in t.items():
+    raw = v.double().numpy().tobytes() if n == "wte" else v.numpy().tobytes()
+    header[n] = {"dtype": "F64" if n == "wte" else "F32", "shape": list(v.shape), "data_offsets": [off, off + len(raw)]}
+    blobs.append(raw)
+    off += len(raw)
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+EOF
+"$work/par-bf16/cpu0/fusion-cpu0" --init "$work/f64.st" --inputs "$work/in.st" --steps 1 >"$work/f64.out" 2>&1
+expect_eq "--init with an F64 tensor: exit" 1 "$?"
+grep -q "f64.st: tensor 'wte': dtype F64 is not supported (fusion reads F32, F16, BF16, I32)" "$work/f64.out" && pass ||
+  fail "--init with an F64 tensor: $(tail -2 "$work/f64.out")"
 finish
