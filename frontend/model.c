@@ -578,13 +578,19 @@ static int element_repeat(builder *b, xmlNodePtr node, int sc)
     int64_t children = 0;
     for (xmlNodePtr c = node->children; c; c = c->next)
         children += xml_element_name(c) != NULL;
-    if (b->elements + count * children > MODEL_MAX_ELEMENTS)
-        return fail(b, line, "repeat count %lld (x %lld element%s each) expands the model past %d elements",
-                    (long long)count, (long long)children, children == 1 ? "" : "s", MODEL_MAX_ELEMENTS);
+    /* Each instance counts as an element too: an empty body still makes a
+     * scope and a definition an instance (a fuzzer found 10^5 empty ones
+     * nested in 10^5, which the elements alone never stopped). */
+    if (b->elements + count * (children + 1) > MODEL_MAX_ELEMENTS)
+        return fail(b, line, "repeat count %lld (x %lld element%s each, and the instance) expands the model past "
+                    "%d elements", (long long)count, (long long)children, children == 1 ? "" : "s", MODEL_MAX_ELEMENTS);
     b->nesting++;
     int prev_scope = -1;
     for (int64_t i = 0; i < count; i++) {
         char prefix[NAME_MAX_LEN], q[NAME_MAX_LEN];
+        if (++b->elements > MODEL_MAX_ELEMENTS)
+            return fail(b, line, "repeat instance %lld expands the model past %d elements", (long long)(start + i),
+                        MODEL_MAX_ELEMENTS);
         if (snprintf(prefix, sizeof prefix, "%s%s%s%lld.", b->scopes[sc].prefix, name, name[0] ? "." : "",
                      (long long)(start + i)) >= (int)sizeof prefix - 32)
             return fail(b, line, "repeat names nested too deep: '%s...' is too long", prefix);
