@@ -23,6 +23,9 @@
 #   A100 312, RTX 4090 165.2, RTX 3090 71, RTX 3080 59.5 TFLOPS dense),
 #   the rest bounded by memory bandwidth.  The precision column says so.
 #
+# Baseline: the best single site, opfence + adatopk on each region alone
+# (fusionc simulate's "best single site" line): what the far devices must
+# beat to be worth their links.
 # Schedulers: uniform (Megatron's placement: every device a stage in file
 # order, equal layers), gcma (DT-FM's genetic search on its cost model),
 # random (the same stages x replicas as gcma, devices in random slots: the
@@ -46,7 +49,9 @@ resnet=(models/resnet.xml --set depth=101 --set batch=256 --micro-batches 8)
 gpt3xl=(models/gpt2.xml --set layers=24 --set dim=2048 --set heads=16 --set ctx=2048 --set seq=2048
         --set batch=1024 --micro-batches 128)
 
-# sim CLUSTER SCHEDULER-OPTIONS... -- MODEL...: prints "SECONDS SxR".
+# sim CLUSTER SCHEDULER-OPTIONS... -- MODEL...: prints "SECONDS SxR SITE-SECONDS SITE
+# SITE-RATIO" (the best single site: the same scheduler on each region
+# alone; its step over this plan's, as fusionc computed it).
 sim() {
   local cluster=$1 opts=() out
   shift
@@ -56,7 +61,8 @@ sim() {
     echo "bench_paper: fusionc simulate $* clusters/$cluster.xml ${opts[*]} failed" >&2; exit 1; }
   awk '/^simulate:/ { for (i = 1; i <= NF; i++) if ($i ~ /^stage/) { s = $(i - 1); r = $(i + 2) } }
        /^simulated step:/ { t = $3 / 1000 }
-       END { printf "%.6g %sx%s\n", t, s, r }' <<<"$out"
+       /^best single site: (region|host) / { site = $5; bs = $8 / 1000; ratio = $NF; sub(/x$/, "", ratio) }
+       END { printf "%.6g %sx%s %.6g %s %s\n", t, s, r, bs, site, ratio }' <<<"$out"
 }
 
 median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
@@ -67,26 +73,30 @@ rows=("fusionllm-48|GPT-2 small|gpt2|fp16" "fusionllm-48|ResNet-101|resnet|fp16"
       "dtfm-datacenter-ondemand|GPT-3 XL|gpt3xl|fp16" "dtfm-datacenter-spot|GPT-3 XL|gpt3xl|fp16"
       "dtfm-multi-dc|GPT-3 XL|gpt3xl|fp16" "dtfm-regional|GPT-3 XL|gpt3xl|fp16" "dtfm-worldwide|GPT-3 XL|gpt3xl|fp16")
 
-echo "| testbed | model | precision | uniform | gcma | random | opfence | opfence + adatopk | uniform / (opfence + adatopk) |"
-echo "|---|---|---|---:|---:|---:|---:|---:|---:|"
+echo "| testbed | model | precision | uniform | gcma | random | opfence | opfence + adatopk | best single site | uniform / (opfence + adatopk) | best site / (opfence + adatopk) |"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 figures=()
 for row in "${rows[@]}"; do
   IFS='|' read -r cluster name model precision <<<"$row"
   declare -n base=$model
   m=("${base[@]}" --precision "$precision")
-  read -r u u_plan < <(sim "$cluster" --scheduler uniform --compress none -- "${m[@]}")
-  read -r g g_plan < <(sim "$cluster" --scheduler gcma --compress none -- "${m[@]}")
+  read -r u u_plan _ < <(sim "$cluster" --scheduler uniform --compress none -- "${m[@]}")
+  read -r g g_plan _ < <(sim "$cluster" --scheduler gcma --compress none -- "${m[@]}")
   r1=$(sim "$cluster" --scheduler random --seed 1 --compress none -- "${m[@]}")
   r2=$(sim "$cluster" --scheduler random --seed 2 --compress none -- "${m[@]}")
   r3=$(sim "$cluster" --scheduler random --seed 3 --compress none -- "${m[@]}")
-  r=$(median3 "${r1% *}" "${r2% *}" "${r3% *}")
-  r_plan=${r1#* }
-  read -r o o_plan < <(sim "$cluster" --scheduler opfence --compress none -- "${m[@]}")
-  read -r a a_plan < <(sim "$cluster" --scheduler opfence --compress adatopk -- "${m[@]}")
+  r=$(median3 "${r1%% *}" "${r2%% *}" "${r3%% *}")
+  read -r _ r_plan _ <<<"$r1"
+  read -r o o_plan _ < <(sim "$cluster" --scheduler opfence --compress none -- "${m[@]}")
+  read -r a a_plan b b_site site_ratio < <(sim "$cluster" --scheduler opfence --compress adatopk -- "${m[@]}")
   unset -n base
   ratio=$(awk -v u="$u" -v a="$a" 'BEGIN { printf "%.3g", u / a }')
-  printf '| %s | %s | %s | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %s |\n' \
-    "$cluster" "$name" "$precision" "$u" "$u_plan" "$g" "$g_plan" "$r" "$r_plan" "$o" "$o_plan" "$a" "$a_plan" "$ratio"
+  printf '| %s | %s | %s | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %s | %s |\n' \
+    "$cluster" "$name" "$precision" "$u" "$u_plan" "$g" "$g_plan" "$r" "$r_plan" "$o" "$o_plan" "$a" "$a_plan" \
+    "$b" "$b_site" "$ratio" "$site_ratio"
+  figures+=("$(awk -v c="$cluster" -v n="$name" -v q="$site_ratio" -v s="$b_site" 'BEGIN {
+    printf "%s %s: best single site (%s) / (opfence + adatopk), %s, x, the whole cluster must beat one site (target > 1), %s",
+           c, n, s, q, (q > 1.0005 ? "met" : "MISSED") }')")
   case $cluster in
     fusionllm-*)
       figures+=("$(awk -v c="$cluster" -v n="$name" -v u="$u" -v a="$a" 'BEGIN {

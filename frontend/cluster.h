@@ -111,6 +111,16 @@ const char *cluster_peak_name(peak_kind k);
  * first device that does not (its file and line) and what it does state. */
 int  cluster_require_peak(const cluster *c, peak_kind k, struct diag *err);
 
+/* Sites, for baselines (cluster_subset.c): the regions when there are
+ * several, else the hosts when there are several (*by_host = 1), else
+ * none (0). */
+int  cluster_sites(const cluster *c, int *by_host);
+/* Site `index` (a region, or a host when by_host) as a cluster of its own:
+ * its region, hosts and devices re-indexed, the links between its hosts.
+ * *out is then the caller's to cluster_free.  -1 (out empty) for an index
+ * out of range or when memory runs out. */
+int  cluster_subset(const cluster *c, int index, int by_host, cluster *out);
+
 /* One line per region/host/device and the link matrix by region, for `fusionc check -v`. */
 void cluster_print_summary(const cluster *c, FILE *out);
 

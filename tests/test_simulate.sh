@@ -2,7 +2,9 @@
 # agrees with the estimator on one device, with the plan's cost model on a
 # pipeline, and with the send/recv pairs of the placed graph on the wire;
 # top-k compression shrinks the slow link's traffic; gantt.svg is drawn;
-# bad options get one line.
+# the plan is put beside the best single site (each region alone, placed
+# and simulated the same way) and its throughput printed; bad options get
+# one line.
 . "$(dirname "$0")/lib.sh"
 
 model=(--set vocab=256 --set ctx=32 --set layers=4 --set dim=48 --set heads=4 --set batch=8 --set seq=32)
@@ -72,6 +74,31 @@ for d in cpu-a0 cpu-a1 cpu-b0 cpu-b1; do
   grep -q "class=\"row device\"[^>]*>$d " "$g" && pass || fail "gantt.svg has no row for $d"
 done
 ls "$work/m4" | grep -q tmp && fail "a temporary file was left in $work/m4" || pass
+
+# Honest baselines.  local-4's sites are its two regions of two devices;
+# the plan's ratio is the best site's step over its own.  A one-region,
+# one-host cluster has no other site to compare with.
+best=$(grep "^best single site:" "$work/m4.txt")
+[[ $best =~ ^best\ single\ site:\ region\ site[AB]\ \(2\ devices\)\ ([0-9.]+)\ ms/step\;\ this\ plan\ ([0-9.]+)x$ ]] && pass ||
+  fail "local-4 best single site: '$best'"
+site_ms=${BASH_REMATCH[1]:-0}; ratio=${BASH_REMATCH[2]:-0}; plan_ms=$(field "$work/m4.txt" "simulated step")
+within "$ratio" "$(awk -v a="$site_ms" -v b="$plan_ms" 'BEGIN { print a / b }')" 0.02 && pass ||
+  fail "local-4: ratio $ratio, but the site takes $site_ms ms and the plan $plan_ms ms"
+expect_eq "local-1 best site" "best single site: the cluster is one site (one region of one host)" \
+  "$(grep '^best single site:' "$work/one.txt")"
+# Throughput: the global batch's tokens (8 x 32) over the simulated step.
+tput=$(awk '/^throughput:/ { gsub(/\(/, "", $4); print $2, $3, $4 }' "$work/m4.txt")
+expect_eq "local-4 tokens a step" "256" "$(echo "$tput" | awk '{ print $3 }')"
+within "$(echo "$tput" | awk '{ print $1 }')" "$(awk -v t="$plan_ms" 'BEGIN { print 256 / (t / 1e3) }')" 0.01 && pass ||
+  fail "throughput '$tput' is not 256 tokens over the $plan_ms ms step"
+# The FusionLLM testbed: OP-Fence's plan for GPT-2 small is its best site alone.
+"$FUSIONC" simulate models/gpt2.xml clusters/fusionllm-48.xml --set batch=32 --micro-batches 8 --precision fp16 \
+  -o "$work" >"$work/f48.txt" 2>&1 && pass || fail "fusionllm-48: $(tail -2 "$work/f48.txt")"
+grep -qE "^best single site: region lab-a100 \(8 devices\) [0-9.]+ ms/step; this plan 1.000x$" "$work/f48.txt" && pass ||
+  fail "fusionllm-48: $(grep '^best single' "$work/f48.txt")"
+"$FUSIONC" plan models/gpt2.xml "$four" "${model[@]}" -o "$work" >"$work/plan.out" 2>&1 &&
+  grep -qE "^best single site: region site[AB] \(2 devices\) [0-9.]+ ms/step; this plan [0-9.]+x$" "$work/plan.out" &&
+  pass || fail "plan's best single site: $(grep '^best' "$work/plan.out")"
 
 # Bad requests: one line, the right exit status.
 "$FUSIONC" simulate models/gpt2.xml "$four" "${model[@]}" --scheduler nonsense >/dev/null 2>"$work/err"

@@ -26,6 +26,7 @@
 #include "../passes/passes.h"
 #include "deploy.h"
 #include "launch.h"
+#include "baseline.h"
 #include "plan_report.h"
 #include "profile.h"
 #include "simulate.h"
@@ -669,6 +670,27 @@ static void placed_free(placed_model *p)
     fence_plan_free(&p->plan);
 }
 
+/* baseline.h's place callback: the model of the user's options on one
+ * site, by the same scheduler, without --stages / --replicas (which were
+ * asked of the whole cluster) and quietly. */
+static int place_on_site(void *arg, const cluster *c, ir_graph *g, fence_plan *plan, struct diag *err)
+{
+    options site = *(const options *)arg;
+    site.stages = site.replicas = 0;
+    site.dump_ir = NULL;
+    return build_placed(&site, site.files[0], c, g, plan, err);
+}
+
+/* The best single site's line, for a plan that takes this_step seconds. */
+static int print_best_site(const options *o, const cluster *c, int sim_steps, double this_step, struct diag *err)
+{
+    site_baseline b;
+    if (baseline_best_site(c, place_on_site, (void *)o, sim_steps, &b, err))
+        return -1;
+    baseline_print(stdout, &b, this_step);
+    return 0;
+}
+
 static int cmd_compile(int argc, char **argv)
 {
     options o;
@@ -712,7 +734,8 @@ static int cmd_plan(int argc, char **argv)
     rc = placed_load(&m, &o, &err);
     if (rc == 0) {
         plan_report_print(stdout, &m.g, &m.c, &m.plan);
-        rc = plan_report_write(&m.g, &m.c, &m.plan, o.output ? o.output : ".", &err);
+        rc = print_best_site(&o, &m.c, 0, m.plan.step_seconds, &err) ||
+             plan_report_write(&m.g, &m.c, &m.plan, o.output ? o.output : ".", &err);
     }
     if (rc)
         diag_print(&err);
@@ -734,7 +757,12 @@ static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const
     for (int32_t k = 0; k < r->n_steps; k++)
         fprintf(out, "step %d: %.3f ms\n", k + 1, (r->step_end[k] - (k ? r->step_end[k - 1] : 0.0)) * ms);
     int32_t last = r->n_steps - 1;   /* the steady state */
-    fprintf(out, "simulated step: %.3f ms\n", (r->step_end[last] - (last ? r->step_end[last - 1] : 0.0)) * ms);
+    double step = r->step_end[last] - (last ? r->step_end[last - 1] : 0.0);
+    const char *unit;
+    double items = baseline_step_items(g, &unit);
+    fprintf(out, "simulated step: %.3f ms\n", step * ms);
+    fprintf(out, "throughput: %.0f %s/s (%.0f %s a step, every device's)\n", step > 0 ? items / step : 0.0, unit,
+            items, unit);
     fprintf(out, "plan estimate: %.3f ms\n", plan->step_seconds * ms);
     /* The estimate pass's time of every op (est_time, on its stage's first
      * device): what one device alone would be busy for, a step's worth. */
@@ -781,7 +809,9 @@ static int cmd_simulate(int argc, char **argv)
     rc = placed_load(&m, &o, &err) || simulate_steps(&m.g, &m.c, o.steps > 0 ? o.steps : 3, &r, &err);
     if (rc == 0) {
         simulate_print(stdout, &m.g, &m.c, &m.plan, &r);
-        rc = simulate_write_gantt(&r, &m.c, o.output ? o.output : ".", &err);
+        int32_t last = r.n_steps - 1;
+        rc = print_best_site(&o, &m.c, r.n_steps, r.step_end[last] - (last ? r.step_end[last - 1] : 0.0), &err) ||
+             simulate_write_gantt(&r, &m.c, o.output ? o.output : ".", &err);
     }
     if (rc)
         diag_print(&err);

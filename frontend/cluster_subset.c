@@ -1,0 +1,59 @@
+/* cluster_subset.c: one site of a cluster as a cluster of its own (see
+ * cluster.h), for the baselines a plan is judged against: what that site
+ * would do alone. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+
+int cluster_subset(const cluster *c, int index, int by_host, cluster *out)
+{
+    memset(out, 0, sizeof *out);
+    if (index < 0 || index >= (by_host ? c->n_hosts : c->n_regions))
+        return -1;
+    int region = by_host ? c->hosts[index].region : index;
+    int *host_map = malloc(((size_t)c->n_hosts + 1) * sizeof *host_map);
+    out->regions = calloc(1, sizeof *out->regions);
+    out->hosts = calloc((size_t)c->n_hosts + 1, sizeof *out->hosts);
+    out->devices = calloc((size_t)c->n_devices + 1, sizeof *out->devices);
+    out->links = calloc((size_t)c->n_links + 1, sizeof *out->links);
+    if (!host_map || !out->regions || !out->hosts || !out->devices || !out->links) {
+        free(host_map);
+        cluster_free(out);
+        return -1;
+    }
+    snprintf(out->name, sizeof out->name, "%s", by_host ? c->hosts[index].name : c->regions[region].name);
+    snprintf(out->file, sizeof out->file, "%s", c->file);
+    out->regions[0] = c->regions[region];
+    out->n_regions = 1;
+    for (int h = 0; h < c->n_hosts; h++) {
+        int in = by_host ? h == index : c->hosts[h].region == region;
+        host_map[h] = in ? out->n_hosts : -1;
+        if (in) {
+            out->hosts[out->n_hosts] = c->hosts[h];
+            out->hosts[out->n_hosts++].region = 0;
+        }
+    }
+    for (int d = 0; d < c->n_devices; d++)
+        if (host_map[c->devices[d].host] >= 0) {
+            out->devices[out->n_devices] = c->devices[d];
+            out->devices[out->n_devices++].host = host_map[c->devices[d].host];
+        }
+    /* Explicit links between two of its hosts stay; region links are moot. */
+    for (int l = 0; l < c->n_links; l++) {
+        const cluster_link *k = &c->links[l];
+        if (k->between_hosts && host_map[k->a] >= 0 && host_map[k->b] >= 0) {
+            out->links[out->n_links] = *k;
+            out->links[out->n_links].a = host_map[k->a];
+            out->links[out->n_links++].b = host_map[k->b];
+        }
+    }
+    free(host_map);
+    return 0;
+}
+
+int cluster_sites(const cluster *c, int *by_host)
+{
+    *by_host = c->n_regions <= 1;
+    return c->n_regions > 1 ? c->n_regions : c->n_hosts > 1 ? c->n_hosts : 0;
+}
