@@ -163,8 +163,8 @@ static st_tensor as_st(const program *p, const rt_tensor_info *ti)
     return t;
 }
 
-/* Write the tensors of the given roles (bits of 1 << ir_role) to path. */
-/* Every tensor of the given roles (and the loss with LOSS_ROLE) to path;
+/* Every tensor of the given roles (bits of 1 << ir_role; the loss with
+ * LOSS_ROLE) to path;
  * the parameters in param_dtype (ST_F32: as they are; ST_BF16, ST_F16:
  * rounded, for a file half the size), everything else as it is. */
 static int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata,
