@@ -27,7 +27,8 @@
 # (fusionc simulate's "best single site" line): what the far devices must
 # beat to be worth their links.
 # Schedulers: uniform (Megatron's placement: every device a stage in file
-# order, equal layers), gcma (DT-FM's genetic search on its cost model),
+# order, equal layers), megatron (a tuned Megatron-LM run: every device in
+# file order as the fastest stages x replicas, equal layers, dense), gcma (DT-FM's genetic search on its cost model),
 # random (the same stages x replicas as gcma, devices in random slots: the
 # median of seeds 1-3), opfence (ours, dense), opfence + adatopk (ours,
 # compression-aware).  The baselines are dense (--compress none).  The step
@@ -73,14 +74,15 @@ rows=("fusionllm-48|GPT-2 small|gpt2|fp16" "fusionllm-48|ResNet-101|resnet|fp16"
       "dtfm-datacenter-ondemand|GPT-3 XL|gpt3xl|fp16" "dtfm-datacenter-spot|GPT-3 XL|gpt3xl|fp16"
       "dtfm-multi-dc|GPT-3 XL|gpt3xl|fp16" "dtfm-regional|GPT-3 XL|gpt3xl|fp16" "dtfm-worldwide|GPT-3 XL|gpt3xl|fp16")
 
-echo "| testbed | model | precision | uniform | gcma | random | opfence | opfence + adatopk | best single site | uniform / (opfence + adatopk) | best site / (opfence + adatopk) |"
-echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| testbed | model | precision | uniform | megatron | gcma | random | opfence | opfence + adatopk | best single site | uniform / (opfence + adatopk) | megatron / (opfence + adatopk) | best site / (opfence + adatopk) |"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 figures=()
 for row in "${rows[@]}"; do
   IFS='|' read -r cluster name model precision <<<"$row"
   declare -n base=$model
   m=("${base[@]}" --precision "$precision")
   read -r u u_plan _ < <(sim "$cluster" --scheduler uniform --compress none -- "${m[@]}")
+  read -r mg mg_plan _ < <(sim "$cluster" --scheduler megatron --compress none -- "${m[@]}")
   read -r g g_plan _ < <(sim "$cluster" --scheduler gcma --compress none -- "${m[@]}")
   r1=$(sim "$cluster" --scheduler random --seed 1 --compress none -- "${m[@]}")
   r2=$(sim "$cluster" --scheduler random --seed 2 --compress none -- "${m[@]}")
@@ -91,9 +93,10 @@ for row in "${rows[@]}"; do
   read -r a a_plan b b_site site_ratio < <(sim "$cluster" --scheduler opfence --compress adatopk -- "${m[@]}")
   unset -n base
   ratio=$(awk -v u="$u" -v a="$a" 'BEGIN { printf "%.3g", u / a }')
-  printf '| %s | %s | %s | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %s | %s |\n' \
-    "$cluster" "$name" "$precision" "$u" "$u_plan" "$g" "$g_plan" "$r" "$r_plan" "$o" "$o_plan" "$a" "$a_plan" \
-    "$b" "$b_site" "$ratio" "$site_ratio"
+  mg_ratio=$(awk -v m="$mg" -v a="$a" 'BEGIN { printf "%.3g", m / a }')
+  printf '| %s | %s | %s | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %s | %s | %s |\n' \
+    "$cluster" "$name" "$precision" "$u" "$u_plan" "$mg" "$mg_plan" "$g" "$g_plan" "$r" "$r_plan" "$o" "$o_plan" \
+    "$a" "$a_plan" "$b" "$b_site" "$ratio" "$mg_ratio" "$site_ratio"
   figures+=("$(awk -v c="$cluster" -v n="$name" -v q="$site_ratio" -v s="$b_site" 'BEGIN {
     printf "%s %s: best single site (%s) / (opfence + adatopk), %s, x, the whole cluster must beat one site (target > 1), %s",
            c, n, s, q, (q > 1.0005 ? "met" : "MISSED") }')")

@@ -1,5 +1,5 @@
 /* fence.c: the `fence` pass: which devices train which ops (a plan of
- * stages x replicas), by one of four schedulers, then every node's stage.
+ * stages x replicas), by one of five schedulers, then every node's stage.
  *
  * A plan is S pipeline stages, each replicated on R devices (data
  * parallel), trained over M micro-batches in 1F1B order.  The forward ops,
@@ -15,6 +15,12 @@
  * uniform (Megatron's default placement, the baseline): every device of
  * the cluster in file order, one stage each, the same number of layers
  * (repeat-block instances) per stage, blind to speeds and bandwidths.
+ *
+ * megatron (the well-tuned baseline a Megatron-LM user would run): every
+ * device in file order as S stages x R replicas (stage s on devices
+ * s R .. s R + R - 1, Megatron's rank order with data parallelism
+ * innermost), equal layers per stage, dense; the S x R the cost model
+ * prices fastest (or --stages / --replicas), as a user tuning it would.
  *
  * gcma (DT-FM's scheduler, the second baseline; gcma.c): S x R and the
  * devices' groups from DT-FM's own cost model and genetic search, equal
@@ -132,6 +138,32 @@ static int plan_uniform(const fence_model *m, int32_t M, fence_best *b)
             dev[s] = s;
         candidate cd = { S, 1, M, dev };
         rc = fence_keep_if_better(b, m, &cd, end, 0, NULL, NULL);
+    }
+    free(dev);
+    free(end);
+    return rc;
+}
+
+/* Every device in file order as S x R (S R = the devices), equal layers
+ * per stage: each shape the batch allows, the fastest kept. */
+static int plan_megatron(const fence_model *m, int32_t M, const pass_options *opt, fence_best *b)
+{
+    int32_t N = m->n_devices;
+    int32_t *dev = malloc(((size_t)N + 1) * sizeof *dev), *end = malloc(((size_t)N + 1) * sizeof *end);
+    int rc = dev && end ? 0 : -1;
+    for (int32_t d = 0; d < N && dev; d++)
+        dev[d] = d;
+    for (int32_t S = 1; S <= N && rc == 0; S++) {
+        int32_t R = N / S;
+        if (N % S != 0 || S > m->n_fwd || (m->batch > 0 && m->batch % R != 0) || (m->batch == 0 && R > 1) ||
+            (opt->stages > 0 && S != opt->stages) || (opt->replicas > 0 && R != opt->replicas))
+            continue;
+        if (fence_uniform_cuts(m, S, end) != 0) {
+            rc = -1;
+            break;
+        }
+        candidate cd = { S, R, M, dev };
+        rc = fence_keep_if_better(b, m, &cd, end, 1, NULL, NULL) < 0 ? -1 : 0;   /* a user picks one that fits */
     }
     free(dev);
     free(end);
@@ -287,8 +319,8 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
     const char *scheduler = opt->scheduler ? opt->scheduler : "opfence";
     if (strcmp(scheduler, "opfence") != 0 && strcmp(scheduler, "uniform") != 0 && strcmp(scheduler, "gcma") != 0 &&
-        strcmp(scheduler, "random") != 0)
-        return diag_set(err, file, 0, "unknown scheduler '%s' (the schedulers: opfence, uniform, gcma, random)",
+        strcmp(scheduler, "random") != 0 && strcmp(scheduler, "megatron") != 0)
+        return diag_set(err, file, 0, "unknown scheduler '%s' (the schedulers: opfence, uniform, megatron, gcma, random)",
                         scheduler);
     double compress;
     if (compress_parse(opt->compress, opt->cluster, &compress))
@@ -329,7 +361,8 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
             rc = diag_set(err, file, 0, "the model has no forward ops to place");
             goto done;
         }
-        rc = strcmp(scheduler, "uniform") == 0 ? plan_uniform(&m, M, &b)
+        rc = strcmp(scheduler, "uniform") == 0    ? plan_uniform(&m, M, &b)
+             : strcmp(scheduler, "megatron") == 0 ? plan_megatron(&m, M, opt, &b)
              : strcmp(scheduler, "gcma") == 0  ? plan_gcma(&m, M, opt, 0, &b)
              : strcmp(scheduler, "random") == 0 ? plan_gcma(&m, M, opt, 1, &b)
                                                : fence_search(&m, M, opt, fence_of, F, &b);
@@ -348,7 +381,8 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
         plan.n_replicas = R;
         plan.micro_batches = M;
         plan.n_nodes = g->n_nodes;
-        plan.scheduler = strcmp(scheduler, "uniform") == 0  ? "uniform"
+        plan.scheduler = strcmp(scheduler, "uniform") == 0    ? "uniform"
+                         : strcmp(scheduler, "megatron") == 0 ? "megatron"
                          : strcmp(scheduler, "gcma") == 0   ? "gcma"
                          : strcmp(scheduler, "random") == 0 ? "random"
                                                             : "opfence";

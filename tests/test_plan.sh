@@ -31,10 +31,27 @@ grep -q "bottleneck: the link from stage 1 to 2" "$work/uniform.txt" && pass || 
   && pass || fail "plan 2x2: $(cat "$work/grid.txt")"
 grep -q "2 stages x 2 replicas" "$work/grid.txt" && pass || fail "2x2: $(head -1 "$work/grid.txt")"
 
+# megatron: every device in file order as the fastest S x R the batch
+# allows, equal layers.  Uniform (4 x 1, equal layers) is one of its
+# shapes, so its estimate is never above uniform's; with --stages 2 it is
+# 2 x 2 with stage 0 on the file's first two devices.
+"$FUSIONC" plan models/gpt2.xml clusters/local-4.xml "${model[@]}" --scheduler megatron -o "$work" >"$work/mega.txt" 2>&1 \
+  && pass || fail "plan megatron: $(cat "$work/mega.txt")"
+mg=$(awk '/^estimated step/ { print $3 }' "$work/mega.txt")
+"$FUSIONC" plan models/gpt2.xml clusters/local-4.xml "${model[@]}" --scheduler uniform -o "$work" >"$work/u4.txt" 2>&1
+u4=$(awk '/^estimated step/ { print $3 }' "$work/u4.txt")
+awk -v m="$mg" -v u="$u4" 'BEGIN { exit !(m > 0 && m <= u * 1.000001) }' && pass ||
+  fail "megatron's estimate $mg ms is above uniform's $u4 ms on local-4"
+"$FUSIONC" plan models/gpt2.xml clusters/local-4.xml "${model[@]}" --scheduler megatron --stages 2 -o "$work" \
+  >"$work/mega2.txt" 2>&1 && pass || fail "plan megatron --stages 2: $(cat "$work/mega2.txt")"
+grep -q "scheduler megatron: .*2 stages x 2 replicas" "$work/mega2.txt" && pass || fail "megatron 2: $(head -1 "$work/mega2.txt")"
+grep -qE "^0 +cpu-a0,cpu-a1 " "$work/mega2.txt" && pass || fail "megatron's stage 0: $(grep '^0 ' "$work/mega2.txt")"
+
 # Bad requests: one line, the right exit status.
 "$FUSIONC" plan models/gpt2.xml "$hetero" "${model[@]}" --scheduler nonsense >/dev/null 2>"$work/err"
 expect_eq "unknown scheduler exit" 2 $?
-grep -q "expects opfence" "$work/err" && pass || fail "unknown scheduler message: $(head -1 "$work/err")"
+grep -q "expects opfence, uniform, megatron, gcma or random" "$work/err" && pass ||
+  fail "unknown scheduler message: $(head -1 "$work/err")"
 "$FUSIONC" plan models/gpt2.xml "$hetero" "${model[@]}" --stages 3 --replicas 2 >/dev/null 2>"$work/err"
 expect_eq "impossible grid exit" 1 $?
 expect_eq "impossible grid lines" 1 "$(wc -l <"$work/err")"

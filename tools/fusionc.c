@@ -114,7 +114,9 @@ static const char *const usage_dump =
 #define PLACEMENT_OPTIONS                                                                         \
     PRECISION_OPTIONS                                                                             \
     "  --scheduler S      opfence (default: bandwidth- and speed-aware), uniform (equal layers\n"    \
-    "                     per device in file order, Megatron's default placement), gcma\n"         \
+    "                     per device in file order, Megatron's default placement), megatron\n"     \
+    "                     (every device in file order as the fastest stages x replicas, equal\n"  \
+    "                     layers, dense: a tuned Megatron-LM run), gcma\n"                         \
     "                     (DT-FM's genetic scheduler on its own cost model, equal layers per stage)\n" \
     "                     or random (DT-FM's random-placement baseline on gcma's stages x replicas)\n" \
     "  --seed N           the random scheduler's draw (default 1)\n"                             \
@@ -257,8 +259,10 @@ static int parse_options(int argc, char **argv, const char *usage, options *o)
             else
                 o->dump_ir = value;
         } else if (strcmp(a, "--scheduler") == 0) {
-            if (strcmp(value, "opfence") && strcmp(value, "uniform") && strcmp(value, "gcma") && strcmp(value, "random"))
-                return usage_error(usage, "--scheduler expects opfence, uniform, gcma or random, found '%s'", value);
+            if (strcmp(value, "opfence") && strcmp(value, "uniform") && strcmp(value, "megatron") &&
+                strcmp(value, "gcma") && strcmp(value, "random"))
+                return usage_error(usage, "--scheduler expects opfence, uniform, megatron, gcma or random, found '%s'",
+                                   value);
             o->scheduler = value;
         } else if (strcmp(a, "--micro-batches") == 0 || strcmp(a, "--port-base") == 0 ||
                    strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 || strcmp(a, "--steps") == 0) {
