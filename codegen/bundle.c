@@ -296,7 +296,7 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
     int64_t arena = memory_arena_bytes(g, g->placement.device[stage * g->placement.n_replicas]);
     llvm_device_info info = { d, dev->name, stage, replica, arena, dev->threads, dev->slowdown,
                               peers, c->n_devices, links, n_links, port_base,
-                              dev->kind == DEVICE_CUDA ? dir : NULL, dev->arch };
+                              dev->kind == DEVICE_CUDA ? dir : NULL, dev->arch, dev };
     int rc = llvm_emit_device(g, &info, object, err);
     if (rc == 0)
         rc = link_executable(tc, object, tmp, err);

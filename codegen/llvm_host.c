@@ -365,7 +365,8 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     for (int32_t i = 0; i < g->n_nodes && rc == 0; i++)
         if (stage_of(&g->nodes[i]) == dev->stage) {
             ops_phase[k] = g->nodes[i].phase == PHASE_NONE ? PHASE_FORWARD : g->nodes[i].phase;
-            rc = lower_node(g, i, offsets, g->nodes[i].ws_offset, &ops[k++], err);
+            rc = lower_node(g, i, offsets, g->nodes[i].ws_offset, &ops[k], err);
+            ops[k++].est_seconds = dev->spec ? estimate_node_seconds(g, i, dev->spec) : 0.0;
         }
     if (rc)
         goto done;

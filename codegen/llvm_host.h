@@ -2,6 +2,7 @@
 #ifndef FUSION_LLVM_HOST_H
 #define FUSION_LLVM_HOST_H
 
+#include "../frontend/cluster.h"
 #include "../ir/ir.h"
 #include "../runtime/program.h"
 
@@ -21,6 +22,9 @@ typedef struct {
      * NULL: a CPU device. */
     const char *cuda_dump_dir;
     const char *arch;          /* the cluster file's arch, for the manifest        */
+    const cluster_device *spec;/* its declared speed: each op's estimated seconds on
+                                  it (passes.h) go into rt_op.est_seconds, for
+                                  --emulate-devices; NULL: none                    */
 } llvm_device_info;
 
 /* Lower every node of the device's stage (in order) and write the object

@@ -475,6 +475,13 @@ static int run_op(const rt_op *op, char *arena, rt_context *ctx)
     return run_kernel(op, arena, ctx);
 }
 
+static void sleep_seconds(double wait)
+{
+    struct timespec ts = { (time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9) };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 static double seconds_now(void)
 {
     struct timespec ts;
@@ -482,8 +489,29 @@ static double seconds_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Sleep off at least `least` seconds of what is owed; the sleep's
+ * overshoot is credited (owed goes below 0 and the next ops fill it). */
+static void pay_owed(rt_context *ctx, double least)
+{
+    if (!(ctx->owed >= least) || !(ctx->owed > 0))
+        return;
+    double t0 = seconds_now();
+    sleep_seconds(ctx->owed);
+    double slept = seconds_now() - t0;
+    ctx->paced += slept;
+    ctx->owed -= slept;
+}
+
+void rt_pace_settle(rt_context *ctx)
+{
+    if (ctx->emulate_devices)
+        pay_owed(ctx, 0.0);
+}
+
 int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
 {
+    if (ctx->emulate_devices && (op->op == OP_SEND || op->op == OP_RECV || op->op == OP_ALLREDUCE))
+        rt_pace_settle(ctx);   /* the device's compute is done before it talks */
     if (op->op != OP_ALLREDUCE && ctx->comm && ctx->comm->bucket_count > 0 && rt_comm_flush_bucket(ctx->comm, ctx))
         return -1;
     switch (op->op) {
@@ -504,6 +532,16 @@ int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
     default:
         break;
     }
+    if (ctx->emulate_devices && op->est_seconds > 0) {
+        double t0 = seconds_now();
+        int rc = run_op(op, arena, ctx);
+        double faster = op->est_seconds - (seconds_now() - t0);
+        if (rc == 0 && faster > 0) {   /* an op slower than declared earns no credit */
+            ctx->owed += faster;
+            pay_owed(ctx, RT_PACE_MIN_SLEEP);
+        }
+        return rc;
+    }
     if (!(ctx->slowdown > 1.0))
         return run_op(op, arena, ctx);
     /* An emulated slower device: the op, then (slowdown - 1) times as long
@@ -511,9 +549,6 @@ int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
      * idle time is free for the other devices on this machine. */
     double t0 = seconds_now();
     int rc = run_op(op, arena, ctx);
-    double wait = (seconds_now() - t0) * (ctx->slowdown - 1.0);
-    struct timespec ts = { (time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9) };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    sleep_seconds((seconds_now() - t0) * (ctx->slowdown - 1.0));
     return rc;
 }

@@ -37,6 +37,9 @@ typedef struct {
     double    floats[ATTR_KEY_COUNT];
     char      name[64];        /* the IR node's name (cut to fit), for messages */
     int32_t   line;            /* its model-file line                         */
+    double    est_seconds;     /* the workload estimator's time of it on this device
+                                  (its declared peaks, slowdown included): what
+                                  --emulate-devices paces it to; 0: not paced  */
 } rt_op;                       /* position-independent: bundles embed rt_ops as bytes */
 
 struct rt_comm;                /* runtime/comm/comm.h: the device's peers     */
@@ -61,7 +64,21 @@ typedef struct {
     int32_t inject_overflow;
     int32_t overflowed;
     int64_t skipped;
+    /* --emulate-devices: every op takes at least its est_seconds (the
+     * device's declared speed); what it owes is waited out in sleeps of at
+     * least RT_PACE_MIN_SLEEP (a shorter sleep overshoots by the kernel's
+     * timer slack) and before every message, and what was waited is added
+     * to paced.  The cluster file's slowdown is then part of the estimate. */
+    int32_t emulate_devices;
+    double  owed;
+    double  paced;
 } rt_context;
+
+#define RT_PACE_MIN_SLEEP 1e-3   /* seconds */
+
+/* --emulate-devices: wait out what the device still owes (the end of a
+ * step, before a message).  Nothing without emulation. */
+void rt_pace_settle(rt_context *ctx);
 
 /* Run op on the arena.  Returns 0, or -1 with ctx->msg set (a token id or
  * target out of range: bad input data, not a compiler bug). */

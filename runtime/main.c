@@ -313,6 +313,8 @@ static const char usage[] =
     "  --loss-scale S        the first loss scale (default 65536)\n"
     "  --loss-scale-window N good steps in a row before it doubles (default 2000)\n"
     "  --inject-overflow K   make step K's gradients overflow (to test the scaler; every device)\n"
+    "  --emulate-devices make every op (of a CPU device) take at least as long as the cluster\n"
+    "                 file's peaks and memory bandwidth say (the workload estimator's time)\n"
     "several devices:\n"
     "  --emulate-links     shape every link to the cluster file's bandwidth and latency\n"
     "  --adapt-density     AdaTopK: re-measure each compressed link between steps and adapt its density\n"
@@ -329,6 +331,7 @@ typedef struct {
     double      loss_scale;
     st_dtype    save_dtype;
     int64_t     loss_scale_window, inject_overflow;
+    int         emulate_devices;
     uint64_t    seed;
     int         seed_given;
     int         threads;
@@ -368,6 +371,10 @@ static int parse_args(int argc, char **argv, run_options *o)
         }
         if (strcmp(a, "--adapt-density") == 0) {
             o->comm.adapt_density = 1;
+            continue;
+        }
+        if (strcmp(a, "--emulate-devices") == 0) {
+            o->emulate_devices = 1;
             continue;
         }
         if (!v)
@@ -720,14 +727,18 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
                "by a sleep\n", mf->slowdown);
     if (o->comm.emulate_links && mf->n_links > 0)
         printf("fusion: emulating the cluster file's links (bandwidth and latency) on this machine's network\n");
+    if (o->emulate_devices)
+        printf("fusion: emulating the cluster file's device speed: each op takes at least the workload estimator's "
+               "time on it, waiting out the difference\n");
     if (mf->loss_scaling)
         printf("fusion: fp16 with dynamic loss scaling: scale %g, doubled after %lld good steps, halved and the step "
                "skipped on an overflow\n", (double)scaler.scale, (long long)scaler.window);
     fflush(stdout);
+    double paced = 0.0, stepping = 0.0;   /* --emulate-devices: waited, and the steps' whole time */
     for (int64_t step = done + 1; step <= o->steps && rc == 0; step++) {
         rt_context ctx = { .step = step, .comm = comm, .slowdown = mf->slowdown, .cuda = p->cuda,
                            .loss_scale = scaler.scale, .skipped = scaler.skipped,
-                           .inject_overflow = o->inject_overflow == step };
+                           .inject_overflow = o->inject_overflow == step, .emulate_devices = o->emulate_devices };
         double t0 = now();
         float loss = NAN;
         if (run_micro_batches(&st, &ctx, &loss) != 0) {
@@ -748,7 +759,10 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
             rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
             break;
         }
+        rt_pace_settle(&ctx);
         double dt = now() - t0;
+        paced += ctx.paced;
+        stepping += dt;
         /* AdaTopK: this step's compressed sends' densities, then the next step's. */
         char rho[256] = "", rho_json[256] = "";
         rt_comm_density_text(comm, rho, sizeof rho, 0);
@@ -793,6 +807,9 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
             save_checkpoint(p, o->save, step, seed, &scaler, o->save_dtype))
             rc = stop(comm, mf->device, "cannot write the checkpoint");
     }
+    if (rc == 0 && o->emulate_devices)
+        printf("fusion: --emulate-devices waited %.3f s of the %.3f s the steps took (%.0f%%)\n", paced, stepping,
+               stepping > 0 ? 100.0 * paced / stepping : 0.0);
     char why[512];
     if (rc == 0 && comm && rt_comm_flush(comm, why, sizeof why) != 0)
         rc = stop(comm, mf->device, "%s", why);
