@@ -456,3 +456,33 @@ int cuda_chains_build(cuda_chain **out)
     *out = c;
     return N_CHAINS * n;
 }
+
+int cuda_cases_plan(cuda_plan *plan, cuda_case **cases, int *n_cases, cuda_chain **chains, int *n_chains,
+                    int **first_op, char *why, size_t size)
+{
+    struct diag err;
+    memset(&err, 0, sizeof err);
+    *n_cases = cuda_cases_build(cases);
+    *n_chains = cuda_chains_build(chains);
+    if (first_op && !(*first_op = malloc(((size_t)*n_chains + 1) * sizeof **first_op))) {
+        snprintf(why, size, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < *n_cases; i++)
+        if (cuda_plan_add_op(plan, &(*cases)[i].op, &err)) {
+            snprintf(why, size, "case '%s': %s", (*cases)[i].label, err.msg);
+            return -1;
+        }
+    plan->fuse = 1;
+    for (int j = 0; j < *n_chains; j++) {
+        if (first_op)
+            (*first_op)[j] = plan->n_ops;
+        plan->group = 1000 + j;
+        for (int i = 0; i < (*chains)[j].n_ops; i++)
+            if (cuda_plan_add_op(plan, &(*chains)[j].ops[i], &err)) {
+                snprintf(why, size, "chain '%s': %s", (*chains)[j].label, err.msg);
+                return -1;
+            }
+    }
+    return 0;
+}

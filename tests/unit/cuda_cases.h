@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "../../codegen/cuda_kernels.h"
 #include "../../runtime/exec.h"
 
 #ifdef __cplusplus
@@ -53,6 +54,15 @@ typedef struct {
 
 /* The chains, in a fixed order; free() the array. */
 int cuda_chains_build(cuda_chain **out);
+
+/* The harness's one plan (codegen/cuda_kernels.h): every case one by one,
+ * then every chain with fusion on, chain j as group 1000 + j; chain j's
+ * ops start at plan->n_ops = first_op[j] (first_op: room for the chains,
+ * or NULL).  cuda_emu_gen compiles it for the CPU, test_cuda_emulation
+ * runs it, test_cuda_kernels_nvrtc hands it to NVRTC.  *cases and *chains
+ * are the caller's to free().  0, or -1 with why (the case or chain). */
+int cuda_cases_plan(cuda_plan *plan, cuda_case **cases, int *n_cases, cuda_chain **chains, int *n_chains,
+                    int **first_op, char *why, size_t size);
 
 #ifdef __cplusplus
 }

@@ -20,27 +20,15 @@ int main(int argc, char **argv)
         return 2;
     }
     cuda_case *cases = NULL;
-    int n = cuda_cases_build(&cases);
+    cuda_chain *chains = NULL;
+    int n = 0, n_chains = 0;
     cuda_plan plan;
     cuda_plan_init(&plan);
-    struct diag err = { 0 };
-    for (int i = 0; i < n; i++)
-        if (cuda_plan_add_op(&plan, &cases[i].op, &err)) {
-            fprintf(stderr, "%s: case '%s': %s\n", argv[0], cases[i].label, err.msg);
-            return 1;
-        }
-    /* The chains after them, fused, each its own group (as the harness adds them). */
-    cuda_chain *chains = NULL;
-    int n_chains = cuda_chains_build(&chains);
-    plan.fuse = 1;
-    for (int j = 0; j < n_chains; j++)
-        for (int i = 0; i < chains[j].n_ops; i++) {
-            plan.group = 1000 + j;
-            if (cuda_plan_add_op(&plan, &chains[j].ops[i], &err)) {
-                fprintf(stderr, "%s: chain '%s': %s\n", argv[0], chains[j].label, err.msg);
-                return 1;
-            }
-        }
+    char why[600];
+    if (cuda_cases_plan(&plan, &cases, &n, &chains, &n_chains, NULL, why, sizeof why)) {
+        fprintf(stderr, "%s: %s\n", argv[0], why);
+        return 1;
+    }
     free(chains);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", argv[1]);

@@ -18,27 +18,17 @@
 int main(void)
 {
     cuda_case *cases = NULL;
-    int n = cuda_cases_build(&cases), failed = 0;
+    cuda_chain *chains = NULL;
+    int n = 0, n_chains = 0, failed = 0;
     cuda_plan plan;
     cuda_plan_init(&plan);
     struct diag err;
     memset(&err, 0, sizeof err);
-    for (int i = 0; i < n; i++)
-        if (cuda_plan_add_op(&plan, &cases[i].op, &err)) {
-            printf("FAIL plan: case '%s': %s\n", cases[i].label, err.msg);
-            return 1;
-        }
-    cuda_chain *chains = NULL;
-    int n_chains = cuda_chains_build(&chains);
-    plan.fuse = 1;
-    for (int j = 0; j < n_chains; j++)
-        for (int i = 0; i < chains[j].n_ops; i++) {
-            plan.group = 1000 + j;
-            if (cuda_plan_add_op(&plan, &chains[j].ops[i], &err)) {
-                printf("FAIL plan: chain '%s': %s\n", chains[j].label, err.msg);
-                return 1;
-            }
-        }
+    char why[600];
+    if (cuda_cases_plan(&plan, &cases, &n, &chains, &n_chains, NULL, why, sizeof why)) {
+        printf("FAIL plan: %s\n", why);
+        return 1;
+    }
     nvrtc_images im;
     if (nvrtc_compile(plan.source, "cuda_cases", &im, &err)) {
         printf("FAIL: NVRTC: %s\n", err.msg);

@@ -426,30 +426,17 @@ void loss_scaling_checks(const cuda_case *cases, int n_cases, const cuda_plan &p
 int main()
 {
     cuda_case *cases = nullptr;
-    int n_cases = cuda_cases_build(&cases);
+    cuda_chain *chains = nullptr;
+    int n_cases = 0, n_chains = 0, *first_op = nullptr;
     cuda_plan plan;
     cuda_plan_init(&plan);
-    struct diag err;
-    memset(&err, 0, sizeof err);
-    for (int i = 0; i < n_cases; i++)
-        if (cuda_plan_add_op(&plan, &cases[i].op, &err)) {
-            fprintf(stderr, "FAIL plan: case '%s': %s\n", cases[i].label, err.msg);
-            return 1;
-        }
-    /* The chains, fused, each its own group (as cuda_emu_gen adds them). */
-    cuda_chain *chains = nullptr;
-    int n_chains = cuda_chains_build(&chains);
-    std::vector<int> chain_first_op;
-    plan.fuse = 1;
-    for (int j = 0; j < n_chains; j++) {
-        chain_first_op.push_back(plan.n_ops);
-        plan.group = 1000 + j;
-        for (int i = 0; i < chains[j].n_ops; i++)
-            if (cuda_plan_add_op(&plan, &chains[j].ops[i], &err)) {
-                fprintf(stderr, "FAIL plan: chain '%s': %s\n", chains[j].label, err.msg);
-                return 1;
-            }
+    char why[600];
+    if (cuda_cases_plan(&plan, &cases, &n_cases, &chains, &n_chains, &first_op, why, sizeof why)) {
+        fprintf(stderr, "FAIL plan: %s\n", why);
+        return 1;
     }
+    std::vector<int> chain_first_op(first_op, first_op + n_chains);
+    free(first_op);
     std::vector<int> kernel_of((size_t)plan.n_kernels, -1);
     for (int32_t k = 0; k < plan.n_kernels; k++) {
         for (int e = 0; e < cuda_emu_n_kernels; e++)
