@@ -37,10 +37,12 @@ const cluster_device *estimate_default_device(void)
     return &cpu;
 }
 
-peak_kind estimate_graph_peak_kind(const ir_graph *g)
+peak_kind estimate_peak_kind(ir_dtype precision, int tf32)
 {
-    return g->precision == DT_BF16 ? PEAK_BF16 : g->precision == DT_F16 ? PEAK_FP16 : g->tf32 ? PEAK_TF32 : PEAK_FP32;
+    return precision == DT_BF16 ? PEAK_BF16 : precision == DT_F16 ? PEAK_FP16 : tf32 ? PEAK_TF32 : PEAK_FP32;
 }
+
+peak_kind estimate_graph_peak_kind(const ir_graph *g) { return estimate_peak_kind(g->precision, g->tf32); }
 
 peak_kind estimate_node_peak_kind(const ir_graph *g, int32_t n)
 {
@@ -48,9 +50,9 @@ peak_kind estimate_node_peak_kind(const ir_graph *g, int32_t n)
     for (int i = 0; i < node->n_in + node->n_out; i++) {
         ir_dtype dt = g->values[i < node->n_in ? node->in[i] : node->out[i - node->n_in]].dtype;
         if (dt == DT_BF16 || dt == DT_F16)
-            return dt == DT_BF16 ? PEAK_BF16 : PEAK_FP16;
+            return estimate_peak_kind(dt, 0);
     }
-    return g->tf32 ? PEAK_TF32 : PEAK_FP32;
+    return estimate_peak_kind(DT_F32, g->tf32);
 }
 
 double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device *d)

@@ -174,6 +174,8 @@ const cluster_device *estimate_default_device(void);
  * accumulate in f32), else tf32 in a graph compiled with it, else fp32.
  * estimate_graph_peak_kind: the graph's own (its matrix products'). */
 peak_kind estimate_node_peak_kind(const ir_graph *g, int32_t n);
+/* The peak a precision (f32, bf16, f16; tf32 for f32 products) runs at. */
+peak_kind estimate_peak_kind(ir_dtype precision, int tf32);
 peak_kind estimate_graph_peak_kind(const ir_graph *g);
 /* Seconds node n takes on device d: max(FLOPs / peak, bytes / memory
  * bandwidth) + a fixed launch cost, times the device's emulated slowdown. */

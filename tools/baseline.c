@@ -12,10 +12,8 @@ static double simulated_step(const ir_graph *g, const cluster *c, int steps, str
     sim_result r;
     memset(&r, 0, sizeof r);
     double t = -1.0;
-    if (simulate_steps(g, c, steps, &r, err) == 0) {
-        int32_t last = r.n_steps - 1;
-        t = r.step_end[last] - (last ? r.step_end[last - 1] : 0.0);
-    }
+    if (simulate_steps(g, c, steps, &r, err) == 0)
+        t = sim_steady_step(&r);
     sim_result_free(&r);
     return t;
 }

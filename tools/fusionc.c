@@ -660,8 +660,7 @@ static int placed_load(placed_model *p, const options *o, struct diag *err)
     ir_graph_init(&p->g);
     /* Every device must state the peak of the arithmetic it will run (and
      * fp32's, for the optimizer): a plan made on another one's is a lie. */
-    peak_kind kind = o->precision == DT_BF16 ? PEAK_BF16 : o->precision == DT_F16 ? PEAK_FP16
-                   : o->tf32 ? PEAK_TF32 : PEAK_FP32;
+    peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
     return cluster_load(o->files[1], &p->c, err) || cluster_require_peak(&p->c, kind, err) ||
            cluster_require_peak(&p->c, PEAK_FP32, err) ||
            build_placed(o, o->files[0], &p->c, &p->g, &p->plan, err) ? -1 : 0;
@@ -760,8 +759,7 @@ static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const
             ir_dtype_name(g->precision), g->tf32 ? " (tf32 products)" : "");
     for (int32_t k = 0; k < r->n_steps; k++)
         fprintf(out, "step %d: %.3f ms\n", k + 1, (r->step_end[k] - (k ? r->step_end[k - 1] : 0.0)) * ms);
-    int32_t last = r->n_steps - 1;   /* the steady state */
-    double step = r->step_end[last] - (last ? r->step_end[last - 1] : 0.0);
+    double step = sim_steady_step(r);
     const char *unit;
     double items = baseline_step_items(g, &unit);
     fprintf(out, "simulated step: %.3f ms\n", step * ms);
@@ -813,8 +811,7 @@ static int cmd_simulate(int argc, char **argv)
     rc = placed_load(&m, &o, &err) || simulate_steps(&m.g, &m.c, o.steps > 0 ? o.steps : 3, &r, &err);
     if (rc == 0) {
         simulate_print(stdout, &m.g, &m.c, &m.plan, &r);
-        int32_t last = r.n_steps - 1;
-        rc = print_best_site(&o, &m.c, r.n_steps, r.step_end[last] - (last ? r.step_end[last - 1] : 0.0), &err) ||
+        rc = print_best_site(&o, &m.c, r.n_steps, sim_steady_step(&r), &err) ||
              simulate_write_gantt(&r, &m.c, o.output ? o.output : ".", &err);
     }
     if (rc)

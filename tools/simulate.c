@@ -435,6 +435,12 @@ done:
     return rc;
 }
 
+double sim_steady_step(const sim_result *r)
+{
+    int32_t last = r->n_steps - 1;
+    return last < 0 ? 0.0 : r->step_end[last] - (last ? r->step_end[last - 1] : 0.0);
+}
+
 void sim_result_free(sim_result *r)
 {
     free(r->device);

@@ -69,6 +69,9 @@ typedef struct {
  * 0, or -1 with err filled (out of memory, a message never sent). */
 int  simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, sim_result *r, struct diag *err);
 void sim_result_free(sim_result *r);
+/* The steady state: the last simulated step's seconds (step 1 also holds
+ * the pipeline's start).  0 when nothing was simulated. */
+double sim_steady_step(const sim_result *r);
 
 /* DIR/gantt.svg: a row per device, a row per link direction, time in ms;
  * written under a temporary name and renamed. */
