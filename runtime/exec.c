@@ -26,8 +26,6 @@ int64_t rt_tensor_bytes(const rt_tensor *t) { return rt_tensor_numel(t) * half_d
 
 int rt_tensor_is_half(const rt_tensor *t) { return t->dtype == HALF_DT_BF16 || t->dtype == HALF_DT_F16; }
 
-static int is_half(const rt_tensor *t) { return rt_tensor_is_half(t); }
-
 static int64_t last_dim(const rt_tensor *t) { return t->rank > 0 ? t->dim[t->rank - 1] : 1; }
 
 #define IN(i)   ((float *)(arena + op->in[i].offset))
@@ -102,9 +100,9 @@ static int64_t half_copies_floats(const rt_op *op)
 {
     int64_t floats = 0;
     for (int i = 0; i < op->n_in; i++)
-        floats += is_half(&op->in[i]) ? copy_floats(&op->in[i]) : 0;
+        floats += rt_tensor_is_half(&op->in[i]) ? copy_floats(&op->in[i]) : 0;
     for (int i = 0; i < op->n_out; i++)
-        floats += is_half(&op->out[i]) ? copy_floats(&op->out[i]) : 0;
+        floats += rt_tensor_is_half(&op->out[i]) ? copy_floats(&op->out[i]) : 0;
     return floats;
 }
 
@@ -119,10 +117,10 @@ int32_t rt_op_product_dtype(const rt_op *op)
     if (!is_product(op->op))
         return HALF_DT_F32;
     for (int i = 0; i < op->n_in; i++)
-        if (is_half(&op->in[i]))
+        if (rt_tensor_is_half(&op->in[i]))
             return op->in[i].dtype;
     for (int i = 0; i < op->n_out; i++)
-        if (is_half(&op->out[i]))
+        if (rt_tensor_is_half(&op->out[i]))
             return op->out[i].dtype;
     return HALF_DT_F32;
 }
@@ -438,7 +436,7 @@ static int run_kernel_widened(const rt_op *op, char *arena, rt_context *ctx)
     rt_op wide = *op;
     int64_t at = op->ws_offset + copies_at_floats(op) * (int64_t)sizeof(float);
     for (int i = 0; i < op->n_in; i++) {
-        if (!is_half(&op->in[i]))
+        if (!rt_tensor_is_half(&op->in[i]))
             continue;
         half_to_f32((float *)(arena + at), arena + op->in[i].offset, rt_tensor_numel(&op->in[i]), op->in[i].dtype);
         wide.in[i].offset = at;
@@ -446,7 +444,7 @@ static int run_kernel_widened(const rt_op *op, char *arena, rt_context *ctx)
         at += copy_floats(&op->in[i]) * (int64_t)sizeof(float);
     }
     for (int i = 0; i < op->n_out; i++) {
-        if (!is_half(&op->out[i]))
+        if (!rt_tensor_is_half(&op->out[i]))
             continue;
         wide.out[i].offset = at;
         wide.out[i].dtype = HALF_DT_F32;
@@ -455,7 +453,7 @@ static int run_kernel_widened(const rt_op *op, char *arena, rt_context *ctx)
     if (run_kernel(&wide, arena, ctx))
         return -1;   /* the kernel wrote nothing (kernels.h): neither do we */
     for (int i = 0; i < op->n_out; i++)
-        if (is_half(&op->out[i]))
+        if (rt_tensor_is_half(&op->out[i]))
             half_from_f32(arena + op->out[i].offset, (const float *)(arena + wide.out[i].offset),
                           rt_tensor_numel(&op->out[i]), op->out[i].dtype);
     return 0;
@@ -464,7 +462,7 @@ static int run_kernel_widened(const rt_op *op, char *arena, rt_context *ctx)
 static int run_op(const rt_op *op, char *arena, rt_context *ctx)
 {
     for (int i = 0; i < op->n_in + op->n_out; i++)
-        if (is_half(i < op->n_in ? &op->in[i] : &op->out[i - op->n_in])) {
+        if (rt_tensor_is_half(i < op->n_in ? &op->in[i] : &op->out[i - op->n_in])) {
             if (op->ws_offset < 0) {
                 snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): 16-bit tensors but no scratch to widen them in",
                          op->name, (int)op->line);

@@ -137,8 +137,6 @@ static int32_t device_at(const rt_comm *c, int32_t stage, int32_t replica)
 
 static int64_t tensor_bytes(const rt_tensor *t) { return rt_tensor_bytes(t); }
 
-static int is_half(const rt_tensor *t) { return rt_tensor_is_half(t); }
-
 /* The codecs (top-k, rows of bits) work on f32: a 16-bit tensor is widened
  * into c->widened first (exact), and decoded there before it is rounded
  * into place.  Raw, it crosses the link as it is stored: 2 bytes an element. */
@@ -166,7 +164,7 @@ static fu_msg_info message(const rt_op *op, const rt_context *ctx, int64_t bytes
                       .step = ctx->step, .micro_batch = ctx->micro_batch,
                       .tensor = (int32_t)op->ints[ATTR_TENSOR], .codec = FU_CODEC_RAW_F32, .length = (uint64_t)bytes };
     const rt_tensor *t = op->op == OP_RECV ? &op->out[0] : &op->in[0];
-    if (is_half(t))
+    if (rt_tensor_is_half(t))
         m.codec = t->dtype == HALF_DT_BF16 ? FU_CODEC_RAW_BF16 : FU_CODEC_RAW_F16;
     return m;
 }
@@ -187,11 +185,11 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     fu_msg_info m = message(op, ctx, tensor_bytes(&op->in[0]));
     const void *payload = arena + op->in[0].offset;
     char why[400];
-    if ((op->ints[ATTR_ACCUMULATE] || op->ints[ATTR_FEEDBACK]) && is_half(&op->in[0])) {
+    if ((op->ints[ATTR_ACCUMULATE] || op->ints[ATTR_FEEDBACK]) && rt_tensor_is_half(&op->in[0])) {
         snprintf(ctx->msg, sizeof ctx->msg, "op '%s': a parameter's gradient is f32, this one is 16-bit", op->name);
         return -1;
     }
-    if ((op->floats[ATTR_DENSITY] > 0 || op->ints[ATTR_BITS] > 0) && is_half(&op->in[0])) {
+    if ((op->floats[ATTR_DENSITY] > 0 || op->ints[ATTR_BITS] > 0) && rt_tensor_is_half(&op->in[0])) {
         float *w = widened(c, rt_tensor_numel(&op->in[0]), ctx);
         if (!w)
             return -1;
@@ -303,14 +301,14 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         return -1;
     }
     float *out = (float *)(arena + op->out[0].offset);
-    if (into == c->packed && is_half(&op->out[0]) && !(out = widened(c, n, ctx)))
+    if (into == c->packed && rt_tensor_is_half(&op->out[0]) && !(out = widened(c, n, ctx)))
         return -1;
     if (into == c->packed && (want.codec == FU_CODEC_QUANT ? quant_decode(c->packed, got, out, n, why, sizeof why)
                                                             : topk_decode(c->packed, got, out, n, why, sizeof why)) != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %.300s", op->name, c->peers[from].name, why);
         return -1;
     }
-    if (into == c->packed && is_half(&op->out[0]))
+    if (into == c->packed && rt_tensor_is_half(&op->out[0]))
         half_from_f32(arena + op->out[0].offset, out, n, op->out[0].dtype);
     return 0;
 }
@@ -544,7 +542,7 @@ static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, r
 int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 {
     int64_t n = rt_tensor_numel(&op->in[0]);
-    if (is_half(&op->in[0])) {   /* parameters' gradients are f32 (the precision pass) */
+    if (rt_tensor_is_half(&op->in[0])) {   /* parameters' gradients are f32 (the precision pass) */
         snprintf(ctx->msg, sizeof ctx->msg, "op '%s': all-reduce of a 16-bit tensor", op->name);
         return -1;
     }
