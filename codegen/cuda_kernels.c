@@ -694,6 +694,7 @@ int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err)
     case OP_CLIP_SCALE:               rc = lower_clip_scale(p, op); break;
     case OP_LR_SCHEDULE:              rc = lower_lr_schedule(p, op); break;
     case OP_ADAMW:                    rc = lower_adamw(p, op); break;
+    case OP_SGD:                      rc = lower_sgd(p, op); break;
     case OP_SEND: case OP_RECV: case OP_ALLREDUCE:
         rc = lower_host(p);
         break;

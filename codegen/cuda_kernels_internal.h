@@ -104,6 +104,7 @@ int lower_sum_squares(cuda_plan *p, const rt_op *op);
 int lower_clip_scale(cuda_plan *p, const rt_op *op);
 int lower_lr_schedule(cuda_plan *p, const rt_op *op);
 int lower_adamw(cuda_plan *p, const rt_op *op);
+int lower_sgd(cuda_plan *p, const rt_op *op);
 
 /* "%.9e" with an f: a float literal that reads back to the same float. */
 const char *flit(char buf[32], double v);

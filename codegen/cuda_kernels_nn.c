@@ -788,6 +788,28 @@ int lower_lr_schedule(cuda_plan *p, const rt_op *op)
     return step_kernel(p, kb_finish(p, &kb, "lr_schedule"), 1, 0, 0, out_arg(op, 0), ARG_END);
 }
 
+/* p, g, lr, scale? -> p updated in place, torch.optim.SGD without momentum
+ * as runtime/cpu/optim.c spells it; a scale that is not finite skips the
+ * step as adamw does. */
+int lower_sgd(cuda_plan *p, const rt_op *op)
+{
+    int64_t n = rt_tensor_numel(&op->in[0]);
+    if (!all_f32(op))
+        return -4;
+    char body[1024];
+    snprintf(body, sizeof body,
+             "        float sc = a.p[3] ? *(const float *)a.p[3] : 1.0f;\n"
+             "        if (!fusion_finite(sc)) { if (i == 0) *(int *)a.p[4] |= %d; return; }\n"
+             "        float step = (float)-(double)*(const float *)a.p[2], wd = (float)%.17g;\n"
+             "        float gi = grad[i];\n"
+             "        if (sc != 1.0f) { gi = gi * sc; grad[i] = gi; }\n"
+             "        float d = wd != 0.0f ? gi + wd * param[i] : gi;\n"
+             "        param[i] = param[i] + step * d;\n",
+             RT_CUDA_FLAG_SKIPPED, op->floats[ATTR_WEIGHT_DECAY]);
+    return elementwise(p, "sgd", n, "param! grad! - - -", body, in_arg(op, 0), in_arg(op, 1), in_arg(op, 2),
+                       op->n_in == 4 ? in_arg(op, 3) : arg_none(), arg_flags(), ARG_END);
+}
+
 /* p, g, m, v, lr, scale? -> p, m, v updated in place (and g scaled first
  * when the clip scale is not 1), torch.optim.AdamW's arithmetic as
  * runtime/cpu/optim.c spells it.  A scale that is not finite (fp16's

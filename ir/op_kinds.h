@@ -53,6 +53,8 @@ typedef enum {
     OP_CLIP_SCALE,      /* (sumsq) max_norm -> f32[] min(1, max_norm/(norm+1e-6)) */
     OP_ADAMW,           /* (p, g, m, v, lr, scale?) beta1 beta2 eps weight_decay:
                            updates p, m, v in place; no outputs               */
+    OP_SGD,             /* (p, g, lr, scale?) weight_decay: p -= lr (g + wd p),
+                           torch.optim.SGD without momentum; no outputs       */
 
     /* Communication, inserted by the comm pass where an edge crosses devices
      * (remote autodiff): each send on one stage has its recv on another, the

@@ -63,6 +63,9 @@ typedef struct {
 
 extern const op_def op_table[OP_COUNT];
 
+/* An optimizer's update of one parameter: (p, g, ...), p updated in place. */
+static inline int op_updates_param(ir_op op) { return op == OP_ADAMW || op == OP_SGD; }
+
 const char *attr_key_name(attr_key k);
 int         attr_key_parse(const char *s, attr_key *out);   /* 0 or -1 */
 attr_type   attr_key_type(attr_key k);

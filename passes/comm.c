@@ -132,7 +132,7 @@ static int add_allreduces(comm_state *cs)
 {
     ir_graph *g = cs->g;
     for (int32_t i = 0; i < cs->n_old; i++) {
-        if (g->nodes[i].op != OP_ADAMW || g->nodes[i].n_in < 2)
+        if (!op_updates_param(g->nodes[i].op) || g->nodes[i].n_in < 2)
             continue;
         int32_t grad = g->nodes[i].in[1], stage = g->nodes[i].stage, first = -1;
         for (int32_t j = 0; j < cs->n_old && first < 0; j++)

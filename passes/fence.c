@@ -233,7 +233,7 @@ static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p,
         if (node->phase != PHASE_UPDATE || node->stage >= 0 || node->op != OP_SUM_SQUARES)
             continue;
         for (int32_t j = 0; j < n && node->stage < 0; j++)
-            if (g->nodes[j].op == OP_ADAMW && g->nodes[j].n_in > 1 && g->nodes[j].in[1] == node->in[0])
+            if (op_updates_param(g->nodes[j].op) && g->nodes[j].n_in > 1 && g->nodes[j].in[1] == node->in[0])
                 node->stage = g->nodes[j].stage;
     }
     for (int32_t i = 0; i < n; i++) {

@@ -1,12 +1,18 @@
-/* optimizer.c: the `optimizer` pass.  Appends the AdamW update of every
- * parameter as IR ops (phase=update), after autodiff:
+/* optimizer.c: the `optimizer` pass.  Appends the AdamW (or, with the
+ * hyper-parameter sgd = 1, plain SGD) update of every parameter as IR ops
+ * (phase=update), after autodiff:
  *
  *   optimizer.lr   = lr_schedule() lr warmup steps min_lr      this step's rate
  *   sumsq.<p>      = sum_squares(grad.<p>, previous sumsq)     when grad_clip > 0 or fp16
  *   clip_scale     = clip_scale(last sumsq) max_norm loss_scale
  *   adamw.<p>      : adamw(p, grad.<p>, adamw.m.<p>, adamw.v.<p>, optimizer.lr, clip_scale)
  *
- * with the moments adamw.m.<p>, adamw.v.<p> as state values (zeros).  The
+ *   sgd.<p>        : sgd(p, grad.<p>, optimizer.lr, clip_scale)   when sgd = 1
+ *
+ * with the moments adamw.m.<p>, adamw.v.<p> as state values (zeros).  SGD
+ * is torch.optim.SGD without momentum (p -= lr (g + weight_decay p)): the
+ * inner optimizer of diloco's own test (H = 1 and an outer step of lr 1 is
+ * exact data parallelism with SGD), and a baseline.  The
  * hyper-parameters come from the model when it declares them, else these
  * defaults (torch.optim.AdamW's, except the schedule and clipping, which
  * are off):
@@ -75,12 +81,15 @@ int pass_optimizer(ir_graph *g, struct diag *err)
     double beta1 = hyper(g, "beta1", 0.9), beta2 = hyper(g, "beta2", 0.999), eps = hyper(g, "adam_eps", 1e-8);
     double wd = hyper(g, "weight_decay", 0.0), min_lr = hyper(g, "min_lr", 0.0);
     int64_t warmup = (int64_t)hyper(g, "warmup", 0), steps = (int64_t)hyper(g, "steps", 0);
+    double sgd = hyper(g, "sgd", 0.0);
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
     if (!(lr > 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps > 0) || !(wd >= 0) ||
         !(clip >= 0) || warmup < 0 || steps < 0 || !(min_lr >= 0 && min_lr <= lr))
         return diag_set(err, file, 0,
                         "optimizer hyper-parameters out of range: need lr > 0, 0 <= beta1, beta2 < 1, adam_eps > 0, "
                         "weight_decay >= 0, grad_clip >= 0, warmup >= 0, steps >= 0, 0 <= min_lr <= lr");
+    if (sgd != 0.0 && sgd != 1.0)
+        return diag_set(err, file, 0, "the hyper-parameter sgd is %g: 0 (AdamW) or 1 (plain SGD)", sgd);
     if (steps > 0 && warmup >= steps)
         return diag_set(err, file, 0, "warmup (%lld) must be shorter than steps (%lld)", (long long)warmup,
                         (long long)steps);
@@ -127,6 +136,18 @@ int pass_optimizer(ir_graph *g, struct diag *err)
         if (g->values[p].role != ROLE_PARAM)
             continue;
         char name[OPT_NAME_MAX];
+        double decay = g->values[p].shape.rank >= 2 ? wd : 0.0;
+        if (sgd == 1.0) {
+            snprintf(name, sizeof name, "sgd.%s", ir_value_name(g, p));
+            n = ir_add_node(g, OP_SGD, name, g->values[p].loc);
+            if (n < 0 || ir_node_add_input(g, n, p) || ir_node_add_input(g, n, grad_of[p]) ||
+                ir_node_add_input(g, n, lr_value) || (scale >= 0 && ir_node_add_input(g, n, scale)) ||
+                ir_node_set_float(g, n, ATTR_WEIGHT_DECAY, decay))
+                rc = oom(g, err);
+            else
+                g->nodes[n].phase = PHASE_UPDATE;
+            continue;
+        }
         int32_t m = state_like(g, "adamw.m", p), v = state_like(g, "adamw.v", p);
         snprintf(name, sizeof name, "adamw.%s", ir_value_name(g, p));
         n = m < 0 || v < 0 ? -1 : ir_add_node(g, OP_ADAMW, name, g->values[p].loc);
@@ -135,7 +156,6 @@ int pass_optimizer(ir_graph *g, struct diag *err)
             break;
         }
         g->nodes[n].phase = PHASE_UPDATE;
-        double decay = g->values[p].shape.rank >= 2 ? wd : 0.0;
         int32_t ins[6] = { p, grad_of[p], m, v, lr_value, scale };
         for (int k = 0; k < (scale >= 0 ? 6 : 5) && rc == 0; k++)
             if (ir_node_add_input(g, n, ins[k]))

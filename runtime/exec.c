@@ -424,6 +424,17 @@ static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
                      ctx->step - ctx->skipped);
         return 0;
     }
+    case OP_SGD: {                               /* p, g, lr, scale? */
+        int64_t n = rt_tensor_numel(&op->in[0]);
+        if (op->n_in == 4 && !isfinite(*IN(3))) {
+            ctx->overflowed = 1;
+            return 0;
+        }
+        if (op->n_in == 4 && *IN(3) != 1.0f)
+            grad_scale(IN(1), n, *IN(3));
+        sgd_update(IN(0), IN(1), n, (double)*IN(2), op->floats[ATTR_WEIGHT_DECAY]);
+        return 0;
+    }
     default:
         snprintf(ctx->msg, sizeof ctx->msg, "op '%s': op kind %d has no CPU kernel", op->name, (int)op->op);
         return -1;

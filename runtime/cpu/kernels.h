@@ -247,6 +247,9 @@ void avgpool_global_backward(float *dx, const float *dy, int64_t N, int64_t C, i
  * t >= 1 is the step number (1 on the first call). The hyper-parameters are
  * double, like torch's Python floats, and enter the float arithmetic the
  * way torch's do. */
+/* torch.optim.SGD without momentum: p = p - lr (g + wd p), in float as
+ * torch orders it (d = g + wd p; p += -lr d).  param, grad (n). */
+void sgd_update(float *param, const float *grad, int64_t n, double lr, double weight_decay);
 void adamw_update(float *param, const float *grad, float *m, float *v, int64_t n,
                   double lr, double beta1, double beta2, double eps,
                   double weight_decay, int64_t t);

@@ -1,4 +1,4 @@
-/* optim.c: the AdamW update and the two halves of global gradient-norm
+/* optim.c: the SGD and AdamW updates and the two halves of global gradient-norm
  * clipping (sum of squares, scale).
  *
  * adamw_update follows torch.optim.AdamW's single-tensor path operation by
@@ -35,6 +35,16 @@ void adamw_update(float *param, const float *grad, float *m, float *v, int64_t n
         param[i] = p + step * mi / denom;
         m[i] = mi;
         v[i] = vi;
+    }
+}
+
+void sgd_update(float *param, const float *grad, int64_t n, double lr, double weight_decay)
+{
+    float step = (float)-lr, wd = (float)weight_decay;
+    #pragma omp parallel for schedule(static) if (n >= KERNEL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float d = wd != 0.0f ? grad[i] + wd * param[i] : grad[i];
+        param[i] = param[i] + step * d;
     }
 }
 

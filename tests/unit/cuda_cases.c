@@ -286,6 +286,11 @@ static void optimizer_cases(case_list *l)
     for (int i = 0; i < 4; i++)
         f32_in(c, S1(300));
     f32_in(c, SCALAR); c->in_place = 1;
+    c = add(l, OP_SGD, "sgd 1001, clip scale");
+    f32_in(c, S1(1001)); f32_in(c, S1(1001)); f32_in(c, SCALAR); f32_in(c, SCALAR); c->in_place = 1;
+    c->op.floats[ATTR_WEIGHT_DECAY] = 0.1;
+    c = add(l, OP_SGD, "sgd 300");
+    f32_in(c, S1(300)); f32_in(c, S1(300)); f32_in(c, SCALAR); c->in_place = 1;
 }
 
 /* Each case again in bf16 and in fp16, unless every float tensor of it
