@@ -24,6 +24,8 @@
 #include "llvm_host.h"
 #include "process.h"
 
+#include <xxhash.h>
+
 #ifndef FUSION_CC
 #define FUSION_CC "cc"
 #endif
@@ -126,31 +128,51 @@ static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int
     return 0;
 }
 
-/* Every link the program uses, the same list for every device: the
- * send/recv pairs between stages (per replica lane) and each stage's ring
- * of replicas, as (a < b) device pairs, sorted. */
-static int collect_links(const ir_graph *g, const cluster *c, rt_link **out, int32_t *count)
+/* The graphs of one compile: one (exact), or one a site (--sync diloco),
+ * each placed with the whole cluster's device indices. */
+typedef struct {
+    int32_t         n;
+    const ir_graph *g[RT_MAX_SITES];
+    const rt_diloco_param *params;   /* [n * n_params]: site k's table at k * n_params; NULL: exact */
+    int32_t         n_params;
+} graph_set;
+
+static void mark_pair(char *used, int32_t N, int32_t a, int32_t b)
 {
-    const ir_placement *p = &g->placement;
-    int32_t S = p->n_stages, R = p->n_replicas, N = c->n_devices;
+    if (a != b && a >= 0 && b >= 0)
+        used[(size_t)(a < b ? a : b) * N + (a < b ? b : a)] = 1;
+}
+
+/* Every link the program uses, the same list for every device: the
+ * send/recv pairs between stages (per replica lane), each stage's ring of
+ * replicas, and under diloco each parameter's holders in every two sites,
+ * as (a < b) device pairs, sorted. */
+static int collect_links(const graph_set *set, const cluster *c, rt_link **out, int32_t *count)
+{
+    int32_t N = c->n_devices;
     char *used = calloc((size_t)N * (size_t)N + 1, 1);
     if (!used)
         return -1;
-    for (int32_t i = 0; i < g->n_nodes; i++) {
-        const ir_node *node = &g->nodes[i];
-        if (node->op != OP_SEND)
-            continue;
-        int32_t t = (int32_t)ir_node_int(node, ATTR_PEER, 0);
-        for (int32_t r = 0; r < R && t >= 0 && t < S; r++) {
-            int32_t a = p->device[node->stage * R + r], b = p->device[t * R + r];
-            used[(size_t)(a < b ? a : b) * N + (a < b ? b : a)] = 1;
+    for (int32_t k = 0; k < set->n; k++) {
+        const ir_graph *g = set->g[k];
+        const ir_placement *p = &g->placement;
+        int32_t S = p->n_stages, R = p->n_replicas;
+        for (int32_t i = 0; i < g->n_nodes; i++) {
+            const ir_node *node = &g->nodes[i];
+            if (node->op != OP_SEND)
+                continue;
+            int32_t t = (int32_t)ir_node_int(node, ATTR_PEER, 0);
+            for (int32_t r = 0; r < R && t >= 0 && t < S; r++)
+                mark_pair(used, N, p->device[node->stage * R + r], p->device[t * R + r]);
         }
+        for (int32_t s = 0; s < S && R > 1; s++)
+            for (int32_t r = 0; r < R; r++)
+                mark_pair(used, N, p->device[s * R + r], p->device[s * R + (r + 1) % R]);
     }
-    for (int32_t s = 0; s < S && R > 1; s++)
-        for (int32_t r = 0; r < R; r++) {
-            int32_t a = p->device[s * R + r], b = p->device[s * R + (r + 1) % R];
-            used[(size_t)(a < b ? a : b) * N + (a < b ? b : a)] = 1;
-        }
+    for (int32_t i = 0; set->params && i < set->n_params; i++)
+        for (int32_t a = 0; a < set->n; a++)
+            for (int32_t b = a + 1; b < set->n; b++)
+                mark_pair(used, N, set->params[i].owner[a], set->params[i].owner[b]);
     int32_t n = 0;
     for (size_t k = 0; k < (size_t)N * (size_t)N; k++)
         n += used[k];
@@ -186,8 +208,9 @@ static int32_t reporter_device(const ir_graph *g)
 
 /* OUT/launch-local.sh: every device on this machine, logs gathered, the
  * progress of the device that reports the loss printed as it comes. */
-static int write_launch_local(const ir_graph *g, const cluster *c, const char *out_dir, struct diag *err)
+static int write_launch_local(const graph_set *set, const cluster *c, const char *out_dir, struct diag *err)
 {
+    const ir_graph *g = set->g[0];
     char path[4200], tmp[4300];
     snprintf(path, sizeof path, "%s/launch-local.sh", out_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -200,7 +223,7 @@ static int write_launch_local(const ir_graph *g, const cluster *c, const char *o
     fprintf(f,
             "#!/usr/bin/env bash\n"
             "# launch-local.sh: start every device of this compile on this machine\n"
-            "# (model %s, %d stage%s x %d replica%s), each with the arguments given here\n"
+            "# (model %s, %d stage%s x %d replica%s%s), each with the arguments given here\n"
             "# (e.g. --data FILE --steps N --emulate-links); logs go to logs/<device>.log\n"
             "# beside this script.  Prints the progress of %s, which reports the loss;\n"
             "# exits non-zero, naming it, if any device fails.\n"
@@ -209,9 +232,12 @@ static int write_launch_local(const ir_graph *g, const cluster *c, const char *o
             "mkdir -p \"$here/logs\"\n"
             "devices=(",
             ir_str(g, g->name), S, S == 1 ? "" : "s", R, R == 1 ? "" : "s",
-            reporter);
-    for (int32_t k = 0; k < S * R; k++)
-        fprintf(f, "%s%s", k ? " " : "", c->devices[p->device[k]].name);
+            set->n > 1 ? " in site 0; every site's reporter logs its own site's loss" : "", reporter);
+    for (int32_t k = 0, first = 1; k < set->n; k++) {
+        const ir_placement *q = &set->g[k]->placement;
+        for (int32_t i = 0; i < q->n_stages * q->n_replicas; i++, first = 0)
+            fprintf(f, "%s%s", first ? "" : " ", c->devices[q->device[i]].name);
+    }
     fprintf(f, ")\nreporter=%s\n", reporter);
     fputs("pids=()\n"
           "# Empty the logs first: the tail below must not print a previous run's.\n"
@@ -253,22 +279,25 @@ static int write_launch_local(const ir_graph *g, const cluster *c, const char *o
  * the loss; cluster.xml is the compile's cluster file as it was, where the
  * hosts' addresses, ssh users, ports and paths are (--cluster replaces it
  * when the machines moved). */
-static int write_deploy_list(const ir_graph *g, const cluster *c, const char *out_dir, struct diag *err)
+static int write_deploy_list(const graph_set *set, const cluster *c, const char *out_dir, struct diag *err)
 {
+    const ir_graph *g = set->g[0];
     char path[4200], tmp[4300], xml[4200];
     snprintf(path, sizeof path, "%s/deploy.txt", out_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     snprintf(xml, sizeof xml, "%s/cluster.xml", out_dir);
     if (bundle_copy_file(c->file, xml, err))
         return -1;
-    const ir_placement *p = &g->placement;
     FILE *f = fopen(tmp, "w");
     if (!f)
         return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
     fprintf(f, "# fusion deploy list (written by fusionc compile; read by fusionc deploy, launch, stop)\n"
                "reporter %s\n", c->devices[reporter_device(g)].name);
-    for (int32_t k = 0; k < p->n_stages * p->n_replicas; k++)
-        fprintf(f, "device %s\n", c->devices[p->device[k]].name);
+    for (int32_t k = 0; k < set->n; k++) {
+        const ir_placement *p = &set->g[k]->placement;
+        for (int32_t i = 0; i < p->n_stages * p->n_replicas; i++)
+            fprintf(f, "device %s\n", c->devices[p->device[i]].name);
+    }
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         unlink(tmp);
         return diag_set(err, path, 0, "cannot write the deploy list");
@@ -277,10 +306,24 @@ static int write_deploy_list(const ir_graph *g, const cluster *c, const char *ou
 }
 
 /* Compile and link one device's program into OUT/<device>/. */
+typedef struct {
+    const rt_peer *peers;
+    const rt_link *links;
+    int32_t        n_links, port_base;
+    const char    *out_dir;
+    const bundle_toolchain *tc;
+    bundle_libs   *libs;
+    const rt_diloco_info  *diloco;   /* NULL: exact */
+    const rt_diloco_param *params;   /* the device's site's table */
+    uint64_t       build_id;         /* 0: the graph's own */
+} device_job;
+
 static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t stage, int32_t replica,
-                        const rt_peer *peers, const rt_link *links, int32_t n_links, int32_t port_base,
-                        const char *out_dir, const bundle_toolchain *tc, bundle_libs *libs, struct diag *err)
+                        const device_job *job, struct diag *err)
 {
+    const char *out_dir = job->out_dir;
+    const bundle_toolchain *tc = job->tc;
+    bundle_libs *libs = job->libs;
     const cluster_device *dev = &c->devices[d];
     char dir[4096], object[4096], tmp[4096], exe[4096], manifest[4096];
     long pid = (long)getpid();
@@ -294,9 +337,13 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
         return -1;
     /* Replicas share their stage's arena plan, made for its first device. */
     int64_t arena = memory_arena_bytes(g, g->placement.device[stage * g->placement.n_replicas]);
-    llvm_device_info info = { d, dev->name, stage, replica, arena, dev->threads, dev->slowdown,
-                              peers, c->n_devices, links, n_links, port_base,
-                              dev->kind == DEVICE_CUDA ? dir : NULL, dev->arch, dev };
+    llvm_device_info info = { .index = d, .name = dev->name, .stage = stage, .replica = replica,
+                              .arena_bytes = arena, .threads = dev->threads, .slowdown = dev->slowdown,
+                              .peers = job->peers, .n_peers = c->n_devices, .links = job->links,
+                              .n_links = job->n_links, .port_base = job->port_base,
+                              .cuda_dump_dir = dev->kind == DEVICE_CUDA ? dir : NULL, .arch = dev->arch,
+                              .diloco = job->diloco, .diloco_params = job->params, .build_id = job->build_id,
+                              .spec = dev };
     int rc = llvm_emit_device(g, &info, object, err);
     if (rc == 0)
         rc = link_executable(tc, object, tmp, err);
@@ -316,8 +363,7 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
     return rc;
 }
 
-int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
-                 int32_t port_base, struct diag *err)
+static int check_placed(const ir_graph *g, const cluster *c, struct diag *err)
 {
     const ir_placement *p = &g->placement;
     if (p->n_stages <= 0)
@@ -326,12 +372,22 @@ int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const
         if (p->device[k] < 0 || p->device[k] >= c->n_devices)
             return diag_set(err, c->file, 0, "internal error: the placement names device %d of %d", p->device[k],
                             c->n_devices);
+    return 0;
+}
+
+/* Every device of every graph of the set, then the scripts. */
+static int write_set(const graph_set *set, const rt_diloco_info *outer, const int64_t *site_rows, const cluster *c,
+                     const char *out_dir, const bundle_toolchain *tc, int32_t port_base, struct diag *err)
+{
+    for (int32_t k = 0; k < set->n; k++)
+        if (check_placed(set->g[k], c, err))
+            return -1;
     if (make_dir(out_dir, err))
         return -1;
     rt_peer *peers = calloc((size_t)c->n_devices + 1, sizeof *peers);
     rt_link *links = NULL;
     int32_t n_links = 0;
-    if (!peers || collect_links(g, c, &links, &n_links)) {
+    if (!peers || collect_links(set, c, &links, &n_links)) {
         free(peers);
         return diag_set(err, out_dir, 0, "out of memory");
     }
@@ -339,18 +395,102 @@ int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const
         snprintf(peers[d].name, sizeof peers[d].name, "%.63s", c->devices[d].name);
         snprintf(peers[d].address, sizeof peers[d].address, "%s", c->hosts[c->devices[d].host].address);
     }
+    /* The sites' graphs differ; one id for the whole compile lets their
+     * devices recognise each other (and refuse another compile's). */
+    uint64_t ids[RT_MAX_SITES], build_id = 0;
+    for (int32_t k = 0; k < set->n && set->n > 1; k++)
+        ids[k] = llvm_graph_build_id(set->g[k]);
+    if (set->n > 1)
+        build_id = XXH3_64bits(ids, (size_t)set->n * sizeof *ids);
     int rc = 0;
     bundle_libs libs = { 0 };
-    for (int32_t s = 0; s < p->n_stages && rc == 0; s++)
-        for (int32_t r = 0; r < p->n_replicas && rc == 0; r++)
-            rc = write_device(g, c, p->device[s * p->n_replicas + r], s, r, peers, links, n_links,
-                              port_base > 0 ? port_base : 29500, out_dir, tc, &libs, err);
+    int64_t row = 0;
+    for (int32_t k = 0; k < set->n && rc == 0; k++) {
+        rt_diloco_info site;
+        if (outer) {
+            site = *outer;
+            site.site = k;
+            site.n_sites = set->n;
+            site.row_offset = row;
+            site.n_params = set->n_params;
+            row += site_rows[k];
+        }
+        device_job job = { peers, links, n_links, port_base > 0 ? port_base : 29500, out_dir, tc, &libs,
+                           outer ? &site : NULL, set->params ? set->params + (size_t)k * set->n_params : NULL,
+                           build_id };
+        const ir_placement *p = &set->g[k]->placement;
+        for (int32_t s = 0; s < p->n_stages && rc == 0; s++)
+            for (int32_t r = 0; r < p->n_replicas && rc == 0; r++)
+                rc = write_device(set->g[k], c, p->device[s * p->n_replicas + r], s, r, &job, err);
+    }
     bundle_libs_free(&libs);
     if (rc == 0)
-        rc = write_launch_local(g, c, out_dir, err);
+        rc = write_launch_local(set, c, out_dir, err);
     if (rc == 0)
-        rc = write_deploy_list(g, c, out_dir, err);
+        rc = write_deploy_list(set, c, out_dir, err);
     free(peers);
     free(links);
+    return rc;
+}
+
+int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
+                 int32_t port_base, struct diag *err)
+{
+    graph_set set = { .n = 1, .g = { g } };
+    return write_set(&set, NULL, NULL, c, out_dir, tc, port_base, err);
+}
+
+/* The stage of g that updates the parameter named name; -1: none. */
+static int32_t update_stage(const ir_graph *g, const char *name)
+{
+    int32_t v = ir_find_value(g, name);
+    for (int32_t i = 0; v >= 0 && i < g->n_nodes; i++)
+        if (op_updates_param(g->nodes[i].op) && g->nodes[i].n_in > 0 && g->nodes[i].in[0] == v)
+            return g->nodes[i].stage >= 0 ? g->nodes[i].stage : 0;
+    return -1;
+}
+
+int bundle_write_sites(const bundle_sites *s, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
+                       int32_t port_base, struct diag *err)
+{
+    if (s->n_sites < 2 || s->n_sites > RT_MAX_SITES)
+        return diag_set(err, c->file, 0, "internal error: %d sites", s->n_sites);
+    graph_set set = { .n = s->n_sites };
+    for (int32_t k = 0; k < s->n_sites; k++)
+        set.g[k] = s->graphs[k];
+    /* The parameters in the first site's order, each site's holder of each. */
+    const ir_graph *g0 = s->graphs[0];
+    for (int32_t v = 0; v < g0->n_values; v++)
+        set.n_params += g0->values[v].role == ROLE_PARAM;
+    rt_diloco_param *params = calloc((size_t)s->n_sites * (size_t)set.n_params + 1, sizeof *params);
+    if (!params)
+        return diag_set(err, out_dir, 0, "out of memory");
+    int32_t i = 0;
+    int rc = 0;
+    for (int32_t v = 0; v < g0->n_values && rc == 0; v++) {
+        if (g0->values[v].role != ROLE_PARAM)
+            continue;
+        const char *name = ir_value_name(g0, v);
+        int32_t owner[RT_MAX_SITES], stage[RT_MAX_SITES];
+        for (int32_t k = 0; k < s->n_sites && rc == 0; k++) {
+            const ir_placement *p = &s->graphs[k]->placement;
+            stage[k] = update_stage(s->graphs[k], name);
+            if (stage[k] < 0 || strlen(name) >= RT_TENSOR_NAME_MAX)
+                rc = diag_set(err, c->file, 0, "internal error: site %d does not update parameter '%s'", k, name);
+            else
+                owner[k] = p->device[stage[k] * p->n_replicas];
+        }
+        for (int32_t k = 0; k < s->n_sites && rc == 0; k++) {
+            rt_diloco_param *e = &params[(size_t)k * set.n_params + i];
+            snprintf(e->name, sizeof e->name, "%s", name);
+            e->stage = stage[k];
+            memcpy(e->owner, owner, sizeof owner);
+        }
+        i++;
+    }
+    set.params = params;
+    if (rc == 0)
+        rc = write_set(&set, &s->outer, s->site_rows, c, out_dir, tc, port_base, err);
+    free(params);
     return rc;
 }

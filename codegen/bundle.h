@@ -7,6 +7,7 @@
 
 #include "../frontend/cluster.h"
 #include "../ir/ir.h"
+#include "../runtime/program.h"
 
 typedef struct {
     const char *cc;              /* the C compiler that links (default: the one fusion was built with) */
@@ -25,5 +26,21 @@ const bundle_toolchain *bundle_default_toolchain(void);
  * port_base + i (0: 29500). */
 int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
                  int32_t port_base, struct diag *err);
+
+/* --sync diloco: one graph a site, each placed on its site (device
+ * indices the whole cluster's), its bundles and the run's outer settings
+ * (runtime/program.h; site, n_sites, row_offset and n_params are filled
+ * here: the sites' rows of the global batch follow each other in site
+ * order).  The devices of all sites share one build id and one link list;
+ * each parameter's holders in every two sites get a link. */
+typedef struct {
+    int32_t         n_sites;
+    const ir_graph *graphs[RT_MAX_SITES];
+    int64_t         site_rows[RT_MAX_SITES];   /* each site's rows of the global batch */
+    rt_diloco_info  outer;
+} bundle_sites;
+
+int bundle_write_sites(const bundle_sites *s, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
+                       int32_t port_base, struct diag *err);
 
 #endif

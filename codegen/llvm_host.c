@@ -48,7 +48,7 @@ static LLVMValueRef add_blob(LLVMModuleRef m, LLVMContextRef cx, const char *nam
 
 /* The graph's identity: a hash of its text form, so peers built from
  * another compile are told apart at the handshake. */
-static uint64_t graph_build_id(const ir_graph *g)
+uint64_t llvm_graph_build_id(const ir_graph *g)
 {
     char *text = NULL;
     size_t len = 0;
@@ -379,7 +379,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     memset(&manifest, 0, sizeof manifest);
     snprintf(manifest.model, sizeof manifest.model, "%s", ir_str(g, g->name));
     snprintf(manifest.device, sizeof manifest.device, "%s", dev->name);
-    manifest.build_id = graph_build_id(g);
+    manifest.build_id = dev->build_id ? dev->build_id : llvm_graph_build_id(g);
     manifest.arena_bytes = dev->arena_bytes;
     manifest.n_ops = n_ops;
     manifest.n_tensors = n_tensors;
@@ -403,6 +403,8 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     manifest.port_base = dev->port_base;
     manifest.backend = dev->cuda_dump_dir ? RT_BACKEND_CUDA : RT_BACKEND_CPU;
     snprintf(manifest.arch, sizeof manifest.arch, "%s", dev->arch ? dev->arch : "");
+    if (dev->diloco)
+        manifest.diloco = *dev->diloco;
     /* The global batch: the first input's elements (token ids), per
      * micro-batch and replica, times M and R. */
     for (int32_t v = 0; v < g->n_values && manifest.tokens_per_step == 0; v++)
@@ -424,6 +426,11 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     add_blob(m, cx, "fusion_placement_blob", placement, (size_t)S * (size_t)R * sizeof *placement);
     add_blob(m, cx, "fusion_peers_blob", dev->peers, (size_t)dev->n_peers * sizeof *dev->peers);
     add_blob(m, cx, "fusion_links_blob", dev->links, (size_t)dev->n_links * sizeof *dev->links);
+    if (dev->diloco && dev->diloco->n_params > 0)
+        add_blob(m, cx, "fusion_diloco_blob", dev->diloco_params,
+                 (size_t)dev->diloco->n_params * sizeof *dev->diloco_params);
+    else
+        add_blob(m, cx, "fusion_diloco_blob", "", 1);
     int32_t blob_len = (int32_t)((size_t)n_ops * sizeof *ops);
     int32_t cuda_ops_len = 0;
     if (dev->cuda_dump_dir)

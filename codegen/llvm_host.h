@@ -22,6 +22,13 @@ typedef struct {
      * NULL: a CPU device. */
     const char *cuda_dump_dir;
     const char *arch;          /* the cluster file's arch, for the manifest        */
+    /* --sync diloco (runtime/program.h): the run's outer synchronisation and
+     * every parameter's holder in each site; NULL: exact.  build_id, when
+     * not 0, replaces the graph's: the sites' graphs differ, and their
+     * devices must still recognise each other as one compile. */
+    const rt_diloco_info  *diloco;
+    const rt_diloco_param *diloco_params;
+    uint64_t    build_id;
     const cluster_device *spec;/* its declared speed: each op's estimated seconds on
                                   it (passes.h) go into rt_op.est_seconds, for
                                   --emulate-devices; NULL: none                    */
@@ -32,6 +39,9 @@ typedef struct {
  * object_path (runtime/program.h).  For a CUDA device the phase functions
  * call rt_cuda_op_run (runtime/cuda/cuda.h) instead of rt_op_run, between
  * rt_cuda_phase_begin and rt_cuda_phase_end. */
+/* The graph's identity, a hash of its text form: the manifest's build id. */
+uint64_t llvm_graph_build_id(const ir_graph *g);
+
 int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char *object_path, struct diag *err);
 
 #endif

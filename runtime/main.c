@@ -56,6 +56,7 @@
 #include "program.h"
 #include "safetensors.h"
 #include "comm/comm.h"
+#include "comm/diloco.h"
 #include "cuda/cuda.h"
 
 #include <xxhash.h>
@@ -70,6 +71,7 @@ typedef struct {
     int32_t        *placement;   /* [n_stages * n_replicas] */
     rt_peer        *peers;       /* [n_peers] */
     rt_link        *links;       /* [n_links] */
+    rt_diloco_param *diloco;     /* [manifest.diloco.n_params]: --sync diloco's table */
     rt_cuda        *cuda;        /* a CUDA device's backend; NULL on a CPU device */
 } program;
 
@@ -452,14 +454,16 @@ static int program_load(program *p)
     p->placement = malloc(placed * sizeof *p->placement + 1);
     p->peers = malloc((size_t)m->n_peers * sizeof *p->peers + 1);
     p->links = malloc((size_t)m->n_links * sizeof *p->links + 1);
+    p->diloco = malloc((size_t)m->diloco.n_params * sizeof *p->diloco + 1);
     p->arena = aligned_alloc(64, ((size_t)m->arena_bytes + 63) / 64 * 64 + 64);
-    if (!p->tensors || !p->stash || !p->placement || !p->peers || !p->links || !p->arena)
+    if (!p->tensors || !p->stash || !p->placement || !p->peers || !p->links || !p->diloco || !p->arena)
         return fail("cannot allocate the %lld-byte arena", (long long)m->arena_bytes);
     memcpy(p->tensors, fusion_tensors_blob, (size_t)m->n_tensors * sizeof *p->tensors);
     memcpy(p->stash, fusion_stash_blob, (size_t)m->n_stash * sizeof *p->stash);
     memcpy(p->placement, fusion_placement_blob, placed * sizeof *p->placement);
     memcpy(p->peers, fusion_peers_blob, (size_t)m->n_peers * sizeof *p->peers);
     memcpy(p->links, fusion_links_blob, (size_t)m->n_links * sizeof *p->links);
+    memcpy(p->diloco, fusion_diloco_blob, (size_t)m->diloco.n_params * sizeof *p->diloco);
     memset(p->arena, 0, (size_t)m->arena_bytes);
     return 0;
 }
@@ -472,6 +476,7 @@ static void program_free(program *p)
     free(p->placement);
     free(p->peers);
     free(p->links);
+    free(p->diloco);
     free(p->arena);
 }
 
@@ -545,7 +550,8 @@ static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
     program *p = st->p;
     const rt_manifest *mf = &p->manifest;
     if (!st->o->inputs && (st->tokens_at >= 0 || st->targets_at >= 0)) {
-        int64_t row0 = ((int64_t)mf->replica * mf->micro_batches + m) * st->b;
+        /* This replica's rows of the global batch (under diloco, of its site's share). */
+        int64_t row0 = mf->diloco.row_offset + ((int64_t)mf->replica * mf->micro_batches + m) * st->b;
         int32_t *tok = st->tokens_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->tokens_at].t.offset) : NULL;
         int32_t *tgt = st->targets_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->targets_at].t.offset) : NULL;
         rt_data_batch(st->data, st->o->seed, ctx->step, row0, tok, tgt, st->b, st->T);
@@ -705,10 +711,23 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
     }
     if (rc == 0 && o->init && read_file_tensors(p, o->init, role_bit(ROLE_PARAM)))
         rc = 1;
+    rt_diloco outer;
+    memset(&outer, 0, sizeof outer);
+    int diloco = mf->diloco.sync == RT_SYNC_DILOCO;
+    char why_outer[512];
+    if (rc == 0 && diloco && o->resume)
+        rc = fail("--resume under --sync diloco is not supported: the outer optimizer's state (anchor, momentum, "
+                  "error feedback) is not in the checkpoint; start again, or --init from the checkpoint's parameters");
+    else if (rc == 0 && diloco && p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why_outer, sizeof why_outer))
+        rc = fail("%s", why_outer);
+    else if (rc == 0 && diloco &&
+             rt_diloco_init(&outer, mf, p->diloco, p->tensors, mf->n_tensors, p->arena, why_outer, sizeof why_outer))
+        rc = fail("%s", why_outer);
     if (rc) {
         if (comm)
             rt_comm_abort(comm, "could not start (see its log)");
         stepper_free(&st);
+        rt_diloco_free(&outer);
         if (log)
             fclose(log);
         return 1;
@@ -730,6 +749,13 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
     if (o->emulate_devices)
         printf("fusion: emulating the cluster file's device speed: each op takes at least the workload estimator's "
                "time on it, waiting out the difference\n");
+    if (diloco)
+        printf("fusion: --sync diloco: site %d of %d trains rows %lld.. of the global batch; every %d steps the sites "
+               "average their change and take an outer Nesterov step (lr %g, momentum %g), %s on the wire%s\n",
+               mf->diloco.site, mf->diloco.n_sites, (long long)mf->diloco.row_offset, mf->diloco.local_steps,
+               mf->diloco.outer_lr, mf->diloco.outer_momentum,
+               mf->diloco.outer_bits == 8 ? "8-bit rows" : mf->diloco.outer_bits == 4 ? "4-bit rows" : "f32",
+               mf->diloco.outer_delay ? ", applied one round late (the transfer overlaps the next round)" : "");
     if (mf->loss_scaling)
         printf("fusion: fp16 with dynamic loss scaling: scale %g, doubled after %lld good steps, halved and the step "
                "skipped on an overflow\n", (double)scaler.scale, (long long)scaler.window);
@@ -760,6 +786,20 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
             break;
         }
         rt_pace_settle(&ctx);
+        char outer_line[400] = "";
+        if (diloco && rt_diloco_due(&outer, step, o->steps)) {
+            char why[512];
+            if (p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why, sizeof why)) {
+                rc = stop(comm, mf->device, "step %lld: %s", (long long)step, why);
+                break;
+            }
+            if (rt_diloco_round(&outer, comm, step, step == o->steps, &ctx, outer_line, sizeof outer_line)) {
+                rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
+                break;
+            }
+            if (p->cuda)
+                rt_cuda_host_wrote(p->cuda);
+        }
         double dt = now() - t0;
         paced += ctx.paced;
         stepping += dt;
@@ -793,6 +833,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
         else
             printf("step %5lld/%lld  %8.0f tok/s  %7.1f ms/step%s\n", (long long)step, (long long)o->steps,
                    (double)tokens / dt, dt * 1e3, rho);
+        if (outer_line[0])
+            printf("step %5lld: %s\n", (long long)step, outer_line);
         fflush(stdout);
         if (log) {   /* flushed each step: the log is read while training runs */
             if (mf->loss >= 0)
@@ -816,6 +858,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
     if (log && fclose(log) != 0 && rc == 0)
         rc = fail("%s: cannot finish the log", log_path);
     stepper_free(&st);
+    rt_diloco_free(&outer);
     return rc;
 }
 

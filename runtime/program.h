@@ -21,6 +21,10 @@
  *   fusion_links_blob     rt_link[n_links]: every link the whole program
  *                         uses (all devices agree on it: link i listens on
  *                         port base + i at its first device)
+ *   fusion_diloco_blob    rt_diloco_param[manifest.diloco.n_params]: under
+ *                         --sync diloco, each parameter of the model and,
+ *                         per site, the device that holds it (empty in
+ *                         exact mode)
  *   fusion_cuda_*_blob    a CUDA device's kernels and steps (below)
  *   fusion_forward(arena, ctx), fusion_backward(arena, ctx),
  *   fusion_update(arena, ctx)
@@ -40,6 +44,36 @@
 #include "exec.h"
 
 #define RT_TENSOR_NAME_MAX 128
+#define RT_MAX_SITES       16
+
+/* How the devices agree on the parameters.  Exact (the default): one
+ * global batch a step, every gradient averaged over the replicas of its
+ * stage before the update.  Diloco (fusionc --sync diloco): each site (a
+ * region) runs its own plan on its share of the global batch, and every
+ * local_steps steps the sites average their parameter change and apply it
+ * with an outer Nesterov step (runtime/comm/diloco.h). */
+enum { RT_SYNC_EXACT = 0, RT_SYNC_DILOCO = 1 };
+
+typedef struct {
+    int32_t sync;              /* RT_SYNC_EXACT or RT_SYNC_DILOCO                          */
+    int32_t site, n_sites;     /* this device's site, of n_sites                          */
+    int32_t local_steps;       /* H: inner steps between outer steps                      */
+    int32_t outer_bits;        /* the outer change on the wire: 8 or 4 (quant.h rows, with
+                                  error feedback), 0 raw f32                              */
+    int32_t outer_delay;       /* 1: a round's change is applied at the end of the next round,
+                                  its transfer overlapping that round's steps; 0: at once */
+    double  outer_lr, outer_momentum;
+    int64_t row_offset;        /* this site's first row of the global batch               */
+    double  site_weight[RT_MAX_SITES];  /* each site's share of the global batch (sum 1)   */
+    int32_t n_params;          /* entries of fusion_diloco_blob                           */
+} rt_diloco_info;
+
+typedef struct {
+    char    name[RT_TENSOR_NAME_MAX];
+    int32_t stage;                     /* the stage of this device's site that updates it */
+    int32_t owner[RT_MAX_SITES];       /* per site, the device that holds it and takes part
+                                          in the outer step (replica 0 of its stage)      */
+} rt_diloco_param;
 
 typedef struct {
     char    model[64];
@@ -66,6 +100,7 @@ typedef struct {
     int32_t loss_scaling;      /* 1: fp16's dynamic loss scaling (loss_scale.h)    */
     int32_t tf32;              /* 1: f32 products may use TF32 tensor cores (CUDA: cuBLAS's
                                   CUBLAS_TF32_TENSOR_OP_MATH; a CPU ignores it)   */
+    rt_diloco_info diloco;     /* sync = RT_SYNC_EXACT: the rest unused                   */
 } rt_manifest;
 
 enum { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
@@ -99,6 +134,7 @@ extern const unsigned char fusion_stash_blob[];
 extern const unsigned char fusion_placement_blob[];
 extern const unsigned char fusion_peers_blob[];
 extern const unsigned char fusion_links_blob[];
+extern const unsigned char fusion_diloco_blob[];
 /* A CUDA device's module (runtime/cuda/cuda_program.h); on a CPU device
  * the info says zero kernels and the rest are empty. */
 extern const unsigned char fusion_cuda_info_blob[];    /* rt_cuda_module_info          */

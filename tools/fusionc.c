@@ -27,6 +27,8 @@
 #include "deploy.h"
 #include "launch.h"
 #include "baseline.h"
+#include "diloco.h"
+#include "options.h"
 #include "plan_report.h"
 #include "profile.h"
 #include "simulate.h"
@@ -35,32 +37,6 @@
 #define FUSION_VERSION "0.0.0"
 #endif
 
-#define MAX_SETS 64
-
-typedef struct {
-    const char   *files[256];
-    int           n_files;
-    model_setting sets[MAX_SETS];
-    char          set_text[MAX_SETS][512];
-    int           n_sets;
-    const char   *after;
-    const char   *dump_ir;      /* --dump-ir=PASS: the IR after PASS to stderr */
-    const char   *format;
-    const char   *output;
-    int           verbose;
-    const char   *scheduler;    /* --scheduler opfence|uniform|gcma|random      */
-    int           micro_batches;/* --micro-batches M (0: the default)           */
-    int           port_base;    /* --port-base P (0: 29500)                     */
-    int           stages;       /* --stages S (0: the scheduler's choice)       */
-    const char   *compress;     /* --compress none|topk:RHO|adatopk             */
-    const char   *recompute;    /* --recompute auto|on|off                      */
-    const char   *cublas;       /* --cublas bundle|system (compile)             */
-    int           replicas;     /* --replicas R (0: the scheduler's choice)     */
-    int           steps;        /* --steps N (simulate; 0: 3)                   */
-    long long     seed;         /* --seed N (--scheduler random; 0: 1)          */
-    ir_dtype      precision;    /* --precision fp32|bf16|fp16 (DT_F32 = 0: fp32)  */
-    int           tf32;         /* --tf32                                       */
-} options;
 
 static const char *const usage_main =
     "usage: fusionc COMMAND [options]\n"
@@ -182,147 +158,6 @@ static const char *const usage_stats =
     "  --set name=value   override a hyper-parameter (repeatable)\n"
     PRECISION_OPTIONS
     "  --dump-ir=PASS     print the IR after PASS to standard error\n";
-
-static int usage_error(const char *usage, const char *fmt, const char *arg)
-{
-    fprintf(stderr, "fusionc: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage);
-    return 2;
-}
-
-/* Parse the options shared by all commands.  Returns 0, 1 for --help
- * (printed), or 2 for a usage error (printed). */
-static int parse_options(int argc, char **argv, const char *usage, options *o)
-{
-    memset(o, 0, sizeof *o);
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *value = NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage, stdout);
-            return 1;
-        }
-        if (strcmp(a, "-v") == 0 || strcmp(a, "--tf32") == 0) {
-            *(a[1] == 'v' ? &o->verbose : &o->tf32) = 1;
-            continue;
-        }
-        int takes_value = strcmp(a, "--set") == 0 || strcmp(a, "--after") == 0 ||
-                          strcmp(a, "--format") == 0 || strcmp(a, "--dump-ir") == 0 || strcmp(a, "-o") == 0 ||
-                          strcmp(a, "--scheduler") == 0 || strcmp(a, "--micro-batches") == 0 ||
-                          strcmp(a, "--port-base") == 0 || strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 ||
-                          strcmp(a, "--compress") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--seed") == 0 ||
-                          strcmp(a, "--recompute") == 0 || strcmp(a, "--cublas") == 0 ||
-                          strcmp(a, "--precision") == 0;
-        const char *eq = strchr(a, '=');
-        if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
-            /* --after=shapes style */
-            static char key[64];
-            size_t n = (size_t)(eq - a);
-            if (n >= sizeof key)
-                return usage_error(usage, "unknown option '%s'", a);
-            memcpy(key, a, n);
-            key[n] = '\0';
-            if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format") && strcmp(key, "--dump-ir") &&
-                strcmp(key, "--scheduler") && strcmp(key, "--micro-batches") && strcmp(key, "--port-base") &&
-                strcmp(key, "--stages") && strcmp(key, "--replicas") && strcmp(key, "--compress") &&
-                strcmp(key, "--steps") && strcmp(key, "--seed") && strcmp(key, "--recompute") &&
-                strcmp(key, "--cublas") && strcmp(key, "--precision"))
-                return usage_error(usage, "unknown option '%s'", a);
-            a = key;
-            value = eq + 1;
-            takes_value = 1;
-        } else if (takes_value) {
-            if (i + 1 >= argc)
-                return usage_error(usage, "option '%s' needs a value", a);
-            value = argv[++i];
-        }
-        if (!takes_value) {
-            if (a[0] == '-' && a[1] != '\0')
-                return usage_error(usage, "unknown option '%s'", a);
-            if (o->n_files == (int)(sizeof o->files / sizeof o->files[0]))
-                return usage_error(usage, "too many files (the limit is %s)", "256");
-            o->files[o->n_files++] = a;
-        } else if (strcmp(a, "--set") == 0) {
-            if (o->n_sets == MAX_SETS)
-                return usage_error(usage, "too many --set options (the limit is %s)", "64");
-            if (model_setting_parse(value, o->set_text[o->n_sets], sizeof o->set_text[0], &o->sets[o->n_sets]))
-                return usage_error(usage, "--set expects name=value, found '%s'", value);
-            o->n_sets++;
-        } else if (strcmp(a, "--after") == 0 || strcmp(a, "--dump-ir") == 0) {
-            if (!pass_name_known(value)) {
-                fprintf(stderr, "fusionc: %s %s: unknown pass (the passes: %s)\n", a, value, pass_names());
-                return 2;
-            }
-            if (a[2] == 'a')
-                o->after = value;
-            else
-                o->dump_ir = value;
-        } else if (strcmp(a, "--scheduler") == 0) {
-            if (strcmp(value, "opfence") && strcmp(value, "uniform") && strcmp(value, "megatron") &&
-                strcmp(value, "gcma") && strcmp(value, "random"))
-                return usage_error(usage, "--scheduler expects opfence, uniform, megatron, gcma or random, found '%s'",
-                                   value);
-            o->scheduler = value;
-        } else if (strcmp(a, "--micro-batches") == 0 || strcmp(a, "--port-base") == 0 ||
-                   strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 || strcmp(a, "--steps") == 0) {
-            char *end = NULL;
-            long v = strtol(value, &end, 10);
-            int port = strcmp(a, "--port-base") == 0;
-            if (!end || *end || v < 1 || v > (port ? 65000 : 4096))
-                return usage_error(usage, port ? "--port-base expects a port in [1, 65000], found '%s'"
-                                               : "expected a count in [1, 4096], found '%s'", value);
-            if (port)
-                o->port_base = (int)v;
-            else if (strcmp(a, "--stages") == 0)
-                o->stages = (int)v;
-            else if (strcmp(a, "--replicas") == 0)
-                o->replicas = (int)v;
-            else if (strcmp(a, "--steps") == 0)
-                o->steps = (int)v;
-            else
-                o->micro_batches = (int)v;
-        } else if (strcmp(a, "--seed") == 0) {
-            char *end = NULL;
-            long long v = strtoll(value, &end, 10);
-            if (!end || *end || v < 1)
-                return usage_error(usage, "--seed expects a positive integer, found '%s'", value);
-            o->seed = v;
-        } else if (strcmp(a, "--compress") == 0) {
-            char *end = NULL;
-            double rho = strncmp(value, "topk:", 5) == 0 ? strtod(value + 5, &end) : 0.0;
-            if (strcmp(value, "none") && strcmp(value, "adatopk") && !(end && *end == '\0' && rho > 0 && rho <= 1))
-                return usage_error(usage, "--compress expects none, topk:RHO (0 < RHO <= 1) or adatopk, found '%s'",
-                                   value);
-            o->compress = value;
-        } else if (strcmp(a, "--recompute") == 0) {
-            if (schedule_recompute_mode(value) < 0)
-                return usage_error(usage, "--recompute expects auto, on or off, found '%s'", value);
-            o->recompute = value;
-        } else if (strcmp(a, "--precision") == 0) {
-            static const char *const names[] = { [DT_F32] = "fp32", [DT_BF16] = "bf16", [DT_F16] = "fp16" };
-            int found = 0;
-            for (int k = 0; k < (int)(sizeof names / sizeof names[0]) && !found; k++)
-                if (names[k] && strcmp(value, names[k]) == 0) {
-                    o->precision = (ir_dtype)k;
-                    found = 1;
-                }
-            if (!found)
-                return usage_error(usage, "--precision expects fp32, bf16 or fp16, found '%s'", value);
-        } else if (strcmp(a, "--cublas") == 0) {
-            if (strcmp(value, "bundle") && strcmp(value, "system"))
-                return usage_error(usage, "--cublas expects bundle or system, found '%s'", value);
-            o->cublas = value;
-        } else if (strcmp(a, "--format") == 0) {
-            if (strcmp(value, "text") && strcmp(value, "dot"))
-                return usage_error(usage, "--format expects text or dot, found '%s'", value);
-            o->format = value;
-        } else {
-            o->output = value;
-        }
-    }
-    return 0;
-}
 
 /* ---- reading inputs ------------------------------------------------------ */
 
@@ -684,6 +519,68 @@ static int place_on_site(void *arg, const cluster *c, ir_graph *g, fence_plan *p
     return build_placed(&site, site.files[0], c, g, plan, err);
 }
 
+/* diloco.h's place callback: the same on a site, with `batch` rows. */
+static int place_rows_on_site(void *arg, const cluster *c, int64_t batch, ir_graph *g, fence_plan *plan,
+                              struct diag *err)
+{
+    options site = *(const options *)arg;
+    if (site.n_sets == MAX_SETS)
+        return diag_set(err, site.files[0], 0, "too many --set options to add the site's batch");
+    snprintf(site.set_text[site.n_sets], sizeof site.set_text[0], "batch=%lld", (long long)batch);
+    if (model_setting_parse(site.set_text[site.n_sets], site.set_text[site.n_sets], sizeof site.set_text[0],
+                            &site.sets[site.n_sets]))
+        return diag_set(err, site.files[0], 0, "internal error: cannot set the site's batch");
+    site.n_sets++;
+    return place_on_site(&site, c, g, plan, err);
+}
+
+/* --sync diloco on o's model and cluster: 1 when it applies (dp made, or
+ * err set: *rc), 0 when the cluster is one region (a note says it changes
+ * nothing; the caller goes on in exact mode). */
+static int diloco_applies(const options *o, cluster *c, diloco_plan *dp, int *rc, struct diag *err)
+{
+    memset(dp, 0, sizeof *dp);
+    memset(c, 0, sizeof *c);
+    *rc = 0;
+    if (o->sync != RT_SYNC_DILOCO)
+        return 0;
+    if (cluster_load(o->files[1], c, err)) {
+        *rc = -1;
+        return 1;
+    }
+    if (c->n_regions < 2) {
+        printf("note: --sync diloco changes nothing on %s: it is one region (one site), trained exactly\n", c->name);
+        cluster_free(c);
+        return 0;
+    }
+    ir_graph g;
+    ir_graph_init(&g);
+    peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
+    *rc = cluster_require_peak(c, kind, err) || cluster_require_peak(c, PEAK_FP32, err) ||
+          load_graph(o->files[0], o, &g, err) ||
+          diloco_plan_make(c, o, global_batch(&g), place_rows_on_site, (void *)o, dp, err) ? -1 : 0;
+    ir_graph_free(&g);
+    return 1;
+}
+
+/* The global step's lines (plan, simulate) and the best single site's. */
+static int diloco_report(const options *o, const diloco_plan *dp, const cluster *c, const double *site_step,
+                         int sim_steps, struct diag *err)
+{
+    diloco_print(stdout, dp, c, site_step);
+    double step = diloco_global_step(dp, site_step);
+    const char *unit;
+    double items = diloco_step_items(dp, &unit);
+    printf("%s step: %.3f ms (one global batch: every site's share, the outer step amortised over H = %d)\n",
+           site_step ? "simulated" : "estimated", step * 1e3, dp->outer.local_steps);
+    printf("throughput: %.0f %s/s (%.0f %s a step, every site's)\n", step > 0 ? items / step : 0.0, unit, items, unit);
+    site_baseline b;
+    if (baseline_best_site(c, place_on_site, (void *)o, sim_steps, &b, err))
+        return -1;
+    baseline_print(stdout, &b, step);
+    return 0;
+}
+
 /* The best single site's line, for a plan that takes this_step seconds. */
 static int print_best_site(const options *o, const cluster *c, int sim_steps, double this_step, struct diag *err)
 {
@@ -708,6 +605,20 @@ static int cmd_compile(int argc, char **argv)
     placed_model m;
     bundle_toolchain tc = *bundle_default_toolchain();
     tc.cublas_system = o.cublas && strcmp(o.cublas, "system") == 0;
+    cluster whole;
+    diloco_plan dp;
+    if (diloco_applies(&o, &whole, &dp, &rc, &err)) {
+        if (rc == 0)
+            rc = diloco_write(&dp, &whole, o.output, &tc, o.port_base, &err);
+        if (rc)
+            diag_print(&err);
+        else
+            printf("compiled %s for %s with --sync diloco: %d sites, H = %d, in %s/ (plan.txt says how)\n",
+                   ir_str(&dp.g[0], dp.g[0].name), whole.name, dp.n_sites, dp.outer.local_steps, o.output);
+        diloco_plan_free(&dp);
+        cluster_free(&whole);
+        return rc ? 1 : 0;
+    }
     rc = placed_load(&m, &o, &err) ||
          bundle_write(&m.g, &m.c, o.output, &tc, o.port_base, &err) ||
          plan_report_write(&m.g, &m.c, &m.plan, o.output, &err);
@@ -733,6 +644,21 @@ static int cmd_plan(int argc, char **argv)
     if (o.n_files != 2)
         return usage_error(usage_plan, "%s", "expected a MODEL and a CLUSTER");
     struct diag err = { 0 };
+    cluster whole;
+    diloco_plan dp;
+    if (diloco_applies(&o, &whole, &dp, &rc, &err)) {
+        for (int32_t k = 0; k < dp.n_sites && rc == 0; k++) {
+            printf("== site %d: region %s ==\n", k, dp.site[k].name);
+            plan_report_print(stdout, &dp.g[k], &dp.site[k], &dp.plan[k]);
+        }
+        if (rc == 0)
+            rc = diloco_report(&o, &dp, &whole, NULL, 0, &err);
+        if (rc)
+            diag_print(&err);
+        diloco_plan_free(&dp);
+        cluster_free(&whole);
+        return rc ? 1 : 0;
+    }
     placed_model m;
     rc = placed_load(&m, &o, &err);
     if (rc == 0) {
@@ -805,6 +731,28 @@ static int cmd_simulate(int argc, char **argv)
     if (o.n_files != 2)
         return usage_error(usage_simulate, "%s", "expected a MODEL and a CLUSTER");
     struct diag err = { 0 };
+    cluster whole;
+    diloco_plan dp;
+    if (diloco_applies(&o, &whole, &dp, &rc, &err)) {
+        double site_step[RT_MAX_SITES];
+        for (int32_t k = 0; k < dp.n_sites && rc == 0; k++) {
+            sim_result r;
+            memset(&r, 0, sizeof r);
+            rc = simulate_steps(&dp.g[k], &dp.site[k], o.steps > 0 ? o.steps : 3, &r, &err);
+            site_step[k] = sim_steady_step(&r);
+            sim_result_free(&r);
+        }
+        if (rc == 0)
+            printf("simulate: %s on %s, --sync diloco, precision %s\n", ir_str(&dp.g[0], dp.g[0].name), whole.name,
+                   ir_dtype_name(dp.g[0].precision));
+        if (rc == 0)
+            rc = diloco_report(&o, &dp, &whole, site_step, o.steps > 0 ? o.steps : 3, &err);
+        if (rc)
+            diag_print(&err);
+        diloco_plan_free(&dp);
+        cluster_free(&whole);
+        return rc ? 1 : 0;
+    }
     placed_model m;
     sim_result r;
     memset(&r, 0, sizeof r);

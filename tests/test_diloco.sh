@@ -1,0 +1,112 @@
+# --sync diloco on clusters/local-4.xml (two sites of two CPU devices):
+#  - its own mathematics: with H = 1, no delay, f32 on the wire, outer lr 1
+#    and momentum 0, and plain SGD inside, the two sites' per-step losses,
+#    weighted by their shares of the batch, equal exact data parallelism's
+#    (4 replicas, SGD) within 1e-5 relative for 20 steps;
+#  - the default mode (H from the links, 8-bit rows with error feedback,
+#    one round of delay) trains, and after the last step the two sites hold
+#    bit-identical parameters;
+#  - plan and simulate say what the mode does; bad input: an unknown
+#    --sync, --local-steps 0, diloco on a one-region cluster (a note: it
+#    changes nothing).
+. "$(dirname "$0")/lib.sh"
+no_leak_scan_in_threaded_programs
+
+cat /usr/share/common-licenses/* > "$work/corpus.txt"
+model=(models/gpt2.xml --set vocab=256 --set ctx=32 --set layers=4 --set dim=48 --set heads=4 --set batch=8
+       --set seq=32 --set grad_clip=0)
+sgd=(--set sgd=1 --set lr=0.5)
+base=$((20000 + ($$ % 900) * 40 + 17))
+losses() { awk '/^step .*loss/{print $4}' "$1"; }
+
+# compile NAME ARGS...: into $work/NAME, on its own ports.
+compile() {
+  local name=$1; shift
+  if "$FUSIONC" compile "$@" -o "$work/$name" --port-base "$base" >"$work/$name.compile" 2>&1; then pass
+  else fail "$name compile: $(cat "$work/$name.compile")"; fi
+  base=$((base + 10))
+}
+train() {
+  local name=$1; shift
+  if "$work/$name/launch-local.sh" --data "$work/corpus.txt" --seed 5 "$@" >"$work/$name.out" 2>&1; then pass
+  else fail "$name run: $(tail -5 "$work/$name.out"; tail -3 "$work/$name"/logs/*.log)"; fi
+}
+
+# ---- the mathematics: H = 1, outer lr 1, momentum 0, SGD == exact data parallelism
+compile exact "${model[@]}" "${sgd[@]}" clusters/local-4.xml --compress none --stages 1 --replicas 4 --micro-batches 2
+grep -q "1 stage x 4 replicas" "$work/exact.compile" && pass || fail "exact: $(cat "$work/exact.compile")"
+compile math "${model[@]}" "${sgd[@]}" clusters/local-4.xml --sync diloco --local-steps 1 --outer-delay 0 \
+  --outer-codec f32 --outer-lr 1 --outer-momentum 0
+grep -q "with --sync diloco: 2 sites, H = 1" "$work/math.compile" && pass || fail "math: $(cat "$work/math.compile")"
+train exact --steps 20
+train math --steps 20
+exact_reporter=$(sed -n 's/^reporter=//p' "$work/exact/launch-local.sh")
+losses "$work/exact/logs/$exact_reporter.log" >"$work/exact.loss"
+# Each site's reporter logs its site's mean loss; the sites split the batch 4 + 4.
+grep -q "^site 0: region siteA (2 devices): 4 rows (50.0%)" "$work/math/plan.txt" && pass \
+  || fail "math: the shares are not 4 + 4: $(cat "$work/math/plan.txt")"
+losses "$work/math/logs/cpu-a1.log" >"$work/a.loss"
+losses "$work/math/logs/cpu-b1.log" >"$work/b.loss"
+expect_eq "exact steps" 20 "$(wc -l <"$work/exact.loss")"
+expect_eq "site A steps" 20 "$(wc -l <"$work/a.loss")"
+paste "$work/exact.loss" "$work/a.loss" "$work/b.loss" | awk '
+  { m = ($2 + $3) / 2; d = $1 - m; if (d < 0) d = -d; r = d / $1; if (r > worst) { worst = r; at = NR } }
+  END { if (worst > 1e-5) { printf "FAIL: diloco H=1 step %d differs from exact by %.2g relative\n", at, worst > "/dev/stderr"; exit 1 }
+        printf "diloco H=1 vs exact data parallelism: worst relative loss difference %.2g over %d steps\n", worst, NR > "/dev/stderr" }' \
+  && pass || fail "diloco with H = 1 is not exact data parallelism"
+
+# ---- the default mode: trains, and the sites end with the same parameters
+compile dl "${model[@]}" --set lr=3e-3 clusters/local-4.xml --sync diloco
+grep -q "^diloco: 2 sites" "$work/dl/plan.txt" && pass || fail "dl: no diloco summary in plan.txt"
+grep -q "8-bit rows with error feedback on the wire, applied one round late" "$work/dl/plan.txt" && pass \
+  || fail "dl: the default is not int8 with a round of delay: $(head -2 "$work/dl/plan.txt")"
+train dl --steps 50 --save "$work/ck"
+grep -q "outer step 1 (site 0 of 2" "$work/dl/logs/cpu-a0.log" && pass || fail "dl: no outer step on cpu-a0"
+grep -q "the sites now hold the same parameters" "$work/dl/logs/cpu-b1.log" && pass || fail "dl: no final outer step"
+first=$(losses "$work/dl/logs/cpu-a1.log" | head -1); last=$(losses "$work/dl/logs/cpu-a1.log" | tail -5 | sort -g | head -1)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' && pass || fail "dl: loss $first -> $last did not fall"
+# The parameters (not AdamW's moments, which are each site's own) of the
+# two sites' first stages, bit for bit.
+/usr/bin/python3 - "$work/ck/checkpoint-cpu-a0.safetensors" "$work/ck/checkpoint-cpu-b0.safetensors" <<'EOF' \
+  && pass || fail "dl: the sites' parameters differ after the last outer step"
+import json, struct, sys
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    return {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+            for k, v in head.items() if k != "__metadata__" and not k.startswith("adamw.")}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+if not a or a.keys() != b.keys():
+    sys.exit("different parameter names: %s vs %s" % (sorted(a), sorted(b)))
+bad = [k for k in a if a[k] != b[k]]
+if bad:
+    sys.exit("differ: %s" % bad)
+print("diloco: %d parameters bit-identical on both sites after the last outer step" % len(a), file=sys.stderr)
+EOF
+
+# ---- plan and simulate
+"$FUSIONC" simulate "${model[@]}" clusters/local-4.xml --sync diloco -o "$work" >"$work/sim.out" 2>&1 && pass \
+  || fail "simulate --sync diloco: $(cat "$work/sim.out")"
+grep -q "^simulated step: .* (one global batch" "$work/sim.out" && pass || fail "simulate: no global step: $(cat "$work/sim.out")"
+grep -q "^throughput: [0-9]* tokens/s" "$work/sim.out" && pass || fail "simulate: no throughput"
+grep -q "^best single site: region site" "$work/sim.out" && pass || fail "simulate: no best single site line"
+"$FUSIONC" plan "${model[@]}" clusters/local-4.xml --sync diloco --local-steps 7 -o "$work" >"$work/plan.out" 2>&1 \
+  && grep -q "^H = 7 from --local-steps" "$work/plan.out" && pass || fail "plan --local-steps 7: $(cat "$work/plan.out")"
+
+# ---- bad input
+bad() {   # bad WHAT EXPECTED-STATUS PATTERN ARGS...
+  local what=$1 status=$2 pattern=$3; shift 3
+  "$FUSIONC" plan "${model[@]}" "$@" -o "$work" >"$work/bad.out" 2>&1
+  local rc=$?
+  expect_eq "$what: exit status" "$status" "$rc"
+  grep -q -- "$pattern" "$work/bad.out" && pass || fail "$what: no '$pattern' in: $(cat "$work/bad.out")"
+}
+bad "--sync bogus" 2 "--sync expects exact or diloco, found 'bogus'" clusters/local-4.xml --sync bogus
+bad "--local-steps 0" 2 "--local-steps expects a count of inner steps in \[1, 1000000\], found '0'" \
+  clusters/local-4.xml --sync diloco --local-steps 0
+bad "--outer-codec" 2 "--outer-codec expects int8, int4 or f32" clusters/local-4.xml --sync diloco --outer-codec int2
+bad "one region" 0 "note: --sync diloco changes nothing on local-1: it is one region" clusters/local-1.xml --sync diloco
+bad "batch too small" 1 "cannot give each of the 2 sites" clusters/local-4.xml --sync diloco --set batch=1
+
+finish

@@ -1,0 +1,318 @@
+/* diloco.c: planning --sync diloco (diloco.h). */
+#include "diloco.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../ir/ops.h"
+#include "../runtime/comm/quant.h"
+#include "baseline.h"
+#include "plan_report.h"
+
+void diloco_plan_free(diloco_plan *dp)
+{
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        cluster_free(&dp->site[k]);
+        ir_graph_free(&dp->g[k]);
+        fence_plan_free(&dp->plan[k]);
+        free(dp->map[k]);
+    }
+    memset(dp, 0, sizeof *dp);
+}
+
+/* The stage of g that updates parameter v's namesake; -1 none. */
+static int32_t update_stage(const ir_graph *g, const char *name)
+{
+    int32_t v = ir_find_value(g, name);
+    for (int32_t i = 0; v >= 0 && i < g->n_nodes; i++)
+        if (op_updates_param(g->nodes[i].op) && g->nodes[i].n_in > 0 && g->nodes[i].in[0] == v)
+            return g->nodes[i].stage >= 0 ? g->nodes[i].stage : 0;
+    return -1;
+}
+
+/* Its holder in site k (replica 0 of the stage that updates it), as a
+ * device of the whole cluster; -1 none. */
+static int32_t holder(const diloco_plan *dp, int32_t k, const char *name)
+{
+    int32_t s = update_stage(&dp->g[k], name);
+    const ir_placement *p = &dp->g[k].placement;
+    return s < 0 ? -1 : dp->map[k][p->device[s * p->n_replicas]];
+}
+
+/* X, C and the bytes (diloco.h), for the plans and the codec. */
+static void price_exchange(diloco_plan *dp, const cluster *c)
+{
+    int32_t N = c->n_devices;
+    double *bytes = calloc((size_t)N * (size_t)N + 1, sizeof *bytes);
+    if (!bytes)
+        return;
+    const ir_graph *g0 = &dp->g[0];
+    for (int32_t v = 0; v < g0->n_values; v++) {
+        const ir_value *x = &g0->values[v];
+        if (x->role != ROLE_PARAM)
+            continue;
+        int64_t n = ir_shape_numel(&x->shape), cols = x->shape.rank > 0 ? x->shape.dim[x->shape.rank - 1] : 1;
+        double wire = dp->outer.outer_bits ? (double)quant_encoded_bytes(n / cols, cols, dp->outer.outer_bits)
+                                           : 4.0 * (double)n;
+        for (int32_t a = 0; a < dp->n_sites; a++)
+            for (int32_t b = 0; b < dp->n_sites; b++) {
+                int32_t da = holder(dp, a, ir_value_name(g0, v)), db = holder(dp, b, ir_value_name(g0, v));
+                if (a != b && da >= 0 && db >= 0)
+                    bytes[(size_t)da * N + db] += wire;
+            }
+    }
+    dp->exchange_seconds = dp->exchange_bytes = 0.0;
+    for (int32_t a = 0; a < N; a++)
+        for (int32_t b = 0; b < N; b++) {
+            double bw, lat, B = bytes[(size_t)a * N + b];
+            if (B <= 0)
+                continue;
+            cluster_link_between(c, a, b, &bw, &lat);
+            double t = (bw > 0 ? B / bw : INFINITY) + lat;
+            dp->exchange_seconds = fmax(dp->exchange_seconds, t);
+            dp->exchange_bytes = fmax(dp->exchange_bytes, B);
+        }
+    free(bytes);
+    /* C: each stage's parameters (f32) down its ring of replicas, one hop
+     * after the other; the sites and stages side by side. */
+    dp->copy_seconds = 0.0;
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        const ir_graph *g = &dp->g[k];
+        const ir_placement *p = &g->placement;
+        for (int32_t s = 0; s < p->n_stages && p->n_replicas > 1; s++) {
+            double stage_bytes = 0.0, t = 0.0;
+            for (int32_t v = 0; v < g->n_values; v++)
+                if (g->values[v].role == ROLE_PARAM && update_stage(g, ir_value_name(g, v)) == s)
+                    stage_bytes += 4.0 * (double)ir_shape_numel(&g->values[v].shape);
+            for (int32_t r = 0; r + 1 < p->n_replicas; r++) {
+                double bw, lat;
+                cluster_link_between(c, dp->map[k][p->device[s * p->n_replicas + r]],
+                                     dp->map[k][p->device[s * p->n_replicas + r + 1]], &bw, &lat);
+                t += (bw > 0 ? stage_bytes / bw : INFINITY) + lat;
+            }
+            dp->copy_seconds = fmax(dp->copy_seconds, t);
+        }
+    }
+}
+
+/* Shares of the global batch in proportion to each site's speed, in units
+ * of q rows, every site at least one unit (largest remainders). */
+static int share_batch(diloco_plan *dp, int64_t q, const char *file, struct diag *err)
+{
+    int64_t units = dp->global_batch / q, given = 0;
+    if (units < dp->n_sites)
+        return diag_set(err, file, 0, "--sync diloco: the batch (%lld rows) cannot give each of the %d sites %lld "
+                        "row%s", (long long)dp->global_batch, dp->n_sites, (long long)q, q == 1 ? "" : "s");
+    double speed = 0.0, frac[RT_MAX_SITES];
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        speed += 1.0 / dp->alone[k];
+    int64_t u[RT_MAX_SITES];
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        double want = (double)units * (1.0 / dp->alone[k]) / speed;
+        u[k] = (int64_t)floor(want);
+        if (u[k] < 1)
+            u[k] = 1;
+        frac[k] = want - floor(want);
+        given += u[k];
+    }
+    while (given < units) {   /* the largest remainder first */
+        int32_t best = 0;
+        for (int32_t k = 1; k < dp->n_sites; k++)
+            if (frac[k] > frac[best])
+                best = k;
+        u[best]++;
+        frac[best] = -1.0;
+        given++;
+    }
+    while (given > units) {   /* the minimum of one unit pushed the sum over: take from the largest */
+        int32_t big = 0;
+        for (int32_t k = 1; k < dp->n_sites; k++)
+            if (u[k] > u[big])
+                big = k;
+        u[big]--;
+        given--;
+    }
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        dp->rows[k] = u[k] * q;
+    return 0;
+}
+
+static void choose_h(diloco_plan *dp, int32_t asked)
+{
+    double T = 0.0;
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        T = fmax(T, dp->plan[k].step_seconds);
+    dp->h_chosen = asked == 0;
+    if (asked > 0) {
+        dp->outer.local_steps = asked;
+        return;
+    }
+    double need = T > 0 ? fmax(dp->exchange_seconds / T, dp->copy_seconds / (0.05 * T)) : DILOCO_MAX_H;
+    double h = ceil(fmax(need, DILOCO_MIN_H));
+    dp->outer.local_steps = (int32_t)fmin(h, DILOCO_MAX_H);
+}
+
+int diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, diloco_place_fn place, void *arg,
+                     diloco_plan *dp, struct diag *err)
+{
+    memset(dp, 0, sizeof *dp);
+    if (c->n_regions < 2)
+        return diag_set(err, c->file, 0, "--sync diloco needs a cluster of several regions (sites)");
+    if (c->n_regions > RT_MAX_SITES)
+        return diag_set(err, c->file, 0, "--sync diloco: %d regions, more than the %d sites it supports",
+                        c->n_regions, RT_MAX_SITES);
+    if (global_batch <= 0)
+        return diag_set(err, o->files[0], 0, "--sync diloco splits the model's `batch` among the sites; this model "
+                        "has no batch hyper-parameter");
+    dp->global_batch = global_batch;
+    dp->outer = (rt_diloco_info){ .sync = RT_SYNC_DILOCO, .n_sites = c->n_regions,
+                                  .outer_lr = o->outer_lr >= 0 ? o->outer_lr : 0.7,
+                                  .outer_momentum = o->outer_momentum >= 0 ? o->outer_momentum : 0.9,
+                                  .outer_bits = o->outer_bits >= 0 ? o->outer_bits : 8,
+                                  .outer_delay = o->outer_delay >= 0 ? o->outer_delay : 1 };
+    /* Each site alone on the whole batch: its speed. */
+    for (int32_t k = 0; k < c->n_regions; k++) {
+        dp->n_sites = k + 1;
+        ir_graph_init(&dp->g[k]);
+        if (cluster_subset(c, k, 0, &dp->site[k]))
+            return diag_set(err, c->file, 0, "out of memory");
+        dp->map[k] = malloc(((size_t)dp->site[k].n_devices + 1) * sizeof *dp->map[k]);
+        if (!dp->map[k])
+            return diag_set(err, c->file, 0, "out of memory");
+        for (int32_t d = 0; d < dp->site[k].n_devices; d++)
+            dp->map[k][d] = cluster_find_device(c, dp->site[k].devices[d].name);
+        struct diag why = { 0 };
+        if (place(arg, &dp->site[k], global_batch, &dp->g[k], &dp->plan[k], &why))
+            return diag_set(err, c->file, 0, "--sync diloco: region %s cannot train the model alone: %s",
+                            dp->site[k].name, why.msg);
+        dp->alone[k] = dp->plan[k].step_seconds;
+        ir_graph_free(&dp->g[k]);
+        ir_graph_init(&dp->g[k]);
+        fence_plan_free(&dp->plan[k]);
+        memset(&dp->plan[k], 0, sizeof dp->plan[k]);
+    }
+    if (share_batch(dp, o->micro_batches > 0 ? o->micro_batches : 1, o->files[0], err))
+        return -1;
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        dp->outer.site_weight[k] = (double)dp->rows[k] / (double)global_batch;
+        struct diag why = { 0 };
+        if (place(arg, &dp->site[k], dp->rows[k], &dp->g[k], &dp->plan[k], &why))
+            return diag_set(err, c->file, 0, "--sync diloco: region %s with its %lld rows of the batch: %s",
+                            dp->site[k].name, (long long)dp->rows[k], why.msg);
+    }
+    price_exchange(dp, c);
+    choose_h(dp, o->local_steps);
+    return 0;
+}
+
+double diloco_global_step(const diloco_plan *dp, const double *site_step)
+{
+    double T = 0.0, H = dp->outer.local_steps;
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        T = fmax(T, site_step ? site_step[k] : dp->plan[k].step_seconds);
+    double exposed = dp->outer.outer_delay ? fmax(0.0, dp->exchange_seconds - H * T) : dp->exchange_seconds;
+    return T + (exposed + dp->copy_seconds) / H;
+}
+
+double diloco_step_items(const diloco_plan *dp, const char **unit)
+{
+    double items = 0.0;
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        items += baseline_step_items(&dp->g[k], unit);
+    return items;
+}
+
+void diloco_print(FILE *out, const diloco_plan *dp, const cluster *c, const double *site_step)
+{
+    const rt_diloco_info *x = &dp->outer;
+    double T = 0.0;
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        T = fmax(T, site_step ? site_step[k] : dp->plan[k].step_seconds);
+    fprintf(out, "diloco: %d sites (the regions of %s) train side by side on their shares of the global batch "
+            "(%lld rows); every H = %d steps they average their parameter change and take an outer Nesterov step "
+            "(lr %g, momentum %g), %s on the wire%s\n",
+            dp->n_sites, c->name, (long long)dp->global_batch, x->local_steps, x->outer_lr, x->outer_momentum,
+            x->outer_bits ? (x->outer_bits == 8 ? "8-bit rows with error feedback" : "4-bit rows with error feedback")
+                          : "f32",
+            x->outer_delay ? ", applied one round late (the transfer overlaps the next round)" : "");
+    if (dp->h_chosen)
+        fprintf(out, "H = %d chosen: the smallest (at least %d) whose steps hide the exchange (%.3f s <= H x %.3f ms) "
+                "and keep the copies to the replicas (%.3f s) under 5%% of them\n", x->local_steps, DILOCO_MIN_H,
+                dp->exchange_seconds, T * 1e3, dp->copy_seconds);
+    else
+        fprintf(out, "H = %d from --local-steps\n", x->local_steps);
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        const fence_plan *p = &dp->plan[k];
+        fprintf(out, "site %d: region %s (%d device%s): %lld rows (%.1f%%), %d stage%s x %d replica%s, %d micro-batch%s, "
+                "%s step %.2f ms (alone on the whole batch: %.2f ms)\n",
+                k, dp->site[k].name, dp->site[k].n_devices, dp->site[k].n_devices == 1 ? "" : "s",
+                (long long)dp->rows[k], 100.0 * x->site_weight[k], p->n_stages, p->n_stages == 1 ? "" : "s",
+                p->n_replicas, p->n_replicas == 1 ? "" : "s", p->micro_batches, p->micro_batches == 1 ? "" : "es",
+                site_step ? "simulated" : "estimated", (site_step ? site_step[k] : p->step_seconds) * 1e3,
+                dp->alone[k] * 1e3);
+    }
+    fprintf(out, "outer exchange: %.1f KiB from a holder to each other site's (the largest), %.3f s on the slowest "
+            "link; copies down the replicas %.3f s\n", dp->exchange_bytes / 1024.0, dp->exchange_seconds,
+            dp->copy_seconds);
+}
+
+/* A copy of site k's graph with the whole cluster's device indices. */
+static int remapped(const diloco_plan *dp, int32_t k, ir_graph *out)
+{
+    if (ir_graph_copy(out, &dp->g[k]))
+        return -1;
+    for (int32_t i = 0; i < out->n_nodes; i++)
+        if (out->nodes[i].device >= 0)
+            out->nodes[i].device = dp->map[k][out->nodes[i].device];
+    ir_placement *p = &out->placement;
+    for (int32_t i = 0; i < p->n_stages * p->n_replicas; i++)
+        p->device[i] = dp->map[k][p->device[i]];
+    return 0;
+}
+
+static int write_plan_text(const diloco_plan *dp, const cluster *c, const char *out_dir, struct diag *err)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/plan.txt", out_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
+    diloco_print(f, dp, c, NULL);
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        fprintf(f, "\n== site %d: region %s ==\n", k, dp->site[k].name);
+        plan_report_print(f, &dp->g[k], &dp->site[k], &dp->plan[k]);
+    }
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return diag_set(err, path, 0, "cannot write the plan");
+    }
+    return 0;
+}
+
+int diloco_write(const diloco_plan *dp, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
+                 int32_t port_base, struct diag *err)
+{
+    ir_graph g[RT_MAX_SITES];
+    bundle_sites s = { .n_sites = dp->n_sites, .outer = dp->outer };
+    int rc = 0;
+    int32_t made = 0;
+    for (; made < dp->n_sites; made++) {
+        if (remapped(dp, made, &g[made])) {
+            rc = diag_set(err, out_dir, 0, "out of memory");
+            break;
+        }
+        s.graphs[made] = &g[made];
+        s.site_rows[made] = dp->rows[made];
+    }
+    if (rc == 0)
+        rc = bundle_write_sites(&s, c, out_dir, tc, port_base, err);
+    if (rc == 0)
+        rc = write_plan_text(dp, c, out_dir, err);
+    for (int32_t k = 0; k < made; k++)
+        ir_graph_free(&g[k]);
+    return rc;
+}

@@ -1,0 +1,80 @@
+/* diloco.h: planning `--sync diloco` (fusionc compile, plan, simulate).
+ *
+ * Each site (a region of the cluster) gets its own plan, made by the
+ * user's scheduler on the site alone, for its share of the global batch:
+ * shares in proportion to each site's speed (its estimated step on the
+ * whole batch), in units of the micro-batch count when one was asked for,
+ * so that the sites finish their inner steps together.  Every H steps the
+ * sites exchange their parameter change (runtime/comm/diloco.h): each
+ * parameter's holder in a site sends it to the holder in every other site,
+ * on the link between the two, encoded as the outer codec says.
+ *
+ * The time of one global batch (every site's share of it):
+ *
+ *   T      = max_k step_k                         the sites run side by side
+ *   X      = the slowest holder pair's bytes / bandwidth + latency
+ *   C      = the new parameters copied down each stage's replicas (f32)
+ *   step   = T + (max(0, X - H T) + C) / H        with one round of delay
+ *          = T + (X + C) / H                      without
+ *
+ * H: --local-steps, else the smallest H >= DILOCO_MIN_H whose H inner
+ * steps hide the exchange (X <= H T) and make the copies under 5% of them
+ * (C <= 0.05 H T), at most DILOCO_MAX_H.
+ */
+#ifndef FUSION_TOOLS_DILOCO_H
+#define FUSION_TOOLS_DILOCO_H
+
+#include <stdio.h>
+
+#include "../codegen/bundle.h"
+#include "../frontend/cluster.h"
+#include "../ir/ir.h"
+#include "../passes/passes.h"
+#include "../runtime/program.h"
+#include "options.h"
+
+#define DILOCO_MIN_H 10
+#define DILOCO_MAX_H 1000
+
+/* Build and place the model (the user's options) on cluster c with
+ * `batch` rows: g and plan filled, or -1 with err. */
+typedef int (*diloco_place_fn)(void *arg, const cluster *c, int64_t batch, ir_graph *g, fence_plan *plan,
+                               struct diag *err);
+
+typedef struct {
+    int32_t    n_sites;
+    cluster    site[RT_MAX_SITES];   /* each region alone (cluster_subset)                  */
+    ir_graph   g[RT_MAX_SITES];      /* placed on its site (the site's device indices)      */
+    fence_plan plan[RT_MAX_SITES];
+    int32_t   *map[RT_MAX_SITES];    /* [site devices]: its index in the whole cluster      */
+    int64_t    rows[RT_MAX_SITES];   /* its share of the global batch                       */
+    double     alone[RT_MAX_SITES];  /* its estimated step on the whole batch               */
+    int64_t    global_batch;
+    double     exchange_seconds;     /* X: one outer exchange                               */
+    double     copy_seconds;         /* C: the copies down the replicas                     */
+    double     exchange_bytes;       /* the largest bytes one holder sends one other site   */
+    int        h_chosen;             /* 1: H from the links; 0: --local-steps                */
+    rt_diloco_info outer;            /* the run's settings, H included                       */
+} diloco_plan;
+
+/* The plan (dp filled; diloco_plan_free after, even on failure), or -1
+ * with err.  c: the whole cluster, of at least two regions. */
+int  diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, diloco_place_fn place, void *arg,
+                      diloco_plan *dp, struct diag *err);
+void diloco_plan_free(diloco_plan *dp);
+
+/* The step of one global batch, from each site's step (simulated or estimated). */
+double diloco_global_step(const diloco_plan *dp, const double *site_step);
+/* Tokens (samples) of one global batch. */
+double diloco_step_items(const diloco_plan *dp, const char **unit);
+
+/* The summary: sites, shares, plans, H and why, the exchange; with
+ * site_step (NULL: the plans' estimates) the global step and throughput. */
+void diloco_print(FILE *out, const diloco_plan *dp, const cluster *c, const double *site_step);
+
+/* Every site's bundles into out_dir (codegen/bundle.h's bundle_write_sites),
+ * and out_dir/plan.txt: the summary and each site's plan. */
+int  diloco_write(const diloco_plan *dp, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
+                  int32_t port_base, struct diag *err);
+
+#endif
