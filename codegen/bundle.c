@@ -412,6 +412,7 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
             site.site = k;
             site.n_sites = set->n;
             site.row_offset = row;
+            site.local_steps = outer->site_steps[k];
             site.n_params = set->n_params;
             row += site_rows[k];
         }

@@ -689,6 +689,12 @@ static void per_device_path(const program *p, const char *file, char *path, size
 static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
 {
     const rt_manifest *mf = &p->manifest;
+    /* --sync diloco: --steps counts the steps of the site with the largest
+     * H; this site takes as many rounds of its own H. */
+    run_options own = *o;
+    if (mf->diloco.sync == RT_SYNC_DILOCO)
+        own.steps = rt_diloco_site_steps(&mf->diloco, o->steps);
+    o = &own;
     FILE *log = NULL;
     char log_path[4200];
     per_device_path(p, o->log, log_path, sizeof log_path);

@@ -57,14 +57,16 @@ enum { RT_SYNC_EXACT = 0, RT_SYNC_DILOCO = 1 };
 typedef struct {
     int32_t sync;              /* RT_SYNC_EXACT or RT_SYNC_DILOCO                          */
     int32_t site, n_sites;     /* this device's site, of n_sites                          */
-    int32_t local_steps;       /* H: inner steps between outer steps                      */
+    int32_t local_steps;       /* H: this site's inner steps between outer steps          */
+    int32_t site_steps[RT_MAX_SITES];   /* every site's H (a slower site may take fewer: the
+                                  sites' rounds take the same time)                       */
     int32_t outer_bits;        /* the outer change on the wire: 8 or 4 (quant.h rows, with
                                   error feedback), 0 raw f32                              */
     int32_t outer_delay;       /* 1: a round's change is applied at the end of the next round,
                                   its transfer overlapping that round's steps; 0: at once */
     double  outer_lr, outer_momentum;
     int64_t row_offset;        /* this site's first row of the global batch               */
-    double  site_weight[RT_MAX_SITES];  /* each site's share of the global batch (sum 1)   */
+    double  site_weight[RT_MAX_SITES];  /* each site's share of a round's rows (sum 1)      */
     int32_t n_params;          /* entries of fusion_diloco_blob                           */
 } rt_diloco_info;
 

@@ -6,6 +6,8 @@
 #  - the default mode (H from the links, 8-bit rows with error feedback,
 #    one round of delay) trains, and after the last step the two sites hold
 #    bit-identical parameters;
+#  - --site-batch each: a slower site takes fewer steps a round, and the
+#    sites still end with the same parameters;
 #  - plan and simulate say what the mode does; bad input: an unknown
 #    --sync, --local-steps 0, diloco on a one-region cluster (a note: it
 #    changes nothing).
@@ -43,7 +45,7 @@ train math --steps 20
 exact_reporter=$(sed -n 's/^reporter=//p' "$work/exact/launch-local.sh")
 losses "$work/exact/logs/$exact_reporter.log" >"$work/exact.loss"
 # Each site's reporter logs its site's mean loss; the sites split the batch 4 + 4.
-grep -q "^site 0: region siteA (2 devices): 4 rows (50.0%)" "$work/math/plan.txt" && pass \
+grep -q "^site 0: region siteA (2 devices): 4 rows a step, H 1 (50.0% of a round's rows)" "$work/math/plan.txt" && pass \
   || fail "math: the shares are not 4 + 4: $(cat "$work/math/plan.txt")"
 losses "$work/math/logs/cpu-a1.log" >"$work/a.loss"
 losses "$work/math/logs/cpu-b1.log" >"$work/b.loss"
@@ -65,18 +67,23 @@ grep -q "outer step 1 (site 0 of 2" "$work/dl/logs/cpu-a0.log" && pass || fail "
 grep -q "the sites now hold the same parameters" "$work/dl/logs/cpu-b1.log" && pass || fail "dl: no final outer step"
 first=$(losses "$work/dl/logs/cpu-a1.log" | head -1); last=$(losses "$work/dl/logs/cpu-a1.log" | tail -5 | sort -g | head -1)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' && pass || fail "dl: loss $first -> $last did not fall"
-# The parameters (not AdamW's moments, which are each site's own) of the
-# two sites' first stages, bit for bit.
-/usr/bin/python3 - "$work/ck/checkpoint-cpu-a0.safetensors" "$work/ck/checkpoint-cpu-b0.safetensors" <<'EOF' \
-  && pass || fail "dl: the sites' parameters differ after the last outer step"
+# same_params NAME FILES-OF-SITE-A -- FILES-OF-SITE-B: the parameters (not
+# AdamW's moments, which are each site's own), by name, bit for bit.
+same_params() {
+  local name=$1; shift
+  /usr/bin/python3 - "$@" <<'EOF' && pass || fail "$name: the sites' parameters differ after the last outer step"
 import json, struct, sys
-def tensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    return {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
-            for k, v in head.items() if k != "__metadata__" and not k.startswith("adamw.")}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+def tensors(paths):
+    out = {}
+    for path in paths:
+        raw = open(path, "rb").read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        head = json.loads(raw[8:8 + n])
+        out.update({k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+                    for k, v in head.items() if k != "__metadata__" and not k.startswith("adamw.")})
+    return out
+cut = sys.argv.index("--")
+a, b = tensors(sys.argv[1:cut]), tensors(sys.argv[cut + 1:])
 if not a or a.keys() != b.keys():
     sys.exit("different parameter names: %s vs %s" % (sorted(a), sorted(b)))
 bad = [k for k in a if a[k] != b[k]]
@@ -84,11 +91,25 @@ if bad:
     sys.exit("differ: %s" % bad)
 print("diloco: %d parameters bit-identical on both sites after the last outer step" % len(a), file=sys.stderr)
 EOF
+}
+same_params dl "$work"/ck/checkpoint-cpu-a*.safetensors -- "$work"/ck/checkpoint-cpu-b*.safetensors
+
+# ---- --site-batch each on local-4-hetero (site B's devices 4 times slower):
+# site B takes a quarter of site A's steps a round, the rounds line up, and
+# the sites end with the same parameters.
+compile het "${model[@]}" --set lr=3e-3 clusters/local-4-hetero.xml --sync diloco --site-batch each --local-steps 8
+grep -q "^site 1: region siteB (2 devices): 8 rows a step, H 2 " "$work/het/plan.txt" && pass \
+  || fail "het: site B's H is not 2: $(grep '^site' "$work/het/plan.txt")"
+train het --steps 20 --save "$work/hk"
+expect_eq "het: site A's steps" 20 "$(losses "$work/het/logs/cpu-a1.log" | wc -l)"
+expect_eq "het: site B's steps" 5 "$(losses "$work/het/logs/cpu-b1.log" | wc -l)"
+expect_eq "het: site B's outer steps" 3 "$(grep -c 'outer step' "$work/het/logs/cpu-b0.log")"
+same_params het "$work"/hk/checkpoint-cpu-a*.safetensors -- "$work"/hk/checkpoint-cpu-b*.safetensors
 
 # ---- plan and simulate
 "$FUSIONC" simulate "${model[@]}" clusters/local-4.xml --sync diloco -o "$work" >"$work/sim.out" 2>&1 && pass \
   || fail "simulate --sync diloco: $(cat "$work/sim.out")"
-grep -q "^simulated step: .* (one global batch" "$work/sim.out" && pass || fail "simulate: no global step: $(cat "$work/sim.out")"
+grep -q "^simulated step: .* (one global batch of 8 rows" "$work/sim.out" && pass || fail "simulate: no global step: $(cat "$work/sim.out")"
 grep -q "^throughput: [0-9]* tokens/s" "$work/sim.out" && pass || fail "simulate: no throughput"
 grep -q "^best single site: region site" "$work/sim.out" && pass || fail "simulate: no best single site line"
 "$FUSIONC" plan "${model[@]}" clusters/local-4.xml --sync diloco --local-steps 7 -o "$work" >"$work/plan.out" 2>&1 \

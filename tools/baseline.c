@@ -6,8 +6,7 @@
 
 #include "simulate.h"
 
-/* The steady-state step of the simulated run: its last step's time. */
-static double simulated_step(const ir_graph *g, const cluster *c, int steps, struct diag *err)
+double baseline_simulated_step(const ir_graph *g, const cluster *c, int steps, struct diag *err)
 {
     sim_result r;
     memset(&r, 0, sizeof r);
@@ -34,7 +33,7 @@ int baseline_best_site(const cluster *c, baseline_place_fn place, void *arg, int
         ir_graph_init(&g);
         double t = -1.0;
         if (site.n_devices > 0 && place(arg, &site, &g, &plan, &why) == 0)
-            t = sim_steps > 0 ? simulated_step(&g, &site, sim_steps, &why) : plan.step_seconds;
+            t = sim_steps > 0 ? baseline_simulated_step(&g, &site, sim_steps, &why) : plan.step_seconds;
         if (t > 0 && isfinite(t)) {
             out->placed++;
             if (!out->found || t < out->step_seconds) {

@@ -39,6 +39,10 @@ int baseline_best_site(const cluster *c, baseline_place_fn place, void *arg, int
 /* "best single site: region lab-a100 (8 devices) 46.23 ms/step; this plan 1.000x" */
 void baseline_print(FILE *out, const site_baseline *b, double this_step_seconds);
 
+/* The steady-state step of `steps` simulated steps (the last one's); -1
+ * with err when the simulation fails. */
+double baseline_simulated_step(const ir_graph *g, const cluster *c, int steps, struct diag *err);
+
 /* Tokens (or samples) a step of the placed graph trains on, all
  * micro-batches and replicas; *unit "tokens" or "samples". */
 double baseline_step_items(const ir_graph *g, const char **unit);

@@ -98,65 +98,119 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
     }
 }
 
-/* Shares of the global batch in proportion to each site's speed, in units
- * of q rows, every site at least one unit (largest remainders). */
-static int share_batch(diloco_plan *dp, int64_t q, const char *file, struct diag *err)
+/* Every site's H (diloco.h).  Split: one H for all, the smallest (at
+ * least DILOCO_MIN_H) whose steps hide the exchange and keep the copies
+ * under 5% of them.  Each: the fastest site's H is that (its steps) and at
+ * least DILOCO_MIN_H times the slowest site's step over its own, so that
+ * rounding the others' H to whole steps costs under a tenth of a round;
+ * every other site's in proportion to its speed. */
+static void choose_h(diloco_plan *dp, int32_t asked, int each)
 {
-    int64_t units = dp->global_batch / q, given = 0;
-    if (units < dp->n_sites)
-        return diag_set(err, file, 0, "--sync diloco: the batch (%lld rows) cannot give each of the %d sites %lld "
-                        "row%s", (long long)dp->global_batch, dp->n_sites, (long long)q, q == 1 ? "" : "s");
-    double speed = 0.0, frac[RT_MAX_SITES];
-    for (int32_t k = 0; k < dp->n_sites; k++)
-        speed += 1.0 / dp->alone[k];
-    int64_t u[RT_MAX_SITES];
+    double fast = INFINITY, slow = 0.0;
     for (int32_t k = 0; k < dp->n_sites; k++) {
-        double want = (double)units * (1.0 / dp->alone[k]) / speed;
-        u[k] = (int64_t)floor(want);
-        if (u[k] < 1)
-            u[k] = 1;
-        frac[k] = want - floor(want);
-        given += u[k];
+        fast = fmin(fast, dp->step[k]);
+        slow = fmax(slow, dp->step[k]);
     }
-    while (given < units) {   /* the largest remainder first */
-        int32_t best = 0;
-        for (int32_t k = 1; k < dp->n_sites; k++)
-            if (frac[k] > frac[best])
-                best = k;
-        u[best]++;
-        frac[best] = -1.0;
-        given++;
+    double T = each ? fast : slow;
+    dp->h_chosen = asked == 0;
+    int32_t H = asked;
+    if (asked == 0) {
+        double need = fmax(dp->exchange_seconds / T, dp->copy_seconds / (0.05 * T));
+        if (each)
+            need = fmax(need, DILOCO_MIN_H * slow / fast);
+        H = (int32_t)fmin(ceil(fmax(need, DILOCO_MIN_H)), DILOCO_MAX_H);
     }
-    while (given > units) {   /* the minimum of one unit pushed the sum over: take from the largest */
-        int32_t big = 0;
-        for (int32_t k = 1; k < dp->n_sites; k++)
-            if (u[k] > u[big])
-                big = k;
-        u[big]--;
-        given--;
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        double h = each ? floor(H * fast / dp->step[k] + 0.5) : H;
+        dp->outer.site_steps[k] = h < 1 ? 1 : (int32_t)h;
     }
-    for (int32_t k = 0; k < dp->n_sites; k++)
-        dp->rows[k] = u[k] * q;
+    dp->outer.local_steps = H;
+}
+
+/* Place every site on its share (dp->rows) and time it: dp->g, plan, step. */
+static int place_shares(diloco_plan *dp, diloco_place_fn place, void *arg, diloco_time_fn time, struct diag *err)
+{
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        ir_graph_free(&dp->g[k]);
+        ir_graph_init(&dp->g[k]);
+        fence_plan_free(&dp->plan[k]);
+        memset(&dp->plan[k], 0, sizeof dp->plan[k]);
+        struct diag why = { 0 };
+        if (place(arg, &dp->site[k], dp->rows[k], &dp->g[k], &dp->plan[k], &why))
+            return diag_set(err, dp->site[k].file, 0, "--sync diloco: region %s with its %lld rows of the batch: %s",
+                            dp->site[k].name, (long long)dp->rows[k], why.msg);
+        dp->step[k] = time(&dp->site[k], &dp->g[k], &dp->plan[k]);
+        if (!(dp->step[k] > 0) || !isfinite(dp->step[k]))
+            return diag_set(err, dp->site[k].file, 0, "--sync diloco: region %s cannot be timed", dp->site[k].name);
+    }
     return 0;
 }
 
-static void choose_h(diloco_plan *dp, int32_t asked)
+static double slowest(const diloco_plan *dp)
 {
     double T = 0.0;
     for (int32_t k = 0; k < dp->n_sites; k++)
-        T = fmax(T, dp->plan[k].step_seconds);
-    dp->h_chosen = asked == 0;
-    if (asked > 0) {
-        dp->outer.local_steps = asked;
-        return;
+        T = fmax(T, dp->step[k]);
+    return T;
+}
+
+/* Site k's step on `rows` rows (placed and timed, then dropped); -1
+ * when it cannot be placed or timed. */
+static double step_on(diloco_plan *dp, int32_t k, int64_t rows, diloco_place_fn place, void *arg, diloco_time_fn time)
+{
+    ir_graph g;
+    fence_plan plan;
+    memset(&plan, 0, sizeof plan);
+    ir_graph_init(&g);
+    struct diag why = { 0 };
+    double t = place(arg, &dp->site[k], rows, &g, &plan, &why) == 0 ? time(&dp->site[k], &g, &plan) : -1.0;
+    ir_graph_free(&g);
+    fence_plan_free(&plan);
+    return t > 0 && isfinite(t) ? t : -1.0;
+}
+
+/* The shares: every site starts with one unit of q rows; each further
+ * unit goes to the site whose step would be shortest with it (water
+ * filling: for steps that grow with the rows, the largest step ends as
+ * small as units of q allow). */
+static int share_batch(diloco_plan *dp, int64_t q, diloco_place_fn place, void *arg, diloco_time_fn time,
+                       const char *file, struct diag *err)
+{
+    int64_t units = dp->global_batch / q;
+    if (units < dp->n_sites)
+        return diag_set(err, file, 0, "--sync diloco: the batch (%lld rows) cannot give each of the %d sites %lld "
+                        "row%s", (long long)dp->global_batch, dp->n_sites, (long long)q, q == 1 ? "" : "s");
+    /* At most about 64 hand-outs (each places and times a site once). */
+    int64_t chunk = units / 64 > 1 ? units / 64 : 1, given = dp->n_sites;
+    double next[RT_MAX_SITES];
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        dp->rows[k] = q;
+        int64_t more = units - given < chunk ? units - given : chunk;
+        next[k] = more > 0 ? step_on(dp, k, (1 + more) * q, place, arg, time) : -1.0;
     }
-    double need = T > 0 ? fmax(dp->exchange_seconds / T, dp->copy_seconds / (0.05 * T)) : DILOCO_MAX_H;
-    double h = ceil(fmax(need, DILOCO_MIN_H));
-    dp->outer.local_steps = (int32_t)fmin(h, DILOCO_MAX_H);
+    while (given < units) {
+        int64_t more = units - given < chunk ? units - given : chunk;
+        int32_t best = -1;
+        for (int32_t k = 0; k < dp->n_sites; k++)
+            if (next[k] > 0 && (best < 0 || next[k] < next[best]))
+                best = k;
+        if (best < 0)
+            return diag_set(err, file, 0, "--sync diloco: no site can take more of the batch (%lld of %lld rows "
+                            "given)", (long long)(given * q), (long long)dp->global_batch);
+        dp->rows[best] += more * q;
+        given += more;
+        more = units - given < chunk ? units - given : chunk;
+        next[best] = more > 0 ? step_on(dp, best, dp->rows[best] + more * q, place, arg, time) : -1.0;
+        /* The others' next hand-out may be smaller now (the last one). */
+        for (int32_t k = 0; k < dp->n_sites && more > 0 && more < chunk; k++)
+            if (k != best)
+                next[k] = step_on(dp, k, dp->rows[k] + more * q, place, arg, time);
+    }
+    return 0;
 }
 
 int diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, diloco_place_fn place, void *arg,
-                     diloco_plan *dp, struct diag *err)
+                     diloco_time_fn time, const char *timed_by, diloco_plan *dp, struct diag *err)
 {
     memset(dp, 0, sizeof *dp);
     if (c->n_regions < 2)
@@ -168,12 +222,14 @@ int diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, d
         return diag_set(err, o->files[0], 0, "--sync diloco splits the model's `batch` among the sites; this model "
                         "has no batch hyper-parameter");
     dp->global_batch = global_batch;
+    dp->timed_by = timed_by;
     dp->outer = (rt_diloco_info){ .sync = RT_SYNC_DILOCO, .n_sites = c->n_regions,
                                   .outer_lr = o->outer_lr >= 0 ? o->outer_lr : 0.7,
                                   .outer_momentum = o->outer_momentum >= 0 ? o->outer_momentum : 0.9,
                                   .outer_bits = o->outer_bits >= 0 ? o->outer_bits : 8,
                                   .outer_delay = o->outer_delay >= 0 ? o->outer_delay : 1 };
-    /* Each site alone on the whole batch: its speed. */
+    /* Each site alone on the whole batch: its first speed, and the
+     * throughput it would have alone. */
     for (int32_t k = 0; k < c->n_regions; k++) {
         dp->n_sites = k + 1;
         ir_graph_init(&dp->g[k]);
@@ -184,79 +240,104 @@ int diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, d
             return diag_set(err, c->file, 0, "out of memory");
         for (int32_t d = 0; d < dp->site[k].n_devices; d++)
             dp->map[k][d] = cluster_find_device(c, dp->site[k].devices[d].name);
-        struct diag why = { 0 };
-        if (place(arg, &dp->site[k], global_batch, &dp->g[k], &dp->plan[k], &why))
-            return diag_set(err, c->file, 0, "--sync diloco: region %s cannot train the model alone: %s",
-                            dp->site[k].name, why.msg);
-        dp->alone[k] = dp->plan[k].step_seconds;
-        ir_graph_free(&dp->g[k]);
-        ir_graph_init(&dp->g[k]);
-        fence_plan_free(&dp->plan[k]);
-        memset(&dp->plan[k], 0, sizeof dp->plan[k]);
+        dp->rows[k] = global_batch;
     }
-    if (share_batch(dp, o->micro_batches > 0 ? o->micro_batches : 1, o->files[0], err))
+    if (place_shares(dp, place, arg, time, err))
         return -1;
-    for (int32_t k = 0; k < dp->n_sites; k++) {
-        dp->outer.site_weight[k] = (double)dp->rows[k] / (double)global_batch;
-        struct diag why = { 0 };
-        if (place(arg, &dp->site[k], dp->rows[k], &dp->g[k], &dp->plan[k], &why))
-            return diag_set(err, c->file, 0, "--sync diloco: region %s with its %lld rows of the batch: %s",
-                            dp->site[k].name, (long long)dp->rows[k], why.msg);
-    }
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        dp->alone[k] = dp->step[k];   /* (under --site-batch each, also its plan) */
+    dp->each = o->site_batch;
+    if (!dp->each &&
+        (share_batch(dp, o->micro_batches > 0 ? o->micro_batches : 1, place, arg, time, o->files[0], err) ||
+         place_shares(dp, place, arg, time, err)))
+        return -1;
     price_exchange(dp, c);
-    choose_h(dp, o->local_steps);
+    choose_h(dp, o->local_steps, dp->each);
+    double rows = 0.0;   /* a round's, every site's */
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        rows += (double)dp->outer.site_steps[k] * (double)dp->rows[k];
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        dp->outer.site_weight[k] = (double)dp->outer.site_steps[k] * (double)dp->rows[k] / rows;
     return 0;
 }
 
-double diloco_global_step(const diloco_plan *dp, const double *site_step)
+/* A round's time: the slowest site's H_k steps, the exchange where the
+ * inner steps do not hide it, the copies down the replicas. */
+static double round_seconds(const diloco_plan *dp)
 {
-    double T = 0.0, H = dp->outer.local_steps;
+    double inner = 0.0;
     for (int32_t k = 0; k < dp->n_sites; k++)
-        T = fmax(T, site_step ? site_step[k] : dp->plan[k].step_seconds);
-    double exposed = dp->outer.outer_delay ? fmax(0.0, dp->exchange_seconds - H * T) : dp->exchange_seconds;
-    return T + (exposed + dp->copy_seconds) / H;
+        inner = fmax(inner, dp->outer.site_steps[k] * dp->step[k]);
+    double exposed = dp->outer.outer_delay ? fmax(0.0, dp->exchange_seconds - inner) : dp->exchange_seconds;
+    return inner + exposed + dp->copy_seconds;
+}
+
+static double round_rows(const diloco_plan *dp)
+{
+    double rows = 0.0;
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        rows += (double)dp->outer.site_steps[k] * (double)dp->rows[k];
+    return rows;
+}
+
+double diloco_global_step(const diloco_plan *dp)
+{
+    return round_seconds(dp) * (double)dp->global_batch / round_rows(dp);
 }
 
 double diloco_step_items(const diloco_plan *dp, const char **unit)
 {
-    double items = 0.0;
-    for (int32_t k = 0; k < dp->n_sites; k++)
+    double items = 0.0, rows = 0.0;
+    for (int32_t k = 0; k < dp->n_sites; k++) {
         items += baseline_step_items(&dp->g[k], unit);
-    return items;
+        rows += (double)dp->rows[k];
+    }
+    return items * (double)dp->global_batch / rows;
 }
 
-void diloco_print(FILE *out, const diloco_plan *dp, const cluster *c, const double *site_step)
+void diloco_print(FILE *out, const diloco_plan *dp, const cluster *c)
 {
     const rt_diloco_info *x = &dp->outer;
-    double T = 0.0;
-    for (int32_t k = 0; k < dp->n_sites; k++)
-        T = fmax(T, site_step ? site_step[k] : dp->plan[k].step_seconds);
-    fprintf(out, "diloco: %d sites (the regions of %s) train side by side on their shares of the global batch "
-            "(%lld rows); every H = %d steps they average their parameter change and take an outer Nesterov step "
-            "(lr %g, momentum %g), %s on the wire%s\n",
-            dp->n_sites, c->name, (long long)dp->global_batch, x->local_steps, x->outer_lr, x->outer_momentum,
+    double T = slowest(dp);
+    for (int32_t k = 0; k < dp->n_sites && dp->each; k++)   /* the fastest site's, whose H it is */
+        T = fmin(T, dp->step[k]);
+    fprintf(out, "diloco: %d sites (the regions of %s) train side by side on %s (%lld rows); every H = %d steps%s "
+            "they average their parameter change and take an outer Nesterov step (lr %g, momentum %g), %s on the "
+            "wire%s\n",
+            dp->n_sites, c->name, dp->each ? "a whole batch each" : "their shares of the global batch",
+            (long long)dp->global_batch, x->local_steps, dp->each ? " (of the fastest site; slower ones fewer)" : "",
+            x->outer_lr, x->outer_momentum,
             x->outer_bits ? (x->outer_bits == 8 ? "8-bit rows with error feedback" : "4-bit rows with error feedback")
                           : "f32",
             x->outer_delay ? ", applied one round late (the transfer overlaps the next round)" : "");
     if (dp->h_chosen)
         fprintf(out, "H = %d chosen: the smallest (at least %d) whose steps hide the exchange (%.3f s <= H x %.3f ms) "
-                "and keep the copies to the replicas (%.3f s) under 5%% of them\n", x->local_steps, DILOCO_MIN_H,
-                dp->exchange_seconds, T * 1e3, dp->copy_seconds);
+                "and keep the copies to the replicas (%.3f s) under 5%% of them%s\n", x->local_steps, DILOCO_MIN_H,
+                dp->exchange_seconds, T * 1e3, dp->copy_seconds,
+                dp->each ? ", and the slowest site at least 10 steps a round" : "");
     else
         fprintf(out, "H = %d from --local-steps\n", x->local_steps);
     for (int32_t k = 0; k < dp->n_sites; k++) {
         const fence_plan *p = &dp->plan[k];
-        fprintf(out, "site %d: region %s (%d device%s): %lld rows (%.1f%%), %d stage%s x %d replica%s, %d micro-batch%s, "
-                "%s step %.2f ms (alone on the whole batch: %.2f ms)\n",
+        fprintf(out, "site %d: region %s (%d device%s): %lld rows a step, H %d (%.1f%% of a round's rows), %d stage%s x "
+                "%d replica%s, %d micro-batch%s, %s step %.2f ms (alone on the whole batch: %.2f ms)\n",
                 k, dp->site[k].name, dp->site[k].n_devices, dp->site[k].n_devices == 1 ? "" : "s",
-                (long long)dp->rows[k], 100.0 * x->site_weight[k], p->n_stages, p->n_stages == 1 ? "" : "s",
+                (long long)dp->rows[k], x->site_steps[k], 100.0 * x->site_weight[k], p->n_stages,
+                p->n_stages == 1 ? "" : "s",
                 p->n_replicas, p->n_replicas == 1 ? "" : "s", p->micro_batches, p->micro_batches == 1 ? "" : "es",
-                site_step ? "simulated" : "estimated", (site_step ? site_step[k] : p->step_seconds) * 1e3,
-                dp->alone[k] * 1e3);
+                dp->timed_by, dp->step[k] * 1e3, dp->alone[k] * 1e3);
     }
     fprintf(out, "outer exchange: %.1f KiB from a holder to each other site's (the largest), %.3f s on the slowest "
             "link; copies down the replicas %.3f s\n", dp->exchange_bytes / 1024.0, dp->exchange_seconds,
             dp->copy_seconds);
+    /* What the sites would train each alone on the whole batch, summed:
+     * the most they can give together. */
+    const char *unit;
+    double items = diloco_step_items(dp, &unit), alone = 0.0, step = diloco_global_step(dp);
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        alone += items / dp->alone[k];
+    fprintf(out, "sites alone, summed: %.0f %s/s (each on the whole batch); together under diloco: %.0f %s/s (%.1f%%)\n",
+            alone, unit, items / step, unit, 100.0 * (items / step) / alone);
 }
 
 /* A copy of site k's graph with the whole cluster's device indices. */
@@ -281,7 +362,7 @@ static int write_plan_text(const diloco_plan *dp, const cluster *c, const char *
     FILE *f = fopen(tmp, "w");
     if (!f)
         return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
-    diloco_print(f, dp, c, NULL);
+    diloco_print(f, dp, c);
     for (int32_t k = 0; k < dp->n_sites; k++) {
         fprintf(f, "\n== site %d: region %s ==\n", k, dp->site[k].name);
         plan_report_print(f, &dp->g[k], &dp->site[k], &dp->plan[k]);

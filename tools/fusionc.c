@@ -87,6 +87,21 @@ static const char *const usage_dump =
     "  --set name=value   override a hyper-parameter (repeatable)\n"
     PRECISION_OPTIONS;
 
+#define SYNC_OPTIONS                                                                              \
+    "  --sync S           exact (default: one global batch a step, every gradient averaged) or\n"  \
+    "                     diloco (each region trains with its own plan; every H steps the regions\n" \
+    "                     average their parameter change, an outer Nesterov step: a different\n"   \
+    "                     optimizer, for slow links between regions)\n"                           \
+    "  --local-steps H    diloco: inner steps between outer steps (default: from the links)\n"      \
+    "  --site-batch B     diloco: split (default: the batch is split among the regions by speed)\n" \
+    "                     or each (every region trains the whole batch a step, slower ones fewer\n" \
+    "                     steps a round, DiLoCo's batch per worker)\n"                            \
+    "  --outer-lr L, --outer-momentum M   diloco's outer step (default 0.7, 0.9)\n"              \
+    "  --outer-codec C    diloco's change on the wire: int8 (default), int4 (rows with error\n"     \
+    "                     feedback) or f32\n"                                                     \
+    "  --outer-delay D    1 (default: a round's change is applied a round late, its transfer\n"    \
+    "                     overlapping the next round) or 0 (applied at once)\n"
+
 #define PLACEMENT_OPTIONS                                                                         \
     PRECISION_OPTIONS                                                                             \
     "  --scheduler S      opfence (default: bandwidth- and speed-aware), uniform (equal layers\n"    \
@@ -105,7 +120,8 @@ static const char *const usage_dump =
     "                     none (the default on one region) or topk:RHO (everything top-k at RHO)\n" \
     "  --recompute R      auto (default: a stage whose memory caps the micro-batches it keeps\n"   \
     "                     in flight keeps only its forward's inputs and runs the forward again\n"  \
-    "                     before each waiting backward, when that shortens the step), on or off\n"
+    "                     before each waiting backward, when that shortens the step), on or off\n"  \
+    SYNC_OPTIONS
 
 static const char *const usage_compile =
     "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--scheduler S] [--micro-batches M]\n"
@@ -534,10 +550,23 @@ static int place_rows_on_site(void *arg, const cluster *c, int64_t batch, ir_gra
     return place_on_site(&site, c, g, plan, err);
 }
 
+/* diloco.h's timers: the plan's estimate, or 3 simulated steps' steady one. */
+static double estimated_step(const cluster *c, const ir_graph *g, const fence_plan *plan)
+{
+    (void)c, (void)g;
+    return plan->step_seconds;
+}
+
+static double simulated_step(const cluster *c, const ir_graph *g, const fence_plan *plan)
+{
+    (void)plan;
+    return baseline_simulated_step(g, c, 3, NULL);
+}
+
 /* --sync diloco on o's model and cluster: 1 when it applies (dp made, or
  * err set: *rc), 0 when the cluster is one region (a note says it changes
  * nothing; the caller goes on in exact mode). */
-static int diloco_applies(const options *o, cluster *c, diloco_plan *dp, int *rc, struct diag *err)
+static int diloco_applies(const options *o, int simulated, cluster *c, diloco_plan *dp, int *rc, struct diag *err)
 {
     memset(dp, 0, sizeof *dp);
     memset(c, 0, sizeof *c);
@@ -558,22 +587,24 @@ static int diloco_applies(const options *o, cluster *c, diloco_plan *dp, int *rc
     peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
     *rc = cluster_require_peak(c, kind, err) || cluster_require_peak(c, PEAK_FP32, err) ||
           load_graph(o->files[0], o, &g, err) ||
-          diloco_plan_make(c, o, global_batch(&g), place_rows_on_site, (void *)o, dp, err) ? -1 : 0;
+          diloco_plan_make(c, o, global_batch(&g), place_rows_on_site, (void *)o,
+                           simulated ? simulated_step : estimated_step, simulated ? "simulated" : "estimated", dp,
+                           err) ? -1 : 0;
     ir_graph_free(&g);
     return 1;
 }
 
 /* The global step's lines (plan, simulate) and the best single site's. */
-static int diloco_report(const options *o, const diloco_plan *dp, const cluster *c, const double *site_step,
-                         int sim_steps, struct diag *err)
+static int diloco_report(const options *o, const diloco_plan *dp, const cluster *c, int sim_steps,
+                         struct diag *err)
 {
-    diloco_print(stdout, dp, c, site_step);
-    double step = diloco_global_step(dp, site_step);
+    diloco_print(stdout, dp, c);
+    double step = diloco_global_step(dp);
     const char *unit;
     double items = diloco_step_items(dp, &unit);
-    printf("%s step: %.3f ms (one global batch: every site's share, the outer step amortised over H = %d)\n",
-           site_step ? "simulated" : "estimated", step * 1e3, dp->outer.local_steps);
-    printf("throughput: %.0f %s/s (%.0f %s a step, every site's)\n", step > 0 ? items / step : 0.0, unit, items, unit);
+    printf("%s step: %.3f ms (one global batch of %lld rows, all sites' work, the outer step amortised over a round)\n",
+           dp->timed_by, step * 1e3, (long long)dp->global_batch);
+    printf("throughput: %.0f %s/s (%.0f %s a global batch)\n", step > 0 ? items / step : 0.0, unit, items, unit);
     site_baseline b;
     if (baseline_best_site(c, place_on_site, (void *)o, sim_steps, &b, err))
         return -1;
@@ -607,7 +638,7 @@ static int cmd_compile(int argc, char **argv)
     tc.cublas_system = o.cublas && strcmp(o.cublas, "system") == 0;
     cluster whole;
     diloco_plan dp;
-    if (diloco_applies(&o, &whole, &dp, &rc, &err)) {
+    if (diloco_applies(&o, 0, &whole, &dp, &rc, &err)) {
         if (rc == 0)
             rc = diloco_write(&dp, &whole, o.output, &tc, o.port_base, &err);
         if (rc)
@@ -646,13 +677,13 @@ static int cmd_plan(int argc, char **argv)
     struct diag err = { 0 };
     cluster whole;
     diloco_plan dp;
-    if (diloco_applies(&o, &whole, &dp, &rc, &err)) {
+    if (diloco_applies(&o, 0, &whole, &dp, &rc, &err)) {
         for (int32_t k = 0; k < dp.n_sites && rc == 0; k++) {
             printf("== site %d: region %s ==\n", k, dp.site[k].name);
             plan_report_print(stdout, &dp.g[k], &dp.site[k], &dp.plan[k]);
         }
         if (rc == 0)
-            rc = diloco_report(&o, &dp, &whole, NULL, 0, &err);
+            rc = diloco_report(&o, &dp, &whole, 0, &err);
         if (rc)
             diag_print(&err);
         diloco_plan_free(&dp);
@@ -733,20 +764,12 @@ static int cmd_simulate(int argc, char **argv)
     struct diag err = { 0 };
     cluster whole;
     diloco_plan dp;
-    if (diloco_applies(&o, &whole, &dp, &rc, &err)) {
-        double site_step[RT_MAX_SITES];
-        for (int32_t k = 0; k < dp.n_sites && rc == 0; k++) {
-            sim_result r;
-            memset(&r, 0, sizeof r);
-            rc = simulate_steps(&dp.g[k], &dp.site[k], o.steps > 0 ? o.steps : 3, &r, &err);
-            site_step[k] = sim_steady_step(&r);
-            sim_result_free(&r);
-        }
+    if (diloco_applies(&o, 1, &whole, &dp, &rc, &err)) {
         if (rc == 0)
             printf("simulate: %s on %s, --sync diloco, precision %s\n", ir_str(&dp.g[0], dp.g[0].name), whole.name,
                    ir_dtype_name(dp.g[0].precision));
         if (rc == 0)
-            rc = diloco_report(&o, &dp, &whole, site_step, o.steps > 0 ? o.steps : 3, &err);
+            rc = diloco_report(&o, &dp, &whole, 3, &err);
         if (rc)
             diag_print(&err);
         diloco_plan_free(&dp);

@@ -43,7 +43,7 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                           strcmp(a, "--precision") == 0 || strcmp(a, "--sync") == 0 ||
                           strcmp(a, "--local-steps") == 0 || strcmp(a, "--outer-lr") == 0 ||
                           strcmp(a, "--outer-momentum") == 0 || strcmp(a, "--outer-codec") == 0 ||
-                          strcmp(a, "--outer-delay") == 0;
+                          strcmp(a, "--outer-delay") == 0 || strcmp(a, "--site-batch") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -59,7 +59,7 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                 strcmp(key, "--steps") && strcmp(key, "--seed") && strcmp(key, "--recompute") &&
                 strcmp(key, "--cublas") && strcmp(key, "--precision") && strcmp(key, "--sync") &&
                 strcmp(key, "--local-steps") && strcmp(key, "--outer-lr") && strcmp(key, "--outer-momentum") &&
-                strcmp(key, "--outer-codec") && strcmp(key, "--outer-delay"))
+                strcmp(key, "--outer-codec") && strcmp(key, "--outer-delay") && strcmp(key, "--site-batch"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -162,6 +162,10 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                 return usage_error(usage, lr ? "--outer-lr expects a rate in (0, 10], found '%s'"
                                              : "--outer-momentum expects a value in [0, 1), found '%s'", value);
             *(lr ? &o->outer_lr : &o->outer_momentum) = v;
+        } else if (strcmp(a, "--site-batch") == 0) {
+            if (strcmp(value, "split") && strcmp(value, "each"))
+                return usage_error(usage, "--site-batch expects split or each, found '%s'", value);
+            o->site_batch = strcmp(value, "each") == 0;
         } else if (strcmp(a, "--outer-codec") == 0) {
             if (strcmp(value, "int8") && strcmp(value, "int4") && strcmp(value, "f32"))
                 return usage_error(usage, "--outer-codec expects int8, int4 or f32, found '%s'", value);

@@ -38,6 +38,7 @@ typedef struct {
     double        outer_momentum; /* --outer-momentum (< 0: 0.9)                */
     int           outer_bits;   /* --outer-codec int8|int4|f32: 8, 4, 0 (-1: 8) */
     int           outer_delay;  /* --outer-delay 0|1 (-1: 1)                    */
+    int           site_batch;   /* --site-batch split (0) | each (1)            */
 } options;
 
 /* "fusionc: <fmt with arg>" and the usage on standard error; returns 2. */

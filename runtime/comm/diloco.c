@@ -111,6 +111,15 @@ void rt_diloco_free(rt_diloco *d)
     memset(d, 0, sizeof *d);
 }
 
+int64_t rt_diloco_site_steps(const rt_diloco_info *info, int64_t steps)
+{
+    int64_t most = 1, own = info->local_steps;
+    for (int32_t k = 0; k < info->n_sites; k++)
+        most = info->site_steps[k] > most ? info->site_steps[k] : most;
+    int64_t rounds = steps / most, rest = steps % most;
+    return rounds * own + (rest * own + most - 1) / most;
+}
+
 int rt_diloco_due(const rt_diloco *d, int64_t step, int64_t last_step)
 {
     return step == last_step || step % d->info.local_steps == 0;
@@ -142,8 +151,8 @@ static int encode_delta(rt_diloco *d, rt_outer_param *q, float *mine, size_t *le
 }
 
 /* D = sum over sites, in site order, of w_k times site k's decoded delta
- * of round `step` (this site's: own), into d->sum. */
-static int gather_mean(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t step, const float *own, rt_context *ctx)
+ * of round `round` (this site's: own), into d->sum. */
+static int gather_mean(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t round, const float *own, rt_context *ctx)
 {
     const rt_diloco_param *e = &d->table[q->index];
     size_t len = wire_bytes(d, q);
@@ -152,7 +161,7 @@ static int gather_mean(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t step
     for (int32_t k = 0; k < d->info.n_sites; k++) {
         const float *x = own;
         if (k != d->info.site) {
-            fu_msg_info want = { .kind = MSG_GRADIENT, .step = step, .micro_batch = OUTER_DELTA_TAG,
+            fu_msg_info want = { .kind = MSG_GRADIENT, .step = round, .micro_batch = OUTER_DELTA_TAG,
                                  .tensor = q->index, .codec = d->info.outer_bits ? FU_CODEC_QUANT : FU_CODEC_RAW_F32,
                                  .length = len };
             char why[400];
@@ -193,7 +202,7 @@ static void outer_step(const rt_diloco *d, rt_outer_param *q)
 }
 
 /* The holder's part of the round for one parameter. */
-static int holder_round(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t step, int final, rt_context *ctx)
+static int holder_round(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t round, int final, rt_context *ctx)
 {
     const rt_diloco_param *e = &d->table[q->index];
     float *mine = malloc(((size_t)q->n + 1) * sizeof *mine);
@@ -203,7 +212,7 @@ static int holder_round(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t ste
     }
     size_t len = 0;
     int rc = encode_delta(d, q, mine, &len, ctx);
-    fu_msg_info out = { .kind = MSG_GRADIENT, .step = step, .micro_batch = OUTER_DELTA_TAG, .tensor = q->index,
+    fu_msg_info out = { .kind = MSG_GRADIENT, .step = round, .micro_batch = OUTER_DELTA_TAG, .tensor = q->index,
                         .codec = d->info.outer_bits ? FU_CODEC_QUANT : FU_CODEC_RAW_F32, .length = len };
     char why[400];
     for (int32_t k = 0; k < d->info.n_sites && rc == 0; k++) {
@@ -216,13 +225,13 @@ static int holder_round(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t ste
         d->sent += len;
     }
     /* The previous round's change, in flight since then. */
-    if (rc == 0 && d->pending_step > 0) {
-        rc = gather_mean(d, c, q, d->pending_step, q->pending, ctx);
+    if (rc == 0 && d->pending_round > 0) {
+        rc = gather_mean(d, c, q, d->pending_round, q->pending, ctx);
         if (rc == 0)
             outer_step(d, q);
     }
     if (rc == 0 && (!d->info.outer_delay || final)) {   /* this round's, now */
-        rc = gather_mean(d, c, q, step, mine, ctx);
+        rc = gather_mean(d, c, q, round, mine, ctx);
         if (rc == 0) {
             outer_step(d, q);
             memcpy(q->param, q->anchor, (size_t)q->n * sizeof *q->param);
@@ -239,12 +248,12 @@ static int holder_round(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t ste
 }
 
 /* The new parameters down the stage's ring of replicas: 0 -> 1 -> ... */
-static int copy_to_replicas(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t step, rt_context *ctx)
+static int copy_to_replicas(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t round, rt_context *ctx)
 {
     if (d->n_replicas < 2)
         return 0;
     const int32_t *at = c->placement + (size_t)d->stage * d->n_replicas;
-    fu_msg_info m = { .kind = MSG_GRADIENT, .step = step, .micro_batch = OUTER_PARAM_TAG, .tensor = q->index,
+    fu_msg_info m = { .kind = MSG_GRADIENT, .step = round, .micro_batch = OUTER_PARAM_TAG, .tensor = q->index,
                       .codec = FU_CODEC_RAW_F32, .length = (uint64_t)q->n * 4 };
     char why[400];
     if (d->replica > 0 &&
@@ -270,14 +279,16 @@ int rt_diloco_round(rt_diloco *d, rt_comm *c, int64_t step, int final, rt_contex
     }
     double waited = d->waited, t0 = seconds_now();
     uint64_t sent = d->sent;
+    int64_t round = d->rounds + 1;   /* the tag: the sites' step counts differ when their H do */
     for (int32_t i = 0; i < d->n; i++) {
-        if (d->replica == 0 && holder_round(d, c, &d->params[i], step, final, ctx))
+        if (d->replica == 0 && holder_round(d, c, &d->params[i], round, final, ctx))
             return -1;
-        if (copy_to_replicas(d, c, &d->params[i], step, ctx))
+        if (copy_to_replicas(d, c, &d->params[i], round, ctx))
             return -1;
     }
-    d->pending_step = d->info.outer_delay && !final ? step : 0;
+    d->pending_round = d->info.outer_delay && !final ? round : 0;
     d->rounds++;
+    (void)step;
     snprintf(line, n, "outer step %lld (site %d of %d, %d parameter%s): %.0f KiB sent, %.1f ms waiting for the other "
              "sites, %.1f ms in all%s",
              (long long)d->rounds, d->info.site, d->info.n_sites, d->n, d->n == 1 ? "" : "s",

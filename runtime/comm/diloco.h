@@ -1,11 +1,12 @@
 /* diloco.h: the outer step of --sync diloco (DiLoCo, Douillard et al. 2023).
  *
- * Each site (a region of the cluster) trains on its own rows of the global
- * batch with its own plan, exact inside the site.  Every H steps (and after
- * the last step) the sites agree on the parameters:
+ * Each site (a region of the cluster) trains on its own rows with its own
+ * plan, exact inside the site.  Every round (H_k steps at site k: a slower
+ * site may take fewer, so that the sites' rounds take the same time; and
+ * after the last step) the sites agree on the parameters:
  *
  *   delta_k   = start - theta_k          site k's change this round
- *   D         = sum_k w_k delta_k        w_k: site k's share of the batch
+ *   D         = sum_k w_k delta_k        w_k: site k's share of the round's rows
  *   v         = mu v + D                 outer Nesterov momentum (mu 0.9)
  *   anchor   -= lr (D + mu v)            outer lr 0.7 (the paper's)
  *   theta     = anchor;  start = anchor
@@ -64,7 +65,7 @@ typedef struct {
     unsigned char   *wire;             /* one encoded delta                      */
     size_t           wire_bytes;
     float           *decoded, *sum;    /* (largest n) each                       */
-    int64_t          pending_step;     /* the round whose deltas are in flight; 0 none */
+    int64_t          pending_round;    /* the round whose deltas are in flight; 0 none */
     int64_t          rounds;
     double           waited;           /* seconds blocked receiving, all rounds  */
     uint64_t         sent;             /* payload bytes sent to other sites      */
@@ -77,11 +78,16 @@ int  rt_diloco_init(rt_diloco *d, const rt_manifest *m, const rt_diloco_param *t
                     int32_t n_tensors, char *arena, char *err, size_t n);
 void rt_diloco_free(rt_diloco *d);
 
+/* The steps site `info->site` takes for a run of `steps`: `steps` counts
+ * the steps of the site with the largest H; the others take as many
+ * rounds, each of their own H (the last round cut in proportion). */
+int64_t rt_diloco_site_steps(const rt_diloco_info *info, int64_t steps);
 /* After step `step`'s update: 1 when an outer step is due (step % H == 0,
  * or the last step). */
 int  rt_diloco_due(const rt_diloco *d, int64_t step, int64_t last_step);
-/* The outer step (see above); final: the last one, which applies
- * everything in flight.  Errors in ctx->msg; a one-line summary in line. */
+/* The outer step (see above; its messages are tagged by round, which the
+ * sites count alike); final: the last one, which applies everything in
+ * flight.  Errors in ctx->msg; a one-line summary in line. */
 int  rt_diloco_round(rt_diloco *d, rt_comm *c, int64_t step, int final, rt_context *ctx, char *line, size_t n);
 
 #endif
