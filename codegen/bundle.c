@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../ir/ops.h"
+#include "../passes/allreduce_plan.h"
 #include "../passes/passes.h"
 #include "bundle_libs.h"
 #include "llvm_host.h"
@@ -151,6 +152,10 @@ static int collect_links(const ir_graph *g, const cluster *c, rt_link **out, int
             int32_t a = p->device[s * R + r], b = p->device[s * R + (r + 1) % R];
             used[(size_t)(a < b ? a : b) * N + (a < b ? b : a)] = 1;
         }
+    for (int32_t i = 0; i < g->n_nodes; i++)   /* a hierarchical all-reduce's rings and leaders */
+        if (g->nodes[i].op == OP_ALLREDUCE && ir_node_int(&g->nodes[i], ATTR_GROUPS, 0))
+            allreduce_mark_links(ir_node_int(&g->nodes[i], ATTR_GROUPS, 0), p->device + (size_t)g->nodes[i].stage * R, R,
+                            used, N);
     int32_t n = 0;
     for (size_t k = 0; k < (size_t)N * (size_t)N; k++)
         n += used[k];

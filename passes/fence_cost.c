@@ -34,6 +34,7 @@
 
 #include "../ir/ops.h"
 #include "../ir/pipeline_order.h"
+#include "allreduce_plan.h"
 #include "fence_cost.h"
 
 /* fmax without its NaN rules (none arise here), so that it inlines. */
@@ -362,20 +363,19 @@ done:
 
 /* ---- the step -------------------------------------------------------------- */
 
-/* The ring all-reduce of stage s's gradients over its replicas. */
+/* Stage s's gradients averaged over its replicas: the ring, or the
+ * hierarchy over its regions when cheaper (allreduce_plan.h, the comm
+ * pass's same choice). */
+static void model_link(const void *ctx, int32_t a, int32_t b, double *bw, double *lat)
+{
+    fence_link_of(ctx, a, b, bw, lat);
+}
+
 static double allreduce_seconds(const fence_model *m, const candidate *cd, int32_t s, double grad_bytes)
 {
     if (cd->R < 2)
         return 0.0;
-    double worst_bw = INFINITY, worst_lat = 0.0;
-    for (int32_t r = 0; r < cd->R; r++) {
-        double bw, lat;
-        fence_link_of(m, cd->dev[s * cd->R + r], cd->dev[s * cd->R + (r + 1) % cd->R], &bw, &lat);
-        worst_bw = fmin(worst_bw, bw);
-        worst_lat = fmax(worst_lat, lat);
-    }
-    double R = cd->R;
-    return estimate_transfer_seconds(2.0 * (R - 1) / R * grad_bytes, worst_bw, 2.0 * (R - 1) * worst_lat);
+    return allreduce_plan(m->c, cd->dev + (size_t)s * cd->R, cd->R, grad_bytes, model_link, m, NULL);
 }
 
 double fence_t_star(const fence_model *m, const candidate *cd, const int32_t *end)
