@@ -609,6 +609,100 @@ static double search_window(search *x, int32_t f0, int32_t f1)
     return best;
 }
 
+/* ---- after the search ------------------------------------------------------ */
+
+/* Each region alone, searched as a window of its own.  A fence may join
+ * regions whose links differ less than FENCE_GAP_RATIO, so a region is not
+ * always a window; the plan must never be slower than the best site alone
+ * (which needs none of the slow links), so every region is a candidate
+ * too.  0, or -1 on no memory. */
+static int search_each_region(search *x)
+{
+    const fence_model *m = x->m;
+    int32_t N = m->n_devices;
+    if (!m->c || m->c->n_regions < 2 || x->opt->stages > 0 || x->opt->replicas > 0)
+        return 0;
+    int32_t *chain = malloc(((size_t)N + 1) * sizeof *chain), start[2] = { 0, 0 };
+    if (!chain)
+        return -1;
+    search y = *x;
+    y.chain = chain;
+    y.start = start;
+    speed_model = m;
+    for (int32_t g = 0; g < m->c->n_regions; g++) {
+        int32_t n = 0;
+        for (int32_t d = 0; d < N; d++)
+            if (m->c->hosts[m->c->devices[d].host].region == g)
+                chain[n++] = d;
+        if (n == 0 || n == N)
+            continue;
+        qsort(chain, (size_t)n, sizeof *chain, by_speed_desc);
+        start[1] = n;
+        if (search_window(&y, 0, 0) < 0) {
+            free(chain);
+            return -1;
+        }
+    }
+    x->work = y.work;
+    free(chain);
+    return 0;
+}
+
+/* The winner's cut, refined against the whole cost model.  The DP cuts for
+ * the pipeline's bottleneck and the equal-layers cut for balance; neither
+ * sees that each stage's all-reduce and the tied embedding's gradient end
+ * the step (fence_evaluate), which a stage holding the embedding (GPT-3 XL:
+ * 103M parameters, 7.3 s of all-reduce on a city's 2 Gbps) makes the
+ * longest.  So first stage 0 takes 0, 1, 2, ... whole layers and the
+ * other stages the rest in equal parts; then each boundary in turn tries 1, 2, 4, ... forward positions
+ * either way and moves to the one that shortens the step most while the
+ * plan still fits (at most FENCE_REFINE_ROUNDS passes over the
+ * boundaries, O(S log n) evaluations each). */
+#define FENCE_REFINE_ROUNDS 8
+static int refine_cuts(const fence_model *m, fence_best *b)
+{
+    if (!b->dev || b->cd.S < 2)
+        return 0;
+    int32_t S = b->cd.S, used = S * b->cd.R;
+    int32_t *dev = malloc((size_t)used * sizeof *dev), *end = malloc((size_t)S * sizeof *end);
+    if (!dev || !end) {
+        free(dev);
+        free(end);
+        return -1;
+    }
+    memcpy(dev, b->dev, (size_t)used * sizeof *dev);
+    memcpy(end, b->end, (size_t)S * sizeof *end);
+    candidate cd = b->cd;
+    cd.dev = dev;
+    int rc = 0;
+    /* First stage 0 lighter or heavier by whole layers, the rest equal. */
+    for (int32_t front = 0; rc == 0 && fence_front_cuts(m, S, front, end) == 0; front++)
+        rc = fence_keep_if_better(b, m, &cd, end, 1, NULL, NULL);
+    memcpy(end, b->end, (size_t)S * sizeof *end);
+    for (int round = 0, moved = 1; moved && round < FENCE_REFINE_ROUNDS && rc == 0; round++) {
+        moved = 0;
+        for (int32_t s = 0; s + 1 < S && rc == 0; s++) {
+            int32_t was = end[s], lo = s > 0 ? end[s - 1] + 1 : 0, hi = end[s + 1] - 1, best = was;
+            for (int32_t dir = -1; dir <= 1 && rc == 0; dir += 2)
+                for (int32_t step = 1; step < m->n_fwd && rc == 0; step *= 2) {
+                    int32_t to = was + dir * step;
+                    if (to < lo || to > hi)
+                        break;
+                    double before = b->T;
+                    end[s] = to;
+                    rc = fence_keep_if_better(b, m, &cd, end, 1, NULL, NULL);
+                    if (b->T < before * (1.0 - 1e-9))
+                        best = to;
+                }
+            end[s] = best;   /* b holds the best found; the next boundary moves from it */
+            moved |= best != was;
+        }
+    }
+    free(dev);
+    free(end);
+    return rc;
+}
+
 int fence_search(const fence_model *m, int32_t M, const pass_options *opt, const int32_t *fence_of, int32_t F,
                  fence_best *b)
 {
@@ -655,6 +749,8 @@ int fence_search(const fence_model *m, int32_t M, const pass_options *opt, const
             best = fmin(best, T);
         }
     }
+    if (search_each_region(&x) || refine_cuts(m, b))
+        goto done;
     rc = 0;
 done:
     free(fences);
