@@ -674,7 +674,11 @@ static int refine_cuts(const fence_model *m, fence_best *b)
     memcpy(end, b->end, (size_t)S * sizeof *end);
     candidate cd = b->cd;
     cd.dev = dev;
-    int rc = 0;
+    int32_t *was_end = malloc((size_t)S * sizeof *was_end);
+    double   was_T = b->T;
+    int      rc = was_end ? 0 : -1;
+    if (was_end)
+        memcpy(was_end, b->end, (size_t)S * sizeof *was_end);
     /* First stage 0 lighter or heavier by whole layers, the rest equal. */
     for (int32_t front = 0; rc == 0 && fence_front_cuts(m, S, front, end) == 0; front++)
         rc = fence_keep_if_better(b, m, &cd, end, 1, NULL, NULL);
@@ -698,6 +702,14 @@ static int refine_cuts(const fence_model *m, fence_best *b)
             moved |= best != was;
         }
     }
+    /* Under 1% is within the model's error: keep the search's cut then,
+     * so a plan does not change for nothing (the same cut across
+     * precisions, say). */
+    if (rc == 0 && !(b->T < 0.99 * was_T)) {
+        memcpy(b->end, was_end, (size_t)S * sizeof *was_end);
+        b->T = was_T;
+    }
+    free(was_end);
     free(dev);
     free(end);
     return rc;
