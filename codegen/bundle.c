@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../ir/ops.h"
+#include "../passes/allreduce_plan.h"
 #include "../passes/passes.h"
 #include "bundle_libs.h"
 #include "llvm_host.h"
@@ -168,6 +169,10 @@ static int collect_links(const graph_set *set, const cluster *c, rt_link **out, 
         for (int32_t s = 0; s < S && R > 1; s++)
             for (int32_t r = 0; r < R; r++)
                 mark_pair(used, N, p->device[s * R + r], p->device[s * R + (r + 1) % R]);
+        for (int32_t i = 0; i < g->n_nodes; i++)   /* a hierarchical all-reduce's rings and leaders */
+            if (g->nodes[i].op == OP_ALLREDUCE && ir_node_int(&g->nodes[i], ATTR_GROUPS, 0))
+                allreduce_mark_links(ir_node_int(&g->nodes[i], ATTR_GROUPS, 0),
+                                     p->device + (size_t)g->nodes[i].stage * R, R, used, N);
     }
     for (int32_t i = 0; set->params && i < set->n_params; i++)
         for (int32_t a = 0; a < set->n; a++)

@@ -101,6 +101,10 @@ typedef enum {
     ATTR_LOSS_SCALE,    /* fill: 1 = the loss seed, times the runtime's loss scale; clip_scale:
                            1 = divide by it too, and NaN (skip the step) when the
                            gradients overflowed (fp16's dynamic loss scaling)        */
+    ATTR_GROUPS,        /* allreduce: 0 = one ring over the stage's replicas; else bit r set
+                           (r >= 1) = replica r starts a new group (its region): the
+                           gradient is reduced inside each group, across the groups'
+                           first replicas (their leaders), then sent back (allreduce_plan.h) */
     ATTR_KEY_COUNT
 } attr_key;
 

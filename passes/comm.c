@@ -23,7 +23,9 @@
  *   - with R > 1 replicas per stage, every parameter's gradient is averaged
  *     over the stage's replicas (allreduce) before the optimizer reads it;
  *     the all-reduces open the stage's update, back to back, and the
- *     runtime sends them as one bucket.
+ *     runtime sends them as one bucket; when the stage's replicas span
+ *     regions and it is cheaper, `groups` says to reduce inside each
+ *     region first, then among one leader a region (allreduce_plan.h).
  *
  * With one stage and one replica the pass changes nothing.
  */
@@ -32,6 +34,7 @@
 #include <string.h>
 
 #include "../ir/ops.h"
+#include "allreduce_plan.h"
 #include "passes.h"
 
 #define COMM_NAME_MAX 320
@@ -128,9 +131,41 @@ static void replace_input(ir_node *node, int32_t from, int32_t to)
 /* The optimizer reads every gradient averaged over the stage's replicas.
  * The all-reduces come first in the stage's update, one after another, so
  * the runtime can send them as one bucket (runtime/comm/comm.c). */
-static int add_allreduces(comm_state *cs)
+static void link_of_cluster(const void *ctx, int32_t a, int32_t b, double *bw, double *lat)
+{
+    cluster_link_between(ctx, a, b, bw, lat);
+}
+
+/* The way each stage's bucket is averaged: the ring, or the hierarchy over
+ * its replicas' regions when that is cheaper for the bucket's bytes
+ * (allreduce_plan.h; the fence pass priced the same choice).  groups[S]. */
+static int allreduce_groups(const ir_graph *g, const cluster *c, int64_t *groups)
+{
+    const ir_placement *p = &g->placement;
+    int32_t S = p->n_stages, R = p->n_replicas;
+    double *bytes = calloc((size_t)S, sizeof *bytes);
+    if (!bytes)
+        return -1;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == OP_ADAMW && g->nodes[i].n_in >= 2)
+            bytes[g->nodes[i].stage] += (double)ir_value_bytes(g, g->nodes[i].in[1]);
+    for (int32_t s = 0; s < S; s++) {
+        groups[s] = 0;
+        if (c && c->n_devices > 0)
+            allreduce_plan(c, p->device + (size_t)s * R, R, bytes[s], link_of_cluster, c, &groups[s]);
+    }
+    free(bytes);
+    return 0;
+}
+
+static int add_allreduces(comm_state *cs, const cluster *c)
 {
     ir_graph *g = cs->g;
+    int64_t *groups = calloc((size_t)g->placement.n_stages + 1, sizeof *groups);
+    if (!groups || allreduce_groups(g, c, groups)) {
+        free(groups);
+        return oom(cs);
+    }
     for (int32_t i = 0; i < cs->n_old; i++) {
         if (!op_updates_param(g->nodes[i].op) || g->nodes[i].n_in < 2)
             continue;
@@ -144,12 +179,16 @@ static int add_allreduces(comm_state *cs)
         int32_t n = new_node(cs, OP_ALLREDUCE, name, first, 0, stage, PHASE_UPDATE);
         int32_t v = n < 0 ? -1 : ir_add_value(g, name, g->values[grad].dtype, ROLE_GRADIENT, &shape, g->values[grad].loc);
         if (v < 0 || ir_node_add_input(g, n, grad) || ir_node_add_output(g, n, v) ||
-            ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++))
+            ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++) ||
+            (groups[stage] && ir_node_set_int(g, n, ATTR_GROUPS, groups[stage]))) {
+            free(groups);
             return oom(cs);
+        }
         for (int32_t j = 0; j < cs->n_old; j++)
             if (g->nodes[j].phase == PHASE_UPDATE)
                 replace_input(&g->nodes[j], grad, v);
     }
+    free(groups);
     return 0;
 }
 
@@ -352,7 +391,7 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
     comm_state cs = { g, err, g->n_nodes, NULL, NULL, 0, 0 };
     int32_t n_values = g->n_values;
     if (p->n_replicas > 1)
-        rc = add_allreduces(&cs);
+        rc = add_allreduces(&cs, opt ? opt->cluster : NULL);
     for (int32_t i = 0; i < cs.n_old && rc == 0; i++)
         rc = duplicate_sourceless(&cs, i, S);
     /* Each value's home: its producer's stage, or its first reader's. */

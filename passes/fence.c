@@ -126,6 +126,39 @@ int fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end)
     return 0;
 }
 
+int fence_front_cuts(const fence_model *m, int32_t S, int32_t front, int32_t *end)
+{
+    if (S < 2 || S > m->n_fwd || front < 0)
+        return -1;
+    int32_t *layer = malloc(((size_t)m->n_fwd + 1) * sizeof *layer), L = 0;
+    if (!layer)
+        return -1;
+    const char *last = NULL;
+    size_t last_len = 0;
+    for (int32_t k = 0; k < m->n_fwd; k++) {   /* as fence_uniform_cuts */
+        const char *name = ir_node_name(m->g, m->fwd[k]);
+        size_t len = layer_prefix(name);
+        if (len > 0 && !(last && len == last_len && strncmp(name, last, len) == 0)) {
+            last = name;
+            last_len = len;
+            L++;
+        }
+        layer[k] = L - 1;
+    }
+    int rc = L - front >= S - 1 ? 0 : -1;
+    for (int32_t s = 0; s < S; s++)
+        end[s] = -1;
+    for (int32_t k = 0; rc == 0 && k < m->n_fwd; k++) {
+        int32_t s = layer[k] < front ? 0 : 1 + (int32_t)((int64_t)(layer[k] - front) * (S - 1) / (L - front));
+        end[s] = k;
+    }
+    for (int32_t s = 0; rc == 0 && s < S; s++)
+        if (end[s] < 0 || (s > 0 && end[s] <= end[s - 1]))
+            rc = -1;   /* a stage without ops */
+    free(layer);
+    return rc;
+}
+
 /* Every device in file order, one stage each, equal layers per stage:
  * Megatron's default placement. */
 static int plan_uniform(const fence_model *m, int32_t M, fence_best *b)

@@ -6,12 +6,17 @@
  * and backward of the M micro-batches simulated event by event in the
  * runtime's 1F1B order with the schedule pass's warm-up (simulate_1f1b:
  * each stage's compute, each tensor's transfer and latency, links full
- * duplex), then
- *   + max_s (update_s + allreduce_s) + the stages' agreement on the
- *     gradient norm (when the optimizer clips: every stage sends its
- *     partial sum to every other at once, so the slowest pair's latency)
+ * duplex); each stage s averages its gradients when its own last backward
+ * is done (end_s; the later stages' overlap the earlier ones' drain), so
+ *   clipping: max_s (end_s + allreduce_s) + the stages' agreement on the
+ *             gradient norm (every stage sends its partial sum to every
+ *             other at once: the slowest pair's latency) + the update;
+ *   else:     max_s (end_s + allreduce_s + update_s - start_s), start_s
+ *             when the stage's first forward starts (its next step's
+ *             comes that long after stage 0's in any case);
  * with allreduce_s the ring all-reduce of a stage's gradients over its R
- * replicas: 2 (R-1)/R * bytes / bandwidth + 2 (R-1) latency.
+ * replicas, 2 (R-1)/R * bytes / bandwidth + 2 (R-1) latency, or the
+ * hierarchy over its regions when cheaper (allreduce_plan.h).
  *
  * Traffic is priced as the comm pass sends it: an activation (or input)
  * from the stage that makes it straight to each later stage that reads
@@ -34,6 +39,7 @@
 
 #include "../ir/ops.h"
 #include "../ir/pipeline_order.h"
+#include "allreduce_plan.h"
 #include "fence_cost.h"
 
 /* fmax without its NaN rules (none arise here), so that it inlines. */
@@ -246,7 +252,7 @@ static int stage_traffic(const fence_model *m, const candidate *cd, const int32_
  * Returns the time the last stage is done, or -1 when out of memory. */
 static double simulate_1f1b(const fence_model *m, const candidate *cd, const lanes *l, const traffic *tr,
                             const double *f, const double *b, const double *most, const double *most_replay,
-                            int32_t *warm_out, uint8_t *recompute_out)
+                            int32_t *warm_out, uint8_t *recompute_out, double *start_out, double *end_out)
 {
     int32_t S = cd->S, M = cd->M;
     size_t SM = (size_t)S * (size_t)M, SS = (size_t)S * (size_t)S;
@@ -299,6 +305,8 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const lan
                     break;
                 double start = fmax(free_at[s], a >= 0 ? ready_f[at] : ready_b[at]);
                 double done_at = start + (a >= 0 ? f[s] : backward[s]);
+                if (start_out && next[s] == 0)
+                    start_out[s] = start;
                 free_at[s] = done_at;
                 for (int32_t t = 0; t < S; t++) {
                     size_t st = (size_t)s * S + t;
@@ -333,6 +341,8 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const lan
             break;
         }
         makespan = fmax(makespan, fmax(free_at[s], once_at[s]));
+        if (end_out)
+            end_out[s] = fmax(free_at[s], once_at[s]);
     }
     if (warm_out)
         memcpy(warm_out, warm, (size_t)S * sizeof *warm);
@@ -362,20 +372,19 @@ done:
 
 /* ---- the step -------------------------------------------------------------- */
 
-/* The ring all-reduce of stage s's gradients over its replicas. */
+/* Stage s's gradients averaged over its replicas: the ring, or the
+ * hierarchy over its regions when cheaper (allreduce_plan.h, the comm
+ * pass's same choice). */
+static void model_link(const void *ctx, int32_t a, int32_t b, double *bw, double *lat)
+{
+    fence_link_of(ctx, a, b, bw, lat);
+}
+
 static double allreduce_seconds(const fence_model *m, const candidate *cd, int32_t s, double grad_bytes)
 {
     if (cd->R < 2)
         return 0.0;
-    double worst_bw = INFINITY, worst_lat = 0.0;
-    for (int32_t r = 0; r < cd->R; r++) {
-        double bw, lat;
-        fence_link_of(m, cd->dev[s * cd->R + r], cd->dev[s * cd->R + (r + 1) % cd->R], &bw, &lat);
-        worst_bw = fmin(worst_bw, bw);
-        worst_lat = fmax(worst_lat, lat);
-    }
-    double R = cd->R;
-    return estimate_transfer_seconds(2.0 * (R - 1) / R * grad_bytes, worst_bw, 2.0 * (R - 1) * worst_lat);
+    return allreduce_plan(m->c, cd->dev + (size_t)s * cd->R, cd->R, grad_bytes, model_link, m, NULL);
 }
 
 double fence_t_star(const fence_model *m, const candidate *cd, const int32_t *end)
@@ -439,6 +448,8 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     int32_t *warm = calloc((size_t)S, sizeof *warm);
     double  *most = calloc((size_t)S, sizeof *most), *most_replay = calloc((size_t)S, sizeof *most_replay);
     uint8_t *recompute = calloc((size_t)S, 1);
+    double  *first = calloc((size_t)S, sizeof *first), *last = calloc((size_t)S, sizeof *last);
+    double  *ar_of = calloc((size_t)S, sizeof *ar_of), *upd_of = calloc((size_t)S, sizeof *upd_of), upd_max = 0.0;
     int      have_lanes = lanes_init(&l, m, cd, 1) == 0;
     tr.fwd = calloc(SS, sizeof *tr.fwd);
     tr.bwd = calloc(SS, sizeof *tr.bwd);
@@ -449,7 +460,8 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     double T = INFINITY;
     if (fill)
         *fill = INFINITY;
-    if (!f || !b || !c || !warm || !most || !most_replay || !recompute || !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once ||
+    if (!f || !b || !c || !warm || !most || !most_replay || !recompute || !first || !last || !ar_of || !upd_of ||
+        !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once ||
         !tr.codec_f || !tr.codec_b)
         goto done;
     /* Compute per micro-batch, T* (the compress pass's target), then the
@@ -486,6 +498,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
                 bottleneck = busy, where = s, is_link = 1;
         }
         tail = fmax(tail, upd + ar);
+        ar_of[s] = ar, upd_of[s] = upd, upd_max = fmax(upd_max, upd);
         if (out) {
             out->stage_compute[s] = cs;
             out->stage_update[s] = upd;
@@ -507,15 +520,29 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
         most[s] = schedule_warmup_most(memory, state, stash);
         most_replay[s] = schedule_warmup_most(memory, state, replay);
     }
-    double pipeline = simulate_1f1b(m, cd, &l, &tr, f, b, most, most_replay, warm, recompute);
+    double pipeline = simulate_1f1b(m, cd, &l, &tr, f, b, most, most_replay, warm, recompute, first, last);
     if (pipeline < 0) {   /* out of memory: the closed form instead, plain 1F1B */
         pipeline = sum + (cd->M - 1) * bottleneck;
         for (int32_t s = 0; s < S; s++) {
             warm[s] = S - s - 1;
             recompute[s] = 0;
         }
+        T = pipeline + tail + norm_sync;
+    } else {
+        /* Each stage averages its gradients as soon as its own last
+         * backward is done (and a shared parameter's gradient is in), as
+         * the devices do, not when the whole pipeline is: the later stages'
+         * all-reduces overlap the earlier stages' drain.  With the clip,
+         * every update waits for every stage's norm, so the step is the
+         * last all-reduce's end, the norms' exchange and the update; else a
+         * stage's step restarts its update later, and its next step's first
+         * forward comes first[s] after stage 0's anyway (last[s]: its
+         * last backward's end, first[s]: its first forward's start). */
+        T = 0.0;
+        for (int32_t s = 0; s < S; s++)
+            T = m->clip ? fmax(T, last[s] + ar_of[s] + norm_sync + upd_max)
+                        : fmax(T, last[s] + ar_of[s] + upd_of[s] - first[s]);
     }
-    T = pipeline + tail + norm_sync;
     if (fill)
         *fill = memory_fill(m, cd, end, &tr, warm, recompute);
     if (out) {
@@ -534,6 +561,10 @@ done:
     free(most);
     free(most_replay);
     free(recompute);
+    free(first);
+    free(last);
+    free(ar_of);
+    free(upd_of);
     free(tr.fwd);
     free(tr.bwd);
     free(tr.fwd_once);

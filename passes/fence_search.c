@@ -186,6 +186,150 @@ static void order_fences(const double *cost, int32_t F, int32_t *order)
     free(used);
 }
 
+/* ---- regions inside a fence ------------------------------------------------ */
+
+/* A fence joins devices whose links are within FENCE_GAP_RATIO of each
+ * other, so one fence may hold several regions (dtfm-worldwide: eight
+ * cities, 2 Gbps inside, 0.34-1.12 Gbps between, are one fence).  The
+ * stages of a candidate are cut from the chain in order, so the order of
+ * the regions inside the fence decides which links the pipeline crosses:
+ * file order crosses seoul->london (0.342 Gbps) where seoul, tokyo, oregon,
+ * ohio, virginia, ireland, london, frankfurt crosses nothing under 0.75.
+ * A pipeline's micro-batches queue on its slowest link, so the order that
+ * makes the slowest link between consecutive regions fastest wins, and
+ * among those (within 1%) the one with the least summed time for a MiB
+ * (bandwidth and latency: the fill and the drain); with a parameter
+ * shared by the first and last stages, the link that closes the ring too.  Every order for up to
+ * FENCE_MAX_PERMUTE + 1 regions (8! = 40,320 chains of 7 links), else the
+ * best nearest-neighbour chain over every start.  Devices keep their
+ * order inside a region.  chain[0, n): one fence's devices, reordered in
+ * place; nothing changes without a cluster or with one region. */
+static double chain_cost(const double *inv_bw, const double *mib, int32_t G, const int32_t *order, int cycle,
+                         double *sum)
+{
+    double worst = 0.0;
+    *sum = 0.0;
+    for (int32_t k = 1; k < G + (cycle && G > 2); k++) {
+        size_t ab = (size_t)order[k - 1] * G + order[k % G];
+        worst = fmax(worst, inv_bw[ab]);
+        *sum += mib[ab];
+    }
+    return worst;
+}
+
+static int better_chain(double worst, double sum, double best_worst, double best_sum)
+{
+    if (worst < best_worst * 0.99)
+        return 1;
+    return worst <= best_worst * 1.01 && sum < best_sum;
+}
+
+static void order_regions_in_fence(const fence_model *m, int32_t *chain, int32_t n)
+{
+    if (!m->c || n < 2)
+        return;
+    int32_t *region = malloc((size_t)n * sizeof *region), *first = malloc((size_t)n * sizeof *first);
+    int32_t *order = malloc((size_t)n * sizeof *order), *perm = malloc((size_t)n * sizeof *perm);
+    int32_t *copy = malloc((size_t)n * sizeof *copy);
+    double  *inv_bw = NULL, *mib = NULL;
+    int32_t  G = 0;
+    if (!region || !first || !order || !perm || !copy)
+        goto done;
+    /* The fence's regions, numbered 0.. by first appearance in the chain. */
+    for (int32_t i = 0; i < n; i++) {
+        int32_t r = m->c->hosts[m->c->devices[chain[i]].host].region, g = 0;
+        while (g < G && m->c->hosts[m->c->devices[chain[first[g]]].host].region != r)
+            g++;
+        if (g == G)
+            first[G++] = i;
+        region[i] = g;
+    }
+    if (G < 2)
+        goto done;
+    inv_bw = malloc((size_t)G * (size_t)G * sizeof *inv_bw);
+    mib = malloc((size_t)G * (size_t)G * sizeof *mib);
+    if (!inv_bw || !mib)
+        goto done;
+    for (int32_t a = 0; a < G; a++)
+        for (int32_t b = 0; b < G; b++) {
+            double bw = INFINITY, lat = 0.0;
+            if (a != b)
+                fence_link_of(m, chain[first[a]], chain[first[b]], &bw, &lat);
+            inv_bw[(size_t)a * G + b] = bw > 0 ? 1.0 / bw : INFINITY;
+            mib[(size_t)a * G + b] = a == b ? 0.0 : estimate_transfer_seconds(1 << 20, bw, lat);
+        }
+    /* A parameter read by the first stage and the last (GPT-2's tied
+     * embedding) crosses between them each step, as many bytes as a
+     * link's activations (GPT-3 XL: 412 MB against 128 x 5 MB): then the
+     * chain is priced as a ring, the last region back to the first. */
+    int    cycle = m->shared_bytes > 0;
+    double best_worst = INFINITY, best_sum = INFINITY, sum, worst;
+    for (int32_t g = 0; g < G; g++)
+        order[g] = g;
+    if (G <= FENCE_MAX_PERMUTE + 1) {
+        int32_t c[FENCE_MAX_PERMUTE + 1] = { 0 };
+        for (int32_t g = 0; g < G; g++)
+            perm[g] = g;
+        for (int32_t i = 0;;) {   /* Heap's algorithm */
+            worst = chain_cost(inv_bw, mib, G, perm, cycle, &sum);
+            if (better_chain(worst, sum, best_worst, best_sum)) {
+                best_worst = worst, best_sum = sum;
+                memcpy(order, perm, (size_t)G * sizeof *perm);
+            }
+            while (i < G && c[i] >= i)
+                c[i++] = 0;
+            if (i >= G)
+                break;
+            int32_t j = i % 2 ? c[i] : 0, t = perm[j];
+            perm[j] = perm[i];
+            perm[i] = t;
+            c[i]++;
+            i = 1;
+        }
+    } else {
+        char *used = malloc((size_t)G);
+        if (!used)
+            goto done;
+        for (int32_t s = 0; s < G; s++) {   /* nearest neighbour (widest link) from each start */
+            memset(used, 0, (size_t)G);
+            perm[0] = s, used[s] = 1;
+            for (int32_t k = 1; k < G; k++) {
+                int32_t pick = -1;
+                for (int32_t g = 0; g < G; g++)
+                    if (!used[g] && (pick < 0 || inv_bw[(size_t)perm[k - 1] * G + g] <
+                                                     inv_bw[(size_t)perm[k - 1] * G + pick]))
+                        pick = g;
+                perm[k] = pick, used[pick] = 1;
+            }
+            worst = chain_cost(inv_bw, mib, G, perm, cycle, &sum);
+            if (better_chain(worst, sum, best_worst, best_sum)) {
+                best_worst = worst, best_sum = sum;
+                memcpy(order, perm, (size_t)G * sizeof *perm);
+            }
+        }
+        free(used);
+    }
+    /* Keep file order when it is as good (the chain changes only for a reason). */
+    for (int32_t g = 0; g < G; g++)
+        perm[g] = g;
+    worst = chain_cost(inv_bw, mib, G, perm, cycle, &sum);
+    if (!better_chain(best_worst, best_sum, worst, sum))
+        goto done;
+    memcpy(copy, chain, (size_t)n * sizeof *copy);
+    for (int32_t k = 0, at = 0; k < G; k++)
+        for (int32_t i = 0; i < n; i++)
+            if (region[i] == order[k])
+                chain[at++] = copy[i];
+done:
+    free(region);
+    free(first);
+    free(order);
+    free(perm);
+    free(copy);
+    free(inv_bw);
+    free(mib);
+}
+
 /* ---- the best candidate so far --------------------------------------------- */
 
 void fence_best_free(fence_best *b)
@@ -266,17 +410,30 @@ static int by_speed_desc(const void *a, const void *b)
 }
 
 /* Each device of chain[lo, hi)'s place among the window's devices by
- * speed (fastest first, ties by device index): rank[i] for chain[lo + i]. */
+ * speed (fastest first, ties by place in the chain, so that a candidate of
+ * alike devices takes a run of the chain, its regions in chain order):
+ * rank[i] for chain[lo + i]. */
+static const int32_t *rank_chain;
+static int by_speed_then_place(const void *a, const void *b)
+{
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    double  x = device_speed(&speed_model->devices[rank_chain[i]]);
+    double  y = device_speed(&speed_model->devices[rank_chain[j]]);
+    if (x != y)
+        return x < y ? 1 : -1;
+    return (i > j) - (i < j);
+}
+
 static void rank_window(search *x, int32_t lo, int32_t hi)
 {
     int32_t W = hi - lo, *by_speed = x->picked;   /* scratch: picked is free between candidates */
-    memcpy(by_speed, x->chain + lo, (size_t)W * sizeof *by_speed);
+    for (int32_t i = 0; i < W; i++)
+        by_speed[i] = i;
     speed_model = x->m;
-    qsort(by_speed, (size_t)W, sizeof *by_speed, by_speed_desc);
+    rank_chain = x->chain + lo;
+    qsort(by_speed, (size_t)W, sizeof *by_speed, by_speed_then_place);
     for (int32_t i = 0; i < W; i++)
-        x->order[by_speed[i]] = i;   /* device -> its place */
-    for (int32_t i = 0; i < W; i++)
-        x->rank[i] = x->order[x->chain[lo + i]];
+        x->rank[by_speed[i]] = i;
 }
 
 /* Could the compress pass compress anything between consecutive stages
@@ -452,6 +609,112 @@ static double search_window(search *x, int32_t f0, int32_t f1)
     return best;
 }
 
+/* ---- after the search ------------------------------------------------------ */
+
+/* Each region alone, searched as a window of its own.  A fence may join
+ * regions whose links differ less than FENCE_GAP_RATIO, so a region is not
+ * always a window; the plan must never be slower than the best site alone
+ * (which needs none of the slow links), so every region is a candidate
+ * too.  0, or -1 on no memory. */
+static int search_each_region(search *x)
+{
+    const fence_model *m = x->m;
+    int32_t N = m->n_devices;
+    if (!m->c || m->c->n_regions < 2 || x->opt->stages > 0 || x->opt->replicas > 0)
+        return 0;
+    int32_t *chain = malloc(((size_t)N + 1) * sizeof *chain), start[2] = { 0, 0 };
+    if (!chain)
+        return -1;
+    search y = *x;
+    y.chain = chain;
+    y.start = start;
+    speed_model = m;
+    for (int32_t g = 0; g < m->c->n_regions; g++) {
+        int32_t n = 0;
+        for (int32_t d = 0; d < N; d++)
+            if (m->c->hosts[m->c->devices[d].host].region == g)
+                chain[n++] = d;
+        if (n == 0 || n == N)
+            continue;
+        qsort(chain, (size_t)n, sizeof *chain, by_speed_desc);
+        start[1] = n;
+        if (search_window(&y, 0, 0) < 0) {
+            free(chain);
+            return -1;
+        }
+    }
+    x->work = y.work;
+    free(chain);
+    return 0;
+}
+
+/* The winner's cut, refined against the whole cost model.  The DP cuts for
+ * the pipeline's bottleneck and the equal-layers cut for balance; neither
+ * sees that each stage's all-reduce and the tied embedding's gradient end
+ * the step (fence_evaluate), which a stage holding the embedding (GPT-3 XL:
+ * 103M parameters, 7.3 s of all-reduce on a city's 2 Gbps) makes the
+ * longest.  So first stage 0 takes 0, 1, 2, ... whole layers and the
+ * other stages the rest in equal parts; then each boundary in turn tries 1, 2, 4, ... forward positions
+ * either way and moves to the one that shortens the step most while the
+ * plan still fits (at most FENCE_REFINE_ROUNDS passes over the
+ * boundaries, O(S log n) evaluations each). */
+#define FENCE_REFINE_ROUNDS 8
+static int refine_cuts(const fence_model *m, fence_best *b)
+{
+    if (!b->dev || b->cd.S < 2)
+        return 0;
+    int32_t S = b->cd.S, used = S * b->cd.R;
+    int32_t *dev = malloc((size_t)used * sizeof *dev), *end = malloc((size_t)S * sizeof *end);
+    if (!dev || !end) {
+        free(dev);
+        free(end);
+        return -1;
+    }
+    memcpy(dev, b->dev, (size_t)used * sizeof *dev);
+    memcpy(end, b->end, (size_t)S * sizeof *end);
+    candidate cd = b->cd;
+    cd.dev = dev;
+    int32_t *was_end = malloc((size_t)S * sizeof *was_end);
+    double   was_T = b->T;
+    int      rc = was_end ? 0 : -1;
+    if (was_end)
+        memcpy(was_end, b->end, (size_t)S * sizeof *was_end);
+    /* First stage 0 lighter or heavier by whole layers, the rest equal. */
+    for (int32_t front = 0; rc == 0 && fence_front_cuts(m, S, front, end) == 0; front++)
+        rc = fence_keep_if_better(b, m, &cd, end, 1, NULL, NULL);
+    memcpy(end, b->end, (size_t)S * sizeof *end);
+    for (int round = 0, moved = 1; moved && round < FENCE_REFINE_ROUNDS && rc == 0; round++) {
+        moved = 0;
+        for (int32_t s = 0; s + 1 < S && rc == 0; s++) {
+            int32_t was = end[s], lo = s > 0 ? end[s - 1] + 1 : 0, hi = end[s + 1] - 1, best = was;
+            for (int32_t dir = -1; dir <= 1 && rc == 0; dir += 2)
+                for (int32_t step = 1; step < m->n_fwd && rc == 0; step *= 2) {
+                    int32_t to = was + dir * step;
+                    if (to < lo || to > hi)
+                        break;
+                    double before = b->T;
+                    end[s] = to;
+                    rc = fence_keep_if_better(b, m, &cd, end, 1, NULL, NULL);
+                    if (b->T < before * (1.0 - 1e-9))
+                        best = to;
+                }
+            end[s] = best;   /* b holds the best found; the next boundary moves from it */
+            moved |= best != was;
+        }
+    }
+    /* Under 1% is within the model's error: keep the search's cut then,
+     * so a plan does not change for nothing (the same cut across
+     * precisions, say). */
+    if (rc == 0 && !(b->T < 0.99 * was_T)) {
+        memcpy(b->end, was_end, (size_t)S * sizeof *was_end);
+        b->T = was_T;
+    }
+    free(was_end);
+    free(dev);
+    free(end);
+    return rc;
+}
+
 int fence_search(const fence_model *m, int32_t M, const pass_options *opt, const int32_t *fence_of, int32_t F,
                  fence_best *b)
 {
@@ -481,6 +744,7 @@ int fence_search(const fence_model *m, int32_t M, const pass_options *opt, const
             if (fence_of[d] == fences[k])
                 x.chain[n++] = d;
         qsort(x.chain + x.start[k], (size_t)(n - x.start[k]), sizeof *x.chain, by_speed_desc);
+        order_regions_in_fence(m, x.chain + x.start[k], n - x.start[k]);
     }
     x.start[F] = n;
     int exhaustive = (int64_t)F * (F + 1) / 2 <= FENCE_ALL_WINDOWS;
@@ -497,6 +761,8 @@ int fence_search(const fence_model *m, int32_t M, const pass_options *opt, const
             best = fmin(best, T);
         }
     }
+    if (search_each_region(&x) || refine_cuts(m, b))
+        goto done;
     rc = 0;
 done:
     free(fences);

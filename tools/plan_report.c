@@ -136,6 +136,19 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
             fprintf(out, "%s%d", any++ ? ", " : "recompute: stages ", s);
     if (any)
         fputs(" keep only what their forward receives a micro-batch and run it again before its backward\n", out);
+    /* The comm pass's choice of how each stage averages its gradients
+     * (passes/allreduce_plan.h): said only where it is the hierarchy. */
+    for (int32_t i = 0, said = -1; i < g->n_nodes; i++) {
+        int64_t groups = g->nodes[i].op == OP_ALLREDUCE ? ir_node_int(&g->nodes[i], ATTR_GROUPS, 0) : 0;
+        if (!groups || g->nodes[i].stage == said)
+            continue;
+        said = g->nodes[i].stage;
+        fprintf(out, "all-reduce: stage %d hierarchical, groups", said);
+        for (int32_t r = 0; r < p->n_replicas; r++)
+            fprintf(out, "%s%s", r == 0 ? " " : (groups >> r & 1) ? " | " : ",",
+                    c->devices[p->devices[said * p->n_replicas + r]].name);
+        fputs(" (a ring inside each, one among their leaders, the result sent back)\n", out);
+    }
     int32_t b = p->bottleneck_stage;
     if (p->bottleneck_is_link)
         fprintf(out, "bottleneck: the link from stage %d to %d, %.2f ms per micro-batch\n", b, b + 1,

@@ -34,6 +34,7 @@
 
 #include "../ir/ops.h"
 #include "../ir/pipeline_order.h"
+#include "../passes/allreduce_plan.h"
 #include "../passes/passes.h"
 
 typedef struct {
@@ -160,24 +161,31 @@ static int start_transfer(sim *s, int32_t wi, int32_t n, int32_t mb, double now)
     return 0;
 }
 
-/* The ring all-reduce of stage st's bucket, starting at node index k of
- * its update ops: 2 (R-1)/R bytes over the ring's slowest link + 2 (R-1)
- * latencies. */
+/* The all-reduce of stage st's bucket, starting at node index k of its
+ * update ops: the ring, or the hierarchy its `groups` names
+ * (passes/allreduce_plan.h: the time the fence pass priced). */
+static void sim_cluster_link(const void *ctx, int32_t a, int32_t b, double *bw, double *lat)
+{
+    cluster_link_between(ctx, a, b, bw, lat);
+}
+
 static double allreduce_seconds(const sim *s, int32_t st, int32_t k)
 {
     const ir_graph *g = s->g;
     const int32_t *ops = s->ops[PHASE_UPDATE] + (size_t)st * g->n_nodes;
     int32_t n = s->n_ops[st * PHASE_COUNT + PHASE_UPDATE];
-    double bytes = 0.0, bw = INFINITY, lat = 0.0, R = s->R;
+    int64_t groups = k < n ? ir_node_int(&g->nodes[ops[k]], ATTR_GROUPS, 0) : 0;
+    double bytes = 0.0;
     for (; k < n && g->nodes[ops[k]].op == OP_ALLREDUCE; k++)
         bytes += (double)ir_value_bytes(g, g->nodes[ops[k]].in[0]);
-    for (int32_t r = 0; r < s->R; r++) {
-        double b, l;
-        cluster_link_between(s->c, s->w[st * s->R + r].device, s->w[st * s->R + (r + 1) % s->R].device, &b, &l);
-        bw = fmin(bw, b);
-        lat = fmax(lat, l);
-    }
-    return estimate_transfer_seconds(2.0 * (R - 1) / R * bytes, bw, 2.0 * (R - 1) * lat);
+    int32_t *dev = malloc((size_t)s->R * sizeof *dev);
+    if (!dev)
+        return INFINITY;
+    for (int32_t r = 0; r < s->R; r++)
+        dev[r] = s->w[st * s->R + r].device;
+    double t = allreduce_seconds_for(dev, s->R, bytes, groups, sim_cluster_link, s->c);
+    free(dev);
+    return t;
 }
 
 /* Let worker wi go on at `now` as far as it can.  0, -1 out of memory, 1 a bad send. */

@@ -10,6 +10,7 @@
 
 #include "../../ir/op_kinds.h"
 #include "../../ir/ir.h"
+#include "../../passes/allreduce_plan.h"
 #include "../cpu/half.h"
 #include "hub.h"
 #include "quant.h"
@@ -460,14 +461,24 @@ static int ensure_scratch(rt_comm *c, size_t floats, rt_context *ctx)
     return 0;
 }
 
-/* One step of the ring: send x[lo, hi) to the next replica, receive the
- * previous replica's [rlo, rhi) into the scratch. */
-static int ring_step(rt_comm *c, int32_t tensor, int32_t k, const float *send, int64_t n_send, int64_t n_recv,
-                     rt_context *ctx)
+/* A ring over some of the stage's replicas: rep[0, n) in ring order
+ * (NULL: replicas 0..n-1), this device the me-th. */
+typedef struct {
+    const int32_t *rep;
+    int32_t        n, me;
+} ring;
+
+static int32_t ring_replica(const ring *rg, int32_t i) { return rg->rep ? rg->rep[i] : i; }
+
+/* One step of the ring: send n_send floats to the next member, receive
+ * the previous member's n_recv into the scratch.  Message k of the
+ * all-reduce travels as micro-batch -2 - k (the update's are -1). */
+static int ring_step(rt_comm *c, const ring *rg, int32_t tensor, int32_t k, const float *send, int64_t n_send,
+                     int64_t n_recv, rt_context *ctx)
 {
     const rt_manifest *m = c->manifest;
-    int32_t R = m->n_replicas, r = m->replica;
-    int32_t next = device_at(c, m->stage, (r + 1) % R), prev = device_at(c, m->stage, (r + R - 1) % R);
+    int32_t next = device_at(c, m->stage, ring_replica(rg, (rg->me + 1) % rg->n));
+    int32_t prev = device_at(c, m->stage, ring_replica(rg, (rg->me + rg->n - 1) % rg->n));
     fu_msg_info out = { .kind = MSG_GRADIENT, .step = ctx->step, .micro_batch = -2 - k, .tensor = tensor,
                         .codec = FU_CODEC_RAW_F32, .length = (uint64_t)n_send * 4 };
     fu_msg_info in = out;
@@ -481,28 +492,25 @@ static int ring_step(rt_comm *c, int32_t tensor, int32_t k, const float *send, i
     return 0;
 }
 
-/* x := mean over the stage's replicas.  Large tensors: ring reduce-scatter
- * then all-gather (each chunk summed at one replica, then copied, so every
- * replica has the same bits).  Tensors smaller than the ring: every vector
- * goes round, and each replica sums them in replica order. */
-static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, rt_context *ctx)
+/* x := its sum over the ring's members, divided by `divide` (0: not
+ * divided); messages k0, k0 + 1, ...  Large tensors: reduce-scatter then
+ * all-gather (each chunk summed at one member, then copied, so every
+ * member has the same bits).  Tensors smaller than the ring: every vector
+ * goes round, and each member sums them in ring order. */
+static int ring_allreduce(rt_comm *c, const ring *rg, float *x, int64_t n, int32_t tensor, int32_t k0, int32_t divide,
+                          rt_context *ctx)
 {
-    const rt_manifest *m = c->manifest;
-    int32_t R = m->n_replicas, r = m->replica;
+    int32_t R = rg->n, r = rg->me;
     if (R == 1)
         return 0;
-    if (!c->hub) {
-        snprintf(ctx->msg, sizeof ctx->msg, "all-reduce of tensor %d: no links to the other replicas", tensor);
-        return -1;
-    }
     if (n < R) {
         if (ensure_scratch(c, (size_t)n * (size_t)(R + 1), ctx))
             return -1;
-        float *all = c->scratch + n;   /* all[q * n + i]: replica q's x[i] */
+        float *all = c->scratch + n;   /* all[q * n + i]: member q's x[i] */
         memcpy(all + (size_t)r * n, x, (size_t)n * sizeof *x);
         for (int32_t k = 0; k < R - 1; k++) {
             int32_t have = (r - k + R) % R, get = (r - k - 1 + 2 * R) % R;
-            if (ring_step(c, tensor, k, all + (size_t)have * n, n, n, ctx))
+            if (ring_step(c, rg, tensor, k0 + k, all + (size_t)have * n, n, n, ctx))
                 return -1;
             memcpy(all + (size_t)get * n, c->scratch, (size_t)n * sizeof *x);
         }
@@ -510,7 +518,7 @@ static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, r
             double sum = 0.0;
             for (int32_t q = 0; q < R; q++)
                 sum += all[(size_t)q * n + i];
-            x[i] = (float)(sum / R);
+            x[i] = (float)(divide ? sum / divide : sum);
         }
         return 0;
     }
@@ -519,24 +527,88 @@ static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, r
         return -1;
     for (int32_t k = 0; k < R - 1; k++) {   /* reduce-scatter */
         int32_t s = (r - k + R) % R, g = (r - k - 1 + R) % R;
-        if (ring_step(c, tensor, k, x + CHUNK_LO(s), CHUNK_LO(s + 1) - CHUNK_LO(s), CHUNK_LO(g + 1) - CHUNK_LO(g), ctx))
+        if (ring_step(c, rg, tensor, k0 + k, x + CHUNK_LO(s), CHUNK_LO(s + 1) - CHUNK_LO(s),
+                      CHUNK_LO(g + 1) - CHUNK_LO(g), ctx))
             return -1;
         for (int64_t i = CHUNK_LO(g); i < CHUNK_LO(g + 1); i++)
             x[i] += c->scratch[i - CHUNK_LO(g)];
     }
-    /* Replica r now holds chunk (r + 1) % R summed over all; scale it once. */
+    /* Member r now holds chunk (r + 1) % R summed over all; scale it once. */
     int32_t own = (r + 1) % R;
-    for (int64_t i = CHUNK_LO(own); i < CHUNK_LO(own + 1); i++)
-        x[i] /= (float)R;
+    for (int64_t i = CHUNK_LO(own); divide && i < CHUNK_LO(own + 1); i++)
+        x[i] /= (float)divide;
     for (int32_t k = 0; k < R - 1; k++) {   /* all-gather */
         int32_t s = (r + 1 - k + R) % R, g = (r - k + R) % R;
-        if (ring_step(c, tensor, R - 1 + k, x + CHUNK_LO(s), CHUNK_LO(s + 1) - CHUNK_LO(s),
+        if (ring_step(c, rg, tensor, k0 + R - 1 + k, x + CHUNK_LO(s), CHUNK_LO(s + 1) - CHUNK_LO(s),
                       CHUNK_LO(g + 1) - CHUNK_LO(g), ctx))
             return -1;
         memcpy(x + CHUNK_LO(g), c->scratch, (size_t)(CHUNK_LO(g + 1) - CHUNK_LO(g)) * sizeof *x);
     }
 #undef CHUNK_LO
     return 0;
+}
+
+/* The hierarchy (passes/allreduce_plan.h): groups' bit q set = replica q
+ * leads a new group.  A ring sum inside this replica's group; a ring among
+ * the leaders that sums the groups' sums and divides by R; each leader
+ * sends the result to its members.  The members of a group copy their
+ * leader's bits and the leaders end alike, so every replica has the same
+ * bits.  Messages: the group's ring 0.., the leaders' 2R.., the result 4R. */
+static int mean_hierarchical(rt_comm *c, float *x, int64_t n, int32_t tensor, int64_t groups, rt_context *ctx)
+{
+    const rt_manifest *m = c->manifest;
+    int32_t R = m->n_replicas, r = m->replica, lead = allreduce_leader_of(groups, r);
+    int32_t in_group[ALLREDUCE_MAX_GROUPED + 1], in_leaders[ALLREDUCE_MAX_GROUPED + 1];
+    ring group = { in_group, 0, 0 }, leaders = { in_leaders, 0, 0 };
+    for (int32_t q = 0; q < R; q++) {
+        if (allreduce_leader_of(groups, q) == lead) {
+            if (q == r)
+                group.me = group.n;
+            in_group[group.n++] = q;
+        }
+        if (allreduce_leader_of(groups, q) == q) {
+            if (q == r)
+                leaders.me = leaders.n;
+            in_leaders[leaders.n++] = q;
+        }
+    }
+    if (ring_allreduce(c, &group, x, n, tensor, 0, 0, ctx))
+        return -1;
+    fu_msg_info result = { .kind = MSG_GRADIENT, .step = ctx->step, .micro_batch = -2 - 4 * R, .tensor = tensor,
+                           .codec = FU_CODEC_RAW_F32, .length = (uint64_t)n * 4 };
+    char why[400];
+    if (r != lead) {
+        if (fu_hub_recv(c->hub, device_at(c, m->stage, lead), &result, x, result.length, why, sizeof why) != 0)
+            goto fail;
+        return 0;
+    }
+    if (ring_allreduce(c, &leaders, x, n, tensor, 2 * R, R, ctx))
+        return -1;
+    for (int32_t i = 0; i < group.n; i++)
+        if (in_group[i] != r && fu_hub_send(c->hub, device_at(c, m->stage, in_group[i]), &result, x, why, sizeof why) != 0)
+            goto fail;
+    return 0;
+fail:
+    snprintf(ctx->msg, sizeof ctx->msg, "hierarchical all-reduce of tensor %d over the replicas: %s", tensor, why);
+    return -1;
+}
+
+/* x := mean over the stage's replicas: one ring over them all (groups 0),
+ * or the hierarchy. */
+static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, int64_t groups, rt_context *ctx)
+{
+    const rt_manifest *m = c->manifest;
+    int32_t R = m->n_replicas;
+    if (R == 1)
+        return 0;
+    if (!c->hub) {
+        snprintf(ctx->msg, sizeof ctx->msg, "all-reduce of tensor %d: no links to the other replicas", tensor);
+        return -1;
+    }
+    if (groups != 0 && R <= ALLREDUCE_MAX_GROUPED)
+        return mean_hierarchical(c, x, n, tensor, groups, ctx);
+    ring all = { NULL, R, m->replica };
+    return ring_allreduce(c, &all, x, n, tensor, 0, R, ctx);
 }
 
 int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
@@ -564,8 +636,10 @@ int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         c->bucket_floats = f;
         c->bucket_cap = cap;
     }
-    if (c->bucket_count == 0)
+    if (c->bucket_count == 0) {
         c->bucket_tag = (int32_t)op->ints[ATTR_TENSOR];
+        c->bucket_groups = op->ints[ATTR_GROUPS];
+    }
     c->bucket_data[c->bucket_count] = y;
     c->bucket_floats[c->bucket_count++] = n;
     return 0;
@@ -593,7 +667,7 @@ int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx)
         memcpy(at, c->bucket_data[i], (size_t)c->bucket_floats[i] * sizeof *at);
     int32_t count = c->bucket_count;
     c->bucket_count = 0;
-    if (mean_over_replicas(c, c->bucket_buf, total, c->bucket_tag, ctx))
+    if (mean_over_replicas(c, c->bucket_buf, total, c->bucket_tag, c->bucket_groups, ctx))
         return -1;
     at = c->bucket_buf;
     for (int32_t i = 0; i < count; i++) {
@@ -605,5 +679,5 @@ int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx)
 
 int rt_comm_mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tag, rt_context *ctx)
 {
-    return mean_over_replicas(c, x, n, tag, ctx);
+    return mean_over_replicas(c, x, n, tag, 0, ctx);
 }

@@ -5,7 +5,10 @@
  * same replica of that stage (each replica lane is its own pipeline).  Its
  * allreduce ops average a gradient over the replicas of its stage with a
  * ring (reduce-scatter, then all-gather: every replica ends with the same
- * bits).  Messages are tagged (kind, step, micro-batch, tensor id) and
+ * bits), or when the op's `groups` says so hierarchically: a ring inside
+ * each region's run of replicas, a ring among their leaders, the result
+ * sent back by each leader (passes/allreduce_plan.h; the same bits on
+ * every replica too).  Messages are tagged (kind, step, micro-batch, tensor id) and
  * travel through the hub (comm/hub.h): sends return at once, receives wait
  * for their exact message, a dead peer is reported by timeout.
  *
@@ -72,6 +75,7 @@ typedef struct rt_comm {
     float         **bucket_data;      /* [bucket_cap] each tensor's output     */
     int64_t        *bucket_floats;
     int32_t         bucket_count, bucket_cap, bucket_tag;
+    int64_t         bucket_groups;    /* its ops' `groups`: 0 the ring, else the hierarchy */
     float          *bucket_buf;       /* the tensors end to end                */
     size_t          bucket_buf_floats;
     /* Top-k sends and receives (ops with a density): the encoded bytes. */

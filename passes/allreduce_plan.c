@@ -1,0 +1,118 @@
+/* allreduce_plan.c: the ring or the hierarchy, priced (allreduce_plan.h). */
+#include "allreduce_plan.h"
+
+#include <math.h>
+
+#include "passes.h"
+
+/* A ring all-reduce over dev[i] for i in members[0, n): its slowest link
+ * and largest latency, around the ring. */
+static double ring_seconds(const int32_t *dev, const int32_t *members, int32_t n, double bytes,
+                           allreduce_link_fn link, const void *ctx)
+{
+    if (n < 2)
+        return 0.0;
+    double bw = INFINITY, lat = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        double b, l;
+        link(ctx, dev[members[i]], dev[members[(i + 1) % n]], &b, &l);
+        bw = fmin(bw, b);
+        lat = fmax(lat, l);
+    }
+    return estimate_transfer_seconds(2.0 * (n - 1) / n * bytes, bw, 2.0 * (n - 1) * lat);
+}
+
+double allreduce_seconds_for(const int32_t *dev, int32_t R, double bytes, int64_t groups, allreduce_link_fn link,
+                             const void *ctx)
+{
+    int32_t members[ALLREDUCE_MAX_GROUPED + 1], leaders[ALLREDUCE_MAX_GROUPED + 1], G = 0;
+    if (R < 2)
+        return 0.0;
+    if (groups == 0 || R > ALLREDUCE_MAX_GROUPED) {
+        int32_t all[ALLREDUCE_MAX_GROUPED + 1];
+        if (R > ALLREDUCE_MAX_GROUPED) {   /* ring over all: its slowest link, without the member list */
+            double bw = INFINITY, lat = 0.0;
+            for (int32_t r = 0; r < R; r++) {
+                double b, l;
+                link(ctx, dev[r], dev[(r + 1) % R], &b, &l);
+                bw = fmin(bw, b);
+                lat = fmax(lat, l);
+            }
+            return estimate_transfer_seconds(2.0 * (R - 1) / R * bytes, bw, 2.0 * (R - 1) * lat);
+        }
+        for (int32_t r = 0; r < R; r++)
+            all[r] = r;
+        return ring_seconds(dev, all, R, bytes, link, ctx);
+    }
+    double inside = 0.0, back = 0.0;
+    for (int32_t lo = 0; lo < R;) {
+        int32_t hi = lo + 1, n = 0;
+        while (hi < R && !(groups >> hi & 1))
+            hi++;
+        leaders[G++] = lo;
+        for (int32_t r = lo; r < hi; r++)
+            members[n++] = r;
+        inside = fmax(inside, ring_seconds(dev, members, n, bytes, link, ctx));
+        for (int32_t r = lo + 1; r < hi; r++) {   /* the leader's result to each member, at once */
+            double b, l;
+            link(ctx, dev[lo], dev[r], &b, &l);
+            back = fmax(back, estimate_transfer_seconds(bytes, b, l));
+        }
+        lo = hi;
+    }
+    return inside + ring_seconds(dev, leaders, G, bytes, link, ctx) + back;
+}
+
+double allreduce_plan(const cluster *regions, const int32_t *dev, int32_t R, double bytes, allreduce_link_fn link,
+                      const void *ctx, int64_t *groups)
+{
+    int64_t mask = 0;
+    int     several = 0;   /* some group has more than one replica */
+    double  ring = allreduce_seconds_for(dev, R, bytes, 0, link, ctx);
+    if (groups)
+        *groups = 0;
+    if (!regions || R < 3 || R > ALLREDUCE_MAX_GROUPED)
+        return ring;
+    for (int32_t r = 1; r < R; r++) {
+        int a = regions->hosts[regions->devices[dev[r - 1]].host].region;
+        int b = regions->hosts[regions->devices[dev[r]].host].region;
+        if (a != b)
+            mask |= (int64_t)1 << r;
+        else
+            several = 1;
+    }
+    if (mask == 0 || !several)
+        return ring;   /* one region, or one replica a region: the ring is the hierarchy */
+    double hier = allreduce_seconds_for(dev, R, bytes, mask, link, ctx);
+    if (!(hier < ring))
+        return ring;
+    if (groups)
+        *groups = mask;
+    return hier;
+}
+
+/* The pairs a hierarchical all-reduce over dev[0, R) talks on
+ * (passes/allreduce_plan.h): each group's ring, the leaders' ring, each
+ * leader to its members; marked in used[min * N + max]. */
+void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *used, int32_t N)
+{
+    for (int32_t q = 0; q < R; q++) {
+        int32_t lead = allreduce_leader_of(groups, q), next = q + 1, pairs[3][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
+        while (next < R && allreduce_leader_of(groups, next) != next)
+            next++;   /* next: the following group's leader (or R) */
+        if (q == lead) {
+            int32_t after = next < R ? next : 0;   /* the leaders' ring */
+            pairs[0][0] = q, pairs[0][1] = after;
+        } else {
+            pairs[1][0] = lead, pairs[1][1] = q;   /* leader to member */
+        }
+        int32_t ring_next = q + 1 < R && allreduce_leader_of(groups, q + 1) == lead ? q + 1 : lead;
+        pairs[2][0] = q, pairs[2][1] = ring_next;   /* the group's ring */
+        for (int k = 0; k < 3; k++) {
+            if (pairs[k][0] < 0 || pairs[k][0] == pairs[k][1])
+                continue;
+            int32_t a = dev[pairs[k][0]], b = dev[pairs[k][1]];
+            used[(size_t)(a < b ? a : b) * N + (a < b ? b : a)] = 1;
+        }
+    }
+}

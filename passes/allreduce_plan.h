@@ -1,0 +1,63 @@
+/* allreduce_plan.h: how a stage's gradients are averaged over its R
+ * replicas, and what that costs; one place for the three that ask (the
+ * fence pass's cost model, the comm pass that writes the choice into the
+ * IR as the allreduce ops' `groups`, and the simulator).
+ *
+ * Two ways, every replica ending with the same bits either way:
+ *   ring          one ring over the R replicas (reduce-scatter, then
+ *                 all-gather): 2 (R-1)/R bytes over the ring's slowest link,
+ *                 2 (R-1) of its latencies;
+ *   hierarchical  the replicas fall into groups, each a run of replicas in
+ *                 one region (the fence pass places a stage's replicas in
+ *                 chain order, regions together): a ring all-reduce inside
+ *                 each group over its fast links, a ring all-reduce among
+ *                 the groups' first replicas (the leaders) over the slow
+ *                 ones, then each leader sends the result to its group:
+ *                   max_g ring(g) + ring(leaders) + max_g (bytes/bw + lat)
+ *                 (a leader's sends to its members go on separate links at
+ *                 once, as the cluster file's links are per pair).
+ * The hierarchy is used when it is cheaper: a slow link between regions is
+ * then crossed by 2 (G-1)/G of the bytes among G leaders instead of
+ * 2 (R-1)/R by every replica's ring step, the ring going at its slowest
+ * link.
+ *
+ * groups: bit r (1 <= r < 63) set = replica r starts a new group; 0 = the
+ * ring.  Up to 63 replicas can be grouped; more always ring.
+ */
+#ifndef FUSION_ALLREDUCE_PLAN_H
+#define FUSION_ALLREDUCE_PLAN_H
+
+#include <stdint.h>
+
+#include "../frontend/cluster.h"
+
+#define ALLREDUCE_MAX_GROUPED 63
+
+/* The link between devices a and b: bandwidth (bytes/s) and latency (s). */
+typedef void (*allreduce_link_fn)(const void *ctx, int32_t a, int32_t b, double *bw, double *lat);
+
+/* The seconds to average `bytes` over the R replicas on devices dev[0, R)
+ * (replica order), the cheaper way; *groups (when not NULL) gets its mask
+ * (0: the ring).  regions: the cluster whose hosts' regions group the
+ * devices (NULL: one group, the ring). */
+double allreduce_plan(const cluster *regions, const int32_t *dev, int32_t R, double bytes, allreduce_link_fn link,
+                      const void *ctx, int64_t *groups);
+
+/* The seconds of the way `groups` names (0: the ring). */
+double allreduce_seconds_for(const int32_t *dev, int32_t R, double bytes, int64_t groups, allreduce_link_fn link,
+                             const void *ctx);
+
+/* The device pairs a hierarchical all-reduce over dev[0, R) talks on
+ * (each group's ring, the leaders' ring, each leader to its members),
+ * marked used[min * N + max] = 1 (codegen/bundle.c's link list). */
+void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *used, int32_t N);
+
+/* Replica r's group: its first replica (its leader), from the mask. */
+static inline int32_t allreduce_leader_of(int64_t groups, int32_t r)
+{
+    while (r > 0 && !(groups >> r & 1))
+        r--;
+    return r;
+}
+
+#endif

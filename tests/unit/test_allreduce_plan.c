@@ -1,0 +1,80 @@
+/* test_allreduce_plan: the ring or the hierarchy (passes/allreduce_plan.h),
+ * on the clusters the runtime test trains on (test_hierarchical_allreduce):
+ *   - local-4's 4 replicas (2 + 2 over a 20 Mbps / 40 ms link): the
+ *     hierarchy is chosen, its groups start at replica 2, and it is priced
+ *     as a ring of 2 in a site + a ring of the 2 leaders + the result back,
+ *     under the one ring of 4 it replaces (2 (R-1)/R of the bytes over the
+ *     slow link, 6 of its latencies);
+ *   - two-regions-3-1's 3 + 1: groups start at replica 3;
+ *   - replicas in one region, or one a region: the ring (groups 0);
+ *   - allreduce_mark_links marks each group's ring, the leaders' ring and
+ *     each leader to its members, and nothing else.
+ */
+#include <stdlib.h>
+
+#include "../../frontend/cluster.h"
+#include "../../ir/diag.h"
+#include "../../passes/allreduce_plan.h"
+#include "../../passes/passes.h"
+#include "check.h"
+
+static void link_of(const void *ctx, int32_t a, int32_t b, double *bw, double *lat)
+{
+    cluster_link_between(ctx, a, b, bw, lat);
+}
+
+static int load(const char *rel, cluster *c)
+{
+    char path[1024];
+    const char *src = getenv("FUSION_SOURCE_DIR");
+    struct diag err = { 0 };
+    snprintf(path, sizeof path, "%s/%s", src ? src : ".", rel);
+    if (cluster_load(path, c, &err) != 0) {
+        fprintf(stderr, "cannot load %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+int main(void)
+{
+    cluster c4 = { 0 }, c31 = { 0 };
+    if (load("clusters/local-4.xml", &c4) || load("tests/clusters/two-regions-3-1.xml", &c31))
+        return 1;
+    const double B = 4e6;   /* a stage's gradients: 1M floats */
+    int32_t dev[4] = { 0, 1, 2, 3 };
+    int64_t groups = -1;
+    double t = allreduce_plan(&c4, dev, 4, B, link_of, &c4, &groups);
+    double ring = allreduce_seconds_for(dev, 4, B, 0, link_of, &c4);
+    CHECK_INT((int64_t)1 << 2, groups);
+    /* The ring of 4 crosses the 20 Mbps link: 2 * 3/4 of the bytes on it, 6 latencies. */
+    CHECK_NEAR(estimate_transfer_seconds(1.5 * B, 20e6 / 8, 6 * 0.040), ring, 1e-9);
+    double inside = estimate_transfer_seconds(B, 10e9 / 8, 2 * 50e-6);   /* a ring of 2 in a site */
+    double leaders = estimate_transfer_seconds(B, 20e6 / 8, 2 * 0.040);
+    double back = estimate_transfer_seconds(B, 10e9 / 8, 50e-6);
+    CHECK_NEAR(inside + leaders + back, t, 1e-9);
+    CHECK(t < 0.7 * ring);
+    CHECK_INT(0, allreduce_leader_of(groups, 1));
+    CHECK_INT(2, allreduce_leader_of(groups, 3));
+
+    t = allreduce_plan(&c31, dev, 4, B, link_of, &c31, &groups);
+    CHECK_INT((int64_t)1 << 3, groups);
+    CHECK(t < allreduce_seconds_for(dev, 4, B, 0, link_of, &c31));
+    /* One region: the ring. */
+    CHECK(allreduce_plan(&c31, dev, 3, B, link_of, &c31, &groups) > 0);
+    CHECK_INT(0, groups);
+    /* One replica a region (cpu-a1, cpu-b0 ... none alike): the ring. */
+    int32_t apart[2] = { 0, 3 };
+    allreduce_plan(&c31, apart, 2, B, link_of, &c31, &groups);
+    CHECK_INT(0, groups);
+
+    /* The pairs: groups {0,1,2} {3}: ring 0-1, 1-2, 2-0; leaders 0-3; leader 0 to 1 and 2. */
+    char used[16] = { 0 };
+    allreduce_mark_links((int64_t)1 << 3, dev, 4, used, 4);
+    const char want[16] = { [0 * 4 + 1] = 1, [1 * 4 + 2] = 1, [0 * 4 + 2] = 1, [0 * 4 + 3] = 1 };
+    for (int i = 0; i < 16; i++)
+        CHECK_INT(want[i], used[i]);
+    cluster_free(&c4);
+    cluster_free(&c31);
+    CHECK_DONE();
+}
