@@ -92,6 +92,8 @@ for row in "${rows[@]}"; do
   read -r o o_plan _ < <(sim "$cluster" --scheduler opfence --compress none -- "${m[@]}")
   read -r a a_plan b b_site site_ratio < <(sim "$cluster" --scheduler opfence --compress adatopk -- "${m[@]}")
   unset -n base
+  [ "$cluster" = dtfm-datacenter-ondemand ] && datacenter_step=$a
+  [ "$cluster" = dtfm-worldwide ] && worldwide_site_ratio=$site_ratio
   ratio=$(awk -v u="$u" -v a="$a" 'BEGIN { printf "%.3g", u / a }')
   mg_ratio=$(awk -v m="$mg" -v a="$a" 'BEGIN { printf "%.3g", m / a }')
   printf '| %s | %s | %s | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %.4g s (%s) | %s | %s | %s |\n' \
@@ -120,6 +122,37 @@ for row in "${rows[@]}"; do
         printf "%s GPT-3 XL: random / gcma %.3g x, gcma / opfence %.3g x, gcma / (opfence + adatopk) %.3g x (no target)",
                c, r / g, g / o, g / a }')") ;;
   esac
+done
+
+# Issue 16's targets: the far devices must pay.
+figures+=("$(awk -v q="$worldwide_site_ratio" 'BEGIN {
+  printf "dtfm-worldwide GPT-3 XL exact: best single city / (opfence + adatopk), %s, x, ideal 8 (target >= 4), %s",
+         q, (q >= 4 ? "met" : "MISSED") }')")
+# diloco: one global batch (every site's share of it) against the same 64
+# GPUs in one data centre, exact.
+out=$("$fusionc" simulate "${gpt3xl[@]}" --precision fp16 clusters/dtfm-worldwide.xml --compress adatopk --sync diloco \
+      -o "$work") || { echo "bench_paper: diloco on dtfm-worldwide failed" >&2; exit 1; }
+d=$(sed -n 's/^simulated step: \([0-9.]*\) ms.*/\1/p' <<<"$out")
+figures+=("$(awk -v d="$d" -v c="$datacenter_step" 'BEGIN {
+  printf "dtfm-worldwide GPT-3 XL diloco: a global batch %.4g s / dtfm-datacenter-ondemand exact %.4g s, %.3g, x, DiLoCo (target <= 1.33), %s",
+         d / 1000, c, d / 1000 / c, (d / 1000 <= 1.33 * c ? "met" : "MISSED") }')")
+# FusionLLM's testbeds at batch 512: diloco's tokens/s against the sum of
+# what each site trains alone (each on the whole batch), and exact mode
+# against the best single site.
+gpt2_512=(models/gpt2.xml --set batch=512 --micro-batches 8 --precision fp16)
+for cluster in fusionllm-48 fusionllm-geo-48; do
+  for mode in split each; do
+    out=$("$fusionc" simulate "${gpt2_512[@]}" "clusters/$cluster.xml" --sync diloco --site-batch $mode -o "$work") || {
+      echo "bench_paper: diloco on $cluster failed" >&2; exit 1; }
+    figures+=("$(awk -v c="$cluster" -v m="$mode" '/^sites alone, summed:/ { alone = $4; together = $(NF - 2) }
+      /^H = / { h = $3 }
+      END { printf "%s GPT-2 small batch 512 diloco (--site-batch %s, H %s): tokens/s / the sites alone summed, %.3g, x, %.0f of %.0f tokens/s (target >= 0.75), %s",
+                   c, m, h, together / alone, together, alone, (together >= 0.75 * alone ? "met" : "MISSED") }' <<<"$out")")
+  done
+  read -r a a_plan b b_site site_ratio < <(sim "$cluster" --scheduler opfence --compress adatopk -- "${gpt2_512[@]}")
+  figures+=("$(awk -v c="$cluster" -v q="$site_ratio" -v a="$a" -v p="$a_plan" 'BEGIN {
+    printf "%s GPT-2 small batch 512 exact (%s, %.4g s): best single site / this plan, %s, x, never slower (target >= 1), %s",
+           c, p, a, q, (q >= 0.9995 ? "met" : "MISSED") }')")
 done
 echo
 printf '%s\n' "${figures[@]}"

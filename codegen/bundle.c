@@ -446,16 +446,6 @@ int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const
     return write_set(&set, NULL, NULL, c, out_dir, tc, port_base, err);
 }
 
-/* The stage of g that updates the parameter named name; -1: none. */
-static int32_t update_stage(const ir_graph *g, const char *name)
-{
-    int32_t v = ir_find_value(g, name);
-    for (int32_t i = 0; v >= 0 && i < g->n_nodes; i++)
-        if (op_updates_param(g->nodes[i].op) && g->nodes[i].n_in > 0 && g->nodes[i].in[0] == v)
-            return g->nodes[i].stage >= 0 ? g->nodes[i].stage : 0;
-    return -1;
-}
-
 int bundle_write_sites(const bundle_sites *s, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
                        int32_t port_base, struct diag *err)
 {
@@ -480,7 +470,7 @@ int bundle_write_sites(const bundle_sites *s, const cluster *c, const char *out_
         int32_t owner[RT_MAX_SITES], stage[RT_MAX_SITES];
         for (int32_t k = 0; k < s->n_sites && rc == 0; k++) {
             const ir_placement *p = &s->graphs[k]->placement;
-            stage[k] = update_stage(s->graphs[k], name);
+            stage[k] = optimizer_update_stage(s->graphs[k], name);
             if (stage[k] < 0 || strlen(name) >= RT_TENSOR_NAME_MAX)
                 rc = diag_set(err, c->file, 0, "internal error: site %d does not update parameter '%s'", k, name);
             else

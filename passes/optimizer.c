@@ -167,3 +167,12 @@ int pass_optimizer(ir_graph *g, struct diag *err)
     free(grad_of);
     return rc;
 }
+
+int32_t optimizer_update_stage(const ir_graph *g, const char *name)
+{
+    int32_t v = ir_find_value(g, name);
+    for (int32_t i = 0; v >= 0 && i < g->n_nodes; i++)
+        if (op_updates_param(g->nodes[i].op) && g->nodes[i].n_in > 0 && g->nodes[i].in[0] == v)
+            return g->nodes[i].stage >= 0 ? g->nodes[i].stage : 0;
+    return -1;
+}

@@ -96,6 +96,10 @@ int pass_shapes(ir_graph *g, struct diag *err);
 int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_autodiff(ir_graph *g, struct diag *err);
 int pass_optimizer(ir_graph *g, struct diag *err);
+/* The stage whose optimizer op updates the parameter named name (0 when
+ * unplaced), or -1: none does.  A parameter read on several stages (a tied
+ * embedding) lives where it is updated. */
+int32_t optimizer_update_stage(const ir_graph *g, const char *name);
 int pass_memory(ir_graph *g, struct diag *err);
 int pass_estimate(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err);

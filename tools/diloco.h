@@ -27,6 +27,8 @@
  *   step   = round * batch / sum_k H_k rows_k
  *
  * (split: H_k = H, sum_k rows_k = batch, so step = T + (exposed + C) / H.)
+ * The round of delay: --outer-delay, else only when the exchange waited
+ * for would cost over a tenth of a round (it costs quality).
  * H: --local-steps, else the smallest H >= DILOCO_MIN_H whose inner steps
  * hide the exchange and make the copies under 5% of them, at most
  * DILOCO_MAX_H (see choose_h in diloco.c).
@@ -70,6 +72,7 @@ typedef struct {
     double     exchange_bytes;       /* the largest bytes one holder sends one other site   */
     int        h_chosen;             /* 1: H from the links; 0: --local-steps                */
     int        each;                 /* --site-batch each: every site trains `batch` rows a step */
+    int        delay_chosen;         /* 1: outer_delay from the exchange (no --outer-delay)  */
     rt_diloco_info outer;            /* the run's settings, H included                       */
 } diloco_plan;
 

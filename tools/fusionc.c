@@ -99,8 +99,9 @@ static const char *const usage_dump =
     "  --outer-lr L, --outer-momentum M   diloco's outer step (default 0.7, 0.9)\n"              \
     "  --outer-codec C    diloco's change on the wire: int8 (default), int4 (rows with error\n"     \
     "                     feedback) or f32\n"                                                     \
-    "  --outer-delay D    1 (default: a round's change is applied a round late, its transfer\n"    \
-    "                     overlapping the next round) or 0 (applied at once)\n"
+    "  --outer-delay D    1 (a round's change is applied a round late, its transfer overlapping\n" \
+    "                     the next round) or 0 (at once); default: 1 when the exchange would\n"  \
+    "                     cost over a tenth of a round\n"
 
 #define PLACEMENT_OPTIONS                                                                         \
     PRECISION_OPTIONS                                                                             \
