@@ -76,7 +76,8 @@ int rt_diloco_init(rt_diloco *d, const rt_manifest *m, const rt_diloco_param *ta
         q->momentum = calloc((size_t)q->n + 1, sizeof(float));
         q->residual = d->info.outer_bits ? calloc((size_t)q->n + 1, sizeof(float)) : NULL;
         q->pending = d->info.outer_delay ? malloc(bytes + 1) : NULL;
-        if (!q->anchor || !q->start || !q->momentum || (d->info.outer_bits && !q->residual) ||
+        q->mine = malloc(bytes + 1);
+        if (!q->anchor || !q->start || !q->momentum || !q->mine || (d->info.outer_bits && !q->residual) ||
             (d->info.outer_delay && !q->pending))
             goto oom;
         memcpy(q->anchor, q->param, bytes);
@@ -103,6 +104,7 @@ void rt_diloco_free(rt_diloco *d)
         free(q->momentum);
         free(q->residual);
         free(q->pending);
+        free(q->mine);
     }
     free(d->params);
     free(d->wire);
@@ -202,16 +204,15 @@ static void outer_step(const rt_diloco *d, rt_outer_param *q)
 }
 
 /* The holder's part of the round for one parameter. */
-static int holder_round(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t round, int final, rt_context *ctx)
+/* The holder's first half for one parameter: its change this round,
+ * encoded, to every other site (decoded into q->mine).  Every parameter
+ * goes before any is waited for: one latency a round, not one a
+ * parameter. */
+static int holder_send(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t round, rt_context *ctx)
 {
     const rt_diloco_param *e = &d->table[q->index];
-    float *mine = malloc(((size_t)q->n + 1) * sizeof *mine);
-    if (!mine) {
-        snprintf(ctx->msg, sizeof ctx->msg, "diloco: out of memory");
-        return -1;
-    }
     size_t len = 0;
-    int rc = encode_delta(d, q, mine, &len, ctx);
+    int rc = encode_delta(d, q, q->mine, &len, ctx);
     fu_msg_info out = { .kind = MSG_GRADIENT, .step = round, .micro_batch = OUTER_DELTA_TAG, .tensor = q->index,
                         .codec = d->info.outer_bits ? FU_CODEC_QUANT : FU_CODEC_RAW_F32, .length = len };
     char why[400];
@@ -224,6 +225,13 @@ static int holder_round(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t rou
         }
         d->sent += len;
     }
+    return rc;
+}
+
+/* The second half: the other sites' changes gathered and applied. */
+static int holder_apply(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t round, int final, rt_context *ctx)
+{
+    int rc = 0;
     /* The previous round's change, in flight since then. */
     if (rc == 0 && d->pending_round > 0) {
         rc = gather_mean(d, c, q, d->pending_round, q->pending, ctx);
@@ -231,19 +239,20 @@ static int holder_round(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t rou
             outer_step(d, q);
     }
     if (rc == 0 && (!d->info.outer_delay || final)) {   /* this round's, now */
-        rc = gather_mean(d, c, q, round, mine, ctx);
+        rc = gather_mean(d, c, q, round, q->mine, ctx);
         if (rc == 0) {
             outer_step(d, q);
             memcpy(q->param, q->anchor, (size_t)q->n * sizeof *q->param);
         }
     } else if (rc == 0) {   /* applied next round; keep this round's own progress meanwhile */
-        memcpy(q->pending, mine, (size_t)q->n * sizeof *mine);
+        float *t = q->pending;
+        q->pending = q->mine;
+        q->mine = t;
         for (int64_t i = 0; i < q->n; i++)
             q->param[i] = q->anchor[i] - (q->start[i] - q->param[i]);
     }
     if (rc == 0)
         memcpy(q->start, q->param, (size_t)q->n * sizeof *q->param);
-    free(mine);
     return rc;
 }
 
@@ -280,8 +289,11 @@ int rt_diloco_round(rt_diloco *d, rt_comm *c, int64_t step, int final, rt_contex
     double waited = d->waited, t0 = seconds_now();
     uint64_t sent = d->sent;
     int64_t round = d->rounds + 1;   /* the tag: the sites' step counts differ when their H do */
+    for (int32_t i = 0; i < d->n && d->replica == 0; i++)
+        if (holder_send(d, c, &d->params[i], round, ctx))
+            return -1;
     for (int32_t i = 0; i < d->n; i++) {
-        if (d->replica == 0 && holder_round(d, c, &d->params[i], round, final, ctx))
+        if (d->replica == 0 && holder_apply(d, c, &d->params[i], round, final, ctx))
             return -1;
         if (copy_to_replicas(d, c, &d->params[i], round, ctx))
             return -1;

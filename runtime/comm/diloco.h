@@ -53,6 +53,7 @@ typedef struct {
     float  *anchor, *start, *momentum; /* (n) each                                */
     float  *residual;                  /* (n) error feedback; NULL with f32 on the wire */
     float  *pending;                   /* (n) its own decoded delta awaiting the next round (delay) */
+    float  *mine;                      /* (n) its own decoded delta this round                      */
 } rt_outer_param;
 
 typedef struct {
