@@ -72,6 +72,27 @@ static size_t layer_prefix(const char *name)
     return 0;
 }
 
+/* layer[k]: the layer (repeat instance) of forward op k, counted from 0,
+ * carried over ops outside any layer (-1 before the first); returns the
+ * number of layers. */
+static int32_t layer_of_ops(const fence_model *m, int32_t *layer)
+{
+    int32_t L = 0;
+    const char *last = NULL;
+    size_t last_len = 0;
+    for (int32_t k = 0; k < m->n_fwd; k++) {
+        const char *name = ir_node_name(m->g, m->fwd[k]);
+        size_t len = layer_prefix(name);
+        if (len > 0 && !(last && len == last_len && strncmp(name, last, len) == 0)) {
+            last = name;
+            last_len = len;
+            L++;
+        }
+        layer[k] = L - 1;
+    }
+    return L;
+}
+
 /* Equal layers per stage (gcma.h): a layer is a repeat block's instance
  * (a transformer block, a residual block), and stage s gets layers
  * [s L / S, (s+1) L / S), the ops before the first layer going with it and
@@ -85,20 +106,7 @@ int fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end)
     int32_t *layer = malloc(((size_t)m->n_fwd + 1) * sizeof *layer);
     if (!layer)
         return -1;
-    /* Layer index of each forward op (carried over ops outside any layer). */
-    int32_t L = 0;
-    const char *last = NULL;
-    size_t last_len = 0;
-    for (int32_t k = 0; k < m->n_fwd; k++) {
-        const char *name = ir_node_name(m->g, m->fwd[k]);
-        size_t len = layer_prefix(name);
-        if (len > 0 && !(last && len == last_len && strncmp(name, last, len) == 0)) {
-            last = name;
-            last_len = len;
-            L++;
-        }
-        layer[k] = L - 1;   /* -1 before the first layer */
-    }
+    int32_t L = layer_of_ops(m, layer);
     for (int32_t s = 0; s < S; s++)
         end[s] = -1;
     if (L >= S) {
@@ -130,21 +138,10 @@ int fence_front_cuts(const fence_model *m, int32_t S, int32_t front, int32_t *en
 {
     if (S < 2 || S > m->n_fwd || front < 0)
         return -1;
-    int32_t *layer = malloc(((size_t)m->n_fwd + 1) * sizeof *layer), L = 0;
+    int32_t *layer = malloc(((size_t)m->n_fwd + 1) * sizeof *layer);
     if (!layer)
         return -1;
-    const char *last = NULL;
-    size_t last_len = 0;
-    for (int32_t k = 0; k < m->n_fwd; k++) {   /* as fence_uniform_cuts */
-        const char *name = ir_node_name(m->g, m->fwd[k]);
-        size_t len = layer_prefix(name);
-        if (len > 0 && !(last && len == last_len && strncmp(name, last, len) == 0)) {
-            last = name;
-            last_len = len;
-            L++;
-        }
-        layer[k] = L - 1;
-    }
+    int32_t L = layer_of_ops(m, layer);
     int rc = L - front >= S - 1 ? 0 : -1;
     for (int32_t s = 0; s < S; s++)
         end[s] = -1;

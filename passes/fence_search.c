@@ -138,6 +138,23 @@ static double *fence_link_costs(const fence_model *m, const int32_t *fence_of, i
     return cost;
 }
 
+/* Heap's algorithm, one swap a call: perm[0, n) becomes the next
+ * permutation and 1 is returned, or 0 after the last.  c[0, n) zeroed and
+ * *i = 0 before the first call. */
+static int next_permutation(int32_t *perm, int32_t *c, int32_t n, int32_t *i)
+{
+    while (*i < n && c[*i] >= *i)
+        c[(*i)++] = 0;
+    if (*i >= n)
+        return 0;
+    int32_t j = *i % 2 ? c[*i] : 0, t = perm[j];
+    perm[j] = perm[*i];
+    perm[*i] = t;
+    c[*i]++;
+    *i = 1;
+    return 1;
+}
+
 /* The chain of fences: every order for a few, else nearest neighbour. */
 static void order_fences(const double *cost, int32_t F, int32_t *order)
 {
@@ -150,8 +167,8 @@ static void order_fences(const double *cost, int32_t F, int32_t *order)
         double best = INFINITY;
         for (int32_t i = 0; i < F; i++)
             perm[i] = i;
-        /* Heap's algorithm over every permutation. */
-        for (int32_t i = 0;;) {
+        int32_t i = 0;
+        do {   /* every permutation */
             double len = 0.0;
             for (int32_t k = 1; k < F; k++)
                 len += cost[(size_t)perm[k - 1] * F + perm[k]];
@@ -159,16 +176,7 @@ static void order_fences(const double *cost, int32_t F, int32_t *order)
                 best = len;
                 memcpy(order, perm, (size_t)F * sizeof *perm);
             }
-            while (i < F && c[i] >= i)
-                c[i++] = 0;
-            if (i >= F)
-                break;
-            int32_t j = i % 2 ? c[i] : 0, t = perm[j];
-            perm[j] = perm[i];
-            perm[i] = t;
-            c[i]++;
-            i = 1;
-        }
+        } while (next_permutation(perm, c, F, &i));
         return;
     }
     char *used = calloc((size_t)F, 1);
@@ -270,22 +278,14 @@ static void order_regions_in_fence(const fence_model *m, int32_t *chain, int32_t
         int32_t c[FENCE_MAX_PERMUTE + 1] = { 0 };
         for (int32_t g = 0; g < G; g++)
             perm[g] = g;
-        for (int32_t i = 0;;) {   /* Heap's algorithm */
+        int32_t i = 0;
+        do {   /* every permutation */
             worst = chain_cost(inv_bw, mib, G, perm, cycle, &sum);
             if (better_chain(worst, sum, best_worst, best_sum)) {
                 best_worst = worst, best_sum = sum;
                 memcpy(order, perm, (size_t)G * sizeof *perm);
             }
-            while (i < G && c[i] >= i)
-                c[i++] = 0;
-            if (i >= G)
-                break;
-            int32_t j = i % 2 ? c[i] : 0, t = perm[j];
-            perm[j] = perm[i];
-            perm[i] = t;
-            c[i]++;
-            i = 1;
-        }
+        } while (next_permutation(perm, c, G, &i));
     } else {
         char *used = malloc((size_t)G);
         if (!used)
