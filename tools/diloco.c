@@ -47,12 +47,13 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
         int64_t n = ir_shape_numel(&x->shape), cols = x->shape.rank > 0 ? x->shape.dim[x->shape.rank - 1] : 1;
         double wire = dp->outer.outer_bits ? (double)quant_encoded_bytes(n / cols, cols, dp->outer.outer_bits)
                                            : 4.0 * (double)n;
+        int32_t h[RT_MAX_SITES];   /* its holder in each site */
+        for (int32_t k = 0; k < dp->n_sites; k++)
+            h[k] = holder(dp, k, ir_value_name(g0, v));
         for (int32_t a = 0; a < dp->n_sites; a++)
-            for (int32_t b = 0; b < dp->n_sites; b++) {
-                int32_t da = holder(dp, a, ir_value_name(g0, v)), db = holder(dp, b, ir_value_name(g0, v));
-                if (a != b && da >= 0 && db >= 0)
-                    bytes[(size_t)da * N + db] += wire;
-            }
+            for (int32_t b = 0; b < dp->n_sites; b++)
+                if (a != b && h[a] >= 0 && h[b] >= 0)
+                    bytes[(size_t)h[a] * N + h[b]] += wire;
     }
     dp->exchange_seconds = dp->exchange_bytes = 0.0;
     for (int32_t a = 0; a < N; a++)
@@ -72,11 +73,16 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
     for (int32_t k = 0; k < dp->n_sites; k++) {
         const ir_graph *g = &dp->g[k];
         const ir_placement *p = &g->placement;
-        for (int32_t s = 0; s < p->n_stages && p->n_replicas > 1; s++) {
-            double stage_bytes = 0.0, t = 0.0;
-            for (int32_t v = 0; v < g->n_values; v++)
-                if (g->values[v].role == ROLE_PARAM && optimizer_update_stage(g, ir_value_name(g, v)) == s)
-                    stage_bytes += 4.0 * (double)ir_shape_numel(&g->values[v].shape);
+        double *stage_of = p->n_replicas > 1 ? calloc((size_t)p->n_stages + 1, sizeof *stage_of) : NULL;
+        if (!stage_of)
+            continue;   /* one replica a stage: nothing to copy (or no memory to price it) */
+        for (int32_t v = 0; v < g->n_values; v++) {   /* each stage's parameter bytes */
+            int32_t s = g->values[v].role == ROLE_PARAM ? optimizer_update_stage(g, ir_value_name(g, v)) : -1;
+            if (s >= 0 && s < p->n_stages)
+                stage_of[s] += 4.0 * (double)ir_shape_numel(&g->values[v].shape);
+        }
+        for (int32_t s = 0; s < p->n_stages; s++) {
+            double stage_bytes = stage_of[s], t = 0.0;
             for (int32_t r = 0; r + 1 < p->n_replicas; r++) {
                 double bw, lat;
                 cluster_link_between(c, dp->map[k][p->device[s * p->n_replicas + r]],
@@ -85,6 +91,7 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
             }
             dp->copy_seconds = fmax(dp->copy_seconds, t);
         }
+        free(stage_of);
     }
 }
 
