@@ -132,6 +132,31 @@ static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *read
     return 0;
 }
 
+/* Each all-reduce's `ready` (ATTR_READY): the index in ops of the backward
+ * op that makes its gradient final (the gradient's producer), or -1 when
+ * another phase makes it; the runtime starts a bucket's all-reduce once
+ * every member's ready op has run in the step's last backward
+ * (runtime/comm/overlap.h).  ops are the stage's nodes in graph order. */
+static void set_allreduce_ready(const ir_graph *g, int32_t stage, rt_op *ops, const ir_phase *ops_phase, int32_t n_ops)
+{
+    for (int32_t i = 0, k = 0; i < g->n_nodes && k < n_ops; i++) {
+        if (stage_of(&g->nodes[i]) != stage)
+            continue;
+        rt_op *op = &ops[k++];
+        if (op->op != OP_ALLREDUCE)
+            continue;
+        op->ints[ATTR_READY] = -1;
+        int32_t producer = g->values[g->nodes[i].in[0]].producer;
+        for (int32_t j = 0, at = 0; producer >= 0 && j < i; j++) {
+            if (stage_of(&g->nodes[j]) != stage)
+                continue;
+            if (j == producer && ops_phase[at] == PHASE_BACKWARD)
+                op->ints[ATTR_READY] = at;
+            at++;
+        }
+    }
+}
+
 /* i32 NAME(i8* arena, i8* ctx): one rt_op_run call for each op i with
  * phase[i] == phase, in order; returns -1 at the first that fails. */
 /* A call that returns i32, then on to %fail unless it returned 0. */
@@ -370,6 +395,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
         }
     if (rc)
         goto done;
+    set_allreduce_ready(g, dev->stage, ops, ops_phase, n_ops);
 
     const ir_placement *pl = &g->placement;
     int32_t S = pl->n_stages > 0 ? pl->n_stages : 1, R = pl->n_stages > 0 ? pl->n_replicas : 1;

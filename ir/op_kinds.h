@@ -105,6 +105,12 @@ typedef enum {
                            (r >= 1) = replica r starts a new group (its region): the
                            gradient is reduced inside each group, across the groups'
                            first replicas (their leaders), then sent back (allreduce_plan.h) */
+    ATTR_BUCKET,        /* allreduce: 0, 1, ... = the gradient bucket it is reduced in, in the
+                           order the stage's backward makes the buckets' gradients final (the
+                           runtime reduces each while the rest of the backward runs:
+                           runtime/comm/overlap.h); -1 = with the update (the comm pass) */
+    ATTR_READY,         /* allreduce, in a device program only (codegen): the program's index
+                           of the backward op that makes its gradient final; -1 none   */
     ATTR_KEY_COUNT
 } attr_key;
 

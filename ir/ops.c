@@ -18,7 +18,7 @@ static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_PEER] = "peer",       [ATTR_TENSOR] = "tensor", [ATTR_ONCE] = "once",
     [ATTR_DENSITY] = "density", [ATTR_FEEDBACK] = "feedback", [ATTR_BITS] = "bits",
     [ATTR_ACCUMULATE] = "accumulate", [ATTR_LOSS_SCALE] = "loss_scale",
-    [ATTR_GROUPS] = "groups",
+    [ATTR_GROUPS] = "groups",   [ATTR_BUCKET] = "bucket", [ATTR_READY] = "ready",
 };
 
 static const attr_type attr_types[ATTR_KEY_COUNT] = {
@@ -31,6 +31,7 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
     [ATTR_PEER] = ATTR_INT,  [ATTR_TENSOR] = ATTR_INT,  [ATTR_ONCE] = ATTR_INT,
     [ATTR_DENSITY] = ATTR_FLOAT, [ATTR_FEEDBACK] = ATTR_INT, [ATTR_BITS] = ATTR_INT,
     [ATTR_ACCUMULATE] = ATTR_INT, [ATTR_LOSS_SCALE] = ATTR_INT, [ATTR_GROUPS] = ATTR_INT,
+    [ATTR_BUCKET] = ATTR_INT, [ATTR_READY] = ATTR_INT,
 };
 
 #define REQ_INT(k)          { k, ATTR_INT, 1, 0, 0 }
@@ -202,7 +203,8 @@ const op_def op_table[OP_COUNT] = {
                        .shape = shape_same_as_first, .flops_forward = flops_input_elements,
                        .flops_backward = flops_zero, .bytes_forward = bytes_io, .backward = OP_COUNT,
                        .forward_of = OP_COUNT, .internal = 1,
-                       .n_attr_specs = 2, .attr_specs = { REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_GROUPS, 0) } },
+                       .n_attr_specs = 3, .attr_specs = { REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_GROUPS, 0),
+                                                          OPT_INT(ATTR_BUCKET, -1) } },
 };
 
 const char *attr_key_name(attr_key k)

@@ -27,6 +27,7 @@
 #ifndef FUSION_ALLREDUCE_PLAN_H
 #define FUSION_ALLREDUCE_PLAN_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "../frontend/cluster.h"
@@ -51,6 +52,37 @@ double allreduce_seconds_for(const int32_t *dev, int32_t R, double bytes, int64_
  * (each group's ring, the leaders' ring, each leader to its members),
  * marked used[min * N + max] = 1 (codegen/bundle.c's link list). */
 void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *used, int32_t N);
+
+/* Gradient buckets (the comm pass's `bucket` attribute; runtime/comm/overlap.h
+ * reduces each while the rest of the backward runs): a stage's gradients, in
+ * the order its backward makes them final, are cut into runs of at least
+ * allreduce_bucket_cap(the stage's gradient bytes): a quarter of them, so
+ * that three quarters can overlap the backward, within [64 KiB, 25 MiB]
+ * (25 MiB is PyTorch DDP's bucket: larger buckets pay the ring's latencies
+ * fewer times, smaller ones start sooner). */
+#define ALLREDUCE_BUCKET_MIN_BYTES (64.0 * 1024)
+#define ALLREDUCE_BUCKET_MAX_BYTES (25.0 * 1024 * 1024)
+
+static inline double allreduce_bucket_cap(double stage_bytes)
+{
+    double cap = stage_bytes / 4;
+    return cap < ALLREDUCE_BUCKET_MIN_BYTES ? ALLREDUCE_BUCKET_MIN_BYTES
+           : cap > ALLREDUCE_BUCKET_MAX_BYTES ? ALLREDUCE_BUCKET_MAX_BYTES : cap;
+}
+
+/* The part of a stage's all-reduce (ar seconds for `bytes` of gradients)
+ * that its buckets leave after the step's last backward (backward
+ * seconds): the n buckets start as their gradients are made, evenly over
+ * that backward as far as a cost model knows, one after the other, and
+ * the last is made at its end.  So ar / n when the ring keeps up, else
+ * all but what fits under the backward after the first bucket. */
+static inline double allreduce_exposed_seconds(double ar, double backward, double bytes)
+{
+    double n = bytes > 0 ? ceil(bytes / allreduce_bucket_cap(bytes)) : 1.0;
+    n = n < 1.0 ? 1.0 : n;
+    double hidden = ar - backward * (1.0 - 1.0 / n);
+    return hidden > ar / n ? hidden : ar / n;
+}
 
 /* Replica r's group: its first replica (its leader), from the mask. */
 static inline int32_t allreduce_leader_of(int64_t groups, int32_t r)

@@ -22,8 +22,10 @@
  *     stages is computed on each rather than sent;
  *   - with R > 1 replicas per stage, every parameter's gradient is averaged
  *     over the stage's replicas (allreduce) before the optimizer reads it;
- *     the all-reduces open the stage's update, back to back, and the
- *     runtime sends them as one bucket; when the stage's replicas span
+ *     the all-reduces open the stage's update, back to back; on CPU
+ *     devices they are numbered into buckets that the runtime reduces
+ *     while the backward still runs (assign_buckets), else the runtime
+ *     sends them as one bucket; when the stage's replicas span
  *     regions and it is cheaper, `groups` says to reduce inside each
  *     region first, then among one leader a region (allreduce_plan.h).
  *
@@ -189,6 +191,67 @@ static int add_allreduces(comm_state *cs, const cluster *c)
                 replace_input(&g->nodes[j], grad, v);
     }
     free(groups);
+    return 0;
+}
+
+/* Gradient buckets (allreduce_plan.h): on a stage whose replicas are all CPU
+ * devices, the all-reduces whose gradient a backward op of the stage makes
+ * are numbered into buckets in the order the backward makes them (the
+ * producers' order), each closed once it holds allreduce_bucket_cap of
+ * the stage's bytes; the runtime reduces a bucket as soon as its last
+ * gradient is made in the step's last backward (runtime/comm/overlap.h).
+ * The rest (a gradient summed in the update) keep bucket -1 and go with
+ * the update.  A CUDA device reduces each gradient after its backward
+ * (runtime/cuda/cuda.c), so a stage with one gets no buckets. */
+static int assign_buckets(ir_graph *g, const cluster *c)
+{
+    const ir_placement *p = &g->placement;
+    int32_t S = p->n_stages, R = p->n_replicas;
+    int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
+    if (!order)
+        return -1;
+    for (int32_t s = 0; s < S && c && c->n_devices > 0; s++) {
+        int cpu = 1;
+        for (int32_t r = 0; r < R && cpu; r++)
+            cpu = c->devices[p->device[(size_t)s * R + r]].kind == DEVICE_CPU;
+        if (!cpu)
+            continue;
+        /* The stage's all-reduces made in its backward, by their producer's place. */
+        int32_t n = 0;
+        double total = 0.0;
+        for (int32_t i = 0; i < g->n_nodes; i++) {
+            const ir_node *ar = &g->nodes[i];
+            int32_t producer = ar->op == OP_ALLREDUCE && ar->stage == s ? g->values[ar->in[0]].producer : -1;
+            /* Final once made: no backward op reads it after (the runtime
+             * replaces it by the micro-batches' mean there). */
+            for (int32_t j = 0; producer >= 0 && j < g->n_nodes; j++)
+                for (int k = 0; k < g->nodes[j].n_in && producer >= 0; k++)
+                    if (g->nodes[j].in[k] == ar->in[0] && j != i && g->nodes[j].phase == PHASE_BACKWARD)
+                        producer = -1;
+            if (producer >= 0 && g->nodes[producer].phase == PHASE_BACKWARD && g->nodes[producer].stage == s) {
+                order[n++] = i;
+                total += (double)ir_value_bytes(g, ar->in[0]);
+            }
+        }
+        for (int32_t a = 1; a < n; a++)   /* insertion sort by producer: n is the stage's parameters */
+            for (int32_t b = a; b > 0 && g->values[g->nodes[order[b]].in[0]].producer <
+                                              g->values[g->nodes[order[b - 1]].in[0]].producer; b--) {
+                int32_t t = order[b];
+                order[b] = order[b - 1];
+                order[b - 1] = t;
+            }
+        double cap = allreduce_bucket_cap(total), have = 0.0;
+        for (int32_t k = 0, bucket = 0; k < n; k++) {
+            if (ir_node_set_int(g, order[k], ATTR_BUCKET, bucket)) {
+                free(order);
+                return -1;
+            }
+            have += (double)ir_value_bytes(g, g->nodes[order[k]].in[0]);
+            if (have >= cap)
+                bucket++, have = 0.0;
+        }
+    }
+    free(order);
     return 0;
 }
 
@@ -408,6 +471,8 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
     }
     if (rc == 0)
         rc = reorder(&cs);
+    if (rc == 0 && p->n_replicas > 1 && assign_buckets(g, opt ? opt->cluster : NULL))
+        rc = oom(&cs);
     /* What the pass promises: every value is read on its home stage only. */
     for (int32_t i = 0; i < g->n_nodes && rc == 0; i++)
         for (int k = 0; k < g->nodes[i].n_in && rc == 0; k++) {

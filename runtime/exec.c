@@ -519,6 +519,8 @@ void rt_pace_settle(rt_context *ctx)
 
 int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
 {
+    if (ctx->before_op && ctx->before_op(ctx->before_op_user, op, ctx))
+        return -1;
     if (ctx->emulate_devices && (op->op == OP_SEND || op->op == OP_RECV || op->op == OP_ALLREDUCE))
         rt_pace_settle(ctx);   /* the device's compute is done before it talks */
     if (op->op != OP_ALLREDUCE && ctx->comm && ctx->comm->bucket_count > 0 && rt_comm_flush_bucket(ctx->comm, ctx))

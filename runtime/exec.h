@@ -44,7 +44,7 @@ typedef struct {
 
 struct rt_comm;                /* runtime/comm/comm.h: the device's peers     */
 
-typedef struct {
+typedef struct rt_context_s {
     int64_t step;              /* the update about to be made, from 1        */
     char    msg[512];          /* why rt_op_run failed                        */
     int32_t micro_batch;       /* 0..M-1 in forward and backward; -1 in update */
@@ -72,6 +72,11 @@ typedef struct {
     int32_t emulate_devices;
     double  owed;
     double  paced;
+    /* Called before each op when set (the step's last backward: gradient
+     * buckets whose gradients are final go to the all-reduce thread,
+     * comm/overlap.h); non-zero fails the op. */
+    int   (*before_op)(void *user, const rt_op *op, struct rt_context_s *ctx);
+    void   *before_op_user;
 } rt_context;
 
 #define RT_PACE_MIN_SLEEP 1e-3   /* seconds */

@@ -57,6 +57,7 @@
 #include "safetensors.h"
 #include "comm/comm.h"
 #include "comm/diloco.h"
+#include "comm/overlap.h"
 #include "cuda/cuda.h"
 
 #include <xxhash.h>
@@ -320,6 +321,8 @@ static const char usage[] =
     "several devices:\n"
     "  --emulate-links     shape every link to the cluster file's bandwidth and latency\n"
     "  --adapt-density     AdaTopK: re-measure each compressed link between steps and adapt its density\n"
+    "  --no-overlap        average the gradient buckets after the backward, not while it runs\n"
+    "                      (the same bits, later: to measure what the overlap saves)\n"
     "  --peer NAME=ADDR    device NAME is at ADDR (moved or replaced), not where the cluster file says\n"
     "  --port-base P       link i listens on port P + i (all devices must agree; default: compiled in)\n"
     "  --peer-timeout S    a peer silent for S seconds is dead (default 10)\n"
@@ -334,6 +337,7 @@ typedef struct {
     st_dtype    save_dtype;
     int64_t     loss_scale_window, inject_overflow;
     int         emulate_devices;
+    int         no_overlap;
     uint64_t    seed;
     int         seed_given;
     int         threads;
@@ -377,6 +381,10 @@ static int parse_args(int argc, char **argv, run_options *o)
         }
         if (strcmp(a, "--emulate-devices") == 0) {
             o->emulate_devices = 1;
+            continue;
+        }
+        if (strcmp(a, "--no-overlap") == 0) {
+            o->no_overlap = 1;
             continue;
         }
         if (!v)
@@ -497,6 +505,7 @@ typedef struct {
     int32_t  *order;                   /* [2M] the 1F1B order                  */
     int64_t   grad_floats;
     double    loss_sum;
+    rt_overlap *overlap;               /* gradient buckets reduced in the last backward; NULL none */
 } stepper;
 
 static int64_t stash_total(const program *p)
@@ -527,13 +536,14 @@ static void gradients_accumulate(stepper *st, int32_t m, int mean)
 {
     const program *p = st->p;
     float *acc = st->grad_sum, inv = 1.0f / (float)p->manifest.micro_batches;
+    const uint8_t *final = rt_overlap_final(st->overlap);   /* made by its bucket already */
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
         if (ti->role != ROLE_GRADIENT)
             continue;
         float *g = (float *)(p->arena + ti->t.offset);
         int64_t n = numel(&ti->t);
-        for (int64_t k = 0; k < n; k++) {
+        for (int64_t k = 0; k < n && !(final && final[i]); k++) {
             if (mean)
                 g[k] = acc[k] * inv;
             else if (m == 0)
@@ -585,7 +595,13 @@ static int run_backward(stepper *st, rt_context *ctx, int32_t m)
         }
     }
     ctx->phase = PHASE_BACKWARD;
-    if (fusion_backward(st->p->arena, ctx) != 0)
+    if (st->overlap && m == st->p->manifest.micro_batches - 1) {   /* the gradients become final */
+        ctx->before_op = rt_overlap_before_op;
+        ctx->before_op_user = st->overlap;
+    }
+    int rc = fusion_backward(st->p->arena, ctx);
+    ctx->before_op = NULL;
+    if (rc != 0)
         return -1;
     if (st->p->manifest.micro_batches > 1)
         gradients_accumulate(st, m, 0);
@@ -601,6 +617,7 @@ static int run_micro_batches(stepper *st, rt_context *ctx, float *loss)
     /* The order: +m a forward, -(m+1) a backward. */
     int32_t *order = st->order, n = pipeline_order(M, mf->warmup, order);
     st->loss_sum = 0.0;
+    rt_overlap_begin_step(st->overlap, ctx->step);
     for (int32_t i = 0; i < n; i++) {
         int32_t m = order[i] >= 0 ? order[i] : -order[i] - 1;
         /* A forward keeps what its backward reads unless that backward is next. */
@@ -647,6 +664,13 @@ static int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, c
     if (!st->stash_mem || !st->stashed || !st->order || (m->micro_batches > 1 && !st->grad_sum))
         return fail("cannot allocate %lld bytes of stash and %lld of gradient sums",
                     (long long)(st->n_slots * st->stash_bytes), (long long)st->grad_floats * 4);
+    char why[512];
+    if (comm && !p->cuda &&
+        rt_overlap_open(&st->overlap, comm, (const rt_op *)fusion_ops_blob, m->n_ops, p->tensors, m->n_tensors,
+                        p->arena, st->grad_sum, m->micro_batches, !o->no_overlap, why, sizeof why))
+        return fail("%s", why);
+    if (comm)
+        comm->overlap = st->overlap != NULL;
     return 0;
 }
 
@@ -654,6 +678,7 @@ static void stepper_free(stepper *st)
 {
     free(st->stash_mem);
     free(st->stashed);
+    rt_overlap_close(st->overlap);
     free(st->grad_sum);
     free(st->order);
 }
@@ -762,6 +787,9 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
                mf->diloco.outer_lr, mf->diloco.outer_momentum,
                mf->diloco.outer_bits == 8 ? "8-bit rows" : mf->diloco.outer_bits == 4 ? "4-bit rows" : "f32",
                mf->diloco.outer_delay ? ", applied one round late (the transfer overlaps the next round)" : "");
+    if (st.overlap)
+        printf("fusion: %d gradient buckets averaged over the replicas %s\n", rt_overlap_buckets(st.overlap),
+               o->no_overlap ? "after the backward (--no-overlap)" : "while the step's last backward runs");
     if (mf->loss_scaling)
         printf("fusion: fp16 with dynamic loss scaling: scale %g, doubled after %lld good steps, halved and the step "
                "skipped on an overflow\n", (double)scaler.scale, (long long)scaler.window);
@@ -787,7 +815,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
         }
         ctx.micro_batch = -1;
         ctx.phase = PHASE_UPDATE;
-        if (fusion_update(p->arena, &ctx) != 0 || (comm && rt_comm_flush_bucket(comm, &ctx) != 0)) {
+        if (rt_overlap_finish(st.overlap, &ctx) != 0 || fusion_update(p->arena, &ctx) != 0 ||
+            (comm && rt_comm_flush_bucket(comm, &ctx) != 0)) {
             rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
             break;
         }
@@ -854,6 +883,12 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
         if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps) &&
             save_checkpoint(p, o->save, step, seed, &scaler, o->save_dtype))
             rc = stop(comm, mf->device, "cannot write the checkpoint");
+    }
+    if (rc == 0 && st.overlap) {
+        int64_t early, handed;
+        rt_overlap_counts(st.overlap, &early, &handed);
+        printf("fusion: gradient buckets: %lld of %lld started while a backward ran; the updates waited %.3f s "
+               "for them in all\n", (long long)early, (long long)handed, rt_overlap_waited(st.overlap));
     }
     if (rc == 0 && o->emulate_devices)
         printf("fusion: --emulate-devices waited %.3f s of the %.3f s the steps took (%.0f%%)\n", paced, stepping,

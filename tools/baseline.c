@@ -11,7 +11,7 @@ double baseline_simulated_step(const ir_graph *g, const cluster *c, int steps, s
     sim_result r;
     memset(&r, 0, sizeof r);
     double t = -1.0;
-    if (simulate_steps(g, c, steps, &r, err) == 0)
+    if (simulate_steps(g, c, steps, 1, &r, err) == 0)
         t = sim_steady_step(&r);
     sim_result_free(&r);
     return t;

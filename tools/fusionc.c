@@ -165,6 +165,8 @@ static const char *const usage_simulate =
     "DIR/gantt.svg, the timeline (default DIR: the current folder).\n"
     "  --set name=value   override a hyper-parameter (repeatable)\n"
     "  --steps N          simulate N consecutive steps (default 3)\n"
+    "  --no-overlap       CPU replicas' gradient buckets averaged after the backward, not during\n"
+    "                     it (the device programs' --no-overlap)\n"
     PLACEMENT_OPTIONS;
 
 static const char *const usage_stats =
@@ -780,7 +782,7 @@ static int cmd_simulate(int argc, char **argv)
     placed_model m;
     sim_result r;
     memset(&r, 0, sizeof r);
-    rc = placed_load(&m, &o, &err) || simulate_steps(&m.g, &m.c, o.steps > 0 ? o.steps : 3, &r, &err);
+    rc = placed_load(&m, &o, &err) || simulate_steps(&m.g, &m.c, o.steps > 0 ? o.steps : 3, !o.no_overlap, &r, &err);
     if (rc == 0) {
         simulate_print(stdout, &m.g, &m.c, &m.plan, &r);
         rc = print_best_site(&o, &m.c, r.n_steps, sim_steady_step(&r), &err) ||

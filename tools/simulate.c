@@ -12,7 +12,10 @@
  * (after encoding, for a top-k pair) and does not wait for it, a recv waits
  * for its message (then decodes), the first all-reduce of the update waits
  * for every replica of its stage and then takes the ring's time for the
- * whole bucket.
+ * gradients in no bucket.  A stage's gradient buckets (runtime/comm/overlap.h)
+ * are reduced during the step's last backward: each starts once every
+ * replica has made its gradients and the bucket before it has ended, and
+ * the update waits for the last.
  *
  * A worker's program, as the runtime runs it (runtime/main.c): per step,
  * the forward and backward of each micro-batch in 1F1B order (warm-up
@@ -64,6 +67,19 @@ typedef struct {
     int32_t *link_of;           /* [n_devices^2]: index into r->links, -1                 */
     double  *link_free;         /* [n_devices^2 capacity]: when each link's last message is out */
     int32_t *ar_count;          /* [S] replicas at the all-reduce                         */
+    /* Gradient buckets (runtime/comm/overlap.h): a bucket's all-reduce
+     * starts once every replica of its stage has made its gradients in the
+     * step's last backward, after the stage's bucket before it. */
+    int      overlap;           /* 0: the buckets one after the other in the update (--no-overlap) */
+    int32_t  B;                 /* the most buckets a stage has                            */
+    int32_t *n_buckets;         /* [S]                                                     */
+    int32_t *bucket_ready;      /* [S][B] its last gradient's place in the stage's backward ops */
+    double  *bucket_bytes;      /* [S][B]                                                  */
+    int64_t *bucket_groups;     /* [S] the ring (0) or the hierarchy                       */
+    int32_t *bucket_count;      /* [S][B] replicas past its ready op this step             */
+    double  *bucket_at;         /* [S][B] the last of them                                 */
+    int32_t *bucket_next;       /* [S] the next bucket to start this step                  */
+    double  *bucket_end;        /* [S] when the last started ends                          */
 } sim;
 
 static ir_phase phase_of(const ir_node *n) { return n->phase == PHASE_NONE ? PHASE_FORWARD : n->phase; }
@@ -169,15 +185,8 @@ static void sim_cluster_link(const void *ctx, int32_t a, int32_t b, double *bw, 
     cluster_link_between(ctx, a, b, bw, lat);
 }
 
-static double allreduce_seconds(const sim *s, int32_t st, int32_t k)
+static double stage_allreduce_seconds(const sim *s, int32_t st, double bytes, int64_t groups)
 {
-    const ir_graph *g = s->g;
-    const int32_t *ops = s->ops[PHASE_UPDATE] + (size_t)st * g->n_nodes;
-    int32_t n = s->n_ops[st * PHASE_COUNT + PHASE_UPDATE];
-    int64_t groups = k < n ? ir_node_int(&g->nodes[ops[k]], ATTR_GROUPS, 0) : 0;
-    double bytes = 0.0;
-    for (; k < n && g->nodes[ops[k]].op == OP_ALLREDUCE; k++)
-        bytes += (double)ir_value_bytes(g, g->nodes[ops[k]].in[0]);
     int32_t *dev = malloc((size_t)s->R * sizeof *dev);
     if (!dev)
         return INFINITY;
@@ -186,6 +195,83 @@ static double allreduce_seconds(const sim *s, int32_t st, int32_t k)
     double t = allreduce_seconds_for(dev, s->R, bytes, groups, sim_cluster_link, s->c);
     free(dev);
     return t;
+}
+
+/* The update's all-reduces from its node k on: those in no bucket (the
+ * buckets went during the backward). */
+static double allreduce_seconds(const sim *s, int32_t st, int32_t k)
+{
+    const ir_graph *g = s->g;
+    const int32_t *ops = s->ops[PHASE_UPDATE] + (size_t)st * g->n_nodes;
+    int32_t n = s->n_ops[st * PHASE_COUNT + PHASE_UPDATE];
+    int64_t groups = k < n ? ir_node_int(&g->nodes[ops[k]], ATTR_GROUPS, 0) : 0;
+    double bytes = 0.0, buckets = 0.0;
+    for (; k < n && g->nodes[ops[k]].op == OP_ALLREDUCE; k++)
+        if (ir_node_int(&g->nodes[ops[k]], ATTR_BUCKET, -1) < 0)
+            bytes += (double)ir_value_bytes(g, g->nodes[ops[k]].in[0]);
+    for (int32_t b = 0; !s->overlap && b < s->n_buckets[st]; b++)   /* --no-overlap: each now, in turn */
+        buckets += stage_allreduce_seconds(s, st, s->bucket_bytes[(size_t)st * s->B + b], s->bucket_groups[st]);
+    return buckets + (bytes > 0.0 ? stage_allreduce_seconds(s, st, bytes, groups) : 0.0);
+}
+
+/* A replica of stage st finished its last backward's op at place `pos`
+ * at time t: the buckets that were waiting for it, then every bucket in
+ * order whose replicas are all past it starts when they are and the
+ * bucket before has ended. */
+static void bucket_reached(sim *s, int32_t st, int32_t pos, double t)
+{
+    int32_t B = s->B, *count = s->bucket_count + (size_t)st * B;
+    double *at = s->bucket_at + (size_t)st * B;
+    for (int32_t b = 0; b < s->n_buckets[st]; b++)
+        if (s->bucket_ready[(size_t)st * B + b] == pos)
+            count[b]++, at[b] = fmax(at[b], t);
+    for (int32_t *next = &s->bucket_next[st]; *next < s->n_buckets[st] && count[*next] == s->R; ++*next) {
+        double start = fmax(at[*next], s->bucket_end[st]);
+        s->bucket_end[st] = start + stage_allreduce_seconds(s, st, s->bucket_bytes[(size_t)st * B + *next],
+                                                            s->bucket_groups[st]);
+    }
+}
+
+/* Each stage's buckets from its update's allreduce nodes (attr `bucket`)
+ * and their gradients' producers' places in its backward. */
+static int find_buckets(sim *s)
+{
+    const ir_graph *g = s->g;
+    int32_t N = g->n_nodes;
+    for (int32_t i = 0; i < N; i++)
+        if (g->nodes[i].op == OP_ALLREDUCE)
+            s->B = (int32_t)fmax(s->B, (double)ir_node_int(&g->nodes[i], ATTR_BUCKET, -1) + 1);
+    size_t SB = (size_t)s->S * (size_t)(s->B > 0 ? s->B : 1);
+    s->n_buckets = calloc((size_t)s->S, sizeof *s->n_buckets);
+    s->bucket_ready = malloc(SB * sizeof *s->bucket_ready);
+    s->bucket_bytes = calloc(SB, sizeof *s->bucket_bytes);
+    s->bucket_groups = calloc((size_t)s->S, sizeof *s->bucket_groups);
+    s->bucket_count = calloc(SB, sizeof *s->bucket_count);
+    s->bucket_at = calloc(SB, sizeof *s->bucket_at);
+    s->bucket_next = calloc((size_t)s->S, sizeof *s->bucket_next);
+    s->bucket_end = calloc((size_t)s->S, sizeof *s->bucket_end);
+    if (!s->n_buckets || !s->bucket_ready || !s->bucket_bytes || !s->bucket_groups || !s->bucket_count ||
+        !s->bucket_at || !s->bucket_next || !s->bucket_end)
+        return -1;
+    for (size_t k = 0; k < SB; k++)
+        s->bucket_ready[k] = -1;
+    for (int32_t st = 0; st < s->S; st++) {
+        const int32_t *upd = s->ops[PHASE_UPDATE] + (size_t)st * N, *bwd = s->ops[PHASE_BACKWARD] + (size_t)st * N;
+        for (int32_t k = 0; k < s->n_ops[st * PHASE_COUNT + PHASE_UPDATE]; k++) {
+            const ir_node *ar = &g->nodes[upd[k]];
+            int32_t b = ar->op == OP_ALLREDUCE ? (int32_t)ir_node_int(ar, ATTR_BUCKET, -1) : -1;
+            if (b < 0)
+                continue;
+            int32_t producer = g->values[ar->in[0]].producer, *ready = &s->bucket_ready[(size_t)st * s->B + b];
+            for (int32_t j = 0; j < s->n_ops[st * PHASE_COUNT + PHASE_BACKWARD]; j++)
+                if (bwd[j] == producer && j > *ready)
+                    *ready = j;
+            s->bucket_bytes[(size_t)st * s->B + b] += (double)ir_value_bytes(g, ar->in[0]);
+            s->bucket_groups[st] = ir_node_int(ar, ATTR_GROUPS, 0);
+            s->n_buckets[st] = (int32_t)fmax(s->n_buckets[st], (double)b + 1);
+        }
+    }
+    return 0;
 }
 
 /* Let worker wi go on at `now` as far as it can.  0, -1 out of memory, 1 a bad send. */
@@ -274,8 +360,11 @@ static int advance(sim *s, int32_t wi, double now)
                 w->blocked = 1;
                 return 0;
             }
-            double end = now + allreduce_seconds(s, st, w->op);
+            double end = fmax(now, s->bucket_end[st]) + allreduce_seconds(s, st, w->op);
             s->ar_count[st] = 0;
+            s->bucket_next[st] = 0;   /* the next step's buckets */
+            for (int32_t b = 0; b < s->B; b++)
+                s->bucket_count[(size_t)st * s->B + b] = 0, s->bucket_at[(size_t)st * s->B + b] = 0.0;
             for (int32_t r = 0; r < s->R; r++) {
                 worker *x = &s->w[st * s->R + r];
                 x->in_allreduce = 0;
@@ -299,6 +388,8 @@ static int advance(sim *s, int32_t wi, double now)
         }
         w->t_free = start + dur;
         w->op++;
+        if (ph == PHASE_BACKWARD && mb == s->M - 1 && s->n_buckets[st] > 0 && s->overlap)
+            bucket_reached(s, st, w->op - 1, w->t_free);
     }
     return 0;
 }
@@ -343,7 +434,7 @@ static int run(sim *s, struct diag *err, const char *file)
     }
 }
 
-int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, sim_result *r, struct diag *err)
+int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, int overlap, sim_result *r, struct diag *err)
 {
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
     memset(r, 0, sizeof *r);
@@ -357,6 +448,7 @@ int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, sim_resul
     s.c = c;
     s.r = r;
     s.steps = steps;
+    s.overlap = overlap;
     s.S = p->n_stages > 0 ? p->n_stages : 1;
     s.R = p->n_stages > 0 ? p->n_replicas : 1;
     s.M = p->n_stages > 0 && p->micro_batches > 0 ? p->micro_batches : 1;
@@ -421,6 +513,10 @@ int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, sim_resul
             r->stage[wi] = st;
         }
     }
+    if (find_buckets(&s)) {
+        diag_set(err, file, 0, "out of memory simulating");
+        goto done;
+    }
     if (run(&s, err, file))
         goto done;
     double span = r->step_end[steps - 1], busy = 0.0;   /* the bubble over every step simulated */
@@ -438,6 +534,14 @@ done:
     free(s.link_of);
     free(s.link_free);
     free(s.ar_count);
+    free(s.n_buckets);
+    free(s.bucket_ready);
+    free(s.bucket_bytes);
+    free(s.bucket_groups);
+    free(s.bucket_count);
+    free(s.bucket_at);
+    free(s.bucket_next);
+    free(s.bucket_end);
     if (rc)
         sim_result_free(r);
     return rc;

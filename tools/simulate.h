@@ -67,7 +67,7 @@ typedef struct {
 
 /* Simulate `steps` consecutive steps of g (placed: after every pass) on c.
  * 0, or -1 with err filled (out of memory, a message never sent). */
-int  simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, sim_result *r, struct diag *err);
+int  simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, int overlap, sim_result *r, struct diag *err);
 void sim_result_free(sim_result *r);
 /* The steady state: the last simulated step's seconds (step 1 also holds
  * the pipeline's start).  0 when nothing was simulated. */

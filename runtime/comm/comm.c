@@ -621,7 +621,7 @@ int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     float *y = (float *)(arena + op->out[0].offset);
     if (op->out[0].offset != op->in[0].offset)
         memmove(y, arena + op->in[0].offset, (size_t)n * sizeof *y);
-    if (c->manifest->n_replicas == 1)
+    if (c->manifest->n_replicas == 1 || (c->overlap && op->ints[ATTR_BUCKET] >= 0))
         return 0;
     if (c->bucket_count == c->bucket_cap) {
         int32_t cap = c->bucket_cap ? 2 * c->bucket_cap : 64;
@@ -675,6 +675,26 @@ int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx)
         at += c->bucket_floats[i];
     }
     return 0;
+}
+
+int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, float *x, int64_t n, int32_t tensor,
+                        int64_t groups, rt_context *ctx)
+{
+    /* Only what the ring reads, all set at open and never changed (the
+     * main thread keeps changing the rest): the hub is thread-safe; the
+     * scratch is the caller's. */
+    rt_comm own;
+    memset(&own, 0, sizeof own);
+    own.hub = c->hub;
+    own.manifest = c->manifest;
+    own.placement = c->placement;
+    own.peers = c->peers;
+    own.scratch = *scratch;
+    own.scratch_floats = *scratch_floats;
+    int rc = mean_over_replicas(&own, x, n, tensor, groups, ctx);
+    *scratch = own.scratch;
+    *scratch_floats = own.scratch_floats;
+    return rc;
 }
 
 int rt_comm_mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tag, rt_context *ctx)

@@ -92,6 +92,8 @@ typedef struct rt_comm {
     double          recv_wait;        /* seconds blocked in receives since the last adaptation */
     rt_accumulator *accs;             /* [n_accs] by first use                 */
     int32_t         n_accs, accs_cap;
+    int             overlap;          /* 1: the allreduce ops with a bucket are reduced by
+                                         comm/overlap.h; their op only copies          */
 } rt_comm;
 
 /* Connect to every peer this device has a link with (runtime/program.h's
@@ -108,6 +110,13 @@ int  rt_comm_flush(rt_comm *c, char *err, size_t n);
 int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
 int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
 int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
+
+/* x[n] := its mean over the stage's replicas, as an allreduce op with
+ * message id `tensor` and `groups` makes it, with the caller's scratch
+ * (*scratch, *scratch_floats: grown as needed; comm/overlap.h's thread
+ * reduces while the main thread talks).  0, or -1 with ctx->msg set. */
+int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, float *x, int64_t n, int32_t tensor,
+                        int64_t groups, rt_context *ctx);
 
 /* Run the bucketed all-reduces (rt_op_run calls it before any other op). */
 int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx);
