@@ -58,26 +58,14 @@
 #include "comm/comm.h"
 #include "comm/diloco.h"
 #include "comm/overlap.h"
+#include "checkpoint.h"
+#include "device_program.h"
 #include "cuda/cuda.h"
 
 #include <xxhash.h>
 
-/* ---- the program ------------------------------------------------------------- */
 
-typedef struct {
-    rt_manifest     manifest;
-    rt_tensor_info *tensors;
-    char           *arena;
-    rt_tensor      *stash;       /* [n_stash] what a backward reads of its forward */
-    int32_t        *placement;   /* [n_stages * n_replicas] */
-    rt_peer        *peers;       /* [n_peers] */
-    rt_link        *links;       /* [n_links] */
-    rt_diloco_param *diloco;     /* [manifest.diloco.n_params]: --sync diloco's table */
-    rt_cuda        *cuda;        /* a CUDA device's backend; NULL on a CPU device */
-} program;
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...)
+int fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -131,169 +119,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ---- checkpoints, weights, gradients (safetensors) ---------------------------- */
-
-#define CHECKPOINT_FILE "checkpoint.safetensors"
-
-/* One device: DIR/checkpoint.safetensors; several: one file each. */
-static void checkpoint_path(const program *p, const char *dir, char *path, size_t size)
-{
-    if (p->manifest.n_stages * p->manifest.n_replicas > 1)
-        snprintf(path, size, "%s/checkpoint-%s.safetensors", dir, p->manifest.device);
-    else
-        snprintf(path, size, "%s/" CHECKPOINT_FILE, dir);
-}
-
-/* Role bits (1 << ir_role) select tensors; LOSS_ROLE selects the loss. */
-#define LOSS_ROLE (1u << 31)
-static int is_loss(const program *p, const rt_tensor_info *ti)
-{
-    return p->manifest.loss >= 0 && ti == &p->tensors[p->manifest.loss];
-}
-
-static st_tensor as_st(const program *p, const rt_tensor_info *ti)
-{
-    st_tensor t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.name, sizeof t.name, "%s", ti->name);
-    t.dtype = ti->dtype == DT_I32 ? ST_I32 : ST_F32;
-    t.rank = ti->t.rank;
-    for (int i = 0; i < ti->t.rank; i++)
-        t.dim[i] = ti->t.dim[i];
-    t.data = p->arena + ti->t.offset;
-    return t;
-}
-
-/* Every tensor of the given roles (bits of 1 << ir_role; the loss with
- * LOSS_ROLE) to path;
- * the parameters in param_dtype (ST_F32: as they are; ST_BF16, ST_F16:
- * rounded, for a file half the size), everything else as it is. */
-static int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata,
-                         st_dtype param_dtype)
-{
-    st_tensor *list = calloc((size_t)p->manifest.n_tensors + 1, sizeof *list);
-    st_dtype  *as = calloc((size_t)p->manifest.n_tensors + 1, sizeof *as);
-    int n = 0;
-    if (!list || !as) {
-        free(list);
-        free(as);
-        return fail("out of memory writing %s", path);
-    }
-    for (int32_t i = 0; i < p->manifest.n_tensors; i++)
-        if (((roles >> p->tensors[i].role) & 1) || ((roles & LOSS_ROLE) && is_loss(p, &p->tensors[i]))) {
-            list[n] = as_st(p, &p->tensors[i]);
-            as[n] = p->tensors[i].role == ROLE_PARAM ? param_dtype : list[n].dtype;
-            n++;
-        }
-    char why[512];
-    int rc = st_write_as(path, list, n, as, metadata, why, sizeof why);
-    free(list);
-    free(as);
-    return rc ? fail("%s", why) : 0;
-}
-
-/* Read every tensor of the given roles from f by name into the arena; the
- * shapes must be the model's, the file's dtype one that converts to the
- * tensor's (a BF16 or F16 file loads into fp32 parameters).  Nothing is
- * written unless every tensor is there and fits. */
-static int read_tensors(program *p, const st_file *f, const char *path, unsigned roles)
-{
-    st_target *list = calloc((size_t)p->manifest.n_tensors + 1, sizeof *list);
-    int n = 0;
-    if (!list)
-        return fail("out of memory reading %s", path);
-    for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
-        const rt_tensor_info *ti = &p->tensors[i];
-        if (!((roles >> ti->role) & 1))
-            continue;
-        st_tensor want = as_st(p, ti);
-        st_target *t = &list[n++];
-        t->name = ti->name;
-        t->dtype = want.dtype;
-        t->rank = want.rank;
-        memcpy(t->dim, want.dim, sizeof t->dim);
-        t->dst = p->arena + ti->t.offset;
-    }
-    char why[512];
-    int rc = st_load(f, list, n, why, sizeof why);
-    free(list);
-    return rc ? fail("%s", why) : 0;
-}
-
-static unsigned role_bit(ir_role r) { return 1u << r; }
-
-/* read_tensors from the safetensors file at path (--init, --inputs). */
-static int read_file_tensors(program *p, const char *path, unsigned roles)
-{
-    char why[512];
-    st_file *f = st_open(path, why, sizeof why);
-    if (!f)
-        return fail("%s", why);
-    int rc = read_tensors(p, f, path, roles);
-    st_close(f);
-    return rc;
-}
-
-/* An fp16 run's loss scaler travels in the checkpoint's metadata, so a
- * resumed run goes on with the scale (and the count of skipped steps that
- * AdamW's bias correction uses) it stopped with. */
-static int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
-                           st_dtype save_dtype)
-{
-    char path[4096], step_text[32], seed_text[32], build[32], why[512], scale[96];
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
-    if (p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why, sizeof why))   /* they live on the device */
-        return fail("%s: %s", p->manifest.device, why);
-    checkpoint_path(p, dir, path, sizeof path);
-    snprintf(step_text, sizeof step_text, "%lld", (long long)step);
-    snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)seed);
-    snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
-    snprintf(scale, sizeof scale, "%.9g %lld %lld", (double)ls->scale, (long long)ls->good, (long long)ls->skipped);
-    const char *metadata[] = { "fusion.model", p->manifest.model, "fusion.build_id", build,
-                               "fusion.step", step_text, "fusion.seed", seed_text,
-                               p->manifest.loss_scaling ? "fusion.loss_scaler" : NULL, scale, NULL };
-    return write_tensors(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype);
-}
-
-/* Params and state from DIR's checkpoint; *step, *seed (and an fp16
- * run's loss scaler) from it. */
-static int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls)
-{
-    char path[4096], why[512], build[32];
-    checkpoint_path(p, dir, path, sizeof path);
-    st_file *f = st_open(path, why, sizeof why);
-    if (!f)
-        return fail("%s", why);
-    const char *b = st_metadata(f, "fusion.build_id"), *s = st_metadata(f, "fusion.step");
-    const char *sd = st_metadata(f, "fusion.seed");
-    snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
-    int rc = 0;
-    if (!b || !s || !sd)
-        rc = fail("%s: not a fusion checkpoint (no fusion.build_id, fusion.step, fusion.seed)", path);
-    else if (strcmp(b, build) != 0)
-        rc = fail("%s: written by another compile (build %s, this program is build %s)", path, b, build);
-    else {
-        *step = strtoll(s, NULL, 10);
-        *seed = strtoull(sd, NULL, 10);
-        const char *sc = st_metadata(f, "fusion.loss_scaler");
-        double scale;
-        long long good, skipped;
-        if (p->manifest.loss_scaling && sc && sscanf(sc, "%lf %lld %lld", &scale, &good, &skipped) == 3 &&
-            scale > 0 && good >= 0 && skipped >= 0) {
-            ls->scale = (float)scale;
-            ls->good = good;
-            ls->skipped = skipped;
-        } else if (p->manifest.loss_scaling) {
-            rc = fail("%s: no valid fusion.loss_scaler (an fp16 checkpoint has one)", path);
-        }
-        if (rc == 0)
-            rc = read_tensors(p, f, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE));
-    }
-    st_close(f);
-    return rc;
 }
 
 static const char usage[] =

@@ -1,0 +1,258 @@
+/* checkpoint.c: a device program's tensors to and from safetensors files:
+ * checkpoints (--save, --resume), weights (--init), inputs (--inputs) and
+ * gradients (--dump-grads) (checkpoint.h). */
+#define _GNU_SOURCE
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../ir/ir.h"
+#include "safetensors.h"
+
+#define CHECKPOINT_FILE "checkpoint.safetensors"
+
+/* One device: DIR/checkpoint.safetensors; several: one file each. */
+static void checkpoint_path(const program *p, const char *dir, char *path, size_t size)
+{
+    if (p->manifest.n_stages * p->manifest.n_replicas > 1)
+        snprintf(path, size, "%s/checkpoint-%s.safetensors", dir, p->manifest.device);
+    else
+        snprintf(path, size, "%s/" CHECKPOINT_FILE, dir);
+}
+
+static int is_loss(const program *p, const rt_tensor_info *ti)
+{
+    return p->manifest.loss >= 0 && ti == &p->tensors[p->manifest.loss];
+}
+
+static st_tensor as_st(const program *p, const rt_tensor_info *ti)
+{
+    st_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "%s", ti->name);
+    t.dtype = ti->dtype == DT_I32 ? ST_I32 : ST_F32;
+    t.rank = ti->t.rank;
+    for (int i = 0; i < ti->t.rank; i++)
+        t.dim[i] = ti->t.dim[i];
+    t.data = p->arena + ti->t.offset;
+    return t;
+}
+
+/* Every tensor of the given roles (bits of 1 << ir_role; the loss with
+ * LOSS_ROLE) to path;
+ * the parameters in param_dtype (ST_F32: as they are; ST_BF16, ST_F16:
+ * rounded, for a file half the size), everything else as it is. */
+int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata,
+                         st_dtype param_dtype)
+{
+    st_tensor *list = calloc((size_t)p->manifest.n_tensors + 1, sizeof *list);
+    st_dtype  *as = calloc((size_t)p->manifest.n_tensors + 1, sizeof *as);
+    int n = 0;
+    if (!list || !as) {
+        free(list);
+        free(as);
+        return fail("out of memory writing %s", path);
+    }
+    for (int32_t i = 0; i < p->manifest.n_tensors; i++)
+        if (((roles >> p->tensors[i].role) & 1) || ((roles & LOSS_ROLE) && is_loss(p, &p->tensors[i]))) {
+            list[n] = as_st(p, &p->tensors[i]);
+            as[n] = p->tensors[i].role == ROLE_PARAM ? param_dtype : list[n].dtype;
+            n++;
+        }
+    char why[512];
+    int rc = st_write_as(path, list, n, as, metadata, why, sizeof why);
+    free(list);
+    free(as);
+    return rc ? fail("%s", why) : 0;
+}
+
+/* Read every tensor of the given roles from f by name into the arena; the
+ * shapes must be the model's, the file's dtype one that converts to the
+ * tensor's (a BF16 or F16 file loads into fp32 parameters).  Nothing is
+ * written unless every tensor is there and fits. */
+static int read_tensors(program *p, const st_file *f, const char *path, unsigned roles)
+{
+    st_target *list = calloc((size_t)p->manifest.n_tensors + 1, sizeof *list);
+    int n = 0;
+    if (!list)
+        return fail("out of memory reading %s", path);
+    for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
+        const rt_tensor_info *ti = &p->tensors[i];
+        if (!((roles >> ti->role) & 1))
+            continue;
+        st_tensor want = as_st(p, ti);
+        st_target *t = &list[n++];
+        t->name = ti->name;
+        t->dtype = want.dtype;
+        t->rank = want.rank;
+        memcpy(t->dim, want.dim, sizeof t->dim);
+        t->dst = p->arena + ti->t.offset;
+    }
+    char why[512];
+    int rc = st_load(f, list, n, why, sizeof why);
+    free(list);
+    return rc ? fail("%s", why) : 0;
+}
+
+
+/* read_tensors from the safetensors file at path (--init, --inputs). */
+int read_file_tensors(program *p, const char *path, unsigned roles)
+{
+    char why[512];
+    st_file *f = st_open(path, why, sizeof why);
+    if (!f)
+        return fail("%s", why);
+    int rc = read_tensors(p, f, path, roles);
+    st_close(f);
+    return rc;
+}
+
+/* An fp16 run's loss scaler travels in the checkpoint's metadata, so a
+ * resumed run goes on with the scale (and the count of skipped steps that
+ * AdamW's bias correction uses) it stopped with. */
+int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
+                           st_dtype save_dtype)
+{
+    char path[4096], step_text[32], seed_text[32], build[32], why[512], scale[96];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
+    if (p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why, sizeof why))   /* they live on the device */
+        return fail("%s: %s", p->manifest.device, why);
+    checkpoint_path(p, dir, path, sizeof path);
+    snprintf(step_text, sizeof step_text, "%lld", (long long)step);
+    snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)seed);
+    snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
+    snprintf(scale, sizeof scale, "%.9g %lld %lld", (double)ls->scale, (long long)ls->good, (long long)ls->skipped);
+    const char *metadata[] = { "fusion.model", p->manifest.model, "fusion.build_id", build,
+                               "fusion.step", step_text, "fusion.seed", seed_text,
+                               p->manifest.loss_scaling ? "fusion.loss_scaler" : NULL, scale, NULL };
+    return write_tensors(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype);
+}
+
+/* The metadata every part carries: step, seed, and an fp16 run's scaler. */
+static int read_progress(const program *p, const st_file *f, const char *path, int64_t *step, uint64_t *seed,
+                         rt_loss_scaler *ls)
+{
+    const char *s = st_metadata(f, "fusion.step"), *sd = st_metadata(f, "fusion.seed");
+    if (!s || !sd || !st_metadata(f, "fusion.build_id"))
+        return fail("%s: not a fusion checkpoint (no fusion.build_id, fusion.step, fusion.seed)", path);
+    *step = strtoll(s, NULL, 10);
+    *seed = strtoull(sd, NULL, 10);
+    const char *sc = st_metadata(f, "fusion.loss_scaler");
+    double scale;
+    long long good, skipped;
+    if (p->manifest.loss_scaling && sc && sscanf(sc, "%lf %lld %lld", &scale, &good, &skipped) == 3 && scale > 0 &&
+        good >= 0 && skipped >= 0) {
+        ls->scale = (float)scale;
+        ls->good = good;
+        ls->skipped = skipped;
+    } else if (p->manifest.loss_scaling) {
+        return fail("%s: no valid fusion.loss_scaler (an fp16 checkpoint has one)", path);
+    }
+    return 0;
+}
+
+static int is_part_name(const char *name)
+{
+    size_t n = strlen(name), ext = strlen(".safetensors");
+    return strncmp(name, "checkpoint", 10) == 0 && n > ext && strcmp(name + n - ext, ".safetensors") == 0;
+}
+
+/* A checkpoint of another plan: every part in dir (of this model, at one
+ * step and seed), and each of this device's parameters and states from
+ * the part that holds it. */
+static int resume_by_name(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return fail("%s: cannot open the checkpoint folder: %s", dir, strerror(errno));
+    enum { MAX_PARTS = 4096 };
+    st_file **parts = calloc(MAX_PARTS, sizeof *parts);
+    char (*paths)[4096] = malloc(MAX_PARTS * sizeof *paths);
+    int n = 0, rc = parts && paths ? 0 : fail("out of memory reading %s", dir);
+    for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
+        if (!is_part_name(e->d_name))
+            continue;
+        if (n == MAX_PARTS) {
+            rc = fail("%s: more than %d checkpoint parts", dir, MAX_PARTS);
+            break;
+        }
+        char why[512];
+        snprintf(paths[n], sizeof paths[n], "%s/%s", dir, e->d_name);
+        if (!(parts[n] = st_open(paths[n], why, sizeof why))) {
+            rc = fail("%s", why);
+            break;
+        }
+        int64_t s;
+        uint64_t sd;
+        const char *model = st_metadata(parts[n], "fusion.model");
+        if (read_progress(p, parts[n], paths[n], &s, &sd, ls)) {
+            rc = 1;
+        } else if (!model || strcmp(model, p->manifest.model) != 0) {
+            rc = fail("%s: a checkpoint of model '%s', this program trains '%s'", paths[n], model ? model : "?",
+                      p->manifest.model);
+        } else if (n > 0 && (s != *step || sd != *seed)) {
+            rc = fail("%s: step %lld, seed %llu; %s has step %lld, seed %llu: parts of different checkpoints",
+                      paths[n], (long long)s, (unsigned long long)sd, paths[0], (long long)*step,
+                      (unsigned long long)*seed);
+        }
+        *step = s, *seed = sd;
+        n++;
+    }
+    closedir(d);
+    if (rc == 0 && n == 0)
+        rc = fail("%s: no checkpoint (no checkpoint*.safetensors in it)", dir);
+    for (int32_t i = 0; i < p->manifest.n_tensors && rc == 0; i++) {
+        const rt_tensor_info *ti = &p->tensors[i];
+        if (ti->role != ROLE_PARAM && ti->role != ROLE_STATE)
+            continue;
+        int k = 0;
+        st_tensor found;
+        while (k < n && st_find(parts[k], ti->name, &found) == 0)   /* 1 found; -1 found, a dtype st_load names */
+            k++;
+        if (k == n) {
+            rc = fail("%s: no part holds '%s' (%d parts): a checkpoint of another model?", dir, ti->name, n);
+            break;
+        }
+        st_tensor want = as_st(p, ti);
+        st_target t = { .name = ti->name, .dtype = want.dtype, .rank = want.rank, .dst = p->arena + ti->t.offset };
+        memcpy(t.dim, want.dim, sizeof t.dim);
+        char why[512];
+        if (st_load(parts[k], &t, 1, why, sizeof why))
+            rc = fail("%s", why);
+    }
+    if (rc == 0)
+        printf("fusion: resumed from %s: a checkpoint of another compile (%d part%s), read by tensor name\n", dir, n,
+               n == 1 ? "" : "s");
+    for (int k = 0; k < n; k++)
+        st_close(parts[k]);
+    free(parts);
+    free(paths);
+    return rc;
+}
+
+int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls)
+{
+    char path[4096], why[512], build[32];
+    checkpoint_path(p, dir, path, sizeof path);
+    struct stat st;
+    if (stat(path, &st) != 0)   /* no part of this device's: another plan's checkpoint, or none */
+        return resume_by_name(p, dir, step, seed, ls);
+    st_file *f = st_open(path, why, sizeof why);
+    if (!f)
+        return fail("%s", why);
+    const char *b = st_metadata(f, "fusion.build_id");
+    snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
+    if (b && strcmp(b, build) != 0) {   /* this device's name, another compile */
+        st_close(f);
+        return resume_by_name(p, dir, step, seed, ls);
+    }
+    int rc = read_progress(p, f, path, step, seed, ls) || read_tensors(p, f, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE));
+    st_close(f);
+    return rc;
+}
