@@ -244,6 +244,13 @@ static int write_launch_local(const graph_set *set, const cluster *c, const char
             fprintf(f, "%s%s", first ? "" : " ", c->devices[q->device[i]].name);
     }
     fprintf(f, ")\nreporter=%s\n", reporter);
+    /* --elastic: through the broker (tools/broker.h), this fusionc's by default. */
+    char self[4096] = "fusionc";
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[len > 0 ? len : (ssize_t)strlen(self)] = '\0';
+    fprintf(f, "# --elastic first: the run goes through the broker (fusionc broker): checkpoints\n"
+               "# every --save-every steps, a lost device replaced by a standby or re-planned away.\n"
+               "if [ \"${1:-}\" = --elastic ]; then shift; exec \"${FUSIONC:-%s}\" broker \"$here\" \"$@\"; fi\n", self);
     fputs("pids=()\n"
           "# Empty the logs first: the tail below must not print a previous run's.\n"
           "for d in \"${devices[@]}\"; do : >\"$here/logs/$d.log\"; done\n"

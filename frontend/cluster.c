@@ -270,6 +270,10 @@ static int read_device(loader *ld, xmlNodePtr node, int host, cluster_device *d)
         attr_int(ld, node, "threads", 1, 1024, 1, &d->threads) != 0 ||
         attr_number_at_least(ld, node, "slowdown", 1.0, 1.0, &d->slowdown) != 0)
         return -1;
+    char standby[8] = "";
+    if (xml_attr(node, "standby", standby, sizeof standby, ld->path, ld->err) < 0)
+        return -1;
+    d->standby = strcmp(standby, "true") == 0 || strcmp(standby, "1") == 0;
     return 0;
 }
 
@@ -611,7 +615,24 @@ static int load_doc(xmlDocPtr doc, const char *path, cluster *c, struct diag *er
         return -1;
     if (attr_name(&ld, root, "name", c->name, sizeof c->name) != 0 || read_tree(&ld, root) != 0)
         return -1;
-    return check_cluster(&ld, xml_line(root));
+    if (check_cluster(&ld, xml_line(root)) != 0)
+        return -1;
+    /* The spares apart: every plan, link list and bundle is of the rest. */
+    c->standbys = calloc((size_t)c->n_devices + 1, sizeof *c->standbys);
+    if (!c->standbys)
+        return diag_set(err, path, 0, "out of memory reading the cluster");
+    int kept = 0;
+    for (int i = 0; i < c->n_devices; i++) {
+        if (c->devices[i].standby)
+            c->standbys[c->n_standbys++] = c->devices[i];
+        else
+            c->devices[kept++] = c->devices[i];
+    }
+    c->n_devices = kept;
+    if (kept == 0)
+        return diag_set(err, path, xml_line(root), "every device of cluster '%s' is a standby: a plan needs one that "
+                        "is not", c->name);
+    return 0;
 }
 
 static int load(const char *path, const char *buf, size_t len, cluster *c, struct diag *err)
@@ -660,6 +681,7 @@ void cluster_free(cluster *c)
     free(c->hosts);
     free(c->devices);
     free(c->links);
+    free(c->standbys);
     memset(c, 0, sizeof *c);
 }
 

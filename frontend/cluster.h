@@ -49,6 +49,7 @@ typedef struct {
     double      slowdown;                 /* >= 1: emulate a device this many times slower (default 1) */
     int         host;                     /* index into cluster.hosts            */
     int         line;                     /* source line                          */
+    int         standby;                  /* standby="true": a spare (cluster.standbys) */
 } cluster_device;
 
 typedef struct {
@@ -87,6 +88,9 @@ typedef struct {
     cluster_host   *hosts;   int n_hosts;
     cluster_device *devices; int n_devices;
     cluster_link   *links;   int n_links;
+    /* Devices marked standby="true": spares that no plan uses (the
+     * broker puts one in a lost device's place); not in devices. */
+    cluster_device *standbys; int n_standbys;
 } cluster;
 
 /* Parse and validate (cluster.xsd, then the semantic checks: unique names,
@@ -120,6 +124,11 @@ int  cluster_sites(const cluster *c, int *by_host);
  * *out is then the caller's to cluster_free.  -1 (out empty) for an index
  * out of range or when memory runs out. */
 int  cluster_subset(const cluster *c, int index, int by_host, cluster *out);
+
+/* c without the devices named names[0, n) (their hosts and regions stay):
+ * the survivors of a lost device, for a new plan.  -1 with err naming the
+ * first name that is no device of c, or when none would be left. */
+int  cluster_without(const cluster *c, const char *const *names, int n, cluster *out, struct diag *err);
 
 /* One line per region/host/device and the link matrix by region, for `fusionc check -v`. */
 void cluster_print_summary(const cluster *c, FILE *out);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "../ir/diag.h"
 
 int cluster_subset(const cluster *c, int index, int by_host, cluster *out)
 {
@@ -49,6 +50,41 @@ int cluster_subset(const cluster *c, int index, int by_host, cluster *out)
         }
     }
     free(host_map);
+    return 0;
+}
+
+int cluster_without(const cluster *c, const char *const *names, int n, cluster *out, struct diag *err)
+{
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < n; k++)
+        if (cluster_find_device(c, names[k]) < 0)
+            return diag_set(err, c->file, 0, "cluster '%s' has no device '%s' to leave out", c->name, names[k]);
+    *out = *c;
+    out->regions = malloc(((size_t)c->n_regions + 1) * sizeof *out->regions);
+    out->hosts = malloc(((size_t)c->n_hosts + 1) * sizeof *out->hosts);
+    out->devices = malloc(((size_t)c->n_devices + 1) * sizeof *out->devices);
+    out->links = malloc(((size_t)c->n_links + 1) * sizeof *out->links);
+    out->standbys = malloc(((size_t)c->n_standbys + 1) * sizeof *out->standbys);
+    if (!out->regions || !out->hosts || !out->devices || !out->links || !out->standbys) {
+        cluster_free(out);
+        return diag_set(err, c->file, 0, "out of memory");
+    }
+    memcpy(out->regions, c->regions, (size_t)c->n_regions * sizeof *out->regions);
+    memcpy(out->hosts, c->hosts, (size_t)c->n_hosts * sizeof *out->hosts);
+    memcpy(out->links, c->links, (size_t)c->n_links * sizeof *out->links);
+    memcpy(out->standbys, c->standbys, (size_t)c->n_standbys * sizeof *out->standbys);
+    out->n_devices = 0;
+    for (int d = 0; d < c->n_devices; d++) {
+        int gone = 0;
+        for (int k = 0; k < n && !gone; k++)
+            gone = strcmp(c->devices[d].name, names[k]) == 0;
+        if (!gone)
+            out->devices[out->n_devices++] = c->devices[d];
+    }
+    if (out->n_devices == 0) {
+        cluster_free(out);
+        return diag_set(err, c->file, 0, "cluster '%s' has no device left without the %d left out", c->name, n);
+    }
     return 0;
 }
 

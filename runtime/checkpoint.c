@@ -11,13 +11,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <xxhash.h>
+
 #include "../ir/ir.h"
 #include "safetensors.h"
 
 #define CHECKPOINT_FILE "checkpoint.safetensors"
 
 /* One device: DIR/checkpoint.safetensors; several: one file each. */
-static void checkpoint_path(const program *p, const char *dir, char *path, size_t size)
+void checkpoint_path(const program *p, const char *dir, char *path, size_t size)
 {
     if (p->manifest.n_stages * p->manifest.n_replicas > 1)
         snprintf(path, size, "%s/checkpoint-%s.safetensors", dir, p->manifest.device);
@@ -134,6 +136,58 @@ int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t se
     return write_tensors(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype);
 }
 
+int file_xxh3(const char *path, uint64_t *hash)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    XXH3_state_t *s = XXH3_createState();
+    char buf[1 << 16];
+    size_t got;
+    int rc = s && XXH3_64bits_reset(s) == XXH_OK ? 0 : -1;
+    while (rc == 0 && (got = fread(buf, 1, sizeof buf, f)) > 0)
+        rc = XXH3_64bits_update(s, buf, got) == XXH_OK ? 0 : -1;
+    if (rc == 0 && ferror(f))
+        rc = -1;
+    if (rc == 0)
+        *hash = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    fclose(f);
+    return rc;
+}
+
+/* A part of a coordinated checkpoint: DIR/COMPLETE (written by the broker
+ * once every part is in) lists each part's file and XXH3; a part missing
+ * from it, or whose bytes hash otherwise, is refused.  No COMPLETE: a
+ * plain --save folder, nothing to check. */
+static int verify_part(const char *dir, const char *path)
+{
+    char complete[4200], want_name[512], name[4096];
+    snprintf(complete, sizeof complete, "%s/COMPLETE", dir);
+    FILE *f = fopen(complete, "r");
+    if (!f)
+        return 0;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    unsigned long long want = 0, have = 0;
+    int listed = 0;
+    char text[4700];
+    while (!listed && fgets(text, sizeof text, f))
+        if (sscanf(text, "part %511s %llx", want_name, &want) == 2 && strcmp(want_name, base) == 0)
+            listed = 1;
+    fclose(f);
+    snprintf(name, sizeof name, "%s", path);
+    if (!listed)
+        return fail("%s: not a part of this checkpoint (%s does not list it): from another run?", name, complete);
+    uint64_t h;
+    if (file_xxh3(path, &h) != 0)
+        return fail("%s: cannot read it to check it: %s", name, strerror(errno));
+    have = h;
+    if (have != want)
+        return fail("%s: its XXH3 is %016llx, %s says %016llx: the file is damaged (truncated or changed) or "
+                    "from another run or step", name, have, complete, want);
+    return 0;
+}
+
 /* The metadata every part carries: step, seed, and an fp16 run's scaler. */
 static int read_progress(const program *p, const st_file *f, const char *path, int64_t *step, uint64_t *seed,
                          rt_loss_scaler *ls)
@@ -184,6 +238,10 @@ static int resume_by_name(program *p, const char *dir, int64_t *step, uint64_t *
         }
         char why[512];
         snprintf(paths[n], sizeof paths[n], "%s/%s", dir, e->d_name);
+        if (verify_part(dir, paths[n])) {
+            rc = 1;
+            break;
+        }
         if (!(parts[n] = st_open(paths[n], why, sizeof why))) {
             rc = fail("%s", why);
             break;
@@ -243,6 +301,8 @@ int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed
     struct stat st;
     if (stat(path, &st) != 0)   /* no part of this device's: another plan's checkpoint, or none */
         return resume_by_name(p, dir, step, seed, ls);
+    if (verify_part(dir, path))
+        return 1;
     st_file *f = st_open(path, why, sizeof why);
     if (!f)
         return fail("%s", why);

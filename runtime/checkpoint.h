@@ -10,11 +10,15 @@
  * other devices, stages or replicas) every tensor of this device is taken
  * by name from whichever part holds it, the parts agreeing on the model,
  * step and seed.  Batches depend only on (seed, step), so a resumed run
- * goes on as the run it continues would have.
+ * goes on as the run it continues would have.  A coordinated checkpoint
+ * (the broker's: DIR/step-N/, whole once DIR/step-N/COMPLETE lists every
+ * part with its XXH3) is checked part by part: a part it does not list or
+ * whose bytes hash otherwise is refused, naming the file.
  */
 #ifndef FUSION_RT_CHECKPOINT_H
 #define FUSION_RT_CHECKPOINT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "device_program.h"
@@ -33,6 +37,12 @@ int write_tensors(const program *p, const char *path, unsigned roles, const char
 
 /* Every tensor of the given roles, by name, from the safetensors file at path. */
 int read_file_tensors(program *p, const char *path, unsigned roles);
+
+/* This device's part's file in checkpoint folder dir. */
+void checkpoint_path(const program *p, const char *dir, char *path, size_t size);
+
+/* The XXH3-64 of a file's bytes.  0, or -1 (errno set). */
+int file_xxh3(const char *path, uint64_t *hash);
 
 /* This device's part of the checkpoint of `step` into dir. */
 int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,

@@ -58,6 +58,7 @@
 #include "comm/comm.h"
 #include "comm/diloco.h"
 #include "comm/overlap.h"
+#include "broker_client.h"
 #include "checkpoint.h"
 #include "device_program.h"
 #include "cuda/cuda.h"
@@ -151,12 +152,15 @@ static const char usage[] =
     "  --peer NAME=ADDR    device NAME is at ADDR (moved or replaced), not where the cluster file says\n"
     "  --port-base P       link i listens on port P + i (all devices must agree; default: compiled in)\n"
     "  --peer-timeout S    a peer silent for S seconds is dead (default 10)\n"
+    "  --broker URL        report to the run's broker (fusionc broker: tcp://HOST:PORT): register, steps,\n"
+    "                      heartbeats; --save-every K then writes DIR/step-N/, one part a device\n"
+    "  --epoch E           the run's epoch (the broker's): peers and the broker refuse another\n"
     "  --connect-timeout S every peer must be up within S seconds of the start (default 60)\n";
 
 typedef struct {
     const char *data[64];
     int         n_data;
-    const char *log, *save, *resume, *init, *dump_grads, *inputs;
+    const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker;
     int64_t     steps, save_every;
     double      loss_scale;
     st_dtype    save_dtype;
@@ -230,6 +234,10 @@ static int parse_args(int argc, char **argv, run_options *o)
             o->dump_grads = v;
         else if (strcmp(a, "--inputs") == 0)
             o->inputs = v;
+        else if (strcmp(a, "--broker") == 0)
+            o->broker = v;
+        else if (strcmp(a, "--epoch") == 0 && (o->comm.epoch = strtoll(v, &end, 10)) >= 0 && *end == '\0')
+            ;
         else if (strcmp(a, "--peer") == 0 && add_peer_override(o, v) == 0)
             ;
         else if (strcmp(a, "--port-base") == 0 && (port = strtol(v, &end, 10)) > 0 && port < 65000 && *end == '\0')
@@ -536,7 +544,30 @@ static void per_device_path(const program *p, const char *file, char *path, size
         snprintf(path, size, "%s", file ? file : "");
 }
 
-static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
+/* The checkpoint of `step`: into dir, or with a broker into dir/step-N/
+ * (a coordinated checkpoint: every device's part of one step in one
+ * folder), the part then reported with its XXH3 so that the broker marks
+ * the step whole once every part is in. */
+static int save_part(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
+                     st_dtype save_dtype, rt_broker *broker)
+{
+    if (!broker)
+        return save_checkpoint(p, dir, step, seed, ls, save_dtype);
+    char folder[4200], path[4400];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
+    snprintf(folder, sizeof folder, "%s/step-%lld", dir, (long long)step);
+    if (save_checkpoint(p, folder, step, seed, ls, save_dtype))
+        return 1;
+    checkpoint_path(p, folder, path, sizeof path);
+    uint64_t hash;
+    if (file_xxh3(path, &hash) != 0)
+        return fail("%s: cannot read back the part just written: %s", path, strerror(errno));
+    rt_broker_report(broker, "part", "%lld %s %016llx", (long long)step, path, (unsigned long long)hash);
+    return 0;
+}
+
+static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data, rt_broker *broker)
 {
     const rt_manifest *mf = &p->manifest;
     /* --sync diloco: --steps counts the steps of the site with the largest
@@ -705,8 +736,9 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data)
                         (double)tokens / dt, dt * 1e3, rho_json);
             fflush(log);
         }
+        rt_broker_report(broker, "step", "%lld %.6f", (long long)step, (double)loss);
         if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps) &&
-            save_checkpoint(p, o->save, step, seed, &scaler, o->save_dtype))
+            save_part(p, o->save, step, seed, &scaler, o->save_dtype, broker))
             rc = stop(comm, mf->device, "cannot write the checkpoint");
     }
     if (rc == 0 && st.overlap) {
@@ -780,6 +812,9 @@ int main(int argc, char **argv)
                 rc = fail("the data loader feeds only two i32 inputs of shape (B,T) (tokens, targets); '%s' needs "
                           "--inputs FILE", p.tensors[i].name);
     }
+    rt_broker *broker = NULL;
+    if (rc == 0 && o.broker && rt_broker_open(&broker, o.broker, p.manifest.device, o.comm.epoch, why, sizeof why))
+        rc = fail("%s: %s", p.manifest.device, why);
     rt_comm comm;
     rt_comm *peers = NULL;
     if (rc == 0 && p.manifest.n_links > 0) {
@@ -789,9 +824,13 @@ int main(int argc, char **argv)
             peers = &comm;
     }
     if (rc == 0)
-        rc = train(&p, &o, peers, &data);
+        rc = train(&p, &o, peers, &data, broker);
     if (peers)
         rt_comm_close(peers);
+    const char *refused = rt_broker_close(broker, rc, 5000);
+    if (refused)
+        rc = fail("%s: refused by the broker: %s", p.manifest.device, refused);
+    rt_broker_free(broker);
     rt_data_free(&data);
     program_free(&p);
     return rc;

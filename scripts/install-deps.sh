@@ -12,6 +12,7 @@ packages=(
   libxxhash-dev                      # the build id of a compiled graph (XXH3)
   clang libclang-rt-14-dev libomp-14-dev   # the sanitizer build, the fuzz target (libFuzzer), OpenMP
   libnanomsg-dev                     # device-to-device transport
+  libsqlite3-dev                     # the broker's state (fusionc broker), kept across restarts
   libopenblas-dev                    # CPU matrix products
   graphviz                           # rendering `fusionc dump --format dot` in tests
   python3-torch                      # independent reference in tests and benchmarks

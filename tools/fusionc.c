@@ -27,6 +27,7 @@
 #include "deploy.h"
 #include "launch.h"
 #include "baseline.h"
+#include "broker.h"
 #include "diloco.h"
 #include "options.h"
 #include "plan_report.h"
@@ -55,6 +56,8 @@ static const char *const usage_main =
     "  deploy OUT      copy each device's bundle to its host over ssh (checked, only what changed)\n"
     "  launch OUT ARGS start every device on its host over ssh, gather the logs, wait for the end\n"
     "  stop OUT        stop the devices of OUT on their hosts\n"
+    "  broker OUT ARGS run OUT's devices on this machine and keep the run going when devices are\n"
+    "                  lost (standbys, re-plans, coordinated checkpoints; state in SQLite)\n"
     "\n"
     "options:\n"
     "  --help          this text; `fusionc COMMAND --help` for a command's\n"
@@ -115,6 +118,7 @@ static const char *const usage_dump =
     "  --micro-batches M  split the model's batch into M micro-batches (1F1B); default: the\n"     \
     "                     largest divisor of the batch up to 4 on several devices, else 1\n"    \
     "  --stages S, --replicas R   make opfence (or gcma) choose S stages of R replicas each\n"    \
+    "  --without NAME     plan without device NAME (repeatable): the broker's re-plan after a loss\n" \
     "  --compress C       AdaTopK on the links the pipeline waits for: adatopk (the default on a\n" \
     "                     cluster of several regions: rows of 8 or 4 bits for activations and\n"  \
     "                     their gradients, top-k with error feedback for parameter gradients),\n" \
@@ -515,7 +519,16 @@ static int placed_load(placed_model *p, const options *o, struct diag *err)
     /* Every device must state the peak of the arithmetic it will run (and
      * fp32's, for the optimizer): a plan made on another one's is a lie. */
     peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
-    return cluster_load(o->files[1], &p->c, err) || cluster_require_peak(&p->c, kind, err) ||
+    if (cluster_load(o->files[1], &p->c, err))
+        return -1;
+    if (o->n_without > 0) {   /* --without: the survivors of a lost device */
+        cluster survivors;
+        if (cluster_without(&p->c, o->without, o->n_without, &survivors, err))
+            return -1;
+        cluster_free(&p->c);
+        p->c = survivors;
+    }
+    return cluster_require_peak(&p->c, kind, err) ||
            cluster_require_peak(&p->c, PEAK_FP32, err) ||
            build_placed(o, o->files[0], &p->c, &p->g, &p->plan, err) ? -1 : 0;
 }
@@ -656,6 +669,8 @@ static int cmd_compile(int argc, char **argv)
     rc = placed_load(&m, &o, &err) ||
          bundle_write(&m.g, &m.c, o.output, &tc, o.port_base, &err) ||
          plan_report_write(&m.g, &m.c, &m.plan, o.output, &err);
+    if (rc == 0 && broker_write_compile_args(o.output, argc, argv, o.files[0], o.files[1]))
+        rc = diag_set(&err, o.output, 0, "cannot write %s/compile.args", o.output);
     const fence_plan *plan = &m.plan;
     if (rc)
         diag_print(&err);
@@ -839,6 +854,10 @@ int main(int argc, char **argv)
         return launch_main(argc - 2, argv + 2);
     if (strcmp(cmd, "stop") == 0)
         return stop_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "broker") == 0)
+        return cmd_broker(argc - 2, argv + 2);
+    if (strcmp(cmd, "standby") == 0)
+        return cmd_standby(argc - 2, argv + 2);
     if (strcmp(cmd, "passes") == 0) {
         printf("%-10s %s\n", "frontend", "(not a pass) the graph as the frontend built it");
         for (int i = 0; i < pass_count; i++)

@@ -32,6 +32,8 @@ typedef struct {
     ir_dtype      precision;    /* --precision fp32|bf16|fp16 (DT_F32 = 0: fp32)  */
     int           tf32;         /* --tf32                                       */
     int           no_overlap;   /* --no-overlap (simulate): the gradient buckets after the backward */
+    const char   *without[64];  /* --without NAME: devices left out of the cluster (a re-plan) */
+    int           n_without;
     /* How the sites agree (tools/diloco.h): --sync exact|diloco and the outer step's settings. */
     int           sync;         /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
     int           local_steps;  /* --local-steps H (0: the planner's)           */

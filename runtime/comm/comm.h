@@ -33,6 +33,7 @@ typedef struct {
     int         timeout_ms;           /* a peer silent this long is dead (default 10000)               */
     int         connect_timeout_ms;   /* every peer must be up within this (default 60000)             */
     int32_t     port_base;            /* 0: the manifest's                                             */
+    int64_t     epoch;                /* --epoch: the run's (fusionc broker); peers must agree         */
     const char *peer_name[RT_COMM_MAX_OVERRIDES];  /* --peer NAME=ADDRESS: a device moved or replaced */
     const char *peer_address[RT_COMM_MAX_OVERRIDES];
     int         n_overrides;

@@ -29,7 +29,7 @@
 
 #define ABORT_MS      1000   /* how long abort and close wait for the peers' acks, in all */
 #define HEARTBEAT_MS  1000   /* an idle link's heartbeat, at most timeout_ms / 4 */
-#define HELLO_BYTES   (8 + 64)
+#define HELLO_BYTES   (8 + 64 + 8)   /* build id, name, epoch */
 
 typedef struct hub_msg {
     struct hub_msg *next;
@@ -203,6 +203,7 @@ static int hello(hub_link *k, fu_link *l) {
     uint8_t mine[HELLO_BYTES] = {0};
     put64(mine, h->opt.build_id);
     snprintf((char *)mine + 8, 64, "%s", h->self);
+    put64(mine + 72, (uint64_t)h->opt.epoch);
     fu_msg_info hi = {.kind = MSG_HELLO, .length = sizeof mine};
     char err[300];
     uint64_t seq;
@@ -211,7 +212,7 @@ static int hello(hub_link *k, fu_link *l) {
         return -1;
     }
     int acked = 0, heard = 0;
-    uint64_t theirs = 0;
+    uint64_t theirs = 0, their_epoch = 0;
     int64_t deadline = now_ms() + h->opt.timeout_ms;
     /* Decide only once both hellos are through (or at the deadline), so
      * that a refused peer has read ours and refuses us too. */
@@ -235,7 +236,7 @@ static int hello(hub_link *k, fu_link *l) {
         if (ev.type == FU_EVENT_ACKED && ev.seq == seq) acked = 1;
         if (ev.type != FU_EVENT_MESSAGE) continue;
         if (ev.info.kind == MSG_HELLO) {
-            if (ev.info.length == HELLO_BYTES) theirs = get64(ev.payload);
+            if (ev.info.length == HELLO_BYTES) theirs = get64(ev.payload), their_epoch = get64(ev.payload + 72);
             heard = 1;
             free(ev.payload);
         } else if (ev.info.kind == MSG_ABORT || ev.info.kind == MSG_BYE) {
@@ -255,6 +256,14 @@ static int hello(hub_link *k, fu_link *l) {
         pthread_mutex_unlock(&h->mu);
         hub_fail(h, "peer %s runs another compile (build %016" PRIx64 ", this program is build %016" PRIx64
                  "): refused", k->spec.name, theirs, h->opt.build_id);
+        return -1;
+    }
+    if (heard && their_epoch != (uint64_t)h->opt.epoch) {
+        pthread_mutex_lock(&h->mu);
+        k->no_abort = 1;
+        pthread_mutex_unlock(&h->mu);
+        hub_fail(h, "peer %s is of the run's epoch %" PRIu64 ", this device of epoch %" PRId64 " (the broker "
+                 "started the run again without one of them): refused", k->spec.name, their_epoch, h->opt.epoch);
         return -1;
     }
     if (!heard || !acked) {

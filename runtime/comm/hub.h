@@ -119,6 +119,8 @@ typedef struct {
 typedef struct {
     const char *self_name;          /* this device's name, sent in the hello                     */
     uint64_t    build_id;           /* both ends must have the same, else refused at the hello   */
+    int64_t     epoch;              /* the run's epoch (fusionc broker: it grows with every change
+                                       of the members); both ends must have the same, else refused */
     int         timeout_ms;         /* dead-peer timeout; 0 = 10000                              */
     int         connect_timeout_ms; /* how long to wait for every peer at open; 0 = 60000        */
     int         stall_timeout_ms;   /* longest wait on a live peer (recv, flush, a full outbox);

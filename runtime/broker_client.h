@@ -1,0 +1,43 @@
+/* broker_client.h: a device program's line to the run's broker
+ * (fusionc broker, tools/broker.c), given by --broker URL.
+ *
+ * The device registers when it starts, then reports each finished step,
+ * each checkpoint part it wrote (its file's XXH3, so the broker can mark a
+ * checkpoint whole and a resume can check it) and its end; between reports
+ * it sends a heartbeat every second.  Every request is one text line
+ *     <verb> <device> <epoch> [<args>]       hello PID | beat | step N LOSS |
+ *                                            part STEP FILE XXH3 | bye STATUS
+ * over a nanomsg REQ socket, answered "ok" or "refused <why>" (a device of
+ * an epoch that is over: the broker declared it lost and started the run
+ * again without it).
+ *
+ * Training never waits for the broker: reports go through a queue that a
+ * thread of the client sends in order, each retried until answered (the
+ * broker may be restarting: it keeps its state in SQLite); only the last
+ * report, at the end, waits a bounded time.  A refusal is kept, and the
+ * device stops at its next step boundary, saying why (rt_broker_refused),
+ * or at once when it had been stopped past the refusal (SIGSTOP). */
+#ifndef FUSION_RT_BROKER_CLIENT_H
+#define FUSION_RT_BROKER_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rt_broker rt_broker;
+
+/* Starts the client's thread and queues the hello.  0, or -1 with err. */
+int rt_broker_open(rt_broker **out, const char *url, const char *device, int64_t epoch, char *err, size_t n);
+
+/* Queues "<verb> <device> <epoch> <args>" (args printf-style). */
+void rt_broker_report(rt_broker *b, const char *verb, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The broker's reason when it refused this device, else NULL. */
+const char *rt_broker_refused(rt_broker *b);
+
+/* Queues "bye STATUS", waits up to wait_ms for the queue to be sent, and
+ * stops the thread.  Returns the refusal, if the broker refused (the
+ * caller prints it), else NULL; the string lives until rt_broker_free. */
+const char *rt_broker_close(rt_broker *b, int status, int wait_ms);
+void        rt_broker_free(rt_broker *b);
+
+#endif

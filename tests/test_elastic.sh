@@ -1,0 +1,142 @@
+# Elastic runs (fusionc broker, tools/broker.h): a small GPT as 2 stages x
+# 2 replicas on local-4 with one standby (tests/clusters/local-4-standby.xml),
+# 150 steps, a coordinated checkpoint every 20, peer timeout 3 s.
+#   replacement  one device SIGKILLed after step 50: the broker puts the
+#                standby in its place, every device resumes from the last
+#                complete checkpoint; exit 0; steps after it print the losses
+#                of a run resumed from that checkpoint without the broker;
+#                the recovery's time is printed and under 30 s;
+#   re-plan      the same on local-4 without a standby: a new plan on the
+#                three survivors (OUT/epoch-2), exit 0, losses within 1e-5
+#                of the same resumed run;
+#   SIGSTOP      a device stopped past the peer timeout is lost; woken
+#                after the new epoch started, the broker refuses it and it
+#                exits non-zero saying so; the run finishes;
+#   checkpoints  each part is in its step's folder, COMPLETE lists it with
+#                its XXH3; a truncated part, a flipped byte, a part of
+#                another step: refused at load, naming the file.
+. "$(dirname "$0")/lib.sh"
+no_leak_scan_in_threaded_programs
+
+cat /usr/share/common-licenses/* > "$work/corpus.txt"
+model=(--set vocab=256 --set ctx=32 --set layers=2 --set dim=48 --set heads=4 --set batch=8 --set seq=32
+       --set lr=3e-3 --set warmup=5)
+port=$((29000 + ($$ % 300) * 2))
+base=$((40000 + ($$ % 300) * 60))
+args=(--data "$work/corpus.txt" --steps 150 --seed 7 --emulate-devices)
+# Devices declared at 2 GFLOPS and paced to it (--emulate-devices): a step
+# takes tens of milliseconds, so that a device can be killed mid-run.
+slow() { sed -E 's/(peak-[a-z0-9]+)="[0-9.]+GFLOPS"/\1="2GFLOPS"/g' "$1" >"$work/$2.xml"; }
+slow tests/clusters/local-4-standby.xml four-standby
+slow clusters/local-4.xml four
+losses() { awk '/^step /{split($2, s, "/"); print s[1], $4}' "$1"; }
+
+compile() {   # compile NAME CLUSTER
+  "$FUSIONC" compile models/gpt2.xml "$2" -o "$work/$1" "${model[@]}" --compress none --stages 2 --replicas 2 \
+    --micro-batches 2 >"$work/$1.compile" 2>&1 && pass || fail "$1 compile: $(cat "$work/$1.compile")"
+}
+
+# elastic NAME SIGNAL DEVICE: the broker on NAME's compile, SIGNAL sent to
+# DEVICE once step 50 is printed; the broker's output in NAME.out.
+elastic() {
+  local name=$1 sig=$2 victim=$3 out="$work/$1.out"
+  "$FUSIONC" broker "$work/$name" --port $port --port-base $base --save-every 20 --peer-timeout 3 "${args[@]}" \
+    >"$out" 2>&1 &
+  local broker=$! pid=""
+  port=$((port + 1)); base=$((base + 1000))
+  for _ in $(seq 1 600); do
+    grep -qE '^step +(5[0-9]|[6-9][0-9]|1[0-9][0-9])/' "$out" && break
+    sleep 0.05
+  done
+  pid=$(sed -n "s/.*started $victim (pid \([0-9]*\)).*/\1/p" "$out" | head -1)
+  [ -n "$pid" ] && kill -"$sig" "$pid" && pass || fail "$name: no pid for $victim: $(head -5 "$out")"
+  echo "$pid" >"$work/$name.victim"
+  wait "$broker"
+  echo $? >"$work/$name.rc"
+}
+
+resumed_reference() {   # resumed_reference NAME STEP: NAME's bundles, launched, from its step-STEP checkpoint
+  local name=$1 step=$2
+  rm -rf "$work/$name.ref" && cp -r "$work/$name/checkpoints/step-$step" "$work/$name.ref"
+  "$work/$name/launch-local.sh" "${args[@]}" --resume "$work/$name.ref" --port-base $base >"$work/$name.ref.out" 2>&1 \
+    && pass || fail "$name reference run: $(tail -3 "$work/$name.ref.out")"
+  base=$((base + 1000))
+  sed 's/^\[[^]]*\] //' "$work/$name.ref.out" | losses /dev/stdin >"$work/$name.ref.loss"
+}
+
+# after NAME: the steps the broker printed after its last recovery.
+after() { awk '/^broker: .*devices start again/{n = NR} {line[NR] = $0} END {for (i = n + 1; i <= NR; i++) print line[i]}' "$work/$1.out" | losses /dev/stdin; }
+
+# ---- replacement by the standby ----
+compile standby "$work/four-standby.xml"
+elastic standby 9 cpu-a1
+expect_eq "replacement: the broker's exit status" 0 "$(cat "$work/standby.rc")"
+grep -q "lost cpu-a1: its process was killed (signal 9)" "$work/standby.out" && pass \
+  || fail "replacement: no loss reported: $(grep broker: "$work/standby.out")"
+grep -q "standby cpu-s0 takes cpu-a1's place" "$work/standby.out" && pass \
+  || fail "replacement: the standby did not take the place: $(grep broker: "$work/standby.out")"
+grep -q "the run finished: 4 devices, 1 recovery" "$work/standby.out" && pass || fail "replacement: $(tail -3 "$work/standby.out")"
+secs=$(sed -n 's/.*first step after the recovery: step [0-9]*, \([0-9.]*\) s after.*/\1/p' "$work/standby.out" | head -1)
+awk -v s="${secs:-999}" 'BEGIN { exit !(s <= 30) }' && pass || fail "replacement: recovery took ${secs:-?} s (limit 30)"
+echo "replacement: the first step after the recovery came ${secs:-?} s after the lost device's last word" >&2
+from=$(sed -n 's/.*the last complete checkpoint: step \([0-9]*\),.*/\1/p' "$work/standby.out" | tail -1)
+[ -n "$from" ] && [ -f "$work/standby/checkpoints/step-$from/COMPLETE" ] && pass || fail "replacement: no complete checkpoint named"
+resumed_reference standby "$from"
+after standby >"$work/standby.after"
+[ "$(wc -l <"$work/standby.after")" -gt 0 ] && pass || fail "replacement: no step printed after the recovery"
+join "$work/standby.after" "$work/standby.ref.loss" | awk '$2 != $3 { bad++ } END { exit bad > 0 || NR == 0 }' && pass \
+  || fail "replacement: losses after the recovery differ from the resumed run's: $(join "$work/standby.after" "$work/standby.ref.loss" | head -3)"
+
+# ---- a new plan on the survivors ----
+compile replan "$work/four.xml"
+elastic replan 9 cpu-b1
+expect_eq "re-plan: the broker's exit status" 0 "$(cat "$work/replan.rc")"
+grep -q "re-planned on 3 devices" "$work/replan.out" && pass || fail "re-plan: $(grep broker: "$work/replan.out")"
+grep -q "the run finished: 3 devices, 1 recovery" "$work/replan.out" && pass || fail "re-plan: $(tail -3 "$work/replan.out")"
+[ -x "$work/replan/epoch-2/cpu-a0/fusion-cpu-a0" ] && ! [ -d "$work/replan/epoch-2/cpu-b1" ] && pass \
+  || fail "re-plan: epoch-2's bundles: $(ls "$work/replan/epoch-2")"
+from=$(sed -n 's/.*the last complete checkpoint: step \([0-9]*\),.*/\1/p' "$work/replan.out" | tail -1)
+resumed_reference replan "$from"
+after replan >"$work/replan.after"
+join "$work/replan.after" "$work/replan.ref.loss" | awk '{ d = $2 - $3; if (d < 0) d = -d; if (d / $3 > 1e-5) bad++ }
+  END { exit bad > 0 || NR == 0 }' && pass || fail "re-plan: losses after it part from the resumed run's"
+
+# ---- a device stopped past the timeout, then woken ----
+compile stopped "$work/four-standby.xml"
+elastic stopped STOP cpu-b0 &
+waiter=$!
+for _ in $(seq 1 400); do grep -q "devices start again" "$work/stopped.out" 2>/dev/null && break; sleep 0.05; done
+victim=$(cat "$work/stopped.victim" 2>/dev/null)
+[ -n "$victim" ] && kill -CONT "$victim"
+wait "$waiter"
+expect_eq "SIGSTOP: the broker's exit status" 0 "$(cat "$work/stopped.rc")"
+grep -q "lost cpu-b0" "$work/stopped.out" && pass || fail "SIGSTOP: not lost: $(grep broker: "$work/stopped.out")"
+for _ in $(seq 1 100); do kill -0 "$victim" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$victim" 2>/dev/null && pass || { fail "SIGSTOP: the woken device still runs"; kill -9 "$victim"; }
+grep -Eq "refused by the broker: .*epoch 1 and the run is at epoch 2|of the run's epoch" "$work/stopped/logs/cpu-b0.log" \
+  && pass || fail "SIGSTOP: the woken device does not say it was refused: $(grep -i -m3 'error' "$work/stopped/logs/cpu-b0.log")"
+
+# ---- checkpoint faults (the replacement run's last complete checkpoint) ----
+ck="$work/standby/checkpoints/step-140"
+grep -q "^part checkpoint-cpu-a0.safetensors [0-9a-f]\{16\}$" "$ck/COMPLETE" && pass || fail "COMPLETE: $(cat "$ck/COMPLETE")"
+# Loaded by one device (every part, by name), which needs no peers.
+"$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/one" "${model[@]}" >/dev/null 2>&1 && pass || fail "one-device compile"
+fault() {   # fault WHAT EXPECTED-TEXT: damage a copy's cpu-a0 part with the commands on stdin, resume from it
+  local what=$1 text=$2 dir="$work/fault"
+  rm -rf "$dir" && cp -r "$ck" "$dir"
+  (cd "$dir" && bash)
+  "$work/one/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 150 --resume "$dir" >"$work/fault.out" 2>&1
+  expect_eq "$what: exit status" 1 $?
+  grep -q "$text" "$work/fault.out" && pass || fail "$what: expected '$text': $(head -3 "$work/fault.out")"
+}
+"$work/one/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 142 --resume "$ck" >"$work/whole.out" 2>&1 \
+  && grep -q "a checkpoint of another compile (4 parts)" "$work/whole.out" && pass \
+  || fail "the undamaged checkpoint on one device: $(tail -3 "$work/whole.out")"
+fault "a truncated part" "checkpoint-cpu-a0.safetensors: its XXH3 is" <<<'truncate -s -100 checkpoint-cpu-a0.safetensors'
+fault "a flipped byte" "checkpoint-cpu-a0.safetensors: its XXH3 is" \
+  <<<'printf "\x01" | dd of=checkpoint-cpu-a0.safetensors bs=1 seek=2000 conv=notrunc status=none'
+fault "another step's part" "checkpoint-cpu-a0.safetensors: its XXH3 is" \
+  <<<"cp '$work/standby/checkpoints/step-120/checkpoint-cpu-a0.safetensors' ."
+fault "a part COMPLETE does not list" "not a part of this checkpoint" \
+  <<<"cp checkpoint-cpu-a0.safetensors checkpoint-cpu-zz.safetensors"
+finish

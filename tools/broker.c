@@ -1,0 +1,851 @@
+/* broker.c: fusionc broker and fusionc standby (broker.h). */
+#define _GNU_SOURCE
+#include "broker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../frontend/cluster.h"
+#include "../ir/diag.h"
+#include "broker_db.h"
+
+#define MAX_MEMBERS   256
+#define MAX_ARGS      256
+#define PORT_STRIDE   200     /* an epoch's devices listen on port base + epoch x this: a
+                                 stopped device of an older epoch may still hold its ports */
+
+typedef struct {
+    broker_member m;
+    int     child;            /* spawned by this process: waitpid reaps it          */
+    double  heard;            /* when it last said anything (monotonic seconds)     */
+    int     ended;            /* 0 running; 1 exited or found gone                  */
+    int     lost;             /* lost: killed, or silent past the timeout           */
+    char    why[512];         /* how it ended                                        */
+} member;
+
+typedef struct {
+    const char *out;
+    char     bundles[4400];   /* this epoch's bundles: OUT, or OUT/epoch-N          */
+    char     url[300];
+    int      sock;
+    sqlite3 *db;
+    cluster  c;               /* OUT/cluster.xml: kinds, standbys, addresses        */
+    int64_t  epoch, steps;
+    int      save_every, port_base, max_recoveries, recoveries;
+    double   peer_timeout;
+    char    *args[MAX_ARGS];  /* the devices' own arguments                          */
+    int      n_args;
+    member   mem[MAX_MEMBERS];
+    int      n;
+    char     reporter[128];
+    char     left_out[64][128];   /* devices re-planned away, all epochs             */
+    int      n_left_out;
+    double   lost_heard;      /* the lost device's last word: the recovery's clock start */
+    int64_t  last_complete;   /* the last checkpoint found whole                     */
+    int      recovering;
+    char     exe[PATH_MAX];
+} broker;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Prints "broker: [epoch E] TEXT" and logs it as an event of `kind`. */
+static void say(broker *b, const char *kind, const char *device, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void say(broker *b, const char *kind, const char *device, const char *fmt, ...)
+{
+    char text[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    printf("broker: [epoch %lld] %s\n", (long long)b->epoch, text);
+    fflush(stdout);
+    if (b->db)
+        broker_db_event(b->db, b->epoch, kind, device, text);
+}
+
+static member *find_member(broker *b, const char *device)
+{
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->mem[i].m.device, device) == 0)
+            return &b->mem[i];
+    return NULL;
+}
+
+static void save_member(broker *b, member *m) { broker_db_member(b->db, b->epoch, &m->m); }
+
+/* ---- starting processes ------------------------------------------------------ */
+
+static pid_t spawn(const char *log, char *const *argv)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+    }
+    setpgid(0, 0);   /* a Ctrl-C on the broker is the broker's to pass on */
+    execv(argv[0], argv);
+    fprintf(stderr, "broker: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+/* Starts member m (the program of m->bundle_device) in this epoch, resuming
+ * from `resume` when not empty; every member's address goes to it as --peer. */
+static int start_device(broker *b, member *m, const char *resume)
+{
+    char prog[4800], log[4400], epoch[32], save[4200], every[32], timeout[32], ports[32];
+    char peers[MAX_MEMBERS][400];
+    char *argv[MAX_ARGS + 2 * MAX_MEMBERS + 32];
+    int n = 0;
+    snprintf(prog, sizeof prog, "%s/%s/fusion-%s", b->bundles, m->m.bundle_device, m->m.bundle_device);
+    snprintf(log, sizeof log, "%s/logs/%s.log", b->out, m->m.bundle_device);
+    snprintf(epoch, sizeof epoch, "%lld", (long long)b->epoch);
+    snprintf(save, sizeof save, "%s/checkpoints", b->out);
+    snprintf(every, sizeof every, "%d", b->save_every);
+    snprintf(timeout, sizeof timeout, "%g", b->peer_timeout);
+    snprintf(ports, sizeof ports, "%lld", (long long)(b->port_base + (b->epoch - 1) * PORT_STRIDE));
+    argv[n++] = prog;
+    for (int i = 0; i < b->n_args; i++)
+        argv[n++] = b->args[i];
+    const char *fixed[] = { "--broker", b->url, "--epoch", epoch, "--save", save, "--save-every", every,
+                            "--peer-timeout", timeout, "--port-base", ports };
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        argv[n++] = (char *)fixed[i];
+    if (resume && resume[0]) {
+        argv[n++] = "--resume";
+        argv[n++] = (char *)resume;
+    }
+    for (int i = 0; i < b->n; i++) {
+        if (strcmp(b->mem[i].m.role, "device") != 0)
+            continue;
+        snprintf(peers[i], sizeof peers[i], "%s=%s", b->mem[i].m.bundle_device, b->mem[i].m.address);
+        argv[n++] = "--peer";
+        argv[n++] = peers[i];
+    }
+    argv[n] = NULL;
+    FILE *f = fopen(log, "a");
+    if (f) {
+        fprintf(f, "== broker: epoch %lld, %s%s%s ==\n", (long long)b->epoch, m->m.device,
+                resume && resume[0] ? ", resuming from " : "", resume && resume[0] ? resume : "");
+        fclose(f);
+    }
+    pid_t pid = spawn(log, argv);
+    if (pid < 0)
+        return -1;
+    m->m.pid = pid;
+    m->child = 1;
+    m->heard = now_s();
+    m->ended = m->lost = 0;
+    snprintf(m->m.status, sizeof m->m.status, "running");
+    save_member(b, m);
+    say(b, "joined", m->m.device, "started %s (pid %lld) at %s", m->m.device, (long long)pid, m->m.address);
+    return 0;
+}
+
+static int start_standby(broker *b, member *m)
+{
+    char log[4400];
+    snprintf(log, sizeof log, "%s/logs/standby-%s.log", b->out, m->m.device);
+    char *argv[] = { b->exe, "standby", "--broker", b->url, "--device", m->m.device, NULL };
+    pid_t pid = spawn(log, argv);
+    if (pid < 0)
+        return -1;
+    m->m.pid = pid;
+    m->child = 1;
+    m->heard = now_s();
+    snprintf(m->m.status, sizeof m->m.status, "standby");
+    save_member(b, m);
+    return 0;
+}
+
+/* The members of a bundle folder's plan (its deploy.txt), at their cluster addresses. */
+static int read_plan(broker *b, const char *bundles)
+{
+    char path[4600], line[512], name[128];
+    snprintf(path, sizeof path, "%s/deploy.txt", bundles);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "fusionc broker: %s: %s (is %s a compile's output?)\n", path, strerror(errno), bundles);
+        return -1;
+    }
+    int kept = 0;
+    for (int i = 0; i < b->n; i++)   /* the standbys stay */
+        if (strcmp(b->mem[i].m.role, "standby") == 0)
+            b->mem[kept++] = b->mem[i];
+    b->n = kept;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "reporter %127s", name) == 1)
+            snprintf(b->reporter, sizeof b->reporter, "%s", name);
+        if (sscanf(line, "device %127s", name) != 1 || b->n == MAX_MEMBERS)
+            continue;
+        member *m = &b->mem[b->n++];
+        memset(m, 0, sizeof *m);
+        snprintf(m->m.device, sizeof m->m.device, "%s", name);
+        snprintf(m->m.bundle_device, sizeof m->m.bundle_device, "%s", name);
+        snprintf(m->m.role, sizeof m->m.role, "device");
+        int d = cluster_find_device(&b->c, name);
+        snprintf(m->m.address, sizeof m->m.address, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].address : "127.0.0.1");
+    }
+    fclose(f);
+    return 0;
+}
+
+static void add_standbys(broker *b)
+{
+    for (int s = 0; s < b->c.n_standbys && b->n < MAX_MEMBERS; s++) {
+        member *m = &b->mem[b->n++];
+        memset(m, 0, sizeof *m);
+        snprintf(m->m.device, sizeof m->m.device, "%s", b->c.standbys[s].name);
+        snprintf(m->m.role, sizeof m->m.role, "standby");
+        snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[s].host].address);
+    }
+}
+
+/* ---- what the devices say ------------------------------------------------------ */
+
+/* The checkpoint of `step` is whole when every device of the epoch has its
+ * part in: COMPLETE lists them (written to a temporary name, renamed). */
+static void check_complete(broker *b, int64_t step)
+{
+    if (step <= b->last_complete)   /* a report sent again (the device's client retries) */
+        return;
+    const char *names[MAX_MEMBERS];
+    int n = 0;
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->mem[i].m.role, "device") == 0)
+            names[n++] = b->mem[i].m.bundle_device;
+    if (broker_db_parts_in(b->db, step, names, n) != n)
+        return;
+    char dir[4300], tmp[4400], done[4400], text[65536];
+    snprintf(dir, sizeof dir, "%s/checkpoints/step-%lld", b->out, (long long)step);
+    snprintf(tmp, sizeof tmp, "%s/COMPLETE.tmp", dir);
+    snprintf(done, sizeof done, "%s/COMPLETE", dir);
+    if (broker_db_parts_text(b->db, step, names, n, text, sizeof text))
+        return;
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "step %lld\nepoch %lld\n%s", (long long)step, (long long)b->epoch, text) < 0 ||
+        fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0 || rename(tmp, done) != 0) {
+        say(b, "checkpoint", NULL, "cannot write %s: %s", done, strerror(errno));
+        return;
+    }
+    broker_db_complete(b->db, step, b->epoch, dir);
+    b->last_complete = step;
+    say(b, "checkpoint", NULL, "checkpoint of step %lld complete (%d parts): %s", (long long)step, n, dir);
+}
+
+/* One request: "<verb> <device> <epoch> <rest>"; the answer into reply. */
+static void answer(broker *b, const char *req, char *reply, size_t n)
+{
+    char verb[32], device[128], rest[4200] = "";
+    long long epoch = -1;
+    if (sscanf(req, "%31s %127s %lld %4199[^\n]", verb, device, &epoch, rest) < 3) {
+        snprintf(reply, n, "refused a request the broker does not understand");
+        return;
+    }
+    member *m = find_member(b, device);
+    if (strcmp(verb, "standby") == 0) {
+        if (m && strcmp(m->m.role, "standby") == 0)
+            m->heard = now_s();
+        snprintf(reply, n, m && strcmp(m->m.status, "standby") == 0 ? "ok" : "stop");
+        return;
+    }
+    if (epoch != b->epoch || !m || strcmp(m->m.role, "device") != 0 || m->lost) {
+        snprintf(reply, n, "refused: %s is of epoch %lld and the run is at epoch %lld: it was declared lost (or its "
+                 "run started again without it); nothing it sends counts", device, epoch, (long long)b->epoch);
+        return;
+    }
+    m->heard = now_s();
+    snprintf(reply, n, "ok");
+    long long step;
+    double loss;
+    char file[4096], hash[32];
+    if (strcmp(verb, "step") == 0 && sscanf(rest, "%lld %lf", &step, &loss) >= 1) {
+        if (strcmp(device, b->reporter) == 0) {
+            printf("step %5lld/%lld  loss %.6f\n", step, (long long)b->steps, loss);
+            if (b->recovering) {
+                b->recovering = 0;
+                say(b, "resumed", device, "first step after the recovery: step %lld, %.1f s after the lost device "
+                    "was last heard from", step, now_s() - b->lost_heard);
+            }
+            fflush(stdout);
+        }
+    } else if (strcmp(verb, "part") == 0 && sscanf(rest, "%lld %4095s %31s", &step, file, hash) == 3) {
+        broker_db_part(b->db, step, m->m.bundle_device, b->epoch, file, hash);
+        check_complete(b, step);
+    } else if (strcmp(verb, "bye") == 0) {
+        int status = atoi(rest);
+        snprintf(m->m.status, sizeof m->m.status, status == 0 ? "done" : "failed");
+        save_member(b, m);
+    } else if (strcmp(verb, "hello") == 0) {
+        m->m.pid = atoll(rest);
+        save_member(b, m);
+    }
+}
+
+static void serve(broker *b, int wait_ms)
+{
+    struct nn_pollfd p = { b->sock, NN_POLLIN, 0 };
+    while (nn_poll(&p, 1, wait_ms) > 0 && (p.revents & NN_POLLIN)) {
+        char *req = NULL, reply[600];
+        int got = nn_recv(b->sock, &req, NN_MSG, NN_DONTWAIT);
+        if (got < 0)
+            break;
+        char text[4600];
+        snprintf(text, sizeof text, "%.*s", got, req);
+        nn_freemsg(req);
+        answer(b, text, reply, sizeof reply);
+        nn_send(b->sock, reply, strlen(reply), 0);
+        wait_ms = 0;
+    }
+}
+
+/* ---- who is lost --------------------------------------------------------------- */
+
+/* A device that stopped because another vanished names it in its log. */
+static void blame_from_log(broker *b, member *m)
+{
+    char path[4400], line[1024], who[128];
+    snprintf(path, sizeof path, "%s/logs/%s.log", b->out, m->m.bundle_device);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "lost peer ");
+        const char *stopped = strstr(line, "peer ");
+        if (at && sscanf(at, "lost peer %127[^: ]", who) == 1) {
+        } else if (stopped && strstr(stopped, " stopped") && sscanf(stopped, "peer %127s stopped", who) == 1) {
+        } else {
+            continue;
+        }
+        member *x = find_member(b, who);
+        if (x && !x->lost && !x->ended && x != m) {
+            x->lost = 1;
+            snprintf(x->why, sizeof x->why, "%s reported it lost", m->m.device);
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
+/* Reaps ended children and finds the silent: marks them ended or lost. */
+static void watch(broker *b)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+        for (int i = 0; i < b->n; i++) {
+            member *m = &b->mem[i];
+            if (m->m.pid != pid || m->ended)
+                continue;
+            m->ended = 1;
+            if (strcmp(m->m.role, "standby") == 0) {
+                if (strcmp(m->m.status, "standby") == 0)
+                    snprintf(m->m.status, sizeof m->m.status, "gone");
+            } else if (WIFSIGNALED(status)) {
+                m->lost = 1;
+                snprintf(m->why, sizeof m->why, "its process was killed (signal %d)", WTERMSIG(status));
+            } else if (WEXITSTATUS(status) == 0) {
+                snprintf(m->m.status, sizeof m->m.status, "done");
+            } else {
+                snprintf(m->m.status, sizeof m->m.status, "failed");
+                snprintf(m->why, sizeof m->why, "it exited with status %d", WEXITSTATUS(status));
+                blame_from_log(b, m);
+            }
+            save_member(b, m);
+        }
+    double t = now_s();
+    for (int i = 0; i < b->n; i++) {
+        member *m = &b->mem[i];
+        if (strcmp(m->m.role, "device") != 0 || m->ended || m->lost)
+            continue;
+        if (!m->child && m->m.pid > 0 && kill((pid_t)m->m.pid, 0) != 0) {   /* taken over: gone */
+            m->ended = 1;
+            if (strcmp(m->m.status, "done") != 0) {
+                m->lost = 1;
+                snprintf(m->why, sizeof m->why, "its process is gone");
+            }
+        } else if (t - m->heard > b->peer_timeout + 3.0 && strcmp(m->m.status, "done") != 0) {
+            m->lost = 1;
+            snprintf(m->why, sizeof m->why, "silent for %.0f s (stopped, hung or cut off)", t - m->heard);
+        }
+    }
+}
+
+/* ---- recovery ------------------------------------------------------------------ */
+
+/* fusionc compile again, on the cluster without the devices left out so far,
+ * into OUT/epoch-N (compile.args says how the run was compiled). */
+static int replan(broker *b)
+{
+    char path[4300], line[4096], dir[4300], log[4400], cluster_file[4300];
+    static char words[MAX_ARGS][4096];
+    char *argv[MAX_ARGS + 2 * 64 + 16];
+    int n = 0, w = 0;
+    snprintf(path, sizeof path, "%s/compile.args", b->out);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        say(b, "failed", NULL, "cannot re-plan: %s: %s", path, strerror(errno));
+        return -1;
+    }
+    argv[n++] = b->exe;
+    argv[n++] = "compile";
+    int skip = 0, shaped = 0;
+    while (w < MAX_ARGS - 1 && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        /* The user's stage and replica counts were for the whole cluster;
+         * they asked for every device: every survivor, below. */
+        if (skip-- > 0)
+            continue;
+        if (strcmp(line, "--stages") == 0 || strcmp(line, "--replicas") == 0) {
+            skip = 1;
+            shaped = 1;
+            continue;
+        }
+        snprintf(words[w], sizeof words[w], "%s", line);
+        argv[n++] = words[w++];
+        if (n == 3) {   /* after the model: the cluster file the compile kept */
+            snprintf(cluster_file, sizeof cluster_file, "%s/cluster.xml", b->out);
+            argv[n++] = cluster_file;
+        }
+    }
+    fclose(f);
+    for (int k = 0; k < b->n_left_out; k++) {
+        argv[n++] = "--without";
+        argv[n++] = b->left_out[k];
+    }
+    snprintf(dir, sizeof dir, "%s/epoch-%lld", b->out, (long long)b->epoch);
+    argv[n++] = "-o";
+    argv[n++] = dir;
+    argv[n] = NULL;
+    snprintf(log, sizeof log, "%s/logs/replan-%lld.log", b->out, (long long)b->epoch);
+    double t0 = now_s();
+    /* A shape the user fixed: S x R = every survivor, the most replicas
+     * that the batch and the model take first; else the planner's choice. */
+    int survivors = 0;
+    for (int i = 0; i < b->n; i++)
+        survivors += strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost;
+    char stages[16], replicas[16];
+    int ok = 0;
+    for (int r = shaped ? survivors : 0; !ok && r >= 0; r--) {
+        if (shaped && (r == 0 || survivors % r != 0))
+            continue;
+        int k = n;
+        if (shaped) {
+            snprintf(stages, sizeof stages, "%d", survivors / r);
+            snprintf(replicas, sizeof replicas, "%d", r);
+            argv[k++] = "--stages", argv[k++] = stages, argv[k++] = "--replicas", argv[k++] = replicas;
+        }
+        argv[k] = NULL;
+        pid_t pid = spawn(log, argv);
+        int status = 0;
+        ok = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    if (!ok) {
+        say(b, "failed", NULL, "the re-plan without the lost devices failed: see %s", log);
+        return -1;
+    }
+    snprintf(b->bundles, sizeof b->bundles, "%s", dir);
+    broker_db_set(b->db, "bundles", b->bundles);
+    if (read_plan(b, dir))
+        return -1;
+    int devices = 0;
+    for (int i = 0; i < b->n; i++)
+        devices += strcmp(b->mem[i].m.role, "device") == 0;
+    say(b, "re-planned", NULL, "re-planned on %d devices in %.2f s: %s (its plan.txt says how)", devices,
+        now_s() - t0, dir);
+    return 0;
+}
+
+/* A standby for lost device L: one waiting, of L's kind and arch. */
+static member *standby_for(broker *b, const member *lost)
+{
+    int d = cluster_find_device(&b->c, lost->m.bundle_device);
+    for (int i = 0; i < b->n && d >= 0; i++) {
+        member *s = &b->mem[i];
+        int k = -1;
+        for (int j = 0; j < b->c.n_standbys; j++)
+            if (strcmp(b->c.standbys[j].name, s->m.device) == 0)
+                k = j;
+        if (k < 0 || strcmp(s->m.status, "standby") != 0 || s->ended || now_s() - s->heard > b->peer_timeout)
+            continue;
+        if (b->c.standbys[k].kind == b->c.devices[d].kind && strcmp(b->c.standbys[k].arch, b->c.devices[d].arch) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+static int recover(broker *b)
+{
+    if (++b->recoveries > b->max_recoveries) {
+        say(b, "failed", NULL, "%d recoveries: giving up (--max-recoveries)", b->max_recoveries);
+        return -1;
+    }
+    b->lost_heard = 0;
+    for (int i = 0; i < b->n; i++)
+        if (b->mem[i].lost && (b->lost_heard == 0 || b->mem[i].heard < b->lost_heard))
+            b->lost_heard = b->mem[i].heard;
+    b->epoch++;
+    char text[32];
+    snprintf(text, sizeof text, "%lld", (long long)b->epoch);
+    broker_db_set(b->db, "epoch", text);
+    int replace = 1;
+    for (int i = 0; i < b->n; i++)
+        if (b->mem[i].lost) {
+            say(b, "lost", b->mem[i].m.device, "lost %s: %s", b->mem[i].m.device, b->mem[i].why);
+            replace &= standby_for(b, &b->mem[i]) != NULL;
+        }
+    if (replace) {
+        for (int i = 0; i < b->n; i++) {
+            member *l = &b->mem[i];
+            if (!l->lost)
+                continue;
+            member *s = standby_for(b, l);
+            say(b, "replaced", s->m.device, "standby %s takes %s's place (%s's program, at %s)", s->m.device,
+                l->m.device, l->m.bundle_device, s->m.address);
+            snprintf(s->m.status, sizeof s->m.status, "used");
+            if (s->m.pid > 0)
+                kill((pid_t)s->m.pid, SIGTERM);
+            save_member(b, s);
+            snprintf(l->m.address, sizeof l->m.address, "%s", s->m.address);
+        }
+    } else {
+        for (int i = 0; i < b->n && b->n_left_out < 64; i++)
+            if (b->mem[i].lost)
+                snprintf(b->left_out[b->n_left_out++], sizeof b->left_out[0], "%s", b->mem[i].m.bundle_device);
+        if (replan(b))
+            return -1;
+    }
+    char dir[4096];
+    int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
+    int started = 0;
+    for (int i = 0; i < b->n; i++) {
+        member *m = &b->mem[i];
+        if (strcmp(m->m.role, "device") != 0)
+            continue;
+        m->lost = 0;
+        m->why[0] = '\0';
+        if (start_device(b, m, step > 0 ? dir : ""))
+            return -1;
+        started++;
+    }
+    say(b, "resumed", NULL, "%d devices start again %s", started, step > 0 ? "from the last complete checkpoint" : "from the start (no checkpoint was complete)");
+    if (step > 0)
+        say(b, "resumed", NULL, "the last complete checkpoint: step %lld, %s", (long long)step, dir);
+    b->recovering = 1;
+    return 0;
+}
+
+/* ---- the run ------------------------------------------------------------------- */
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = sig; }
+
+static void stop_all(broker *b, int sig)
+{
+    for (int i = 0; i < b->n; i++)
+        if (!b->mem[i].ended && b->mem[i].m.pid > 0)
+            kill((pid_t)b->mem[i].m.pid, sig);
+}
+
+/* A new run: every device of OUT's plan, and the standbys' agents. */
+static int start_run(broker *b)
+{
+    b->epoch = 1;
+    snprintf(b->bundles, sizeof b->bundles, "%s", b->out);
+    broker_db_reset(b->db);
+    if (read_plan(b, b->out))
+        return -1;
+    add_standbys(b);
+    broker_db_set(b->db, "epoch", "1");
+    broker_db_set(b->db, "bundles", b->bundles);
+    broker_db_set(b->db, "state", "running");
+    int devices = 0, standbys = 0;
+    for (int i = 0; i < b->n; i++) {
+        int rc = strcmp(b->mem[i].m.role, "standby") == 0 ? (standbys++, start_standby(b, &b->mem[i]))
+                                                           : (devices++, start_device(b, &b->mem[i], ""));
+        if (rc)
+            return -1;
+    }
+    say(b, "joined", NULL, "started %d devices and %d standbys (%s); broker at %s", devices, standbys, b->bundles,
+        b->url);
+    return 0;
+}
+
+/* A broker started again on a run in progress: its members, as the database has them. */
+static int take_over(broker *b)
+{
+    char text[4200];
+    if (broker_db_get(b->db, "epoch", text, sizeof text))
+        return -1;
+    b->epoch = atoll(text);
+    char dir[4096];
+    b->last_complete = broker_db_last_complete(b->db, dir, sizeof dir);
+    if (broker_db_get(b->db, "bundles", b->bundles, sizeof b->bundles))
+        snprintf(b->bundles, sizeof b->bundles, "%s", b->out);
+    broker_member rows[MAX_MEMBERS];
+    int n = broker_db_members(b->db, b->epoch, rows, MAX_MEMBERS);
+    char line[512], name[128], path[4600];
+    snprintf(path, sizeof path, "%s/deploy.txt", b->bundles);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "reporter %127s", name) == 1)
+            snprintf(b->reporter, sizeof b->reporter, "%s", name);
+    if (f)
+        fclose(f);
+    b->n = 0;
+    for (int i = 0; i < n; i++) {
+        member *m = &b->mem[b->n++];
+        memset(m, 0, sizeof *m);
+        m->m = rows[i];
+        m->heard = now_s();
+        m->ended = strcmp(m->m.status, "done") == 0 || strcmp(m->m.status, "used") == 0;
+    }
+    say(b, "restarted", NULL, "the broker started again: epoch %lld, %d members, taken over as they run", (long long)b->epoch, b->n);
+    return 0;
+}
+
+static int run(broker *b)
+{
+    double since_loss = 0;
+    while (!interrupted) {
+        serve(b, 100);
+        watch(b);
+        int devices = 0, done = 0, lost = 0, failed = 0, running = 0;
+        const member *why = NULL;
+        for (int i = 0; i < b->n; i++) {
+            const member *m = &b->mem[i];
+            if (strcmp(m->m.role, "device") != 0)
+                continue;
+            devices++;
+            if (m->lost)
+                lost++;
+            else if (m->ended && strcmp(m->m.status, "done") == 0)
+                done++;
+            else if (m->ended)
+                failed++, why = m;
+            else
+                running++;
+        }
+        if (devices > 0 && done == devices) {
+            say(b, "finished", NULL, "the run finished: %d devices, %d recover%s", devices, b->recoveries,
+                b->recoveries == 1 ? "y" : "ies");
+            broker_db_set(b->db, "state", "finished");
+            return 0;
+        }
+        if (lost > 0) {
+            if (since_loss == 0)
+                since_loss = now_s();
+            if (running == 0 || now_s() - since_loss > 2 * b->peer_timeout + 10) {
+                for (int i = 0; i < b->n; i++)   /* survivors still going: stop them */
+                    if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost && !b->mem[i].ended &&
+                        b->mem[i].m.pid > 0)
+                        kill((pid_t)b->mem[i].m.pid, SIGKILL);
+                if (recover(b))
+                    return 1;
+                since_loss = 0;
+            }
+        } else if (failed > 0 && running == 0) {
+            say(b, "failed", why->m.device, "%s failed (%s; see %s/logs/%s.log) and no device was lost: nothing to "
+                "recover", why->m.device, why->why, b->out, why->m.bundle_device);
+            broker_db_set(b->db, "state", "failed");
+            return 1;
+        }
+    }
+    say(b, "stopped", NULL, "interrupted: stopping every device");
+    stop_all(b, SIGTERM);
+    broker_db_set(b->db, "state", "stopped");
+    return 130;
+}
+
+static const char usage_broker[] =
+    "usage: fusionc broker OUT [--port P] [--port-base P] [--save-every K] [--peer-timeout S]\n"
+    "                      [--max-recoveries N] DEVICE-ARGS... (--data FILE --steps N ...)\n"
+    "\n"
+    "Runs the compile in OUT on this machine and keeps it running when devices\n"
+    "vanish: starts every device (with DEVICE-ARGS) and a standby agent per\n"
+    "standby=\"true\" device, records every K steps' coordinated checkpoint\n"
+    "(OUT/checkpoints/step-N, whole once every part is in: COMPLETE), and when a\n"
+    "device is lost (killed, or silent past the peer timeout) starts a new epoch:\n"
+    "a standby of its kind in its place, or a new plan without it (OUT/epoch-N),\n"
+    "every device resuming from the last complete checkpoint.  State in\n"
+    "OUT/broker.db (SQLite): started again on a running OUT, it takes over.\n"
+    "  --port P            the broker listens on tcp port P (default 29400)\n"
+    "  --port-base P       the devices' first port, epoch 1 (default 30000; each\n"
+    "                      epoch 200 higher)\n"
+    "  --save-every K      a checkpoint every K steps (default 20)\n"
+    "  --peer-timeout S    a device silent this long is lost (default 10)\n"
+    "  --max-recoveries N  give up after N recoveries (default 5)\n";
+
+int cmd_broker(int argc, char **argv)
+{
+    broker *b = calloc(1, sizeof *b);
+    if (!b)
+        return 1;
+    b->save_every = 20, b->peer_timeout = 10, b->port_base = 30000, b->max_recoveries = 5;
+    int port = 29400;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage_broker, stdout);
+            free(b);
+            return 0;
+        }
+        char *end = NULL;
+        if (!b->out && a[0] != '-') {
+            b->out = a;
+        } else if (v && strcmp(a, "--port") == 0 && (port = (int)strtol(v, &end, 10)) > 0 && port < 65536 && !*end) {
+            i++;
+        } else if (v && strcmp(a, "--port-base") == 0 && (b->port_base = (int)strtol(v, &end, 10)) > 0 && !*end) {
+            i++;
+        } else if (v && strcmp(a, "--save-every") == 0 && (b->save_every = (int)strtol(v, &end, 10)) > 0 && !*end) {
+            i++;
+        } else if (v && strcmp(a, "--peer-timeout") == 0 && (b->peer_timeout = strtod(v, &end)) > 0 && !*end) {
+            i++;
+        } else if (v && strcmp(a, "--max-recoveries") == 0 && (b->max_recoveries = (int)strtol(v, &end, 10)) >= 0 &&
+                   !*end) {
+            i++;
+        } else if (strncmp(a, "--port", 6) == 0 || strcmp(a, "--save-every") == 0 || strcmp(a, "--peer-timeout") == 0 ||
+                   strcmp(a, "--max-recoveries") == 0) {
+            fprintf(stderr, "fusionc broker: %s needs a positive number\n%s", a, usage_broker);
+            free(b);
+            return 2;
+        } else if (b->n_args < MAX_ARGS - 1) {
+            if (strcmp(a, "--steps") == 0 && v)
+                b->steps = atoll(v);
+            b->args[b->n_args++] = argv[i];
+        }
+    }
+    if (!b->out || b->steps <= 0) {
+        fprintf(stderr, "fusionc broker: expected OUT (a compile's folder) and the devices' --steps N\n%s", usage_broker);
+        free(b);
+        return 2;
+    }
+    char path[4200], err[600];
+    struct diag derr = { 0 };
+    snprintf(path, sizeof path, "%s/cluster.xml", b->out);
+    if (cluster_load(path, &b->c, &derr)) {
+        diag_print(&derr);
+        free(b);
+        return 1;
+    }
+    ssize_t len = readlink("/proc/self/exe", b->exe, sizeof b->exe - 1);
+    b->exe[len > 0 ? len : 0] = '\0';
+    snprintf(path, sizeof path, "%s/logs", b->out);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/broker.db", b->out);
+    snprintf(b->url, sizeof b->url, "tcp://127.0.0.1:%d", port);
+    char bind_url[64];
+    snprintf(bind_url, sizeof bind_url, "tcp://*:%d", port);
+    int rc = 1;
+    if (broker_db_open(&b->db, path, err, sizeof err)) {
+        fprintf(stderr, "fusionc broker: %s\n", err);
+    } else if ((b->sock = nn_socket(AF_SP, NN_REP)) < 0 || nn_bind(b->sock, bind_url) < 0) {
+        fprintf(stderr, "fusionc broker: cannot listen on %s: %s\n", bind_url, nn_strerror(nn_errno()));
+    } else {
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        char state[64] = "";
+        broker_db_get(b->db, "state", state, sizeof state);
+        if (strcmp(state, "running") == 0)
+            rc = take_over(b) ? 1 : run(b);
+        else
+            rc = start_run(b) ? 1 : run(b);
+        for (int i = 0; i < b->n; i++)   /* the standbys' agents end with the run */
+            if (strcmp(b->mem[i].m.role, "standby") == 0 && b->mem[i].m.pid > 0 && !b->mem[i].ended)
+                kill((pid_t)b->mem[i].m.pid, SIGTERM);
+    }
+    if (b->sock >= 0)
+        nn_close(b->sock);
+    broker_db_close(b->db);
+    cluster_free(&b->c);
+    free(b);
+    return rc;
+}
+
+/* ---- fusionc standby ------------------------------------------------------------- */
+
+int cmd_standby(int argc, char **argv)
+{
+    const char *url = NULL, *device = NULL;
+    for (int i = 0; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--broker") == 0)
+            url = argv[i + 1];
+        else if (strcmp(argv[i], "--device") == 0)
+            device = argv[i + 1];
+    }
+    if (!url || !device) {
+        fprintf(stderr, "usage: fusionc standby --broker URL --device NAME\n"
+                        "Registers NAME with the run's broker as a standby and waits until it is used or the run ends.\n");
+        return 2;
+    }
+    int sock = nn_socket(AF_SP, NN_REQ), ms = 1000;
+    if (sock < 0 || nn_setsockopt(sock, NN_SOL_SOCKET, NN_RCVTIMEO, &ms, sizeof ms) < 0 ||
+        nn_connect(sock, url) < 0) {
+        fprintf(stderr, "fusionc standby: %s: %s\n", url, nn_strerror(nn_errno()));
+        return 1;
+    }
+    char req[300];
+    snprintf(req, sizeof req, "standby %s 0", device);
+    printf("fusionc standby: %s waits for the broker at %s\n", device, url);
+    fflush(stdout);
+    for (double silent_since = now_s(); now_s() - silent_since < 600;) {
+        char *reply = NULL;
+        int got = nn_send(sock, req, strlen(req), 0) >= 0 ? nn_recv(sock, &reply, NN_MSG, 0) : -1;
+        if (got >= 0) {
+            int stop = got >= 4 && memcmp(reply, "stop", 4) == 0;
+            nn_freemsg(reply);
+            if (stop) {
+                printf("fusionc standby: %s: the broker needs it no more\n", device);
+                nn_close(sock);
+                return 0;
+            }
+            silent_since = now_s();
+        }
+        sleep(1);
+    }
+    fprintf(stderr, "fusionc standby: %s: no answer from %s for 600 s\n", device, url);
+    nn_close(sock);
+    return 1;
+}
+
+int broker_write_compile_args(const char *out, int argc, char **argv, const char *model, const char *cluster)
+{
+    char path[4200], abs_model[PATH_MAX];
+    snprintf(path, sizeof path, "%s/compile.args", out);
+    if (!realpath(model, abs_model))
+        return -1;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "%s\n", abs_model);
+    for (int i = 0; i < argc; i++) {
+        if (argv[i] == model || argv[i] == cluster)
+            continue;
+        if (strcmp(argv[i], "-o") == 0) {
+            i++;
+            continue;
+        }
+        fprintf(f, "%s\n", argv[i]);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
