@@ -12,6 +12,9 @@
 #   SIGSTOP      a device stopped past the peer timeout is lost; woken
 #                after the new epoch started, the broker refuses it and it
 #                exits non-zero saying so; the run finishes;
+#   broker       the broker SIGKILLed mid-run and started again on the same
+#                OUT: it takes the running devices over from its database,
+#                every step is printed once, and the run finishes (exit 0);
 #   checkpoints  each part is in its step's folder, COMPLETE lists it with
 #                its XXH3; a truncated part, a flipped byte, a part of
 #                another step: refused at load, naming the file.
@@ -115,6 +118,22 @@ for _ in $(seq 1 100); do kill -0 "$victim" 2>/dev/null || break; sleep 0.1; don
 ! kill -0 "$victim" 2>/dev/null && pass || { fail "SIGSTOP: the woken device still runs"; kill -9 "$victim"; }
 grep -Eq "refused by the broker: .*epoch 1 and the run is at epoch 2|of the run's epoch" "$work/stopped/logs/cpu-b0.log" \
   && pass || fail "SIGSTOP: the woken device does not say it was refused: $(grep -i -m3 'error' "$work/stopped/logs/cpu-b0.log")"
+
+# ---- the broker killed and started again ----
+compile restart "$work/four-standby.xml"
+"$FUSIONC" broker "$work/restart" --port $port --port-base $base --peer-timeout 3 "${args[@]}" >"$work/restart1.out" 2>&1 &
+broker=$!
+for _ in $(seq 1 600); do grep -qE '^step +(3[0-9]|[4-9][0-9])/' "$work/restart1.out" && break; sleep 0.05; done
+kill -9 "$broker"
+wait "$broker" 2>/dev/null
+sleep 1
+"$FUSIONC" broker "$work/restart" --port $port --port-base $base --peer-timeout 3 "${args[@]}" >"$work/restart2.out" 2>&1
+expect_eq "a restarted broker: exit status" 0 $?
+grep -q "the broker started again: epoch 1" "$work/restart2.out" && pass || fail "restart: $(head -3 "$work/restart2.out")"
+grep -q "the run finished: 4 devices, 0 recoveries" "$work/restart2.out" && pass || fail "restart: $(tail -3 "$work/restart2.out")"
+cat "$work/restart1.out" "$work/restart2.out" | awk '/^step /{split($2, s, "/"); print s[1]}' | sort -n | uniq >"$work/restart.steps"
+expect_eq "steps printed by the two brokers" 150 "$(wc -l <"$work/restart.steps")"
+port=$((port + 1)); base=$((base + 1000))
 
 # ---- checkpoint faults (the replacement run's last complete checkpoint) ----
 ck="$work/standby/checkpoints/step-140"

@@ -323,13 +323,20 @@ static void serve(broker *b, int wait_ms)
 
 /* ---- who is lost --------------------------------------------------------------- */
 
-/* A device that stopped because another vanished names it in its log. */
+/* A device that stopped because another vanished names it in its log
+ * (this epoch's part of it: the log goes on across epochs). */
 static void blame_from_log(broker *b, member *m)
 {
-    char path[4400], line[1024], who[128];
+    char path[4400], line[1024], who[128], header[64];
     snprintf(path, sizeof path, "%s/logs/%s.log", b->out, m->m.bundle_device);
+    snprintf(header, sizeof header, "== broker: epoch %lld,", (long long)b->epoch);
     FILE *f = fopen(path, "r");
+    int in_epoch = 0;
     while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "== broker: epoch ", 17) == 0)
+            in_epoch = strncmp(line, header, strlen(header)) == 0;
+        if (!in_epoch)
+            continue;
         const char *at = strstr(line, "lost peer ");
         const char *stopped = strstr(line, "peer ");
         if (at && sscanf(at, "lost peer %127[^: ]", who) == 1) {
@@ -639,7 +646,7 @@ static int run(broker *b)
             devices++;
             if (m->lost)
                 lost++;
-            else if (m->ended && strcmp(m->m.status, "done") == 0)
+            else if (strcmp(m->m.status, "done") == 0)   /* said bye 0 (a taken-over device may not be reaped) */
                 done++;
             else if (m->ended)
                 failed++, why = m;
