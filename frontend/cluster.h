@@ -130,6 +130,10 @@ int  cluster_subset(const cluster *c, int index, int by_host, cluster *out);
  * first name that is no device of c, or when none would be left. */
 int  cluster_without(const cluster *c, const char *const *names, int n, cluster *out, struct diag *err);
 
+/* c with the standbys named names[0, n) made devices (a device that joined
+ * a run: the broker's new plan).  -1 with err naming one that is no standby. */
+int  cluster_with(const cluster *c, const char *const *names, int n, cluster *out, struct diag *err);
+
 /* One line per region/host/device and the link matrix by region, for `fusionc check -v`. */
 void cluster_print_summary(const cluster *c, FILE *out);
 

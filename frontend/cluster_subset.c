@@ -88,6 +88,43 @@ int cluster_without(const cluster *c, const char *const *names, int n, cluster *
     return 0;
 }
 
+int cluster_with(const cluster *c, const char *const *names, int n, cluster *out, struct diag *err)
+{
+    memset(out, 0, sizeof *out);
+    *out = *c;
+    out->regions = malloc(((size_t)c->n_regions + 1) * sizeof *out->regions);
+    out->hosts = malloc(((size_t)c->n_hosts + 1) * sizeof *out->hosts);
+    out->devices = malloc(((size_t)c->n_devices + (size_t)c->n_standbys + 1) * sizeof *out->devices);
+    out->links = malloc(((size_t)c->n_links + 1) * sizeof *out->links);
+    out->standbys = malloc(((size_t)c->n_standbys + 1) * sizeof *out->standbys);
+    if (!out->regions || !out->hosts || !out->devices || !out->links || !out->standbys) {
+        cluster_free(out);
+        return diag_set(err, c->file, 0, "out of memory");
+    }
+    memcpy(out->regions, c->regions, (size_t)c->n_regions * sizeof *out->regions);
+    memcpy(out->hosts, c->hosts, (size_t)c->n_hosts * sizeof *out->hosts);
+    memcpy(out->links, c->links, (size_t)c->n_links * sizeof *out->links);
+    memcpy(out->devices, c->devices, (size_t)c->n_devices * sizeof *out->devices);
+    out->n_standbys = 0;
+    for (int s = 0; s < c->n_standbys; s++) {
+        int join = 0;
+        for (int k = 0; k < n && !join; k++)
+            join = strcmp(c->standbys[s].name, names[k]) == 0;
+        if (join) {
+            out->devices[out->n_devices] = c->standbys[s];
+            out->devices[out->n_devices++].standby = 0;
+        } else {
+            out->standbys[out->n_standbys++] = c->standbys[s];
+        }
+    }
+    for (int k = 0; k < n; k++)
+        if (cluster_find_device(out, names[k]) < 0) {
+            cluster_free(out);
+            return diag_set(err, c->file, 0, "cluster '%s' has no standby '%s' to take in", c->name, names[k]);
+        }
+    return 0;
+}
+
 int cluster_sites(const cluster *c, int *by_host)
 {
     *by_host = c->n_regions <= 1;

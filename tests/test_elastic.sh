@@ -15,6 +15,11 @@
 #   broker       the broker SIGKILLed mid-run and started again on the same
 #                OUT: it takes the running devices over from its database,
 #                every step is printed once, and the run finishes (exit 0);
+#   joining      one device and a standby that registers itself after step
+#                20 (fusionc standby, --standby-agents none): at 2 GFLOPS
+#                the plan with it is faster by far, so it is taken in at the
+#                next complete checkpoint (epoch 2, two devices); at 0.05
+#                GFLOPS it is not, and the log says so;
 #   checkpoints  each part is in its step's folder, COMPLETE lists it with
 #                its XXH3; a truncated part, a flipped byte, a part of
 #                another step: refused at load, naming the file.
@@ -134,6 +139,43 @@ grep -q "the run finished: 4 devices, 0 recoveries" "$work/restart2.out" && pass
 cat "$work/restart1.out" "$work/restart2.out" | awk '/^step /{split($2, s, "/"); print s[1]}' | sort -n | uniq >"$work/restart.steps"
 expect_eq "steps printed by the two brokers" 150 "$(wc -l <"$work/restart.steps")"
 port=$((port + 1)); base=$((base + 1000))
+
+# ---- a device that joins mid-run ----
+joining() {   # joining NAME STANDBY-PEAK
+  local name=$1
+  cat >"$work/$name.xml" <<EOF
+<cluster name="$name">
+  <region name="lab" bandwidth="10Gbps" latency="50us">
+    <host name="a0" address="127.0.0.1">
+      <device name="cpu-a0" kind="cpu" peak-fp32="2GFLOPS" memory="4GiB" memory-bandwidth="10GB/s"/>
+    </host>
+    <host name="s0" address="127.0.0.1">
+      <device name="cpu-s0" kind="cpu" peak-fp32="$2" memory="4GiB" memory-bandwidth="10GB/s" standby="true"/>
+    </host>
+  </region>
+</cluster>
+EOF
+  "$FUSIONC" compile models/gpt2.xml "$work/$name.xml" -o "$work/$name" "${model[@]}" >/dev/null 2>&1 && pass \
+    || fail "$name compile"
+  "$FUSIONC" broker "$work/$name" --port $port --port-base $base --peer-timeout 3 --standby-agents none \
+    --data "$work/corpus.txt" --steps 100 --seed 7 --emulate-devices >"$work/$name.out" 2>&1 &
+  local broker=$!
+  for _ in $(seq 1 600); do grep -qE '^step +(2[0-9]|[3-9][0-9])/' "$work/$name.out" && break; sleep 0.05; done
+  "$FUSIONC" standby --broker "tcp://127.0.0.1:$port" --device cpu-s0 >"$work/$name.standby" 2>&1 &
+  local agent=$!
+  wait "$broker"
+  expect_eq "$name: the broker's exit status" 0 $?
+  kill "$agent" 2>/dev/null; wait "$agent" 2>/dev/null
+  port=$((port + 1)); base=$((base + 1000))
+}
+joining join 2GFLOPS
+grep -q "cpu-s0 registered mid-run" "$work/join.out" && pass || fail "join: $(grep broker: "$work/join.out")"
+grep -q "cpu-s0 is taken in: the plan with it estimates" "$work/join.out" && pass || fail "join: $(grep broker: "$work/join.out")"
+grep -q "the run finished: 2 devices" "$work/join.out" && pass || fail "join: $(tail -2 "$work/join.out")"
+[ -x "$work/join/epoch-2/cpu-s0/fusion-cpu-s0" ] && pass || fail "join: no bundle for cpu-s0 in epoch-2"
+joining nojoin 0.05GFLOPS
+grep -q "cpu-s0 is not taken in" "$work/nojoin.out" && pass || fail "no join: $(grep broker: "$work/nojoin.out")"
+grep -q "the run finished: 1 device," "$work/nojoin.out" && pass || fail "no join: $(tail -2 "$work/nojoin.out")"
 
 # ---- checkpoint faults (the replacement run's last complete checkpoint) ----
 ck="$work/standby/checkpoints/step-140"

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <ftw.h>
 #include <unistd.h>
 
 #include "../frontend/cluster.h"
@@ -24,6 +25,8 @@
 
 #define MAX_MEMBERS   256
 #define MAX_ARGS      256
+#define JOIN_GAIN     0.10    /* a device that joins is taken in when the plan with it is
+                                 at least this much faster (the issue's 10%)           */
 #define PORT_STRIDE   200     /* an epoch's devices listen on port base + epoch x this: a
                                  stopped device of an older epoch may still hold its ports */
 
@@ -33,6 +36,8 @@ typedef struct {
     double  heard;            /* when it last said anything (monotonic seconds)     */
     int     ended;            /* 0 running; 1 exited or found gone                  */
     int     lost;             /* lost: killed, or silent past the timeout           */
+    int     joining;          /* a standby that registered itself mid-run: weighed at
+                                 the next complete checkpoint                        */
     char    why[512];         /* how it ended                                        */
 } member;
 
@@ -53,6 +58,11 @@ typedef struct {
     char     reporter[128];
     char     left_out[64][128];   /* devices re-planned away, all epochs             */
     int      n_left_out;
+    char     joined[64][128];     /* standbys taken in by a new plan                  */
+    int      n_joined;
+    int      switching;       /* a new plan with a joiner: the devices stop, not lost */
+    char     next_bundles[4400];  /* its bundles                                       */
+    int      standby_agents;  /* 1: start an agent for every standby; 0: they register themselves */
     double   lost_heard;      /* the lost device's last word: the recovery's clock start */
     int64_t  last_complete;   /* the last checkpoint found whole                     */
     int      recovering;
@@ -191,8 +201,8 @@ static int read_plan(broker *b, const char *bundles)
         return -1;
     }
     int kept = 0;
-    for (int i = 0; i < b->n; i++)   /* the standbys stay */
-        if (strcmp(b->mem[i].m.role, "standby") == 0)
+    for (int i = 0; i < b->n; i++)   /* the standbys not taken in stay */
+        if (strcmp(b->mem[i].m.role, "standby") == 0 && strcmp(b->mem[i].m.status, "used") != 0)
             b->mem[kept++] = b->mem[i];
     b->n = kept;
     while (fgets(line, sizeof line, f)) {
@@ -225,6 +235,51 @@ static void add_standbys(broker *b)
 
 /* ---- what the devices say ------------------------------------------------------ */
 
+static int compile_plan(broker *b, const char *dir, int devices, const char *also_with);
+static double plan_estimate(const char *dir);
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* A device that joined (j): a plan with it, taken when the planner's step
+ * is at least JOIN_GAIN shorter than this epoch's; then the devices stop
+ * and the next epoch starts from the checkpoint of `step`.  Logged either way. */
+static void weigh_joiner(broker *b, member *j, int64_t step)
+{
+    j->joining = 0;
+    int devices = 1;
+    for (int i = 0; i < b->n; i++)
+        devices += strcmp(b->mem[i].m.role, "device") == 0;
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/epoch-%lld", b->out, (long long)b->epoch + 1);
+    if (compile_plan(b, dir, devices, j->m.device))
+        return;
+    double now = plan_estimate(b->bundles), with = plan_estimate(dir), gain = now > 0 ? 1.0 - with / now : 0.0;
+    if (!(with > 0 && gain >= JOIN_GAIN)) {
+        say(b, "join", j->m.device, "%s is not taken in: the plan with it estimates %.2f ms a step against %.2f ms "
+            "now (%.1f%% faster; taken in from %.0f%%); it stays a standby", j->m.device, with * 1e3, now * 1e3,
+            100 * gain, 100 * JOIN_GAIN);
+        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        return;
+    }
+    say(b, "join", j->m.device, "%s is taken in: the plan with it estimates %.2f ms a step against %.2f ms now "
+        "(%.1f%% faster); the devices stop and go on from the checkpoint of step %lld", j->m.device, with * 1e3,
+        now * 1e3, 100 * gain, (long long)step);
+    snprintf(b->joined[b->n_joined++], sizeof b->joined[0], "%s", j->m.device);
+    snprintf(b->next_bundles, sizeof b->next_bundles, "%s", dir);
+    snprintf(j->m.status, sizeof j->m.status, "used");
+    if (j->m.pid > 0)
+        kill((pid_t)j->m.pid, SIGTERM);
+    save_member(b, j);
+    b->switching = 1;
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended && b->mem[i].m.pid > 0)
+            kill((pid_t)b->mem[i].m.pid, SIGTERM);
+}
+
 /* The checkpoint of `step` is whole when every device of the epoch has its
  * part in: COMPLETE lists them (written to a temporary name, renamed). */
 static void check_complete(broker *b, int64_t step)
@@ -253,6 +308,9 @@ static void check_complete(broker *b, int64_t step)
     broker_db_complete(b->db, step, b->epoch, dir);
     b->last_complete = step;
     say(b, "checkpoint", NULL, "checkpoint of step %lld complete (%d parts): %s", (long long)step, n, dir);
+    for (int i = 0; i < b->n && !b->switching; i++)
+        if (b->mem[i].joining)
+            weigh_joiner(b, &b->mem[i], step);
 }
 
 /* One request: "<verb> <device> <epoch> <rest>"; the answer into reply. */
@@ -266,6 +324,24 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
     }
     member *m = find_member(b, device);
     if (strcmp(verb, "standby") == 0) {
+        int spare = 0;
+        for (int s = 0; s < b->c.n_standbys; s++)
+            spare |= strcmp(b->c.standbys[s].name, device) == 0;
+        if (!m && spare && b->n < MAX_MEMBERS) {   /* it registered itself, mid-run */
+            m = &b->mem[b->n++];
+            memset(m, 0, sizeof *m);
+            snprintf(m->m.device, sizeof m->m.device, "%s", device);
+            snprintf(m->m.role, sizeof m->m.role, "standby");
+            snprintf(m->m.status, sizeof m->m.status, "standby");
+            snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[0].host].address);
+            for (int s = 0; s < b->c.n_standbys; s++)
+                if (strcmp(b->c.standbys[s].name, device) == 0)
+                    snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[s].host].address);
+            m->joining = 1;
+            save_member(b, m);
+            say(b, "joined", device, "%s registered mid-run: a plan with it is weighed at the next complete checkpoint",
+                device);
+        }
         if (m && strcmp(m->m.role, "standby") == 0)
             m->heard = now_s();
         snprintf(reply, n, m && strcmp(m->m.status, "standby") == 0 ? "ok" : "stop");
@@ -365,7 +441,9 @@ static void watch(broker *b)
             if (m->m.pid != pid || m->ended)
                 continue;
             m->ended = 1;
-            if (strcmp(m->m.role, "standby") == 0) {
+            if (b->switching && strcmp(m->m.role, "device") == 0) {   /* stopped for the new plan */
+                snprintf(m->m.status, sizeof m->m.status, "stopped");
+            } else if (strcmp(m->m.role, "standby") == 0) {
                 if (strcmp(m->m.status, "standby") == 0)
                     snprintf(m->m.status, sizeof m->m.status, "gone");
             } else if (WIFSIGNALED(status)) {
@@ -383,7 +461,7 @@ static void watch(broker *b)
     double t = now_s();
     for (int i = 0; i < b->n; i++) {
         member *m = &b->mem[i];
-        if (strcmp(m->m.role, "device") != 0 || m->ended || m->lost)
+        if (strcmp(m->m.role, "device") != 0 || m->ended || m->lost || b->switching)
             continue;
         if (!m->child && m->m.pid > 0 && kill((pid_t)m->m.pid, 0) != 0) {   /* taken over: gone */
             m->ended = 1;
@@ -400,27 +478,28 @@ static void watch(broker *b)
 
 /* ---- recovery ------------------------------------------------------------------ */
 
-/* fusionc compile again, on the cluster without the devices left out so far,
- * into OUT/epoch-N (compile.args says how the run was compiled). */
-static int replan(broker *b)
+/* fusionc compile again into dir: compile.args (how the run was compiled)
+ * on the cluster without the devices left out so far and with the
+ * standbys taken in (and also_with, when not NULL).  When the user fixed
+ * the stages and replicas they asked for every device: S x R = `devices`,
+ * the most replicas the batch and the model take first; else the planner
+ * chooses.  0, or -1 (the compiler's output in OUT/logs/compile-*.log). */
+static int compile_plan(broker *b, const char *dir, int devices, const char *also_with)
 {
-    char path[4300], line[4096], dir[4300], log[4400], cluster_file[4300];
+    char path[4300], line[4096], log[4400], cluster_file[4300], stages[16], replicas[16];
     static char words[MAX_ARGS][4096];
-    char *argv[MAX_ARGS + 2 * 64 + 16];
-    int n = 0, w = 0;
+    char *argv[MAX_ARGS + 4 * 64 + 16];
+    int n = 0, w = 0, skip = 0, shaped = 0;
     snprintf(path, sizeof path, "%s/compile.args", b->out);
     FILE *f = fopen(path, "r");
     if (!f) {
-        say(b, "failed", NULL, "cannot re-plan: %s: %s", path, strerror(errno));
+        say(b, "failed", NULL, "cannot plan again: %s: %s", path, strerror(errno));
         return -1;
     }
     argv[n++] = b->exe;
     argv[n++] = "compile";
-    int skip = 0, shaped = 0;
     while (w < MAX_ARGS - 1 && fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
-        /* The user's stage and replica counts were for the whole cluster;
-         * they asked for every device: every survivor, below. */
         if (skip-- > 0)
             continue;
         if (strcmp(line, "--stages") == 0 || strcmp(line, "--replicas") == 0) {
@@ -436,29 +515,23 @@ static int replan(broker *b)
         }
     }
     fclose(f);
-    for (int k = 0; k < b->n_left_out; k++) {
-        argv[n++] = "--without";
-        argv[n++] = b->left_out[k];
-    }
-    snprintf(dir, sizeof dir, "%s/epoch-%lld", b->out, (long long)b->epoch);
+    for (int k = 0; k < b->n_left_out; k++)
+        argv[n++] = "--without", argv[n++] = b->left_out[k];
+    for (int k = 0; k < b->n_joined; k++)
+        argv[n++] = "--with", argv[n++] = b->joined[k];
+    if (also_with)
+        argv[n++] = "--with", argv[n++] = (char *)also_with;
     argv[n++] = "-o";
-    argv[n++] = dir;
-    argv[n] = NULL;
-    snprintf(log, sizeof log, "%s/logs/replan-%lld.log", b->out, (long long)b->epoch);
-    double t0 = now_s();
-    /* A shape the user fixed: S x R = every survivor, the most replicas
-     * that the batch and the model take first; else the planner's choice. */
-    int survivors = 0;
-    for (int i = 0; i < b->n; i++)
-        survivors += strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost;
-    char stages[16], replicas[16];
+    argv[n++] = (char *)dir;
+    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    snprintf(log, sizeof log, "%s/logs/compile-%s.log", b->out, base);
     int ok = 0;
-    for (int r = shaped ? survivors : 0; !ok && r >= 0; r--) {
-        if (shaped && (r == 0 || survivors % r != 0))
+    for (int r = shaped ? devices : 0; !ok && r >= 0; r--) {
+        if (shaped && (r == 0 || devices % r != 0))
             continue;
         int k = n;
         if (shaped) {
-            snprintf(stages, sizeof stages, "%d", survivors / r);
+            snprintf(stages, sizeof stages, "%d", devices / r);
             snprintf(replicas, sizeof replicas, "%d", r);
             argv[k++] = "--stages", argv[k++] = stages, argv[k++] = "--replicas", argv[k++] = replicas;
         }
@@ -467,10 +540,37 @@ static int replan(broker *b)
         int status = 0;
         ok = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
-    if (!ok) {
-        say(b, "failed", NULL, "the re-plan without the lost devices failed: see %s", log);
+    if (!ok)
+        say(b, "failed", NULL, "planning again failed: see %s", log);
+    return ok ? 0 : -1;
+}
+
+/* The planner's estimated step of a compile (its plan.txt), seconds; 0 unknown. */
+static double plan_estimate(const char *dir)
+{
+    char path[4400], line[512];
+    double ms = 0;
+    snprintf(path, sizeof path, "%s/plan.txt", dir);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "estimated step: %lf ms", &ms) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return ms / 1e3;
+}
+
+/* This epoch's plan, made again without the lost devices, into OUT/epoch-N. */
+static int replan(broker *b)
+{
+    char dir[4300];
+    snprintf(dir, sizeof dir, "%s/epoch-%lld", b->out, (long long)b->epoch);
+    int survivors = 0;
+    for (int i = 0; i < b->n; i++)
+        survivors += strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost;
+    double t0 = now_s();
+    if (compile_plan(b, dir, survivors, NULL))
         return -1;
-    }
     snprintf(b->bundles, sizeof b->bundles, "%s", dir);
     broker_db_set(b->db, "bundles", b->bundles);
     if (read_plan(b, dir))
@@ -582,7 +682,8 @@ static int start_run(broker *b)
     broker_db_reset(b->db);
     if (read_plan(b, b->out))
         return -1;
-    add_standbys(b);
+    if (b->standby_agents)
+        add_standbys(b);
     broker_db_set(b->db, "epoch", "1");
     broker_db_set(b->db, "bundles", b->bundles);
     broker_db_set(b->db, "state", "running");
@@ -593,8 +694,8 @@ static int start_run(broker *b)
         if (rc)
             return -1;
     }
-    say(b, "joined", NULL, "started %d devices and %d standbys (%s); broker at %s", devices, standbys, b->bundles,
-        b->url);
+    say(b, "joined", NULL, "started %d device%s and %d standb%s (%s); broker at %s", devices, devices == 1 ? "" : "s",
+        standbys, standbys == 1 ? "y" : "ies", b->bundles, b->url);
     return 0;
 }
 
@@ -631,12 +732,53 @@ static int take_over(broker *b)
     return 0;
 }
 
+/* The plan with a joined device: once the devices have stopped, the next
+ * epoch on its bundles, from the last complete checkpoint. */
+static int switch_plan(broker *b)
+{
+    b->switching = 0;
+    b->epoch++;
+    char text[32], dir[4096];
+    snprintf(text, sizeof text, "%lld", (long long)b->epoch);
+    broker_db_set(b->db, "epoch", text);
+    snprintf(b->bundles, sizeof b->bundles, "%s", b->next_bundles);
+    broker_db_set(b->db, "bundles", b->bundles);
+    if (read_plan(b, b->bundles))
+        return -1;
+    int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
+    int started = 0;
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->mem[i].m.role, "device") == 0) {
+            if (start_device(b, &b->mem[i], step > 0 ? dir : ""))
+                return -1;
+            started++;
+        }
+    say(b, "resumed", NULL, "%d devices go on under the new plan (%s) from the checkpoint of step %lld", started,
+        b->bundles, (long long)step);
+    return 0;
+}
+
 static int run(broker *b)
 {
-    double since_loss = 0;
+    double since_loss = 0, since_switch = 0;
     while (!interrupted) {
         serve(b, 100);
         watch(b);
+        if (b->switching) {   /* a device joined: wait for the devices to stop */
+            int going = 0;
+            for (int i = 0; i < b->n; i++)
+                going += strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended;
+            if (since_switch == 0)
+                since_switch = now_s();
+            if (going > 0 && now_s() - since_switch > 2 * b->peer_timeout + 10)
+                stop_all(b, SIGKILL);
+            if (going == 0) {
+                since_switch = 0;
+                if (switch_plan(b))
+                    return 1;
+            }
+            continue;
+        }
         int devices = 0, done = 0, lost = 0, failed = 0, running = 0;
         const member *why = NULL;
         for (int i = 0; i < b->n; i++) {
@@ -654,8 +796,8 @@ static int run(broker *b)
                 running++;
         }
         if (devices > 0 && done == devices) {
-            say(b, "finished", NULL, "the run finished: %d devices, %d recover%s", devices, b->recoveries,
-                b->recoveries == 1 ? "y" : "ies");
+            say(b, "finished", NULL, "the run finished: %d device%s, %d recover%s", devices, devices == 1 ? "" : "s",
+                b->recoveries, b->recoveries == 1 ? "y" : "ies");
             broker_db_set(b->db, "state", "finished");
             return 0;
         }
@@ -701,14 +843,18 @@ static const char usage_broker[] =
     "                      epoch 200 higher)\n"
     "  --save-every K      a checkpoint every K steps (default 20)\n"
     "  --peer-timeout S    a device silent this long is lost (default 10)\n"
-    "  --max-recoveries N  give up after N recoveries (default 5)\n";
+    "  --max-recoveries N  give up after N recoveries (default 5)\n"
+    "  --standby-agents A  all (default): start `fusionc standby` for every standby of the cluster\n"
+    "                      file; none: standbys register themselves (fusionc standby on their\n"
+    "                      host); one that registers mid-run is taken in at the next complete\n"
+    "                      checkpoint when the plan with it is at least 10% faster\n";
 
 int cmd_broker(int argc, char **argv)
 {
     broker *b = calloc(1, sizeof *b);
     if (!b)
         return 1;
-    b->save_every = 20, b->peer_timeout = 10, b->port_base = 30000, b->max_recoveries = 5;
+    b->save_every = 20, b->peer_timeout = 10, b->port_base = 30000, b->max_recoveries = 5, b->standby_agents = 1;
     int port = 29400;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -731,9 +877,13 @@ int cmd_broker(int argc, char **argv)
         } else if (v && strcmp(a, "--max-recoveries") == 0 && (b->max_recoveries = (int)strtol(v, &end, 10)) >= 0 &&
                    !*end) {
             i++;
-        } else if (strncmp(a, "--port", 6) == 0 || strcmp(a, "--save-every") == 0 || strcmp(a, "--peer-timeout") == 0 ||
+        } else if (v && strcmp(a, "--standby-agents") == 0 && (!strcmp(v, "all") || !strcmp(v, "none"))) {
+            b->standby_agents = strcmp(v, "all") == 0;
+            i++;
+        } else if (strncmp(a, "--port", 6) == 0 || strcmp(a, "--standby-agents") == 0 || strcmp(a, "--save-every") == 0 || strcmp(a, "--peer-timeout") == 0 ||
                    strcmp(a, "--max-recoveries") == 0) {
-            fprintf(stderr, "fusionc broker: %s needs a positive number\n%s", a, usage_broker);
+            fprintf(stderr, "fusionc broker: %s needs a positive number (--standby-agents: all or none)\n%s", a,
+                    usage_broker);
             free(b);
             return 2;
         } else if (b->n_args < MAX_ARGS - 1) {

@@ -119,6 +119,7 @@ static const char *const usage_dump =
     "                     largest divisor of the batch up to 4 on several devices, else 1\n"    \
     "  --stages S, --replicas R   make opfence (or gcma) choose S stages of R replicas each\n"    \
     "  --without NAME     plan without device NAME (repeatable): the broker's re-plan after a loss\n" \
+    "  --with NAME        plan with standby NAME as a device (repeatable): a device that joined\n"   \
     "  --compress C       AdaTopK on the links the pipeline waits for: adatopk (the default on a\n" \
     "                     cluster of several regions: rows of 8 or 4 bits for activations and\n"  \
     "                     their gradients, top-k with error feedback for parameter gradients),\n" \
@@ -521,6 +522,13 @@ static int placed_load(placed_model *p, const options *o, struct diag *err)
     peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
     if (cluster_load(o->files[1], &p->c, err))
         return -1;
+    if (o->n_with > 0) {   /* --with: standbys taken in */
+        cluster joined;
+        if (cluster_with(&p->c, o->with, o->n_with, &joined, err))
+            return -1;
+        cluster_free(&p->c);
+        p->c = joined;
+    }
     if (o->n_without > 0) {   /* --without: the survivors of a lost device */
         cluster survivors;
         if (cluster_without(&p->c, o->without, o->n_without, &survivors, err))

@@ -44,7 +44,7 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                           strcmp(a, "--local-steps") == 0 || strcmp(a, "--outer-lr") == 0 ||
                           strcmp(a, "--outer-momentum") == 0 || strcmp(a, "--outer-codec") == 0 ||
                           strcmp(a, "--outer-delay") == 0 || strcmp(a, "--site-batch") == 0 ||
-                          strcmp(a, "--without") == 0;
+                          strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -91,10 +91,14 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                 o->after = value;
             else
                 o->dump_ir = value;
-        } else if (strcmp(a, "--without") == 0) {
-            if (o->n_without == (int)(sizeof o->without / sizeof o->without[0]))
-                return usage_error(usage, "too many --without options (the limit is %s)", "64");
-            o->without[o->n_without++] = value;
+        } else if (strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0) {
+            int out = a[6] == 'o';
+            if ((out ? o->n_without : o->n_with) == 64)
+                return usage_error(usage, "too many --without or --with options (the limit is %s)", "64");
+            if (out)
+                o->without[o->n_without++] = value;
+            else
+                o->with[o->n_with++] = value;
         } else if (strcmp(a, "--scheduler") == 0) {
             if (strcmp(value, "opfence") && strcmp(value, "uniform") && strcmp(value, "megatron") &&
                 strcmp(value, "gcma") && strcmp(value, "random"))

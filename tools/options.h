@@ -34,6 +34,8 @@ typedef struct {
     int           no_overlap;   /* --no-overlap (simulate): the gradient buckets after the backward */
     const char   *without[64];  /* --without NAME: devices left out of the cluster (a re-plan) */
     int           n_without;
+    const char   *with[64];     /* --with NAME: standbys taken in as devices (a device joined) */
+    int           n_with;
     /* How the sites agree (tools/diloco.h): --sync exact|diloco and the outer step's settings. */
     int           sync;         /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
     int           local_steps;  /* --local-steps H (0: the planner's)           */
