@@ -40,6 +40,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +156,8 @@ static const char usage[] =
     "  --broker URL        report to the run's broker (fusionc broker: tcp://HOST:PORT): register, steps,\n"
     "                      heartbeats; --save-every K then writes DIR/step-N/, one part a device\n"
     "  --epoch E           the run's epoch (the broker's): peers and the broker refuse another\n"
+    "  --inject-crash-in-save DEVICE:K  in epoch 1, DEVICE dies (SIGKILL) half-way through writing\n"
+    "                      its part of step K's checkpoint (to test that the step before stays whole)\n"
     "  --connect-timeout S every peer must be up within S seconds of the start (default 60)\n";
 
 typedef struct {
@@ -165,6 +168,7 @@ typedef struct {
     double      loss_scale;
     st_dtype    save_dtype;
     int64_t     loss_scale_window, inject_overflow;
+    const char *crash_in_save;        /* --inject-crash-in-save DEVICE:K (a test's fault) */
     int         emulate_devices;
     int         no_overlap;
     uint64_t    seed;
@@ -236,6 +240,8 @@ static int parse_args(int argc, char **argv, run_options *o)
             o->inputs = v;
         else if (strcmp(a, "--broker") == 0)
             o->broker = v;
+        else if (strcmp(a, "--inject-crash-in-save") == 0 && strchr(v, ':'))
+            o->crash_in_save = v;
         else if (strcmp(a, "--epoch") == 0 && (o->comm.epoch = strtoll(v, &end, 10)) >= 0 && *end == '\0')
             ;
         else if (strcmp(a, "--peer") == 0 && add_peer_override(o, v) == 0)
@@ -549,7 +555,7 @@ static void per_device_path(const program *p, const char *file, char *path, size
  * folder), the part then reported with its XXH3 so that the broker marks
  * the step whole once every part is in. */
 static int save_part(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
-                     st_dtype save_dtype, rt_broker *broker)
+                     st_dtype save_dtype, rt_broker *broker, const run_options *o)
 {
     if (!broker)
         return save_checkpoint(p, dir, step, seed, ls, save_dtype);
@@ -560,6 +566,16 @@ static int save_part(const program *p, const char *dir, int64_t step, uint64_t s
     if (save_checkpoint(p, folder, step, seed, ls, save_dtype))
         return 1;
     checkpoint_path(p, folder, path, sizeof path);
+    char crash[200];
+    snprintf(crash, sizeof crash, "%s:%lld", p->manifest.device, (long long)step);
+    if (o->crash_in_save && o->comm.epoch == 1 && strcmp(o->crash_in_save, crash) == 0) {
+        /* The fault: the file half written and never reported, then the process gone. */
+        struct stat st;
+        if (stat(path, &st) == 0 && truncate(path, st.st_size / 2) == 0)
+            fprintf(stderr, "fusion: --inject-crash-in-save: %s cut to half, dying\n", path);
+        fflush(stderr);
+        raise(SIGKILL);
+    }
     uint64_t hash;
     if (file_xxh3(path, &hash) != 0)
         return fail("%s: cannot read back the part just written: %s", path, strerror(errno));
@@ -738,7 +754,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         }
         rt_broker_report(broker, "step", "%lld %.6f", (long long)step, (double)loss);
         if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps) &&
-            save_part(p, o->save, step, seed, &scaler, o->save_dtype, broker))
+            save_part(p, o->save, step, seed, &scaler, o->save_dtype, broker, o))
             rc = stop(comm, mf->device, "cannot write the checkpoint");
     }
     if (rc == 0 && st.overlap) {

@@ -20,6 +20,9 @@
 #                the plan with it is faster by far, so it is taken in at the
 #                next complete checkpoint (epoch 2, two devices); at 0.05
 #                GFLOPS it is not, and the log says so;
+#   mid-save     a device dies half-way through writing its part of step
+#                60 (--inject-crash-in-save): step 60 is never whole, the run
+#                resumes from step 40's checkpoint and finishes;
 #   checkpoints  each part is in its step's folder, COMPLETE lists it with
 #                its XXH3; a truncated part, a flipped byte, a part of
 #                another step: refused at load, naming the file.
@@ -139,6 +142,19 @@ grep -q "the run finished: 4 devices, 0 recoveries" "$work/restart2.out" && pass
 cat "$work/restart1.out" "$work/restart2.out" | awk '/^step /{split($2, s, "/"); print s[1]}' | sort -n | uniq >"$work/restart.steps"
 expect_eq "steps printed by the two brokers" 150 "$(wc -l <"$work/restart.steps")"
 port=$((port + 1)); base=$((base + 1000))
+
+# ---- a device that dies while it saves ----
+compile midsave "$work/four-standby.xml"
+"$FUSIONC" broker "$work/midsave" --port $port --port-base $base --peer-timeout 3 "${args[@]}" \
+  --inject-crash-in-save cpu-a1:60 >"$work/midsave.out" 2>&1
+expect_eq "mid-save crash: the broker's exit status" 0 $?
+port=$((port + 1)); base=$((base + 1000))
+grep -q "cut to half, dying" "$work/midsave/logs/cpu-a1.log" && pass || fail "mid-save: the fault did not fire"
+grep -q "lost cpu-a1: its process was killed (signal 9)" "$work/midsave.out" && pass \
+  || fail "mid-save: $(grep broker: "$work/midsave.out" | head -12)"
+grep -q "the last complete checkpoint: step 40," "$work/midsave.out" && pass \
+  || fail "mid-save: not resumed from step 40: $(grep 'last complete' "$work/midsave.out")"
+grep -q "the run finished: 4 devices, 1 recovery" "$work/midsave.out" && pass || fail "mid-save: $(tail -2 "$work/midsave.out")"
 
 # ---- a device that joins mid-run ----
 joining() {   # joining NAME STANDBY-PEAK
