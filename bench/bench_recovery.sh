@@ -4,14 +4,15 @@
 # five standbys added to its sites, devices declared at 2 GFLOPS and paced
 # to it (--emulate-devices), a small GPT as 2 stages x 2 replicas, a
 # checkpoint every 20 steps, peer timeout 3 s: every 60 steps or so, 10
-# steps past a checkpoint, one device
-# (in turn cpu-a1, cpu-b0, cpu-a0, cpu-b1, cpu-a1) is SIGKILLed; a standby
-# takes its place and every device resumes from the last complete
-# checkpoint.  Prints each recovery's time (the lost device's last word to
-# the first step after it: the broker's own measure) against the peer
-# timeout (the part of it that is waiting to be sure the device is gone),
-# the steps lost, and the mean and the worst.  About two minutes on two
-# cores.  Not a ctest test.
+# steps past a checkpoint, one device (in turn cpu-a1, cpu-b0, cpu-a0,
+# cpu-b1, cpu-a1) is SIGKILLed; a standby takes its place and every device
+# resumes from the survivors' live state of the last step they finished
+# (their replicas cover every stage), or else the last complete checkpoint.
+# Prints each recovery's time (the lost device's last word to the first
+# step after it: the broker's own measure) against the peer timeout (the
+# part of it that is waiting to be sure the device is gone), the finished
+# steps trained again, and the mean and the worst.  About two minutes on
+# two cores.  Not a ctest test.
 # usage: bench/bench_recovery.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,5 +61,7 @@ awk -v t=$timeout '
   /first step after the recovery/ {
     match($0, /, [0-9.]+ s after/); secs = substr($0, RSTART + 2, RLENGTH - 8) + 0
     n++; sum += secs; if (secs > worst) worst = secs; lost = 0
-    printf "recovery %d: %5.1f s (peer timeout %d s: %.2fx), resumed at step %d, %d steps lost\n", n, secs, t, secs / t, from, at - from }
+    again = at - from; if (again < 0) again = 0   # the reporter may have been the one lost, its last step unprinted
+    printf "recovery %d: %5.1f s (peer timeout %d s: %.2fx), resumed after step %d, %d finished steps trained again\n",
+           n, secs, t, secs / t, from, again }
   END { if (n) printf "recoveries: %d, mean %.1f s, worst %.1f s (limit 30 s)\n", n, sum / n, worst }' "$work/broker.out"

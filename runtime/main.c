@@ -555,14 +555,14 @@ static void per_device_path(const program *p, const char *file, char *path, size
  * folder), the part then reported with its XXH3 so that the broker marks
  * the step whole once every part is in. */
 static int save_part(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
-                     st_dtype save_dtype, rt_broker *broker, const run_options *o)
+                     st_dtype save_dtype, rt_broker *broker, const run_options *o, int live)
 {
     if (!broker)
         return save_checkpoint(p, dir, step, seed, ls, save_dtype);
     char folder[4200], path[4400];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
-    snprintf(folder, sizeof folder, "%s/step-%lld", dir, (long long)step);
+    snprintf(folder, sizeof folder, "%s/%s-%lld", dir, live ? "live" : "step", (long long)step);
     if (save_checkpoint(p, folder, step, seed, ls, save_dtype))
         return 1;
     checkpoint_path(p, folder, path, sizeof path);
@@ -579,8 +579,27 @@ static int save_part(const program *p, const char *dir, int64_t step, uint64_t s
     uint64_t hash;
     if (file_xxh3(path, &hash) != 0)
         return fail("%s: cannot read back the part just written: %s", path, strerror(errno));
-    rt_broker_report(broker, "part", "%lld %s %016llx", (long long)step, path, (unsigned long long)hash);
+    if (live)   /* the stage it covers: the broker needs one part of every stage */
+        rt_broker_report(broker, "part", "%lld %s %016llx live %d %d", (long long)step, path, (unsigned long long)hash,
+                         p->manifest.stage, p->manifest.n_stages);
+    else
+        rt_broker_report(broker, "part", "%lld %s %016llx", (long long)step, path, (unsigned long long)hash);
     return 0;
+}
+
+/* A step failed because a peer was lost: under a broker, this device's
+ * state of the last step it finished (nothing of the failed step has
+ * touched the parameters: every message of a step comes before its
+ * optimizer ops) goes to OUT/checkpoints/live-N/, so that the broker can
+ * resume from the survivors' live state when they cover every stage. */
+static void save_live_state(const program *p, const run_options *o, int64_t finished, uint64_t seed,
+                            const rt_loss_scaler *ls, rt_broker *broker, const char *why)
+{
+    if (!broker || !o->save || finished < 1 || p->manifest.diloco.sync == RT_SYNC_DILOCO ||
+        !(strstr(why, "lost peer") || strstr(why, " stopped")))
+        return;
+    if (save_part(p, o->save, finished, seed, ls, o->save_dtype, broker, o, 1) == 0)
+        printf("fusion: a peer was lost: this device's state of step %lld saved for the broker\n", (long long)finished);
 }
 
 static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data, rt_broker *broker)
@@ -674,6 +693,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         double t0 = now();
         float loss = NAN;
         if (run_micro_batches(&st, &ctx, &loss) != 0) {
+            save_live_state(p, o, step - 1, seed, &scaler, broker, ctx.msg);
             rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
             break;
         }
@@ -689,6 +709,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         ctx.phase = PHASE_UPDATE;
         if (rt_overlap_finish(st.overlap, &ctx) != 0 || fusion_update(p->arena, &ctx) != 0 ||
             (comm && rt_comm_flush_bucket(comm, &ctx) != 0)) {
+            save_live_state(p, o, step - 1, seed, &scaler, broker, ctx.msg);
             rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
             break;
         }
@@ -754,7 +775,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         }
         rt_broker_report(broker, "step", "%lld %.6f", (long long)step, (double)loss);
         if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps) &&
-            save_part(p, o->save, step, seed, &scaler, o->save_dtype, broker, o))
+            save_part(p, o->save, step, seed, &scaler, o->save_dtype, broker, o, 0))
             rc = stop(comm, mf->device, "cannot write the checkpoint");
     }
     if (rc == 0 && st.overlap) {

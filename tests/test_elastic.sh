@@ -66,9 +66,9 @@ elastic() {
   echo $? >"$work/$name.rc"
 }
 
-resumed_reference() {   # resumed_reference NAME STEP: NAME's bundles, launched, from its step-STEP checkpoint
-  local name=$1 step=$2
-  rm -rf "$work/$name.ref" && cp -r "$work/$name/checkpoints/step-$step" "$work/$name.ref"
+resumed_reference() {   # resumed_reference NAME DIR: NAME's bundles, launched, from the checkpoint in DIR
+  local name=$1 dir=$2
+  rm -rf "$work/$name.ref" && cp -r "$dir" "$work/$name.ref"
   "$work/$name/launch-local.sh" "${args[@]}" --resume "$work/$name.ref" --port-base $base >"$work/$name.ref.out" 2>&1 \
     && pass || fail "$name reference run: $(tail -3 "$work/$name.ref.out")"
   base=$((base + 1000))
@@ -90,8 +90,14 @@ grep -q "the run finished: 4 devices, 1 recovery" "$work/standby.out" && pass ||
 secs=$(sed -n 's/.*first step after the recovery: step [0-9]*, \([0-9.]*\) s after.*/\1/p' "$work/standby.out" | head -1)
 awk -v s="${secs:-999}" 'BEGIN { exit !(s <= 30) }' && pass || fail "replacement: recovery took ${secs:-?} s (limit 30)"
 echo "replacement: the first step after the recovery came ${secs:-?} s after the lost device's last word" >&2
-from=$(sed -n 's/.*the last complete checkpoint: step \([0-9]*\),.*/\1/p' "$work/standby.out" | tail -1)
-[ -n "$from" ] && [ -f "$work/standby/checkpoints/step-$from/COMPLETE" ] && pass || fail "replacement: no complete checkpoint named"
+# The checkpoint it resumed from: the survivors' live state of the last
+# step they finished (cpu-a1's replica cpu-a0 holds its stage), so no
+# finished step is trained again.
+from=$(sed -n 's/.*the last complete checkpoint: step [0-9]*, \(.*\)$/\1/p' "$work/standby.out" | tail -1)
+[ -n "$from" ] && [ -f "$from/COMPLETE" ] && pass || fail "replacement: no complete checkpoint named"
+case "$from" in */live-*) pass ;; *) fail "replacement: resumed from $from, not the survivors' live state" ;; esac
+grep -q "covers every stage: a checkpoint with no finished step lost" "$work/standby.out" && pass \
+  || fail "replacement: $(grep broker: "$work/standby.out" | tail -6)"
 resumed_reference standby "$from"
 after standby >"$work/standby.after"
 [ "$(wc -l <"$work/standby.after")" -gt 0 ] && pass || fail "replacement: no step printed after the recovery"
@@ -106,7 +112,7 @@ grep -q "re-planned on 3 devices" "$work/replan.out" && pass || fail "re-plan: $
 grep -q "the run finished: 3 devices, 1 recovery" "$work/replan.out" && pass || fail "re-plan: $(tail -3 "$work/replan.out")"
 [ -x "$work/replan/epoch-2/cpu-a0/fusion-cpu-a0" ] && ! [ -d "$work/replan/epoch-2/cpu-b1" ] && pass \
   || fail "re-plan: epoch-2's bundles: $(ls "$work/replan/epoch-2")"
-from=$(sed -n 's/.*the last complete checkpoint: step \([0-9]*\),.*/\1/p' "$work/replan.out" | tail -1)
+from=$(sed -n 's/.*the last complete checkpoint: step [0-9]*, \(.*\)$/\1/p' "$work/replan.out" | tail -1)
 resumed_reference replan "$from"
 after replan >"$work/replan.after"
 join "$work/replan.after" "$work/replan.ref.loss" | awk '{ d = $2 - $3; if (d < 0) d = -d; if (d / $3 > 1e-5) bad++ }
@@ -152,8 +158,11 @@ port=$((port + 1)); base=$((base + 1000))
 grep -q "cut to half, dying" "$work/midsave/logs/cpu-a1.log" && pass || fail "mid-save: the fault did not fire"
 grep -q "lost cpu-a1: its process was killed (signal 9)" "$work/midsave.out" && pass \
   || fail "mid-save: $(grep broker: "$work/midsave.out" | head -12)"
-grep -q "the last complete checkpoint: step 40," "$work/midsave.out" && pass \
-  || fail "mid-save: not resumed from step 40: $(grep 'last complete' "$work/midsave.out")"
+from=$(sed -n 's/.*the last complete checkpoint: step [0-9]*, \(.*\)$/\1/p' "$work/midsave.out" | tail -1)
+[ -f "$from/COMPLETE" ] && [ "$from" != "$work/midsave/checkpoints/step-60" ] && pass \
+  || fail "mid-save: resumed from '$from' (step 60's checkpoint is not whole)"
+[ ! -f "$work/midsave/checkpoints/step-60/COMPLETE" ] || grep -q "^epoch 2" "$work/midsave/checkpoints/step-60/COMPLETE" \
+  && pass || fail "mid-save: epoch 1 called step 60 whole"
 grep -q "the run finished: 4 devices, 1 recovery" "$work/midsave.out" && pass || fail "mid-save: $(tail -2 "$work/midsave.out")"
 
 # ---- a device that joins mid-run ----

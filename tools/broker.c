@@ -65,6 +65,11 @@ typedef struct {
     int      standby_agents;  /* 1: start an agent for every standby; 0: they register themselves */
     double   lost_heard;      /* the lost device's last word: the recovery's clock start */
     int64_t  last_complete;   /* the last checkpoint found whole                     */
+    /* Live parts: a survivor's state of the last step it finished, saved
+     * when a peer was lost (this epoch's; they make a checkpoint when
+     * they cover every stage). */
+    struct { int64_t step; int stage, n_stages; char file[4096], xxh3[32]; } live[MAX_MEMBERS];
+    int      n_live;
     int      recovering;
     char     exe[PATH_MAX];
 } broker;
@@ -368,8 +373,18 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
             fflush(stdout);
         }
     } else if (strcmp(verb, "part") == 0 && sscanf(rest, "%lld %4095s %31s", &step, file, hash) == 3) {
-        broker_db_part(b->db, step, m->m.bundle_device, b->epoch, file, hash);
-        check_complete(b, step);
+        int stage, n_stages;
+        if (sscanf(rest, "%*s %*s %*s live %d %d", &stage, &n_stages) == 2) {
+            if (b->n_live < MAX_MEMBERS) {
+                b->live[b->n_live].step = step, b->live[b->n_live].stage = stage;
+                b->live[b->n_live].n_stages = n_stages;
+                snprintf(b->live[b->n_live].file, sizeof b->live[0].file, "%s", file);
+                snprintf(b->live[b->n_live++].xxh3, sizeof b->live[0].xxh3, "%s", hash);
+            }
+        } else {
+            broker_db_part(b->db, step, m->m.bundle_device, b->epoch, file, hash);
+            check_complete(b, step);
+        }
     } else if (strcmp(verb, "bye") == 0) {
         int status = atoi(rest);
         snprintf(m->m.status, sizeof m->m.status, status == 0 ? "done" : "failed");
@@ -601,6 +616,52 @@ static member *standby_for(broker *b, const member *lost)
     return NULL;
 }
 
+/* The survivors' live parts: the latest step past the last complete
+ * checkpoint whose parts cover every stage becomes a checkpoint (COMPLETE
+ * beside them): no finished step is lost. */
+static void use_live_state(broker *b)
+{
+    int64_t best = 0;
+    for (int i = 0; i < b->n_live; i++) {
+        int64_t step = b->live[i].step;
+        if (step <= b->last_complete || step <= best)
+            continue;
+        uint64_t covered = 0;
+        int n_stages = b->live[i].n_stages;
+        for (int j = 0; j < b->n_live; j++)
+            if (b->live[j].step == step && b->live[j].stage >= 0 && b->live[j].stage < 64)
+                covered |= 1ull << b->live[j].stage;
+        if (n_stages > 0 && n_stages <= 64 && covered == (n_stages == 64 ? ~0ull : (1ull << n_stages) - 1))
+            best = step;
+    }
+    if (best == 0)
+        return;
+    char dir[4096] = "", tmp[4200], done[4200];
+    FILE *f = NULL;
+    for (int i = 0; i < b->n_live; i++) {
+        if (b->live[i].step != best)
+            continue;
+        if (!f) {
+            snprintf(dir, sizeof dir, "%s", b->live[i].file);
+            if (strrchr(dir, '/'))
+                *strrchr(dir, '/') = '\0';
+            snprintf(tmp, sizeof tmp, "%s/COMPLETE.tmp", dir);
+            snprintf(done, sizeof done, "%s/COMPLETE", dir);
+            if (!(f = fopen(tmp, "w")))
+                return;
+            fprintf(f, "step %lld\nepoch %lld\n", (long long)best, (long long)b->epoch);
+        }
+        const char *base = strrchr(b->live[i].file, '/') ? strrchr(b->live[i].file, '/') + 1 : b->live[i].file;
+        fprintf(f, "part %s %s\n", base, b->live[i].xxh3);
+    }
+    if (!f || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0 || rename(tmp, done) != 0)
+        return;
+    broker_db_complete(b->db, best, b->epoch, dir);
+    b->last_complete = best;
+    say(b, "checkpoint", NULL, "the survivors' state of step %lld covers every stage: a checkpoint with no finished "
+        "step lost (%s)", (long long)best, dir);
+}
+
 static int recover(broker *b)
 {
     if (++b->recoveries > b->max_recoveries) {
@@ -642,6 +703,8 @@ static int recover(broker *b)
         if (replan(b))
             return -1;
     }
+    use_live_state(b);
+    b->n_live = 0;
     char dir[4096];
     int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
     int started = 0;
