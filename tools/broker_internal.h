@@ -1,0 +1,87 @@
+/* broker_internal.h: the broker's state, shared by its two files:
+ * broker.c (the run: processes, requests, who is lost) and broker_plan.c
+ * (what follows a loss or a join: the standby, a new plan, the live
+ * state, the next epoch).  Not an interface: see broker.h. */
+#ifndef FUSION_TOOLS_BROKER_INTERNAL_H
+#define FUSION_TOOLS_BROKER_INTERNAL_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../frontend/cluster.h"
+#include "broker_db.h"
+
+#define MAX_MEMBERS   256
+#define MAX_ARGS      256
+#define JOIN_GAIN     0.10    /* a device that joins is taken in when the plan with it is
+                                 at least this much faster (the issue's 10%)           */
+#define PORT_STRIDE   200     /* an epoch's devices listen on port base + epoch x this: a
+                                 stopped device of an older epoch may still hold its ports */
+
+typedef struct {
+    broker_member m;
+    int     child;            /* spawned by this process: waitpid reaps it          */
+    double  heard;            /* when it last said anything (monotonic seconds)     */
+    int     ended;            /* 0 running; 1 exited or found gone                  */
+    int     lost;             /* lost: killed, or silent past the timeout           */
+    int     joining;          /* a standby that registered itself mid-run: weighed at
+                                 the next complete checkpoint                        */
+    char    why[512];         /* how it ended                                        */
+} member;
+
+typedef struct {
+    const char *out;
+    char     bundles[4400];   /* this epoch's bundles: OUT, or OUT/epoch-N          */
+    char     url[300];
+    int      sock;
+    sqlite3 *db;
+    cluster  c;               /* OUT/cluster.xml: kinds, standbys, addresses        */
+    int64_t  epoch, steps;
+    int      save_every, port_base, max_recoveries, recoveries;
+    double   peer_timeout;
+    char    *args[MAX_ARGS];  /* the devices' own arguments                          */
+    int      n_args;
+    member   mem[MAX_MEMBERS];
+    int      n;
+    char     reporter[128];
+    char     left_out[64][128];   /* devices re-planned away, all epochs             */
+    int      n_left_out;
+    char     joined[64][128];     /* standbys taken in by a new plan                  */
+    int      n_joined;
+    int      switching;       /* a new plan with a joiner: the devices stop, not lost */
+    char     next_bundles[4400];  /* its bundles                                       */
+    int      standby_agents;  /* 1: start an agent for every standby; 0: they register themselves */
+    double   lost_heard;      /* the lost device's last word: the recovery's clock start */
+    int64_t  last_complete;   /* the last checkpoint found whole                     */
+    /* Live parts: a survivor's state of the last step it finished, saved
+     * when a peer was lost (this epoch's; they make a checkpoint when
+     * they cover every stage). */
+    struct { int64_t step; int stage, n_stages; char file[4096], xxh3[32]; } live[MAX_MEMBERS];
+    int      n_live;
+    int      recovering;
+    char     exe[PATH_MAX];
+} broker;
+
+double  now_s(void);
+/* Prints "broker: [epoch E] TEXT" and logs it as an event of `kind`. */
+void    say(broker *b, const char *kind, const char *device, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+member *find_member(broker *b, const char *device);
+void    save_member(broker *b, member *m);
+/* fork and exec argv, its output appended to log; the child's pid, or -1. */
+pid_t   spawn(const char *log, char *const *argv);
+/* Starts member m's program in this epoch (resume: a checkpoint folder or ""). */
+int     start_device(broker *b, member *m, const char *resume);
+/* The members of a bundle folder's plan (its deploy.txt); standbys not taken in stay. */
+int     read_plan(broker *b, const char *bundles);
+void    stop_all(broker *b, int sig);
+
+/* broker_plan.c */
+/* A device that joined: taken in when the plan with it is JOIN_GAIN faster. */
+void    weigh_joiner(broker *b, member *j, int64_t step);
+/* After a loss: a standby or a new plan, the checkpoint, every device started. */
+int     recover(broker *b);
+/* After a join: the new plan's epoch, once the devices have stopped. */
+int     switch_plan(broker *b);
+
+#endif

@@ -1,0 +1,320 @@
+/* broker_plan.c: what the broker does after a loss or a join (broker.h):
+ * a standby in the lost device's place or a new plan (fusionc compile
+ * again), the checkpoint to resume from (the survivors' live state when it
+ * covers every stage), and the next epoch's start. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "broker_internal.h"
+
+static int compile_plan(broker *b, const char *dir, int devices, const char *also_with);
+static double plan_estimate(const char *dir);
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* A device that joined (j): a plan with it, taken when the planner's step
+ * is at least JOIN_GAIN shorter than this epoch's; then the devices stop
+ * and the next epoch starts from the checkpoint of `step`.  Logged either way. */
+void weigh_joiner(broker *b, member *j, int64_t step)
+{
+    j->joining = 0;
+    int devices = 1;
+    for (int i = 0; i < b->n; i++)
+        devices += strcmp(b->mem[i].m.role, "device") == 0;
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/epoch-%lld", b->out, (long long)b->epoch + 1);
+    if (compile_plan(b, dir, devices, j->m.device))
+        return;
+    double now = plan_estimate(b->bundles), with = plan_estimate(dir), gain = now > 0 ? 1.0 - with / now : 0.0;
+    if (!(with > 0 && gain >= JOIN_GAIN)) {
+        say(b, "join", j->m.device, "%s is not taken in: the plan with it estimates %.2f ms a step against %.2f ms "
+            "now (%.1f%% faster; taken in from %.0f%%); it stays a standby", j->m.device, with * 1e3, now * 1e3,
+            100 * gain, 100 * JOIN_GAIN);
+        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        return;
+    }
+    say(b, "join", j->m.device, "%s is taken in: the plan with it estimates %.2f ms a step against %.2f ms now "
+        "(%.1f%% faster); the devices stop and go on from the checkpoint of step %lld", j->m.device, with * 1e3,
+        now * 1e3, 100 * gain, (long long)step);
+    snprintf(b->joined[b->n_joined++], sizeof b->joined[0], "%s", j->m.device);
+    snprintf(b->next_bundles, sizeof b->next_bundles, "%s", dir);
+    snprintf(j->m.status, sizeof j->m.status, "used");
+    if (j->m.pid > 0)
+        kill((pid_t)j->m.pid, SIGTERM);
+    save_member(b, j);
+    b->switching = 1;
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended && b->mem[i].m.pid > 0)
+            kill((pid_t)b->mem[i].m.pid, SIGTERM);
+}
+
+/* fusionc compile again into dir: compile.args (how the run was compiled)
+ * on the cluster without the devices left out so far and with the
+ * standbys taken in (and also_with, when not NULL).  When the user fixed
+ * the stages and replicas they asked for every device: S x R = `devices`,
+ * the most replicas the batch and the model take first; else the planner
+ * chooses.  0, or -1 (the compiler's output in OUT/logs/compile-*.log). */
+static int compile_plan(broker *b, const char *dir, int devices, const char *also_with)
+{
+    char path[4300], line[4096], log[4400], cluster_file[4300], stages[16], replicas[16];
+    static char words[MAX_ARGS][4096];
+    char *argv[MAX_ARGS + 4 * 64 + 16];
+    int n = 0, w = 0, skip = 0, shaped = 0;
+    snprintf(path, sizeof path, "%s/compile.args", b->out);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        say(b, "failed", NULL, "cannot plan again: %s: %s", path, strerror(errno));
+        return -1;
+    }
+    argv[n++] = b->exe;
+    argv[n++] = "compile";
+    while (w < MAX_ARGS - 1 && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (skip-- > 0)
+            continue;
+        if (strcmp(line, "--stages") == 0 || strcmp(line, "--replicas") == 0) {
+            skip = 1;
+            shaped = 1;
+            continue;
+        }
+        snprintf(words[w], sizeof words[w], "%s", line);
+        argv[n++] = words[w++];
+        if (n == 3) {   /* after the model: the cluster file the compile kept */
+            snprintf(cluster_file, sizeof cluster_file, "%s/cluster.xml", b->out);
+            argv[n++] = cluster_file;
+        }
+    }
+    fclose(f);
+    for (int k = 0; k < b->n_left_out; k++)
+        argv[n++] = "--without", argv[n++] = b->left_out[k];
+    for (int k = 0; k < b->n_joined; k++)
+        argv[n++] = "--with", argv[n++] = b->joined[k];
+    if (also_with)
+        argv[n++] = "--with", argv[n++] = (char *)also_with;
+    argv[n++] = "-o";
+    argv[n++] = (char *)dir;
+    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    snprintf(log, sizeof log, "%s/logs/compile-%s.log", b->out, base);
+    int ok = 0;
+    for (int r = shaped ? devices : 0; !ok && r >= 0; r--) {
+        if (shaped && (r == 0 || devices % r != 0))
+            continue;
+        int k = n;
+        if (shaped) {
+            snprintf(stages, sizeof stages, "%d", devices / r);
+            snprintf(replicas, sizeof replicas, "%d", r);
+            argv[k++] = "--stages", argv[k++] = stages, argv[k++] = "--replicas", argv[k++] = replicas;
+        }
+        argv[k] = NULL;
+        pid_t pid = spawn(log, argv);
+        int status = 0;
+        ok = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    if (!ok)
+        say(b, "failed", NULL, "planning again failed: see %s", log);
+    return ok ? 0 : -1;
+}
+
+/* The planner's estimated step of a compile (its plan.txt), seconds; 0 unknown. */
+static double plan_estimate(const char *dir)
+{
+    char path[4400], line[512];
+    double ms = 0;
+    snprintf(path, sizeof path, "%s/plan.txt", dir);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "estimated step: %lf ms", &ms) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return ms / 1e3;
+}
+
+/* This epoch's plan, made again without the lost devices, into OUT/epoch-N. */
+static int replan(broker *b)
+{
+    char dir[4300];
+    snprintf(dir, sizeof dir, "%s/epoch-%lld", b->out, (long long)b->epoch);
+    int survivors = 0;
+    for (int i = 0; i < b->n; i++)
+        survivors += strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost;
+    double t0 = now_s();
+    if (compile_plan(b, dir, survivors, NULL))
+        return -1;
+    snprintf(b->bundles, sizeof b->bundles, "%s", dir);
+    broker_db_set(b->db, "bundles", b->bundles);
+    if (read_plan(b, dir))
+        return -1;
+    int devices = 0;
+    for (int i = 0; i < b->n; i++)
+        devices += strcmp(b->mem[i].m.role, "device") == 0;
+    say(b, "re-planned", NULL, "re-planned on %d devices in %.2f s: %s (its plan.txt says how)", devices,
+        now_s() - t0, dir);
+    return 0;
+}
+
+/* A standby for lost device L: one waiting, of L's kind and arch. */
+static member *standby_for(broker *b, const member *lost)
+{
+    int d = cluster_find_device(&b->c, lost->m.bundle_device);
+    for (int i = 0; i < b->n && d >= 0; i++) {
+        member *s = &b->mem[i];
+        int k = -1;
+        for (int j = 0; j < b->c.n_standbys; j++)
+            if (strcmp(b->c.standbys[j].name, s->m.device) == 0)
+                k = j;
+        if (k < 0 || strcmp(s->m.status, "standby") != 0 || s->ended || now_s() - s->heard > b->peer_timeout)
+            continue;
+        if (b->c.standbys[k].kind == b->c.devices[d].kind && strcmp(b->c.standbys[k].arch, b->c.devices[d].arch) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+/* The survivors' live parts: the latest step past the last complete
+ * checkpoint whose parts cover every stage becomes a checkpoint (COMPLETE
+ * beside them): no finished step is lost. */
+static void use_live_state(broker *b)
+{
+    int64_t best = 0;
+    for (int i = 0; i < b->n_live; i++) {
+        int64_t step = b->live[i].step;
+        if (step <= b->last_complete || step <= best)
+            continue;
+        uint64_t covered = 0;
+        int n_stages = b->live[i].n_stages;
+        for (int j = 0; j < b->n_live; j++)
+            if (b->live[j].step == step && b->live[j].stage >= 0 && b->live[j].stage < 64)
+                covered |= 1ull << b->live[j].stage;
+        if (n_stages > 0 && n_stages <= 64 && covered == (n_stages == 64 ? ~0ull : (1ull << n_stages) - 1))
+            best = step;
+    }
+    if (best == 0)
+        return;
+    char dir[4096] = "", tmp[4200], done[4200];
+    FILE *f = NULL;
+    for (int i = 0; i < b->n_live; i++) {
+        if (b->live[i].step != best)
+            continue;
+        if (!f) {
+            snprintf(dir, sizeof dir, "%s", b->live[i].file);
+            if (strrchr(dir, '/'))
+                *strrchr(dir, '/') = '\0';
+            snprintf(tmp, sizeof tmp, "%s/COMPLETE.tmp", dir);
+            snprintf(done, sizeof done, "%s/COMPLETE", dir);
+            if (!(f = fopen(tmp, "w")))
+                return;
+            fprintf(f, "step %lld\nepoch %lld\n", (long long)best, (long long)b->epoch);
+        }
+        const char *base = strrchr(b->live[i].file, '/') ? strrchr(b->live[i].file, '/') + 1 : b->live[i].file;
+        fprintf(f, "part %s %s\n", base, b->live[i].xxh3);
+    }
+    if (!f || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0 || rename(tmp, done) != 0)
+        return;
+    broker_db_complete(b->db, best, b->epoch, dir);
+    b->last_complete = best;
+    say(b, "checkpoint", NULL, "the survivors' state of step %lld covers every stage: a checkpoint with no finished "
+        "step lost (%s)", (long long)best, dir);
+}
+
+int recover(broker *b)
+{
+    if (++b->recoveries > b->max_recoveries) {
+        say(b, "failed", NULL, "%d recoveries: giving up (--max-recoveries)", b->max_recoveries);
+        return -1;
+    }
+    b->lost_heard = 0;
+    for (int i = 0; i < b->n; i++)
+        if (b->mem[i].lost && (b->lost_heard == 0 || b->mem[i].heard < b->lost_heard))
+            b->lost_heard = b->mem[i].heard;
+    b->epoch++;
+    char text[32];
+    snprintf(text, sizeof text, "%lld", (long long)b->epoch);
+    broker_db_set(b->db, "epoch", text);
+    int replace = 1;
+    for (int i = 0; i < b->n; i++)
+        if (b->mem[i].lost) {
+            say(b, "lost", b->mem[i].m.device, "lost %s: %s", b->mem[i].m.device, b->mem[i].why);
+            replace &= standby_for(b, &b->mem[i]) != NULL;
+        }
+    if (replace) {
+        for (int i = 0; i < b->n; i++) {
+            member *l = &b->mem[i];
+            if (!l->lost)
+                continue;
+            member *s = standby_for(b, l);
+            say(b, "replaced", s->m.device, "standby %s takes %s's place (%s's program, at %s)", s->m.device,
+                l->m.device, l->m.bundle_device, s->m.address);
+            snprintf(s->m.status, sizeof s->m.status, "used");
+            if (s->m.pid > 0)
+                kill((pid_t)s->m.pid, SIGTERM);
+            save_member(b, s);
+            snprintf(l->m.address, sizeof l->m.address, "%s", s->m.address);
+        }
+    } else {
+        for (int i = 0; i < b->n && b->n_left_out < 64; i++)
+            if (b->mem[i].lost)
+                snprintf(b->left_out[b->n_left_out++], sizeof b->left_out[0], "%s", b->mem[i].m.bundle_device);
+        if (replan(b))
+            return -1;
+    }
+    use_live_state(b);
+    b->n_live = 0;
+    char dir[4096];
+    int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
+    int started = 0;
+    for (int i = 0; i < b->n; i++) {
+        member *m = &b->mem[i];
+        if (strcmp(m->m.role, "device") != 0)
+            continue;
+        m->lost = 0;
+        m->why[0] = '\0';
+        if (start_device(b, m, step > 0 ? dir : ""))
+            return -1;
+        started++;
+    }
+    say(b, "resumed", NULL, "%d devices start again %s", started, step > 0 ? "from the last complete checkpoint" : "from the start (no checkpoint was complete)");
+    if (step > 0)
+        say(b, "resumed", NULL, "the last complete checkpoint: step %lld, %s", (long long)step, dir);
+    b->recovering = 1;
+    return 0;
+}
+
+/* The plan with a joined device: once the devices have stopped, the next
+ * epoch on its bundles, from the last complete checkpoint. */
+int switch_plan(broker *b)
+{
+    b->switching = 0;
+    b->epoch++;
+    char text[32], dir[4096];
+    snprintf(text, sizeof text, "%lld", (long long)b->epoch);
+    broker_db_set(b->db, "epoch", text);
+    snprintf(b->bundles, sizeof b->bundles, "%s", b->next_bundles);
+    broker_db_set(b->db, "bundles", b->bundles);
+    if (read_plan(b, b->bundles))
+        return -1;
+    int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
+    int started = 0;
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->mem[i].m.role, "device") == 0) {
+            if (start_device(b, &b->mem[i], step > 0 ? dir : ""))
+                return -1;
+            started++;
+        }
+    say(b, "resumed", NULL, "%d devices go on under the new plan (%s) from the checkpoint of step %lld", started,
+        b->bundles, (long long)step);
+    return 0;
+}
+
