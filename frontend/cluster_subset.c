@@ -53,16 +53,14 @@ int cluster_subset(const cluster *c, int index, int by_host, cluster *out)
     return 0;
 }
 
-int cluster_without(const cluster *c, const char *const *names, int n, cluster *out, struct diag *err)
+/* *out = c's regions, hosts, links and standbys copied, and room for
+ * extra_devices more devices than c has; its devices left for the caller. */
+static int copy_parts(const cluster *c, int extra_devices, cluster *out, struct diag *err)
 {
-    memset(out, 0, sizeof *out);
-    for (int k = 0; k < n; k++)
-        if (cluster_find_device(c, names[k]) < 0)
-            return diag_set(err, c->file, 0, "cluster '%s' has no device '%s' to leave out", c->name, names[k]);
     *out = *c;
     out->regions = malloc(((size_t)c->n_regions + 1) * sizeof *out->regions);
     out->hosts = malloc(((size_t)c->n_hosts + 1) * sizeof *out->hosts);
-    out->devices = malloc(((size_t)c->n_devices + 1) * sizeof *out->devices);
+    out->devices = malloc(((size_t)c->n_devices + (size_t)extra_devices + 1) * sizeof *out->devices);
     out->links = malloc(((size_t)c->n_links + 1) * sizeof *out->links);
     out->standbys = malloc(((size_t)c->n_standbys + 1) * sizeof *out->standbys);
     if (!out->regions || !out->hosts || !out->devices || !out->links || !out->standbys) {
@@ -73,6 +71,17 @@ int cluster_without(const cluster *c, const char *const *names, int n, cluster *
     memcpy(out->hosts, c->hosts, (size_t)c->n_hosts * sizeof *out->hosts);
     memcpy(out->links, c->links, (size_t)c->n_links * sizeof *out->links);
     memcpy(out->standbys, c->standbys, (size_t)c->n_standbys * sizeof *out->standbys);
+    return 0;
+}
+
+int cluster_without(const cluster *c, const char *const *names, int n, cluster *out, struct diag *err)
+{
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < n; k++)
+        if (cluster_find_device(c, names[k]) < 0)
+            return diag_set(err, c->file, 0, "cluster '%s' has no device '%s' to leave out", c->name, names[k]);
+    if (copy_parts(c, 0, out, err))
+        return -1;
     out->n_devices = 0;
     for (int d = 0; d < c->n_devices; d++) {
         int gone = 0;
@@ -91,19 +100,8 @@ int cluster_without(const cluster *c, const char *const *names, int n, cluster *
 int cluster_with(const cluster *c, const char *const *names, int n, cluster *out, struct diag *err)
 {
     memset(out, 0, sizeof *out);
-    *out = *c;
-    out->regions = malloc(((size_t)c->n_regions + 1) * sizeof *out->regions);
-    out->hosts = malloc(((size_t)c->n_hosts + 1) * sizeof *out->hosts);
-    out->devices = malloc(((size_t)c->n_devices + (size_t)c->n_standbys + 1) * sizeof *out->devices);
-    out->links = malloc(((size_t)c->n_links + 1) * sizeof *out->links);
-    out->standbys = malloc(((size_t)c->n_standbys + 1) * sizeof *out->standbys);
-    if (!out->regions || !out->hosts || !out->devices || !out->links || !out->standbys) {
-        cluster_free(out);
-        return diag_set(err, c->file, 0, "out of memory");
-    }
-    memcpy(out->regions, c->regions, (size_t)c->n_regions * sizeof *out->regions);
-    memcpy(out->hosts, c->hosts, (size_t)c->n_hosts * sizeof *out->hosts);
-    memcpy(out->links, c->links, (size_t)c->n_links * sizeof *out->links);
+    if (copy_parts(c, c->n_standbys, out, err))
+        return -1;
     memcpy(out->devices, c->devices, (size_t)c->n_devices * sizeof *out->devices);
     out->n_standbys = 0;
     for (int s = 0; s < c->n_standbys; s++) {

@@ -42,6 +42,17 @@ static int64_t now_ms(void)
     return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+/* Waits on b->cv (b->mu held) at most ms milliseconds. */
+static void wait_ms(rt_broker *b, long ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += ms * 1000000L;
+    if (until.tv_nsec >= 1000000000L)
+        until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&b->cv, &b->mu, &until);
+}
+
 /* One request and its answer: 1 ok, 0 refused (b->refused set), -1 no answer. */
 static int ask(rt_broker *b, const char *text)
 {
@@ -72,14 +83,8 @@ static void *client_thread(void *arg)
     char text[LINE_MAX_BYTES];
     for (;;) {
         pthread_mutex_lock(&b->mu);
-        while (!b->head && !b->quit && now_ms() - last < BEAT_MS) {
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += 200 * 1000000L;
-            if (until.tv_nsec >= 1000000000L)
-                until.tv_sec++, until.tv_nsec -= 1000000000L;
-            pthread_cond_timedwait(&b->cv, &b->mu, &until);
-        }
+        while (!b->head && !b->quit && now_ms() - last < BEAT_MS)
+            wait_ms(b, 200);
         if (b->quit && !b->head) {
             pthread_mutex_unlock(&b->mu);
             break;
@@ -196,21 +201,15 @@ const char *rt_broker_refused(rt_broker *b)
     return r;
 }
 
-const char *rt_broker_close(rt_broker *b, int status, int wait_ms)
+const char *rt_broker_close(rt_broker *b, int status, int wait_for_ms)
 {
     if (!b)
         return NULL;
     rt_broker_report(b, "bye", "%d", status);
-    int64_t until = now_ms() + wait_ms;
+    int64_t until = now_ms() + wait_for_ms;
     pthread_mutex_lock(&b->mu);
-    while (b->head && now_ms() < until) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 50 * 1000000L;
-        if (t.tv_nsec >= 1000000000L)
-            t.tv_sec++, t.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&b->cv, &b->mu, &t);
-    }
+    while (b->head && now_ms() < until)
+        wait_ms(b, 50);
     b->quit = 1;
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);

@@ -225,4 +225,15 @@ fault "another step's part" "checkpoint-cpu-a0.safetensors: its XXH3 is" \
   <<<"cp '$work/standby/checkpoints/step-120/checkpoint-cpu-a0.safetensors' ."
 fault "a part COMPLETE does not list" "not a part of this checkpoint" \
   <<<"cp checkpoint-cpu-a0.safetensors checkpoint-cpu-zz.safetensors"
+# ---- bad input: usage errors exit 2, a folder that is no compile exits 1 ----
+"$FUSIONC" broker >/dev/null 2>"$work/err"
+expect_eq "broker without OUT: exit status" 2 $?
+grep -q "expected OUT (a compile's folder) and the devices' --steps N" "$work/err" && pass || fail "$(head -2 "$work/err")"
+"$FUSIONC" broker "$work/nothing" --steps 5 --data "$work/corpus.txt" >/dev/null 2>"$work/err"
+expect_eq "broker on no compile: exit status" 1 $?
+grep -q "nothing/cluster.xml" "$work/err" && pass || fail "$(head -2 "$work/err")"
+"$FUSIONC" broker "$work/join" --steps 5 --standby-agents some >/dev/null 2>&1
+expect_eq "--standby-agents some: exit status" 2 $?
+"$FUSIONC" standby --device cpu-s0 >/dev/null 2>&1
+expect_eq "standby without --broker: exit status" 2 $?
 finish

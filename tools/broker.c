@@ -75,6 +75,20 @@ pid_t spawn(const char *log, char *const *argv)
     _exit(127);
 }
 
+/* Member m's process is pid (a child of this broker), with this status. */
+static int started(broker *b, member *m, pid_t pid, const char *status)
+{
+    if (pid < 0)
+        return -1;
+    m->m.pid = pid;
+    m->child = 1;
+    m->heard = now_s();
+    m->ended = m->lost = 0;
+    snprintf(m->m.status, sizeof m->m.status, "%s", status);
+    save_member(b, m);
+    return 0;
+}
+
 /* Starts member m (the program of m->bundle_device) in this epoch, resuming
  * from `resume` when not empty; every member's address goes to it as --peer. */
 int start_device(broker *b, member *m, const char *resume)
@@ -115,16 +129,9 @@ int start_device(broker *b, member *m, const char *resume)
                 resume && resume[0] ? ", resuming from " : "", resume && resume[0] ? resume : "");
         fclose(f);
     }
-    pid_t pid = spawn(log, argv);
-    if (pid < 0)
+    if (started(b, m, spawn(log, argv), "running"))
         return -1;
-    m->m.pid = pid;
-    m->child = 1;
-    m->heard = now_s();
-    m->ended = m->lost = 0;
-    snprintf(m->m.status, sizeof m->m.status, "running");
-    save_member(b, m);
-    say(b, "joined", m->m.device, "started %s (pid %lld) at %s", m->m.device, (long long)pid, m->m.address);
+    say(b, "joined", m->m.device, "started %s (pid %lld) at %s", m->m.device, (long long)m->m.pid, m->m.address);
     return 0;
 }
 
@@ -133,15 +140,7 @@ static int start_standby(broker *b, member *m)
     char log[4400];
     snprintf(log, sizeof log, "%s/logs/standby-%s.log", b->out, m->m.device);
     char *argv[] = { b->exe, "standby", "--broker", b->url, "--device", m->m.device, NULL };
-    pid_t pid = spawn(log, argv);
-    if (pid < 0)
-        return -1;
-    m->m.pid = pid;
-    m->child = 1;
-    m->heard = now_s();
-    snprintf(m->m.status, sizeof m->m.status, "standby");
-    save_member(b, m);
-    return 0;
+    return started(b, m, spawn(log, argv), "standby");
 }
 
 /* The members of a bundle folder's plan (its deploy.txt), at their cluster addresses. */
@@ -543,7 +542,8 @@ static const char usage_broker[] =
     "(OUT/checkpoints/step-N, whole once every part is in: COMPLETE), and when a\n"
     "device is lost (killed, or silent past the peer timeout) starts a new epoch:\n"
     "a standby of its kind in its place, or a new plan without it (OUT/epoch-N),\n"
-    "every device resuming from the last complete checkpoint.  State in\n"
+    "every device resuming from the survivors' state of the last step they\n"
+    "finished when it covers every stage, else the last complete checkpoint.  State in\n"
     "OUT/broker.db (SQLite): started again on a running OUT, it takes over.\n"
     "  --port P            the broker listens on tcp port P (default 29400)\n"
     "  --port-base P       the devices' first port, epoch 1 (default 30000; each\n"
