@@ -236,4 +236,7 @@ grep -q "nothing/cluster.xml" "$work/err" && pass || fail "$(head -2 "$work/err"
 expect_eq "--standby-agents some: exit status" 2 $?
 "$FUSIONC" standby --device cpu-s0 >/dev/null 2>&1
 expect_eq "standby without --broker: exit status" 2 $?
+"$FUSIONC" launch "$work/join" --elastic --steps 5 >/dev/null 2>"$work/err"
+expect_eq "fusionc launch --elastic: exit status" 2 $?
+grep -q "starts devices on this machine only" "$work/err" && pass || fail "launch --elastic: $(cat "$work/err")"
 finish

@@ -30,6 +30,10 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 void weigh_joiner(broker *b, member *j, int64_t step)
 {
     j->joining = 0;
+    if (b->n_joined == (int)(sizeof b->joined / sizeof b->joined[0])) {
+        say(b, "join", j->m.device, "%s is not weighed: %d devices joined already", j->m.device, b->n_joined);
+        return;
+    }
     int devices = 1;
     for (int i = 0; i < b->n; i++)
         devices += strcmp(b->mem[i].m.role, "device") == 0;

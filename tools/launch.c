@@ -98,6 +98,11 @@ static int parse(int argc, char **argv, launch_options *o, int for_launch, const
             i++;
         } else if (!verbatim && strcmp(a, "--") == 0 && for_launch) {
             verbatim = 1;
+        } else if (!verbatim && strcmp(a, "--elastic") == 0 && for_launch) {
+            fprintf(stderr, "fusionc launch: --elastic: the broker (fusionc broker) starts devices on this machine "
+                            "only; for a run on this machine use OUT/launch-local.sh --elastic (hosts over ssh: "
+                            "not built yet)\n");
+            return 2;
         } else if (!o->out_dir && a[0] != '-') {
             o->out_dir = a;
         } else if (for_launch && o->out_dir) {
