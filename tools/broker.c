@@ -232,19 +232,17 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
     }
     member *m = find_member(b, device);
     if (strcmp(verb, "standby") == 0) {
-        int spare = 0;
+        int spare = -1;   /* the cluster file's standby of that name */
         for (int s = 0; s < b->c.n_standbys; s++)
-            spare |= strcmp(b->c.standbys[s].name, device) == 0;
-        if (!m && spare && b->n < MAX_MEMBERS) {   /* it registered itself, mid-run */
+            if (strcmp(b->c.standbys[s].name, device) == 0)
+                spare = s;
+        if (!m && spare >= 0 && b->n < MAX_MEMBERS) {   /* it registered itself, mid-run */
             m = &b->mem[b->n++];
             memset(m, 0, sizeof *m);
             snprintf(m->m.device, sizeof m->m.device, "%s", device);
             snprintf(m->m.role, sizeof m->m.role, "standby");
             snprintf(m->m.status, sizeof m->m.status, "standby");
-            snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[0].host].address);
-            for (int s = 0; s < b->c.n_standbys; s++)
-                if (strcmp(b->c.standbys[s].name, device) == 0)
-                    snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[s].host].address);
+            snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[spare].host].address);
             m->joining = 1;
             save_member(b, m);
             say(b, "joined", device, "%s registered mid-run: a plan with it is weighed at the next complete checkpoint",
