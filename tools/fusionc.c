@@ -297,8 +297,11 @@ static int cmd_check(int argc, char **argv)
             cluster c;
             ok = cluster_load_memory(buf, (int)len, path, &c, &err) == 0;
             if (ok) {
-                printf("%s: ok: cluster '%s': %d regions, %d hosts, %d devices\n", path, c.name, c.n_regions,
+                printf("%s: ok: cluster '%s': %d regions, %d hosts, %d devices", path, c.name, c.n_regions,
                        c.n_hosts, c.n_devices);
+                if (c.n_standbys > 0)   /* spares: in no plan (fusionc broker's) */
+                    printf(", %d standby%s", c.n_standbys, c.n_standbys == 1 ? "" : "s");
+                printf("\n");
                 if (o.verbose)
                     cluster_print_summary(&c, stdout);
             }
