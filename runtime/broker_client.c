@@ -231,3 +231,36 @@ void rt_broker_free(rt_broker *b)
     pthread_cond_destroy(&b->cv);
     free(b);
 }
+
+int rt_broker_standby(const char *url, const char *name)
+{
+    int sock = nn_socket(AF_SP, NN_REQ), ms = ANSWER_MS;
+    if (sock < 0 || nn_setsockopt(sock, NN_SOL_SOCKET, NN_RCVTIMEO, &ms, sizeof ms) < 0 || nn_connect(sock, url) < 0) {
+        fprintf(stderr, "standby %s: %s: %s\n", name, url, nn_strerror(nn_errno()));
+        if (sock >= 0)
+            nn_close(sock);
+        return 1;
+    }
+    char req[300];
+    snprintf(req, sizeof req, "standby %s 0", name);
+    printf("standby %s waits for the broker at %s\n", name, url);
+    fflush(stdout);
+    for (int64_t silent_since = now_ms(); now_ms() - silent_since < 600 * 1000;) {
+        char *reply = NULL;
+        int got = nn_send(sock, req, strlen(req), 0) >= 0 ? nn_recv(sock, &reply, NN_MSG, 0) : -1;
+        if (got >= 0) {
+            int stop = got >= 4 && memcmp(reply, "stop", 4) == 0;
+            nn_freemsg(reply);
+            if (stop) {
+                printf("standby %s: the broker needs it no more\n", name);
+                nn_close(sock);
+                return 0;
+            }
+            silent_since = now_ms();
+        }
+        usleep(BEAT_MS * 1000);
+    }
+    fprintf(stderr, "standby %s: no answer from %s for 600 s\n", name, url);
+    nn_close(sock);
+    return 1;
+}

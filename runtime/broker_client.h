@@ -40,4 +40,9 @@ const char *rt_broker_refused(rt_broker *b);
 const char *rt_broker_close(rt_broker *b, int status, int wait_ms);
 void        rt_broker_free(rt_broker *b);
 
+/* A standby's agent: "standby NAME 0" every second until the broker
+ * answers "stop" (it is used, or the run ended: exit status 0) or has not
+ * answered for 600 s (1). */
+int rt_broker_standby(const char *url, const char *name);
+
 #endif

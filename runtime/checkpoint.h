@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "device_program.h"
+#include "file_hash.h"
 #include "loss_scale.h"
 #include "safetensors.h"
 
@@ -41,8 +42,6 @@ int read_file_tensors(program *p, const char *path, unsigned roles);
 /* This device's part's file in checkpoint folder dir. */
 void checkpoint_path(const program *p, const char *dir, char *path, size_t size);
 
-/* The XXH3-64 of a file's bytes.  0, or -1 (errno set). */
-int file_xxh3(const char *path, uint64_t *hash);
 
 /* This device's part of the checkpoint of `step` into dir. */
 int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,

@@ -156,6 +156,8 @@ static const char usage[] =
     "  --broker URL        report to the run's broker (fusionc broker: tcp://HOST:PORT): register, steps,\n"
     "                      heartbeats; --save-every K then writes DIR/step-N/, one part a device\n"
     "  --epoch E           the run's epoch (the broker's): peers and the broker refuse another\n"
+    "  --standby NAME      with --broker: wait as the cluster's standby NAME until the broker needs\n"
+    "                      it no more (a standby host's agent: the broker then starts a program here)\n"
     "  --inject-crash-in-save DEVICE:K  in epoch 1, DEVICE dies (SIGKILL) half-way through writing\n"
     "                      its part of step K's checkpoint (to test that the step before stays whole)\n"
     "  --connect-timeout S every peer must be up within S seconds of the start (default 60)\n";
@@ -163,7 +165,7 @@ static const char usage[] =
 typedef struct {
     const char *data[64];
     int         n_data;
-    const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker;
+    const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby;
     int64_t     steps, save_every;
     double      loss_scale;
     st_dtype    save_dtype;
@@ -240,6 +242,8 @@ static int parse_args(int argc, char **argv, run_options *o)
             o->inputs = v;
         else if (strcmp(a, "--broker") == 0)
             o->broker = v;
+        else if (strcmp(a, "--standby") == 0)
+            o->standby = v;
         else if (strcmp(a, "--inject-crash-in-save") == 0 && strchr(v, ':'))
             o->crash_in_save = v;
         else if (strcmp(a, "--epoch") == 0 && (o->comm.epoch = strtoll(v, &end, 10)) >= 0 && *end == '\0')
@@ -282,7 +286,7 @@ static int parse_args(int argc, char **argv, run_options *o)
         fprintf(stderr, usage, argv[0]);
         return 2;
     }
-    if (o->n_data == 0 && !o->inputs) {
+    if (o->n_data == 0 && !o->inputs && !o->standby) {
         fprintf(stderr, "%s: --data FILE (or --inputs FILE) is required\n\n", argv[0]);
         fprintf(stderr, usage, argv[0]);
         return 2;
@@ -812,6 +816,10 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
+    if (o.standby && !o.broker)
+        return fail("--standby %s: a standby waits for a broker: give --broker URL", o.standby);
+    if (o.standby)
+        return rt_broker_standby(o.broker, o.standby);
     /* A CUDA device: the driver first, so a machine without one says so at
      * once (one line, exit 1), before the arena is allocated. */
     char cuda_why[512];

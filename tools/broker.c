@@ -21,6 +21,7 @@
 
 #include "../frontend/cluster.h"
 #include "../ir/diag.h"
+#include "../runtime/broker_client.h"
 #include "broker_db.h"
 
 #include "broker_internal.h"
@@ -104,14 +105,18 @@ int start_device(broker *b, member *m, const char *resume)
     snprintf(every, sizeof every, "%d", b->save_every);
     snprintf(timeout, sizeof timeout, "%g", b->peer_timeout);
     snprintf(ports, sizeof ports, "%lld", (long long)(b->port_base + (b->epoch - 1) * PORT_STRIDE));
-    argv[n++] = prog;
+    argv[n++] = prog;   /* argv + 1: the arguments (--over-ssh: --save and --resume are the host's) */
     for (int i = 0; i < b->n_args; i++)
         argv[n++] = b->args[i];
-    const char *fixed[] = { "--broker", b->url, "--epoch", epoch, "--save", save, "--save-every", every,
+    const char *fixed[] = { "--broker", b->url, "--epoch", epoch, "--save-every", every,
                             "--peer-timeout", timeout, "--port-base", ports };
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
         argv[n++] = (char *)fixed[i];
-    if (resume && resume[0]) {
+    if (!b->remote) {
+        argv[n++] = "--save";
+        argv[n++] = save;
+    }
+    if (resume && resume[0] && !b->remote) {
         argv[n++] = "--resume";
         argv[n++] = (char *)resume;
     }
@@ -129,7 +134,8 @@ int start_device(broker *b, member *m, const char *resume)
                 resume && resume[0] ? ", resuming from " : "", resume && resume[0] ? resume : "");
         fclose(f);
     }
-    if (started(b, m, spawn(log, argv), "running"))
+    pid_t pid = b->remote ? broker_remote_start(b, m, argv + 1, n - 1, resume, log) : spawn(log, argv);
+    if (started(b, m, pid, "running"))
         return -1;
     say(b, "joined", m->m.device, "started %s (pid %lld) at %s", m->m.device, (long long)m->m.pid, m->m.address);
     return 0;
@@ -140,7 +146,7 @@ static int start_standby(broker *b, member *m)
     char log[4400];
     snprintf(log, sizeof log, "%s/logs/standby-%s.log", b->out, m->m.device);
     char *argv[] = { b->exe, "standby", "--broker", b->url, "--device", m->m.device, NULL };
-    return started(b, m, spawn(log, argv), "standby");
+    return started(b, m, b->remote ? broker_remote_standby(b, m, log) : spawn(log, argv), "standby");
 }
 
 /* The members of a bundle folder's plan (its deploy.txt), at their cluster addresses. */
@@ -170,6 +176,7 @@ int read_plan(broker *b, const char *bundles)
         snprintf(m->m.role, sizeof m->m.role, "device");
         int d = cluster_find_device(&b->c, name);
         snprintf(m->m.address, sizeof m->m.address, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].address : "127.0.0.1");
+        snprintf(m->m.host, sizeof m->m.host, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].name : "");
     }
     fclose(f);
     return 0;
@@ -183,6 +190,7 @@ static void add_standbys(broker *b)
         snprintf(m->m.device, sizeof m->m.device, "%s", b->c.standbys[s].name);
         snprintf(m->m.role, sizeof m->m.role, "standby");
         snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[s].host].address);
+        snprintf(m->m.host, sizeof m->m.host, "%s", b->c.hosts[b->c.standbys[s].host].name);
     }
 }
 
@@ -190,7 +198,7 @@ static void add_standbys(broker *b)
 
 /* The checkpoint of `step` is whole when every device of the epoch has its
  * part in: COMPLETE lists them (written to a temporary name, renamed). */
-static void check_complete(broker *b, int64_t step)
+void check_complete(broker *b, int64_t step)
 {
     if (step <= b->last_complete)   /* a report sent again (the device's client retries) */
         return;
@@ -221,6 +229,17 @@ static void check_complete(broker *b, int64_t step)
             weigh_joiner(b, &b->mem[i], step);
 }
 
+/* A survivor's live part (see broker_internal.h). */
+void add_live(broker *b, int64_t step, int stage, int n_stages, const char *file, const char *xxh3)
+{
+    if (b->n_live == MAX_MEMBERS)
+        return;
+    b->live[b->n_live].step = step, b->live[b->n_live].stage = stage;
+    b->live[b->n_live].n_stages = n_stages;
+    snprintf(b->live[b->n_live].file, sizeof b->live[0].file, "%s", file);
+    snprintf(b->live[b->n_live++].xxh3, sizeof b->live[0].xxh3, "%s", xxh3);
+}
+
 /* One request: "<verb> <device> <epoch> <rest>"; the answer into reply. */
 static void answer(broker *b, const char *req, char *reply, size_t n)
 {
@@ -243,6 +262,7 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
             snprintf(m->m.role, sizeof m->m.role, "standby");
             snprintf(m->m.status, sizeof m->m.status, "standby");
             snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[spare].host].address);
+            snprintf(m->m.host, sizeof m->m.host, "%s", b->c.hosts[b->c.standbys[spare].host].name);
             m->joining = 1;
             save_member(b, m);
             say(b, "joined", device, "%s registered mid-run: a plan with it is weighed at the next complete checkpoint",
@@ -274,14 +294,11 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
             fflush(stdout);
         }
     } else if (strcmp(verb, "part") == 0 && sscanf(rest, "%lld %4095s %31s", &step, file, hash) == 3) {
-        int stage, n_stages;
-        if (sscanf(rest, "%*s %*s %*s live %d %d", &stage, &n_stages) == 2) {
-            if (b->n_live < MAX_MEMBERS) {
-                b->live[b->n_live].step = step, b->live[b->n_live].stage = stage;
-                b->live[b->n_live].n_stages = n_stages;
-                snprintf(b->live[b->n_live].file, sizeof b->live[0].file, "%s", file);
-                snprintf(b->live[b->n_live++].xxh3, sizeof b->live[0].xxh3, "%s", hash);
-            }
+        int stage = 0, n_stages = 0, live = sscanf(rest, "%*s %*s %*s live %d %d", &stage, &n_stages) == 2;
+        if (b->remote) {
+            broker_remote_fetch(b, m, step, file, hash, live, stage, n_stages);
+        } else if (live) {
+            add_live(b, step, stage, n_stages, file, hash);
         } else {
             broker_db_part(b->db, step, m->m.bundle_device, b->epoch, file, hash);
             check_complete(b, step);
@@ -290,7 +307,7 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
         int status = atoi(rest);
         snprintf(m->m.status, sizeof m->m.status, status == 0 ? "done" : "failed");
         save_member(b, m);
-    } else if (strcmp(verb, "hello") == 0) {
+    } else if (strcmp(verb, "hello") == 0 && !b->remote) {   /* (on a host: the pid is its ssh's, here) */
         m->m.pid = atoll(rest);
         save_member(b, m);
     }
@@ -352,7 +369,7 @@ static void watch(broker *b)
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-        for (int i = 0; i < b->n; i++) {
+        for (int i = 0; !broker_remote_reaped(b, pid, status) && i < b->n; i++) {
             member *m = &b->mem[i];
             if (m->m.pid != pid || m->ended)
                 continue;
@@ -367,6 +384,10 @@ static void watch(broker *b)
                 snprintf(m->why, sizeof m->why, "its process was killed (signal %d)", WTERMSIG(status));
             } else if (WEXITSTATUS(status) == 0) {
                 snprintf(m->m.status, sizeof m->m.status, "done");
+            } else if (b->remote && WEXITSTATUS(status) == 255) {
+                m->lost = 1;
+                snprintf(m->why, sizeof m->why, "its ssh connection ended (255): the program was killed, or its host "
+                         "or the link to it is gone");
             } else {
                 snprintf(m->m.status, sizeof m->m.status, "failed");
                 snprintf(m->why, sizeof m->why, "it exited with status %d", WEXITSTATUS(status));
@@ -397,11 +418,19 @@ static void watch(broker *b)
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
 
+void signal_member(broker *b, member *m, int sig)
+{
+    if (m->m.pid > 0)
+        kill((pid_t)m->m.pid, sig);
+    if (b->remote)   /* its ssh, killed, does not stop the program on the host */
+        broker_remote_stop(b, m);
+}
+
 void stop_all(broker *b, int sig)
 {
     for (int i = 0; i < b->n; i++)
         if (!b->mem[i].ended && b->mem[i].m.pid > 0)
-            kill((pid_t)b->mem[i].m.pid, sig);
+            signal_member(b, &b->mem[i], sig);
 }
 
 /* A new run: every device of OUT's plan, and the standbys' agents. */
@@ -508,11 +537,12 @@ static int run(broker *b)
         if (lost > 0) {
             if (since_loss == 0)
                 since_loss = now_s();
-            if (running == 0 || now_s() - since_loss > 2 * b->peer_timeout + 10) {
+            /* (their live parts fetched first, when on hosts) */
+            if ((running == 0 && b->n_fetch == 0) || now_s() - since_loss > 2 * b->peer_timeout + 10) {
                 for (int i = 0; i < b->n; i++)   /* survivors still going: stop them */
                     if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost && !b->mem[i].ended &&
                         b->mem[i].m.pid > 0)
-                        kill((pid_t)b->mem[i].m.pid, SIGKILL);
+                        signal_member(b, &b->mem[i], SIGKILL);
                 if (recover(b))
                     return 1;
                 since_loss = 0;
@@ -534,7 +564,7 @@ static const char usage_broker[] =
     "usage: fusionc broker OUT [--port P] [--port-base P] [--save-every K] [--peer-timeout S]\n"
     "                      [--max-recoveries N] DEVICE-ARGS... (--data FILE --steps N ...)\n"
     "\n"
-    "Runs the compile in OUT on this machine and keeps it running when devices\n"
+    "Runs the compile in OUT (on this machine, or --over-ssh on its hosts) and keeps it running when devices\n"
     "vanish: starts every device (with DEVICE-ARGS) and a standby agent per\n"
     "standby=\"true\" device, records every K steps' coordinated checkpoint\n"
     "(OUT/checkpoints/step-N, whole once every part is in: COMPLETE), and when a\n"
@@ -549,6 +579,13 @@ static const char usage_broker[] =
     "  --save-every K      a checkpoint every K steps (default 20)\n"
     "  --peer-timeout S    a device silent this long is lost (default 10)\n"
     "  --max-recoveries N  give up after N recoveries (default 5)\n"
+    "  --over-ssh          every device on its cluster host, over ssh (deployed first: fusionc deploy);\n"
+    "                      parts fetched here as they are written, checkpoints copied to the hosts\n"
+    "                      to resume, new bundles deployed (fusionc launch --elastic runs this)\n"
+    "  --ssh-config FILE   with --over-ssh: passed to ssh as -F FILE\n"
+    "  --address A         with --over-ssh: the hosts reach the broker at A (default: this machine's\n"
+    "                      address on the route to the first host)\n"
+    "  --connect-timeout S with --over-ssh: give up on a host that does not answer in S s (default 10)\n"
     "  --standby-agents A  all (default): start `fusionc standby` for every standby of the cluster\n"
     "                      file; none: standbys register themselves (fusionc standby on their\n"
     "                      host); one that registers mid-run is taken in at the next complete\n"
@@ -582,13 +619,23 @@ int cmd_broker(int argc, char **argv)
         } else if (v && strcmp(a, "--max-recoveries") == 0 && (b->max_recoveries = (int)strtol(v, &end, 10)) >= 0 &&
                    !*end) {
             i++;
+        } else if (strcmp(a, "--over-ssh") == 0) {
+            b->remote = 1;
+        } else if (v && strcmp(a, "--ssh-config") == 0) {
+            b->hosts.ssh_config = v, i++;
+        } else if (v && strcmp(a, "--address") == 0) {
+            b->address = v, i++;
+        } else if (v && strcmp(a, "--connect-timeout") == 0 &&
+                   (b->hosts.connect_timeout = (int)strtol(v, &end, 10)) > 0 && !*end) {
+            i++;
         } else if (v && strcmp(a, "--standby-agents") == 0 && (!strcmp(v, "all") || !strcmp(v, "none"))) {
             b->standby_agents = strcmp(v, "all") == 0;
             i++;
         } else if (strncmp(a, "--port", 6) == 0 || strcmp(a, "--standby-agents") == 0 || strcmp(a, "--save-every") == 0 || strcmp(a, "--peer-timeout") == 0 ||
-                   strcmp(a, "--max-recoveries") == 0) {
-            fprintf(stderr, "fusionc broker: %s needs a positive number (--standby-agents: all or none)\n%s", a,
-                    usage_broker);
+                   strcmp(a, "--max-recoveries") == 0 || strcmp(a, "--ssh-config") == 0 || strcmp(a, "--address") == 0 ||
+                   strcmp(a, "--connect-timeout") == 0) {
+            fprintf(stderr, "fusionc broker: %s needs a positive number (--standby-agents: all or none; "
+                    "--ssh-config: a file; --address: an address)\n%s", a, usage_broker);
             free(b);
             return 2;
         } else if (b->n_args < MAX_ARGS - 1) {
@@ -619,7 +666,9 @@ int cmd_broker(int argc, char **argv)
     char bind_url[64];
     snprintf(bind_url, sizeof bind_url, "tcp://*:%d", port);
     int rc = 1;
-    if (broker_db_open(&b->db, path, err, sizeof err)) {
+    if (b->remote && broker_remote_setup(b, port)) {
+        ;
+    } else if (broker_db_open(&b->db, path, err, sizeof err)) {
         fprintf(stderr, "fusionc broker: %s\n", err);
     } else if ((b->sock = nn_socket(AF_SP, NN_REP)) < 0 || nn_bind(b->sock, bind_url) < 0) {
         fprintf(stderr, "fusionc broker: cannot listen on %s: %s\n", bind_url, nn_strerror(nn_errno()));
@@ -660,34 +709,7 @@ int cmd_standby(int argc, char **argv)
                         "Registers NAME with the run's broker as a standby and waits until it is used or the run ends.\n");
         return 2;
     }
-    int sock = nn_socket(AF_SP, NN_REQ), ms = 1000;
-    if (sock < 0 || nn_setsockopt(sock, NN_SOL_SOCKET, NN_RCVTIMEO, &ms, sizeof ms) < 0 ||
-        nn_connect(sock, url) < 0) {
-        fprintf(stderr, "fusionc standby: %s: %s\n", url, nn_strerror(nn_errno()));
-        return 1;
-    }
-    char req[300];
-    snprintf(req, sizeof req, "standby %s 0", device);
-    printf("fusionc standby: %s waits for the broker at %s\n", device, url);
-    fflush(stdout);
-    for (double silent_since = now_s(); now_s() - silent_since < 600;) {
-        char *reply = NULL;
-        int got = nn_send(sock, req, strlen(req), 0) >= 0 ? nn_recv(sock, &reply, NN_MSG, 0) : -1;
-        if (got >= 0) {
-            int stop = got >= 4 && memcmp(reply, "stop", 4) == 0;
-            nn_freemsg(reply);
-            if (stop) {
-                printf("fusionc standby: %s: the broker needs it no more\n", device);
-                nn_close(sock);
-                return 0;
-            }
-            silent_since = now_s();
-        }
-        sleep(1);
-    }
-    fprintf(stderr, "fusionc standby: %s: no answer from %s for 600 s\n", device, url);
-    nn_close(sock);
-    return 1;
+    return rt_broker_standby(url, device);
 }
 
 int broker_write_compile_args(const char *out, int argc, char **argv, const char *model, const char *cluster)

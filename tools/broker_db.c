@@ -11,7 +11,7 @@ static const char schema[] =
     "PRAGMA synchronous=FULL;"
     "CREATE TABLE IF NOT EXISTS run(key TEXT PRIMARY KEY, value TEXT);"
     "CREATE TABLE IF NOT EXISTS members(epoch INTEGER, device TEXT, role TEXT, bundle_device TEXT, address TEXT,"
-    " pid INTEGER, status TEXT, PRIMARY KEY(epoch, device));"
+    " pid INTEGER, status TEXT, host TEXT, PRIMARY KEY(epoch, device));"
     "CREATE TABLE IF NOT EXISTS parts(step INTEGER, device TEXT, epoch INTEGER, file TEXT, xxh3 TEXT,"
     " PRIMARY KEY(step, device));"
     "CREATE TABLE IF NOT EXISTS checkpoints(step INTEGER PRIMARY KEY, epoch INTEGER, dir TEXT);"
@@ -74,14 +74,14 @@ int broker_db_set(sqlite3 *db, const char *key, const char *value)
 
 int broker_db_member(sqlite3 *db, int64_t epoch, const broker_member *m)
 {
-    const void *args[] = { &epoch, m->device, m->role, m->bundle_device, m->address, &m->pid, m->status };
-    return run_sql(db, "INSERT OR REPLACE INTO members VALUES(?, ?, ?, ?, ?, ?, ?)", "ittttit", args);
+    const void *args[] = { &epoch, m->device, m->role, m->bundle_device, m->address, &m->pid, m->status, m->host };
+    return run_sql(db, "INSERT OR REPLACE INTO members VALUES(?, ?, ?, ?, ?, ?, ?, ?)", "ittttitt", args);
 }
 
 int broker_db_members(sqlite3 *db, int64_t epoch, broker_member *out, int max)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT device, role, bundle_device, address, pid, status FROM members "
+    if (sqlite3_prepare_v2(db, "SELECT device, role, bundle_device, address, pid, status, host FROM members "
                                "WHERE epoch = ? ORDER BY rowid", -1, &st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_int64(st, 1, epoch);
@@ -95,6 +95,8 @@ int broker_db_members(sqlite3 *db, int64_t epoch, broker_member *out, int max)
         snprintf(m->address, sizeof m->address, "%s", (const char *)sqlite3_column_text(st, 3));
         m->pid = sqlite3_column_int64(st, 4);
         snprintf(m->status, sizeof m->status, "%s", (const char *)sqlite3_column_text(st, 5));
+        const unsigned char *host = sqlite3_column_text(st, 6);
+        snprintf(m->host, sizeof m->host, "%s", host ? (const char *)host : "");
     }
     sqlite3_finalize(st);
     return n;

@@ -4,8 +4,9 @@
  *   run(key, value)                 epoch, bundles (the epoch's bundle folder),
  *                                   run_id, state ("running", "finished", "failed")
  *   members(epoch, device, role,    who runs in each epoch: role "device" (its
- *           bundle_device, address,  bundle_device's program, at address) or
- *           pid, status)             "standby"; status running, done, lost, failed
+ *           bundle_device, address,  bundle_device's program, at address, on the
+ *           pid, status, host)       cluster's host) or "standby"; status running,
+ *                                    done, lost, failed
  *   parts(step, device, epoch,      every checkpoint part reported, with its XXH3
  *         file, xxh3)
  *   checkpoints(step, epoch, dir)   the complete ones (every part in)
@@ -26,6 +27,7 @@ typedef struct {
     char    address[256];
     int64_t pid;
     char    status[16];        /* running, done, lost, failed, standby   */
+    char    host[128];         /* the cluster file's host it runs on     */
 } broker_member;
 
 /* Opens (creating) the database and its tables.  0, or -1 with err. */

@@ -11,6 +11,7 @@
 
 #include "../frontend/cluster.h"
 #include "broker_db.h"
+#include "remote.h"
 
 #define MAX_MEMBERS   256
 #define MAX_ARGS      256
@@ -61,6 +62,14 @@ typedef struct {
     int      n_live;
     int      recovering;
     char     exe[PATH_MAX];
+    /* --over-ssh (fusionc launch --elastic): every member on its cluster
+     * host, started over ssh; parts fetched here as they are reported. */
+    int         remote;
+    remote_plan hosts;        /* ssh options; its devices unused                   */
+    const char *address;      /* where the hosts reach this broker (--address)     */
+    struct { pid_t pid; int64_t step; char device[128], tmp[4700], file[4600], xxh3[32]; int live, stage, n_stages; }
+                fetch[MAX_MEMBERS];
+    int         n_fetch;
 } broker;
 
 double  now_s(void);
@@ -75,6 +84,28 @@ int     start_device(broker *b, member *m, const char *resume);
 /* The members of a bundle folder's plan (its deploy.txt); standbys not taken in stay. */
 int     read_plan(broker *b, const char *bundles);
 void    stop_all(broker *b, int sig);
+/* Signal m's process; on a host (--over-ssh), stop its program there too. */
+void    signal_member(broker *b, member *m, int sig);
+
+/* broker_remote.c: the members on their hosts, over ssh (b->remote). */
+/* The address the hosts reach this broker at (--address, else the one this
+ * machine routes to the first host from) into b->url.  0, or -1. */
+int   broker_remote_setup(broker *b, int port);
+/* Member m's program (args, then --save/--resume on its host), or a standby's agent. */
+pid_t broker_remote_start(broker *b, member *m, char *const *args, int n_args, const char *resume, const char *log);
+pid_t broker_remote_standby(broker *b, member *m, const char *log);
+/* A part m reported, fetched here in the background; recorded when whole. */
+void  broker_remote_fetch(broker *b, member *m, int64_t step, const char *file, const char *xxh3, int live, int stage,
+                          int n_stages);
+/* 1 when pid was a fetch (then finished: recorded, or said why not). */
+int   broker_remote_reaped(broker *b, pid_t pid, int status);
+/* Every device's bundle (this epoch's) and the checkpoint to resume from on its host.  0, or -1. */
+int   broker_remote_prepare(broker *b, const char *resume);
+/* Member m's program stopped on its host. */
+void  broker_remote_stop(broker *b, member *m);
+/* A part recorded: the checkpoint of step whole yet? (broker.c) */
+void  check_complete(broker *b, int64_t step);
+void  add_live(broker *b, int64_t step, int stage, int n_stages, const char *file, const char *xxh3);
 
 /* broker_plan.c */
 /* A device that joined: taken in when the plan with it is JOIN_GAIN faster. */

@@ -61,7 +61,7 @@ void weigh_joiner(broker *b, member *j, int64_t step)
     b->switching = 1;
     for (int i = 0; i < b->n; i++)
         if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended && b->mem[i].m.pid > 0)
-            kill((pid_t)b->mem[i].m.pid, SIGTERM);
+            signal_member(b, &b->mem[i], SIGTERM);
 }
 
 /* fusionc compile again into dir: compile.args (how the run was compiled)
@@ -247,18 +247,26 @@ int recover(broker *b)
     char text[32];
     snprintf(text, sizeof text, "%lld", (long long)b->epoch);
     broker_db_set(b->db, "epoch", text);
+    /* A standby for each lost device, each standby taken once: else a new plan. */
     int replace = 1;
+    member *pick[MAX_MEMBERS] = { 0 };
     for (int i = 0; i < b->n; i++)
         if (b->mem[i].lost) {
             say(b, "lost", b->mem[i].m.device, "lost %s: %s", b->mem[i].m.device, b->mem[i].why);
-            replace &= standby_for(b, &b->mem[i]) != NULL;
+            if ((pick[i] = standby_for(b, &b->mem[i])) != NULL)
+                snprintf(pick[i]->m.status, sizeof pick[i]->m.status, "picked");
+            else
+                replace = 0;
         }
+    for (int i = 0; i < b->n; i++)
+        if (pick[i])
+            snprintf(pick[i]->m.status, sizeof pick[i]->m.status, "standby");
     if (replace) {
         for (int i = 0; i < b->n; i++) {
             member *l = &b->mem[i];
             if (!l->lost)
                 continue;
-            member *s = standby_for(b, l);
+            member *s = pick[i];
             say(b, "replaced", s->m.device, "standby %s takes %s's place (%s's program, at %s)", s->m.device,
                 l->m.device, l->m.bundle_device, s->m.address);
             snprintf(s->m.status, sizeof s->m.status, "used");
@@ -266,6 +274,7 @@ int recover(broker *b)
                 kill((pid_t)s->m.pid, SIGTERM);
             save_member(b, s);
             snprintf(l->m.address, sizeof l->m.address, "%s", s->m.address);
+            snprintf(l->m.host, sizeof l->m.host, "%s", s->m.host);
         }
     } else {
         for (int i = 0; i < b->n && b->n_left_out < 64; i++)
@@ -278,6 +287,8 @@ int recover(broker *b)
     b->n_live = 0;
     char dir[4096];
     int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
+    if (b->remote && broker_remote_prepare(b, step > 0 ? dir : ""))
+        return -1;
     int started = 0;
     for (int i = 0; i < b->n; i++) {
         member *m = &b->mem[i];
@@ -310,6 +321,8 @@ int switch_plan(broker *b)
     if (read_plan(b, b->bundles))
         return -1;
     int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
+    if (b->remote && broker_remote_prepare(b, step > 0 ? dir : ""))
+        return -1;
     int started = 0;
     for (int i = 0; i < b->n; i++)
         if (strcmp(b->mem[i].m.role, "device") == 0) {

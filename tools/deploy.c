@@ -18,6 +18,11 @@
  *   4. P/<device> is pointed at the version (a new link renamed over the
  *      old one), and versions other than it and the one before are removed.
  *
+ * Then each standby's host (standby="true" in the cluster file) gets every
+ * device's bundle of the standby's kind and arch, the same way, under the
+ * device's name: in an elastic run (fusionc launch --elastic) it may take
+ * any of their places without a copy while the run waits.
+ *
  * Re-running copies nothing that is already whole on the host; after a
  * change to one device's bundle, only that one is copied (the log says
  * which).  Every failure names the device, the host and what failed, and
@@ -49,7 +54,8 @@ static const char *const usage_deploy =
     "to PATH/<device> on the host, PATH and the ssh user and port from the cluster file\n"
     "(relative paths are under the user's home).  Each copy is checked file by file\n"
     "(sha256) on the host and made visible only when whole; a bundle already there is\n"
-    "not copied again.\n"
+    "not copied again.  A standby=\"true\" device's host gets every bundle of its kind, so\n"
+    "that it can take any of their places in an elastic run (fusionc launch --elastic).\n"
     "\n"
     "  --cluster FILE        the hosts from this cluster file (default: OUT/cluster.xml,\n"
     "                        the compile's); it must name the compile's devices\n"
@@ -308,8 +314,8 @@ static int check_and_switch(deploy_job *j, int copied, struct diag *err)
     return on_host(j, script, copied ? "checking the copy" : "switching to the bundle", NULL, err);
 }
 
-static int deploy_one(const remote_plan *plan, const remote_device *d, const char *copier, int *copied,
-                      struct diag *err)
+int deploy_device(const remote_plan *plan, const remote_device *d, const char *copier, int *copied,
+                  struct diag *err)
 {
     deploy_job j = { .plan = plan, .d = d };
     char host[500];
@@ -385,12 +391,33 @@ int deploy_main(int argc, char **argv)
     int failed = 0, copied = 0;
     for (int k = 0; k < plan.n_devices; k++) {
         int this_copied = 0;
-        if (deploy_one(&plan, &plan.devices[k], copier, &this_copied, &err)) {
+        if (deploy_device(&plan, &plan.devices[k], copier, &this_copied, &err)) {
             fprintf(stderr, "fusionc deploy: error: %s\n", err.msg);
             failed++;
         }
         copied += this_copied;
     }
+    /* A standby gets every bundle of its kind and arch, under the device's
+     * name, so that it can take any of their places without a copy. */
+    int spares = 0, spares_failed = 0;
+    for (int s = 0; s < plan.n_standbys; s++)
+        for (int k = 0; k < plan.n_devices; k++) {
+            const remote_device *d = &plan.devices[k], *sb = &plan.standbys[s];
+            if (d->kind != sb->kind || strcmp(d->arch, sb->arch) != 0)
+                continue;
+            remote_device there = *sb;
+            snprintf(there.device, sizeof there.device, "%s", d->device);
+            int this_copied = 0;
+            printf("deploy: standby %s gets %s's bundle, to stand in for it\n", sb->device, d->device);
+            spares++;
+            if (deploy_device(&plan, &there, copier, &this_copied, &err)) {
+                fprintf(stderr, "fusionc deploy: error: standby %s: %s\n", sb->device, err.msg);
+                spares_failed++;
+            }
+        }
+    if (spares_failed)
+        fprintf(stderr, "fusionc deploy: %d of %d standby bundle%s failed\n", spares_failed, spares,
+                spares == 1 ? "" : "s");
     if (failed)
         fprintf(stderr, "fusionc deploy: %d of %d device%s failed; the others are deployed\n", failed, plan.n_devices,
                 plan.n_devices == 1 ? "" : "s");
@@ -398,5 +425,5 @@ int deploy_main(int argc, char **argv)
         printf("deploy: %d device%s: %d copied, %d unchanged\n", plan.n_devices, plan.n_devices == 1 ? "" : "s",
                copied, plan.n_devices - copied);
     remote_plan_free(&plan);
-    return failed ? 1 : 0;
+    return failed || spares_failed ? 1 : 0;
 }

@@ -7,4 +7,11 @@
  * could not be deployed, 2 for a usage error. */
 int deploy_main(int argc, char **argv);
 
+#include "remote.h"
+/* d's bundle (plan->out_dir/<d->device>) to d's host, checked and linked
+ * into place as above; *copied: whether it was copied (else it was there).
+ * 0, or -1 with err naming the device, the host and what failed. */
+int deploy_device(const remote_plan *plan, const remote_device *d, const char *copier, int *copied,
+                  struct diag *err);
+
 #endif

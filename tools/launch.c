@@ -35,10 +35,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "broker.h"
 #include "remote.h"
 
 static const char *const usage_launch =
-    "usage: fusionc launch OUT [--cluster FILE] [--ssh-config FILE] [--grace S] [--] ARGS...\n"
+    "usage: fusionc launch OUT [--cluster FILE] [--ssh-config FILE] [--grace S] [--elastic] [--] ARGS...\n"
     "\n"
     "Start every device of OUT (deployed with `fusionc deploy`) on its host over ssh, each\n"
     "with ARGS (the device program's options, e.g. --data FILE --steps N: paths are on\n"
@@ -50,7 +51,11 @@ static const char *const usage_launch =
     "                      device whose address changed is told to its peers (--peer)\n"
     "  --ssh-config FILE   passed to ssh as -F FILE\n"
     "  --grace S           after a device fails, the others have S seconds to stop by\n"
-    "                      themselves before they are stopped (default 30)\n";
+    "                      themselves before they are stopped (default 30)\n"
+    "  --elastic           run under a broker on this machine (fusionc broker OUT --over-ssh):\n"
+    "                      checkpoints every --save-every K steps collected here, a lost device\n"
+    "                      replaced by a standby or planned away; the broker's options may be\n"
+    "                      among ARGS (see fusionc broker --help)\n";
 
 static const char *const usage_stop =
     "usage: fusionc stop OUT [--cluster FILE] [--ssh-config FILE]\n"
@@ -72,6 +77,7 @@ static double now_seconds(void)
 typedef struct {
     const char *out_dir, *cluster_file, *ssh_config;
     double      grace;
+    int         elastic;         /* --elastic: the broker runs the devices (fusionc broker --over-ssh) */
     char      **device_args;
     int         n_device_args;
 } launch_options;
@@ -99,10 +105,7 @@ static int parse(int argc, char **argv, launch_options *o, int for_launch, const
         } else if (!verbatim && strcmp(a, "--") == 0 && for_launch) {
             verbatim = 1;
         } else if (!verbatim && strcmp(a, "--elastic") == 0 && for_launch) {
-            fprintf(stderr, "fusionc launch: --elastic: the broker (fusionc broker) starts devices on this machine "
-                            "only; for a run on this machine use OUT/launch-local.sh --elastic (hosts over ssh: "
-                            "not built yet)\n");
-            return 2;
+            o->elastic = 1;
         } else if (!o->out_dir && a[0] != '-') {
             o->out_dir = a;
         } else if (for_launch && o->out_dir) {
@@ -124,67 +127,34 @@ static int start_command(const remote_plan *plan, const remote_plan *compiled, i
                          char *cmd, size_t len)
 {
     const remote_device *d = &plan->devices[k];
-    size_t at = (size_t)snprintf(cmd, len, "cd ");
-    char where[600], exe[200];
-    snprintf(where, sizeof where, "%s/%s", d->path, d->device);
-    snprintf(exe, sizeof exe, "./fusion-%s", d->device);
-    if (remote_quote(cmd, len, &at, where))
-        return -1;
-    at += (size_t)snprintf(cmd + at, len - at, " 2>/dev/null || { echo \"fusion: no bundle at ");
-    if (remote_quote(cmd, len, &at, where))
-        return -1;
-    at += (size_t)snprintf(cmd + at, len - at, " on this host: run fusionc deploy first\" >&2; exit 3; }"
-                                               "; echo $$ > fusion.pid && exec ");
-    if (remote_quote(cmd, len, &at, exe))
-        return -1;
-    for (int i = 0; i < o->n_device_args; i++) {
-        cmd[at++] = ' ';
-        if (remote_quote(cmd, len, &at, o->device_args[i]))
-            return -1;
-    }
+    char tail[8192] = "";
+    size_t at = 0;
     for (int j = 0; j < plan->n_devices; j++) {
         const remote_device *p = &plan->devices[j];
         if (j == k || strcmp(p->address, compiled->devices[j].address) == 0)
             continue;
         char peer[400];
         snprintf(peer, sizeof peer, "%s=%s", p->device, p->address);
-        if (at + 10 >= len)
+        if (at + 10 >= sizeof tail)
             return -1;
-        at += (size_t)snprintf(cmd + at, len - at, " --peer ");
-        if (remote_quote(cmd, len, &at, peer))
+        at += (size_t)snprintf(tail + at, sizeof tail - at, "%s--peer ", at ? " " : "");
+        if (remote_quote(tail, sizeof tail, &at, peer))
             return -1;
     }
-    return 0;
+    return remote_start_command(d, d->device, o->device_args, o->n_device_args, tail, cmd, len);
 }
 
 /* Start ssh for device k, its output into OUT/logs/<device>.log. */
 static pid_t spawn_device(const remote_plan *plan, const remote_device *d, const char *command, const char *log)
 {
-    char *argv[40], store[4096];
-    int n = remote_ssh_argv(plan, d, argv, 36, store, sizeof store);
-    if (n < 0)
-        return -1;
-    argv[n++] = (char *)command;
-    argv[n] = NULL;
     /* Emptied here, before the fork: the parent follows this log at once
      * and must not print a previous run's lines. */
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -1;
-    pid_t pid = fork();
-    if (pid != 0) {
-        close(fd);
-        return pid;
-    }
-    int null = open("/dev/null", O_RDONLY);
-    if (null < 0)
-        _exit(126);
-    dup2(null, STDIN_FILENO);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    execvp(argv[0], argv);
-    fprintf(stderr, "cannot run ssh: %s\n", strerror(errno));
-    _exit(127);
+    pid_t pid = remote_spawn(plan, d, command, fd, fd, 0);
+    close(fd);
+    return pid;
 }
 
 /* Print the lines the reporter's log gained since *offset, prefixed. */
@@ -235,21 +205,8 @@ static int stop_devices(const remote_plan *plan, const int *which, int quiet)
         if (which && !which[k])
             continue;
         const remote_device *d = &plan->devices[k];
-        char script[4096], where[600], host[500];
-        snprintf(where, sizeof where, "%s/%s", d->path, d->device);
-        size_t at = (size_t)snprintf(script, sizeof script, "cd ");
-        remote_quote(script, sizeof script, &at, where);
-        snprintf(script + at, sizeof script - at,
-                 " 2>/dev/null || { echo 'not deployed'; exit 0; }"
-                 "; p=$(cat fusion.pid 2>/dev/null || true); exe=$(readlink -f './fusion-%s')"
-                 "; if [ -n \"$p\" ] && [ \"$(readlink /proc/$p/exe 2>/dev/null)\" = \"$exe\" ]; then"
-                 " kill $p; i=0; while [ $i -lt 50 ] && kill -0 $p 2>/dev/null; do sleep 0.1; i=$((i+1)); done"
-                 "; kill -9 $p 2>/dev/null; echo \"stopped (pid $p)\"; else echo 'not running'; fi; rm -f fusion.pid",
-                 d->device);
-        char *text = NULL, said[700];
-        int status = remote_run(plan, d, script, &text);
-        remote_last_line(text, said, sizeof said);
-        free(text);
+        char said[700], host[500];
+        int status = remote_stop_device(plan, d, d->device, said, sizeof said);
         remote_describe(d, host, sizeof host);
         if (status != 0) {
             fprintf(stderr, "fusionc stop: device %s on %s: ssh failed: %s\n", d->device, host, said);
@@ -268,6 +225,31 @@ int launch_main(int argc, char **argv)
     if (rc) {
         free(o.device_args);
         return rc == 1 ? 0 : 2;
+    }
+    if (o.elastic) {
+        if (o.cluster_file) {
+            fprintf(stderr, "fusionc launch: --elastic runs the hosts of OUT/cluster.xml (the compile's); "
+                            "--cluster is not taken with it\n");
+            free(o.device_args);
+            return 2;
+        }
+        /* OUT --over-ssh [--ssh-config F] then the rest: the broker's options and the devices' */
+        char **args = calloc((size_t)o.n_device_args + 5, sizeof *args);
+        int n = 0;
+        if (!args) {
+            free(o.device_args);
+            return 1;
+        }
+        args[n++] = (char *)o.out_dir;
+        args[n++] = "--over-ssh";
+        if (o.ssh_config)
+            args[n++] = "--ssh-config", args[n++] = (char *)o.ssh_config;
+        for (int i = 0; i < o.n_device_args; i++)
+            args[n++] = o.device_args[i];
+        rc = cmd_broker(n, args);
+        free(args);
+        free(o.device_args);
+        return rc;
     }
     remote_plan plan = { 0 }, compiled = { 0 };
     plan.ssh_config = compiled.ssh_config = o.ssh_config;

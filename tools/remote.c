@@ -3,9 +3,12 @@
 #include "remote.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../codegen/process.h"
 
@@ -46,24 +49,31 @@ int remote_plan_load(remote_plan *p, const char *out_dir, const char *cluster_fi
                 rc = diag_set(err, list, line_no, "out of memory");
             } else {
                 p->devices = grown;
-                const cluster_host *h = &c.hosts[c.devices[d].host];
-                remote_device *r = &p->devices[p->n_devices++];
-                memset(r, 0, sizeof *r);
-                snprintf(r->device, sizeof r->device, "%s", name);
-                snprintf(r->host, sizeof r->host, "%s", h->name);
-                snprintf(r->address, sizeof r->address, "%s", h->address);
-                snprintf(r->user, sizeof r->user, "%s", h->user);
-                r->port = h->port > 0 ? h->port : 22;
-                const char *path = h->path[0] ? h->path : "fusion";
-                if (strncmp(path, "~/", 2) == 0)   /* ssh starts in the home folder; a quoted ~ would not expand */
-                    path += 2;
-                snprintf(r->path, sizeof r->path, "%s", path[0] ? path : ".");
+                remote_device_at(&c, c.devices[d].host, name, &p->devices[p->n_devices++]);
             }
         } else {
             rc = diag_set(err, list, line_no, "unknown entry '%s'", word);
         }
     }
     fclose(f);
+    for (int k = 0; rc == 0 && k < c.n_standbys; k++) {
+        remote_device *grown = realloc(p->standbys, (size_t)(p->n_standbys + 1) * sizeof *grown);
+        if (!grown) {
+            rc = diag_set(err, list, 0, "out of memory");
+            break;
+        }
+        p->standbys = grown;
+        remote_device_at(&c, c.standbys[k].host, c.standbys[k].name, &p->standbys[p->n_standbys++]);
+    }
+    for (int k = 0; rc == 0 && k < p->n_devices; k++) {   /* the kinds, for the standbys' bundles */
+        int d = cluster_find_device(&c, p->devices[k].device);
+        p->devices[k].kind = (int)c.devices[d].kind;
+        snprintf(p->devices[k].arch, sizeof p->devices[k].arch, "%s", c.devices[d].arch);
+    }
+    for (int k = 0; rc == 0 && k < p->n_standbys; k++) {
+        p->standbys[k].kind = (int)c.standbys[k].kind;
+        snprintf(p->standbys[k].arch, sizeof p->standbys[k].arch, "%s", c.standbys[k].arch);
+    }
     cluster_free(&c);
     if (rc == 0 && (p->n_devices == 0 || !p->reporter[0]))
         rc = diag_set(err, list, 0, "the deploy list names no devices or no reporter");
@@ -78,8 +88,24 @@ int remote_plan_load(remote_plan *p, const char *out_dir, const char *cluster_fi
 void remote_plan_free(remote_plan *p)
 {
     free(p->devices);
-    p->devices = NULL;
-    p->n_devices = 0;
+    free(p->standbys);
+    p->devices = p->standbys = NULL;
+    p->n_devices = p->n_standbys = 0;
+}
+
+void remote_device_at(const cluster *c, int host, const char *device, remote_device *r)
+{
+    const cluster_host *h = &c->hosts[host];
+    memset(r, 0, sizeof *r);
+    snprintf(r->device, sizeof r->device, "%s", device);
+    snprintf(r->host, sizeof r->host, "%s", h->name);
+    snprintf(r->address, sizeof r->address, "%s", h->address);
+    snprintf(r->user, sizeof r->user, "%s", h->user);
+    r->port = h->port > 0 ? h->port : 22;
+    const char *path = h->path[0] ? h->path : "fusion";
+    if (strncmp(path, "~/", 2) == 0)   /* ssh starts in the home folder; a quoted ~ would not expand */
+        path += 2;
+    snprintf(r->path, sizeof r->path, "%s", path[0] ? path : ".");
 }
 
 void remote_target(const remote_device *d, char *out, size_t len)
@@ -183,4 +209,148 @@ void remote_last_line(const char *text, char *out, size_t len)
     while (start > text && start[-1] != '\n')
         start--;
     snprintf(out, len, "%.*s", (int)(end - start), start);
+}
+
+pid_t remote_spawn(const remote_plan *p, const remote_device *d, const char *command, int out_fd, int err_fd,
+                   int own_group)
+{
+    char *argv[40], store[4096];
+    int n = remote_ssh_argv(p, d, argv, 36, store, sizeof store);
+    if (n < 0)
+        return -1;
+    argv[n++] = (char *)command;
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    int null = open("/dev/null", O_RDONLY);
+    if (null < 0)
+        _exit(126);
+    dup2(null, STDIN_FILENO);
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    if (own_group)
+        setpgid(0, 0);
+    execvp(argv[0], argv);
+    fprintf(stderr, "cannot run ssh: %s\n", strerror(errno));
+    _exit(127);
+}
+
+int remote_start_command(const remote_device *d, const char *bundle_device, char *const *args, int n_args,
+                         const char *raw_tail, char *cmd, size_t len)
+{
+    char where[600], exe[200];
+    size_t at = (size_t)snprintf(cmd, len, "cd ");
+    if (remote_quote(cmd, len, &at, d->path))
+        return -1;
+    at += (size_t)snprintf(cmd + at, len - at, " 2>/dev/null && s=\"$PWD/checkpoints\" && cd ");
+    snprintf(where, sizeof where, "%s", bundle_device);
+    snprintf(exe, sizeof exe, "./fusion-%s", bundle_device);
+    if (at >= len || remote_quote(cmd, len, &at, where))
+        return -1;
+    at += (size_t)snprintf(cmd + at, len - at, " 2>/dev/null || { echo \"fusion: no bundle at ");
+    snprintf(where, sizeof where, "%s/%s", d->path, bundle_device);
+    if (at >= len || remote_quote(cmd, len, &at, where))
+        return -1;
+    at += (size_t)snprintf(cmd + at, len - at, " on this host: run fusionc deploy first\" >&2; exit 3; }"
+                                               "; echo $$ > fusion.pid && exec ");
+    if (at >= len || remote_quote(cmd, len, &at, exe))
+        return -1;
+    for (int i = 0; i < n_args; i++) {
+        if (at + 2 >= len)
+            return -1;
+        cmd[at++] = ' ';
+        if (remote_quote(cmd, len, &at, args[i]))
+            return -1;
+    }
+    if (raw_tail) {
+        int w = snprintf(cmd + at, len - at, " %s", raw_tail);
+        if (w < 0 || (size_t)w >= len - at)
+            return -1;
+    }
+    return 0;
+}
+
+int remote_stop_device(const remote_plan *p, const remote_device *d, const char *bundle_device, char *said,
+                       size_t n)
+{
+    char script[4096], where[600];
+    snprintf(where, sizeof where, "%s/%s", d->path, bundle_device);
+    size_t at = (size_t)snprintf(script, sizeof script, "cd ");
+    if (remote_quote(script, sizeof script, &at, where))
+        return -1;
+    snprintf(script + at, sizeof script - at,
+             " 2>/dev/null || { echo 'not deployed'; exit 0; }"
+             "; p=$(cat fusion.pid 2>/dev/null || true); exe=$(readlink -f './fusion-%s')"
+             "; if [ -n \"$p\" ] && [ \"$(readlink /proc/$p/exe 2>/dev/null)\" = \"$exe\" ]; then"
+             " kill $p; i=0; while [ $i -lt 50 ] && kill -0 $p 2>/dev/null; do sleep 0.1; i=$((i+1)); done"
+             "; kill -9 $p 2>/dev/null; echo \"stopped (pid $p)\"; else echo 'not running'; fi; rm -f fusion.pid",
+             bundle_device);
+    char *text = NULL;
+    int status = remote_run(p, d, script, &text);
+    remote_last_line(text, said, n);
+    free(text);
+    return status;
+}
+
+int remote_push_dir(const remote_plan *p, const remote_device *d, const char *local_dir, int log_fd)
+{
+    char parent[4096], script[2048];
+    snprintf(parent, sizeof parent, "%s", local_dir);
+    char *slash = strrchr(parent, '/');
+    const char *base = slash ? slash + 1 : parent;
+    if (slash)
+        *slash = '\0';
+    char checkpoints[600];
+    snprintf(checkpoints, sizeof checkpoints, "%s/checkpoints", d->path);
+    char target[1200];
+    snprintf(target, sizeof target, "%s/%.590s", checkpoints, base);
+    size_t at = (size_t)snprintf(script, sizeof script, "rm -rf ");   /* no part of another plan left beside it */
+    if (remote_quote(script, sizeof script, &at, target))
+        return -1;
+    at += (size_t)snprintf(script + at, sizeof script - at, " && mkdir -p ");
+    if (at >= sizeof script || remote_quote(script, sizeof script, &at, checkpoints))
+        return -1;
+    at += (size_t)snprintf(script + at, sizeof script - at, " && tar -C ");
+    if (at >= sizeof script || remote_quote(script, sizeof script, &at, checkpoints))
+        return -1;
+    snprintf(script + at, sizeof script - at, " -xf -");
+    int pipe_fd[2];
+    if (pipe(pipe_fd) != 0)
+        return -1;
+    pid_t tar = fork();
+    if (tar == 0) {
+        close(pipe_fd[0]);
+        dup2(pipe_fd[1], STDOUT_FILENO);
+        dup2(log_fd, STDERR_FILENO);
+        execlp("tar", "tar", "-C", slash ? parent : ".", "-cf", "-", base, (char *)NULL);
+        _exit(127);
+    }
+    char *argv[40], store[4096];
+    int n = remote_ssh_argv(p, d, argv, 36, store, sizeof store);
+    pid_t ssh = -1;
+    if (tar > 0 && n > 0) {
+        argv[n++] = script;
+        argv[n] = NULL;
+        ssh = fork();
+        if (ssh == 0) {
+            close(pipe_fd[1]);
+            dup2(pipe_fd[0], STDIN_FILENO);
+            dup2(log_fd, STDOUT_FILENO);
+            dup2(log_fd, STDERR_FILENO);
+            execvp(argv[0], argv);
+            _exit(127);
+        }
+    }
+    close(pipe_fd[0]);
+    close(pipe_fd[1]);
+    int st_tar = 1, st_ssh = 1;
+    if (tar > 0)
+        waitpid(tar, &st_tar, 0);
+    if (ssh > 0)
+        waitpid(ssh, &st_ssh, 0);
+    return tar > 0 && ssh > 0 && WIFEXITED(st_tar) && WEXITSTATUS(st_tar) == 0 && WIFEXITED(st_ssh) &&
+                   WEXITSTATUS(st_ssh) == 0
+               ? 0
+               : -1;
 }

@@ -39,6 +39,8 @@ typedef struct {
     char user[64];             /* "" : ssh's default user */
     int  port;
     char path[256];            /* as the remote shell takes it: "~/" dropped */
+    int  kind;                 /* device_kind, and arch: a standby stands in for devices of its own */
+    char arch[32];
 } remote_device;
 
 typedef struct {
@@ -48,12 +50,17 @@ typedef struct {
     char           reporter[CLUSTER_NAME_MAX];
     remote_device *devices;          /* in start order */
     int            n_devices;
+    remote_device *standbys;         /* the cluster file's standby="true" devices */
+    int            n_standbys;
 } remote_plan;
 
 /* Read OUT/deploy.txt and the cluster file (OUT/cluster.xml, or
  * cluster_file), and find every device's host.  0, or -1 with err. */
 int  remote_plan_load(remote_plan *p, const char *out_dir, const char *cluster_file, struct diag *err);
 void remote_plan_free(remote_plan *p);
+
+/* r: device `device` on cluster host `host` (its address, user, port, path). */
+void remote_device_at(const cluster *c, int host, const char *device, remote_device *r);
 
 /* "user@address" or "address". */
 void remote_target(const remote_device *d, char *out, size_t len);
@@ -77,6 +84,32 @@ int  remote_capture(char *const argv[], char **out);
 /* Run `command` through ssh on d's host; as remote_capture (255: ssh
  * itself failed: refused, unknown host, no key). */
 int  remote_run(const remote_plan *p, const remote_device *d, const char *command, char **out);
+/* Start `command` through ssh on d's host, its output to out_fd and err_fd
+ * (stdin /dev/null; own_group: in a process group of its own, so that a
+ * Ctrl-C at the caller's terminal is the caller's to pass on).  The ssh
+ * process's pid, or -1. */
+pid_t remote_spawn(const remote_plan *p, const remote_device *d, const char *command, int out_fd, int err_fd,
+                   int own_group);
+
+/* The remote command that runs bundle_device's program on d's host with
+ * args (each quoted) and raw_tail (not quoted; may use $s, the host's
+ * PATH/checkpoints folder as an absolute path):
+ *     cd PATH && s="$PWD/checkpoints" && cd BUNDLE || {no bundle: exit 3};
+ *     echo $$ > fusion.pid && exec ./fusion-BUNDLE ARGS... TAIL
+ * 0, or -1 when it does not fit len. */
+int remote_start_command(const remote_device *d, const char *bundle_device, char *const *args, int n_args,
+                         const char *raw_tail, char *cmd, size_t len);
+
+/* Stops the program of bundle_device on d's host (the pid in its
+ * fusion.pid, if that is the bundle's program): SIGTERM, then after 5 s
+ * SIGKILL.  What the host said in said; ssh's status (0 ok). */
+int remote_stop_device(const remote_plan *p, const remote_device *d, const char *bundle_device, char *said,
+                       size_t n);
+
+/* local_dir (a folder) copied to PATH/checkpoints/<its name> on d's host,
+ * in place of what was there (tar over ssh; errors to log_fd).  0, or -1. */
+int remote_push_dir(const remote_plan *p, const remote_device *d, const char *local_dir, int log_fd);
+
 /* The last non-empty line of text, trimmed, in out (for messages). */
 void remote_last_line(const char *text, char *out, size_t len);
 
