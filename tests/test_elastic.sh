@@ -236,7 +236,11 @@ grep -q "nothing/cluster.xml" "$work/err" && pass || fail "$(head -2 "$work/err"
 expect_eq "--standby-agents some: exit status" 2 $?
 "$FUSIONC" standby --device cpu-s0 >/dev/null 2>&1
 expect_eq "standby without --broker: exit status" 2 $?
-"$FUSIONC" launch "$work/join" --elastic --steps 5 >/dev/null 2>"$work/err"
-expect_eq "fusionc launch --elastic: exit status" 2 $?
-grep -q "starts devices on this machine only" "$work/err" && pass || fail "launch --elastic: $(cat "$work/err")"
+"$FUSIONC" launch "$work/join" --elastic --cluster "$work/four.xml" --steps 5 >/dev/null 2>"$work/err"
+expect_eq "fusionc launch --elastic --cluster: exit status" 2 $?
+grep -q "\-\-cluster is not taken with it" "$work/err" && pass || fail "launch --elastic --cluster: $(cat "$work/err")"
+"$FUSIONC" launch "$work/join" --elastic --data "$work/corpus.txt" >/dev/null 2>"$work/err"
+expect_eq "fusionc launch --elastic without --steps: exit status" 2 $?
+grep -q "expected OUT (a compile's folder) and the devices' --steps N" "$work/err" && pass \
+  || fail "launch --elastic without --steps: $(cat "$work/err")"
 finish

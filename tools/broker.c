@@ -683,7 +683,7 @@ int cmd_broker(int argc, char **argv)
             rc = start_run(b) ? 1 : run(b);
         for (int i = 0; i < b->n; i++)   /* the standbys' agents end with the run */
             if (strcmp(b->mem[i].m.role, "standby") == 0 && b->mem[i].m.pid > 0 && !b->mem[i].ended)
-                kill((pid_t)b->mem[i].m.pid, SIGTERM);
+                signal_member(b, &b->mem[i], SIGTERM);
     }
     if (b->sock >= 0)
         nn_close(b->sock);

@@ -128,6 +128,7 @@ pid_t broker_remote_standby(broker *b, member *m, const char *log)
     }
     if (host_of(b, m, bundle, &rd))
         return -1;
+    snprintf(m->m.bundle_device, sizeof m->m.bundle_device, "%s", bundle);   /* to stop it at the end */
     char *args[] = { "--standby", m->m.device, "--broker", b->url };
     char command[8192];
     int fd = open_log(log);
@@ -267,7 +268,7 @@ void broker_remote_stop(broker *b, member *m)
 {
     remote_device rd;
     char said[700];
-    if (strcmp(m->m.role, "device") != 0 || host_of(b, m, m->m.bundle_device, &rd))
+    if (!m->m.bundle_device[0] || host_of(b, m, m->m.bundle_device, &rd))
         return;
     int status = remote_stop_device(&b->hosts, &rd, m->m.bundle_device, said, sizeof said);
     say(b, "stopped", m->m.device, "%s on host %s: %s", m->m.device, rd.host, status == 0 ? said : "ssh failed");
