@@ -11,6 +11,8 @@
  */
 #include "bundle.h"
 
+#include "comm/seal.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +51,7 @@
 const bundle_toolchain *bundle_default_toolchain(void)
 {
     static const bundle_toolchain tc = { FUSION_CC, { FUSION_RT_MAIN_LIB, FUSION_RT_CUDA_LIB, FUSION_RT_CPU_LIB, NULL },
-                                         FUSION_LINK_FLAGS, 0 };
+                                         FUSION_LINK_FLAGS, 0, NULL };
     return &tc;
 }
 
@@ -330,6 +332,9 @@ typedef struct {
     uint64_t       build_id;         /* 0: the graph's own */
 } device_job;
 
+/* This compile's run secret (write_set makes it; write_device copies it). */
+static uint8_t secret_of_run[FU_SECRET_BYTES];
+
 static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t stage, int32_t replica,
                         const device_job *job, struct diag *err)
 {
@@ -372,6 +377,10 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
         unlink(tmp);
     if (rc == 0)
         rc = write_manifest_text(g, dev, stage, arena, manifest, err);
+    char key_path[4200], why[4600];   /* the run secret beside the program, mode 0600 */
+    snprintf(key_path, sizeof key_path, "%s/run.key", dir);
+    if (rc == 0 && fu_secret_write(key_path, secret_of_run, why, sizeof why))
+        rc = diag_set(err, key_path, 0, "%s", why);
     return rc;
 }
 
@@ -396,6 +405,13 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
             return -1;
     if (make_dir(out_dir, err))
         return -1;
+    /* The run secret: new, or the running run's (a re-plan); never printed. */
+    char why[4600], key_path[4200];
+    snprintf(key_path, sizeof key_path, "%s/run.key", out_dir);
+    if (tc->run_key ? fu_secret_load(tc->run_key, secret_of_run, why, sizeof why) : (fu_secret_new(secret_of_run), 0))
+        return diag_set(err, tc->run_key, 0, "%s", why);
+    if (fu_secret_write(key_path, secret_of_run, why, sizeof why))
+        return diag_set(err, key_path, 0, "%s", why);
     rt_peer *peers = calloc((size_t)c->n_devices + 1, sizeof *peers);
     rt_link *links = NULL;
     int32_t n_links = 0;

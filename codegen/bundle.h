@@ -15,6 +15,9 @@ typedef struct {
     const char *link_flags;      /* e.g. "-lopenblas -fopenmp -lm"            */
     int         cublas_system;   /* 1: a CUDA device's bundle leaves cuBLAS to the host
                                     (--cublas system); 0: it carries it in lib/ */
+    const char *run_key;         /* the run secret's file to use (--run-key: a re-plan of a running
+                                    run); NULL: a new secret.  Either way OUT/run.key and every
+                                    bundle's run.key, mode 0600 (runtime/comm/seal.h) */
 } bundle_toolchain;
 
 /* The toolchain fusion was built with (paths fixed at build time). */

@@ -59,6 +59,7 @@
 #include "comm/comm.h"
 #include "comm/diloco.h"
 #include "comm/overlap.h"
+#include "comm/seal.h"
 #include "broker_client.h"
 #include "checkpoint.h"
 #include "device_program.h"
@@ -156,6 +157,8 @@ static const char usage[] =
     "  --broker URL        report to the run's broker (fusionc broker: tcp://HOST:PORT): register, steps,\n"
     "                      heartbeats; --save-every K then writes DIR/step-N/, one part a device\n"
     "  --epoch E           the run's epoch (the broker's): peers and the broker refuse another\n"
+    "  --key FILE          the run secret (default: run.key beside this program; mode 0600): every\n"
+    "                      link and the broker are sealed with it, and no program starts without it\n"
     "  --standby NAME      with --broker: wait as the cluster's standby NAME until the broker needs\n"
     "                      it no more (a standby host's agent: the broker then starts a program here)\n"
     "  --inject-crash-in-save DEVICE:K  in epoch 1, DEVICE dies (SIGKILL) half-way through writing\n"
@@ -165,7 +168,7 @@ static const char usage[] =
 typedef struct {
     const char *data[64];
     int         n_data;
-    const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby;
+    const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby, *key;
     int64_t     steps, save_every;
     double      loss_scale;
     st_dtype    save_dtype;
@@ -244,6 +247,8 @@ static int parse_args(int argc, char **argv, run_options *o)
             o->broker = v;
         else if (strcmp(a, "--standby") == 0)
             o->standby = v;
+        else if (strcmp(a, "--key") == 0)
+            o->key = v;
         else if (strcmp(a, "--inject-crash-in-save") == 0 && strchr(v, ':'))
             o->crash_in_save = v;
         else if (strcmp(a, "--epoch") == 0 && (o->comm.epoch = strtoll(v, &end, 10)) >= 0 && *end == '\0')
@@ -801,6 +806,23 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     return rc;
 }
 
+/* The run secret (comm/seal.h): --key FILE, else run.key beside this program. */
+static int load_secret(const run_options *o, uint8_t secret[FU_SECRET_BYTES], const char *device)
+{
+    char path[4200], why[4600], exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[len > 0 ? len : 0] = '\0';
+    if (strrchr(exe, '/'))
+        *strrchr(exe, '/') = '\0';
+    snprintf(path, sizeof path, "%s", o->key ? o->key : exe);
+    if (!o->key)
+        snprintf(path, sizeof path, "%s/run.key", exe);
+    if (fu_secret_load(path, secret, why, sizeof why) == 0)
+        return 0;
+    return fail("%s: %s (every link and the broker are sealed with the run's secret, which the compile writes "
+                "beside the program and fusionc deploy copies, mode 0600): refusing to start", device, why);
+}
+
 int main(int argc, char **argv)
 {
     /* libgomp reads its wait policy only at start: idle OpenMP threads must
@@ -856,6 +878,11 @@ int main(int argc, char **argv)
             if (p.tensors[i].role == ROLE_INPUT)
                 rc = fail("the data loader feeds only two i32 inputs of shape (B,T) (tokens, targets); '%s' needs "
                           "--inputs FILE", p.tensors[i].name);
+    }
+    uint8_t secret[FU_SECRET_BYTES];
+    if (rc == 0 && (p.manifest.n_links > 0 || o.broker)) {
+        rc = load_secret(&o, secret, p.manifest.device);
+        o.comm.secret = secret;
     }
     rt_broker *broker = NULL;
     if (rc == 0 && o.broker && rt_broker_open(&broker, o.broker, p.manifest.device, o.comm.epoch, why, sizeof why))

@@ -13,6 +13,8 @@ packages=(
   clang libclang-rt-14-dev libomp-14-dev   # the sanitizer build, the fuzz target (libFuzzer), OpenMP
   libnanomsg-dev                     # device-to-device transport
   libsqlite3-dev                     # the broker's state (fusionc broker), kept across restarts
+  libsodium-dev                      # run secrets, the link handshake and sealed frames
+  tcpdump                            # the test that no plaintext crosses a sealed link
   libopenblas-dev                    # CPU matrix products
   graphviz                           # rendering `fusionc dump --format dot` in tests
   python3-torch                      # independent reference in tests and benchmarks

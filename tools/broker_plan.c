@@ -107,6 +107,10 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
         argv[n++] = "--with", argv[n++] = b->joined[k];
     if (also_with)
         argv[n++] = "--with", argv[n++] = (char *)also_with;
+    char key[4300];   /* the run's secret: the broker and every epoch's devices share it */
+    snprintf(key, sizeof key, "%s/run.key", b->out);
+    argv[n++] = "--run-key";
+    argv[n++] = key;
     argv[n++] = "-o";
     argv[n++] = (char *)dir;
     const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;

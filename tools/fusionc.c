@@ -142,6 +142,8 @@ static const char *const usage_compile =
     "  --set name=value   override a hyper-parameter (repeatable); `batch` is the global batch\n"
     PLACEMENT_OPTIONS
     "  --port-base P      link i of the program listens on port P + i (default 29500)\n"
+    "  --run-key FILE     the run secret to put in the bundles (default: a new one, OUT/run.key,\n"
+    "                     mode 0600; every link and the broker are sealed with it)\n"
     "  --cublas C         bundle (default: a CUDA device's bundle carries cuBLAS, libcublas and\n"
     "                     libcublasLt from $CUDA_HOME/lib64, hard-linked where possible) or system\n"
     "                     (left out: the hosts that run it have the CUDA toolkit's cuBLAS)\n"
@@ -663,6 +665,7 @@ static int cmd_compile(int argc, char **argv)
     placed_model m;
     bundle_toolchain tc = *bundle_default_toolchain();
     tc.cublas_system = o.cublas && strcmp(o.cublas, "system") == 0;
+    tc.run_key = o.run_key;
     cluster whole;
     diloco_plan dp;
     if (diloco_applies(&o, 0, &whole, &dp, &rc, &err)) {

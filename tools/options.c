@@ -44,7 +44,7 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                           strcmp(a, "--local-steps") == 0 || strcmp(a, "--outer-lr") == 0 ||
                           strcmp(a, "--outer-momentum") == 0 || strcmp(a, "--outer-codec") == 0 ||
                           strcmp(a, "--outer-delay") == 0 || strcmp(a, "--site-batch") == 0 ||
-                          strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0;
+                          strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0 || strcmp(a, "--run-key") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -179,6 +179,8 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
             if (strcmp(value, "int8") && strcmp(value, "int4") && strcmp(value, "f32"))
                 return usage_error(usage, "--outer-codec expects int8, int4 or f32, found '%s'", value);
             o->outer_bits = value[3] == '8' ? 8 : value[3] == '4' ? 4 : 0;
+        } else if (strcmp(a, "--run-key") == 0) {
+            o->run_key = value;
         } else if (strcmp(a, "--cublas") == 0) {
             if (strcmp(value, "bundle") && strcmp(value, "system"))
                 return usage_error(usage, "--cublas expects bundle or system, found '%s'", value);

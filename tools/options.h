@@ -26,6 +26,7 @@ typedef struct {
     const char   *compress;     /* --compress none|topk:RHO|adatopk             */
     const char   *recompute;    /* --recompute auto|on|off                      */
     const char   *cublas;       /* --cublas bundle|system (compile)             */
+    const char   *run_key;      /* --run-key FILE: this run secret, not a new one (compile) */
     int           replicas;     /* --replicas R (0: the scheduler's choice)     */
     int           steps;        /* --steps N (simulate; 0: 3)                   */
     long long     seed;         /* --seed N (--scheduler random; 0: 1)          */

@@ -84,7 +84,8 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
     }
     fu_hub_options ho = { .self_name = m->device, .build_id = m->build_id, .epoch = o ? o->epoch : 0,
                           .timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 10000,
-                          .connect_timeout_ms = o && o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000 };
+                          .connect_timeout_ms = o && o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000,
+                          .secret = o ? o->secret : NULL };
     c->hub = count > 0 ? fu_hub_open(specs, count, &ho, err, n) : NULL;
     free(specs);
     if (count > 0 && !c->hub) {

@@ -37,6 +37,7 @@ typedef struct {
     const char *peer_name[RT_COMM_MAX_OVERRIDES];  /* --peer NAME=ADDRESS: a device moved or replaced */
     const char *peer_address[RT_COMM_MAX_OVERRIDES];
     int         n_overrides;
+    const uint8_t *secret;            /* the run secret: every link sealed (seal.h); NULL: plain      */
 } rt_comm_options;
 
 /* AdaTopK, one compressed send op (a density > 0) of this device: the

@@ -45,6 +45,7 @@ typedef struct {
     int              started;
     int              wake[2];      /* pipe: anyone → this link's I/O thread */
     fu_link         *link;         /* the I/O thread's; closed by fu_hub_close */
+    fu_link_auth     auth;         /* the sealed handshake's (hub->opt.secret set) */
     /* Under hub->mu: */
     hub_msg *out_head, *out_tail;  /* not yet acked, in order; the head may be on the wire */
     uint64_t out_bytes;
@@ -406,8 +407,10 @@ static void *link_main(void *arg) {
     hub_link *k = arg;
     fu_hub *h = k->hub;
     char err[300];
-    fu_link *l = fu_link_open(k->spec.url, k->spec.listen, k->spec.name, h->opt.connect_timeout_ms, k->wake[0],
-                              err, sizeof err);
+    k->auth = (fu_link_auth){.secret = h->opt.secret, .self = h->self, .build_id = h->opt.build_id,
+                             .epoch = h->opt.epoch};
+    fu_link *l = fu_link_open_sealed(k->spec.url, k->spec.listen, k->spec.name, h->opt.connect_timeout_ms,
+                                     k->wake[0], h->opt.secret ? &k->auth : NULL, err, sizeof err);
     if (!l) {
         int e = errno;
         if (e == ETIMEDOUT)

@@ -125,6 +125,8 @@ typedef struct {
     int         connect_timeout_ms; /* how long to wait for every peer at open; 0 = 60000        */
     int         stall_timeout_ms;   /* longest wait on a live peer (recv, flush, a full outbox);
                                        0 = 600000                                                 */
+    const uint8_t *secret;          /* the run secret (FU_SECRET_BYTES, seal.h): every link sealed;
+                                       NULL: plain links (tests and benchmarks of the wire only)  */
 } fu_hub_options;
 
 /* Connects every link and exchanges hellos; NULL and err on failure (the

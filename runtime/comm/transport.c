@@ -36,6 +36,7 @@
  *    socket and the copy.
  */
 #include "comm/transport.h"
+#include "comm/seal.h"
 #include "comm/wire_util.h"
 
 #include <errno.h>
@@ -52,6 +53,7 @@
 #include <nanomsg/nn.h>
 #include <nanomsg/pair.h>
 #include <nanomsg/tcp.h>
+#include <sodium.h>
 #include <xxhash.h>
 
 /* Copying and checksumming go block by block, so the checksum reads bytes
@@ -81,6 +83,17 @@ enum { OUT_IDLE, OUT_SENDING, OUT_WAIT_ACK };
 
 struct fu_link {
     int      sock, rcvfd, sndfd;
+    /* Sealing (seal.h), when opened with a run secret: frames are sealed
+     * from the confirmation on, each as it is handed to the socket (the
+     * counter is the order on the wire); sealed_slot is a frame sealed but
+     * not yet taken by the socket, which must go next. */
+    const fu_link_auth *auth;
+    fu_seal  seal;
+    int      sealed;
+    void   **sealed_slot;
+    char     url[256];
+    uint64_t dropped;             /* frames refused (did not open): the link closes at the first */
+    char     broken[240];         /* why it closed: every later call fails with it */
     int      timeout_ms;
     uint64_t next_seq;            /* seq of the next message we send; starts at 1 */
     char     peer[64];
@@ -197,14 +210,18 @@ static uint64_t copy_and_hash(XXH3_state_t *st, uint8_t *dst, const uint8_t *src
 
 /* One frame as a nanomsg buffer, its payload copied from payload + the
  * frame's offset; NULL when out of memory. */
-static void *build_frame(XXH3_state_t *st, const wire_header *w, const uint8_t *payload) {
+static void *build_frame(fu_link *l, const wire_header *w, const uint8_t *payload) {
     size_t k = frame_bytes(w->info.length, w->frame);
-    uint8_t *m = nn_allocmsg(FU_WIRE_HEADER + k, 0);
-    if (!m) return NULL;
+    /* A sealed link's frame has room for the counter and the tag around it
+     * (the handshake's hello, built before the keys, goes plain). */
+    size_t pre = l->sealed ? FU_SEAL_PREFIX : 0, post = l->sealed ? FU_SEAL_TAG : 0;
+    uint8_t *buf = nn_allocmsg(pre + FU_WIRE_HEADER + k + post, 0);
+    if (!buf) return NULL;
+    uint8_t *m = buf + pre;
     uint64_t seed = put_header(m, w);
     const uint8_t *src = payload ? payload + (uint64_t)w->frame * FU_WIRE_FRAME : NULL;
-    put64(m + OFF_CHECKSUM, copy_and_hash(st, m + FU_WIRE_HEADER, src, k, seed));
-    return m;
+    put64(m + OFF_CHECKSUM, copy_and_hash(l->hash, m + FU_WIRE_HEADER, src, k, seed));
+    return buf;
 }
 
 void *fu_link_encode(const fu_msg_info *info, const void *payload, uint64_t seq, size_t *len) {
@@ -319,7 +336,7 @@ static void queue_control(fu_link *l, void *msg) {
 static void queue_ack(fu_link *l, const fu_msg_info *of, uint64_t seq) {
     wire_header w = {.info = {.kind = MSG_ACK, .step = of->step, .micro_batch = of->micro_batch,
                               .tensor = of->tensor}, .seq = seq};
-    void *m = build_frame(l->hash, &w, NULL);
+    void *m = build_frame(l, &w, NULL);
     if (m) queue_control(l, m);   /* a lost ack shows as the sender's timeout */
 }
 
@@ -381,13 +398,14 @@ static void on_ack(fu_link *l, uint64_t seq) {
     /* else stale: its send already gave up */
 }
 
-/* One frame from the socket (nanomsg buffer m, len bytes; freed here). */
-static void on_frame(fu_link *l, uint8_t *m, size_t len) {
+/* One frame from the socket: m, len plain bytes inside nanomsg buffer raw
+ * (freed here; the same pointer on a link that is not sealed). */
+static void on_frame(fu_link *l, void *raw, uint8_t *m, size_t len) {
     l->last_heard_ms = now_ms();
     wire_header w;
     char why[200];
     if (decode(l, m, len, &w, why, sizeof why) != 0) {
-        nn_freemsg(m);
+        nn_freemsg(raw);
         drop_incoming(l);
         enqueue_error(l, why);
         return;
@@ -400,7 +418,7 @@ static void on_frame(fu_link *l, uint8_t *m, size_t len) {
     if (w.frame > 0) {   /* the next frame of the message being assembled */
         if (!l->in.active || w.seq != l->in.seq || w.frame != l->in.next_frame ||
             info->length != l->in.info.length) {
-            nn_freemsg(m);
+            nn_freemsg(raw);
             if (w.seq == l->in.skip_seq) return;   /* the rest of a message already reported */
             drop_incoming(l);
             l->in.skip_seq = w.seq;
@@ -411,7 +429,7 @@ static void on_frame(fu_link *l, uint8_t *m, size_t len) {
         }
         uint8_t *to = l->in.data + (uint64_t)w.frame * FU_WIRE_FRAME;
         uint64_t sum = copy_and_hash(l->hash, to, body, k, seed);
-        nn_freemsg(m);
+        nn_freemsg(raw);
         if (sum != want) {
             drop_incoming(l);
             fail(why, sizeof why, "message from %s: checksum mismatch (step %" PRId64 ", tensor %" PRId32
@@ -422,7 +440,7 @@ static void on_frame(fu_link *l, uint8_t *m, size_t len) {
     } else {
         /* A first frame: verified before anything is allocated for it. */
         if (XXH3_64bits_withSeed(body, k, seed) != want) {
-            nn_freemsg(m);
+            nn_freemsg(raw);
             drop_incoming(l);
             fail(why, sizeof why, "message from %s: checksum mismatch (step %" PRId64 ", tensor %" PRId32
                  "): dropped", l->peer, info->step, info->tensor);
@@ -430,7 +448,7 @@ static void on_frame(fu_link *l, uint8_t *m, size_t len) {
             return;
         }
         if (!known_kind(info->kind)) {
-            nn_freemsg(m);
+            nn_freemsg(raw);
             drop_incoming(l);
             fail(why, sizeof why, "message from %s: unknown kind %" PRIu32 " (step %" PRId64 ", tensor %"
                  PRId32 "): dropped", l->peer, info->kind, info->step, info->tensor);
@@ -448,7 +466,7 @@ static void on_frame(fu_link *l, uint8_t *m, size_t len) {
                     queue_ack(l, info, w.seq);
                 }
             }
-            nn_freemsg(m);
+            nn_freemsg(raw);
             return;
         }
         if (l->in.active) {
@@ -476,7 +494,7 @@ static void on_frame(fu_link *l, uint8_t *m, size_t len) {
         if (!l->in.data && info->length > 0) {
             l->in.data = malloc((size_t)info->length);
             if (!l->in.data) {
-                nn_freemsg(m);
+                nn_freemsg(raw);
                 l->in.active = 0;
                 l->in.skip_seq = w.seq;
                 fail(why, sizeof why, "message from %s: cannot allocate %" PRIu64 " bytes (step %" PRId64
@@ -486,12 +504,13 @@ static void on_frame(fu_link *l, uint8_t *m, size_t len) {
             }
         }
         if (k) memcpy(l->in.data, body, k);
-        nn_freemsg(m);
+        nn_freemsg(raw);
     }
     if (++l->in.next_frame < l->in.frames) return;
     /* Complete: verified bytes are delivered bytes. */
     l->in.active = 0;
-    queue_ack(l, &l->in.info, l->in.seq);
+    if (!(l->auth && l->in.info.kind == MSG_HANDSHAKE))   /* a sealed link's hellos go unacked */
+        queue_ack(l, &l->in.info, l->in.seq);
     if (!enqueue(l, &l->in.info, l->in.data, l->in.deliver_ns) && !l->in.data_is_dst) free(l->in.data);
     l->in.data = NULL;
 }
@@ -505,12 +524,13 @@ static int has_output(const fu_link *l) { return l->ctl_head || l->out.state == 
 static int send_some(fu_link *l, char *err, size_t n) {
     for (;;) {
         void **msg;
-        if (l->ctl_head) msg = &l->ctl_head->msg;
+        if (l->sealed_slot) msg = l->sealed_slot;   /* sealed already: its counter is next on the wire */
+        else if (l->ctl_head) msg = &l->ctl_head->msg;
         else if (l->out.state == OUT_SENDING) {
             if (!l->out.ready) {
                 wire_header w = {.info = l->out.info, .seq = l->out.seq, .deliver_ns = l->out.deliver_ns,
                                  .frame = l->out.next_frame};
-                l->out.ready = build_frame(l->hash, &w, l->out.payload);
+                l->out.ready = build_frame(l, &w, l->out.payload);
                 if (!l->out.ready) {
                     fail(err, n, "send to %s: cannot allocate a %u-byte frame", l->peer, FU_WIRE_FRAME);
                     return -1;
@@ -518,6 +538,11 @@ static int send_some(fu_link *l, char *err, size_t n) {
             }
             msg = &l->out.ready;
         } else return 0;
+        if (l->sealed && !l->sealed_slot) {
+            const uint8_t *h = (const uint8_t *)*msg + FU_SEAL_PREFIX;   /* the plain header */
+            fu_seal_frame(&l->seal, *msg, FU_WIRE_HEADER + frame_bytes(get64(h + OFF_LENGTH), get32(h + OFF_FRAME)));
+            l->sealed_slot = msg;
+        }
         if (nn_send(l->sock, msg, NN_MSG, NN_DONTWAIT) < 0) {
             int e = nn_errno();
             if (e == EINTR) continue;
@@ -525,6 +550,7 @@ static int send_some(fu_link *l, char *err, size_t n) {
             fail(err, n, "send to %s: %s", l->peer, nn_strerror(e));
             return -1;
         }
+        l->sealed_slot = NULL;
         if (msg == &l->out.ready) {
             l->out.ready = NULL;
             if (++l->out.next_frame == l->out.frames) l->out.state = OUT_WAIT_ACK;
@@ -554,7 +580,21 @@ static int recv_some(fu_link *l, char *err, size_t n) {
             fail(err, n, "receiving from %s: %s", l->peer, nn_strerror(e));
             return -1;
         }
-        on_frame(l, m, (size_t)rc);
+        uint8_t *plain = m;
+        size_t plain_len = (size_t)rc;
+        char why[200];
+        if (l->sealed && fu_open_frame(&l->seal, m, (size_t)rc, &plain, &plain_len, why, sizeof why) != 0) {
+            /* Nothing of it is used, and the link is closed: a peer that
+             * cannot seal is no peer of this run. */
+            nn_freemsg(m);
+            l->dropped++;
+            fail(err, n, "link with %s (%s): dropped a %d-byte frame: %s; the link is closed", l->peer, l->url, rc,
+                 why);
+            fprintf(stderr, "fusion: %s (%" PRIu64 " dropped)\n", err, l->dropped);
+            snprintf(l->broken, sizeof l->broken, "%s", err);
+            return -1;
+        }
+        on_frame(l, m, plain, plain_len);
         if (has_output(l) && send_some(l, err, n) != 0) return -1;   /* acks go out at once */
     }
     return 0;
@@ -565,6 +605,7 @@ static int recv_some(fu_link *l, char *err, size_t n) {
 static int pump(fu_link *l, int64_t deadline, int wake_fd, char *err, size_t n) {
     unsigned seen = l->happened;
     for (;;) {
+        if (l->broken[0]) { fail(err, n, "%s", l->broken); return -1; }
         if (send_some(l, err, n) != 0 || recv_some(l, err, n) != 0) return -1;
         if (l->happened != seen) return 1;
         int64_t left = deadline - now_ms();
@@ -709,7 +750,7 @@ int fu_link_post_control(fu_link *l, const fu_msg_info *info, const void *payloa
         return -1;
     }
     wire_header w = {.info = *info, .seq = l->next_seq++};
-    void *m = build_frame(l->hash, &w, payload);
+    void *m = build_frame(l, &w, payload);
     if (!m) { fail(err, n, "send to %s: out of memory", l->peer); return -1; }
     queue_control(l, m);
     if (acked) l->control_waiting[l->n_control_waiting++] = w.seq;
@@ -821,6 +862,10 @@ static void reset_link(fu_link *l) {
     l->n_acked = l->n_control_waiting = 0;
     if (l->sock >= 0) nn_close(l->sock);
     l->sock = -1;
+    l->sealed = 0;
+    l->sealed_slot = NULL;
+    l->broken[0] = '\0';
+    memset(&l->seal, 0, sizeof l->seal);
 }
 
 /* A fresh NN_PAIR socket, bound to or connecting to url; 0, or -1 with err
@@ -837,7 +882,14 @@ static int open_socket(fu_link *l, const char *url, int listen, char *err, size_
     /* Socket buffers above nanomsg's 128 KiB default, for big tensors; the
      * effect is not measured apart yet (bench/bench_transport.c). */
     int buf = 4 << 20;
-    nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &unlimited, sizeof unlimited);
+    /* A sealed link bounds what one message may claim to be (a frame and its
+     * seal): a huge length prefix from a stranger closes that connection
+     * instead of allocating what it says. */
+    int frame_max = FU_WIRE_FRAME + FU_WIRE_HEADER + FU_SEAL_OVERHEAD;
+    if (l->auth)
+        nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &frame_max, sizeof frame_max);
+    else
+        nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &unlimited, sizeof unlimited);
     nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RECONNECT_IVL, &reconnect_ms, sizeof reconnect_ms);
     nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_SNDBUF, &buf, sizeof buf);
     nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVBUF, &buf, sizeof buf);
@@ -864,13 +916,103 @@ static int open_socket(fu_link *l, const char *url, int listen, char *err, size_
     return 0;
 }
 
+/* The next hello (MSG_HANDSHAKE) of a sealed handshake, taken off the
+ * queue; NULL with *rc: 2 refused (why: a frame that does not open, an
+ * error, or, listening, a connection silent for HS_SILENT_MS), -1 the
+ * deadline or cancel_fd (errno). */
+#define HS_SILENT_MS 5000
+static pending *next_hello(fu_link *l, int listen, int64_t deadline, int cancel_fd, int *rc, char *why, size_t n) {
+    int64_t connected_since = 0;
+    for (;;) {
+        for (pending *p = l->head, *prev = NULL; p; prev = p, p = p->next) {
+            if (p->is_error) { snprintf(why, n, "%s", p->error); *rc = 2; return NULL; }
+            if (p->info.kind != MSG_HANDSHAKE) continue;
+            if (prev) prev->next = p->next; else l->head = p->next;
+            if (l->tail == p) l->tail = prev;
+            return p;
+        }
+        int64_t limit = deadline;
+        if (listen) {   /* a stranger that connects and says nothing must not hold the port */
+            if (nn_get_statistic(l->sock, NN_STAT_CURRENT_CONNECTIONS) > 0) {
+                if (!connected_since) connected_since = now_ms();
+                if (now_ms() - connected_since >= HS_SILENT_MS) {
+                    snprintf(why, n, "a connection sent no handshake within %d ms", HS_SILENT_MS);
+                    *rc = 2;
+                    return NULL;
+                }
+            } else connected_since = 0;
+            if (limit > now_ms() + 200) limit = now_ms() + 200;
+        }
+        int r = pump(l, limit, cancel_fd, why, n);
+        if (r > 0) continue;
+        if (r < 0) { *rc = 2; return NULL; }
+        int64_t t = now_ms();
+        if (t >= deadline) { errno = ETIMEDOUT; *rc = -1; snprintf(why, n, "no handshake within the time allowed"); return NULL; }
+        if (t < limit) { errno = ECANCELED; *rc = -1; snprintf(why, n, "cancelled"); return NULL; }
+    }
+}
+
+/* A sealed handshake on l's socket (seal.h): 0 sealed and confirmed; 1 a
+ * TCP self-connect; 2 refused (why); -1 timed out or cancelled (errno). */
+static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel_fd, char *why, size_t n) {
+    fu_hs hs;
+    fu_hs_start(&hs, l->auth, l->peer);
+    wire_header w = {.info = {.kind = MSG_HANDSHAKE, .length = FU_HS_BYTES}, .seq = l->next_seq++};
+    void *m = build_frame(l, &w, hs.hello);   /* plain: no keys yet */
+    if (!m) { snprintf(why, n, "out of memory"); return 2; }
+    queue_control(l, m);
+    int rc = 2;
+    pending *p = next_hello(l, listen, deadline, cancel_fd, &rc, why, n);
+    if (!p) { sodium_memzero(hs.sk, sizeof hs.sk); return rc; }
+    if (fu_hs_is_own(&hs, p->data, (size_t)p->info.length)) { free_pending(l, p); return 1; }
+    /* Our hello must be on the wire before anything sealed follows it. */
+    while (l->ctl_head && pump(l, deadline, cancel_fd, why, n) > 0) {}
+    uint8_t transcript[32];
+    fu_seal keys;
+    int ok = fu_hs_finish(&hs, l->auth, l->peer, p->data, (size_t)p->info.length, listen, &keys, transcript,
+                          why, n) == 0;
+    free_pending(l, p);
+    if (!ok || l->ctl_head) { if (ok) snprintf(why, n, "the hello could not be sent"); return 2; }
+    l->seal = keys;
+    l->sealed = 1;
+    sodium_memzero(&keys, sizeof keys);
+    /* The confirmation: the transcript, sealed; the peer's opens only under
+     * the same secret and the same two hellos. */
+    w = (wire_header){.info = {.kind = MSG_HANDSHAKE, .length = sizeof transcript}, .seq = l->next_seq++};
+    if (!(m = build_frame(l, &w, transcript))) { snprintf(why, n, "out of memory"); return 2; }
+    queue_control(l, m);
+    if (!(p = next_hello(l, listen, deadline, cancel_fd, &rc, why, n))) {
+        if (rc == 2 && strstr(why, "does not authenticate"))
+            snprintf(why, n, "the peer does not hold this run's secret (its confirmation does not open)");
+        return rc;
+    }
+    ok = p->info.length == sizeof transcript && memcmp(p->data, transcript, sizeof transcript) == 0;
+    free_pending(l, p);
+    if (!ok) { snprintf(why, n, "the peer's confirmation does not match the handshake"); return 2; }
+    flush_control(l, deadline);
+    return 0;
+}
+
 fu_link *fu_link_open(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
                       char *err, size_t n) {
+    return fu_link_open_sealed(url, listen, peer_name, timeout_ms, cancel_fd, NULL, err, n);
+}
+
+fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
+                             const fu_link_auth *auth, char *err, size_t n) {
     static pthread_once_t tuned = PTHREAD_ONCE_INIT;
     pthread_once(&tuned, tune_malloc);
     fu_link *l = calloc(1, sizeof *l);
     if (!l) { fail(err, n, "link to %s: out of memory", peer_name); errno = ENOMEM; return NULL; }
     snprintf(l->peer, sizeof l->peer, "%s", peer_name);
+    snprintf(l->url, sizeof l->url, "%s", url);
+    l->auth = auth;
+    if (auth && fu_seal_init() != 0) {
+        fail(err, n, "link to %s: libsodium did not start", peer_name);
+        free(l);
+        errno = EIO;
+        return NULL;
+    }
     l->sock = -1;
     l->timeout_ms = timeout_ms;
     l->next_seq = 1;
@@ -894,10 +1036,30 @@ fu_link *fu_link_open(const char *url, int listen, const char *peer_name, int ti
     uint8_t nonce[8];
     put64(nonce, XXH3_64bits(seeds, sizeof seeds));
     int64_t deadline = now_ms() + timeout_ms;
-    char why[200];
+    char why[200], refused[240] = "";
     for (;;) {
         if (open_socket(l, url, listen, err, n) != 0) {
             int e = errno;
+            fu_link_close(l);
+            errno = e;
+            return NULL;
+        }
+        if (auth) {
+            int rc = sealed_handshake(l, listen, deadline, cancel_fd, why, sizeof why);
+            if (rc == 0) return l;
+            if (rc == 2 && listen) {   /* a stranger, or a wrong peer: refused; the port stays open for the right one */
+                fprintf(stderr, "fusion: link with %s on %s: refused a connection: %s\n", l->peer, url, why);
+                snprintf(refused, sizeof refused, "%s", why);
+            }
+            if (rc == 1 || (rc == 2 && listen)) { reset_link(l); continue; }
+            int e = rc == 2 ? EPROTO : errno;
+            if (rc == -1 && refused[0] && e == ETIMEDOUT) {
+                fail(err, n, "handshake with %s at %s: no peer completed it within %d ms; the last one was refused: "
+                     "%s", l->peer, url, timeout_ms, refused);
+                e = EPROTO;
+            } else {
+                fail(err, n, "handshake with %s at %s: %s%s", l->peer, url, why, rc == 2 ? ": refused" : "");
+            }
             fu_link_close(l);
             errno = e;
             return NULL;

@@ -90,6 +90,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/seal.h"
+
 #define FU_WIRE_MAGIC    0x4E535546u   /* "FUSN" read as little-endian bytes */
 #define FU_WIRE_VERSION  2
 #define FU_WIRE_HEADER   64            /* bytes before a frame's payload */
@@ -131,6 +133,18 @@ fu_link *fu_link_connect(const char *url, const char *peer_name, int timeout_ms,
  * readable.  On failure errno tells timeouts (ETIMEDOUT) from the rest. */
 fu_link *fu_link_open(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
                       char *err, size_t n);
+
+/* fu_link_open with a sealed handshake (comm/seal.h) when auth is not NULL:
+ * both ends prove they hold the run secret and agree on the build id,
+ * both names and the epoch, and every frame after it is sealed (AEAD
+ * under per-connection keys, counter nonces).  A frame that does not open
+ * is dropped, counted, logged (stderr) and closes the link: every later
+ * call fails with that reason.  Listening, a connection that is refused
+ * (or sends no handshake within 5 s) is dropped and the port listens on
+ * for the right peer until timeout_ms; connecting, a refusal fails at
+ * once (errno EPROTO).  auth must outlive the link. */
+fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
+                             const fu_link_auth *auth, char *err, size_t n);
 
 /* Send info + payload (info->length bytes) and wait for the ack. */
 int fu_link_send(fu_link *l, const fu_msg_info *info, const void *payload, char *err, size_t n);
