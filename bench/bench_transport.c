@@ -11,11 +11,16 @@
  * timed at the sender from the start of the send to the ack; the three ways
  * take turns within every rep (tcp, fu_link, nanomsg, tcp, ...), so the
  * ratio compares transfers made within a second of each other.  Target
- * (many-devices issue): fu_link / raw TCP >= 0.8.
+ * (many-devices issue): fu_link / raw TCP >= 0.8.  A fourth way is a
+ * sealed fu_link (comm/seal.h: the handshake, then every frame under
+ * AES-256-GCM or XChaCha20-Poly1305), against the plain one: the cost of
+ * sealing (sealed-links issue: >= 0.8).
  *
  *     bench_transport [MiB]        default 64
  */
 #include "comm/transport.h"
+
+#include <sodium.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -61,9 +66,14 @@ static int free_port(int start) {
 
 /* ---- fu_link ----------------------------------------------------------- */
 
-static int fu_receiver(const char *url, float *buf, size_t bytes) {
+/* Both ends of the sealed link: the same secret, build id and epoch. */
+static const uint8_t bench_secret[FU_SECRET_BYTES] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+static const fu_link_auth sender_auth = { bench_secret, "sender", 42, 1 };
+static const fu_link_auth receiver_auth = { bench_secret, "receiver", 42, 1 };
+
+static int fu_receiver(const char *url, float *buf, size_t bytes, int sealed) {
     char err[256];
-    fu_link *l = fu_link_listen(url, "sender", 10000, err, sizeof err);
+    fu_link *l = fu_link_open_sealed(url, 1, "sender", 10000, -1, sealed ? &receiver_auth : NULL, err, sizeof err);
     if (!l) { fprintf(stderr, "receiver: %s\n", err); return 1; }
     for (int r = 0; r < REPS + 1; r++) {
         fu_msg_info m;
@@ -177,7 +187,7 @@ static double tcp_transfer(int s, const float *buf, size_t bytes) {
 
 /* ---- driver ------------------------------------------------------------ */
 
-enum { FU, NN, TCP };
+enum { FU, NN, TCP, SEAL, WAYS };
 
 /* Forks the receiver, runs the sender here; median seconds, or -1. */
 int main(int argc, char **argv) {
@@ -192,47 +202,58 @@ int main(int argc, char **argv) {
      * each way, in turn, so that a slow or fast spell of the machine (a
      * shared VM) falls on all three alike. */
     int tcp_port = free_port(20000 + (int)(getpid() * 7919u % 38000u));
-    int fu_port = free_port(tcp_port + 1), nn_port = free_port(fu_port + 1);
-    char fu_url[64], nn_url[64];
+    int fu_port = free_port(tcp_port + 1), nn_port = free_port(fu_port + 1), seal_port = free_port(nn_port + 1);
+    char fu_url[64], nn_url[64], seal_url[64];
     snprintf(fu_url, sizeof fu_url, "tcp://127.0.0.1:%d", fu_port);
     snprintf(nn_url, sizeof nn_url, "tcp://127.0.0.1:%d", nn_port);
+    snprintf(seal_url, sizeof seal_url, "tcp://127.0.0.1:%d", seal_port);
     fflush(stdout);
-    pid_t pids[3];
-    for (int which = 0; which < 3; which++) {
+    pid_t pids[WAYS];
+    for (int which = 0; which < WAYS; which++) {
         pids[which] = fork();
         if (pids[which] == 0)
-            _exit(which == FU ? fu_receiver(fu_url, rx, bytes) : which == NN ? nn_receiver(nn_url, rx, bytes)
-                                                                              : tcp_receiver(tcp_port, rx, bytes));
+            _exit(which == FU     ? fu_receiver(fu_url, rx, bytes, 0)
+                  : which == SEAL ? fu_receiver(seal_url, rx, bytes, 1)
+                  : which == NN   ? nn_receiver(nn_url, rx, bytes)
+                                  : tcp_receiver(tcp_port, rx, bytes));
     }
     char err[256];
     int tcp_sock = tcp_connect(tcp_port), nn_sock = nn_open(nn_url, 0);
     fu_link *l = fu_link_connect(fu_url, "receiver", 10000, err, sizeof err);
     if (!l) fprintf(stderr, "sender: %s\n", err);
-    double t[3][REPS + 1];
-    int ok = tcp_sock >= 0 && nn_sock >= 0 && l;
+    fu_link *sl = fu_link_open_sealed(seal_url, 0, "receiver", 10000, -1, &sender_auth, err, sizeof err);
+    if (!sl) fprintf(stderr, "sealed sender: %s\n", err);
+    double t[WAYS][REPS + 1];
+    int ok = tcp_sock >= 0 && nn_sock >= 0 && l && sl;
     for (int r = 0; ok && r < REPS + 1; r++) {   /* rep 0 warms up */
         t[TCP][r] = tcp_transfer(tcp_sock, tx, bytes);
         t[FU][r] = fu_transfer(l, r, tx, bytes);
+        t[SEAL][r] = fu_transfer(sl, r, tx, bytes);
         t[NN][r] = nn_transfer(nn_sock, tx, bytes);
-        ok = t[TCP][r] > 0 && t[FU][r] > 0 && t[NN][r] > 0;
+        ok = t[TCP][r] > 0 && t[FU][r] > 0 && t[NN][r] > 0 && t[SEAL][r] > 0;
     }
     if (tcp_sock >= 0) close(tcp_sock);
     if (nn_sock >= 0) nn_close(nn_sock);
     fu_link_close(l);
-    for (int which = 0; which < 3; which++) {
+    fu_link_close(sl);
+    for (int which = 0; which < WAYS; which++) {
         int status;
         waitpid(pids[which], &status, 0);
         ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
     if (!ok) { fprintf(stderr, "bench_transport: a transfer failed\n"); return 1; }
     double tcp = median(t[TCP] + 1, REPS), fu = median(t[FU] + 1, REPS), nn = median(t[NN] + 1, REPS);
-    double gb_tcp = bytes / tcp / 1e9, gb_fu = bytes / fu / 1e9, gb_nn = bytes / nn / 1e9;
+    double sealed = median(t[SEAL] + 1, REPS);
+    double gb_tcp = bytes / tcp / 1e9, gb_fu = bytes / fu / 1e9, gb_nn = bytes / nn / 1e9, gb_seal = bytes / sealed / 1e9;
     char what[80];
     printf("%-44s %12s %-6s %-26s %s\n", "what", "value", "unit", "anchor", "ratio");
     snprintf(what, sizeof what, "raw tcp loopback %zu MiB, acked", mib);
     printf("%-44s %12.3f %-6s %-26s %s\n", what, gb_tcp, "GB/s", "-", "-");
     snprintf(what, sizeof what, "fu_link nanomsg tcp %zu MiB, %u KiB frames", mib, FU_WIRE_FRAME >> 10);
     printf("%-44s %12.3f %-6s %-26s %.3f\n", what, gb_fu, "GB/s", "raw tcp (target >= 0.8)", gb_fu / gb_tcp);
+    snprintf(what, sizeof what, "sealed fu_link %zu MiB (%s)", mib,
+             fu_seal_init() == 0 && crypto_aead_aes256gcm_is_available() ? "AES-256-GCM" : "XChaCha20-Poly1305");
+    printf("%-44s %12.3f %-6s %-26s %.3f\n", what, gb_seal, "GB/s", "plain fu_link (target >= 0.8)", gb_seal / gb_fu);
     snprintf(what, sizeof what, "  bare nanomsg, one %zu MiB NN_MSG, acked", mib);
     printf("%-44s %12.3f %-6s %-26s %.3f\n", what, gb_nn, "GB/s", "raw tcp", gb_nn / gb_tcp);
     free(tx);

@@ -1,6 +1,7 @@
 /* broker_client.c: a device program's line to the run's broker (broker_client.h). */
 #define _GNU_SOURCE
 #include "broker_client.h"
+#include "comm/seal.h"
 
 #include <errno.h>
 #include <nanomsg/nn.h>
@@ -25,6 +26,8 @@ typedef struct line {
 
 struct rt_broker {
     char            url[512], device[128];
+    uint8_t         secret[FU_SECRET_BYTES];   /* every request and reply sealed (rt_broker_seal) */
+    uint64_t        last_stamp;
     int64_t         epoch;
     int             sock;
     pthread_t       thread;
@@ -53,13 +56,48 @@ static void wait_ms(rt_broker *b, long ms)
     pthread_cond_timedwait(&b->cv, &b->mu, &until);
 }
 
+uint64_t rt_broker_stamp(uint64_t *last)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t us = (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+    *last = us > *last ? us : *last + 1;
+    return *last;
+}
+
+int rt_broker_exchange(int sock, const uint8_t *secret, uint64_t *last, const char *text, char *reply, size_t cap)
+{
+    char plain[LINE_MAX_BYTES + 32];
+    int len = snprintf(plain, sizeof plain, "%llu %s", (unsigned long long)rt_broker_stamp(last), text);
+    if (len < 0 || (size_t)len >= sizeof plain)
+        return -1;
+    uint8_t box[sizeof plain + FU_BOX_OVERHEAD], nonce[24];
+    fu_box_seal(secret, "broker request", NULL, 0, plain, (size_t)len, box, nonce);
+    if (nn_send(sock, box, (size_t)len + FU_BOX_OVERHEAD, 0) < 0)
+        return -1;
+    char *got = NULL;
+    int n = nn_recv(sock, &got, NN_MSG, 0);
+    if (n < 0)
+        return -1;
+    /* The reply binds the request's nonce: an old reply replayed does not open. */
+    int ok = n >= FU_BOX_OVERHEAD && (size_t)(n - FU_BOX_OVERHEAD) < cap &&
+             fu_box_open(secret, "broker reply", nonce, sizeof nonce, (const uint8_t *)got, (size_t)n, reply, NULL) == 0;
+    if (ok)
+        reply[n - FU_BOX_OVERHEAD] = '\0';
+    nn_freemsg(got);
+    return ok ? n - FU_BOX_OVERHEAD : -2;
+}
+
 /* One request and its answer: 1 ok, 0 refused (b->refused set), -1 no answer. */
 static int ask(rt_broker *b, const char *text)
 {
-    if (nn_send(b->sock, text, strlen(text), 0) < 0)
+    char reply[LINE_MAX_BYTES];
+    int n = rt_broker_exchange(b->sock, b->secret, &b->last_stamp, text, reply, sizeof reply);
+    if (n == -2) {
+        fprintf(stderr, "fusion: a reply from the broker at %s does not open (not of this run, or altered): "
+                "dropped\n", b->url);
         return -1;
-    char *reply = NULL;
-    int n = nn_recv(b->sock, &reply, NN_MSG, 0);
+    }
     if (n < 0)
         return -1;
     int rc = 1;
@@ -72,7 +110,6 @@ static int ask(rt_broker *b, const char *text)
         pthread_mutex_unlock(&b->mu);
         rc = 0;
     }
-    nn_freemsg(reply);
     return rc;
 }
 
@@ -129,7 +166,8 @@ static void *client_thread(void *arg)
     return NULL;
 }
 
-int rt_broker_open(rt_broker **out, const char *url, const char *device, int64_t epoch, char *err, size_t n)
+int rt_broker_open(rt_broker **out, const char *url, const char *device, int64_t epoch, const uint8_t *secret,
+                   char *err, size_t n)
 {
     *out = NULL;
     rt_broker *b = calloc(1, sizeof *b);
@@ -139,6 +177,7 @@ int rt_broker_open(rt_broker **out, const char *url, const char *device, int64_t
     }
     snprintf(b->url, sizeof b->url, "%s", url);
     snprintf(b->device, sizeof b->device, "%s", device);
+    memcpy(b->secret, secret, FU_SECRET_BYTES);
     b->epoch = epoch;
     int ms = ANSWER_MS;
     b->sock = nn_socket(AF_SP, NN_REQ);
@@ -232,7 +271,7 @@ void rt_broker_free(rt_broker *b)
     free(b);
 }
 
-int rt_broker_standby(const char *url, const char *name)
+int rt_broker_standby(const char *url, const char *name, const uint8_t *secret)
 {
     int sock = nn_socket(AF_SP, NN_REQ), ms = ANSWER_MS;
     if (sock < 0 || nn_setsockopt(sock, NN_SOL_SOCKET, NN_RCVTIMEO, &ms, sizeof ms) < 0 || nn_connect(sock, url) < 0) {
@@ -241,16 +280,15 @@ int rt_broker_standby(const char *url, const char *name)
             nn_close(sock);
         return 1;
     }
-    char req[300];
+    char req[300], reply[LINE_MAX_BYTES];
+    uint64_t last = 0;
     snprintf(req, sizeof req, "standby %s 0", name);
     printf("standby %s waits for the broker at %s\n", name, url);
     fflush(stdout);
     for (int64_t silent_since = now_ms(); now_ms() - silent_since < 600 * 1000;) {
-        char *reply = NULL;
-        int got = nn_send(sock, req, strlen(req), 0) >= 0 ? nn_recv(sock, &reply, NN_MSG, 0) : -1;
+        int got = rt_broker_exchange(sock, secret, &last, req, reply, sizeof reply);
         if (got >= 0) {
             int stop = got >= 4 && memcmp(reply, "stop", 4) == 0;
-            nn_freemsg(reply);
             if (stop) {
                 printf("standby %s: the broker needs it no more\n", name);
                 nn_close(sock);

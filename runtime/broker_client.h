@@ -25,8 +25,10 @@
 
 typedef struct rt_broker rt_broker;
 
-/* Starts the client's thread and queues the hello.  0, or -1 with err. */
-int rt_broker_open(rt_broker **out, const char *url, const char *device, int64_t epoch, char *err, size_t n);
+/* Starts the client's thread and queues the hello.  secret: the run's
+ * (FU_SECRET_BYTES, copied).  0, or -1 with err. */
+int rt_broker_open(rt_broker **out, const char *url, const char *device, int64_t epoch, const uint8_t *secret,
+                   char *err, size_t n);
 
 /* Queues "<verb> <device> <epoch> <args>" (args printf-style). */
 void rt_broker_report(rt_broker *b, const char *verb, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -43,6 +45,20 @@ void        rt_broker_free(rt_broker *b);
 /* A standby's agent: "standby NAME 0" every second until the broker
  * answers "stop" (it is used, or the run ended: exit status 0) or has not
  * answered for 600 s (1). */
-int rt_broker_standby(const char *url, const char *name);
+int rt_broker_standby(const char *url, const char *name, const uint8_t *secret);
+
+/* Sealing (comm/seal.h boxes under the run secret): a request is
+ *     box("broker request", "<stamp> <text>")
+ * where stamp is CLOCK_REALTIME in microseconds, strictly growing per
+ * client (rt_broker_stamp), so the broker can refuse a replay (a stamp not
+ * above the last it took from that device, or more than a minute off its
+ * clock); the reply is box("broker reply", text) with the request's nonce
+ * as associated data, so only the answer to this request opens.
+ * rt_broker_exchange sends text on a REQ socket and returns the reply's
+ * length (in reply, NUL-terminated), -1 with no answer, -2 when the reply
+ * does not open. */
+uint64_t rt_broker_stamp(uint64_t *last);
+int      rt_broker_exchange(int sock, const uint8_t *secret, uint64_t *last, const char *text, char *reply,
+                            size_t cap);
 
 #endif

@@ -840,8 +840,10 @@ int main(int argc, char **argv)
         return rc == 1 ? 0 : rc;
     if (o.standby && !o.broker)
         return fail("--standby %s: a standby waits for a broker: give --broker URL", o.standby);
-    if (o.standby)
-        return rt_broker_standby(o.broker, o.standby);
+    if (o.standby) {
+        uint8_t key[FU_SECRET_BYTES];
+        return load_secret(&o, key, o.standby) ? 1 : rt_broker_standby(o.broker, o.standby, key);
+    }
     /* A CUDA device: the driver first, so a machine without one says so at
      * once (one line, exit 1), before the arena is allocated. */
     char cuda_why[512];
@@ -883,9 +885,18 @@ int main(int argc, char **argv)
     if (rc == 0 && (p.manifest.n_links > 0 || o.broker)) {
         rc = load_secret(&o, secret, p.manifest.device);
         o.comm.secret = secret;
+        /* What sealing costs is measured against plain links (bench/): both
+         * ends must be started so, and each says so. */
+        const char *plain = getenv("FUSION_UNSEALED_LINKS");
+        if (rc == 0 && plain && strcmp(plain, "1") == 0 && p.manifest.n_links > 0) {
+            fprintf(stderr, "fusion: warning: %s: FUSION_UNSEALED_LINKS=1: its links are NOT sealed (for measuring "
+                    "what sealing costs only)\n", p.manifest.device);
+            o.comm.secret = NULL;
+        }
     }
     rt_broker *broker = NULL;
-    if (rc == 0 && o.broker && rt_broker_open(&broker, o.broker, p.manifest.device, o.comm.epoch, why, sizeof why))
+    if (rc == 0 && o.broker && rt_broker_open(&broker, o.broker, p.manifest.device, o.comm.epoch, secret, why,
+                                              sizeof why))
         rc = fail("%s: %s", p.manifest.device, why);
     rt_comm comm;
     rt_comm *peers = NULL;

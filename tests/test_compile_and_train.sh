@@ -13,7 +13,8 @@ if "$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/out" "${sma
 exe="$work/out/cpu0/fusion-cpu0"
 [ -x "$exe" ] && pass || fail "no executable at $exe"
 [ -s "$work/out/cpu0/manifest.txt" ] && pass || fail "no manifest.txt"
-expect_eq "temporary files left" "" "$(ls -A "$work/out/cpu0" | grep -v -e '^fusion-cpu0$' -e '^manifest.txt$' -e '^lib$' || true)"
+expect_eq "temporary files left" "" "$(ls -A "$work/out/cpu0" | grep -v -e '^fusion-cpu0$' -e '^manifest.txt$' -e '^lib$' -e '^run.key$' || true)"
+expect_eq "the run secret's mode" 600 "$(stat -c %a "$work/out/cpu0/run.key")"
 expect_eq "temporary files left in lib/" "" "$(ls -A "$work/out/cpu0/lib" | grep -v '\.so\.[0-9]*$' || true)"
 
 if "$exe" --data "$work/corpus.txt" --steps 60 --seed 3 --log "$work/log.jsonl" >"$work/train.out" 2>&1; then

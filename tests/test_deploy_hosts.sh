@@ -74,6 +74,7 @@ for i in 0 1 2; do
   (cd "$dir" && sha256sum -c --quiet --strict SHA256SUMS) >"$work/sum.err" 2>&1 && pass \
     || fail "$d: the deployed bundle does not match its checksums: $(head -3 "$work/sum.err")"
   cmp -s "$out/$d/fusion-$d" "$dir/fusion-$d" && pass || fail "$d: the deployed program differs from OUT's"
+  expect_eq "$d: the deployed run secret's mode" 600 "$(stat -L -c %a "$dir/run.key")"
 done
 libc_own='^(libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libanl\.so|libresolv\.so|libutil\.so|libmvec\.so|ld-linux|linux-vdso)'
 real=$(readlink -f "$work/hosts/h0/fusion/cpu-a0")

@@ -186,7 +186,8 @@ EOF
     --data "$work/corpus.txt" --steps 100 --seed 7 --emulate-devices >"$work/$name.out" 2>&1 &
   local broker=$!
   for _ in $(seq 1 600); do grep -qE '^step +(2[0-9]|[3-9][0-9])/' "$work/$name.out" && break; sleep 0.05; done
-  "$FUSIONC" standby --broker "tcp://127.0.0.1:$port" --device cpu-s0 >"$work/$name.standby" 2>&1 &
+  "$FUSIONC" standby --broker "tcp://127.0.0.1:$port" --device cpu-s0 --key "$work/$name/run.key" \
+    >"$work/$name.standby" 2>&1 &
   local agent=$!
   wait "$broker"
   expect_eq "$name: the broker's exit status" 0 $?

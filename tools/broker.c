@@ -22,6 +22,7 @@
 #include "../frontend/cluster.h"
 #include "../ir/diag.h"
 #include "../runtime/broker_client.h"
+#include "../runtime/comm/seal.h"
 #include "broker_db.h"
 
 #include "broker_internal.h"
@@ -145,7 +146,9 @@ static int start_standby(broker *b, member *m)
 {
     char log[4400];
     snprintf(log, sizeof log, "%s/logs/standby-%s.log", b->out, m->m.device);
-    char *argv[] = { b->exe, "standby", "--broker", b->url, "--device", m->m.device, NULL };
+    char key[4300];
+    snprintf(key, sizeof key, "%s/run.key", b->out);
+    char *argv[] = { b->exe, "standby", "--broker", b->url, "--device", m->m.device, "--key", key, NULL };
     return started(b, m, b->remote ? broker_remote_standby(b, m, log) : spawn(log, argv), "standby");
 }
 
@@ -313,20 +316,62 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
     }
 }
 
+/* A request's stamp (broker_client.h): above the last taken from its
+ * sender, and within a minute of this clock; else a replay: 0. */
+static int fresh(broker *b, const char *text, uint64_t stamp)
+{
+    char who[128];
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    double off = (double)stamp / 1e6 - ((double)t.tv_sec + 1e-9 * (double)t.tv_nsec);
+    if (sscanf(text, "%*s %127s", who) != 1 || off > 60 || off < -60)
+        return 0;
+    int k = 0;
+    while (k < b->n_stamps && strcmp(b->stamps[k].device, who) != 0)
+        k++;
+    if (k == b->n_stamps) {
+        if (k == (int)(sizeof b->stamps / sizeof b->stamps[0]))
+            k = 0;   /* full: the oldest entry's place (the freshness window still holds) */
+        else
+            b->n_stamps++;
+        snprintf(b->stamps[k].device, sizeof b->stamps[k].device, "%s", who);
+        b->stamps[k].last = 0;
+    }
+    if (stamp <= b->stamps[k].last)
+        return 0;
+    b->stamps[k].last = stamp;
+    return 1;
+}
+
 static void serve(broker *b, int wait_ms)
 {
     struct nn_pollfd p = { b->sock, NN_POLLIN, 0 };
     while (nn_poll(&p, 1, wait_ms) > 0 && (p.revents & NN_POLLIN)) {
-        char *req = NULL, reply[600];
+        char *req = NULL, reply[600], text[4600];
+        uint8_t nonce[24];
         int got = nn_recv(b->sock, &req, NN_MSG, NN_DONTWAIT);
         if (got < 0)
             break;
-        char text[4600];
-        snprintf(text, sizeof text, "%.*s", got, req);
-        nn_freemsg(req);
-        answer(b, text, reply, sizeof reply);
-        nn_send(b->sock, reply, strlen(reply), 0);
         wait_ms = 0;
+        /* Sealed under the run secret (broker_client.h); anything else is dropped, unanswered. */
+        unsigned long long stamp = 0;
+        int at = 0, opens = got >= FU_BOX_OVERHEAD && got - FU_BOX_OVERHEAD < (int)sizeof text &&
+                            fu_box_open(b->secret, "broker request", NULL, 0, (const uint8_t *)req, (size_t)got, text,
+                                        nonce) == 0;
+        nn_freemsg(req);
+        if (opens)
+            text[got - FU_BOX_OVERHEAD] = '\0';
+        if (!opens || sscanf(text, "%llu %n", &stamp, &at) != 1 || !fresh(b, text + at, stamp)) {
+            b->dropped++;
+            say(b, "dropped", NULL, "dropped a request that %s (%lld so far): not of this run, altered or replayed",
+                opens ? "is stale or replayed" : "does not open", (long long)b->dropped);
+            continue;
+        }
+        answer(b, text + at, reply, sizeof reply);
+        uint8_t box[sizeof reply + FU_BOX_OVERHEAD];
+        size_t len = strlen(reply);
+        fu_box_seal(b->secret, "broker reply", nonce, sizeof nonce, reply, len, box, NULL);
+        nn_send(b->sock, box, len + FU_BOX_OVERHEAD, 0);
     }
 }
 
@@ -661,6 +706,14 @@ int cmd_broker(int argc, char **argv)
     b->exe[len > 0 ? len : 0] = '\0';
     snprintf(path, sizeof path, "%s/logs", b->out);
     mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/run.key", b->out);
+    char why[4600];
+    if (fu_secret_load(path, b->secret, why, sizeof why)) {
+        fprintf(stderr, "fusionc broker: %s (the compile writes it: every request is sealed with it)\n", why);
+        cluster_free(&b->c);
+        free(b);
+        return 1;
+    }
     snprintf(path, sizeof path, "%s/broker.db", b->out);
     snprintf(b->url, sizeof b->url, "tcp://127.0.0.1:%d", port);
     char bind_url[64];
@@ -697,19 +750,28 @@ int cmd_broker(int argc, char **argv)
 
 int cmd_standby(int argc, char **argv)
 {
-    const char *url = NULL, *device = NULL;
+    const char *url = NULL, *device = NULL, *key = NULL;
     for (int i = 0; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--broker") == 0)
             url = argv[i + 1];
         else if (strcmp(argv[i], "--device") == 0)
             device = argv[i + 1];
+        else if (strcmp(argv[i], "--key") == 0)
+            key = argv[i + 1];
     }
-    if (!url || !device) {
-        fprintf(stderr, "usage: fusionc standby --broker URL --device NAME\n"
-                        "Registers NAME with the run's broker as a standby and waits until it is used or the run ends.\n");
+    if (!url || !device || !key) {
+        fprintf(stderr, "usage: fusionc standby --broker URL --device NAME --key FILE\n"
+                        "Registers NAME with the run's broker as a standby and waits until it is used or the run ends;\n"
+                        "FILE: the run secret (the compile's OUT/run.key), which seals every request.\n");
         return 2;
     }
-    return rt_broker_standby(url, device);
+    uint8_t secret[FU_SECRET_BYTES];
+    char why[4600];
+    if (fu_secret_load(key, secret, why, sizeof why)) {
+        fprintf(stderr, "fusionc standby: %s\n", why);
+        return 1;
+    }
+    return rt_broker_standby(url, device, secret);
 }
 
 int broker_write_compile_args(const char *out, int argc, char **argv, const char *model, const char *cluster)

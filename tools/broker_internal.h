@@ -70,6 +70,10 @@ typedef struct {
     struct { pid_t pid; int64_t step; char device[128], tmp[4700], file[4600], xxh3[32]; int live, stage, n_stages; }
                 fetch[MAX_MEMBERS];
     int         n_fetch;
+    uint8_t     secret[32];   /* OUT/run.key: every request and reply sealed           */
+    int64_t     dropped;      /* requests that did not open, or were replays           */
+    struct { char device[128]; uint64_t last; } stamps[2 * MAX_MEMBERS];   /* the last stamp taken from each */
+    int         n_stamps;
 } broker;
 
 double  now_s(void);

@@ -302,10 +302,12 @@ static int check_and_switch(deploy_job *j, int copied, struct diag *err)
     if (copied)
         at += (size_t)snprintf(script + at, sizeof script - at,
                                "; cd .fusion-bundles"
+                               /* the run secret stays the owner's alone, whatever the copier did */
+                               "; if [ -f '%s-%s.tmp/run.key' ]; then chmod 600 '%s-%s.tmp/run.key'; fi"
                                "; if ! (cd '%s-%s.tmp' && sha256sum -c --quiet --strict SHA256SUMS >&2); then"
                                " rm -rf '%s-%s.tmp'; echo 'the copy does not match the bundle checksums' >&2; exit 3;"
                                " fi; rm -rf '%s-%s'; mv -T '%s-%s.tmp' '%s-%s'; cd ..",
-                               D, id, D, id, D, id, D, id, D, id);
+                               D, id, D, id, D, id, D, id, D, id, D, id, D, id);
     snprintf(script + at, sizeof script - at,
              "; ln -sfn '.fusion-bundles/%s-%s' '.%s.link.tmp'; mv -T '.%s.link.tmp' '%s'"
              "; for v in '.fusion-bundles/%s-'????????????????; do"

@@ -179,26 +179,31 @@ out:
 
 /* ---- frames ---------------------------------------------------------------- */
 
-size_t fu_seal_frame(fu_seal *s, uint8_t *buf, size_t plain_len)
+size_t fu_seal_frame_split(fu_seal *s, uint8_t *buf, size_t clear_len, const uint8_t *src, size_t secret_len)
 {
     uint8_t nonce[24] = { 0 };
     put64(buf, s->tx_count);
     memcpy(nonce, buf, 8);
-    uint8_t *text = buf + FU_SEAL_PREFIX, *tag = text + plain_len;
+    uint8_t *text = buf + FU_SEAL_PREFIX + clear_len, *tag = text + secret_len;
+    const uint8_t *from = src ? src : text;
+    size_t ad_len = FU_SEAL_PREFIX + clear_len;   /* the counter and the clear bytes */
     if (s->aes)
-        crypto_aead_aes256gcm_encrypt_detached(text, tag, NULL, text, plain_len, buf, 8, NULL, nonce, s->tx_key);
+        crypto_aead_aes256gcm_encrypt_detached(text, tag, NULL, from, secret_len, buf, ad_len, NULL, nonce, s->tx_key);
     else
-        crypto_aead_xchacha20poly1305_ietf_encrypt_detached(text, tag, NULL, text, plain_len, buf, 8, NULL, nonce,
-                                                            s->tx_key);
+        crypto_aead_xchacha20poly1305_ietf_encrypt_detached(text, tag, NULL, from, secret_len, buf, ad_len, NULL,
+                                                            nonce, s->tx_key);
     s->tx_count++;
-    return plain_len + FU_SEAL_OVERHEAD;
+    return clear_len + secret_len + FU_SEAL_OVERHEAD;
 }
 
-int fu_open_frame(fu_seal *s, uint8_t *buf, size_t len, uint8_t **plain, size_t *plain_len, char *err, size_t n)
+size_t fu_seal_frame(fu_seal *s, uint8_t *buf, size_t plain_len) { return fu_seal_frame_split(s, buf, 0, NULL, plain_len); }
+
+int fu_open_frame_split(fu_seal *s, uint8_t *buf, size_t len, size_t clear_len, uint8_t **plain, size_t *plain_len,
+                        char *err, size_t n)
 {
-    if (len < FU_SEAL_OVERHEAD) {
-        say(err, n, "a %zu-byte frame, shorter than a sealed frame's %d bytes of counter and tag", len,
-            FU_SEAL_OVERHEAD);
+    if (len < FU_SEAL_OVERHEAD + clear_len) {
+        say(err, n, "a %zu-byte frame, shorter than a sealed frame's %zu bytes of counter, header and tag", len,
+            FU_SEAL_OVERHEAD + clear_len);
         return -1;
     }
     uint64_t count = get64(buf);
@@ -209,10 +214,10 @@ int fu_open_frame(fu_seal *s, uint8_t *buf, size_t len, uint8_t **plain, size_t 
     }
     uint8_t nonce[24] = { 0 };
     memcpy(nonce, buf, 8);
-    size_t k = len - FU_SEAL_OVERHEAD;
-    uint8_t *text = buf + FU_SEAL_PREFIX, *tag = text + k;
-    int rc = s->aes ? crypto_aead_aes256gcm_decrypt_detached(text, NULL, text, k, tag, buf, 8, nonce, s->rx_key)
-                    : crypto_aead_xchacha20poly1305_ietf_decrypt_detached(text, NULL, text, k, tag, buf, 8, nonce,
+    size_t k = len - FU_SEAL_OVERHEAD - clear_len, ad_len = FU_SEAL_PREFIX + clear_len;
+    uint8_t *text = buf + ad_len, *tag = text + k;
+    int rc = s->aes ? crypto_aead_aes256gcm_decrypt_detached(text, NULL, text, k, tag, buf, ad_len, nonce, s->rx_key)
+                    : crypto_aead_xchacha20poly1305_ietf_decrypt_detached(text, NULL, text, k, tag, buf, ad_len, nonce,
                                                                           s->rx_key);
     if (rc != 0) {
         say(err, n, "frame %" PRIu64 " does not authenticate (altered, or sealed under another key: another "
@@ -220,9 +225,14 @@ int fu_open_frame(fu_seal *s, uint8_t *buf, size_t len, uint8_t **plain, size_t 
         return -1;
     }
     s->rx_count++;
-    *plain = text;
-    *plain_len = k;
+    *plain = buf + FU_SEAL_PREFIX;
+    *plain_len = len - FU_SEAL_OVERHEAD;
     return 0;
+}
+
+int fu_open_frame(fu_seal *s, uint8_t *buf, size_t len, uint8_t **plain, size_t *plain_len, char *err, size_t n)
+{
+    return fu_open_frame_split(s, buf, len, 0, plain, plain_len, err, n);
 }
 
 /* ---- boxes ----------------------------------------------------------------- */

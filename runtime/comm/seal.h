@@ -30,7 +30,11 @@
  * makes it a pre-shared-key handshake (as Noise's psk modes do).
  *
  * A sealed frame: [counter: 8 bytes LE][ciphertext][tag: 16 bytes], the
- * counter the AEAD's nonce (and its associated data): each direction
+ * counter the AEAD's nonce (and its associated data; the transport also
+ * leaves each frame's 64-byte header in clear, authenticated: what step
+ * and tensor a frame carries is traffic analysis, which sealing does not
+ * hide, and the payload goes from the tensor into the frame, and back,
+ * in one pass): each direction
  * counts its frames from 0, so a frame that repeats, goes back, or skips
  * ahead does not open at the expected counter.  The AEAD is AES-256-GCM
  * when both ends have AES-NI (faster here), else XChaCha20-Poly1305.
@@ -106,6 +110,16 @@ size_t fu_seal_frame(fu_seal *s, uint8_t *buf, size_t plain_len);
  * -1 with err (the counter it carried, the one expected) when it is
  * short, out of sequence or does not authenticate; nothing is advanced. */
 int fu_open_frame(fu_seal *s, uint8_t *buf, size_t len, uint8_t **plain, size_t *plain_len, char *err, size_t n);
+
+/* The same with the first clear_len bytes after the counter in clear but
+ * authenticated (a frame's header: the transport reads it to know where
+ * the payload goes), and the rest encrypted from src (NULL: in place):
+ *     [counter][clear_len clear][secret_len ciphertext][tag]
+ * One pass over the payload: sealing copies it into the frame, opening
+ * leaves the plain bytes in place, header first (*plain). */
+size_t fu_seal_frame_split(fu_seal *s, uint8_t *buf, size_t clear_len, const uint8_t *src, size_t secret_len);
+int    fu_open_frame_split(fu_seal *s, uint8_t *buf, size_t len, size_t clear_len, uint8_t **plain,
+                           size_t *plain_len, char *err, size_t n);
 
 /* A box: out (len + FU_BOX_OVERHEAD bytes) = nonce || AEAD(msg), under the
  * key BLAKE2b(secret, "fusion box " context), ad authenticated too.  The

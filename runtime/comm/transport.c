@@ -210,17 +210,24 @@ static uint64_t copy_and_hash(XXH3_state_t *st, uint8_t *dst, const uint8_t *src
 
 /* One frame as a nanomsg buffer, its payload copied from payload + the
  * frame's offset; NULL when out of memory. */
-static void *build_frame(fu_link *l, const wire_header *w, const uint8_t *payload) {
+static void *build_frame(fu_link *l, const wire_header *w, const uint8_t *payload, int defer) {
     size_t k = frame_bytes(w->info.length, w->frame);
     /* A sealed link's frame has room for the counter and the tag around it
-     * (the handshake's hello, built before the keys, goes plain). */
+     * (the handshake's hello, built before the keys, goes plain), and no
+     * checksum: the tag authenticates it.  defer (a data frame, whose
+     * payload the caller keeps until it is acked): the payload is not
+     * copied here but sealed straight from the tensor into the frame as
+     * it goes to the socket (send_some). */
     size_t pre = l->sealed ? FU_SEAL_PREFIX : 0, post = l->sealed ? FU_SEAL_TAG : 0;
     uint8_t *buf = nn_allocmsg(pre + FU_WIRE_HEADER + k + post, 0);
     if (!buf) return NULL;
     uint8_t *m = buf + pre;
     uint64_t seed = put_header(m, w);
     const uint8_t *src = payload ? payload + (uint64_t)w->frame * FU_WIRE_FRAME : NULL;
-    put64(m + OFF_CHECKSUM, copy_and_hash(l->hash, m + FU_WIRE_HEADER, src, k, seed));
+    if (!l->sealed)
+        put64(m + OFF_CHECKSUM, copy_and_hash(l->hash, m + FU_WIRE_HEADER, src, k, seed));
+    else if (!defer && src && k)
+        memcpy(m + FU_WIRE_HEADER, src, k);
     return buf;
 }
 
@@ -336,7 +343,7 @@ static void queue_control(fu_link *l, void *msg) {
 static void queue_ack(fu_link *l, const fu_msg_info *of, uint64_t seq) {
     wire_header w = {.info = {.kind = MSG_ACK, .step = of->step, .micro_batch = of->micro_batch,
                               .tensor = of->tensor}, .seq = seq};
-    void *m = build_frame(l, &w, NULL);
+    void *m = build_frame(l, &w, NULL, 0);
     if (m) queue_control(l, m);   /* a lost ack shows as the sender's timeout */
 }
 
@@ -428,7 +435,9 @@ static void on_frame(fu_link *l, void *raw, uint8_t *m, size_t len) {
             return;
         }
         uint8_t *to = l->in.data + (uint64_t)w.frame * FU_WIRE_FRAME;
-        uint64_t sum = copy_and_hash(l->hash, to, body, k, seed);
+        uint64_t sum = want;   /* a sealed frame opened: authenticated already */
+        if (l->sealed) memcpy(to, body, k);
+        else sum = copy_and_hash(l->hash, to, body, k, seed);
         nn_freemsg(raw);
         if (sum != want) {
             drop_incoming(l);
@@ -439,7 +448,7 @@ static void on_frame(fu_link *l, void *raw, uint8_t *m, size_t len) {
         }
     } else {
         /* A first frame: verified before anything is allocated for it. */
-        if (XXH3_64bits_withSeed(body, k, seed) != want) {
+        if (!l->sealed && XXH3_64bits_withSeed(body, k, seed) != want) {
             nn_freemsg(raw);
             drop_incoming(l);
             fail(why, sizeof why, "message from %s: checksum mismatch (step %" PRId64 ", tensor %" PRId32
@@ -530,7 +539,7 @@ static int send_some(fu_link *l, char *err, size_t n) {
             if (!l->out.ready) {
                 wire_header w = {.info = l->out.info, .seq = l->out.seq, .deliver_ns = l->out.deliver_ns,
                                  .frame = l->out.next_frame};
-                l->out.ready = build_frame(l, &w, l->out.payload);
+                l->out.ready = build_frame(l, &w, l->out.payload, 1);
                 if (!l->out.ready) {
                     fail(err, n, "send to %s: cannot allocate a %u-byte frame", l->peer, FU_WIRE_FRAME);
                     return -1;
@@ -540,7 +549,10 @@ static int send_some(fu_link *l, char *err, size_t n) {
         } else return 0;
         if (l->sealed && !l->sealed_slot) {
             const uint8_t *h = (const uint8_t *)*msg + FU_SEAL_PREFIX;   /* the plain header */
-            fu_seal_frame(&l->seal, *msg, FU_WIRE_HEADER + frame_bytes(get64(h + OFF_LENGTH), get32(h + OFF_FRAME)));
+            uint32_t frame = get32(h + OFF_FRAME);
+            const uint8_t *src = msg == &l->out.ready && l->out.payload
+                                     ? l->out.payload + (uint64_t)frame * FU_WIRE_FRAME : NULL;   /* NULL: in place */
+            fu_seal_frame_split(&l->seal, *msg, FU_WIRE_HEADER, src, frame_bytes(get64(h + OFF_LENGTH), frame));
             l->sealed_slot = msg;
         }
         if (nn_send(l->sock, msg, NN_MSG, NN_DONTWAIT) < 0) {
@@ -583,7 +595,8 @@ static int recv_some(fu_link *l, char *err, size_t n) {
         uint8_t *plain = m;
         size_t plain_len = (size_t)rc;
         char why[200];
-        if (l->sealed && fu_open_frame(&l->seal, m, (size_t)rc, &plain, &plain_len, why, sizeof why) != 0) {
+        if (l->sealed &&
+            fu_open_frame_split(&l->seal, m, (size_t)rc, FU_WIRE_HEADER, &plain, &plain_len, why, sizeof why) != 0) {
             /* Nothing of it is used, and the link is closed: a peer that
              * cannot seal is no peer of this run. */
             nn_freemsg(m);
@@ -750,7 +763,7 @@ int fu_link_post_control(fu_link *l, const fu_msg_info *info, const void *payloa
         return -1;
     }
     wire_header w = {.info = *info, .seq = l->next_seq++};
-    void *m = build_frame(l, &w, payload);
+    void *m = build_frame(l, &w, payload, 0);
     if (!m) { fail(err, n, "send to %s: out of memory", l->peer); return -1; }
     queue_control(l, m);
     if (acked) l->control_waiting[l->n_control_waiting++] = w.seq;
@@ -958,7 +971,7 @@ static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel
     fu_hs hs;
     fu_hs_start(&hs, l->auth, l->peer);
     wire_header w = {.info = {.kind = MSG_HANDSHAKE, .length = FU_HS_BYTES}, .seq = l->next_seq++};
-    void *m = build_frame(l, &w, hs.hello);   /* plain: no keys yet */
+    void *m = build_frame(l, &w, hs.hello, 0);   /* plain: no keys yet */
     if (!m) { snprintf(why, n, "out of memory"); return 2; }
     queue_control(l, m);
     int rc = 2;
@@ -979,7 +992,7 @@ static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel
     /* The confirmation: the transcript, sealed; the peer's opens only under
      * the same secret and the same two hellos. */
     w = (wire_header){.info = {.kind = MSG_HANDSHAKE, .length = sizeof transcript}, .seq = l->next_seq++};
-    if (!(m = build_frame(l, &w, transcript))) { snprintf(why, n, "out of memory"); return 2; }
+    if (!(m = build_frame(l, &w, transcript, 0))) { snprintf(why, n, "out of memory"); return 2; }
     queue_control(l, m);
     if (!(p = next_hello(l, listen, deadline, cancel_fd, &rc, why, n))) {
         if (rc == 2 && strstr(why, "does not authenticate"))
