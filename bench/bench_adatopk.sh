@@ -19,6 +19,9 @@
 #     none's (target: within 3%, ratio 0.97..1.03);
 #   - tokens/s of each (median step after the first two), and adatopk's
 #     over none's (target >= 2);
+#   - adatopk's tokens/s with its links sealed (as always) over the same
+#     bundles run again with plain links (FUSION_UNSEALED_LINKS=1): what
+#     sealing costs on a 20 Mbps link (target 0.97..1.03);
 # each sender's densities at the first and last step (its log:
 # OUT_DIR/adatopk-logs/), then the path of a PNG with both loss curves (gnuplot; skipped, with a
 # line saying so, when gnuplot is not installed: scripts/install-deps.sh).
@@ -71,6 +74,20 @@ awk -v n="$n_loss" -v a="$a_loss" -v s="$steps" 'BEGIN {
 awk -v n="$n_ms" -v a="$a_ms" -v t="$tokens" 'BEGIN {
   printf "none tokens/s         %10.0f tok/s   anchor -                 ratio -\n", t / n * 1000
   printf "adatopk tokens/s      %10.0f tok/s   anchor none %10.0f   ratio %.2f (target >= 2)\n", t / a * 1000, t / n * 1000, n / a }'
+
+# What sealing costs on the slow link: the adatopk bundles again, their
+# links plain (FUSION_UNSEALED_LINKS=1, benchmarks only), right after.
+base=$((base + 20))
+FUSION_UNSEALED_LINKS=1 "$work/adatopk/launch-local.sh" --data "$work/corpus.txt" --steps "$steps" --seed 1 \
+  --emulate-links --adapt-density --port-base "$base" >"$work/plain.out" 2>&1 || { tail -5 "$work/plain.out" >&2; exit 1; }
+sed 's/^\[[^]]*\] //' "$work/plain.out" | awk '/^step .* loss / { n++; for (i = 2; i <= NF; i++) if ($i == "ms/step" && n > 2) print $(i - 1) }' \
+  | median >"$work/plain.ms"
+sed 's/^\[[^]]*\] //' "$work/plain.out" | awk '/^step .* loss / { split($2, s, "/"); print s[1], $4 }' >"$work/plain.loss"
+p_ms=$(cat "$work/plain.ms"); p_loss=$(final "$work/plain.loss")
+awk -v p="$p_ms" -v a="$a_ms" -v t="$tokens" -v pl="$p_loss" -v al="$a_loss" 'BEGIN {
+  printf "adatopk unsealed tok/s %9.0f tok/s   anchor -                 ratio -          (final loss %.4f)\n", t / p * 1000, pl
+  printf "adatopk sealed tok/s  %10.0f tok/s   anchor unsealed %6.0f   ratio %.3f (target 0.97..1.03; final loss %.4f)\n",
+         t / a * 1000, t / p * 1000, p / a, al }'
 
 join "$work/none.loss" "$work/adatopk.loss" >"$out/loss.dat"
 if command -v gnuplot >/dev/null; then

@@ -931,20 +931,34 @@ static int open_socket(fu_link *l, const char *url, int listen, char *err, size_
 
 /* The next hello (MSG_HANDSHAKE) of a sealed handshake, taken off the
  * queue; NULL with *rc: 2 refused (why: a frame that does not open, an
- * error, or, listening, a connection silent for HS_SILENT_MS), -1 the
- * deadline or cancel_fd (errno). */
+ * error, or, listening, a connection silent for HS_SILENT_MS), 3 the
+ * connection closed during the handshake (whatever of ours it took, a
+ * fresh socket must start again: a stranger who connects, takes our hello
+ * and leaves must not leave the right peer a handshake half done), -1
+ * the deadline or cancel_fd (errno). */
 #define HS_SILENT_MS 5000
-static pending *next_hello(fu_link *l, int listen, int64_t deadline, int cancel_fd, int *rc, char *why, size_t n) {
+static pending *next_hello(fu_link *l, int listen, int first, int64_t deadline, int cancel_fd, int *rc, char *why,
+                           size_t n) {
     int64_t connected_since = 0;
     for (;;) {
         for (pending *p = l->head, *prev = NULL; p; prev = p, p = p->next) {
-            if (p->is_error) { snprintf(why, n, "%s", p->error); *rc = 2; return NULL; }
+            /* Garbage before the peer's hello is a stranger's or a stale
+             * connection's: start again; after it, a refusal. */
+            if (p->is_error) { snprintf(why, n, "%s", p->error); *rc = first ? 3 : 2; return NULL; }
             if (p->info.kind != MSG_HANDSHAKE) continue;
             if (prev) prev->next = p->next; else l->head = p->next;
             if (l->tail == p) l->tail = prev;
             return p;
         }
         int64_t limit = deadline;
+        uint64_t had = nn_get_statistic(l->sock, NN_STAT_ACCEPTED_CONNECTIONS) +
+                       nn_get_statistic(l->sock, NN_STAT_ESTABLISHED_CONNECTIONS);
+        if (had > 0 && nn_get_statistic(l->sock, NN_STAT_CURRENT_CONNECTIONS) == 0) {
+            snprintf(why, n, "the connection closed during the handshake");
+            *rc = 3;
+            return NULL;
+        }
+        if (limit > now_ms() + 200) limit = now_ms() + 200;   /* to look at the connections again */
         if (listen) {   /* a stranger that connects and says nothing must not hold the port */
             if (nn_get_statistic(l->sock, NN_STAT_CURRENT_CONNECTIONS) > 0) {
                 if (!connected_since) connected_since = now_ms();
@@ -954,32 +968,44 @@ static pending *next_hello(fu_link *l, int listen, int64_t deadline, int cancel_
                     return NULL;
                 }
             } else connected_since = 0;
-            if (limit > now_ms() + 200) limit = now_ms() + 200;
         }
         int r = pump(l, limit, cancel_fd, why, n);
         if (r > 0) continue;
         if (r < 0) { *rc = 2; return NULL; }
         int64_t t = now_ms();
         if (t >= deadline) { errno = ETIMEDOUT; *rc = -1; snprintf(why, n, "no handshake within the time allowed"); return NULL; }
-        if (t < limit) { errno = ECANCELED; *rc = -1; snprintf(why, n, "cancelled"); return NULL; }
+        if (t < limit && cancel_fd >= 0 && poll(&(struct pollfd){.fd = cancel_fd, .events = POLLIN}, 1, 0) > 0) {
+            errno = ECANCELED; *rc = -1; snprintf(why, n, "cancelled"); return NULL;
+        }
     }
 }
 
 /* A sealed handshake on l's socket (seal.h): 0 sealed and confirmed; 1 a
- * TCP self-connect; 2 refused (why); -1 timed out or cancelled (errno). */
+ * TCP self-connect; 2 refused (why); 3 the connection closed half-way;
+ * -1 timed out or cancelled (errno). */
 static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel_fd, char *why, size_t n) {
     fu_hs hs;
     fu_hs_start(&hs, l->auth, l->peer);
     wire_header w = {.info = {.kind = MSG_HANDSHAKE, .length = FU_HS_BYTES}, .seq = l->next_seq++};
     void *m = build_frame(l, &w, hs.hello, 0);   /* plain: no keys yet */
     if (!m) { snprintf(why, n, "out of memory"); return 2; }
-    queue_control(l, m);
+    /* The connector speaks first; the listener answers the hello it got,
+     * on the connection it came by (a stranger's connection, come and
+     * gone, never takes the listener's hello). */
+    if (!listen) queue_control(l, m);
     int rc = 2;
-    pending *p = next_hello(l, listen, deadline, cancel_fd, &rc, why, n);
+    pending *p = next_hello(l, listen, 1, deadline, cancel_fd, &rc, why, n);
+    if (listen && p) queue_control(l, m);
+    else if (listen) nn_freemsg(m);
     if (!p) { sodium_memzero(hs.sk, sizeof hs.sk); return rc; }
     if (fu_hs_is_own(&hs, p->data, (size_t)p->info.length)) { free_pending(l, p); return 1; }
-    /* Our hello must be on the wire before anything sealed follows it. */
-    while (l->ctl_head && pump(l, deadline, cancel_fd, why, n) > 0) {}
+    /* Our hello must be on the wire before anything sealed follows it; and
+     * nothing more may be read before the keys are in (the peer's sealed
+     * confirmation may already be on its way): send only. */
+    while (l->ctl_head && now_ms() < deadline) {
+        if (send_some(l, why, n) != 0) return 2;
+        if (l->ctl_head) poll(&(struct pollfd){.fd = l->sndfd, .events = POLLIN}, 1, 10);
+    }
     uint8_t transcript[32];
     fu_seal keys;
     int ok = fu_hs_finish(&hs, l->auth, l->peer, p->data, (size_t)p->info.length, listen, &keys, transcript,
@@ -994,7 +1020,7 @@ static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel
     w = (wire_header){.info = {.kind = MSG_HANDSHAKE, .length = sizeof transcript}, .seq = l->next_seq++};
     if (!(m = build_frame(l, &w, transcript, 0))) { snprintf(why, n, "out of memory"); return 2; }
     queue_control(l, m);
-    if (!(p = next_hello(l, listen, deadline, cancel_fd, &rc, why, n))) {
+    if (!(p = next_hello(l, listen, 0, deadline, cancel_fd, &rc, why, n))) {
         if (rc == 2 && strstr(why, "does not authenticate"))
             snprintf(why, n, "the peer does not hold this run's secret (its confirmation does not open)");
         return rc;
@@ -1064,7 +1090,7 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
                 fprintf(stderr, "fusion: link with %s on %s: refused a connection: %s\n", l->peer, url, why);
                 snprintf(refused, sizeof refused, "%s", why);
             }
-            if (rc == 1 || (rc == 2 && listen)) { reset_link(l); continue; }
+            if (rc == 1 || rc == 3 || (rc == 2 && listen)) { reset_link(l); continue; }
             int e = rc == 2 ? EPROTO : errno;
             if (rc == -1 && refused[0] && e == ETIMEDOUT) {
                 fail(err, n, "handshake with %s at %s: no peer completed it within %d ms; the last one was refused: "

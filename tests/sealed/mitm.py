@@ -16,7 +16,7 @@ first after the SP header), MODE does one thing, once:
                (a length-prefixed list: 4 bytes big-endian, then the bytes)
     flip       one bit of message K's payload is flipped (past its counter)
     replay     message K-1 is sent again after message K
-    random     64 random bytes are sent as a message before message K
+    random     256 random bytes are sent as a message before message K
     other-run  F's first message (recorded from another run) is sent
                before message K
 
@@ -89,7 +89,7 @@ def pump(src, dst, name):
                 elif args.mode == "replay":
                     out = [msg, prev]
                 elif args.mode == "random":
-                    out = [os.urandom(64), msg]
+                    out = [os.urandom(256), msg]
                 elif args.mode == "other-run":
                     with open(args.file, "rb") as f:
                         k = int.from_bytes(f.read(4), "big")
