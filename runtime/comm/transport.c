@@ -958,6 +958,13 @@ static pending *next_hello(fu_link *l, int listen, int first, int64_t deadline, 
             *rc = 3;
             return NULL;
         }
+        /* Connecting, nanomsg makes a lost connection again by itself, in
+         * milliseconds: what we sent on the first is gone with it. */
+        if (!listen && nn_get_statistic(l->sock, NN_STAT_ESTABLISHED_CONNECTIONS) > 1) {
+            snprintf(why, n, "the connection was made again during the handshake");
+            *rc = 3;
+            return NULL;
+        }
         if (limit > now_ms() + 200) limit = now_ms() + 200;   /* to look at the connections again */
         if (listen) {   /* a stranger that connects and says nothing must not hold the port */
             if (nn_get_statistic(l->sock, NN_STAT_CURRENT_CONNECTIONS) > 0) {
@@ -998,7 +1005,11 @@ static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel
     if (listen && p) queue_control(l, m);
     else if (listen) nn_freemsg(m);
     if (!p) { sodium_memzero(hs.sk, sizeof hs.sk); return rc; }
-    if (fu_hs_is_own(&hs, p->data, (size_t)p->info.length)) { free_pending(l, p); return 1; }
+    if (fu_hs_is_own(&hs, p->data, (size_t)p->info.length)) {
+        sodium_memzero(hs.sk, sizeof hs.sk);
+        free_pending(l, p);
+        return 1;
+    }
     /* Our hello must be on the wire before anything sealed follows it; and
      * nothing more may be read before the keys are in (the peer's sealed
      * confirmation may already be on its way): send only. */
