@@ -86,25 +86,34 @@ static int open_log(const char *log)
     return open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
 
+/* bundle's program on rd's host with args and raw_tail (remote_start_command),
+ * its output appended to log; the ssh's pid, or -1. */
+static pid_t run_on_host(broker *b, const remote_device *rd, const char *bundle, char *const *args, int n_args,
+                         const char *raw_tail, const char *log)
+{
+    static char command[32768];   /* the broker is one thread */
+    int fd = open_log(log);
+    if (fd < 0 || remote_start_command(rd, bundle, args, n_args, raw_tail, command, sizeof command)) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    pid_t pid = remote_spawn(&b->hosts, rd, command, fd, fd, 1);
+    close(fd);
+    return pid;
+}
+
 pid_t broker_remote_start(broker *b, member *m, char *const *args, int n_args, const char *resume, const char *log)
 {
     remote_device rd;
     if (host_of(b, m, m->m.bundle_device, &rd))
         return -1;
     /* The folder names are the broker's own (step-N, live-N): no quoting needed beyond "$s". */
-    char tail[600], command[32768];
+    char tail[600];
     const char *base = resume && resume[0] ? (strrchr(resume, '/') ? strrchr(resume, '/') + 1 : resume) : NULL;
     snprintf(tail, sizeof tail, "--save \"$s\"%s%s%s", base ? " --resume \"$s/" : "", base ? base : "",
              base ? "\"" : "");
-    int fd = open_log(log);
-    if (fd < 0 || remote_start_command(&rd, m->m.bundle_device, args, n_args, tail, command, sizeof command)) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    pid_t pid = remote_spawn(&b->hosts, &rd, command, fd, fd, 1);
-    close(fd);
-    return pid;
+    return run_on_host(b, &rd, m->m.bundle_device, args, n_args, tail, log);
 }
 
 pid_t broker_remote_standby(broker *b, member *m, const char *log)
@@ -130,16 +139,7 @@ pid_t broker_remote_standby(broker *b, member *m, const char *log)
         return -1;
     snprintf(m->m.bundle_device, sizeof m->m.bundle_device, "%s", bundle);   /* to stop it at the end */
     char *args[] = { "--standby", m->m.device, "--broker", b->url };
-    char command[8192];
-    int fd = open_log(log);
-    if (fd < 0 || remote_start_command(&rd, bundle, args, 4, NULL, command, sizeof command)) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    pid_t pid = remote_spawn(&b->hosts, &rd, command, fd, fd, 1);
-    close(fd);
-    return pid;
+    return run_on_host(b, &rd, bundle, args, 4, NULL, log);
 }
 
 void broker_remote_fetch(broker *b, member *m, int64_t step, const char *file, const char *xxh3, int live, int stage,
