@@ -1,7 +1,11 @@
 /* transport.c: fu_link over nanomsg (NN_PAIR, tcp).  See transport.h for the
- * wire format and the delivery contract.
+ * wire format and the delivery contract.  This file: frames, queues and
+ * the loop; the socket and the handshakes: transport_open.c.  On a sealed
+ * link (comm/seal.h) each frame is sealed as it is handed to the socket
+ * (link_send_some: the counter is the order on the wire) and opened as it
+ * is read (recv_some), before anything else looks at it.
  *
- * Everything runs through one loop, pump(): send what the socket takes
+ * Everything runs through one loop, link_pump(): send what the socket takes
  * (control messages first, then the next frame of the data message being
  * sent), read and verify what arrived (acking completed messages), and
  * otherwise sleep in poll() on nanomsg's readiness descriptors.  The
@@ -10,7 +14,8 @@
  *
  * nanomsg facts this file leans on:
  *  - NN_RCVMAXSIZE defaults to 1 MiB and a larger message is dropped without
- *    a word; it is set to -1 (no limit).
+ *    a word; it is set to -1 (no limit) on a plain link, and to one sealed
+ *    frame on a sealed one (a stranger's length prefix is not believed).
  *  - NN_LINGER does nothing, and nn_send returns once the message is queued
  *    to the pipe, not once it arrived: hence the ack.
  *  - An NN_PAIR socket holds one outgoing and one incoming message in its
@@ -35,8 +40,7 @@
  *    as frames of FU_WIRE_FRAME bytes, which stay in cache between the
  *    socket and the copy.
  */
-#include "comm/transport.h"
-#include "comm/seal.h"
+#include "comm/transport_internal.h"
 #include "comm/wire_util.h"
 
 #include <errno.h>
@@ -60,108 +64,16 @@
  * the copy just brought into cache. */
 #define COPY_BLOCK (128u << 10)
 
-/* A message (or an error) waiting for fu_link_recv / fu_link_poll: read
- * while waiting for something else, already verified and acked.  A message
- * that failed verification is queued as its error text, so the next recv
- * reports it instead of it vanishing. */
-typedef struct pending {
-    struct pending *next;
-    fu_msg_info     info;
-    uint8_t        *data;         /* info.length bytes (malloc'd, or the user's buffer: see dst) */
-    uint64_t        deliver_ns;
-    int             is_error;
-    char            error[200];
-} pending;
-
-/* An outgoing control message (ack, heartbeat, abort): one whole frame. */
-typedef struct control {
-    struct control *next;
-    void           *msg;          /* nanomsg buffer */
-} control;
-
-enum { OUT_IDLE, OUT_SENDING, OUT_WAIT_ACK };
-
-struct fu_link {
-    int      sock, rcvfd, sndfd;
-    /* Sealing (seal.h), when opened with a run secret: frames are sealed
-     * from the confirmation on, each as it is handed to the socket (the
-     * counter is the order on the wire); sealed_slot is a frame sealed but
-     * not yet taken by the socket, which must go next. */
-    const fu_link_auth *auth;
-    fu_seal  seal;
-    int      sealed;
-    void   **sealed_slot;
-    char     url[256];
-    uint64_t dropped;             /* frames refused (did not open): the link closes at the first */
-    char     broken[240];         /* why it closed: every later call fails with it */
-    int      timeout_ms;
-    uint64_t next_seq;            /* seq of the next message we send; starts at 1 */
-    char     peer[64];
-    XXH3_state_t *hash;
-    int64_t  last_heard_ms;
-    unsigned happened;            /* bumped whenever a caller may want to look (see pump) */
-
-    pending *head, *tail;         /* complete messages and errors, in arrival order */
-    control *ctl_head, *ctl_tail; /* control frames to send before the next data frame */
-
-    /* The data message being sent. */
-    struct {
-        int            state;     /* OUT_* */
-        int            report;    /* fu_link_post: report the ack as an event */
-        fu_msg_info    info;
-        const uint8_t *payload;   /* borrowed from the caller until acked */
-        uint64_t       seq, deliver_ns;
-        uint32_t       next_frame, frames;
-        void          *ready;     /* next frame, built but not yet taken by the socket */
-    } out;
-
-    /* The data message being received, frame by frame. */
-    struct {
-        int         active;
-        fu_msg_info info;
-        uint64_t    seq, deliver_ns;
-        uint32_t    next_frame, frames;
-        uint8_t    *data;
-        int         data_is_dst;
-        uint64_t    skip_seq;     /* a dropped message whose later frames are dropped silently */
-    } in;
-
-    /* fu_link_recv's buffer, while it waits: the next message that fits is
-     * assembled there directly instead of in a buffer of its own. */
-    uint8_t *dst;
-    uint64_t dst_capacity;
-
-    /* Acks of fu_link_post / fu_link_post_control to report. */
-    uint64_t acked[16];
-    int      n_acked;
-    uint64_t control_waiting[8];  /* acked control posts not acked yet */
-    int      n_control_waiting;
-};
 
 /* ---- wire header ------------------------------------------------------- */
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
-
-enum { OFF_MAGIC = 0, OFF_VERSION = 4, OFF_KIND = 6, OFF_STEP = 8, OFF_MB = 16, OFF_TENSOR = 20,
-       OFF_CODEC = 24, OFF_FRAME = 28, OFF_LENGTH = 32, OFF_SEQ = 40, OFF_CHECKSUM = 48, OFF_DELIVER = 56 };
-
-typedef struct {
-    fu_msg_info info;
-    uint64_t    seq, deliver_ns;
-    uint32_t    frame;
-} wire_header;
 
 static uint64_t frames_of(uint64_t length) {
     return length == 0 ? 1 : length / FU_WIRE_FRAME + (length % FU_WIRE_FRAME != 0);
 }
 
 /* Payload bytes frame `frame` of a `length`-byte message carries. */
-static size_t frame_bytes(uint64_t length, uint32_t frame) {
+size_t link_frame_bytes(uint64_t length, uint32_t frame) {
     uint64_t off = (uint64_t)frame * FU_WIRE_FRAME;
     if (off >= length) return 0;
     return (size_t)(length - off < FU_WIRE_FRAME ? length - off : FU_WIRE_FRAME);
@@ -210,14 +122,14 @@ static uint64_t copy_and_hash(XXH3_state_t *st, uint8_t *dst, const uint8_t *src
 
 /* One frame as a nanomsg buffer, its payload copied from payload + the
  * frame's offset; NULL when out of memory. */
-static void *build_frame(fu_link *l, const wire_header *w, const uint8_t *payload, int defer) {
-    size_t k = frame_bytes(w->info.length, w->frame);
+void *link_build_frame(fu_link *l, const wire_header *w, const uint8_t *payload, int defer) {
+    size_t k = link_frame_bytes(w->info.length, w->frame);
     /* A sealed link's frame has room for the counter and the tag around it
      * (the handshake's hello, built before the keys, goes plain), and no
      * checksum: the tag authenticates it.  defer (a data frame, whose
      * payload the caller keeps until it is acked): the payload is not
      * copied here but sealed straight from the tensor into the frame as
-     * it goes to the socket (send_some). */
+     * it goes to the socket (link_send_some). */
     size_t pre = l->sealed ? FU_SEAL_PREFIX : 0, post = l->sealed ? FU_SEAL_TAG : 0;
     uint8_t *buf = nn_allocmsg(pre + FU_WIRE_HEADER + k + post, 0);
     if (!buf) return NULL;
@@ -286,7 +198,7 @@ static int decode(const fu_link *l, const uint8_t *buf, size_t len, wire_header 
              ", tensor %" PRId32 "): dropped", l->peer, info->length, got, info->step, info->tensor);
         return -1;
     }
-    if (w->frame >= frames || got != frame_bytes(info->length, w->frame)) {
+    if (w->frame >= frames || got != link_frame_bytes(info->length, w->frame)) {
         fail(err, n, "message from %s: frame %" PRIu32 " of a %" PRIu64 "-byte message carries %zu bytes (step %"
              PRId64 ", tensor %" PRId32 "): dropped", l->peer, w->frame, info->length, got, info->step,
              info->tensor);
@@ -319,7 +231,7 @@ static void enqueue_error(fu_link *l, const char *why) {
     snprintf(p->error, sizeof p->error, "%s", why);
 }
 
-static pending *dequeue(fu_link *l) {
+pending *link_dequeue(fu_link *l) {
     pending *p = l->head;
     if (!p) return NULL;
     l->head = p->next;
@@ -327,12 +239,12 @@ static pending *dequeue(fu_link *l) {
     return p;
 }
 
-static void free_pending(fu_link *l, pending *p) {
+void link_free_pending(fu_link *l, pending *p) {
     if (p->data && p->data != l->dst) free(p->data);
     free(p);
 }
 
-static void queue_control(fu_link *l, void *msg) {
+void link_queue_control(fu_link *l, void *msg) {
     control *c = calloc(1, sizeof *c);
     if (!c) { nn_freemsg(msg); return; }
     c->msg = msg;
@@ -343,8 +255,8 @@ static void queue_control(fu_link *l, void *msg) {
 static void queue_ack(fu_link *l, const fu_msg_info *of, uint64_t seq) {
     wire_header w = {.info = {.kind = MSG_ACK, .step = of->step, .micro_batch = of->micro_batch,
                               .tensor = of->tensor}, .seq = seq};
-    void *m = build_frame(l, &w, NULL, 0);
-    if (m) queue_control(l, m);   /* a lost ack shows as the sender's timeout */
+    void *m = link_build_frame(l, &w, NULL, 0);
+    if (m) link_queue_control(l, m);   /* a lost ack shows as the sender's timeout */
 }
 
 static void report_ack(fu_link *l, uint64_t seq) {
@@ -379,7 +291,7 @@ static void release_dst(fu_link *l) {
 
 /* ---- receiving --------------------------------------------------------- */
 
-static void drop_incoming(fu_link *l) {
+void link_drop_incoming(fu_link *l) {
     if (!l->in.active) return;
     if (!l->in.data_is_dst) free(l->in.data);
     l->in.data = NULL;
@@ -413,7 +325,7 @@ static void on_frame(fu_link *l, void *raw, uint8_t *m, size_t len) {
     char why[200];
     if (decode(l, m, len, &w, why, sizeof why) != 0) {
         nn_freemsg(raw);
-        drop_incoming(l);
+        link_drop_incoming(l);
         enqueue_error(l, why);
         return;
     }
@@ -427,7 +339,7 @@ static void on_frame(fu_link *l, void *raw, uint8_t *m, size_t len) {
             info->length != l->in.info.length) {
             nn_freemsg(raw);
             if (w.seq == l->in.skip_seq) return;   /* the rest of a message already reported */
-            drop_incoming(l);
+            link_drop_incoming(l);
             l->in.skip_seq = w.seq;
             fail(why, sizeof why, "message from %s: frame %" PRIu32 " of step %" PRId64 ", tensor %" PRId32
                  " out of order (earlier frames lost): dropped", l->peer, w.frame, info->step, info->tensor);
@@ -440,7 +352,7 @@ static void on_frame(fu_link *l, void *raw, uint8_t *m, size_t len) {
         else sum = copy_and_hash(l->hash, to, body, k, seed);
         nn_freemsg(raw);
         if (sum != want) {
-            drop_incoming(l);
+            link_drop_incoming(l);
             fail(why, sizeof why, "message from %s: checksum mismatch (step %" PRId64 ", tensor %" PRId32
                  ", frame %" PRIu32 "): dropped", l->peer, info->step, info->tensor, w.frame);
             enqueue_error(l, why);
@@ -450,7 +362,7 @@ static void on_frame(fu_link *l, void *raw, uint8_t *m, size_t len) {
         /* A first frame: verified before anything is allocated for it. */
         if (!l->sealed && XXH3_64bits_withSeed(body, k, seed) != want) {
             nn_freemsg(raw);
-            drop_incoming(l);
+            link_drop_incoming(l);
             fail(why, sizeof why, "message from %s: checksum mismatch (step %" PRId64 ", tensor %" PRId32
                  "): dropped", l->peer, info->step, info->tensor);
             enqueue_error(l, why);
@@ -458,7 +370,7 @@ static void on_frame(fu_link *l, void *raw, uint8_t *m, size_t len) {
         }
         if (!known_kind(info->kind)) {
             nn_freemsg(raw);
-            drop_incoming(l);
+            link_drop_incoming(l);
             fail(why, sizeof why, "message from %s: unknown kind %" PRIu32 " (step %" PRId64 ", tensor %"
                  PRId32 "): dropped", l->peer, info->kind, info->step, info->tensor);
             enqueue_error(l, why);
@@ -481,7 +393,7 @@ static void on_frame(fu_link *l, void *raw, uint8_t *m, size_t len) {
         if (l->in.active) {
             fu_msg_info was = l->in.info;
             uint32_t missing = l->in.next_frame;
-            drop_incoming(l);
+            link_drop_incoming(l);
             fail(why, sizeof why, "message from %s: step %" PRId64 ", tensor %" PRId32 " ended after frame %"
                  PRIu32 " of %" PRIu32 " (sender gave up?): dropped", l->peer, was.step, was.tensor, missing,
                  (uint32_t)frames_of(was.length));
@@ -530,7 +442,7 @@ static int has_output(const fu_link *l) { return l->ctl_head || l->out.state == 
 
 /* Hands the socket what it takes now: control frames, then data frames.
  * 0, or -1 with err on a socket error. */
-static int send_some(fu_link *l, char *err, size_t n) {
+int link_send_some(fu_link *l, char *err, size_t n) {
     for (;;) {
         void **msg;
         if (l->sealed_slot) msg = l->sealed_slot;   /* sealed already: its counter is next on the wire */
@@ -539,7 +451,7 @@ static int send_some(fu_link *l, char *err, size_t n) {
             if (!l->out.ready) {
                 wire_header w = {.info = l->out.info, .seq = l->out.seq, .deliver_ns = l->out.deliver_ns,
                                  .frame = l->out.next_frame};
-                l->out.ready = build_frame(l, &w, l->out.payload, 1);
+                l->out.ready = link_build_frame(l, &w, l->out.payload, 1);
                 if (!l->out.ready) {
                     fail(err, n, "send to %s: cannot allocate a %u-byte frame", l->peer, FU_WIRE_FRAME);
                     return -1;
@@ -552,7 +464,7 @@ static int send_some(fu_link *l, char *err, size_t n) {
             uint32_t frame = get32(h + OFF_FRAME);
             const uint8_t *src = msg == &l->out.ready && l->out.payload
                                      ? l->out.payload + (uint64_t)frame * FU_WIRE_FRAME : NULL;   /* NULL: in place */
-            fu_seal_frame_split(&l->seal, *msg, FU_WIRE_HEADER, src, frame_bytes(get64(h + OFF_LENGTH), frame));
+            fu_seal_frame_split(&l->seal, *msg, FU_WIRE_HEADER, src, link_frame_bytes(get64(h + OFF_LENGTH), frame));
             l->sealed_slot = msg;
         }
         if (nn_send(l->sock, msg, NN_MSG, NN_DONTWAIT) < 0) {
@@ -570,7 +482,7 @@ static int send_some(fu_link *l, char *err, size_t n) {
         } else {
             control *c = l->ctl_head;
             l->ctl_head = c->next;
-            if (!l->ctl_head) { l->ctl_tail = NULL; l->happened++; }   /* flush_control waits for this */
+            if (!l->ctl_head) { l->ctl_tail = NULL; l->happened++; }   /* link_flush_control waits for this */
             free(c);
         }
     }
@@ -608,18 +520,18 @@ static int recv_some(fu_link *l, char *err, size_t n) {
             return -1;
         }
         on_frame(l, m, plain, plain_len);
-        if (has_output(l) && send_some(l, err, n) != 0) return -1;   /* acks go out at once */
+        if (has_output(l) && link_send_some(l, err, n) != 0) return -1;   /* acks go out at once */
     }
     return 0;
 }
 
 /* Sends and receives until something a caller may want happened (1), the
  * deadline passed or wake_fd became readable (0), or a socket error (-1). */
-static int pump(fu_link *l, int64_t deadline, int wake_fd, char *err, size_t n) {
+int link_pump(fu_link *l, int64_t deadline, int wake_fd, char *err, size_t n) {
     unsigned seen = l->happened;
     for (;;) {
         if (l->broken[0]) { fail(err, n, "%s", l->broken); return -1; }
-        if (send_some(l, err, n) != 0 || recv_some(l, err, n) != 0) return -1;
+        if (link_send_some(l, err, n) != 0 || recv_some(l, err, n) != 0) return -1;
         if (l->happened != seen) return 1;
         int64_t left = deadline - now_ms();
         if (left <= 0) return 0;
@@ -637,12 +549,12 @@ static int pump(fu_link *l, int64_t deadline, int wake_fd, char *err, size_t n) 
 
 /* Waits (until deadline) for queued control frames, acks above all, to be
  * handed to the socket, so that a blocking call returns with its acks sent. */
-static void flush_control(fu_link *l, int64_t deadline) {
+void link_flush_control(fu_link *l, int64_t deadline) {
     char why[200];
-    while (l->ctl_head && pump(l, deadline, -1, why, sizeof why) > 0) {}
+    while (l->ctl_head && link_pump(l, deadline, -1, why, sizeof why) > 0) {}
 }
 
-static void reset_out(fu_link *l) {
+void link_reset_out(fu_link *l) {
     if (l->out.ready) nn_freemsg(l->out.ready);
     memset(&l->out, 0, sizeof l->out);
 }
@@ -671,19 +583,19 @@ static int start_post(fu_link *l, const fu_msg_info *info, const void *payload, 
 
 /* fu_link_send with a deadline (timeout_ms: what messages quote) and a
  * cancel descriptor. */
-static int send_wait(fu_link *l, const fu_msg_info *info, const void *payload, int64_t deadline, int timeout_ms,
+int link_send_wait(fu_link *l, const fu_msg_info *info, const void *payload, int64_t deadline, int timeout_ms,
                      int wake_fd, char *err, size_t n) {
     uint64_t seq;
     if (start_post(l, info, payload, 0, 0, &seq, err, n) != 0) return -1;
     /* Wait for our ack.  The peer may be sending too: its data messages are
      * verified, acked and queued for fu_link_recv. */
     while (l->out.state != OUT_IDLE) {
-        int rc = pump(l, deadline, wake_fd, err, n);
-        if (rc < 0) { reset_out(l); errno = EIO; return -1; }
+        int rc = link_pump(l, deadline, wake_fd, err, n);
+        if (rc < 0) { link_reset_out(l); errno = EIO; return -1; }
         if (rc > 0) continue;
         if (now_ms() < deadline) {
             fail(err, n, "send to %s: cancelled", l->peer);
-            reset_out(l);
+            link_reset_out(l);
             errno = ECANCELED;
             return -1;
         }
@@ -693,7 +605,7 @@ static int send_wait(fu_link *l, const fu_msg_info *info, const void *payload, i
         else
             fail(err, n, "send to %s: no ack within %d ms (step %" PRId64 ", tensor %" PRId32
                  "): peer dead or stalled", l->peer, timeout_ms, info->step, info->tensor);
-        reset_out(l);
+        link_reset_out(l);
         errno = ETIMEDOUT;
         return -1;
     }
@@ -701,7 +613,7 @@ static int send_wait(fu_link *l, const fu_msg_info *info, const void *payload, i
 }
 
 int fu_link_send(fu_link *l, const fu_msg_info *info, const void *payload, char *err, size_t n) {
-    return send_wait(l, info, payload, now_ms() + l->timeout_ms, l->timeout_ms, -1, err, n);
+    return link_send_wait(l, info, payload, now_ms() + l->timeout_ms, l->timeout_ms, -1, err, n);
 }
 
 int fu_link_recv(fu_link *l, fu_msg_info *info, void *payload, uint64_t capacity, char *err, size_t n) {
@@ -710,7 +622,7 @@ int fu_link_recv(fu_link *l, fu_msg_info *info, void *payload, uint64_t capacity
         l->dst = payload;
         l->dst_capacity = payload ? capacity : 0;
         while (!l->head) {
-            int rc = pump(l, deadline, -1, err, n);
+            int rc = link_pump(l, deadline, -1, err, n);
             if (rc < 0) { release_dst(l); return -1; }
             if (rc == 0) {
                 release_dst(l);
@@ -719,7 +631,7 @@ int fu_link_recv(fu_link *l, fu_msg_info *info, void *payload, uint64_t capacity
             }
         }
     }
-    pending *p = dequeue(l);
+    pending *p = link_dequeue(l);
     int rc = 0;
     *info = p->info;
     if (p->is_error) {
@@ -735,16 +647,16 @@ int fu_link_recv(fu_link *l, fu_msg_info *info, void *payload, uint64_t capacity
         memcpy(payload, p->data, (size_t)p->info.length);
     }
     if (p->data == payload) p->data = NULL;   /* assembled in place */
-    free_pending(l, p);
+    link_free_pending(l, p);
     release_dst(l);
-    flush_control(l, now_ms() + l->timeout_ms);
+    link_flush_control(l, now_ms() + l->timeout_ms);
     return rc;
 }
 
 int fu_link_post(fu_link *l, const fu_msg_info *info, const void *payload, uint64_t deliver_ns, uint64_t *seq,
                  char *err, size_t n) {
     if (start_post(l, info, payload, deliver_ns, 1, seq, err, n) != 0) return -1;
-    return send_some(l, err, n);
+    return link_send_some(l, err, n);
 }
 
 int fu_link_post_control(fu_link *l, const fu_msg_info *info, const void *payload, uint64_t *seq,
@@ -763,12 +675,12 @@ int fu_link_post_control(fu_link *l, const fu_msg_info *info, const void *payloa
         return -1;
     }
     wire_header w = {.info = *info, .seq = l->next_seq++};
-    void *m = build_frame(l, &w, payload, 0);
+    void *m = link_build_frame(l, &w, payload, 0);
     if (!m) { fail(err, n, "send to %s: out of memory", l->peer); return -1; }
-    queue_control(l, m);
+    link_queue_control(l, m);
     if (acked) l->control_waiting[l->n_control_waiting++] = w.seq;
     if (seq) *seq = w.seq;
-    return send_some(l, err, n);
+    return link_send_some(l, err, n);
 }
 
 int fu_link_poll(fu_link *l, fu_event *ev, int timeout_ms, int wake_fd, char *err, size_t n) {
@@ -782,7 +694,7 @@ int fu_link_poll(fu_link *l, fu_event *ev, int timeout_ms, int wake_fd, char *er
             return 1;
         }
         if (l->head) {
-            pending *p = dequeue(l);
+            pending *p = link_dequeue(l);
             int rc = 1;
             if (p->is_error) {
                 fail(err, n, "%s", p->error);
@@ -797,7 +709,7 @@ int fu_link_poll(fu_link *l, fu_event *ev, int timeout_ms, int wake_fd, char *er
             free(p);
             return rc;
         }
-        int rc = pump(l, deadline, wake_fd, err, n);
+        int rc = link_pump(l, deadline, wake_fd, err, n);
         if (rc <= 0) return rc;
     }
 }
@@ -824,347 +736,17 @@ const char *fu_link_peer(const fu_link *l) { return l->peer; }
 void fu_link_close(fu_link *l) {
     if (!l) return;
     l->dst = NULL;
-    while (l->head) free_pending(l, dequeue(l));
+    while (l->head) link_free_pending(l, link_dequeue(l));
     while (l->ctl_head) {
         control *c = l->ctl_head;
         l->ctl_head = c->next;
         nn_freemsg(c->msg);
         free(c);
     }
-    reset_out(l);
+    link_reset_out(l);
     if (l->in.active && !l->in.data_is_dst) free(l->in.data);
     if (l->sock >= 0) nn_close(l->sock);
     if (l->hash) XXH3_freeState(l->hash);
     free(l);
 }
 
-/* ---- setup ------------------------------------------------------------- */
-
-/* glibc adapts its mmap threshold upwards (and the trim threshold to twice
- * that) each time a mapped block is freed, up to 32 MiB (64 MiB); this sets
- * them there at once, for the whole process, so that frame buffers are
- * reused instead of being mapped or trimmed and faulted in again.  A
- * process that chose its own thresholds (GLIBC_TUNABLES or MALLOC_*_
- * variables) keeps them.  The cost: each malloc arena may keep up to 64 MiB
- * of freed memory instead of returning it to the kernel. */
-static void tune_malloc(void) {
-#ifdef __GLIBC__
-    const char *tunables = getenv("GLIBC_TUNABLES");
-    if ((tunables && strstr(tunables, "glibc.malloc.")) || getenv("MALLOC_MMAP_THRESHOLD_") ||
-        getenv("MALLOC_TRIM_THRESHOLD_"))
-        return;
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 64 << 20);
-#endif
-}
-
-/* Drops the socket and everything read or queued on it (a self-connected
- * attempt, below). */
-static void reset_link(fu_link *l) {
-    l->dst = NULL;
-    while (l->head) free_pending(l, dequeue(l));
-    while (l->ctl_head) {
-        control *c = l->ctl_head;
-        l->ctl_head = c->next;
-        nn_freemsg(c->msg);
-        free(c);
-    }
-    l->ctl_tail = NULL;
-    reset_out(l);
-    drop_incoming(l);
-    l->n_acked = l->n_control_waiting = 0;
-    if (l->sock >= 0) nn_close(l->sock);
-    l->sock = -1;
-    l->sealed = 0;
-    l->sealed_slot = NULL;
-    l->broken[0] = '\0';
-    memset(&l->seal, 0, sizeof l->seal);
-}
-
-/* A fresh NN_PAIR socket, bound to or connecting to url; 0, or -1 with err
- * and errno. */
-static int open_socket(fu_link *l, const char *url, int listen, char *err, size_t n) {
-    l->sock = nn_socket(AF_SP, NN_PAIR);
-    if (l->sock < 0) {
-        int e = nn_errno();
-        fail(err, n, "link to %s: nn_socket: %s", l->peer, nn_strerror(e));
-        errno = e;
-        return -1;
-    }
-    int unlimited = -1, reconnect_ms = 20;
-    /* Socket buffers above nanomsg's 128 KiB default, for big tensors; the
-     * effect is not measured apart yet (bench/bench_transport.c). */
-    int buf = 4 << 20;
-    /* A sealed link bounds what one message may claim to be (a frame and its
-     * seal): a huge length prefix from a stranger closes that connection
-     * instead of allocating what it says. */
-    int frame_max = FU_WIRE_FRAME + FU_WIRE_HEADER + FU_SEAL_OVERHEAD;
-    if (l->auth)
-        nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &frame_max, sizeof frame_max);
-    else
-        nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &unlimited, sizeof unlimited);
-    nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RECONNECT_IVL, &reconnect_ms, sizeof reconnect_ms);
-    nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_SNDBUF, &buf, sizeof buf);
-    nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVBUF, &buf, sizeof buf);
-    /* Small messages (acks, heartbeats, a scalar) must leave at once:
-     * Nagle's algorithm against the peer's delayed ack costs 40 ms each. */
-    int nodelay = 1;
-    nn_setsockopt(l->sock, NN_TCP, NN_TCP_NODELAY, &nodelay, sizeof nodelay);
-    size_t rsz = sizeof l->rcvfd, ssz = sizeof l->sndfd;
-    if (nn_getsockopt(l->sock, NN_SOL_SOCKET, NN_RCVFD, &l->rcvfd, &rsz) < 0 ||
-        nn_getsockopt(l->sock, NN_SOL_SOCKET, NN_SNDFD, &l->sndfd, &ssz) < 0) {
-        int e = nn_errno();
-        fail(err, n, "link to %s: nanomsg descriptors: %s", l->peer, nn_strerror(e));
-        errno = e;
-        return -1;
-    }
-    int rc = listen ? nn_bind(l->sock, url) : nn_connect(l->sock, url);
-    if (rc < 0) {
-        int e = nn_errno();
-        fail(err, n, "link to %s: cannot %s %s: %s", l->peer, listen ? "listen on" : "connect to", url,
-             nn_strerror(e));
-        errno = e;   /* EADDRINUSE: the caller may pick another port */
-        return -1;
-    }
-    return 0;
-}
-
-/* The next hello (MSG_HANDSHAKE) of a sealed handshake, taken off the
- * queue; NULL with *rc: 2 refused (why: a frame that does not open, an
- * error, or, listening, a connection silent for HS_SILENT_MS), 3 the
- * connection closed during the handshake (whatever of ours it took, a
- * fresh socket must start again: a stranger who connects, takes our hello
- * and leaves must not leave the right peer a handshake half done), -1
- * the deadline or cancel_fd (errno). */
-#define HS_SILENT_MS 5000
-static pending *next_hello(fu_link *l, int listen, int first, int64_t deadline, int cancel_fd, int *rc, char *why,
-                           size_t n) {
-    int64_t connected_since = 0;
-    for (;;) {
-        for (pending *p = l->head, *prev = NULL; p; prev = p, p = p->next) {
-            /* Garbage before the peer's hello is a stranger's or a stale
-             * connection's: start again; after it, a refusal. */
-            if (p->is_error) { snprintf(why, n, "%s", p->error); *rc = first ? 3 : 2; return NULL; }
-            if (p->info.kind != MSG_HANDSHAKE) continue;
-            if (prev) prev->next = p->next; else l->head = p->next;
-            if (l->tail == p) l->tail = prev;
-            return p;
-        }
-        int64_t limit = deadline;
-        uint64_t had = nn_get_statistic(l->sock, NN_STAT_ACCEPTED_CONNECTIONS) +
-                       nn_get_statistic(l->sock, NN_STAT_ESTABLISHED_CONNECTIONS);
-        if (had > 0 && nn_get_statistic(l->sock, NN_STAT_CURRENT_CONNECTIONS) == 0) {
-            snprintf(why, n, "the connection closed during the handshake");
-            *rc = 3;
-            return NULL;
-        }
-        /* Connecting, nanomsg makes a lost connection again by itself, in
-         * milliseconds: what we sent on the first is gone with it. */
-        if (!listen && nn_get_statistic(l->sock, NN_STAT_ESTABLISHED_CONNECTIONS) > 1) {
-            snprintf(why, n, "the connection was made again during the handshake");
-            *rc = 3;
-            return NULL;
-        }
-        if (limit > now_ms() + 200) limit = now_ms() + 200;   /* to look at the connections again */
-        if (listen) {   /* a stranger that connects and says nothing must not hold the port */
-            if (nn_get_statistic(l->sock, NN_STAT_CURRENT_CONNECTIONS) > 0) {
-                if (!connected_since) connected_since = now_ms();
-                if (now_ms() - connected_since >= HS_SILENT_MS) {
-                    snprintf(why, n, "a connection sent no handshake within %d ms", HS_SILENT_MS);
-                    *rc = 2;
-                    return NULL;
-                }
-            } else connected_since = 0;
-        }
-        int r = pump(l, limit, cancel_fd, why, n);
-        if (r > 0) continue;
-        if (r < 0) { *rc = 2; return NULL; }
-        int64_t t = now_ms();
-        if (t >= deadline) { errno = ETIMEDOUT; *rc = -1; snprintf(why, n, "no handshake within the time allowed"); return NULL; }
-        if (t < limit && cancel_fd >= 0 && poll(&(struct pollfd){.fd = cancel_fd, .events = POLLIN}, 1, 0) > 0) {
-            errno = ECANCELED; *rc = -1; snprintf(why, n, "cancelled"); return NULL;
-        }
-    }
-}
-
-/* A sealed handshake on l's socket (seal.h): 0 sealed and confirmed; 1 a
- * TCP self-connect; 2 refused (why); 3 the connection closed half-way;
- * -1 timed out or cancelled (errno). */
-static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel_fd, char *why, size_t n) {
-    fu_hs hs;
-    fu_hs_start(&hs, l->auth, l->peer);
-    wire_header w = {.info = {.kind = MSG_HANDSHAKE, .length = FU_HS_BYTES}, .seq = l->next_seq++};
-    void *m = build_frame(l, &w, hs.hello, 0);   /* plain: no keys yet */
-    if (!m) { snprintf(why, n, "out of memory"); return 2; }
-    /* The connector speaks first; the listener answers the hello it got,
-     * on the connection it came by (a stranger's connection, come and
-     * gone, never takes the listener's hello). */
-    if (!listen) queue_control(l, m);
-    int rc = 2;
-    pending *p = next_hello(l, listen, 1, deadline, cancel_fd, &rc, why, n);
-    if (listen && p) queue_control(l, m);
-    else if (listen) nn_freemsg(m);
-    if (!p) { sodium_memzero(hs.sk, sizeof hs.sk); return rc; }
-    if (fu_hs_is_own(&hs, p->data, (size_t)p->info.length)) {
-        sodium_memzero(hs.sk, sizeof hs.sk);
-        free_pending(l, p);
-        return 1;
-    }
-    /* Our hello must be on the wire before anything sealed follows it; and
-     * nothing more may be read before the keys are in (the peer's sealed
-     * confirmation may already be on its way): send only. */
-    while (l->ctl_head && now_ms() < deadline) {
-        if (send_some(l, why, n) != 0) return 2;
-        if (l->ctl_head) poll(&(struct pollfd){.fd = l->sndfd, .events = POLLIN}, 1, 10);
-    }
-    uint8_t transcript[32];
-    fu_seal keys;
-    int ok = fu_hs_finish(&hs, l->auth, l->peer, p->data, (size_t)p->info.length, listen, &keys, transcript,
-                          why, n) == 0;
-    free_pending(l, p);
-    if (!ok || l->ctl_head) { if (ok) snprintf(why, n, "the hello could not be sent"); return 2; }
-    l->seal = keys;
-    l->sealed = 1;
-    sodium_memzero(&keys, sizeof keys);
-    /* The confirmation: the transcript, sealed; the peer's opens only under
-     * the same secret and the same two hellos. */
-    w = (wire_header){.info = {.kind = MSG_HANDSHAKE, .length = sizeof transcript}, .seq = l->next_seq++};
-    if (!(m = build_frame(l, &w, transcript, 0))) { snprintf(why, n, "out of memory"); return 2; }
-    queue_control(l, m);
-    if (!(p = next_hello(l, listen, 0, deadline, cancel_fd, &rc, why, n))) {
-        if (rc == 2 && strstr(why, "does not authenticate"))
-            snprintf(why, n, "the peer does not hold this run's secret (its confirmation does not open)");
-        return rc;
-    }
-    ok = p->info.length == sizeof transcript && memcmp(p->data, transcript, sizeof transcript) == 0;
-    free_pending(l, p);
-    if (!ok) { snprintf(why, n, "the peer's confirmation does not match the handshake"); return 2; }
-    flush_control(l, deadline);
-    return 0;
-}
-
-fu_link *fu_link_open(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
-                      char *err, size_t n) {
-    return fu_link_open_sealed(url, listen, peer_name, timeout_ms, cancel_fd, NULL, err, n);
-}
-
-fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
-                             const fu_link_auth *auth, char *err, size_t n) {
-    static pthread_once_t tuned = PTHREAD_ONCE_INIT;
-    pthread_once(&tuned, tune_malloc);
-    fu_link *l = calloc(1, sizeof *l);
-    if (!l) { fail(err, n, "link to %s: out of memory", peer_name); errno = ENOMEM; return NULL; }
-    snprintf(l->peer, sizeof l->peer, "%s", peer_name);
-    snprintf(l->url, sizeof l->url, "%s", url);
-    l->auth = auth;
-    if (auth && fu_seal_init() != 0) {
-        fail(err, n, "link to %s: libsodium did not start", peer_name);
-        free(l);
-        errno = EIO;
-        return NULL;
-    }
-    l->sock = -1;
-    l->timeout_ms = timeout_ms;
-    l->next_seq = 1;
-    l->last_heard_ms = now_ms();
-    l->hash = XXH3_createState();
-    if (!l->hash) {
-        fail(err, n, "link to %s: out of memory", l->peer);
-        fu_link_close(l);
-        errno = ENOMEM;
-        return NULL;
-    }
-    /* The handshake carries a number of this link's own: a connect to a
-     * loopback port nobody listens on can connect the socket to itself (TCP
-     * self-connect, when the port is in the ephemeral range), and then what
-     * comes back is our own handshake.  Such an attempt is dropped (which
-     * frees the port for the real peer) and the connect starts over. */
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    uint64_t seeds[3] = {(uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec, (uint64_t)(uintptr_t)l,
-                         (uint64_t)now_ms()};
-    uint8_t nonce[8];
-    put64(nonce, XXH3_64bits(seeds, sizeof seeds));
-    int64_t deadline = now_ms() + timeout_ms;
-    char why[200], refused[240] = "";
-    for (;;) {
-        if (open_socket(l, url, listen, err, n) != 0) {
-            int e = errno;
-            fu_link_close(l);
-            errno = e;
-            return NULL;
-        }
-        if (auth) {
-            int rc = sealed_handshake(l, listen, deadline, cancel_fd, why, sizeof why);
-            if (rc == 0) return l;
-            if (rc == 2 && listen) {   /* a stranger, or a wrong peer: refused; the port stays open for the right one */
-                fprintf(stderr, "fusion: link with %s on %s: refused a connection: %s\n", l->peer, url, why);
-                snprintf(refused, sizeof refused, "%s", why);
-            }
-            if (rc == 1 || rc == 3 || (rc == 2 && listen)) { reset_link(l); continue; }
-            int e = rc == 2 ? EPROTO : errno;
-            if (rc == -1 && refused[0] && e == ETIMEDOUT) {
-                fail(err, n, "handshake with %s at %s: no peer completed it within %d ms; the last one was refused: "
-                     "%s", l->peer, url, timeout_ms, refused);
-                e = EPROTO;
-            } else {
-                fail(err, n, "handshake with %s at %s: %s%s", l->peer, url, why, rc == 2 ? ": refused" : "");
-            }
-            fu_link_close(l);
-            errno = e;
-            return NULL;
-        }
-        /* Handshake: each side sends one (acked) and reads the other's; a
-         * peer speaking another wire version is rejected by decode. */
-        fu_msg_info hs = {.kind = MSG_HANDSHAKE, .length = sizeof nonce};
-        if (send_wait(l, &hs, nonce, deadline, timeout_ms, cancel_fd, why, sizeof why) != 0) {
-            int e = errno;
-            fail(err, n, "handshake with %s at %s: %s", l->peer, url, why);
-            fu_link_close(l);
-            errno = e;
-            return NULL;
-        }
-        /* The peer's handshake may already be queued (it arrived during our
-         * send); anything else that came first stays queued for recv. */
-        int self = 0;
-        while (!self) {
-            for (pending *p = l->head, *prev = NULL; p; prev = p, p = p->next) {
-                if (p->is_error) {
-                    fail(err, n, "handshake with %s at %s: %s", l->peer, url, p->error);
-                    fu_link_close(l);
-                    errno = EPROTO;
-                    return NULL;
-                }
-                if (p->info.kind != MSG_HANDSHAKE) continue;
-                self = p->info.length == sizeof nonce && memcmp(p->data, nonce, sizeof nonce) == 0;
-                if (self) break;
-                if (prev) prev->next = p->next; else l->head = p->next;
-                if (l->tail == p) l->tail = prev;
-                free_pending(l, p);
-                flush_control(l, deadline);
-                return l;
-            }
-            if (self) break;
-            int rc = pump(l, deadline, cancel_fd, why, sizeof why);
-            if (rc > 0) continue;
-            int e = rc < 0 ? EIO : now_ms() < deadline ? ECANCELED : ETIMEDOUT;
-            if (e == ETIMEDOUT)
-                fail(why, sizeof why, "no message from %s within %d ms: peer dead or stalled", l->peer, timeout_ms);
-            else if (e == ECANCELED)
-                fail(why, sizeof why, "cancelled");
-            fail(err, n, "handshake with %s at %s: %s", l->peer, url, why);
-            fu_link_close(l);
-            errno = e;
-            return NULL;
-        }
-        reset_link(l);   /* connected to itself: drop the socket, try again */
-    }
-}
-
-fu_link *fu_link_listen(const char *url, const char *peer_name, int timeout_ms, char *err, size_t n) {
-    return fu_link_open(url, 1, peer_name, timeout_ms, -1, err, n);
-}
-
-fu_link *fu_link_connect(const char *url, const char *peer_name, int timeout_ms, char *err, size_t n) {
-    return fu_link_open(url, 0, peer_name, timeout_ms, -1, err, n);
-}
