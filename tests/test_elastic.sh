@@ -12,7 +12,8 @@
 #   SIGSTOP      a device stopped past the peer timeout is lost; woken
 #                after the new epoch started, the broker refuses it and it
 #                exits non-zero saying so; the run finishes;
-#   broker       the broker SIGKILLed mid-run and started again on the same
+#   broker       a stranger's unsealed request is dropped and said, not
+#                answered; the broker SIGKILLed mid-run and started again on the same
 #                OUT: it takes the running devices over from its database,
 #                every step is printed once, and the run finishes (exit 0);
 #   joining      one device and a standby that registers itself after step
@@ -138,6 +139,21 @@ compile restart "$work/four-standby.xml"
 "$FUSIONC" broker "$work/restart" --port $port --port-base $base --peer-timeout 3 "${args[@]}" >"$work/restart1.out" 2>&1 &
 broker=$!
 for _ in $(seq 1 600); do grep -qE '^step +(3[0-9]|[4-9][0-9])/' "$work/restart1.out" && break; sleep 0.05; done
+# A stranger's request (nanomsg's REQ framing, not sealed): dropped, unanswered, said.
+/usr/bin/python3 - "$port" <<'PY'
+import socket, struct, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"\x00SP\x00\x00\x30\x00\x00")   # the SP header of a REQ socket (protocol 48)
+s.recv(8)
+body = struct.pack(">I", 0x80000001) + b"step cpu-a0 1 99 0.5"   # request id, then a plain report
+s.sendall(struct.pack(">Q", len(body)) + body)
+time.sleep(0.5)
+s.close()
+PY
+for _ in $(seq 1 40); do grep -q "dropped a request that does not open" "$work/restart1.out" && break; sleep 0.05; done
+grep -q "dropped a request that does not open" "$work/restart1.out" && pass \
+  || fail "the broker did not say it dropped an unsealed request: $(grep broker: "$work/restart1.out" | tail -3)"
+! grep -q "^step    99/" "$work/restart1.out" && pass || fail "the broker took the unsealed report of step 99"
 kill -9 "$broker"
 wait "$broker" 2>/dev/null
 sleep 1

@@ -362,9 +362,11 @@ static void serve(broker *b, int wait_ms)
         if (opens)
             text[got - FU_BOX_OVERHEAD] = '\0';
         if (!opens || sscanf(text, "%llu %n", &stamp, &at) != 1 || !fresh(b, text + at, stamp)) {
-            b->dropped++;
-            say(b, "dropped", NULL, "dropped a request that %s (%lld so far): not of this run, altered or replayed",
-                opens ? "is stale or replayed" : "does not open", (long long)b->dropped);
+            /* Said for the first ten, then every hundredth: a stranger's
+             * flood must not fill the log. */
+            if (++b->dropped <= 10 || b->dropped % 100 == 0)
+                say(b, "dropped", NULL, "dropped a request that %s (%lld so far): not of this run, altered or "
+                    "replayed", opens ? "is stale or replayed" : "does not open", (long long)b->dropped);
             continue;
         }
         answer(b, text + at, reply, sizeof reply);
