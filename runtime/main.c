@@ -814,8 +814,9 @@ static int load_secret(const run_options *o, uint8_t secret[FU_SECRET_BYTES], co
     exe[len > 0 ? len : 0] = '\0';
     if (strrchr(exe, '/'))
         *strrchr(exe, '/') = '\0';
-    snprintf(path, sizeof path, "%s", o->key ? o->key : exe);
-    if (!o->key)
+    if (o->key)
+        snprintf(path, sizeof path, "%s", o->key);
+    else
         snprintf(path, sizeof path, "%s/run.key", exe);
     if (fu_secret_load(path, secret, why, sizeof why) == 0)
         return 0;

@@ -632,7 +632,8 @@ static const char usage_broker[] =
     "  --ssh-config FILE   with --over-ssh: passed to ssh as -F FILE\n"
     "  --address A         with --over-ssh: the hosts reach the broker at A (default: this machine's\n"
     "                      address on the route to the first host)\n"
-    "  --connect-timeout S with --over-ssh: give up on a host that does not answer in S s (default 10)\n"
+    "  --ssh-timeout S     with --over-ssh: give up on a host that does not answer in S s (default 10;\n"
+    "                      the devices' own --connect-timeout goes to them)\n"
     "  --standby-agents A  all (default): start `fusionc standby` for every standby of the cluster\n"
     "                      file; none: standbys register themselves (fusionc standby on their\n"
     "                      host); one that registers mid-run is taken in at the next complete\n"
@@ -672,7 +673,7 @@ int cmd_broker(int argc, char **argv)
             b->hosts.ssh_config = v, i++;
         } else if (v && strcmp(a, "--address") == 0) {
             b->address = v, i++;
-        } else if (v && strcmp(a, "--connect-timeout") == 0 &&
+        } else if (v && strcmp(a, "--ssh-timeout") == 0 &&
                    (b->hosts.connect_timeout = (int)strtol(v, &end, 10)) > 0 && !*end) {
             i++;
         } else if (v && strcmp(a, "--standby-agents") == 0 && (!strcmp(v, "all") || !strcmp(v, "none"))) {
@@ -680,7 +681,7 @@ int cmd_broker(int argc, char **argv)
             i++;
         } else if (strncmp(a, "--port", 6) == 0 || strcmp(a, "--standby-agents") == 0 || strcmp(a, "--save-every") == 0 || strcmp(a, "--peer-timeout") == 0 ||
                    strcmp(a, "--max-recoveries") == 0 || strcmp(a, "--ssh-config") == 0 || strcmp(a, "--address") == 0 ||
-                   strcmp(a, "--connect-timeout") == 0) {
+                   strcmp(a, "--ssh-timeout") == 0) {
             fprintf(stderr, "fusionc broker: %s needs a positive number (--standby-agents: all or none; "
                     "--ssh-config: a file; --address: an address)\n%s", a, usage_broker);
             free(b);

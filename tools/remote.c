@@ -77,11 +77,8 @@ int remote_plan_load(remote_plan *p, const char *out_dir, const char *cluster_fi
     cluster_free(&c);
     if (rc == 0 && (p->n_devices == 0 || !p->reporter[0]))
         rc = diag_set(err, list, 0, "the deploy list names no devices or no reporter");
-    if (rc && p->devices) {
-        free(p->devices);
-        p->devices = NULL;
-        p->n_devices = 0;
-    }
+    if (rc)
+        remote_plan_free(p);
     return rc;
 }
 
