@@ -22,7 +22,11 @@
  *
  * One side listens (binds), the other connects; both then exchange a
  * MSG_HANDSHAKE (which checks the protocol version) before the constructor
- * returns, so both must start within timeout_ms of each other.  Its payload
+ * returns, so both must start within timeout_ms of each other.  Device
+ * programs open every link sealed (fu_link_open_sealed, below, and
+ * comm/seal.h): the handshake then proves the run secret, and every later
+ * frame is sealed; the plain form serves the transport's own tests and
+ * benchmarks.  Its payload
  * is a random number of the sending link's: a connect to a loopback port
  * that nobody listens on can connect to itself (TCP self-connect), which
  * shows as receiving one's own number, and is dropped and retried.
