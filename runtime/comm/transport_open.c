@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <nanomsg/nn.h>
 #include <nanomsg/pair.h>
@@ -170,8 +171,11 @@ static pending *next_hello(fu_link *l, int listen, int first, int64_t deadline, 
 }
 
 /* A sealed handshake on l's socket (seal.h): 0 sealed and confirmed; 1 a
- * TCP self-connect; 2 refused (why); 3 the connection closed half-way;
- * -1 timed out or cancelled (errno). */
+ * TCP self-connect; 2 refused at the hello (why: the peer's own claims:
+ * another build, epoch or name); 3 the connection closed half-way; 4
+ * refused at the confirmation (another secret, or the two ends' hellos of
+ * different attempts: a connection that came and went in between); -1
+ * timed out or cancelled (errno). */
 static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel_fd, char *why, size_t n) {
     fu_hs hs;
     fu_hs_start(&hs, l->auth, l->peer);
@@ -216,11 +220,11 @@ static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel
     if (!(p = next_hello(l, listen, 0, deadline, cancel_fd, &rc, why, n))) {
         if (rc == 2 && strstr(why, "does not authenticate"))
             snprintf(why, n, "the peer does not hold this run's secret (its confirmation does not open)");
-        return rc;
+        return rc == 2 ? 4 : rc;
     }
     ok = p->info.length == sizeof transcript && memcmp(p->data, transcript, sizeof transcript) == 0;
     link_free_pending(l, p);
-    if (!ok) { snprintf(why, n, "the peer's confirmation does not match the handshake"); return 2; }
+    if (!ok) { snprintf(why, n, "the peer's confirmation does not match the handshake"); return 4; }
     link_flush_control(l, deadline);
     return 0;
 }
@@ -269,6 +273,7 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
     put64(nonce, XXH3_64bits(seeds, sizeof seeds));
     int64_t deadline = now_ms() + timeout_ms;
     char why[200], refused[240] = "";
+    int refusals = 0;
     for (;;) {
         if (open_socket(l, url, listen, err, n) != 0) {
             int e = errno;
@@ -279,11 +284,19 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
         if (auth) {
             int rc = sealed_handshake(l, listen, deadline, cancel_fd, why, sizeof why);
             if (rc == 0) return l;
-            if (rc == 2 && listen) {   /* a stranger, or a wrong peer: refused; the port stays open for the right one */
-                fprintf(stderr, "fusion: link with %s on %s: refused a connection: %s\n", l->peer, url, why);
+            /* Listening, a refusal leaves the port open for the right peer;
+             * connecting, a confirmation that failed is tried again on a
+             * fresh socket (it may be a race, not a wrong secret), the
+             * last reason kept for the deadline.  Said for the first three
+             * and then every fiftieth. */
+            if (rc == 4 || (rc == 2 && listen)) {
+                if (++refusals <= 3 || refusals % 50 == 0)
+                    fprintf(stderr, "fusion: link with %s on %s: %s: %s\n", l->peer, url,
+                            listen ? "refused a connection" : "the handshake failed, trying again", why);
                 snprintf(refused, sizeof refused, "%s", why);
+                if (!listen) usleep(100 * 1000);
             }
-            if (rc == 1 || rc == 3 || (rc == 2 && listen)) { reset_link(l); continue; }
+            if (rc == 1 || rc == 3 || rc == 4 || (rc == 2 && listen)) { reset_link(l); continue; }
             int e = rc == 2 ? EPROTO : errno;
             if (rc == -1 && refused[0] && e == ETIMEDOUT) {
                 fail(err, n, "handshake with %s at %s: no peer completed it within %d ms; the last one was refused: "
