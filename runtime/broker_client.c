@@ -26,7 +26,7 @@ typedef struct line {
 
 struct rt_broker {
     char            url[512], device[128];
-    uint8_t         secret[FU_SECRET_BYTES];   /* every request and reply sealed (rt_broker_seal) */
+    uint8_t         secret[FU_SECRET_BYTES];   /* every request and reply sealed (rt_broker_exchange) */
     uint64_t        last_stamp;
     int64_t         epoch;
     int             sock;
