@@ -680,8 +680,8 @@ int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err)
     case OP_BATCHNORM_BACKWARD:       rc = lower_batchnorm_backward(p, op); break;
     case OP_SOFTMAX:                  rc = lower_softmax(p, op); break;
     case OP_SOFTMAX_BACKWARD:         rc = lower_softmax_backward(p, op); break;
-    case OP_ATTENTION:                rc = lower_attention(p, op); break;
-    case OP_ATTENTION_BACKWARD:       rc = lower_attention_backward(p, op); break;
+    case OP_ATTENTION:                rc = op->n_in == 1 ? lower_attention(p, op) : -5; break;
+    case OP_ATTENTION_BACKWARD:       rc = op->n_in == 2 ? lower_attention_backward(p, op) : -5; break;
     case OP_CROSS_ENTROPY:            rc = lower_cross_entropy(p, op); break;
     case OP_CROSS_ENTROPY_BACKWARD:   rc = lower_cross_entropy_backward(p, op); break;
     case OP_CONV2D:                   rc = lower_conv2d(p, op); break;
@@ -714,6 +714,9 @@ int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err)
     if (rc == -4)
         return diag_set(err, op->name, op->line, "op '%s' (%s): its CUDA kernel takes f32 tensors only, and this one "
                         "has a 16-bit one", op->name, op_table[op->op].name);
+    if (rc == -5)
+        return diag_set(err, op->name, op->line, "op '%s': attention on separate q, k, v has no CUDA kernel yet "
+                        "(the packed qkv form has)", op->name);
     if (rc || p->oom)
         return diag_set(err, op->name, op->line, "out of memory generating CUDA kernels for op '%s'", op->name);
     p->ops[p->n_ops].first = first;

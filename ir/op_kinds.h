@@ -10,7 +10,10 @@ typedef enum {
     OP_MATMUL,
     OP_LAYERNORM,       /* (x[..,C], w[C], b[C]) eps -> [..,C]                 */
     OP_GELU,            /* tanh approximation                                  */
-    OP_ATTENTION,       /* (qkv[B,T,3C]) heads -> [B,T,C], causal              */
+    OP_ATTENTION,       /* (qkv[B,T,3C]) heads -> [B,T,C], causal; or
+                           (q[B,T,H*D], k[B,T,KV*D], v[B,T,KV*D]) heads kv_heads
+                           -> [B,T,H*D]: query head h reads kv head h/(H/KV)
+                           (grouped-query attention)                           */
     OP_QKV_SPLIT,       /* (qkv[B,T,3C]) heads -> q,k,v [B,H,T,C/H]            */
     OP_MERGE_HEADS,     /* (y[B,H,T,D]) -> [B,T,H*D]                           */
     OP_SOFTMAX,         /* over the last axis; causal masks j > i              */
@@ -22,6 +25,14 @@ typedef enum {
     OP_MAXPOOL,         /* kernel, stride, pad                                 */
     OP_AVGPOOL_GLOBAL,  /* [N,C,H,W] -> [N,C]                                  */
     OP_FLATTEN,         /* [N,...] -> [N,prod(...)]                            */
+    OP_RMSNORM,         /* (x[..,C], w[C]) eps -> x / sqrt(mean(x^2) + eps) * w  */
+    OP_ROPE,            /* (x[..,T,C]) heads base -> each head's D = C/heads
+                           rotated by position t, its two halves as pairs
+                           (Hugging Face Llama's rotate_half)                  */
+    OP_SILU,            /* x * sigmoid(x)                                      */
+    OP_MUL,             /* elementwise product, equal shapes                   */
+    OP_SPLIT,           /* (x) axis -> n equal parts along axis (torch.chunk)  */
+    OP_CONCAT,          /* (a, b, ...) axis -> one tensor along axis           */
 
     /* Backward ops, appended by the autodiff pass (not for model files).
      * Inputs: the forward inputs and outputs the rule needs (ops.c's
@@ -44,6 +55,12 @@ typedef enum {
     OP_MAXPOOL_BACKWARD,
     OP_AVGPOOL_GLOBAL_BACKWARD,
     OP_FLATTEN_BACKWARD,
+    OP_RMSNORM_BACKWARD,
+    OP_ROPE_BACKWARD,
+    OP_SILU_BACKWARD,
+    OP_MUL_BACKWARD,
+    OP_SPLIT_BACKWARD,  /* (dy_0, ..., dy_n-1) -> dx: their concatenation     */
+    OP_CONCAT_BACKWARD, /* (dy) -> every input's slice (op_def.bwd_all_inputs) */
     OP_FILL,            /* () value -> a tensor of that value (the loss seed)  */
     OP_COPY,            /* (x) -> a copy of x                                   */
 
@@ -111,6 +128,9 @@ typedef enum {
                            runtime/comm/overlap.h); -1 = with the update (the comm pass) */
     ATTR_READY,         /* allreduce, in a device program only (codegen): the program's index
                            of the backward op that makes its gradient final; -1 none   */
+    ATTR_KV_HEADS,      /* attention on (q, k, v): key/value heads (0: as many as heads)  */
+    ATTR_BASE,          /* rope: theta_i = base^(-2i/D)                                   */
+    ATTR_AXIS,          /* split, concat: the axis (negative: from the end)              */
     ATTR_KEY_COUNT
 } attr_key;
 

@@ -19,6 +19,7 @@ static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_DENSITY] = "density", [ATTR_FEEDBACK] = "feedback", [ATTR_BITS] = "bits",
     [ATTR_ACCUMULATE] = "accumulate", [ATTR_LOSS_SCALE] = "loss_scale",
     [ATTR_GROUPS] = "groups",   [ATTR_BUCKET] = "bucket", [ATTR_READY] = "ready",
+    [ATTR_KV_HEADS] = "kv_heads", [ATTR_BASE] = "base",   [ATTR_AXIS] = "axis",
 };
 
 static const attr_type attr_types[ATTR_KEY_COUNT] = {
@@ -31,7 +32,8 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
     [ATTR_PEER] = ATTR_INT,  [ATTR_TENSOR] = ATTR_INT,  [ATTR_ONCE] = ATTR_INT,
     [ATTR_DENSITY] = ATTR_FLOAT, [ATTR_FEEDBACK] = ATTR_INT, [ATTR_BITS] = ATTR_INT,
     [ATTR_ACCUMULATE] = ATTR_INT, [ATTR_LOSS_SCALE] = ATTR_INT, [ATTR_GROUPS] = ATTR_INT,
-    [ATTR_BUCKET] = ATTR_INT, [ATTR_READY] = ATTR_INT,
+    [ATTR_BUCKET] = ATTR_INT, [ATTR_READY] = ATTR_INT, [ATTR_KV_HEADS] = ATTR_INT, [ATTR_BASE] = ATTR_FLOAT,
+    [ATTR_AXIS] = ATTR_INT,
 };
 
 #define REQ_INT(k)          { k, ATTR_INT, 1, 0, 0 }
@@ -42,7 +44,10 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
 /* A forward op: name, inputs, outputs, shape rule, costs, backward op and
  * what the backward rule reads. */
 #define FORWARD(nm, min_i, max_i, n_o, shape_fn, fwd_fn, bwd_fn, bwd_op, saves_in, saves_out) \
-    .name = nm, .min_in = min_i, .max_in = max_i, .min_out = n_o, .max_out = n_o,          \
+    FORWARD_OUTS(nm, min_i, max_i, n_o, n_o, shape_fn, fwd_fn, bwd_fn, bwd_op, saves_in, saves_out)
+/* The same with a range of outputs (split: as many as the model names). */
+#define FORWARD_OUTS(nm, min_i, max_i, min_o, max_o, shape_fn, fwd_fn, bwd_fn, bwd_op, saves_in, saves_out) \
+    .name = nm, .min_in = min_i, .max_in = max_i, .min_out = min_o, .max_out = max_o,      \
     .shape = shape_fn, .flops_forward = fwd_fn, .flops_backward = bwd_fn, .bytes_forward = bytes_io, \
     .backward = bwd_op, .bwd_saves_in = saves_in, .bwd_saves_out = saves_out,             \
     .forward_of = OP_COUNT
@@ -80,9 +85,11 @@ const op_def op_table[OP_COUNT] = {
     [OP_GELU] = { FORWARD("gelu", 1, 1, 1, shape_same_as_first, flops_gelu, flops_gelu_bwd,
                           OP_GELU_BACKWARD, OP_IN(0), 0),
                   .in_names = { "x" } },
-    [OP_ATTENTION] = { FORWARD("attention", 1, 1, 1, shape_attention, flops_attention, flops_attention_bwd,
-                               OP_ATTENTION_BACKWARD, OP_IN(0), 0),
-                       .in_names = { "qkv" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_HEADS) } },
+    /* attention(qkv) or attention(q, k, v): shape_attention tells them apart. */
+    [OP_ATTENTION] = { FORWARD("attention", 1, 3, 1, shape_attention, flops_attention, flops_attention_bwd,
+                               OP_ATTENTION_BACKWARD, OP_IN(0) | OP_IN(1) | OP_IN(2), 0),
+                       .in_names = { "qkv", "k", "v" }, .n_attr_specs = 2,
+                       .attr_specs = { REQ_INT(ATTR_HEADS), OPT_INT(ATTR_KV_HEADS, 0) } },
     [OP_QKV_SPLIT] = { FORWARD("qkv_split", 1, 1, 3, shape_qkv_split, flops_zero, flops_zero,
                                OP_QKV_SPLIT_BACKWARD, 0, 0),
                        .in_names = { "qkv" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_HEADS) } },
@@ -118,6 +125,32 @@ const op_def op_table[OP_COUNT] = {
     [OP_FLATTEN] = { FORWARD("flatten", 1, 1, 1, shape_flatten, flops_zero, flops_zero,
                              OP_FLATTEN_BACKWARD, 0, 0),
                      .in_names = { "x" } },
+    /* Llama's ops.  Per-element costs: rmsnorm about 4 forward (square, sum,
+     * scale, weight) and 10 backward; rope 3 (a rotation a pair: 6 per 2
+     * elements) both ways; silu 5 (exp, add, divide, multiply) and 8; mul 1
+     * and 2 (a product for each input's gradient). */
+    [OP_RMSNORM] = { FORWARD("rmsnorm", 2, 2, 1, shape_rmsnorm, flops_per_element, flops_per_element_bwd,
+                             OP_RMSNORM_BACKWARD, OP_IN(0) | OP_IN(1), 0),
+                     .in_names = { "x", "w" }, .n_attr_specs = 1, .attr_specs = { OPT_FLOAT(ATTR_EPS, 1e-6) },
+                     .elem_flops = { 4, 10 } },
+    [OP_ROPE] = { FORWARD("rope", 1, 1, 1, shape_rope, flops_per_element, flops_per_element_bwd,
+                          OP_ROPE_BACKWARD, 0, 0),
+                  .in_names = { "x" }, .n_attr_specs = 2,
+                  .attr_specs = { REQ_INT(ATTR_HEADS), OPT_FLOAT(ATTR_BASE, 10000.0) }, .elem_flops = { 3, 3 } },
+    [OP_SILU] = { FORWARD("silu", 1, 1, 1, shape_same_as_first, flops_per_element, flops_per_element_bwd,
+                          OP_SILU_BACKWARD, OP_IN(0), 0),
+                  .in_names = { "x" }, .elem_flops = { 5, 8 } },
+    [OP_MUL] = { FORWARD("mul", 2, 2, 1, shape_add, flops_per_element, flops_per_element_bwd,
+                         OP_MUL_BACKWARD, OP_IN(0) | OP_IN(1), 0),
+                 .in_names = { "a", "b" }, .elem_flops = { 1, 2 } },
+    [OP_SPLIT] = { FORWARD_OUTS("split", 1, 1, 2, IR_MAX_OUT, shape_split, flops_zero, flops_zero,
+                                OP_SPLIT_BACKWARD, 0, 0),
+                   .in_names = { "x" }, .n_attr_specs = 1,
+                   .attr_specs = { OPT_INT(ATTR_AXIS, -1) } },
+    [OP_CONCAT] = { FORWARD("concat", 2, IR_MAX_OUT, 1, shape_concat, flops_zero, flops_zero,
+                            OP_CONCAT_BACKWARD, 0, 0),
+                    .in_names = { "a", "b", "c", "d" }, .n_attr_specs = 1, .attr_specs = { OPT_INT(ATTR_AXIS, -1) },
+                    .bwd_all_inputs = 1 },
 
     /*                         name                  forward            in   out  own FLOPs            */
     [OP_EMBEDDING_BACKWARD] = { BACKWARD("embedding_backward", OP_EMBEDDING, 2, 2, 1, flops_output_elements),
@@ -132,9 +165,9 @@ const op_def op_table[OP_COUNT] = {
                                 .attr_specs = { REQ_INT(ATTR_GRADS), OPT_FLOAT(ATTR_EPS, 1e-5) } },
     [OP_GELU_BACKWARD] = { BACKWARD("gelu_backward", OP_GELU, 2, 2, 1, flops_dy_elements_16),
                            .in_names = { "x", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
-    [OP_ATTENTION_BACKWARD] = { BACKWARD("attention_backward", OP_ATTENTION, 2, 2, 1, flops_attention_backward),
-                                .in_names = { "qkv", "dy" }, .n_attr_specs = 2,
-                                .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_HEADS) } },
+    [OP_ATTENTION_BACKWARD] = { BACKWARD("attention_backward", OP_ATTENTION, 2, 4, 3, flops_attention_backward),
+                                .in_names = { "qkv", "k", "v", "dy" }, .n_attr_specs = 3,
+                                .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_HEADS), OPT_INT(ATTR_KV_HEADS, 0) } },
     [OP_QKV_SPLIT_BACKWARD] = { BACKWARD("qkv_split_backward", OP_QKV_SPLIT, 3, 3, 1, flops_zero),
                                 .in_names = { "dq", "dk", "dv" }, .n_attr_specs = 2,
                                 .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_HEADS) } },
@@ -164,6 +197,22 @@ const op_def op_table[OP_COUNT] = {
                                      .in_names = { "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
     [OP_FLATTEN_BACKWARD] = { BACKWARD("flatten_backward", OP_FLATTEN, 1, 1, 1, flops_zero),
                               .in_names = { "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_RMSNORM_BACKWARD] = { BACKWARD("rmsnorm_backward", OP_RMSNORM, 3, 3, 2, flops_per_dy_element),
+                              .in_names = { "x", "w", "dy" }, .n_attr_specs = 2,
+                              .attr_specs = { REQ_INT(ATTR_GRADS), OPT_FLOAT(ATTR_EPS, 1e-6) } },
+    [OP_ROPE_BACKWARD] = { BACKWARD("rope_backward", OP_ROPE, 1, 1, 1, flops_per_dy_element),
+                           .in_names = { "dy" }, .n_attr_specs = 3,
+                           .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_HEADS), OPT_FLOAT(ATTR_BASE, 10000.0) } },
+    [OP_SILU_BACKWARD] = { BACKWARD("silu_backward", OP_SILU, 2, 2, 1, flops_per_dy_element),
+                           .in_names = { "x", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_MUL_BACKWARD] = { BACKWARD("mul_backward", OP_MUL, 3, 3, 2, flops_per_dy_element),
+                          .in_names = { "a", "b", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+    [OP_SPLIT_BACKWARD] = { BACKWARD("split_backward", OP_SPLIT, 2, IR_MAX_OUT, 1, flops_zero),
+                            .in_names = { "dy0", "dy1", "dy2", "dy3" }, .n_attr_specs = 2,
+                            .attr_specs = { REQ_INT(ATTR_GRADS), OPT_INT(ATTR_AXIS, -1) } },
+    [OP_CONCAT_BACKWARD] = { BACKWARD("concat_backward", OP_CONCAT, 1, 1, IR_MAX_OUT, flops_zero),
+                             .in_names = { "dy" }, .n_attr_specs = 2,
+                             .attr_specs = { REQ_INT(ATTR_GRADS), OPT_INT(ATTR_AXIS, -1) } },
     [OP_COPY] = { .name = "copy", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1, .in_names = { "x" },
                   .shape = shape_same_as_first, .flops_forward = flops_zero, .flops_backward = flops_zero,
                   .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = OP_COUNT, .internal = 1 },

@@ -59,6 +59,14 @@ typedef struct {
     unsigned    bwd_saves_in, bwd_saves_out;
     ir_op       forward_of;       /* backward ops: their forward op; else OP_COUNT */
     int         internal;         /* made by passes, not written in model files  */
+    /* 1: the backward writes the gradient of every float input, wanted or
+     * not (concat: its slices' offsets need every input's size). */
+    int         bwd_all_inputs;
+    /* Ops whose cost is a constant per element (flops_per_element below):
+     * FLOPs per output element forward, and per output element for all of
+     * the input gradients backward.  A new elementwise or normalising op
+     * states two numbers here instead of writing two cost functions. */
+    double      elem_flops[2];
 } op_def;
 
 extern const op_def op_table[OP_COUNT];

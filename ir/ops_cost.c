@@ -65,20 +65,29 @@ double flops_layernorm_bwd(const ir_graph *g, const ir_node *n) { return 16.0 * 
 double flops_gelu(const ir_graph *g, const ir_node *n) { return 10.0 * out_numel(g, n, 0); }
 double flops_gelu_bwd(const ir_graph *g, const ir_node *n) { return 20.0 * out_numel(g, n, 0); }
 
-/* qkv[B,T,3C], H heads: scores 2BT^2C, weighted sum 2BT^2C, softmax 5BHT^2. */
+/* B, T and the query width C = H*D of an attention (or its backward): its
+ * first input is qkv[B,T,3C] when it is the only one (the backward's dy
+ * aside), else q[B,T,C].  Grouped-query attention costs what multi-head
+ * attention of the same query heads does: every query head scores every key. */
+static void attention_dims(const ir_graph *g, const ir_node *n, double *b, double *t, double *c)
+{
+    const ir_shape *x = &g->values[n->in[0]].shape;
+    int packed = n->n_in - (n->op == OP_ATTENTION_BACKWARD) == 1;
+    *b = (double)x->dim[0], *t = (double)x->dim[1], *c = (double)(packed ? x->dim[2] / 3 : x->dim[2]);
+}
+
+/* H heads: scores 2BT^2C, weighted sum 2BT^2C, softmax 5BHT^2. */
 double flops_attention(const ir_graph *g, const ir_node *n)
 {
-    const ir_shape *qkv = &g->values[n->in[0]].shape;
-    double b = (double)qkv->dim[0], t = (double)qkv->dim[1], c = (double)(qkv->dim[2] / 3);
-    double h = (double)ir_node_int(n, ATTR_HEADS, 1);
+    double b, t, c, h = (double)ir_node_int(n, ATTR_HEADS, 1);
+    attention_dims(g, n, &b, &t, &c);
     return 4.0 * b * t * t * c + 5.0 * b * h * t * t;
 }
 
 double flops_attention_bwd(const ir_graph *g, const ir_node *n)
 {
-    const ir_shape *qkv = &g->values[n->in[0]].shape;
-    double b = (double)qkv->dim[0], t = (double)qkv->dim[1], c = (double)(qkv->dim[2] / 3);
-    double h = (double)ir_node_int(n, ATTR_HEADS, 1);
+    double b, t, c, h = (double)ir_node_int(n, ATTR_HEADS, 1);
+    attention_dims(g, n, &b, &t, &c);
     return 8.0 * b * t * t * c + 4.0 * b * h * t * t;
 }
 
@@ -150,6 +159,17 @@ double flops_conv2d_backward(const ir_graph *g, const ir_node *n)
     const ir_shape *w = &g->values[n->in[1]].shape;
     double dy = dy_numel(g, n), per = (double)w->dim[1] * (double)w->dim[2] * (double)w->dim[3];
     return (grad_wanted(n, 0) + grad_wanted(n, 1)) * 2.0 * dy * per + grad_wanted(n, 2) * dy;
+}
+
+/* Ops that state their FLOPs per element in the table (op_def.elem_flops). */
+double flops_per_element(const ir_graph *g, const ir_node *n) { return op_table[n->op].elem_flops[0] * out_numel(g, n, 0); }
+double flops_per_element_bwd(const ir_graph *g, const ir_node *n)
+{
+    return op_table[n->op].elem_flops[1] * out_numel(g, n, 0);
+}
+double flops_per_dy_element(const ir_graph *g, const ir_node *n)
+{
+    return op_table[op_table[n->op].forward_of].elem_flops[1] * dy_numel(g, n);
 }
 
 /* Every input read once, every output written once. */

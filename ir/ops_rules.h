@@ -24,6 +24,10 @@ SHAPE_RULE(shape_maxpool);
 SHAPE_RULE(shape_avgpool_global);
 SHAPE_RULE(shape_flatten);
 SHAPE_RULE(shape_given);
+SHAPE_RULE(shape_rmsnorm);
+SHAPE_RULE(shape_rope);
+SHAPE_RULE(shape_split);
+SHAPE_RULE(shape_concat);
 SHAPE_RULE(shape_scalar);
 #undef SHAPE_RULE
 
@@ -61,6 +65,9 @@ COST_FN(flops_linear_backward);
 COST_FN(flops_matmul_backward);
 COST_FN(flops_attention_backward);
 COST_FN(flops_conv2d_backward);
+COST_FN(flops_per_element);      /* op_def.elem_flops[0] x output elements */
+COST_FN(flops_per_element_bwd);  /* op_def.elem_flops[1] x output elements */
+COST_FN(flops_per_dy_element);   /* backward ops: their forward's elem_flops[1] x dy elements */
 COST_FN(bytes_io);
 #undef COST_FN
 

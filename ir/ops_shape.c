@@ -194,21 +194,143 @@ static int check_heads(const ir_graph *g, const ir_node *n, int64_t c, struct di
     return 0;
 }
 
-/* (qkv[B,T,3C]) -> [B,T,C], causal, heads | C */
+/* (qkv[B,T,3C]) -> [B,T,C], causal, heads | C; or (q[B,T,H*D], k[B,T,KV*D],
+ * v[B,T,KV*D]) heads kv_heads -> [B,T,H*D], KV | H (grouped-query). */
 int shape_attention(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
 {
     if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 3, 3, err))
         return -1;
-    const ir_shape *qkv = in_shape(g, n, 0);
+    const ir_shape *x = in_shape(g, n, 0);
     char d[256];
-    if (qkv->dim[2] % 3 != 0)
-        return fail(err, "%s: last dimension %lld is not 3*C (q, k and v side by side)",
-                    describe_input(g, n, 0, d, sizeof d), (long long)qkv->dim[2]);
-    int64_t c = qkv->dim[2] / 3;
+    if (n->n_in == 2)
+        return fail(err, "attention takes qkv, or q, k and v: found 2 inputs");
+    if (n->n_in == 1) {
+        if (x->dim[2] % 3 != 0)
+            return fail(err, "%s: last dimension %lld is not 3*C (q, k and v side by side)",
+                        describe_input(g, n, 0, d, sizeof d), (long long)x->dim[2]);
+        int64_t c = x->dim[2] / 3;
+        if (ir_node_int(n, ATTR_KV_HEADS, 0) != 0 && ir_node_int(n, ATTR_KV_HEADS, 0) != ir_node_int(n, ATTR_HEADS, 0))
+            return fail(err, "kv_heads=%lld needs q, k and v as three inputs (a packed qkv has as many key/value "
+                        "heads as query heads)", (long long)ir_node_int(n, ATTR_KV_HEADS, 0));
+        if (check_heads(g, n, c, err))
+            return -1;
+        out[0] = *x;
+        out[0].dim[2] = c;
+        dt[0] = float_out(g, n, 0);
+        return 0;
+    }
+    int64_t heads = ir_node_int(n, ATTR_HEADS, 0), kv = ir_node_int(n, ATTR_KV_HEADS, 0);
+    if (kv == 0)
+        kv = heads;
+    if (check_heads(g, n, x->dim[2], err))
+        return -1;
+    if (kv < 1 || heads % kv != 0)
+        return fail(err, "kv_heads=%lld does not divide heads=%lld (each key/value head serves heads/kv_heads "
+                    "query heads)", (long long)kv, (long long)heads);
+    int64_t D = x->dim[2] / heads;
+    for (int i = 1; i < 3; i++) {
+        if (need_dtype(g, n, i, 1, err) || need_rank(g, n, i, 3, 3, err))
+            return -1;
+        const ir_shape *s = in_shape(g, n, i);
+        if (s->dim[0] != x->dim[0] || s->dim[1] != x->dim[1] || s->dim[2] != kv * D) {
+            char a[256];
+            return fail(err, "%s: expected [%lld,%lld,%lld] (kv_heads=%lld times the head dimension %lld of %s)",
+                        describe_input(g, n, i, d, sizeof d), (long long)x->dim[0], (long long)x->dim[1],
+                        (long long)(kv * D), (long long)kv, (long long)D, describe_input(g, n, 0, a, sizeof a));
+        }
+    }
+    out[0] = *x;
+    dt[0] = float_out(g, n, 0);
+    return 0;
+}
+
+/* (x[..,C], w[C]) -> [..,C] */
+int shape_rmsnorm(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 1, IR_MAX_RANK, err))
+        return -1;
+    if (need_vector(g, n, 1, last_dim(in_shape(g, n, 0)), err))
+        return -1;
+    return shape_same_as_first(g, n, out, dt, err);
+}
+
+/* (x[..,T,C]) heads -> [..,T,C]: C = heads*D with D even (pairs i, i+D/2). */
+int shape_rope(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 2, IR_MAX_RANK, err))
+        return -1;
+    int64_t c = last_dim(in_shape(g, n, 0));
     if (check_heads(g, n, c, err))
         return -1;
-    out[0] = *qkv;
-    out[0].dim[2] = c;
+    int64_t D = c / ir_node_int(n, ATTR_HEADS, 1);
+    char d[256];
+    if (D % 2 != 0)
+        return fail(err, "%s: head dimension %lld (width %lld / heads=%lld) is odd; rotary embedding rotates "
+                    "its two halves as pairs", describe_input(g, n, 0, d, sizeof d), (long long)D, (long long)c,
+                    (long long)ir_node_int(n, ATTR_HEADS, 1));
+    if (!(ir_node_float(n, ATTR_BASE, 10000.0) > 1.0))
+        return fail(err, "base=%g: the rotary base must be greater than 1", ir_node_float(n, ATTR_BASE, 10000.0));
+    return shape_same_as_first(g, n, out, dt, err);
+}
+
+/* The axis attribute of split or concat for rank r, from the end when
+ * negative; -1 (and a message) when it is not an axis of x. */
+static int resolve_axis(const ir_graph *g, const ir_node *n, int rank, struct diag *err)
+{
+    int64_t axis = ir_node_int(n, ATTR_AXIS, -1), at = axis < 0 ? axis + rank : axis;
+    if (at < 0 || at >= rank) {
+        char d[256];
+        fail(err, "axis=%lld is not an axis of %s (rank %d)", (long long)axis, describe_input(g, n, 0, d, sizeof d),
+             rank);
+        return -1;
+    }
+    return (int)at;
+}
+
+/* (x) axis -> n equal parts along axis, n the outputs named (torch.chunk). */
+int shape_split(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 1, IR_MAX_RANK, err))
+        return -1;
+    const ir_shape *x = in_shape(g, n, 0);
+    int axis = resolve_axis(g, n, x->rank, err);
+    if (axis < 0)
+        return -1;
+    if (x->dim[axis] % n->n_out != 0) {
+        char d[256];
+        return fail(err, "%s: axis %d's size %lld does not split into %d equal parts", describe_input(g, n, 0, d, sizeof d),
+                    axis, (long long)x->dim[axis], n->n_out);
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        out[i] = *x;
+        out[i].dim[axis] = x->dim[axis] / n->n_out;
+        dt[i] = float_out(g, n, 0);
+    }
+    return 0;
+}
+
+/* (a, b, ...) axis -> one tensor: equal shapes but along axis, equal dtypes. */
+int shape_concat(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 1, IR_MAX_RANK, err))
+        return -1;
+    const ir_shape *a = in_shape(g, n, 0);
+    int axis = resolve_axis(g, n, a->rank, err);
+    if (axis < 0)
+        return -1;
+    out[0] = *a;
+    for (int i = 1; i < n->n_in; i++) {
+        const ir_shape *b = in_shape(g, n, i);
+        int same = b->rank == a->rank && in_dtype(g, n, i) == in_dtype(g, n, 0);
+        for (int k = 0; same && k < a->rank; k++)
+            same = k == axis || a->dim[k] == b->dim[k];
+        if (!same) {
+            char da[256], db[256];
+            return fail(err, "%s and %s: expected equal shapes but along axis %d, and equal dtypes",
+                        describe_input(g, n, 0, da, sizeof da), describe_input(g, n, i, db, sizeof db), axis);
+        }
+        out[0].dim[axis] += b->dim[axis];
+    }
     dt[0] = float_out(g, n, 0);
     return 0;
 }

@@ -190,8 +190,17 @@ static int differentiate(autodiff *ad, int32_t i, const int32_t *out_grads)
             return oom(ad);
     int64_t grads = 0;
     for (int k = 0; k < fwd.n_in; k++) {
-        if (!input_wants_grad(ad, &fwd, k))
+        if (!input_wants_grad(ad, &fwd, k)) {
+            /* concat: the slice is written (its offset needs every input's
+             * size) and goes nowhere. */
+            if (def->bwd_all_inputs && is_float(g->values[fwd.in[k]].dtype)) {
+                grads |= (int64_t)1 << k;
+                snprintf(name, sizeof name, "%s.backward.unused%d", ir_node_name(g, i), k);
+                if (new_grad_value(ad, fwd.in[k], name, b) < 0)
+                    return -1;
+            }
             continue;
+        }
         grads |= (int64_t)1 << k;
         contribution_name(ad, fwd.in[k], name, sizeof name);
         int32_t v = new_grad_value(ad, fwd.in[k], name, b);

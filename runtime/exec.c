@@ -203,6 +203,32 @@ int64_t rt_op_workspace_floats(const rt_op *op)
     return copies ? copies_at_floats(op) + copies : kernel_workspace_floats(op);
 }
 
+/* split, concat and their backwards: the one whole tensor (split's input,
+ * concat's output, or the gradients' counterparts) and its parts along the
+ * axis attribute; every part is there (concat's backward writes every
+ * input's slice: ops.h's bwd_all_inputs). */
+static int run_split_concat(const rt_op *op, char *arena)
+{
+    int whole_is_input = op->op == OP_SPLIT || op->op == OP_CONCAT_BACKWARD;
+    const rt_tensor *whole = whole_is_input ? &op->in[0] : &op->out[0];
+    int n = whole_is_input ? op->n_out : op->n_in;
+    int64_t axis = op->ints[ATTR_AXIS] < 0 ? op->ints[ATTR_AXIS] + whole->rank : op->ints[ATTR_AXIS];
+    int64_t outer = 1, inner = 1, sizes[RT_MAX_IN];
+    float *parts[RT_MAX_IN];
+    for (int i = 0; i < axis; i++) outer *= whole->dim[i];
+    for (int i = (int)axis + 1; i < whole->rank; i++) inner *= whole->dim[i];
+    for (int k = 0; k < n; k++) {
+        const rt_tensor *part = whole_is_input ? &op->out[k] : &op->in[k];
+        sizes[k] = part->dim[axis];
+        parts[k] = (float *)(arena + part->offset);
+    }
+    if (whole_is_input)
+        split_forward(parts, (const float *)(arena + whole->offset), sizes, n, outer, inner);
+    else
+        concat_forward((float *)(arena + whole->offset), (const float *const *)parts, sizes, n, outer, inner);
+    return 0;
+}
+
 static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
 {
     int64_t bad = 0;
@@ -273,15 +299,63 @@ static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
         relu_backward(OUT(0), IN(1), IN(0), rt_tensor_numel(&op->in[0]));
         return 0;
     case OP_ATTENTION:
-    case OP_ATTENTION_BACKWARD: {                /* qkv (B,T,3C) */
-        const rt_tensor *qkv = &op->in[0];
-        int64_t B = qkv->dim[0], T = qkv->dim[1], C = qkv->dim[2] / 3, H = op->ints[ATTR_HEADS];
+    case OP_ATTENTION_BACKWARD: {                /* qkv (B,T,3C), or q (B,T,H*D), k, v (B,T,KV*D) */
+        const rt_tensor *x = &op->in[0];
+        int64_t B = x->dim[0], T = x->dim[1], H = op->ints[ATTR_HEADS];
+        int packed = op->n_in - (op->op == OP_ATTENTION_BACKWARD) == 1;
+        if (packed) {
+            int64_t C = x->dim[2] / 3;
+            if (op->op == OP_ATTENTION)
+                attention_forward(OUT(0), IN(0), WS, B, T, C, H);
+            else
+                attention_backward(OUT(0), IN(1), IN(0), WS, B, T, C, H);
+            return 0;
+        }
+        int64_t KV = op->ints[ATTR_KV_HEADS] ? op->ints[ATTR_KV_HEADS] : H, D = x->dim[2] / H;
         if (op->op == OP_ATTENTION)
-            attention_forward(OUT(0), IN(0), WS, B, T, C, H);
+            attention_forward_heads(OUT(0), IN(0), IN(1), IN(2), WS, B, T, H, KV, D, H * D, KV * D);
         else
-            attention_backward(OUT(0), IN(1), IN(0), WS, B, T, C, H);
+            attention_backward_heads(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(3),
+                                     IN(0), IN(1), IN(2), WS, B, T, H, KV, D, H * D, KV * D);
         return 0;
     }
+    case OP_RMSNORM: {                           /* x (N,C), w (C) */
+        int64_t C = last_dim(&op->in[0]), N = rt_tensor_numel(&op->in[0]) / C;
+        rmsnorm_forward(OUT(0), IN(0), IN(1), N, C, (float)op->floats[ATTR_EPS]);
+        return 0;
+    }
+    case OP_RMSNORM_BACKWARD: {                  /* x, w, dy -> dx, dw */
+        int64_t C = last_dim(&op->in[0]), N = rt_tensor_numel(&op->in[0]) / C;
+        rmsnorm_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), IN(2), IN(0), IN(1), N, C,
+                         (float)op->floats[ATTR_EPS]);
+        return 0;
+    }
+    case OP_ROPE:
+    case OP_ROPE_BACKWARD: {                     /* x or dy (R,T,H*D) */
+        const rt_tensor *x = &op->in[0];
+        int64_t C = last_dim(x), T = x->dim[x->rank - 2], H = op->ints[ATTR_HEADS];
+        rope_rotate(OUT(0), IN(0), rt_tensor_numel(x) / (T * C), T, H, C / H, op->floats[ATTR_BASE],
+                    op->op == OP_ROPE ? 1 : -1);
+        return 0;
+    }
+    case OP_SILU:
+        silu_forward(OUT(0), IN(0), rt_tensor_numel(&op->in[0]));
+        return 0;
+    case OP_SILU_BACKWARD:
+        silu_backward(OUT(0), IN(1), IN(0), rt_tensor_numel(&op->in[0]));
+        return 0;
+    case OP_MUL:
+        mul_forward(OUT(0), IN(0), IN(1), rt_tensor_numel(&op->out[0]));
+        return 0;
+    case OP_MUL_BACKWARD:                        /* a, b, dy -> da, db */
+        mul_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), IN(2), IN(0), IN(1),
+                     rt_tensor_numel(&op->in[2]));
+        return 0;
+    case OP_SPLIT:
+    case OP_SPLIT_BACKWARD:
+    case OP_CONCAT:
+    case OP_CONCAT_BACKWARD:
+        return run_split_concat(op, arena);
     case OP_QKV_SPLIT: {
         const rt_tensor *qkv = &op->in[0];
         qkv_split_forward(OUT(0), OUT(1), OUT(2), IN(0), qkv->dim[0], qkv->dim[1], qkv->dim[2] / 3,

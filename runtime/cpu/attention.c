@@ -1,5 +1,6 @@
-/* attention.c: causal multi-head self-attention on a packed qkv, the head
- * split/merge reshapes, and the row softmax.
+/* attention.c: causal multi-head and grouped-query self-attention (on a
+ * packed qkv, or q, k, v apart), the head split/merge reshapes, and the row
+ * softmax.
  *
  * attention_forward/backward work one (batch, head) at a time. The T query
  * rows are cut into blocks of ATT_QBLOCK; block i, queries [t0, t0+nq), only
@@ -7,7 +8,7 @@
  * masked upper triangle is mostly never computed. The blocks' score
  * matrices lie one after another in the workspace, so that a head is three
  * phases: the products of every block (cblas_sgemm, reading q, k, v in place
- * inside qkv with leading dimension 3C), one OpenMP loop over all T rows
+ * inside qkv with leading dimension 3C, or in q, k, v), one OpenMP loop over all T rows
  * (softmax), the products again. Few phases matter: each switch between
  * OpenBLAS's threads and OpenMP's costs their idle-wait (see threads.c).
  * The probabilities are recomputed in the backward, never stored. This is
@@ -70,66 +71,84 @@ static void att_softmax_rows(float *S, int64_t T)
     }
 }
 
-/* P (packed) = causal softmax(scale · q·kᵀ) for one head. */
+/* P (packed) = causal softmax(scale · q·kᵀ) for one head, q's rows q_ld
+ * floats apart and k's k_ld. */
 static void att_probabilities(float *P, const float *q, const float *k, int64_t T,
-                              int64_t C3, int64_t D, float scale)
+                              int64_t q_ld, int64_t k_ld, int64_t D, float scale)
 {
     for (int64_t i = 0; i < att_nblocks(T); i++) {
         att_block b = att_block_at(i, T);
-        kernel_sgemm(0, 1, b.nq, b.nk, D, scale, q + b.t0 * C3, C3, k, C3, 0.0f, P + b.off, b.nk);
+        kernel_sgemm(0, 1, b.nq, b.nk, D, scale, q + b.t0 * q_ld, q_ld, k, k_ld, 0.0f, P + b.off, b.nk);
     }
     att_softmax_rows(P, T);
 }
 
-// qkv is (B,T,3C), out is (B,T,C), D = C/H. For batch b, head h, with
-// q, k, v the (T,D) column slices h·D.. of the three thirds of qkv[b]:
-//   out[b][:, h·D..] = softmax(q·kᵀ/sqrt(D), causal) · v
-void attention_forward(float *out, const float *qkv, float *ws,
-                       int64_t B, int64_t T, int64_t C, int64_t H)
+// The general form. q is (B,T,·) with row stride q_ld, head h in columns
+// h·D..; k and v are (B,T,·) with row stride kv_ld, kv head g in columns
+// g·D..; out is (B,T,H·D). Query head h reads kv head h / (H/KV)
+// (grouped-query attention; KV = H is multi-head):
+//   out[b][:, h·D..] = softmax(q_h·k_gᵀ/sqrt(D), causal) · v_g
+void attention_forward_heads(float *out, const float *q, const float *k, const float *v, float *ws,
+                             int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t q_ld, int64_t kv_ld)
 {
-    int64_t D = C / H, C3 = 3 * C;
+    int64_t C = H * D, group = H / KV;
     float scale = (float)(1.0 / sqrt((double)D));
     float *P = ws;
     for (int64_t b = 0; b < B; b++) {
         for (int64_t h = 0; h < H; h++) {
-            const float *q = qkv + b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
+            const float *qh = q + b * T * q_ld + h * D;
+            const float *kh = k + b * T * kv_ld + (h / group) * D, *vh = v + b * T * kv_ld + (h / group) * D;
             float *o = out + b * T * C + h * D;
-            att_probabilities(P, q, k, T, C3, D, scale);
+            att_probabilities(P, qh, kh, T, q_ld, kv_ld, D, scale);
             for (int64_t i = 0; i < att_nblocks(T); i++) {
                 att_block blk = att_block_at(i, T);
-                kernel_sgemm(0, 0, blk.nq, D, blk.nk, 1.0f, P + blk.off, blk.nk, v, C3, 0.0f,
+                kernel_sgemm(0, 0, blk.nq, D, blk.nk, 1.0f, P + blk.off, blk.nk, vh, kv_ld, 0.0f,
                              o + blk.t0 * C, C);
             }
         }
     }
 }
 
-// dout is (B,T,C), qkv and dqkv are (B,T,3C). Per (b, h) and query block,
+// qkv is (B,T,3C), out is (B,T,C), D = C/H: q, k, v are the three thirds
+void attention_forward(float *out, const float *qkv, float *ws,
+                       int64_t B, int64_t T, int64_t C, int64_t H)
+{
+    attention_forward_heads(out, qkv, qkv + C, qkv + 2 * C, ws, B, T, H, H, C / H, 3 * C, 3 * C);
+}
+
+// dout is (B,T,H·D); q, k, v and dq, dk, dv as in the forward (the same
+// strides; any of dq, dk, dv NULL: not wanted). Per (b, h) and query block,
 // with P the recomputed probabilities (nq, nk) and dO the block of dout:
 //   dP  = dO·vᵀ            dv += Pᵀ·dO
 //   dS  = P ⊙ (dP - Σ_j P⊙dP)  (row-wise)
 //   dq  = scale·dS·k       dk += scale·dSᵀ·q_block
-// dk and dv collect from every block that sees them, so dqkv starts at 0.
-void attention_backward(float *dqkv, const float *dout, const float *qkv, float *ws,
-                        int64_t B, int64_t T, int64_t C, int64_t H)
+// dk and dv collect from every block, and from every query head of their
+// group, so they start at 0.
+void attention_backward_heads(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                              const float *v, float *ws, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                              int64_t q_ld, int64_t kv_ld)
 {
-    int64_t D = C / H, C3 = 3 * C, nblocks = att_nblocks(T);
+    int64_t C = H * D, group = H / KV, nblocks = att_nblocks(T);
     float scale = (float)(1.0 / sqrt((double)D));
     float *P = ws, *dP = ws + att_scores_floats(T);
-    #pragma omp parallel for schedule(static) if (B * T * C3 >= KERNEL_PAR_MIN)
-    for (int64_t bt = 0; bt < B * T; bt++) memset(dqkv + bt * C3, 0, (size_t)C3 * sizeof *dqkv);
+    #pragma omp parallel for schedule(static) if (B * T * KV * D >= KERNEL_PAR_MIN)
+    for (int64_t bt = 0; bt < B * T; bt++) {
+        if (dk) memset(dk + bt * kv_ld, 0, (size_t)(KV * D) * sizeof *dk);
+        if (dv) memset(dv + bt * kv_ld, 0, (size_t)(KV * D) * sizeof *dv);
+    }
     for (int64_t b = 0; b < B; b++) {
         for (int64_t h = 0; h < H; h++) {
-            const float *q = qkv + b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
+            int64_t qo = b * T * q_ld + h * D, kvo = b * T * kv_ld + (h / group) * D;
+            const float *qh = q + qo, *kh = k + kvo, *vh = v + kvo;
             const float *dO = dout + b * T * C + h * D;
-            float *dq = dqkv + b * T * C3 + h * D, *dk = dq + C, *dv = dq + 2 * C;
-            att_probabilities(P, q, k, T, C3, D, scale);
+            att_probabilities(P, qh, kh, T, q_ld, kv_ld, D, scale);
             for (int64_t i = 0; i < nblocks; i++) {
                 att_block blk = att_block_at(i, T);
-                kernel_sgemm(0, 1, blk.nq, blk.nk, D, 1.0f, dO + blk.t0 * C, C, v, C3, 0.0f,
+                kernel_sgemm(0, 1, blk.nq, blk.nk, D, 1.0f, dO + blk.t0 * C, C, vh, kv_ld, 0.0f,
                              dP + blk.off, blk.nk);
-                kernel_sgemm(1, 0, blk.nk, D, blk.nq, 1.0f, P + blk.off, blk.nk, dO + blk.t0 * C, C,
-                             1.0f, dv, C3);
+                if (dv)
+                    kernel_sgemm(1, 0, blk.nk, D, blk.nq, 1.0f, P + blk.off, blk.nk, dO + blk.t0 * C, C,
+                                 1.0f, dv + kvo, kv_ld);
             }
             #pragma omp parallel for schedule(static) if (T * T >= 2 * KERNEL_PAR_MIN)
             for (int64_t t = 0; t < T; t++) {
@@ -147,13 +166,23 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, float 
             }
             for (int64_t i = 0; i < nblocks; i++) {
                 att_block blk = att_block_at(i, T);
-                kernel_sgemm(0, 0, blk.nq, D, blk.nk, scale, dP + blk.off, blk.nk, k, C3, 0.0f,
-                             dq + blk.t0 * C3, C3);
-                kernel_sgemm(1, 0, blk.nk, D, blk.nq, scale, dP + blk.off, blk.nk, q + blk.t0 * C3,
-                             C3, 1.0f, dk, C3);
+                if (dq)
+                    kernel_sgemm(0, 0, blk.nq, D, blk.nk, scale, dP + blk.off, blk.nk, kh, kv_ld, 0.0f,
+                                 dq + qo + blk.t0 * q_ld, q_ld);
+                if (dk)
+                    kernel_sgemm(1, 0, blk.nk, D, blk.nq, scale, dP + blk.off, blk.nk, qh + blk.t0 * q_ld,
+                                 q_ld, 1.0f, dk + kvo, kv_ld);
             }
         }
     }
+}
+
+// dout is (B,T,C), qkv and dqkv are (B,T,3C): the three thirds
+void attention_backward(float *dqkv, const float *dout, const float *qkv, float *ws,
+                        int64_t B, int64_t T, int64_t C, int64_t H)
+{
+    attention_backward_heads(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, ws, B, T, H, H, C / H,
+                             3 * C, 3 * C);
 }
 
 /* ---- head split and merge --------------------------------------------- */

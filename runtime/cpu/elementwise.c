@@ -1,4 +1,5 @@
-/* elementwise.c: gelu (tanh form), relu, add, copy over n contiguous floats.
+/* elementwise.c: gelu (tanh form), relu, silu, add, mul, copy over n
+ * contiguous floats.
  *
  * Memory-bound loops (gelu aside, which is one exponential an element): the
  * questions are only that they vectorise and whether two threads pay, which
@@ -81,4 +82,40 @@ void add_forward(float *c, const float *a, const float *b, int64_t n)
 void copy_forward(float *y, const float *x, int64_t n)
 {
     if (y != x) memcpy(y, x, (size_t)n * sizeof *x);
+}
+
+/* ---- silu, mul (Llama's SwiGLU: silu(gate) · up) ------------------------ */
+
+// x, y are (n): y = x·sigmoid(x) = x / (1 + e^-x)
+void silu_forward(float *y, const float *x, int64_t n)
+{
+    #pragma omp parallel for simd schedule(static) if (n >= KERNEL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float a = -x[i];
+        y[i] = x[i] / (1.0f + kernel_expf(a > 88.0f ? 88.0f : a));
+    }
+}
+
+// dy, x, dx are (n). With s = sigmoid(x): dx = dy · s · (1 + x·(1 - s))
+void silu_backward(float *dx, const float *dy, const float *x, int64_t n)
+{
+    #pragma omp parallel for simd schedule(static) if (n >= KERNEL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float a = -x[i], s = 1.0f / (1.0f + kernel_expf(a > 88.0f ? 88.0f : a));
+        dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+    }
+}
+
+// a, b, c are (n): c = a·b (c may be a or b)
+void mul_forward(float *c, const float *a, const float *b, int64_t n)
+{
+    #pragma omp parallel for simd schedule(static) if (n >= KERNEL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) c[i] = a[i] * b[i];
+}
+
+// dy, a, b are (n): da = dy·b, db = dy·a (either NULL: not wanted)
+void mul_backward(float *da, float *db, const float *dy, const float *a, const float *b, int64_t n)
+{
+    if (da) mul_forward(da, dy, b, n);
+    if (db) mul_forward(db, dy, a, n);
 }

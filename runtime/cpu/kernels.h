@@ -135,6 +135,11 @@ void batchnorm_forward(float *y, const float *x, const float *w, const float *b,
 void batchnorm_backward(float *dx, float *dw, float *db,
                         const float *dy, const float *x, const float *w,
                         int64_t N, int64_t C, int64_t HW, float eps);
+/* RMS norm over the last axis (Llama's): x, y (N,C), w (C), the mean of x²
+ * in double; the backward writes dx and dw (either may be NULL). */
+void rmsnorm_forward(float *y, const float *x, const float *w, int64_t N, int64_t C, float eps);
+void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                      int64_t N, int64_t C, float eps);
 
 /* ---- elementwise (elementwise.c): all over n contiguous floats -------- */
 
@@ -155,6 +160,21 @@ void add_forward(float *c, const float *a, const float *b, int64_t n);
  * backward is the same copy, dx = dy. */
 void copy_forward(float *y, const float *x, int64_t n);
 
+// Llama's: x, y are (n)
+void silu_forward(float *y, const float *x, int64_t n);
+void silu_backward(float *dx, const float *dy, const float *x, int64_t n);
+void mul_forward(float *c, const float *a, const float *b, int64_t n);
+void mul_backward(float *da, float *db, const float *dy, const float *a, const float *b, int64_t n);
+
+/* ---- rotary embedding, split and concat (rope.c) ----------------------- */
+
+/* x, y (R,T,H,D): each head's halves (i, i + D/2) turned by sign·t·base^(-2i/D). */
+void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int64_t D, double base, int sign);
+/* y (outer, Σ sizes, inner) from n parts (outer, sizes[k], inner), and back
+ * (a NULL part skipped). */
+void concat_forward(float *y, const float *const *parts, const int64_t *sizes, int n, int64_t outer, int64_t inner);
+void split_forward(float *const *parts, const float *x, const int64_t *sizes, int n, int64_t outer, int64_t inner);
+
 /* ---- attention (attention.c) ------------------------------------------ */
 
 /* Causal multi-head self-attention, GPT-2 layout.
@@ -169,6 +189,17 @@ void attention_forward(float *out, const float *qkv, float *ws,
  * ws as for the forward. */
 void attention_backward(float *dqkv, const float *dout, const float *qkv, float *ws,
                         int64_t B, int64_t T, int64_t C, int64_t H);
+
+/* The general form: q (B,T,·) rows q_ld apart, head h in columns h·D..;
+ * k, v (B,T,·) rows kv_ld apart, KV heads; out (B,T,H·D).  Query head h
+ * reads kv head h/(H/KV) (grouped-query attention; KV = H: multi-head).
+ * The backward writes dq, dk, dv in the layout of q, k, v (any NULL: not
+ * wanted); dk, dv sum over the query heads of their group. */
+void attention_forward_heads(float *out, const float *q, const float *k, const float *v, float *ws,
+                             int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t q_ld, int64_t kv_ld);
+void attention_backward_heads(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                              const float *v, float *ws, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                              int64_t q_ld, int64_t kv_ld);
 
 /* q, k, v (B,H,T,D) from qkv (B,T,3C), C = H·D, same column layout as above. */
 void qkv_split_forward(float *q, float *k, float *v, const float *qkv,

@@ -1,5 +1,5 @@
-/* norm.c: layer norm (over the last axis) and training-mode batch norm (over
- * all but the channel axis), forward and backward.
+/* norm.c: layer norm and RMS norm (over the last axis) and training-mode
+ * batch norm (over all but the channel axis), forward and backward.
  *
  * Both backwards recompute the mean and rstd from x instead of reading saved
  * statistics: one more pass over x, and no saved state for the memory plan.
@@ -178,6 +178,65 @@ void batchnorm_backward(float *dx, float *dw, float *db,
             float *dxp = dx + (n * C + c) * HW;
             for (int64_t p = 0; p < HW; p++)
                 dxp[p] = k * (dyp[p] - mdy - (xp[p] - m) * s * mdyx);
+        }
+    }
+}
+
+/* ---- rmsnorm (Llama's) -------------------------------------------------- */
+
+/* 1/sqrt(mean(x²) + eps) of one row, the mean in double. */
+static double row_rrms(const float *x, int64_t C, float eps)
+{
+    return 1.0 / sqrt(kernel_sum_sq_dev_f64(x, C, 0.0) / (double)C + (double)eps);
+}
+
+// x, y are (N,C), w is (C): y[i][j] = x[i][j] · r_i · w[j], r_i = 1/sqrt(mean_j x² + eps)
+// (Hugging Face's LlamaRMSNorm: the normalised x times the weight)
+void rmsnorm_forward(float *y, const float *x, const float *w, int64_t N, int64_t C, float eps)
+{
+    #pragma omp parallel for schedule(static) if (N * C >= KERNEL_PAR_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        const float *xr = x + i * C;
+        float *yr = y + i * C, r = (float)row_rrms(xr, C, eps);
+        #pragma omp simd
+        for (int64_t j = 0; j < C; j++) yr[j] = xr[j] * r * w[j];
+    }
+}
+
+// dy, x are (N,C), w is (C). With xhat = x·r and g = dy·w (per row):
+//   dx = r · (g - xhat · mean_j(g·xhat))      dw = Σ_rows dy·xhat
+void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                      int64_t N, int64_t C, float eps)
+{
+    if (dw) memset(dw, 0, (size_t)C * sizeof *dw);
+    for (int64_t i0 = 0; i0 < N; i0 += LN_CHUNK) {
+        int64_t rows = N - i0 < LN_CHUNK ? N - i0 : LN_CHUNK;
+        float rrms[LN_CHUNK];
+        #pragma omp parallel for schedule(static) if (rows * C >= KERNEL_PAR_MIN)
+        for (int64_t k = 0; k < rows; k++) {
+            const float *xr = x + (i0 + k) * C, *dyr = dy + (i0 + k) * C;
+            float r = (float)row_rrms(xr, C, eps);
+            rrms[k] = r;
+            if (!dx) continue;
+            double sgx = 0;
+            #pragma omp simd reduction(+ : sgx)
+            for (int64_t j = 0; j < C; j++) sgx += dyr[j] * w[j] * (xr[j] * r);
+            float mgx = (float)(sgx / (double)C);
+            float *dxr = dx + (i0 + k) * C;
+            #pragma omp simd
+            for (int64_t j = 0; j < C; j++) dxr[j] = r * (dyr[j] * w[j] - xr[j] * r * mgx);
+        }
+        if (!dw) continue;
+        int64_t nblocks = (C + LN_COLS - 1) / LN_COLS;
+        #pragma omp parallel for schedule(static) if (rows * C >= KERNEL_PAR_MIN)
+        for (int64_t blk = 0; blk < nblocks; blk++) {
+            int64_t j0 = blk * LN_COLS, nj = C - j0 < LN_COLS ? C - j0 : LN_COLS;
+            double aw[LN_COLS] = {0};
+            for (int64_t k = 0; k < rows; k++) {
+                const float *xr = x + (i0 + k) * C + j0, *dyr = dy + (i0 + k) * C + j0;
+                for (int64_t j = 0; j < nj; j++) aw[j] += dyr[j] * (xr[j] * rrms[k]);
+            }
+            for (int64_t j = 0; j < nj; j++) dw[j0 + j] += (float)aw[j];
         }
     }
 }

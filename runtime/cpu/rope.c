@@ -1,0 +1,75 @@
+/* rope.c: the rotary position embedding (Su et al. 2021) as Hugging Face's
+ * Llama applies it, and split/concat along an axis.
+ *
+ * Rope works on x (R,T,H,D) in place of (R,T,H·D): every row r (a batch
+ * entry) and head h of position t has the pairs (i, i + D/2), i < D/2, each
+ * turned by the angle t·θ_i, θ_i = base^(-2i/D): Llama's rotate_half, the
+ * two halves of a head paired, not neighbouring elements.  The angle and
+ * its cosine and sine are computed in double, once per (t, i), and applied
+ * to every row and head; the backward turns by -t·θ_i.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/kernels_internal.h"
+
+// x, y are (R,T,H,D), D even; sign +1 (forward) or -1 (backward: the
+// transpose of a rotation is the rotation back). With c, s = cos, sin(sign·t·θ_i):
+//   y[.., i] = x[.., i]·c - x[.., i + D/2]·s
+//   y[.., i + D/2] = x[.., i + D/2]·c + x[.., i]·s        (y may be x)
+void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int64_t D, double base, int sign)
+{
+    int64_t half = D / 2, C = H * D;
+    #pragma omp parallel for schedule(static) if (R * T * C >= KERNEL_PAR_MIN)
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t i = 0; i < half; i++) {
+            double angle = (double)sign * (double)t * pow(base, -2.0 * (double)i / (double)D);
+            float c = (float)cos(angle), s = (float)sin(angle);
+            for (int64_t r = 0; r < R; r++) {
+                const float *xr = x + (r * T + t) * C + i;
+                float *yr = y + (r * T + t) * C + i;
+                for (int64_t h = 0; h < H; h++) {
+                    float a = xr[h * D], b = xr[h * D + half];
+                    yr[h * D] = a * c - b * s;
+                    yr[h * D + half] = b * c + a * s;
+                }
+            }
+        }
+    }
+}
+
+/* ---- split and concat along an axis --------------------------------- */
+
+// y is (outer, Σ sizes, inner), part k is (outer, sizes[k], inner):
+// y[o][off_k + j][:] = part_k[o][j][:], off_k = Σ_{m<k} sizes[m]
+void concat_forward(float *y, const float *const *parts, const int64_t *sizes, int n, int64_t outer, int64_t inner)
+{
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) total += sizes[k];
+    #pragma omp parallel for schedule(static) if (outer * total * inner >= KERNEL_PAR_MIN)
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t off = 0;
+        for (int k = 0; k < n; k++) {
+            memcpy(y + (o * total + off) * inner, parts[k] + o * sizes[k] * inner,
+                   (size_t)(sizes[k] * inner) * sizeof *y);
+            off += sizes[k];
+        }
+    }
+}
+
+// The reverse: part k = its slice of x; a NULL part is skipped
+void split_forward(float *const *parts, const float *x, const int64_t *sizes, int n, int64_t outer, int64_t inner)
+{
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) total += sizes[k];
+    #pragma omp parallel for schedule(static) if (outer * total * inner >= KERNEL_PAR_MIN)
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t off = 0;
+        for (int k = 0; k < n; k++) {
+            if (parts[k])
+                memcpy(parts[k] + o * sizes[k] * inner, x + (o * total + off) * inner,
+                       (size_t)(sizes[k] * inner) * sizeof *x);
+            off += sizes[k];
+        }
+    }
+}
