@@ -3,7 +3,8 @@
 # parameter gradient within 1e-4 of the tensor's largest magnitude, for GPT
 # configurations with awkward sizes (T not a power of two, C not a multiple
 # of 64, vocab 257, 1 head and many, attention whole and in parts), the MLP,
-# and ResNet-18 on 32x32 images (batch 8) with batch-norm in training mode;
+# ResNet-18 on 32x32 images (batch 8) with batch-norm in training mode, and
+# Llama (models/llama.xml) with grouped- and multi-query attention;
 # and after 10 AdamW steps (decay, clipping, warm-up and cosine) the MLP's
 # parameters match torch.optim.AdamW's (the GPT's after one step; see below).
 . "$(dirname "$0")/lib.sh"
@@ -33,6 +34,11 @@ check gpt2 models/gpt2.xml "vocab=257,ctx=8,layers=1,dim=20,heads=1,batch=3,seq=
 check gpt2 models/gpt2.xml "vocab=100,ctx=16,layers=1,dim=48,heads=12,batch=2,seq=9,attn_parts=1" gpt-12heads-parts
 check mlp models/mlp.xml "batch=8,in_dim=10,hidden=16,layers=2,classes=5" mlp
 check resnet models/resnet.xml "depth=18,batch=8,size=32,classes=7" resnet18
+# Llama (issue 19): grouped-query attention 4 over 2 at the default rope
+# base, and 8 query heads over 1 (multi-query) at Llama-3's base and eps;
+# T not a power of two, ffn not a multiple of 8.
+check llama models/llama.xml "vocab=257,ctx=16,layers=2,dim=48,heads=4,kv_heads=2,ffn=72,batch=2,seq=11" llama-gqa
+check llama models/llama.xml "vocab=100,ctx=32,layers=1,dim=64,heads=8,kv_heads=1,ffn=44,batch=3,seq=13,rope_base=500000,norm_eps=1e-5" llama-mqa
 
 # adamw NAME KIND MODEL CONFIG STEPS: STEPS AdamW steps from the same weights
 # on the same batch, then every parameter against torch.optim.AdamW's.

@@ -103,6 +103,61 @@ def gpt2_loss(c, P, I):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def llama_params(c):
+    d, L, V, H, KV = c["dim"], c["layers"], c["vocab"], c["heads"], c["kv_heads"]
+    hd, f = d // H, c["ffn"]
+    shapes = {"model.embed_tokens.weight": (V, d), "model.norm.weight": (d,), "lm_head.weight": (V, d)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (d,), p + "self_attn.q_proj.weight": (H * hd, d),
+                       p + "self_attn.k_proj.weight": (KV * hd, d), p + "self_attn.v_proj.weight": (KV * hd, d),
+                       p + "self_attn.o_proj.weight": (d, H * hd), p + "post_attention_layernorm.weight": (d,),
+                       p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
+                       p + "mlp.down_proj.weight": (d, f)})
+    return shapes
+
+
+def llama_loss(c, P, I):
+    """Llama written from the paper and Hugging Face's modeling_llama.py's
+    equations, not with the transformers library: RMSNorm, rotary
+    embedding with rotate_half (cos and sin of t * base^(-2i/D) in float64,
+    then float32), grouped-query attention by repeating each key/value head
+    for its heads/kv_heads query heads, and SwiGLU."""
+    idx, targets = I["idx"].long(), I["targets"].long()
+    B, T = idx.shape
+    d, H, KV, eps = c["dim"], c["heads"], c["kv_heads"], c["norm_eps"]
+    hd = d // H
+    inv_freq = c["rope_base"] ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    cos = torch.cat([angles.cos(), angles.cos()], -1).float()
+    sin = torch.cat([angles.sin(), angles.sin()], -1).float()
+
+    def rms(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def rotate_half(x):
+        return torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], -1)
+
+    x = P["model.embed_tokens.weight"][idx]
+    for i in range(c["layers"]):
+        p = f"model.layers.{i}."
+        h = rms(x, P[p + "input_layernorm.weight"])
+        q = F.linear(h, P[p + "self_attn.q_proj.weight"]).view(B, T, H, hd).transpose(1, 2)
+        k = F.linear(h, P[p + "self_attn.k_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+        v = F.linear(h, P[p + "self_attn.v_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, H * hd)
+        x = x + F.linear(y, P[p + "self_attn.o_proj.weight"])
+        h = rms(x, P[p + "post_attention_layernorm.weight"])
+        gate, up = F.linear(h, P[p + "mlp.gate_proj.weight"]), F.linear(h, P[p + "mlp.up_proj.weight"])
+        x = x + F.linear(gate * torch.sigmoid(gate) * up, P[p + "mlp.down_proj.weight"])
+    logits = F.linear(rms(x, P["model.norm.weight"]), P["lm_head.weight"])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
 def mlp_params(c):
     shapes = {}
     for i in range(c["layers"]):
@@ -182,8 +237,9 @@ def resnet_loss(c, P, I):
 
 MODELS = {"gpt2": (gpt2_params, gpt2_inputs, gpt2_loss),
           "mlp": (mlp_params, mlp_inputs, mlp_loss),
-          "resnet": (resnet_params, resnet_inputs, resnet_loss)}
-DEFAULTS = {"gpt2": {"attn_parts": 0}, "mlp": {}, "resnet": {}}
+          "resnet": (resnet_params, resnet_inputs, resnet_loss),
+          "llama": (llama_params, gpt2_inputs, llama_loss)}
+DEFAULTS = {"gpt2": {"attn_parts": 0}, "mlp": {}, "resnet": {}, "llama": {"rope_base": 10000.0, "norm_eps": 1e-6}}
 OPTIMIZER = {"lr": 6e-4, "beta1": 0.9, "beta2": 0.999, "adam_eps": 1e-8, "weight_decay": 0.0,
              "grad_clip": 0.0, "warmup": 0, "steps": 0, "min_lr": 0.0}
 
@@ -265,7 +321,7 @@ def main():
         weights, inputs, seed = sys.argv[4], sys.argv[5], int(sys.argv[6])
         g = torch.Generator().manual_seed(seed)
         P = {n: torch.randn(*s, generator=g) * (0.3 if len(s) < 2 else 1.0 / math.sqrt(s[1] * (s[2] * s[3] if len(s) == 4 else 1)))
-             + (1.0 if n.endswith(".w") and len(s) == 1 else 0.0)
+             + (1.0 if (n.endswith(".w") or n.endswith("norm.weight")) and len(s) == 1 else 0.0)
              for n, s in make_params(c).items()}
         st_write(weights, P)
         st_write(inputs, make_inputs(c, g))
