@@ -447,9 +447,13 @@ static int element_op(builder *b, xmlNodePtr node, int sc)
                         def->min_in == 1 ? "" : "s", n_in);
         return fail(b, line, "op %s takes %d to %d inputs, found %d", def->name, def->min_in, def->max_in, n_in);
     }
-    if (n_out != def->min_out)
-        return fail(b, line, "op %s has %d output%s, found %d in out=\"%s\"", def->name, def->min_out,
-                    def->min_out == 1 ? "" : "s", n_out, out_text);
+    if (n_out < def->min_out || n_out > def->max_out) {
+        if (def->min_out == def->max_out)
+            return fail(b, line, "op %s has %d output%s, found %d in out=\"%s\"", def->name, def->min_out,
+                        def->min_out == 1 ? "" : "s", n_out, out_text);
+        return fail(b, line, "op %s has %d to %d outputs, found %d in out=\"%s\"", def->name, def->min_out,
+                    def->max_out, n_out, out_text);
+    }
     if (b->g->n_nodes >= MODEL_MAX_NODES)
         return fail(b, line, "the model expands to more than %d ops", MODEL_MAX_NODES);
 

@@ -35,7 +35,9 @@ static const char *describe_input(const ir_graph *g, const ir_node *n, int i, ch
 {
     char s[128];
     const ir_value *v = &g->values[n->in[i]];
-    snprintf(buf, size, "%s '%s' %s%s", op_table[n->op].in_names[i], ir_str(g, v->name),
+    /* attention's first input is qkv, or q when k and v come apart */
+    const char *role = n->op == OP_ATTENTION && n->n_in == 3 && i == 0 ? "q" : op_table[n->op].in_names[i];
+    snprintf(buf, size, "%s '%s' %s%s", role, ir_str(g, v->name),
              ir_dtype_name(v->dtype), ir_shape_str(&v->shape, s, sizeof s));
     return buf;
 }
