@@ -101,6 +101,16 @@ static void test_autodiff_gpt_matches_finite_differences(void)
     CHECK_INT(2 + 12 + 2, check_model("models/gpt2.xml", parts, 8, 17, 1e-3, 2e-2, 0));
 }
 
+/* Llama (rmsnorm, rope, grouped-query attention, silu, mul), and split and
+ * concat with a part unused and an input that needs no gradient. */
+static void test_autodiff_llama_matches_finite_differences(void)
+{
+    model_setting s[] = { { "vocab", "17" }, { "ctx", "8" }, { "layers", "1" }, { "dim", "16" }, { "heads", "4" },
+                          { "kv_heads", "2" }, { "ffn", "20" }, { "batch", "2" }, { "seq", "7" } };
+    CHECK_INT(2 + 9 + 1, check_model("models/llama.xml", s, 9, 17, 1e-3, 2e-2, 0));
+    CHECK_INT(2, check_model("tests/models/split_concat.xml", NULL, 0, 7, 1e-3, 2e-2, 0));
+}
+
 static void test_autodiff_resnet_blocks_match_finite_differences(void)
 {
     CHECK_INT(20, check_model("tests/models/small_resnet.xml", NULL, 0, 5, 1e-4, 2e-2, 0));
@@ -139,6 +149,7 @@ int main(void)
 {
     test_autodiff_mlp_matches_finite_differences();
     test_autodiff_gpt_matches_finite_differences();
+    test_autodiff_llama_matches_finite_differences();
     test_autodiff_resnet_blocks_match_finite_differences();
     test_adamw_first_step_follows_the_update_rule();
     CHECK_DONE();

@@ -118,8 +118,61 @@ static void test_kernel_expf_is_within_two_ulp_of_exp(void)
     CHECK(isnan(kernel_expf(NAN)));
 }
 
+/* concat of a (2,3,2) and b (2,1,2) along the middle axis, element by
+ * element as torch.cat lays it out, and split back; a NULL part is skipped. */
+static void test_concat_and_split_follow_torch_cat_layout(void)
+{
+    float a[12], b[4], y[16], a2[12], b2[4];
+    for (int i = 0; i < 12; i++) a[i] = (float)(i + 1);          /* a[o][j][k] = 1 + 6o + 2j + k */
+    for (int i = 0; i < 4; i++) b[i] = (float)(-(i + 1));        /* b[o][0][k] = -(1 + 2o + k)   */
+    const float *parts[2] = { a, b };
+    int64_t sizes[2] = { 3, 1 };
+    concat_forward(y, parts, sizes, 2, 2, 2);
+    const float expected[16] = { 1, 2, 3, 4, 5, 6, -1, -2, 7, 8, 9, 10, 11, 12, -3, -4 };
+    int same = 1;
+    for (int i = 0; i < 16; i++) same &= y[i] == expected[i];
+    CHECK(same);
+    memset(a2, 0, sizeof a2);
+    memset(b2, 0, sizeof b2);
+    float *back[2] = { a2, b2 };
+    split_forward(back, y, sizes, 2, 2, 2);
+    CHECK(memcmp(a, a2, sizeof a) == 0 && memcmp(b, b2, sizeof b) == 0);
+    float *only_b[2] = { NULL, b2 };
+    memset(b2, 0, sizeof b2);
+    split_forward(only_b, y, sizes, 2, 2, 2);
+    CHECK(memcmp(b, b2, sizeof b) == 0);
+}
+
+/* silu against x·sigmoid(x) in double, and mul's two gradients. */
+static void test_silu_and_mul_match_their_formulas(void)
+{
+    enum { N = 1001 };
+    static float x[N], y[N], dy[N], dx[N], b[N], da[N], db[N];
+    double worst = 0, worst_d = 0;
+    for (int i = 0; i < N; i++) {
+        x[i] = -30.0f + 60.0f * (float)i / (float)(N - 1);
+        dy[i] = 0.5f + (float)(i % 7);
+        b[i] = (float)(i % 5) - 2.0f;
+    }
+    silu_forward(y, x, N);
+    silu_backward(dx, dy, x, N);
+    for (int i = 0; i < N; i++) {
+        double s = 1.0 / (1.0 + exp(-(double)x[i]));
+        worst = fmax(worst, fabs(y[i] - x[i] * s) / fmax(1.0, fabs(x[i] * s)));
+        worst_d = fmax(worst_d, fabs(dx[i] - dy[i] * s * (1.0 + x[i] * (1.0 - s))) / fmax(1.0, fabs(dy[i])));
+    }
+    CHECK_NEAR(0.0, worst, 1e-6);
+    CHECK_NEAR(0.0, worst_d, 1e-6);
+    mul_backward(da, db, dy, x, b, N);
+    int same = 1;
+    for (int i = 0; i < N; i++) same &= da[i] == dy[i] * b[i] && db[i] == dy[i] * x[i];
+    CHECK(same);
+}
+
 int main(void)
 {
+    test_concat_and_split_follow_torch_cat_layout();
+    test_silu_and_mul_match_their_formulas();
     test_kernel_expf_is_within_two_ulp_of_exp();
     test_gelu_matches_tanh_formula_and_finite_differences();
     test_relu_matches_reference_and_finite_differences();
