@@ -15,7 +15,13 @@ compiled models (run with Debian's /usr/bin/python3 and python3-torch).
       float16) from WEIGHTS on INPUTS and compare each step's loss with the
       "loss" of fusion's JSONL log: |fusion - torch| <= TOL |torch| (1e-2)
 
-KIND is gpt2, mlp or resnet; CONFIG is "name=value,..." of the --set options
+  torch_parity.py tobf16 KIND CONFIG WEIGHTS OUT
+      write WEIGHTS again with every tensor in bf16 (as Hugging Face ships
+      Llama checkpoints); grads then compares against the widened weights
+  torch_parity.py names KIND CONFIG CHECKPOINT
+      check that a checkpoint holds every parameter by name and shape
+
+KIND is gpt2, mlp, resnet or llama; CONFIG is "name=value,..." of the --set options
 the model was compiled with (sizes and the optimizer's settings).  The torch
 models are written out functionally over a dict of tensors named as fusion
 names them, so no mapping table stands between the two.  Exits 1 (printing
@@ -43,7 +49,7 @@ def st_read(path):
         if name == "__metadata__":
             continue
         begin, end = e["data_offsets"]
-        dtype = {"F32": torch.float32, "I32": torch.int32}[e["dtype"]]
+        dtype = {"F32": torch.float32, "I32": torch.int32, "BF16": torch.bfloat16, "F16": torch.float16}[e["dtype"]]
         t = torch.frombuffer(bytearray(data[begin:end]), dtype=dtype) if end > begin else torch.empty(0, dtype=dtype)
         out[name] = t.reshape(e["shape"]).clone()
     return out
@@ -52,8 +58,10 @@ def st_read(path):
 def st_write(path, tensors):
     header, blobs, offset = {}, [], 0
     for name, t in tensors.items():
-        raw = t.contiguous().numpy().tobytes()
-        header[name] = {"dtype": {torch.float32: "F32", torch.int32: "I32"}[t.dtype],
+        half = t.dtype in (torch.bfloat16, torch.float16)   # numpy has no bfloat16: their bits as int16
+        raw = (t.contiguous().view(torch.int16) if half else t.contiguous()).numpy().tobytes()
+        header[name] = {"dtype": {torch.float32: "F32", torch.int32: "I32", torch.bfloat16: "BF16",
+                                  torch.float16: "F16"}[t.dtype],
                         "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
@@ -326,7 +334,21 @@ def main():
         st_write(weights, P)
         st_write(inputs, make_inputs(c, g))
         return 0
-    P = {n: t.requires_grad_() for n, t in st_read(sys.argv[4]).items()}
+    if mode == "tobf16":   # a weights file as a Hugging Face checkpoint is shipped: every tensor in bf16
+        st_write(sys.argv[5], {n: t.to(torch.bfloat16) for n, t in st_read(sys.argv[4]).items()})
+        return 0
+    if mode == "names":    # a checkpoint holds every parameter by the model's (Hugging Face's) names and shapes
+        ckpt, missing = st_read(sys.argv[4]), []
+        for n, shape in make_params(c).items():
+            if n not in ckpt or tuple(ckpt[n].shape) != tuple(shape):
+                missing.append(f"{n} {list(shape)}: {list(ckpt[n].shape) if n in ckpt else 'absent'}")
+        print(f"{kind}: {len(make_params(c)) - len(missing)} of {len(make_params(c))} parameters by name and shape"
+              + ("" if not missing else ": FAIL: " + "; ".join(missing)))
+        return 1 if missing else 0
+    # 16-bit weights (a bf16 checkpoint) are the reference's parameters widened, as fusion loads them
+    # (a checkpoint's optimizer moments, adamw.m.* and adamw.v.*, are not parameters)
+    names = make_params(c)
+    P = {n: t.float().requires_grad_() for n, t in st_read(sys.argv[4]).items() if n in names}
     if mode == "grads":
         dump = st_read(sys.argv[5])
         loss = loss_fn(c, P, dump)
