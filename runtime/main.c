@@ -513,10 +513,14 @@ static int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, c
         return fail("cannot allocate %lld bytes of stash and %lld of gradient sums",
                     (long long)(st->n_slots * st->stash_bytes), (long long)st->grad_floats * 4);
     char why[512];
-    if (comm && !p->cuda &&
-        rt_overlap_open(&st->overlap, comm, (const rt_op *)fusion_ops_blob, m->n_ops, p->tensors, m->n_tensors,
-                        p->arena, st->grad_sum, m->micro_batches, !o->no_overlap, why, sizeof why))
+    /* On a CUDA device p->arena is the host staging copy: a bucket's
+     * gradients come down to it before the thread takes them (cuda.h). */
+    if (comm && rt_overlap_open(&st->overlap, comm, (const rt_op *)fusion_ops_blob, m->n_ops, p->tensors,
+                                m->n_tensors, p->arena, st->grad_sum, m->micro_batches, !o->no_overlap, why,
+                                sizeof why))
         return fail("%s", why);
+    if (p->cuda)
+        rt_overlap_set_fetch(st->overlap, rt_cuda_fetch, p->cuda);
     if (comm)
         comm->overlap = st->overlap != NULL;
     return 0;
