@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../ir/ir.h"
@@ -700,6 +701,13 @@ static int run_gemm(rt_cuda *c, const rt_op *op, const rt_cuda_step *s, rt_conte
     return 0;
 }
 
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 
 int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_context *ctx)
 {
@@ -711,6 +719,13 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
         return -1;
     if (bucket_reduced(op, ctx) && op->in[0].offset == op->out[0].offset)
         return 0;   /* in place: the average is on the device already */
+    int paced = 0;
+    double t0 = 0.0;
+    for (int32_t i = cop->first; i < cop->first + cop->count; i++)
+        paced |= c->steps[i].kind != RT_CUDA_STEP_HOST;
+    paced = paced && ctx->emulate_devices && op->est_seconds > 0;
+    if (paced)
+        t0 = seconds_now();
     for (int32_t i = cop->first; i < cop->first + cop->count; i++) {
         const rt_cuda_step *s = &c->steps[i];
         if (s->kind == RT_CUDA_STEP_HOST) {
@@ -735,6 +750,12 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
             if (s->check_status && check_status(c, op, arena, ctx))
                 return -1;
         }
+    }
+    if (paced) {   /* --emulate-devices: the op is done when the stream is */
+        cu_result r = c->api.stream_sync(c->stream);
+        if (r)
+            return ctx_fail(ctx, op, "cuStreamSynchronize", r);
+        rt_pace_op(ctx, op->est_seconds, seconds_now() - t0);
     }
     return 0;
 }

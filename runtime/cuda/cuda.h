@@ -58,6 +58,12 @@
  * no bucket fetched.  The averaged gradients go back up with the update
  * phase's copy of the gradients, before any update kernel reads them.
  *
+ * --emulate-devices.  Each op's steps are launched, the compute stream is
+ * synchronised, and what the op took short of its estimate (rt_op's
+ * est_seconds) is waited out as on a CPU (exec.h, rt_pace_op).  So the
+ * emulation gives up the stream's asynchrony: it paces to a declared
+ * device, it does not measure this one.
+ *
  * What has run: nothing here has run on a GPU (no machine of this project
  * has one).  The kernels are checked on the CPU by the emulation harness
  * (tests/unit/test_cuda_emulation.cpp); this file runs whole on an emulated
