@@ -22,10 +22,10 @@
  *     stages is computed on each rather than sent;
  *   - with R > 1 replicas per stage, every parameter's gradient is averaged
  *     over the stage's replicas (allreduce) before the optimizer reads it;
- *     the all-reduces open the stage's update, back to back; on CPU
- *     devices they are numbered into buckets that the runtime reduces
- *     while the backward still runs (assign_buckets), else the runtime
- *     sends them as one bucket; when the stage's replicas span
+ *     the all-reduces open the stage's update, back to back; they are
+ *     numbered into buckets that the runtime reduces while the backward
+ *     still runs (assign_buckets), on CPU and CUDA devices alike; when the
+ *     stage's replicas span
  *     regions and it is cheaper, `groups` says to reduce inside each
  *     region first, then among one leader a region (allreduce_plan.h).
  *
@@ -194,28 +194,24 @@ static int add_allreduces(comm_state *cs, const cluster *c)
     return 0;
 }
 
-/* Gradient buckets (allreduce_plan.h): on a stage whose replicas are all CPU
- * devices, the all-reduces whose gradient a backward op of the stage makes
- * are numbered into buckets in the order the backward makes them (the
+/* Gradient buckets (allreduce_plan.h): on a stage of several replicas,
+ * the all-reduces whose gradient a backward op of the stage makes are
+ * numbered into buckets in the order the backward makes them (the
  * producers' order), each closed once it holds allreduce_bucket_cap of
  * the stage's bytes; the runtime reduces a bucket as soon as its last
- * gradient is made in the step's last backward (runtime/comm/overlap.h).
- * The rest (a gradient summed in the update) keep bucket -1 and go with
- * the update.  A CUDA device reduces each gradient after its backward
- * (runtime/cuda/cuda.c), so a stage with one gets no buckets. */
+ * gradient is made in the step's last backward (runtime/comm/overlap.h;
+ * a CUDA device brings the bucket's gradients down to the host for it
+ * first: runtime/cuda/cuda.h).  The rest (a gradient summed in the update)
+ * keep bucket -1 and go with the update.  Only with a cluster (a graph
+ * compiled without one runs nowhere). */
 static int assign_buckets(ir_graph *g, const cluster *c)
 {
     const ir_placement *p = &g->placement;
-    int32_t S = p->n_stages, R = p->n_replicas;
+    int32_t S = p->n_stages;
     int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
     if (!order)
         return -1;
     for (int32_t s = 0; s < S && c && c->n_devices > 0; s++) {
-        int cpu = 1;
-        for (int32_t r = 0; r < R && cpu; r++)
-            cpu = c->devices[p->device[(size_t)s * R + r]].kind == DEVICE_CPU;
-        if (!cpu)
-            continue;
         /* The stage's all-reduces made in its backward, by their producer's place. */
         int32_t n = 0;
         double total = 0.0;

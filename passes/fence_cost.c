@@ -16,9 +16,10 @@
  *             comes that long after stage 0's in any case);
  * with allreduce_s the ring all-reduce of a stage's gradients over its R
  * replicas, 2 (R-1)/R * bytes / bandwidth + 2 (R-1) latency, or the
- * hierarchy over its regions when cheaper (allreduce_plan.h); on CPU
- * replicas only what their gradient buckets leave after the last
- * backward (allreduce_exposed_seconds; the GPU runtime does not bucket).
+ * hierarchy over its regions when cheaper (allreduce_plan.h); only what
+ * the gradient buckets leave after the last backward
+ * (allreduce_exposed_seconds; CPU and CUDA devices alike reduce buckets
+ * while the backward runs: runtime/comm/overlap.h).
  *
  * Traffic is priced as the comm pass sends it: an activation (or input)
  * from the stage that makes it straight to each later stage that reads
@@ -488,10 +489,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
         double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
         double upd = stage_seconds(m, &l, m->update, NULL, s, j, end[s]);
         double ar = allreduce_seconds(m, cd, s, grads);
-        int cpu = 1;   /* CPU replicas reduce buckets during the last backward (the comm pass's assign_buckets) */
-        for (int32_t r = 0; r < cd->R; r++)
-            cpu &= m->devices[cd->dev[s * cd->R + r]].kind == DEVICE_CPU;
-        if (cpu && ar > 0.0)
+        if (ar > 0.0)   /* the buckets go during the last backward (the comm pass's assign_buckets) */
             ar = allreduce_exposed_seconds(ar, b[s], grads);
         sum += cs;
         if (cs > bottleneck)

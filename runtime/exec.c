@@ -591,6 +591,15 @@ void rt_pace_settle(rt_context *ctx)
         pay_owed(ctx, 0.0);
 }
 
+void rt_pace_op(rt_context *ctx, double est_seconds, double took)
+{
+    double faster = est_seconds - took;
+    if (faster > 0) {   /* an op slower than declared earns no credit */
+        ctx->owed += faster;
+        pay_owed(ctx, RT_PACE_MIN_SLEEP);
+    }
+}
+
 int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
 {
     if (ctx->before_op && ctx->before_op(ctx->before_op_user, op, ctx))
@@ -620,11 +629,8 @@ int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
     if (ctx->emulate_devices && op->est_seconds > 0) {
         double t0 = seconds_now();
         int rc = run_op(op, arena, ctx);
-        double faster = op->est_seconds - (seconds_now() - t0);
-        if (rc == 0 && faster > 0) {   /* an op slower than declared earns no credit */
-            ctx->owed += faster;
-            pay_owed(ctx, RT_PACE_MIN_SLEEP);
-        }
+        if (rc == 0)
+            rt_pace_op(ctx, op->est_seconds, seconds_now() - t0);
         return rc;
     }
     if (!(ctx->slowdown > 1.0))

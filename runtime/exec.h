@@ -85,6 +85,12 @@ typedef struct rt_context_s {
  * step, before a message).  Nothing without emulation. */
 void rt_pace_settle(rt_context *ctx);
 
+/* --emulate-devices: an op that should take est_seconds took `took`
+ * (finished: a CUDA device synchronised first); the difference is owed and
+ * waited out in sleeps of at least RT_PACE_MIN_SLEEP.  An op slower than
+ * its estimate earns no credit.  Used by rt_op_run and the CUDA backend. */
+void rt_pace_op(rt_context *ctx, double est_seconds, double took);
+
 /* Run op on the arena.  Returns 0, or -1 with ctx->msg set (a token id or
  * target out of range: bad input data, not a compiler bug). */
 int rt_op_run(const rt_op *op, char *arena, rt_context *ctx);

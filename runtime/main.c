@@ -144,8 +144,9 @@ static const char usage[] =
     "  --loss-scale S        the first loss scale (default 65536)\n"
     "  --loss-scale-window N good steps in a row before it doubles (default 2000)\n"
     "  --inject-overflow K   make step K's gradients overflow (to test the scaler; every device)\n"
-    "  --emulate-devices make every op (of a CPU device) take at least as long as the cluster\n"
-    "                 file's peaks and memory bandwidth say (the workload estimator's time)\n"
+    "  --emulate-devices make every op take at least as long as the cluster file's peaks and\n"
+    "                 memory bandwidth say (the workload estimator's time; a CUDA device\n"
+    "                 synchronises after each op to time it)\n"
     "several devices:\n"
     "  --emulate-links     shape every link to the cluster file's bandwidth and latency\n"
     "  --adapt-density     AdaTopK: re-measure each compressed link between steps and adapt its density\n"
@@ -513,10 +514,14 @@ static int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, c
         return fail("cannot allocate %lld bytes of stash and %lld of gradient sums",
                     (long long)(st->n_slots * st->stash_bytes), (long long)st->grad_floats * 4);
     char why[512];
-    if (comm && !p->cuda &&
-        rt_overlap_open(&st->overlap, comm, (const rt_op *)fusion_ops_blob, m->n_ops, p->tensors, m->n_tensors,
-                        p->arena, st->grad_sum, m->micro_batches, !o->no_overlap, why, sizeof why))
+    /* On a CUDA device p->arena is the host staging copy: a bucket's
+     * gradients come down to it before the thread takes them (cuda.h). */
+    if (comm && rt_overlap_open(&st->overlap, comm, (const rt_op *)fusion_ops_blob, m->n_ops, p->tensors,
+                                m->n_tensors, p->arena, st->grad_sum, m->micro_batches, !o->no_overlap, why,
+                                sizeof why))
         return fail("%s", why);
+    if (p->cuda)
+        rt_overlap_set_fetch(st->overlap, rt_cuda_fetch, p->cuda);
     if (comm)
         comm->overlap = st->overlap != NULL;
     return 0;

@@ -30,3 +30,21 @@ finish() {
   echo "$checks checks, $failures failed" >&2
   [ "$failures" -eq 0 ]
 }
+
+# build_emulated_cuda_driver LIBDIR KERNELS.cu...: the emulated CUDA driver
+# and cuBLAS (tests/emu_driver/emu_driver.cpp) with the kernels of those
+# bundles, as LIBDIR/libcuda.so.1 and LIBDIR/libcublas.so (put LIBDIR on
+# LD_LIBRARY_PATH; compile the bundles with --cublas system, or their own
+# lib/libcublas would be opened first).  0, or 1 with the reason on stderr.
+build_emulated_cuda_driver() {
+  local lib=$1
+  shift
+  mkdir -p "$lib"
+  python3 tests/emu_driver/gen_kernels.py "$lib/kernels_emu.cpp" "$@" || return 1
+  if ! ${CXX:-g++} -std=c++20 -O1 -shared -fPIC -w -I tests/unit -o "$lib/libcuda.so.1" \
+       tests/emu_driver/emu_driver.cpp tests/unit/cuda_emu.cpp "$lib/kernels_emu.cpp" 2>"$lib/cxx.err"; then
+    echo "building the emulated driver: $(head -c 1500 "$lib/cxx.err")" >&2
+    return 1
+  fi
+  ln -sf libcuda.so.1 "$lib/libcublas.so"
+}

@@ -104,13 +104,8 @@ for r in off on; do
 done
 
 # The emulated driver, with the kernels of every CUDA bundle.
-python3 tests/emu_driver/gen_kernels.py "$work/kernels_emu.cpp" "$work"/gpu*/gpu/kernels.cu \
-  "$work"/mixed*/gpu-*/kernels.cu && pass || fail "generating the kernel table"
-mkdir -p "$work/lib"
-if ${CXX:-g++} -std=c++20 -O1 -shared -fPIC -w -I tests/unit -o "$work/lib/libcuda.so.1" \
-     tests/emu_driver/emu_driver.cpp tests/unit/cuda_emu.cpp "$work/kernels_emu.cpp" 2>"$work/cxx.err"; then pass
-else fail "building the emulated driver: $(head -c 1500 "$work/cxx.err")"; fi
-ln -sf libcuda.so.1 "$work/lib/libcublas.so"
+build_emulated_cuda_driver "$work/lib" "$work"/gpu*/gpu/kernels.cu "$work"/mixed*/gpu-*/kernels.cu && pass \
+  || fail "the emulated driver (above)"
 export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # One CUDA device.

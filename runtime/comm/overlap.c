@@ -40,7 +40,10 @@ struct rt_overlap {
     ov_member *members;
     ov_entry  *entries;
     ov_bucket *buckets;
+    rt_overlap_range *ranges;   /* [n_members]: the members' bytes, for fetch    */
     int32_t    n_members, n_entries, n_buckets;
+    rt_overlap_fetch_fn fetch;  /* NULL: the ops write the arena itself          */
+    void      *fetch_user;
     uint8_t   *final;           /* [n_tensors] */
     int32_t    n_tensors;
     int32_t    launched;        /* buckets handed over this step: [0, launched) */
@@ -148,10 +151,12 @@ int rt_overlap_open(rt_overlap **out, rt_comm *c, const rt_op *ops, int32_t n_op
         return 0;
     rt_overlap *o = calloc(1, sizeof *o);
     if (!o || !(o->members = calloc((size_t)n_members, sizeof *o->members)) ||
+        !(o->ranges = calloc((size_t)n_members, sizeof *o->ranges)) ||
         !(o->buckets = calloc((size_t)n_buckets, sizeof *o->buckets)) ||
         !(o->final = calloc((size_t)n_tensors + 1, 1))) {
         if (o) {
             free(o->members);
+            free(o->ranges);
             free(o->buckets);
         }
         free(o);
@@ -175,6 +180,7 @@ int rt_overlap_open(rt_overlap **out, rt_comm *c, const rt_op *ops, int32_t n_op
             if (bk->tag < 0)
                 bk->tag = (int32_t)op->ints[ATTR_TENSOR], bk->groups = op->ints[ATTR_GROUPS], bk->ready = -1;
             bk->ready = ready < 0 || bk->ready == INT32_MAX ? INT32_MAX : ready > bk->ready ? (int32_t)ready : bk->ready;
+            o->ranges[o->n_members] = (rt_overlap_range){ op->in[0].offset, rt_tensor_bytes(&op->in[0]) };
             o->members[o->n_members++] = (ov_member){ op->in[0].offset, rt_tensor_numel(&op->in[0]), 0, 0 };
             bk->floats += rt_tensor_numel(&op->in[0]);
         }
@@ -200,6 +206,12 @@ int rt_overlap_open(rt_overlap **out, rt_comm *c, const rt_op *ops, int32_t n_op
     }
     *out = o;
     return 0;
+}
+
+void rt_overlap_set_fetch(rt_overlap *o, rt_overlap_fetch_fn fetch, void *user)
+{
+    if (o)
+        o->fetch = fetch, o->fetch_user = user;
 }
 
 void rt_overlap_begin_step(rt_overlap *o, int64_t step)
@@ -255,11 +267,14 @@ static void launch(rt_overlap *o, int32_t b, int finalise)
 
 int rt_overlap_before_op(void *user, const rt_op *op, rt_context *ctx)
 {
-    (void)ctx;
     rt_overlap *o = user;
     int32_t index = (int32_t)(op - o->ops);
-    while (o->enabled && o->launched < o->n_buckets && o->buckets[o->launched].ready < index)
+    while (o->enabled && o->launched < o->n_buckets && o->buckets[o->launched].ready < index) {
+        const ov_bucket *bk = &o->buckets[o->launched];
+        if (o->fetch && o->fetch(o->fetch_user, o->ranges + bk->first, bk->count, ctx))
+            return -1;
         launch(o, o->launched, 1);
+    }
     return 0;
 }
 
@@ -320,6 +335,7 @@ void rt_overlap_close(rt_overlap *o)
         free(o->buckets[b].buf);
     free(o->buckets);
     free(o->members);
+    free(o->ranges);
     free(o->entries);
     free(o->final);
     free(o->scratch);

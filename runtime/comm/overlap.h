@@ -21,6 +21,13 @@
  * reduced in rt_overlap_finish instead, one after the other: the same
  * messages and the same bits, later (tests/test_overlap.sh compares).
  *
+ * A CUDA device's backward writes its gradients to device memory, and the
+ * arena here is its host staging copy: rt_overlap_set_fetch gives the hook
+ * that brings a bucket's gradients down before it is handed over
+ * (cuda.h, rt_cuda_fetch); the rest of the path is the CPU's, on the host
+ * copy, and the update phase takes the averaged gradients back up
+ * (tests/test_cuda_overlap.sh).
+ *
  * Threads: the all-reduce thread uses the hub (thread-safe) and its own
  * scratch; the gradients it reduces are copies, so the main thread never
  * shares memory with it but the buffers it hands over and takes back
@@ -47,6 +54,21 @@ typedef struct rt_overlap rt_overlap;
 int rt_overlap_open(rt_overlap **out, struct rt_comm *c, const rt_op *ops, int32_t n_ops,
                     const rt_tensor_info *tensors, int32_t n_tensors, char *arena, float *grad_sum,
                     int32_t micro_batches, int enabled, char *err, size_t n);
+
+/* A span of the arena: one bucket member's gradient, in bytes. */
+typedef struct {
+    int64_t offset, bytes;
+} rt_overlap_range;
+
+/* Brings ranges[n] of the arena (a bucket's members) up to date with what
+ * the ops run so far wrote, for a device whose ops write elsewhere; 0, or
+ * -1 with ctx->msg set. */
+typedef int (*rt_overlap_fetch_fn)(void *user, const rt_overlap_range *ranges, int32_t n, rt_context *ctx);
+
+/* Called before a bucket is handed over during a backward (not in
+ * rt_overlap_finish: by then the backward's end has brought everything
+ * down).  Without one, the arena is where the ops write (a CPU device). */
+void rt_overlap_set_fetch(rt_overlap *o, rt_overlap_fetch_fn fetch, void *user);
 
 /* A new step (before its first forward): no gradient is final yet. */
 void rt_overlap_begin_step(rt_overlap *o, int64_t step);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../ir/ir.h"
@@ -110,6 +111,7 @@ struct rt_cuda {
     /* What the host touches between phases (rt_cuda_set_host_tensors). */
     rt_cuda_range *inputs, *stash, *grads, *state, loss;
     int32_t      n_inputs, n_stash, n_grads, n_state;
+    uint8_t     *grad_fetched;       /* [n_grads] 1: a bucket brought it down this backward */
     int          device_current;     /* 0: the next phase copies the whole arena up */
 };
 
@@ -342,7 +344,7 @@ void rt_cuda_close(rt_cuda *c)
             c->api.ctx_release(c->device);
     }
     free(c->functions);
-    free(c->inputs), free(c->stash), free(c->grads), free(c->state);
+    free(c->inputs), free(c->stash), free(c->grads), free(c->state), free(c->grad_fetched);
     if (c->libcublas)
         dlclose(c->libcublas);
     if (c->libcuda)
@@ -410,7 +412,8 @@ int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t 
     if (rc == 0 && (take_ranges(&c->inputs, &c->n_inputs, by_role[ROLE_INPUT], count[ROLE_INPUT]) ||
                     take_ranges(&c->grads, &c->n_grads, by_role[ROLE_GRADIENT], count[ROLE_GRADIENT]) ||
                     take_ranges(&c->state, &c->n_state, by_role[ROLE_PARAM], count[ROLE_PARAM] + count[ROLE_STATE]) ||
-                    take_ranges(&c->stash, &c->n_stash, stash, n_stash)))
+                    take_ranges(&c->stash, &c->n_stash, stash, n_stash) ||
+                    !(c->grad_fetched = calloc((size_t)c->n_grads + 1, 1))))
         rc = -1;
     if (rc == 0 && loss >= 0 && loss < n_tensors)
         c->loss = (rt_cuda_range){ tensors[loss].t.offset, rt_tensor_bytes(&tensors[loss].t) };
@@ -448,7 +451,14 @@ int rt_cuda_phase_end(char *arena, rt_context *ctx)
         if (r == 0)
             r = pull(c, arena, c->stash, c->n_stash);   /* main keeps it if the backward waits */
     } else if (ctx->phase == PHASE_BACKWARD) {
-        r = pull(c, arena, c->grads, c->n_grads);       /* main sums them over micro-batches */
+        /* main sums them over micro-batches; what a bucket fetched is on
+         * the host already, and there main may have replaced it by the
+         * micro-batches' mean (comm/overlap.c), so it is not pulled again. */
+        for (int32_t i = 0; i < c->n_grads; i++) {
+            if (!c->grad_fetched[i] && r == 0)
+                r = pull(c, arena, &c->grads[i], 1);
+            c->grad_fetched[i] = 0;
+        }
     } else if (ctx->phase == PHASE_UPDATE && c->loss_scaling) {
         /* Did an adamw skip the step (fp16's overflow)?  The flags word
          * says so; main's loss scaler reads ctx->overflowed. */
@@ -511,6 +521,15 @@ static int check_status(rt_cuda *c, const rt_op *op, char *arena, rt_context *ct
     return -1;
 }
 
+/* An all-reduce whose bucket comm/overlap.h reduced: the host arena holds
+ * its input, the average, already (rt_overlap_finish put it there before
+ * the update phase, whose start copied it up), so its input need not come
+ * down; the op only copies it to its output (rt_comm_allreduce). */
+static int bucket_reduced(const rt_op *op, const rt_context *ctx)
+{
+    return op->op == OP_ALLREDUCE && ctx->comm && ctx->comm->overlap && op->ints[ATTR_BUCKET] >= 0;
+}
+
 /* Wait for the uploads in flight that read host arena bytes in [lo, hi). */
 static cu_result uploads_wait(rt_cuda *c, int64_t lo, int64_t hi)
 {
@@ -552,7 +571,7 @@ static cu_result uploads_wait(rt_cuda *c, int64_t lo, int64_t hi)
 static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx)
 {
     cu_result r = 0;
-    if (op->n_in > 0) {
+    if (op->n_in > 0 && !bucket_reduced(op, ctx)) {
         r = c->api.event_record(c->computed, c->stream);
         if (r == 0)
             r = c->api.stream_wait_event(c->copy, c->computed, 0);
@@ -575,8 +594,13 @@ static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx
     if (op->n_out > 0 && (r = uploads_wait(c, lo, hi)) != 0)
         return ctx_fail(ctx, op, "waiting for an upload", r);
     /* An all-reduce goes at once, not in a bucket: its result must be on the
-     * device before the next step reads it. */
-    if (rt_op_run(op, arena, ctx) != 0 ||
+     * device before the next step reads it.  The overlap's hook ran already
+     * (rt_cuda_op_run), before this op's copies. */
+    int (*before_op)(void *, const rt_op *, rt_context *) = ctx->before_op;
+    ctx->before_op = NULL;
+    int rc = rt_op_run(op, arena, ctx);
+    ctx->before_op = before_op;
+    if (rc != 0 ||
         (op->op == OP_ALLREDUCE && ctx->comm && ctx->comm->bucket_count > 0 && rt_comm_flush_bucket(ctx->comm, ctx)))
         return -1;
     if (op->n_out == 0)
@@ -601,6 +625,41 @@ static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx
     if (r)
         return ctx_fail(ctx, op, "copying to the device", r);
     c->upload[k].lo = lo, c->upload[k].hi = hi, c->upload[k].busy = 1;
+    return 0;
+}
+
+/* A gradient bucket's members down to the host arena, for the overlap's
+ * thread (cuda.h).  The send's pattern (run_on_host): the copy stream
+ * waits for the kernels queued so far (the ops before the hook's, which
+ * made the gradients: read after write), the host for the copies only.
+ * An upload still reading the same host bytes is waited for first (write
+ * after read on the host).  Nothing is launched until the copies are done,
+ * so no later kernel can change a gradient under them. */
+int rt_cuda_fetch(void *cuda, const rt_overlap_range *ranges, int32_t n, rt_context *ctx)
+{
+    rt_cuda *c = cuda;
+    cu_result r = 0;
+    for (int32_t i = 0; i < n && r == 0; i++)
+        r = uploads_wait(c, ranges[i].offset, ranges[i].offset + ranges[i].bytes);
+    if (r == 0)
+        r = c->api.event_record(c->computed, c->stream);
+    if (r == 0)
+        r = c->api.stream_wait_event(c->copy, c->computed, 0);
+    for (int32_t i = 0; i < n && r == 0; i++)
+        if (ranges[i].bytes > 0)
+            r = c->api.dtoh(c->host_arena + ranges[i].offset, c->arena + (cu_deviceptr)ranges[i].offset,
+                            (size_t)ranges[i].bytes, c->copy);
+    if (r == 0)
+        r = c->api.event_record(c->copied, c->copy);
+    if (r == 0)
+        r = c->api.event_sync(c->copied);
+    if (r)
+        return ctx_fail(ctx, NULL, "copying a gradient bucket to the host", r);
+    /* The backward's end pulls the rest (rt_cuda_phase_end). */
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t g = 0; g < c->n_grads; g++)
+            if (c->grads[g].offset == ranges[i].offset && c->grads[g].bytes == ranges[i].bytes)
+                c->grad_fetched[g] = 1;
     return 0;
 }
 
@@ -642,9 +701,31 @@ static int run_gemm(rt_cuda *c, const rt_op *op, const rt_cuda_step *s, rt_conte
     return 0;
 }
 
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+
 int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_context *ctx)
 {
     rt_cuda *c = ctx->cuda;
+    /* The step's last backward: a bucket whose gradients the ops before
+     * this one made final goes to the all-reduce thread (rt_cuda_fetch
+     * brings it down first). */
+    if (ctx->before_op && ctx->before_op(ctx->before_op_user, op, ctx))
+        return -1;
+    if (bucket_reduced(op, ctx) && op->in[0].offset == op->out[0].offset)
+        return 0;   /* in place: the average is on the device already */
+    int paced = 0;
+    double t0 = 0.0;
+    for (int32_t i = cop->first; i < cop->first + cop->count; i++)
+        paced |= c->steps[i].kind != RT_CUDA_STEP_HOST;
+    paced = paced && ctx->emulate_devices && op->est_seconds > 0;
+    if (paced)
+        t0 = seconds_now();
     for (int32_t i = cop->first; i < cop->first + cop->count; i++) {
         const rt_cuda_step *s = &c->steps[i];
         if (s->kind == RT_CUDA_STEP_HOST) {
@@ -669,6 +750,12 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
             if (s->check_status && check_status(c, op, arena, ctx))
                 return -1;
         }
+    }
+    if (paced) {   /* --emulate-devices: the op is done when the stream is */
+        cu_result r = c->api.stream_sync(c->stream);
+        if (r)
+            return ctx_fail(ctx, op, "cuStreamSynchronize", r);
+        rt_pace_op(ctx, op->est_seconds, seconds_now() - t0);
     }
     return 0;
 }

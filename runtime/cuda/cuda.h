@@ -49,6 +49,21 @@
  * 9.0: sm_90), else compiles the PTX for the device it has.  A device older
  * than 8.0 is refused.
  *
+ * Gradient buckets (comm/overlap.h).  On a stage of several replicas the
+ * step's last backward hands each bucket to the all-reduce thread as soon
+ * as its gradients are final: rt_cuda_fetch, the overlap's fetch hook,
+ * copies the bucket's gradients down on the copy stream once the kernels
+ * queued so far have run, and the host waits for that copy only (the
+ * send's pattern); the backward's end then brings down only the gradients
+ * no bucket fetched.  The averaged gradients go back up with the update
+ * phase's copy of the gradients, before any update kernel reads them.
+ *
+ * --emulate-devices.  Each op's steps are launched, the compute stream is
+ * synchronised, and what the op took short of its estimate (rt_op's
+ * est_seconds) is waited out as on a CPU (exec.h, rt_pace_op).  So the
+ * emulation gives up the stream's asynchrony: it paces to a declared
+ * device, it does not measure this one.
+ *
  * What has run: nothing here has run on a GPU (no machine of this project
  * has one).  The kernels are checked on the CPU by the emulation harness
  * (tests/unit/test_cuda_emulation.cpp); this file runs whole on an emulated
@@ -60,6 +75,7 @@
 
 #include <stddef.h>
 
+#include "../comm/overlap.h"
 #include "../exec.h"
 #include "../program.h"
 #include "cuda_program.h"
@@ -89,6 +105,12 @@ int  rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t
 int  rt_cuda_pull_state(rt_cuda *c, char *arena, char *why, size_t why_len);
 /* The host wrote to its arena beyond the sets above: the next phase copies it all up. */
 void rt_cuda_host_wrote(rt_cuda *c);
+
+/* comm/overlap.h's fetch hook (user: the rt_cuda): bring ranges[n] of the
+ * device arena (a gradient bucket's members) down to the host arena once
+ * the kernels queued so far have run; the backward's end leaves them be.
+ * 0, or -1 with ctx->msg set. */
+int  rt_cuda_fetch(void *cuda, const rt_overlap_range *ranges, int32_t n, rt_context *ctx);
 
 /* Called by the generated phase functions (codegen/llvm_host.c). */
 int rt_cuda_phase_begin(char *arena, rt_context *ctx);
