@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../ir/folders.h"
 #include "../ir/ops.h"
 #include "../passes/allreduce_plan.h"
 #include "../passes/passes.h"
@@ -53,13 +54,6 @@ const bundle_toolchain *bundle_default_toolchain(void)
     static const bundle_toolchain tc = { FUSION_CC, { FUSION_RT_MAIN_LIB, FUSION_RT_CUDA_LIB, FUSION_RT_CPU_LIB, NULL },
                                          FUSION_LINK_FLAGS, 0, NULL };
     return &tc;
-}
-
-static int make_dir(const char *path, struct diag *err)
-{
-    if (mkdir(path, 0755) == 0 || errno == EEXIST)
-        return 0;
-    return diag_set(err, path, 0, "cannot create the folder: %s", strerror(errno));
 }
 
 static int link_executable(const bundle_toolchain *tc, const char *object, const char *output, struct diag *err)
@@ -350,7 +344,7 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
         snprintf(exe, sizeof exe, "%s/fusion-%s", dir, dev->name) >= (int)sizeof exe ||
         snprintf(manifest, sizeof manifest, "%s/manifest.txt", dir) >= (int)sizeof manifest)
         return diag_set(err, out_dir, 0, "the output folder's path is too long");
-    if (make_dir(dir, err))
+    if (folders_make(dir, err))
         return -1;
     /* Replicas share their stage's arena plan, made for its first device. */
     int64_t arena = memory_arena_bytes(g, g->placement.device[stage * g->placement.n_replicas]);
@@ -403,7 +397,7 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
     for (int32_t k = 0; k < set->n; k++)
         if (check_placed(set->g[k], c, err))
             return -1;
-    if (make_dir(out_dir, err))
+    if (folders_make(out_dir, err))   /* -o a/b: every folder it needs */
         return -1;
     /* The run secret: new, or the running run's (a re-plan); never printed. */
     char why[4600], key_path[4200];

@@ -33,4 +33,23 @@ grep -q "has no hyper-parameter 'nosuch'" "$work/err" && pass || fail "unknown h
 expect_eq "files left in the output folder" "" "$(ls "$work" | grep '\.tmp\.' || true)"
 grep -Eq '^models/gpt2.xml:[0-9]+: error: dim must be divisible by heads' "$work/err" && pass ||
   fail "assert message: $(cat "$work/err")"
+# Every -o makes the folders it needs; one that cannot be made is named.
+"$FUSIONC" compile models/mlp.xml clusters/local-1.xml -o "$work/new/a/b" >/dev/null 2>"$work/err" && \
+  [ -x "$work/new/a/b/cpu0/fusion-cpu0" ] && pass || fail "compile -o into missing folders: $(cat "$work/err")"
+"$FUSIONC" plan models/mlp.xml clusters/local-4.xml -o "$work/new/p/q" >/dev/null 2>"$work/err" && \
+  [ -s "$work/new/p/q/plan.txt" ] && pass || fail "plan -o into missing folders: $(cat "$work/err")"
+"$FUSIONC" simulate models/mlp.xml clusters/local-4.xml -o "$work/new/s/t" >"$work/sim.txt" 2>"$work/err" && \
+  [ -s "$work/new/s/t/gantt.svg" ] && pass || fail "simulate -o into missing folders: $(cat "$work/err")"
+"$FUSIONC" dump models/mlp.xml -o "$work/new/d/e/g.fir" 2>"$work/err" && [ -s "$work/new/d/e/g.fir" ] && pass ||
+  fail "dump -o into missing folders: $(cat "$work/err")"
+touch "$work/new/file"
+"$FUSIONC" plan models/mlp.xml clusters/local-4.xml -o "$work/new/file/x" >/dev/null 2>"$work/err"
+expect_eq "plan -o under a file: exit" 1 $?
+grep -q "new/file:0: error: cannot create the folder: a file of that name is in the way" "$work/err" && pass ||
+  fail "plan -o under a file: $(cat "$work/err")"
+# simulate: a summary of the links; every link's row with -v.
+grep -q "^links: [0-9]* carry traffic, .*(-v: every link)" "$work/sim.txt" && pass || fail "simulate summary: $(cat "$work/sim.txt")"
+grep -q "^link (bytes per step)" "$work/sim.txt" && fail "simulate printed the link table without -v" || pass
+"$FUSIONC" simulate models/mlp.xml clusters/local-4.xml -o "$work/new/s/t" --verbose >"$work/sim.txt" 2>&1
+grep -q "^link (bytes per step)" "$work/sim.txt" && pass || fail "simulate --verbose: $(cat "$work/sim.txt")"
 finish

@@ -147,6 +147,8 @@ expect_eq "deploy to a host that refuses ssh: exit status" 1 "$?"
 grep -q "device cpu-b0 on host h2 ($(host_ip 2):2222).*ssh failed.*Connection refused" "$work/refuse.err" && pass \
   || fail "the refusal should name cpu-b0, host h2 and the refused connection: $(cat "$work/refuse.err")"
 expect_eq "the other devices still deployed" 2 "$(grep -c 'unchanged' "$work/refuse.out")"
+grep -q "fusionc deploy: 1 of 3 devices failed (cpu-b0); deployed: cpu-a0, cpu-a1" "$work/refuse.err" && pass \
+  || fail "the summary should name the failed and the deployed devices: $(cat "$work/refuse.err")"
 on_controller "$FUSIONC" launch "$out" --cluster "$work/cluster-refuse.xml" --ssh-config "$ssh_config" --grace 5 \
   --data "$work/corpus.txt" --steps 2 --peer-timeout 3 --connect-timeout 5 >"$work/refuse-launch.out" 2>"$work/refuse-launch.err"
 expect_eq "launch on a host that refuses ssh: exit status" 1 "$?"
@@ -162,6 +164,12 @@ grep -q "device cpu-a1 on host h1 .*copying the bundle with rsync failed.*No spa
 left=$(find "$work/full/fusion" -mindepth 1 ! -name .fusion-bundles 2>&1)
 expect_eq "what the full disk holds after the failed copy" "" "$left"
 echo "messages: $(cat "$work/refuse.err" "$work/full.err" | grep -v 'of 3 devices')" >&2
+# Every host refuses: the summary says nothing is deployed, not "the others are".
+sed -e 's/<host name="h\([01]\)"/<host name="h\1" port="2222"/' "$work/cluster-refuse.xml" >"$work/cluster-all-refuse.xml"
+deploy --cluster "$work/cluster-all-refuse.xml" >/dev/null 2>"$work/all-refuse.err"
+expect_eq "deploy where every host refuses: exit status" 1 "$?"
+grep -q "fusionc deploy: every device failed (cpu-a0, cpu-a1, cpu-b0): nothing is deployed" "$work/all-refuse.err" && pass \
+  || fail "every host refusing: $(cat "$work/all-refuse.err")"
 
 # --- a device killed during training, and stop -------------------------------------------
 on_controller "$FUSIONC" launch "$out" --ssh-config "$ssh_config" --grace 20 --data "$work/corpus.txt" --steps 100000 \

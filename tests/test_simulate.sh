@@ -18,7 +18,8 @@ link_bytes() { awk -v k="$2" -v c="$3" '$1 == k { print $c; exit }' "$1"; }
 within() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= f * b) }'; }
 
 # (Dense unless a test says otherwise: local-4's default is adatopk.)
-sim() { local out=$1; shift; mkdir -p "$work/$out"; "$FUSIONC" simulate models/gpt2.xml --compress none "$@" "${model[@]}" -o "$work/$out" >"$work/$out.txt" 2>&1; }
+# -v: every link's row.
+sim() { local out=$1; shift; mkdir -p "$work/$out"; "$FUSIONC" simulate -v models/gpt2.xml --compress none "$@" "${model[@]}" -o "$work/$out" >"$work/$out.txt" 2>&1; }
 
 # One device: the step is every op's estimated time back to back, no idle.
 sim one clusters/local-1.xml && pass || fail "simulate local-1: $(cat "$work/one.txt")"

@@ -391,12 +391,19 @@ int deploy_main(int argc, char **argv)
         return 1;
     }
     int failed = 0, copied = 0;
+    char failed_names[1024] = "", deployed_names[1024] = "";
     for (int k = 0; k < plan.n_devices; k++) {
         int this_copied = 0;
+        const char *name = plan.devices[k].device;
+        char *list = failed_names;
         if (deploy_device(&plan, &plan.devices[k], copier, &this_copied, &err)) {
             fprintf(stderr, "fusionc deploy: error: %s\n", err.msg);
             failed++;
+        } else {
+            list = deployed_names;
         }
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof failed_names - used, "%s%s", used ? ", " : "", name);
         copied += this_copied;
     }
     /* A standby gets every bundle of its kind and arch, under the device's
@@ -420,9 +427,11 @@ int deploy_main(int argc, char **argv)
     if (spares_failed)
         fprintf(stderr, "fusionc deploy: %d of %d standby bundle%s failed\n", spares_failed, spares,
                 spares == 1 ? "" : "s");
-    if (failed)
-        fprintf(stderr, "fusionc deploy: %d of %d device%s failed; the others are deployed\n", failed, plan.n_devices,
-                plan.n_devices == 1 ? "" : "s");
+    if (failed == plan.n_devices)
+        fprintf(stderr, "fusionc deploy: every device failed (%s): nothing is deployed\n", failed_names);
+    else if (failed)
+        fprintf(stderr, "fusionc deploy: %d of %d device%s failed (%s); deployed: %s\n", failed, plan.n_devices,
+                plan.n_devices == 1 ? "" : "s", failed_names, deployed_names);
     else
         printf("deploy: %d device%s: %d copied, %d unchanged\n", plan.n_devices, plan.n_devices == 1 ? "" : "s",
                copied, plan.n_devices - copied);

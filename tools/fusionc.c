@@ -23,6 +23,7 @@
 #include "../frontend/cluster.h"
 #include "../frontend/model.h"
 #include "../frontend/xml_util.h"
+#include "../ir/folders.h"
 #include "../passes/passes.h"
 #include "deploy.h"
 #include "launch.h"
@@ -167,12 +168,13 @@ static const char *const usage_simulate =
     "on its link (one message at a time, in order), the update and the\n"
     "replicas' all-reduce.  Prints each step's time and the last one's (the steady\n"
     "state: stages start the next step as soon as their update is done, so step 1\n"
-    "also holds the pipeline's start), the bubble fraction, the bytes on each link\n"
-    "per step and each stage's busy time, with the plan's estimate; writes\n"
-    "DIR/gantt.svg, the timeline (default DIR: the current folder).\n"
+    "also holds the pipeline's start), the bubble fraction, each stage's busy time\n"
+    "and the links' bytes a step, with the plan's estimate; writes DIR/gantt.svg,\n"
+    "the timeline (default DIR: the current folder; made if missing).\n"
     "  --set name=value   override a hyper-parameter (repeatable)\n"
     "  --steps N          simulate N consecutive steps (default 3)\n"
-    "  --no-overlap       CPU replicas' gradient buckets averaged after the backward, not during\n"
+    "  -v, --verbose      also print every link's bytes a step (forward, backward, update)\n"
+    "  --no-overlap       replicas' gradient buckets averaged after the backward, not during\n"
     "                     it (the device programs' --no-overlap)\n"
     PLACEMENT_OPTIONS;
 
@@ -343,6 +345,11 @@ static int cmd_dump(int argc, char **argv)
         return 1;
     }
     char tmp[4096];
+    if (o.output && folders_make_for_file(o.output, &err)) {   /* -o a/b/g.dot: a and a/b too */
+        diag_print(&err);
+        ir_graph_free(&g);
+        return 1;
+    }
     FILE *out = open_output(o.output, tmp, sizeof tmp);
     if (!out) {
         fprintf(stderr, "%s:0: error: cannot write: %s\n", o.output, strerror(errno));
@@ -735,9 +742,10 @@ static int cmd_plan(int argc, char **argv)
     return rc ? 1 : 0;
 }
 
-/* The simulated steps, the bubble, each link's bytes and each stage's busy time. */
+/* The simulated steps, the bubble, each stage's busy time, the links'
+ * bytes (each link's with verbose). */
 static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *plan,
-                           const sim_result *r)
+                           const sim_result *r, int verbose)
 {
     const double ms = 1e3;
     fprintf(out, "simulate: %s on %s, scheduler %s, %d stage%s x %d replica%s, %d micro-batch%s, %d step%s, "
@@ -775,6 +783,24 @@ static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const
             }
         fprintf(out, "%-5d %-24s %9.3f ms\n", s, devices, busy * ms);
     }
+    /* A summary; every link's row with -v (48 devices make hundreds). */
+    double total = 0.0, busiest = -1.0;
+    int32_t used = 0, top = -1;
+    for (int32_t l = 0; l < r->n_links; l++) {
+        const sim_link *k = &r->links[l];
+        double bytes = k->bytes[PHASE_FORWARD] + k->bytes[PHASE_BACKWARD] + k->bytes[PHASE_UPDATE];
+        total += bytes;
+        used += bytes > 0;
+        if (bytes > busiest)
+            busiest = bytes, top = l;
+    }
+    fprintf(out, "links: %d carry traffic, %.2f MiB a step in all", used, total / (1024.0 * 1024.0));
+    if (top >= 0)
+        fprintf(out, "; the most: %s->%s, %.2f MiB", c->devices[r->links[top].from].name,
+                c->devices[r->links[top].to].name, busiest / (1024.0 * 1024.0));
+    fprintf(out, "%s\n", verbose ? "" : " (-v: every link)");
+    if (!verbose)
+        return;
     fprintf(out, "%-30s %12s %12s %12s %12s\n", "link (bytes per step)", "forward", "backward", "update", "total");
     for (int32_t l = 0; l < r->n_links; l++) {
         const sim_link *k = &r->links[l];
@@ -813,7 +839,7 @@ static int cmd_simulate(int argc, char **argv)
     memset(&r, 0, sizeof r);
     rc = placed_load(&m, &o, &err) || simulate_steps(&m.g, &m.c, o.steps > 0 ? o.steps : 3, !o.no_overlap, &r, &err);
     if (rc == 0) {
-        simulate_print(stdout, &m.g, &m.c, &m.plan, &r);
+        simulate_print(stdout, &m.g, &m.c, &m.plan, &r, o.verbose);
         rc = print_best_site(&o, &m.c, r.n_steps, sim_steady_step(&r), &err) ||
              simulate_write_gantt(&r, &m.c, o.output ? o.output : ".", &err);
     }

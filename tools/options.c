@@ -30,6 +30,8 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
             fputs(usage, stdout);
             return 1;
         }
+        if (strcmp(a, "--verbose") == 0)
+            a = "-v";
         if (strcmp(a, "-v") == 0 || strcmp(a, "--tf32") == 0 || strcmp(a, "--no-overlap") == 0) {
             *(a[1] == 'v' ? &o->verbose : a[2] == 't' ? &o->tf32 : &o->no_overlap) = 1;
             continue;

@@ -11,6 +11,7 @@
  */
 #include "plan_report.h"
 
+#include "../ir/folders.h"
 #include "../ir/ops.h"
 
 #include <errno.h>
@@ -267,6 +268,8 @@ int plan_report_write(const ir_graph *g, const cluster *c, const fence_plan *p, 
 {
     report_args a = { g, c, p };
     char path[4096], svg[4096];
+    if (folders_make(dir, err))
+        return -1;
     snprintf(path, sizeof path, "%s/plan.txt", dir);
     snprintf(svg, sizeof svg, "%s/plan.svg", dir);
     return write_atomically(path, fill_text, &a, err) || write_atomically(svg, fill_svg, &a, err) ? -1 : 0;

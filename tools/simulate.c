@@ -35,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../ir/folders.h"
 #include "../ir/ops.h"
 #include "../ir/pipeline_order.h"
 #include "../passes/allreduce_plan.h"
@@ -579,6 +580,8 @@ static double tick_ms(double span_ms)
 int simulate_write_gantt(const sim_result *r, const cluster *c, const char *dir, struct diag *err)
 {
     char path[4096], tmp[4200];
+    if (folders_make(dir, err))
+        return -1;
     snprintf(path, sizeof path, "%s/gantt.svg", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");

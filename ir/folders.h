@@ -1,0 +1,14 @@
+/* folders.h: making the folders an output goes in (`-o a/b/c`), as
+ * `mkdir -p` does, with a message naming the one that could not be made. */
+#ifndef FUSION_FOLDERS_H
+#define FUSION_FOLDERS_H
+
+struct diag;
+
+/* Make `path` and every missing folder above it (0755); 0 when it is
+ * there (made now or before), else -1 with err naming the folder. */
+int folders_make(const char *path, struct diag *err);
+/* The same for the folder a file goes in ("out/plan.txt" -> "out"). */
+int folders_make_for_file(const char *file, struct diag *err);
+
+#endif
