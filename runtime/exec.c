@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "comm/comm.h"
+#include "trace.h"
 #include "cpu/half.h"
 #include "cpu/kernels.h"
 
@@ -600,7 +601,7 @@ void rt_pace_op(rt_context *ctx, double est_seconds, double took)
     }
 }
 
-int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
+static int run_scheduled(const rt_op *op, char *arena, rt_context *ctx)
 {
     if (ctx->before_op && ctx->before_op(ctx->before_op_user, op, ctx))
         return -1;
@@ -641,5 +642,48 @@ int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
     double t0 = seconds_now();
     int rc = run_op(op, arena, ctx);
     sleep_seconds((seconds_now() - t0) * (ctx->slowdown - 1.0));
+    return rc;
+}
+
+/* --trace: the op as a span of its phase (a message's ops as "send" and
+ * "recv" with its bytes, and the ends of its flow: the send's start, the
+ * receive's end, when the bytes are in).  Runs that move nothing (a
+ * recomputed forward's, a parameter's after micro-batch 0, a partial
+ * gradient's before the last) draw no flow. */
+static void trace_op(const rt_op *op, const rt_context *ctx, double t0, double t1)
+{
+    static const char *const phases[] = { "none", "forward", "backward", "update" };
+    int message = op->op == OP_SEND || op->op == OP_RECV;
+    const char *cat = message ? (op->op == OP_SEND ? "send" : "recv")
+                      : op->op == OP_ALLREDUCE ? "allreduce"
+                      : ctx->phase >= 0 && ctx->phase < 4 ? phases[ctx->phase] : "op";
+    char args[256];
+    const rt_tensor *t = op->op == OP_RECV ? &op->out[0] : &op->in[0];
+    snprintf(args, sizeof args, "{\"step\":%lld,\"micro_batch\":%d%s", (long long)ctx->step, (int)ctx->micro_batch,
+             ctx->replay ? ",\"recomputed\":true" : "");
+    if (message || op->op == OP_ALLREDUCE) {
+        size_t n = strlen(args);
+        snprintf(args + n, sizeof args - n, ",\"tensor\":%lld,\"bytes\":%lld", (long long)op->ints[ATTR_TENSOR],
+                 (long long)rt_tensor_bytes(t));
+        if (message) {
+            n = strlen(args);
+            snprintf(args + n, sizeof args - n, ",\"peer_stage\":%lld", (long long)op->ints[ATTR_PEER]);
+        }
+    }
+    strncat(args, "}", sizeof args - strlen(args) - 1);
+    rt_trace_span(ctx->trace, 0, cat, op->name, t0, t1, args);
+    if (message && !ctx->replay && ctx->comm && rt_comm_moves(ctx->comm, op, ctx))
+        rt_trace_flow(ctx->trace, 0, op->op == OP_SEND, ctx->step, ctx->micro_batch, op->ints[ATTR_TENSOR],
+                      op->op == OP_SEND ? t0 : t1 - 0.001 * (t1 - t0));
+}
+
+int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
+{
+    if (!ctx->trace)
+        return run_scheduled(op, arena, ctx);
+    double t0 = rt_trace_clock();
+    int rc = run_scheduled(op, arena, ctx);
+    if (rc == 0)
+        trace_op(op, ctx, t0, rt_trace_clock());
     return rc;
 }

@@ -77,6 +77,9 @@ typedef struct rt_context_s {
      * comm/overlap.h); non-zero fails the op. */
     int   (*before_op)(void *user, const rt_op *op, struct rt_context_s *ctx);
     void   *before_op_user;
+    /* --trace FILE (trace.h): every op a span, every message a flow from
+     * its send to its receive; NULL: nothing recorded. */
+    struct rt_trace *trace;
 } rt_context;
 
 #define RT_PACE_MIN_SLEEP 1e-3   /* seconds */

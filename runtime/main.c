@@ -56,6 +56,7 @@
 #include "loss_scale.h"
 #include "program.h"
 #include "safetensors.h"
+#include "trace.h"
 #include "comm/comm.h"
 #include "comm/diloco.h"
 #include "comm/overlap.h"
@@ -130,6 +131,9 @@ static const char usage[] =
     "  --steps N      training steps (default 100)\n"
     "  --seed S       seeds the parameters and the batches (default 1)\n"
     "  --log FILE     also write one JSON object per step to FILE (FILE.<device> on several devices)\n"
+    "  --trace FILE   write the run's timeline (each op, message, micro-batch, update, checkpoint) in\n"
+    "                 the Chrome trace-event format, for Perfetto (FILE.<device> on several devices;\n"
+    "                 launch-local.sh merges them into FILE)\n"
     "  --threads N    CPU threads (default: the device's, from the cluster file)\n"
     "  --save DIR     write a checkpoint to DIR at the end (and every --save-every K steps)\n"
     "  --resume DIR   continue from DIR's checkpoint (its step and seed) up to --steps\n"
@@ -169,7 +173,7 @@ static const char usage[] =
 typedef struct {
     const char *data[64];
     int         n_data;
-    const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby, *key;
+    const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby, *key, *trace;
     int64_t     steps, save_every;
     double      loss_scale;
     st_dtype    save_dtype;
@@ -234,6 +238,8 @@ static int parse_args(int argc, char **argv, run_options *o)
             o->data[o->n_data++] = v;
         else if (strcmp(a, "--log") == 0)
             o->log = v;
+        else if (strcmp(a, "--trace") == 0)
+            o->trace = v;
         else if (strcmp(a, "--save") == 0)
             o->save = v;
         else if (strcmp(a, "--resume") == 0)
@@ -404,6 +410,21 @@ static void gradients_accumulate(stepper *st, int32_t m, int mean)
     }
 }
 
+/* --trace: a micro-batch's forward or backward, or the update, as one span
+ * around its ops'. */
+static void trace_micro_batch(const rt_context *ctx, const char *what, double t0)
+{
+    if (!ctx->trace)
+        return;
+    char name[64], args[64];
+    if (ctx->micro_batch >= 0)
+        snprintf(name, sizeof name, "%s %d", what, (int)ctx->micro_batch);
+    else
+        snprintf(name, sizeof name, "%s", what);
+    snprintf(args, sizeof args, "{\"step\":%lld}", (long long)ctx->step);
+    rt_trace_span(ctx->trace, 0, "micro-batch", name, t0, rt_trace_clock(), args);
+}
+
 static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
 {
     program *p = st->p;
@@ -417,8 +438,10 @@ static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
     }
     ctx->micro_batch = m;
     ctx->phase = PHASE_FORWARD;
+    double t0 = ctx->trace ? rt_trace_clock() : 0.0;
     if (fusion_forward(p->arena, ctx) != 0)
         return -1;
+    trace_micro_batch(ctx, "forward", t0);
     if (mf->loss >= 0)
         st->loss_sum += *(float *)(p->arena + p->tensors[mf->loss].t.offset);
     if (keep) {
@@ -448,8 +471,11 @@ static int run_backward(stepper *st, rt_context *ctx, int32_t m)
         ctx->before_op = rt_overlap_before_op;
         ctx->before_op_user = st->overlap;
     }
+    double t0 = ctx->trace ? rt_trace_clock() : 0.0;
     int rc = fusion_backward(st->p->arena, ctx);
     ctx->before_op = NULL;
+    if (rc == 0)
+        trace_micro_batch(ctx, "backward", t0);
     if (rc != 0)
         return -1;
     if (st->p->manifest.micro_batches > 1)
@@ -630,6 +656,16 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     per_device_path(p, o->log, log_path, sizeof log_path);
     if (o->log && !(log = fopen(log_path, "w")))
         return stop(comm, mf->device, "%s: cannot write the log: %s", log_path, strerror(errno));
+    rt_trace *trace = NULL;
+    if (o->trace) {
+        char trace_path[4200], why[4400];
+        per_device_path(p, o->trace, trace_path, sizeof trace_path);
+        if (!(trace = rt_trace_open(trace_path, mf->device_index, mf->replica, mf->device, why, sizeof why))) {
+            if (log)
+                fclose(log);
+            return stop(comm, mf->device, "%s", why);
+        }
+    }
     stepper st;
     int rc = stepper_init(&st, p, comm, data, o);
     int64_t done = 0;
@@ -666,6 +702,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         rt_diloco_free(&outer);
         if (log)
             fclose(log);
+        rt_trace_close(trace);
         return 1;
     }
     run_options seeded = *o;
@@ -692,6 +729,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                mf->diloco.outer_lr, mf->diloco.outer_momentum,
                mf->diloco.outer_bits == 8 ? "8-bit rows" : mf->diloco.outer_bits == 4 ? "4-bit rows" : "f32",
                mf->diloco.outer_delay ? ", applied one round late (the transfer overlaps the next round)" : "");
+    rt_overlap_set_trace(st.overlap, trace);
     if (st.overlap)
         printf("fusion: %d gradient buckets averaged over the replicas %s\n", rt_overlap_buckets(st.overlap),
                o->no_overlap ? "after the backward (--no-overlap)" : "while the step's last backward runs");
@@ -703,7 +741,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     for (int64_t step = done + 1; step <= o->steps && rc == 0; step++) {
         rt_context ctx = { .step = step, .comm = comm, .slowdown = mf->slowdown, .cuda = p->cuda,
                            .loss_scale = scaler.scale, .skipped = scaler.skipped,
-                           .inject_overflow = o->inject_overflow == step, .emulate_devices = o->emulate_devices };
+                           .inject_overflow = o->inject_overflow == step, .emulate_devices = o->emulate_devices,
+                           .trace = trace };
         double t0 = now();
         float loss = NAN;
         if (run_micro_batches(&st, &ctx, &loss) != 0) {
@@ -721,6 +760,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         }
         ctx.micro_batch = -1;
         ctx.phase = PHASE_UPDATE;
+        double update_t0 = trace ? rt_trace_clock() : 0.0;
         if (rt_overlap_finish(st.overlap, &ctx) != 0 || fusion_update(p->arena, &ctx) != 0 ||
             (comm && rt_comm_flush_bucket(comm, &ctx) != 0)) {
             save_live_state(p, o, step - 1, seed, &scaler, broker, ctx.msg);
@@ -728,6 +768,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             break;
         }
         rt_pace_settle(&ctx);
+        trace_micro_batch(&ctx, "update", update_t0);
         char outer_line[400] = "";
         if (diloco && rt_diloco_due(&outer, step, o->steps)) {
             char why[512];
@@ -788,9 +829,12 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             fflush(log);
         }
         rt_broker_report(broker, "step", "%lld %.6f", (long long)step, (double)loss);
-        if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps) &&
-            save_part(p, o->save, step, seed, &scaler, o->save_dtype, broker, o, 0))
-            rc = stop(comm, mf->device, "cannot write the checkpoint");
+        if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps)) {
+            double save_t0 = trace ? rt_trace_clock() : 0.0;
+            if (save_part(p, o->save, step, seed, &scaler, o->save_dtype, broker, o, 0))
+                rc = stop(comm, mf->device, "cannot write the checkpoint");
+            rt_trace_span(trace, 0, "checkpoint", "checkpoint", save_t0, trace ? rt_trace_clock() : 0.0, NULL);
+        }
     }
     if (rc == 0 && st.overlap) {
         int64_t early, handed;
@@ -806,6 +850,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         rc = stop(comm, mf->device, "%s", why);
     if (log && fclose(log) != 0 && rc == 0)
         rc = fail("%s: cannot finish the log", log_path);
+    if (rt_trace_close(trace) != 0 && rc == 0)
+        rc = fail("%s: cannot finish the trace", o->trace);
     stepper_free(&st);
     rt_diloco_free(&outer);
     return rc;

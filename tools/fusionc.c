@@ -174,6 +174,8 @@ static const char *const usage_simulate =
     "  --set name=value   override a hyper-parameter (repeatable)\n"
     "  --steps N          simulate N consecutive steps (default 3)\n"
     "  -v, --verbose      also print every link's bytes a step (forward, backward, update)\n"
+    "  --trace FILE       also write the steps as a Chrome trace-event timeline (Perfetto), in the\n"
+    "                     format of the device programs' --trace, to compare the two\n"
     "  --no-overlap       replicas' gradient buckets averaged after the backward, not during\n"
     "                     it (the device programs' --no-overlap)\n"
     PLACEMENT_OPTIONS;
@@ -841,7 +843,10 @@ static int cmd_simulate(int argc, char **argv)
     if (rc == 0) {
         simulate_print(stdout, &m.g, &m.c, &m.plan, &r, o.verbose);
         rc = print_best_site(&o, &m.c, r.n_steps, sim_steady_step(&r), &err) ||
-             simulate_write_gantt(&r, &m.c, o.output ? o.output : ".", &err);
+             simulate_write_gantt(&r, &m.c, o.output ? o.output : ".", &err) ||
+             (o.trace && simulate_write_trace(&r, &m.c, o.trace, &err));
+        if (rc == 0 && o.trace)
+            printf("trace: %s (the device programs' --trace format; ui.perfetto.dev opens it)\n", o.trace);
     }
     if (rc)
         diag_print(&err);

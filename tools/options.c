@@ -46,7 +46,8 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                           strcmp(a, "--local-steps") == 0 || strcmp(a, "--outer-lr") == 0 ||
                           strcmp(a, "--outer-momentum") == 0 || strcmp(a, "--outer-codec") == 0 ||
                           strcmp(a, "--outer-delay") == 0 || strcmp(a, "--site-batch") == 0 ||
-                          strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0 || strcmp(a, "--run-key") == 0;
+                          strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0 || strcmp(a, "--run-key") == 0 ||
+                          strcmp(a, "--trace") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -62,7 +63,8 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                 strcmp(key, "--steps") && strcmp(key, "--seed") && strcmp(key, "--recompute") &&
                 strcmp(key, "--cublas") && strcmp(key, "--precision") && strcmp(key, "--sync") &&
                 strcmp(key, "--local-steps") && strcmp(key, "--outer-lr") && strcmp(key, "--outer-momentum") &&
-                strcmp(key, "--outer-codec") && strcmp(key, "--outer-delay") && strcmp(key, "--site-batch"))
+                strcmp(key, "--outer-codec") && strcmp(key, "--outer-delay") && strcmp(key, "--site-batch") &&
+                strcmp(key, "--trace"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -93,6 +95,8 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                 o->after = value;
             else
                 o->dump_ir = value;
+        } else if (strcmp(a, "--trace") == 0) {
+            o->trace = value;
         } else if (strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0) {
             int out = a[6] == 'o';
             if ((out ? o->n_without : o->n_with) == 64)

@@ -18,6 +18,7 @@ typedef struct {
     const char   *dump_ir;      /* --dump-ir=PASS: the IR after PASS to stderr */
     const char   *format;
     const char   *output;
+    const char   *trace;        /* simulate --trace FILE: the Chrome trace-event timeline */
     int           verbose;
     const char   *scheduler;    /* --scheduler opfence|uniform|gcma|random      */
     int           micro_batches;/* --micro-batches M (0: the default)           */

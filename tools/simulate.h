@@ -77,4 +77,8 @@ double sim_steady_step(const sim_result *r);
  * written under a temporary name and renamed. */
 int  simulate_write_gantt(const sim_result *r, const cluster *c, const char *dir, struct diag *err);
 
+/* FILE: the steps as a Chrome trace-event timeline, in the format the
+ * device programs' --trace writes (tools/simulate_trace.c). */
+int  simulate_write_trace(const sim_result *r, const cluster *c, const char *path, struct diag *err);
+
 #endif

@@ -177,6 +177,14 @@ static int no_hub(const rt_op *op, rt_context *ctx)
     return -1;
 }
 
+int rt_comm_moves(const rt_comm *c, const rt_op *op, const rt_context *ctx)
+{
+    if (op->ints[ATTR_ONCE] && ctx->micro_batch > 0)
+        return 0;
+    return !(op->ints[ATTR_ACCUMULATE] && c->manifest->micro_batches > 1 &&
+             ctx->micro_batch < c->manifest->micro_batches - 1);
+}
+
 int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 {
     if (op->ints[ATTR_ONCE] && ctx->micro_batch > 0)

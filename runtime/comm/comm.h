@@ -111,6 +111,10 @@ int  rt_comm_flush(rt_comm *c, char *err, size_t n);
 /* The ops (rt_op_run calls these; errors in ctx->msg). */
 int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
 int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
+/* Whether this micro-batch's run of a send or recv moves a message: a
+ * parameter (`once`) moves in micro-batch 0 only, a partial gradient
+ * (`accumulate`) with the last (--trace draws only those). */
+int rt_comm_moves(const rt_comm *c, const rt_op *op, const rt_context *ctx);
 int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
 
 /* x[n] := its mean over the stage's replicas, as an allreduce op with

@@ -9,6 +9,7 @@
 
 #include "../../ir/ir.h"
 #include "../../ir/op_kinds.h"
+#include "../trace.h"
 #include "comm.h"
 
 typedef struct {
@@ -83,9 +84,17 @@ static void *reduce_thread(void *arg)
         rt_context ctx = o->ctx;
         int failed = o->failed;
         pthread_mutex_unlock(&o->mu);
+        double t0 = rt_trace_clock();
         int rc = failed ? -1
                         : rt_comm_mean_bucket(o->comm, &o->scratch, &o->scratch_floats, b->buf, b->floats, b->tag,
                                               b->groups, &ctx);
+        if (rc == 0 && ctx.trace) {
+            char name[64], args[128];
+            snprintf(name, sizeof name, "allreduce bucket %d", (int)(b - o->buckets));
+            snprintf(args, sizeof args, "{\"step\":%lld,\"bytes\":%lld}", (long long)ctx.step,
+                     (long long)b->floats * 4);
+            rt_trace_span(ctx.trace, 1, "allreduce", name, t0, rt_trace_clock(), args);
+        }
         pthread_mutex_lock(&o->mu);
         if (rc && !o->failed) {
             o->failed = 1;
@@ -212,6 +221,14 @@ void rt_overlap_set_fetch(rt_overlap *o, rt_overlap_fetch_fn fetch, void *user)
 {
     if (o)
         o->fetch = fetch, o->fetch_user = user;
+}
+
+void rt_overlap_set_trace(rt_overlap *o, struct rt_trace *trace)
+{
+    if (!o)
+        return;
+    o->ctx.trace = trace;
+    rt_trace_thread(trace, 1, "gradient buckets");
 }
 
 void rt_overlap_begin_step(rt_overlap *o, int64_t step)

@@ -81,6 +81,9 @@ int rt_overlap_before_op(void *o, const rt_op *op, rt_context *ctx);
  * bucket finalised its gradient already (the stepper's accumulation skips it). */
 const uint8_t *rt_overlap_final(const rt_overlap *o);
 
+/* --trace: the thread's reductions as spans of the trace's thread 1. */
+void rt_overlap_set_trace(rt_overlap *o, struct rt_trace *trace);
+
 /* Before the update: hand over the rest, wait, copy the results back.
  * 0, or -1 with ctx->msg set (the thread's error). */
 int rt_overlap_finish(rt_overlap *o, rt_context *ctx);
