@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct rt_trace {
     FILE           *f;
@@ -146,4 +147,50 @@ void rt_trace_flow(rt_trace *t, int32_t tid, int begin, int64_t step, int32_t m,
             (long long)step, (int)m, (int)t->lane, (long long)tensor, t->pid, tid, ts, begin ? "" : ",\"bp\":\"e\"");
     end_event(t);
     pthread_mutex_unlock(&t->mu);
+}
+
+int rt_trace_merge(const char *out, const char *const *parts, int n, char *msg, size_t msg_size)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+    FILE *o = fopen(tmp, "w");
+    if (!o) {
+        snprintf(msg, msg_size, "%s: cannot write the trace: %s", out, strerror(errno));
+        return -1;
+    }
+    fputs("[\n", o);
+    int events = 0, rc = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    for (int k = 0; k < n && rc == 0; k++) {
+        FILE *f = fopen(parts[k], "r");
+        if (!f) {
+            snprintf(msg, msg_size, "%s: cannot read the trace: %s", parts[k], strerror(errno));
+            rc = -1;
+            break;
+        }
+        ssize_t len;
+        while ((len = getline(&line, &cap, f)) > 0) {
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+                line[--len] = '\0';
+            if (len == 0 || strcmp(line, "[") == 0 || strcmp(line, "]") == 0)
+                continue;
+            fprintf(o, "%s%s\n", events++ ? "," : "", line[0] == ',' ? line + 1 : line);
+        }
+        fclose(f);
+    }
+    free(line);
+    if (fputs("]\n", o) == EOF)
+        rc = -1;
+    if (fclose(o) != 0 && rc == 0) {
+        snprintf(msg, msg_size, "%s: cannot write the trace", out);
+        rc = -1;
+    }
+    if (rc == 0 && rename(tmp, out) != 0) {
+        snprintf(msg, msg_size, "%s: cannot write the trace: %s", out, strerror(errno));
+        rc = -1;
+    }
+    if (rc)
+        unlink(tmp);
+    return rc;
 }

@@ -51,4 +51,9 @@ void rt_trace_span(rt_trace *t, int32_t tid, const char *cat, const char *name, 
  * micro-batch m (-1: the update's), on the trace's lane. */
 void rt_trace_flow(rt_trace *t, int32_t tid, int begin, int64_t step, int32_t m, int64_t tensor, double ts);
 
+/* One file from several devices' traces (each one event a line, as written
+ * here): every event of every part, in order, under a temporary name, then
+ * renamed to out.  0, or -1 with msg naming the file that failed. */
+int rt_trace_merge(const char *out, const char *const *parts, int n, char *msg, size_t msg_size);
+
 #endif

@@ -101,7 +101,18 @@ echo "deploy: $(grep -c . "$work/deploy1.out") lines first, then: $(tail -1 "$wo
 # --- train across the hosts, site B behind a 20 Mbit/s tbf --------------------------
 shape_host 2 20mbit && pass || fail "tc tbf on host 2's link"
 on_controller "$FUSIONC" launch "$out" --ssh-config "$ssh_config" --data "$work/corpus.txt" --steps 20 --seed 3 \
-  >"$work/launch.out" 2>"$work/launch.err" && pass || fail "launch: $(cat "$work/launch.err")"
+  --trace "$work/hosts-trace.json" >"$work/launch.out" 2>"$work/launch.err" && pass || fail "launch: $(cat "$work/launch.err")"
+# --trace: each host's timeline comes back, merged: one JSON file with all three devices, messages matched.
+grep -q "the timeline of 3 devices is in $work/hosts-trace.json" "$work/launch.out" && pass || fail "no trace line: $(tail -3 "$work/launch.out")"
+/usr/bin/python3 - "$work/hosts-trace.json" <<'PYEOF' && pass || fail "the gathered trace"
+import json, sys
+events = json.load(open(sys.argv[1]))
+pids = {e["pid"] for e in events if e["ph"] == "X"}
+sends = {e["id"] for e in events if e["ph"] == "s"}
+recvs = {e["id"] for e in events if e["ph"] == "f"}
+print(f"  trace over ssh: {len(events)} events from {len(pids)} devices, {len(sends)} messages", file=sys.stderr)
+sys.exit(not (len(pids) == 3 and sends and sends == recvs))
+PYEOF
 grep -q "training completed on 3 devices" "$work/launch.out" && pass || fail "launch did not say it completed: $(tail -3 "$work/launch.out")"
 losses() { sed 's/^\[[^]]*\] //' "$1" | awk '/^step /{print $4}'; }
 losses "$work/launch.out" >"$work/losses.hosts"

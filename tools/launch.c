@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../runtime/trace.h"
 #include "broker.h"
 #include "remote.h"
 
@@ -45,7 +46,8 @@ static const char *const usage_launch =
     "with ARGS (the device program's options, e.g. --data FILE --steps N: paths are on\n"
     "the hosts).  Logs come back to OUT/logs/<device>.log; the progress of the device\n"
     "that reports the loss is printed.  Exits 0 when every device completed, else 1,\n"
-    "naming each device that failed and its host.\n"
+    "naming each device that failed and its host.  With --trace FILE among ARGS, FILE is\n"
+    "here: each device writes its timeline on its host and they come back merged into FILE.\n"
     "\n"
     "  --cluster FILE      the hosts from this cluster file (default OUT/cluster.xml); a\n"
     "                      device whose address changed is told to its peers (--peer)\n"
@@ -218,6 +220,49 @@ static int stop_devices(const remote_plan *plan, const int *which, int quiet)
     return failed;
 }
 
+/* --trace FILE: each device wrote trace.json.<device> in its bundle folder
+ * (its own path there, not FILE, which names this machine's file); fetch
+ * them beside FILE and merge.  0, or the number of devices whose part could
+ * not be had (said on stderr). */
+static int gather_traces(const remote_plan *plan, const char *trace)
+{
+    int n = plan->n_devices, missing = 0, got = 0;
+    char(*local)[4300] = calloc((size_t)n, sizeof *local);
+    const char **parts = calloc((size_t)n, sizeof *parts);
+    for (int k = 0; local && parts && k < n; k++) {
+        const remote_device *d = &plan->devices[k];
+        char command[5000], there[4400];
+        size_t at = (size_t)snprintf(command, sizeof command, "cat ");
+        snprintf(there, sizeof there, "%s/%s/trace.json%s%s", d->path, d->device, n > 1 ? "." : "", n > 1 ? d->device : "");
+        char *out = NULL;
+        FILE *f = NULL;
+        snprintf(local[k], sizeof local[k], "%s.%s", trace, d->device);
+        if (remote_quote(command, sizeof command, &at, there) || remote_run(plan, d, command, &out) != 0 || !out ||
+            !(f = fopen(local[k], "w")) || fputs(out, f) == EOF) {
+            char host[500];
+            remote_describe(d, host, sizeof host);
+            fprintf(stderr, "fusionc launch: device %s on %s: cannot fetch its trace %s\n", d->device, host, there);
+            missing++;
+        } else {
+            parts[got++] = local[k];
+        }
+        if (f)
+            fclose(f);
+        free(out);
+    }
+    char why[4600];
+    if (got > 0 && rt_trace_merge(trace, parts, got, why, sizeof why) != 0) {
+        fprintf(stderr, "fusionc launch: %s\n", why);
+        missing = n;
+    } else if (got > 0) {
+        printf("launch: the timeline of %d device%s is in %s (ui.perfetto.dev opens it)\n", got, got == 1 ? "" : "s",
+               trace);
+    }
+    free(local);
+    free(parts);
+    return missing;
+}
+
 int launch_main(int argc, char **argv)
 {
     launch_options o = { 0 };
@@ -261,6 +306,13 @@ int launch_main(int argc, char **argv)
         free(o.device_args);
         return 1;
     }
+    /* --trace FILE: written on each host in its bundle folder, gathered into FILE here */
+    const char *trace = NULL;
+    for (int i = 0; i + 1 < o.n_device_args; i++)
+        if (strcmp(o.device_args[i], "--trace") == 0) {
+            trace = o.device_args[i + 1];
+            o.device_args[i + 1] = "trace.json";
+        }
     char logs[4200];
     snprintf(logs, sizeof logs, "%s/logs", o.out_dir);
     mkdir(logs, 0755);
@@ -317,6 +369,8 @@ int launch_main(int argc, char **argv)
         usleep(100 * 1000);
     }
     follow(log[reporter], plan.reporter, &offset);
+    /* the traces of the devices that ran; one that is missing fails the launch (it was asked for) */
+    int trace_missing = trace && !interrupted ? gather_traces(&plan, trace) : 0;
     int failed = 0;
     for (int k = 0; status && k < n; k++) {
         if (status[k] == 0)
@@ -333,7 +387,7 @@ int launch_main(int argc, char **argv)
                 n, logs);
     else
         printf("launch: training completed on %d device%s (logs in %s)\n", n, n == 1 ? "" : "s", logs);
-    rc = failed || interrupted || !pids ? 1 : 0;
+    rc = failed || interrupted || trace_missing || !pids ? 1 : 0;
     free(pids), free(status), free(alive), free(log);
     remote_plan_free(&plan);
     remote_plan_free(&compiled);
