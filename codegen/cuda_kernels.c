@@ -4,7 +4,9 @@
  * A kernel is written as text with its sizes in it, then named by a hash of
  * that text: lowering GPT-2's twelve equal layers adds each kernel once.
  * Elementwise kernels are one thread per element with a grid-stride loop
- * (so the grid is capped); every other kernel is in cuda_kernels_nn.c.
+ * (so the grid is capped), rope one per pair it rotates, split and concat
+ * one per element of the whole tensor; the kernels with reductions are in
+ * cuda_kernels_nn.c and cuda_kernels_attention.c.
  */
 #include "cuda_kernels_internal.h"
 
@@ -573,7 +575,7 @@ static int lower_rope(cuda_plan *p, const rt_op *op, int sign)
     char body[1024];
     snprintf(body, sizeof body,
              "        long long c = i %% %lldLL, rest = i / %lldLL, t = (rest / %lldLL) %% %lldLL, at = rest * %lldLL + c;\n"
-             "        double angle = %d.0 * (double)t * pow(%.17g, -2.0 * (double)c / %lld.0);\n"
+             "        double angle = %d.0 * (double)t * pow((double)%.17g, -2.0 * (double)c / %lld.0);\n"
              "        float co = (float)cos(angle), si = (float)sin(angle);\n"
              "        float lo = LD(x[at]), hi = LD(x[at + %lldLL]);\n"
              "        ST(y[at], lo * co - hi * si);\n"

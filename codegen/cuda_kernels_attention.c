@@ -86,11 +86,13 @@ static void kb_attention_head(kbuf *kb, const att_geom *g, int by_key, int qi)
               "#define V(t) (v + (b * T + (t)) * KVLD + g * D)\n");
 }
 
-/* The scaled score of query i against key j, as the CPU's sgemm forms it. */
-static const char att_score[] =
-    "        float sc = 0.0f;\n"
-    "        for (long long d = 0; d < D; d++) sc += LD(Q(i)[d]) * LD(K(j)[d]);\n"
-    "        sc = scale * sc;\n";
+/* The scaled score of query i against key j, as the CPU's sgemm forms it;
+ * the key launch's copy sits a loop deeper. */
+#define ATT_SCORE(indent)                                                                                   \
+    indent "float sc = 0.0f;\n"                                                                             \
+    indent "for (long long d = 0; d < D; d++) sc += LD(Q(i)[d]) * LD(K(j)[d]);\n"                           \
+    indent "sc = scale * sc;\n"
+static const char att_score[] = ATT_SCORE("        "), att_score_deeper[] = ATT_SCORE("            ");
 
 /* The causal softmax of query row i into P[0..i] (shared): its max mx and
  * 1 / Σ exp in inv, P[j] = exp(score - mx); the forward and the backward's
@@ -228,7 +230,7 @@ int lower_attention_backward(cuda_plan *p, const rt_op *op)
               "        if (dv) ST(dv[o + d], av[n]);\n"
               "    }\n"
               "#undef Q\n#undef K\n#undef V\n#undef DO\n",
-              LL(nd), LL(nd), LL(nd), att_score, LL(nd), NT, LL(nd), NT);
+              LL(nd), LL(nd), LL(nd), att_score_deeper, LL(nd), NT, LL(nd), NT);
     return step_kernel(p, kb_finish(p, &kb, "attention_bwd_kv"), g.B * g.KV * g.T, (uint32_t)(2 * g.T * 4), 0, g.dk,
                        g.dv, g.q, g.k, g.v, dout, arg_scratch(0), ARG_END);
 }
