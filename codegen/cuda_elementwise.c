@@ -18,8 +18,8 @@
  *   - the kernel before is the plan's last step, an elementwise kernel of
  *     the same group (the caller's label: the phase, so a forward's kernel
  *     never takes a backward's work) over the same n;
- *   - both are of the ops that touch element i only (gelu, relu, their
- *     backwards, add) or read a broadcast parameter besides
+ *   - both are of the ops that touch element i only (gelu, relu, silu,
+ *     their backwards, add, mul) or read a broadcast parameter besides
  *     (bias_rows_add reads b[i % N]);
  *   - together they take at most RT_CUDA_MAX_ARGS pointers;
  *   - each pointer of one either is a pointer of the other (same place and
@@ -58,7 +58,8 @@ struct cuda_fusable {
  * (and bias_rows_add, through elementwise_bias_rows_add). */
 static int fusable_tag(const char *tag)
 {
-    static const char *const only_i[] = { "gelu_fwd", "gelu_bwd", "relu_fwd", "relu_bwd", "add", "bias_rows_add" };
+    static const char *const only_i[] = { "gelu_fwd", "gelu_bwd", "relu_fwd", "relu_bwd", "add", "bias_rows_add",
+                                          "silu_fwd", "silu_bwd", "mul" };
     for (size_t k = 0; k < sizeof only_i / sizeof only_i[0]; k++)
         if (strcmp(tag, only_i[k]) == 0)
             return 1;

@@ -4,7 +4,9 @@
  * A kernel is written as text with its sizes in it, then named by a hash of
  * that text: lowering GPT-2's twelve equal layers adds each kernel once.
  * Elementwise kernels are one thread per element with a grid-stride loop
- * (so the grid is capped); every other kernel is in cuda_kernels_nn.c.
+ * (so the grid is capped), rope one per pair it rotates, split and concat
+ * one per element of the whole tensor; the kernels with reductions are in
+ * cuda_kernels_nn.c and cuda_kernels_attention.c.
  */
 #include "cuda_kernels_internal.h"
 
@@ -385,6 +387,10 @@ const char *flit(char buf[32], double v)
     "        float xi = LD(x[i]), u2 = -2.0f * 0.7978845608028654f * (xi + 0.044715f * xi * xi * xi);\n"          \
     "        float e = expf(u2 > 88.0f ? 88.0f : u2);\n"
 
+/* silu's e = e^-x, -x capped at 88 as runtime/cpu/elementwise.c caps it. */
+#define SILU_E "        float xi = LD(x[i]), na = -xi, e = expf(na > 88.0f ? 88.0f : na);\n"
+#define MUL_BODY "        ST(c[i], LD(x[i]) * LD(z[i]));\n"
+
 static int lower_elementwise(cuda_plan *p, const rt_op *op)
 {
     int64_t n = rt_tensor_numel(&op->in[0]);
@@ -404,6 +410,26 @@ static int lower_elementwise(cuda_plan *p, const rt_op *op)
     case OP_RELU_BACKWARD:   /* x, dy -> dx */
         return elementwise(p, "relu_bwd", n, "dx! dy x", "        ST(dx[i], LD(x[i]) > 0.0f ? LD(dy[i]) : 0.0f);\n",
                            out_arg(op, 0), in_arg(op, 1), in_arg(op, 0), ARG_END);
+    case OP_SILU:       /* y (n) = x / (1 + e^-x), the exponent capped as the CPU's */
+        return elementwise(p, "silu_fwd", n, "y! x", SILU_E "        ST(y[i], xi / (1.0f + e));\n", out_arg(op, 0),
+                           in_arg(op, 0), ARG_END);
+    case OP_SILU_BACKWARD:   /* x, dy -> dx = dy·s·(1 + x·(1 - s)), s = sigmoid(x) */
+        return elementwise(p, "silu_bwd", n, "dx! dy x",
+                           SILU_E "        float s = 1.0f / (1.0f + e);\n"
+                                  "        ST(dx[i], LD(dy[i]) * s * (1.0f + xi * (1.0f - s)));\n",
+                           out_arg(op, 0), in_arg(op, 1), in_arg(op, 0), ARG_END);
+    case OP_MUL:        /* c = a·b; c may be a or b */
+        return elementwise(p, "mul", rt_tensor_numel(&op->out[0]), "c! x z", MUL_BODY, out_arg(op, 0), in_arg(op, 0),
+                           in_arg(op, 1), ARG_END);
+    case OP_MUL_BACKWARD: {  /* a, b, dy -> da = dy·b, db = dy·a (either not wanted) */
+        rt_cuda_arg da = grad_arg(op, 0), db = grad_arg(op, 1);
+        n = rt_tensor_numel(&op->in[2]);
+        if (da.kind && elementwise(p, "mul", n, "c! x z", MUL_BODY, da, in_arg(op, 2), in_arg(op, 1), ARG_END))
+            return -1;
+        if (db.kind && elementwise(p, "mul", n, "c! x z", MUL_BODY, db, in_arg(op, 2), in_arg(op, 0), ARG_END))
+            return -1;
+        return 0;
+    }
     case OP_ADD:        /* c may be a or b: element i reads before it writes */
         return elementwise(p, "add", rt_tensor_numel(&op->out[0]), "c! x z", "        ST(c[i], LD(x[i]) + LD(z[i]));\n",
                            out_arg(op, 0), in_arg(op, 0), in_arg(op, 1), ARG_END);
@@ -536,6 +562,73 @@ static int lower_merge_heads(cuda_plan *p, const rt_op *op, int backward)
     return elementwise(p, "merge_heads_bwd", B * H * T * D, "x! y", body, out_arg(op, 0), in_arg(op, 0), ARG_END);
 }
 
+/* ---- rope, split and concat ------------------------------------------------------ */
+
+/* x (R,T,H·D) -> y, each head's pairs (c, c + D/2) turned by the angle
+ * sign·t·base^(-2c/D) (sign -1: the backward), as runtime/cpu/rope.c's
+ * rope_rotate: the angle, its cosine and sine in double, rounded to float.
+ * A thread per pair, reading both before it writes (y may be x). */
+static int lower_rope(cuda_plan *p, const rt_op *op, int sign)
+{
+    const rt_tensor *x = &op->in[0];
+    int64_t C = x->dim[x->rank - 1], T = x->dim[x->rank - 2], H = op->ints[ATTR_HEADS], D = C / H, half = D / 2;
+    char body[1024];
+    snprintf(body, sizeof body,
+             "        long long c = i %% %lldLL, rest = i / %lldLL, t = (rest / %lldLL) %% %lldLL, at = rest * %lldLL + c;\n"
+             "        double angle = %d.0 * (double)t * pow((double)%.17g, -2.0 * (double)c / %lld.0);\n"
+             "        float co = (float)cos(angle), si = (float)sin(angle);\n"
+             "        float lo = LD(x[at]), hi = LD(x[at + %lldLL]);\n"
+             "        ST(y[at], lo * co - hi * si);\n"
+             "        ST(y[at + %lldLL], hi * co + lo * si);\n",
+             (long long)half, (long long)half, (long long)H, (long long)T, (long long)D, sign,
+             op->floats[ATTR_BASE], (long long)D, (long long)half, (long long)half);
+    return elementwise(p, sign > 0 ? "rope_fwd" : "rope_bwd", rt_tensor_numel(x) / 2, "y! x", body, out_arg(op, 0),
+                       in_arg(op, 0), ARG_END);
+}
+
+/* split, concat and their backwards, as runtime/exec.c's run_split_concat:
+ * the whole tensor (outer, Σ sizes, inner) and its n <= 4 parts
+ * (outer, sizes[k], inner) along the axis attribute (negative: from the
+ * end).  A thread per element of the whole copies it from or to its part;
+ * part k starts at off_k = Σ_{m<k} sizes[m] along the axis. */
+static int lower_split_concat(cuda_plan *p, const rt_op *op)
+{
+    int whole_is_input = op->op == OP_SPLIT || op->op == OP_CONCAT_BACKWARD;
+    const rt_tensor *whole = whole_is_input ? &op->in[0] : &op->out[0];
+    int n = whole_is_input ? op->n_out : op->n_in;
+    int64_t axis = op->ints[ATTR_AXIS] < 0 ? op->ints[ATTR_AXIS] + whole->rank : op->ints[ATTR_AXIS];
+    int64_t inner = 1, total = whole->dim[axis];
+    for (int i = (int)axis + 1; i < whole->rank; i++)
+        inner *= whole->dim[i];
+    if (n < 1 || n > 4)
+        return -1;
+    rt_cuda_arg args[5];
+    args[0] = whole_is_input ? in_arg(op, 0) : out_arg(op, 0);
+    char names[32], body[2048];
+    int len = snprintf(names, sizeof names, whole_is_input ? "x" : "x!");
+    int at = snprintf(body, sizeof body, "        long long o = i / %lldLL, ax = (i / %lldLL) %% %lldLL, e = i %% %lldLL;\n",
+                      (long long)(total * inner), (long long)inner, (long long)total, (long long)inner);
+    int64_t off = 0;
+    for (int k = 0; k < n; k++) {
+        const rt_tensor *part = whole_is_input ? &op->out[k] : &op->in[k];
+        int64_t size = part->dim[axis];
+        args[k + 1] = whole_is_input ? out_arg(op, k) : in_arg(op, k);
+        len += snprintf(names + len, sizeof names - (size_t)len, whole_is_input ? " p%d!" : " p%d", k);
+        char copy[64];
+        snprintf(copy, sizeof copy, whole_is_input ? "ST(p%d[j], LD(x[i]))" : "ST(x[i], LD(p%d[j]))", k);
+        at += snprintf(body + at, sizeof body - (size_t)at,
+                       "        %sif (ax < %lldLL) { long long j = (o * %lldLL + ax - %lldLL) * %lldLL + e; %s; }\n",
+                       k ? "else " : "", (long long)(off + size), (long long)size, (long long)off, (long long)inner,
+                       copy);
+        if (at >= (int)sizeof body || len >= (int)sizeof names)
+            return -1;   /* cannot be: four parts take a few hundred bytes */
+        off += size;
+    }
+    rt_cuda_arg end = ARG_END;
+    return elementwise(p, whole_is_input ? "split" : "concat", rt_tensor_numel(whole), names, body, args[0], args[1],
+                       n > 1 ? args[2] : end, n > 2 ? args[3] : end, n > 3 ? args[4] : end, ARG_END);
+}
+
 /* ---- dense: linear and matmul ------------------------------------------------------ */
 
 /* out[j] = Σ_rows a[row][j] in double: one thread per column. */
@@ -659,7 +752,8 @@ int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err)
     int rc;
     switch (op->op) {
     case OP_GELU: case OP_GELU_BACKWARD: case OP_RELU: case OP_RELU_BACKWARD: case OP_ADD:
-    case OP_FLATTEN: case OP_FLATTEN_BACKWARD: case OP_COPY:
+    case OP_FLATTEN: case OP_FLATTEN_BACKWARD: case OP_COPY: case OP_SILU: case OP_SILU_BACKWARD: case OP_MUL:
+    case OP_MUL_BACKWARD:
         rc = lower_elementwise(p, op);
         break;
     case OP_FILL:                     rc = lower_fill(p, op); break;
@@ -680,8 +774,15 @@ int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err)
     case OP_BATCHNORM_BACKWARD:       rc = lower_batchnorm_backward(p, op); break;
     case OP_SOFTMAX:                  rc = lower_softmax(p, op); break;
     case OP_SOFTMAX_BACKWARD:         rc = lower_softmax_backward(p, op); break;
-    case OP_ATTENTION:                rc = op->n_in == 1 ? lower_attention(p, op) : -5; break;
-    case OP_ATTENTION_BACKWARD:       rc = op->n_in == 2 ? lower_attention_backward(p, op) : -5; break;
+    case OP_ATTENTION:                rc = lower_attention(p, op); break;
+    case OP_ATTENTION_BACKWARD:       rc = lower_attention_backward(p, op); break;
+    case OP_RMSNORM:                  rc = lower_rmsnorm(p, op); break;
+    case OP_RMSNORM_BACKWARD:         rc = lower_rmsnorm_backward(p, op); break;
+    case OP_ROPE:                     rc = lower_rope(p, op, 1); break;
+    case OP_ROPE_BACKWARD:            rc = lower_rope(p, op, -1); break;
+    case OP_SPLIT: case OP_SPLIT_BACKWARD: case OP_CONCAT: case OP_CONCAT_BACKWARD:
+        rc = lower_split_concat(p, op);
+        break;
     case OP_CROSS_ENTROPY:            rc = lower_cross_entropy(p, op); break;
     case OP_CROSS_ENTROPY_BACKWARD:   rc = lower_cross_entropy_backward(p, op); break;
     case OP_CONV2D:                   rc = lower_conv2d(p, op); break;
@@ -714,9 +815,6 @@ int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err)
     if (rc == -4)
         return diag_set(err, op->name, op->line, "op '%s' (%s): its CUDA kernel takes f32 tensors only, and this one "
                         "has a 16-bit one", op->name, op_table[op->op].name);
-    if (rc == -5)
-        return diag_set(err, op->name, op->line, "op '%s': attention on separate q, k, v has no CUDA kernel yet "
-                        "(the packed qkv form has)", op->name);
     if (rc || p->oom)
         return diag_set(err, op->name, op->line, "out of memory generating CUDA kernels for op '%s'", op->name);
     p->ops[p->n_ops].first = first;

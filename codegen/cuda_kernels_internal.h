@@ -1,7 +1,7 @@
 /* cuda_kernels_internal.h: what the kernel-source files share
  * (cuda_kernels.c: the plan, elementwise and layout ops, dense products;
- * cuda_kernels_nn.c: normalisation, softmax, attention, loss, convolution,
- * pooling, optimizer). */
+ * cuda_kernels_nn.c: normalisation, softmax, loss, convolution, pooling,
+ * optimizer; cuda_kernels_attention.c: attention). */
 #ifndef FUSION_CUDA_KERNELS_INTERNAL_H
 #define FUSION_CUDA_KERNELS_INTERNAL_H
 
@@ -11,6 +11,11 @@
 #include "cuda_kernels.h"
 
 #define NT CUDA_KERNEL_THREADS
+
+/* The block-reduction buffers every reducing kernel declares (red for
+ * fusion_block_sum, redf for fusion_block_max), one slot a thread. */
+#define RED_DECLS "    FUSION_SHARED(double, red, 256);\n    FUSION_SHARED(float, redf, 256);\n"
+_Static_assert(NT == 256, "RED_DECLS spells the block size");
 
 /* A kernel being written: its tag (op and direction) and body text. */
 typedef struct {
@@ -85,9 +90,12 @@ int product_operand(cuda_plan *p, const rt_op *op, int i, rt_cuda_arg *operand);
 /* out[j] = Σ_rows in[row][j] in double, one thread per column. */
 int lower_column_sums(cuda_plan *p, rt_cuda_arg out, rt_cuda_arg in, int64_t rows, int64_t cols);
 
-/* The ops of cuda_kernels_nn.c; each returns 0, or -1 when out of memory. */
+/* The ops of cuda_kernels_nn.c and cuda_kernels_attention.c; each returns
+ * 0, -1 when out of memory, or a code cuda_plan_add_op explains (-2, -4). */
 int lower_layernorm(cuda_plan *p, const rt_op *op);
 int lower_layernorm_backward(cuda_plan *p, const rt_op *op);
+int lower_rmsnorm(cuda_plan *p, const rt_op *op);
+int lower_rmsnorm_backward(cuda_plan *p, const rt_op *op);
 int lower_batchnorm(cuda_plan *p, const rt_op *op);
 int lower_batchnorm_backward(cuda_plan *p, const rt_op *op);
 int lower_softmax(cuda_plan *p, const rt_op *op);

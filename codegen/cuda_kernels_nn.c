@@ -1,6 +1,7 @@
 /* cuda_kernels_nn.c: CUDA C for the ops with reductions or windows:
- * layernorm, batchnorm, softmax, attention, cross-entropy, convolution,
- * pooling, and the optimizer's ops (see cuda_kernels.h).
+ * layernorm, rmsnorm, batchnorm, softmax, cross-entropy, convolution,
+ * pooling, and the optimizer's ops (see cuda_kernels.h; attention is in
+ * cuda_kernels_attention.c).
  *
  * Each kernel follows its CPU kernel in runtime/cpu/ step for step (the
  * same float expressions, sums in double), so the emulation harness can
@@ -8,7 +9,7 @@
  * one step of its format, where the two f32 results straddle a rounding
  * boundary; tests/unit/cuda_cases.c).  Reductions are one
  * block (NT threads) per row, channel or query; a kernel that needs another
- * launch's row statistics (layernorm and attention backward, cross-entropy)
+ * launch's row statistics (layernorm and rmsnorm backward, cross-entropy)
  * passes them through the backend's scratch area.
  */
 #include "cuda_kernels_internal.h"
@@ -19,10 +20,6 @@
 #include "../ir/ops.h"
 
 #define LL(x) ((long long)(x))
-
-/* The block-reduction buffers every reducing kernel declares. */
-_Static_assert(NT == 256, "red_decls spells the block size");
-static const char red_decls[] = "    FUSION_SHARED(double, red, 256);\n    FUSION_SHARED(float, redf, 256);\n";
 
 /* ---- layernorm ---------------------------------------------------------------- */
 
@@ -53,7 +50,7 @@ int lower_layernorm(cuda_plan *p, const rt_op *op)
     rt_cuda_arg w = op->n_in > 1 ? in_arg(op, 1) : arg_none(), b = op->n_in > 2 ? in_arg(op, 2) : arg_none();
     char eps[32], row[64];
     kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_ptr(&kb, "y", 0, out_arg(op, 0), 1, row_offset(row, "(long long)blockIdx.x", C));
     kb_ptr(&kb, "xr", 1, in_arg(op, 0), 0, row);
     kb_ptr(&kb, "w", 2, w, 0, NULL);
@@ -76,7 +73,7 @@ int lower_layernorm_backward(cuda_plan *p, const rt_op *op)
     char eps[32], row[64];
     plan_need_scratch(p, 2 * N * 4);
     kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_printf(&kb, "    long long r = blockIdx.x;\n");
     kb_ptr(&kb, "xr", 1, in_arg(op, 0), 0, row_offset(row, "r", C));
     kb_ptr(&kb, "dyr", 3, dy, 0, row);
@@ -127,6 +124,87 @@ int lower_layernorm_backward(cuda_plan *p, const rt_op *op)
                        arg_scratch(0), ARG_END);
 }
 
+/* ---- rmsnorm (Llama's) ------------------------------------------------------------- */
+
+/* r = 1/sqrt(mean(xr²) + eps) of row xr (C), the mean in double, as
+ * runtime/cpu/norm.c's row_rrms. */
+static void kb_row_rrms(kbuf *kb, const char *xr, int64_t C, const char *eps)
+{
+    kb_printf(kb,
+              "    double ss = 0;\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { double d = LD(%s[j]); ss += d * d; }\n"
+              "    float r = (float)(1.0 / sqrt(fusion_block_sum(ss, red) / %lld.0 + (double)%s));\n",
+              LL(C), xr, LL(C), eps);
+}
+
+/* x (N,C), w (C) -> y (N,C) = x·r·w, one block per row. */
+int lower_rmsnorm(cuda_plan *p, const rt_op *op)
+{
+    int64_t C = op->in[0].dim[op->in[0].rank - 1], N = rt_tensor_numel(&op->in[0]) / C;
+    char eps[32], row[64];
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", RED_DECLS);
+    kb_ptr(&kb, "y", 0, out_arg(op, 0), 1, row_offset(row, "(long long)blockIdx.x", C));
+    kb_ptr(&kb, "xr", 1, in_arg(op, 0), 0, row);
+    kb_ptr(&kb, "w", 2, in_arg(op, 1), 0, NULL);
+    kb_row_rrms(&kb, "xr", C, flit(eps, op->floats[ATTR_EPS]));
+    kb_printf(&kb, "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(y[j], LD(xr[j]) * r * LD(w[j]));\n",
+              LL(C));
+    return step_kernel(p, kb_finish(p, &kb, "rmsnorm_fwd"), N, 0, 0, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
+                       ARG_END);
+}
+
+/* x, w, dy -> dx, dw.  With xhat = x·r and g = dy·w:
+ *   dx = r·(g - xhat·mean_j(g·xhat))      dw = Σ_rows dy·xhat
+ * Launch 1, a block per row: r (kept in scratch, N floats, as the CPU
+ * keeps it) and dx.  Launch 2, a thread per column: dw summed over the
+ * rows in double. */
+int lower_rmsnorm_backward(cuda_plan *p, const rt_op *op)
+{
+    int64_t C = op->in[0].dim[op->in[0].rank - 1], N = rt_tensor_numel(&op->in[0]) / C;
+    rt_cuda_arg dx = grad_arg(op, 0), dw = grad_arg(op, 1), dy = in_arg(op, 2);
+    char eps[32], row[64];
+    plan_need_scratch(p, N * 4);
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", RED_DECLS);
+    kb_printf(&kb, "    long long row = blockIdx.x;\n");
+    kb_ptr(&kb, "xr", 1, in_arg(op, 0), 0, row_offset(row, "row", C));
+    kb_ptr(&kb, "dyr", 3, dy, 0, row);
+    kb_ptr(&kb, "w", 2, in_arg(op, 1), 0, NULL);
+    kb_printf(&kb, "    float *rrms = (float *)a.p[4];\n");
+    kb_row_rrms(&kb, "xr", C, flit(eps, op->floats[ATTR_EPS]));
+    kb_printf(&kb,
+              "    if (threadIdx.x == 0) rrms[row] = r;\n"
+              "    if (!a.p[0]) return;\n"
+              "    double sgx = 0;\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) sgx += LD(dyr[j]) * LD(w[j]) * (LD(xr[j]) * r);\n"
+              "    float mgx = (float)(fusion_block_sum(sgx, red) / %lld.0);\n",
+              LL(C), LL(C));
+    kb_ptr(&kb, "dxr", 0, dx, 1, row);
+    kb_printf(&kb,
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x)\n"
+              "        ST(dxr[j], r * (LD(dyr[j]) * LD(w[j]) - LD(xr[j]) * r * mgx));\n",
+              LL(C));
+    if (step_kernel(p, kb_finish(p, &kb, "rmsnorm_bwd_rows"), N, 0, 0, dx, in_arg(op, 0), in_arg(op, 1), dy,
+                    arg_scratch(0), ARG_END))
+        return -1;
+    if (!dw.kind)
+        return 0;
+    kb_ptr(&kb, "dw", 0, dw, 1, NULL);
+    kb_ptr(&kb, "x", 1, in_arg(op, 0), 0, NULL);
+    kb_ptr(&kb, "dy", 2, dy, 0, NULL);
+    kb_printf(&kb,
+              "    const float *rrms = (const float *)a.p[3];\n"
+              "    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "    if (j >= %lldLL) return;\n"
+              "    double aw = 0;\n"
+              "    for (long long r = 0; r < %lldLL; r++) aw += LD(dy[r * %lldLL + j]) * (LD(x[r * %lldLL + j]) * rrms[r]);\n"
+              "    ST(dw[j], (float)aw);\n",
+              LL(C), LL(N), LL(C), LL(C));
+    return step_kernel(p, kb_finish(p, &kb, "rmsnorm_bwd_cols"), (C + NT - 1) / NT, 0, 0, dw, in_arg(op, 0), dy,
+                       arg_scratch(0), ARG_END);
+}
+
 /* ---- batchnorm (training mode) ------------------------------------------------------ */
 
 /* Channel c's statistics over x (N,C,HW): mean, var (double), m, rs (float). */
@@ -162,7 +240,7 @@ int lower_batchnorm(cuda_plan *p, const rt_op *op)
     const rt_cuda_arg args[] = { out_arg(op, 0), in_arg(op, 0), w, b };
     char eps[32];
     kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_ptrs(&kb, "y! x w b", args, 4);
     kb_channel_stats(&kb, N, C, HW, flit(eps, op->floats[ATTR_EPS]));
     kb_printf(&kb, "    float wc = w ? LD(w[c]) : 1.0f, bc = b ? LD(b[c]) : 0.0f;\n"
@@ -180,7 +258,7 @@ int lower_batchnorm_backward(cuda_plan *p, const rt_op *op)
                                  op->n_in > 2 ? in_arg(op, 1) : arg_none(), in_arg(op, op->n_in - 1) };
     char eps[32];
     kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_ptrs(&kb, "dx! dw! db! x w dy", args, 6);
     kb_channel_stats(&kb, N, C, HW, flit(eps, op->floats[ATTR_EPS]));
     kb_printf(&kb,
@@ -216,7 +294,7 @@ int lower_softmax(cuda_plan *p, const rt_op *op)
     else
         snprintf(valid, sizeof valid, "%lldLL", LL(L));
     kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_printf(&kb, "    long long r = blockIdx.x, valid = %s;\n", valid);
     kb_ptr(&kb, "x", 1, in_arg(op, 0), 0, row_offset(row, "r", L));
     kb_ptr(&kb, "y", 0, out_arg(op, 0), 1, row);
@@ -239,7 +317,7 @@ int lower_softmax_backward(cuda_plan *p, const rt_op *op)
     int64_t L = op->in[0].rank > 0 ? op->in[0].dim[op->in[0].rank - 1] : 1, R = rt_tensor_numel(&op->in[0]) / L;
     char row[64];
     kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_printf(&kb, "    long long r = blockIdx.x;\n");
     kb_ptr(&kb, "y", 1, in_arg(op, 0), 0, row_offset(row, "r", L));
     kb_ptr(&kb, "dy", 2, in_arg(op, 1), 0, row);
@@ -251,156 +329,6 @@ int lower_softmax_backward(cuda_plan *p, const rt_op *op)
               "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(dx[j], LD(y[j]) * (LD(dy[j]) - d));\n",
               LL(L), LL(L));
     return step_kernel(p, kb_finish(p, &kb, "softmax_bwd"), R, 0, 0, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1), ARG_END);
-}
-
-/* ---- attention -------------------------------------------------------------------- */
-
-/* The largest sequence the attention kernels take: two rows of T floats in
- * shared memory, within the 48 KiB every architecture gives without opt-in. */
-#define ATTENTION_MAX_T 6144
-
-/* Common head of the attention kernels: block = one (b, h, row) of T. */
-static void kb_attention_head(kbuf *kb, const rt_op *op, int64_t T, int64_t C, int64_t H, const char *row)
-{
-    int64_t D = C / H;
-    char scale[32];
-    kb_printf(kb,
-              "    const long long T = %lldLL, C = %lldLL, D = %lldLL;\n"
-              "    const float scale = %s;\n"
-              "    const long long %s = blockIdx.x %% T, bh = blockIdx.x / T, h = bh %% %lldLL, b = bh / %lldLL;\n",
-              LL(T), LL(C), LL(D), flit(scale, 1.0 / sqrt((double)D)), row, LL(H), LL(H));
-    kb_ptr(kb, "qkv", 1, in_arg(op, 0), 0, NULL);
-    kb_printf(kb,
-              "#define Q(t) (qkv + (b * T + (t)) * 3 * C + h * D)\n"
-              "#define K(t) (Q(t) + C)\n"
-              "#define V(t) (Q(t) + 2 * C)\n");
-}
-
-/* The scaled score of query i against key j, as the CPU's sgemm forms it. */
-static const char att_score[] =
-    "        float sc = 0.0f;\n"
-    "        for (long long d = 0; d < D; d++) sc += LD(Q(i)[d]) * LD(K(j)[d]);\n"
-    "        sc = scale * sc;\n";
-
-/* The causal softmax of query row i into P[0..i] (shared): its max mx and
- * 1 / Σ exp in inv, P[j] = exp(score - mx); the forward and the backward's
- * first launch form it alike. */
-static void kb_attention_softmax_row(kbuf *kb)
-{
-    kb_printf(kb,
-              "    float mx = -FUSION_INF;\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
-              "%s"
-              "        P[j] = sc;\n"
-              "        mx = sc > mx ? sc : mx;\n"
-              "    }\n"
-              "    mx = fusion_block_max(mx, redf);\n"
-              "    double s = 0;\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) { float e = expf(P[j] - mx); P[j] = e; s += e; }\n"
-              "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n",
-              att_score);
-}
-
-/* qkv (B,T,3C) -> out (B,T,C): a block per query row i of head h of batch
- * b; its causal scores in shared memory, softmax, then P·v. */
-int lower_attention(cuda_plan *p, const rt_op *op)
-{
-    const rt_tensor *qkv = &op->in[0];
-    int64_t B = qkv->dim[0], T = qkv->dim[1], C = qkv->dim[2] / 3, H = op->ints[ATTR_HEADS];
-    if (T > ATTENTION_MAX_T)
-        return -2;
-    kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
-    kb_attention_head(&kb, op, T, C, H, "i");
-    kb_printf(&kb, "    FUSION_DYN_SHARED(float, P);\n");
-    kb_attention_softmax_row(&kb);
-    kb_ptr(&kb, "out", 0, out_arg(op, 0), 1, " + (b * T + i) * C + h * D");
-    kb_printf(&kb,
-              "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
-              "        float acc = 0.0f;\n"
-              "        for (long long j = 0; j <= i; j++) acc += (P[j] * inv) * LD(V(j)[d]);\n"
-              "        ST(out[d], acc);\n"
-              "    }\n"
-              "#undef Q\n#undef K\n#undef V\n");
-    return step_kernel(p, kb_finish(p, &kb, "attention_fwd"), B * H * T, (uint32_t)(T * 4), 0, out_arg(op, 0),
-                       in_arg(op, 0), ARG_END);
-}
-
-/* qkv, dout -> dqkv.  Launch 1, a block per query row i: P and
- * dS = P ⊙ (dP - Σ P⊙dP) with dP = dO·vᵀ, then dq = scale·dS·k; the row's
- * max, 1/sum and Σ P⊙dP go to scratch.  Launch 2, a block per key row j:
- * P and dS of the queries i >= j recomputed from those, then
- * dk = scale·dSᵀ·q and dv = Pᵀ·dO.  Every element of dqkv is written once,
- * in a fixed order: no atomics. */
-int lower_attention_backward(cuda_plan *p, const rt_op *op)
-{
-    const rt_tensor *qkv = &op->in[0];
-    int64_t B = qkv->dim[0], T = qkv->dim[1], C = qkv->dim[2] / 3, H = op->ints[ATTR_HEADS];
-    if (T > ATTENTION_MAX_T)
-        return -2;
-    plan_need_scratch(p, 3 * B * H * T * 4);
-    rt_cuda_arg dqkv = out_arg(op, 0);
-    kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
-    kb_attention_head(&kb, op, T, C, H, "i");
-    kb_ptr(&kb, "dO", 2, in_arg(op, 1), 0, " + (b * T + i) * C + h * D");
-    kb_printf(&kb,
-              "    float *stats = (float *)a.p[3] + blockIdx.x * 3;\n"
-              "    FUSION_DYN_SHARED(float, P);\n"
-              "    float *dP = P + T;\n");
-    kb_attention_softmax_row(&kb);
-    kb_printf(&kb,
-              "    double dot = 0;\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
-              "        float pj = P[j] * inv, dp = 0.0f;\n"
-              "        for (long long d = 0; d < D; d++) dp += LD(dO[d]) * LD(V(j)[d]);\n"
-              "        P[j] = pj;\n"
-              "        dP[j] = dp;\n"
-              "        dot += pj * dp;\n"
-              "    }\n"
-              "    float dd = (float)fusion_block_sum(dot, red);\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) dP[j] = P[j] * (dP[j] - dd);\n"
-              "    if (threadIdx.x == 0) { stats[0] = mx; stats[1] = inv; stats[2] = dd; }\n"
-              "    __syncthreads();\n");
-    kb_ptr(&kb, "dq", 0, dqkv, 1, " + (b * T + i) * 3 * C + h * D");
-    kb_printf(&kb,
-              "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
-              "        float acc = 0.0f;\n"
-              "        for (long long j = 0; j <= i; j++) acc += dP[j] * LD(K(j)[d]);\n"
-              "        ST(dq[d], scale * acc);\n"
-              "    }\n"
-              "#undef Q\n#undef K\n#undef V\n");
-    if (step_kernel(p, kb_finish(p, &kb, "attention_bwd_q"), B * H * T, (uint32_t)(2 * T * 4), 0, dqkv, in_arg(op, 0),
-                    in_arg(op, 1), arg_scratch(0), ARG_END))
-        return -1;
-    kb_printf(&kb, "%s", red_decls);
-    kb_attention_head(&kb, op, T, C, H, "j");
-    kb_ptr(&kb, "dout", 2, in_arg(op, 1), 0, NULL);
-    kb_printf(&kb,
-              "    const float *stats = (const float *)a.p[3] + bh * T * 3;\n"
-              "#define DO(t) (dout + (b * T + (t)) * C + h * D)\n"
-              "    FUSION_DYN_SHARED(float, P);\n"
-              "    float *dS = P + T;\n"
-              "    for (long long i = j + threadIdx.x; i < T; i += blockDim.x) {\n"
-              "%s"
-              "        float pij = expf(sc - stats[i * 3]) * stats[i * 3 + 1], dp = 0.0f;\n"
-              "        for (long long d = 0; d < D; d++) dp += LD(DO(i)[d]) * LD(V(j)[d]);\n"
-              "        P[i] = pij;\n"
-              "        dS[i] = pij * (dp - stats[i * 3 + 2]);\n"
-              "    }\n"
-              "    __syncthreads();\n",
-              att_score);
-    kb_ptr(&kb, "dk", 0, dqkv, 1, " + (b * T + j) * 3 * C + C + h * D");
-    kb_printf(&kb,
-              "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
-              "        float ak = 0.0f, av = 0.0f;\n"
-              "        for (long long i = j; i < T; i++) { ak += dS[i] * LD(Q(i)[d]); av += P[i] * LD(DO(i)[d]); }\n"
-              "        ST(dk[d], scale * ak);\n"
-              "        ST(dk[C + d], av);\n"
-              "    }\n"
-              "#undef Q\n#undef K\n#undef V\n#undef DO\n");
-    return step_kernel(p, kb_finish(p, &kb, "attention_bwd_kv"), B * H * T, (uint32_t)(2 * T * 4), 0, dqkv,
-                       in_arg(op, 0), in_arg(op, 1), arg_scratch(0), ARG_END);
 }
 
 /* ---- cross-entropy ---------------------------------------------------------------- */
@@ -426,7 +354,7 @@ int lower_cross_entropy(cuda_plan *p, const rt_op *op)
     char row[64];
     plan_need_scratch(p, N * 8);
     kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_printf(&kb, "    long long r = blockIdx.x;\n");
     kb_ptr(&kb, "x", 1, in_arg(op, 0), 0, row_offset(row, "r", V));
     kb_printf(&kb,
@@ -439,7 +367,7 @@ int lower_cross_entropy(cuda_plan *p, const rt_op *op)
     if (step_kernel(p, kb_finish(p, &kb, "cross_entropy_rows"), N, 0, 1, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
                     arg_scratch(0), arg_status(), ARG_END))
         return -1;
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_ptr(&kb, "loss", 0, out_arg(op, 0), 1, NULL);
     kb_printf(&kb,
               "    const double *rows = (const double *)a.p[1];\n"
@@ -459,7 +387,7 @@ int lower_cross_entropy_backward(cuda_plan *p, const rt_op *op)
     int64_t V = op->in[0].dim[op->in[0].rank - 1], N = rt_tensor_numel(&op->in[0]) / V;
     char row[64];
     kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_printf(&kb, "    long long r = blockIdx.x;\n");
     kb_ptr(&kb, "x", 1, in_arg(op, 0), 0, row_offset(row, "r", V));
     kb_ptr(&kb, "dx", 0, out_arg(op, 0), 1, row);
@@ -589,7 +517,7 @@ int lower_conv2d_backward(cuda_plan *p, const rt_op *op)
         return rc;
     if (db.kind) {
         kbuf kb = { 0 };
-        kb_printf(&kb, "%s", red_decls);
+        kb_printf(&kb, "%s", RED_DECLS);
         kb_ptr(&kb, "db", 0, db, 1, NULL);
         kb_ptr(&kb, "dy", 1, in_arg(op, 2), 0, NULL);
         kb_printf(&kb,
@@ -717,7 +645,7 @@ int lower_sum_squares(cuda_plan *p, const rt_op *op)
         return -4;
     plan_need_scratch(p, blocks * 8);
     kbuf kb = { 0 };
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_printf(&kb,
               "    const float *g = (const float *)a.p[1];\n"
               "    double s = 0;\n"
@@ -728,7 +656,7 @@ int lower_sum_squares(cuda_plan *p, const rt_op *op)
               LL(n));
     if (step_kernel(p, kb_finish(p, &kb, "sum_squares_part"), blocks, 0, 0, arg_scratch(0), in_arg(op, 0), ARG_END))
         return -1;
-    kb_printf(&kb, "%s", red_decls);
+    kb_printf(&kb, "%s", RED_DECLS);
     kb_printf(&kb,
               "    const double *part = (const double *)a.p[1];\n"
               "    double s = 0;\n"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CUDA devices, on a machine without a GPU:
 #   - every kernel of GPT-2 small (fused attention, and attention from its
-#     parts; in f32, bf16 and fp16) and of ResNet-50 (f32 and bf16)
+#     parts; in f32, bf16 and fp16), of ResNet-50 (f32 and bf16) and of
+#     Llama (the four stages of clusters/local-gpu-4.xml, f32 and bf16)
 #     compiles with NVRTC into CUBIN for sm_80 and sm_90, and its PTX
 #     assembles with ptxas for both;
 #   - the bundle's .nv_fatbin section holds a fat binary with both CUBINs,
@@ -88,6 +89,21 @@ if "$FUSIONC" compile models/resnet.xml tests/clusters/one-gpu.xml -o "$work/res
      >"$work/log" 2>&1; then pass
 else fail "compile ResNet-50 --precision bf16 for one GPU: $(tail -c 1500 "$work/log")"; fi
 [ -d "$work/resnet-bf16/gpu" ] && check_cuda_bundle "resnet-50 bf16" "$work/resnet-bf16/gpu"
+
+# Llama (rmsnorm, rope, grouped-query attention on q, k, v apart, SwiGLU)
+# on the four-GPU host, a pipeline of four stages, in f32 and bf16: every
+# stage's kernels through ptxas for both architectures.
+for p in fp32 bf16; do
+  if "$FUSIONC" compile models/llama.xml clusters/local-gpu-4.xml -o "$work/llama-$p" --precision $p >"$work/log" 2>&1
+  then pass; else fail "compile Llama --precision $p for local-gpu-4: $(tail -c 1500 "$work/log")"; fi
+  for d in a100-0 a100-1 h100-0 h100-1; do
+    [ -d "$work/llama-$p/$d" ] && check_cuda_bundle "llama $p $d" "$work/llama-$p/$d"
+  done
+  echo "llama $p: $(cat "$work/llama-$p"/*/kernels.cu 2>/dev/null | grep -c '^extern') kernels over 4 stages" >&2
+done
+k16=$(awk '/^extern "C"/ { k = 1 } k && index($0, "__nv_bfloat16 *") { n++; k = 0 } END { print n + 0 }' \
+  "$work"/llama-bf16/*/kernels.cu 2>/dev/null)
+[ "${k16:-0}" -gt 0 ] && pass || fail "llama bf16: no kernel takes a __nv_bfloat16 tensor"
 
 # Mixed CPU + CUDA: every device gets its backend.
 if "$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed" --stages 4 --set layers=2 \

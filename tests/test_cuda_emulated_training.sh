@@ -36,6 +36,14 @@
 #     64 tokens and 256 classes, so a step's loss moves by a small fraction
 #     of the unit roundoff (measured: 4e-5 bf16, 5e-6 fp16, over 6 steps)
 #     and a gradient by a few (measured: 2 and 1.6);
+#   - Llama (rmsnorm, rope, grouped-query attention with 4 query heads over
+#     2 key/value heads, SwiGLU; 2 layers, seed 5, 6 steps) on one CUDA
+#     device against the CPU device, in f32, bf16 and fp16, to the bounds
+#     above: losses 1e-5, 1e-3, 2e-4 relative (measured: 0, 7e-5,
+#     3.6e-5), the first step's gradients 1e-4 of each tensor's largest
+#     magnitude in f32 and 4 unit roundoffs in 16 bits (measured: 4.4e-7,
+#     2.4 and 2.5 unit roundoffs, the worst in k_proj, whose gradient sums
+#     over the two query heads of each key/value head);
 #   - bf16 on the 4-stage pipeline of two CPU and two CUDA devices (bf16
 #     activations and their gradients cross the links, to and from the
 #     CUDA devices' host steps): every loss within 1e-3 of the one CPU
@@ -91,6 +99,16 @@ for p in bf16 fp16; do
 done
 "$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpu-tf32" "${model[@]}" --tf32 --cublas system \
   >"$work/log" 2>&1 && pass || fail "one-GPU compile --tf32: $(tail -c 1500 "$work/log")"
+# Llama (rmsnorm, rope, grouped-query attention on q, k, v apart, SwiGLU):
+# a CPU and a CUDA bundle in each precision; heads 4 over kv_heads 2.
+llama=(--set vocab=256 --set ctx=16 --set layers=2 --set dim=32 --set heads=4 --set kv_heads=2 --set ffn=48 --set batch=4
+       --set seq=16)
+for p in fp32 bf16 fp16; do
+  "$FUSIONC" compile models/llama.xml clusters/local-1.xml -o "$work/llama-cpu-$p" "${llama[@]}" --precision $p \
+    >"$work/log" 2>&1 && pass || fail "Llama CPU compile --precision $p: $(tail -3 "$work/log")"
+  "$FUSIONC" compile models/llama.xml tests/clusters/one-gpu.xml -o "$work/gpu-llama-$p" "${llama[@]}" --precision $p \
+    --cublas system >"$work/log" 2>&1 && pass || fail "Llama one-GPU compile --precision $p: $(tail -c 1500 "$work/log")"
+done
 "$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-bf16" "${model[@]}" --scheduler uniform \
   --micro-batches 4 --port-base "$base" --cublas system --precision bf16 >"$work/log" 2>&1 \
   && pass || fail "mixed compile --precision bf16: $(tail -c 1500 "$work/log")"
@@ -161,6 +179,27 @@ for p in bf16 fp16; do
   set -- $(cat "$work/gpu-$p.counts" 2>/dev/null)
   [ "${4:-0}" -gt 0 ] && [ "${17:-0}" = "${4:-0}" ] && pass \
     || fail "one CUDA device, $p: expected every product on cublasGemmEx (gemms = gemm-ex > 0), found: $*"
+done
+# Llama on one CUDA device against the CPU device in the same precision,
+# to GPT's bounds (the top of the file).
+for p in fp32 bf16 fp16; do
+  case $p in fp32) bound=1e-5 grads=1e-4 ;; bf16) bound=1e-3 grads=1.5625e-2 ;; fp16) bound=2e-4 grads=1.953125e-3 ;; esac
+  "$work/llama-cpu-$p/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps $steps --seed 5 \
+    --dump-grads "$work/llama-cpu-$p.grads" >"$work/llama-cpu-$p.out" 2>&1 \
+    && pass || fail "Llama CPU run --precision $p: $(tail -3 "$work/llama-cpu-$p.out")"
+  FUSION_EMU_COUNTS="$work/llama-gpu-$p.counts" "$work/gpu-llama-$p/gpu/fusion-gpu" --data "$work/corpus.txt" \
+    --steps $steps --seed 5 --dump-grads "$work/llama-gpu-$p.grads" >"$work/llama-gpu-$p.out" 2>&1 \
+    && pass || fail "Llama one-GPU run --precision $p: $(tail -5 "$work/llama-gpu-$p.out")"
+  losses "$work/llama-cpu-$p.out" >"$work/llama-cpu-$p.loss"
+  losses "$work/llama-gpu-$p.out" >"$work/llama-gpu-$p.loss"
+  close_within "Llama, one CUDA device, $p" $bound "$work/llama-cpu-$p.loss" "$work/llama-gpu-$p.loss"
+  if python3 tests/emu_driver/compare_grads.py "$work/llama-cpu-$p.grads" "$work/llama-gpu-$p.grads" $grads \
+       >"$work/grads.txt" 2>&1; then pass
+  else fail "Llama, one CUDA device, $p: gradients differ from the CPU's: $(cat "$work/grads.txt")"; fi
+  echo "Llama, one CUDA device, $p, first step's gradients against the CPU's (bound $grads): $(head -1 "$work/grads.txt")" >&2
+  set -- $(cat "$work/llama-gpu-$p.counts" 2>/dev/null)
+  [ $p = fp32 ] || { [ "${4:-0}" -gt 0 ] && [ "${17:-0}" = "${4:-0}" ] && pass; } \
+    || fail "Llama, one CUDA device, $p: expected every product on cublasGemmEx (gemms = gemm-ex > 0), found: $*"
 done
 # fp16 with an overflow at step 3: skipped on both, the scale halved, the same losses after.
 "$work/cpu-fp16/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps $steps --seed 5 --inject-overflow 3 \

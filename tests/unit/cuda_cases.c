@@ -262,6 +262,97 @@ static void conv_cases(case_list *l)
     c->op.ints[ATTR_GRADS] = 1;
 }
 
+/* Llama's ops.  rope rotates pairs half a head apart (odd T, odd heads, a
+ * large base at T = 300); split and concat along the last, a middle and
+ * the first axis, negative axes too; attention on q, k, v apart with
+ * grouped-query heads: H = 4 over KV = 2, H = 3 over KV = 1, KV = H
+ * (kv_heads 0), T = 300 (rows longer than a block), and D = 300 (a head
+ * wider than a block: the key launch's per-thread columns). */
+static void llama_cases(case_list *l)
+{
+    cuda_case *c;
+    c = add(l, OP_RMSNORM, "rmsnorm 3x7x300"); in(c, S3(3, 7, 300)); param(c, S1(300)); out(c, S3(3, 7, 300));
+    c = add(l, OP_RMSNORM, "rmsnorm 5x37 eps 1e-5"); in(c, S2(5, 37)); param(c, S1(37)); out(c, S2(5, 37));
+    c->op.floats[ATTR_EPS] = 1e-5;
+    c = add(l, OP_RMSNORM_BACKWARD, "rmsnorm_backward 3x7x300");
+    in(c, S3(3, 7, 300)); param(c, S1(300)); in(c, S3(3, 7, 300)); out(c, S3(3, 7, 300)); pgrad(c, S1(300));
+    c->op.ints[ATTR_GRADS] = 3;
+    c = add(l, OP_RMSNORM_BACKWARD, "rmsnorm_backward 5x37 dw only");
+    in(c, S2(5, 37)); param(c, S1(37)); in(c, S2(5, 37)); pgrad(c, S1(37));
+    c->op.ints[ATTR_GRADS] = 2;
+    c = add(l, OP_RMSNORM_BACKWARD, "rmsnorm_backward 5x37 dx only");
+    in(c, S2(5, 37)); param(c, S1(37)); in(c, S2(5, 37)); out(c, S2(5, 37));
+    c->op.ints[ATTR_GRADS] = 1;
+
+    c = add(l, OP_ROPE, "rope 2x13x48 h3"); in(c, S3(2, 13, 48)); out(c, S3(2, 13, 48)); c->op.ints[ATTR_HEADS] = 3;
+    c = add(l, OP_ROPE, "rope 2x3x11x20 h2"); in(c, S4(2, 3, 11, 20)); out(c, S4(2, 3, 11, 20));
+    c->op.ints[ATTR_HEADS] = 2;
+    c = add(l, OP_ROPE, "rope 1x300x12 h1 base 5e5"); in(c, S3(1, 300, 12)); out(c, S3(1, 300, 12));
+    c->op.ints[ATTR_HEADS] = 1; c->op.floats[ATTR_BASE] = 500000.0;
+    c = add(l, OP_ROPE_BACKWARD, "rope_backward 2x13x48 h3"); in(c, S3(2, 13, 48)); out(c, S3(2, 13, 48));
+    c->op.ints[ATTR_HEADS] = 3; c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_ROPE_BACKWARD, "rope_backward 1x300x12 h1 base 5e5"); in(c, S3(1, 300, 12));
+    out(c, S3(1, 300, 12)); c->op.ints[ATTR_HEADS] = 1; c->op.floats[ATTR_BASE] = 500000.0; c->op.ints[ATTR_GRADS] = 1;
+
+    c = add(l, OP_SILU, "silu 3x333"); in(c, S2(3, 333)); out(c, S2(3, 333));
+    c = add(l, OP_SILU_BACKWARD, "silu_backward 3x333"); in(c, S2(3, 333)); in(c, S2(3, 333)); out(c, S2(3, 333));
+    c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_MUL, "mul 7x77"); in(c, S2(7, 77)); in(c, S2(7, 77)); out(c, S2(7, 77));
+    c = add(l, OP_MUL_BACKWARD, "mul_backward 7x77"); in(c, S2(7, 77)); in(c, S2(7, 77)); in(c, S2(7, 77));
+    out(c, S2(7, 77)); out(c, S2(7, 77)); c->op.ints[ATTR_GRADS] = 3;
+    c = add(l, OP_MUL_BACKWARD, "mul_backward 1001 db only"); in(c, S1(1001)); in(c, S1(1001)); in(c, S1(1001));
+    out(c, S1(1001)); c->op.ints[ATTR_GRADS] = 2;
+
+    c = add(l, OP_SPLIT, "split 2x5x12 axis -1 in 3"); in(c, S3(2, 5, 12));
+    out(c, S3(2, 5, 4)); out(c, S3(2, 5, 4)); out(c, S3(2, 5, 4));
+    c = add(l, OP_SPLIT, "split 2x6x13 axis -2 in 2"); in(c, S3(2, 6, 13)); out(c, S3(2, 3, 13)); out(c, S3(2, 3, 13));
+    c->op.ints[ATTR_AXIS] = -2;
+    c = add(l, OP_SPLIT, "split 4x37 axis 0 in 4"); in(c, S2(4, 37));
+    out(c, S2(1, 37)); out(c, S2(1, 37)); out(c, S2(1, 37)); out(c, S2(1, 37));
+    c->op.ints[ATTR_AXIS] = 0;
+    c = add(l, OP_SPLIT_BACKWARD, "split_backward 3 x 2x5x4 axis -1"); in(c, S3(2, 5, 4)); in(c, S3(2, 5, 4));
+    in(c, S3(2, 5, 4)); out(c, S3(2, 5, 12)); c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_CONCAT, "concat 2x5x{3,7,1} axis -1"); in(c, S3(2, 5, 3)); in(c, S3(2, 5, 7)); in(c, S3(2, 5, 1));
+    out(c, S3(2, 5, 11));
+    c = add(l, OP_CONCAT, "concat 2x{3,4}x13 axis 1"); in(c, S3(2, 3, 13)); in(c, S3(2, 4, 13)); out(c, S3(2, 7, 13));
+    c->op.ints[ATTR_AXIS] = 1;
+    c = add(l, OP_CONCAT_BACKWARD, "concat_backward 2x5x11 to {3,7,1}"); in(c, S3(2, 5, 11));
+    out(c, S3(2, 5, 3)); out(c, S3(2, 5, 7)); out(c, S3(2, 5, 1)); c->op.ints[ATTR_GRADS] = 7;
+    c = add(l, OP_CONCAT_BACKWARD, "concat_backward 2x7x13 axis 1"); in(c, S3(2, 7, 13));
+    out(c, S3(2, 3, 13)); out(c, S3(2, 4, 13)); c->op.ints[ATTR_AXIS] = 1; c->op.ints[ATTR_GRADS] = 3;
+
+    /* attention on q (B,T,H·D), k, v (B,T,KV·D) */
+    static const struct { int64_t B, T, H, KV, D; int grads; const char *label; } att[] = {
+        { 2, 37, 4, 2, 8, 7, "h4 kv2" },
+        { 1, 19, 3, 1, 6, 7, "h3 kv1" },
+        { 1, 13, 2, 0, 5, 7, "h2 kv_heads 0" },
+        { 1, 300, 2, 1, 3, 7, "h2 kv1 T 300" },
+        { 1, 5, 2, 1, 300, 7, "h2 kv1 D 300" },
+        { 2, 37, 4, 2, 8, 6, "h4 kv2, dk dv only" },
+        { 1, 19, 3, 1, 6, 1, "h3 kv1, dq only" },
+        { 1, 19, 3, 1, 6, 4, "h3 kv1, dv only" },
+    };
+    for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) {
+        int64_t B = att[k].B, T = att[k].T, H = att[k].H, KV = att[k].KV ? att[k].KV : att[k].H, D = att[k].D;
+        char label[80];
+        if (k < 5) {
+            snprintf(label, sizeof label, "attention q,k,v %lldx%lldx%lld %s", (long long)B, (long long)T,
+                     (long long)(H * D), att[k].label);
+            c = add(l, OP_ATTENTION, label);
+            in(c, S3(B, T, H * D)); in(c, S3(B, T, KV * D)); in(c, S3(B, T, KV * D)); out(c, S3(B, T, H * D));
+            c->op.ints[ATTR_HEADS] = H; c->op.ints[ATTR_KV_HEADS] = att[k].KV;
+        }
+        snprintf(label, sizeof label, "attention_backward q,k,v %lldx%lldx%lld %s", (long long)B, (long long)T,
+                 (long long)(H * D), att[k].label);
+        c = add(l, OP_ATTENTION_BACKWARD, label);
+        in(c, S3(B, T, H * D)); in(c, S3(B, T, KV * D)); in(c, S3(B, T, KV * D)); in(c, S3(B, T, H * D));
+        if (att[k].grads & 1) out(c, S3(B, T, H * D));
+        if (att[k].grads & 2) out(c, S3(B, T, KV * D));
+        if (att[k].grads & 4) out(c, S3(B, T, KV * D));
+        c->op.ints[ATTR_HEADS] = H; c->op.ints[ATTR_KV_HEADS] = att[k].KV; c->op.ints[ATTR_GRADS] = att[k].grads;
+    }
+}
+
 /* The optimizer's tensors are f32 in every precision: f32 cases only. */
 static void optimizer_cases(case_list *l)
 {
@@ -326,6 +417,7 @@ int cuda_cases_build(cuda_case **out_cases)
     norm_cases(&l);
     attention_loss_cases(&l);
     conv_cases(&l);
+    llama_cases(&l);
     optimizer_cases(&l);
     precision_variants(&l);
     for (int i = 0; i < l.n; i++)
@@ -384,7 +476,7 @@ static rt_op linear(rt_tensor x, rt_tensor w, rt_tensor b, rt_tensor y)
     return op;
 }
 
-enum { N_CHAINS = 6 };
+enum { N_CHAINS = 7 };
 
 /* The chains with activations of dtype dt (weights and biases f32): in 16
  * bits a linear rounds its weight first, one step more (not fused: it is
@@ -432,6 +524,13 @@ static void build_chains(cuda_chain *c, int32_t dt)
     h = at_place(S1(999), dt, &at), z = at_place(S1(999), dt, &at);
     c[5] = (cuda_chain){ { op2(OP_ADD, "add", x, r, y), op1(OP_RELU, "relu", h, z) }, 2,
                          "add 1001, relu 999: not fused", at, 2, dt };
+    /* Llama's SwiGLU: silu(gate) and the product with up in one launch
+     * after the gate's product (no bias). */
+    at = 0;
+    x = at_place(S3(2, 5, 37), dt, &at), w = at_place(S2(19, 37), DT_F32, &at), h = at_place(S3(2, 5, 19), dt, &at);
+    y = at_place(S3(2, 5, 19), dt, &at), r = at_place(S3(2, 5, 19), dt, &at), z = at_place(S3(2, 5, 19), dt, &at);
+    c[6] = (cuda_chain){ { op2(OP_LINEAR, "linear", x, w, h), op1(OP_SILU, "silu", h, y), op2(OP_MUL, "mul", y, r, z) },
+                         3, "linear -> silu -> mul (SwiGLU)", at, 2 + round, dt };
     for (int i = 0; i < N_CHAINS; i++) {
         if (dt != DT_F32) {
             char label[96];

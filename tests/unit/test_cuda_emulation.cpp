@@ -301,7 +301,10 @@ const char *family(int op)
     case OP_CONV2D: case OP_CONV2D_BACKWARD:
         return "convolution";
     case OP_LAYERNORM: case OP_LAYERNORM_BACKWARD: case OP_BATCHNORM: case OP_BATCHNORM_BACKWARD:
+    case OP_RMSNORM: case OP_RMSNORM_BACKWARD:
         return "normalisation";
+    case OP_ROPE: case OP_ROPE_BACKWARD:
+        return "rope";
     case OP_SOFTMAX: case OP_SOFTMAX_BACKWARD: case OP_ATTENTION: case OP_ATTENTION_BACKWARD:
         return "softmax, attention";
     case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BACKWARD:
