@@ -4,6 +4,8 @@
 
 #include "passes.h"
 
+#include "../ir/view.h"
+
 /* The passes that need no options. */
 static int run_shapes(ir_graph *g, const pass_options *o, struct diag *e) { return pass_shapes(g, e); }
 static int run_autodiff(ir_graph *g, const pass_options *o, struct diag *e) { return pass_autodiff(g, e); }
@@ -51,7 +53,7 @@ static int maybe_dump(const ir_graph *g, const char *stage, const pass_options *
     if (opt->stop_after)
         *stop = 1;
     FILE *out = opt->dump_out ? opt->dump_out : stdout;
-    return opt->dump_dot ? ir_graph_print_dot(g, out) : ir_graph_print(g, out);
+    return opt->dump_view ? ir_graph_print_dot_view(g, opt->dump_view, out) : ir_graph_print(g, out);
 }
 
 /* Index of the first pass still to run on g (0 for a graph as built). */

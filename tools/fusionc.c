@@ -24,6 +24,7 @@
 #include "../frontend/model.h"
 #include "../frontend/xml_util.h"
 #include "../ir/folders.h"
+#include "../ir/view.h"
 #include "../passes/passes.h"
 #include "deploy.h"
 #include "launch.h"
@@ -81,13 +82,18 @@ static const char *const usage_check =
     "  -v                 also print a cluster's devices and links\n";
 
 static const char *const usage_dump =
-    "usage: fusionc dump MODEL [--set name=value]... [--after PASS] [--format text|dot] [-o FILE]\n"
+    "usage: fusionc dump MODEL [CLUSTER] [--set name=value]... [--after PASS] [--format text|dot] [-o FILE]\n"
     "\n"
     "Prints the OP-DAG of MODEL (a model XML or a text IR file) after PASS\n"
-    "(default: the last pass).  The text form reads back: `fusionc dump out.fir`.\n"
+    "(default: the last pass), or placed on CLUSTER after every pass (devices,\n"
+    "stages, sends and receives).  The text form reads back: `fusionc dump out.fir`.\n"
     "  --after PASS       frontend (as built, before any pass) or a pass name\n"
-    "  --format FORMAT    text (default) or dot (Graphviz: dot -Tsvg)\n"
-    "  -o FILE            write to FILE instead of standard output\n"
+    "  --format FORMAT    text (default) or dot (Graphviz: dot -Tsvg); in dot a repeated\n"
+    "                     block's ops of one phase and device are one box with their count\n"
+    "  --expand           dot: every op, no block collapsed\n"
+    "  --stage N          dot, with CLUSTER: only stage N's ops\n"
+    "  --device NAME      ... only the ops of the stage device NAME runs\n"
+    "  -o FILE            write to FILE instead of standard output (folders made)\n"
     "  --set name=value   override a hyper-parameter (repeatable)\n"
     PRECISION_OPTIONS;
 
@@ -332,46 +338,6 @@ static int cmd_check(int argc, char **argv)
     return failures ? 1 : 0;
 }
 
-static int cmd_dump(int argc, char **argv)
-{
-    options o;
-    int rc = parse_options(argc, argv, usage_dump, &o);
-    if (rc)
-        return rc == 1 ? 0 : rc;
-    if (o.n_files != 1)
-        return usage_error(usage_dump, "%s", "expected exactly one MODEL");
-    struct diag err = { 0 };
-    ir_graph g;
-    if (load_graph(o.files[0], &o, &g, &err)) {
-        diag_print(&err);
-        return 1;
-    }
-    char tmp[4096];
-    if (o.output && folders_make_for_file(o.output, &err)) {   /* -o a/b/g.dot: a and a/b too */
-        diag_print(&err);
-        ir_graph_free(&g);
-        return 1;
-    }
-    FILE *out = open_output(o.output, tmp, sizeof tmp);
-    if (!out) {
-        fprintf(stderr, "%s:0: error: cannot write: %s\n", o.output, strerror(errno));
-        ir_graph_free(&g);
-        return 1;
-    }
-    pass_options popt = { .dump_after = o.after ? o.after : pass_pipeline[pass_count - 1].name,
-                          .dump_out = out, .dump_dot = o.format && strcmp(o.format, "dot") == 0, .stop_after = 1,
-                          .precision = o.precision, .tf32 = o.tf32 };
-    rc = pass_run_pipeline(&g, &popt, &err);
-    if (commit_output(out, o.output, tmp, rc == 0) && rc == 0) {
-        rc = -1;
-        diag_set(&err, o.output ? o.output : "<stdout>", 0, "cannot write the output");
-    }
-    if (rc)
-        diag_print(&err);
-    ir_graph_free(&g);
-    return rc ? 1 : 0;
-}
-
 /* 124439808 -> "124,439,808" */
 static const char *with_commas(int64_t v, char *buf, size_t size)
 {
@@ -560,6 +526,101 @@ static void placed_free(placed_model *p)
     ir_graph_free(&p->g);
     cluster_free(&p->c);
     fence_plan_free(&p->plan);
+}
+
+/* dump MODEL CLUSTER: the placed graph after every pass, printed here (the
+ * pipeline's own dump point knows no cluster); --device NAME becomes its
+ * stage. */
+static int dump_placed(const options *o, ir_view_options *view, FILE *out, struct diag *err)
+{
+    placed_model m;
+    if (placed_load(&m, o, err))
+        return -1;
+    const char *names[IR_MAX_STAGE_DEVICES];
+    view->device_names = names;
+    view->n_device_names = m.c.n_devices < IR_MAX_STAGE_DEVICES ? m.c.n_devices : IR_MAX_STAGE_DEVICES;
+    for (int32_t d = 0; d < view->n_device_names; d++)
+        names[d] = m.c.devices[d].name;
+    int rc = 0;
+    const ir_placement *p = &m.g.placement;
+    if (o->view_device) {
+        int32_t d = 0, stage = -1;
+        while (d < m.c.n_devices && strcmp(m.c.devices[d].name, o->view_device) != 0)
+            d++;
+        for (int32_t k = 0; d < m.c.n_devices && k < p->n_stages * p->n_replicas; k++)
+            if (p->device[k] == d)
+                stage = k / p->n_replicas;
+        if (d == m.c.n_devices)
+            rc = diag_set(err, o->files[1], 0, "--device %s: the cluster has no device of that name", o->view_device);
+        else if (stage < 0)
+            rc = diag_set(err, o->files[1], 0, "--device %s: the plan does not use it (%d stage%s x %d replica%s)",
+                          o->view_device, p->n_stages, p->n_stages == 1 ? "" : "s", p->n_replicas,
+                          p->n_replicas == 1 ? "" : "s");
+        view->stage = stage;
+    }
+    if (rc == 0 && view->stage >= p->n_stages)
+        rc = diag_set(err, o->files[0], 0, "--stage %d: the plan has stages 0 to %d", view->stage, p->n_stages - 1);
+    if (rc == 0)
+        rc = o->format && strcmp(o->format, "dot") == 0 ? ir_graph_print_dot_view(&m.g, view, out)
+                                                          : ir_graph_print(&m.g, out);
+    placed_free(&m);
+    return rc;
+}
+
+static int cmd_dump(int argc, char **argv)
+{
+    options o;
+    int rc = parse_options(argc, argv, usage_dump, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (o.n_files != 1 && o.n_files != 2)
+        return usage_error(usage_dump, "%s", "expected a MODEL, and a CLUSTER to place it on if you like");
+    if (o.n_files == 1 && (o.view_stage >= 0 || o.view_device))
+        return usage_error(usage_dump, "%s", "--stage and --device need a CLUSTER: stages are the placement's");
+    if (o.n_files == 2 && o.after)
+        return usage_error(usage_dump, "%s", "--after is for a MODEL alone: placed on a CLUSTER, it is after every pass");
+    if (o.view_stage >= 0 && o.view_device)
+        return usage_error(usage_dump, "%s", "--stage or --device, not both");
+    if ((o.view_stage >= 0 || o.view_device || o.expand) && !(o.format && strcmp(o.format, "dot") == 0))
+        return usage_error(usage_dump, "%s", "--expand, --stage and --device shape the picture: --format dot");
+    ir_view_options view = ir_view_defaults();
+    view.expand = o.expand;
+    view.stage = o.view_stage;
+    struct diag err = { 0 };
+    ir_graph g;
+    ir_graph_init(&g);
+    if (o.n_files == 1 && load_graph(o.files[0], &o, &g, &err)) {
+        diag_print(&err);
+        return 1;
+    }
+    char tmp[4096];
+    if (o.output && folders_make_for_file(o.output, &err)) {   /* -o a/b/g.dot: a and a/b too */
+        diag_print(&err);
+        ir_graph_free(&g);
+        return 1;
+    }
+    FILE *out = open_output(o.output, tmp, sizeof tmp);
+    if (!out) {
+        fprintf(stderr, "%s:0: error: cannot write: %s\n", o.output, strerror(errno));
+        ir_graph_free(&g);
+        return 1;
+    }
+    if (o.n_files == 2) {
+        rc = dump_placed(&o, &view, out, &err);
+    } else {
+        pass_options popt = { .dump_after = o.after ? o.after : pass_pipeline[pass_count - 1].name,
+                              .dump_out = out, .dump_view = o.format && strcmp(o.format, "dot") == 0 ? &view : NULL,
+                              .stop_after = 1, .precision = o.precision, .tf32 = o.tf32 };
+        rc = pass_run_pipeline(&g, &popt, &err);
+    }
+    if (commit_output(out, o.output, tmp, rc == 0) && rc == 0) {
+        rc = -1;
+        diag_set(&err, o.output ? o.output : "<stdout>", 0, "cannot write the output");
+    }
+    if (rc)
+        diag_print(&err);
+    ir_graph_free(&g);
+    return rc ? 1 : 0;
 }
 
 /* baseline.h's place callback: the model of the user's options on one

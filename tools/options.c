@@ -23,6 +23,7 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
     memset(o, 0, sizeof *o);
     o->outer_lr = o->outer_momentum = -1.0;
     o->outer_bits = o->outer_delay = -1;
+    o->view_stage = -1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *value = NULL;
@@ -32,6 +33,10 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
         }
         if (strcmp(a, "--verbose") == 0)
             a = "-v";
+        if (strcmp(a, "--expand") == 0) {
+            o->expand = 1;
+            continue;
+        }
         if (strcmp(a, "-v") == 0 || strcmp(a, "--tf32") == 0 || strcmp(a, "--no-overlap") == 0) {
             *(a[1] == 'v' ? &o->verbose : a[2] == 't' ? &o->tf32 : &o->no_overlap) = 1;
             continue;
@@ -47,7 +52,7 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                           strcmp(a, "--outer-momentum") == 0 || strcmp(a, "--outer-codec") == 0 ||
                           strcmp(a, "--outer-delay") == 0 || strcmp(a, "--site-batch") == 0 ||
                           strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0 || strcmp(a, "--run-key") == 0 ||
-                          strcmp(a, "--trace") == 0;
+                          strcmp(a, "--trace") == 0 || strcmp(a, "--stage") == 0 || strcmp(a, "--device") == 0;
         const char *eq = strchr(a, '=');
         if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
             /* --after=shapes style */
@@ -64,7 +69,7 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                 strcmp(key, "--cublas") && strcmp(key, "--precision") && strcmp(key, "--sync") &&
                 strcmp(key, "--local-steps") && strcmp(key, "--outer-lr") && strcmp(key, "--outer-momentum") &&
                 strcmp(key, "--outer-codec") && strcmp(key, "--outer-delay") && strcmp(key, "--site-batch") &&
-                strcmp(key, "--trace"))
+                strcmp(key, "--trace") && strcmp(key, "--stage") && strcmp(key, "--device"))
                 return usage_error(usage, "unknown option '%s'", a);
             a = key;
             value = eq + 1;
@@ -97,6 +102,14 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                 o->dump_ir = value;
         } else if (strcmp(a, "--trace") == 0) {
             o->trace = value;
+        } else if (strcmp(a, "--device") == 0) {
+            o->view_device = value;
+        } else if (strcmp(a, "--stage") == 0) {
+            char *end = NULL;
+            long v = strtol(value, &end, 10);
+            if (!end || *end || v < 0 || v >= 1024)
+                return usage_error(usage, "--stage expects a stage number in [0, 1024), found '%s'", value);
+            o->view_stage = (int)v;
         } else if (strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0) {
             int out = a[6] == 'o';
             if ((out ? o->n_without : o->n_with) == 64)

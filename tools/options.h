@@ -19,6 +19,9 @@ typedef struct {
     const char   *format;
     const char   *output;
     const char   *trace;        /* simulate --trace FILE: the Chrome trace-event timeline */
+    int           expand;       /* dump --expand: every op, no repeated block collapsed */
+    int           view_stage;   /* dump --stage N (-1: every stage)            */
+    const char   *view_device;  /* dump --device NAME: that device's stage     */
     int           verbose;
     const char   *scheduler;    /* --scheduler opfence|uniform|gcma|random      */
     int           micro_batches;/* --micro-batches M (0: the default)           */
