@@ -787,7 +787,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         paced += ctx.paced;
         stepping += dt;
         /* AdaTopK: this step's compressed sends' densities, then the next step's. */
-        char rho[256] = "", rho_json[256] = "";
+        char rho[256] = "", rho_json[2048] = "";
         rt_comm_density_text(comm, rho, sizeof rho, 0);
         rt_comm_density_text(comm, rho_json, sizeof rho_json, 1);
         if (comm)
@@ -820,6 +820,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             printf("step %5lld: %s\n", (long long)step, outer_line);
         fflush(stdout);
         if (log) {   /* flushed each step: the log is read while training runs */
+            size_t used = strlen(rho_json);
+            rt_comm_links_json(comm, rho_json + used, sizeof rho_json - used);
             if (mf->loss >= 0)
                 fprintf(log, "{\"step\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n",
                         (long long)step, (double)loss, (double)tokens / dt, dt * 1e3, rho_json);

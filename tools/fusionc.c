@@ -34,6 +34,7 @@
 #include "options.h"
 #include "plan_report.h"
 #include "profile.h"
+#include "report.h"
 #include "simulate.h"
 
 #ifndef FUSION_VERSION
@@ -58,6 +59,7 @@ static const char *const usage_main =
     "  deploy OUT      copy each device's bundle to its host over ssh (checked, only what changed)\n"
     "  launch OUT ARGS start every device on its host over ssh, gather the logs, wait for the end\n"
     "  stop OUT        stop the devices of OUT on their hosts\n"
+    "  report LOG...   plot the step logs (--log): loss, tokens/s, each link's bytes and busy time\n"
     "  broker OUT ARGS run OUT's devices on this machine and keep the run going when devices are\n"
     "                  lost (standbys, re-plans, coordinated checkpoints; state in SQLite)\n"
     "\n"
@@ -958,6 +960,8 @@ int main(int argc, char **argv)
         return deploy_main(argc - 2, argv + 2);
     if (strcmp(cmd, "launch") == 0)
         return launch_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "report") == 0)
+        return report_main(argc - 2, argv + 2);
     if (strcmp(cmd, "stop") == 0)
         return stop_main(argc - 2, argv + 2);
     if (strcmp(cmd, "broker") == 0)

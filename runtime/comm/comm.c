@@ -47,8 +47,10 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
     c->link_bandwidth = calloc((size_t)m->n_peers + 1, sizeof *c->link_bandwidth);
     c->mark_bytes = calloc((size_t)m->n_peers + 1, sizeof *c->mark_bytes);
     c->mark_busy = calloc((size_t)m->n_peers + 1, sizeof *c->mark_busy);
+    c->logged_bytes = calloc((size_t)m->n_peers + 1, sizeof *c->logged_bytes);
+    c->logged_busy = calloc((size_t)m->n_peers + 1, sizeof *c->logged_busy);
     fu_hub_link_spec *specs = calloc((size_t)m->n_links + 1, sizeof *specs);
-    if (!specs || !c->link_bandwidth || !c->mark_bytes || !c->mark_busy) {
+    if (!specs || !c->link_bandwidth || !c->mark_bytes || !c->mark_busy || !c->logged_bytes || !c->logged_busy) {
         free(specs);
         rt_comm_close(c);
         snprintf(err, n, "out of memory opening %d links", m->n_links);
@@ -117,6 +119,8 @@ void rt_comm_close(rt_comm *c)
     free(c->link_bandwidth);
     free(c->mark_bytes);
     free(c->mark_busy);
+    free(c->logged_bytes);
+    free(c->logged_busy);
     memset(c, 0, sizeof *c);
 }
 
@@ -416,6 +420,31 @@ void rt_comm_adapt_density(rt_comm *c, double step_seconds)
         c->sends[i].step_bytes = 0;
         c->sends[i].step_sends = 0;
     }
+}
+
+void rt_comm_links_json(rt_comm *c, char *buf, size_t n)
+{
+    size_t at = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int32_t p = 0; c && c->hub && p < c->manifest->n_peers && at < n; p++) {
+        uint64_t bytes;
+        double busy;
+        if (fu_hub_stats(c->hub, p, &bytes, &busy) != 0 || (bytes == 0 && c->link_bandwidth[p] <= 0))
+            continue;   /* no link to it */
+        int w = snprintf(buf + at, n - at, "%s\"%s\": {\"bytes\": %llu, \"busy_ms\": %.3f}", at ? ", " : ", \"links\": {",
+                         c->peers[p].name, (unsigned long long)(bytes - c->logged_bytes[p]),
+                         (busy - c->logged_busy[p]) * 1e3);
+        if (w < 0 || (size_t)w >= n - at) {
+            buf[at] = '\0';
+            break;
+        }
+        at += (size_t)w;
+        c->logged_bytes[p] = bytes;
+        c->logged_busy[p] = busy;
+    }
+    if (at > 0 && at + 1 < n)
+        snprintf(buf + at, n - at, "}");
 }
 
 void rt_comm_density_text(const rt_comm *c, char *buf, size_t n, int json)

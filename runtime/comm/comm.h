@@ -91,6 +91,8 @@ typedef struct rt_comm {
     double         *link_bandwidth;   /* [n_peers] bytes/s compiled, 0 no link */
     uint64_t       *mark_bytes;       /* [n_peers] fu_hub_stats at the last adaptation */
     double         *mark_busy;
+    uint64_t       *logged_bytes;     /* [n_peers] fu_hub_stats at the last log line (rt_comm_links_json) */
+    double         *logged_busy;
     double          recv_wait;        /* seconds blocked in receives since the last adaptation */
     rt_accumulator *accs;             /* [n_accs] by first use                 */
     int32_t         n_accs, accs_cap;
@@ -146,6 +148,11 @@ void rt_comm_adapt_density(rt_comm *c, double step_seconds);
 /* "  rho 0.0520" for each compressed send of this device (tensor order of
  * first use) into buf, or with json ', "rho": [0.0520, ...]' for the
  * JSONL log; "" when none. */
+/* The step log's links: `, "links": {"cpu-b0": {"bytes": 786432, "busy_ms": 12.5}, ...}`,
+ * per peer this device sends to, the payload bytes acked and the seconds its
+ * link was busy sending since the last call (fu_hub_stats; shaped time under
+ * --emulate-links).  Nothing when there is no peer. */
+void rt_comm_links_json(rt_comm *c, char *buf, size_t n);
 void rt_comm_density_text(const rt_comm *c, char *buf, size_t n, int json);
 
 /* x[0..n) := its mean over the replicas of this device's stage (the loss a
