@@ -11,14 +11,13 @@ tokens.  Prints one line: median ms/step, peak resident MiB.
 usage: /usr/bin/python3 torch_llama.py LAYERS DIM HEADS KV_HEADS FFN VOCAB BATCH SEQ THREADS STEPS
 """
 import math
-import resource
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_bench import time_steps
 
 
 class RMSNorm(nn.Module):
@@ -93,23 +92,8 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = Llama(layers, dim, heads, kv_heads, ffn, vocab)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
-    times = []
-    for step in range(steps):
-        idx = torch.randint(0, min(vocab, 256), (batch, seq))
-        targets = torch.randint(0, min(vocab, 256), (batch, seq))
-        t0 = time.perf_counter()
-        loss = model(idx, targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(f"{statistics.median(times[2:]) * 1e3:.1f} {peak_mib:.1f}")
+    ms, peak_mib = time_steps(model, vocab, batch, seq, steps)
+    print(f"{ms:.1f} {peak_mib:.1f}")
 
 
 if __name__ == "__main__":

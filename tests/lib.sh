@@ -25,6 +25,18 @@ expect_eq() {
   if [ "$2" == "$3" ]; then pass; else checks=$((checks + 1)); fail "$1: expected '$2', found '$3'"; fi
 }
 
+# losses_within NAME REFERENCE FOUND [TOL]: the losses in FOUND (one a line)
+# equal REFERENCE's step for step within TOL relative (default 1e-5); the
+# worst difference is printed either way.  Counts a check.
+losses_within() {
+  paste "$2" "$3" | awk -v n="$1" -v tol="${4:-1e-5}" '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
+      if (r > worst) { worst = r; at = NR; a = $1; b = $2 } }
+    END { if (worst > tol) { printf "FAIL: %s: step %d loss %s, one device %s (relative %.2g > %g)\n", n, at, b, a, worst, tol > "/dev/stderr"; exit 1 }
+          printf "%s: worst relative loss difference %.2g over %d steps\n", n, worst, NR > "/dev/stderr" }' \
+    && pass || fail "$1 losses differ from the one-device run"
+}
+
 finish() {
   if [ "$checks" -eq 0 ] && [ "$failures" -eq 0 ]; then echo "FAIL: no checks ran" >&2; exit 1; fi
   echo "$checks checks, $failures failed" >&2

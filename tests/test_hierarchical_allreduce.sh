@@ -43,12 +43,7 @@ run() {
     pass; else fail "$name run: $(tail -5 "$work/$name.out"; tail -3 "$work/$name"/logs/*.log)"; fi
   sed 's/^\[[^]]*\] //' "$work/$name.out" | losses /dev/stdin >"$work/$name.loss"
   expect_eq "$name steps" $steps "$(wc -l <"$work/$name.loss")"
-  paste "$work/one.loss" "$work/$name.loss" | awk -v n="$name" '
-    { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
-      if (r > worst) { worst = r; at = NR; a = $1; b = $2 } }
-    END { if (worst > 1e-5) { printf "FAIL: %s: step %d loss %s, one device %s (relative %.2g > 1e-5)\n", n, at, b, a, worst > "/dev/stderr"; exit 1 }
-          printf "%s: worst relative loss difference %.2g over %d steps\n", n, worst, NR > "/dev/stderr" }' \
-    && pass || fail "$name losses differ from the one-device run"
+  losses_within "$name" "$work/one.loss" "$work/$name.loss"
 }
 
 run local4 clusters/local-4.xml

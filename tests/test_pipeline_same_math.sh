@@ -40,12 +40,7 @@ run() {
   sed 's/^\[[^]]*\] //' "$work/$name.out" | losses /dev/stdin >"$work/$name.loss"
   expect_eq "$name steps" $steps "$(wc -l <"$work/$name.loss")"
   # Every loss within 1e-5 relative of the one-device run's.
-  paste "$work/one.loss" "$work/$name.loss" | awk -v n="$name" '
-    { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
-      if (r > worst) { worst = r; at = NR; a = $1; b = $2 } }
-    END { if (worst > 1e-5) { printf "FAIL: %s: step %d loss %s, one device %s (relative %.2g > 1e-5)\n", n, at, b, a, worst > "/dev/stderr"; exit 1 }
-          printf "%s: worst relative loss difference %.2g over %d steps\n", n, worst, NR > "/dev/stderr" }' \
-    && pass || fail "$name losses differ from the one-device run"
+  losses_within "$name" "$work/one.loss" "$work/$name.loss"
 }
 
 run pipeline4 --scheduler uniform --micro-batches 4
