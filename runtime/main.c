@@ -786,16 +786,17 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         double dt = now() - t0;
         paced += ctx.paced;
         stepping += dt;
-        /* AdaTopK: this step's compressed sends' densities, then the next step's. */
-        char rho[256] = "", rho_json[2048] = "";
+        /* AdaTopK: this step's compressed sends' densities, then the next step's;
+         * step_extra_json: what the log line adds (densities, loss scale, links). */
+        char rho[256] = "", step_extra_json[2048] = "";
         rt_comm_density_text(comm, rho, sizeof rho, 0);
-        rt_comm_density_text(comm, rho_json, sizeof rho_json, 1);
+        rt_comm_density_text(comm, step_extra_json, sizeof step_extra_json, 1);
         if (comm)
             rt_comm_adapt_density(comm, dt);
         char scaled[160] = "";
         if (mf->loss_scaling) {   /* the scale this step ran with, and whether it was skipped, in the log */
-            size_t n = strlen(rho_json);
-            snprintf(rho_json + n, sizeof rho_json - n, ", \"loss_scale\": %g, \"skipped\": %s",
+            size_t n = strlen(step_extra_json);
+            snprintf(step_extra_json + n, sizeof step_extra_json - n, ", \"loss_scale\": %g, \"skipped\": %s",
                      (double)scaler.scale, ctx.overflowed ? "true" : "false");
         }
         if (mf->loss_scaling && rt_loss_scaler_update(&scaler, ctx.overflowed, scaled, sizeof scaled)) {
@@ -820,14 +821,14 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             printf("step %5lld: %s\n", (long long)step, outer_line);
         fflush(stdout);
         if (log) {   /* flushed each step: the log is read while training runs */
-            size_t used = strlen(rho_json);
-            rt_comm_links_json(comm, rho_json + used, sizeof rho_json - used);
+            size_t used = strlen(step_extra_json);
+            rt_comm_links_json(comm, step_extra_json + used, sizeof step_extra_json - used);
             if (mf->loss >= 0)
                 fprintf(log, "{\"step\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n",
-                        (long long)step, (double)loss, (double)tokens / dt, dt * 1e3, rho_json);
+                        (long long)step, (double)loss, (double)tokens / dt, dt * 1e3, step_extra_json);
             else
                 fprintf(log, "{\"step\": %lld, \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n", (long long)step,
-                        (double)tokens / dt, dt * 1e3, rho_json);
+                        (double)tokens / dt, dt * 1e3, step_extra_json);
             fflush(log);
         }
         rt_broker_report(broker, "step", "%lld %.6f", (long long)step, (double)loss);
