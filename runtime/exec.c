@@ -681,9 +681,16 @@ int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
 {
     if (!ctx->trace)
         return run_scheduled(op, arena, ctx);
-    double t0 = rt_trace_clock();
+    double t0 = rt_trace_clock(), waited = ctx->comm ? ctx->comm->recv_wait : 0.0;
     int rc = run_scheduled(op, arena, ctx);
     if (rc == 0)
         trace_op(op, ctx, t0, rt_trace_clock());
+    /* what a receive spent blocked for its message (comm.c counts it), drawn from its start */
+    waited = ctx->comm && op->op == OP_RECV ? ctx->comm->recv_wait - waited : 0.0;
+    if (rc == 0 && waited > 0) {
+        char name[96];
+        snprintf(name, sizeof name, "wait: %s", op->name);
+        rt_trace_span(ctx->trace, 0, "wait", name, t0, t0 + waited * 1e6, NULL);
+    }
     return rc;
 }

@@ -6,7 +6,7 @@
  *   [
  *   {"ph":"M","name":"process_name","pid":2,"args":{"name":"cpu-b0"}}
  *   ,{"ph":"X","cat":"forward","name":"h.0.attn","pid":2,"tid":0,"ts":1732550000123456.0,"dur":812.5,"args":{...}}
- *   ,{"ph":"s","cat":"message","name":"tensor 7","id":...,"pid":2,"tid":0,"ts":...}
+ *   ,{"ph":"s","cat":"message","name":"message","id":"3:0:0:7","pid":2,"tid":0,"ts":...}
  *   ]
  *
  * pid is the device's index in the cluster, so that the files of several

@@ -51,6 +51,7 @@ for pid in pids:
     for want in ("forward 0", "backward 3", "update"):
         if want not in mine: problems.append(f"{names.get(pid)}: no '{want}' span")
 if kind == "run":
+    if not any(e["cat"] == "wait" for e in spans): problems.append("no wait spans (a receive that blocked)")
     ops = {e["pid"] for e in spans if e["cat"] in ("forward", "backward")}
     if ops != pids: problems.append("a device without op spans")
     t0 = min(e["ts"] for e in spans); t1 = max(e["ts"] + e["dur"] for e in spans)
