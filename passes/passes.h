@@ -143,7 +143,7 @@ double compress_wire_bytes(const ir_graph *g, const ir_node *send);
  * that costs, for the pass itself and for the fence pass's cost model,
  * which asks before the graph is placed.  Bytes, bytes/s, seconds. */
 /* The top-k codec's measured speed, bytes of fp32 input per second at
- * each end (README: bench_topk, 5.5 GB/s compress + decompress at 1%). */
+ * each end (docs/results.md: bench_topk, 5.5 GB/s compress + decompress at 1%). */
 #define COMPRESS_CODEC_BYTES_PER_SECOND 5e9
 /* --compress: *fixed = 0 none, -1 adatopk, RHO for topk:RHO; -1 when
  * malformed.  NULL: adatopk on a cluster of several regions, else none. */
