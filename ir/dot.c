@@ -25,16 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blocks.h"
 #include "ops.h"
-
-static const char *const device_colours[] = {
-    "#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462",
-    "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f",
-};
-#define N_DEVICE_COLOURS (int)(sizeof device_colours / sizeof device_colours[0])
-
-ir_view_options ir_view_defaults(void) { return (ir_view_options){ .expand = 0, .stage = -1 }; }
+#include "view_groups.h"
 
 /* s inside a DOT double-quoted string. */
 static void put_escaped(FILE *out, const char *s)
@@ -56,134 +48,28 @@ static const char *source_colour(ir_role r)
     return r == ROLE_PARAM ? "lightgray" : r == ROLE_INPUT ? "lightblue" : "lightyellow";
 }
 
-static const char *phase_name(ir_phase p)
-{
-    return p == PHASE_FORWARD ? "forward" : p == PHASE_BACKWARD ? "backward" : p == PHASE_UPDATE ? "update" : "ops";
-}
-
-/* A box (or ellipse) standing for several ops (or sources) of a block. */
+/* The groups (view_groups.h) and the edges between the boxes. */
 typedef struct {
-    char     prefix[128];
-    int      is_source;
-    int32_t  phase_or_role, device;
-    int64_t  lo, hi;          /* the instances it holds */
-    int32_t  members;
-} group;
-
-typedef struct {
-    const ir_graph *g;
-    const ir_view_options *o;
-    int32_t *node_group, *value_group;   /* -1: drawn alone */
-    group   *groups;
-    int32_t  n_groups, cap_groups;
+    ir_view_groups gr;
     /* edges, deduplicated: key (from, to) -> count and the first value */
     uint64_t *keys;
     int32_t  *counts, *first_value;
     size_t    cap_edges;
 } view;
 
-/* The group of (prefix, kind, phase or role, device), made when new. */
-static int32_t group_for(view *w, const char *prefix, int is_source, int32_t what, int32_t device, int64_t instance)
-{
-    for (int32_t k = 0; k < w->n_groups; k++) {
-        group *q = &w->groups[k];
-        if (q->is_source == is_source && q->phase_or_role == what && q->device == device &&
-            strcmp(q->prefix, prefix) == 0) {
-            q->lo = instance < q->lo ? instance : q->lo;
-            q->hi = instance > q->hi ? instance : q->hi;
-            q->members++;
-            return k;
-        }
-    }
-    if (w->n_groups == w->cap_groups) {
-        int32_t cap = w->cap_groups ? 2 * w->cap_groups : 64;
-        group *grown = realloc(w->groups, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return -1;
-        w->groups = grown, w->cap_groups = cap;
-    }
-    group *q = &w->groups[w->n_groups];
-    memset(q, 0, sizeof *q);
-    snprintf(q->prefix, sizeof q->prefix, "%s", prefix);
-    q->is_source = is_source, q->phase_or_role = what, q->device = device;
-    q->lo = q->hi = instance;
-    q->members = 1;
-    return w->n_groups++;
-}
-
-/* Prefixes with two instances or more (among the ops' and values' names)
- * are the repeats to collapse. */
-static int repeated(const ir_graph *g, const char *prefix)
-{
-    char p[128];
-    int64_t instance, first = -1;
-    for (int32_t i = 0; i < g->n_nodes + g->n_values; i++) {
-        const char *name = ir_str(g, i < g->n_nodes ? g->nodes[i].name : g->values[i - g->n_nodes].name);
-        if (strncmp(name, "grad.", 5) == 0)
-            continue;   /* grad.wte.1, grad.wte.2: a value's gradient contributions, not blocks */
-        if (ir_block_of(name, p, sizeof p, &instance) && strcmp(p, prefix) == 0) {
-            if (first < 0)
-                first = instance;
-            else if (instance != first)
-                return 1;
-        }
-    }
-    return 0;
-}
-
-static int visible(const view *w, int32_t n)
-{
-    return w->o->stage < 0 || w->g->nodes[n].stage == w->o->stage;
-}
-
-static int assign_groups(view *w)
-{
-    const ir_graph *g = w->g;
-    char prefix[128], known[64][128];
-    int known_repeated[64], n_known = 0;
-    int64_t instance;
-    /* the repeated prefixes (a model has a handful): asked once each */
-    for (int32_t i = 0; i < g->n_nodes + g->n_values; i++) {
-        const char *name = i < g->n_nodes ? ir_str(g, g->nodes[i].name) : ir_str(g, g->values[i - g->n_nodes].name);
-        int32_t *slot = i < g->n_nodes ? &w->node_group[i] : &w->value_group[i - g->n_nodes];
-        *slot = -1;
-        if (w->o->expand || !ir_block_of(name, prefix, sizeof prefix, &instance))
-            continue;
-        int k = 0;
-        while (k < n_known && strcmp(known[k], prefix) != 0)
-            k++;
-        if (k == n_known) {
-            if (n_known == 64)
-                continue;
-            snprintf(known[n_known], sizeof known[0], "%s", prefix);
-            known_repeated[n_known++] = repeated(g, prefix);
-        }
-        if (!known_repeated[k])
-            continue;
-        if (i < g->n_nodes) {
-            if (!visible(w, i))
-                continue;
-            *slot = group_for(w, prefix, 0, g->nodes[i].phase, g->nodes[i].device, instance);
-        } else if (g->values[i - g->n_nodes].producer < 0) {
-            *slot = group_for(w, prefix, 1, g->values[i - g->n_nodes].role, -1, instance);
-        }
-        if (*slot < 0 && w->n_groups == w->cap_groups)
-            return -1;
-    }
-    return 0;
-}
+static int visible(const view *w, int32_t n) { return ir_view_visible(&w->gr, n); }
 
 /* The DOT id of where value v comes from, as seen by this view. */
 static void origin_id(const view *w, int32_t v, char *id, size_t size)
 {
-    int32_t p = w->g->values[v].producer;
-    if (p >= 0 && p < w->g->n_nodes && visible(w, p)) {
-        if (w->node_group[p] >= 0)
-            snprintf(id, size, "g%d", w->node_group[p]);
+    int32_t p = w->gr.g->values[v].producer;
+    if (p >= 0 && p < w->gr.g->n_nodes && visible(w, p)) {
+        if (w->gr.node_group[p] >= 0)
+            snprintf(id, size, "g%d", w->gr.node_group[p]);
         else
             snprintf(id, size, "n%d", p);
-    } else if (w->value_group[v] >= 0) {
-        snprintf(id, size, "g%d", w->value_group[v]);
+    } else if (w->gr.value_group[v] >= 0) {
+        snprintf(id, size, "g%d", w->gr.value_group[v]);
     } else {
         snprintf(id, size, "v%d", v);
     }
@@ -219,8 +105,8 @@ static void id_text(uint64_t k, int32_t n_nodes, int32_t n_groups, char *id, siz
 
 static const char *device_label(const view *w, int32_t d, char *buf, size_t size)
 {
-    if (d >= 0 && d < w->o->n_device_names && w->o->device_names)
-        snprintf(buf, size, "%s", w->o->device_names[d]);
+    if (d >= 0 && d < w->gr.o->n_device_names && w->gr.o->device_names)
+        snprintf(buf, size, "%s", w->gr.o->device_names[d]);
     else
         snprintf(buf, size, "device %d", d);
     return buf;
@@ -228,11 +114,11 @@ static const char *device_label(const view *w, int32_t d, char *buf, size_t size
 
 static void print_nodes(view *w, FILE *out)
 {
-    const ir_graph *g = w->g;
+    const ir_graph *g = w->gr.g;
     char label[512], dev[128];
     /* what the drawn ops read: with a stage, the other sources are not drawn */
     char *read = calloc((size_t)g->n_values + 1, 1);
-    int32_t *group_read = calloc((size_t)w->n_groups + 1, sizeof *group_read);
+    int32_t *group_read = calloc((size_t)w->gr.n_groups + 1, sizeof *group_read);
     if (!read || !group_read) {
         free(read);
         free(group_read);
@@ -244,17 +130,17 @@ static void print_nodes(view *w, FILE *out)
             if (v < 0 || v >= g->n_values)
                 continue;
             read[v] = 1;
-            if (w->value_group[v] >= 0)
-                group_read[w->value_group[v]] = 1;
+            if (w->gr.value_group[v] >= 0)
+                group_read[w->gr.value_group[v]] = 1;
         }
     /* sources: alone, or another stage's values read by this one */
     for (int32_t v = 0; v < g->n_values; v++) {
         const ir_value *val = &g->values[v];
         int32_t p = val->producer;
         int foreign = p >= 0 && p < g->n_nodes && !visible(w, p);
-        if ((p >= 0 && p < g->n_nodes && !foreign) || w->value_group[v] >= 0)
+        if ((p >= 0 && p < g->n_nodes && !foreign) || w->gr.value_group[v] >= 0)
             continue;
-        if ((foreign || w->o->stage >= 0) && !read[v])
+        if ((foreign || w->gr.o->stage >= 0) && !read[v])
             continue;
         fprintf(out, "  v%d [shape=ellipse, style=%s, fillcolor=\"%s\", label=\"", v, foreign ? "dashed" : "filled",
                 foreign ? "white" : source_colour(val->role));
@@ -263,9 +149,9 @@ static void print_nodes(view *w, FILE *out)
             fprintf(out, "\\n(stage %d)", g->nodes[p].stage);
         fputs("\"];\n", out);
     }
-    for (int32_t k = 0; k < w->n_groups; k++) {
-        const group *q = &w->groups[k];
-        if (q->is_source && w->o->stage >= 0 && !group_read[k])
+    for (int32_t k = 0; k < w->gr.n_groups; k++) {
+        const ir_view_group *q = &w->gr.groups[k];
+        if (q->is_source && w->gr.o->stage >= 0 && !group_read[k])
             continue;
         if (q->is_source) {
             snprintf(label, sizeof label, "%s.%lld-%lld %s\n%d tensors", q->prefix, (long long)q->lo, (long long)q->hi,
@@ -274,19 +160,19 @@ static void print_nodes(view *w, FILE *out)
                     source_colour((ir_role)q->phase_or_role));
         } else {
             snprintf(label, sizeof label, "%s.%lld-%lld %s\n%lld blocks, %d ops%s%s", q->prefix, (long long)q->lo,
-                     (long long)q->hi, phase_name((ir_phase)q->phase_or_role), (long long)(q->hi - q->lo + 1),
+                     (long long)q->hi, ir_view_phase_name((ir_phase)q->phase_or_role), (long long)(q->hi - q->lo + 1),
                      q->members, q->device >= 0 ? "\n" : "", q->device >= 0 ? device_label(w, q->device, dev, sizeof dev) : "");
             fprintf(out, "  g%d [shape=box3d, style=filled, fillcolor=\"%s\", label=\"", k,
-                    q->device >= 0 ? device_colours[q->device % N_DEVICE_COLOURS] : "white");
+                    ir_view_device_colour(q->device));
         }
         put_escaped(out, label);
         fputs("\"];\n", out);
     }
     for (int32_t n = 0; n < g->n_nodes; n++) {
         const ir_node *node = &g->nodes[n];
-        if (!visible(w, n) || w->node_group[n] >= 0)
+        if (!visible(w, n) || w->gr.node_group[n] >= 0)
             continue;
-        const char *fill = node->device >= 0 ? device_colours[node->device % N_DEVICE_COLOURS] : "white";
+        const char *fill = ir_view_device_colour(node->device);
         fprintf(out, "  n%d [shape=box, style=filled, fillcolor=\"%s\", label=\"", n, fill);
         put_escaped(out, ir_str(g, node->name));
         fputs("\\n", out);
@@ -299,7 +185,7 @@ static void print_nodes(view *w, FILE *out)
 
 static int print_edges(view *w, FILE *out)
 {
-    const ir_graph *g = w->g;
+    const ir_graph *g = w->gr.g;
     w->cap_edges = (size_t)g->n_nodes * IR_MAX_IN * 2 + 16;
     w->keys = calloc(w->cap_edges, sizeof *w->keys);
     w->counts = calloc(w->cap_edges, sizeof *w->counts);
@@ -307,12 +193,12 @@ static int print_edges(view *w, FILE *out)
     if (!w->keys || !w->counts || !w->first_value)
         return -1;
     char from[32], to[32];
-    uint64_t span = (uint64_t)g->n_nodes + (uint64_t)w->n_groups + (uint64_t)g->n_values;
+    uint64_t span = (uint64_t)g->n_nodes + (uint64_t)w->gr.n_groups + (uint64_t)g->n_values;
     for (int32_t n = 0; n < g->n_nodes; n++) {
         if (!visible(w, n))
             continue;
-        if (w->node_group[n] >= 0)
-            snprintf(to, sizeof to, "g%d", w->node_group[n]);
+        if (w->gr.node_group[n] >= 0)
+            snprintf(to, sizeof to, "g%d", w->gr.node_group[n]);
         else
             snprintf(to, sizeof to, "n%d", n);
         for (int i = 0; i < g->nodes[n].n_in && i < IR_MAX_IN; i++) {
@@ -322,7 +208,7 @@ static int print_edges(view *w, FILE *out)
             origin_id(w, v, from, sizeof from);
             if (strcmp(from, to) == 0)
                 continue;   /* inside one collapsed block */
-            uint64_t key = id_number(from, g->n_nodes, w->n_groups) * span + id_number(to, g->n_nodes, w->n_groups);
+            uint64_t key = id_number(from, g->n_nodes, w->gr.n_groups) * span + id_number(to, g->n_nodes, w->gr.n_groups);
             edge_add(w, key, v);
         }
     }
@@ -330,8 +216,8 @@ static int print_edges(view *w, FILE *out)
     for (size_t e = 0; e < w->cap_edges; e++) {
         if (!w->counts[e])
             continue;
-        id_text(w->keys[e] / span, g->n_nodes, w->n_groups, from, sizeof from);
-        id_text(w->keys[e] % span, g->n_nodes, w->n_groups, to, sizeof to);
+        id_text(w->keys[e] / span, g->n_nodes, w->gr.n_groups, from, sizeof from);
+        id_text(w->keys[e] % span, g->n_nodes, w->gr.n_groups, to, sizeof to);
         if (w->counts[e] == 1)
             fprintf(out, "  %s -> %s [label=\"%s\"];\n", from, to,
                     ir_shape_str(&g->values[w->first_value[e]].shape, shape, sizeof shape));
@@ -343,10 +229,8 @@ static int print_edges(view *w, FILE *out)
 
 int ir_graph_print_dot_view(const ir_graph *g, const ir_view_options *o, FILE *out)
 {
-    view w = { .g = g, .o = o };
-    w.node_group = malloc(((size_t)g->n_nodes + 1) * sizeof *w.node_group);
-    w.value_group = malloc(((size_t)g->n_values + 1) * sizeof *w.value_group);
-    int rc = !w.node_group || !w.value_group || assign_groups(&w) ? -1 : 0;
+    view w = { 0 };
+    int rc = ir_view_groups_init(&w.gr, g, o);
     if (rc == 0) {
         fputs("digraph \"", out);
         put_escaped(out, ir_str(g, g->name));
@@ -371,9 +255,7 @@ int ir_graph_print_dot_view(const ir_graph *g, const ir_view_options *o, FILE *o
     }
     if (rc == 0)
         fputs("}\n", out);
-    free(w.node_group);
-    free(w.value_group);
-    free(w.groups);
+    ir_view_groups_free(&w.gr);
     free(w.keys);
     free(w.counts);
     free(w.first_value);

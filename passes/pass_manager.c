@@ -53,7 +53,9 @@ static int maybe_dump(const ir_graph *g, const char *stage, const pass_options *
     if (opt->stop_after)
         *stop = 1;
     FILE *out = opt->dump_out ? opt->dump_out : stdout;
-    return opt->dump_view ? ir_graph_print_dot_view(g, opt->dump_view, out) : ir_graph_print(g, out);
+    if (!opt->dump_view)
+        return ir_graph_print(g, out);
+    return opt->dump_html ? ir_graph_print_html(g, opt->dump_view, out) : ir_graph_print_dot_view(g, opt->dump_view, out);
 }
 
 /* Index of the first pass still to run on g (0 for a graph as built). */

@@ -53,7 +53,8 @@ void fence_plan_free(fence_plan *p);
 typedef struct {
     const char *dump_after;   /* NULL, "frontend" or a pass name            */
     FILE       *dump_out;     /* where to print the IR after that pass      */
-    const struct ir_view_options_s *dump_view;   /* not NULL: print Graphviz (ir/view.h) instead of the text form */
+    const struct ir_view_options_s *dump_view;   /* not NULL: print a picture (ir/view.h) instead of the text form */
+    int         dump_html;    /* with dump_view: 1 = the HTML page, 0 = Graphviz */
     int         stop_after;   /* stop the pipeline after dump_after         */
     const char *last_pass;    /* NULL, or run no pass after this one        */
     /* Placement (estimate, fence, comm). */

@@ -17,6 +17,7 @@ packages=(
   tcpdump                            # the test that no plaintext crosses a sealed link
   libopenblas-dev                    # CPU matrix products
   graphviz                           # rendering `fusionc dump --format dot` in tests
+  chromium                           # opening `fusionc dump --format html` headless in tests
   python3-torch                      # independent reference in tests and benchmarks
   perl time                          # tests write token shards; benchmarks measure peak memory
   gnuplot-nox                        # bench/bench_adatopk.sh's loss curves (PNG)

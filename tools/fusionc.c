@@ -1,7 +1,7 @@
 /* fusionc: the fusion compiler's command line.
  *
  *   fusionc check FILE...                      validate model and cluster files
- *   fusionc dump MODEL [--after PASS] [--format text|dot] [-o FILE]
+ *   fusionc dump MODEL [--after PASS] [--format text|dot|html] [-o FILE]
  *   fusionc stats MODEL                        parameters, FLOPs, activation bytes
  *   fusionc profile [--threads N] [--out FILE] this host's <device> line (tools/profile.c)
  *   fusionc deploy OUT | launch OUT ARGS... | stop OUT   bundles on their hosts over ssh
@@ -49,7 +49,7 @@ static const char *const usage_main =
     "\n"
     "commands:\n"
     "  check FILE...   validate model and cluster files (schema, names, shapes, links)\n"
-    "  dump MODEL      print the operator graph (OP-DAG) after a pass, as text or Graphviz\n"
+    "  dump MODEL      print the operator graph (OP-DAG) after a pass, as text, Graphviz or HTML\n"
     "  stats MODEL     parameters, FLOPs per sample (forward, backward), activation bytes\n"
     "  compile MODEL CLUSTER -o OUT   one training program per device: OUT/<device>/fusion-<device>\n"
     "  plan MODEL CLUSTER  how the model is placed on the cluster, with estimated times\n"
@@ -84,16 +84,18 @@ static const char *const usage_check =
     "  -v                 also print a cluster's devices and links\n";
 
 static const char *const usage_dump =
-    "usage: fusionc dump MODEL [CLUSTER] [--set name=value]... [--after PASS] [--format text|dot] [-o FILE]\n"
+    "usage: fusionc dump MODEL [CLUSTER] [--set name=value]... [--after PASS] [--format text|dot|html] [-o FILE]\n"
     "\n"
     "Prints the OP-DAG of MODEL (a model XML or a text IR file) after PASS\n"
     "(default: the last pass), or placed on CLUSTER after every pass (devices,\n"
     "stages, sends and receives).  The text form reads back: `fusionc dump out.fir`.\n"
     "  --after PASS       frontend (as built, before any pass) or a pass name\n"
-    "  --format FORMAT    text (default) or dot (Graphviz: dot -Tsvg); in dot a repeated\n"
-    "                     block's ops of one phase and device are one box with their count\n"
-    "  --expand           dot: every op, no block collapsed\n"
-    "  --stage N          dot, with CLUSTER: only stage N's ops\n"
+    "  --format FORMAT    text (default), dot (Graphviz: dot -Tsvg) or html (one page for a\n"
+    "                     browser: pan, zoom, search, click a block to expand it); in dot and\n"
+    "                     html a repeated block's ops of one phase and device are one box\n"
+    "                     with their count\n"
+    "  --expand           dot, html: every op, no block collapsed\n"
+    "  --stage N          dot, html, with CLUSTER: only stage N's ops\n"
     "  --device NAME      ... only the ops of the stage device NAME runs\n"
     "  -o FILE            write to FILE instead of standard output (folders made)\n"
     "  --set name=value   override a hyper-parameter (repeatable)\n"
@@ -530,6 +532,9 @@ static void placed_free(placed_model *p)
     fence_plan_free(&p->plan);
 }
 
+/* Is --format this picture (dot or html)? */
+static int picture_format(const options *o, const char *format) { return o->format && strcmp(o->format, format) == 0; }
+
 /* dump MODEL CLUSTER: the placed graph after every pass, printed here (the
  * pipeline's own dump point knows no cluster); --device NAME becomes its
  * stage. */
@@ -563,8 +568,9 @@ static int dump_placed(const options *o, ir_view_options *view, FILE *out, struc
     if (rc == 0 && view->stage >= p->n_stages)
         rc = diag_set(err, o->files[0], 0, "--stage %d: the plan has stages 0 to %d", view->stage, p->n_stages - 1);
     if (rc == 0)
-        rc = o->format && strcmp(o->format, "dot") == 0 ? ir_graph_print_dot_view(&m.g, view, out)
-                                                          : ir_graph_print(&m.g, out);
+        rc = picture_format(o, "dot")    ? ir_graph_print_dot_view(&m.g, view, out)
+           : picture_format(o, "html") ? ir_graph_print_html(&m.g, view, out)
+                                       : ir_graph_print(&m.g, out);
     placed_free(&m);
     return rc;
 }
@@ -583,8 +589,8 @@ static int cmd_dump(int argc, char **argv)
         return usage_error(usage_dump, "%s", "--after is for a MODEL alone: placed on a CLUSTER, it is after every pass");
     if (o.view_stage >= 0 && o.view_device)
         return usage_error(usage_dump, "%s", "--stage or --device, not both");
-    if ((o.view_stage >= 0 || o.view_device || o.expand) && !(o.format && strcmp(o.format, "dot") == 0))
-        return usage_error(usage_dump, "%s", "--expand, --stage and --device shape the picture: --format dot");
+    if ((o.view_stage >= 0 || o.view_device || o.expand) && !picture_format(&o, "dot") && !picture_format(&o, "html"))
+        return usage_error(usage_dump, "%s", "--expand, --stage and --device shape the picture: --format dot or html");
     ir_view_options view = ir_view_defaults();
     view.expand = o.expand;
     view.stage = o.view_stage;
@@ -611,7 +617,8 @@ static int cmd_dump(int argc, char **argv)
         rc = dump_placed(&o, &view, out, &err);
     } else {
         pass_options popt = { .dump_after = o.after ? o.after : pass_pipeline[pass_count - 1].name,
-                              .dump_out = out, .dump_view = o.format && strcmp(o.format, "dot") == 0 ? &view : NULL,
+                              .dump_out = out, .dump_view = o.format && strcmp(o.format, "text") ? &view : NULL,
+                              .dump_html = picture_format(&o, "html"),
                               .stop_after = 1, .precision = o.precision, .tf32 = o.tf32 };
         rc = pass_run_pipeline(&g, &popt, &err);
     }

@@ -205,8 +205,8 @@ int parse_options(int argc, char **argv, const char *usage, options *o)
                 return usage_error(usage, "--cublas expects bundle or system, found '%s'", value);
             o->cublas = value;
         } else if (strcmp(a, "--format") == 0) {
-            if (strcmp(value, "text") && strcmp(value, "dot"))
-                return usage_error(usage, "--format expects text or dot, found '%s'", value);
+            if (strcmp(value, "text") && strcmp(value, "dot") && strcmp(value, "html"))
+                return usage_error(usage, "--format expects text, dot or html, found '%s'", value);
             o->format = value;
         } else {
             o->output = value;
