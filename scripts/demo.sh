@@ -54,3 +54,7 @@ last=$(tail -n 1 "out/demo/train.jsonl.$reporter" | sed 's/.*"loss": \([0-9.]*\)
 echo
 echo "final loss ${last} nats/byte; the text's byte unigram entropy is ${entropy} nats/byte"
 echo "(a model that only knew byte frequencies could not go below ${entropy})"
+
+echo
+echo "== fusionc report: the step logs as plots (loss, tokens/s, the links' bytes and busy time) =="
+$fusionc report out/demo/train.jsonl.* -o out/demo/report
