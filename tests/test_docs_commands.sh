@@ -9,7 +9,8 @@
 # document order, in a scratch folder, and exit 0.  Every relative link
 # and image in those files points to a file that exists, and a link's
 # #anchor to a heading of that file.  Code blocks tagged text, xml or json
-# hold output, not commands, and are skipped.
+# hold output, not commands, and are skipped.  docs/cli.md's quotes of each
+# --help are what the programs print now (tests/docs_help_blocks.py).
 . "$(dirname "$0")/lib.sh"
 py=/usr/bin/python3
 
@@ -175,4 +176,8 @@ echo "${nlinks:-0} relative links checked" >&2
 grep -q "docs/images/ir-viewer.png" README.md && pass || fail "README.md should show docs/images/ir-viewer.png"
 grep -q "docs/images/report-loss.png" README.md && pass || fail "README.md should show docs/images/report-loss.png"
 expect_eq "README.md at most 220 lines" 1 "$([ "$(wc -l <README.md)" -le 220 ] && echo 1 || echo 0)"
+# docs/cli.md's quoted --help texts are what the programs print now
+# (tests/docs_help_blocks.py write ... rewrites them).
+"$py" tests/docs_help_blocks.py check "$FUSIONC" "$work/mlp/cpu0/fusion-cpu0" >"$work/help-blocks" 2>&1 && pass \
+  || fail "$(cat "$work/help-blocks"); run: /usr/bin/python3 tests/docs_help_blocks.py write build/fusionc OUT/cpu0/fusion-cpu0"
 finish
