@@ -3,8 +3,9 @@
 # side in one run.  clusters/local-4.xml (two sites of two CPU devices, a
 # 20 Mbps / 40 ms link between them) with its devices' peaks divided by 4
 # (local-4's 50 GFLOPS each are more than four processes get from this
-# machine's two cores; at 12 GFLOPS the pacing, not the shared cores, sets
-# each device's speed), every run with --emulate-links and
+# machine's two cores; at 12 GFLOPS the pacing sets two devices' speed,
+# but four run 200-290 ms a step against two's 141 at S = 600: the cores
+# hold them back, see docs/distributed.md), every run with --emulate-links and
 # --emulate-devices, the demo's GPT (4 layers, d 128, byte-level, the
 # licence texts), fp32:
 #
