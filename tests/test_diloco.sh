@@ -114,6 +114,16 @@ grep -q "^throughput: [0-9]* tokens/s" "$work/sim.out" && pass || fail "simulate
 grep -q "^best single site: region site" "$work/sim.out" && pass || fail "simulate: no best single site line"
 "$FUSIONC" plan "${model[@]}" clusters/local-4.xml --sync diloco --local-steps 7 -o "$work" >"$work/plan.out" 2>&1 \
   && grep -q "^H = 7 from --local-steps" "$work/plan.out" && pass || fail "plan --local-steps 7: $(cat "$work/plan.out")"
+grep -q "the outer step's arithmetic [0-9.]* s" "$work/plan.out" && pass || fail "plan: the outer step is not priced"
+# The shares when a site's step is not monotonic in its rows
+# (bench_diloco's model, 16 rows, local-4 at 6 GFLOPS): water filling
+# alone gave 9 + 7 (7 rows: one micro-batch, 407 ms) where 8 + 8 take 235.
+sed -E 's/(peak-[a-z0-9]+)="[0-9.]+GFLOPS"/\1="6GFLOPS"/g' clusters/local-4.xml >"$work/six.xml"
+"$FUSIONC" plan models/gpt2.xml --set vocab=256 --set ctx=64 --set layers=4 --set dim=128 --set heads=4 --set batch=16 \
+  --set seq=64 "$work/six.xml" --sync diloco --local-steps 1 -o "$work/six" >"$work/six.out" 2>&1 && pass \
+  || fail "plan on six.xml: $(cat "$work/six.out")"
+expect_eq "16 rows over two equal sites" "8 8" \
+  "$(sed -n 's/^site [01]: region site[AB] (2 devices): \([0-9]*\) rows a step.*/\1/p' "$work/six.out" | xargs)"
 
 # ---- bad input
 bad() {   # bad WHAT EXPECTED-STATUS PATTERN ARGS...

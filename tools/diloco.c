@@ -32,13 +32,27 @@ static int32_t holder(const diloco_plan *dp, int32_t k, const char *name)
     return s < 0 ? -1 : dp->map[k][p->device[s * p->n_replicas]];
 }
 
-/* X, C and the bytes (diloco.h), for the plans and the codec. */
+/* The memory traffic of the outer step, bytes a parameter element, on
+ * its holder (runtime/comm/diloco.c, two sites, 8- or 4-bit rows): the
+ * change encoded with error feedback (start, param, residual read; the
+ * change written, encoded, decoded; the residual written: ~37), the
+ * changes gathered and summed (~33), the outer step (sum, anchor: ~12),
+ * the parameter set from the anchor and the start from the parameter
+ * (~16-24).  Priced at the holder's memory bandwidth: the arithmetic is
+ * a few passes over memory, and it is not hidden by the round of delay. */
+#define OUTER_BYTES_PER_ELEMENT 104.0
+
+/* X, C, A and the bytes (diloco.h), for the plans and the codec. */
 static void price_exchange(diloco_plan *dp, const cluster *c)
 {
     int32_t N = c->n_devices;
     double *bytes = calloc((size_t)N * (size_t)N + 1, sizeof *bytes);
-    if (!bytes)
+    double *held = calloc((size_t)N + 1, sizeof *held);   /* [device]: parameter elements it steps */
+    if (!bytes || !held) {
+        free(bytes);
+        free(held);
         return;
+    }
     const ir_graph *g0 = &dp->g[0];
     for (int32_t v = 0; v < g0->n_values; v++) {
         const ir_value *x = &g0->values[v];
@@ -48,8 +62,11 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
         double wire = dp->outer.outer_bits ? (double)quant_encoded_bytes(n / cols, cols, dp->outer.outer_bits)
                                            : 4.0 * (double)n;
         int32_t h[RT_MAX_SITES];   /* its holder in each site */
-        for (int32_t k = 0; k < dp->n_sites; k++)
+        for (int32_t k = 0; k < dp->n_sites; k++) {
             h[k] = holder(dp, k, ir_value_name(g0, v));
+            if (h[k] >= 0)
+                held[h[k]] += (double)n;
+        }
         for (int32_t a = 0; a < dp->n_sites; a++)
             for (int32_t b = 0; b < dp->n_sites; b++)
                 if (a != b && h[a] >= 0 && h[b] >= 0)
@@ -67,6 +84,12 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
             dp->exchange_bytes = fmax(dp->exchange_bytes, B);
         }
     free(bytes);
+    dp->outer_seconds = 0.0;
+    for (int32_t d = 0; d < N; d++)
+        if (held[d] > 0 && c->devices[d].memory_bandwidth > 0)
+            dp->outer_seconds = fmax(dp->outer_seconds,
+                                     held[d] * OUTER_BYTES_PER_ELEMENT / c->devices[d].memory_bandwidth);
+    free(held);
     /* C: each stage's parameters (f32) down its ring of replicas, one hop
      * after the other; the sites and stages side by side. */
     dp->copy_seconds = 0.0;
@@ -112,7 +135,7 @@ static void choose_h(diloco_plan *dp, int32_t asked, int each)
     dp->h_chosen = asked == 0;
     int32_t H = asked;
     if (asked == 0) {
-        double need = fmax(dp->exchange_seconds / T, dp->copy_seconds / (0.05 * T));
+        double need = fmax(dp->exchange_seconds / T, (dp->copy_seconds + dp->outer_seconds) / (0.05 * T));
         if (each)
             need = fmax(need, DILOCO_MIN_H * slow / fast);
         H = (int32_t)fmin(ceil(fmax(need, DILOCO_MIN_H)), DILOCO_MAX_H);
@@ -166,10 +189,115 @@ static double step_on(diloco_plan *dp, int32_t k, int64_t rows, diloco_place_fn 
     return t > 0 && isfinite(t) ? t : -1.0;
 }
 
+/* Site steps already timed, by site and rows: the search below asks for
+ * the same ones again. */
+#define SPLIT_MEMO 512
+typedef struct {
+    int32_t site[SPLIT_MEMO];
+    int64_t rows[SPLIT_MEMO];
+    double  step[SPLIT_MEMO];
+    int32_t n;
+} split_memo;
+
+static double memo_step(split_memo *m, diloco_plan *dp, int32_t k, int64_t rows, diloco_place_fn place, void *arg,
+                        diloco_time_fn time)
+{
+    for (int32_t i = 0; i < m->n; i++)
+        if (m->site[i] == k && m->rows[i] == rows)
+            return m->step[i];
+    double t = step_on(dp, k, rows, place, arg, time);
+    if (m->n < SPLIT_MEMO) {
+        m->site[m->n] = k;
+        m->rows[m->n] = rows;
+        m->step[m->n++] = t;
+    }
+    return t;
+}
+
+/* The largest step of a split: the time a step of every site takes; -1
+ * when a site cannot be placed on its rows. */
+static double split_step(split_memo *m, diloco_plan *dp, const int64_t *rows, diloco_place_fn place, void *arg,
+                         diloco_time_fn time)
+{
+    double T = 0.0;
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        double t = memo_step(m, dp, k, rows[k], place, arg, time);
+        if (t < 0)
+            return -1.0;
+        T = fmax(T, t);
+    }
+    return T;
+}
+
+/* Moves of `move` rows from one site to another while the largest step
+ * shrinks (the best move each time).  A site's step is not monotonic in
+ * its rows: 7 rows take one micro-batch where 8 take four, so water
+ * filling alone can end at 9 + 7 rows and 407 ms where 8 + 8 take 236
+ * (local-4 at 6 GFLOPS, 16 rows). */
+static double refine_split(split_memo *m, diloco_plan *dp, int64_t *rows, int64_t move, int64_t q,
+                           diloco_place_fn place, void *arg, diloco_time_fn time)
+{
+    double T = split_step(m, dp, rows, place, arg, time);
+    for (int iter = 0; iter < 64 && T > 0; iter++) {
+        int32_t from = -1, to = -1;
+        double best = T * (1.0 - 1e-9);
+        for (int32_t a = 0; a < dp->n_sites; a++)
+            for (int32_t b = 0; b < dp->n_sites; b++) {
+                if (a == b || rows[a] - move < q)
+                    continue;
+                rows[a] -= move;
+                rows[b] += move;
+                double t = split_step(m, dp, rows, place, arg, time);
+                rows[a] += move;
+                rows[b] -= move;
+                if (t > 0 && t < best) {
+                    best = t;
+                    from = a;
+                    to = b;
+                }
+            }
+        if (from < 0)
+            break;
+        rows[from] -= move;
+        rows[to] += move;
+        T = best;
+    }
+    return T;
+}
+
+/* Units of q rows in proportion to each site's speed on the whole batch
+ * (largest remainders), each site at least one. */
+static void proportional_split(const diloco_plan *dp, int64_t units, int64_t q, int64_t *rows)
+{
+    double speed = 0.0, share[RT_MAX_SITES];
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        speed += 1.0 / dp->alone[k];
+    int64_t given = 0;
+    for (int32_t k = 0; k < dp->n_sites; k++) {
+        share[k] = (double)(units - dp->n_sites) * (1.0 / dp->alone[k]) / speed;
+        rows[k] = 1 + (int64_t)floor(share[k]);
+        share[k] -= floor(share[k]);
+        given += rows[k];
+    }
+    while (given < units) {
+        int32_t best = 0;
+        for (int32_t k = 1; k < dp->n_sites; k++)
+            if (share[k] > share[best])
+                best = k;
+        rows[best]++;
+        share[best] = -1.0;
+        given++;
+    }
+    for (int32_t k = 0; k < dp->n_sites; k++)
+        rows[k] *= q;
+}
+
 /* The shares: every site starts with one unit of q rows; each further
  * unit goes to the site whose step would be shortest with it (water
  * filling: for steps that grow with the rows, the largest step ends as
- * small as units of q allow). */
+ * small as units of q allow).  That split and one in proportion to the
+ * sites' speeds are then each improved by moving rows between sites, and
+ * the faster kept. */
 static int share_batch(diloco_plan *dp, int64_t q, diloco_place_fn place, void *arg, diloco_time_fn time,
                        const char *file, struct diag *err)
 {
@@ -177,13 +305,16 @@ static int share_batch(diloco_plan *dp, int64_t q, diloco_place_fn place, void *
     if (units < dp->n_sites)
         return diag_set(err, file, 0, "--sync diloco: the batch (%lld rows) cannot give each of the %d sites %lld "
                         "row%s", (long long)dp->global_batch, dp->n_sites, (long long)q, q == 1 ? "" : "s");
+    split_memo *memo = calloc(1, sizeof *memo);
+    if (!memo)
+        return diag_set(err, file, 0, "out of memory");
     /* At most about 64 hand-outs (each places and times a site once). */
     int64_t chunk = units / 64 > 1 ? units / 64 : 1, given = dp->n_sites;
     double next[RT_MAX_SITES];
     for (int32_t k = 0; k < dp->n_sites; k++) {
         dp->rows[k] = q;
         int64_t more = units - given < chunk ? units - given : chunk;
-        next[k] = more > 0 ? step_on(dp, k, (1 + more) * q, place, arg, time) : -1.0;
+        next[k] = more > 0 ? memo_step(memo, dp, k, (1 + more) * q, place, arg, time) : -1.0;
     }
     while (given < units) {
         int64_t more = units - given < chunk ? units - given : chunk;
@@ -191,18 +322,27 @@ static int share_batch(diloco_plan *dp, int64_t q, diloco_place_fn place, void *
         for (int32_t k = 0; k < dp->n_sites; k++)
             if (next[k] > 0 && (best < 0 || next[k] < next[best]))
                 best = k;
-        if (best < 0)
+        if (best < 0) {
+            free(memo);
             return diag_set(err, file, 0, "--sync diloco: no site can take more of the batch (%lld of %lld rows "
                             "given)", (long long)(given * q), (long long)dp->global_batch);
+        }
         dp->rows[best] += more * q;
         given += more;
         more = units - given < chunk ? units - given : chunk;
-        next[best] = more > 0 ? step_on(dp, best, dp->rows[best] + more * q, place, arg, time) : -1.0;
+        next[best] = more > 0 ? memo_step(memo, dp, best, dp->rows[best] + more * q, place, arg, time) : -1.0;
         /* The others' next hand-out may be smaller now (the last one). */
         for (int32_t k = 0; k < dp->n_sites && more > 0 && more < chunk; k++)
             if (k != best)
-                next[k] = step_on(dp, k, dp->rows[k] + more * q, place, arg, time);
+                next[k] = memo_step(memo, dp, k, dp->rows[k] + more * q, place, arg, time);
     }
+    int64_t other[RT_MAX_SITES];
+    proportional_split(dp, units, q, other);
+    double filled = refine_split(memo, dp, dp->rows, chunk * q, q, place, arg, time);
+    double even = refine_split(memo, dp, other, chunk * q, q, place, arg, time);
+    if (even > 0 && (filled < 0 || even < filled))
+        memcpy(dp->rows, other, sizeof other[0] * (size_t)dp->n_sites);
+    free(memo);
     return 0;
 }
 
@@ -275,7 +415,7 @@ static double round_seconds(const diloco_plan *dp)
     for (int32_t k = 0; k < dp->n_sites; k++)
         inner = fmax(inner, dp->outer.site_steps[k] * dp->step[k]);
     double exposed = dp->outer.outer_delay ? fmax(0.0, dp->exchange_seconds - inner) : dp->exchange_seconds;
-    return inner + exposed + dp->copy_seconds;
+    return inner + exposed + dp->copy_seconds + dp->outer_seconds;
 }
 
 static double round_rows(const diloco_plan *dp)
@@ -319,8 +459,8 @@ void diloco_print(FILE *out, const diloco_plan *dp, const cluster *c)
             : dp->delay_chosen ? ", applied at once (the exchange waited for is under a tenth of a round)" : "");
     if (dp->h_chosen)
         fprintf(out, "H = %d chosen: the smallest (at least %d) whose steps hide the exchange (%.3f s <= H x %.3f ms) "
-                "and keep the copies to the replicas (%.3f s) under 5%% of them%s\n", x->local_steps, DILOCO_MIN_H,
-                dp->exchange_seconds, T * 1e3, dp->copy_seconds,
+                "and keep the outer step and the copies to the replicas (%.3f s) under 5%% of them%s\n", x->local_steps,
+                DILOCO_MIN_H, dp->exchange_seconds, T * 1e3, dp->copy_seconds + dp->outer_seconds,
                 dp->each ? ", and the slowest site at least 10 steps a round" : "");
     else
         fprintf(out, "H = %d from --local-steps\n", x->local_steps);
@@ -335,8 +475,8 @@ void diloco_print(FILE *out, const diloco_plan *dp, const cluster *c)
                 dp->timed_by, dp->step[k] * 1e3, dp->alone[k] * 1e3);
     }
     fprintf(out, "outer exchange: %.1f KiB from a holder to each other site's (the largest), %.3f s on the slowest "
-            "link; copies down the replicas %.3f s\n", dp->exchange_bytes / 1024.0, dp->exchange_seconds,
-            dp->copy_seconds);
+            "link; the outer step's arithmetic %.3f s; copies down the replicas %.3f s\n", dp->exchange_bytes / 1024.0,
+            dp->exchange_seconds, dp->outer_seconds, dp->copy_seconds);
     /* What the sites would train each alone on the whole batch, summed:
      * the most they can give together. */
     const char *unit;

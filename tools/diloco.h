@@ -69,6 +69,7 @@ typedef struct {
     int64_t    global_batch;
     double     exchange_seconds;     /* X: one outer exchange                               */
     double     copy_seconds;         /* C: the copies down the replicas                     */
+    double     outer_seconds;        /* A: the outer step's arithmetic on the busiest holder */
     double     exchange_bytes;       /* the largest bytes one holder sends one other site   */
     int        h_chosen;             /* 1: H from the links; 0: --local-steps                */
     int        each;                 /* --site-batch each: every site trains `batch` rows a step */
