@@ -236,7 +236,18 @@ static int assign_buckets(ir_graph *g, const cluster *c)
                 order[b] = order[b - 1];
                 order[b - 1] = t;
             }
-        double cap = allreduce_bucket_cap(total), have = 0.0;
+        /* As many buckets as pay for their latencies (allreduce_bucket_count):
+         * the stage's all-reduce, one more bucket's latency, and one
+         * micro-batch's backward on the stage's first device. */
+        const int32_t *dev = p->device + (size_t)s * p->n_replicas;
+        int64_t groups = 0;
+        double ar = allreduce_plan(c, dev, p->n_replicas, total, link_of_cluster, c, &groups);
+        double latency = allreduce_seconds_for(dev, p->n_replicas, 1.0, groups, link_of_cluster, c), backward = 0.0;
+        for (int32_t i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].stage == s && g->nodes[i].phase == PHASE_BACKWARD)
+                backward += estimate_node_seconds(g, i, &c->devices[dev[0]]);
+        int32_t buckets = allreduce_bucket_count(ar, latency, backward, total);
+        double cap = fmax(allreduce_bucket_cap(total), total / buckets), have = 0.0;
         for (int32_t k = 0, bucket = 0; k < n; k++) {
             if (ir_node_set_int(g, order[k], ATTR_BUCKET, bucket)) {
                 free(order);

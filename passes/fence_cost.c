@@ -383,11 +383,17 @@ static void model_link(const void *ctx, int32_t a, int32_t b, double *bw, double
     fence_link_of(ctx, a, b, bw, lat);
 }
 
-static double allreduce_seconds(const fence_model *m, const candidate *cd, int32_t s, double grad_bytes)
+static double allreduce_seconds(const fence_model *m, const candidate *cd, int32_t s, double grad_bytes,
+                                double *latency)
 {
+    *latency = 0.0;
     if (cd->R < 2)
         return 0.0;
-    return allreduce_plan(m->c, cd->dev + (size_t)s * cd->R, cd->R, grad_bytes, model_link, m, NULL);
+    int64_t groups = 0;
+    double t = allreduce_plan(m->c, cd->dev + (size_t)s * cd->R, cd->R, grad_bytes, model_link, m, &groups);
+    /* What one more bucket adds: the same way's latencies (a byte's worth). */
+    *latency = allreduce_seconds_for(cd->dev + (size_t)s * cd->R, cd->R, 1.0, groups, model_link, m);
+    return t;
 }
 
 double fence_t_star(const fence_model *m, const candidate *cd, const int32_t *end)
@@ -488,9 +494,9 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
         double cs = f[s] + b[s], busy = 0.0, fwd = 0.0, bwd = 0.0;
         double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
         double upd = stage_seconds(m, &l, m->update, NULL, s, j, end[s]);
-        double ar = allreduce_seconds(m, cd, s, grads);
+        double latency, ar = allreduce_seconds(m, cd, s, grads, &latency);
         if (ar > 0.0)   /* the buckets go during the last backward (the comm pass's assign_buckets) */
-            ar = allreduce_exposed_seconds(ar, b[s], grads);
+            ar = allreduce_exposed_seconds(ar, latency, b[s], grads);
         sum += cs;
         if (cs > bottleneck)
             bottleneck = cs, where = s, is_link = 0;
