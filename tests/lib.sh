@@ -8,7 +8,39 @@ cd "$FUSION_SOURCE_DIR"
 failures=0
 checks=0
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work"; release_ports' EXIT
+
+# claim_ports: sets `ports`, the first of 10,000 ports (20000-59999 in four
+# ranges) that no other test holds while this one runs.  ctest -j runs tests
+# side by side, and two that picked overlapping ports from their PIDs had a
+# device accept the other test's peer (its sealed frames refused, the
+# handshake timed out).  A range is held by a folder naming the holder's
+# PID (mkdir is atomic); one whose holder has died is taken over.  Waits
+# up to ten minutes for a free range.
+claim_ports() {
+  local i k dir pid
+  mkdir -p /tmp/fusion-test-ports
+  for ((k = 0; k < 1200; k++)); do
+    for i in 0 1 2 3; do
+      dir=/tmp/fusion-test-ports/$i
+      if mkdir "$dir" 2>/dev/null; then
+        echo $$ >"$dir/pid"
+        ports_dir=$dir
+        ports=$((20000 + i * 10000))
+        return 0
+      fi
+      pid=$(cat "$dir/pid" 2>/dev/null || true)
+      if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+        rm -rf "$dir"   # its holder died; the next pass takes it
+      fi
+    done
+    sleep 0.5
+  done
+  echo "FAIL: no free port range in /tmp/fusion-test-ports after ten minutes" >&2
+  exit 1
+}
+ports_dir=
+release_ports() { if [ -n "$ports_dir" ]; then rm -rf "$ports_dir"; fi; }
 
 fail() { failures=$((failures + 1)); echo "FAIL: $*" >&2; }
 

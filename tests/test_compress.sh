@@ -18,7 +18,8 @@ no_leak_scan_in_threaded_programs
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
 model=(--set vocab=256 --set ctx=32 --set layers=4 --set dim=48 --set heads=4 --set batch=8 --set seq=32
        --set lr=3e-3 --set warmup=5)
-base=$((34000 + ($$ % 900) * 30))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 
 for c in none topk:0.05 adatopk; do
   "$FUSIONC" compile models/gpt2.xml clusters/local-4.xml -o "$work/$c" "${model[@]}" --scheduler uniform \

@@ -63,7 +63,8 @@ no_leak_scan_in_threaded_programs
 model=(--set vocab=256 --set ctx=16 --set layers=2 --set dim=32 --set heads=2 --set batch=4 --set seq=16)
 steps=6
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
-base=$((24000 + ($$ % 900) * 40))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 
 losses() { sed 's/^\[[^]]*\] //' "$1" | awk '/^step +[0-9]+\//{print $4}'; }
 # close NAME REF FOUND: every loss within 1e-5 relative.

@@ -26,7 +26,8 @@ no_leak_scan_in_threaded_programs
 model=(--set vocab=256 --set ctx=16 --set layers=2 --set dim=32 --set heads=2 --set batch=4 --set seq=16)
 steps=4
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
-base=$((25000 + ($$ % 900) * 40))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 losses() { sed 's/^\[[^]]*\] //' "$1" | awk '/^step +[0-9]+\//{print $4}'; }
 
 "$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/cpu" "${model[@]}" >"$work/log" 2>&1 \

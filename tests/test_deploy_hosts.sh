@@ -123,7 +123,8 @@ done
 overlimits=$(ip netns exec "${ns}sw" tc -s qdisc show dev p2 | sed -n 's/.*overlimits \([0-9]*\).*/\1/p')
 [ "${overlimits:-0}" -gt 0 ] && pass || fail "the tbf on site B's link never held a packet back (overlimits ${overlimits:-?})"
 echo "tbf on site B (20 Mbit/s): $(ip netns exec "${ns}sw" tc -s qdisc show dev p2 | sed -n 's/^ *\(Sent.*\)/\1/p')" >&2
-base=$((24000 + ($$ % 900) * 40))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 "$out/launch-local.sh" --data "$work/corpus.txt" --steps 20 --seed 3 --port-base "$base" \
   --peer cpu-a0=127.0.0.1 --peer cpu-a1=127.0.0.1 --peer cpu-b0=127.0.0.1 >"$work/local.out" 2>"$work/local.err" \
   && pass || fail "the same bundles on this machine: $(cat "$work/local.err")"

@@ -18,7 +18,8 @@ cat /usr/share/common-licenses/* > "$work/corpus.txt"
 model=(models/gpt2.xml --set vocab=256 --set ctx=32 --set layers=4 --set dim=48 --set heads=4 --set batch=8
        --set seq=32 --set grad_clip=0)
 sgd=(--set sgd=1 --set lr=0.5)
-base=$((20000 + ($$ % 900) * 40 + 17))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$((ports + 17))
 losses() { awk '/^step .*loss/{print $4}' "$1"; }
 
 # compile NAME ARGS...: into $work/NAME, on its own ports.

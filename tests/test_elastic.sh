@@ -33,8 +33,9 @@ no_leak_scan_in_threaded_programs
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
 model=(--set vocab=256 --set ctx=32 --set layers=2 --set dim=48 --set heads=4 --set batch=8 --set seq=32
        --set lr=3e-3 --set warmup=5)
-port=$((29000 + ($$ % 300) * 2))
-base=$((40000 + ($$ % 300) * 60))
+claim_ports   # tests/lib.sh: this test's own ports
+port=$((ports + 9900))
+base=$ports
 args=(--data "$work/corpus.txt" --steps 150 --seed 7 --emulate-devices)
 # Devices declared at 2 GFLOPS and paced to it (--emulate-devices): a step
 # takes tens of milliseconds, so that a device can be killed mid-run.

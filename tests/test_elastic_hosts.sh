@@ -48,8 +48,9 @@ cat /usr/share/common-licenses/* >"$work/corpus.txt"
 model=(--set vocab=256 --set ctx=32 --set layers=2 --set dim=48 --set heads=4 --set batch=8 --set seq=32
        --set lr=3e-3 --set warmup=5)
 args=(--data "$work/corpus.txt" --steps 60 --seed 7 --emulate-devices)
-port=$((29000 + ($$ % 300) * 2))
-base=$((40000 + ($$ % 300) * 60))
+claim_ports   # tests/lib.sh: this test's own ports
+port=$((ports + 9900))
+base=$ports
 losses() { awk '/^step /{split($2, s, "/"); print s[1], $4}' "$1"; }
 
 compile() {   # compile NAME WITH_STANDBY

@@ -35,7 +35,8 @@ losses "$work/train.out" | tail -10 | awk -v h="$entropy" '{ s += $1; n++ }
 
 # ---- many devices, the same mathematics ----
 steps=20
-base=$((20000 + ($$ % 900) * 40))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 "$work/one/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps $steps --seed 5 >"$work/one.out" 2>&1 \
   && pass || fail "one-device run: $(tail -3 "$work/one.out")"
 losses "$work/one.out" >"$work/one.loss"

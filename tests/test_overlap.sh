@@ -20,7 +20,8 @@ cat /usr/share/common-licenses/* > "$work/corpus.txt"
 model=(--set vocab=256 --set ctx=32 --set layers=2 --set dim=48 --set heads=4 --set batch=8 --set seq=32
        --set lr=3e-3 --set warmup=5)
 steps=8
-base=$((26000 + ($$ % 900) * 40))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 # local-4 with its devices declared at 50 MFLOPS: this tiny model's backward
 # then outlasts the latencies each bucket adds (the 40 ms link's, in the
 # hierarchy), so the comm pass gives the stages several buckets

@@ -9,7 +9,8 @@ no_leak_scan_in_threaded_programs
 
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
 model=(--set vocab=256 --set ctx=32 --set layers=4 --set dim=48 --set heads=4 --set batch=8 --set seq=32)
-base=$((30000 + ($$ % 900) * 30))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 devices=(cpu-a0 cpu-a1 cpu-b0 cpu-b1)
 
 "$FUSIONC" compile models/gpt2.xml clusters/local-4.xml -o "$work/a" "${model[@]}" --scheduler uniform \

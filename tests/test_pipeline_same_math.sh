@@ -15,7 +15,8 @@ model=(--set vocab=256 --set ctx=32 --set layers=4 --set dim=48 --set heads=4 --
        --set lr=3e-3 --set warmup=5)
 steps=20
 # Ports: one range per test run, so parallel tests do not collide.
-base=$((20000 + ($$ % 900) * 40))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 
 losses() { awk '/^step /{print $4}' "$1"; }
 

@@ -82,7 +82,8 @@ else fail "resnet18 bf16 vs torch autocast: $(cat "$work/rcmp")"; fi
 # ---- bf16 on four devices: the one-device mathematics -------------------------
 model=(--set vocab=256 --set ctx=32 --set layers=4 --set dim=48 --set heads=4 --set batch=8 --set seq=32
        --set lr=3e-3 --set warmup=5)
-base=$((21000 + ($$ % 900) * 40))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 "$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/one" "${model[@]}" --precision bf16 >/dev/null &&
   "$work/one/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 10 --seed 5 >"$work/one.out" 2>&1 && pass ||
   fail "one-device bf16 run: $(tail -3 "$work/one.out")"

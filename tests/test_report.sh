@@ -6,7 +6,8 @@
 no_leak_scan_in_threaded_programs
 command -v gnuplot >/dev/null || { echo "FAIL: gnuplot is not installed (scripts/install-deps.sh)" >&2; exit 1; }
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
-base=$((20000 + ($$ % 900) * 40))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 "$FUSIONC" compile models/gpt2.xml clusters/local-4.xml -o "$work/out" --set vocab=256 --set ctx=32 --set layers=2 \
   --set dim=48 --set heads=4 --set batch=8 --set seq=32 --stages 2 --replicas 1 --micro-batches 4 --compress none \
   --port-base "$base" >"$work/c.out" 2>&1 && pass || fail "compile: $(cat "$work/c.out")"

@@ -18,7 +18,8 @@ no_leak_scan_in_threaded_programs
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
 model=(--set vocab=256 --set ctx=32 --set layers=2 --set dim=48 --set heads=4 --set batch=8 --set seq=32
        --set lr=3e-3 --set warmup=5)
-base=$((27000 + ($$ % 900) * 40))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 losses() { sed 's/^\[[^]]*\] //' "$1" | awk '/^step /{split($2, s, "/"); print s[1], $4}'; }
 
 compile() {   # compile NAME CLUSTER OPTIONS...

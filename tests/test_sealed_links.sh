@@ -32,7 +32,8 @@ py=/usr/bin/python3
 mitm=tests/sealed/mitm.py
 tcpdump=$(command -v tcpdump || echo /usr/sbin/tcpdump)
 # Ports below the ephemeral range (32768-), 30 per test, from the pid.
-base=$((20000 + ($$ % 300) * 30))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 bg=()
 trap 'for p in "${bg[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$work"' EXIT
 cat /usr/share/common-licenses/* >"$work/corpus.txt"

@@ -10,7 +10,8 @@ no_leak_scan_in_threaded_programs
 py=/usr/bin/python3
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
 model=(--set vocab=256 --set ctx=32 --set layers=2 --set dim=48 --set heads=4 --set batch=8 --set seq=32)
-base=$((20000 + ($$ % 900) * 40))
+claim_ports   # tests/lib.sh: this test's own ports
+base=$ports
 
 "$FUSIONC" compile models/gpt2.xml clusters/local-4.xml -o "$work/two" "${model[@]}" \
   --stages 2 --replicas 1 --micro-batches 4 --compress none --port-base "$base" >"$work/c.out" 2>&1 \
