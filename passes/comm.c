@@ -237,11 +237,12 @@ static int assign_buckets(ir_graph *g, const cluster *c)
                 order[b - 1] = t;
             }
         /* As many buckets as pay for their latencies (allreduce_bucket_count):
-         * the stage's all-reduce, one more bucket's latency, and one
+         * the stage's all-reduce the way its ops will run it (their
+         * `groups`, add_allreduces'), one more bucket's latency, and one
          * micro-batch's backward on the stage's first device. */
         const int32_t *dev = p->device + (size_t)s * p->n_replicas;
-        int64_t groups = 0;
-        double ar = allreduce_plan(c, dev, p->n_replicas, total, link_of_cluster, c, &groups);
+        int64_t groups = n > 0 ? ir_node_int(&g->nodes[order[0]], ATTR_GROUPS, 0) : 0;
+        double ar = allreduce_seconds_for(dev, p->n_replicas, total, groups, link_of_cluster, c);
         double latency = allreduce_seconds_for(dev, p->n_replicas, 1.0, groups, link_of_cluster, c), backward = 0.0;
         for (int32_t i = 0; i < g->n_nodes; i++)
             if (g->nodes[i].stage == s && g->nodes[i].phase == PHASE_BACKWARD)
