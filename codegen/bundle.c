@@ -169,6 +169,10 @@ static int collect_links(const graph_set *set, const cluster *c, rt_link **out, 
             if (g->nodes[i].op == OP_ALLREDUCE && ir_node_int(&g->nodes[i], ATTR_GROUPS, 0))
                 allreduce_mark_links(ir_node_int(&g->nodes[i], ATTR_GROUPS, 0),
                                      p->device + (size_t)g->nodes[i].stage * R, R, used, N);
+            else if (g->nodes[i].op == OP_ALLREDUCE && ir_node_int(&g->nodes[i], ATTR_BITS, 0))
+                for (int32_t a = 0; a < R; a++)   /* the quantised exchange: every pair of replicas */
+                    for (int32_t b = a + 1; b < R; b++)
+                        mark_pair(used, N, p->device[g->nodes[i].stage * R + a], p->device[g->nodes[i].stage * R + b]);
     }
     for (int32_t i = 0; set->params && i < set->n_params; i++)
         for (int32_t a = 0; a < set->n; a++)

@@ -111,7 +111,8 @@ typedef enum {
     ATTR_FEEDBACK,      /* send: 1 = x is a parameter's partial gradient: send the top k of
                            x + residual, keep the rest in the residual (error feedback) */
     ATTR_BITS,          /* send/recv: 8 or 4 = the tensor travels as rows of that many bits
-                           and a scale (runtime/comm/quant.h; the compress pass)       */
+                           and a scale (runtime/comm/quant.h; the compress pass); allreduce:
+                           the quantised exchange (passes/allreduce_plan.h; the comm pass) */
     ATTR_ACCUMULATE,    /* send/recv: 1 = x is a parameter's partial gradient: the sender
                            sums it over the step's micro-batches and sends the sum with
                            the last one; the receiver reads zeros before (the comm pass) */

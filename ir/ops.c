@@ -252,8 +252,8 @@ const op_def op_table[OP_COUNT] = {
                        .shape = shape_same_as_first, .flops_forward = flops_input_elements,
                        .flops_backward = flops_zero, .bytes_forward = bytes_io, .backward = OP_COUNT,
                        .forward_of = OP_COUNT, .internal = 1,
-                       .n_attr_specs = 3, .attr_specs = { REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_GROUPS, 0),
-                                                          OPT_INT(ATTR_BUCKET, -1) } },
+                       .n_attr_specs = 4, .attr_specs = { REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_GROUPS, 0),
+                                                          OPT_INT(ATTR_BUCKET, -1), OPT_INT(ATTR_BITS, 0) } },
 };
 
 const char *attr_key_name(attr_key k)

@@ -116,3 +116,65 @@ void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *u
         }
     }
 }
+
+/* ---- the quantised exchange ------------------------------------------------ */
+
+double allreduce_quant_wire_bytes(double floats, int bits)
+{
+    double rows = ceil(floats / ALLREDUCE_QUANT_COLS);
+    return floats > 0 ? 32.0 + 4.0 * rows + rows * ALLREDUCE_QUANT_COLS * bits / 8.0 : 0.0;
+}
+
+double allreduce_quant_seconds(const int32_t *dev, int32_t R, double bytes, int bits, allreduce_link_fn link,
+                               const void *ctx)
+{
+    if (R < 2)
+        return 0.0;
+    double floats = bytes / 4.0, wire = allreduce_quant_wire_bytes(ceil(floats / R), bits), phase = 0.0;
+    for (int32_t a = 0; a < R; a++)
+        for (int32_t b = 0; b < R; b++) {
+            double bw, lat;
+            if (a == b)
+                continue;
+            link(ctx, dev[a], dev[b], &bw, &lat);
+            phase = fmax(phase, estimate_transfer_seconds(wire, bw, lat));
+        }
+    /* A replica encodes R-1 chunks and decodes each again (what it dropped
+     * is the difference), decodes the R-1 it receives, then encodes and
+     * decodes its own chunk's mean and decodes R-1 means: (4R - 2) / R
+     * chunk-sized halves of an encode-and-decode a step, priced as halves
+     * of the codec's measured pair. */
+    double pairs = (2.0 * R - 1.0) / R;
+    return 2.0 * phase + pairs * bytes / ALLREDUCE_QUANT_CODEC_BYTES_PER_SECOND;
+}
+
+double allreduce_way_seconds(const int32_t *dev, int32_t R, double bytes, int64_t groups, int bits,
+                             allreduce_link_fn link, const void *ctx)
+{
+    return bits ? allreduce_quant_seconds(dev, R, bytes, bits, link, ctx)
+                : allreduce_seconds_for(dev, R, bytes, groups, link, ctx);
+}
+
+double allreduce_choose(const cluster *regions, const int32_t *dev, int32_t R, double bytes, int quantise,
+                        allreduce_link_fn link, const void *ctx, int64_t *groups, int *bits)
+{
+    double t = allreduce_plan(regions, dev, R, bytes, link, ctx, groups);
+    *bits = 0;
+    if (!quantise || !regions || R < 2 || bytes <= 0)
+        return t;
+    int spans = 0;   /* the slow links are between regions: inside one, the sums stay exact */
+    for (int32_t r = 1; r < R && !spans; r++)
+        spans = regions->hosts[regions->devices[dev[r]].host].region !=
+                regions->hosts[regions->devices[dev[0]].host].region;
+    if (!spans)
+        return t;
+    double q8 = allreduce_quant_seconds(dev, R, bytes, 8, link, ctx);
+    double q4 = allreduce_quant_seconds(dev, R, bytes, 4, link, ctx);
+    if (q8 < t)
+        t = q8, *bits = 8;
+    if (q4 < ALLREDUCE_QUANT_4BIT_GAIN * t)
+        t = q4, *bits = 4;
+    if (*bits)
+        *groups = 0;
+    return t;
+}

@@ -53,6 +53,46 @@ double allreduce_seconds_for(const int32_t *dev, int32_t R, double bytes, int64_
  * marked used[min * N + max] = 1 (codegen/bundle.c's link list). */
 void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *used, int32_t N);
 
+/* The quantised exchange (bits 8 or 4; the comm pass's `bits` on a
+ * stage's allreduce ops; runtime/comm/quant_allreduce.h does it): for a
+ * stage whose replicas sit in different regions under --compress.  Each
+ * replica owns a 1/R chunk of the gradients; every replica sends each
+ * other replica that one's chunk as rows of ALLREDUCE_QUANT_COLS values
+ * quantised to `bits` (quant.h, rounded to nearest), the owner sums the R
+ * chunks in fp32 and sends the mean back quantised the same way, and every
+ * replica (the owner too) takes the decoded mean, so all end with the same
+ * bits.  What each quantisation drops is kept (error feedback) and added
+ * to the next step's gradient or mean before it is quantised, so nothing
+ * is lost over the steps, only late (Seide et al. 2014; 1-bit Adam, Tang
+ * et al. 2021, feeds back both ends the same way).  Two rounds, each
+ * sending R-1 chunks at once on R-1 links (the cluster file's links are
+ * per pair) where the ring takes 2 (R-1) steps each paying the slowest
+ * link's latency (GPT-3 XL on dtfm-worldwide: 14 x 143 ms):
+ *   2 max_{a != b} (lat_ab + wire(bytes / R) / bw_ab) + the codec's time.
+ * The codec runs on the host at ALLREDUCE_QUANT_CODEC_BYTES_PER_SECOND:
+ * docs/results.md's bench_topk, 8 bits to nearest, 2.45-2.60 GB/s of fp32
+ * encoded and decoded on one core. */
+#define ALLREDUCE_QUANT_COLS                   512
+#define ALLREDUCE_QUANT_CODEC_BYTES_PER_SECOND 2.5e9
+/* 4 bits only where they shorten the all-reduce by 10% or more against 8:
+ * they round 18 times coarser (7 levels a side against 127), which the
+ * feedback carries into later steps. */
+#define ALLREDUCE_QUANT_4BIT_GAIN              0.9
+
+/* Bytes on the wire for `floats` values as quantised rows. */
+double allreduce_quant_wire_bytes(double floats, int bits);
+/* The exchange's seconds for `bytes` of fp32 gradients over dev[0, R). */
+double allreduce_quant_seconds(const int32_t *dev, int32_t R, double bytes, int bits, allreduce_link_fn link,
+                               const void *ctx);
+/* The seconds of the way (groups, bits) names: bits 0 = dense. */
+double allreduce_way_seconds(const int32_t *dev, int32_t R, double bytes, int64_t groups, int bits,
+                             allreduce_link_fn link, const void *ctx);
+/* allreduce_plan's choice, and the quantised exchange where `quantise`
+ * (--compress), the replicas span regions and it is faster: *bits 8, or 4
+ * by the rule above (with *groups 0); else *bits 0. */
+double allreduce_choose(const cluster *regions, const int32_t *dev, int32_t R, double bytes, int quantise,
+                        allreduce_link_fn link, const void *ctx, int64_t *groups, int *bits);
+
 /* Gradient buckets (the comm pass's `bucket` attribute; runtime/comm/overlap.h
  * reduces each while the rest of the backward runs): a stage's gradients, in
  * the order its backward makes them final, are cut into runs of at least

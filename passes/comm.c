@@ -139,9 +139,11 @@ static void link_of_cluster(const void *ctx, int32_t a, int32_t b, double *bw, d
 }
 
 /* The way each stage's bucket is averaged: the ring, or the hierarchy over
- * its replicas' regions when that is cheaper for the bucket's bytes
- * (allreduce_plan.h; the fence pass priced the same choice).  groups[S]. */
-static int allreduce_groups(const ir_graph *g, const cluster *c, int64_t *groups)
+ * its replicas' regions when that is cheaper for the bucket's bytes, or
+ * under --compress the quantised exchange when the replicas span regions
+ * and it is faster (allreduce_plan.h; the fence pass priced the same
+ * choice).  groups[S], bits[S]. */
+static int allreduce_ways(const ir_graph *g, const cluster *c, int quantise, int64_t *groups, int *bits)
 {
     const ir_placement *p = &g->placement;
     int32_t S = p->n_stages, R = p->n_replicas;
@@ -152,20 +154,23 @@ static int allreduce_groups(const ir_graph *g, const cluster *c, int64_t *groups
         if (g->nodes[i].op == OP_ADAMW && g->nodes[i].n_in >= 2)
             bytes[g->nodes[i].stage] += (double)ir_value_bytes(g, g->nodes[i].in[1]);
     for (int32_t s = 0; s < S; s++) {
-        groups[s] = 0;
+        groups[s] = 0, bits[s] = 0;
         if (c && c->n_devices > 0)
-            allreduce_plan(c, p->device + (size_t)s * R, R, bytes[s], link_of_cluster, c, &groups[s]);
+            allreduce_choose(c, p->device + (size_t)s * R, R, bytes[s], quantise, link_of_cluster, c, &groups[s],
+                             &bits[s]);
     }
     free(bytes);
     return 0;
 }
 
-static int add_allreduces(comm_state *cs, const cluster *c)
+static int add_allreduces(comm_state *cs, const cluster *c, int quantise)
 {
     ir_graph *g = cs->g;
     int64_t *groups = calloc((size_t)g->placement.n_stages + 1, sizeof *groups);
-    if (!groups || allreduce_groups(g, c, groups)) {
+    int     *bits = calloc((size_t)g->placement.n_stages + 1, sizeof *bits);
+    if (!groups || !bits || allreduce_ways(g, c, quantise, groups, bits)) {
         free(groups);
+        free(bits);
         return oom(cs);
     }
     for (int32_t i = 0; i < cs->n_old; i++) {
@@ -182,8 +187,10 @@ static int add_allreduces(comm_state *cs, const cluster *c)
         int32_t v = n < 0 ? -1 : ir_add_value(g, name, g->values[grad].dtype, ROLE_GRADIENT, &shape, g->values[grad].loc);
         if (v < 0 || ir_node_add_input(g, n, grad) || ir_node_add_output(g, n, v) ||
             ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++) ||
-            (groups[stage] && ir_node_set_int(g, n, ATTR_GROUPS, groups[stage]))) {
+            (groups[stage] && ir_node_set_int(g, n, ATTR_GROUPS, groups[stage])) ||
+            (bits[stage] && ir_node_set_int(g, n, ATTR_BITS, bits[stage]))) {
             free(groups);
+            free(bits);
             return oom(cs);
         }
         for (int32_t j = 0; j < cs->n_old; j++)
@@ -191,6 +198,7 @@ static int add_allreduces(comm_state *cs, const cluster *c)
                 replace_input(&g->nodes[j], grad, v);
     }
     free(groups);
+    free(bits);
     return 0;
 }
 
@@ -242,8 +250,10 @@ static int assign_buckets(ir_graph *g, const cluster *c)
          * micro-batch's backward on the stage's first device. */
         const int32_t *dev = p->device + (size_t)s * p->n_replicas;
         int64_t groups = n > 0 ? ir_node_int(&g->nodes[order[0]], ATTR_GROUPS, 0) : 0;
-        double ar = allreduce_seconds_for(dev, p->n_replicas, total, groups, link_of_cluster, c);
-        double latency = allreduce_seconds_for(dev, p->n_replicas, 1.0, groups, link_of_cluster, c), backward = 0.0;
+        int     bits = n > 0 ? (int)ir_node_int(&g->nodes[order[0]], ATTR_BITS, 0) : 0;
+        double ar = allreduce_way_seconds(dev, p->n_replicas, total, groups, bits, link_of_cluster, c);
+        double latency = allreduce_way_seconds(dev, p->n_replicas, 1.0, groups, bits, link_of_cluster, c);
+        double backward = 0.0;
         for (int32_t i = 0; i < g->n_nodes; i++)
             if (g->nodes[i].stage == s && g->nodes[i].phase == PHASE_BACKWARD)
                 backward += estimate_node_seconds(g, i, &c->devices[dev[0]]);
@@ -461,8 +471,11 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
         return rc;
     comm_state cs = { g, err, g->n_nodes, NULL, NULL, 0, 0 };
     int32_t n_values = g->n_values;
+    double compress = 0.0;   /* --compress also quantises an all-reduce across regions (allreduce_plan.h) */
+    if (opt && compress_parse(opt->compress, opt->cluster, &compress))
+        compress = 0.0;      /* the fence pass has refused a bad spec already */
     if (p->n_replicas > 1)
-        rc = add_allreduces(&cs, opt ? opt->cluster : NULL);
+        rc = add_allreduces(&cs, opt ? opt->cluster : NULL, compress != 0.0);
     for (int32_t i = 0; i < cs.n_old && rc == 0; i++)
         rc = duplicate_sourceless(&cs, i, S);
     /* Each value's home: its producer's stage, or its first reader's. */

@@ -384,15 +384,17 @@ static void model_link(const void *ctx, int32_t a, int32_t b, double *bw, double
 }
 
 static double allreduce_seconds(const fence_model *m, const candidate *cd, int32_t s, double grad_bytes,
-                                double *latency)
+                                double *latency, int *bits)
 {
     *latency = 0.0;
+    *bits = 0;
     if (cd->R < 2)
         return 0.0;
     int64_t groups = 0;
-    double t = allreduce_plan(m->c, cd->dev + (size_t)s * cd->R, cd->R, grad_bytes, model_link, m, &groups);
+    const int32_t *dev = cd->dev + (size_t)s * cd->R;
+    double t = allreduce_choose(m->c, dev, cd->R, grad_bytes, m->compress != 0.0, model_link, m, &groups, bits);
     /* What one more bucket adds: the same way's latencies (a byte's worth). */
-    *latency = allreduce_seconds_for(cd->dev + (size_t)s * cd->R, cd->R, 1.0, groups, model_link, m);
+    *latency = allreduce_way_seconds(dev, cd->R, 1.0, groups, *bits, model_link, m);
     return t;
 }
 
@@ -420,7 +422,13 @@ static void stage_memory(const fence_model *m, const candidate *cd, const int32_
     double received = 0.0;
     for (int32_t h = 0; h < S; h++)
         received += tr->fwd_once[(size_t)h * S + s];
-    *state = 4.0 * (m->param_bytes[end[s] + 1] - m->param_bytes[j]) + 2.0 * received;
+    double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j], latency;
+    int    bits = 0;
+    *state = 4.0 * grads + 2.0 * received;
+    if (cd->R > 1 && m->compress != 0.0)   /* the quantised exchange's feedback: its gradients and its chunk */
+        allreduce_seconds(m, cd, s, grads, &latency, &bits);
+    if (bits)
+        *state += (1.0 + 1.0 / cd->R) * grads;
     *stash = (m->act_bytes[end[s] + 1] - m->act_bytes[j]) / cd->R;
     *replay = s > 0 ? m->cut_fwd[end[s - 1]] / cd->R : 0.0;
     *memory = INFINITY;
@@ -494,7 +502,8 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
         double cs = f[s] + b[s], busy = 0.0, fwd = 0.0, bwd = 0.0;
         double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
         double upd = stage_seconds(m, &l, m->update, NULL, s, j, end[s]);
-        double latency, ar = allreduce_seconds(m, cd, s, grads, &latency);
+        int    bits;
+        double latency, ar = allreduce_seconds(m, cd, s, grads, &latency, &bits);
         if (ar > 0.0)   /* the buckets go during the last backward (the comm pass's assign_buckets) */
             ar = allreduce_exposed_seconds(ar, latency, b[s], grads);
         sum += cs;

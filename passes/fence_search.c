@@ -211,7 +211,9 @@ static void order_fences(const double *cost, int32_t F, int32_t *order)
  * FENCE_MAX_PERMUTE + 1 regions (8! = 40,320 chains of 7 links), else the
  * best nearest-neighbour chain over every start.  Devices keep their
  * order inside a region.  chain[0, n): one fence's devices, reordered in
- * place; nothing changes without a cluster or with one region. */
+ * place; nothing changes without a cluster or with one region.  ring: the
+ * regions will be a ring whatever the model (search_across_regions'
+ * all-reduce). */
 static double chain_cost(const double *inv_bw, const double *mib, int32_t G, const int32_t *order, int cycle,
                          double *sum)
 {
@@ -232,7 +234,7 @@ static int better_chain(double worst, double sum, double best_worst, double best
     return worst <= best_worst * 1.01 && sum < best_sum;
 }
 
-static void order_regions_in_fence(const fence_model *m, int32_t *chain, int32_t n)
+static void order_regions_in_fence(const fence_model *m, int32_t *chain, int32_t n, int ring)
 {
     if (!m->c || n < 2)
         return;
@@ -270,7 +272,7 @@ static void order_regions_in_fence(const fence_model *m, int32_t *chain, int32_t
      * embedding) crosses between them each step, as many bytes as a
      * link's activations (GPT-3 XL: 412 MB against 128 x 5 MB): then the
      * chain is priced as a ring, the last region back to the first. */
-    int    cycle = m->shared_bytes > 0;
+    int    cycle = ring || m->shared_bytes > 0;
     double best_worst = INFINITY, best_sum = INFINITY, sum, worst;
     for (int32_t g = 0; g < G; g++)
         order[g] = g;
@@ -648,6 +650,74 @@ static int search_each_region(search *x)
     return 0;
 }
 
+/* Each stage's replicas spread over the regions, the pipeline inside each
+ * region: the layout DT-FM and SWARM use across data centres, and the
+ * transpose of the windows' (a stage's replicas a run of one region's
+ * devices, the pipeline crossing from region to region).  Stage s takes j
+ * devices of every region (R = G j), so each region runs the whole model
+ * on its share of every micro-batch, its activations never leave it, and
+ * only the all-reduce crosses the slow links: G parallel rings, one a
+ * stage, each over a different pair of hosts, in the order that makes the
+ * ring's slowest link fastest (order_regions_in_fence), grouped by region
+ * when the hierarchy is cheaper (allreduce_plan.h).  With more devices in
+ * some regions than others, the extra ones stay idle (S j <= the smallest
+ * region).  0, or -1 on no memory. */
+static int search_across_regions(search *x)
+{
+    const fence_model *m = x->m;
+    int32_t N = m->n_devices, G = 0;
+    if (!m->c || m->c->n_regions < 2)
+        return 0;
+    int32_t *all = malloc(((size_t)N + 1) * sizeof *all), *chain = malloc(((size_t)N + 1) * sizeof *chain);
+    int32_t *first = malloc(((size_t)N + 2) * sizeof *first);
+    int      rc = -1;
+    if (!all || !chain || !first)
+        goto done;
+    for (int32_t d = 0; d < N; d++)
+        all[d] = d;
+    speed_model = m;
+    qsort(all, (size_t)N, sizeof *all, by_speed_desc);
+    order_regions_in_fence(m, all, N, 1);
+    /* first[g]: where region g (in ring order) starts in all[]. */
+    int32_t smallest = N;
+    for (int32_t i = 0; i < N; i++)
+        if (i == 0 || m->c->hosts[m->c->devices[all[i]].host].region !=
+                          m->c->hosts[m->c->devices[all[i - 1]].host].region)
+            first[G++] = i;
+    first[G] = N;
+    for (int32_t g = 0; g < G; g++)
+        smallest = first[g + 1] - first[g] < smallest ? first[g + 1] - first[g] : smallest;
+    search y = *x;
+    y.chain = chain;
+    for (int32_t j = 1; G >= 2 && j <= smallest; j++) {
+        int32_t R = G * j, S_max = smallest / j < m->n_fwd ? smallest / j : m->n_fwd, L = 0;
+        if ((m->batch > 0 && m->batch % R != 0) || (x->opt->replicas > 0 && R != x->opt->replicas) ||
+            (x->opt->max_replicas > 0 && R > x->opt->max_replicas))
+            continue;
+        for (int32_t s = 0; s < S_max; s++)   /* stage-major: stage s = j devices of each region */
+            for (int32_t g = 0; g < G; g++)
+                for (int32_t t = 0; t < j; t++)
+                    chain[L++] = all[first[g] + s * j + t];
+        for (int32_t i = 0; i < L; i++)
+            y.rank[i] = i, y.prefix_rank[i + 1] = i;
+        y.prefix_rank[0] = -1;
+        candidate whole = { S_max, R, y.M, chain };
+        y.dp = fence_dp_new(m, &whole, 0.0, 0);
+        double T = y.dp ? search_stages(&y, 0, L, R) : -1;
+        fence_dp_free(y.dp);
+        y.dp = NULL;
+        if (T < 0)
+            goto done;
+    }
+    x->work = y.work;
+    rc = 0;
+done:
+    free(all);
+    free(chain);
+    free(first);
+    return rc;
+}
+
 /* The winner's cut, refined against the whole cost model.  The DP cuts for
  * the pipeline's bottleneck and the equal-layers cut for balance; neither
  * sees that each stage's all-reduce and the tied embedding's gradient end
@@ -744,7 +814,7 @@ int fence_search(const fence_model *m, int32_t M, const pass_options *opt, const
             if (fence_of[d] == fences[k])
                 x.chain[n++] = d;
         qsort(x.chain + x.start[k], (size_t)(n - x.start[k]), sizeof *x.chain, by_speed_desc);
-        order_regions_in_fence(m, x.chain + x.start[k], n - x.start[k]);
+        order_regions_in_fence(m, x.chain + x.start[k], n - x.start[k], 0);
     }
     x.start[F] = n;
     int exhaustive = (int64_t)F * (F + 1) / 2 <= FENCE_ALL_WINDOWS;
@@ -761,7 +831,7 @@ int fence_search(const fence_model *m, int32_t M, const pass_options *opt, const
             best = fmin(best, T);
         }
     }
-    if (search_each_region(&x) || refine_cuts(m, b))
+    if (search_each_region(&x) || search_across_regions(&x) || refine_cuts(m, b))
         goto done;
     rc = 0;
 done:

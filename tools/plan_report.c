@@ -138,12 +138,21 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
     if (any)
         fputs(" keep only what their forward receives a micro-batch and run it again before its backward\n", out);
     /* The comm pass's choice of how each stage averages its gradients
-     * (passes/allreduce_plan.h): said only where it is the hierarchy. */
+     * (passes/allreduce_plan.h): said only where it is the hierarchy or
+     * the quantised exchange. */
     for (int32_t i = 0, said = -1; i < g->n_nodes; i++) {
-        int64_t groups = g->nodes[i].op == OP_ALLREDUCE ? ir_node_int(&g->nodes[i], ATTR_GROUPS, 0) : 0;
-        if (!groups || g->nodes[i].stage == said)
+        int is_ar = g->nodes[i].op == OP_ALLREDUCE;
+        int64_t groups = is_ar ? ir_node_int(&g->nodes[i], ATTR_GROUPS, 0) : 0;
+        int64_t bits = is_ar ? ir_node_int(&g->nodes[i], ATTR_BITS, 0) : 0;
+        if ((!groups && !bits) || g->nodes[i].stage == said)
             continue;
         said = g->nodes[i].stage;
+        if (bits) {
+            fprintf(out, "all-reduce: stage %d quantised to %d bits with error feedback (each replica a chunk's "
+                         "owner: every chunk sent to its owner, the mean sent back; passes/allreduce_plan.h)\n",
+                    said, (int)bits);
+            continue;
+        }
         fprintf(out, "all-reduce: stage %d hierarchical, groups", said);
         for (int32_t r = 0; r < p->n_replicas; r++)
             fprintf(out, "%s%s", r == 0 ? " " : (groups >> r & 1) ? " | " : ",",

@@ -77,6 +77,7 @@ typedef struct {
     int32_t *bucket_ready;      /* [S][B] its last gradient's place in the stage's backward ops */
     double  *bucket_bytes;      /* [S][B]                                                  */
     int64_t *bucket_groups;     /* [S] the ring (0) or the hierarchy                       */
+    int     *bucket_bits;       /* [S] 0 dense, else the quantised exchange's bits        */
     int32_t *bucket_count;      /* [S][B] replicas past its ready op this step             */
     double  *bucket_at;         /* [S][B] the last of them                                 */
     int32_t *bucket_next;       /* [S] the next bucket to start this step                  */
@@ -186,14 +187,14 @@ static void sim_cluster_link(const void *ctx, int32_t a, int32_t b, double *bw, 
     cluster_link_between(ctx, a, b, bw, lat);
 }
 
-static double stage_allreduce_seconds(const sim *s, int32_t st, double bytes, int64_t groups)
+static double stage_allreduce_seconds(const sim *s, int32_t st, double bytes, int64_t groups, int bits)
 {
     int32_t *dev = malloc((size_t)s->R * sizeof *dev);
     if (!dev)
         return INFINITY;
     for (int32_t r = 0; r < s->R; r++)
         dev[r] = s->w[st * s->R + r].device;
-    double t = allreduce_seconds_for(dev, s->R, bytes, groups, sim_cluster_link, s->c);
+    double t = allreduce_way_seconds(dev, s->R, bytes, groups, bits, sim_cluster_link, s->c);
     free(dev);
     return t;
 }
@@ -206,13 +207,15 @@ static double allreduce_seconds(const sim *s, int32_t st, int32_t k)
     const int32_t *ops = s->ops[PHASE_UPDATE] + (size_t)st * g->n_nodes;
     int32_t n = s->n_ops[st * PHASE_COUNT + PHASE_UPDATE];
     int64_t groups = k < n ? ir_node_int(&g->nodes[ops[k]], ATTR_GROUPS, 0) : 0;
+    int     bits = k < n ? (int)ir_node_int(&g->nodes[ops[k]], ATTR_BITS, 0) : 0;
     double bytes = 0.0, buckets = 0.0;
     for (; k < n && g->nodes[ops[k]].op == OP_ALLREDUCE; k++)
         if (ir_node_int(&g->nodes[ops[k]], ATTR_BUCKET, -1) < 0)
             bytes += (double)ir_value_bytes(g, g->nodes[ops[k]].in[0]);
     for (int32_t b = 0; !s->overlap && b < s->n_buckets[st]; b++)   /* --no-overlap: each now, in turn */
-        buckets += stage_allreduce_seconds(s, st, s->bucket_bytes[(size_t)st * s->B + b], s->bucket_groups[st]);
-    return buckets + (bytes > 0.0 ? stage_allreduce_seconds(s, st, bytes, groups) : 0.0);
+        buckets += stage_allreduce_seconds(s, st, s->bucket_bytes[(size_t)st * s->B + b], s->bucket_groups[st],
+                                           s->bucket_bits[st]);
+    return buckets + (bytes > 0.0 ? stage_allreduce_seconds(s, st, bytes, groups, bits) : 0.0);
 }
 
 /* A replica of stage st finished its last backward's op at place `pos`
@@ -229,7 +232,7 @@ static void bucket_reached(sim *s, int32_t st, int32_t pos, double t)
     for (int32_t *next = &s->bucket_next[st]; *next < s->n_buckets[st] && count[*next] == s->R; ++*next) {
         double start = fmax(at[*next], s->bucket_end[st]);
         s->bucket_end[st] = start + stage_allreduce_seconds(s, st, s->bucket_bytes[(size_t)st * B + *next],
-                                                            s->bucket_groups[st]);
+                                                            s->bucket_groups[st], s->bucket_bits[st]);
     }
 }
 
@@ -247,11 +250,13 @@ static int find_buckets(sim *s)
     s->bucket_ready = malloc(SB * sizeof *s->bucket_ready);
     s->bucket_bytes = calloc(SB, sizeof *s->bucket_bytes);
     s->bucket_groups = calloc((size_t)s->S, sizeof *s->bucket_groups);
+    s->bucket_bits = calloc((size_t)s->S, sizeof *s->bucket_bits);
     s->bucket_count = calloc(SB, sizeof *s->bucket_count);
     s->bucket_at = calloc(SB, sizeof *s->bucket_at);
     s->bucket_next = calloc((size_t)s->S, sizeof *s->bucket_next);
     s->bucket_end = calloc((size_t)s->S, sizeof *s->bucket_end);
-    if (!s->n_buckets || !s->bucket_ready || !s->bucket_bytes || !s->bucket_groups || !s->bucket_count ||
+    if (!s->n_buckets || !s->bucket_ready || !s->bucket_bytes || !s->bucket_groups || !s->bucket_bits ||
+        !s->bucket_count ||
         !s->bucket_at || !s->bucket_next || !s->bucket_end)
         return -1;
     for (size_t k = 0; k < SB; k++)
@@ -269,6 +274,7 @@ static int find_buckets(sim *s)
                     *ready = j;
             s->bucket_bytes[(size_t)st * s->B + b] += (double)ir_value_bytes(g, ar->in[0]);
             s->bucket_groups[st] = ir_node_int(ar, ATTR_GROUPS, 0);
+            s->bucket_bits[st] = (int)ir_node_int(ar, ATTR_BITS, 0);
             s->n_buckets[st] = (int32_t)fmax(s->n_buckets[st], (double)b + 1);
         }
     }
@@ -539,6 +545,7 @@ done:
     free(s.bucket_ready);
     free(s.bucket_bytes);
     free(s.bucket_groups);
+    free(s.bucket_bits);
     free(s.bucket_count);
     free(s.bucket_at);
     free(s.bucket_next);

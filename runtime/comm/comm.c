@@ -14,6 +14,7 @@
 #include "../cpu/half.h"
 #include "hub.h"
 #include "quant.h"
+#include "quant_allreduce.h"
 #include "topk.h"
 
 static int packed_reserve(rt_comm *c, size_t bytes, rt_context *ctx);
@@ -121,6 +122,10 @@ void rt_comm_close(rt_comm *c)
     free(c->mark_busy);
     free(c->logged_bytes);
     free(c->logged_busy);
+    for (int32_t i = 0; i < c->n_update_fb; i++)
+        rt_quant_feedback_free(&c->update_fb[i]);
+    free(c->update_fb);
+    free(c->update_fb_tag);
     memset(c, 0, sizeof *c);
 }
 
@@ -631,9 +636,29 @@ fail:
     return -1;
 }
 
+/* The quantised exchange over the stage's replicas (quant_allreduce.h). */
+static int mean_quantised(rt_comm *c, float *x, int64_t n, int32_t tensor, int bits, rt_quant_feedback *fb,
+                          rt_context *ctx)
+{
+    const rt_manifest *m = c->manifest;
+    int32_t R = m->n_replicas, *devices = malloc((size_t)R * sizeof *devices);
+    if (!devices) {
+        snprintf(ctx->msg, sizeof ctx->msg, "out of memory for the quantised all-reduce of tensor %d", tensor);
+        return -1;
+    }
+    for (int32_t q = 0; q < R; q++)
+        devices[q] = device_at(c, m->stage, q);
+    int rc = rt_quant_mean(c->hub, devices, R, m->replica, x, n, tensor, bits, ctx->step, fb, ctx->msg,
+                           sizeof ctx->msg);
+    free(devices);
+    return rc;
+}
+
 /* x := mean over the stage's replicas: one ring over them all (groups 0),
- * or the hierarchy. */
-static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, int64_t groups, rt_context *ctx)
+ * the hierarchy, or the quantised exchange (bits 8 or 4, with fb its
+ * feedback). */
+static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, int64_t groups, int bits,
+                              rt_quant_feedback *fb, rt_context *ctx)
 {
     const rt_manifest *m = c->manifest;
     int32_t R = m->n_replicas;
@@ -643,10 +668,33 @@ static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, i
         snprintf(ctx->msg, sizeof ctx->msg, "all-reduce of tensor %d: no links to the other replicas", tensor);
         return -1;
     }
+    if (bits)
+        return mean_quantised(c, x, n, tensor, bits, fb, ctx);
     if (groups != 0 && R <= ALLREDUCE_MAX_GROUPED)
         return mean_hierarchical(c, x, n, tensor, groups, ctx);
     ring all = { NULL, R, m->replica };
     return ring_allreduce(c, &all, x, n, tensor, 0, R, ctx);
+}
+
+/* The feedback of the update's quantised bucket with message id tag,
+ * made at first use. */
+static rt_quant_feedback *update_feedback(rt_comm *c, int32_t tag, rt_context *ctx)
+{
+    for (int32_t i = 0; i < c->n_update_fb; i++)
+        if (c->update_fb_tag[i] == tag)
+            return &c->update_fb[i];
+    rt_quant_feedback *f = realloc(c->update_fb, (size_t)(c->n_update_fb + 1) * sizeof *f);
+    if (f)
+        c->update_fb = f;
+    int32_t *t = f ? realloc(c->update_fb_tag, (size_t)(c->n_update_fb + 1) * sizeof *t) : NULL;
+    if (!f || !t) {
+        snprintf(ctx->msg, sizeof ctx->msg, "out of memory for the all-reduce's feedback");
+        return NULL;
+    }
+    c->update_fb_tag = t;
+    memset(&c->update_fb[c->n_update_fb], 0, sizeof *c->update_fb);
+    t[c->n_update_fb] = tag;
+    return &c->update_fb[c->n_update_fb++];
 }
 
 int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
@@ -677,6 +725,7 @@ int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     if (c->bucket_count == 0) {
         c->bucket_tag = (int32_t)op->ints[ATTR_TENSOR];
         c->bucket_groups = op->ints[ATTR_GROUPS];
+        c->bucket_bits = (int)op->ints[ATTR_BITS];
     }
     c->bucket_data[c->bucket_count] = y;
     c->bucket_floats[c->bucket_count++] = n;
@@ -705,7 +754,9 @@ int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx)
         memcpy(at, c->bucket_data[i], (size_t)c->bucket_floats[i] * sizeof *at);
     int32_t count = c->bucket_count;
     c->bucket_count = 0;
-    if (mean_over_replicas(c, c->bucket_buf, total, c->bucket_tag, c->bucket_groups, ctx))
+    rt_quant_feedback *fb = c->bucket_bits ? update_feedback(c, c->bucket_tag, ctx) : NULL;
+    if ((c->bucket_bits && !fb) ||
+        mean_over_replicas(c, c->bucket_buf, total, c->bucket_tag, c->bucket_groups, c->bucket_bits, fb, ctx))
         return -1;
     at = c->bucket_buf;
     for (int32_t i = 0; i < count; i++) {
@@ -716,7 +767,7 @@ int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx)
 }
 
 int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, float *x, int64_t n, int32_t tensor,
-                        int64_t groups, rt_context *ctx)
+                        int64_t groups, int bits, rt_quant_feedback *fb, rt_context *ctx)
 {
     /* Only what the ring reads, all set at open and never changed (the
      * main thread keeps changing the rest): the hub is thread-safe; the
@@ -729,7 +780,7 @@ int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, flo
     own.peers = c->peers;
     own.scratch = *scratch;
     own.scratch_floats = *scratch_floats;
-    int rc = mean_over_replicas(&own, x, n, tensor, groups, ctx);
+    int rc = mean_over_replicas(&own, x, n, tensor, groups, bits, fb, ctx);
     *scratch = own.scratch;
     *scratch_floats = own.scratch_floats;
     return rc;
@@ -737,5 +788,5 @@ int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, flo
 
 int rt_comm_mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tag, rt_context *ctx)
 {
-    return mean_over_replicas(c, x, n, tag, 0, ctx);
+    return mean_over_replicas(c, x, n, tag, 0, 0, NULL, ctx);
 }

@@ -23,6 +23,7 @@
 
 #include "../exec.h"
 #include "../program.h"
+#include "quant_allreduce.h"
 #include "topk.h"
 
 #define RT_COMM_MAX_OVERRIDES 64
@@ -78,6 +79,10 @@ typedef struct rt_comm {
     int64_t        *bucket_floats;
     int32_t         bucket_count, bucket_cap, bucket_tag;
     int64_t         bucket_groups;    /* its ops' `groups`: 0 the ring, else the hierarchy */
+    int             bucket_bits;      /* its ops' `bits`: 0 dense, else the quantised exchange */
+    rt_quant_feedback *update_fb;     /* [n_update_fb] that exchange's feedback, a bucket each */
+    int32_t        *update_fb_tag;    /* [n_update_fb] the bucket's message id */
+    int32_t         n_update_fb;
     float          *bucket_buf;       /* the tensors end to end                */
     size_t          bucket_buf_floats;
     /* Top-k sends and receives (ops with a density): the encoded bytes. */
@@ -120,11 +125,12 @@ int rt_comm_moves(const rt_comm *c, const rt_op *op, const rt_context *ctx);
 int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
 
 /* x[n] := its mean over the stage's replicas, as an allreduce op with
- * message id `tensor` and `groups` makes it, with the caller's scratch
+ * message id `tensor`, `groups` and `bits` makes it (fb: the bucket's
+ * feedback when bits is not 0, quant_allreduce.h), with the caller's scratch
  * (*scratch, *scratch_floats: grown as needed; comm/overlap.h's thread
  * reduces while the main thread talks).  0, or -1 with ctx->msg set. */
 int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, float *x, int64_t n, int32_t tensor,
-                        int64_t groups, rt_context *ctx);
+                        int64_t groups, int bits, rt_quant_feedback *fb, rt_context *ctx);
 
 /* Run the bucketed all-reduces (rt_op_run calls it before any other op). */
 int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx);

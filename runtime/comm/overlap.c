@@ -28,6 +28,8 @@ typedef struct {
                                    INT32_MAX: only in rt_overlap_finish          */
     int32_t tag;                /* its messages' tensor id: the first member's    */
     int64_t groups;             /* the ring (0) or the hierarchy (allreduce_plan.h) */
+    int     bits;               /* 0, or the quantised exchange's bits ...          */
+    rt_quant_feedback fb;       /* ... and its feedback, kept across steps           */
     int64_t floats;
     float  *buf;                /* [floats]: the members end to end              */
 } ov_bucket;
@@ -87,7 +89,7 @@ static void *reduce_thread(void *arg)
         double t0 = rt_trace_clock();
         int rc = failed ? -1
                         : rt_comm_mean_bucket(o->comm, &o->scratch, &o->scratch_floats, b->buf, b->floats, b->tag,
-                                              b->groups, &ctx);
+                                              b->groups, b->bits, &b->fb, &ctx);
         if (rc == 0 && ctx.trace) {
             char name[64], args[128];
             snprintf(name, sizeof name, "allreduce bucket %d", (int)(b - o->buckets));
@@ -187,7 +189,8 @@ int rt_overlap_open(rt_overlap **out, rt_comm *c, const rt_op *ops, int32_t n_op
                 continue;
             int64_t ready = op->ints[ATTR_READY];
             if (bk->tag < 0)
-                bk->tag = (int32_t)op->ints[ATTR_TENSOR], bk->groups = op->ints[ATTR_GROUPS], bk->ready = -1;
+                bk->tag = (int32_t)op->ints[ATTR_TENSOR], bk->groups = op->ints[ATTR_GROUPS], bk->ready = -1,
+                bk->bits = (int)op->ints[ATTR_BITS];
             bk->ready = ready < 0 || bk->ready == INT32_MAX ? INT32_MAX : ready > bk->ready ? (int32_t)ready : bk->ready;
             o->ranges[o->n_members] = (rt_overlap_range){ op->in[0].offset, rt_tensor_bytes(&op->in[0]) };
             o->members[o->n_members++] = (ov_member){ op->in[0].offset, rt_tensor_numel(&op->in[0]), 0, 0 };
@@ -348,8 +351,10 @@ void rt_overlap_close(rt_overlap *o)
         pthread_mutex_destroy(&o->mu);
         pthread_cond_destroy(&o->cv);
     }
-    for (int32_t b = 0; b < o->n_buckets && o->buckets; b++)
+    for (int32_t b = 0; b < o->n_buckets && o->buckets; b++) {
         free(o->buckets[b].buf);
+        rt_quant_feedback_free(&o->buckets[b].fb);
+    }
     free(o->buckets);
     free(o->members);
     free(o->ranges);

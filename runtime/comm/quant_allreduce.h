@@ -1,0 +1,54 @@
+/* quant_allreduce.h: the quantised exchange that averages a stage's
+ * gradients over replicas in different regions (the comm pass's `bits` on
+ * its allreduce ops; passes/allreduce_plan.h says when and what it costs).
+ *
+ * x[n] is cut into R chunks, chunk q = [n q / R, n (q + 1) / R), owned by
+ * replica q.  Two rounds:
+ *   1. to every other replica q, chunk q of (x + mine) as rows of
+ *      ALLREDUCE_QUANT_COLS values (the tail row zero-padded) quantised to
+ *      `bits` (quant.h, to nearest); mine[chunk q] := what that dropped.
+ *      The owner sums its own chunk (exact) and the R-1 it receives, in
+ *      replica order, and divides by R;
+ *   2. the owner quantises (mean + owned), owned := what that dropped, and
+ *      sends the encoding to every other replica; each replica, the owner
+ *      too, takes the decoded mean for that chunk.
+ * So every replica ends with the same bits, and what a step's rounding
+ * dropped goes into the next step's (error feedback at both ends).  A
+ * value that is not finite drops nothing (a step with an overflowed
+ * fp16 gradient is skipped; its NaNs must not stay in the feedback).
+ * Messages: micro_batch -2 (round 1) and -3 (round 2), tensor = the
+ * bucket's tag, codec FU_CODEC_QUANT.
+ *
+ * Use (one state per bucket, kept across steps; one thread at a time):
+ *
+ *     rt_quant_feedback fb = { 0 };
+ *     if (rt_quant_mean(hub, devices, R, me, x, n, tag, 8, step, &fb, err, sizeof err) != 0) ...
+ *     ...
+ *     rt_quant_feedback_free(&fb);
+ */
+#ifndef FUSION_RT_QUANT_ALLREDUCE_H
+#define FUSION_RT_QUANT_ALLREDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct fu_hub;
+
+typedef struct {
+    int64_t        n;          /* the bucket's floats, fixed at first use           */
+    float         *mine;       /* [n] what round 1's rounding dropped, per chunk     */
+    float         *owned;      /* [chunk] what round 2's rounding of our chunk dropped */
+    float         *sum;        /* [chunk] the owner's sum                             */
+    float         *pad, *dec;  /* [rows * ALLREDUCE_QUANT_COLS] a chunk, padded       */
+    unsigned char *wire;       /* one chunk's encoding                                */
+    size_t         wire_cap;
+} rt_quant_feedback;
+
+/* x[n] := the mean over R replicas (devices[q]: replica q's device; this
+ * is replica me) by the quantised exchange at `bits` (8 or 4), message id
+ * tag, this step's number.  0, or -1 with err naming the peer and why. */
+int  rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t me, float *x, int64_t n,
+                   int32_t tag, int bits, int64_t step, rt_quant_feedback *fb, char *err, size_t err_size);
+void rt_quant_feedback_free(rt_quant_feedback *fb);
+
+#endif
