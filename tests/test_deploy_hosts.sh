@@ -184,6 +184,9 @@ grep -q "fusionc deploy: every device failed (cpu-a0, cpu-a1, cpu-b0): nothing i
   || fail "every host refusing: $(cat "$work/all-refuse.err")"
 
 # --- a device killed during training, and stop -------------------------------------------
+# Whether a device of this test's still runs (its --data or its folder
+# is under $work: other tests' devices, under ctest -j, run --steps 100000 too).
+own_devices_run() { pgrep -af "fusion-cpu-(a0|a1|b0) .*--steps 100000" | grep -qF "$work/"; }
 on_controller "$FUSIONC" launch "$out" --ssh-config "$ssh_config" --grace 20 --data "$work/corpus.txt" --steps 100000 \
   --peer-timeout 3 >"$work/kill.out" 2>"$work/kill.err" &
 launcher=$!
@@ -199,7 +202,7 @@ grep -q "device cpu-a1 on host h1 .*(exit 255)" "$work/kill.err" && pass \
   || fail "launch should name the killed cpu-a1 on h1: $(cat "$work/kill.err")"
 echo "killed: $(cat "$work/kill.err")" >&2
 grep -q "training did not complete" "$work/kill.err" && pass || fail "launch should say training did not complete"
-pgrep -f "fusion-cpu-(a0|a1|b0) .*--steps 100000" >/dev/null && fail "devices still run after the failed launch: $(pgrep -af 'fusion-cpu')" || pass
+own_devices_run && fail "devices still run after the failed launch: $(pgrep -af 'fusion-cpu')" || pass
 
 on_controller "$FUSIONC" launch "$out" --ssh-config "$ssh_config" --data "$work/corpus.txt" --steps 100000 \
   >"$work/stop-launch.out" 2>"$work/stop-launch.err" &
@@ -212,7 +215,7 @@ for _ in $(seq 1 300); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; don
 if kill -0 $launcher 2>/dev/null; then fail "launch still runs 30 s after stop"; kill $launcher; fi
 wait $launcher
 expect_eq "launch of stopped devices: exit status" 1 "$?"
-pgrep -f "fusion-cpu-(a0|a1|b0) .*--steps 100000" >/dev/null && fail "devices still run after stop: $(pgrep -af 'fusion-cpu')" || pass
+own_devices_run && fail "devices still run after stop: $(pgrep -af 'fusion-cpu')" || pass
 on_controller "$FUSIONC" stop "$out" --ssh-config "$ssh_config" >"$work/stop2.out" 2>&1
 expect_eq "stop again: devices not running" 3 "$(grep -c 'not running' "$work/stop2.out")"
 
