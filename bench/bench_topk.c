@@ -8,7 +8,11 @@
  *
  * The row codec (runtime/comm/quant.h: what adatopk sends activations and
  * their gradients as) is measured the same way on the same tensor read as
- * rows of 128: 8 bits rounded to nearest, 8 and 4 bits stochastic.
+ * rows of 128: 8 bits rounded to nearest, 8 and 4 bits stochastic; and as
+ * the quantised all-reduce uses it (runtime/comm/quant_allreduce.c: rows
+ * of ALLREDUCE_QUANT_COLS = 512, to nearest, 8 and 4 bits), the figure
+ * passes/allreduce_plan.h prices its codec time at
+ * (ALLREDUCE_QUANT_CODEC_BYTES_PER_SECOND, 2.5 GB/s).
  *
  * Each figure is the median of REPS reps after one warm-up (which also
  * grows the scratch: the timed calls allocate nothing).  Compress and
@@ -110,11 +114,13 @@ int main(int argc, char **argv) {
         printf("%-44s %12.3f %-6s %-28s %.4f\n", what, (double)cap / (1 << 20), "MiB", "raw fp32 bytes",
                (double)cap / bytes);
     }
-    static const struct { int bits; quant_rounding rounding; const char *name; } rows[] = {
-        {8, QUANT_NEAREST, "8-bit rows, nearest"}, {8, QUANT_STOCHASTIC, "8-bit rows, stochastic"},
-        {4, QUANT_STOCHASTIC, "4-bit rows, stochastic"}};
-    const int64_t cols = 128, n_rows = n / cols;
+    static const struct { int bits; quant_rounding rounding; int64_t cols; const char *name; } rows[] = {
+        {8, QUANT_NEAREST, 128, "8-bit rows, nearest"}, {8, QUANT_STOCHASTIC, 128, "8-bit rows, stochastic"},
+        {4, QUANT_STOCHASTIC, 128, "4-bit rows, stochastic"},
+        {8, QUANT_NEAREST, 512, "8-bit rows of 512, nearest (all-reduce)"},
+        {4, QUANT_NEAREST, 512, "4-bit rows of 512, nearest (all-reduce)"}};
     for (size_t q = 0; q < sizeof rows / sizeof *rows; q++) {
+        const int64_t cols = rows[q].cols, n_rows = n / cols;
         size_t cap = quant_encoded_bytes(n_rows, cols, rows[q].bits);
         double tb[REPS];
         for (int r = -1; r < REPS; r++) {

@@ -111,8 +111,10 @@ typedef enum {
     ATTR_FEEDBACK,      /* send: 1 = x is a parameter's partial gradient: send the top k of
                            x + residual, keep the rest in the residual (error feedback) */
     ATTR_BITS,          /* send/recv: 8 or 4 = the tensor travels as rows of that many bits
-                           and a scale (runtime/comm/quant.h; the compress pass); allreduce:
-                           the quantised exchange (passes/allreduce_plan.h; the comm pass) */
+                           and a scale (runtime/comm/quant.h; the compress pass); ATTR_BITS_HALF
+                           = an f32 parameter travels in the graph's 16-bit precision
+                           (passes.h: comm_param_may_cross_half); allreduce: the quantised
+                           exchange (passes/allreduce_plan.h; the comm pass)            */
     ATTR_ACCUMULATE,    /* send/recv: 1 = x is a parameter's partial gradient: the sender
                            sums it over the step's micro-batches and sends the sum with
                            the last one; the receiver reads zeros before (the comm pass) */
@@ -134,5 +136,7 @@ typedef enum {
     ATTR_AXIS,          /* split, concat: the axis (negative: from the end)              */
     ATTR_KEY_COUNT
 } attr_key;
+
+#define ATTR_BITS_HALF 16   /* ATTR_BITS: the graph's 16-bit float, rounded to nearest even */
 
 #endif

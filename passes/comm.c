@@ -49,6 +49,7 @@ typedef struct {
     char        *after;        /* per new node: 1 after the anchor, 0 before    */
     int32_t      cap;
     int32_t      next_tensor;
+    const cluster *cluster;    /* the placement's devices (NULL: none)          */
 } comm_state;
 
 static int oom(comm_state *cs) { return diag_set(cs->err, ir_loc_file(cs->g, (ir_loc){ 0, 0 }), 0, "out of memory"); }
@@ -397,6 +398,46 @@ static int partial_param_gradient(const ir_graph *g, int32_t v, int32_t reader)
     return param >= 0 && g->values[param].role == ROLE_PARAM;
 }
 
+int comm_param_may_cross_half(const ir_graph *g, int32_t v)
+{
+    return (g->precision == DT_F16 || g->precision == DT_BF16) && g->values[v].role == ROLE_PARAM &&
+           g->values[v].dtype == DT_F32;
+}
+
+int comm_reader_rounds_weight(const ir_graph *g, int32_t node)
+{
+    const ir_node *n = &g->nodes[node];
+    if (n->op != OP_LINEAR && n->op != OP_LINEAR_BACKWARD && n->op != OP_MATMUL && n->op != OP_MATMUL_BACKWARD &&
+        n->op != OP_CONV2D && n->op != OP_CONV2D_BACKWARD)
+        return 0;
+    for (int k = 0; k < n->n_in; k++)   /* rt_op_product_dtype: a 16-bit operand makes it a 16-bit product */
+        if (g->values[n->in[k]].dtype == DT_F16 || g->values[n->in[k]].dtype == DT_BF16)
+            return 1;
+    for (int k = 0; k < n->n_out; k++)
+        if (g->values[n->out[k]].dtype == DT_F16 || g->values[n->out[k]].dtype == DT_BF16)
+            return 1;
+    return 0;
+}
+
+/* Does parameter v go to stage t in 16 bits (passes.h)? */
+static int crosses_half(const comm_state *cs, int32_t v, int32_t t)
+{
+    const ir_graph *g = cs->g;
+    const ir_placement *p = &g->placement;
+    if (!cs->cluster || !comm_param_may_cross_half(g, v))
+        return 0;
+    for (int32_t r = 0; r < p->n_replicas; r++) {
+        int32_t d = p->device[(size_t)t * p->n_replicas + r];
+        if (d < 0 || d >= cs->cluster->n_devices || cs->cluster->devices[d].kind != DEVICE_CUDA)
+            return 0;
+    }
+    for (int32_t j = 0; j < cs->n_old; j++)
+        for (int k = 0; k < g->nodes[j].n_in; k++)
+            if (g->nodes[j].in[k] == v && g->nodes[j].stage == t && !comm_reader_rounds_weight(g, j))
+                return 0;
+    return 1;
+}
+
 /* Value v, at home on stage `home`, read on other stages: a send/recv pair each. */
 static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
 {
@@ -425,9 +466,11 @@ static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
         /* A parameter's partial gradient is only needed summed, at the
          * update: it crosses once a step, summed over the micro-batches. */
         int accumulate = partial_param_gradient(g, v, first);
+        int half = once && crosses_half(cs, v, t);
         if (s < 0 || ir_node_add_input(g, s, v) || ir_node_set_int(g, s, ATTR_PEER, t) ||
             ir_node_set_int(g, s, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, s, ATTR_ONCE, 1)) ||
-            (accumulate && ir_node_set_int(g, s, ATTR_ACCUMULATE, 1)))
+            (accumulate && ir_node_set_int(g, s, ATTR_ACCUMULATE, 1)) ||
+            (half && ir_node_set_int(g, s, ATTR_BITS, ATTR_BITS_HALF)))
             return oom(cs);
         snprintf(name, sizeof name, "%s:s%d", ir_value_name(g, v), t);
         ir_shape shape = g->values[v].shape;
@@ -436,7 +479,8 @@ static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
         int32_t copy = r < 0 ? -1 : ir_add_value(g, name, g->values[v].dtype, role, &shape, g->values[v].loc);
         if (copy < 0 || ir_node_add_output(g, r, copy) || ir_node_set_int(g, r, ATTR_PEER, home) ||
             ir_node_set_int(g, r, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, r, ATTR_ONCE, 1)) ||
-            (accumulate && ir_node_set_int(g, r, ATTR_ACCUMULATE, 1)))
+            (accumulate && ir_node_set_int(g, r, ATTR_ACCUMULATE, 1)) ||
+            (half && ir_node_set_int(g, r, ATTR_BITS, ATTR_BITS_HALF)))
             return oom(cs);
         for (int32_t j = 0; j < cs->n_old; j++)
             if (g->nodes[j].stage == t)
@@ -461,7 +505,7 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
         return 0;
     /* First the clip's partial sums, placed among the old nodes; then the
      * cut edges of the graph that makes, the new adds read included. */
-    comm_state pre = { g, err, g->n_nodes, NULL, NULL, 0, 0 };
+    comm_state pre = { g, err, g->n_nodes, NULL, NULL, 0, 0, NULL };
     int rc = S > 1 ? clip_norm_per_stage(&pre, S) : 0;
     if (rc == 0 && g->n_nodes > pre.n_old)
         rc = reorder(&pre);
@@ -469,7 +513,7 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
     free(pre.after);
     if (rc)
         return rc;
-    comm_state cs = { g, err, g->n_nodes, NULL, NULL, 0, 0 };
+    comm_state cs = { g, err, g->n_nodes, NULL, NULL, 0, 0, opt ? opt->cluster : NULL };
     int32_t n_values = g->n_values;
     double compress = 0.0;   /* --compress also quantises an all-reduce across regions (allreduce_plan.h) */
     if (opt && compress_parse(opt->compress, opt->cluster, &compress))

@@ -53,6 +53,8 @@ double compress_wire_bytes(const ir_graph *g, const ir_node *send)
     const ir_shape *sh = &g->values[v].shape;
     double density = ir_node_float(send, ATTR_DENSITY, 0.0);
     int bits = (int)ir_node_int(send, ATTR_BITS, 0);
+    if (bits == ATTR_BITS_HALF)   /* an f32 parameter in the graph's 16 bits (passes.h) */
+        return 2.0 * (double)ir_shape_numel(sh);
     if (bits <= 0 && (density <= 0.0 || density >= 1.0))
         return (double)ir_value_bytes(g, v);
     return compress_encoded_bytes((double)ir_shape_numel(sh), sh->rank > 0 ? (double)sh->dim[sh->rank - 1] : 1.0,

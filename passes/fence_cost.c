@@ -183,8 +183,26 @@ static void cut_bytes(const fence_model *m, int32_t R, int32_t M, int32_t k, dou
  * parameter gradients spread over its M backwards). */
 typedef struct {
     double *fwd, *bwd, *fwd_once, *bwd_once;   /* [S * S] */
+    double *held_once;                         /* [S * S] fwd_once as the receiver holds it (f32) */
     double *codec_f, *codec_b;                 /* [S]     */
 } traffic;
+
+/* Does parameter v reach stage t in 16 bits (passes.h:
+ * comm_param_may_cross_half, the comm pass's rule): t's devices all CUDA
+ * and every forward reader of v there a 16-bit product (their backward
+ * readers are the products' backward). */
+static int crosses_half(const fence_model *m, const candidate *cd, int32_t v, int32_t t, const int32_t *stage_at)
+{
+    if (!m->c || !comm_param_may_cross_half(m->g, v))
+        return 0;
+    for (int32_t r = 0; r < cd->R; r++)
+        if (m->devices[cd->dev[(size_t)t * cd->R + r]].kind != DEVICE_CUDA)
+            return 0;
+    for (int32_t i = m->read_start[v]; i < m->read_start[v + 1]; i++)
+        if (stage_at[m->read_pos[i]] == t && !comm_reader_rounds_weight(m->g, m->fwd[m->read_pos[i]]))
+            return 0;
+    return 1;
+}
 
 static int stage_traffic(const fence_model *m, const candidate *cd, const int32_t *end, const lanes *l,
                          double t_star, traffic *tr)
@@ -223,6 +241,9 @@ static int stage_traffic(const fence_model *m, const candidate *cd, const int32_
                 tr->codec_b[t] += cb;
                 tr->codec_b[home] += cb;
             } else {
+                tr->held_once[ht] += f;
+                if (crosses_half(m, cd, v, t, stage_at))
+                    f /= 2.0;   /* the comm pass sends it in the graph's 16 bits */
                 tr->fwd_once[ht] += f;
                 tr->bwd_once[th] += b;
                 tr->codec_b[t] += cb / M;
@@ -421,7 +442,7 @@ static void stage_memory(const fence_model *m, const candidate *cd, const int32_
     int32_t S = cd->S, j = s > 0 ? end[s - 1] + 1 : 0;
     double received = 0.0;
     for (int32_t h = 0; h < S; h++)
-        received += tr->fwd_once[(size_t)h * S + s];
+        received += tr->held_once[(size_t)h * S + s];
     double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j], latency;
     int    bits = 0;
     *state = 4.0 * grads + 2.0 * received;
@@ -471,6 +492,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     tr.fwd = calloc(SS, sizeof *tr.fwd);
     tr.bwd = calloc(SS, sizeof *tr.bwd);
     tr.fwd_once = calloc(SS, sizeof *tr.fwd_once);
+    tr.held_once = calloc(SS, sizeof *tr.held_once);
     tr.bwd_once = calloc(SS, sizeof *tr.bwd_once);
     tr.codec_f = calloc((size_t)S, sizeof *tr.codec_f);
     tr.codec_b = calloc((size_t)S, sizeof *tr.codec_b);
@@ -478,7 +500,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     if (fill)
         *fill = INFINITY;
     if (!f || !b || !c || !warm || !most || !most_replay || !recompute || !first || !last || !ar_of || !upd_of ||
-        !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once ||
+        !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once || !tr.held_once ||
         !tr.codec_f || !tr.codec_b)
         goto done;
     /* Compute per micro-batch, T* (the compress pass's target), then the
@@ -588,6 +610,7 @@ done:
     free(tr.fwd);
     free(tr.bwd);
     free(tr.fwd_once);
+    free(tr.held_once);
     free(tr.bwd_once);
     free(tr.codec_f);
     free(tr.codec_b);

@@ -105,6 +105,18 @@ int pass_memory(ir_graph *g, struct diag *err);
 int pass_estimate(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err);
+/* A parameter that crosses to another stage once a step may cross in the
+ * graph's 16-bit precision (the comm pass's bits ATTR_BITS_HALF on its
+ * send and recv): when the graph stores f16 or bf16, the parameter is f32,
+ * and every op that reads it on the receiving stage is a matrix product
+ * (or its backward) with a 16-bit operand, on CUDA devices.  Those round
+ * an f32 weight to the precision as they read it (runtime/exec.c), so the
+ * rounded copy is what they would use: half the bytes on the wire, not a
+ * bit of the result changed (GPT-2's tied embedding, read by the output
+ * projection on the last stage: 412 MB of GPT-3 XL's in 206).  CPU devices
+ * read f32 weights as they are, so they get them whole. */
+int comm_param_may_cross_half(const ir_graph *g, int32_t v);
+int comm_reader_rounds_weight(const ir_graph *g, int32_t node);
 int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err);
 /* The schedule pass's rule (schedule.c): warm[s] for S stages over M

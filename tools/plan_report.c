@@ -97,6 +97,11 @@ static void print_links(FILE *out, const ir_graph *g, const cluster *c, const fe
                     size_text(bytes[0], f, sizeof f), size_text(bytes[1], back, sizeof back),
                     p->n_replicas > 1 ? " (each replica lane)" : "");
         }
+    for (int32_t i = 0; i < g->n_nodes; i++)   /* parameters the comm pass sends in 16 bits (passes.h) */
+        if (g->nodes[i].op == OP_SEND && ir_node_int(&g->nodes[i], ATTR_BITS, 0) == ATTR_BITS_HALF)
+            fprintf(out, "parameter %s crosses from stage %d to %d in %s (every reader there rounds it so)\n",
+                    ir_value_name(g, g->nodes[i].in[0]), g->nodes[i].stage,
+                    (int)ir_node_int(&g->nodes[i], ATTR_PEER, 0), ir_dtype_name(g->precision));
 }
 
 void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *p)

@@ -194,6 +194,36 @@ int rt_comm_moves(const rt_comm *c, const rt_op *op, const rt_context *ctx)
              ctx->micro_batch < c->manifest->micro_batches - 1);
 }
 
+/* A parameter the comm pass sends in the graph's 16-bit precision
+ * (ATTR_BITS_HALF): every reader at the other end rounds it so anyway. */
+static int half_wire_dtype(const rt_comm *c, const rt_op *op, const rt_tensor *t, rt_context *ctx)
+{
+    int dtype = c->manifest->precision;
+    if (rt_tensor_is_half(t) || (dtype != HALF_DT_F16 && dtype != HALF_DT_BF16)) {
+        snprintf(ctx->msg, sizeof ctx->msg, "op '%s': a 16-bit wire for a %s tensor in a %s program", op->name,
+                 rt_tensor_is_half(t) ? "16-bit" : "f32", dtype == HALF_DT_F32 ? "f32" : "16-bit");
+        return -1;
+    }
+    return dtype;
+}
+
+static int send_half(rt_comm *c, const rt_op *op, int32_t to, fu_msg_info *m, const void *payload, rt_context *ctx)
+{
+    int dtype = half_wire_dtype(c, op, &op->in[0], ctx);
+    int64_t n = rt_tensor_numel(&op->in[0]);
+    if (dtype < 0 || packed_reserve(c, (size_t)n * 2, ctx))
+        return -1;
+    half_from_f32(c->packed, (const float *)payload, n, dtype);
+    m->codec = dtype == HALF_DT_BF16 ? FU_CODEC_RAW_BF16 : FU_CODEC_RAW_F16;
+    m->length = (uint64_t)n * 2;
+    char why[400];
+    if (fu_hub_send(c->hub, to, m, c->packed, why, sizeof why) != 0) {
+        snprintf(ctx->msg, sizeof ctx->msg, "sending '%s' to %s: %.300s", op->name, c->peers[to].name, why);
+        return -1;
+    }
+    return 0;
+}
+
 int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 {
     if (op->ints[ATTR_ONCE] && ctx->micro_batch > 0)
@@ -208,6 +238,8 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         snprintf(ctx->msg, sizeof ctx->msg, "op '%s': a parameter's gradient is f32, this one is 16-bit", op->name);
         return -1;
     }
+    if (op->ints[ATTR_BITS] == ATTR_BITS_HALF)   /* an f32 parameter in the graph's 16 bits (passes.h) */
+        return send_half(c, op, to, &m, payload, ctx);
     if ((op->floats[ATTR_DENSITY] > 0 || op->ints[ATTR_BITS] > 0) && rt_tensor_is_half(&op->in[0])) {
         float *w = widened(c, rt_tensor_numel(&op->in[0]), ctx);
         if (!w)
@@ -291,7 +323,16 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     fu_msg_info want = message(op, ctx, bytes);
     void *into = arena + op->out[0].offset;
     char why[400];
-    if (op->floats[ATTR_DENSITY] > 0) {   /* the sender chose k (its header says): any length up to k = n */
+    int half = op->ints[ATTR_BITS] == ATTR_BITS_HALF ? half_wire_dtype(c, op, &op->out[0], ctx) : 0;
+    if (half < 0)
+        return -1;
+    if (half) {   /* an f32 parameter in 16 bits: widened (exactly) into its place below */
+        want.codec = half == HALF_DT_BF16 ? FU_CODEC_RAW_BF16 : FU_CODEC_RAW_F16;
+        want.length = (uint64_t)n * 2;
+        if (packed_reserve(c, want.length, ctx))
+            return -1;
+        into = c->packed;
+    } else if (op->floats[ATTR_DENSITY] > 0) {   /* the sender chose k (its header says): any length up to k = n */
         want.codec = FU_CODEC_TOPK;
         want.length = topk_encoded_bytes(n, n);
         if (packed_reserve(c, want.length, ctx))
@@ -320,6 +361,15 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         return -1;
     }
     float *out = (float *)(arena + op->out[0].offset);
+    if (half) {
+        if (got != want.length) {
+            snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %llu bytes, expected %llu (16-bit)",
+                     op->name, c->peers[from].name, (unsigned long long)got, (unsigned long long)want.length);
+            return -1;
+        }
+        half_to_f32(out, c->packed, n, half);
+        return 0;
+    }
     if (into == c->packed && rt_tensor_is_half(&op->out[0]) && !(out = widened(c, n, ctx)))
         return -1;
     if (into == c->packed && (want.codec == FU_CODEC_QUANT ? quant_decode(c->packed, got, out, n, why, sizeof why)
