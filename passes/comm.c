@@ -419,12 +419,21 @@ int comm_reader_rounds_weight(const ir_graph *g, int32_t node)
     return 0;
 }
 
-/* Does parameter v go to stage t in 16 bits (passes.h)? */
-static int crosses_half(const comm_state *cs, int32_t v, int32_t t)
+double comm_half_cast_seconds(double elements) { return 6.0 * elements / COMPRESS_CODEC_BYTES_PER_SECOND; }
+
+int comm_half_pays(double elements, double bw) { return 2.0 * elements / bw > 2.0 * comm_half_cast_seconds(elements); }
+
+/* Does parameter v go from stage `home` to stage t in 16 bits (passes.h)? */
+static int crosses_half(const comm_state *cs, int32_t v, int32_t home, int32_t t)
 {
     const ir_graph *g = cs->g;
     const ir_placement *p = &g->placement;
+    double bw, lat;
     if (!cs->cluster || !comm_param_may_cross_half(g, v))
+        return 0;
+    cluster_link_between(cs->cluster, p->device[(size_t)home * p->n_replicas], p->device[(size_t)t * p->n_replicas],
+                         &bw, &lat);
+    if (!comm_half_pays((double)ir_shape_numel(&g->values[v].shape), bw))
         return 0;
     for (int32_t r = 0; r < p->n_replicas; r++) {
         int32_t d = p->device[(size_t)t * p->n_replicas + r];
@@ -466,7 +475,7 @@ static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
         /* A parameter's partial gradient is only needed summed, at the
          * update: it crosses once a step, summed over the micro-batches. */
         int accumulate = partial_param_gradient(g, v, first);
-        int half = once && crosses_half(cs, v, t);
+        int half = once && crosses_half(cs, v, home, t);
         if (s < 0 || ir_node_add_input(g, s, v) || ir_node_set_int(g, s, ATTR_PEER, t) ||
             ir_node_set_int(g, s, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, s, ATTR_ONCE, 1)) ||
             (accumulate && ir_node_set_int(g, s, ATTR_ACCUMULATE, 1)) ||

@@ -191,9 +191,11 @@ typedef struct {
  * comm_param_may_cross_half, the comm pass's rule): t's devices all CUDA
  * and every forward reader of v there a 16-bit product (their backward
  * readers are the products' backward). */
-static int crosses_half(const fence_model *m, const candidate *cd, int32_t v, int32_t t, const int32_t *stage_at)
+static int crosses_half(const fence_model *m, const candidate *cd, int32_t v, int32_t t, const int32_t *stage_at,
+                        double bw)
 {
-    if (!m->c || !comm_param_may_cross_half(m->g, v))
+    if (!m->c || !comm_param_may_cross_half(m->g, v) ||
+        !comm_half_pays((double)ir_shape_numel(&m->g->values[v].shape), bw))
         return 0;
     for (int32_t r = 0; r < cd->R; r++)
         if (m->devices[cd->dev[(size_t)t * cd->R + r]].kind != DEVICE_CUDA)
@@ -242,8 +244,12 @@ static int stage_traffic(const fence_model *m, const candidate *cd, const int32_
                 tr->codec_b[home] += cb;
             } else {
                 tr->held_once[ht] += f;
-                if (crosses_half(m, cd, v, t, stage_at))
-                    f /= 2.0;   /* the comm pass sends it in the graph's 16 bits */
+                if (crosses_half(m, cd, v, t, stage_at, l->bw[ht])) {
+                    double cast = comm_half_cast_seconds((double)ir_shape_numel(&g->values[v].shape));
+                    f /= 2.0;   /* the comm pass sends it in the graph's 16 bits, cast at both ends */
+                    tr->codec_f[home] += cast / M;
+                    tr->codec_f[t] += cast / M;
+                }
                 tr->fwd_once[ht] += f;
                 tr->bwd_once[th] += b;
                 tr->codec_b[t] += cb / M;

@@ -117,6 +117,12 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err);
  * read f32 weights as they are, so they get them whole. */
 int comm_param_may_cross_half(const ir_graph *g, int32_t v);
 int comm_reader_rounds_weight(const ir_graph *g, int32_t node);
+/* The cast at one end (f32 read, 16 bits written, or back): 6 bytes an
+ * element at the codecs' speed; the 16 bits are used only where the bytes
+ * they save on a link of bw bytes/s take longer than the casts at both
+ * ends (a data centre's fast links keep the f32). */
+double comm_half_cast_seconds(double elements);
+int    comm_half_pays(double elements, double bw);
 int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err);
 /* The schedule pass's rule (schedule.c): warm[s] for S stages over M

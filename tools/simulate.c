@@ -90,10 +90,10 @@ static ir_phase phase_of(const ir_node *n) { return n->phase == PHASE_NONE ? PHA
  * compressed, the codec's seconds on the sender. */
 static double wire_bytes(const ir_graph *g, const ir_node *send, double *codec_seconds)
 {
-    double density = ir_node_float(send, ATTR_DENSITY, 0.0);
-    int compressed = ir_node_int(send, ATTR_BITS, 0) > 0 || (density > 0.0 && density < 1.0);
-    *codec_seconds = compressed ? 4.0 * (double)ir_shape_numel(&g->values[send->in[0]].shape) /
-                                      SIM_CODEC_BYTES_PER_SECOND : 0.0;
+    double density = ir_node_float(send, ATTR_DENSITY, 0.0), n = (double)ir_shape_numel(&g->values[send->in[0]].shape);
+    int bits = (int)ir_node_int(send, ATTR_BITS, 0), compressed = bits > 0 || (density > 0.0 && density < 1.0);
+    *codec_seconds = bits == ATTR_BITS_HALF ? comm_half_cast_seconds(n)
+                     : compressed           ? 4.0 * n / SIM_CODEC_BYTES_PER_SECOND : 0.0;
     return compress_wire_bytes(g, send);
 }
 
@@ -350,8 +350,10 @@ static int advance(sim *s, int32_t wi, double now)
                     w->blocked = 1;
                 return 0;
             }
-            if ((ir_node_float(node, ATTR_DENSITY, 0.0) > 0.0 && ir_node_float(node, ATTR_DENSITY, 0.0) < 1.0) ||
-                ir_node_int(node, ATTR_BITS, 0) > 0)
+            if (ir_node_int(node, ATTR_BITS, 0) == ATTR_BITS_HALF)   /* widened back to f32 */
+                dur = comm_half_cast_seconds((double)ir_shape_numel(&g->values[node->out[0]].shape));
+            else if ((ir_node_float(node, ATTR_DENSITY, 0.0) > 0.0 && ir_node_float(node, ATTR_DENSITY, 0.0) < 1.0) ||
+                     ir_node_int(node, ATTR_BITS, 0) > 0)
                 dur = 4.0 * (double)ir_shape_numel(&g->values[node->out[0]].shape) / SIM_CODEC_BYTES_PER_SECOND;
             w->t_free = fmax(w->t_free, arrive);
         } else if (node->op == OP_ALLREDUCE) {
