@@ -12,7 +12,7 @@
  * the quantised all-reduce uses it (runtime/comm/quant_allreduce.c: rows
  * of ALLREDUCE_QUANT_COLS = 512, to nearest, 8 and 4 bits), the figure
  * passes/allreduce_plan.h prices its codec time at
- * (ALLREDUCE_QUANT_CODEC_BYTES_PER_SECOND, 2.5 GB/s).
+ * (ALLREDUCE_QUANT_RATE_8BIT and _4BIT: 1.5 and 1.0 GB/s).
  *
  * Each figure is the median of REPS reps after one warm-up (which also
  * grows the scratch: the timed calls allocate nothing).  Compress and

@@ -142,10 +142,10 @@ double allreduce_quant_seconds(const int32_t *dev, int32_t R, double bytes, int 
     /* A replica encodes R-1 chunks and decodes each again (what it dropped
      * is the difference), decodes the R-1 it receives, then encodes and
      * decodes its own chunk's mean and decodes R-1 means: (4R - 2) / R
-     * chunk-sized halves of an encode-and-decode a step, priced as halves
-     * of the codec's measured pair. */
-    double pairs = (2.0 * R - 1.0) / R;
-    return 2.0 * phase + pairs * bytes / ALLREDUCE_QUANT_CODEC_BYTES_PER_SECOND;
+     * chunk-sized halves of an encode-and-decode a step, half a round. */
+    double rate = bits == 8 ? ALLREDUCE_QUANT_RATE_8BIT : ALLREDUCE_QUANT_RATE_4BIT;
+    double codec = (2.0 * R - 1.0) / R * bytes / rate / 2.0;
+    return 2.0 * (fmax(phase, codec) + codec / (R - 1));
 }
 
 double allreduce_way_seconds(const int32_t *dev, int32_t R, double bytes, int64_t groups, int bits,

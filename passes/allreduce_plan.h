@@ -67,13 +67,19 @@ void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *u
  * et al. 2021, feeds back both ends the same way).  Two rounds, each
  * sending R-1 chunks at once on R-1 links (the cluster file's links are
  * per pair) where the ring takes 2 (R-1) steps each paying the slowest
- * link's latency (GPT-3 XL on dtfm-worldwide: 14 x 143 ms):
- *   2 max_{a != b} (lat_ab + wire(bytes / R) / bw_ab) + the codec's time.
- * The codec runs on the host at ALLREDUCE_QUANT_CODEC_BYTES_PER_SECOND:
- * docs/results.md's bench_topk, 8 bits to nearest, 2.45-2.60 GB/s of fp32
- * encoded and decoded on one core. */
-#define ALLREDUCE_QUANT_COLS                   512
-#define ALLREDUCE_QUANT_CODEC_BYTES_PER_SECOND 2.5e9
+ * link's latency (GPT-3 XL on dtfm-worldwide: 14 x 143 ms).  The codec
+ * runs on the host, one core, while the links carry what it has encoded
+ * (the hub's sends are queued and go on their own threads), so a round
+ * takes the longer of its transfer and its codec work, plus the last
+ * chunk's codec, which nothing overlaps:
+ *   round = max(lat + wire(bytes / R) / bw over the slowest pair, c) + c / (R - 1)
+ *   c     = (2R - 1) / R * bytes / rate / 2   (a round's half of the codec's work)
+ * rate: the codec's measured speed, fp32 bytes encoded and decoded a
+ * second on one core (build/bench/bench_topk, rows of 512 to nearest, on
+ * the 2-core AMD EPYC of session 12: 1.58 GB/s at 8 bits, 1.00 at 4). */
+#define ALLREDUCE_QUANT_COLS        512
+#define ALLREDUCE_QUANT_RATE_8BIT   1.5e9
+#define ALLREDUCE_QUANT_RATE_4BIT   1.0e9
 /* 4 bits only where they shorten the all-reduce by 10% or more against 8:
  * they round 18 times coarser (7 levels a side against 127), which the
  * feedback carries into later steps. */
