@@ -130,7 +130,7 @@ double allreduce_quant_seconds(const int32_t *dev, int32_t R, double bytes, int 
 {
     if (R < 2)
         return 0.0;
-    double floats = bytes / 4.0, wire = allreduce_quant_wire_bytes(ceil(floats / R), bits), phase = 0.0;
+    double floats = bytes / 4.0, wire = allreduce_quant_wire_bytes(ceil(floats / R), bits), phase = 0.0, acked = 0.0;
     for (int32_t a = 0; a < R; a++)
         for (int32_t b = 0; b < R; b++) {
             double bw, lat;
@@ -138,14 +138,18 @@ double allreduce_quant_seconds(const int32_t *dev, int32_t R, double bytes, int 
                 continue;
             link(ctx, dev[a], dev[b], &bw, &lat);
             phase = fmax(phase, estimate_transfer_seconds(wire, bw, lat));
+            acked = fmax(acked, estimate_transfer_seconds(wire, bw, 2.0 * lat));
         }
     /* A replica encodes R-1 chunks and decodes each again (what it dropped
      * is the difference), decodes the R-1 it receives, then encodes and
      * decodes its own chunk's mean and decodes R-1 means: (4R - 2) / R
      * chunk-sized halves of an encode-and-decode a step, half a round. */
     double rate = bits == 8 ? ALLREDUCE_QUANT_RATE_8BIT : ALLREDUCE_QUANT_RATE_4BIT;
-    double codec = (2.0 * R - 1.0) / R * bytes / rate / 2.0;
-    return 2.0 * (fmax(phase, codec) + codec / (R - 1));
+    double codec = (2.0 * R - 1.0) / R * bytes / rate / 2.0, round = fmax(phase, codec) + codec / (R - 1);
+    /* A link carries its next message once the last is acked (runtime/comm/
+     * hub.c): round 2 goes on a pair's link no sooner than round 1's chunk
+     * crossed it and the ack came back. */
+    return fmax(round, acked) + round;
 }
 
 double allreduce_way_seconds(const int32_t *dev, int32_t R, double bytes, int64_t groups, int bits,

@@ -74,6 +74,9 @@ void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *u
  * chunk's codec, which nothing overlaps:
  *   round = max(lat + wire(bytes / R) / bw over the slowest pair, c) + c / (R - 1)
  *   c     = (2R - 1) / R * bytes / rate / 2   (a round's half of the codec's work)
+ *   total = max(round, wire / bw + 2 lat) + round
+ * (the second round's sends wait for the first's acks: the hub keeps one
+ * message in flight a link).
  * rate: the codec's measured speed, fp32 bytes encoded and decoded a
  * second on one core (build/bench/bench_topk, rows of 512 to nearest, on
  * the 2-core AMD EPYC of session 12: 1.58 GB/s at 8 bits, 1.00 at 4). */

@@ -10,10 +10,12 @@
  *   - allreduce_mark_links marks each group's ring, the leaders' ring and
  *     each leader to its members, and nothing else;
  *   - the quantised exchange (allreduce_choose under --compress): priced
- *     as two rounds of one chunk on the slowest pair plus the codec;
- *     chosen on local-4's 4 replicas at 8 bits for 10,000 floats (the
- *     link's latency dominates: 4 bits save under 10%) and at 4 bits for
- *     1M, never without --compress nor inside one region.
+ *     as two rounds of one chunk on the slowest pair, the second after the
+ *     first's acks, the codec overlapping;
+ *     chosen on local-4's 4 replicas at 4 bits for 1M floats, at 8 for
+ *     100,000 (4 bits save under 10%), not at all for 10,000 (the
+ *     hierarchy's bytes cost less than a third latency), never without
+ *     --compress nor inside one region.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -87,7 +89,8 @@ int main(void)
     double wire8 = 32.0 + 4.0 * 489 + 489.0 * 512;
     CHECK_NEAR(wire8, allreduce_quant_wire_bytes(250000, 8), 1e-9);
     double codec = (2.0 * 4 - 1) / 4 * B / ALLREDUCE_QUANT_RATE_8BIT / 2;   /* a round's */
-    double q8 = 2 * (fmax(estimate_transfer_seconds(wire8, 20e6 / 8, 0.040), codec) + codec / 3);
+    double round = fmax(estimate_transfer_seconds(wire8, 20e6 / 8, 0.040), codec) + codec / 3;
+    double q8 = fmax(round, estimate_transfer_seconds(wire8, 20e6 / 8, 0.080)) + round;   /* round 2 after the acks */
     CHECK_NEAR(q8, allreduce_quant_seconds(dev, 4, B, 8, link_of, &c4), 1e-9);
     CHECK_NEAR(q8, allreduce_way_seconds(dev, 4, B, 0, 8, link_of, &c4), 1e-9);
     int bits = -1;
@@ -103,10 +106,15 @@ int main(void)
     allreduce_choose(&c31, dev, 3, B, 1, link_of, &c31, &groups, &bits);
     CHECK_INT(0, bits);
     /* 1M floats: 4 bits save more than 10% against 8 (half the bytes on
-     * 20 Mbps); 10,000: the latencies dominate, 8 bits. */
+     * 20 Mbps); 100,000: the latencies weigh more, 8 bits; 10,000: the
+     * exchange's three latencies (two rounds, the second after the first's
+     * acks) cost more than the hierarchy's bytes, which stays. */
     CHECK(allreduce_quant_seconds(dev, 4, B, 4, link_of, &c4) < ALLREDUCE_QUANT_4BIT_GAIN * q8);
-    allreduce_choose(&c4, dev, 4, 4e4, 1, link_of, &c4, &groups, &bits);
+    allreduce_choose(&c4, dev, 4, 4e5, 1, link_of, &c4, &groups, &bits);
     CHECK_INT(8, bits);
+    allreduce_choose(&c4, dev, 4, 4e4, 1, link_of, &c4, &groups, &bits);
+    CHECK_INT(0, bits);
+    CHECK_INT((int64_t)1 << 2, groups);
     cluster_free(&c4);
     cluster_free(&c31);
     CHECK_DONE();
