@@ -656,12 +656,12 @@ static int search_each_region(search *x)
  * devices, the pipeline crossing from region to region).  Stage s takes j
  * devices of every region (R = G j), so each region runs the whole model
  * on its share of every micro-batch, its activations never leave it, and
- * only the all-reduce crosses the slow links: G parallel rings, one a
- * stage, each over a different pair of hosts, in the order that makes the
- * ring's slowest link fastest (order_regions_in_fence), grouped by region
- * when the hierarchy is cheaper (allreduce_plan.h).  With more devices in
- * some regions than others, the extra ones stay idle (S j <= the smallest
- * region).  0, or -1 on no memory. */
+ * only the all-reduces cross the slow links, one a stage, each on its own
+ * hosts' links: a ring in the order that makes its slowest link fastest
+ * (order_regions_in_fence), the hierarchy when j > 1 and it is cheaper,
+ * or under --compress the quantised exchange (allreduce_plan.h).  With
+ * more devices in some regions than others, the extra ones stay idle
+ * (S j <= the smallest region).  0, or -1 on no memory. */
 static int search_across_regions(search *x)
 {
     const fence_model *m = x->m;
