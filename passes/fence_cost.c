@@ -439,23 +439,19 @@ double fence_t_star(const fence_model *m, const candidate *cd, const int32_t *en
 
 /* A stage's memory (fence_cost.h): its state (parameters, gradients and
  * AdamW's moments, 4 x; a parameter received once a step and its summed
- * gradient, 2 x), what one micro-batch in flight adds (its forward
- * outputs, a lane's share; recomputing, what it receives, the inputs
- * being too small to count), and its smallest device's memory. */
-static void stage_memory(const fence_model *m, const candidate *cd, const int32_t *end, const traffic *tr, int32_t s,
-                         double *state, double *stash, double *replay, double *memory)
+ * gradient, 2 x; under the quantised exchange, bits[s] != 0, its feedback:
+ * the gradients and a chunk), what one micro-batch in flight adds (its
+ * forward outputs, a lane's share; recomputing, what it receives, the
+ * inputs being too small to count), and its smallest device's memory. */
+static void stage_memory(const fence_model *m, const candidate *cd, const int32_t *end, const traffic *tr,
+                         const int *bits, int32_t s, double *state, double *stash, double *replay, double *memory)
 {
     int32_t S = cd->S, j = s > 0 ? end[s - 1] + 1 : 0;
     double received = 0.0;
     for (int32_t h = 0; h < S; h++)
         received += tr->held_once[(size_t)h * S + s];
-    double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j], latency;
-    int    bits = 0;
-    *state = 4.0 * grads + 2.0 * received;
-    if (cd->R > 1 && m->compress != 0.0)   /* the quantised exchange's feedback: its gradients and its chunk */
-        allreduce_seconds(m, cd, s, grads, &latency, &bits);
-    if (bits)
-        *state += (1.0 + 1.0 / cd->R) * grads;
+    double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
+    *state = (bits[s] ? 5.0 + 1.0 / cd->R : 4.0) * grads + 2.0 * received;
     *stash = (m->act_bytes[end[s] + 1] - m->act_bytes[j]) / cd->R;
     *replay = s > 0 ? m->cut_fwd[end[s - 1]] / cd->R : 0.0;
     *memory = INFINITY;
@@ -468,12 +464,12 @@ static void stage_memory(const fence_model *m, const candidate *cd, const int32_
 
 /* The fullest device's need over its memory, with warm[s] + 1 micro-batches in flight. */
 static double memory_fill(const fence_model *m, const candidate *cd, const int32_t *end, const traffic *tr,
-                          const int32_t *warm, const uint8_t *recompute)
+                          const int *bits, const int32_t *warm, const uint8_t *recompute)
 {
     double fill = 0.0;
     for (int32_t s = 0; s < cd->S; s++) {
         double state, stash, replay, memory;
-        stage_memory(m, cd, end, tr, s, &state, &stash, &replay, &memory);
+        stage_memory(m, cd, end, tr, bits, s, &state, &stash, &replay, &memory);
         int32_t in_flight = warm[s] + 1 < cd->M ? warm[s] + 1 : cd->M;
         if (memory < INFINITY)
             fill = fmax(fill, (state + in_flight * (recompute[s] ? replay : stash)) / memory);
@@ -494,6 +490,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     uint8_t *recompute = calloc((size_t)S, 1);
     double  *first = calloc((size_t)S, sizeof *first), *last = calloc((size_t)S, sizeof *last);
     double  *ar_of = calloc((size_t)S, sizeof *ar_of), *upd_of = calloc((size_t)S, sizeof *upd_of), upd_max = 0.0;
+    int     *bits = calloc((size_t)S, sizeof *bits);   /* each stage's all-reduce: 0 dense, else quantised */
     int      have_lanes = lanes_init(&l, m, cd, 1) == 0;
     tr.fwd = calloc(SS, sizeof *tr.fwd);
     tr.bwd = calloc(SS, sizeof *tr.bwd);
@@ -505,7 +502,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     double T = INFINITY;
     if (fill)
         *fill = INFINITY;
-    if (!f || !b || !c || !warm || !most || !most_replay || !recompute || !first || !last || !ar_of || !upd_of ||
+    if (!f || !b || !c || !warm || !most || !most_replay || !recompute || !first || !last || !ar_of || !upd_of || !bits ||
         !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once || !tr.held_once ||
         !tr.codec_f || !tr.codec_b)
         goto done;
@@ -530,8 +527,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
         double cs = f[s] + b[s], busy = 0.0, fwd = 0.0, bwd = 0.0;
         double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
         double upd = stage_seconds(m, &l, m->update, NULL, s, j, end[s]);
-        int    bits;
-        double latency, ar = allreduce_seconds(m, cd, s, grads, &latency, &bits);
+        double latency, ar = allreduce_seconds(m, cd, s, grads, &latency, &bits[s]);
         if (ar > 0.0)   /* the buckets go during the last backward (the comm pass's assign_buckets) */
             ar = allreduce_exposed_seconds(ar, latency, b[s], grads);
         sum += cs;
@@ -564,7 +560,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
             norm_sync = fmax(norm_sync, s == t ? 0.0 : l.lat[(size_t)s * S + t]);
     for (int32_t s = 0; s < S; s++) {   /* the warm-up the schedule pass will allow (schedule.c) */
         double state, stash, replay, memory;
-        stage_memory(m, cd, end, &tr, s, &state, &stash, &replay, &memory);
+        stage_memory(m, cd, end, &tr, bits, s, &state, &stash, &replay, &memory);
         most[s] = schedule_warmup_most(memory, state, stash);
         most_replay[s] = schedule_warmup_most(memory, state, replay);
     }
@@ -592,7 +588,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
                         : fmax(T, last[s] + ar_of[s] + upd_of[s] - first[s]);
     }
     if (fill)
-        *fill = memory_fill(m, cd, end, &tr, warm, recompute);
+        *fill = memory_fill(m, cd, end, &tr, bits, warm, recompute);
     if (out) {
         out->step_seconds = T;
         out->bottleneck = bottleneck;
@@ -613,6 +609,7 @@ done:
     free(last);
     free(ar_of);
     free(upd_of);
+    free(bits);
     free(tr.fwd);
     free(tr.bwd);
     free(tr.fwd_once);
