@@ -231,7 +231,7 @@ close_within "one CUDA device, fp16, overflow at step 3" 2e-4 "$work/cpu-ov.loss
 # bf16 through the mixed pipeline: 16-bit activations on the links to and from the CUDA stages.
 if FUSION_EMU_COUNTS="$work/mixed-bf16.counts" "$work/mixed-bf16/launch-local.sh" --data "$work/corpus.txt" \
      --steps $steps --seed 5 >"$work/mixed.out" 2>&1; then pass
-else fail "mixed run, bf16: $(tail -5 "$work/mixed.out"; tail -3 "$work/mixed-bf16"/logs/*.log)"; fi
+else fail "mixed run, bf16: $(tail -5 "$work/mixed.out"; tail -n 3 "$work/mixed-bf16"/logs/*.log)"; fi
 reporter=$(sed -n 's/^reporter=//p' "$work/mixed-bf16/launch-local.sh")
 losses "$work/mixed-bf16/logs/$reporter.log" >"$work/mixed-bf16.loss"
 close_within "mixed pipeline (CPU, CPU, CUDA, CUDA), bf16" 1e-3 "$work/cpu-bf16.loss" "$work/mixed-bf16.loss"
@@ -256,7 +256,7 @@ set -- $(cat "$work/gpu-tf32.counts" 2>/dev/null)
 for r in off on; do
   if FUSION_EMU_COUNTS="$work/mixed-$r.counts" "$work/mixed-$r/launch-local.sh" --data "$work/corpus.txt" \
        --steps $steps --seed 5 >"$work/mixed.out" 2>&1; then pass
-  else fail "mixed run, recompute $r: $(tail -5 "$work/mixed.out"; tail -3 "$work/mixed-$r"/logs/*.log)"; fi
+  else fail "mixed run, recompute $r: $(tail -5 "$work/mixed.out"; tail -n 3 "$work/mixed-$r"/logs/*.log)"; fi
   # The reporter's own log: launch-local.sh's echo of it (tail -F) can miss
   # lines on a loaded machine.
   reporter=$(sed -n 's/^reporter=//p' "$work/mixed-$r/launch-local.sh")

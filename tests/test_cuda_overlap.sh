@@ -57,7 +57,7 @@ run() {
   shift 2
   if FUSION_EMU_COUNTS="$out/$name.counts" "$out/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 3 \
        --save "$out/$name.ckpt" "$@" >"$out/$name.out" 2>&1; then pass
-  else fail "$out $name run: $(tail -5 "$out/$name.out"; tail -3 "$out"/logs/*.log)"; fi
+  else fail "$out $name run: $(tail -5 "$out/$name.out"; tail -n 3 "$out"/logs/*.log)"; fi
   cp -r "$out/logs" "$out/$name.logs"
 }
 

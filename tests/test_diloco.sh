@@ -32,7 +32,7 @@ compile() {
 train() {
   local name=$1; shift
   if "$work/$name/launch-local.sh" --data "$work/corpus.txt" --seed 5 "$@" >"$work/$name.out" 2>&1; then pass
-  else fail "$name run: $(tail -5 "$work/$name.out"; tail -3 "$work/$name"/logs/*.log)"; fi
+  else fail "$name run: $(tail -5 "$work/$name.out"; tail -n 3 "$work/$name"/logs/*.log)"; fi
 }
 
 # ---- the mathematics: H = 1, outer lr 1, momentum 0, SGD == exact data parallelism

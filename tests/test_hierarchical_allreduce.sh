@@ -41,7 +41,7 @@ run() {
   grep -q "hierarchical" "$work/$name/plan.txt" && pass \
     || fail "$name: plan.txt does not say the all-reduce is hierarchical: $(cat "$work/$name/plan.txt")"
   if "$work/$name/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 5 >"$work/$name.out" 2>&1; then
-    pass; else fail "$name run: $(tail -5 "$work/$name.out"; tail -3 "$work/$name"/logs/*.log)"; fi
+    pass; else fail "$name run: $(tail -5 "$work/$name.out"; tail -n 3 "$work/$name"/logs/*.log)"; fi
   sed 's/^\[[^]]*\] //' "$work/$name.out" | losses /dev/stdin >"$work/$name.loss"
   expect_eq "$name steps" $steps "$(wc -l <"$work/$name.loss")"
   losses_within "$name" "$work/one.loss" "$work/$name.loss"

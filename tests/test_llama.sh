@@ -47,7 +47,7 @@ same_math() {
   else fail "$name compile: $(cat "$work/$name.compile")"; return; fi
   base=$((base + 20))
   if "$work/$name/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 5 >"$work/$name.out" 2>&1; then
-    pass; else fail "$name run: $(tail -5 "$work/$name.out"; tail -3 "$work/$name"/logs/*.log)"; return; fi
+    pass; else fail "$name run: $(tail -5 "$work/$name.out"; tail -n 3 "$work/$name"/logs/*.log)"; return; fi
   sed 's/^\[[^]]*\] //' "$work/$name.out" | losses /dev/stdin >"$work/$name.loss"
   expect_eq "$name steps" $steps "$(wc -l <"$work/$name.loss")"
   losses_within "llama $name" "$work/one.loss" "$work/$name.loss"

@@ -36,7 +36,7 @@ run() {
   local name=$1 out=$2
   shift 2
   "$out/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 3 --save "$out/$name.ckpt" "$@" \
-    >"$out/$name.out" 2>&1 && pass || fail "$out $name run: $(tail -5 "$out/$name.out"; tail -3 "$out"/logs/*.log)"
+    >"$out/$name.out" 2>&1 && pass || fail "$out $name run: $(tail -5 "$out/$name.out"; tail -n 3 "$out"/logs/*.log)"
 }
 
 # same NAME STAGES REPLICAS MICRO-BATCHES

@@ -23,7 +23,7 @@ for d in "${devices[@]}"; do
   pids+=($!)
 done
 for _ in $(seq 1 300); do grep -q '^step *3/' "$work/cpu-b1.log" 2>/dev/null && break; sleep 0.1; done
-grep -q '^step *3/' "$work/cpu-b1.log" && pass || fail "training did not start: $(tail -3 "$work"/*.log)"
+grep -q '^step *3/' "$work/cpu-b1.log" && pass || fail "training did not start: $(tail -n 3 "$work"/*.log)"
 kill -9 "${pids[2]}"
 killed_at=$(date +%s.%N)
 for i in 0 1 3; do

@@ -37,7 +37,7 @@ run() {
   [ -x "$work/$name/launch-local.sh" ] && pass || fail "$name: no launch-local.sh"
   [ -s "$work/$name/plan.txt" ] && pass || fail "$name: no plan.txt"
   if "$work/$name/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 5 >"$work/$name.out" 2>&1; then
-    pass; else fail "$name run: $(tail -5 "$work/$name.out"; tail -3 "$work/$name"/logs/*.log)"; fi
+    pass; else fail "$name run: $(tail -5 "$work/$name.out"; tail -n 3 "$work/$name"/logs/*.log)"; fi
   sed 's/^\[[^]]*\] //' "$work/$name.out" | losses /dev/stdin >"$work/$name.loss"
   expect_eq "$name steps" $steps "$(wc -l <"$work/$name.loss")"
   # Every loss within 1e-5 relative of the one-device run's.

@@ -33,7 +33,7 @@ run() {
     >"$work/$name.simulate" 2>&1 && pass || fail "$name simulate: $(cat "$work/$name.simulate")"
   if "$work/$name/launch-local.sh" --data "$work/corpus.txt" --steps $steps --seed 5 --save "$work/$name/save" \
        >"$work/$name.out" 2>&1; then pass
-  else fail "$name run: $(tail -5 "$work/$name.out"; tail -3 "$work/$name"/logs/*.log)"; fi
+  else fail "$name run: $(tail -5 "$work/$name.out"; tail -n 3 "$work/$name"/logs/*.log)"; fi
   losses "$work/$name.out" >"$work/$name.loss"
   expect_eq "$name steps" $steps "$(wc -l <"$work/$name.loss")"
 }

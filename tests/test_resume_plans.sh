@@ -33,7 +33,7 @@ launch() {   # launch NAME OUT-FILE ARGS...
   local name=$1 out=$2
   shift 2
   "$work/$name/launch-local.sh" --data "$work/corpus.txt" --seed 7 "$@" >"$out" 2>&1 && pass \
-    || fail "$name $*: $(tail -5 "$out"; tail -3 "$work/$name"/logs/*.log)"
+    || fail "$name $*: $(tail -5 "$out"; tail -n 3 "$work/$name"/logs/*.log)"
 }
 
 compile dp clusters/local-4.xml --stages 2 --replicas 2 --micro-batches 2

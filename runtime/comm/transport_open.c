@@ -112,6 +112,29 @@ static int open_socket(fu_link *l, const char *url, int listen, char *err, size_
     return 0;
 }
 
+/* Whether the connection that carries this attempt's handshake is gone, so
+ * that the attempt must start again on a fresh socket.
+ *  - Connecting: our hello went out on the first connection; nanomsg makes
+ *    a lost one again by itself, in milliseconds, and our hello is gone
+ *    with it.  A connection counts as broken once TCP connected, so this
+ *    also catches one the listener refused at its SP header.
+ *  - Listening, before our hello is out: nothing of ours can be lost, and
+ *    a connection that comes and goes (a stranger, a peer starting again)
+ *    needs no fresh socket.  Closing the port then would kill the peer's
+ *    next connection, already on its way: the two ends could chase each
+ *    other's restarts until the deadline.
+ *  - Listening, after our hello: the connection that brought the peer's
+ *    hello is our only one (NN_PAIR takes one at a time).
+ * CURRENT_CONNECTIONS counts a connection only once its SP header is
+ * exchanged, while ACCEPTED and ESTABLISHED count it at TCP connect: "had
+ * one, none now" is true in between too, so it cannot mean "closed". */
+static int handshake_connection_lost(fu_link *l, int listen, int first) {
+    if (!listen)
+        return nn_get_statistic(l->sock, NN_STAT_BROKEN_CONNECTIONS) > 0 ||
+               nn_get_statistic(l->sock, NN_STAT_ESTABLISHED_CONNECTIONS) > 1;
+    return !first && nn_get_statistic(l->sock, NN_STAT_CURRENT_CONNECTIONS) == 0;
+}
+
 /* The next hello (MSG_HANDSHAKE) of a sealed handshake, taken off the
  * queue; NULL with *rc: 2 refused (why: a frame that does not open, an
  * error, or, listening, a connection silent for HS_SILENT_MS), 3 the
@@ -134,17 +157,8 @@ static pending *next_hello(fu_link *l, int listen, int first, int64_t deadline, 
             return p;
         }
         int64_t limit = deadline;
-        uint64_t had = nn_get_statistic(l->sock, NN_STAT_ACCEPTED_CONNECTIONS) +
-                       nn_get_statistic(l->sock, NN_STAT_ESTABLISHED_CONNECTIONS);
-        if (had > 0 && nn_get_statistic(l->sock, NN_STAT_CURRENT_CONNECTIONS) == 0) {
+        if (handshake_connection_lost(l, listen, first)) {
             snprintf(why, n, "the connection closed during the handshake");
-            *rc = 3;
-            return NULL;
-        }
-        /* Connecting, nanomsg makes a lost connection again by itself, in
-         * milliseconds: what we sent on the first is gone with it. */
-        if (!listen && nn_get_statistic(l->sock, NN_STAT_ESTABLISHED_CONNECTIONS) > 1) {
-            snprintf(why, n, "the connection was made again during the handshake");
             *rc = 3;
             return NULL;
         }
@@ -272,8 +286,8 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
     uint8_t nonce[8];
     put64(nonce, XXH3_64bits(seeds, sizeof seeds));
     int64_t deadline = now_ms() + timeout_ms;
-    char why[200], refused[240] = "";
-    int refusals = 0;
+    char why[200], refused[240] = "", restarted[240] = "";
+    int refusals = 0, restarts = 0;
     for (;;) {
         if (open_socket(l, url, listen, err, n) != 0) {
             int e = errno;
@@ -296,11 +310,19 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
                 snprintf(refused, sizeof refused, "%s", why);
                 if (!listen) usleep(100 * 1000);
             }
+            if (rc == 3) { restarts++; snprintf(restarted, sizeof restarted, "%s", why); }
             if (rc == 1 || rc == 3 || rc == 4 || (rc == 2 && listen)) { reset_link(l); continue; }
             int e = rc == 2 ? EPROTO : errno;
             if (rc == -1 && refused[0] && e == ETIMEDOUT) {
                 fail(err, n, "handshake with %s at %s: no peer completed it within %d ms; the last one was refused: "
                      "%s", l->peer, url, timeout_ms, refused);
+                e = EPROTO;
+            } else if (rc == -1 && restarts && e == ETIMEDOUT) {
+                /* Connections came, but none lasted the handshake: say so
+                 * (not "did not connect"), with how often and why. */
+                fail(err, n, "handshake with %s at %s: no peer completed it within %d ms; it started again %d "
+                     "time%s, the last because %s", l->peer, url, timeout_ms, restarts, restarts == 1 ? "" : "s",
+                     restarted);
                 e = EPROTO;
             } else {
                 fail(err, n, "handshake with %s at %s: %s%s", l->peer, url, why, rc == 2 ? ": refused" : "");
