@@ -139,4 +139,13 @@ typedef enum {
 
 #define ATTR_BITS_HALF 16   /* ATTR_BITS: the graph's 16-bit float, rounded to nearest even */
 
+/* The matrix products: in 16 bits (a 16-bit operand or result), they round
+ * an f32 weight to that precision as they read it (runtime/exec.c); the
+ * comm pass counts on it (passes.h: comm_reader_rounds_weight). */
+static inline int op_is_product(int kind)
+{
+    return kind == OP_LINEAR || kind == OP_LINEAR_BACKWARD || kind == OP_MATMUL || kind == OP_MATMUL_BACKWARD ||
+           kind == OP_CONV2D || kind == OP_CONV2D_BACKWARD;
+}
+
 #endif

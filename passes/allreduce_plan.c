@@ -63,6 +63,8 @@ double allreduce_seconds_for(const int32_t *dev, int32_t R, double bytes, int64_
     return inside + ring_seconds(dev, leaders, G, bytes, link, ctx) + back;
 }
 
+static int region_of(const cluster *c, int32_t device) { return c->hosts[c->devices[device].host].region; }
+
 double allreduce_plan(const cluster *regions, const int32_t *dev, int32_t R, double bytes, allreduce_link_fn link,
                       const void *ctx, int64_t *groups)
 {
@@ -74,9 +76,7 @@ double allreduce_plan(const cluster *regions, const int32_t *dev, int32_t R, dou
     if (!regions || R < 3 || R > ALLREDUCE_MAX_GROUPED)
         return ring;
     for (int32_t r = 1; r < R; r++) {
-        int a = regions->hosts[regions->devices[dev[r - 1]].host].region;
-        int b = regions->hosts[regions->devices[dev[r]].host].region;
-        if (a != b)
+        if (region_of(regions, dev[r - 1]) != region_of(regions, dev[r]))
             mask |= (int64_t)1 << r;
         else
             several = 1;
@@ -168,8 +168,7 @@ double allreduce_choose(const cluster *regions, const int32_t *dev, int32_t R, d
         return t;
     int spans = 0;   /* the slow links are between regions: inside one, the sums stay exact */
     for (int32_t r = 1; r < R && !spans; r++)
-        spans = regions->hosts[regions->devices[dev[r]].host].region !=
-                regions->hosts[regions->devices[dev[0]].host].region;
+        spans = region_of(regions, dev[r]) != region_of(regions, dev[0]);
     if (!spans)
         return t;
     double q8 = allreduce_quant_seconds(dev, R, bytes, 8, link, ctx);

@@ -407,8 +407,7 @@ int comm_param_may_cross_half(const ir_graph *g, int32_t v)
 int comm_reader_rounds_weight(const ir_graph *g, int32_t node)
 {
     const ir_node *n = &g->nodes[node];
-    if (n->op != OP_LINEAR && n->op != OP_LINEAR_BACKWARD && n->op != OP_MATMUL && n->op != OP_MATMUL_BACKWARD &&
-        n->op != OP_CONV2D && n->op != OP_CONV2D_BACKWARD)
+    if (!op_is_product(n->op))
         return 0;
     for (int k = 0; k < n->n_in; k++)   /* rt_op_product_dtype: a 16-bit operand makes it a 16-bit product */
         if (g->values[n->in[k]].dtype == DT_F16 || g->values[n->in[k]].dtype == DT_BF16)

@@ -107,15 +107,9 @@ static int64_t half_copies_floats(const rt_op *op)
     return floats;
 }
 
-static int is_product(int32_t k)
-{
-    return k == OP_LINEAR || k == OP_LINEAR_BACKWARD || k == OP_MATMUL || k == OP_MATMUL_BACKWARD ||
-           k == OP_CONV2D || k == OP_CONV2D_BACKWARD;
-}
-
 int32_t rt_op_product_dtype(const rt_op *op)
 {
-    if (!is_product(op->op))
+    if (!op_is_product(op->op))
         return HALF_DT_F32;
     for (int i = 0; i < op->n_in; i++)
         if (rt_tensor_is_half(&op->in[i]))
