@@ -49,11 +49,12 @@ static st_tensor as_st(const program *p, const rt_tensor_info *ti)
  * LOSS_ROLE) to path;
  * the parameters in param_dtype (ST_F32: as they are; ST_BF16, ST_F16:
  * rounded, for a file half the size), everything else as it is. */
-int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata,
-                         st_dtype param_dtype)
+static int write_tensors_and(const program *p, const char *path, unsigned roles, const char *const *metadata,
+                             st_dtype param_dtype, const rt_feedback_arrays *feedback)
 {
-    st_tensor *list = calloc((size_t)p->manifest.n_tensors + 1, sizeof *list);
-    st_dtype  *as = calloc((size_t)p->manifest.n_tensors + 1, sizeof *as);
+    int n_extra = feedback ? feedback->n : 0;
+    st_tensor *list = calloc((size_t)p->manifest.n_tensors + n_extra + 1, sizeof *list);
+    st_dtype  *as = calloc((size_t)p->manifest.n_tensors + n_extra + 1, sizeof *as);
     int n = 0;
     if (!list || !as) {
         free(list);
@@ -66,11 +67,24 @@ int write_tensors(const program *p, const char *path, unsigned roles, const char
             as[n] = p->tensors[i].role == ROLE_PARAM ? param_dtype : list[n].dtype;
             n++;
         }
+    for (int i = 0; i < n_extra; i++, n++) {   /* the feedback as it is, f32 */
+        snprintf(list[n].name, sizeof list[n].name, "%s", feedback->a[i].name);
+        list[n].dtype = as[n] = ST_F32;
+        list[n].rank = 1;
+        list[n].dim[0] = feedback->a[i].n;
+        list[n].data = feedback->a[i].data;
+    }
     char why[512];
     int rc = st_write_as(path, list, n, as, metadata, why, sizeof why);
     free(list);
     free(as);
     return rc ? fail("%s", why) : 0;
+}
+
+int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata,
+                  st_dtype param_dtype)
+{
+    return write_tensors_and(p, path, roles, metadata, param_dtype, NULL);
 }
 
 /* Read every tensor of the given roles from f by name into the arena; the
@@ -118,7 +132,7 @@ int read_file_tensors(program *p, const char *path, unsigned roles)
  * resumed run goes on with the scale (and the count of skipped steps that
  * AdamW's bias correction uses) it stopped with. */
 int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
-                           st_dtype save_dtype)
+                    st_dtype save_dtype, const rt_feedback_arrays *feedback)
 {
     char path[4096], step_text[32], seed_text[32], build[32], why[512], scale[96];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -133,7 +147,42 @@ int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t se
     const char *metadata[] = { "fusion.model", p->manifest.model, "fusion.build_id", build,
                                "fusion.step", step_text, "fusion.seed", seed_text,
                                p->manifest.loss_scaling ? "fusion.loss_scaler" : NULL, scale, NULL };
-    return write_tensors(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype);
+    return write_tensors_and(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype, feedback);
+}
+
+static int is_feedback(const char *name) { return strncmp(name, RT_FEEDBACK_PREFIX, strlen(RT_FEEDBACK_PREFIX)) == 0; }
+
+/* Copies of f's feedback arrays (comm/feedback.h) into *out. */
+static int read_feedback(const st_file *f, const char *path, rt_feedback_arrays *out)
+{
+    out->owns = 1;
+    for (int i = 0; i < st_count(f); i++) {
+        st_tensor t;
+        if (st_get(f, i, &t) != 0 || !is_feedback(t.name))
+            continue;
+        if (t.dtype != ST_F32 || t.rank != 1)
+            return fail("%s: '%s' is %s of rank %d, not the F32 vector the error feedback is", path, t.name,
+                        st_dtype_name(t.dtype), t.rank);
+        float *copy = malloc((size_t)t.dim[0] * sizeof *copy + 1);
+        if (!copy || rt_feedback_add(out, t.name, copy, t.dim[0])) {
+            free(copy);
+            return fail("%s: out of memory for '%s'", path, t.name);
+        }
+        memcpy(copy, t.data, (size_t)t.dim[0] * sizeof *copy);
+    }
+    return 0;
+}
+
+/* Whether any of parts[0, n) holds error feedback. */
+static int any_feedback(st_file *const *parts, int n)
+{
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < st_count(parts[k]); i++) {
+            st_tensor t;
+            if (st_get(parts[k], i, &t) == 0 && is_feedback(t.name))
+                return 1;
+        }
+    return 0;
 }
 
 /* A part of a coordinated checkpoint: DIR/COMPLETE (written by the broker
@@ -265,8 +314,9 @@ static int resume_by_name(program *p, const char *dir, int64_t *step, uint64_t *
             rc = fail("%s", why);
     }
     if (rc == 0)
-        printf("fusion: resumed from %s: a checkpoint of another compile (%d part%s), read by tensor name\n", dir, n,
-               n == 1 ? "" : "s");
+        printf("fusion: resumed from %s: a checkpoint of another compile (%d part%s), read by tensor name%s\n", dir,
+               n, n == 1 ? "" : "s",
+               any_feedback(parts, n) ? "; its error feedback is another plan's: this one's starts at zero" : "");
     for (int k = 0; k < n; k++)
         st_close(parts[k]);
     free(parts);
@@ -274,7 +324,8 @@ static int resume_by_name(program *p, const char *dir, int64_t *step, uint64_t *
     return rc;
 }
 
-int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls)
+int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls,
+                      rt_feedback_arrays *feedback)
 {
     char path[4096], why[512], build[32];
     checkpoint_path(p, dir, path, sizeof path);
@@ -292,7 +343,9 @@ int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed
         st_close(f);
         return resume_by_name(p, dir, step, seed, ls);
     }
-    int rc = read_progress(p, f, path, step, seed, ls) || read_tensors(p, f, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE));
+    int rc = read_progress(p, f, path, step, seed, ls) ||
+             read_tensors(p, f, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE)) ||
+             read_feedback(f, path, feedback);
     st_close(f);
     return rc;
 }

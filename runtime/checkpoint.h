@@ -2,9 +2,9 @@
  *
  * A checkpoint is a folder: one device's run writes DIR/checkpoint.safetensors,
  * a run of several devices DIR/checkpoint-<device>.safetensors each, every
- * part its device's parameters and optimizer state by name, with the
- * model, build id, step and seed (and an fp16 run's loss scaler) in its
- * metadata, written to a temporary name, fsynced and renamed
+ * part its device's parameters, optimizer state and error feedback
+ * (comm/feedback.h) by name, with the model, build id, step and seed (and
+ * an fp16 run's loss scaler) in its metadata, written to a temporary name, fsynced and renamed
  * (safetensors_write.c).  --resume reads this device's own part when it
  * is there and of this compile; otherwise (a checkpoint of another compile:
  * other devices, stages or replicas) every tensor of this device is taken
@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/feedback.h"
 #include "device_program.h"
 #include "file_hash.h"
 #include "loss_scale.h"
@@ -43,12 +44,16 @@ int read_file_tensors(program *p, const char *path, unsigned roles);
 void checkpoint_path(const program *p, const char *dir, char *path, size_t size);
 
 
-/* This device's part of the checkpoint of `step` into dir. */
+/* This device's part of the checkpoint of `step` into dir, with the
+ * runtime's error feedback (comm/feedback.h; NULL or empty: none). */
 int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
-                    st_dtype save_dtype);
+                    st_dtype save_dtype, const rt_feedback_arrays *feedback);
 
 /* Parameters and optimizer state from dir's checkpoint (see the top);
- * *step, *seed and an fp16 run's loss scaler from it. */
-int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls);
+ * *step, *seed and an fp16 run's loss scaler from it; into *feedback
+ * (owned copies) the error feedback of this device's part when it is of
+ * this compile: another plan's starts at zero. */
+int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls,
+                      rt_feedback_arrays *feedback);
 
 #endif

@@ -595,15 +595,16 @@ static void per_device_path(const program *p, const char *file, char *path, size
  * folder), the part then reported with its XXH3 so that the broker marks
  * the step whole once every part is in. */
 static int save_part(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
-                     st_dtype save_dtype, rt_broker *broker, const run_options *o, int live)
+                     st_dtype save_dtype, const rt_feedback_arrays *feedback, rt_broker *broker,
+                     const run_options *o, int live)
 {
     if (!broker)
-        return save_checkpoint(p, dir, step, seed, ls, save_dtype);
+        return save_checkpoint(p, dir, step, seed, ls, save_dtype, feedback);
     char folder[4200], path[4400];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
     snprintf(folder, sizeof folder, "%s/%s-%lld", dir, live ? "live" : "step", (long long)step);
-    if (save_checkpoint(p, folder, step, seed, ls, save_dtype))
+    if (save_checkpoint(p, folder, step, seed, ls, save_dtype, feedback))
         return 1;
     checkpoint_path(p, folder, path, sizeof path);
     char crash[200];
@@ -638,7 +639,10 @@ static void save_live_state(const program *p, const run_options *o, int64_t fini
     if (!broker || !o->save || finished < 1 || p->manifest.diloco.sync == RT_SYNC_DILOCO ||
         !(strstr(why, "lost peer") || strstr(why, " stopped")))
         return;
-    if (save_part(p, o->save, finished, seed, ls, o->save_dtype, broker, o, 1) == 0)
+    /* Without the error feedback: the failed step may have changed part
+     * of it, and the broker resumes on another plan, which starts its own
+     * at zero. */
+    if (save_part(p, o->save, finished, seed, ls, o->save_dtype, NULL, broker, o, 1) == 0)
         printf("fusion: a peer was lost: this device's state of step %lld saved for the broker\n", (long long)finished);
 }
 
@@ -673,9 +677,15 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     rt_loss_scaler scaler;
     rt_loss_scaler_init(&scaler, (float)o->loss_scale, o->loss_scale_window);
     if (rc == 0 && o->resume) {
-        if (resume_checkpoint(p, o->resume, &done, &seed, &scaler))
+        rt_feedback_arrays feedback = { 0 };
+        if (resume_checkpoint(p, o->resume, &done, &seed, &scaler, &feedback))
             rc = 1;
-        else if (o->seed_given && seed != o->seed)
+        else if (comm && feedback.n > 0) {
+            printf("fusion: resumed with the error feedback the run saved (%d arrays)\n", feedback.n);
+            rt_comm_restore_feedback(comm, &feedback);
+        }
+        rt_feedback_arrays_free(&feedback);
+        if (rc == 0 && o->seed_given && seed != o->seed)
             rc = fail("%s: the checkpoint was trained with --seed %llu, not %llu", o->resume,
                       (unsigned long long)seed, (unsigned long long)o->seed);
     } else if (rc == 0) {
@@ -834,8 +844,12 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         rt_broker_report(broker, "step", "%lld %.6f", (long long)step, (double)loss);
         if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps)) {
             double save_t0 = trace ? rt_trace_clock() : 0.0;
-            if (save_part(p, o->save, step, seed, &scaler, o->save_dtype, broker, o, 0))
+            rt_feedback_arrays feedback = { 0 };   /* the live arrays: the overlap's thread is idle now */
+            if (comm && (rt_comm_list_feedback(comm, &feedback) || rt_overlap_list_feedback(st.overlap, &feedback)))
+                rc = stop(comm, mf->device, "out of memory listing the error feedback for the checkpoint");
+            else if (save_part(p, o->save, step, seed, &scaler, o->save_dtype, &feedback, broker, o, 0))
                 rc = stop(comm, mf->device, "cannot write the checkpoint");
+            rt_feedback_arrays_free(&feedback);
             rt_trace_span(trace, 0, "checkpoint", "checkpoint", save_t0, trace ? rt_trace_clock() : 0.0, NULL);
         }
     }

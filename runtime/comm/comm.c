@@ -126,7 +126,36 @@ void rt_comm_close(rt_comm *c)
         rt_quant_feedback_free(&c->update_fb[i]);
     free(c->update_fb);
     free(c->update_fb_tag);
+    rt_feedback_arrays_free(&c->restored);
     memset(c, 0, sizeof *c);
+}
+
+static void send_feedback_name(char *name, size_t size, int32_t tensor)
+{
+    snprintf(name, size, RT_FEEDBACK_PREFIX "send.%d", tensor);
+}
+
+int rt_comm_list_feedback(const rt_comm *c, rt_feedback_arrays *l)
+{
+    char name[96];
+    for (int32_t i = 0; i < c->n_sends; i++) {
+        if (!c->sends[i].residual)
+            continue;
+        send_feedback_name(name, sizeof name, c->sends[i].tensor);
+        if (rt_feedback_add(l, name, c->sends[i].residual, c->sends[i].n))
+            return -1;
+    }
+    for (int32_t i = 0; i < c->n_update_fb; i++)
+        if (rt_quant_feedback_list(&c->update_fb[i], c->update_fb_tag[i], l))
+            return -1;
+    return 0;
+}
+
+void rt_comm_restore_feedback(rt_comm *c, rt_feedback_arrays *l)
+{
+    rt_feedback_arrays_free(&c->restored);
+    c->restored = *l;
+    memset(l, 0, sizeof *l);
 }
 
 void rt_comm_abort(rt_comm *c, const char *why)
@@ -409,6 +438,11 @@ static rt_topk_send *topk_send_state(rt_comm *c, const rt_op *op, int32_t to, rt
         snprintf(ctx->msg, sizeof ctx->msg, "out of memory for the residual of op '%s' (%lld floats)", op->name,
                  (long long)n);
         return NULL;
+    }
+    if (s.residual) {   /* a resumed run goes on with the residual it saved */
+        char name[96];
+        send_feedback_name(name, sizeof name, tensor);
+        rt_feedback_restore(&c->restored, name, s.residual, n);
     }
     c->sends[c->n_sends] = s;
     return &c->sends[c->n_sends++];
@@ -698,6 +732,13 @@ static int mean_quantised(rt_comm *c, float *x, int64_t n, int32_t tensor, int b
     }
     for (int32_t q = 0; q < R; q++)
         devices[q] = device_at(c, m->stage, q);
+    if (!fb->mine && c->restored.n > 0) {   /* a resumed run: the feedback it saved, before the first use */
+        if (rt_quant_feedback_prepare(fb, n, R, bits, ctx->msg, sizeof ctx->msg)) {
+            free(devices);
+            return -1;
+        }
+        rt_quant_feedback_restore(fb, tensor, &c->restored);
+    }
     int rc = rt_quant_mean(c->hub, devices, R, m->replica, x, n, tensor, bits, ctx->step, fb, ctx->msg,
                            sizeof ctx->msg);
     free(devices);
@@ -830,6 +871,7 @@ int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, flo
     own.peers = c->peers;
     own.scratch = *scratch;
     own.scratch_floats = *scratch_floats;
+    own.restored = c->restored;   /* read only, and never freed through own */
     int rc = mean_over_replicas(&own, x, n, tensor, groups, bits, fb, ctx);
     *scratch = own.scratch;
     *scratch_floats = own.scratch_floats;

@@ -23,6 +23,7 @@
 
 #include "../exec.h"
 #include "../program.h"
+#include "feedback.h"
 #include "quant_allreduce.h"
 #include "topk.h"
 
@@ -103,6 +104,8 @@ typedef struct rt_comm {
     int32_t         n_accs, accs_cap;
     int             overlap;          /* 1: the allreduce ops with a bucket are reduced by
                                          comm/overlap.h; their op only copies          */
+    rt_feedback_arrays restored;      /* feedback read from a checkpoint, taken by each
+                                         feedback state when it is made (feedback.h)   */
 } rt_comm;
 
 /* Connect to every peer this device has a link with (runtime/program.h's
@@ -110,6 +113,14 @@ typedef struct rt_comm {
 int  rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, const rt_peer *peers,
                   const rt_link *links, const rt_comm_options *o, char *err, size_t n);
 void rt_comm_close(rt_comm *c);
+
+/* The error feedback this device keeps (feedback.h), listed into l: its
+ * compressed sends' residuals and, without the overlap, its quantised
+ * all-reduces' (overlap.h lists the overlap's).  0, or -1 out of memory. */
+int  rt_comm_list_feedback(const rt_comm *c, rt_feedback_arrays *l);
+/* The feedback a checkpoint of this compile held (l, which c now owns):
+ * each array goes into its state when that is made, at its first use. */
+void rt_comm_restore_feedback(rt_comm *c, rt_feedback_arrays *l);
 /* Tell every peer this device stops, and why (they stop too, naming it). */
 void rt_comm_abort(rt_comm *c, const char *why);
 /* Wait until every send was acknowledged. */

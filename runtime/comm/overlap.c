@@ -338,6 +338,14 @@ void rt_overlap_counts(const rt_overlap *o, int64_t *early, int64_t *handed)
     *handed = o ? o->handed : 0;
 }
 
+int rt_overlap_list_feedback(rt_overlap *o, rt_feedback_arrays *l)
+{
+    for (int32_t b = 0; o && b < o->n_buckets; b++)
+        if (o->buckets[b].bits && rt_quant_feedback_list(&o->buckets[b].fb, o->buckets[b].tag, l))
+            return -1;
+    return 0;
+}
+
 void rt_overlap_close(rt_overlap *o)
 {
     if (!o)

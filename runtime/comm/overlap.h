@@ -41,6 +41,7 @@
 
 #include "../exec.h"
 #include "../program.h"
+#include "feedback.h"
 
 struct rt_comm;
 typedef struct rt_overlap rt_overlap;
@@ -94,6 +95,10 @@ int32_t rt_overlap_buckets(const rt_overlap *o);
 double  rt_overlap_waited(const rt_overlap *o);
 /* Buckets handed to the thread during a backward, and in all, over the run. */
 void    rt_overlap_counts(const rt_overlap *o, int64_t *early, int64_t *handed);
+
+/* The quantised buckets' error feedback, listed into l (feedback.h), for
+ * a checkpoint; call between steps (the thread is idle then).  0, or -1. */
+int rt_overlap_list_feedback(rt_overlap *o, rt_feedback_arrays *l);
 
 /* Stops the thread (after rt_comm_abort, its calls on the hub fail at once) and frees. */
 void rt_overlap_close(rt_overlap *o);

@@ -15,7 +15,7 @@
 static int64_t chunk_lo(int64_t n, int32_t R, int32_t q) { return n * q / R; }
 static int64_t rows_of(int64_t len) { return (len + COLS - 1) / COLS; }
 
-static int prepare(rt_quant_feedback *fb, int64_t n, int32_t R, int bits, char *err, size_t err_size)
+int rt_quant_feedback_prepare(rt_quant_feedback *fb, int64_t n, int32_t R, int bits, char *err, size_t err_size)
 {
     if (fb->mine) {
         if (fb->n == n)
@@ -26,6 +26,7 @@ static int prepare(rt_quant_feedback *fb, int64_t n, int32_t R, int bits, char *
     }
     int64_t chunk = n / R + 1, padded = rows_of(chunk) * COLS;
     fb->n = n;
+    fb->chunk = chunk;
     fb->mine = calloc((size_t)n + 1, sizeof *fb->mine);
     fb->owned = calloc((size_t)chunk, sizeof *fb->owned);
     fb->sum = malloc((size_t)chunk * sizeof *fb->sum);
@@ -38,6 +39,33 @@ static int prepare(rt_quant_feedback *fb, int64_t n, int32_t R, int bits, char *
     rt_quant_feedback_free(fb);
     snprintf(err, err_size, "out of memory for a quantised all-reduce of %lld floats", (long long)n);
     return -1;
+}
+
+static void feedback_name(char *name, size_t size, int32_t tag, const char *part)
+{
+    snprintf(name, size, RT_FEEDBACK_PREFIX "allreduce.%d.%s", tag, part);
+}
+
+int rt_quant_feedback_list(rt_quant_feedback *fb, int32_t tag, rt_feedback_arrays *l)
+{
+    char name[96];
+    if (!fb->mine)
+        return 0;   /* not used yet: nothing dropped */
+    feedback_name(name, sizeof name, tag, "mine");
+    if (rt_feedback_add(l, name, fb->mine, fb->n))
+        return -1;
+    feedback_name(name, sizeof name, tag, "owned");
+    return rt_feedback_add(l, name, fb->owned, fb->chunk);
+}
+
+void rt_quant_feedback_restore(rt_quant_feedback *fb, int32_t tag, const rt_feedback_arrays *l)
+{
+    char name[96];
+    feedback_name(name, sizeof name, tag, "mine");
+    if (!rt_feedback_restore(l, name, fb->mine, fb->n))
+        return;   /* none, or another bucket's: both ends start at zero */
+    feedback_name(name, sizeof name, tag, "owned");
+    rt_feedback_restore(l, name, fb->owned, fb->chunk);
 }
 
 void rt_quant_feedback_free(rt_quant_feedback *fb)
@@ -97,7 +125,7 @@ int rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t
         snprintf(err, err_size, "quantised all-reduce of tensor %d at %d bits (8 or 4)", tag, bits);
         return -1;
     }
-    if (prepare(fb, n, R, bits, err, err_size))
+    if (rt_quant_feedback_prepare(fb, n, R, bits, err, err_size))
         return -1;
     fu_msg_info m = { .kind = MSG_GRADIENT, .step = step, .micro_batch = -2, .tensor = tag, .codec = FU_CODEC_QUANT };
     char why[400];

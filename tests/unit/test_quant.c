@@ -11,8 +11,11 @@
  */
 #include "check.h"
 #include "comm/quant.h"
+#include "comm/quant_allreduce.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #define ERR 256
@@ -151,6 +154,54 @@ static void refuses(void) {
     CHECK_CONTAINS(err, "unused");
 }
 
+/* The quantised all-reduce's feedback as named arrays (feedback.h), the
+ * way checkpoints carry it: listed by name and length, copied out, and
+ * taken back into a fresh state; an array of another length is not. */
+static void feedback_travels_by_name(void) {
+    char err[256];
+    rt_quant_feedback a = { 0 }, b = { 0 }, c = { 0 };
+    CHECK_INT(0, rt_quant_feedback_prepare(&a, 1000, 3, 8, err, sizeof err));
+    CHECK(a.chunk == 1000 / 3 + 1);
+    for (int64_t i = 0; i < a.n; i++)
+        a.mine[i] = (float)i * 0.25f;
+    for (int64_t i = 0; i < a.chunk; i++)
+        a.owned[i] = -(float)i;
+    rt_feedback_arrays listed = { 0 }, saved = { .owns = 1 };
+    CHECK_INT(0, rt_quant_feedback_list(&a, 42, &listed));
+    CHECK_INT(2, listed.n);
+    CHECK_STR("fusion.feedback.allreduce.42.mine", listed.a[0].name);
+    CHECK_STR("fusion.feedback.allreduce.42.owned", listed.a[1].name);
+    CHECK(listed.a[0].n == 1000 && listed.a[1].n == a.chunk);
+    for (int i = 0; i < listed.n; i++) {   /* what a checkpoint holds: copies */
+        float *copy = malloc((size_t)listed.a[i].n * sizeof *copy);
+        memcpy(copy, listed.a[i].data, (size_t)listed.a[i].n * sizeof *copy);
+        CHECK_INT(0, rt_feedback_add(&saved, listed.a[i].name, copy, listed.a[i].n));
+    }
+    CHECK_INT(0, rt_quant_feedback_prepare(&b, 1000, 3, 8, err, sizeof err));
+    rt_quant_feedback_restore(&b, 42, &saved);
+    CHECK(memcmp(a.mine, b.mine, 1000 * sizeof *a.mine) == 0);
+    CHECK(memcmp(a.owned, b.owned, (size_t)a.chunk * sizeof *a.owned) == 0);
+    /* Another bucket's size (another compile): nothing is taken. */
+    CHECK_INT(0, rt_quant_feedback_prepare(&c, 999, 3, 8, err, sizeof err));
+    rt_quant_feedback_restore(&c, 42, &saved);
+    CHECK(c.mine[5] == 0.0f && c.owned[5] == 0.0f);   /* its owned has the same length: not taken alone */
+    /* Another tag: nothing either. */
+    rt_quant_feedback_free(&c);
+    CHECK_INT(0, rt_quant_feedback_prepare(&c, 1000, 3, 8, err, sizeof err));
+    rt_quant_feedback_restore(&c, 43, &saved);
+    CHECK(c.mine[5] == 0.0f);
+    /* Never used: nothing to list. */
+    rt_quant_feedback unused = { 0 };
+    rt_feedback_arrays none = { 0 };
+    CHECK_INT(0, rt_quant_feedback_list(&unused, 7, &none));
+    CHECK_INT(0, none.n);
+    rt_feedback_arrays_free(&listed);
+    rt_feedback_arrays_free(&saved);
+    rt_quant_feedback_free(&a);
+    rt_quant_feedback_free(&b);
+    rt_quant_feedback_free(&c);
+}
+
 int main(void) {
     const int64_t shapes[][2] = { { 1, 1 }, { 3, 5 }, { 7, 129 }, { 256, 128 }, { 2, 5000 }, { 5, 1 }, { 0, 8 } };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -162,5 +213,6 @@ int main(void) {
     unbiased(4);
     broken_rows();
     refuses();
+    feedback_travels_by_name();
     CHECK_DONE();
 }
