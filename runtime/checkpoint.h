@@ -4,13 +4,14 @@
  * a run of several devices DIR/checkpoint-<device>.safetensors each, every
  * part its device's parameters, optimizer state and error feedback
  * (comm/feedback.h) by name, with the model, build id, step and seed (and
- * an fp16 run's loss scaler) in its metadata, written to a temporary name, fsynced and renamed
- * (safetensors_write.c).  --resume reads this device's own part when it
- * is there and of this compile; otherwise (a checkpoint of another compile:
- * other devices, stages or replicas) every tensor of this device is taken
- * by name from whichever part holds it, the parts agreeing on the model,
- * step and seed.  Batches depend only on (seed, step), so a resumed run
- * goes on as the run it continues would have.  A coordinated checkpoint
+ * an fp16 run's loss scaler) in its metadata, written to a temporary name,
+ * fsynced and renamed (safetensors_write.c).  --resume reads this device's
+ * own part when it is there and of this compile; otherwise (a checkpoint
+ * of another compile: other devices, stages or replicas) every tensor of
+ * this device is taken by name from whichever part holds it, the parts
+ * agreeing on the model, step and seed.  Batches depend only on (seed,
+ * step), so a resumed run goes on as the run it continues would have.  A
+ * coordinated checkpoint
  * (the broker's: DIR/step-N/, whole once DIR/step-N/COMPLETE lists every
  * part with its XXH3) is checked part by part: a part it does not list or
  * whose bytes hash otherwise is refused, naming the file.
