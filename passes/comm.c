@@ -46,7 +46,8 @@ typedef struct {
     struct diag *err;
     int32_t      n_old;        /* nodes before the pass                         */
     int32_t     *anchor;       /* per new node: the old node it goes next to    */
-    char        *after;        /* per new node: 1 after the anchor, 0 before    */
+    char        *after;        /* per new node: 0 before the anchor, 1 after it,
+                                  2 after those                                  */
     int32_t      cap;
     int32_t      next_tensor;
     const cluster *cluster;    /* the placement's devices (NULL: none)          */
@@ -54,7 +55,8 @@ typedef struct {
 
 static int oom(comm_state *cs) { return diag_set(cs->err, ir_loc_file(cs->g, (ir_loc){ 0, 0 }), 0, "out of memory"); }
 
-/* A new node next to old node `anchor` (before or after it). */
+/* A new node next to old node `anchor` (before it, after it, or after
+ * the others after it: `after` 0, 1, 2). */
 static int32_t new_node(comm_state *cs, ir_op op, const char *name, int32_t anchor, int after, int32_t stage,
                         ir_phase phase)
 {
@@ -110,9 +112,10 @@ static int reorder(comm_state *cs)
             if (!cs->after[j])
                 sorted[k++] = g->nodes[cs->n_old + j];
         sorted[k++] = g->nodes[i];
-        for (int32_t j = first[i]; j >= 0; j = next[j])
-            if (cs->after[j])
-                sorted[k++] = g->nodes[cs->n_old + j];
+        for (int late = 1; late <= 2; late++)
+            for (int32_t j = first[i]; j >= 0; j = next[j])
+                if (cs->after[j] == late)
+                    sorted[k++] = g->nodes[cs->n_old + j];
     }
     memcpy(g->nodes, sorted, (size_t)n * sizeof *sorted);
     for (int32_t i = 0; i < n; i++)
@@ -466,14 +469,22 @@ static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
         int32_t tensor = cs->next_tensor++;
         char name[COMM_NAME_MAX];
         int send_after_producer = producer >= 0 && producer < cs->n_old && g->nodes[producer].phase == phase;
-        snprintf(name, sizeof name, "%s:send%d", ir_value_name(g, v), t);
-        int32_t s = new_node(cs, OP_SEND, name, send_after_producer ? producer : first, send_after_producer, home, phase);
         /* A parameter does not change within a step: sent in micro-batch 0
          * only, its copy kept (the memory pass keeps it all step). */
         int once = g->values[v].role == ROLE_PARAM && phase == PHASE_FORWARD;
         /* A parameter's partial gradient is only needed summed, at the
-         * update: it crosses once a step, summed over the micro-batches. */
+         * update: it crosses once a step, summed over the micro-batches.
+         * It leaves last in its stage's backward: it is due only at the
+         * update, and its codec (when compressed) would otherwise hold up
+         * the activation gradients that the stages before wait for. */
         int accumulate = partial_param_gradient(g, v, first);
+        int32_t anchor = send_after_producer ? producer : first;
+        if (accumulate && send_after_producer)
+            for (int32_t j = producer + 1; j < cs->n_old; j++)
+                if (g->nodes[j].stage == home && g->nodes[j].phase == phase)
+                    anchor = j;
+        snprintf(name, sizeof name, "%s:send%d", ir_value_name(g, v), t);
+        int32_t s = new_node(cs, OP_SEND, name, anchor, send_after_producer ? 1 + accumulate : 0, home, phase);
         int half = once && crosses_half(cs, v, home, t);
         if (s < 0 || ir_node_add_input(g, s, v) || ir_node_set_int(g, s, ATTR_PEER, t) ||
             ir_node_set_int(g, s, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, s, ATTR_ONCE, 1)) ||

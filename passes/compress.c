@@ -103,9 +103,11 @@ int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
             lat = fmax(lat, l);
         }
         /* A parameter's partial gradient crosses once a step (`accumulate`,
-         * the comm pass): its budget is the stage's whole step, M T*. */
+         * the comm pass), from its reader's stage back to its home: its
+         * budget is the pipeline's drain between them (compress_budget). */
         int param_grad = ir_node_int(send, ATTR_ACCUMULATE, 0) != 0;
-        double budget = param_grad ? t_star * p->micro_batches : t_star;
+        int hops = param_grad ? (send->stage > to ? send->stage - to : 1) : 0;
+        double budget = compress_budget(t_star, p->micro_batches, hops);
         /* The graph is one replica's micro-batch already (fusionc builds it
          * at B / (M R) when the plan replicates): its bytes are a lane's. */
         double bytes = (double)ir_value_bytes(g, send->in[0]);
@@ -124,7 +126,7 @@ int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
         double elements = (double)ir_shape_numel(sh);
         if (!compress_pays(bytes, compress_encoded_bytes(elements, sh->rank > 0 ? (double)sh->dim[sh->rank - 1] : 1.0,
                                                          rho, bits),
-                           bw, budget, compress_codec_seconds(elements)))
+                           bw, budget, compress_codec_seconds(elements), param_grad))
             continue;   /* the codec would cost the stage more than the link saves */
         if ((bits ? ir_node_set_int(g, i, ATTR_BITS, bits) : ir_node_set_float(g, i, ATTR_DENSITY, rho)) ||
             (!bits && param_grad && ir_node_set_int(g, i, ATTR_FEEDBACK, 1)))

@@ -81,25 +81,42 @@ double compress_codec_seconds(double elements)
     return 4.0 * elements / COMPRESS_CODEC_BYTES_PER_SECOND;
 }
 
+/* A tensor's time budget: T* for what crosses each micro-batch.  A
+ * parameter's partial gradient (summed over the step, sent after the
+ * reader stage's last backward) is due at its home stage's update; only
+ * the pipeline's drain hides it, one stage's work per stage between them:
+ * grad_hops T* (at most the step's M T*).  grad_hops = 0: not such a
+ * gradient. */
+double compress_budget(double t_star, int micro_batches, int grad_hops)
+{
+    if (grad_hops <= 0)
+        return t_star;
+    int M = micro_batches > 0 ? micro_batches : 1;
+    return t_star * (grad_hops < M ? grad_hops : M);
+}
+
 /* Does compressing pay?  Per micro-batch the pipeline goes at the slower
  * of its stage (T* or the budget, plus the codec's time there) and the
  * link; compress only when that is faster than the stage and the dense
  * transfer.  (A link a little slower than the stages may not be worth the
- * codec: the codec's time lands on the stage, the bottleneck then.) */
-int compress_pays(double bytes, double wire, double bw, double budget, double codec_seconds)
+ * codec: the codec's time lands on the stage, the bottleneck then.)  A
+ * gradient sent once a step (once) is encoded, sent and decoded in
+ * series after the backward: what shows is what outlasts the budget. */
+int compress_pays(double bytes, double wire, double bw, double budget, double codec_seconds, int once)
 {
+    if (once)
+        return fmax(0.0, 2.0 * codec_seconds + wire / bw - budget) < fmax(0.0, bytes / bw - budget);
     return fmax(budget + codec_seconds, wire / bw) < fmax(budget, bytes / bw);
 }
 
 /* The compress pass's whole decision for one fp32 tensor, as bytes on the
  * wire (compress.c applies the same steps to a send node). */
 double compress_tensor_bytes(double elements, double elem_bytes, double cols, double bw, double t_star,
-                             int micro_batches, double fixed, int param_grad, double *codec_seconds)
+                             int micro_batches, double fixed, int grad_hops, double *codec_seconds)
 {
     double bytes = elem_bytes * elements, wire = bytes;
-    /* A parameter's partial gradient crosses once a step: its budget is the
-     * stage's whole step, M T*. */
-    double budget = param_grad ? t_star * (micro_batches > 0 ? micro_batches : 1) : t_star;
+    int    param_grad = grad_hops > 0;
+    double budget = compress_budget(t_star, micro_batches, grad_hops);
     *codec_seconds = 0.0;
     if (fixed == 0.0 || !(bytes / bw > budget))
         return bytes;
@@ -111,7 +128,7 @@ double compress_tensor_bytes(double elements, double elem_bytes, double cols, do
             return bytes;
         wire = compress_encoded_bytes(elements, cols, rho, 0);
     }
-    if (!compress_pays(bytes, wire, bw, budget, compress_codec_seconds(elements)))
+    if (!compress_pays(bytes, wire, bw, budget, compress_codec_seconds(elements), param_grad))
         return bytes;
     *codec_seconds = compress_codec_seconds(elements);
     return wire;

@@ -134,8 +134,8 @@ static double stage_seconds(const fence_model *m, const lanes *l, const double *
 /* What value v puts on a link of bandwidth bw, as the comm and compress
  * passes send it: *f forward and *b back, per micro-batch (each_mb) or per
  * step (a parameter: once); *cf, *cb the codec's seconds at one end. */
-static void tensor_traffic(const fence_model *m, int32_t v, int32_t R, int32_t M, double bw, double t_star,
-                           double *f, double *b, double *cf, double *cb, int *each_mb)
+static void tensor_traffic(const fence_model *m, int32_t v, int32_t R, int32_t M, int32_t hops, double bw,
+                           double t_star, double *f, double *b, double *cf, double *cb, int *each_mb)
 {
     const ir_value *val = &m->g->values[v];
     int    param = val->role == ROLE_PARAM, grad = fence_is_float(val->dtype) && val->role != ROLE_INPUT;
@@ -150,7 +150,7 @@ static void tensor_traffic(const fence_model *m, int32_t v, int32_t R, int32_t M
     *f = param || !on ? (double)ir_value_bytes(m->g, v) / (param ? 1 : R)
                       : compress_tensor_bytes(elements, size, cols, bw, t_star, M, m->compress, 0, cf);
     *b = !grad ? 0.0
-         : on  ? compress_tensor_bytes(elements, size, cols, bw, t_star, M, m->compress, param, cb)
+         : on  ? compress_tensor_bytes(elements, size, cols, bw, t_star, M, m->compress, param ? hops : 0, cb)
                : (double)ir_value_bytes(m->g, v) / (param ? 1 : R);
 }
 
@@ -169,7 +169,9 @@ static void cut_bytes(const fence_model *m, int32_t R, int32_t M, int32_t k, dou
     for (int32_t i = m->cut_start[k]; i < m->cut_start[k + 1]; i++) {
         double f, b, cf, cb;
         int    each;
-        tensor_traffic(m, m->cut_vals[i], R, M, bw, t_star, &f, &b, &cf, &cb, &each);
+        /* Where a parameter's readers are is not known here: one stage
+         * back, the least drain (its gradient compressed the most). */
+        tensor_traffic(m, m->cut_vals[i], R, M, M, bw, t_star, &f, &b, &cf, &cb, &each);
         *fwd += each ? f : f / M;
         *bwd += each ? b : b / M;
     }
@@ -234,7 +236,7 @@ static int stage_traffic(const fence_model *m, const candidate *cd, const int32_
             size_t ht = (size_t)home * S + t, th = (size_t)t * S + home;
             double f, b, cf, cb;
             int    each;
-            tensor_traffic(m, v, cd->R, M, l->bw[ht], t_star, &f, &b, &cf, &cb, &each);
+            tensor_traffic(m, v, cd->R, M, t > home ? t - home : 1, l->bw[ht], t_star, &f, &b, &cf, &cb, &each);
             if (each) {
                 tr->fwd[ht] += f;
                 tr->bwd[th] += b;

@@ -179,15 +179,21 @@ int    compress_bits(double elements, double bw, double t_star);
 double compress_encoded_bytes(double elements, double cols, double density, int bits);
 /* The codec's seconds at one end for a tensor of `elements` fp32. */
 double compress_codec_seconds(double elements);
+/* A tensor's time budget: T*, or for a parameter's partial gradient
+ * that crosses grad_hops stages back to its home (> 0), the pipeline's
+ * drain between them, grad_hops T* (at most M T*). */
+double compress_budget(double t_star, int micro_batches, int grad_hops);
 /* Whether sending `wire` bytes instead of `bytes` over bw, at the codec's
- * seconds on the stage, makes a micro-batch faster than `budget` allows. */
-int    compress_pays(double bytes, double wire, double bw, double budget, double codec_seconds);
+ * seconds on the stage, makes a micro-batch faster than `budget` allows
+ * (once: a gradient sent once a step, codec and transfer in series). */
+int    compress_pays(double bytes, double wire, double bw, double budget, double codec_seconds, int once);
 /* The compress pass's decision for one tensor of `elements` of
  * `elem_bytes` each (4, or 2 for bf16/fp16) sent each micro-batch
- * (param_grad: a parameter's partial gradient, sent once a step), as bytes
- * on the wire; *codec_seconds gets one end's codec time (0 when dense). */
+ * (grad_hops > 0: a parameter's partial gradient, sent once a step back
+ * over that many stages), as bytes on the wire; *codec_seconds gets one
+ * end's codec time (0 when dense). */
 double compress_tensor_bytes(double elements, double elem_bytes, double cols, double bw, double t_star,
-                             int micro_batches, double fixed, int param_grad, double *codec_seconds);
+                             int micro_batches, double fixed, int grad_hops, double *codec_seconds);
 
 /* ---- the workload estimator (estimate.c) ---- */
 /* The default device when no cluster is given: one CPU core's worth. */

@@ -5,7 +5,8 @@
 # three a top-k density; adatopk gives grad.wte.1 (a parameter's partial
 # gradient) a top-k density with error feedback (feedback=1) and the other
 # two rows of 8 or 4 bits (bits=, runtime/comm/quant.h); every recv matches
-# its send; without --compress a cluster of several regions gets adatopk.
+# its send; the summed gradient is its stage's last backward node; without
+# --compress a cluster of several regions gets adatopk.
 # Both compressed programs train (the loss falls, unlike the uncompressed
 # run's bit for bit: how close adatopk comes to it over a longer run is
 # bench/bench_adatopk.sh's to say); with --adapt-density the sender
@@ -46,6 +47,11 @@ bits "$work/adatopk.ir" | awk '{ n++; names = names $1 " "; if ($2 != 8 && $2 !=
   END { exit !(n == 2 && !bad && names ~ /^h.1.out:send2 grad.h.1.out:send1 $/) }' \
   && pass || fail "adatopk rows of bits (h.1.out, grad.h.1.out at 8 or 4): $(bits "$work/adatopk.ir")"
 expect_eq "topk:0.05: rows of bits" "" "$(bits "$work/topk:0.05.ir")"
+# The summed gradient leaves last in its stage's backward (the comm pass):
+# its codec must not hold up the activation gradient the stages before
+# wait for, and it is due only at the update.
+expect_eq "adatopk: stage 3's last backward node" "grad.wte.1:send0" \
+  "$(grep '^node .* stage=3 phase=backward' "$work/adatopk.ir" | tail -1 | sed 's/^node \([^ ]*\) .*/\1/')"
 # Without --compress a cluster of several regions gets adatopk.
 "$FUSIONC" compile models/gpt2.xml clusters/local-4.xml -o "$work/default" "${model[@]}" --scheduler uniform \
   --micro-batches 4 --port-base "$base" --dump-ir=compress >/dev/null 2>"$work/default.ir" \
