@@ -13,7 +13,10 @@
  * --compress adatopk (ours, bettered where measurement said so):
  *   - a parameter's partial gradient (summed into grad.<param> on the other
  *     end; it crosses once a step, summed over the micro-batches: the comm
- *     pass's `accumulate`, so its budget is M T*) travels as its top k at
+ *     pass's `accumulate`, the last thing its stage's backward sends) is
+ *     due at its home stage's update, so its budget is the pipeline's
+ *     drain between the two stages, hops T* (compress_budget); codec and
+ *     transfer then run in series.  It travels as its top k at
  *     rho (`density`, runtime/comm/topk.h), with error feedback
  *     (`feedback=1`): the runtime sends the top k of x + residual and keeps
  *     the rest for the next step, so every entry arrives in time;
