@@ -169,8 +169,11 @@ static void cut_bytes(const fence_model *m, int32_t R, int32_t M, int32_t k, dou
     for (int32_t i = m->cut_start[k]; i < m->cut_start[k + 1]; i++) {
         double f, b, cf, cb;
         int    each;
-        /* Where a parameter's readers are is not known here: one stage
-         * back, the least drain (its gradient compressed the most). */
+        /* Where a parameter's readers are is not known here: its gradient
+         * gets the whole step's budget (M T*).  Its 1/M share a
+         * micro-batch is small beside the activations either way: a
+         * budget of one stage's drain gave the same plans on the five
+         * DT-FM clusters. */
         tensor_traffic(m, m->cut_vals[i], R, M, M, bw, t_star, &f, &b, &cf, &cb, &each);
         *fwd += each ? f : f / M;
         *bwd += each ? b : b / M;
