@@ -200,10 +200,17 @@ static void add_standbys(broker *b)
 /* ---- what the devices say ------------------------------------------------------ */
 
 /* The checkpoint of `step` is whole when every device of the epoch has its
- * part in: COMPLETE lists them (written to a temporary name, renamed). */
+ * part in: COMPLETE lists them (written to a temporary name, renamed).
+ * Parts fetched from hosts arrive in any order (one ssh each), so a step
+ * may become whole after a later one did: what is skipped is a step whole
+ * already (a report sent again: the device's client retries). */
 void check_complete(broker *b, int64_t step)
 {
-    if (step <= b->last_complete)   /* a report sent again (the device's client retries) */
+    char dir[4300], tmp[4400], done[4400], text[65536];
+    snprintf(dir, sizeof dir, "%s/checkpoints/step-%lld", b->out, (long long)step);
+    snprintf(tmp, sizeof tmp, "%s/COMPLETE.tmp", dir);
+    snprintf(done, sizeof done, "%s/COMPLETE", dir);
+    if (step == b->last_complete || access(done, F_OK) == 0)
         return;
     const char *names[MAX_MEMBERS];
     int n = 0;
@@ -212,10 +219,6 @@ void check_complete(broker *b, int64_t step)
             names[n++] = b->mem[i].m.bundle_device;
     if (broker_db_parts_in(b->db, step, names, n) != n)
         return;
-    char dir[4300], tmp[4400], done[4400], text[65536];
-    snprintf(dir, sizeof dir, "%s/checkpoints/step-%lld", b->out, (long long)step);
-    snprintf(tmp, sizeof tmp, "%s/COMPLETE.tmp", dir);
-    snprintf(done, sizeof done, "%s/COMPLETE", dir);
     if (broker_db_parts_text(b->db, step, names, n, text, sizeof text))
         return;
     FILE *f = fopen(tmp, "w");
@@ -225,8 +228,10 @@ void check_complete(broker *b, int64_t step)
         return;
     }
     broker_db_complete(b->db, step, b->epoch, dir);
-    b->last_complete = step;
     say(b, "checkpoint", NULL, "checkpoint of step %lld complete (%d parts): %s", (long long)step, n, dir);
+    if (step < b->last_complete)
+        return;   /* a later one is whole already: the joiners were weighed at it */
+    b->last_complete = step;
     for (int i = 0; i < b->n && !b->switching; i++)
         if (b->mem[i].joining)
             weigh_joiner(b, &b->mem[i], step);
