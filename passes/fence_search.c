@@ -738,11 +738,11 @@ static int descend_cuts(const fence_model *m, fence_best *b, const candidate *cd
 {
     int32_t S = cd->S;
     int     rc = 0;
+    double  here = fence_evaluate(m, cd, end, NULL, NULL);   /* the step of `end` as it stands */
     for (int round = 0, moved = 1; moved && round < FENCE_REFINE_ROUNDS && rc == 0; round++) {
         moved = 0;
         for (int32_t s = 0; s + 1 < S && rc == 0; s++) {
             int32_t was = end[s], lo = s > 0 ? end[s - 1] + 1 : 0, hi = end[s + 1] - 1, best = was;
-            double  here = fence_evaluate(m, cd, end, NULL, NULL);
             for (int32_t dir = -1; dir <= 1 && rc == 0; dir += 2)
                 for (int32_t step = 1; step < m->n_fwd && rc == 0; step *= 2) {
                     int32_t to = was + dir * step;
