@@ -62,6 +62,33 @@ uint64_t llvm_graph_build_id(const ir_graph *g)
     return id;
 }
 
+/* The model's identity for checkpoints: a hash of its parameters' names
+ * and shapes (the params no op produces: a tied parameter received on a
+ * later stage is a copy), in value order.  Every plan of one model has the
+ * same; a model with a layer more or a wider one has another. */
+uint64_t llvm_graph_model_id(const ir_graph *g)
+{
+    XXH3_state_t *s = XXH3_createState();
+    if (!s || XXH3_64bits_reset(s) != XXH_OK) {
+        XXH3_freeState(s);
+        return 0;
+    }
+    for (int32_t v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != ROLE_PARAM || x->producer >= 0)
+            continue;
+        const char *name = ir_value_name(g, v);
+        XXH3_64bits_update(s, name, strlen(name) + 1);
+        int64_t shape[1 + IR_MAX_RANK] = { x->shape.rank };
+        for (int i = 0; i < x->shape.rank; i++)
+            shape[1 + i] = x->shape.dim[i];
+        XXH3_64bits_update(s, shape, sizeof shape);
+    }
+    uint64_t id = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return id;
+}
+
 /* Is v the gradient of a param (grad.<param>)?  main dumps those. */
 static int is_param_gradient(const ir_graph *g, int32_t v)
 {
@@ -406,6 +433,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     snprintf(manifest.model, sizeof manifest.model, "%s", ir_str(g, g->name));
     snprintf(manifest.device, sizeof manifest.device, "%s", dev->name);
     manifest.build_id = dev->build_id ? dev->build_id : llvm_graph_build_id(g);
+    manifest.model_id = llvm_graph_model_id(g);
     manifest.arena_bytes = dev->arena_bytes;
     manifest.n_ops = n_ops;
     manifest.n_tensors = n_tensors;

@@ -41,6 +41,8 @@ typedef struct {
  * rt_cuda_phase_begin and rt_cuda_phase_end. */
 /* The graph's identity, a hash of its text form: the manifest's build id. */
 uint64_t llvm_graph_build_id(const ir_graph *g);
+/* A hash of the model's parameters (names, shapes): the same for every plan of one model. */
+uint64_t llvm_graph_model_id(const ir_graph *g);
 
 int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char *object_path, struct diag *err);
 

@@ -1,6 +1,7 @@
 /* checkpoint.c: a device program's tensors to and from safetensors files:
- * checkpoints (--save, --resume), weights (--init), inputs (--inputs) and
- * gradients (--dump-grads) (checkpoint.h). */
+ * checkpoint parts (--save, --resume; the folders are checkpoint_store.h's),
+ * weights (--init), inputs (--inputs) and gradients (--dump-grads)
+ * (checkpoint.h). */
 #define _GNU_SOURCE
 #include "checkpoint.h"
 
@@ -10,21 +11,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
 #include "../ir/ir.h"
+#include "checkpoint_store.h"
 #include "safetensors.h"
 
-#define CHECKPOINT_FILE "checkpoint.safetensors"
-
-/* One device: DIR/checkpoint.safetensors; several: one file each. */
-void checkpoint_path(const program *p, const char *dir, char *path, size_t size)
+void checkpoint_part_name_of(const char *device, int several, char *name, size_t size)
 {
-    if (p->manifest.n_stages * p->manifest.n_replicas > 1)
-        snprintf(path, size, "%s/checkpoint-%s.safetensors", dir, p->manifest.device);
+    if (several)
+        snprintf(name, size, "checkpoint-%s.safetensors", device);
     else
-        snprintf(path, size, "%s/" CHECKPOINT_FILE, dir);
+        snprintf(name, size, "checkpoint.safetensors");
+}
+
+/* A device alone: checkpoint.safetensors; one of several (a DiLoCo site of
+ * one device too): one name each. */
+void checkpoint_part_name(const program *p, char *name, size_t size)
+{
+    checkpoint_part_name_of(p->manifest.device, p->manifest.n_stages * p->manifest.n_replicas > 1 || p->manifest.n_links > 0,
+                            name, size);
 }
 
 static int is_loss(const program *p, const rt_tensor_info *ti)
@@ -128,224 +136,316 @@ int read_file_tensors(program *p, const char *path, unsigned roles)
     return rc;
 }
 
-/* An fp16 run's loss scaler travels in the checkpoint's metadata, so a
- * resumed run goes on with the scale (and the count of skipped steps that
- * AdamW's bias correction uses) it stopped with. */
-int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
+
+/* ---- parts of a checkpoint ------------------------------------------------------ */
+
+/* The metadata a part carries: who wrote it (model, its parameters' hash,
+ * the compile, the device and its place in the plan) and where the run
+ * stood (step, seed, an fp16 run's loss scaler). */
+int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
                     st_dtype save_dtype, const rt_feedback_arrays *feedback)
 {
-    char path[4096], step_text[32], seed_text[32], build[32], why[512], scale[96];
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
+    const rt_manifest *mf = &p->manifest;
+    char name[CKPT_PART_MAX], path[4400], step_text[32], seed_text[32], build[32], model_id[32], plan[96], why[512],
+        scale[96];
+    if (mkdir(step_dir, 0755) != 0 && errno != EEXIST)
+        return fail("%s: cannot create the checkpoint folder: %s", step_dir, strerror(errno));
     if (p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why, sizeof why))   /* they live on the device */
-        return fail("%s: %s", p->manifest.device, why);
-    checkpoint_path(p, dir, path, sizeof path);
+        return fail("%s: %s", mf->device, why);
+    checkpoint_part_name(p, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", step_dir, name);
     snprintf(step_text, sizeof step_text, "%lld", (long long)step);
     snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)seed);
-    snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
+    snprintf(build, sizeof build, "%016llx", (unsigned long long)mf->build_id);
+    snprintf(model_id, sizeof model_id, "%016llx", (unsigned long long)mf->model_id);
+    snprintf(plan, sizeof plan, "stage %d of %d, replica %d of %d", mf->stage, mf->n_stages, mf->replica,
+             mf->n_replicas);
     snprintf(scale, sizeof scale, "%.9g %lld %lld", (double)ls->scale, (long long)ls->good, (long long)ls->skipped);
-    const char *metadata[] = { "fusion.model", p->manifest.model, "fusion.build_id", build,
-                               "fusion.step", step_text, "fusion.seed", seed_text,
-                               p->manifest.loss_scaling ? "fusion.loss_scaler" : NULL, scale, NULL };
+    const char *metadata[] = { "fusion.model", mf->model, "fusion.model_id", model_id, "fusion.build_id", build,
+                               "fusion.device", mf->device, "fusion.plan", plan, "fusion.step", step_text,
+                               "fusion.seed", seed_text, mf->loss_scaling ? "fusion.loss_scaler" : NULL, scale, NULL };
     return write_tensors_and(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype, feedback);
 }
 
 static int is_feedback(const char *name) { return strncmp(name, RT_FEEDBACK_PREFIX, strlen(RT_FEEDBACK_PREFIX)) == 0; }
 
 /* Copies of f's feedback arrays (comm/feedback.h) into *out. */
-static int read_feedback(const st_file *f, const char *path, rt_feedback_arrays *out)
+static int read_feedback(const st_file *f, const char *path, rt_feedback_arrays *out, char *err, size_t n)
 {
     out->owns = 1;
     for (int i = 0; i < st_count(f); i++) {
         st_tensor t;
         if (st_get(f, i, &t) != 0 || !is_feedback(t.name))
             continue;
-        if (t.dtype != ST_F32 || t.rank != 1)
-            return fail("%s: '%s' is %s of rank %d, not the F32 vector the error feedback is", path, t.name,
-                        st_dtype_name(t.dtype), t.rank);
+        if (t.dtype != ST_F32 || t.rank != 1) {
+            snprintf(err, n, "%s: '%s' is %s of rank %d, not the F32 vector the error feedback is", path, t.name,
+                     st_dtype_name(t.dtype), t.rank);
+            return -1;
+        }
         float *copy = malloc((size_t)t.dim[0] * sizeof *copy + 1);
         if (!copy || rt_feedback_add(out, t.name, copy, t.dim[0])) {
             free(copy);
-            return fail("%s: out of memory for '%s'", path, t.name);
+            snprintf(err, n, "%s: out of memory for '%s'", path, t.name);
+            return -1;
         }
         memcpy(copy, t.data, (size_t)t.dim[0] * sizeof *copy);
     }
     return 0;
 }
 
-/* Whether any of parts[0, n) holds error feedback. */
-static int any_feedback(st_file *const *parts, int n)
+/* The program's parameter or optimizer state called name, or -1. */
+static int32_t state_tensor(const program *p, const char *name)
 {
-    for (int k = 0; k < n; k++)
-        for (int i = 0; i < st_count(parts[k]); i++) {
-            st_tensor t;
-            if (st_get(parts[k], i, &t) == 0 && is_feedback(t.name))
-                return 1;
-        }
-    return 0;
+    for (int32_t i = 0; i < p->manifest.n_tensors; i++)
+        if ((p->tensors[i].role == ROLE_PARAM || p->tensors[i].role == ROLE_STATE) &&
+            strcmp(p->tensors[i].name, name) == 0)
+            return i;
+    return -1;
 }
 
-/* A part of a coordinated checkpoint: DIR/COMPLETE (written by the broker
- * once every part is in) lists each part's file and XXH3; a part missing
- * from it, or whose bytes hash otherwise, is refused.  No COMPLETE: a
- * plain --save folder, nothing to check. */
-static int verify_part(const char *dir, const char *path)
+/* The names f holds that the program has no parameter or state of
+ * (feedback aside), "'a', 'b' and 3 more" into list; their count. */
+static int foreign_tensors(const program *p, const st_file *f, char *list, size_t n)
 {
-    char complete[4200], want_name[512], name[4096];
-    snprintf(complete, sizeof complete, "%s/COMPLETE", dir);
-    FILE *f = fopen(complete, "r");
-    if (!f)
-        return 0;
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    unsigned long long want = 0, have = 0;
-    int listed = 0;
-    char text[4700];
-    while (!listed && fgets(text, sizeof text, f))
-        if (sscanf(text, "part %511s %llx", want_name, &want) == 2 && strcmp(want_name, base) == 0)
-            listed = 1;
-    fclose(f);
-    snprintf(name, sizeof name, "%s", path);
-    if (!listed)
-        return fail("%s: not a part of this checkpoint (%s does not list it): from another run?", name, complete);
-    uint64_t h;
-    if (file_xxh3(path, &h) != 0)
-        return fail("%s: cannot read it to check it: %s", name, strerror(errno));
-    have = h;
-    if (have != want)
-        return fail("%s: its XXH3 is %016llx, %s says %016llx: the file is damaged (truncated or changed) or "
-                    "from another run or step", name, have, complete, want);
-    return 0;
+    int count = 0;
+    size_t at = 0;
+    list[0] = '\0';
+    for (int i = 0; i < st_count(f); i++) {
+        st_tensor t;
+        st_get(f, i, &t);
+        if (is_feedback(t.name) || state_tensor(p, t.name) >= 0)
+            continue;
+        if (++count <= 4 && at < n)
+            at += (size_t)snprintf(list + at, n - at, "%s'%s'", count > 1 ? ", " : "", t.name);
+    }
+    if (count > 4 && at < n)
+        snprintf(list + at, n - at, " and %d more", count - 4);
+    return count;
 }
 
-/* The metadata every part carries: step, seed, and an fp16 run's scaler. */
-static int read_progress(const program *p, const st_file *f, const char *path, int64_t *step, uint64_t *seed,
-                         rt_loss_scaler *ls)
+/* The identity and progress in a part's metadata, strictly: digits only,
+ * in range; of this model (its name and its parameters' hash); of the
+ * manifest's step.  A part with bytes after its last tensor is refused. */
+static int check_identity(const program *p, const st_file *f, const char *path, int64_t manifest_step,
+                          checkpoint_state *out, char *err, size_t n)
 {
-    const char *s = st_metadata(f, "fusion.step"), *sd = st_metadata(f, "fusion.seed");
-    if (!s || !sd || !st_metadata(f, "fusion.build_id"))
-        return fail("%s: not a fusion checkpoint (no fusion.build_id, fusion.step, fusion.seed)", path);
-    *step = strtoll(s, NULL, 10);
-    *seed = strtoull(sd, NULL, 10);
+    const char *model = st_metadata(f, "fusion.model"), *model_id = st_metadata(f, "fusion.model_id"),
+               *build = st_metadata(f, "fusion.build_id"), *step = st_metadata(f, "fusion.step"),
+               *seed = st_metadata(f, "fusion.seed");
+    uint64_t step_value, seed_value;
+    char mine[32];
+    snprintf(mine, sizeof mine, "%016llx", (unsigned long long)p->manifest.model_id);
+    if (!model || !model_id || !build || !step || !seed) {
+        snprintf(err, n, "%s: not a fusion checkpoint part (it lacks fusion.model, fusion.model_id, fusion.build_id, "
+                 "fusion.step or fusion.seed)", path);
+        return -1;
+    }
+    if (strlen(build) != 16 || strspn(build, "0123456789abcdef") != 16) {
+        snprintf(err, n, "%s: fusion.build_id '%.40s' is not 16 hex digits", path, build);
+        return -1;
+    }
+    if (ckpt_parse_count(step, CKPT_MAX_STEP, &step_value) != 0 || step_value == 0) {
+        snprintf(err, n, "%s: fusion.step '%.40s' is not a step number (digits only, 1 to %lld)", path, step,
+                 (long long)CKPT_MAX_STEP);
+        return -1;
+    }
+    if (ckpt_parse_count(seed, UINT64_MAX, &seed_value) != 0) {
+        snprintf(err, n, "%s: fusion.seed '%.40s' is not a seed (digits only, below 2^64)", path, seed);
+        return -1;
+    }
+    if ((int64_t)step_value != manifest_step) {
+        snprintf(err, n, "%s: a part of step %llu in the checkpoint of step %lld: moved from another step?", path,
+                 (unsigned long long)step_value, (long long)manifest_step);
+        return -1;
+    }
+    if (strcmp(model, p->manifest.model) != 0) {
+        snprintf(err, n, "%s: a checkpoint of model '%.64s', this program trains '%s'", path, model, p->manifest.model);
+        return -1;
+    }
+    if (strcmp(model_id, mine) != 0) {
+        char list[600];
+        int extra = foreign_tensors(p, f, list, sizeof list);
+        if (extra > 0 && p->manifest.n_stages * p->manifest.n_replicas == 1)
+            snprintf(err, n, "%s: a checkpoint of another '%s' (its parameters differ from this program's): it holds "
+                     "%d this program has not: %s", path, model, extra, list);
+        else
+            snprintf(err, n, "%s: a checkpoint of another '%s': its parameters (names and shapes) hash to %s, this "
+                     "program's to %s", path, model, model_id, mine);
+        return -1;
+    }
+    if (st_trailing_bytes(f) != 0) {
+        snprintf(err, n, "%s: %lld bytes after its last tensor: not a file fusion wrote", path,
+                 (long long)st_trailing_bytes(f));
+        return -1;
+    }
     const char *sc = st_metadata(f, "fusion.loss_scaler");
     double scale;
     long long good, skipped;
-    if (p->manifest.loss_scaling && sc && sscanf(sc, "%lf %lld %lld", &scale, &good, &skipped) == 3 && scale > 0 &&
-        good >= 0 && skipped >= 0) {
-        ls->scale = (float)scale;
-        ls->good = good;
-        ls->skipped = skipped;
-    } else if (p->manifest.loss_scaling) {
-        return fail("%s: no valid fusion.loss_scaler (an fp16 checkpoint has one)", path);
+    char tail;
+    if (p->manifest.loss_scaling) {
+        if (!sc || sscanf(sc, "%lf %lld %lld %c", &scale, &good, &skipped, &tail) != 3 || !(scale > 0) ||
+            !(scale < 1e38) || good < 0 || skipped < 0 || skipped > (long long)step_value) {
+            snprintf(err, n, "%s: no valid fusion.loss_scaler (an fp16 checkpoint has one)", path);
+            return -1;
+        }
+        out->scaler.scale = (float)scale;
+        out->scaler.good = good;
+        out->scaler.skipped = skipped;
     }
+    out->step = (int64_t)step_value;
+    out->seed = seed_value;
     return 0;
 }
 
-static int is_part_name(const char *name)
+/* Loads one tensor (program tensor i) from f. */
+static int load_one(program *p, const st_file *f, int32_t i, char *err, size_t n)
 {
-    size_t n = strlen(name), ext = strlen(".safetensors");
-    return strncmp(name, "checkpoint", 10) == 0 && n > ext && strcmp(name + n - ext, ".safetensors") == 0;
+    const rt_tensor_info *ti = &p->tensors[i];
+    st_tensor want = as_st(p, ti);
+    st_target t = { .name = ti->name, .dtype = want.dtype, .rank = want.rank, .dst = p->arena + ti->t.offset };
+    memcpy(t.dim, want.dim, sizeof t.dim);
+    return st_load(f, &t, 1, err, n);
 }
 
-/* A checkpoint of another plan: every part in dir (of this model, at one
- * step and seed), and each of this device's parameters and states from
- * the part that holds it. */
-static int resume_by_name(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls)
+/* A part of this very compile, this device's own: all of it is this
+ * device's, nothing else may be in it. */
+static int load_own(program *p, const st_file *f, const char *path, checkpoint_state *out, char *err, size_t n)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return fail("%s: cannot open the checkpoint folder: %s", dir, strerror(errno));
-    enum { MAX_PARTS = 4096 };
-    st_file **parts = calloc(MAX_PARTS, sizeof *parts);
-    char (*paths)[4096] = malloc(MAX_PARTS * sizeof *paths);
-    int n = 0, rc = parts && paths ? 0 : fail("out of memory reading %s", dir);
-    for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
-        if (!is_part_name(e->d_name))
-            continue;
-        if (n == MAX_PARTS) {
-            rc = fail("%s: more than %d checkpoint parts", dir, MAX_PARTS);
-            break;
-        }
-        char why[512];
-        snprintf(paths[n], sizeof paths[n], "%s/%s", dir, e->d_name);
-        if (verify_part(dir, paths[n])) {
-            rc = 1;
-            break;
-        }
-        if (!(parts[n] = st_open(paths[n], why, sizeof why))) {
-            rc = fail("%s", why);
-            break;
-        }
-        int64_t s;
-        uint64_t sd;
-        const char *model = st_metadata(parts[n], "fusion.model");
-        if (read_progress(p, parts[n], paths[n], &s, &sd, ls)) {
-            rc = 1;
-        } else if (!model || strcmp(model, p->manifest.model) != 0) {
-            rc = fail("%s: a checkpoint of model '%s', this program trains '%s'", paths[n], model ? model : "?",
-                      p->manifest.model);
-        } else if (n > 0 && (s != *step || sd != *seed)) {
-            rc = fail("%s: step %lld, seed %llu; %s has step %lld, seed %llu: parts of different checkpoints",
-                      paths[n], (long long)s, (unsigned long long)sd, paths[0], (long long)*step,
-                      (unsigned long long)*seed);
-        }
-        *step = s, *seed = sd;
-        n++;
+    const rt_manifest *mf = &p->manifest;
+    const char *device = st_metadata(f, "fusion.device"), *plan = st_metadata(f, "fusion.plan");
+    char want_plan[96], list[600];
+    snprintf(want_plan, sizeof want_plan, "stage %d of %d, replica %d of %d", mf->stage, mf->n_stages, mf->replica,
+             mf->n_replicas);
+    if (!device || strcmp(device, mf->device) != 0 || !plan || strcmp(plan, want_plan) != 0) {
+        snprintf(err, n, "%s: the part of device '%.64s' (%.90s), not of %s (%s): parts swapped?", path,
+                 device ? device : "?", plan ? plan : "?", mf->device, want_plan);
+        return -1;
     }
-    closedir(d);
-    if (rc == 0 && n == 0)
-        rc = fail("%s: no checkpoint (no checkpoint*.safetensors in it)", dir);
+    int extra = foreign_tensors(p, f, list, sizeof list);
+    if (extra > 0) {
+        snprintf(err, n, "%s: holds %d tensor%s this program has not: %s", path, extra, extra == 1 ? "" : "s", list);
+        return -1;
+    }
+    for (int32_t i = 0; i < mf->n_tensors; i++)
+        if ((p->tensors[i].role == ROLE_PARAM || p->tensors[i].role == ROLE_STATE) && load_one(p, f, i, err, n))
+            return -1;
+    return read_feedback(f, path, &out->feedback, err, n);
+}
+
+/* A checkpoint of another compile (other devices, stages or replicas):
+ * each of this device's parameters and states from whichever present part
+ * holds it, every part verified and of the same model, step and seed. */
+static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m, checkpoint_state *out, char *err,
+                        size_t n)
+{
+    st_file **parts = calloc((size_t)m->n_parts + 1, sizeof *parts);
+    int n_open = 0, rc = parts ? 0 : -1, feedback = 0;
+    if (!parts)
+        snprintf(err, n, "%s: out of memory", step_dir);
+    for (int32_t k = 0; k < m->n_parts && rc == 0; k++) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", step_dir, m->parts[k].name);
+        if (access(path, F_OK) != 0)
+            continue;   /* on another host */
+        checkpoint_state seen = *out;
+        if (ckpt_verify_part(step_dir, m, m->parts[k].name, err, n) != 0 ||
+            !(parts[n_open] = st_open(path, err, n)) || check_identity(p, parts[n_open], path, m->step, &seen, err, n)) {
+            rc = -1;
+            break;
+        }
+        if (n_open > 0 && seen.seed != out->seed) {
+            snprintf(err, n, "%s: seed %llu; the checkpoint's other parts have seed %llu: parts of different runs",
+                     path, (unsigned long long)seen.seed, (unsigned long long)out->seed);
+            rc = -1;
+            n_open++;
+            break;
+        }
+        *out = seen;
+        for (int i = 0; i < st_count(parts[n_open]) && !feedback; i++) {
+            st_tensor t;
+            feedback = st_get(parts[n_open], i, &t) == 0 && is_feedback(t.name);
+        }
+        n_open++;
+    }
+    if (rc == 0 && n_open == 0) {
+        snprintf(err, n, "%s: none of its %d parts is in the folder", step_dir, m->n_parts);
+        rc = -1;
+    }
     for (int32_t i = 0; i < p->manifest.n_tensors && rc == 0; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
         if (ti->role != ROLE_PARAM && ti->role != ROLE_STATE)
             continue;
         int k = 0;
         st_tensor found;
-        while (k < n && st_find(parts[k], ti->name, &found) == 0)   /* 1 found; -1 found, a dtype st_load names */
+        while (k < n_open && st_find(parts[k], ti->name, &found) == 0)   /* 1 found; -1 found, a dtype st_load names */
             k++;
-        if (k == n) {
-            rc = fail("%s: no part holds '%s' (%d parts): a checkpoint of another model?", dir, ti->name, n);
-            break;
+        if (k == n_open) {
+            snprintf(err, n, "%s: no part holds '%s' (%d parts here): a checkpoint of another model, or parts on "
+                     "another host?", step_dir, ti->name, n_open);
+            rc = -1;
+        } else {
+            rc = load_one(p, parts[k], i, err, n);
         }
-        st_tensor want = as_st(p, ti);
-        st_target t = { .name = ti->name, .dtype = want.dtype, .rank = want.rank, .dst = p->arena + ti->t.offset };
-        memcpy(t.dim, want.dim, sizeof t.dim);
-        char why[512];
-        if (st_load(parts[k], &t, 1, why, sizeof why))
-            rc = fail("%s", why);
     }
     if (rc == 0)
-        printf("fusion: resumed from %s: a checkpoint of another compile (%d part%s), read by tensor name%s\n", dir,
-               n, n == 1 ? "" : "s",
-               any_feedback(parts, n) ? "; its error feedback is another plan's: this one's starts at zero" : "");
-    for (int k = 0; k < n; k++)
+        printf("fusion: %s: a checkpoint of another compile (%d part%s), read by tensor name%s\n", step_dir, n_open,
+               n_open == 1 ? "" : "s", feedback ? "; its error feedback is another plan's: this one's starts at zero" : "");
+    for (int k = 0; k < n_open; k++)
         st_close(parts[k]);
     free(parts);
-    free(paths);
     return rc;
 }
 
-int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls,
-                      rt_feedback_arrays *feedback)
+/* A part file in step_dir that m does not list: a stray from another run
+ * or step, which nothing could check.  0, or -1 naming it. */
+static int no_stray_parts(const char *step_dir, const ckpt_manifest *m, char *err, size_t n)
 {
-    char path[4096], why[512], build[32];
-    checkpoint_path(p, dir, path, sizeof path);
-    struct stat st;
-    if (stat(path, &st) != 0)   /* no part of this device's: another plan's checkpoint, or none */
-        return resume_by_name(p, dir, step, seed, ls);
-    if (verify_part(dir, path))
-        return 1;
-    st_file *f = st_open(path, why, sizeof why);
-    if (!f)
-        return fail("%s", why);
-    const char *b = st_metadata(f, "fusion.build_id");
-    snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
-    if (b && strcmp(b, build) != 0) {   /* this device's name, another compile */
-        st_close(f);
-        return resume_by_name(p, dir, step, seed, ls);
+    DIR *d = opendir(step_dir);
+    if (!d) {
+        snprintf(err, n, "%s: %s", step_dir, strerror(errno));
+        return -1;
     }
-    int rc = read_progress(p, f, path, step, seed, ls) ||
-             read_tensors(p, f, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE)) ||
-             read_feedback(f, path, feedback);
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
+        size_t len = strlen(e->d_name), ext = strlen(".safetensors");
+        if (len > ext && strcmp(e->d_name + len - ext, ".safetensors") == 0 && !ckpt_manifest_find(m, e->d_name)) {
+            snprintf(err, n, "%s/%s: not a part of this checkpoint (its " CKPT_MANIFEST " does not list it): from "
+                     "another run or step?", step_dir, e->d_name);
+            rc = -1;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int load_checkpoint_step(program *p, const char *step_dir, checkpoint_state *out, char *err, size_t n)
+{
+    ckpt_manifest m;
+    int rc = ckpt_manifest_read(step_dir, &m, err, n);
+    if (rc != 0)
+        return -1;
+    if (no_stray_parts(step_dir, &m, err, n) != 0) {
+        ckpt_manifest_free(&m);
+        return -1;
+    }
+    char name[CKPT_PART_MAX], path[4400], build[32];
+    checkpoint_part_name(p, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", step_dir, name);
+    snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
+    st_file *f = NULL;
+    if (!ckpt_manifest_find(&m, name) || access(path, F_OK) != 0) {   /* another plan's checkpoint */
+        rc = load_by_name(p, step_dir, &m, out, err, n);
+    } else if (ckpt_verify_part(step_dir, &m, name, err, n) != 0 || !(f = st_open(path, err, n)) ||
+               check_identity(p, f, path, m.step, out, err, n) != 0) {
+        rc = -1;
+    } else if (strcmp(st_metadata(f, "fusion.build_id"), build) != 0) {   /* this device's name, another compile */
+        st_close(f);
+        f = NULL;
+        rc = load_by_name(p, step_dir, &m, out, err, n);
+    } else {
+        rc = load_own(p, f, path, out, err, n);
+    }
     st_close(f);
+    ckpt_manifest_free(&m);
     return rc;
 }

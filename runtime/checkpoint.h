@@ -1,20 +1,24 @@
 /* checkpoint.h: a device program's tensors to and from safetensors files.
  *
- * A checkpoint is a folder: one device's run writes DIR/checkpoint.safetensors,
- * a run of several devices DIR/checkpoint-<device>.safetensors each, every
- * part its device's parameters, optimizer state and error feedback
- * (comm/feedback.h) by name, with the model, build id, step and seed (and
- * an fp16 run's loss scaler) in its metadata, written to a temporary name,
- * fsynced and renamed (safetensors_write.c).  --resume reads this device's
- * own part when it is there and of this compile; otherwise (a checkpoint
- * of another compile: other devices, stages or replicas) every tensor of
- * this device is taken by name from whichever part holds it, the parts
- * agreeing on the model, step and seed.  Batches depend only on (seed,
- * step), so a resumed run goes on as the run it continues would have.  A
- * coordinated checkpoint
- * (the broker's: DIR/step-N/, whole once DIR/step-N/COMPLETE lists every
- * part with its XXH3) is checked part by part: a part it does not list or
- * whose bytes hash otherwise is refused, naming the file.
+ * A checkpoint's step folder (checkpoint_store.h: DIR/step-N/ and its
+ * MANIFEST) holds one part a device: its parameters, optimizer state and
+ * error feedback (comm/feedback.h) by name, with in its metadata who wrote
+ * it (fusion.model, fusion.model_id: a hash of the whole model's parameter
+ * names and shapes, fusion.build_id, fusion.device, fusion.plan) and where
+ * the run stood (fusion.step, fusion.seed, an fp16 run's
+ * fusion.loss_scaler), written to a temporary name, fsynced and renamed
+ * (safetensors_write.c).
+ *
+ * Loading reads this device's own part when it is there and of this
+ * compile; otherwise (a checkpoint of another compile: other devices,
+ * stages or replicas) every tensor of this device is taken by name from
+ * whichever part holds it.  Every part read is first checked against the
+ * MANIFEST (size, XXH3), then its metadata strictly (digits only, in
+ * range; the same model, model id and step; no bytes after its last
+ * tensor), and an own part may hold nothing the program has not.  Batches
+ * depend only on (seed, step), so a resumed run goes on as the run it
+ * continues would have.  Which step to load, and agreeing on it with the
+ * other devices, is checkpoint_run.h's.
  */
 #ifndef FUSION_RT_CHECKPOINT_H
 #define FUSION_RT_CHECKPOINT_H
@@ -41,20 +45,33 @@ int write_tensors(const program *p, const char *path, unsigned roles, const char
 /* Every tensor of the given roles, by name, from the safetensors file at path. */
 int read_file_tensors(program *p, const char *path, unsigned roles);
 
-/* This device's part's file in checkpoint folder dir. */
-void checkpoint_path(const program *p, const char *dir, char *path, size_t size);
+/* This device's part's file name in a step folder: checkpoint.safetensors
+ * for a one-device program, checkpoint-<device>.safetensors otherwise. */
+void checkpoint_part_name(const program *p, char *name, size_t size);
+void checkpoint_part_name_of(const char *device, int several, char *name, size_t size);
 
-
-/* This device's part of the checkpoint of `step` into dir, with the
- * runtime's error feedback (comm/feedback.h; NULL or empty: none). */
-int save_checkpoint(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
+/* This device's part of the checkpoint of `step` into step_dir (made if
+ * missing), with the runtime's error feedback (comm/feedback.h; NULL or
+ * empty: none). */
+int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
                     st_dtype save_dtype, const rt_feedback_arrays *feedback);
 
-/* Parameters and optimizer state from dir's checkpoint (see the top);
- * *step, *seed and an fp16 run's loss scaler from it; into *feedback
- * (owned copies) the error feedback of this device's part when it is of
- * this compile: another plan's starts at zero. */
-int resume_checkpoint(program *p, const char *dir, int64_t *step, uint64_t *seed, rt_loss_scaler *ls,
-                      rt_feedback_arrays *feedback);
+/* Where a checkpoint leaves a run: its step and seed, an fp16 run's loss
+ * scaler, and (a part of this very compile) the error feedback, owned
+ * copies (rt_feedback_arrays_free). */
+typedef struct {
+    int64_t            step;
+    uint64_t           seed;
+    rt_loss_scaler     scaler;
+    rt_feedback_arrays feedback;
+} checkpoint_state;
+
+/* Parameters and optimizer state from one complete step folder (see the
+ * top), every part it reads verified against the MANIFEST and its
+ * metadata checked; *out filled (out->scaler: set it to the run's first,
+ * a checkpoint without loss scaling leaves it).  0, or -1 with err naming
+ * the file and what is wrong; then the arena may hold part of the step
+ * and must be loaded again (another step) before it is used. */
+int load_checkpoint_step(program *p, const char *step_dir, checkpoint_state *out, char *err, size_t n);
 
 #endif

@@ -40,6 +40,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,11 +59,15 @@
 #include "safetensors.h"
 #include "trace.h"
 #include "comm/comm.h"
+#include "comm/hub.h"
 #include "comm/diloco.h"
 #include "comm/overlap.h"
 #include "comm/seal.h"
 #include "broker_client.h"
 #include "checkpoint.h"
+#include "checkpoint_run.h"
+#include "run_options.h"
+#include "checkpoint_store.h"
 #include "device_program.h"
 #include "cuda/cuda.h"
 
@@ -125,186 +130,6 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static const char usage[] =
-    "usage: %s --data FILE [--data FILE]... [--steps N] [--seed S] [--log FILE] [--threads N]\n"
-    "  --data FILE    training data: text (bytes) or llm.c token shards; repeat to concatenate\n"
-    "  --steps N      training steps (default 100)\n"
-    "  --seed S       seeds the parameters and the batches (default 1)\n"
-    "  --log FILE     also write one JSON object per step to FILE (FILE.<device> on several devices)\n"
-    "  --trace FILE   write the run's timeline (each op, message, micro-batch, update, checkpoint) in\n"
-    "                 the Chrome trace-event format, for Perfetto (FILE.<device> on several devices;\n"
-    "                 launch-local.sh merges them into FILE)\n"
-    "  --threads N    CPU threads (default: the device's, from the cluster file)\n"
-    "  --save DIR     write a checkpoint to DIR at the end (and every --save-every K steps)\n"
-    "  --resume DIR   continue from DIR's checkpoint (its step and seed) up to --steps\n"
-    "  --save-dtype T fp32 (default), bf16 or fp16: the checkpoint's parameters in T (half the\n"
-    "                 size; AdamW's moments stay fp32; a run resumed from it starts from the\n"
-    "                 rounded weights, so it is no longer bit for bit)\n"
-    "  --init FILE    initial parameters from a safetensors file, by name\n"
-    "  --inputs FILE  the model's inputs, by name, from a safetensors file (the same every step)\n"
-    "  --dump-grads FILE  write the first step's inputs, loss and every parameter's gradient\n"
-    "                 (FILE.<device> for each device of a program of several)\n"
-    "fp16 programs (dynamic loss scaling):\n"
-    "  --loss-scale S        the first loss scale (default 65536)\n"
-    "  --loss-scale-window N good steps in a row before it doubles (default 2000)\n"
-    "  --inject-overflow K   make step K's gradients overflow (to test the scaler; every device)\n"
-    "  --emulate-devices make every op take at least as long as the cluster file's peaks and\n"
-    "                 memory bandwidth say (the workload estimator's time; a CUDA device\n"
-    "                 synchronises after each op to time it)\n"
-    "several devices:\n"
-    "  --emulate-links     shape every link to the cluster file's bandwidth and latency\n"
-    "  --adapt-density     AdaTopK: re-measure each compressed link between steps and adapt its density\n"
-    "  --no-overlap        average the gradient buckets after the backward, not while it runs\n"
-    "                      (the same bits, later: to measure what the overlap saves)\n"
-    "  --peer NAME=ADDR    device NAME is at ADDR (moved or replaced), not where the cluster file says\n"
-    "  --port-base P       link i listens on port P + i (all devices must agree; default: compiled in)\n"
-    "  --peer-timeout S    a peer silent for S seconds is dead (default 10)\n"
-    "  --broker URL        report to the run's broker (fusionc broker: tcp://HOST:PORT): register, steps,\n"
-    "                      heartbeats; --save-every K then writes DIR/step-N/, one part a device\n"
-    "  --epoch E           the run's epoch (the broker's): peers and the broker refuse another\n"
-    "  --key FILE          the run secret (default: run.key beside this program; mode 0600): every\n"
-    "                      link and the broker are sealed with it, and no program starts without it\n"
-    "  --standby NAME      with --broker: wait as the cluster's standby NAME until the broker needs\n"
-    "                      it no more (a standby host's agent: the broker then starts a program here)\n"
-    "  --inject-crash-in-save DEVICE:K  in epoch 1, DEVICE dies (SIGKILL) half-way through writing\n"
-    "                      its part of step K's checkpoint (to test that the step before stays whole)\n"
-    "  --connect-timeout S every peer must be up within S seconds of the start (default 60)\n";
-
-typedef struct {
-    const char *data[64];
-    int         n_data;
-    const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby, *key, *trace;
-    int64_t     steps, save_every;
-    double      loss_scale;
-    st_dtype    save_dtype;
-    int64_t     loss_scale_window, inject_overflow;
-    const char *crash_in_save;        /* --inject-crash-in-save DEVICE:K (a test's fault) */
-    int         emulate_devices;
-    int         no_overlap;
-    uint64_t    seed;
-    int         seed_given;
-    int         threads;
-    rt_comm_options comm;
-} run_options;
-
-/* --peer NAME=ADDR */
-static int add_peer_override(run_options *o, const char *v)
-{
-    const char *eq = strchr(v, '=');
-    if (!eq || eq == v || !eq[1] || o->comm.n_overrides == RT_COMM_MAX_OVERRIDES)
-        return -1;
-    static char names[RT_COMM_MAX_OVERRIDES][64];
-    size_t n = (size_t)(eq - v);
-    if (n >= sizeof names[0])
-        return -1;
-    memcpy(names[o->comm.n_overrides], v, n);
-    names[o->comm.n_overrides][n] = '\0';
-    o->comm.peer_name[o->comm.n_overrides] = names[o->comm.n_overrides];
-    o->comm.peer_address[o->comm.n_overrides++] = eq + 1;
-    return 0;
-}
-
-/* 0, 1 after --help, 2 on a usage error (printed). */
-static int parse_args(int argc, char **argv, run_options *o)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (strcmp(a, "--help") == 0) {
-            printf(usage, argv[0]);
-            return 1;
-        }
-        if (strcmp(a, "--emulate-links") == 0) {
-            o->comm.emulate_links = 1;
-            continue;
-        }
-        if (strcmp(a, "--adapt-density") == 0) {
-            o->comm.adapt_density = 1;
-            continue;
-        }
-        if (strcmp(a, "--emulate-devices") == 0) {
-            o->emulate_devices = 1;
-            continue;
-        }
-        if (strcmp(a, "--no-overlap") == 0) {
-            o->no_overlap = 1;
-            continue;
-        }
-        if (!v)
-            goto bad;
-        long port = 0;
-        double seconds = 0;
-        if (strcmp(a, "--data") == 0 && o->n_data < 64)
-            o->data[o->n_data++] = v;
-        else if (strcmp(a, "--log") == 0)
-            o->log = v;
-        else if (strcmp(a, "--trace") == 0)
-            o->trace = v;
-        else if (strcmp(a, "--save") == 0)
-            o->save = v;
-        else if (strcmp(a, "--resume") == 0)
-            o->resume = v;
-        else if (strcmp(a, "--init") == 0)
-            o->init = v;
-        else if (strcmp(a, "--dump-grads") == 0)
-            o->dump_grads = v;
-        else if (strcmp(a, "--inputs") == 0)
-            o->inputs = v;
-        else if (strcmp(a, "--broker") == 0)
-            o->broker = v;
-        else if (strcmp(a, "--standby") == 0)
-            o->standby = v;
-        else if (strcmp(a, "--key") == 0)
-            o->key = v;
-        else if (strcmp(a, "--inject-crash-in-save") == 0 && strchr(v, ':'))
-            o->crash_in_save = v;
-        else if (strcmp(a, "--epoch") == 0 && (o->comm.epoch = strtoll(v, &end, 10)) >= 0 && *end == '\0')
-            ;
-        else if (strcmp(a, "--peer") == 0 && add_peer_override(o, v) == 0)
-            ;
-        else if (strcmp(a, "--port-base") == 0 && (port = strtol(v, &end, 10)) > 0 && port < 65000 && *end == '\0')
-            o->comm.port_base = (int32_t)port;
-        else if (strcmp(a, "--peer-timeout") == 0 && (seconds = strtod(v, &end)) > 0 && seconds < 86400 && *end == '\0')
-            o->comm.timeout_ms = (int)(seconds * 1000);
-        else if (strcmp(a, "--connect-timeout") == 0 && (seconds = strtod(v, &end)) > 0 && seconds < 86400 &&
-                 *end == '\0')
-            o->comm.connect_timeout_ms = (int)(seconds * 1000);
-        else if (strcmp(a, "--save-every") == 0 && (o->save_every = strtoll(v, &end, 10)) > 0 && *end == '\0')
-            ;
-        else if (strcmp(a, "--steps") == 0 && (o->steps = strtoll(v, &end, 10)) >= 0 && *end == '\0')
-            ;
-        else if (strcmp(a, "--seed") == 0 && (o->seed = strtoull(v, &end, 10), *end == '\0' && v[0] != '-'))
-            o->seed_given = 1;
-        else if (strcmp(a, "--threads") == 0 && (o->threads = (int)strtol(v, &end, 10)) > 0 && *end == '\0')
-            ;
-        else if (strcmp(a, "--save-dtype") == 0 && (strcmp(v, "fp32") == 0 || strcmp(v, "bf16") == 0 ||
-                                                    strcmp(v, "fp16") == 0))
-            o->save_dtype = v[0] == 'b' ? ST_BF16 : v[2] == '1' ? ST_F16 : ST_F32;
-        else if (strcmp(a, "--loss-scale") == 0 && (o->loss_scale = strtod(v, &end)) >= 1 &&
-                 o->loss_scale <= 1e30 && *end == '\0')
-            ;
-        else if (strcmp(a, "--loss-scale-window") == 0 && (o->loss_scale_window = strtoll(v, &end, 10)) > 0 &&
-                 *end == '\0')
-            ;
-        else if (strcmp(a, "--inject-overflow") == 0 && (o->inject_overflow = strtoll(v, &end, 10)) > 0 &&
-                 *end == '\0')
-            ;
-        else
-            goto bad;
-        i++;
-        continue;
-    bad:
-        fprintf(stderr, "%s: bad option or value: %s %s\n\n", argv[0], a, v ? v : "(missing)");
-        fprintf(stderr, usage, argv[0]);
-        return 2;
-    }
-    if (o->n_data == 0 && !o->inputs && !o->standby) {
-        fprintf(stderr, "%s: --data FILE (or --inputs FILE) is required\n\n", argv[0]);
-        fprintf(stderr, usage, argv[0]);
-        return 2;
-    }
-    return 0;
-}
 
 /* Copy the embedded tables out of the program (program.h). */
 static int program_load(program *p)
@@ -590,41 +415,53 @@ static void per_device_path(const program *p, const char *file, char *path, size
         snprintf(path, size, "%s", file ? file : "");
 }
 
-/* The checkpoint of `step`: into dir, or with a broker into dir/step-N/
- * (a coordinated checkpoint: every device's part of one step in one
- * folder), the part then reported with its XXH3 so that the broker marks
- * the step whole once every part is in. */
-static int save_part(const program *p, const char *dir, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
-                     st_dtype save_dtype, const rt_feedback_arrays *feedback, rt_broker *broker,
-                     const run_options *o, int live)
+static checkpoint_options checkpoints_of(const run_options *o, const rt_broker *broker)
 {
+    return (checkpoint_options){ .save_dir = o->save, .resume_dir = o->resume, .keep = (int)o->keep,
+                                 .save_dtype = o->save_dtype, .brokered = broker != NULL };
+}
+
+/* The checkpoint of `step` (checkpoint_run.h): complete on every device or
+ * none; under a broker, the part reported with its size and XXH3 (the
+ * broker writes the MANIFEST).  live: a survivor's state after a lost peer,
+ * into DIR/live-N/, for the broker alone. */
+static int save_part(program *p, rt_comm *comm, int64_t step, uint64_t seed, const rt_loss_scaler *ls,
+                     const rt_feedback_arrays *feedback, rt_broker *broker, const run_options *o, int live)
+{
+    checkpoint_options co = checkpoints_of(o, broker);
+    char path[4800], live_dir[4400], why[1200];
+    int64_t size;
+    uint64_t hash;
+    if (live) {
+        char name[256];
+        snprintf(live_dir, sizeof live_dir, "%s/live-%lld", o->save, (long long)step);
+        checkpoint_part_name(p, name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", live_dir, name);
+        if ((mkdir(o->save, 0755) != 0 && errno != EEXIST) ||
+            save_checkpoint(p, live_dir, step, seed, ls, o->save_dtype, feedback) ||
+            ckpt_measure(path, &size, &hash, why, sizeof why))
+            return fail("%s: cannot save the live state", live_dir);
+    } else if (checkpoint_save(p, comm, &co, step, seed, ls, feedback, path, sizeof path, &size, &hash, why,
+                               sizeof why)) {
+        return fail("%s", why);
+    }
     if (!broker)
-        return save_checkpoint(p, dir, step, seed, ls, save_dtype, feedback);
-    char folder[4200], path[4400];
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return fail("%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
-    snprintf(folder, sizeof folder, "%s/%s-%lld", dir, live ? "live" : "step", (long long)step);
-    if (save_checkpoint(p, folder, step, seed, ls, save_dtype, feedback))
-        return 1;
-    checkpoint_path(p, folder, path, sizeof path);
+        return 0;
     char crash[200];
     snprintf(crash, sizeof crash, "%s:%lld", p->manifest.device, (long long)step);
     if (o->crash_in_save && o->comm.epoch == 1 && strcmp(o->crash_in_save, crash) == 0) {
         /* The fault: the file half written and never reported, then the process gone. */
-        struct stat st;
-        if (stat(path, &st) == 0 && truncate(path, st.st_size / 2) == 0)
+        if (truncate(path, size / 2) == 0)
             fprintf(stderr, "fusion: --inject-crash-in-save: %s cut to half, dying\n", path);
         fflush(stderr);
         raise(SIGKILL);
     }
-    uint64_t hash;
-    if (file_xxh3(path, &hash) != 0)
-        return fail("%s: cannot read back the part just written: %s", path, strerror(errno));
     if (live)   /* the stage it covers: the broker needs one part of every stage */
-        rt_broker_report(broker, "part", "%lld %s %016llx live %d %d", (long long)step, path, (unsigned long long)hash,
-                         p->manifest.stage, p->manifest.n_stages);
+        rt_broker_report(broker, "part", "%lld %s %016llx live %d %d %lld", (long long)step, path,
+                         (unsigned long long)hash, p->manifest.stage, p->manifest.n_stages, (long long)size);
     else
-        rt_broker_report(broker, "part", "%lld %s %016llx", (long long)step, path, (unsigned long long)hash);
+        rt_broker_report(broker, "part", "%lld %s %016llx size %lld", (long long)step, path, (unsigned long long)hash,
+                         (long long)size);
     return 0;
 }
 
@@ -633,7 +470,7 @@ static int save_part(const program *p, const char *dir, int64_t step, uint64_t s
  * touched the parameters: every message of a step comes before its
  * optimizer ops) goes to OUT/checkpoints/live-N/, so that the broker can
  * resume from the survivors' live state when they cover every stage. */
-static void save_live_state(const program *p, const run_options *o, int64_t finished, uint64_t seed,
+static void save_live_state(program *p, const run_options *o, int64_t finished, uint64_t seed,
                             const rt_loss_scaler *ls, rt_broker *broker, const char *why)
 {
     if (!broker || !o->save || finished < 1 || p->manifest.diloco.sync == RT_SYNC_DILOCO ||
@@ -642,8 +479,48 @@ static void save_live_state(const program *p, const run_options *o, int64_t fini
     /* Without the error feedback: the failed step may have changed part
      * of it, and the broker resumes on another plan, which starts its own
      * at zero. */
-    if (save_part(p, o->save, finished, seed, ls, o->save_dtype, NULL, broker, o, 1) == 0)
+    if (save_part(p, NULL, finished, seed, ls, NULL, broker, o, 1) == 0)
         printf("fusion: a peer was lost: this device's state of step %lld saved for the broker\n", (long long)finished);
+}
+
+/* SIGINT, SIGTERM: the first is noted (stop_after acts on it at the end of
+ * a step); a second stops the program at once. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal)
+        _exit(128 + sig);
+    stop_signal = sig;
+}
+
+static void catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Whether `step` is the run's last because of a signal (*code := 130 or
+ * 143): every device must finish the same step, however far apart they
+ * are; the hubs agree on which (comm/hub.h).  A device without links stops
+ * after this step.  -1: the agreement failed (err). */
+static int stop_after(rt_comm *comm, int64_t step, int *code, char *err, size_t n)
+{
+    static int asked;
+    int sig = stop_signal;
+    if (!comm || !comm->hub) {
+        *code = sig ? 128 + sig : 0;
+        return sig != 0;
+    }
+    if (sig && !asked) {
+        asked = 1;
+        fu_hub_request_stop(comm->hub, 128 + sig);
+    }
+    return fu_hub_step_done(comm->hub, step, code, err, n);
 }
 
 static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data, rt_broker *broker)
@@ -652,6 +529,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     /* --sync diloco: --steps counts the steps of the site with the largest
      * H; this site takes as many rounds of its own H. */
     run_options own = *o;
+    int64_t run_steps = o->steps;   /* the run's --steps: a DiLoCo site's checkpoint is named by it */
     if (mf->diloco.sync == RT_SYNC_DILOCO)
         own.steps = rt_diloco_site_steps(&mf->diloco, o->steps);
     o = &own;
@@ -676,21 +554,28 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     uint64_t seed = o->seed;
     rt_loss_scaler scaler;
     rt_loss_scaler_init(&scaler, (float)o->loss_scale, o->loss_scale_window);
-    if (rc == 0 && o->resume) {
-        rt_feedback_arrays feedback = { 0 };
-        if (resume_checkpoint(p, o->resume, &done, &seed, &scaler, &feedback))
-            rc = 1;
-        else if (comm && feedback.n > 0) {
-            printf("fusion: resumed with the error feedback the run saved (%d arrays)\n", feedback.n);
-            rt_comm_restore_feedback(comm, &feedback);
+    checkpoint_state resumed = { .scaler = scaler };
+    int from_checkpoint = 0;
+    char why_start[1200];
+    checkpoint_options co = checkpoints_of(o, broker);
+    if (rc == 0 && checkpoint_start(p, comm, &co, &resumed, &from_checkpoint, why_start, sizeof why_start))
+        rc = stop(comm, mf->device, "%s", why_start);   /* the peers stop too, naming this device and why */
+    else if (rc == 0 && from_checkpoint) {
+        done = resumed.step, seed = resumed.seed, scaler = resumed.scaler;
+        if (comm && resumed.feedback.n > 0) {
+            printf("fusion: resumed with the error feedback the run saved (%d arrays)\n", resumed.feedback.n);
+            rt_comm_restore_feedback(comm, &resumed.feedback);
         }
-        rt_feedback_arrays_free(&feedback);
-        if (rc == 0 && o->seed_given && seed != o->seed)
+        if (o->seed_given && seed != o->seed)
             rc = fail("%s: the checkpoint was trained with --seed %llu, not %llu", o->resume,
                       (unsigned long long)seed, (unsigned long long)o->seed);
+        else if (o->steps <= done)
+            rc = fail("%s: the checkpoint is at step %lld and --steps is %lld: nothing to train (give --steps above "
+                      "%lld)", o->resume, (long long)done, (long long)o->steps, (long long)done);
     } else if (rc == 0) {
         init_params(p, o->seed);
     }
+    rt_feedback_arrays_free(&resumed.feedback);
     if (rc == 0 && o->init && read_file_tensors(p, o->init, role_bit(ROLE_PARAM)))
         rc = 1;
     rt_diloco outer;
@@ -748,6 +633,9 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                "skipped on an overflow\n", (double)scaler.scale, (long long)scaler.window);
     fflush(stdout);
     double paced = 0.0, stepping = 0.0;   /* --emulate-devices: waited, and the steps' whole time */
+    int stopped = 0;                      /* 130 or 143: stopped by a signal (stop_after) */
+    if (comm && comm->hub)
+        fu_hub_set_step(comm->hub, done + 1);
     for (int64_t step = done + 1; step <= o->steps && rc == 0; step++) {
         rt_context ctx = { .step = step, .comm = comm, .slowdown = mf->slowdown, .cuda = p->cuda,
                            .loss_scale = scaler.scale, .skipped = scaler.skipped,
@@ -842,15 +730,30 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             fflush(log);
         }
         rt_broker_report(broker, "step", "%lld %.6f", (long long)step, (double)loss);
-        if (o->save && ((o->save_every > 0 && step % o->save_every == 0) || step == o->steps)) {
+        char why_stop[512];
+        int last = stop_after(comm, step, &stopped, why_stop, sizeof why_stop);
+        if (last < 0) {
+            rc = stop(comm, mf->device, "step %lld: stopping together: %s", (long long)step, why_stop);
+            break;
+        }
+        /* Under --sync diloco the sites count their own steps: their one
+         * common checkpoint is the run's end, named by the run's --steps. */
+        if (o->save && ((!diloco && o->save_every > 0 && step % o->save_every == 0) || step == o->steps || last)) {
             double save_t0 = trace ? rt_trace_clock() : 0.0;
             rt_feedback_arrays feedback = { 0 };   /* the live arrays: the overlap's thread is idle now */
             if (comm && (rt_comm_list_feedback(comm, &feedback) || rt_overlap_list_feedback(st.overlap, &feedback)))
                 rc = stop(comm, mf->device, "out of memory listing the error feedback for the checkpoint");
-            else if (save_part(p, o->save, step, seed, &scaler, o->save_dtype, &feedback, broker, o, 0))
-                rc = stop(comm, mf->device, "cannot write the checkpoint");
+            else if (save_part(p, comm, diloco ? run_steps : step, seed, &scaler, &feedback, broker, o, 0))
+                rc = stop(comm, mf->device, "step %lld: the checkpoint failed (above); the last complete one is as it "
+                          "was", (long long)step);
             rt_feedback_arrays_free(&feedback);
             rt_trace_span(trace, 0, "checkpoint", "checkpoint", save_t0, trace ? rt_trace_clock() : 0.0, NULL);
+        }
+        if (last && rc == 0) {
+            printf("fusion: stopped by %s after step %lld%s%s\n", stopped == 130 ? "SIGINT" : "SIGTERM",
+                   (long long)step, o->save ? ": its checkpoint is in " : " (no --save: nothing saved)",
+                   o->save ? o->save : "");
+            break;
         }
     }
     if (rc == 0 && st.overlap) {
@@ -871,7 +774,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         rc = fail("%s: cannot finish the trace", o->trace);
     stepper_free(&st);
     rt_diloco_free(&outer);
-    return rc;
+    return rc == 0 && stopped ? stopped : rc;
 }
 
 /* The run secret (comm/seal.h): --key FILE, else run.key beside this program. */
@@ -903,8 +806,9 @@ int main(int argc, char **argv)
     program p;
     memset(&p, 0, sizeof p);
     memcpy(&p.manifest, fusion_manifest_blob, sizeof p.manifest);
-    run_options o = { .steps = 100, .seed = 1, .threads = p.manifest.threads > 0 ? p.manifest.threads : 1 };
-    int rc = parse_args(argc, argv, &o);
+    run_options o = { .steps = 100, .seed = 1, .keep = CKPT_DEFAULT_KEEP,
+                      .threads = p.manifest.threads > 0 ? p.manifest.threads : 1 };
+    int rc = run_options_parse(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
     if (o.standby && !o.broker)
@@ -963,6 +867,14 @@ int main(int argc, char **argv)
             o.comm.secret = NULL;
         }
     }
+    /* The links' and the broker client's threads start with the signals blocked: a signal is the
+     * main thread's, never an interrupted poll in a thread. */
+    sigset_t stops, before;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stops, &before);
+    catch_stop_signals();
     rt_broker *broker = NULL;
     if (rc == 0 && o.broker && rt_broker_open(&broker, o.broker, p.manifest.device, o.comm.epoch, secret, why,
                                               sizeof why))
@@ -975,6 +887,7 @@ int main(int argc, char **argv)
         else
             peers = &comm;
     }
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
     if (rc == 0)
         rc = train(&p, &o, peers, &data, broker);
     if (peers)

@@ -103,6 +103,9 @@ typedef struct {
     int32_t tf32;              /* 1: f32 products may use TF32 tensor cores (CUDA: cuBLAS's
                                   CUBLAS_TF32_TENSOR_OP_MATH; a CPU ignores it)   */
     rt_diloco_info diloco;     /* sync = RT_SYNC_EXACT: the rest unused                   */
+    uint64_t model_id;         /* hash of the whole model's parameters (names, shapes): a
+                                  checkpoint of another model is refused on it, whatever
+                                  the plan (checkpoint.c)                                 */
 } rt_manifest;
 
 enum { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };

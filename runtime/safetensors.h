@@ -66,7 +66,9 @@
  * [begin, end) inside the data whose size is the dtype's size times the
  * shape's elements, no two entries overlap or share a name, and __metadata__
  * maps strings to strings.  Gaps between tensors and bytes after the last
- * one are allowed.  Every message names the path and what is wrong.
+ * one are allowed (Hugging Face's files may have them); st_trailing_bytes
+ * counts the latter, for callers such as checkpoints that refuse them.
+ * Every message names the path and what is wrong.
  *
  * Data is little-endian, the host's own layout (the build refuses a
  * big-endian host).  A tensor's data as the reader gives it is aligned for
@@ -168,8 +170,18 @@ typedef struct {
  * and the targets' memory untouched. */
 int         st_load(const st_file *f, const st_target *targets, int n, char *err, size_t err_size);
 
-/* The __metadata__ value for key, NULL when absent; valid until st_close. */
+/* The __metadata__ value for key, NULL when absent; valid until st_close.
+ * A binary search: st_open sorts the keys. */
 const char *st_metadata(const st_file *f, const char *key);
+
+/* Bytes of the file after the end of the last tensor's data (the largest
+ * data_offsets end of any entry; with no tensors, every byte after the
+ * header); -1 when f is NULL.  st_open accepts such bytes, and st_write
+ * never writes them, so a checkpoint reader that wants the file exactly as
+ * written refuses anything but 0:
+ *
+ *     if (st_trailing_bytes(f) != 0) ...   // appended to or not ours */
+int64_t     st_trailing_bytes(const st_file *f);
 
 /* Free everything st_open allocated; NULL is a no-op. */
 void        st_close(st_file *f);

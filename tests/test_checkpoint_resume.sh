@@ -1,7 +1,9 @@
 # Checkpoints: 40 straight steps, against a run killed (kill -9) after its
 # first checkpoint (every 10 steps), resumed, and run to step 40: the same
-# losses and bitwise the same parameters and optimizer state.
-# Also --init (weights by name), --dump-grads, and the refusals.
+# losses and bitwise the same parameters and optimizer state.  The layout
+# (DIR/step-N/, its MANIFEST, DIR/latest, --keep), the fallback to an older
+# step when the newest does not verify, --init (weights by name),
+# --dump-grads, and the refusals.
 . "$(dirname "$0")/lib.sh"
 no_leak_scan_in_threaded_programs
 
@@ -20,13 +22,13 @@ losses() { awk '/^step /{print $2, $4}' "$1"; }
   --log "$work/killed.jsonl" >"$work/killed.out" 2>&1 &
 pid=$!
 for _ in $(seq 1 3000); do
-  [ -e "$work/ckpt/checkpoint.safetensors" ] && break
+  [ -e "$work/ckpt/latest" ] && break
   sleep 0.01
 done
 kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-[ -s "$work/ckpt/checkpoint.safetensors" ] && pass || fail "no checkpoint after the kill"
-# A kill during a save leaves at most a temporary file beside the whole checkpoint.
-expect_eq "whole files in the checkpoint folder" "checkpoint.safetensors" "$(ls "$work/ckpt" | grep -v '\.tmp\.' || true)"
+[ -s "$work/ckpt/latest/checkpoint.safetensors" ] && pass || fail "no checkpoint after the kill"
+# A kill during a save leaves at most a step folder without a MANIFEST (and temporary files).
+expect_eq "entries of the checkpoint folder" "" "$(ls "$work/ckpt" | grep -Ev '^(latest|step-[0-9]+)$' | grep -v '\.tmp\.' || true)"
 "$exe" --data "$work/corpus.txt" --steps 40 --resume "$work/ckpt" --save "$work/resumed" >"$work/resumed.out" 2>&1 ||
   fail "resumed run: $(tail -2 "$work/resumed.out")"
 first_resumed=$(losses "$work/resumed.out" | head -1 | cut -d/ -f1)
@@ -36,11 +38,13 @@ case "$first_resumed" in 11|21|31) pass ;; *) fail "resumed at step '$first_resu
   fail "the killed run reached step $killed_at; the resume started at $first_resumed"
 expect_eq "losses after the resume" "$(losses "$work/straight.out" | awk -v s="$first_resumed" '{ split($1, a, "/"); if (a[1] >= s) print }')" \
   "$(losses "$work/resumed.out")"
-if cmp -s "$work/straight/checkpoint.safetensors" "$work/resumed/checkpoint.safetensors"; then pass
+grep -q "^fusion: resumed from $work/ckpt/step-$((first_resumed - 1)) (step $((first_resumed - 1)))" "$work/resumed.out" \
+  && pass || fail "no 'resumed from' line: $(grep fusion: "$work/resumed.out" | head -3)"
+if cmp -s "$work/straight/latest/checkpoint.safetensors" "$work/resumed/latest/checkpoint.safetensors"; then pass
 else fail "params and optimizer state at step 20 differ between the straight and the resumed run"; fi
 
 # --init: weights by name; the step-20 params as initial weights give another loss than the seed's.
-"$exe" --data "$work/corpus.txt" --steps 1 --seed 9 --init "$work/straight/checkpoint.safetensors" >"$work/init.out" ||
+"$exe" --data "$work/corpus.txt" --steps 1 --seed 9 --init "$work/straight/latest/checkpoint.safetensors" >"$work/init.out" ||
   fail "--init run"
 init_loss=$(losses "$work/init.out" | awk '{print $2}')
 seed_loss=$(losses "$work/straight.out" | head -1 | awk '{print $2}')
@@ -68,7 +72,7 @@ def write(path, as_bf16):
     text = json.dumps(header).encode()
     open(path, "wb").write(struct.pack("<Q", len(text)) + text + blob)
 write(sys.argv[2], True)
-write(sys.argv[3], False)' "$work/straight/checkpoint.safetensors" "$work/bf16.safetensors" "$work/bf16-as-f32.safetensors" ||
+write(sys.argv[3], False)' "$work/straight/latest/checkpoint.safetensors" "$work/bf16.safetensors" "$work/bf16-as-f32.safetensors" ||
   fail "torch could not write the bf16 checkpoint (/usr/bin/python3 with torch is required)"
 grep -q '"dtype": "BF16"' "$work/bf16.safetensors" && pass || fail "no BF16 tensor in the converted checkpoint"
 "$exe" --data "$work/corpus.txt" --steps 1 --seed 9 --init "$work/bf16.safetensors" >"$work/init-bf16.out" 2>&1 ||
@@ -98,8 +102,42 @@ expect_eq "resume with another seed" 1 $?
 grep -q "was trained with --seed 9, not 3" "$work/err" && pass || fail "seed message: $(cat "$work/err")"
 "$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/other" "${small[@]}" --set lr=1e-3 >/dev/null
 # Another compile of the same model (another learning rate): read by tensor name.
-"$work/other/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 20 --resume "$work/ckpt" >"$work/other.out" 2>"$work/err"
+"$work/other/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 40 --resume "$work/ckpt" >"$work/other.out" 2>"$work/err"
 expect_eq "resume in another compile" 0 $?
 grep -q "a checkpoint of another compile (1 part), read by tensor name" "$work/other.out" && pass \
   || fail "another compile: $(cat "$work/other.out" "$work/err")"
+
+# The layout: --save-every 2 --keep 2 over 7 steps keeps steps 4 and 6 and the end's 7; latest -> step-7.
+"$exe" --data "$work/corpus.txt" --steps 7 --seed 9 --save "$work/keep" --save-every 2 --keep 3 >"$work/keep.out" 2>&1 ||
+  fail "--keep run: $(tail -2 "$work/keep.out")"
+expect_eq "steps kept by --keep 3" "latest step-4 step-6 step-7" "$(ls "$work/keep" | sort -V | tr '\n' ' ' | sed 's/ $//')"
+expect_eq "latest" "step-7" "$(readlink "$work/keep/latest")"
+grep -q "^fusion: checkpoint of step 7: $work/keep/step-7, 1 part, [0-9.]* MB, [0-9.]* s$" "$work/keep.out" && pass \
+  || fail "no save line for step 7: $(grep fusion: "$work/keep.out" | tail -2)"
+expect_eq "MANIFEST of step 7" "fusion checkpoint 1|step 7|part checkpoint.safetensors $(stat -c %s "$work/keep/step-7/checkpoint.safetensors") " \
+  "$(head -3 "$work/keep/step-7/MANIFEST" | tr '\n' '|' | sed 's/[0-9a-f]\{16\}|$//')"
+
+# Refusals: a fresh run into a folder holding a run; --steps not above the checkpoint's.
+"$exe" --data "$work/corpus.txt" --steps 9 --save "$work/keep" >/dev/null 2>"$work/err"; expect_eq "a fresh run into a run's folder" 1 $?
+grep -q "keep holds the checkpoints of a run (newest: step-7): give --resume" "$work/err" && pass || fail "message: $(cat "$work/err")"
+"$exe" --data "$work/corpus.txt" --steps 7 --resume "$work/keep" >/dev/null 2>"$work/err"; expect_eq "--steps at the checkpoint's" 1 $?
+grep -q "the checkpoint is at step 7 and --steps is 7: nothing to train" "$work/err" && pass || fail "message: $(cat "$work/err")"
+
+# The newest step damaged (one byte of its part): the run says so and resumes from the one before,
+# with the losses of the straight run from there.
+cp -r "$work/keep" "$work/damaged"
+printf 'X' | dd of="$work/damaged/step-7/checkpoint.safetensors" bs=1 seek=5000 conv=notrunc 2>/dev/null
+"$exe" --data "$work/corpus.txt" --steps 9 --seed 9 --resume "$work/damaged" --save "$work/damaged" >"$work/fallback.out" 2>&1 ||
+  fail "fallback resume: $(tail -2 "$work/fallback.out")"
+grep -q "^fusion: $work/damaged/step-7 does not verify: .*step-7/checkpoint.safetensors: its XXH3 is .*; trying step-6" \
+  "$work/fallback.out" && pass || fail "no fallback line: $(grep fusion: "$work/fallback.out" | head -3)"
+expect_eq "losses after the fallback to step 6" "$(losses "$work/straight.out" | awk '{ split($1, a, "/"); if (a[1] == 7 || a[1] == 8 || a[1] == 9) print $2 }')" \
+  "$(losses "$work/fallback.out" | awk '{print $2}')"
+
+# A checkpoint of a model with a layer more is refused, naming what this program lacks.
+"$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/three" "${small[@]}" --set layers=3 >/dev/null || fail "3-layer compile"
+"$work/three/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 2 --save "$work/three.ck" >/dev/null 2>&1 || fail "3-layer run"
+"$exe" --data "$work/corpus.txt" --steps 5 --resume "$work/three.ck" >/dev/null 2>"$work/err"; expect_eq "a 3-layer checkpoint in a 2-layer program" 1 $?
+grep -q "a checkpoint of another 'gpt2' (its parameters differ from this program's): it holds [0-9]* this program has not: 'h.2\." \
+  "$work/err" && pass || fail "message: $(cat "$work/err")"
 finish

@@ -152,8 +152,8 @@ else fail "one CUDA device: gradients differ from the CPU's: $(cat "$work/grads.
 echo "one CUDA device, first step's gradients against the CPU's: $(head -1 "$work/grads.txt")" >&2
 # The checkpoint: parameters and AdamW's moments after the last step, which
 # live on the device and come down for it.
-if python3 tests/emu_driver/compare_grads.py "$work/cpu.ckpt/checkpoint.safetensors" \
-     "$work/gpu.ckpt/checkpoint.safetensors" 2e-3 >"$work/ckpt.txt" 2>&1; then pass
+if python3 tests/emu_driver/compare_grads.py "$work/cpu.ckpt/latest/checkpoint.safetensors" \
+     "$work/gpu.ckpt/latest/checkpoint.safetensors" 2e-3 >"$work/ckpt.txt" 2>&1; then pass
 else fail "one CUDA device: the checkpoint differs from the CPU's: $(cat "$work/ckpt.txt")"; fi
 echo "one CUDA device, checkpoint after $steps steps against the CPU's: $(head -1 "$work/ckpt.txt")" >&2
 read -r _ launches _ gemms _ _ up _ _ down _ <"$work/gpu.counts" 2>/dev/null || launches=0 gemms=0

@@ -82,9 +82,9 @@ for c in "${cases[@]}"; do
   expect_eq "$name steps" $steps "$(echo "$a" | grep -c .)"
   expect_eq "$name losses, overlap against --no-overlap" "$b" "$a"
   files=0
-  for f in "$out/overlap.ckpt"/*; do
+  for f in "$out/overlap.ckpt"/latest/*; do
     files=$((files + 1))
-    cmp -s "$f" "$out/serial.ckpt/$(basename "$f")" && pass \
+    cmp -s "$f" "$out/serial.ckpt/latest/$(basename "$f")" && pass \
       || fail "$name: $(basename "$f") differs between the overlap and --no-overlap"
   done
   [ "$files" -ge $((stages * 2)) ] && pass || fail "$name: $files checkpoint files for $((stages * 2)) devices"

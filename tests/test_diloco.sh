@@ -93,7 +93,7 @@ if bad:
 print("diloco: %d parameters bit-identical on both sites after the last outer step" % len(a), file=sys.stderr)
 EOF
 }
-same_params dl "$work"/ck/checkpoint-cpu-a*.safetensors -- "$work"/ck/checkpoint-cpu-b*.safetensors
+same_params dl "$work"/ck/latest/checkpoint-cpu-a*.safetensors -- "$work"/ck/latest/checkpoint-cpu-b*.safetensors
 
 # ---- --site-batch each on local-4-hetero (site B's devices 4 times slower):
 # site B takes a quarter of site A's steps a round, the rounds line up, and
@@ -105,7 +105,7 @@ train het --steps 20 --save "$work/hk"
 expect_eq "het: site A's steps" 20 "$(losses "$work/het/logs/cpu-a1.log" | wc -l)"
 expect_eq "het: site B's steps" 5 "$(losses "$work/het/logs/cpu-b1.log" | wc -l)"
 expect_eq "het: site B's outer steps" 3 "$(grep -c 'outer step' "$work/het/logs/cpu-b0.log")"
-same_params het "$work"/hk/checkpoint-cpu-a*.safetensors -- "$work"/hk/checkpoint-cpu-b*.safetensors
+same_params het "$work"/hk/latest/checkpoint-cpu-a*.safetensors -- "$work"/hk/latest/checkpoint-cpu-b*.safetensors
 
 # ---- plan and simulate
 "$FUSIONC" simulate "${model[@]}" clusters/local-4.xml --sync diloco -o "$work" >"$work/sim.out" 2>&1 && pass \

@@ -8,7 +8,7 @@
 #                either), each checked like a device's;
 #   replacement  cpu-a1 SIGKILLed on its host after step 25: the broker
 #                collected steps 10 and 20's parts from the hosts (whole:
-#                COMPLETE on the controller, each part's XXH3 checked),
+#                MANIFEST on the controller, each part's XXH3 checked),
 #                sees cpu-a1's ssh end, puts the standby in its place on h2,
 #                copies the checkpoint to the hosts, and the run finishes
 #                (exit 0); the losses after the recovery equal the same
@@ -100,7 +100,7 @@ grep -q "standby cpu-s0 takes cpu-a1's place" "$work/standby.out" && pass \
 grep -q "the run finished: 2 devices, 1 recovery" "$work/standby.out" && pass || fail "replacement: $(tail -5 "$work/standby.out")"
 for s in 10 20; do
   dir="$work/standby/checkpoints/step-$s"
-  [ -f "$dir/COMPLETE" ] && [ "$(grep -c '^part ' "$dir/COMPLETE")" = 2 ] && pass \
+  [ -f "$dir/MANIFEST" ] && [ "$(grep -c '^part ' "$dir/MANIFEST")" = 2 ] && pass \
     || fail "replacement: step $s's checkpoint was not collected whole on the controller: $(ls "$dir" 2>&1)"
 done
 from=$(sed -n 's/.*the last complete checkpoint: step [0-9]*, \(.*\)$/\1/p' "$work/standby.out" | tail -1)
@@ -108,7 +108,7 @@ case "$from" in "$work/standby/checkpoints/step-"*) pass ;; *) fail "replacement
 step=${from##*step-}
 grep -q "checkpoint .*step-$step copied to host h2" "$work/standby.out" && pass \
   || fail "replacement: the checkpoint was not copied to the standby's host: $(grep broker: "$work/standby.out" | tail -6)"
-[ -f "$work/hosts/h2/fusion/checkpoints/step-$step/COMPLETE" ] && pass || fail "replacement: no COMPLETE on h2"
+[ -f "$work/hosts/h2/fusion/checkpoints/step-$step/MANIFEST" ] && pass || fail "replacement: no MANIFEST on h2"
 grep -q "^== broker: epoch 2, cpu-a1" "$work/standby/logs/cpu-a1.log" && pass || fail "replacement: cpu-a1's log has no epoch 2"
 secs=$(sed -n 's/.*first step after the recovery: step [0-9]*, \([0-9.]*\) s after.*/\1/p' "$work/standby.out" | head -1)
 awk -v s="${secs:-999}" 'BEGIN { exit !(s <= 30) }' && pass || fail "replacement: recovery took ${secs:-?} s (limit 30)"

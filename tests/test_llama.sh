@@ -58,7 +58,7 @@ same_math grid2x2 --stages 2 --replicas 2 --micro-batches 2
 grep -q "2 stages x 2 replicas" "$work/grid2x2.compile" && pass || fail "grid2x2: $(cat "$work/grid2x2.compile")"
 
 # ---- Hugging Face's names and bf16 checkpoints ----
-"$py" "$parity" names llama "$cfg" "$work/ckpt/checkpoint.safetensors" >"$work/names" 2>&1 \
+"$py" "$parity" names llama "$cfg" "$work/ckpt/latest/checkpoint.safetensors" >"$work/names" 2>&1 \
   && pass || fail "saved checkpoint: $(cat "$work/names")"
 "$py" "$parity" make llama "$cfg" "$work/w.st" "$work/in.st" 9 && "$py" "$parity" tobf16 llama "$cfg" "$work/w.st" "$work/w-bf16.st" \
   && pass || fail "making the bf16 checkpoint"
@@ -70,9 +70,9 @@ if "$py" "$parity" grads llama "$cfg" "$work/w-bf16.st" "$work/dump.st" >"$work/
 else fail "bf16 checkpoint: $(cat "$work/bf16.cmp")"; fi
 # The saved checkpoint loads back by name: its loss at step 151 is the one
 # the run would print (the same weights, moments left behind).
-"$work/one/cpu0/fusion-cpu0" --init "$work/ckpt/checkpoint.safetensors" --inputs "$work/in.st" --steps 1 \
+"$work/one/cpu0/fusion-cpu0" --init "$work/ckpt/latest/checkpoint.safetensors" --inputs "$work/in.st" --steps 1 \
   --dump-grads "$work/dump2.st" >"$work/reload.run" 2>&1 && pass || fail "--init from a saved checkpoint: $(tail -2 "$work/reload.run")"
-if "$py" "$parity" grads llama "$cfg" "$work/ckpt/checkpoint.safetensors" "$work/dump2.st" >"$work/reload.cmp" 2>&1; then
+if "$py" "$parity" grads llama "$cfg" "$work/ckpt/latest/checkpoint.safetensors" "$work/dump2.st" >"$work/reload.cmp" 2>&1; then
   pass; else fail "saved checkpoint as weights: $(cat "$work/reload.cmp")"; fi
 # A checkpoint without lm_head.weight: refused, naming the tensor.
 "$py" - "$work/w.st" "$work/nohead.st" <<'PYEOF'

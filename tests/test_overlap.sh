@@ -62,9 +62,9 @@ same() {
   expect_eq "$name steps" $steps "$(echo "$a" | grep -c .)"
   expect_eq "$name losses, overlap against --no-overlap" "$b" "$a"
   local files=0 f
-  for f in "$out/overlap.ckpt"/*; do
+  for f in "$out/overlap.ckpt"/latest/*; do
     files=$((files + 1))
-    cmp -s "$f" "$out/serial.ckpt/$(basename "$f")" && pass \
+    cmp -s "$f" "$out/serial.ckpt/latest/$(basename "$f")" && pass \
       || fail "$name: $(basename "$f") differs between the overlap and --no-overlap"
   done
   [ "$files" -ge $(($2 * $3)) ] && pass || fail "$name: $files checkpoint files for $(($2 * $3)) devices"

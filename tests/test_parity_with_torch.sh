@@ -50,7 +50,7 @@ adamw() {
   "$py" "$parity" make "$kind" "$cfg" "$work/$name.w" "$work/$name.in" 11
   "$work/$name/cpu0/fusion-cpu0" --init "$work/$name.w" --inputs "$work/$name.in" --steps "$steps" \
     --save "$work/$name.ckpt" >"$work/$name.run" 2>&1 || { fail "$name run: $(tail -2 "$work/$name.run")"; return; }
-  if "$py" "$parity" adamw "$kind" "$cfg" "$work/$name.w" "$work/$name.in" "$work/$name.ckpt/checkpoint.safetensors" \
+  if "$py" "$parity" adamw "$kind" "$cfg" "$work/$name.w" "$work/$name.in" "$work/$name.ckpt/latest/checkpoint.safetensors" \
        "$steps" >"$work/$name.cmp" 2>&1; then pass; echo "  $name: $(tail -1 "$work/$name.cmp")" >&2
   else fail "$name: $(cat "$work/$name.cmp")"; fi
 }

@@ -127,7 +127,7 @@ done
 "$work/h/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 3 --seed 5 --save "$work/ck3" >"$work/h3.out" 2>&1 &&
   "$work/h/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 4 --seed 5 --save "$work/ck4" --inject-overflow 4 \
     >"$work/h4.out" 2>&1 && pass || fail "fp16 runs: $(tail -3 "$work/h4.out")"
-"$py" - "$work/ck3/checkpoint.safetensors" "$work/ck4/checkpoint.safetensors" >"$work/same" 2>&1 <<'EOF' && pass ||
+"$py" - "$work/ck3/latest/checkpoint.safetensors" "$work/ck4/latest/checkpoint.safetensors" >"$work/same" 2>&1 <<'EOF' && pass ||
 import sys
 sys.path.insert(0, "tests/parity")
 from torch_parity import st_read
@@ -155,7 +155,7 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' && pass ||
 "$work/one/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 3 --seed 5 --save "$work/s32" >/dev/null 2>&1 &&
   "$work/one/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 3 --seed 5 --save "$work/s16" --save-dtype bf16 \
     >/dev/null 2>&1 && pass || fail "--save-dtype bf16 run"
-"$py" - "$work/s16/checkpoint.safetensors" >"$work/dt" 2>&1 <<'EOF' && pass || fail "bf16 checkpoint dtypes: $(cat "$work/dt")"
+"$py" - "$work/s16/latest/checkpoint.safetensors" >"$work/dt" 2>&1 <<'EOF' && pass || fail "bf16 checkpoint dtypes: $(cat "$work/dt")"
 import json, struct, sys
 f = open(sys.argv[1], "rb")
 h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))

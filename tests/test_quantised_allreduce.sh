@@ -42,7 +42,7 @@ run() {
 # state_hashes DIR: how many different sets of tensors the parts in DIR
 # hold, their error feedback (each replica's own) left out.
 state_hashes() {
-  /usr/bin/python3 - "$1"/*.safetensors <<'EOF'
+  /usr/bin/python3 - "$1"/latest/*.safetensors <<'EOF'
 import hashlib, json, struct, sys
 seen = set()
 for path in sys.argv[1:]:
@@ -66,7 +66,7 @@ check() {
   awk -v q="$(simulated "$work/$q.simulate")" -v d="$(simulated "$work/$d.simulate")" 'BEGIN { exit !(q > 0 && q < d) }' \
     && pass || fail "$q: simulated step $(simulated "$work/$q.simulate") ms, not below the dense $(simulated "$work/$d.simulate") ms"
   expect_eq "$q: the replicas' final parameters and moments are the same bits" 1 "$(state_hashes "$work/$q/save")"
-  expect_eq "$q: four checkpoints" 4 "$(ls "$work/$q/save"/*.safetensors | wc -l)"
+  expect_eq "$q: four checkpoints" 4 "$(ls "$work/$q/save"/latest/*.safetensors | wc -l)"
   losses_within "$q against $d" "$work/$d.loss" "$work/$q.loss" "$tol"
 }
 

@@ -49,9 +49,9 @@ expect_eq "resumed steps" 40 "$(wc -l <"$work/resumed.41")"
 cmp -s "$work/straight.41" "$work/resumed.41" && pass \
   || fail "steps 41..80 resumed differ from the straight run: $(diff "$work/straight.41" "$work/resumed.41" | head -4)"
 parts=0
-for f in "$work/straight"/checkpoint-*.safetensors; do
+for f in "$work/straight"/latest/checkpoint-*.safetensors; do
   parts=$((parts + 1))
-  cmp -s "$f" "$work/ck40/$(basename "$f")" && pass || fail "$(basename "$f") at step 80 differs after the resume"
+  cmp -s "$f" "$work/ck40/latest/$(basename "$f")" && pass || fail "$(basename "$f") at step 80 differs after the resume"
 done
 expect_eq "parts of the 2 x 2 checkpoint" 4 "$parts"
 
@@ -103,8 +103,8 @@ compressed() {   # compressed NAME DEVICES-WITH-FEEDBACK OPTIONS...
   expect_eq "$name resumed steps" 10 "$(wc -l <"$work/$name.resumed.11")"
   cmp -s "$work/$name.straight.11" "$work/$name.resumed.11" && pass \
     || fail "$name: steps 11..20 resumed differ from the straight run: $(diff "$work/$name.straight.11" "$work/$name.resumed.11" | head -4)"
-  for f in "$work/$name.straight"/checkpoint-*.safetensors; do
-    cmp -s "$f" "$work/$name.ck/$(basename "$f")" && pass || fail "$name: $(basename "$f") at step 20 differs after the resume"
+  for f in "$work/$name.straight"/latest/checkpoint-*.safetensors; do
+    cmp -s "$f" "$work/$name.ck/latest/$(basename "$f")" && pass || fail "$name: $(basename "$f") at step 20 differs after the resume"
   done
 }
 compressed quantised 4 --stages 1 --replicas 4 --micro-batches 2
@@ -125,14 +125,13 @@ bad() {   # bad WHAT EXPECTED-TEXT ARGS...: one device's program, exit 1, the te
   grep -q "$text" "$work/bad.out" && pass || fail "$what: expected '$text', found: $(cat "$work/bad.out")"
 }
 "$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/wide" "${model[@]}" --set dim=64 >/dev/null 2>&1
-mkdir -p "$work/widecheck"
 "$work/wide/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 2 --save "$work/widecheck" >/dev/null 2>&1
-mkdir -p "$work/wrongshape" && cp "$work/widecheck/checkpoint.safetensors" "$work/wrongshape/checkpoint-x.safetensors"
-bad "another model's shapes" "shape" --resume "$work/wrongshape"
+bad "another model's shapes" "its parameters (names and shapes) hash to [0-9a-f]*, this program's to" --resume "$work/widecheck"
 mkdir -p "$work/empty"
-bad "an empty folder" "no checkpoint (no checkpoint\*.safetensors in it)" --resume "$work/empty"
-mkdir -p "$work/mixed"
-cp "$work/ck40.kept/checkpoint-cpu-a0.safetensors" "$work/mixed/"
-cp "$work/straight/checkpoint-cpu-b0.safetensors" "$work/mixed/"
-bad "parts of two steps" "parts of different checkpoints" --resume "$work/mixed"
+bad "an empty folder" "no complete checkpoint (no step-N folder with a MANIFEST)" --resume "$work/empty"
+mkdir -p "$work/loose" && cp "$work/widecheck/latest/checkpoint.safetensors" "$work/loose/"
+bad "a part without a MANIFEST" "1 checkpoint file but no step-N/MANIFEST" --resume "$work/loose"
+cp -r "$work/ck40.kept" "$work/mixed"
+cp "$work/straight/latest/checkpoint-cpu-b0.safetensors" "$work/mixed/step-40/"
+bad "parts of two steps" "checkpoint-cpu-b0.safetensors: its XXH3 is [0-9a-f]*, the manifest says" --resume "$work/mixed"
 finish

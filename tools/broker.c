@@ -199,17 +199,59 @@ static void add_standbys(broker *b)
 
 /* ---- what the devices say ------------------------------------------------------ */
 
+/* A step folder's MANIFEST (checkpoint_store.h) from the parts' report
+ * lines ("part <file> <xxh3>", broker_db_parts_text), each part's size
+ * read from the file here (parts on hosts were fetched and checked first).
+ * 0, or -1 with err set. */
+int write_manifest(const char *dir, int64_t step, const char *lines, char *err, size_t n)
+{
+    ckpt_manifest m = { .step = step };
+    int cap = 0, rc = 0;
+    for (const char *at = lines; rc == 0 && at && *at; at = strchr(at, '\n') ? strchr(at, '\n') + 1 : NULL) {
+        char name[CKPT_PART_MAX], hash[32], path[4600];
+        if (sscanf(at, "part %255s %31s", name, hash) != 2)
+            continue;
+        if (m.n_parts == cap) {
+            cap = cap ? 2 * cap : 8;
+            ckpt_part *grown = realloc(m.parts, (size_t)cap * sizeof *grown);
+            if (!grown) {
+                snprintf(err, n, "out of memory");
+                rc = -1;
+                break;
+            }
+            m.parts = grown;
+        }
+        ckpt_part *part = &m.parts[m.n_parts++];
+        snprintf(part->name, sizeof part->name, "%s", name);
+        part->xxh3 = strtoull(hash, NULL, 16);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            snprintf(err, n, "%s: %s", path, strerror(errno));
+            rc = -1;
+        }
+        part->size = (int64_t)st.st_size;
+    }
+    if (rc == 0 && m.n_parts == 0) {
+        snprintf(err, n, "%s: no parts", dir);
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = ckpt_manifest_write(dir, &m, err, n);
+    ckpt_manifest_free(&m);
+    return rc;
+}
+
 /* The checkpoint of `step` is whole when every device of the epoch has its
- * part in: COMPLETE lists them (written to a temporary name, renamed).
+ * part in: its MANIFEST lists them (checkpoint_store.h).
  * Parts fetched from hosts arrive in any order (one ssh each), so a step
  * may become whole after a later one did: what is skipped is a step whole
  * already (a report sent again: the device's client retries). */
 void check_complete(broker *b, int64_t step)
 {
-    char dir[4300], tmp[4400], done[4400], text[65536];
+    char dir[4300], done[4400], text[65536];
     snprintf(dir, sizeof dir, "%s/checkpoints/step-%lld", b->out, (long long)step);
-    snprintf(tmp, sizeof tmp, "%s/COMPLETE.tmp", dir);
-    snprintf(done, sizeof done, "%s/COMPLETE", dir);
+    snprintf(done, sizeof done, "%s/" CKPT_MANIFEST, dir);
     if (step == b->last_complete || access(done, F_OK) == 0)
         return;
     const char *names[MAX_MEMBERS];
@@ -221,10 +263,9 @@ void check_complete(broker *b, int64_t step)
         return;
     if (broker_db_parts_text(b->db, step, names, n, text, sizeof text))
         return;
-    FILE *f = fopen(tmp, "w");
-    if (!f || fprintf(f, "step %lld\nepoch %lld\n%s", (long long)step, (long long)b->epoch, text) < 0 ||
-        fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0 || rename(tmp, done) != 0) {
-        say(b, "checkpoint", NULL, "cannot write %s: %s", done, strerror(errno));
+    char why[1200];
+    if (write_manifest(dir, step, text, why, sizeof why)) {
+        say(b, "checkpoint", NULL, "cannot complete %s: %s", done, why);
         return;
     }
     broker_db_complete(b->db, step, b->epoch, dir);

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "../frontend/cluster.h"
+#include "../runtime/checkpoint_store.h"
 #include "broker_db.h"
 #include "remote.h"
 
@@ -109,6 +110,8 @@ int   broker_remote_prepare(broker *b, const char *resume);
 void  broker_remote_stop(broker *b, member *m);
 /* A part recorded: the checkpoint of step whole yet? (broker.c) */
 void  check_complete(broker *b, int64_t step);
+/* dir's MANIFEST from "part <file> <xxh3>" lines (broker.c).  0, or -1. */
+int   write_manifest(const char *dir, int64_t step, const char *lines, char *err, size_t n);
 void  add_live(broker *b, int64_t step, int stage, int n_stages, const char *file, const char *xxh3);
 
 /* broker_plan.c */

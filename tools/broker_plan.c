@@ -192,7 +192,7 @@ static member *standby_for(broker *b, const member *lost)
 }
 
 /* The survivors' live parts: the latest step past the last complete
- * checkpoint whose parts cover every stage becomes a checkpoint (COMPLETE
+ * checkpoint whose parts cover every stage becomes a checkpoint (a MANIFEST
  * beside them): no finished step is lost. */
 static void use_live_state(broker *b)
 {
@@ -211,26 +211,24 @@ static void use_live_state(broker *b)
     }
     if (best == 0)
         return;
-    char dir[4096] = "", tmp[4200], done[4200];
-    FILE *f = NULL;
+    char dir[4096] = "", lines[65536] = "", why[1200] = "too many parts to list";
+    size_t at = 0;
     for (int i = 0; i < b->n_live; i++) {
         if (b->live[i].step != best)
             continue;
-        if (!f) {
+        if (!dir[0]) {
             snprintf(dir, sizeof dir, "%s", b->live[i].file);
             if (strrchr(dir, '/'))
                 *strrchr(dir, '/') = '\0';
-            snprintf(tmp, sizeof tmp, "%s/COMPLETE.tmp", dir);
-            snprintf(done, sizeof done, "%s/COMPLETE", dir);
-            if (!(f = fopen(tmp, "w")))
-                return;
-            fprintf(f, "step %lld\nepoch %lld\n", (long long)best, (long long)b->epoch);
         }
         const char *base = strrchr(b->live[i].file, '/') ? strrchr(b->live[i].file, '/') + 1 : b->live[i].file;
-        fprintf(f, "part %s %s\n", base, b->live[i].xxh3);
+        if (at < sizeof lines)
+            at += (size_t)snprintf(lines + at, sizeof lines - at, "part %s %s\n", base, b->live[i].xxh3);
     }
-    if (!f || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0 || rename(tmp, done) != 0)
+    if (at >= sizeof lines || write_manifest(dir, best, lines, why, sizeof why)) {
+        say(b, "checkpoint", NULL, "cannot complete the survivors' state of step %lld: %s", (long long)best, why);
         return;
+    }
     broker_db_complete(b->db, best, b->epoch, dir);
     b->last_complete = best;
     say(b, "checkpoint", NULL, "the survivors' state of step %lld covers every stage: a checkpoint with no finished "

@@ -43,6 +43,7 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
     c->manifest = m;
     c->placement = placement;
     c->peers = peers;
+    c->links = links;
     int32_t self = m->device_index, count = 0;
     c->adapt = o && o->adapt_density;
     c->link_bandwidth = calloc((size_t)m->n_peers + 1, sizeof *c->link_bandwidth);
@@ -85,11 +86,18 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
             s->latency = l->latency;
         }
     }
+    /* Every device of the program (of every DiLoCo site): those the links name. */
+    uint8_t *members = calloc((size_t)m->n_peers + 1, 1);
+    for (int32_t i = 0; members && i < m->n_links; i++)
+        if (links[i].a >= 0 && links[i].a < m->n_peers && links[i].b >= 0 && links[i].b < m->n_peers)
+            members[links[i].a] = members[links[i].b] = 1;
     fu_hub_options ho = { .self_name = m->device, .build_id = m->build_id, .epoch = o ? o->epoch : 0,
                           .timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 10000,
                           .connect_timeout_ms = o && o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000,
-                          .secret = o ? o->secret : NULL };
+                          .secret = o ? o->secret : NULL, .self_index = self,
+                          .n_devices = members ? m->n_peers : 0, .members = members };
     c->hub = count > 0 ? fu_hub_open(specs, count, &ho, err, n) : NULL;
+    free(members);
     free(specs);
     if (count > 0 && !c->hub) {
         rt_comm_close(c);

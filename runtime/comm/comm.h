@@ -69,6 +69,7 @@ typedef struct rt_comm {
     const rt_manifest *manifest;
     const int32_t  *placement;        /* [n_stages * n_replicas] device indices */
     const rt_peer  *peers;
+    const rt_link  *links;            /* [manifest->n_links]: every link of the program (tree.c) */
     float          *scratch;          /* allreduce: what arrives from the ring  */
     size_t          scratch_floats;
     float          *widened;          /* a 16-bit tensor in f32, for the codecs */
@@ -171,6 +172,20 @@ void rt_comm_adapt_density(rt_comm *c, double step_seconds);
  * --emulate-links).  Nothing when there is no peer. */
 void rt_comm_links_json(rt_comm *c, char *buf, size_t n);
 void rt_comm_density_text(const rt_comm *c, char *buf, size_t n, int json);
+
+/* Every device of the program ends with every device's record (tree.c):
+ * mine is this device's rec_bytes, all[d * rec_bytes ...] device d's for
+ * every device index d < manifest->n_peers, present[d] 1 where device d
+ * took part (a device of another program's site: 0).  The records travel
+ * up a spanning tree of the links to its root and the whole table back
+ * down: 2 (depth) messages, so it is also a barrier: when it returns, every
+ * device has called it.  tag: which exchange (a step's checkpoint, the
+ * resume's choice); both ends of every link must call it with the same
+ * step and tag.  0, or -1 with err set (a peer lost or stopped: named). */
+int rt_comm_allgather(rt_comm *c, int64_t step, int32_t tag, const void *mine, size_t rec_bytes, void *all,
+                      uint8_t *present, char *err, size_t n);
+/* The tree's root: the device whose line an exchange's summary is printed on. */
+int rt_comm_tree_root(const rt_comm *c);
 
 /* x[0..n) := its mean over the replicas of this device's stage (the loss a
  * data-parallel step reports).  tag: a tensor id no op uses. */

@@ -11,10 +11,23 @@
  * An outbox message stays at the head of its outbox until acked: the I/O
  * thread reads its payload without the lock while the main thread only
  * appends behind it, so the outbox byte count is what is really held.
+ *
+ * Stopping together (fu_hub_request_stop, fu_hub_step_done; the rule is
+ * stop_table.h's): the table lives under the hub's mutex.  Whoever learns
+ * of a request first (the main thread asking, an I/O thread reading
+ * MSG_STOP) enters this device's entry, the step the main thread is in
+ * (h->cur_step, which fu_hub_step_done moves under the same mutex), so the
+ * entry is never below a step the main thread has begun.  Each link
+ * remembers the table version its peer was last sent; its I/O thread posts
+ * the table (a control frame, ahead of data not yet on the wire) whenever
+ * the hub's is newer, and every change wakes every I/O thread, so the
+ * table floods the run hop by hop without any main thread's help.  A table
+ * that changes nothing is not passed on: the flood ends.
  */
 #define _GNU_SOURCE   /* pipe2; before any system header */
 #include "comm/hub.h"
 #include "comm/wire_util.h"
+#include "comm/stop_table.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,6 +67,7 @@ typedef struct {
     int      finished;             /* the I/O thread left its loop */
     int      no_abort;             /* dead, refused, or stopped itself: no MSG_ABORT to it */
     int      peer_closed;          /* it said bye: nothing more comes from it */
+    uint64_t told;                 /* the stop table's version last sent to the peer */
     uint64_t bytes_sent;
     double   busy_seconds;
 } hub_link;
@@ -71,6 +85,8 @@ struct fu_hub {
     char            why[512];
     int64_t         abort_start_ms;
     int             stopping;      /* fu_hub_close: say bye (unless failed) and leave */
+    stop_table      stop;          /* who must finish which step before all stop */
+    int64_t         cur_step;      /* the step the main thread is in (fu_hub_step_done) */
 };
 
 static int64_t realtime_ns(void) {
@@ -152,6 +168,10 @@ static void free_list(hub_msg *m) {
     }
 }
 
+/* This device's entry, once a stop is asked for; mutex held. */
+static void enter_self(fu_hub *h) {
+    if (h->stop.code) stop_table_enter(&h->stop, h->opt.self_index, h->cur_step, 0);
+}
 /* A data message from the peer: into the inbox (payload ownership passes). */
 static void deliver(hub_link *k, const fu_event *ev) {
     hub_msg *m = calloc(1, sizeof *m);
@@ -189,6 +209,21 @@ static int on_control(hub_link *k, fu_event *ev) {
         pthread_cond_broadcast(&h->cv);
         pthread_mutex_unlock(&h->mu);
         stop = 1;
+    } else if (ev->info.kind == MSG_STOP) {
+        /* Recorded now, before this thread reads on: a data message that
+         * followed it on the wire reaches the inbox only after this. */
+        pthread_mutex_lock(&h->mu);
+        int changed = ev->payload ? stop_table_merge(&h->stop, ev->payload, ev->info.length) : -1;
+        if (changed > 0) {
+            enter_self(h);
+            pthread_cond_broadcast(&h->cv);
+        }
+        pthread_mutex_unlock(&h->mu);
+        if (changed < 0)
+            hub_fail(h, "stop request from %s: %" PRIu64 " bytes, not a table of %d devices: the programs disagree "
+                     "on the protocol", k->spec.name, ev->info.length, h->stop.n);
+        else if (changed)
+            wake_all(h);   /* the other links pass it on at once */
     }
     free(ev->payload);
     ev->payload = NULL;
@@ -240,7 +275,7 @@ static int hello(hub_link *k, fu_link *l) {
             if (ev.info.length == HELLO_BYTES) theirs = get64(ev.payload), their_epoch = get64(ev.payload + 72);
             heard = 1;
             free(ev.payload);
-        } else if (ev.info.kind == MSG_ABORT || ev.info.kind == MSG_BYE) {
+        } else if (ev.info.kind == MSG_ABORT || ev.info.kind == MSG_BYE || ev.info.kind == MSG_STOP) {
             if (on_control(k, &ev)) {
                 hub_fail(h, "peer %s (%s) left during the hello", k->spec.name, k->spec.url);
                 return -1;
@@ -304,7 +339,34 @@ static void run(hub_link *k, fu_link *l) {
         if (aborting && !closing) memcpy(why, h->why, sizeof why);
         int64_t abort_start = h->abort_start_ms;
         hub_msg *next = !failed && !stopping && !inflight ? k->out_head : NULL;
+        /* In the same critical section as next: a data message queued after
+         * a proposal was learned finds it here, and goes out behind it. */
+        uint8_t *tell = NULL;
+        size_t tell_bytes = 0;
+        if (!failed && !closing && h->stop.code && h->stop.version > k->told &&
+            (tell = malloc(tell_bytes = stop_table_bytes(&h->stop))) != NULL) {
+            stop_table_encode(&h->stop, tell);
+            k->told = h->stop.version;
+        }
         pthread_mutex_unlock(&h->mu);
+
+        if (tell) {
+            /* Unacked, like a heartbeat: an ack would change nothing.  The
+             * link is ordered and loses nothing without failing (a broken
+             * socket, or a sealed frame that does not open, fails the hub,
+             * and the abort reaches every device anyway), and no I/O thread
+             * could wait for the ack without holding up its data.  Acked
+             * control posts also take one of a few slots until acked: a
+             * burst of proposals could fill them and fail a healthy link. */
+            fu_msg_info m = {.kind = MSG_STOP, .length = tell_bytes};
+            int posted = fu_link_post_control(l, &m, tell, NULL, err, sizeof err);
+            free(tell);
+            if (posted != 0) {
+                hub_fail(h, "%s", err);
+                continue;
+            }
+            last_sent = now;
+        }
 
         if (!closing && (aborting || stopping)) {
             if (no_abort || (stopping && failed && !aborting)) break;
@@ -384,7 +446,7 @@ static void run(hub_link *k, fu_link *l) {
                 break;
             }
         } else if (rc > 0 && ev.type == FU_EVENT_MESSAGE) {
-            if (ev.info.kind == MSG_ABORT || ev.info.kind == MSG_BYE) {
+            if (ev.info.kind == MSG_ABORT || ev.info.kind == MSG_BYE || ev.info.kind == MSG_STOP) {
                 if (on_control(k, &ev)) break;
             } else if (ev.info.kind == MSG_HELLO || ev.info.kind == MSG_HANDSHAKE) {
                 free(ev.payload);
@@ -475,6 +537,27 @@ fu_hub *fu_hub_open(const fu_hub_link_spec *links, int n_links, const fu_hub_opt
     h->opt.self_name = h->self;
     h->n = n_links;
     h->links = ks;
+    /* The run's devices, whose entries a stop waits for: the caller's list,
+     * or (none given) this device and its peers. */
+    int32_t n_dev = o->n_devices, self = o->self_index;
+    uint8_t *own = NULL;
+    if (n_dev <= 0) {
+        n_dev = self + 1;
+        for (int i = 0; i < n_links; i++) if (links[i].peer + 1 > n_dev) n_dev = links[i].peer + 1;
+        if ((own = calloc((size_t)n_dev + 1, 1)) != NULL) {
+            if (self >= 0) own[self] = 1;
+            for (int i = 0; i < n_links; i++) if (links[i].peer >= 0) own[links[i].peer] = 1;
+        }
+    }
+    int table = stop_table_init(&h->stop, n_dev, o->n_devices > 0 ? o->members : own);
+    free(own);
+    if (table != 0) {
+        free(ks);
+        stop_table_free(&h->stop);
+        free(h);
+        fail(err, n, "fu_hub_open: out of memory");
+        return NULL;
+    }
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -696,6 +779,39 @@ int fu_hub_flush(fu_hub *h, char *err, size_t n) {
     return rc;
 }
 
+void fu_hub_request_stop(fu_hub *h, int code) {
+    pthread_mutex_lock(&h->mu);
+    stop_table_enter(&h->stop, -1, 0, code);
+    enter_self(h);
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    wake_all(h);   /* each I/O thread posts the table ahead of its unsent data */
+}
+
+void fu_hub_set_step(fu_hub *h, int64_t step) {
+    pthread_mutex_lock(&h->mu);
+    h->cur_step = step;
+    pthread_mutex_unlock(&h->mu);
+}
+
+int fu_hub_step_done(fu_hub *h, int64_t step, int *code, char *err, size_t n) {
+    pthread_mutex_lock(&h->mu);
+    int64_t deadline = now_ms() + h->opt.stall_timeout_ms;
+    while (h->stop.code && h->stop.missing > 0 && !h->failed && now_ms() < deadline) wait_until(h, deadline);
+    int rc = 0;
+    if (h->stop.code && h->stop.missing > 0) {
+        fail(err, n, "%s", h->failed ? h->error : "a stop was asked for, and not every device answered in time");
+        rc = -1;
+    } else if (h->stop.code && step >= stop_table_last(&h->stop)) {
+        *code = h->stop.code;
+        rc = 1;
+    } else {
+        h->cur_step = step + 1;   /* committed: an entry made from now on is at least step + 1 */
+    }
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
 void fu_hub_abort(fu_hub *h, const char *why) {
     if (!h) return;
     pthread_mutex_lock(&h->mu);
@@ -736,6 +852,7 @@ void fu_hub_close(fu_hub *h) {
     }
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
+    stop_table_free(&h->stop);
     free(h->links);
     free(h);
 }

@@ -23,6 +23,8 @@
  *     So when one device of a chain dies, every other device fails within
  *     about timeout_ms, naming the device that died, even while its main
  *     thread is busy computing;
+ *   - a stop that every device agrees on (below): on a signal, each device
+ *     of a run finishes the same step, saves and exits;
  *   - link shaping, to emulate a slow WAN link on loopback (below).
  *
  * Use (the device's main thread; the hub's own threads are internal):
@@ -77,6 +79,29 @@
  * any wait on a live peer ends after stall_timeout_ms ("... within N ms:
  * the programs disagree on the schedule?").  Library code never exits.
  *
+ * Stopping together (SIGINT, SIGTERM): every device of the run must finish
+ * the same step and stop.  Devices need not be near each other: a stage
+ * that only sends can run many steps ahead.  So the hubs flood a table
+ * (comm/stop_table.h): each device that learns of the request enters the
+ * step it is in (it cannot stop before finishing it), and the run stops
+ * after the largest entry.  The main thread:
+ *
+ *     fu_hub_set_step(h, first_step);
+ *     for (step = first_step;; step++) {
+ *         ... the step ...
+ *         if (got_signal && !asked) { fu_hub_request_stop(h, 130); asked = 1; }
+ *         int code, r = fu_hub_step_done(h, step, &code, err, sizeof err);
+ *         if (r < 0) goto fail;
+ *         if (r == 1) { save(step); flush; close; return code; }   // every device stops after this step
+ *     }
+ *
+ * fu_hub_step_done returns at once while no stop is asked for; once one
+ * is, it waits until every device's entry is in (the tables travel with
+ * the I/O threads, so within the links' latency) and says whether `step`
+ * is the last.  The table (MSG_STOP) goes to every live peer ahead of data
+ * not yet on the wire and is passed on at once by each hub it changes.
+ * A request is not a failure: data, flush and close go on as before.
+ *
  * Link shaping (bandwidth > 0 or latency > 0 in a link's spec) applies to
  * what this end sends on that link.  The I/O thread treats the link as one
  * wire of `bandwidth` bytes/s: a message occupies it for length / bandwidth
@@ -127,6 +152,9 @@ typedef struct {
                                        0 = 600000                                                 */
     const uint8_t *secret;          /* the run secret (FU_SECRET_BYTES, seal.h): every link sealed;
                                        NULL: plain links (tests and benchmarks of the wire only)  */
+    int32_t     self_index;         /* this device's index (the links' peer numbering)           */
+    int32_t     n_devices;          /* members[n_devices]: 1 for each device of the run, whose   */
+    const uint8_t *members;         /* entry a stop waits for; n_devices 0: this one and its peers */
 } fu_hub_options;
 
 /* Connects every link and exchanges hellos; NULL and err on failure (the
@@ -147,6 +175,19 @@ int fu_hub_recv_upto(fu_hub *h, int32_t peer, const fu_msg_info *want, void *pay
                      uint64_t *length, char *err, size_t n);
 /* Waits until every queued send is acked. */
 int fu_hub_flush(fu_hub *h, char *err, size_t n);
+
+/* Proposes to stop after last_step (run it, then exit with code: 130 for
+ * SIGINT, 143 for SIGTERM): records it here and tells every live peer,
+ * ahead of the data not yet on the wire; each passes it on.  -1 with the
+ * hub's failure when the hub has failed (recorded, but nobody told). */
+/* Stopping together (above).  request_stop: this device asks (code: the
+ * exit code, 130 or 143; the lowest asked wins).  set_step: the step the
+ * main thread starts with.  step_done, at the end of each step: 0 go on,
+ * 1 stop after this step (*code set), -1 failed (err; the hub failed, or
+ * not every device answered within the stall timeout). */
+void fu_hub_request_stop(fu_hub *h, int code);
+void fu_hub_set_step(fu_hub *h, int64_t step);
+int  fu_hub_step_done(fu_hub *h, int64_t step, int *code, char *err, size_t n);
 
 /* Fails the hub with why (if it has not failed already) and tells every
  * live peer (MSG_ABORT carrying the failure's text), waiting about a second

@@ -157,9 +157,9 @@ void *fu_link_encode(const fu_msg_info *info, const void *payload, uint64_t seq,
 }
 
 static int is_control(uint32_t kind) {
-    return kind == MSG_ACK || kind == MSG_HEARTBEAT || kind == MSG_ABORT || kind == MSG_BYE;
+    return kind == MSG_ACK || kind == MSG_HEARTBEAT || kind == MSG_ABORT || kind == MSG_BYE || kind == MSG_STOP;
 }
-static int needs_ack(uint32_t kind) { return kind != MSG_ACK && kind != MSG_HEARTBEAT; }
+static int needs_ack(uint32_t kind) { return kind != MSG_ACK && kind != MSG_HEARTBEAT && kind != MSG_STOP; }
 
 /* Checks a received frame's header and size (not its checksum); 0 and w
  * filled, or -1 and err. */
@@ -207,7 +207,7 @@ static int decode(const fu_link *l, const uint8_t *buf, size_t len, wire_header 
     return 0;
 }
 
-static int known_kind(uint32_t kind) { return kind >= MSG_HANDSHAKE && kind <= MSG_BYE; }
+static int known_kind(uint32_t kind) { return kind >= MSG_HANDSHAKE && kind <= MSG_STOP; }
 
 /* ---- queues ------------------------------------------------------------ */
 
@@ -378,13 +378,18 @@ static void on_frame(fu_link *l, void *raw, uint8_t *m, size_t len) {
         }
         if (is_control(info->kind)) {   /* may come between data frames: leaves them alone */
             if (info->kind == MSG_ACK) on_ack(l, w.seq);
-            else if (info->kind == MSG_ABORT || info->kind == MSG_BYE) {
+            else if (info->kind == MSG_ABORT || info->kind == MSG_BYE || info->kind == MSG_STOP) {
+                /* Queued with the data messages, in wire order: a stop is
+                 * seen before any data message that followed it. */
                 uint8_t *copy = malloc(k + 1);
                 if (copy) {
                     memcpy(copy, body, k);
                     copy[k] = 0;
                     enqueue(l, info, copy, 0);
-                    queue_ack(l, info, w.seq);
+                    if (needs_ack(info->kind)) queue_ack(l, info, w.seq);
+                } else if (info->kind == MSG_STOP) {   /* never lost without a word */
+                    fail(why, sizeof why, "message from %s: out of memory for a stop proposal: dropped", l->peer);
+                    enqueue_error(l, why);
                 }
             }
             nn_freemsg(raw);
@@ -661,7 +666,7 @@ int fu_link_post(fu_link *l, const fu_msg_info *info, const void *payload, uint6
 
 int fu_link_post_control(fu_link *l, const fu_msg_info *info, const void *payload, uint64_t *seq,
                          char *err, size_t n) {
-    if (info->kind != MSG_HEARTBEAT && info->kind != MSG_ABORT && info->kind != MSG_BYE) {
+    if (!is_control(info->kind) || info->kind == MSG_ACK) {
         fail(err, n, "send to %s: kind %" PRIu32 " is not a control message", l->peer, info->kind);
         return -1;
     }

@@ -58,7 +58,7 @@
  * more, bench/bench_transport.c measures it).  The first link opened also
  * pins glibc's malloc thresholds for the process (transport.c, tune_malloc).
  * The frames of one message are sent back to back; only control messages
- * (ack, heartbeat, abort, bye: one frame each) may come between them.  The receiver
+ * (ack, heartbeat, abort, bye, stop: one frame each) may come between them.  The receiver
  * checks every frame and acks once, after the last.  Version 1 had no frames
  * and no deliver_ns (both fields were reserved, zero).
  *
@@ -115,6 +115,8 @@ typedef enum {
     MSG_HEARTBEAT,   /* hub: "still here" on an idle link; control, never acked */
     MSG_ABORT,       /* hub: the sender stops; payload: why, as text; control, acked */
     MSG_BYE,         /* hub: the sender closes its end cleanly; control, acked */
+    MSG_STOP,        /* hub: a proposal to stop after a step; payload: last step (int64)
+                        then exit code (int32), little-endian; control, never acked (hub.c) */
 } fu_msg_kind;
 
 typedef struct {
@@ -180,9 +182,10 @@ typedef struct {
  * and must stay valid until FU_EVENT_ACKED for that seq, or the link's end. */
 int fu_link_post(fu_link *l, const fu_msg_info *info, const void *payload, uint64_t deliver_ns, uint64_t *seq,
                  char *err, size_t n);
-/* Queues a one-frame control message (MSG_HEARTBEAT, unacked; MSG_ABORT or
- * MSG_BYE, acked: FU_EVENT_ACKED with *seq) ahead of any data frame still to go;
- * the payload is copied. */
+/* Queues a one-frame control message (MSG_HEARTBEAT or MSG_STOP, unacked;
+ * MSG_ABORT or MSG_BYE, acked: FU_EVENT_ACKED with *seq) ahead of any data
+ * frame still to go; the payload is copied.  Abort, bye and stop arrive as
+ * FU_EVENT_MESSAGE in wire order with the data messages around them. */
 int fu_link_post_control(fu_link *l, const fu_msg_info *info, const void *payload, uint64_t *seq,
                          char *err, size_t n);
 /* Sends and receives for up to timeout_ms (0: what can be done now) and

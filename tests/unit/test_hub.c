@@ -66,6 +66,8 @@ typedef struct {
     uint64_t bytes_sent;
     double   busy;
     int      ready;           /* set once open returned; the parent may kill it then */
+    int64_t  stop_step[4];    /* fu_hub_step_done: the step it said to stop after, and the code */
+    int      stop_code[4];
 } device;
 
 typedef struct {
@@ -507,6 +509,155 @@ static void test_hub_shapes_a_link_to_its_bandwidth_and_latency(void) {
             two, gap, Bd->t[3] - A->t[4], A->busy);
 }
 
+/* ---- 7. stopping together ---------------------------------------------- */
+
+/* Chain 0 - 1 - 2 as in 5 (ports[0] between 0 and 1, ports[1] between 1
+ * and 2), each hub told the run is the three of them.  Each device "runs"
+ * steps from its own first step (far apart, as a stage that only sends can
+ * be) and asks fu_hub_step_done at each step's end; one or two of them ask
+ * to stop.  Every device must stop after the same step: the largest of
+ * the steps they were in when they learned of it. */
+static const char *chain_names[3] = {"cpu-a", "cpu-b", "cpu-c"};
+static int stop_scenario;   /* 0: A asks (130); 1: A asks (143) and C (130); 2: nobody asks */
+static const int64_t first_step[3] = {5, 9, 7};
+
+static fu_hub *open_chain(device *d, int i, int timeout_ms) {
+    fu_hub_link_spec l[2];
+    int n = 0;
+    if (i > 0) l[n++] = link_to(i - 1, chain_names[i - 1], B->ports[i - 1], 0);
+    if (i < 2) l[n++] = link_to(i + 1, chain_names[i + 1], B->ports[i], 1);
+    static const uint8_t all[3] = {1, 1, 1};
+    fu_hub_options o = {.self_name = chain_names[i], .build_id = 77, .timeout_ms = timeout_ms,
+                        .connect_timeout_ms = 5000, .stall_timeout_ms = 8000, .self_index = i, .n_devices = 3,
+                        .members = all};
+    fu_hub *h = fu_hub_open(l, n, &o, d->err[0], ERR);
+    d->rc[0] = h ? 0 : -1;
+    d->opened = h != NULL;
+    return h;
+}
+
+static void stop_chain_device(int i) {
+    device *d = &B->d[i];
+    fu_hub *h = open_chain(d, i, 5000);
+    if (!h) return;
+    fu_hub_set_step(h, first_step[i]);
+    set_ready(d);
+    for (int k = 0; k < 3; k++)   /* every hub open and at its first step */
+        if (!wait_ready(&B->d[k], now_s() + 6)) { fu_hub_close(h); return; }
+    d->t[1] = now_s();
+    if ((i == 0 && stop_scenario <= 1) || (i == 2 && stop_scenario == 1))
+        fu_hub_request_stop(h, i == 0 && stop_scenario == 1 ? 143 : 130);
+    int code = -1, r = 0;
+    int64_t step = first_step[i];
+    for (; step < first_step[i] + 1000; step++) {   /* nobody asks: 1000 steps, then leave */
+        if ((r = fu_hub_step_done(h, step, &code, d->err[2], ERR)) != 0) break;
+        sleep_s(0.001);
+    }
+    d->t[2] = now_s();
+    d->rc[2] = r;
+    d->stop_step[2] = step;
+    d->stop_code[2] = code;
+    float x = (float)i;   /* a stop is no failure: data and flush go on */
+    fu_msg_info m = msg(MSG_ACTIVATION, 1, 0, 1, sizeof x);
+    if (i < 2) d->rc[3] = fu_hub_send(h, i + 1, &m, &x, d->err[3], ERR);
+    if (i > 0) d->rc[4] = fu_hub_recv(h, i - 1, &m, &x, sizeof x, d->err[4], ERR);
+    d->rc[5] = fu_hub_flush(h, d->err[5], ERR);
+    fu_hub_close(h);
+}
+
+static void run_stop_chain(int scenario) {
+    clear_board();
+    stop_scenario = scenario;
+    pid_t pids[3];
+    for (int i = 0; i < 3; i++) pids[i] = spawn(stop_chain_device, i, 20);
+    double deadline = now_s() + 15;
+    for (int i = 0; i < 3; i++) CHECK_INT(0, reap(pids[i], deadline));
+    for (int i = 0; i < 3; i++) {
+        device *d = &B->d[i];
+        CHECK_STR("", d->err[0]);
+        for (int k = 3; k <= 5; k++) {
+            if ((k == 3 && i == 2) || (k == 4 && i == 0)) continue;
+            CHECK_INT(0, d->rc[k]);
+            CHECK_STR("", d->err[k]);
+        }
+    }
+}
+
+/* Every device stopped after one step, at least the 9 B started from (the
+ * devices step on their own here, so B may be past 9 when it learns). */
+static void check_same_last_step(int code) {
+    int64_t last = B->d[0].stop_step[2];
+    CHECK(last >= 9 && last < 9 + 300);
+    for (int i = 0; i < 3; i++) {
+        CHECK_INT(1, B->d[i].rc[2]);
+        CHECK_STR("", B->d[i].err[2]);
+        CHECK_INT(last, B->d[i].stop_step[2]);
+        CHECK_INT(code, B->d[i].stop_code[2]);
+    }
+}
+
+static void test_hub_every_device_stops_after_the_largest_step_in_progress(void) {
+    run_stop_chain(0);
+    check_same_last_step(130);
+    double took = B->d[0].t[2] - B->d[0].t[1];
+    CHECK(took < 1.0);   /* A's steps, 1 ms each, and the tables' round trips */
+    fprintf(stderr, "stop chain: every device stopped after step %lld (A from 5, B 9, C 7), A %.4f s after asking\n",
+            (long long)B->d[0].stop_step[2], took);
+}
+
+static void test_hub_two_stop_requests_agree_on_the_lower_code(void) {
+    run_stop_chain(1);
+    check_same_last_step(130);
+}
+
+static void test_hub_no_stop_request_waits_for_nothing(void) {
+    run_stop_chain(2);
+    for (int i = 0; i < 3; i++) {   /* 1000 steps of 1 ms: step_done itself costs nothing */
+        CHECK_INT(0, B->d[i].rc[2]);
+        CHECK_INT(first_step[i] + 1000, B->d[i].stop_step[2]);
+        CHECK(B->d[i].t[2] - B->d[i].t[1] < 3.0);
+    }
+}
+
+/* A device that dies while the others wait for its entry: the wait ends
+ * with the hub's failure, naming it, within the peer timeout. */
+static void stop_dead_device(int i) {
+    device *d = &B->d[i];
+    fu_hub_link_spec l = i == 0 ? link_to(1, "cpu-b", B->ports[0], 1) : link_to(0, "cpu-a", B->ports[0], 0);
+    static const uint8_t both[2] = {1, 1};
+    fu_hub_options o = {.self_name = i == 0 ? "cpu-a" : "cpu-b", .build_id = 43, .timeout_ms = 800,
+                        .connect_timeout_ms = 5000, .stall_timeout_ms = 8000, .self_index = i, .n_devices = 2,
+                        .members = both};
+    fu_hub *h = fu_hub_open(&l, 1, &o, d->err[0], ERR);
+    if (!h) return;
+    set_ready(d);
+    if (i == 1) {
+        pause();   /* killed by the parent: it never answers */
+        return;
+    }
+    while (!B->d[1].rc[6]) sleep_s(0.01);   /* the parent killed B */
+    d->t[1] = now_s();
+    fu_hub_request_stop(h, 143);
+    int code = 0;
+    d->rc[2] = fu_hub_step_done(h, 3, &code, d->err[2], ERR);
+    d->t[2] = now_s();
+    fu_hub_close(h);
+}
+static void test_hub_a_stop_waiting_on_a_dead_device_fails_naming_it(void) {
+    clear_board();
+    pid_t a = spawn(stop_dead_device, 0, 20), b = spawn(stop_dead_device, 1, 20);
+    CHECK(wait_ready(&B->d[1], now_s() + 6));
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+    B->d[1].rc[6] = 1;
+    CHECK_INT(0, reap(a, now_s() + 10));
+    device *A = &B->d[0];
+    CHECK_INT(-1, A->rc[2]);
+    CHECK(strstr(A->err[2], "lost peer cpu-b") != NULL);
+    CHECK(A->t[2] - A->t[1] < 3.0);
+    fprintf(stderr, "stop, dead peer: '%s' after %.2f s\n", A->err[2], A->t[2] - A->t[1]);
+}
+
 int main(void) {
     B = mmap(NULL, sizeof *B, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (B == MAP_FAILED) { perror("mmap"); return 1; }
@@ -519,6 +670,10 @@ int main(void) {
     test_hub_reports_a_killed_peer_within_the_timeout();
     test_hub_abort_cascades_along_a_chain();
     test_hub_shapes_a_link_to_its_bandwidth_and_latency();
+    test_hub_every_device_stops_after_the_largest_step_in_progress();
+    test_hub_two_stop_requests_agree_on_the_lower_code();
+    test_hub_no_stop_request_waits_for_nothing();
+    test_hub_a_stop_waiting_on_a_dead_device_fails_naming_it();
     fprintf(stderr, "test_hub: %.1f s\n", now_s() - t0);
     CHECK_DONE();
 }

@@ -2,7 +2,9 @@
  *
  * Round trips; the exact bytes of a tiny file; no temporary file left behind;
  * the reader's message for each way a file can be wrong; every truncation
- * and random byte flips (no crash, which ASan checks); and both directions
+ * and random byte flips (no crash, which ASan checks); 200,000 metadata
+ * keys open in under a second, a duplicate among them still refused;
+ * st_trailing_bytes after appending; and both directions
  * with PyTorch: /usr/bin/python3 reads our file with struct + json +
  * torch.frombuffer, and writes one (with a U8 and an F16 tensor in it) that
  * we read.  A missing python3-torch fails the test.  F16 and BF16 against
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -349,7 +352,123 @@ static void test_open_accepts_other_writers_files(void)
     CHECK_INT(ST_I32, got.dtype);
     CHECK_INT(2, got.rank);
     CHECK_INT(0, got.dim[0]);
+    CHECK_INT(3, st_trailing_bytes(f));   /* h ends at 21 of 24, though it is not last in the header */
     st_close(f);
+}
+
+/* A header of n __metadata__ keys "meta.<i>" with values "v<i>", in the
+ * order i = 0..n-1 (not sorted as strings: "meta.10" < "meta.2"); key
+ * dup_at, when >= 0, repeats key dup_of.  Malloc'd. */
+static char *many_keys_header(int n, int dup_at, int dup_of)
+{
+    size_t cap = 64 + (size_t)n * 40, len = 0;
+    char *h = malloc(cap);
+    if (!h) {
+        fprintf(stderr, "out of memory for a header of %d keys\n", n);
+        exit(1);
+    }
+    len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(h + len, cap - len, "%s\"meta.%d\":\"v%d\"", i ? "," : "", i == dup_at ? dup_of : i, i);
+    snprintf(h + len, cap - len, "}}");
+    return h;
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+/* 200,000 metadata keys (a 5 MB header) open in well under a second: the
+ * duplicate check and st_metadata were once quadratic and linear per
+ * lookup, and such a header took over a minute (64 s). */
+static void test_open_many_metadata_keys_fast(void)
+{
+    enum { N = 200000 };
+    char *header = many_keys_header(N, -1, -1);
+    const char *path = in_dir("many-keys.safetensors");
+    write_raw(path, header, 0);
+    free(header);
+    char err[512] = "";
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st_file *f = st_open(path, err, sizeof err);
+    double s = seconds_since(&t0);
+    if (s >= 1.0)
+        fprintf(stderr, "%s:%d: FAIL: st_open of %d metadata keys: expected under 1.0 s, found %.3f s\n",
+                __FILE__, __LINE__, N, s);
+    CHECK(s < 1.0);
+    CHECK(f != NULL);
+    if (!f) {
+        fprintf(stderr, "  st_open: %s\n", err);
+        return;
+    }
+    CHECK_INT(0, st_count(f));
+    CHECK_STR("v0", st_metadata(f, "meta.0"));
+    CHECK_STR("v100000", st_metadata(f, "meta.100000"));
+    CHECK_STR("v199999", st_metadata(f, "meta.199999"));
+    CHECK(st_metadata(f, "meta.200000") == NULL);
+    CHECK(st_metadata(f, "meta.") == NULL);
+    CHECK(st_metadata(f, "") == NULL);
+    st_close(f);
+}
+
+/* One key repeated among 200,000 is refused, and the message names it. */
+static void test_open_rejects_duplicate_among_many_keys(void)
+{
+    char *header = many_keys_header(200000, 150000, 42);   /* "meta.42" twice */
+    const char *path = in_dir("dup-key.safetensors");
+    write_raw(path, header, 0);
+    free(header);
+    char err[512] = "";
+    st_file *f = st_open(path, err, sizeof err);
+    CHECK(f == NULL);
+    CHECK_CONTAINS(err, "\"__metadata__\" key 'meta.42' appears twice");
+    CHECK(strncmp(err, path, strlen(path)) == 0);
+    st_close(f);
+}
+
+/* Appends n bytes (0xAB) to the file at path. */
+static void append_bytes(const char *path, size_t n)
+{
+    FILE *fp = fopen(path, "ab");
+    for (size_t i = 0; fp && i < n; i++)
+        fputc(0xAB, fp);
+    if (!fp || fclose(fp) != 0) {
+        fprintf(stderr, "cannot append to %s\n", path);
+        exit(1);
+    }
+}
+
+/* st_trailing_bytes is 0 for what st_write writes and N once N bytes are
+ * appended, with and without tensors. */
+static void test_trailing_bytes_counts_appended_bytes(void)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int32_t step = 7;
+    st_tensor t[] = {
+        {.name = "w", .dtype = ST_F32, .rank = 2, .dim = {2, 3}, .data = w},
+        {.name = "step", .dtype = ST_I32, .rank = 0, .data = &step},
+        {.name = "empty", .dtype = ST_F32, .rank = 1, .dim = {0}},
+    };
+    const char *meta[] = {"format", "pt", NULL};
+    char err[512] = "";
+    const char *path = in_dir("trailing.safetensors"), *none = in_dir("trailing-none.safetensors");
+    CHECK_INT(0, st_write(path, t, 3, meta, err, sizeof err));
+    CHECK_INT(0, st_write(none, NULL, 0, NULL, err, sizeof err));
+    for (int appended = 0; appended <= 13; appended += 13) {
+        append_bytes(path, (size_t)appended);
+        append_bytes(none, (size_t)appended);
+        st_file *f = st_open(path, err, sizeof err), *g = st_open(none, err, sizeof err);
+        CHECK(f != NULL && g != NULL);
+        CHECK_INT(appended, st_trailing_bytes(f));
+        CHECK_INT(appended, st_trailing_bytes(g));
+        st_close(f);
+        st_close(g);
+    }
+    CHECK_INT(-1, st_trailing_bytes(NULL));
 }
 
 /* Every proper prefix of a valid file is rejected, and random byte flips
@@ -563,6 +682,9 @@ int main(void)
     test_open_rejects_malformed_files();
     test_open_accepts_other_writers_files();
     test_open_survives_truncation_and_flips();
+    test_open_many_metadata_keys_fast();
+    test_open_rejects_duplicate_among_many_keys();
+    test_trailing_bytes_counts_appended_bytes();
     test_torch_reads_ours_and_we_read_torchs();
 
     scratch_dir_remove();

@@ -1,0 +1,82 @@
+/* stop_table.c: see stop_table.h. */
+#include "comm/stop_table.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+int stop_table_init(stop_table *t, int32_t n, const uint8_t *members)
+{
+    memset(t, 0, sizeof *t);
+    t->n = n > 0 ? n : 0;
+    t->member = calloc((size_t)t->n + 1, 1);
+    t->known = calloc((size_t)t->n + 1, 1);
+    t->step = calloc((size_t)t->n + 1, sizeof *t->step);
+    if (!t->member || !t->known || !t->step) {
+        stop_table_free(t);
+        return -1;
+    }
+    for (int32_t d = 0; d < t->n; d++)
+        t->missing += t->member[d] = members && members[d] ? 1 : 0;
+    return 0;
+}
+
+void stop_table_free(stop_table *t)
+{
+    free(t->member);
+    free(t->known);
+    free(t->step);
+    memset(t, 0, sizeof *t);
+}
+
+void stop_table_enter(stop_table *t, int32_t d, int64_t step, int32_t code)
+{
+    if (code > 0 && (t->code == 0 || code < t->code)) {
+        t->code = code;
+        t->version++;
+    }
+    if (d < 0 || d >= t->n || t->known[d])
+        return;
+    t->known[d] = 1;
+    t->step[d] = step;
+    t->missing -= t->member[d];
+    t->version++;
+}
+
+size_t stop_table_bytes(const stop_table *t) { return 8 + (size_t)t->n * 9; }
+
+static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static uint32_t get32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+
+void stop_table_encode(const stop_table *t, uint8_t *out)
+{
+    put32(out, (uint32_t)t->code);
+    put32(out + 4, (uint32_t)t->n);
+    for (int32_t d = 0; d < t->n; d++) {
+        out[8 + 9 * (size_t)d] = t->known[d];
+        put64(out + 9 + 9 * (size_t)d, (uint64_t)t->step[d]);
+    }
+}
+
+int stop_table_merge(stop_table *t, const uint8_t *in, size_t bytes)
+{
+    if (bytes != stop_table_bytes(t) || (int32_t)get32(in + 4) != t->n)
+        return -1;
+    uint64_t before = t->version;
+    stop_table_enter(t, -1, 0, (int32_t)get32(in));
+    for (int32_t d = 0; d < t->n; d++)
+        if (in[8 + 9 * (size_t)d])
+            stop_table_enter(t, d, (int64_t)get64(in + 9 + 9 * (size_t)d), 0);
+    return t->version != before;
+}
+
+int64_t stop_table_last(const stop_table *t)
+{
+    int64_t last = 0;
+    for (int32_t d = 0; d < t->n; d++)
+        if (t->known[d] && t->member[d] && t->step[d] > last)
+            last = t->step[d];
+    return last;
+}

@@ -1,0 +1,33 @@
+/* run_options.h: a device program's command line (the options every
+ * device program takes; --help prints them all).  What it deliberately is
+ * not: the training loop (main.c) that reads them. */
+#ifndef FUSION_RT_RUN_OPTIONS_H
+#define FUSION_RT_RUN_OPTIONS_H
+
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "safetensors.h"
+
+typedef struct {
+    const char *data[64];
+    int         n_data;
+    const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby, *key, *trace;
+    int64_t     steps, save_every, keep;
+    double      loss_scale;
+    st_dtype    save_dtype;
+    int64_t     loss_scale_window, inject_overflow;
+    const char *crash_in_save;        /* --inject-crash-in-save DEVICE:K (a test's fault) */
+    int         emulate_devices;
+    int         no_overlap;
+    uint64_t    seed;
+    int         seed_given;
+    int         threads;
+    rt_comm_options comm;
+} run_options;
+
+/* argv into *o (defaults set by the caller).  0; 1 after --help (printed);
+ * 2 on a usage error (printed, with the usage). */
+int run_options_parse(int argc, char **argv, run_options *o);
+
+#endif
