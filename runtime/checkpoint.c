@@ -332,6 +332,41 @@ static int load_own(program *p, const st_file *f, const char *path, checkpoint_s
     return read_feedback(f, path, &out->feedback, err, n);
 }
 
+/* parts[k]'s fusion.device must be the one its file is named for, and its
+ * fusion.plan ("stage s of S, replica r of R") agree with the parts before
+ * it: the same S and R, another (s, r).  So a part renamed, or its place
+ * edited, is refused even where the reader has no plan of its own to hold
+ * it against. */
+static int check_place(st_file *const *parts, int k, const char *path, const char *file, char *err, size_t n)
+{
+    const char *device = st_metadata(parts[k], "fusion.device"), *plan = st_metadata(parts[k], "fusion.plan");
+    char want[CKPT_PART_MAX];
+    int s, S, r, R;
+    char tail;
+    checkpoint_part_name_of(device ? device : "", 1, want, sizeof want);
+    if (!device || (strcmp(file, want) != 0 && strcmp(file, "checkpoint.safetensors") != 0)) {
+        snprintf(err, n, "%s: the part of device '%.64s', in the file of another: parts swapped or renamed?", path,
+                 device ? device : "?");
+        return -1;
+    }
+    if (!plan || sscanf(plan, "stage %d of %d, replica %d of %d%c", &s, &S, &r, &R, &tail) != 4 || s < 0 || s >= S ||
+        r < 0 || r >= R) {
+        snprintf(err, n, "%s: fusion.plan '%.60s' is not \"stage s of S, replica r of R\"", path, plan ? plan : "?");
+        return -1;
+    }
+    for (int j = 0; j < k; j++) {
+        int s2, S2, r2, R2;
+        const char *other = st_metadata(parts[j], "fusion.plan");
+        if (other && sscanf(other, "stage %d of %d, replica %d of %d", &s2, &S2, &r2, &R2) == 4 &&
+            (S2 != S || R2 != R || (s2 == s && r2 == r))) {
+            snprintf(err, n, "%s: '%s' beside a part of '%s' (%s): parts of different plans, or a place edited",
+                     path, plan, st_metadata(parts[j], "fusion.device"), other);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* A checkpoint of another compile (other devices, stages or replicas):
  * each of this device's parameters and states from whichever present part
  * holds it, every part verified and of the same model, step and seed. */
@@ -351,6 +386,11 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
         if (ckpt_verify_part(step_dir, m, m->parts[k].name, err, n) != 0 ||
             !(parts[n_open] = st_open(path, err, n)) || check_identity(p, parts[n_open], path, m->step, &seen, err, n)) {
             rc = -1;
+            break;
+        }
+        if (check_place(parts, n_open, path, m->parts[k].name, err, n) != 0) {
+            rc = -1;
+            n_open++;
             break;
         }
         if (n_open > 0 && seen.seed != out->seed) {

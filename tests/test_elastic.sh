@@ -222,6 +222,39 @@ joining nojoin 0.05GFLOPS
 grep -q "cpu-s0 is not taken in" "$work/nojoin.out" && pass || fail "no join: $(grep broker: "$work/nojoin.out")"
 grep -q "the run finished: 1 device," "$work/nojoin.out" && pass || fail "no join: $(tail -2 "$work/nojoin.out")"
 
+# ---- the broker started again on a finished run's OUT ----
+# It resumes the run from its newest complete checkpoint up to the new
+# --steps; with nothing left to train it refuses; --fresh archives the old
+# run first.  Every checkpoint of both runs still verifies afterwards.
+again() {   # again NAME OUT-FILE ARGS...: the broker on nojoin's OUT once more
+  local out=$2
+  shift 2
+  "$FUSIONC" broker "$work/nojoin" --port $port --port-base $base --peer-timeout 3 --standby-agents none \
+    --data "$work/corpus.txt" --seed 7 "$@" >"$out" 2>&1
+  echo $? >"$out.rc"
+  port=$((port + 1)); base=$((base + 1000))
+}
+again nojoin "$work/again.out" --steps 140
+expect_eq "broker again: exit status" 0 "$(cat "$work/again.out.rc")"
+grep -q "the run in $work/nojoin (finished) goes on: 1 devices from its newest complete checkpoint, step 100" \
+  "$work/again.out" && pass || fail "broker again: $(grep broker: "$work/again.out" | head -3)"
+expect_eq "broker again: the steps trained" "101 140" "$(losses "$work/again.out" | awk 'NR == 1 {a = $1} END {print a, $1}')"
+again nojoin "$work/again2.out" --steps 140
+expect_eq "broker again, nothing to train: exit status" 1 "$(cat "$work/again2.out.rc")"
+grep -q "newest complete checkpoint is step 140: --steps 140 would train nothing" "$work/again2.out" && pass \
+  || fail "broker again, nothing to train: $(grep broker: "$work/again2.out" | head -3)"
+again nojoin "$work/fresh.out" --steps 40 --fresh
+expect_eq "broker --fresh: exit status" 0 "$(cat "$work/fresh.out.rc")"
+grep -q "the earlier run (its broker.db and checkpoints) is archived in $work/nojoin/archive/run-1" "$work/fresh.out" \
+  && pass || fail "broker --fresh: $(head -3 "$work/fresh.out")"
+verified=0
+for step_dir in "$work"/nojoin/archive/run-1/checkpoints/step-* "$work"/nojoin/checkpoints/step-*; do
+  s=${step_dir##*-}
+  "$work/nojoin/cpu-a0/fusion-cpu-a0" --data "$work/corpus.txt" --steps $((s + 1)) --resume "$step_dir" \
+    >"$work/verify.out" 2>&1 && verified=$((verified + 1)) || fail "$step_dir does not verify: $(tail -2 "$work/verify.out")"
+done
+expect_eq "checkpoints of both runs that verify (7 + 2)" 9 "$verified"
+
 # ---- checkpoint faults (the replacement run's last complete checkpoint) ----
 ck="$work/standby/checkpoints/step-140"
 grep -q "^part checkpoint-cpu-a0.safetensors [0-9]* [0-9a-f]\{16\}$" "$ck/MANIFEST" && pass || fail "MANIFEST: $(cat "$ck/MANIFEST")"

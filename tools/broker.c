@@ -142,7 +142,7 @@ int start_device(broker *b, member *m, const char *resume)
     return 0;
 }
 
-static int start_standby(broker *b, member *m)
+int start_standby(broker *b, member *m)
 {
     char log[4400];
     snprintf(log, sizeof log, "%s/logs/standby-%s.log", b->out, m->m.device);
@@ -185,7 +185,7 @@ int read_plan(broker *b, const char *bundles)
     return 0;
 }
 
-static void add_standbys(broker *b)
+void add_standbys(broker *b)
 {
     for (int s = 0; s < b->c.n_standbys && b->n < MAX_MEMBERS; s++) {
         member *m = &b->mem[b->n++];
@@ -654,18 +654,22 @@ static int run(broker *b)
 }
 
 static const char usage_broker[] =
-    "usage: fusionc broker OUT [--port P] [--port-base P] [--save-every K] [--peer-timeout S]\n"
+    "usage: fusionc broker OUT [--fresh] [--port P] [--port-base P] [--save-every K] [--peer-timeout S]\n"
     "                      [--max-recoveries N] DEVICE-ARGS... (--data FILE --steps N ...)\n"
     "\n"
     "Runs the compile in OUT (on this machine, or --over-ssh on its hosts) and keeps it running when devices\n"
     "vanish: starts every device (with DEVICE-ARGS) and a standby agent per\n"
     "standby=\"true\" device, records every K steps' coordinated checkpoint\n"
-    "(OUT/checkpoints/step-N, whole once every part is in: COMPLETE), and when a\n"
+    "(OUT/checkpoints/step-N, whole once every part is in: its MANIFEST), and when a\n"
     "device is lost (killed, or silent past the peer timeout) starts a new epoch:\n"
     "a standby of its kind in its place, or a new plan without it (OUT/epoch-N),\n"
     "every device resuming from the survivors' state of the last step they\n"
     "finished when it covers every stage, else the last complete checkpoint.  State in\n"
-    "OUT/broker.db (SQLite): started again on a running OUT, it takes over.\n"
+    "OUT/broker.db (SQLite): started again on a running OUT, it takes over; on an OUT whose run\n"
+    "finished, failed or was stopped, it resumes that run from its newest complete checkpoint\n"
+    "(up to --steps) and never overwrites it.\n"
+    "  --fresh             start a new run: an earlier one in OUT (broker.db, checkpoints) is first\n"
+    "                      moved to OUT/archive/run-N\n"
     "  --port P            the broker listens on tcp port P (default 29400)\n"
     "  --port-base P       the devices' first port, epoch 1 (default 30000; each\n"
     "                      epoch 200 higher)\n"
@@ -691,7 +695,7 @@ int cmd_broker(int argc, char **argv)
     if (!b)
         return 1;
     b->save_every = 20, b->peer_timeout = 10, b->port_base = 30000, b->max_recoveries = 5, b->standby_agents = 1;
-    int port = 29400;
+    int port = 29400, fresh_run = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -715,6 +719,8 @@ int cmd_broker(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--over-ssh") == 0) {
             b->remote = 1;
+        } else if (strcmp(a, "--fresh") == 0) {
+            fresh_run = 1;
         } else if (v && strcmp(a, "--ssh-config") == 0) {
             b->hosts.ssh_config = v, i++;
         } else if (v && strcmp(a, "--address") == 0) {
@@ -764,6 +770,16 @@ int cmd_broker(int argc, char **argv)
         return 1;
     }
     snprintf(path, sizeof path, "%s/broker.db", b->out);
+    char archived[4400];
+    if (fresh_run && access(path, F_OK) == 0) {
+        if (broker_archive_run(b->out, archived, sizeof archived, err, sizeof err)) {
+            fprintf(stderr, "fusionc broker: --fresh: %s\n", err);
+            cluster_free(&b->c);
+            free(b);
+            return 1;
+        }
+        printf("broker: --fresh: the earlier run (its broker.db and checkpoints) is archived in %s\n", archived);
+    }
     snprintf(b->url, sizeof b->url, "tcp://127.0.0.1:%d", port);
     char bind_url[64];
     snprintf(bind_url, sizeof bind_url, "tcp://*:%d", port);
@@ -781,6 +797,8 @@ int cmd_broker(int argc, char **argv)
         broker_db_get(b->db, "state", state, sizeof state);
         if (strcmp(state, "running") == 0)
             rc = take_over(b) ? 1 : run(b);
+        else if (state[0])   /* an earlier run, not running: resumed (--fresh: archived first, above) */
+            rc = resume_run(b, state) ? 1 : run(b);
         else
             rc = start_run(b) ? 1 : run(b);
         for (int i = 0; i < b->n; i++)   /* the standbys' agents end with the run */

@@ -88,6 +88,14 @@ pid_t   spawn(const char *log, char *const *argv);
 int     start_device(broker *b, member *m, const char *resume);
 /* The members of a bundle folder's plan (its deploy.txt); standbys not taken in stay. */
 int     read_plan(broker *b, const char *bundles);
+/* A standby's agent; the cluster file's standbys as members (broker.c). */
+int     start_standby(broker *b, member *m);
+void    add_standbys(broker *b);
+/* An earlier run in OUT (broker_again.c): resumed from its newest complete
+ * checkpoint (state: how it ended), or archived (--fresh) into
+ * OUT/archive/run-N (its path into archived).  0, or -1 (said / err). */
+int     resume_run(broker *b, const char *state);
+int     broker_archive_run(const char *out, char *archived, size_t size, char *err, size_t n);
 void    stop_all(broker *b, int sig);
 /* Signal m's process; on a host (--over-ssh), stop its program there too. */
 void    signal_member(broker *b, member *m, int sig);
