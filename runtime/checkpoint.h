@@ -28,7 +28,6 @@
 
 #include "comm/feedback.h"
 #include "device_program.h"
-#include "file_hash.h"
 #include "loss_scale.h"
 #include "safetensors.h"
 

@@ -35,7 +35,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../runtime/file_hash.h"
 #include "broker_internal.h"
 #include "deploy.h"
 
@@ -200,13 +199,14 @@ int broker_remote_reaped(broker *b, pid_t pid, int status)
     __typeof__(b->fetch[0]) f = b->fetch[k];
     b->fetch[k] = b->fetch[--b->n_fetch];
     uint64_t have = 0;
-    char hex[32] = "";
+    int64_t size = 0;
+    char hex[32] = "", why[600];
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         say(b, "checkpoint", f.device, "%s's part of step %lld could not be fetched from its host (ssh status %d): "
             "that checkpoint will not be complete", f.device, (long long)f.step,
             WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-    } else if (file_xxh3(f.tmp, &have) != 0 || (snprintf(hex, sizeof hex, "%016" PRIx64, have), 0) ||
-               strcmp(hex, f.xxh3) != 0) {
+    } else if (ckpt_measure(f.tmp, &size, &have, why, sizeof why) != 0 ||
+               (snprintf(hex, sizeof hex, "%016" PRIx64, have), 0) || strcmp(hex, f.xxh3) != 0) {
         say(b, "checkpoint", f.device, "%s's part of step %lld arrived with XXH3 %s, not the %s its device reported: "
             "refused", f.device, (long long)f.step, hex[0] ? hex : "(unreadable)", f.xxh3);
     } else if (rename(f.tmp, f.file) != 0) {
