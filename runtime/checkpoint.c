@@ -19,19 +19,11 @@
 #include "checkpoint_store.h"
 #include "safetensors.h"
 
-void checkpoint_part_name_of(const char *device, int several, char *name, size_t size)
-{
-    if (several)
-        snprintf(name, size, "checkpoint-%s.safetensors", device);
-    else
-        snprintf(name, size, "checkpoint.safetensors");
-}
-
 /* A device alone: checkpoint.safetensors; one of several (a DiLoCo site of
  * one device too): one name each. */
 void checkpoint_part_name(const program *p, char *name, size_t size)
 {
-    checkpoint_part_name_of(p->manifest.device, p->manifest.n_stages * p->manifest.n_replicas > 1 || p->manifest.n_links > 0,
+    ckpt_part_name(p->manifest.device, p->manifest.n_stages * p->manifest.n_replicas > 1 || p->manifest.n_links > 0,
                             name, size);
 }
 
@@ -343,7 +335,7 @@ static int check_place(st_file *const *parts, int k, const char *path, const cha
     char want[CKPT_PART_MAX];
     int s, S, r, R;
     char tail;
-    checkpoint_part_name_of(device ? device : "", 1, want, sizeof want);
+    ckpt_part_name(device ? device : "", 1, want, sizeof want);
     if (!device || (strcmp(file, want) != 0 && strcmp(file, "checkpoint.safetensors") != 0)) {
         snprintf(err, n, "%s: the part of device '%.64s', in the file of another: parts swapped or renamed?", path,
                  device ? device : "?");
@@ -383,29 +375,28 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
         if (access(path, F_OK) != 0)
             continue;   /* on another host */
         checkpoint_state seen = *out;
-        if (ckpt_verify_part(step_dir, m, m->parts[k].name, err, n) != 0 ||
-            !(parts[n_open] = st_open(path, err, n)) || check_identity(p, parts[n_open], path, m->step, &seen, err, n)) {
+        st_file *f = NULL;
+        if (ckpt_verify_part(step_dir, m, m->parts[k].name, err, n) != 0 || !(f = st_open(path, err, n))) {
             rc = -1;
             break;
         }
-        if (check_place(parts, n_open, path, m->parts[k].name, err, n) != 0) {
+        parts[n_open++] = f;   /* closed at the end, whatever happens now */
+        if (check_identity(p, f, path, m->step, &seen, err, n) != 0 ||
+            check_place(parts, n_open - 1, path, m->parts[k].name, err, n) != 0) {
             rc = -1;
-            n_open++;
             break;
         }
-        if (n_open > 0 && seen.seed != out->seed) {
+        if (n_open > 1 && seen.seed != out->seed) {
             snprintf(err, n, "%s: seed %llu; the checkpoint's other parts have seed %llu: parts of different runs",
                      path, (unsigned long long)seen.seed, (unsigned long long)out->seed);
             rc = -1;
-            n_open++;
             break;
         }
         *out = seen;
-        for (int i = 0; i < st_count(parts[n_open]) && !feedback; i++) {
+        for (int i = 0; i < st_count(f) && !feedback; i++) {
             st_tensor t;
-            feedback = st_get(parts[n_open], i, &t) == 0 && is_feedback(t.name);
+            feedback = st_get(f, i, &t) == 0 && is_feedback(t.name);
         }
-        n_open++;
     }
     if (rc == 0 && n_open == 0) {
         snprintf(err, n, "%s: none of its %d parts is in the folder", step_dir, m->n_parts);

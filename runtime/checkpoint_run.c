@@ -276,7 +276,7 @@ static int complete_step(const program *p, const checkpoint_options *o, const ch
             return -1;
         }
         ckpt_part *part = &m.parts[m.n_parts++];
-        checkpoint_part_name_of(p->peers[d].name, several, part->name, sizeof part->name);
+        ckpt_part_name(p->peers[d].name, several, part->name, sizeof part->name);
         part->size = all[d].size;
         part->xxh3 = all[d].xxh3;
         *total += all[d].size;

@@ -23,6 +23,14 @@ void ckpt_step_dir(const char *dir, int64_t step, char *out, size_t n)
     snprintf(out, n, "%s/step-%lld", dir, (long long)step);
 }
 
+void ckpt_part_name(const char *device, int several, char *name, size_t n)
+{
+    if (several)
+        snprintf(name, n, "checkpoint-%s.safetensors", device);
+    else
+        snprintf(name, n, "checkpoint.safetensors");
+}
+
 int ckpt_parse_count(const char *text, uint64_t max, uint64_t *value)
 {
     if (!text || !*text || strlen(text) > 20)

@@ -58,6 +58,10 @@ typedef struct {
     ckpt_part *parts;               /* [n_parts], malloc'd */
 } ckpt_manifest;
 
+/* A part's file name: checkpoint-<device>.safetensors for one device of
+ * several, checkpoint.safetensors for a device alone. */
+void ckpt_part_name(const char *device, int several, char *name, size_t n);
+
 /* DIR/step-N into out. */
 void ckpt_step_dir(const char *dir, int64_t step, char *out, size_t n);
 

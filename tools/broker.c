@@ -495,7 +495,10 @@ static void watch(broker *b)
             continue;
         if (!m->child && m->m.pid > 0 && kill((pid_t)m->m.pid, 0) != 0) {   /* taken over: gone */
             m->ended = 1;
-            if (strcmp(m->m.status, "done") != 0) {
+            if (strcmp(m->m.status, "done") != 0 && wrote_last_part(b, m)) {   /* finished while no broker heard */
+                snprintf(m->m.status, sizeof m->m.status, "done");
+                save_member(b, m);
+            } else if (strcmp(m->m.status, "done") != 0) {
                 m->lost = 1;
                 snprintf(m->why, sizeof m->why, "its process is gone");
             }
@@ -548,39 +551,6 @@ static int start_run(broker *b)
     }
     say(b, "joined", NULL, "started %d device%s and %d standb%s (%s); broker at %s", devices, devices == 1 ? "" : "s",
         standbys, standbys == 1 ? "y" : "ies", b->bundles, b->url);
-    return 0;
-}
-
-/* A broker started again on a run in progress: its members, as the database has them. */
-static int take_over(broker *b)
-{
-    char text[4200];
-    if (broker_db_get(b->db, "epoch", text, sizeof text))
-        return -1;
-    b->epoch = atoll(text);
-    char dir[4096];
-    b->last_complete = broker_db_last_complete(b->db, dir, sizeof dir);
-    if (broker_db_get(b->db, "bundles", b->bundles, sizeof b->bundles))
-        snprintf(b->bundles, sizeof b->bundles, "%s", b->out);
-    broker_member rows[MAX_MEMBERS];
-    int n = broker_db_members(b->db, b->epoch, rows, MAX_MEMBERS);
-    char line[512], name[128], path[4600];
-    snprintf(path, sizeof path, "%s/deploy.txt", b->bundles);
-    FILE *f = fopen(path, "r");
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "reporter %127s", name) == 1)
-            snprintf(b->reporter, sizeof b->reporter, "%s", name);
-    if (f)
-        fclose(f);
-    b->n = 0;
-    for (int i = 0; i < n; i++) {
-        member *m = &b->mem[b->n++];
-        memset(m, 0, sizeof *m);
-        m->m = rows[i];
-        m->heard = now_s();
-        m->ended = strcmp(m->m.status, "done") == 0 || strcmp(m->m.status, "used") == 0;
-    }
-    say(b, "restarted", NULL, "the broker started again: epoch %lld, %d members, taken over as they run", (long long)b->epoch, b->n);
     return 0;
 }
 

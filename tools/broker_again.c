@@ -91,3 +91,135 @@ int resume_run(broker *b, const char *state)
         "(%s), up to step %lld", b->out, state, devices, (long long)step, dir, (long long)b->steps);
     return 0;
 }
+
+/* The part file name device's program writes (checkpoint.h's rule, as the
+ * broker sees a plan: one device alone writes checkpoint.safetensors). */
+static void part_name(const broker *b, const char *device, char *name, size_t n)
+{
+    int devices = 0;
+    for (int i = 0; i < b->n; i++)
+        devices += strcmp(b->mem[i].m.role, "device") == 0;
+    ckpt_part_name(device, devices > 1, name, n);
+}
+
+int wrote_last_part(broker *b, const member *m)
+{
+    char name[CKPT_PART_MAX], path[4600];
+    part_name(b, m->m.bundle_device, name, sizeof name);
+    snprintf(path, sizeof path, "%s/checkpoints/step-%lld/%s", b->out, (long long)b->steps, name);
+    return access(path, F_OK) == 0;
+}
+
+/* Steps whose parts were all written while no broker heard of them: each
+ * part's final name means it is whole (written aside and renamed), so the
+ * step is made complete from the files (measured here).  Local runs only:
+ * over ssh, a part is on its host until its report fetches it. */
+static void adopt_parts(broker *b)
+{
+    char dir[4200], err[600];
+    snprintf(dir, sizeof dir, "%s/checkpoints", b->out);
+    int64_t *steps = NULL;
+    int count = ckpt_list_steps(dir, 0, &steps, err, sizeof err);
+    for (int k = count - 1; k >= 0; k--) {   /* oldest first: the newest complete ends last */
+        char step_dir[4400], manifest[4500], lines[65536] = "";
+        ckpt_step_dir(dir, steps[k], step_dir, sizeof step_dir);
+        snprintf(manifest, sizeof manifest, "%s/" CKPT_MANIFEST, step_dir);
+        if (steps[k] <= b->last_complete || access(manifest, F_OK) == 0)
+            continue;
+        size_t at = 0;
+        int whole = 1, parts = 0;
+        for (int i = 0; i < b->n && whole; i++) {
+            if (strcmp(b->mem[i].m.role, "device") != 0)
+                continue;
+            char name[CKPT_PART_MAX], path[4700];
+            int64_t size;
+            uint64_t hash;
+            part_name(b, b->mem[i].m.bundle_device, name, sizeof name);
+            snprintf(path, sizeof path, "%s/%s", step_dir, name);
+            whole = ckpt_measure(path, &size, &hash, err, sizeof err) == 0 && at < sizeof lines;
+            if (whole) {
+                at += (size_t)snprintf(lines + at, sizeof lines - at, "part %s %016llx\n", name,
+                                       (unsigned long long)hash);
+                broker_db_part(b->db, steps[k], b->mem[i].m.bundle_device, b->epoch, path, lines + at - 17);
+                parts++;
+            }
+        }
+        if (!whole || parts == 0 || write_manifest(step_dir, steps[k], lines, err, sizeof err) != 0)
+            continue;
+        broker_db_complete(b->db, steps[k], b->epoch, step_dir);
+        b->last_complete = steps[k];
+        say(b, "checkpoint", NULL, "checkpoint of step %lld complete (%d parts written while no broker ran): %s",
+            (long long)steps[k], parts, step_dir);
+    }
+    free(steps);
+}
+
+/* A broker started again on a run in progress: its members, as the
+ * database has them; the devices of the epoch's plan that the old broker
+ * had not started (killed while it started them, in a recovery) are
+ * started now, from the newest complete checkpoint; steps whose parts all
+ * came in while no broker ran are made complete. */
+int take_over(broker *b)
+{
+    char text[4200];
+    if (broker_db_get(b->db, "epoch", text, sizeof text))
+        return -1;
+    b->epoch = atoll(text);
+    char dir[4096];
+    b->last_complete = broker_db_last_complete(b->db, dir, sizeof dir);
+    if (broker_db_get(b->db, "bundles", b->bundles, sizeof b->bundles))
+        snprintf(b->bundles, sizeof b->bundles, "%s", b->out);
+    broker_member rows[MAX_MEMBERS];
+    int n = broker_db_members(b->db, b->epoch, rows, MAX_MEMBERS);
+    b->n = 0;
+    for (int i = 0; i < n; i++) {
+        member *m = &b->mem[b->n++];
+        memset(m, 0, sizeof *m);
+        m->m = rows[i];
+        m->heard = now_s();
+        m->ended = strcmp(m->m.status, "done") == 0 || strcmp(m->m.status, "used") == 0;
+    }
+    int taken = b->n;
+    char line[512], name[128], path[4600];
+    member *start[MAX_MEMBERS];
+    int n_start = 0;
+    snprintf(path, sizeof path, "%s/deploy.txt", b->bundles);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "reporter %127s", name) == 1)
+            snprintf(b->reporter, sizeof b->reporter, "%s", name);
+        if (sscanf(line, "device %127s", name) != 1)
+            continue;
+        member *m = NULL;
+        for (int i = 0; i < b->n && !m; i++)
+            if (strcmp(b->mem[i].m.role, "device") == 0 && strcmp(b->mem[i].m.bundle_device, name) == 0)
+                m = &b->mem[i];
+        if (!m && b->n < MAX_MEMBERS) {   /* no row: the old broker never got to it */
+            m = &b->mem[b->n++];
+            memset(m, 0, sizeof *m);
+            snprintf(m->m.device, sizeof m->m.device, "%s", name);
+            snprintf(m->m.bundle_device, sizeof m->m.bundle_device, "%s", name);
+            snprintf(m->m.role, sizeof m->m.role, "device");
+            int d = cluster_find_device(&b->c, name);
+            snprintf(m->m.address, sizeof m->m.address, "%s",
+                     d >= 0 ? b->c.hosts[b->c.devices[d].host].address : "127.0.0.1");
+            snprintf(m->m.host, sizeof m->m.host, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].name : "");
+        }
+        if (m && m->m.pid <= 0 && !m->ended && n_start < MAX_MEMBERS)
+            start[n_start++] = m;
+    }
+    if (f)
+        fclose(f);
+    say(b, "restarted", NULL, "the broker started again: epoch %lld, %d members, taken over as they run", (long long)b->epoch,
+        taken);
+    if (!b->remote)
+        adopt_parts(b);
+    int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
+    for (int i = 0; i < n_start; i++)
+        if (start_device(b, start[i], step > 0 ? dir : ""))
+            return -1;
+    if (n_start > 0)
+        say(b, "resumed", NULL, "%d device%s of epoch %lld the old broker had not started: started now%s%s", n_start,
+            n_start == 1 ? "" : "s", (long long)b->epoch, step > 0 ? ", from " : "", step > 0 ? dir : "");
+    return 0;
+}

@@ -95,6 +95,11 @@ void    add_standbys(broker *b);
  * checkpoint (state: how it ended), or archived (--fresh) into
  * OUT/archive/run-N (its path into archived).  0, or -1 (said / err). */
 int     resume_run(broker *b, const char *state);
+/* A broker started again on a run in progress (broker_again.c): see there.  0, or -1. */
+int     take_over(broker *b);
+/* Whether member m's part of the run's last step is in OUT/checkpoints:
+ * it finished, though no broker heard it say so. */
+int     wrote_last_part(broker *b, const member *m);
 int     broker_archive_run(const char *out, char *archived, size_t size, char *err, size_t n);
 void    stop_all(broker *b, int sig);
 /* Signal m's process; on a host (--over-ssh), stop its program there too. */
