@@ -427,8 +427,9 @@ static void serve(broker *b, int wait_ms)
 
 /* A device that stopped because another vanished names it in its log
  * (this epoch's part of it: the log goes on across epochs). */
-static void blame_from_log(broker *b, member *m)
+static int blame_from_log(broker *b, member *m)
 {
+    int named = 0;
     char path[4400], line[1024], who[128], header[64];
     snprintf(path, sizeof path, "%s/logs/%s.log", b->out, m->m.bundle_device);
     snprintf(header, sizeof header, "== broker: epoch %lld,", (long long)b->epoch);
@@ -447,6 +448,7 @@ static void blame_from_log(broker *b, member *m)
             continue;
         }
         member *x = find_member(b, who);
+        named += x && x != m;
         if (x && !x->lost && !x->ended && x != m) {
             x->lost = 1;
             snprintf(x->why, sizeof x->why, "%s reported it lost", m->m.device);
@@ -454,6 +456,7 @@ static void blame_from_log(broker *b, member *m)
     }
     if (f)
         fclose(f);
+    return named;
 }
 
 /* Reaps ended children and finds the silent: marks them ended or lost. */
@@ -497,6 +500,10 @@ static void watch(broker *b)
             m->ended = 1;
             if (strcmp(m->m.status, "done") != 0 && wrote_last_part(b, m)) {   /* finished while no broker heard */
                 snprintf(m->m.status, sizeof m->m.status, "done");
+                save_member(b, m);
+            } else if (strcmp(m->m.status, "done") != 0 && blame_from_log(b, m) > 0) {   /* a peer's loss stopped it */
+                snprintf(m->m.status, sizeof m->m.status, "failed");
+                snprintf(m->why, sizeof m->why, "it stopped: a peer was lost (its log says which)");
                 save_member(b, m);
             } else if (strcmp(m->m.status, "done") != 0) {
                 m->lost = 1;
