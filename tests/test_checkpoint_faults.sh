@@ -9,6 +9,8 @@
 #   disk full the folder on a tmpfs too small for the second save: the run
 #             stops naming "No space left on device", the first checkpoint
 #             is intact and resumes (its litter removed, said so);
+#   no part   one device's part damaged in the only step: it says why, and
+#             the other three stop naming it (no hang);
 #   signals   SIGTERM to launch-local and SIGINT to every device: every device
 #             finishes the same step, saves it and exits 143 / 130; resumed,
 #             the losses are the uninterrupted run's.
@@ -103,6 +105,20 @@ expect_eq "disk full: the complete steps left" "1" "$(newest_complete "$work/ful
 check_resume full "$work/full"
 grep -q "removed [0-9]* unfinished save" "$work/lan"/logs/*.log && pass \
   || fail "disk full: the litter of step 2 was not removed: $(grep -h fusion: "$work/lan"/logs/*.log | head -4)"
+
+# ---- a device that cannot load its part: it says why, its peers stop naming it ----
+mkdir -p "$work/broken"
+cp -r "$work/full/step-1" "$work/broken/"
+printf 'X' | dd of="$work/broken/step-1/checkpoint-cpu-b1.safetensors" bs=1 seek=3000 conv=notrunc 2>/dev/null
+t0=$(date +%s)
+timeout 60 "$work/lan/launch-local.sh" --data "$work/corpus.txt" --seed 7 --peer-timeout 1 --steps 5 \
+  --resume "$work/broken" >"$work/broken.out" 2>&1
+expect_eq "a part that does not verify: launch-local's exit status" 1 $?
+expect_eq "a part that does not verify: stopped within 15 s" 1 $(( $(date +%s) - t0 < 15 ))
+grep -q "step-1 does not verify: .*checkpoint-cpu-b1.safetensors: its XXH3 is" "$work/lan/logs/cpu-b1.log" && pass \
+  || fail "cpu-b1 does not say why: $(tail -n 2 "$work/lan/logs/cpu-b1.log")"
+expect_eq "devices that name cpu-b1 as the one that stopped" 3 "$(grep -l 'peer cpu-b1 stopped\|lost peer cpu-b1' \
+  "$work/lan"/logs/cpu-a0.log "$work/lan"/logs/cpu-a1.log "$work/lan"/logs/cpu-b0.log | wc -l)"
 
 # ---- SIGTERM to launch-local, SIGINT to every device ----
 for sig in TERM INT; do

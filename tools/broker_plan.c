@@ -115,10 +115,11 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
     argv[n++] = (char *)dir;
     const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
     snprintf(log, sizeof log, "%s/logs/compile-%s.log", b->out, base);
-    int ok = 0;
+    int ok = 0, tried = 0;
     for (int r = shaped ? devices : 0; !ok && r >= 0; r--) {
         if (shaped && (r == 0 || devices % r != 0))
             continue;
+        tried++;
         int k = n;
         if (shaped) {
             snprintf(stages, sizeof stages, "%d", devices / r);
@@ -130,7 +131,10 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
         int status = 0;
         ok = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
-    if (!ok)
+    if (!ok && !tried)   /* no compile ran: no log to point to */
+        say(b, "failed", NULL, "planning again failed: %d device%s left, no plan to compile", devices,
+            devices == 1 ? "" : "s");
+    else if (!ok)
         say(b, "failed", NULL, "planning again failed: see %s", log);
     return ok ? 0 : -1;
 }
