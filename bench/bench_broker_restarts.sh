@@ -28,7 +28,7 @@ model=(--set vocab=256 --set ctx=32 --set layers=2 --set dim=48 --set heads=4 --
 port=$((29600 + $$ % 300))
 broker() {   # one broker on OUT, its output appended to broker.out
   "$fusionc" broker "$work/out" --port $port --port-base $((50000 + ($$ % 20) * 700)) --save-every 10 \
-    --peer-timeout 3 --data "$work/corpus.txt" --steps 1000 --seed 7 --emulate-devices >>"$work/broker.out" 2>&1 &
+    --keep 1000 --peer-timeout 3 --data "$work/corpus.txt" --steps 1000 --seed 7 --emulate-devices >>"$work/broker.out" 2>&1 &
   pid=$!
 }
 last_step() { awk '/^step /{split($2, s, "/"); n = s[1]} END {print n + 0}' "$work/broker.out"; }

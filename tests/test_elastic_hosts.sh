@@ -66,7 +66,7 @@ compile() {   # compile NAME WITH_STANDBY
 elastic() {
   local name=$1 out="$work/$1.out" pidfile="$work/hosts/h1/fusion/cpu-a1/fusion.pid" victim=""
   on_controller "$FUSIONC" launch "$work/$name" --elastic --ssh-config "$ssh_config" --port $port --port-base $base \
-    --save-every 10 --peer-timeout 3 "${args[@]}" >"$out" 2>&1 &
+    --save-every 10 --keep 10 --peer-timeout 3 "${args[@]}" >"$out" 2>&1 &
   local launcher=$!
   port=$((port + 1)); base=$((base + 1000))
   for _ in $(seq 1 600); do

@@ -273,6 +273,10 @@ void check_complete(broker *b, int64_t step)
     if (step < b->last_complete)
         return;   /* a later one is whole already: the joiners were weighed at it */
     b->last_complete = step;
+    char folder[4300];
+    snprintf(folder, sizeof folder, "%s/checkpoints", b->out);
+    if (ckpt_prune(folder, b->keep, why, sizeof why) < 0)   /* the newest complete always stays */
+        say(b, "checkpoint", NULL, "cannot remove the checkpoints beyond the %d newest: %s", b->keep, why);
     for (int i = 0; i < b->n && !b->switching; i++)
         if (b->mem[i].joining)
             weigh_joiner(b, &b->mem[i], step);
@@ -651,6 +655,7 @@ static const char usage_broker[] =
     "  --port-base P       the devices' first port, epoch 1 (default 30000; each\n"
     "                      epoch 200 higher)\n"
     "  --save-every K      a checkpoint every K steps (default 20)\n"
+    "  --keep K            keep the K newest complete checkpoints (default 3; the newest always)\n"
     "  --peer-timeout S    a device silent this long is lost (default 10)\n"
     "  --max-recoveries N  give up after N recoveries (default 5)\n"
     "  --over-ssh          every device on its cluster host, over ssh (deployed first: fusionc deploy);\n"
@@ -672,6 +677,7 @@ int cmd_broker(int argc, char **argv)
     if (!b)
         return 1;
     b->save_every = 20, b->peer_timeout = 10, b->port_base = 30000, b->max_recoveries = 5, b->standby_agents = 1;
+    b->keep = CKPT_DEFAULT_KEEP;
     int port = 29400, fresh_run = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -688,6 +694,8 @@ int cmd_broker(int argc, char **argv)
         } else if (v && strcmp(a, "--port-base") == 0 && (b->port_base = (int)strtol(v, &end, 10)) > 0 && !*end) {
             i++;
         } else if (v && strcmp(a, "--save-every") == 0 && (b->save_every = (int)strtol(v, &end, 10)) > 0 && !*end) {
+            i++;
+        } else if (v && strcmp(a, "--keep") == 0 && (b->keep = (int)strtol(v, &end, 10)) > 0 && !*end) {
             i++;
         } else if (v && strcmp(a, "--peer-timeout") == 0 && (b->peer_timeout = strtod(v, &end)) > 0 && !*end) {
             i++;
@@ -708,7 +716,7 @@ int cmd_broker(int argc, char **argv)
         } else if (v && strcmp(a, "--standby-agents") == 0 && (!strcmp(v, "all") || !strcmp(v, "none"))) {
             b->standby_agents = strcmp(v, "all") == 0;
             i++;
-        } else if (strncmp(a, "--port", 6) == 0 || strcmp(a, "--standby-agents") == 0 || strcmp(a, "--save-every") == 0 || strcmp(a, "--peer-timeout") == 0 ||
+        } else if (strncmp(a, "--port", 6) == 0 || strcmp(a, "--standby-agents") == 0 || strcmp(a, "--save-every") == 0 || strcmp(a, "--keep") == 0 || strcmp(a, "--peer-timeout") == 0 ||
                    strcmp(a, "--max-recoveries") == 0 || strcmp(a, "--ssh-config") == 0 || strcmp(a, "--address") == 0 ||
                    strcmp(a, "--ssh-timeout") == 0) {
             fprintf(stderr, "fusionc broker: %s needs a positive number (--standby-agents: all or none; "

@@ -41,6 +41,7 @@ typedef struct {
     cluster  c;               /* OUT/cluster.xml: kinds, standbys, addresses        */
     int64_t  epoch, steps;
     int      save_every, port_base, max_recoveries, recoveries;
+    int      keep;             /* --keep: complete checkpoints kept in OUT/checkpoints */
     double   peer_timeout;
     char    *args[MAX_ARGS];  /* the devices' own arguments                          */
     int      n_args;
