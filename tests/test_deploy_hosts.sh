@@ -210,7 +210,11 @@ launcher=$!
 for _ in $(seq 1 100); do grep -q '^\[cpu-b0\] step ' "$work/stop-launch.out" 2>/dev/null && break; sleep 0.2; done
 on_controller "$FUSIONC" stop "$out" --ssh-config "$ssh_config" >"$work/stop.out" 2>"$work/stop.err" && pass \
   || fail "stop: $(cat "$work/stop.err")"
-expect_eq "devices stopped" 3 "$(grep -c 'stopped (pid' "$work/stop.out")"
+# The first SIGTERM stops the whole run after one step that every device
+# finishes (runtime/main.c), so the devices stop asks later may be gone
+# already: one stopped, and all three either stopped or not running.
+[ "$(grep -c 'stopped (pid' "$work/stop.out")" -ge 1 ] && pass || fail "stop stopped no device: $(cat "$work/stop.out")"
+expect_eq "devices stopped or already gone" 3 "$(grep -c 'stopped (pid\|not running' "$work/stop.out")"
 for _ in $(seq 1 300); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
 if kill -0 $launcher 2>/dev/null; then fail "launch still runs 30 s after stop"; kill $launcher; fi
 wait $launcher
