@@ -523,6 +523,15 @@ static int stop_after(rt_comm *comm, int64_t step, int *code, char *err, size_t 
     return fu_hub_step_done(comm->hub, step, code, err, n);
 }
 
+/* The largest H of the DiLoCo sites: --steps counts that site's steps. */
+static int64_t diloco_most_h(const rt_manifest *mf)
+{
+    int64_t most = 1;
+    for (int32_t k = 0; k < mf->diloco.n_sites; k++)
+        most = mf->diloco.site_steps[k] > most ? mf->diloco.site_steps[k] : most;
+    return most;
+}
+
 static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data, rt_broker *broker)
 {
     const rt_manifest *mf = &p->manifest;
@@ -635,7 +644,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     double paced = 0.0, stepping = 0.0;   /* --emulate-devices: waited, and the steps' whole time */
     int stopped = 0;                      /* 130 or 143: stopped by a signal (stop_after) */
     if (comm && comm->hub)
-        fu_hub_set_step(comm->hub, done + 1);
+        fu_hub_set_step(comm->hub, diloco ? 1 : done + 1);   /* diloco: in rounds (below); no resume */
     for (int64_t step = done + 1; step <= o->steps && rc == 0; step++) {
         rt_context ctx = { .step = step, .comm = comm, .slowdown = mf->slowdown, .cuda = p->cuda,
                            .loss_scale = scaler.scale, .skipped = scaler.skipped,
@@ -730,20 +739,27 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             fflush(log);
         }
         rt_broker_report(broker, "step", "%lld %.6f", (long long)step, (double)loss);
+        /* Under --sync diloco the sites count their own steps (each its own
+         * H): their common clock is the outer round, so a stop is agreed
+         * in rounds, at a round's end. */
         char why_stop[512];
-        int last = stop_after(comm, step, &stopped, why_stop, sizeof why_stop);
+        int64_t H = diloco ? mf->diloco.local_steps : 1, round = (step + H - 1) / H;
+        int last = !diloco || step % H == 0 || step == o->steps ? stop_after(comm, round, &stopped, why_stop,
+                                                                             sizeof why_stop) : 0;
         if (last < 0) {
             rc = stop(comm, mf->device, "step %lld: stopping together: %s", (long long)step, why_stop);
             break;
         }
-        /* Under --sync diloco the sites count their own steps: their one
-         * common checkpoint is the run's end, named by the run's --steps. */
+        /* Under --sync diloco the sites' common checkpoints are at the ends
+         * of rounds: the run's end (named by the run's --steps) or a stop's
+         * round (named by the steps of the site with the largest H). */
         if (o->save && ((!diloco && o->save_every > 0 && step % o->save_every == 0) || step == o->steps || last)) {
             double save_t0 = trace ? rt_trace_clock() : 0.0;
             rt_feedback_arrays feedback = { 0 };   /* the live arrays: the overlap's thread is idle now */
             if (comm && (rt_comm_list_feedback(comm, &feedback) || rt_overlap_list_feedback(st.overlap, &feedback)))
                 rc = stop(comm, mf->device, "out of memory listing the error feedback for the checkpoint");
-            else if (save_part(p, comm, diloco ? run_steps : step, seed, &scaler, &feedback, broker, o, 0))
+            else if (save_part(p, comm, !diloco ? step : step == o->steps ? run_steps : round * diloco_most_h(mf), seed,
+                               &scaler, &feedback, broker, o, 0))
                 rc = stop(comm, mf->device, "step %lld: the checkpoint failed (above); the last complete one is as it "
                           "was", (long long)step);
             rt_feedback_arrays_free(&feedback);
