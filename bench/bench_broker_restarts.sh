@@ -3,9 +3,11 @@
 # moments" figure.  A small GPT as 2 stages x 2 replicas on
 # tests/clusters/local-4-standby.xml (one standby), devices declared at
 # 2 GFLOPS and paced to it, a checkpoint every 10 steps, peer timeout
-# 3 s, 1,000 steps.  The broker is SIGKILLed KILLS times (default 10) at random moments,
-# and started again each time on the same OUT; kill 4 first SIGKILLs a
-# device and then the broker during the recovery that follows.  At the end
+# 3 s, 1,000 steps.  The broker is SIGKILLed KILLS times (default 10) at
+# random moments, and started again each time on the same OUT; kills 4 and
+# 7 first SIGKILL a device (cpu-a1, then cpu-b0) and then the broker
+# during the recovery that follows (as the loss is declared; 1 s later, as
+# the devices start again).  At the end
 # the run must have finished (exit 0, "the run finished"), no broker may
 # have hung (the last has 120 s after the last kill), and every complete checkpoint must verify
 # (resumed by a one-device program of the same model).  Prints each kill
@@ -36,12 +38,15 @@ broker
 for ((k = 1; k <= kills; k++)); do
   sleep "$((RANDOM % 3 + 1)).$((RANDOM % 10))"
   kill -0 "$pid" 2>/dev/null || break
-  if [ "$k" = 4 ]; then   # a device lost, and the broker killed while it recovers
-    victim=$(sed -n 's/.*started \(cpu-a1\) (pid \([0-9]*\)).*/\2/p' "$work/broker.out" | tail -1)
+  if [ "$k" = 4 ] || [ "$k" = 7 ]; then   # a device lost, and the broker killed while it recovers
+    d=$([ "$k" = 4 ] && echo cpu-a1 || echo cpu-b0)
+    lost_before=$(grep -c "lost $d" "$work/broker.out")
+    victim=$(sed -n "s/.*started \($d\) (pid \([0-9]*\)).*/\2/p" "$work/broker.out" | tail -1)
     kill -9 "$victim" 2>/dev/null
-    for _ in $(seq 1 200); do grep -q 'lost cpu-a1' "$work/broker.out" && break; sleep 0.05; done
-    sleep "0.$((RANDOM % 10))"
-    echo "kill $k: cpu-a1 (pid $victim) at step $(last_step), then the broker during the recovery"
+    for _ in $(seq 1 400); do [ "$(grep -c "lost $d" "$work/broker.out")" -gt "$lost_before" ] && break; sleep 0.02; done
+    [ "$k" = 7 ] && sleep 1   # kill 4: as the loss is declared; kill 7: as the devices start again
+    echo "kill $k: $d (pid $victim) at step $(last_step), then the broker during the recovery" \
+      "($(grep -c 'first step after the recovery' "$work/broker.out") recoveries finished so far)"
   else
     echo "kill $k: the broker at step $(last_step)"
   fi
