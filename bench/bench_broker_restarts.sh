@@ -70,5 +70,8 @@ for dir in "$work"/out/checkpoints/step-*; do
   else refused=$((refused + 1)); echo "  $dir does not verify: $(tail -1 "$work/v.out")"; fi
 done
 echo "complete checkpoints that verify: $verified of $((verified + refused))"
-echo "steps printed: $(awk '/^step /{split($2, s, "/"); print s[1]}' "$work/broker.out" | sort -n | uniq | wc -l) distinct of 1000, the last $(last_step)"
+echo "steps printed: $(awk '/^step /{split($2, s, "/"); print s[1]}' "$work/broker.out" | sort -n | uniq | wc -l) distinct of 1000" \
+  "($(grep -c '^step ' "$work/broker.out") lines: more when a step was trained again and heard twice), the last $(last_step)"
+grep -h 'devices start again\|started now, from\|last complete checkpoint: step' "$work/broker.out" | sed 's/^/  /'
+grep -h 'resumed from' "$work"/out/logs/*.log | sort | uniq -c | sed 's/^/  /'
 [ "$status" = 0 ] && grep -q 'the run finished' "$work/broker.out" && [ "$refused" = 0 ]

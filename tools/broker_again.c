@@ -9,13 +9,17 @@
  * clean and nothing of the old one is overwritten.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../runtime/atomic_file.h"
+#include "../runtime/safetensors.h"
 #include "broker_internal.h"
 
 int broker_archive_run(const char *out, char *archived, size_t size, char *err, size_t n)
@@ -154,11 +158,88 @@ static void adopt_parts(broker *b)
     free(steps);
 }
 
+/* The survivors' live state (broker_plan.c's use_live_state), when the
+ * broker that heard their reports is gone: the newest OUT/checkpoints/live-N
+ * past the last complete checkpoint whose parts (their fusion.plan says
+ * which stage each holds) cover every stage is made a checkpoint. */
+static void adopt_live(broker *b)
+{
+    char dir[4000], err[600];
+    snprintf(dir, sizeof dir, "%s/checkpoints", b->out);
+    DIR *d = opendir(dir);
+    int64_t best = 0;
+    char best_dir[4400] = "", best_lines[65536] = "";
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        uint64_t step;
+        if (strncmp(e->d_name, "live-", 5) != 0 || ckpt_parse_count(e->d_name + 5, CKPT_MAX_STEP, &step) != 0 ||
+            (int64_t)step <= b->last_complete || (int64_t)step <= best)
+            continue;
+        char live[4300], lines[65536] = "";   /* dir (4200) and a name (256) */
+        snprintf(live, sizeof live, "%s/%s", dir, e->d_name);
+        DIR *p = opendir(live);
+        uint64_t covered = 0;
+        int stages = 0;
+        size_t at = 0;
+        for (struct dirent *f; p && (f = readdir(p)) != NULL;) {
+            char path[4700];
+            int s = 0, S = 0, r, R;
+            int64_t size;
+            uint64_t hash;
+            snprintf(path, sizeof path, "%s/%s", live, f->d_name);
+            if (strncmp(f->d_name, "checkpoint", 10) != 0 || is_temporary_name(f->d_name))
+                continue;
+            st_file *part = st_open(path, err, sizeof err);
+            const char *plan = part ? st_metadata(part, "fusion.plan") : NULL;
+            if (plan && sscanf(plan, "stage %d of %d, replica %d of %d", &s, &S, &r, &R) == 4 && s >= 0 && s < S &&
+                S <= 64 && ckpt_measure(path, &size, &hash, err, sizeof err) == 0 && at < sizeof lines) {
+                covered |= 1ull << s;
+                stages = S;
+                at += (size_t)snprintf(lines + at, sizeof lines - at, "part %s %016llx\n", f->d_name,
+                                       (unsigned long long)hash);
+            }
+            st_close(part);
+        }
+        if (p)
+            closedir(p);
+        if (stages > 0 && at < sizeof lines && covered == (stages == 64 ? ~0ull : (1ull << stages) - 1)) {
+            best = (int64_t)step;
+            snprintf(best_dir, sizeof best_dir, "%s", live);
+            memcpy(best_lines, lines, sizeof lines);
+        }
+    }
+    if (d)
+        closedir(d);
+    if (best == 0 || write_manifest(best_dir, best, best_lines, err, sizeof err) != 0)
+        return;
+    broker_db_complete(b->db, best, b->epoch, best_dir);
+    b->last_complete = best;
+    say(b, "checkpoint", NULL, "the survivors' state of step %lld, saved while no broker ran, covers every stage: a "
+        "checkpoint with no finished step lost (%s)", (long long)best, best_dir);
+}
+
+/* Waits (at most twice the peer timeout, and 5 s) until the devices of the
+ * epoch before are gone: the survivors of a loss save their live state as
+ * they stop, and that is what the next epoch should resume from. */
+static void wait_for_last_epoch(broker *b)
+{
+    broker_member prev[MAX_MEMBERS];
+    int n = b->epoch > 1 ? broker_db_members(b->db, b->epoch - 1, prev, MAX_MEMBERS) : 0;
+    for (double until = now_s() + 2 * b->peer_timeout + 5; n > 0 && now_s() < until; usleep(100 * 1000)) {
+        int alive = 0;
+        for (int i = 0; i < n; i++)
+            alive += strcmp(prev[i].role, "device") == 0 && prev[i].pid > 0 && kill((pid_t)prev[i].pid, 0) == 0;
+        if (!alive)
+            break;
+    }
+}
+
 /* A broker started again on a run in progress: its members, as the
  * database has them; the devices of the epoch's plan that the old broker
  * had not started (killed while it started them, in a recovery) are
- * started now, from the newest complete checkpoint; steps whose parts all
- * came in while no broker ran are made complete. */
+ * started now, from the newest complete checkpoint (after the epoch
+ * before has stopped: its survivors' live state, saved as they stop, may
+ * be that checkpoint); steps whose parts all came in while no broker ran
+ * are made complete. */
 int take_over(broker *b)
 {
     char text[4200];
@@ -212,8 +293,13 @@ int take_over(broker *b)
         fclose(f);
     say(b, "restarted", NULL, "the broker started again: epoch %lld, %d members, taken over as they run", (long long)b->epoch,
         taken);
-    if (!b->remote)
+    if (n_start > 0)
+        wait_for_last_epoch(b);
+    if (!b->remote) {
         adopt_parts(b);
+        if (n_start > 0)
+            adopt_live(b);
+    }
     int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
     for (int i = 0; i < n_start; i++)
         if (start_device(b, start[i], step > 0 ? dir : ""))
