@@ -74,4 +74,10 @@ echo "steps printed: $(awk '/^step /{split($2, s, "/"); print s[1]}' "$work/brok
   "($(grep -c '^step ' "$work/broker.out") lines: more when a step was trained again and heard twice), the last $(last_step)"
 grep -h 'devices start again\|started now, from\|last complete checkpoint: step' "$work/broker.out" | sed 's/^/  /'
 grep -h 'resumed from' "$work"/out/logs/*.log | sort | uniq -c | sed 's/^/  /'
-[ "$status" = 0 ] && grep -q 'the run finished' "$work/broker.out" && [ "$refused" = 0 ]
+twice=0   # each device's log, over every epoch: a step trained twice shows twice
+for log in "$work"/out/logs/cpu-*.log; do
+  n=$(awk '/^step /{split($2, s, "/"); print s[1]}' "$log" | sort -n | uniq -d | wc -l)
+  echo "  $(basename "$log" .log): $(grep -c '^step ' "$log") steps trained, $n of them twice"
+  twice=$((twice + n))
+done
+[ "$status" = 0 ] && grep -q 'the run finished' "$work/broker.out" && [ "$refused" = 0 ] && [ "$twice" = 0 ]
