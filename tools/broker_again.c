@@ -52,6 +52,8 @@ int broker_archive_run(const char *out, char *archived, size_t size, char *err, 
     return 0;
 }
 
+static void adopt_parts(broker *b);
+
 int resume_run(broker *b, const char *state)
 {
     char text[4200], dir[4096];
@@ -61,6 +63,17 @@ int resume_run(broker *b, const char *state)
     if (broker_db_get(b->db, "bundles", b->bundles, sizeof b->bundles))
         snprintf(b->bundles, sizeof b->bundles, "%s", b->out);
     b->n = 0;   /* the last epoch's plan, every device of it started again */
+    if (read_plan(b, b->bundles))
+        return -1;
+    b->last_complete = broker_db_last_complete(b->db, dir, sizeof dir);
+    if (!b->remote)   /* no device runs: steps whose parts are all there are completed, the rest is litter */
+        adopt_parts(b);
+    char folder[4200], why[600];
+    snprintf(folder, sizeof folder, "%s/checkpoints", b->out);
+    int removed = b->remote ? 0 : ckpt_remove_litter(folder, why, sizeof why);
+    if (removed > 0)
+        say(b, "checkpoint", NULL, "removed %d unfinished save%s' files from %s (no MANIFEST)", removed,
+            removed == 1 ? "" : "s", folder);
     int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
     if (step <= 0) {
         say(b, "failed", NULL, "%s holds a run (%s) with no complete checkpoint to resume from: give --fresh to start "
@@ -77,8 +90,6 @@ int resume_run(broker *b, const char *state)
     snprintf(text, sizeof text, "%lld", (long long)b->epoch);
     broker_db_set(b->db, "epoch", text);
     broker_db_set(b->db, "state", "running");
-    if (read_plan(b, b->bundles))
-        return -1;
     if (b->standby_agents)
         add_standbys(b);
     if (b->remote && broker_remote_prepare(b, dir))
