@@ -228,7 +228,11 @@ int checkpoint_start(program *p, rt_comm *comm, const checkpoint_options *o, che
             return -1;
         int64_t newest = count > 0 ? steps[0] : 0;
         free(steps);
-        if (count > 0 && !same_folder(o->save_dir, o->resume_dir)) {
+        char parent[4200] = "";   /* --resume DIR/step-N --save DIR goes on with DIR's run too */
+        if (o->resume_dir) {
+            snprintf(parent, sizeof parent, "%s/..", o->resume_dir);
+        }
+        if (count > 0 && !same_folder(o->save_dir, o->resume_dir) && !same_folder(o->save_dir, parent)) {
             snprintf(err, n, "%s holds the checkpoints of a run (newest: step-%lld): give --resume %s to go on with "
                      "it, or save elsewhere (nothing of it is overwritten)", o->save_dir, (long long)newest,
                      o->save_dir);
