@@ -803,7 +803,7 @@ int fu_hub_step_done(fu_hub *h, int64_t step, int *code, char *err, size_t n) {
         fail(err, n, "%s", h->failed ? h->error : "a stop was asked for, and not every device answered in time");
         rc = -1;
     } else if (h->stop.code && step >= stop_table_last(&h->stop)) {
-        *code = h->stop.code;
+        *code = stop_table_code(&h->stop);   /* the entries', the same on every device */
         rc = 1;
     } else {
         h->cur_step = step + 1;   /* committed: an entry made from now on is at least step + 1 */

@@ -176,15 +176,12 @@ int fu_hub_recv_upto(fu_hub *h, int32_t peer, const fu_msg_info *want, void *pay
 /* Waits until every queued send is acked. */
 int fu_hub_flush(fu_hub *h, char *err, size_t n);
 
-/* Proposes to stop after last_step (run it, then exit with code: 130 for
- * SIGINT, 143 for SIGTERM): records it here and tells every live peer,
- * ahead of the data not yet on the wire; each passes it on.  -1 with the
- * hub's failure when the hub has failed (recorded, but nobody told). */
 /* Stopping together (above).  request_stop: this device asks (code: the
- * exit code, 130 or 143; the lowest asked wins).  set_step: the step the
- * main thread starts with.  step_done, at the end of each step: 0 go on,
- * 1 stop after this step (*code set), -1 failed (err; the hub failed, or
- * not every device answered within the stall timeout). */
+ * exit code, 130 or 143; every device exits with the same one, the lowest
+ * its entries hold).  set_step: the step the main thread starts with.
+ * step_done, at the end of each step: 0 go on, 1 stop after this step
+ * (*code set), -1 failed (err; the hub failed, or not every device
+ * answered within the stall timeout). */
 void fu_hub_request_stop(fu_hub *h, int code);
 void fu_hub_set_step(fu_hub *h, int64_t step);
 int  fu_hub_step_done(fu_hub *h, int64_t step, int *code, char *err, size_t n);

@@ -115,8 +115,8 @@ typedef enum {
     MSG_HEARTBEAT,   /* hub: "still here" on an idle link; control, never acked */
     MSG_ABORT,       /* hub: the sender stops; payload: why, as text; control, acked */
     MSG_BYE,         /* hub: the sender closes its end cleanly; control, acked */
-    MSG_STOP,        /* hub: a proposal to stop after a step; payload: last step (int64)
-                        then exit code (int32), little-endian; control, never acked (hub.c) */
+    MSG_STOP,        /* hub: what the sender knows of a stop request (SIGINT, SIGTERM): the
+                        table of comm/stop_table.h; control, never acked (hub.c) */
 } fu_msg_kind;
 
 typedef struct {

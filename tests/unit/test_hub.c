@@ -592,8 +592,10 @@ static void check_same_last_step(int code) {
         CHECK_INT(1, B->d[i].rc[2]);
         CHECK_STR("", B->d[i].err[2]);
         CHECK_INT(last, B->d[i].stop_step[2]);
-        CHECK_INT(code, B->d[i].stop_code[2]);
+        /* code 0: two asked (130, 143): either may win, but every device the same */
+        CHECK_INT(code ? code : B->d[0].stop_code[2], B->d[i].stop_code[2]);
     }
+    CHECK(B->d[0].stop_code[2] == 130 || B->d[0].stop_code[2] == 143);
 }
 
 static void test_hub_every_device_stops_after_the_largest_step_in_progress(void) {
@@ -605,9 +607,11 @@ static void test_hub_every_device_stops_after_the_largest_step_in_progress(void)
             (long long)B->d[0].stop_step[2], took);
 }
 
-static void test_hub_two_stop_requests_agree_on_the_lower_code(void) {
-    run_stop_chain(1);
-    check_same_last_step(130);
+static void test_hub_two_stop_requests_agree_on_one_code(void) {
+    for (int k = 0; k < 5; k++) {   /* which request each hub hears first varies: the code must not */
+        run_stop_chain(1);
+        check_same_last_step(0);
+    }
 }
 
 static void test_hub_no_stop_request_waits_for_nothing(void) {
@@ -671,7 +675,7 @@ int main(void) {
     test_hub_abort_cascades_along_a_chain();
     test_hub_shapes_a_link_to_its_bandwidth_and_latency();
     test_hub_every_device_stops_after_the_largest_step_in_progress();
-    test_hub_two_stop_requests_agree_on_the_lower_code();
+    test_hub_two_stop_requests_agree_on_one_code();
     test_hub_no_stop_request_waits_for_nothing();
     test_hub_a_stop_waiting_on_a_dead_device_fails_naming_it();
     fprintf(stderr, "test_hub: %.1f s\n", now_s() - t0);
