@@ -21,10 +21,14 @@
 
 /* A device alone: checkpoint.safetensors; one of several (a DiLoCo site of
  * one device too): one name each. */
+int checkpoint_several(const program *p)
+{
+    return p->manifest.n_stages * p->manifest.n_replicas > 1 || p->manifest.n_links > 0;
+}
+
 void checkpoint_part_name(const program *p, char *name, size_t size)
 {
-    ckpt_part_name(p->manifest.device, p->manifest.n_stages * p->manifest.n_replicas > 1 || p->manifest.n_links > 0,
-                            name, size);
+    ckpt_part_name(p->manifest.device, checkpoint_several(p), name, size);
 }
 
 static int is_loss(const program *p, const rt_tensor_info *ti)

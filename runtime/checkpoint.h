@@ -47,6 +47,8 @@ int read_file_tensors(program *p, const char *path, unsigned roles);
 /* This device's part's file name in a step folder: checkpoint.safetensors
  * for a one-device program, checkpoint-<device>.safetensors otherwise. */
 void checkpoint_part_name(const program *p, char *name, size_t size);
+/* Whether this program's parts are named per device (the rule above). */
+int  checkpoint_several(const program *p);
 
 /* This device's part of the checkpoint of `step` into step_dir (made if
  * missing), with the runtime's error feedback (comm/feedback.h; NULL or

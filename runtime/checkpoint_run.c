@@ -320,11 +320,8 @@ int checkpoint_save(program *p, rt_comm *comm, const checkpoint_options *o, int6
     int parts = 0;
     for (int32_t d = 0; d < N && rc == 0; d++)
         parts += present[d];
-    char partname[CKPT_PART_MAX];
-    checkpoint_part_name(p, partname, sizeof partname);
     if (rc == 0)
-        rc = complete_step(p, o, step_dir, step, all, present, strcmp(partname, "checkpoint.safetensors") != 0, &total,
-                           err, n);
+        rc = complete_step(p, o, step_dir, step, all, present, checkpoint_several(p), &total, err, n);
     /* The line goes where the run's progress is read: the loss's device (replica 0). */
     int reporter = p->manifest.loss >= 0 ? p->manifest.replica == 0 : (!comm || rt_comm_tree_root(comm));
     if (rc == 0 && reporter) {

@@ -153,9 +153,10 @@ static void adopt_parts(broker *b)
             snprintf(path, sizeof path, "%s/%s", step_dir, name);
             whole = ckpt_measure(path, &size, &hash, err, sizeof err) == 0 && at < sizeof lines;
             if (whole) {
-                at += (size_t)snprintf(lines + at, sizeof lines - at, "part %s %016llx\n", name,
-                                       (unsigned long long)hash);
-                broker_db_part(b->db, steps[k], b->mem[i].m.bundle_device, b->epoch, path, lines + at - 17);
+                char hex[17];
+                snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+                at += (size_t)snprintf(lines + at, sizeof lines - at, "part %s %s\n", name, hex);
+                broker_db_part(b->db, steps[k], b->mem[i].m.bundle_device, b->epoch, path, hex);
                 parts++;
             }
         }
