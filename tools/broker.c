@@ -495,6 +495,10 @@ static void watch(broker *b)
             }
             save_member(b, m);
         }
+    /* Reaping can take long (a fetched part completes a checkpoint: its
+     * MANIFEST and the database fsynced): read the requests that came in
+     * meanwhile before calling anyone silent. */
+    serve(b, 0);
     double t = now_s();
     for (int i = 0; i < b->n; i++) {
         member *m = &b->mem[i];
