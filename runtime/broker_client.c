@@ -230,6 +230,20 @@ void rt_broker_report(rt_broker *b, const char *verb, const char *fmt, ...)
     pthread_mutex_unlock(&b->mu);
 }
 
+int rt_broker_confirm(rt_broker *b, int wait_for_ms)
+{
+    if (!b)
+        return -1;
+    rt_broker_report(b, "beat", "%s", "");
+    int64_t until = now_ms() + wait_for_ms;
+    pthread_mutex_lock(&b->mu);
+    while (b->head && now_ms() < until)
+        wait_ms(b, 50);
+    int answered = b->head == NULL;
+    pthread_mutex_unlock(&b->mu);
+    return answered ? 0 : -1;
+}
+
 const char *rt_broker_refused(rt_broker *b)
 {
     if (!b)

@@ -33,6 +33,15 @@ int rt_broker_open(rt_broker **out, const char *url, const char *device, int64_t
 /* Queues "<verb> <device> <epoch> <args>" (args printf-style). */
 void rt_broker_report(rt_broker *b, const char *verb, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Queues a heartbeat and waits up to wait_ms until it (and every report
+ * before it) is answered: 0 when the broker took it, -1 when it did not
+ * answer in time.  A refusal ends the process from the client's thread, as
+ * any refusal does, so a caller that gets 0 is still of the run's epoch:
+ * what it writes next into the run's folders is wanted (a device woken
+ * from SIGSTOP after the broker started the run again without it must
+ * not drop its state into them). */
+int rt_broker_confirm(rt_broker *b, int wait_ms);
+
 /* The broker's reason when it refused this device, else NULL. */
 const char *rt_broker_refused(rt_broker *b);
 

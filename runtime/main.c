@@ -476,6 +476,21 @@ static void save_live_state(program *p, const run_options *o, int64_t finished, 
     if (!broker || !o->save || finished < 1 || p->manifest.diloco.sync == RT_SYNC_DILOCO ||
         !(strstr(why, "lost peer") || strstr(why, " stopped")))
         return;
+    /* Only while the broker still counts this device: one stopped past the
+     * peer timeout (SIGSTOP) and woken after the broker started the run
+     * again without it wakes to lost peers too, and its part, dropped into
+     * a live-N folder the new epoch resumes from, is a stray that every
+     * later load refuses.  The broker's refusal ends the process in
+     * rt_broker_confirm; a folder the broker already completed is left as
+     * it is.  (A broker that does not answer may be restarting: the state
+     * is written for the one that takes over.) */
+    char manifest[4400];
+    snprintf(manifest, sizeof manifest, "%s/live-%lld/MANIFEST", o->save, (long long)finished);
+    if (rt_broker_confirm(broker, 5000) != 0)
+        fprintf(stderr, "fusion: the broker did not confirm this device within 5 s; its state is saved for the one "
+                "that takes over\n");
+    if (access(manifest, F_OK) == 0)
+        return;
     /* Without the error feedback: the failed step may have changed part
      * of it, and the broker resumes on another plan, which starts its own
      * at zero. */

@@ -11,7 +11,8 @@
 #                of the same resumed run;
 #   SIGSTOP      a device stopped past the peer timeout is lost; woken
 #                after the new epoch started, the broker refuses it and it
-#                exits non-zero saying so; the run finishes;
+#                exits non-zero saying so, having written nothing into the
+#                run's checkpoints; the run finishes;
 #   broker       a stranger's unsealed request is dropped and said, not
 #                answered; the broker SIGKILLed mid-run and started again on the same
 #                OUT: it takes the running devices over from its database,
@@ -136,6 +137,15 @@ for _ in $(seq 1 100); do kill -0 "$victim" 2>/dev/null || break; sleep 0.1; don
 ! kill -0 "$victim" 2>/dev/null && pass || { fail "SIGSTOP: the woken device still runs"; kill -9 "$victim"; }
 grep -Eq "refused by the broker: .*epoch 1 and the run is at epoch 2|of the run's epoch" "$work/stopped/logs/cpu-b0.log" \
   && pass || fail "SIGSTOP: the woken device does not say it was refused: $(grep -i -m3 'error' "$work/stopped/logs/cpu-b0.log")"
+# Woken to lost peers, it must not drop its state into a live-N folder
+# the new epoch resumes from (a stray part there fails every later load;
+# seen once under a loaded ctest, and in 1 of 13 loaded runs before).
+strays=""
+for d in "$work"/stopped/checkpoints/live-*/; do
+  [ -f "$d/MANIFEST" ] || continue
+  for f in "$d"*.safetensors; do grep -q " $(basename "$f") " "$d/MANIFEST" || strays="$strays $f"; done
+done
+[ -z "$strays" ] && pass || fail "SIGSTOP: parts no MANIFEST lists, written after the run went on without their device:$strays"
 
 # ---- the broker killed and started again ----
 compile restart "$work/four-standby.xml"
