@@ -18,9 +18,9 @@
  *   - the kernel before is the plan's last step, an elementwise kernel of
  *     the same group (the caller's label: the phase, so a forward's kernel
  *     never takes a backward's work) over the same n;
- *   - both are of the ops that touch element i only (gelu, relu, silu,
- *     their backwards, add, mul) or read a broadcast parameter besides
- *     (bias_rows_add reads b[i % N]);
+ *   - both are fusable: kernels of the pointwise ops (ir/pointwise.h),
+ *     which touch element i only, or bias_rows_add, which reads a
+ *     broadcast parameter besides (b[i % N]);
  *   - together they take at most RT_CUDA_MAX_ARGS pointers;
  *   - each pointer of one either is a pointer of the other (same place and
  *     dtype: a thread reads element i before it writes it, in op order) or
@@ -39,32 +39,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct cuda_fusable {
-    int         valid;
-    int32_t     step;         /* its index in the plan's steps               */
-    int32_t     group;
-    int64_t     n;
-    char       *parts;        /* the loop body: each op's block, indices shifted */
-    char        tag[64];
-    int32_t     n_args;
-    uint32_t    broadcast;    /* bit k: argument k is read at other indices than i */
-    int64_t     bytes[RT_CUDA_MAX_ARGS];   /* what each argument spans      */
-    int         kernel_new;   /* its kernel was added for it: drop it when replaced */
-    size_t      source_len_before;
-};
-
-/* Which elementwise kernels may fuse: those that touch element i only
- * (and bias_rows_add, through elementwise_bias_rows_add). */
-static int fusable_tag(const char *tag)
-{
-    static const char *const only_i[] = { "gelu_fwd", "gelu_bwd", "relu_fwd", "relu_bwd", "add", "bias_rows_add",
-                                          "silu_fwd", "silu_bwd", "mul" };
-    for (size_t k = 0; k < sizeof only_i / sizeof only_i[0]; k++)
-        if (strcmp(tag, only_i[k]) == 0)
-            return 1;
-    return 0;
-}
 
 /* "        {\n" decls body "        }\n", with every a.p[K] of decls as a.p[K + shift]. */
 static char *block_text(const char *decls, const char *body, int32_t shift)
@@ -123,13 +97,13 @@ static int can_join(const cuda_plan *p, const struct cuda_fusable *f, int64_t n,
 }
 
 /* The kernel of elementwise(): args[k] spans bytes[k]; broadcast as in cuda_fusable. */
-static int add_elementwise(cuda_plan *p, const char *tag, int64_t n, const char *decls, const char *body,
-                           const rt_cuda_arg *args, const int64_t *bytes, int32_t n_args, uint32_t broadcast)
+static int add_elementwise(cuda_plan *p, const char *tag, int fusable, int64_t n, const char *decls,
+                           const char *body, const rt_cuda_arg *args, const int64_t *bytes, int32_t n_args,
+                           uint32_t broadcast)
 {
     if (!p->fusable && !(p->fusable = calloc(1, sizeof *p->fusable)))
         return p->oom = 1, -1;
     struct cuda_fusable *f = p->fusable;
-    int fusable = fusable_tag(tag);
     if (fusable && can_join(p, f, n, args, bytes, n_args, broadcast)) {
         char *block = block_text(decls, body, f->n_args);
         char *parts = block ? malloc(strlen(f->parts) + strlen(block) + 1) : NULL;
@@ -187,21 +161,30 @@ static int add_elementwise(cuda_plan *p, const char *tag, int64_t n, const char 
 }
 
 /* The pointer declarations of names (kb_ptrs) for args, then the kernel. */
-static int add_declared(cuda_plan *p, const char *tag, int64_t n, const char *names, const char *body,
-                        const rt_cuda_arg *args, const int64_t *bytes, int32_t n_args, uint32_t broadcast)
+static int add_declared(cuda_plan *p, const char *tag, int fusable, int64_t n, const char *names,
+                        const char *body, const rt_cuda_arg *args, const int64_t *bytes, int32_t n_args,
+                        uint32_t broadcast)
 {
     kbuf decls = { 0 };
     kb_printf(&decls, "%s", "");
     kb_ptrs(&decls, names, args, n_args);
-    int rc = decls.oom ? (p->oom = 1, -1) : add_elementwise(p, tag, n, decls.text, body, args, bytes, n_args, broadcast);
+    int rc = decls.oom ? (p->oom = 1, -1) : add_elementwise(p, tag, fusable, n, decls.text, body, args, bytes, n_args, broadcast);
     free(decls.text);
     return rc;
+}
+
+int elementwise_of(cuda_plan *p, const char *tag, int fusable, int64_t n, const char *names, const char *body,
+                   const rt_cuda_arg *args, int32_t n_args)
+{
+    int64_t bytes[RT_CUDA_MAX_ARGS];
+    for (int32_t k = 0; k < n_args && k < RT_CUDA_MAX_ARGS; k++)
+        bytes[k] = dtype_bytes(args[k].dtype) * n;
+    return add_declared(p, tag, fusable, n, names, body, args, bytes, n_args, 0);
 }
 
 int elementwise(cuda_plan *p, const char *tag, int64_t n, const char *names, const char *body, ...)
 {
     rt_cuda_arg args[RT_CUDA_MAX_ARGS];
-    int64_t bytes[RT_CUDA_MAX_ARGS];
     int32_t n_args = 0;
     va_list ap;
     va_start(ap, body);
@@ -210,10 +193,9 @@ int elementwise(cuda_plan *p, const char *tag, int64_t n, const char *names, con
         if (a.kind < 0)
             break;
         args[n_args] = a;
-        bytes[n_args] = dtype_bytes(a.dtype) * n;
     }
     va_end(ap);
-    return add_declared(p, tag, n, names, body, args, bytes, n_args, 0);
+    return elementwise_of(p, tag, 0, n, names, body, args, n_args);
 }
 
 int elementwise_bias_rows_add(cuda_plan *p, int64_t rows, int64_t cols, rt_cuda_arg y, rt_cuda_arg b)
@@ -222,14 +204,5 @@ int elementwise_bias_rows_add(cuda_plan *p, int64_t rows, int64_t cols, rt_cuda_
     snprintf(body, sizeof body, "        ST(y[i], LD(y[i]) + LD(b[i %% %lldLL]));\n", (long long)cols);
     const rt_cuda_arg args[2] = { y, b };
     const int64_t bytes[2] = { dtype_bytes(y.dtype) * rows * cols, dtype_bytes(b.dtype) * cols };
-    return add_declared(p, "bias_rows_add", rows * cols, "y! b", body, args, bytes, 2, 1u << 1);
-}
-
-
-void cuda_fusable_free(cuda_plan *p)
-{
-    if (p->fusable)
-        free(p->fusable->parts);
-    free(p->fusable);
-    p->fusable = NULL;
+    return add_declared(p, "bias_rows_add", 1, rows * cols, "y! b", body, args, bytes, 2, 1u << 1);
 }

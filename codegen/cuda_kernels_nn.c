@@ -561,8 +561,9 @@ int lower_conv2d_backward(cuda_plan *p, const rt_op *op)
 /* maxpool: x (N,C,H,W) -> y (N,C,OH,OW), a thread per output; backward, a
  * thread per input pixel gathering the dy of the windows whose max it is,
  * in the CPU's (oh, ow) order. */
-int lower_maxpool(cuda_plan *p, const rt_op *op, int backward)
+int lower_maxpool(cuda_plan *p, const rt_op *op)
 {
+    int backward = op->op == OP_MAXPOOL_BACKWARD;
     const rt_tensor *x = &op->in[0];
     int64_t N = x->dim[0], C = x->dim[1], H = x->dim[2], W = x->dim[3];
     int64_t k = op->ints[ATTR_KERNEL], s = op->ints[ATTR_STRIDE] ? op->ints[ATTR_STRIDE] : k, pad = op->ints[ATTR_PAD];
@@ -601,8 +602,9 @@ int lower_maxpool(cuda_plan *p, const rt_op *op, int backward)
 
 /* global average pooling: x (N,C,HW) -> y (N,C), a thread per plane; the
  * backward spreads dy / HW over the plane. */
-int lower_avgpool(cuda_plan *p, const rt_op *op, int backward)
+int lower_avgpool(cuda_plan *p, const rt_op *op)
 {
+    int backward = op->op == OP_AVGPOOL_GLOBAL_BACKWARD;
     const rt_tensor *x = backward ? &op->out[0] : &op->in[0];
     int64_t NC = x->dim[0] * x->dim[1], HW = x->dim[2] * x->dim[3];
     char body[256];

@@ -28,7 +28,7 @@
 #include "../ir/ops.h"
 #include "../passes/passes.h"
 #include "cuda_kernels.h"
-#include "lower.h"
+#include "../passes/lower.h"
 #include "nvrtc.h"
 #include "fatbin.h"
 

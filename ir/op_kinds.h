@@ -3,13 +3,14 @@
 #ifndef FUSION_OP_KINDS_H
 #define FUSION_OP_KINDS_H
 
+#include "pointwise.h"
+
 typedef enum {
     OP_EMBEDDING,       /* (idx i32[..], table[V,C]) -> [..,C]                 */
     OP_POSITIONS,       /* (idx i32[..,T]) -> i32[..,T], each row 0..T-1       */
     OP_LINEAR,
     OP_MATMUL,
     OP_LAYERNORM,       /* (x[..,C], w[C], b[C]) eps -> [..,C]                 */
-    OP_GELU,            /* tanh approximation                                  */
     OP_ATTENTION,       /* (qkv[B,T,3C]) heads -> [B,T,C], causal; or
                            (q[B,T,H*D], k[B,T,KV*D], v[B,T,KV*D]) heads kv_heads
                            -> [B,T,H*D]: query head h reads kv head h/(H/KV)
@@ -17,11 +18,9 @@ typedef enum {
     OP_QKV_SPLIT,       /* (qkv[B,T,3C]) heads -> q,k,v [B,H,T,C/H]            */
     OP_MERGE_HEADS,     /* (y[B,H,T,D]) -> [B,T,H*D]                           */
     OP_SOFTMAX,         /* over the last axis; causal masks j > i              */
-    OP_ADD,             /* residual add, equal shapes                          */
     OP_CROSS_ENTROPY,   /* (logits[..,V], targets i32[..]) -> [] mean          */
     OP_CONV2D,          /* stride, pad                                         */
     OP_BATCHNORM,       /* (x[N,C,H,W], w[C], b[C]) eps; batch statistics      */
-    OP_RELU,
     OP_MAXPOOL,         /* kernel, stride, pad                                 */
     OP_AVGPOOL_GLOBAL,  /* [N,C,H,W] -> [N,C]                                  */
     OP_FLATTEN,         /* [N,...] -> [N,prod(...)]                            */
@@ -29,10 +28,12 @@ typedef enum {
     OP_ROPE,            /* (x[..,T,C]) heads base -> each head's D = C/heads
                            rotated by position t, its two halves as pairs
                            (Hugging Face Llama's rotate_half)                  */
-    OP_SILU,            /* x * sigmoid(x)                                      */
-    OP_MUL,             /* elementwise product, equal shapes                   */
     OP_SPLIT,           /* (x) axis -> n equal parts along axis (torch.chunk)  */
     OP_CONCAT,          /* (a, b, ...) axis -> one tensor along axis           */
+    /* gelu (tanh form), relu, silu, add, mul: pointwise.h's rows */
+#define FU_POINTWISE_ENUM(ENUM, ...) OP_##ENUM,
+    FU_POINTWISE_OPS(FU_POINTWISE_ENUM)
+#undef FU_POINTWISE_ENUM
 
     /* Backward ops, appended by the autodiff pass (not for model files).
      * Inputs: the forward inputs and outputs the rule needs (ops.c's
@@ -43,7 +44,6 @@ typedef enum {
     OP_LINEAR_BACKWARD,
     OP_MATMUL_BACKWARD,
     OP_LAYERNORM_BACKWARD,
-    OP_GELU_BACKWARD,
     OP_ATTENTION_BACKWARD,
     OP_QKV_SPLIT_BACKWARD,
     OP_MERGE_HEADS_BACKWARD,
@@ -51,16 +51,16 @@ typedef enum {
     OP_CROSS_ENTROPY_BACKWARD,
     OP_CONV2D_BACKWARD,
     OP_BATCHNORM_BACKWARD,
-    OP_RELU_BACKWARD,
     OP_MAXPOOL_BACKWARD,
     OP_AVGPOOL_GLOBAL_BACKWARD,
     OP_FLATTEN_BACKWARD,
     OP_RMSNORM_BACKWARD,
     OP_ROPE_BACKWARD,
-    OP_SILU_BACKWARD,
-    OP_MUL_BACKWARD,
     OP_SPLIT_BACKWARD,  /* (dy_0, ..., dy_n-1) -> dx: their concatenation     */
     OP_CONCAT_BACKWARD, /* (dy) -> every input's slice (op_def.bwd_all_inputs) */
+#define FU_POINTWISE_BACKWARD_ENUM(ENUM, name, arity, f0, f1, has, ...) FU_IF_BACKWARD_##has(OP_##ENUM##_BACKWARD,)
+    FU_POINTWISE_OPS(FU_POINTWISE_BACKWARD_ENUM)
+#undef FU_POINTWISE_BACKWARD_ENUM
     OP_FILL,            /* () value -> a tensor of that value (the loss seed)  */
     OP_COPY,            /* (x) -> a copy of x                                   */
 

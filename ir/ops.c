@@ -66,7 +66,30 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
     .shape = shape_fn, .flops_forward = flops_fn, .flops_backward = flops_zero,            \
     .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = OP_COUNT, .internal = 1
 
+
+/* The pointwise ops (pointwise.h): each row makes the op and, when its
+ * gradient is not the output's own, its backward op (inputs..., dy) ->
+ * the gradients `grads` asks for. */
+#define POINTWISE_IN_NAMES_1 { "x" }
+#define POINTWISE_IN_NAMES_2 { "a", "b" }
+#define POINTWISE_BWD_IN_NAMES_1 { "x", "dy" }
+#define POINTWISE_BWD_IN_NAMES_2 { "a", "b", "dy" }
+#define POINTWISE_BACKWARD_OF_0(ENUM) OP_COUNT
+#define POINTWISE_BACKWARD_OF_1(ENUM) OP_##ENUM##_BACKWARD
+#define POINTWISE_ROW(ENUM, nm, arity, f0, f1, has, FWD, D0, D1)                                              \
+    [OP_##ENUM] = { FORWARD(#nm, arity, arity, 1, arity == 1 ? shape_same_as_first : shape_add,                  \
+                            flops_per_element, flops_per_element_bwd,                                          \
+                            POINTWISE_BACKWARD_OF_##has(ENUM),                                                 \
+                            has ? (1u << arity) - 1 : 0, 0),                                                   \
+                    .in_names = POINTWISE_IN_NAMES_##arity, .elem_flops = { f0, f1 },                          \
+                    .pointwise = { arity, FU_TEXT FWD, { FU_TEXT D0, FU_TEXT D1 } } },                         \
+    FU_IF_BACKWARD_##has([OP_##ENUM##_BACKWARD] = {                                                           \
+        BACKWARD(#nm "_backward", OP_##ENUM, arity + 1, arity + 1, arity, flops_per_dy_element),               \
+        .in_names = POINTWISE_BWD_IN_NAMES_##arity, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) },  \
+        .pointwise = { arity, FU_TEXT FWD, { FU_TEXT D0, FU_TEXT D1 } } },)
+
 const op_def op_table[OP_COUNT] = {
+    FU_POINTWISE_OPS(POINTWISE_ROW)
     [OP_EMBEDDING] = { FORWARD("embedding", 2, 2, 1, shape_embedding, flops_embedding, flops_embedding_bwd,
                                OP_EMBEDDING_BACKWARD, OP_IN(0), 0),
                        .in_names = { "idx", "table" } },
@@ -82,9 +105,6 @@ const op_def op_table[OP_COUNT] = {
     [OP_LAYERNORM] = { FORWARD("layernorm", 3, 3, 1, shape_layernorm, flops_layernorm, flops_layernorm_bwd,
                                OP_LAYERNORM_BACKWARD, OP_IN(0) | OP_IN(1), 0),
                        .in_names = { "x", "w", "b" }, .n_attr_specs = 1, .attr_specs = { OPT_FLOAT(ATTR_EPS, 1e-5) } },
-    [OP_GELU] = { FORWARD("gelu", 1, 1, 1, shape_same_as_first, flops_gelu, flops_gelu_bwd,
-                          OP_GELU_BACKWARD, OP_IN(0), 0),
-                  .in_names = { "x" } },
     /* attention(qkv) or attention(q, k, v): shape_attention tells them apart. */
     [OP_ATTENTION] = { FORWARD("attention", 1, 3, 1, shape_attention, flops_attention, flops_attention_bwd,
                                OP_ATTENTION_BACKWARD, OP_IN(0) | OP_IN(1) | OP_IN(2), 0),
@@ -99,9 +119,6 @@ const op_def op_table[OP_COUNT] = {
     [OP_SOFTMAX] = { FORWARD("softmax", 1, 1, 1, shape_same_as_first, flops_softmax, flops_softmax_bwd,
                              OP_SOFTMAX_BACKWARD, 0, OP_IN(0)),
                      .in_names = { "x" }, .n_attr_specs = 1, .attr_specs = { OPT_INT(ATTR_CAUSAL, 0) } },
-    /* d(a+b): the output's gradient is each input's, no op needed. */
-    [OP_ADD] = { FORWARD("add", 2, 2, 1, shape_add, flops_elementwise_1, flops_zero, OP_COUNT, 0, 0),
-                 .in_names = { "a", "b" } },
     [OP_CROSS_ENTROPY] = { FORWARD("cross_entropy", 2, 2, 1, shape_cross_entropy, flops_cross_entropy,
                                    flops_cross_entropy_bwd, OP_CROSS_ENTROPY_BACKWARD, OP_IN(0) | OP_IN(1), 0),
                            .in_names = { "logits", "targets" } },
@@ -112,9 +129,6 @@ const op_def op_table[OP_COUNT] = {
     [OP_BATCHNORM] = { FORWARD("batchnorm", 3, 3, 1, shape_batchnorm, flops_layernorm, flops_layernorm_bwd,
                                OP_BATCHNORM_BACKWARD, OP_IN(0) | OP_IN(1), 0),
                        .in_names = { "x", "w", "b" }, .n_attr_specs = 1, .attr_specs = { OPT_FLOAT(ATTR_EPS, 1e-5) } },
-    [OP_RELU] = { FORWARD("relu", 1, 1, 1, shape_same_as_first, flops_elementwise_1, flops_elementwise_1,
-                          OP_RELU_BACKWARD, OP_IN(0), 0),
-                  .in_names = { "x" } },
     [OP_MAXPOOL] = { FORWARD("maxpool", 1, 1, 1, shape_maxpool, flops_maxpool, flops_elementwise_1,
                              OP_MAXPOOL_BACKWARD, OP_IN(0), 0),
                      .in_names = { "x" }, .n_attr_specs = 3,
@@ -127,8 +141,7 @@ const op_def op_table[OP_COUNT] = {
                      .in_names = { "x" } },
     /* Llama's ops.  Per-element costs: rmsnorm about 4 forward (square, sum,
      * scale, weight) and 10 backward; rope 3 (a rotation a pair: 6 per 2
-     * elements) both ways; silu 5 (exp, add, divide, multiply) and 8; mul 1
-     * and 2 (a product for each input's gradient). */
+     * elements) both ways. */
     [OP_RMSNORM] = { FORWARD("rmsnorm", 2, 2, 1, shape_rmsnorm, flops_per_element, flops_per_element_bwd,
                              OP_RMSNORM_BACKWARD, OP_IN(0) | OP_IN(1), 0),
                      .in_names = { "x", "w" }, .n_attr_specs = 1, .attr_specs = { OPT_FLOAT(ATTR_EPS, 1e-6) },
@@ -137,12 +150,6 @@ const op_def op_table[OP_COUNT] = {
                           OP_ROPE_BACKWARD, 0, 0),
                   .in_names = { "x" }, .n_attr_specs = 2,
                   .attr_specs = { REQ_INT(ATTR_HEADS), OPT_FLOAT(ATTR_BASE, 10000.0) }, .elem_flops = { 3, 3 } },
-    [OP_SILU] = { FORWARD("silu", 1, 1, 1, shape_same_as_first, flops_per_element, flops_per_element_bwd,
-                          OP_SILU_BACKWARD, OP_IN(0), 0),
-                  .in_names = { "x" }, .elem_flops = { 5, 8 } },
-    [OP_MUL] = { FORWARD("mul", 2, 2, 1, shape_add, flops_per_element, flops_per_element_bwd,
-                         OP_MUL_BACKWARD, OP_IN(0) | OP_IN(1), 0),
-                 .in_names = { "a", "b" }, .elem_flops = { 1, 2 } },
     [OP_SPLIT] = { FORWARD_OUTS("split", 1, 1, 2, IR_MAX_OUT, shape_split, flops_zero, flops_zero,
                                 OP_SPLIT_BACKWARD, 0, 0),
                    .in_names = { "x" }, .n_attr_specs = 1,
@@ -163,8 +170,6 @@ const op_def op_table[OP_COUNT] = {
     [OP_LAYERNORM_BACKWARD] = { BACKWARD("layernorm_backward", OP_LAYERNORM, 3, 3, 3, flops_dy_elements_16),
                                 .in_names = { "x", "w", "dy" }, .n_attr_specs = 2,
                                 .attr_specs = { REQ_INT(ATTR_GRADS), OPT_FLOAT(ATTR_EPS, 1e-5) } },
-    [OP_GELU_BACKWARD] = { BACKWARD("gelu_backward", OP_GELU, 2, 2, 1, flops_dy_elements_16),
-                           .in_names = { "x", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
     [OP_ATTENTION_BACKWARD] = { BACKWARD("attention_backward", OP_ATTENTION, 2, 4, 3, flops_attention_backward),
                                 .in_names = { "qkv", "k", "v", "dy" }, .n_attr_specs = 3,
                                 .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_HEADS), OPT_INT(ATTR_KV_HEADS, 0) } },
@@ -186,8 +191,6 @@ const op_def op_table[OP_COUNT] = {
     [OP_BATCHNORM_BACKWARD] = { BACKWARD("batchnorm_backward", OP_BATCHNORM, 3, 3, 3, flops_dy_elements_16),
                                 .in_names = { "x", "w", "dy" }, .n_attr_specs = 2,
                                 .attr_specs = { REQ_INT(ATTR_GRADS), OPT_FLOAT(ATTR_EPS, 1e-5) } },
-    [OP_RELU_BACKWARD] = { BACKWARD("relu_backward", OP_RELU, 2, 2, 1, flops_dy_elements_1),
-                           .in_names = { "x", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
     [OP_MAXPOOL_BACKWARD] = { BACKWARD("maxpool_backward", OP_MAXPOOL, 2, 2, 1, flops_output_elements),
                               .in_names = { "x", "dy" }, .n_attr_specs = 4,
                               .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_KERNEL), OPT_INT(ATTR_STRIDE, 0),
@@ -203,10 +206,6 @@ const op_def op_table[OP_COUNT] = {
     [OP_ROPE_BACKWARD] = { BACKWARD("rope_backward", OP_ROPE, 1, 1, 1, flops_per_dy_element),
                            .in_names = { "dy" }, .n_attr_specs = 3,
                            .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_HEADS), OPT_FLOAT(ATTR_BASE, 10000.0) } },
-    [OP_SILU_BACKWARD] = { BACKWARD("silu_backward", OP_SILU, 2, 2, 1, flops_per_dy_element),
-                           .in_names = { "x", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
-    [OP_MUL_BACKWARD] = { BACKWARD("mul_backward", OP_MUL, 3, 3, 2, flops_per_dy_element),
-                          .in_names = { "a", "b", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
     [OP_SPLIT_BACKWARD] = { BACKWARD("split_backward", OP_SPLIT, 2, IR_MAX_OUT, 1, flops_zero),
                             .in_names = { "dy0", "dy1", "dy2", "dy3" }, .n_attr_specs = 2,
                             .attr_specs = { REQ_INT(ATTR_GRADS), OPT_INT(ATTR_AXIS, -1) } },

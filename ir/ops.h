@@ -67,6 +67,15 @@ typedef struct {
      * the input gradients backward.  A new elementwise or normalising op
      * states two numbers here instead of writing two cost functions. */
     double      elem_flops[2];
+    /* A pointwise op (pointwise.h) and its backward: inputs (1 or 2; 0: not
+     * pointwise), and the row's formulas as C text, for the back ends that
+     * generate code (CUDA): y of x (and z); the gradients of x and z, of
+     * x, z and dy. */
+    struct {
+        int         inputs;
+        const char *forward;
+        const char *gradient[2];
+    } pointwise;
 } op_def;
 
 extern const op_def op_table[OP_COUNT];

@@ -31,8 +31,7 @@
 #include <stdint.h>
 
 #include "../frontend/cluster.h"
-
-#define ALLREDUCE_MAX_GROUPED 63
+#include "../runtime/comm/allreduce_wire.h"   /* groups, leaders, row width: the wire's conventions */
 
 /* The link between devices a and b: bandwidth (bytes/s) and latency (s). */
 typedef void (*allreduce_link_fn)(const void *ctx, int32_t a, int32_t b, double *bw, double *lat);
@@ -80,7 +79,6 @@ void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *u
  * rate: the codec's measured speed, fp32 bytes encoded and decoded a
  * second on one core (build/bench/bench_topk, rows of 512 to nearest, on
  * the 2-core AMD EPYC of session 12: 1.58 GB/s at 8 bits, 1.00 at 4). */
-#define ALLREDUCE_QUANT_COLS        512
 #define ALLREDUCE_QUANT_RATE_8BIT   1.5e9
 #define ALLREDUCE_QUANT_RATE_4BIT   1.0e9
 /* 4 bits only where they shorten the all-reduce by 10% or more against 8:
@@ -156,14 +154,6 @@ static inline int32_t allreduce_bucket_count(double ar, double latency, double b
 static inline double allreduce_exposed_seconds(double ar, double latency, double backward, double bytes)
 {
     return allreduce_exposed_with((double)allreduce_bucket_count(ar, latency, backward, bytes), ar, latency, backward);
-}
-
-/* Replica r's group: its first replica (its leader), from the mask. */
-static inline int32_t allreduce_leader_of(int64_t groups, int32_t r)
-{
-    while (r > 0 && !(groups >> r & 1))
-        r--;
-    return r;
 }
 
 #endif

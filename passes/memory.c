@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codegen/lower.h"
+#include "lower.h"
 #include "../ir/ops.h"
 #include "passes.h"
 

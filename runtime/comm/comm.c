@@ -10,7 +10,7 @@
 
 #include "../../ir/op_kinds.h"
 #include "../../ir/ir.h"
-#include "../../passes/allreduce_plan.h"
+#include "allreduce_wire.h"
 #include "../cpu/half.h"
 #include "hub.h"
 #include "quant.h"
@@ -683,7 +683,7 @@ static int ring_allreduce(rt_comm *c, const ring *rg, float *x, int64_t n, int32
     return 0;
 }
 
-/* The hierarchy (passes/allreduce_plan.h): groups' bit q set = replica q
+/* The hierarchy (allreduce_wire.h): groups' bit q set = replica q
  * leads a new group.  A ring sum inside this replica's group; a ring among
  * the leaders that sums the groups' sums and divides by R; each leader
  * sends the result to its members.  The members of a group copy their

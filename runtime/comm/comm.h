@@ -7,7 +7,7 @@
  * ring (reduce-scatter, then all-gather: every replica ends with the same
  * bits), or when the op's `groups` says so hierarchically: a ring inside
  * each region's run of replicas, a ring among their leaders, the result
- * sent back by each leader (passes/allreduce_plan.h; the same bits on
+ * sent back by each leader (allreduce_wire.h; the same bits on
  * every replica too).  Messages are tagged (kind, step, micro-batch, tensor id) and
  * travel through the hub (comm/hub.h): sends return at once, receives wait
  * for their exact message, a dead peer is reported by timeout.

@@ -27,7 +27,7 @@ typedef struct {
     int32_t ready;              /* launched once ops up to this index have run;
                                    INT32_MAX: only in rt_overlap_finish          */
     int32_t tag;                /* its messages' tensor id: the first member's    */
-    int64_t groups;             /* the ring (0) or the hierarchy (allreduce_plan.h) */
+    int64_t groups;             /* the ring (0) or the hierarchy (allreduce_wire.h) */
     int     bits;               /* 0, or the quantised exchange's bits ...          */
     rt_quant_feedback fb;       /* ... and its feedback, kept across steps           */
     int64_t floats;

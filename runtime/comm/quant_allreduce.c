@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../passes/allreduce_plan.h"
+#include "allreduce_wire.h"
 #include "hub.h"
 #include "quant.h"
 

@@ -64,6 +64,8 @@
 
 #include <stdint.h>
 
+#include "../../ir/pointwise.h"
+
 /* ---- threads (threads.c) --------------------------------------------- */
 
 /* Use n threads (n >= 1) for both OpenMP loops and OpenBLAS products. */
@@ -141,30 +143,38 @@ void rmsnorm_forward(float *y, const float *x, const float *w, int64_t N, int64_
 void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
                       int64_t N, int64_t C, float eps);
 
-/* ---- elementwise (elementwise.c): all over n contiguous floats -------- */
+/* ---- pointwise (pointwise.c, from ir/pointwise.h's rows) --------------- */
 
-/* y = 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))), as
- * torch.nn.functional.gelu(x, approximate='tanh'). */
-void gelu_forward(float *y, const float *x, int64_t n);
-void gelu_backward(float *dx, const float *dy, const float *x, int64_t n);
+/* Over n contiguous floats; y may alias an input (element i is read before
+ * it is written).  A one-input op X of pointwise.h has
+ *     void X_forward(float *y, const float *x, int64_t n);
+ *     void X_backward(float *dx, const float *dy, const float *x, int64_t n);
+ * a two-input one
+ *     void X_forward(float *c, const float *a, const float *b, int64_t n);
+ *     void X_backward(float *da, float *db, const float *dy, const float *a, const float *b, int64_t n);
+ * (either gradient NULL: not wanted).  add's backward is the identity, da =
+ * db = dc: no kernel, the caller reuses dc.  gelu is
+ * torch.nn.functional.gelu(x, approximate='tanh'); relu's gradient is 0 at
+ * x == 0, like torch's. */
+#define FU_CPU_POINTWISE_FORWARD_1(nm) void nm##_forward(float *y, const float *x, int64_t n);
+#define FU_CPU_POINTWISE_BACKWARD_1(nm) void nm##_backward(float *dx, const float *dy, const float *x, int64_t n);
+#define FU_CPU_POINTWISE_FORWARD_2(nm) void nm##_forward(float *c, const float *a, const float *b, int64_t n);
+#define FU_CPU_POINTWISE_BACKWARD_2(nm)                                                                        \
+    void nm##_backward(float *da, float *db, const float *dy, const float *a, const float *b, int64_t n);
+#define FU_CPU_POINTWISE_DECLS(ENUM, nm, arity, f0, f1, has, ...)                                               \
+    FU_CPU_POINTWISE_FORWARD_##arity(nm) FU_IF_BACKWARD_##has(FU_CPU_POINTWISE_BACKWARD_##arity(nm))
+FU_POINTWISE_OPS(FU_CPU_POINTWISE_DECLS)
+#undef FU_CPU_POINTWISE_DECLS
 
-/* y = max(x, 0) ; dx = dy where x > 0, else 0 (0 at x == 0, like torch). */
-void relu_forward(float *y, const float *x, int64_t n);
-void relu_backward(float *dx, const float *dy, const float *x, int64_t n);
-
-/* c = a + b (the residual add; c may alias a or b). Its backward is the
- * identity, da = db = dc: no kernel, the caller reuses dc (or copies it). */
-void add_forward(float *c, const float *a, const float *b, int64_t n);
+/* The kernel of `op`, a pointwise op of pointwise.h or its backward, over
+ * n floats: forward, out[0] from in[0] (and in[1]); backward, out[k] (NULL:
+ * not wanted) the gradient of input k from in[0] (and in[1]) and dy, the
+ * last input.  -1 for any other op. */
+int pointwise_run(int op, float *const out[2], const float *const in[3], int64_t n);
 
 /* y = x. Also flatten/reshape, which on contiguous data is a copy; the
- * backward is the same copy, dx = dy. */
+ * backward is the same copy, dx = dy (elementwise.c). */
 void copy_forward(float *y, const float *x, int64_t n);
-
-// Llama's: x, y are (n)
-void silu_forward(float *y, const float *x, int64_t n);
-void silu_backward(float *dx, const float *dy, const float *x, int64_t n);
-void mul_forward(float *c, const float *a, const float *b, int64_t n);
-void mul_backward(float *da, float *db, const float *dy, const float *a, const float *b, int64_t n);
 
 /* ---- rotary embedding, split and concat (rope.c) ----------------------- */
 

@@ -124,16 +124,41 @@ static void place(cuda_case *c)
     c->arena_bytes = at + 64;
 }
 
+/* Every pointwise op of ir/pointwise.h and its backward, from the table:
+ * a row added there is checked here with no line of its own.  The forward
+ * over 3x333 elements; the backward over 1001 with every gradient, and a
+ * two-input op's with the second gradient only. */
+static void pointwise_cases(case_list *l)
+{
+    for (int k = 0; k < OP_COUNT; k++) {
+        const op_def *d = &op_table[k];
+        if (!d->pointwise.inputs || d->forward_of != OP_COUNT)
+            continue;
+        char label[64];
+        snprintf(label, sizeof label, "%s 3x333", d->name);
+        cuda_case *c = add(l, k, label);
+        for (int i = 0; i < d->pointwise.inputs; i++)
+            in(c, S2(3, 333));
+        out(c, S2(3, 333));
+        if (d->backward == OP_COUNT)
+            continue;
+        for (int only_last = 0; only_last <= (d->pointwise.inputs == 2); only_last++) {
+            snprintf(label, sizeof label, "%s 1001%s", op_table[d->backward].name, only_last ? " last grad only" : "");
+            c = add(l, d->backward, label);
+            for (int i = 0; i <= d->pointwise.inputs; i++)   /* the inputs, then dy */
+                in(c, S1(1001));
+            int grads = only_last ? 1 << (d->pointwise.inputs - 1) : (1 << d->pointwise.inputs) - 1;
+            for (int g = grads; g; g &= g - 1)
+                out(c, S1(1001));
+            c->op.ints[ATTR_GRADS] = grads;
+        }
+    }
+}
+
 static void elementwise_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_GELU, "gelu 3x333"); in(c, S2(3, 333)); out(c, S2(3, 333));
-    c = add(l, OP_GELU_BACKWARD, "gelu_backward 3x333"); in(c, S2(3, 333)); in(c, S2(3, 333)); out(c, S2(3, 333));
-    c->op.ints[ATTR_GRADS] = 1;
-    c = add(l, OP_RELU, "relu 1001"); in(c, S1(1001)); out(c, S1(1001));
-    c = add(l, OP_RELU_BACKWARD, "relu_backward 1001"); in(c, S1(1001)); in(c, S1(1001)); out(c, S1(1001));
-    c->op.ints[ATTR_GRADS] = 1;
-    c = add(l, OP_ADD, "add 7x77"); in(c, S2(7, 77)); in(c, S2(7, 77)); out(c, S2(7, 77));
+    pointwise_cases(l);
     c = add(l, OP_COPY, "copy 517"); in(c, S1(517)); out(c, S1(517));
     c = add(l, OP_FLATTEN, "flatten 2x3x5x7"); in(c, S4(2, 3, 5, 7)); out(c, S2(2, 105));
     c = add(l, OP_FILL, "fill 259"); out(c, S1(259)); c->op.floats[ATTR_VALUE] = 1.25;
@@ -293,15 +318,6 @@ static void llama_cases(case_list *l)
     c->op.ints[ATTR_HEADS] = 3; c->op.ints[ATTR_GRADS] = 1;
     c = add(l, OP_ROPE_BACKWARD, "rope_backward 1x300x12 h1 base 5e5"); in(c, S3(1, 300, 12));
     out(c, S3(1, 300, 12)); c->op.ints[ATTR_HEADS] = 1; c->op.floats[ATTR_BASE] = 500000.0; c->op.ints[ATTR_GRADS] = 1;
-
-    c = add(l, OP_SILU, "silu 3x333"); in(c, S2(3, 333)); out(c, S2(3, 333));
-    c = add(l, OP_SILU_BACKWARD, "silu_backward 3x333"); in(c, S2(3, 333)); in(c, S2(3, 333)); out(c, S2(3, 333));
-    c->op.ints[ATTR_GRADS] = 1;
-    c = add(l, OP_MUL, "mul 7x77"); in(c, S2(7, 77)); in(c, S2(7, 77)); out(c, S2(7, 77));
-    c = add(l, OP_MUL_BACKWARD, "mul_backward 7x77"); in(c, S2(7, 77)); in(c, S2(7, 77)); in(c, S2(7, 77));
-    out(c, S2(7, 77)); out(c, S2(7, 77)); c->op.ints[ATTR_GRADS] = 3;
-    c = add(l, OP_MUL_BACKWARD, "mul_backward 1001 db only"); in(c, S1(1001)); in(c, S1(1001)); in(c, S1(1001));
-    out(c, S1(1001)); c->op.ints[ATTR_GRADS] = 2;
 
     c = add(l, OP_SPLIT, "split 2x5x12 axis -1 in 3"); in(c, S3(2, 5, 12));
     out(c, S3(2, 5, 4)); out(c, S3(2, 5, 4)); out(c, S3(2, 5, 4));

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../codegen/lower.h"
+#include "../../passes/lower.h"
 
 typedef struct {
     ir_graph *g;

@@ -400,7 +400,7 @@ static void test_text_parse_errors_name_line_expected_and_found(void)
     PARSE_ERROR("fusion-ir 1\n", 1, "expected 'model' and the model name, found end of file");
     PARSE_ERROR("fusion-ir 1\ninput x : f32[2]\n", 2, "expected 'model' and the model name, found 'input'");
     PARSE_ERROR(HEAD "node a = frobnicate(x) -> y : f32[2]\n", 4,
-                "expected an op (embedding, positions, linear, matmul, layernorm, gelu");
+                "expected an op (embedding, positions, linear, matmul, layernorm, attention");
     PARSE_ERROR(HEAD "node a = frobnicate(x) -> y : f32[2]\n", 4, "found 'frobnicate'");
     PARSE_ERROR(HEAD "node a = gelu(nope) -> y : f32[2]\n", 4, "unknown value 'nope'");
     PARSE_ERROR(HEAD "input z : f64[2]\n", 4, "expected a dtype (f32, i32, f16, bf16), found 'f64'");

@@ -1,8 +1,10 @@
 /* lower.h: IR node -> rt_op, the runtime's form of one scheduled op.
  *
- * The code generator lowers each node placed on a device with the arena
- * offsets the memory pass chose, and embeds the results; tests lower whole
- * graphs the same way to execute them.
+ * The memory pass lowers each node to size its scratch from the runtime's
+ * kernel table (runtime/exec.h: rt_op_workspace_floats); the code generator
+ * lowers each node placed on a device with the arena offsets the memory
+ * pass chose, and embeds the results; tests lower whole graphs the same way
+ * to execute them.  Here, below codegen, because the memory pass needs it.
  */
 #ifndef FUSION_LOWER_H
 #define FUSION_LOWER_H

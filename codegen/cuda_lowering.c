@@ -1,0 +1,103 @@
+/* cuda_lowering.c: the CUDA back end as a table indexed by op: each op's
+ * lowering (its kernels and steps: cuda_kernels*.c, cuda_pointwise.c), and
+ * cuda_plan_add_op, which looks it up.  Which kernels may fuse is the
+ * kernels' own business (elementwise_of): the pointwise ops' are fusable.
+ * tests/unit/test_op_tables.c checks that no op lacks a row. */
+#include "cuda_kernels_internal.h"
+
+#include "../ir/ops.h"
+
+typedef struct {
+    int (*lower)(cuda_plan *p, const rt_op *op);
+} cuda_lowering;
+
+#define POINTWISE_ROWS(ENUM, nm, arity, f0, f1, has, ...)                                                      \
+    [OP_##ENUM] = { lower_pointwise },                                                                          \
+    FU_IF_BACKWARD_##has([OP_##ENUM##_BACKWARD] = { lower_pointwise_backward },)
+
+static const cuda_lowering cuda_lowerings[] = {
+    [OP_EMBEDDING]               = { lower_embedding },
+    [OP_EMBEDDING_BACKWARD]      = { lower_embedding_backward },
+    [OP_POSITIONS]               = { lower_positions },
+    [OP_LINEAR]                  = { lower_linear },
+    [OP_LINEAR_BACKWARD]         = { lower_linear_backward },
+    [OP_MATMUL]                  = { lower_matmul },
+    [OP_MATMUL_BACKWARD]         = { lower_matmul },
+    [OP_CONV2D]                  = { lower_conv2d },
+    [OP_CONV2D_BACKWARD]         = { lower_conv2d_backward },
+    [OP_MAXPOOL]                 = { lower_maxpool },
+    [OP_MAXPOOL_BACKWARD]        = { lower_maxpool },
+    [OP_AVGPOOL_GLOBAL]          = { lower_avgpool },
+    [OP_AVGPOOL_GLOBAL_BACKWARD] = { lower_avgpool },
+    [OP_LAYERNORM]               = { lower_layernorm },
+    [OP_LAYERNORM_BACKWARD]      = { lower_layernorm_backward },
+    [OP_RMSNORM]                 = { lower_rmsnorm },
+    [OP_RMSNORM_BACKWARD]        = { lower_rmsnorm_backward },
+    [OP_BATCHNORM]               = { lower_batchnorm },
+    [OP_BATCHNORM_BACKWARD]      = { lower_batchnorm_backward },
+    [OP_SOFTMAX]                 = { lower_softmax },
+    [OP_SOFTMAX_BACKWARD]        = { lower_softmax_backward },
+    [OP_ATTENTION]               = { lower_attention },
+    [OP_ATTENTION_BACKWARD]      = { lower_attention_backward },
+    [OP_ROPE]                    = { lower_rope },
+    [OP_ROPE_BACKWARD]           = { lower_rope },
+    [OP_QKV_SPLIT]               = { lower_qkv_split },
+    [OP_QKV_SPLIT_BACKWARD]      = { lower_qkv_split },
+    [OP_MERGE_HEADS]             = { lower_merge_heads },
+    [OP_MERGE_HEADS_BACKWARD]    = { lower_merge_heads },
+    [OP_SPLIT]                   = { lower_split_concat },
+    [OP_SPLIT_BACKWARD]          = { lower_split_concat },
+    [OP_CONCAT]                  = { lower_split_concat },
+    [OP_CONCAT_BACKWARD]         = { lower_split_concat },
+    [OP_FLATTEN]                 = { lower_copy },
+    [OP_FLATTEN_BACKWARD]        = { lower_copy },
+    [OP_COPY]                    = { lower_copy },
+    FU_POINTWISE_OPS(POINTWISE_ROWS)
+    [OP_CROSS_ENTROPY]           = { lower_cross_entropy },
+    [OP_CROSS_ENTROPY_BACKWARD]  = { lower_cross_entropy_backward },
+    [OP_FILL]                    = { lower_fill },
+    [OP_LR_SCHEDULE]             = { lower_lr_schedule },
+    [OP_SUM_SQUARES]             = { lower_sum_squares },
+    [OP_CLIP_SCALE]              = { lower_clip_scale },
+    [OP_ADAMW]                   = { lower_adamw },
+    [OP_SGD]                     = { lower_sgd },
+    /* Messages: a host step; the step loop runs them (runtime/cuda/cuda.c). */
+    [OP_SEND]                    = { lower_host },
+    [OP_RECV]                    = { lower_host },
+    [OP_ALLREDUCE]               = { lower_host },
+};
+/* The last op has its row (one appended without a row fails here); that
+ * every op has one is tests/unit/test_op_tables.c's. */
+_Static_assert(sizeof cuda_lowerings / sizeof cuda_lowerings[0] == OP_COUNT, "one CUDA row per op");
+
+int cuda_op_has_lowering(int32_t op) { return op >= 0 && op < OP_COUNT && cuda_lowerings[op].lower != NULL; }
+
+int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err)
+{
+    if (plan_grow((void **)&p->ops, &p->cap_ops, p->n_ops + 1, sizeof *p->ops))
+        return diag_set(err, op->name, op->line, "out of memory generating CUDA kernels");
+    int32_t first = p->n_steps;
+    const cuda_lowering *row = op->op >= 0 && op->op < OP_COUNT ? &cuda_lowerings[op->op] : NULL;
+    if (!row || !row->lower)
+        return diag_set(err, op->name, op->line, "op '%s': %s has no CUDA kernel", op->name,
+                        row ? op_table[op->op].name : "this op kind");
+    int rc = row->lower(p, op);
+    if (rc == -2)
+        return diag_set(err, op->name, op->line,
+                        "op '%s' (%s): sizes the CUDA kernels do not take yet (attention: T <= 6144; convolution, "
+                        "and products of 16-bit tensors with f32 ones: a workspace from the memory pass)", op->name,
+                        op_table[op->op].name);
+    if (rc == -3)
+        return diag_set(err, op->name, op->line,
+                        "internal error: op '%s' (%s): a matrix product of operands cuBLAS does not multiply together "
+                        "(%s by %s)", op->name, op_table[op->op].name, ctype(op->in[0].dtype), ctype(op->in[1].dtype));
+    if (rc == -4)
+        return diag_set(err, op->name, op->line, "op '%s' (%s): its CUDA kernel takes f32 tensors only, and this one "
+                        "has a 16-bit one", op->name, op_table[op->op].name);
+    if (rc || p->oom)
+        return diag_set(err, op->name, op->line, "out of memory generating CUDA kernels for op '%s'", op->name);
+    p->ops[p->n_ops].first = first;
+    p->ops[p->n_ops].count = p->n_steps - first;
+    p->n_ops++;
+    return 0;
+}
