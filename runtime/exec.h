@@ -4,8 +4,9 @@
  * op kind, where each input and output lives in the device's arena (byte
  * offsets) with its dims, the scratch offset, and the attributes by key.
  * The generated program is a straight line of rt_op_run calls over constant
- * rt_ops; tests run the same calls.  rt_op_run is the one place that maps
- * an op onto its kernel in cpu/kernels.h.
+ * rt_ops; tests run the same calls.  rt_op_run (step.c) hands a message to
+ * the comm layer and any other op to the CPU executor (exec.c), which
+ * finds its kernel in the CPU back end's table (cpu/op_table.h).
  *
  * What it deliberately is not: a graph.  The runtime sees one op at a time,
  * in the order the compiler chose.
@@ -94,9 +95,20 @@ void rt_pace_settle(rt_context *ctx);
  * its estimate earns no credit.  Used by rt_op_run and the CUDA backend. */
 void rt_pace_op(rt_context *ctx, double est_seconds, double took);
 
-/* Run op on the arena.  Returns 0, or -1 with ctx->msg set (a token id or
- * target out of range: bad input data, not a compiler bug). */
+/* Run op on the arena (step.c): a message through the comm layer, any
+ * other op on its CPU kernel.  Returns 0, or -1 with ctx->msg set (a token
+ * id or target out of range: bad input data, not a compiler bug; a peer
+ * lost). */
 int rt_op_run(const rt_op *op, char *arena, rt_context *ctx);
+
+/* The CPU executor (exec.c): op, not a message, on its kernel of
+ * cpu/op_table.h, 16-bit tensors widened around it.  0, or -1 with ctx->msg. */
+int rt_cpu_run(const rt_op *op, char *arena, rt_context *ctx);
+
+/* The gradient bucket the comm layer holds, reduced now (comm/overlap.h):
+ * the step loop does it before every op but an all-reduce, and a CUDA
+ * device after an all-reduce it ran at once.  0, or -1 with ctx->msg. */
+int rt_step_flush_buckets(rt_context *ctx);
 
 /* The op's scratch in the arena (ws_offset), one layout for both backends,
  * each piece 64-byte aligned:

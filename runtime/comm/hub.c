@@ -26,6 +26,7 @@
  */
 #define _GNU_SOURCE   /* pipe2; before any system header */
 #include "comm/hub.h"
+#include "le_bytes.h"
 #include "comm/wire_util.h"
 #include "comm/stop_table.h"
 
@@ -95,8 +96,6 @@ static int64_t realtime_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
 static void wake(hub_link *k) {
     if (k->wake[1] >= 0) {

@@ -1,6 +1,7 @@
 /* seal.c: see seal.h. */
 #define _GNU_SOURCE
 #include "comm/seal.h"
+#include "le_bytes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -89,8 +90,6 @@ int fu_secret_write(const char *path, const uint8_t secret[FU_SECRET_BYTES], cha
 
 enum { HS_MAGIC = 0, HS_FLAGS = 4, HS_PK = 8, HS_SELF = 40, HS_PEER = 104, HS_BUILD = 168, HS_EPOCH = 176 };
 
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
 void fu_hs_start(fu_hs *hs, const fu_link_auth *a, const char *expect_peer)
 {

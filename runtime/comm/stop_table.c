@@ -1,5 +1,6 @@
 /* stop_table.c: see stop_table.h. */
 #include "comm/stop_table.h"
+#include "le_bytes.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,10 +51,6 @@ void stop_table_enter(stop_table *t, int32_t d, int64_t step, int32_t code)
 
 size_t stop_table_bytes(const stop_table *t) { return 8 + (size_t)t->n * ENTRY_BYTES; }
 
-static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint32_t get32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
 void stop_table_encode(const stop_table *t, uint8_t *out)
 {

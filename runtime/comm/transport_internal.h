@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "comm/seal.h"
+#include "le_bytes.h"
 #include "comm/transport.h"
 #include "comm/wire_util.h"
 
@@ -92,11 +93,7 @@ struct fu_link {
 };
 
 static inline void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static inline void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static inline void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
 static inline uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static inline uint32_t get32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static inline uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
 enum { OFF_MAGIC = 0, OFF_VERSION = 4, OFF_KIND = 6, OFF_STEP = 8, OFF_MB = 16, OFF_TENSOR = 20,
        OFF_CODEC = 24, OFF_FRAME = 28, OFF_LENGTH = 32, OFF_SEQ = 40, OFF_CHECKSUM = 48, OFF_DELIVER = 56 };

@@ -148,21 +148,21 @@ static void test_fence_opfence_schedules_1024_devices_within_10_s(void)
     opt.cluster = &c;
     opt.micro_batches = 4;
     opt.plan_out = &plan;
-    double t0 = now_seconds();
+    double t0 = now_seconds(), w0 = work_seconds();
     int rc = pass_fence(&g, &opt, &err);
-    double t1 = now_seconds();
+    double t1 = now_seconds(), w1 = work_seconds();
     if (rc)
         fprintf(stderr, "  %s:%d: %s\n", err.file, err.line, err.msg);
     CHECK_INT(0, rc);
     opt.scheduler = "uniform";
     opt.plan_out = &flat;
     CHECK_INT(0, pass_fence(&g, &opt, &err));
-    printf("synthetic 1024 devices (64 sites), GPT-2 small: opfence placed it in %.2f s (%d fences): %d stages x %d "
-           "replicas, estimated step %.1f ms; uniform %d stages, %.1f ms\n",
-           t1 - t0, plan.n_fences, plan.n_stages, plan.n_replicas, plan.step_seconds * 1e3, flat.n_stages,
+    printf("synthetic 1024 devices (64 sites), GPT-2 small: opfence placed it in %.2f s of work (%.2f s wall; %d "
+           "fences): %d stages x %d replicas, estimated step %.1f ms; uniform %d stages, %.1f ms\n",
+           w1 - w0, t1 - t0, plan.n_fences, plan.n_stages, plan.n_replicas, plan.step_seconds * 1e3, flat.n_stages,
            flat.step_seconds * 1e3);
 #if OPTIMISED_BUILD
-    CHECK(t1 - t0 <= 10.0);
+    CHECK(w1 - w0 <= 10.0);
 #endif
     CHECK(plan.n_fences >= 64);
     CHECK(plan.n_stages >= 1 && plan.n_stages * plan.n_replicas <= 1024);

@@ -264,20 +264,20 @@ static void test_gcma_schedules_1024_devices_within_10_s(void)
 #if !OPTIMISED_BUILD
         cfg.work_budget /= 6;   /* -O0 and sanitizers run it many times slower; the limit is for optimised builds */
 #endif
-        double t0 = now_seconds();
+        double t0 = now_seconds(), w0 = work_seconds();
         CHECK_INT(0, gcma_links_init(&links, 1024, synthetic_link, &s));
         CHECK_INT(0, gcma_problem_init(&p, &links, S, R, c_a, c_g));
         CHECK_INT(0, gcma_search(&p, &cfg, &ga));
-        double t1 = now_seconds();
+        double t1 = now_seconds(), w1 = work_seconds();
         cfg.random_samples = ga.population + ga.trials;   /* as many evaluations as the search made */
         CHECK_INT(0, gcma_random(&p, &cfg, &rnd));
-        printf("synthetic 1024 devices, %d x %d: scheduled in %.2f s (population %d, %d trials): gcma %.3f s, "
-               "random placement (best of %d) %.3f s\n",
-               S, R, t1 - t0, ga.population, ga.trials, ga.cost, cfg.random_samples, rnd.cost);
+        printf("synthetic 1024 devices, %d x %d: scheduled in %.2f s of work (%.2f s wall; population %d, %d "
+               "trials): gcma %.3f s, random placement (best of %d) %.3f s\n",
+               S, R, w1 - w0, t1 - t0, ga.population, ga.trials, ga.cost, cfg.random_samples, rnd.cost);
 #if OPTIMISED_BUILD
-        CHECK(t1 - t0 <= 10.0);
+        CHECK(w1 - w0 <= 10.0);
 #else
-        (void)t1;
+        (void)w1;
 #endif
         CHECK(ga.cost < rnd.cost);
         check_plan_shape(&p, &ga);
