@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../runtime/atomic_file.h"
 #include "../ir/folders.h"
 #include "../ir/ops.h"
 #include "../passes/allreduce_plan.h"
@@ -92,12 +93,11 @@ static int32_t value_stage_of(const ir_graph *g, int32_t v)
 static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int32_t stage, int64_t arena,
                                const char *path, struct diag *err)
 {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return diag_set(err, path, 0, "path too long");
-    FILE *f = fopen(tmp, "w");
+    atomic_file af;
+    char why[FU_PATH_BYTES + 200];
+    FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
-        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
+        return diag_set(err, path, 0, "%s", why);
     fprintf(f, "model      %s\ndevice     %s (%s, %d threads)\nstage      %d of %d (%d replicas, %d micro-batches)\n"
             "arena      %lld bytes\n", ir_str(g, g->name), dev->name, dev->kind == DEVICE_CPU ? "cpu" : "cuda",
             dev->threads, stage, g->placement.n_stages, g->placement.n_replicas, g->placement.micro_batches,
@@ -117,11 +117,8 @@ static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int
         fprintf(f, "%-6s %s %s%s at %lld\n", ir_role_name(val->role), ir_value_name(g, v), ir_dtype_name(val->dtype),
                 ir_shape_str(&val->shape, shape, sizeof shape), (long long)val->offset);
     }
-    int ok = fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return diag_set(err, path, 0, "cannot write the manifest");
-    }
+    if (atomic_commit(&af, 0, why, sizeof why))
+        return diag_set(err, path, 0, "the manifest: %s", why);
     return 0;
 }
 
@@ -216,12 +213,12 @@ static int32_t reporter_device(const ir_graph *g)
 static int write_launch_local(const graph_set *set, const cluster *c, const char *out_dir, struct diag *err)
 {
     const ir_graph *g = set->g[0];
-    char path[4200], tmp[4300];
+    char path[FU_PATH_BYTES], why[FU_PATH_BYTES + 200];
     snprintf(path, sizeof path, "%s/launch-local.sh", out_dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    atomic_file af;
+    FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
-        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
+        return diag_set(err, path, 0, "%s", why);
     const ir_placement *p = &g->placement;
     int32_t S = p->n_stages, R = p->n_replicas;
     const char *reporter = c->devices[reporter_device(g)].name;
@@ -303,11 +300,8 @@ static int write_launch_local(const graph_set *set, const cluster *c, const char
           "fi\n"
           "exit \"$status\"\n",
           f);
-    int ok = fclose(f) == 0;
-    if (!ok || chmod(tmp, 0755) != 0 || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return diag_set(err, path, 0, "cannot write the launch script");
-    }
+    if (atomic_commit(&af, 0755, why, sizeof why))
+        return diag_set(err, path, 0, "the launch script: %s", why);
     return 0;
 }
 
@@ -320,15 +314,15 @@ static int write_launch_local(const graph_set *set, const cluster *c, const char
 static int write_deploy_list(const graph_set *set, const cluster *c, const char *out_dir, struct diag *err)
 {
     const ir_graph *g = set->g[0];
-    char path[4200], tmp[4300], xml[4200];
+    char path[FU_PATH_BYTES], xml[FU_PATH_BYTES], why[FU_PATH_BYTES + 200];
     snprintf(path, sizeof path, "%s/deploy.txt", out_dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     snprintf(xml, sizeof xml, "%s/cluster.xml", out_dir);
     if (bundle_copy_file(c->file, xml, err))
         return -1;
-    FILE *f = fopen(tmp, "w");
+    atomic_file af;
+    FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
-        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
+        return diag_set(err, path, 0, "%s", why);
     fprintf(f, "# fusion deploy list (written by fusionc compile; read by fusionc deploy, launch, stop)\n"
                "reporter %s\n", c->devices[reporter_device(g)].name);
     for (int32_t k = 0; k < set->n; k++) {
@@ -336,10 +330,8 @@ static int write_deploy_list(const graph_set *set, const cluster *c, const char 
         for (int32_t i = 0; i < p->n_stages * p->n_replicas; i++)
             fprintf(f, "device %s\n", c->devices[p->device[i]].name);
     }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return diag_set(err, path, 0, "cannot write the deploy list");
-    }
+    if (atomic_commit(&af, 0, why, sizeof why))
+        return diag_set(err, path, 0, "the deploy list: %s", why);
     return 0;
 }
 

@@ -25,6 +25,7 @@
 #include <llvm-c/TargetMachine.h>
 #include <xxhash.h>
 
+#include "../runtime/atomic_file.h"
 #include "../ir/ops.h"
 #include "../passes/passes.h"
 #include "cuda_kernels.h"
@@ -293,20 +294,13 @@ static void add_empty_cuda_module(LLVMModuleRef m, LLVMContextRef cx)
         add_blob(m, cx, names[i], "", 1);
 }
 
-/* Write bytes to dir/name (temporary name, then rename). */
+/* Write bytes to dir/name, whole or not at all. */
 static int write_file(const char *dir, const char *name, const void *bytes, size_t len, struct diag *err)
 {
-    char path[4200], tmp[4300];
+    char path[FU_PATH_BYTES], why[FU_PATH_BYTES + 200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return diag_set(err, path, 0, "cannot write");
-    int ok = fwrite(bytes, 1, len, f) == len;
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return diag_set(err, path, 0, "cannot write");
-    }
+    if (atomic_write_file(path, bytes, len, why, sizeof why))
+        return diag_set(err, path, 0, "%s", why);
     return 0;
 }
 

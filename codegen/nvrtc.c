@@ -20,6 +20,8 @@
 
 #include <xxhash.h>
 
+#include "../runtime/atomic_file.h"
+
 #ifndef FUSION_CUDA_HOME
 #define FUSION_CUDA_HOME "/usr/local/cuda"
 #endif
@@ -273,17 +275,19 @@ static int cache_read(const char *path, nvrtc_images *im)
 
 static void cache_write(const char *path, const nvrtc_images *im)
 {
-    char tmp[4400];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
+    atomic_file af;
+    char why[FU_PATH_BYTES + 200];
+    FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
-        return;
+        return;   /* a cache: the next compile makes it again */
     uint64_t len[3] = { im->cubin_sm80_bytes, im->cubin_sm90_bytes, im->ptx_bytes };
     int ok = fwrite(CACHE_MAGIC, 1, 16, f) == 16 && fwrite(len, 8, 3, f) == 3 &&
              fwrite(im->cubin_sm80, 1, len[0], f) == len[0] && fwrite(im->cubin_sm90, 1, len[1], f) == len[1] &&
              fwrite(im->ptx, 1, len[2], f) == len[2];
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0)
-        unlink(tmp);
+    if (!ok)
+        atomic_abort(&af);
+    else
+        atomic_commit(&af, 0, why, sizeof why);
 }
 
 /* ---- the entry point ----------------------------------------------------------- */

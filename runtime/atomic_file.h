@@ -10,9 +10,27 @@
 #define FUSION_RT_ATOMIC_FILE_H
 
 #include <stddef.h>
+#include <stdio.h>
+
+#define FU_PATH_BYTES 4096   /* the longest path a fusion program keeps (PATH_MAX) */
 
 /* data[0..bytes) to path, atomically (above).  0, or -1 with err set. */
 int atomic_write_file(const char *path, const void *data, size_t bytes, char *err, size_t n);
+
+/* The same for a file written as a stream: atomic_open gives the FILE of
+ * path's temporary (path.tmp.<pid>), atomic_commit flushes, fsyncs and
+ * closes it, gives it `mode` (0: the default 0644 less the umask), renames
+ * it over path and fsyncs the folder; atomic_abort (or a failed commit)
+ * closes and removes the temporary.  A write error anywhere in between
+ * (a full disk) fails the commit: path is then as it was. */
+typedef struct {
+    FILE *f;
+    char  path[FU_PATH_BYTES], tmp[FU_PATH_BYTES + 32];
+} atomic_file;
+
+FILE *atomic_open(atomic_file *a, const char *path, char *err, size_t n);   /* NULL with err */
+int   atomic_commit(atomic_file *a, unsigned mode, char *err, size_t n);    /* 0, or -1 with err */
+void  atomic_abort(atomic_file *a);
 
 /* fsync the folder itself (its entries: a rename or an unlink in it made
  * durable).  0, or -1 with err set. */

@@ -1,6 +1,8 @@
 /* trace.c: see trace.h. */
 #include "trace.h"
 
+#include "atomic_file.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -151,13 +153,10 @@ void rt_trace_flow(rt_trace *t, int32_t tid, int begin, int64_t step, int32_t m,
 
 int rt_trace_merge(const char *out, const char *const *parts, int n, char *msg, size_t msg_size)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
-    FILE *o = fopen(tmp, "w");
-    if (!o) {
-        snprintf(msg, msg_size, "%s: cannot write the trace: %s", out, strerror(errno));
+    atomic_file af;
+    FILE *o = atomic_open(&af, out, msg, msg_size);
+    if (!o)
         return -1;
-    }
     fputs("[\n", o);
     int events = 0, rc = 0;
     char *line = NULL;
@@ -180,17 +179,13 @@ int rt_trace_merge(const char *out, const char *const *parts, int n, char *msg, 
         fclose(f);
     }
     free(line);
-    if (fputs("]\n", o) == EOF)
-        rc = -1;
-    if (fclose(o) != 0 && rc == 0) {
-        snprintf(msg, msg_size, "%s: cannot write the trace", out);
-        rc = -1;
-    }
-    if (rc == 0 && rename(tmp, out) != 0) {
+    if (rc == 0 && fputs("]\n", o) == EOF) {
         snprintf(msg, msg_size, "%s: cannot write the trace: %s", out, strerror(errno));
         rc = -1;
     }
-    if (rc)
-        unlink(tmp);
-    return rc;
+    if (rc) {
+        atomic_abort(&af);
+        return -1;
+    }
+    return atomic_commit(&af, 0, msg, msg_size);
 }
