@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "comm/seal.h"
 #include "le_bytes.h"
+#include "../rt_error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,14 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void say(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *err, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 static int init_rc = -1;
 static void init_once(void) { init_rc = sodium_init() < 0 ? -1 : 0; }
@@ -43,22 +36,22 @@ int fu_secret_load(const char *path, uint8_t secret[FU_SECRET_BYTES], char *err,
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        say(err, n, "%s: cannot read the run secret: %s", path, strerror(errno));
+        rt_error(err, n, "%s: cannot read the run secret: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     int rc = -1;
     if (fstat(fd, &st) != 0) {
-        say(err, n, "%s: %s", path, strerror(errno));
+        rt_error(err, n, "%s: %s", path, strerror(errno));
     } else if (!S_ISREG(st.st_mode)) {
-        say(err, n, "%s: the run secret is not a regular file", path);
+        rt_error(err, n, "%s: the run secret is not a regular file", path);
     } else if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-        say(err, n, "%s: the run secret is readable or writable by others (mode %03o): refused; chmod 600 it",
+        rt_error(err, n, "%s: the run secret is readable or writable by others (mode %03o): refused; chmod 600 it",
             path, (unsigned)(st.st_mode & 0777));
     } else if (st.st_size != FU_SECRET_BYTES) {
-        say(err, n, "%s: the run secret has %lld bytes, not %d", path, (long long)st.st_size, FU_SECRET_BYTES);
+        rt_error(err, n, "%s: the run secret has %lld bytes, not %d", path, (long long)st.st_size, FU_SECRET_BYTES);
     } else if (read(fd, secret, FU_SECRET_BYTES) != FU_SECRET_BYTES) {
-        say(err, n, "%s: cannot read the run secret", path);
+        rt_error(err, n, "%s: cannot read the run secret", path);
     } else {
         rc = 0;
     }
@@ -73,13 +66,13 @@ int fu_secret_write(const char *path, const uint8_t secret[FU_SECRET_BYTES], cha
     unlink(tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-        say(err, n, "%s: %s", tmp, strerror(errno));
+        rt_error(err, n, "%s: %s", tmp, strerror(errno));
         return -1;
     }
     int ok = fchmod(fd, 0600) == 0 && write(fd, secret, FU_SECRET_BYTES) == FU_SECRET_BYTES && fsync(fd) == 0;
     ok = close(fd) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
-        say(err, n, "%s: cannot write the run secret: %s", path, strerror(errno));
+        rt_error(err, n, "%s: cannot write the run secret: %s", path, strerror(errno));
         unlink(tmp);
         return -1;
     }
@@ -128,26 +121,26 @@ int fu_hs_finish(fu_hs *hs, const fu_link_auth *a, const char *expect_peer, cons
     int rc = -1;
     char name[65] = "", expects[65] = "";
     if (len != FU_HS_BYTES || memcmp(peer + HS_MAGIC, "FSH1", 4) != 0) {
-        say(err, n, "its hello is not fusion's sealed handshake (%zu bytes): an unsealed or foreign program", len);
+        rt_error(err, n, "its hello is not fusion's sealed handshake (%zu bytes): an unsealed or foreign program", len);
         goto out;
     }
     memcpy(name, peer + HS_SELF, 64);
     memcpy(expects, peer + HS_PEER, 64);
     if (strcmp(name, expect_peer) != 0) {
-        say(err, n, "the peer says it is '%s', not '%s'", name, expect_peer);
+        rt_error(err, n, "the peer says it is '%s', not '%s'", name, expect_peer);
         goto out;
     }
     if (strcmp(expects, a->self) != 0) {
-        say(err, n, "the peer expects '%s' at this end, not '%s'", expects, a->self);
+        rt_error(err, n, "the peer expects '%s' at this end, not '%s'", expects, a->self);
         goto out;
     }
     if (get64(peer + HS_BUILD) != a->build_id) {
-        say(err, n, "the peer runs another compile (build %016" PRIx64 ", this program is build %016" PRIx64 ")",
+        rt_error(err, n, "the peer runs another compile (build %016" PRIx64 ", this program is build %016" PRIx64 ")",
             get64(peer + HS_BUILD), a->build_id);
         goto out;
     }
     if ((int64_t)get64(peer + HS_EPOCH) != a->epoch) {
-        say(err, n, "the peer is of the run's epoch %" PRId64 ", this device of epoch %" PRId64,
+        rt_error(err, n, "the peer is of the run's epoch %" PRId64 ", this device of epoch %" PRId64,
             (int64_t)get64(peer + HS_EPOCH), a->epoch);
         goto out;
     }
@@ -155,7 +148,7 @@ int fu_hs_finish(fu_hs *hs, const fu_link_auth *a, const char *expect_peer, cons
     const uint8_t *ppk = peer + HS_PK;
     if ((listener ? crypto_kx_server_session_keys(rx, tx, hs->pk, hs->sk, ppk)
                   : crypto_kx_client_session_keys(rx, tx, hs->pk, hs->sk, ppk)) != 0) {
-        say(err, n, "the peer's ephemeral key is not a valid X25519 key");
+        rt_error(err, n, "the peer's ephemeral key is not a valid X25519 key");
         goto out;
     }
     crypto_generichash_state st;   /* listener's hello first */
@@ -201,13 +194,13 @@ int fu_open_frame_split(fu_seal *s, uint8_t *buf, size_t len, size_t clear_len, 
                         char *err, size_t n)
 {
     if (len < FU_SEAL_OVERHEAD + clear_len) {
-        say(err, n, "a %zu-byte frame, shorter than a sealed frame's %zu bytes of counter, header and tag", len,
+        rt_error(err, n, "a %zu-byte frame, shorter than a sealed frame's %zu bytes of counter, header and tag", len,
             FU_SEAL_OVERHEAD + clear_len);
         return -1;
     }
     uint64_t count = get64(buf);
     if (count != s->rx_count) {
-        say(err, n, "frame number %" PRIu64 " where %" PRIu64 " was due (%s)", count, s->rx_count,
+        rt_error(err, n, "frame number %" PRIu64 " where %" PRIu64 " was due (%s)", count, s->rx_count,
             count < s->rx_count ? "a repeat or a replay" : "frames missing, or forged");
         return -1;
     }
@@ -219,7 +212,7 @@ int fu_open_frame_split(fu_seal *s, uint8_t *buf, size_t len, size_t clear_len, 
                     : crypto_aead_xchacha20poly1305_ietf_decrypt_detached(text, NULL, text, k, tag, buf, ad_len, nonce,
                                                                           s->rx_key);
     if (rc != 0) {
-        say(err, n, "frame %" PRIu64 " does not authenticate (altered, or sealed under another key: another "
+        rt_error(err, n, "frame %" PRIu64 " does not authenticate (altered, or sealed under another key: another "
             "run's secret or connection)", count);
         return -1;
     }
