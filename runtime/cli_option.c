@@ -107,8 +107,9 @@ int cli_choice_int(const cli_option *opt, const char *value, void *field, char *
 
 int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
 
-/* Whether arg names o: 0 no; 1 as itself; 2 as "--name=value" (*value after '='). */
-static int names(const cli_option *o, const char *arg, const char **value)
+/* Whether arg names o: 0 no; 1 as itself; 2 as "--name=value" (*value
+ * after '='); *used: the name it was given by (its alias, maybe). */
+static int names(const cli_option *o, const char *arg, const char **value, const char **used)
 {
     const char *name[2] = { o->name, o->alias };
     for (int k = 0; k < 2; k++) {
@@ -117,6 +118,7 @@ static int names(const cli_option *o, const char *arg, const char **value)
         size_t len = strlen(name[k]);
         if (strncmp(arg, name[k], len) != 0)
             continue;
+        *used = name[k];
         if (arg[len] == '\0')
             return 1;
         if (arg[len] == '=' && name[k][1] == '-') {   /* --name=value; -o=x is not a form */
@@ -132,15 +134,15 @@ int cli_take(const cli_usage *u, int argc, char **argv, int *i, void *opts, char
     const char *arg = argv[*i];
     why[0] = '\0';
     for (int k = 0; k < u->n; k++) {
-        const char *metavar, *help, *value = NULL;
+        const char *metavar, *help, *value = NULL, *used = NULL;
         const cli_option *o = shown(u, k, &metavar, &help);
-        int form = o->name ? names(o, arg, &value) : 0;
+        int form = o->name ? names(o, arg, &value, &used) : 0;
         if (form == 0)
             continue;
         void *field = (char *)opts + o->field;
         if (!o->metavar) {   /* a flag */
             if (form == 2) {
-                snprintf(why, n, "option '%s' takes no value, found '%s'", o->name, arg);
+                snprintf(why, n, "option '%s' takes no value, found '%s'", used, arg);
                 return -1;
             }
             *(int *)field = 1;
@@ -148,7 +150,7 @@ int cli_take(const cli_usage *u, int argc, char **argv, int *i, void *opts, char
         }
         if (form == 1) {
             if (*i + 1 >= argc) {
-                snprintf(why, n, "option '%s' needs a value", o->name);
+                snprintf(why, n, "option '%s' needs a value", used);
                 return -1;
             }
             value = argv[++*i];
@@ -185,7 +187,7 @@ void cli_usage_print(FILE *f, const cli_usage *u)
             continue;
         /* The help's first line beside the label (two spaces after a label
          * too long for the column), its other lines under the column. */
-        int pad = (int)strlen(joined) <= u->width ? u->width - (int)strlen(joined) + 1 : 2;
+        int pad = (int)strlen(joined) < u->width ? u->width - (int)strlen(joined) + 1 : 2;
         fprintf(f, "  %s%*s", joined, pad, "");
         for (const char *line = help; line;) {
             const char *next = strchr(line, '\n');

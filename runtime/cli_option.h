@@ -88,6 +88,7 @@ typedef struct {
     int         option;           /* its index in the table */
     const char *metavar, *help;
 } cli_use;
+#define CLI_USE(opt) { .option = (opt) }   /* as the table shows it */
 
 /* A command's usage: the text before its options, and its options.  With
  * uses NULL, every entry of the table, in order (n of them); else the n

@@ -638,106 +638,23 @@ static int run(broker *b)
     return 130;
 }
 
-static const char usage_broker[] =
-    "usage: fusionc broker OUT [--fresh] [--port P] [--port-base P] [--save-every K] [--peer-timeout S]\n"
-    "                      [--max-recoveries N] DEVICE-ARGS... (--data FILE --steps N ...)\n"
-    "\n"
-    "Runs the compile in OUT (on this machine, or --over-ssh on its hosts) and keeps it running when devices\n"
-    "vanish: starts every device (with DEVICE-ARGS) and a standby agent per\n"
-    "standby=\"true\" device, records every K steps' coordinated checkpoint\n"
-    "(OUT/checkpoints/step-N, whole once every part is in: its MANIFEST), and when a\n"
-    "device is lost (killed, or silent past the peer timeout) starts a new epoch:\n"
-    "a standby of its kind in its place, or a new plan without it (OUT/epoch-N),\n"
-    "every device resuming from the survivors' state of the last step they\n"
-    "finished when it covers every stage, else the last complete checkpoint.  State in\n"
-    "OUT/broker.db (SQLite): started again on a running OUT, it takes over; on an OUT whose run\n"
-    "finished, failed or was stopped, it resumes that run from its newest complete checkpoint\n"
-    "(up to --steps) and never overwrites it.\n"
-    "  --fresh             start a new run: an earlier one in OUT (broker.db, checkpoints) is first\n"
-    "                      moved to OUT/archive/run-N\n"
-    "  --port P            the broker listens on tcp port P (default 29400)\n"
-    "  --port-base P       the devices' first port, epoch 1 (default 30000; each\n"
-    "                      epoch 200 higher)\n"
-    "  --save-every K      a checkpoint every K steps (default 20)\n"
-    "  --keep K            keep the K newest complete checkpoints (default 3; the newest always)\n"
-    "  --peer-timeout S    a device silent this long is lost (default 10)\n"
-    "  --max-recoveries N  give up after N recoveries (default 5)\n"
-    "  --over-ssh          every device on its cluster host, over ssh (deployed first: fusionc deploy);\n"
-    "                      parts fetched here as they are written, checkpoints copied to the hosts\n"
-    "                      to resume, new bundles deployed (fusionc launch --elastic runs this)\n"
-    "  --ssh-config FILE   with --over-ssh: passed to ssh as -F FILE\n"
-    "  --address A         with --over-ssh: the hosts reach the broker at A (default: this machine's\n"
-    "                      address on the route to the first host)\n"
-    "  --ssh-timeout S     with --over-ssh: give up on a host that does not answer in S s (default 10;\n"
-    "                      the devices' own --connect-timeout goes to them)\n"
-    "  --standby-agents A  all (default): start `fusionc standby` for every standby of the cluster\n"
-    "                      file; none: standbys register themselves (fusionc standby on their\n"
-    "                      host); one that registers mid-run is taken in at the next complete\n"
-    "                      checkpoint when the plan with it is at least 10% faster\n";
-
-int cmd_broker(int argc, char **argv)
+/* The run in o->out, with o's options: started, resumed or taken over,
+ * and kept going until it ends.  The exit status. */
+static int broker_run(const broker_options *o)
 {
     broker *b = calloc(1, sizeof *b);
     if (!b)
         return 1;
-    b->save_every = 20, b->peer_timeout = 10, b->port_base = 30000, b->max_recoveries = 5, b->standby_agents = 1;
-    b->keep = CKPT_DEFAULT_KEEP;
-    int port = 29400, fresh_run = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage_broker, stdout);
-            free(b);
-            return 0;
-        }
-        char *end = NULL;
-        if (!b->out && a[0] != '-') {
-            b->out = a;
-        } else if (v && strcmp(a, "--port") == 0 && (port = (int)strtol(v, &end, 10)) > 0 && port < 65536 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--port-base") == 0 && (b->port_base = (int)strtol(v, &end, 10)) > 0 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--save-every") == 0 && (b->save_every = (int)strtol(v, &end, 10)) > 0 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--keep") == 0 && (b->keep = (int)strtol(v, &end, 10)) > 0 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--peer-timeout") == 0 && (b->peer_timeout = strtod(v, &end)) > 0 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--max-recoveries") == 0 && (b->max_recoveries = (int)strtol(v, &end, 10)) >= 0 &&
-                   !*end) {
-            i++;
-        } else if (strcmp(a, "--over-ssh") == 0) {
-            b->remote = 1;
-        } else if (strcmp(a, "--fresh") == 0) {
-            fresh_run = 1;
-        } else if (v && strcmp(a, "--ssh-config") == 0) {
-            b->hosts.ssh_config = v, i++;
-        } else if (v && strcmp(a, "--address") == 0) {
-            b->address = v, i++;
-        } else if (v && strcmp(a, "--ssh-timeout") == 0 &&
-                   (b->hosts.connect_timeout = (int)strtol(v, &end, 10)) > 0 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--standby-agents") == 0 && (!strcmp(v, "all") || !strcmp(v, "none"))) {
-            b->standby_agents = strcmp(v, "all") == 0;
-            i++;
-        } else if (strncmp(a, "--port", 6) == 0 || strcmp(a, "--standby-agents") == 0 || strcmp(a, "--save-every") == 0 || strcmp(a, "--keep") == 0 || strcmp(a, "--peer-timeout") == 0 ||
-                   strcmp(a, "--max-recoveries") == 0 || strcmp(a, "--ssh-config") == 0 || strcmp(a, "--address") == 0 ||
-                   strcmp(a, "--ssh-timeout") == 0) {
-            fprintf(stderr, "fusionc broker: %s needs a positive number (--standby-agents: all or none; "
-                    "--ssh-config: a file; --address: an address)\n%s", a, usage_broker);
-            free(b);
-            return 2;
-        } else if (b->n_args < MAX_ARGS - 1) {
-            if (strcmp(a, "--steps") == 0 && v)
-                b->steps = atoll(v);
-            b->args[b->n_args++] = argv[i];
-        }
-    }
-    if (!b->out || b->steps <= 0) {
-        fprintf(stderr, "fusionc broker: expected OUT (a compile's folder) and the devices' --steps N\n%s", usage_broker);
-        free(b);
-        return 2;
-    }
+    b->out = o->out;
+    b->sock = -1;
+    b->port_base = o->port_base, b->save_every = o->save_every, b->keep = o->keep;
+    b->peer_timeout = o->peer_timeout, b->max_recoveries = o->max_recoveries;
+    b->standby_agents = o->standby_agents, b->remote = o->over_ssh;
+    b->hosts.ssh_config = o->ssh_config, b->hosts.connect_timeout = o->ssh_timeout, b->address = o->address;
+    b->steps = o->steps;
+    for (int i = 0; i < o->n_args && i < MAX_ARGS; i++)
+        b->args[b->n_args++] = o->args[i];
+    int port = o->port;
     char path[4200], err[600];
     struct diag derr = { 0 };
     snprintf(path, sizeof path, "%s/cluster.xml", b->out);
@@ -760,7 +677,7 @@ int cmd_broker(int argc, char **argv)
     }
     snprintf(path, sizeof path, "%s/broker.db", b->out);
     char archived[4400];
-    if (fresh_run && access(path, F_OK) == 0) {
+    if (o->fresh && access(path, F_OK) == 0) {
         if (broker_archive_run(b->out, archived, sizeof archived, err, sizeof err)) {
             fprintf(stderr, "fusionc broker: --fresh: %s\n", err);
             cluster_free(&b->c);
@@ -802,32 +719,168 @@ int cmd_broker(int argc, char **argv)
     return rc;
 }
 
+/* cmd_broker's options (broker.h), and the text of its --help. */
+static const char *const standby_modes[] = { "none", "all", NULL };
+
+static const cli_option broker_options_table[] = {
+    { .name = "--fresh", CLI_FLAG(broker_options, fresh),
+      .help = "start a new run: an earlier one in OUT (broker.db, checkpoints) is first\n"
+              "moved to OUT/archive/run-N" },
+    { .name = "--port", .metavar = "P", CLI_INT(broker_options, port), .lo = 1, .hi = 65535,
+      .expects = "a port in [1, 65535]", .help = "the broker listens on tcp port P (default 29400)" },
+    { .name = "--port-base", .metavar = "P", CLI_INT(broker_options, port_base), .lo = 1, .hi = INT_MAX,
+      .expects = "a positive port number",
+      .help = "the devices' first port, epoch 1 (default 30000; each\n"
+              "epoch 200 higher)" },
+    { .name = "--save-every", .metavar = "K", CLI_INT(broker_options, save_every), .lo = 1, .hi = INT_MAX,
+      .expects = "a positive number of steps", .help = "a checkpoint every K steps (default 20)" },
+    { .name = "--keep", .metavar = "K", CLI_INT(broker_options, keep), .lo = 1, .hi = INT_MAX,
+      .expects = "a positive count", .help = "keep the K newest complete checkpoints (default 3; the newest always)" },
+    { .name = "--peer-timeout", .metavar = "S", CLI_DOUBLE(broker_options, peer_timeout), .lo = 0, .hi = 1e9,
+      .open = CLI_OPEN_LO, .expects = "a positive number of seconds",
+      .help = "a device silent this long is lost (default 10)" },
+    { .name = "--max-recoveries", .metavar = "N", CLI_INT(broker_options, max_recoveries), .lo = 0, .hi = INT_MAX,
+      .expects = "a count, 0 or more", .help = "give up after N recoveries (default 5)" },
+    { .name = "--over-ssh", CLI_FLAG(broker_options, over_ssh),
+      .help = "every device on its cluster host, over ssh (deployed first: fusionc deploy);\n"
+              "parts fetched here as they are written, checkpoints copied to the hosts\n"
+              "to resume, new bundles deployed (fusionc launch --elastic runs this)" },
+    { .name = "--ssh-config", .metavar = "FILE", CLI_STRING(broker_options, ssh_config),
+      .help = "with --over-ssh: passed to ssh as -F FILE" },
+    { .name = "--address", .metavar = "A", CLI_STRING(broker_options, address),
+      .help = "with --over-ssh: the hosts reach the broker at A (default: this machine's\n"
+              "address on the route to the first host)" },
+    { .name = "--ssh-timeout", .metavar = "S", CLI_INT(broker_options, ssh_timeout), .lo = 1, .hi = INT_MAX,
+      .expects = "a positive number of seconds",
+      .help = "with --over-ssh: give up on a host that does not answer in S s (default 10;\n"
+              "the devices' own --connect-timeout goes to them)" },
+    { .name = "--standby-agents", .metavar = "A", CLI_CHOICE_INT(broker_options, standby_agents),
+      .choices = standby_modes, .expects = "all or none",
+      .help = "all (default): start `fusionc standby` for every standby of the cluster\n"
+              "file; none: standbys register themselves (fusionc standby on their\n"
+              "host); one that registers mid-run is taken in at the next complete\n"
+              "checkpoint when the plan with it is at least 10% faster" },
+};
+
+const cli_usage broker_usage = {
+    "usage: fusionc broker OUT [--fresh] [--port P] [--port-base P] [--save-every K] [--peer-timeout S]\n"
+    "                      [--max-recoveries N] DEVICE-ARGS... (--data FILE --steps N ...)\n"
+    "\n"
+    "Runs the compile in OUT (on this machine, or --over-ssh on its hosts) and keeps it running when devices\n"
+    "vanish: starts every device (with DEVICE-ARGS) and a standby agent per\n"
+    "standby=\"true\" device, records every K steps' coordinated checkpoint\n"
+    "(OUT/checkpoints/step-N, whole once every part is in: its MANIFEST), and when a\n"
+    "device is lost (killed, or silent past the peer timeout) starts a new epoch:\n"
+    "a standby of its kind in its place, or a new plan without it (OUT/epoch-N),\n"
+    "every device resuming from the survivors' state of the last step they\n"
+    "finished when it covers every stage, else the last complete checkpoint.  State in\n"
+    "OUT/broker.db (SQLite): started again on a running OUT, it takes over; on an OUT whose run\n"
+    "finished, failed or was stopped, it resumes that run from its newest complete checkpoint\n"
+    "(up to --steps) and never overwrites it.  Arguments that are none of its options\n"
+    "go to the devices as they are.\n",
+    broker_options_table, NULL, sizeof broker_options_table / sizeof broker_options_table[0], 19, NULL
+};
+
+/* "fusionc broker: <fmt with arg>" and the usage on standard error; 2. */
+static int broker_usage_fail(const char *fmt, const char *arg)
+{
+    fputs("fusionc broker: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\n\n", stderr);
+    cli_usage_print(stderr, &broker_usage);
+    return 2;
+}
+
+/* The devices' --steps N (or --steps=N) among their arguments; 0 without. */
+static int64_t device_steps(char *const *args, int n)
+{
+    int64_t steps = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(args[i], "--steps") == 0 && i + 1 < n)
+            steps = atoll(args[i + 1]);
+        else if (strncmp(args[i], "--steps=", 8) == 0)
+            steps = atoll(args[i] + 8);
+    return steps;
+}
+
+int cmd_broker(int argc, char **argv)
+{
+    broker_options o = { .port = 29400, .port_base = 30000, .save_every = 20, .keep = CKPT_DEFAULT_KEEP,
+                         .peer_timeout = 10, .max_recoveries = 5, .ssh_timeout = 10, .standby_agents = 1 };
+    char why[512];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            cli_usage_print(stdout, &broker_usage);
+            return 0;
+        }
+        int took = cli_take(&broker_usage, argc, argv, &i, &o, why, sizeof why);
+        if (took < 0)
+            return broker_usage_fail("%s", why);
+        if (took > 0)
+            continue;
+        if (!o.out && a[0] != '-')
+            o.out = a;
+        else if (o.n_args < BROKER_MAX_ARGS - 1)   /* the devices' */
+            o.args[o.n_args++] = argv[i];
+    }
+    o.steps = device_steps(o.args, o.n_args);
+    if (!o.out || o.steps <= 0)
+        return broker_usage_fail("%s", "expected OUT (a compile's folder) and the devices' --steps N");
+    return broker_run(&o);
+}
+
 /* ---- fusionc standby ------------------------------------------------------------- */
+
+typedef struct {
+    const char *url, *device, *key;
+} standby_options;
+
+static const cli_option standby_options_table[] = {
+    { .name = "--broker", .metavar = "URL", CLI_NONEMPTY(standby_options, url), .expects = "the broker's address",
+      .help = "the run's broker (tcp://HOST:PORT)" },
+    { .name = "--device", .metavar = "NAME", CLI_NONEMPTY(standby_options, device), .expects = "a standby's name",
+      .help = "the cluster file's standby this host is" },
+    { .name = "--key", .metavar = "FILE", CLI_NONEMPTY(standby_options, key), .expects = "a file",
+      .help = "the run secret (the compile's OUT/run.key), which seals every request" },
+};
+
+const cli_usage standby_usage = {
+    "usage: fusionc standby --broker URL --device NAME --key FILE\n"
+    "\n"
+    "Registers NAME with the run's broker as a standby and waits until it is used or the run ends.\n",
+    standby_options_table, NULL, sizeof standby_options_table / sizeof standby_options_table[0], 14, NULL
+};
 
 int cmd_standby(int argc, char **argv)
 {
-    const char *url = NULL, *device = NULL, *key = NULL;
-    for (int i = 0; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--broker") == 0)
-            url = argv[i + 1];
-        else if (strcmp(argv[i], "--device") == 0)
-            device = argv[i + 1];
-        else if (strcmp(argv[i], "--key") == 0)
-            key = argv[i + 1];
+    standby_options o = { 0 };
+    char why[4600];
+    for (int i = 0; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            cli_usage_print(stdout, &standby_usage);
+            return 0;
+        }
+        int took = cli_take(&standby_usage, argc, argv, &i, &o, why, sizeof why);
+        if (took == 0)
+            snprintf(why, sizeof why, "unexpected argument '%s'", argv[i]);
+        if (took <= 0) {
+            fprintf(stderr, "fusionc standby: %s\n\n", why);
+            cli_usage_print(stderr, &standby_usage);
+            return 2;
+        }
     }
-    if (!url || !device || !key) {
-        fprintf(stderr, "usage: fusionc standby --broker URL --device NAME --key FILE\n"
-                        "Registers NAME with the run's broker as a standby and waits until it is used or the run ends;\n"
-                        "FILE: the run secret (the compile's OUT/run.key), which seals every request.\n");
+    if (!o.url || !o.device || !o.key) {
+        fprintf(stderr, "fusionc standby: expected --broker, --device and --key\n\n");
+        cli_usage_print(stderr, &standby_usage);
         return 2;
     }
     uint8_t secret[FU_SECRET_BYTES];
-    char why[4600];
-    if (fu_secret_load(key, secret, why, sizeof why)) {
+    if (fu_secret_load(o.key, secret, why, sizeof why)) {
         fprintf(stderr, "fusionc standby: %s\n", why);
         return 1;
     }
-    return rt_broker_standby(url, device, secret);
+    return rt_broker_standby(o.url, o.device, secret);
 }
 
 int broker_write_compile_args(const char *out, int argc, char **argv, const char *model, const char *cluster)
@@ -847,7 +900,13 @@ int broker_write_compile_args(const char *out, int argc, char **argv, const char
             i++;
             continue;
         }
-        fprintf(f, "%s\n", argv[i]);
+        /* --x=v as two lines, the way compile_plan reads them (it drops
+         * --stages and --replicas by name to choose them itself). */
+        const char *eq = strncmp(argv[i], "--", 2) == 0 ? strchr(argv[i], '=') : NULL;
+        if (eq)
+            fprintf(f, "%.*s\n%s\n", (int)(eq - argv[i]), argv[i], eq + 1);
+        else
+            fprintf(f, "%s\n", argv[i]);
     }
     return fclose(f) == 0 ? 0 : -1;
 }

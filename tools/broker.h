@@ -28,6 +28,28 @@
 #ifndef FUSION_TOOLS_BROKER_H
 #define FUSION_TOOLS_BROKER_H
 
+#include <stdint.h>
+
+#include "../runtime/cli_option.h"
+
+#define BROKER_MAX_ARGS 256
+
+/* What `fusionc broker` was given (broker_usage says what each is). */
+typedef struct {
+    const char *out;             /* OUT, the compile's folder                         */
+    int         port, port_base, save_every, keep, max_recoveries, ssh_timeout;
+    double      peer_timeout;
+    int         fresh, over_ssh;
+    int         standby_agents;  /* 1: all, 0: none                                    */
+    const char *ssh_config, *address;
+    char       *args[BROKER_MAX_ARGS];   /* the devices' own arguments, as given       */
+    int         n_args;
+    int64_t     steps;           /* theirs: --steps N                                  */
+} broker_options;
+
+/* The options and --help of `fusionc broker` and `fusionc standby`. */
+extern const cli_usage broker_usage, standby_usage;
+
 int cmd_broker(int argc, char **argv);
 int cmd_standby(int argc, char **argv);
 

@@ -36,6 +36,7 @@
 #include "deploy.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,22 +47,6 @@
 #include "remote.h"
 
 #define ID_HEX 16
-
-static const char *const usage_deploy =
-    "usage: fusionc deploy OUT [--cluster FILE] [--ssh-config FILE] [--copier rsync|scp] [--connect-timeout S]\n"
-    "\n"
-    "Copy each device's bundle in OUT (the output of `fusionc compile`) to its host, over ssh:\n"
-    "to PATH/<device> on the host, PATH and the ssh user and port from the cluster file\n"
-    "(relative paths are under the user's home).  Each copy is checked file by file\n"
-    "(sha256) on the host and made visible only when whole; a bundle already there is\n"
-    "not copied again.  A standby=\"true\" device's host gets every bundle of its kind, so\n"
-    "that it can take any of their places in an elastic run (fusionc launch --elastic).\n"
-    "\n"
-    "  --cluster FILE        the hosts from this cluster file (default: OUT/cluster.xml,\n"
-    "                        the compile's); it must name the compile's devices\n"
-    "  --ssh-config FILE     passed to ssh, scp and rsync's ssh as -F FILE\n"
-    "  --copier C            rsync (default when both ends have it) or scp\n"
-    "  --connect-timeout S   give up on a host that does not answer in S seconds (default 10)\n";
 
 /* True when `name` is an executable on PATH. */
 static int on_path(const char *name)
@@ -353,38 +338,73 @@ int deploy_device(const remote_plan *plan, const remote_device *d, const char *c
     return 0;
 }
 
+typedef struct {
+    const char *out_dir, *cluster_file, *ssh_config, *copier;
+    int         connect_timeout;
+} deploy_options;
+
+static const char *const copiers[] = { "rsync", "scp", NULL };
+
+static const cli_option deploy_options_table[] = {
+    { .name = "--cluster", .metavar = "FILE", CLI_STRING(deploy_options, cluster_file),
+      .help = "the hosts from this cluster file (default: OUT/cluster.xml,\n"
+              "the compile's); it must name the compile's devices" },
+    { .name = "--ssh-config", .metavar = "FILE", CLI_STRING(deploy_options, ssh_config),
+      .help = "passed to ssh, scp and rsync's ssh as -F FILE" },
+    { .name = "--copier", .metavar = "C", CLI_CHOICE(deploy_options, copier), .choices = copiers,
+      .expects = "rsync or scp", .help = "rsync (default when both ends have it) or scp" },
+    { .name = "--connect-timeout", .metavar = "S", CLI_INT(deploy_options, connect_timeout), .lo = 1, .hi = INT_MAX,
+      .expects = "a positive number of seconds",
+      .help = "give up on a host that does not answer in S seconds (default 10)" },
+};
+
+const cli_usage deploy_usage = {
+    "usage: fusionc deploy OUT [--cluster FILE] [--ssh-config FILE] [--copier rsync|scp] [--connect-timeout S]\n"
+    "\n"
+    "Copy each device's bundle in OUT (the output of `fusionc compile`) to its host, over ssh:\n"
+    "to PATH/<device> on the host, PATH and the ssh user and port from the cluster file\n"
+    "(relative paths are under the user's home).  Each copy is checked file by file\n"
+    "(sha256) on the host and made visible only when whole; a bundle already there is\n"
+    "not copied again.  A standby=\"true\" device's host gets every bundle of its kind, so\n"
+    "that it can take any of their places in an elastic run (fusionc launch --elastic).\n"
+    "\n",
+    deploy_options_table, NULL, sizeof deploy_options_table / sizeof deploy_options_table[0], 21, NULL
+};
+
+/* "fusionc deploy: <fmt with arg>" and the usage on standard error; 2. */
+static int usage_fail(const char *fmt, const char *arg)
+{
+    fputs("fusionc deploy: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\n\n", stderr);
+    cli_usage_print(stderr, &deploy_usage);
+    return 2;
+}
+
 int deploy_main(int argc, char **argv)
 {
-    const char *out_dir = NULL, *cluster_file = NULL, *copier = NULL;
-    remote_plan plan = { 0 };
-    plan.connect_timeout = 10;
+    deploy_options o = { .connect_timeout = 10 };
+    char why[512];
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage_deploy, stdout);
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            cli_usage_print(stdout, &deploy_usage);
             return 0;
-        } else if (strcmp(a, "--cluster") == 0 && v) {
-            cluster_file = v, i++;
-        } else if (strcmp(a, "--ssh-config") == 0 && v) {
-            plan.ssh_config = v, i++;
-        } else if (strcmp(a, "--copier") == 0 && v && (strcmp(v, "rsync") == 0 || strcmp(v, "scp") == 0)) {
-            copier = v, i++;
-        } else if (strcmp(a, "--connect-timeout") == 0 && v && (plan.connect_timeout = (int)strtol(v, &end, 10)) > 0 &&
-                   *end == '\0') {
-            i++;
-        } else if (a[0] != '-' && !out_dir) {
-            out_dir = a;
-        } else {
-            fprintf(stderr, "fusionc deploy: unexpected argument '%s'%s\n\n%s", a, v || a[0] != '-' ? "" : " (it takes a value)",
-                    usage_deploy);
-            return 2;
         }
+        int took = cli_take(&deploy_usage, argc, argv, &i, &o, why, sizeof why);
+        if (took < 0)
+            return usage_fail("%s", why);
+        if (took == 0 && (a[0] == '-' || o.out_dir))
+            return usage_fail("unexpected argument '%s'", a);
+        if (took == 0)
+            o.out_dir = a;
     }
-    if (!out_dir) {
-        fprintf(stderr, "fusionc deploy: expected the compile's output folder\n\n%s", usage_deploy);
-        return 2;
-    }
+    if (!o.out_dir)
+        return usage_fail("%s", "expected the compile's output folder");
+    remote_plan plan = { 0 };
+    plan.connect_timeout = o.connect_timeout;
+    plan.ssh_config = o.ssh_config;
+    const char *out_dir = o.out_dir, *cluster_file = o.cluster_file, *copier = o.copier;
     struct diag err = { 0 };
     if (remote_plan_load(&plan, out_dir, cluster_file, &err)) {
         diag_print(&err);
