@@ -245,7 +245,7 @@ static int write_launch_local(const graph_set *set, const cluster *c, const char
             fprintf(f, "%s%s", first ? "" : " ", c->devices[q->device[i]].name);
     }
     fprintf(f, ")\nreporter=%s\n", reporter);
-    /* --elastic: through the broker (tools/broker.h), this fusionc's by default. */
+    /* --elastic: through the broker (broker/broker.h), this fusionc's by default. */
     char self[4096] = "fusionc";
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     self[len > 0 ? len : (ssize_t)strlen(self)] = '\0';
@@ -312,7 +312,7 @@ static int write_launch_local(const graph_set *set, const cluster *c, const char
 }
 
 /* OUT/deploy.txt and OUT/cluster.xml: what `fusionc deploy`, `launch` and
- * `stop` (tools/deploy.c, tools/launch.c) read.  deploy.txt names the
+ * `stop` (tools/deploy.c, tools/launch.c) and the broker read.  deploy.txt names the
  * devices in the order they start (stage by stage) and the one that reports
  * the loss; cluster.xml is the compile's cluster file as it was, where the
  * hosts' addresses, ssh users, ports and paths are (--cluster replaces it

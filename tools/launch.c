@@ -37,7 +37,7 @@
 
 #include "../runtime/trace.h"
 #include "broker.h"
-#include "remote.h"
+#include "../broker/remote.h"
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }

@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "broker_internal.h"
-#include "deploy.h"
+#include "remote_deploy.h"
 
 /* The cluster host member m runs on, as ssh needs it, for program `device`. */
 static int host_of(broker *b, const member *m, const char *device, remote_device *rd)

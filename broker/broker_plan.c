@@ -341,3 +341,30 @@ int switch_plan(broker *b)
     return 0;
 }
 
+int broker_write_compile_args(const char *out, int argc, char **argv, const char *model, const char *cluster)
+{
+    char path[4200], abs_model[PATH_MAX];
+    snprintf(path, sizeof path, "%s/compile.args", out);
+    if (!realpath(model, abs_model))
+        return -1;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "%s\n", abs_model);
+    for (int i = 0; i < argc; i++) {
+        if (argv[i] == model || argv[i] == cluster)
+            continue;
+        if (strcmp(argv[i], "-o") == 0) {
+            i++;
+            continue;
+        }
+        /* --x=v as two lines, the way compile_plan reads them (it drops
+         * --stages and --replicas by name to choose them itself). */
+        const char *eq = strncmp(argv[i], "--", 2) == 0 ? strchr(argv[i], '=') : NULL;
+        if (eq)
+            fprintf(f, "%.*s\n%s\n", (int)(eq - argv[i]), argv[i], eq + 1);
+        else
+            fprintf(f, "%s\n", argv[i]);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
