@@ -1,14 +1,14 @@
-/* broker.c: the run of `fusionc broker` (broker.h). */
+/* broker.c: the run of `fusionc broker` (broker.h): the loop that serves
+ * the devices' requests, finds who is lost, and calls on the files below
+ * it for what follows (broker_state.h lists them).  The top of the broker:
+ * nothing of it calls back here. */
 #define _GNU_SOURCE
 #include "broker.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,281 +16,19 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <ftw.h>
 #include <unistd.h>
 
 #include "../frontend/cluster.h"
 #include "../ir/diag.h"
 #include "../runtime/comm/seal.h"
-#include "broker_db.h"
-
-#include "broker_internal.h"
-
-double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Prints "broker: [epoch E] TEXT" and logs it as an event of `kind`. */
-void say(broker *b, const char *kind, const char *device, const char *fmt, ...)
-{
-    char text[1200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    printf("broker: [epoch %lld] %s\n", (long long)b->epoch, text);
-    fflush(stdout);
-    if (b->db)
-        broker_db_event(b->db, b->epoch, kind, device, text);
-}
-
-member *find_member(broker *b, const char *device)
-{
-    for (int i = 0; i < b->n; i++)
-        if (strcmp(b->mem[i].m.device, device) == 0)
-            return &b->mem[i];
-    return NULL;
-}
-
-void save_member(broker *b, member *m) { broker_db_member(b->db, b->epoch, &m->m); }
-
-/* ---- starting processes ------------------------------------------------------ */
-
-pid_t spawn(const char *log, char *const *argv)
-{
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
-    }
-    setpgid(0, 0);   /* a Ctrl-C on the broker is the broker's to pass on */
-    execv(argv[0], argv);
-    fprintf(stderr, "broker: cannot run %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-}
-
-/* Member m's process is pid (a child of this broker), with this status. */
-static int started(broker *b, member *m, pid_t pid, const char *status)
-{
-    if (pid < 0)
-        return -1;
-    m->m.pid = pid;
-    m->child = 1;
-    m->heard = now_s();
-    m->ended = m->lost = 0;
-    snprintf(m->m.status, sizeof m->m.status, "%s", status);
-    save_member(b, m);
-    return 0;
-}
-
-/* Starts member m (the program of m->bundle_device) in this epoch, resuming
- * from `resume` when not empty; every member's address goes to it as --peer. */
-int start_device(broker *b, member *m, const char *resume)
-{
-    char prog[4800], log[4400], epoch[32], save[4200], every[32], timeout[32], ports[32];
-    char peers[MAX_MEMBERS][400];
-    char *argv[MAX_ARGS + 2 * MAX_MEMBERS + 32];
-    int n = 0;
-    snprintf(prog, sizeof prog, "%s/%s/fusion-%s", b->bundles, m->m.bundle_device, m->m.bundle_device);
-    snprintf(log, sizeof log, "%s/logs/%s.log", b->out, m->m.bundle_device);
-    snprintf(epoch, sizeof epoch, "%lld", (long long)b->epoch);
-    snprintf(save, sizeof save, "%s/checkpoints", b->out);
-    snprintf(every, sizeof every, "%d", b->save_every);
-    snprintf(timeout, sizeof timeout, "%g", b->peer_timeout);
-    snprintf(ports, sizeof ports, "%lld", (long long)(b->port_base + (b->epoch - 1) * PORT_STRIDE));
-    argv[n++] = prog;   /* argv + 1: the arguments (--over-ssh: --save and --resume are the host's) */
-    for (int i = 0; i < b->n_args; i++)
-        argv[n++] = b->args[i];
-    const char *fixed[] = { "--broker", b->url, "--epoch", epoch, "--save-every", every,
-                            "--peer-timeout", timeout, "--port-base", ports };
-    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
-        argv[n++] = (char *)fixed[i];
-    if (!b->remote) {
-        argv[n++] = "--save";
-        argv[n++] = save;
-    }
-    if (resume && resume[0] && !b->remote) {
-        argv[n++] = "--resume";
-        argv[n++] = (char *)resume;
-    }
-    for (int i = 0; i < b->n; i++) {
-        if (strcmp(b->mem[i].m.role, "device") != 0)
-            continue;
-        snprintf(peers[i], sizeof peers[i], "%s=%s", b->mem[i].m.bundle_device, b->mem[i].m.address);
-        argv[n++] = "--peer";
-        argv[n++] = peers[i];
-    }
-    argv[n] = NULL;
-    FILE *f = fopen(log, "a");
-    if (f) {
-        fprintf(f, "== broker: epoch %lld, %s%s%s ==\n", (long long)b->epoch, m->m.device,
-                resume && resume[0] ? ", resuming from " : "", resume && resume[0] ? resume : "");
-        fclose(f);
-    }
-    pid_t pid = b->remote ? broker_remote_start(b, m, argv + 1, n - 1, resume, log) : spawn(log, argv);
-    if (started(b, m, pid, "running"))
-        return -1;
-    say(b, "joined", m->m.device, "started %s (pid %lld) at %s", m->m.device, (long long)m->m.pid, m->m.address);
-    return 0;
-}
-
-int start_standby(broker *b, member *m)
-{
-    char log[4400];
-    snprintf(log, sizeof log, "%s/logs/standby-%s.log", b->out, m->m.device);
-    char key[4300];
-    snprintf(key, sizeof key, "%s/run.key", b->out);
-    char *argv[] = { b->exe, "standby", "--broker", b->url, "--device", m->m.device, "--key", key, NULL };
-    return started(b, m, b->remote ? broker_remote_standby(b, m, log) : spawn(log, argv), "standby");
-}
-
-/* The members of a bundle folder's plan (its deploy.txt), at their cluster addresses. */
-int read_plan(broker *b, const char *bundles)
-{
-    char path[4600], line[512], name[128];
-    snprintf(path, sizeof path, "%s/deploy.txt", bundles);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "fusionc broker: %s: %s (is %s a compile's output?)\n", path, strerror(errno), bundles);
-        return -1;
-    }
-    int kept = 0;
-    for (int i = 0; i < b->n; i++)   /* the standbys not taken in stay */
-        if (strcmp(b->mem[i].m.role, "standby") == 0 && strcmp(b->mem[i].m.status, "used") != 0)
-            b->mem[kept++] = b->mem[i];
-    b->n = kept;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "reporter %127s", name) == 1)
-            snprintf(b->reporter, sizeof b->reporter, "%s", name);
-        if (sscanf(line, "device %127s", name) != 1 || b->n == MAX_MEMBERS)
-            continue;
-        member *m = &b->mem[b->n++];
-        memset(m, 0, sizeof *m);
-        snprintf(m->m.device, sizeof m->m.device, "%s", name);
-        snprintf(m->m.bundle_device, sizeof m->m.bundle_device, "%s", name);
-        snprintf(m->m.role, sizeof m->m.role, "device");
-        int d = cluster_find_device(&b->c, name);
-        snprintf(m->m.address, sizeof m->m.address, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].address : "127.0.0.1");
-        snprintf(m->m.host, sizeof m->m.host, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].name : "");
-    }
-    fclose(f);
-    return 0;
-}
-
-void add_standbys(broker *b)
-{
-    for (int s = 0; s < b->c.n_standbys && b->n < MAX_MEMBERS; s++) {
-        member *m = &b->mem[b->n++];
-        memset(m, 0, sizeof *m);
-        snprintf(m->m.device, sizeof m->m.device, "%s", b->c.standbys[s].name);
-        snprintf(m->m.role, sizeof m->m.role, "standby");
-        snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[s].host].address);
-        snprintf(m->m.host, sizeof m->m.host, "%s", b->c.hosts[b->c.standbys[s].host].name);
-    }
-}
+#include "broker_again.h"
+#include "broker_checkpoint.h"
+#include "broker_plan.h"
+#include "broker_remote.h"
+#include "broker_start.h"
+#include "broker_state.h"
 
 /* ---- what the devices say ------------------------------------------------------ */
-
-/* A step folder's MANIFEST (checkpoint_store.h) from the parts' report
- * lines ("part <file> <xxh3>", broker_db_parts_text), each part's size
- * read from the file here (parts on hosts were fetched and checked first).
- * 0, or -1 with err set. */
-int write_manifest(const char *dir, int64_t step, const char *lines, char *err, size_t n)
-{
-    ckpt_manifest m = { .step = step };
-    int cap = 0, rc = 0;
-    for (const char *at = lines; rc == 0 && at && *at; at = strchr(at, '\n') ? strchr(at, '\n') + 1 : NULL) {
-        char name[CKPT_PART_MAX], hash[32], path[4600];
-        if (sscanf(at, "part %255s %31s", name, hash) != 2)
-            continue;
-        if (m.n_parts == cap) {
-            cap = cap ? 2 * cap : 8;
-            ckpt_part *grown = realloc(m.parts, (size_t)cap * sizeof *grown);
-            if (!grown) {
-                snprintf(err, n, "out of memory");
-                rc = -1;
-                break;
-            }
-            m.parts = grown;
-        }
-        ckpt_part *part = &m.parts[m.n_parts++];
-        snprintf(part->name, sizeof part->name, "%s", name);
-        part->xxh3 = strtoull(hash, NULL, 16);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        struct stat st;
-        if (stat(path, &st) != 0) {
-            snprintf(err, n, "%s: %s", path, strerror(errno));
-            rc = -1;
-        }
-        part->size = (int64_t)st.st_size;
-    }
-    if (rc == 0 && m.n_parts == 0) {
-        snprintf(err, n, "%s: no parts", dir);
-        rc = -1;
-    }
-    if (rc == 0)
-        rc = ckpt_manifest_write(dir, &m, err, n);
-    ckpt_manifest_free(&m);
-    return rc;
-}
-
-/* The checkpoint of `step` is whole when every device of the epoch has its
- * part in: its MANIFEST lists them (checkpoint_store.h).
- * Parts fetched from hosts arrive in any order (one ssh each), so a step
- * may become whole after a later one did: what is skipped is a step whole
- * already (a report sent again: the device's client retries). */
-void check_complete(broker *b, int64_t step)
-{
-    char dir[4300], done[4400], text[65536];
-    snprintf(dir, sizeof dir, "%s/checkpoints/step-%lld", b->out, (long long)step);
-    snprintf(done, sizeof done, "%s/" CKPT_MANIFEST, dir);
-    if (step == b->last_complete || access(done, F_OK) == 0)
-        return;
-    const char *names[MAX_MEMBERS];
-    int n = 0;
-    for (int i = 0; i < b->n; i++)
-        if (strcmp(b->mem[i].m.role, "device") == 0)
-            names[n++] = b->mem[i].m.bundle_device;
-    if (broker_db_parts_in(b->db, step, names, n) != n)
-        return;
-    if (broker_db_parts_text(b->db, step, names, n, text, sizeof text))
-        return;
-    char why[1200];
-    if (write_manifest(dir, step, text, why, sizeof why)) {
-        say(b, "checkpoint", NULL, "cannot complete %s: %s", done, why);
-        return;
-    }
-    broker_db_complete(b->db, step, b->epoch, dir);
-    say(b, "checkpoint", NULL, "checkpoint of step %lld complete (%d parts): %s", (long long)step, n, dir);
-    if (step < b->last_complete)
-        return;   /* a later one is whole already: the joiners were weighed at it */
-    b->last_complete = step;
-    char folder[4300];
-    snprintf(folder, sizeof folder, "%s/checkpoints", b->out);
-    if (ckpt_prune(folder, b->keep, why, sizeof why) < 0)   /* the newest complete always stays */
-        say(b, "checkpoint", NULL, "cannot remove the checkpoints beyond the %d newest: %s", b->keep, why);
-    for (int i = 0; i < b->n && !b->switching; i++)
-        if (b->mem[i].joining)
-            weigh_joiner(b, &b->mem[i], step);
-}
-
-/* A survivor's live part (see broker_internal.h). */
-void add_live(broker *b, int64_t step, int stage, int n_stages, const char *file, const char *xxh3)
-{
-    if (b->n_live == MAX_MEMBERS)
-        return;
-    b->live[b->n_live].step = step, b->live[b->n_live].stage = stage;
-    b->live[b->n_live].n_stages = n_stages;
-    snprintf(b->live[b->n_live].file, sizeof b->live[0].file, "%s", file);
-    snprintf(b->live[b->n_live++].xxh3, sizeof b->live[0].xxh3, "%s", xxh3);
-}
 
 /* One request: "<verb> <device> <epoch> <rest>"; the answer into reply. */
 static void answer(broker *b, const char *req, char *reply, size_t n)
@@ -301,7 +39,7 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
         snprintf(reply, n, "refused a request the broker does not understand");
         return;
     }
-    member *m = find_member(b, device);
+    member *m = broker_find_member(b, device);
     if (strcmp(verb, "standby") == 0) {
         int spare = -1;   /* the cluster file's standby of that name */
         for (int s = 0; s < b->c.n_standbys; s++)
@@ -316,12 +54,12 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
             snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[spare].host].address);
             snprintf(m->m.host, sizeof m->m.host, "%s", b->c.hosts[b->c.standbys[spare].host].name);
             m->joining = 1;
-            save_member(b, m);
-            say(b, "joined", device, "%s registered mid-run: a plan with it is weighed at the next complete checkpoint",
+            broker_save_member(b, m);
+            broker_say(b, "joined", device, "%s registered mid-run: a plan with it is weighed at the next complete checkpoint",
                 device);
         }
         if (m && strcmp(m->m.role, "standby") == 0)
-            m->heard = now_s();
+            m->heard = broker_now();
         snprintf(reply, n, m && strcmp(m->m.status, "standby") == 0 ? "ok" : "stop");
         return;
     }
@@ -330,7 +68,7 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
                  "run started again without it); nothing it sends counts", device, epoch, (long long)b->epoch);
         return;
     }
-    m->heard = now_s();
+    m->heard = broker_now();
     snprintf(reply, n, "ok");
     long long step;
     double loss;
@@ -340,8 +78,8 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
             printf("step %5lld/%lld  loss %.6f\n", step, (long long)b->steps, loss);
             if (b->recovering) {
                 b->recovering = 0;
-                say(b, "resumed", device, "first step after the recovery: step %lld, %.1f s after the lost device "
-                    "was last heard from", step, now_s() - b->lost_heard);
+                broker_say(b, "resumed", device, "first step after the recovery: step %lld, %.1f s after the lost device "
+                    "was last heard from", step, broker_now() - b->lost_heard);
             }
             fflush(stdout);
         }
@@ -350,18 +88,18 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
         if (b->remote) {
             broker_remote_fetch(b, m, step, file, hash, live, stage, n_stages);
         } else if (live) {
-            add_live(b, step, stage, n_stages, file, hash);
+            broker_add_live(b, step, stage, n_stages, file, hash);
         } else {
             broker_db_part(b->db, step, m->m.bundle_device, b->epoch, file, hash);
-            check_complete(b, step);
+            broker_check_complete(b, step);
         }
     } else if (strcmp(verb, "bye") == 0) {
         int status = atoi(rest);
         snprintf(m->m.status, sizeof m->m.status, status == 0 ? "done" : "failed");
-        save_member(b, m);
+        broker_save_member(b, m);
     } else if (strcmp(verb, "hello") == 0 && !b->remote) {   /* (on a host: the pid is its ssh's, here) */
         m->m.pid = atoll(rest);
-        save_member(b, m);
+        broker_save_member(b, m);
     }
 }
 
@@ -414,7 +152,7 @@ static void serve(broker *b, int wait_ms)
             /* Said for the first ten, then every hundredth: a stranger's
              * flood must not fill the log. */
             if (++b->dropped <= 10 || b->dropped % 100 == 0)
-                say(b, "dropped", NULL, "dropped a request that %s (%lld so far): not of this run, altered or "
+                broker_say(b, "dropped", NULL, "dropped a request that %s (%lld so far): not of this run, altered or "
                     "replayed", opens ? "is stale or replayed" : "does not open", (long long)b->dropped);
             continue;
         }
@@ -450,7 +188,7 @@ static int blame_from_log(broker *b, member *m)
         } else {
             continue;
         }
-        member *x = find_member(b, who);
+        member *x = broker_find_member(b, who);
         named += x && x != m;
         if (x && !x->lost && !x->ended && x != m) {
             x->lost = 1;
@@ -492,26 +230,26 @@ static void watch(broker *b)
                 snprintf(m->why, sizeof m->why, "it exited with status %d", WEXITSTATUS(status));
                 blame_from_log(b, m);
             }
-            save_member(b, m);
+            broker_save_member(b, m);
         }
     /* Reaping can take long (a fetched part completes a checkpoint: its
      * MANIFEST and the database fsynced): read the requests that came in
      * meanwhile before calling anyone silent. */
     serve(b, 0);
-    double t = now_s();
+    double t = broker_now();
     for (int i = 0; i < b->n; i++) {
         member *m = &b->mem[i];
         if (strcmp(m->m.role, "device") != 0 || m->ended || m->lost || b->switching)
             continue;
         if (!m->child && m->m.pid > 0 && kill((pid_t)m->m.pid, 0) != 0) {   /* taken over: gone */
             m->ended = 1;
-            if (strcmp(m->m.status, "done") != 0 && wrote_last_part(b, m)) {   /* finished while no broker heard */
+            if (strcmp(m->m.status, "done") != 0 && broker_wrote_last_part(b, m)) {   /* finished while no broker heard */
                 snprintf(m->m.status, sizeof m->m.status, "done");
-                save_member(b, m);
+                broker_save_member(b, m);
             } else if (strcmp(m->m.status, "done") != 0 && blame_from_log(b, m) > 0) {   /* a peer's loss stopped it */
                 snprintf(m->m.status, sizeof m->m.status, "failed");
                 snprintf(m->why, sizeof m->why, "it stopped: a peer was lost (its log says which)");
-                save_member(b, m);
+                broker_save_member(b, m);
             } else if (strcmp(m->m.status, "done") != 0) {
                 m->lost = 1;
                 snprintf(m->why, sizeof m->why, "its process is gone");
@@ -528,44 +266,40 @@ static void watch(broker *b)
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
 
-void signal_member(broker *b, member *m, int sig)
-{
-    if (m->m.pid > 0)
-        kill((pid_t)m->m.pid, sig);
-    if (b->remote)   /* its ssh, killed, does not stop the program on the host */
-        broker_remote_stop(b, m);
-}
-
-void stop_all(broker *b, int sig)
-{
-    for (int i = 0; i < b->n; i++)
-        if (!b->mem[i].ended && b->mem[i].m.pid > 0)
-            signal_member(b, &b->mem[i], sig);
-}
-
 /* A new run: every device of OUT's plan, and the standbys' agents. */
 static int start_run(broker *b)
 {
     b->epoch = 1;
     snprintf(b->bundles, sizeof b->bundles, "%s", b->out);
     broker_db_reset(b->db);
-    if (read_plan(b, b->out))
+    if (broker_read_plan(b, b->out))
         return -1;
     if (b->standby_agents)
-        add_standbys(b);
+        broker_add_standbys(b);
     broker_db_set(b->db, "epoch", "1");
     broker_db_set(b->db, "bundles", b->bundles);
     broker_db_set(b->db, "state", "running");
     int devices = 0, standbys = 0;
     for (int i = 0; i < b->n; i++) {
-        int rc = strcmp(b->mem[i].m.role, "standby") == 0 ? (standbys++, start_standby(b, &b->mem[i]))
-                                                           : (devices++, start_device(b, &b->mem[i], ""));
+        int rc = strcmp(b->mem[i].m.role, "standby") == 0 ? (standbys++, broker_start_standby(b, &b->mem[i]))
+                                                           : (devices++, broker_start_device(b, &b->mem[i], ""));
         if (rc)
             return -1;
     }
-    say(b, "joined", NULL, "started %d device%s and %d standb%s (%s); broker at %s", devices, devices == 1 ? "" : "s",
+    broker_say(b, "joined", NULL, "started %d device%s and %d standb%s (%s); broker at %s", devices, devices == 1 ? "" : "s",
         standbys, standbys == 1 ? "y" : "ies", b->bundles, b->url);
     return 0;
+}
+
+/* A checkpoint came whole since the last look (broker_check_complete
+ * notes its step): a standby that registered mid-run is weighed at it. */
+static void weigh_joiners(broker *b)
+{
+    int64_t step = b->weigh_step;
+    b->weigh_step = 0;
+    for (int i = 0; step > 0 && i < b->n && !b->switching; i++)
+        if (b->mem[i].joining)
+            broker_weigh_joiner(b, &b->mem[i], step);
 }
 
 static int run(broker *b)
@@ -574,17 +308,18 @@ static int run(broker *b)
     while (!interrupted) {
         serve(b, 100);
         watch(b);
+        weigh_joiners(b);
         if (b->switching) {   /* a device joined: wait for the devices to stop */
             int going = 0;
             for (int i = 0; i < b->n; i++)
                 going += strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended;
             if (since_switch == 0)
-                since_switch = now_s();
-            if (going > 0 && now_s() - since_switch > 2 * b->peer_timeout + 10)
-                stop_all(b, SIGKILL);
+                since_switch = broker_now();
+            if (going > 0 && broker_now() - since_switch > 2 * b->peer_timeout + 10)
+                broker_stop_all(b, SIGKILL);
             if (going == 0) {
                 since_switch = 0;
-                if (switch_plan(b))
+                if (broker_switch_plan(b))
                     return 1;
             }
             continue;
@@ -606,33 +341,33 @@ static int run(broker *b)
                 running++;
         }
         if (devices > 0 && done == devices) {
-            say(b, "finished", NULL, "the run finished: %d device%s, %d recover%s", devices, devices == 1 ? "" : "s",
+            broker_say(b, "finished", NULL, "the run finished: %d device%s, %d recover%s", devices, devices == 1 ? "" : "s",
                 b->recoveries, b->recoveries == 1 ? "y" : "ies");
             broker_db_set(b->db, "state", "finished");
             return 0;
         }
         if (lost > 0) {
             if (since_loss == 0)
-                since_loss = now_s();
+                since_loss = broker_now();
             /* (their live parts fetched first, when on hosts) */
-            if ((running == 0 && b->n_fetch == 0) || now_s() - since_loss > 2 * b->peer_timeout + 10) {
+            if ((running == 0 && b->n_fetch == 0) || broker_now() - since_loss > 2 * b->peer_timeout + 10) {
                 for (int i = 0; i < b->n; i++)   /* survivors still going: stop them */
                     if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost && !b->mem[i].ended &&
                         b->mem[i].m.pid > 0)
-                        signal_member(b, &b->mem[i], SIGKILL);
-                if (recover(b))
+                        broker_signal_member(b, &b->mem[i], SIGKILL);
+                if (broker_recover(b))
                     return 1;
                 since_loss = 0;
             }
         } else if (failed > 0 && running == 0) {
-            say(b, "failed", why->m.device, "%s failed (%s; see %s/logs/%s.log) and no device was lost: nothing to "
+            broker_say(b, "failed", why->m.device, "%s failed (%s; see %s/logs/%s.log) and no device was lost: nothing to "
                 "recover", why->m.device, why->why, b->out, why->m.bundle_device);
             broker_db_set(b->db, "state", "failed");
             return 1;
         }
     }
-    say(b, "stopped", NULL, "interrupted: stopping every device");
-    stop_all(b, SIGTERM);
+    broker_say(b, "stopped", NULL, "interrupted: stopping every device");
+    broker_stop_all(b, SIGTERM);
     broker_db_set(b->db, "state", "stopped");
     return 130;
 }
@@ -699,14 +434,14 @@ int broker_run(const broker_options *o)
         char state[64] = "";
         broker_db_get(b->db, "state", state, sizeof state);
         if (strcmp(state, "running") == 0)
-            rc = take_over(b) ? 1 : run(b);
+            rc = broker_take_over(b) ? 1 : run(b);
         else if (state[0])   /* an earlier run, not running: resumed (--fresh: archived first, above) */
-            rc = resume_run(b, state) ? 1 : run(b);
+            rc = broker_resume_run(b, state) ? 1 : run(b);
         else
             rc = start_run(b) ? 1 : run(b);
         for (int i = 0; i < b->n; i++)   /* the standbys' agents end with the run */
             if (strcmp(b->mem[i].m.role, "standby") == 0 && b->mem[i].m.pid > 0 && !b->mem[i].ended)
-                signal_member(b, &b->mem[i], SIGTERM);
+                broker_signal_member(b, &b->mem[i], SIGTERM);
     }
     if (b->sock >= 0)
         nn_close(b->sock);
@@ -714,4 +449,33 @@ int broker_run(const broker_options *o)
     cluster_free(&b->c);
     free(b);
     return rc;
+}
+
+/* (broker_plan.c's compile_plan reads it, to compile again without the lost devices.) */
+int broker_write_compile_args(const char *out, int argc, char **argv, const char *model, const char *cluster)
+{
+    char path[4200], abs_model[PATH_MAX];
+    snprintf(path, sizeof path, "%s/compile.args", out);
+    if (!realpath(model, abs_model))
+        return -1;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "%s\n", abs_model);
+    for (int i = 0; i < argc; i++) {
+        if (argv[i] == model || argv[i] == cluster)
+            continue;
+        if (strcmp(argv[i], "-o") == 0) {
+            i++;
+            continue;
+        }
+        /* --x=v as two lines, the way compile_plan reads them (it drops
+         * --stages and --replicas by name to choose them itself). */
+        const char *eq = strncmp(argv[i], "--", 2) == 0 ? strchr(argv[i], '=') : NULL;
+        if (eq)
+            fprintf(f, "%.*s\n%s\n", (int)(eq - argv[i]), argv[i], eq + 1);
+        else
+            fprintf(f, "%s\n", argv[i]);
+    }
+    return fclose(f) == 0 ? 0 : -1;
 }
