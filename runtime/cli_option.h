@@ -69,6 +69,9 @@ struct cli_option {
 #define CLI_CHOICE(st, m)         .parse = cli_choice, .field = CLI_FIELD(const char *, st, m)
 #define CLI_CHOICE_INT(st, m)     .parse = cli_choice_int, .field = CLI_FIELD(int, st, m)
 #define CLI_CUSTOM(fn, type, st, m) .parse = fn, .field = CLI_FIELD(type, st, m)
+/* An option that sets several fields (--seed S: the seed, and that one
+ * was given): its parser gets the whole options struct. */
+#define CLI_WHOLE(fn)             .parse = fn, .field = 0
 
 /* The parsers.  A bad value's message: "NAME expects EXPECTS, found 'VALUE'". */
 int cli_int(const cli_option *opt, const char *value, void *field, char *why, size_t n);       /* int in [lo, hi]     */

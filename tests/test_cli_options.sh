@@ -2,7 +2,7 @@
 # prints the help from the same table it parses with): each option that
 # takes a value takes it as `--x v` and as `--x=v` with the same outcome,
 # a flag given a value is refused, and an option no command lists is
-# refused naming it.  Then a few
+# refused naming it.  The device programs' options likewise.  Then a few
 # real runs in both forms (the `compile --run-key=FILE` that was once
 # refused while `--run-key FILE` worked).
 . "$(dirname "$0")/lib.sh"
@@ -92,6 +92,22 @@ done
 "$FUSIONC" check models/mlp.xml --scheduler uniform >"$work/out" 2>&1
 expect_eq "check --scheduler: exit status" 2 $?
 grep -q "unknown option '--scheduler'" "$work/out" && pass || fail "check --scheduler: $(head -1 "$work/out")"
+
+# A device program: its options, the same way (without --data it stops
+# at its usage once they are read).
+"$FUSIONC" compile models/mlp.xml clusters/local-1.xml -o "$work/mlp" >"$work/c.out" 2>&1 && pass \
+  || fail "compile: $(cat "$work/c.out")"
+device="$work/mlp/cpu0/fusion-cpu0"
+"$device" --help >"$work/help.device" 2>&1
+expect_eq "device --help: exit status" 0 $?
+device_cmd() { "$device" "$@"; }
+check_program "fusion-cpu0" "$work/help.device" device_cmd
+"$device" --no-such-option >"$work/out" 2>&1
+expect_eq "device --no-such-option: exit status" 2 $?
+grep -q "unknown option '--no-such-option'" "$work/out" && pass || fail "device --no-such-option: $(head -1 "$work/out")"
+"$device" --data=x --seed=-1 >"$work/out" 2>&1
+expect_eq "device --seed=-1: exit status" 2 $?
+grep -q "\-\-seed expects an unsigned integer, found '-1'" "$work/out" && pass || fail "device --seed=-1: $(head -1 "$work/out")"
 
 # Real runs, both forms, the same result.
 "$FUSIONC" compile models/mlp.xml clusters/local-1.xml -o "$work/k1" >/dev/null 2>&1

@@ -331,12 +331,16 @@ int launch_main(int argc, char **argv)
         free(o.device_args);
         return 1;
     }
-    /* --trace FILE: written on each host in its bundle folder, gathered into FILE here */
+    /* --trace FILE (or --trace=FILE): written on each host in its bundle
+     * folder, gathered into FILE here */
     const char *trace = NULL;
-    for (int i = 0; i + 1 < o.n_device_args; i++)
-        if (strcmp(o.device_args[i], "--trace") == 0) {
+    for (int i = 0; i < o.n_device_args; i++)
+        if (strcmp(o.device_args[i], "--trace") == 0 && i + 1 < o.n_device_args) {
             trace = o.device_args[i + 1];
             o.device_args[i + 1] = "trace.json";
+        } else if (strncmp(o.device_args[i], "--trace=", 8) == 0) {
+            trace = o.device_args[i] + 8;
+            o.device_args[i] = "--trace=trace.json";
         }
     char logs[4200];
     snprintf(logs, sizeof logs, "%s/logs", o.out_dir);
