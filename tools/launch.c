@@ -78,7 +78,9 @@ static const cli_option launch_options_table[] = {
                                  "among ARGS (see fusionc broker --help)" },
 };
 
-static const cli_use launch_uses[] = { CLI_USE(LAUNCH_CLUSTER), CLI_USE(LAUNCH_SSH_CONFIG), CLI_USE(LAUNCH_GRACE), CLI_USE(LAUNCH_ELASTIC) };
+static const cli_use launch_uses[] = {
+    CLI_USE(LAUNCH_CLUSTER), CLI_USE(LAUNCH_SSH_CONFIG), CLI_USE(LAUNCH_GRACE), CLI_USE(LAUNCH_ELASTIC),
+};
 const cli_usage launch_usage = {
     "usage: fusionc launch OUT [--cluster FILE] [--ssh-config FILE] [--grace S] [--elastic] [--] ARGS...\n"
     "\n"
@@ -92,8 +94,9 @@ const cli_usage launch_usage = {
     launch_options_table, launch_uses, 4, 19, NULL
 };
 
-static const cli_use stop_uses[] = { { LAUNCH_CLUSTER, NULL, "the hosts from this cluster file (default OUT/cluster.xml)" },
-                                     CLI_USE(LAUNCH_SSH_CONFIG) };
+static const cli_use stop_uses[] = {
+    { LAUNCH_CLUSTER, NULL, "the hosts from this cluster file (default OUT/cluster.xml)" }, CLI_USE(LAUNCH_SSH_CONFIG),
+};
 const cli_usage stop_usage = {
     "usage: fusionc stop OUT [--cluster FILE] [--ssh-config FILE]\n"
     "\n"

@@ -115,7 +115,8 @@ const cli_option fusionc_options[OPT_COUNT] = {
     [OPT_VERBOSE] = { .name = "-v", .alias = "--verbose", CLI_FLAG(options, verbose), .help = "print more" },
     [OPT_DUMP_IR] = { .name = "--dump-ir", .metavar = "PASS", CLI_CUSTOM(parse_pass, const char *, options, dump_ir),
                       .help = "print the IR after PASS to standard error" },
-    [OPT_PRECISION] = { .name = "--precision", .metavar = "P", CLI_CUSTOM(parse_precision, ir_dtype, options, precision),
+    [OPT_PRECISION] = { .name = "--precision", .metavar = "P",
+                        CLI_CUSTOM(parse_precision, ir_dtype, options, precision),
                         .expects = "fp32, bf16 or fp16",
                         .help = "fp32 (default), bf16 or fp16: what activations and their gradients are\n"
                                 "stored and sent in; parameters, their gradients and AdamW's state stay\n"
@@ -142,7 +143,8 @@ const cli_option fusionc_options[OPT_COUNT] = {
                       .help = "plan without device NAME (repeatable): the broker's re-plan after a loss" },
     [OPT_WITH] = { .name = "--with", .metavar = "NAME", CLI_CUSTOM(parse_name, name_list, options, with),
                    .help = "plan with standby NAME as a device (repeatable): a device that joined" },
-    [OPT_COMPRESS] = { .name = "--compress", .metavar = "C", CLI_CUSTOM(parse_compress, const char *, options, compress),
+    [OPT_COMPRESS] = { .name = "--compress", .metavar = "C",
+                       CLI_CUSTOM(parse_compress, const char *, options, compress),
                        .expects = "none, topk:RHO (0 < RHO <= 1) or adatopk",
                        .help = "AdaTopK on the links the pipeline waits for: adatopk (the default on a\n"
                                "cluster of several regions: rows of 8 or 4 bits for activations and\n"
