@@ -242,7 +242,7 @@ static int write_launch_local(const graph_set *set, const cluster *c, const char
             fprintf(f, "%s%s", first ? "" : " ", c->devices[q->device[i]].name);
     }
     fprintf(f, ")\nreporter=%s\n", reporter);
-    /* --elastic: through the broker (tools/broker.h), this fusionc's by default. */
+    /* --elastic: through the broker (broker/broker.h), this fusionc's by default. */
     char self[4096] = "fusionc";
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     self[len > 0 ? len : (ssize_t)strlen(self)] = '\0';
@@ -277,9 +277,13 @@ static int write_launch_local(const graph_set *set, const cluster *c, const char
           "done\n"
           "sleep 0.2\n"
           "kill \"$tailer\" 2>/dev/null; wait \"$tailer\" 2>/dev/null\n"
-          "# --trace FILE: each device wrote FILE.<device>; FILE gets them all, one time axis\n"
+          "# --trace FILE (or --trace=FILE): each device wrote FILE.<device>; FILE gets them all, one time axis\n"
           "trace=\"\" prev=\"\"\n"
-          "for a in \"$@\"; do [ \"$prev\" = --trace ] && trace=$a; prev=$a; done\n"
+          "for a in \"$@\"; do\n"
+          "  [ \"$prev\" = --trace ] && trace=$a\n"
+          "  case $a in --trace=*) trace=${a#--trace=} ;; esac\n"
+          "  prev=$a\n"
+          "done\n"
           "if [ -n \"$trace\" ]; then\n"
           "  parts=()\n"
           "  for d in \"${devices[@]}\"; do [ -f \"$trace.$d\" ] && parts+=(\"$trace.$d\"); done\n"
@@ -306,7 +310,7 @@ static int write_launch_local(const graph_set *set, const cluster *c, const char
 }
 
 /* OUT/deploy.txt and OUT/cluster.xml: what `fusionc deploy`, `launch` and
- * `stop` (tools/deploy.c, tools/launch.c) read.  deploy.txt names the
+ * `stop` (tools/deploy.c, tools/launch.c) and the broker read.  deploy.txt names the
  * devices in the order they start (stage by stage) and the one that reports
  * the loss; cluster.xml is the compile's cluster file as it was, where the
  * hosts' addresses, ssh users, ports and paths are (--cluster replaces it

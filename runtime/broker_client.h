@@ -1,5 +1,5 @@
 /* broker_client.h: a device program's line to the run's broker
- * (fusionc broker, tools/broker.c), given by --broker URL.
+ * (fusionc broker, broker/broker.c), given by --broker URL.
  *
  * The device registers when it starts, then reports each finished step,
  * each checkpoint part it wrote (its file's XXH3, so the broker can mark a

@@ -26,7 +26,7 @@ def help_text(fusionc, device, first_line):
     else:
         return None
     run = subprocess.run(args, capture_output=True, text=True)
-    out = (run.stdout or "") + (run.stderr or "")   # fusionc standby prints its usage to stderr
+    out = (run.stdout or "") + (run.stderr or "")   # (a usage on either is the usage)
     if args[0] == device:   # the program's own path: the docs show a placeholder
         out = out.replace(device, "/tmp/OUT/<device>/fusion-<device>", 1)
     return out.rstrip("\n")

@@ -1,4 +1,4 @@
-# Elastic runs (fusionc broker, tools/broker.h): a small GPT as 2 stages x
+# Elastic runs (fusionc broker, broker/broker.h): a small GPT as 2 stages x
 # 2 replicas on local-4 with one standby (tests/clusters/local-4-standby.xml),
 # 150 steps, a coordinated checkpoint every 20, peer timeout 3 s.
 #   replacement  one device SIGKILLed after step 50: the broker puts the

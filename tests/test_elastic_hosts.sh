@@ -1,5 +1,5 @@
 # Elastic runs across hosts (fusionc launch --elastic: the broker runs on
-# the controller, each device on its host over ssh; tools/broker_remote.c).
+# the controller, each device on its host over ssh; broker/broker_remote.c).
 # Hosts are network namespaces of this machine with Debian's sshd
 # (tests/netns_hosts.sh).  A small GPT as 2 stages: cpu-a0 on h0, cpu-a1
 # on h1, and standby cpu-s0 on h2; 60 steps, a checkpoint every 10,

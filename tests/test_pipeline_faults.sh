@@ -70,5 +70,5 @@ done
 # 3. Bad arguments: one line, exit 2.
 "$work/a/cpu-a0/fusion-cpu-a0" --data "$work/corpus.txt" --peer nonsense >/dev/null 2>"$work/err"
 expect_eq "bad --peer exit" 2 $?
-grep -q "bad option or value: --peer nonsense" "$work/err" && pass || fail "bad --peer message: $(head -1 "$work/err")"
+grep -q "fusion-cpu-a0: --peer expects NAME=ADDR, found 'nonsense'" "$work/err" && pass || fail "bad --peer message: $(head -1 "$work/err")"
 finish

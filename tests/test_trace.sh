@@ -20,6 +20,11 @@ grep -q "2 stages x 1 replica" "$work/c.out" && pass || fail "expected 2 stages 
 "$work/two/launch-local.sh" --data "$work/corpus.txt" --steps 3 --trace "$work/run.json" >"$work/run.out" 2>&1 \
   && pass || fail "run: $(tail -3 "$work/run.out")"
 grep -q "the timeline of 2 devices is in $work/run.json" "$work/run.out" && pass || fail "no merge line: $(tail -3 "$work/run.out")"
+# --trace=FILE (every option takes its value either way): merged the same.
+"$work/two/launch-local.sh" --data "$work/corpus.txt" --steps 1 --trace="$work/eq.json" >"$work/eq.out" 2>&1 \
+  && pass || fail "run with --trace=FILE: $(tail -3 "$work/eq.out")"
+grep -q "the timeline of 2 devices is in $work/eq.json" "$work/eq.out" && [ -s "$work/eq.json" ] && pass \
+  || fail "--trace=FILE: no merged timeline: $(tail -3 "$work/eq.out")"
 
 # check_trace FILE DEVICES KIND: the file is JSON with events of DEVICES processes;
 # every flow begins once and ends once; KIND=run: on one clock, ends after begins.

@@ -1,644 +1,61 @@
-/* broker.c: fusionc broker and fusionc standby (broker.h). */
-#define _GNU_SOURCE
+/* broker.c: `fusionc broker` and `fusionc standby`, their command lines
+ * (broker.h).  The broker itself is broker/: this reads its options into
+ * a broker_options and runs broker_run. */
 #include "broker.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <nanomsg/nn.h>
-#include <nanomsg/reqrep.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <ftw.h>
-#include <unistd.h>
 
-#include "../frontend/cluster.h"
-#include "../ir/diag.h"
 #include "../runtime/broker_client.h"
+#include "../runtime/checkpoint_store.h"
 #include "../runtime/comm/seal.h"
-#include "broker_db.h"
 
-#include "broker_internal.h"
+/* cmd_broker's options (broker.h), and the text of its --help. */
+static const char *const standby_modes[] = { "none", "all", NULL };
 
-double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static const cli_option broker_options_table[] = {
+    { .name = "--fresh", CLI_FLAG(broker_options, fresh),
+      .help = "start a new run: an earlier one in OUT (broker.db, checkpoints) is first\n"
+              "moved to OUT/archive/run-N" },
+    { .name = "--port", .metavar = "P", CLI_INT(broker_options, port), .lo = 1, .hi = 65535,
+      .expects = "a port in [1, 65535]", .help = "the broker listens on tcp port P (default 29400)" },
+    { .name = "--port-base", .metavar = "P", CLI_INT(broker_options, port_base), .lo = 1, .hi = INT_MAX,
+      .expects = "a positive port number",
+      .help = "the devices' first port, epoch 1 (default 30000; each\n"
+              "epoch 200 higher)" },
+    { .name = "--save-every", .metavar = "K", CLI_INT(broker_options, save_every), .lo = 1, .hi = INT_MAX,
+      .expects = "a positive number of steps", .help = "a checkpoint every K steps (default 20)" },
+    { .name = "--keep", .metavar = "K", CLI_INT(broker_options, keep), .lo = 1, .hi = INT_MAX,
+      .expects = "a positive count", .help = "keep the K newest complete checkpoints (default 3; the newest always)" },
+    { .name = "--peer-timeout", .metavar = "S", CLI_DOUBLE(broker_options, peer_timeout), .lo = 0, .hi = 1e9,
+      .open = CLI_OPEN_LO, .expects = "a positive number of seconds",
+      .help = "a device silent this long is lost (default 10)" },
+    { .name = "--max-recoveries", .metavar = "N", CLI_INT(broker_options, max_recoveries), .lo = 0, .hi = INT_MAX,
+      .expects = "a count, 0 or more", .help = "give up after N recoveries (default 5)" },
+    { .name = "--over-ssh", CLI_FLAG(broker_options, over_ssh),
+      .help = "every device on its cluster host, over ssh (deployed first: fusionc deploy);\n"
+              "parts fetched here as they are written, checkpoints copied to the hosts\n"
+              "to resume, new bundles deployed (fusionc launch --elastic runs this)" },
+    { .name = "--ssh-config", .metavar = "FILE", CLI_STRING(broker_options, ssh_config),
+      .help = "with --over-ssh: passed to ssh as -F FILE" },
+    { .name = "--address", .metavar = "A", CLI_STRING(broker_options, address),
+      .help = "with --over-ssh: the hosts reach the broker at A (default: this machine's\n"
+              "address on the route to the first host)" },
+    { .name = "--ssh-timeout", .metavar = "S", CLI_INT(broker_options, ssh_timeout), .lo = 1, .hi = INT_MAX,
+      .expects = "a positive number of seconds",
+      .help = "with --over-ssh: give up on a host that does not answer in S s (default 10;\n"
+              "the devices' own --connect-timeout goes to them)" },
+    { .name = "--standby-agents", .metavar = "A", CLI_CHOICE_INT(broker_options, standby_agents),
+      .choices = standby_modes, .expects = "all or none",
+      .help = "all (default): start `fusionc standby` for every standby of the cluster\n"
+              "file; none: standbys register themselves (fusionc standby on their\n"
+              "host); one that registers mid-run is taken in at the next complete\n"
+              "checkpoint when the plan with it is at least 10% faster" },
+};
 
-/* Prints "broker: [epoch E] TEXT" and logs it as an event of `kind`. */
-void say(broker *b, const char *kind, const char *device, const char *fmt, ...)
-{
-    char text[1200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    printf("broker: [epoch %lld] %s\n", (long long)b->epoch, text);
-    fflush(stdout);
-    if (b->db)
-        broker_db_event(b->db, b->epoch, kind, device, text);
-}
-
-member *find_member(broker *b, const char *device)
-{
-    for (int i = 0; i < b->n; i++)
-        if (strcmp(b->mem[i].m.device, device) == 0)
-            return &b->mem[i];
-    return NULL;
-}
-
-void save_member(broker *b, member *m) { broker_db_member(b->db, b->epoch, &m->m); }
-
-/* ---- starting processes ------------------------------------------------------ */
-
-pid_t spawn(const char *log, char *const *argv)
-{
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
-    }
-    setpgid(0, 0);   /* a Ctrl-C on the broker is the broker's to pass on */
-    execv(argv[0], argv);
-    fprintf(stderr, "broker: cannot run %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-}
-
-/* Member m's process is pid (a child of this broker), with this status. */
-static int started(broker *b, member *m, pid_t pid, const char *status)
-{
-    if (pid < 0)
-        return -1;
-    m->m.pid = pid;
-    m->child = 1;
-    m->heard = now_s();
-    m->ended = m->lost = 0;
-    snprintf(m->m.status, sizeof m->m.status, "%s", status);
-    save_member(b, m);
-    return 0;
-}
-
-/* Starts member m (the program of m->bundle_device) in this epoch, resuming
- * from `resume` when not empty; every member's address goes to it as --peer. */
-int start_device(broker *b, member *m, const char *resume)
-{
-    char prog[4800], log[4400], epoch[32], save[4200], every[32], timeout[32], ports[32];
-    char peers[MAX_MEMBERS][400];
-    char *argv[MAX_ARGS + 2 * MAX_MEMBERS + 32];
-    int n = 0;
-    snprintf(prog, sizeof prog, "%s/%s/fusion-%s", b->bundles, m->m.bundle_device, m->m.bundle_device);
-    snprintf(log, sizeof log, "%s/logs/%s.log", b->out, m->m.bundle_device);
-    snprintf(epoch, sizeof epoch, "%lld", (long long)b->epoch);
-    snprintf(save, sizeof save, "%s/checkpoints", b->out);
-    snprintf(every, sizeof every, "%d", b->save_every);
-    snprintf(timeout, sizeof timeout, "%g", b->peer_timeout);
-    snprintf(ports, sizeof ports, "%lld", (long long)(b->port_base + (b->epoch - 1) * PORT_STRIDE));
-    argv[n++] = prog;   /* argv + 1: the arguments (--over-ssh: --save and --resume are the host's) */
-    for (int i = 0; i < b->n_args; i++)
-        argv[n++] = b->args[i];
-    const char *fixed[] = { "--broker", b->url, "--epoch", epoch, "--save-every", every,
-                            "--peer-timeout", timeout, "--port-base", ports };
-    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
-        argv[n++] = (char *)fixed[i];
-    if (!b->remote) {
-        argv[n++] = "--save";
-        argv[n++] = save;
-    }
-    if (resume && resume[0] && !b->remote) {
-        argv[n++] = "--resume";
-        argv[n++] = (char *)resume;
-    }
-    for (int i = 0; i < b->n; i++) {
-        if (strcmp(b->mem[i].m.role, "device") != 0)
-            continue;
-        snprintf(peers[i], sizeof peers[i], "%s=%s", b->mem[i].m.bundle_device, b->mem[i].m.address);
-        argv[n++] = "--peer";
-        argv[n++] = peers[i];
-    }
-    argv[n] = NULL;
-    FILE *f = fopen(log, "a");
-    if (f) {
-        fprintf(f, "== broker: epoch %lld, %s%s%s ==\n", (long long)b->epoch, m->m.device,
-                resume && resume[0] ? ", resuming from " : "", resume && resume[0] ? resume : "");
-        fclose(f);
-    }
-    pid_t pid = b->remote ? broker_remote_start(b, m, argv + 1, n - 1, resume, log) : spawn(log, argv);
-    if (started(b, m, pid, "running"))
-        return -1;
-    say(b, "joined", m->m.device, "started %s (pid %lld) at %s", m->m.device, (long long)m->m.pid, m->m.address);
-    return 0;
-}
-
-int start_standby(broker *b, member *m)
-{
-    char log[4400];
-    snprintf(log, sizeof log, "%s/logs/standby-%s.log", b->out, m->m.device);
-    char key[4300];
-    snprintf(key, sizeof key, "%s/run.key", b->out);
-    char *argv[] = { b->exe, "standby", "--broker", b->url, "--device", m->m.device, "--key", key, NULL };
-    return started(b, m, b->remote ? broker_remote_standby(b, m, log) : spawn(log, argv), "standby");
-}
-
-/* The members of a bundle folder's plan (its deploy.txt), at their cluster addresses. */
-int read_plan(broker *b, const char *bundles)
-{
-    char path[4600], line[512], name[128];
-    snprintf(path, sizeof path, "%s/deploy.txt", bundles);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "fusionc broker: %s: %s (is %s a compile's output?)\n", path, strerror(errno), bundles);
-        return -1;
-    }
-    int kept = 0;
-    for (int i = 0; i < b->n; i++)   /* the standbys not taken in stay */
-        if (strcmp(b->mem[i].m.role, "standby") == 0 && strcmp(b->mem[i].m.status, "used") != 0)
-            b->mem[kept++] = b->mem[i];
-    b->n = kept;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "reporter %127s", name) == 1)
-            snprintf(b->reporter, sizeof b->reporter, "%s", name);
-        if (sscanf(line, "device %127s", name) != 1 || b->n == MAX_MEMBERS)
-            continue;
-        member *m = &b->mem[b->n++];
-        memset(m, 0, sizeof *m);
-        snprintf(m->m.device, sizeof m->m.device, "%s", name);
-        snprintf(m->m.bundle_device, sizeof m->m.bundle_device, "%s", name);
-        snprintf(m->m.role, sizeof m->m.role, "device");
-        int d = cluster_find_device(&b->c, name);
-        snprintf(m->m.address, sizeof m->m.address, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].address : "127.0.0.1");
-        snprintf(m->m.host, sizeof m->m.host, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].name : "");
-    }
-    fclose(f);
-    return 0;
-}
-
-void add_standbys(broker *b)
-{
-    for (int s = 0; s < b->c.n_standbys && b->n < MAX_MEMBERS; s++) {
-        member *m = &b->mem[b->n++];
-        memset(m, 0, sizeof *m);
-        snprintf(m->m.device, sizeof m->m.device, "%s", b->c.standbys[s].name);
-        snprintf(m->m.role, sizeof m->m.role, "standby");
-        snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[s].host].address);
-        snprintf(m->m.host, sizeof m->m.host, "%s", b->c.hosts[b->c.standbys[s].host].name);
-    }
-}
-
-/* ---- what the devices say ------------------------------------------------------ */
-
-/* A step folder's MANIFEST (checkpoint_store.h) from the parts' report
- * lines ("part <file> <xxh3>", broker_db_parts_text), each part's size
- * read from the file here (parts on hosts were fetched and checked first).
- * 0, or -1 with err set. */
-int write_manifest(const char *dir, int64_t step, const char *lines, char *err, size_t n)
-{
-    ckpt_manifest m = { .step = step };
-    int cap = 0, rc = 0;
-    for (const char *at = lines; rc == 0 && at && *at; at = strchr(at, '\n') ? strchr(at, '\n') + 1 : NULL) {
-        char name[CKPT_PART_MAX], hash[32], path[4600];
-        if (sscanf(at, "part %255s %31s", name, hash) != 2)
-            continue;
-        if (m.n_parts == cap) {
-            cap = cap ? 2 * cap : 8;
-            ckpt_part *grown = realloc(m.parts, (size_t)cap * sizeof *grown);
-            if (!grown) {
-                snprintf(err, n, "out of memory");
-                rc = -1;
-                break;
-            }
-            m.parts = grown;
-        }
-        ckpt_part *part = &m.parts[m.n_parts++];
-        snprintf(part->name, sizeof part->name, "%s", name);
-        part->xxh3 = strtoull(hash, NULL, 16);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        struct stat st;
-        if (stat(path, &st) != 0) {
-            snprintf(err, n, "%s: %s", path, strerror(errno));
-            rc = -1;
-        }
-        part->size = (int64_t)st.st_size;
-    }
-    if (rc == 0 && m.n_parts == 0) {
-        snprintf(err, n, "%s: no parts", dir);
-        rc = -1;
-    }
-    if (rc == 0)
-        rc = ckpt_manifest_write(dir, &m, err, n);
-    ckpt_manifest_free(&m);
-    return rc;
-}
-
-/* The checkpoint of `step` is whole when every device of the epoch has its
- * part in: its MANIFEST lists them (checkpoint_store.h).
- * Parts fetched from hosts arrive in any order (one ssh each), so a step
- * may become whole after a later one did: what is skipped is a step whole
- * already (a report sent again: the device's client retries). */
-void check_complete(broker *b, int64_t step)
-{
-    char dir[4300], done[4400], text[65536];
-    snprintf(dir, sizeof dir, "%s/checkpoints/step-%lld", b->out, (long long)step);
-    snprintf(done, sizeof done, "%s/" CKPT_MANIFEST, dir);
-    if (step == b->last_complete || access(done, F_OK) == 0)
-        return;
-    const char *names[MAX_MEMBERS];
-    int n = 0;
-    for (int i = 0; i < b->n; i++)
-        if (strcmp(b->mem[i].m.role, "device") == 0)
-            names[n++] = b->mem[i].m.bundle_device;
-    if (broker_db_parts_in(b->db, step, names, n) != n)
-        return;
-    if (broker_db_parts_text(b->db, step, names, n, text, sizeof text))
-        return;
-    char why[1200];
-    if (write_manifest(dir, step, text, why, sizeof why)) {
-        say(b, "checkpoint", NULL, "cannot complete %s: %s", done, why);
-        return;
-    }
-    broker_db_complete(b->db, step, b->epoch, dir);
-    say(b, "checkpoint", NULL, "checkpoint of step %lld complete (%d parts): %s", (long long)step, n, dir);
-    if (step < b->last_complete)
-        return;   /* a later one is whole already: the joiners were weighed at it */
-    b->last_complete = step;
-    char folder[4300];
-    snprintf(folder, sizeof folder, "%s/checkpoints", b->out);
-    if (ckpt_prune(folder, b->keep, why, sizeof why) < 0)   /* the newest complete always stays */
-        say(b, "checkpoint", NULL, "cannot remove the checkpoints beyond the %d newest: %s", b->keep, why);
-    for (int i = 0; i < b->n && !b->switching; i++)
-        if (b->mem[i].joining)
-            weigh_joiner(b, &b->mem[i], step);
-}
-
-/* A survivor's live part (see broker_internal.h). */
-void add_live(broker *b, int64_t step, int stage, int n_stages, const char *file, const char *xxh3)
-{
-    if (b->n_live == MAX_MEMBERS)
-        return;
-    b->live[b->n_live].step = step, b->live[b->n_live].stage = stage;
-    b->live[b->n_live].n_stages = n_stages;
-    snprintf(b->live[b->n_live].file, sizeof b->live[0].file, "%s", file);
-    snprintf(b->live[b->n_live++].xxh3, sizeof b->live[0].xxh3, "%s", xxh3);
-}
-
-/* One request: "<verb> <device> <epoch> <rest>"; the answer into reply. */
-static void answer(broker *b, const char *req, char *reply, size_t n)
-{
-    char verb[32], device[128], rest[4200] = "";
-    long long epoch = -1;
-    if (sscanf(req, "%31s %127s %lld %4199[^\n]", verb, device, &epoch, rest) < 3) {
-        snprintf(reply, n, "refused a request the broker does not understand");
-        return;
-    }
-    member *m = find_member(b, device);
-    if (strcmp(verb, "standby") == 0) {
-        int spare = -1;   /* the cluster file's standby of that name */
-        for (int s = 0; s < b->c.n_standbys; s++)
-            if (strcmp(b->c.standbys[s].name, device) == 0)
-                spare = s;
-        if (!m && spare >= 0 && b->n < MAX_MEMBERS) {   /* it registered itself, mid-run */
-            m = &b->mem[b->n++];
-            memset(m, 0, sizeof *m);
-            snprintf(m->m.device, sizeof m->m.device, "%s", device);
-            snprintf(m->m.role, sizeof m->m.role, "standby");
-            snprintf(m->m.status, sizeof m->m.status, "standby");
-            snprintf(m->m.address, sizeof m->m.address, "%s", b->c.hosts[b->c.standbys[spare].host].address);
-            snprintf(m->m.host, sizeof m->m.host, "%s", b->c.hosts[b->c.standbys[spare].host].name);
-            m->joining = 1;
-            save_member(b, m);
-            say(b, "joined", device, "%s registered mid-run: a plan with it is weighed at the next complete checkpoint",
-                device);
-        }
-        if (m && strcmp(m->m.role, "standby") == 0)
-            m->heard = now_s();
-        snprintf(reply, n, m && strcmp(m->m.status, "standby") == 0 ? "ok" : "stop");
-        return;
-    }
-    if (epoch != b->epoch || !m || strcmp(m->m.role, "device") != 0 || m->lost) {
-        snprintf(reply, n, "refused: %s is of epoch %lld and the run is at epoch %lld: it was declared lost (or its "
-                 "run started again without it); nothing it sends counts", device, epoch, (long long)b->epoch);
-        return;
-    }
-    m->heard = now_s();
-    snprintf(reply, n, "ok");
-    long long step;
-    double loss;
-    char file[4096], hash[32];
-    if (strcmp(verb, "step") == 0 && sscanf(rest, "%lld %lf", &step, &loss) >= 1) {
-        if (strcmp(device, b->reporter) == 0) {
-            printf("step %5lld/%lld  loss %.6f\n", step, (long long)b->steps, loss);
-            if (b->recovering) {
-                b->recovering = 0;
-                say(b, "resumed", device, "first step after the recovery: step %lld, %.1f s after the lost device "
-                    "was last heard from", step, now_s() - b->lost_heard);
-            }
-            fflush(stdout);
-        }
-    } else if (strcmp(verb, "part") == 0 && sscanf(rest, "%lld %4095s %31s", &step, file, hash) == 3) {
-        int stage = 0, n_stages = 0, live = sscanf(rest, "%*s %*s %*s live %d %d", &stage, &n_stages) == 2;
-        if (b->remote) {
-            broker_remote_fetch(b, m, step, file, hash, live, stage, n_stages);
-        } else if (live) {
-            add_live(b, step, stage, n_stages, file, hash);
-        } else {
-            broker_db_part(b->db, step, m->m.bundle_device, b->epoch, file, hash);
-            check_complete(b, step);
-        }
-    } else if (strcmp(verb, "bye") == 0) {
-        int status = atoi(rest);
-        snprintf(m->m.status, sizeof m->m.status, status == 0 ? "done" : "failed");
-        save_member(b, m);
-    } else if (strcmp(verb, "hello") == 0 && !b->remote) {   /* (on a host: the pid is its ssh's, here) */
-        m->m.pid = atoll(rest);
-        save_member(b, m);
-    }
-}
-
-/* A request's stamp (broker_client.h): above the last taken from its
- * sender, and within a minute of this clock; else a replay: 0. */
-static int fresh(broker *b, const char *text, uint64_t stamp)
-{
-    char who[128];
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    double off = (double)stamp / 1e6 - ((double)t.tv_sec + 1e-9 * (double)t.tv_nsec);
-    if (sscanf(text, "%*s %127s", who) != 1 || off > 60 || off < -60)
-        return 0;
-    int k = 0;
-    while (k < b->n_stamps && strcmp(b->stamps[k].device, who) != 0)
-        k++;
-    if (k == b->n_stamps) {
-        if (k == (int)(sizeof b->stamps / sizeof b->stamps[0]))
-            k = 0;   /* full: the oldest entry's place (the freshness window still holds) */
-        else
-            b->n_stamps++;
-        snprintf(b->stamps[k].device, sizeof b->stamps[k].device, "%s", who);
-        b->stamps[k].last = 0;
-    }
-    if (stamp <= b->stamps[k].last)
-        return 0;
-    b->stamps[k].last = stamp;
-    return 1;
-}
-
-static void serve(broker *b, int wait_ms)
-{
-    struct nn_pollfd p = { b->sock, NN_POLLIN, 0 };
-    while (nn_poll(&p, 1, wait_ms) > 0 && (p.revents & NN_POLLIN)) {
-        char *req = NULL, reply[600], text[4600];
-        uint8_t nonce[24];
-        int got = nn_recv(b->sock, &req, NN_MSG, NN_DONTWAIT);
-        if (got < 0)
-            break;
-        wait_ms = 0;
-        /* Sealed under the run secret (broker_client.h); anything else is dropped, unanswered. */
-        unsigned long long stamp = 0;
-        int at = 0, opens = got >= FU_BOX_OVERHEAD && got - FU_BOX_OVERHEAD < (int)sizeof text &&
-                            fu_box_open(b->secret, "broker request", NULL, 0, (const uint8_t *)req, (size_t)got, text,
-                                        nonce) == 0;
-        nn_freemsg(req);
-        if (opens)
-            text[got - FU_BOX_OVERHEAD] = '\0';
-        if (!opens || sscanf(text, "%llu %n", &stamp, &at) != 1 || !fresh(b, text + at, stamp)) {
-            /* Said for the first ten, then every hundredth: a stranger's
-             * flood must not fill the log. */
-            if (++b->dropped <= 10 || b->dropped % 100 == 0)
-                say(b, "dropped", NULL, "dropped a request that %s (%lld so far): not of this run, altered or "
-                    "replayed", opens ? "is stale or replayed" : "does not open", (long long)b->dropped);
-            continue;
-        }
-        answer(b, text + at, reply, sizeof reply);
-        uint8_t box[sizeof reply + FU_BOX_OVERHEAD];
-        size_t len = strlen(reply);
-        fu_box_seal(b->secret, "broker reply", nonce, sizeof nonce, reply, len, box, NULL);
-        nn_send(b->sock, box, len + FU_BOX_OVERHEAD, 0);
-    }
-}
-
-/* ---- who is lost --------------------------------------------------------------- */
-
-/* A device that stopped because another vanished names it in its log
- * (this epoch's part of it: the log goes on across epochs). */
-static int blame_from_log(broker *b, member *m)
-{
-    int named = 0;
-    char path[4400], line[1024], who[128], header[64];
-    snprintf(path, sizeof path, "%s/logs/%s.log", b->out, m->m.bundle_device);
-    snprintf(header, sizeof header, "== broker: epoch %lld,", (long long)b->epoch);
-    FILE *f = fopen(path, "r");
-    int in_epoch = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        if (strncmp(line, "== broker: epoch ", 17) == 0)
-            in_epoch = strncmp(line, header, strlen(header)) == 0;
-        if (!in_epoch)
-            continue;
-        const char *at = strstr(line, "lost peer ");
-        const char *stopped = strstr(line, "peer ");
-        if (at && sscanf(at, "lost peer %127[^: ]", who) == 1) {
-        } else if (stopped && strstr(stopped, " stopped") && sscanf(stopped, "peer %127s stopped", who) == 1) {
-        } else {
-            continue;
-        }
-        member *x = find_member(b, who);
-        named += x && x != m;
-        if (x && !x->lost && !x->ended && x != m) {
-            x->lost = 1;
-            snprintf(x->why, sizeof x->why, "%s reported it lost", m->m.device);
-        }
-    }
-    if (f)
-        fclose(f);
-    return named;
-}
-
-/* Reaps ended children and finds the silent: marks them ended or lost. */
-static void watch(broker *b)
-{
-    int status;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-        for (int i = 0; !broker_remote_reaped(b, pid, status) && i < b->n; i++) {
-            member *m = &b->mem[i];
-            if (m->m.pid != pid || m->ended)
-                continue;
-            m->ended = 1;
-            if (b->switching && strcmp(m->m.role, "device") == 0) {   /* stopped for the new plan */
-                snprintf(m->m.status, sizeof m->m.status, "stopped");
-            } else if (strcmp(m->m.role, "standby") == 0) {
-                if (strcmp(m->m.status, "standby") == 0)
-                    snprintf(m->m.status, sizeof m->m.status, "gone");
-            } else if (WIFSIGNALED(status)) {
-                m->lost = 1;
-                snprintf(m->why, sizeof m->why, "its process was killed (signal %d)", WTERMSIG(status));
-            } else if (WEXITSTATUS(status) == 0) {
-                snprintf(m->m.status, sizeof m->m.status, "done");
-            } else if (b->remote && WEXITSTATUS(status) == 255) {
-                m->lost = 1;
-                snprintf(m->why, sizeof m->why, "its ssh connection ended (255): the program was killed, or its host "
-                         "or the link to it is gone");
-            } else {
-                snprintf(m->m.status, sizeof m->m.status, "failed");
-                snprintf(m->why, sizeof m->why, "it exited with status %d", WEXITSTATUS(status));
-                blame_from_log(b, m);
-            }
-            save_member(b, m);
-        }
-    /* Reaping can take long (a fetched part completes a checkpoint: its
-     * MANIFEST and the database fsynced): read the requests that came in
-     * meanwhile before calling anyone silent. */
-    serve(b, 0);
-    double t = now_s();
-    for (int i = 0; i < b->n; i++) {
-        member *m = &b->mem[i];
-        if (strcmp(m->m.role, "device") != 0 || m->ended || m->lost || b->switching)
-            continue;
-        if (!m->child && m->m.pid > 0 && kill((pid_t)m->m.pid, 0) != 0) {   /* taken over: gone */
-            m->ended = 1;
-            if (strcmp(m->m.status, "done") != 0 && wrote_last_part(b, m)) {   /* finished while no broker heard */
-                snprintf(m->m.status, sizeof m->m.status, "done");
-                save_member(b, m);
-            } else if (strcmp(m->m.status, "done") != 0 && blame_from_log(b, m) > 0) {   /* a peer's loss stopped it */
-                snprintf(m->m.status, sizeof m->m.status, "failed");
-                snprintf(m->why, sizeof m->why, "it stopped: a peer was lost (its log says which)");
-                save_member(b, m);
-            } else if (strcmp(m->m.status, "done") != 0) {
-                m->lost = 1;
-                snprintf(m->why, sizeof m->why, "its process is gone");
-            }
-        } else if (t - m->heard > b->peer_timeout + 3.0 && strcmp(m->m.status, "done") != 0) {
-            m->lost = 1;
-            snprintf(m->why, sizeof m->why, "silent for %.0f s (stopped, hung or cut off)", t - m->heard);
-        }
-    }
-}
-
-/* ---- the run ------------------------------------------------------------------- */
-
-static volatile sig_atomic_t interrupted;
-static void on_signal(int sig) { interrupted = sig; }
-
-void signal_member(broker *b, member *m, int sig)
-{
-    if (m->m.pid > 0)
-        kill((pid_t)m->m.pid, sig);
-    if (b->remote)   /* its ssh, killed, does not stop the program on the host */
-        broker_remote_stop(b, m);
-}
-
-void stop_all(broker *b, int sig)
-{
-    for (int i = 0; i < b->n; i++)
-        if (!b->mem[i].ended && b->mem[i].m.pid > 0)
-            signal_member(b, &b->mem[i], sig);
-}
-
-/* A new run: every device of OUT's plan, and the standbys' agents. */
-static int start_run(broker *b)
-{
-    b->epoch = 1;
-    snprintf(b->bundles, sizeof b->bundles, "%s", b->out);
-    broker_db_reset(b->db);
-    if (read_plan(b, b->out))
-        return -1;
-    if (b->standby_agents)
-        add_standbys(b);
-    broker_db_set(b->db, "epoch", "1");
-    broker_db_set(b->db, "bundles", b->bundles);
-    broker_db_set(b->db, "state", "running");
-    int devices = 0, standbys = 0;
-    for (int i = 0; i < b->n; i++) {
-        int rc = strcmp(b->mem[i].m.role, "standby") == 0 ? (standbys++, start_standby(b, &b->mem[i]))
-                                                           : (devices++, start_device(b, &b->mem[i], ""));
-        if (rc)
-            return -1;
-    }
-    say(b, "joined", NULL, "started %d device%s and %d standb%s (%s); broker at %s", devices, devices == 1 ? "" : "s",
-        standbys, standbys == 1 ? "y" : "ies", b->bundles, b->url);
-    return 0;
-}
-
-static int run(broker *b)
-{
-    double since_loss = 0, since_switch = 0;
-    while (!interrupted) {
-        serve(b, 100);
-        watch(b);
-        if (b->switching) {   /* a device joined: wait for the devices to stop */
-            int going = 0;
-            for (int i = 0; i < b->n; i++)
-                going += strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended;
-            if (since_switch == 0)
-                since_switch = now_s();
-            if (going > 0 && now_s() - since_switch > 2 * b->peer_timeout + 10)
-                stop_all(b, SIGKILL);
-            if (going == 0) {
-                since_switch = 0;
-                if (switch_plan(b))
-                    return 1;
-            }
-            continue;
-        }
-        int devices = 0, done = 0, lost = 0, failed = 0, running = 0;
-        const member *why = NULL;
-        for (int i = 0; i < b->n; i++) {
-            const member *m = &b->mem[i];
-            if (strcmp(m->m.role, "device") != 0)
-                continue;
-            devices++;
-            if (m->lost)
-                lost++;
-            else if (strcmp(m->m.status, "done") == 0)   /* said bye 0 (a taken-over device may not be reaped) */
-                done++;
-            else if (m->ended)
-                failed++, why = m;
-            else
-                running++;
-        }
-        if (devices > 0 && done == devices) {
-            say(b, "finished", NULL, "the run finished: %d device%s, %d recover%s", devices, devices == 1 ? "" : "s",
-                b->recoveries, b->recoveries == 1 ? "y" : "ies");
-            broker_db_set(b->db, "state", "finished");
-            return 0;
-        }
-        if (lost > 0) {
-            if (since_loss == 0)
-                since_loss = now_s();
-            /* (their live parts fetched first, when on hosts) */
-            if ((running == 0 && b->n_fetch == 0) || now_s() - since_loss > 2 * b->peer_timeout + 10) {
-                for (int i = 0; i < b->n; i++)   /* survivors still going: stop them */
-                    if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost && !b->mem[i].ended &&
-                        b->mem[i].m.pid > 0)
-                        signal_member(b, &b->mem[i], SIGKILL);
-                if (recover(b))
-                    return 1;
-                since_loss = 0;
-            }
-        } else if (failed > 0 && running == 0) {
-            say(b, "failed", why->m.device, "%s failed (%s; see %s/logs/%s.log) and no device was lost: nothing to "
-                "recover", why->m.device, why->why, b->out, why->m.bundle_device);
-            broker_db_set(b->db, "state", "failed");
-            return 1;
-        }
-    }
-    say(b, "stopped", NULL, "interrupted: stopping every device");
-    stop_all(b, SIGTERM);
-    broker_db_set(b->db, "state", "stopped");
-    return 130;
-}
-
-static const char usage_broker[] =
+const cli_usage broker_usage = {
     "usage: fusionc broker OUT [--fresh] [--port P] [--port-base P] [--save-every K] [--peer-timeout S]\n"
     "                      [--max-recoveries N] DEVICE-ARGS... (--data FILE --steps N ...)\n"
     "\n"
@@ -652,202 +69,110 @@ static const char usage_broker[] =
     "finished when it covers every stage, else the last complete checkpoint.  State in\n"
     "OUT/broker.db (SQLite): started again on a running OUT, it takes over; on an OUT whose run\n"
     "finished, failed or was stopped, it resumes that run from its newest complete checkpoint\n"
-    "(up to --steps) and never overwrites it.\n"
-    "  --fresh             start a new run: an earlier one in OUT (broker.db, checkpoints) is first\n"
-    "                      moved to OUT/archive/run-N\n"
-    "  --port P            the broker listens on tcp port P (default 29400)\n"
-    "  --port-base P       the devices' first port, epoch 1 (default 30000; each\n"
-    "                      epoch 200 higher)\n"
-    "  --save-every K      a checkpoint every K steps (default 20)\n"
-    "  --keep K            keep the K newest complete checkpoints (default 3; the newest always)\n"
-    "  --peer-timeout S    a device silent this long is lost (default 10)\n"
-    "  --max-recoveries N  give up after N recoveries (default 5)\n"
-    "  --over-ssh          every device on its cluster host, over ssh (deployed first: fusionc deploy);\n"
-    "                      parts fetched here as they are written, checkpoints copied to the hosts\n"
-    "                      to resume, new bundles deployed (fusionc launch --elastic runs this)\n"
-    "  --ssh-config FILE   with --over-ssh: passed to ssh as -F FILE\n"
-    "  --address A         with --over-ssh: the hosts reach the broker at A (default: this machine's\n"
-    "                      address on the route to the first host)\n"
-    "  --ssh-timeout S     with --over-ssh: give up on a host that does not answer in S s (default 10;\n"
-    "                      the devices' own --connect-timeout goes to them)\n"
-    "  --standby-agents A  all (default): start `fusionc standby` for every standby of the cluster\n"
-    "                      file; none: standbys register themselves (fusionc standby on their\n"
-    "                      host); one that registers mid-run is taken in at the next complete\n"
-    "                      checkpoint when the plan with it is at least 10% faster\n";
+    "(up to --steps) and never overwrites it.  Arguments that are none of its options\n"
+    "go to the devices as they are.\n",
+    broker_options_table, NULL, sizeof broker_options_table / sizeof broker_options_table[0], 19, NULL
+};
+
+/* "fusionc broker: <fmt with arg>" and the usage on standard error; 2. */
+static int broker_usage_fail(const char *fmt, const char *arg)
+{
+    fputs("fusionc broker: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\n\n", stderr);
+    cli_usage_print(stderr, &broker_usage);
+    return 2;
+}
+
+/* The devices' --steps N (or --steps=N) among their arguments; 0 without. */
+static int64_t device_steps(char *const *args, int n)
+{
+    int64_t steps = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(args[i], "--steps") == 0 && i + 1 < n)
+            steps = atoll(args[i + 1]);
+        else if (strncmp(args[i], "--steps=", 8) == 0)
+            steps = atoll(args[i] + 8);
+    return steps;
+}
 
 int cmd_broker(int argc, char **argv)
 {
-    broker *b = calloc(1, sizeof *b);
-    if (!b)
-        return 1;
-    b->save_every = 20, b->peer_timeout = 10, b->port_base = 30000, b->max_recoveries = 5, b->standby_agents = 1;
-    b->keep = CKPT_DEFAULT_KEEP;
-    int port = 29400, fresh_run = 0;
+    broker_options o = { .port = 29400, .port_base = 30000, .save_every = 20, .keep = CKPT_DEFAULT_KEEP,
+                         .peer_timeout = 10, .max_recoveries = 5, .ssh_timeout = 10, .standby_agents = 1 };
+    char why[512];
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage_broker, stdout);
-            free(b);
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            cli_usage_print(stdout, &broker_usage);
             return 0;
         }
-        char *end = NULL;
-        if (!b->out && a[0] != '-') {
-            b->out = a;
-        } else if (v && strcmp(a, "--port") == 0 && (port = (int)strtol(v, &end, 10)) > 0 && port < 65536 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--port-base") == 0 && (b->port_base = (int)strtol(v, &end, 10)) > 0 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--save-every") == 0 && (b->save_every = (int)strtol(v, &end, 10)) > 0 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--keep") == 0 && (b->keep = (int)strtol(v, &end, 10)) > 0 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--peer-timeout") == 0 && (b->peer_timeout = strtod(v, &end)) > 0 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--max-recoveries") == 0 && (b->max_recoveries = (int)strtol(v, &end, 10)) >= 0 &&
-                   !*end) {
-            i++;
-        } else if (strcmp(a, "--over-ssh") == 0) {
-            b->remote = 1;
-        } else if (strcmp(a, "--fresh") == 0) {
-            fresh_run = 1;
-        } else if (v && strcmp(a, "--ssh-config") == 0) {
-            b->hosts.ssh_config = v, i++;
-        } else if (v && strcmp(a, "--address") == 0) {
-            b->address = v, i++;
-        } else if (v && strcmp(a, "--ssh-timeout") == 0 &&
-                   (b->hosts.connect_timeout = (int)strtol(v, &end, 10)) > 0 && !*end) {
-            i++;
-        } else if (v && strcmp(a, "--standby-agents") == 0 && (!strcmp(v, "all") || !strcmp(v, "none"))) {
-            b->standby_agents = strcmp(v, "all") == 0;
-            i++;
-        } else if (strncmp(a, "--port", 6) == 0 || strcmp(a, "--standby-agents") == 0 || strcmp(a, "--save-every") == 0 || strcmp(a, "--keep") == 0 || strcmp(a, "--peer-timeout") == 0 ||
-                   strcmp(a, "--max-recoveries") == 0 || strcmp(a, "--ssh-config") == 0 || strcmp(a, "--address") == 0 ||
-                   strcmp(a, "--ssh-timeout") == 0) {
-            fprintf(stderr, "fusionc broker: %s needs a positive number (--standby-agents: all or none; "
-                    "--ssh-config: a file; --address: an address)\n%s", a, usage_broker);
-            free(b);
-            return 2;
-        } else if (b->n_args < MAX_ARGS - 1) {
-            if (strcmp(a, "--steps") == 0 && v)
-                b->steps = atoll(v);
-            b->args[b->n_args++] = argv[i];
-        }
+        int took = cli_take(&broker_usage, argc, argv, &i, &o, why, sizeof why);
+        if (took < 0)
+            return broker_usage_fail("%s", why);
+        if (took > 0)
+            continue;
+        if (!o.out && a[0] != '-')
+            o.out = a;
+        else if (o.n_args < BROKER_MAX_ARGS - 1)   /* the devices' */
+            o.args[o.n_args++] = argv[i];
     }
-    if (!b->out || b->steps <= 0) {
-        fprintf(stderr, "fusionc broker: expected OUT (a compile's folder) and the devices' --steps N\n%s", usage_broker);
-        free(b);
-        return 2;
-    }
-    char path[4200], err[600];
-    struct diag derr = { 0 };
-    snprintf(path, sizeof path, "%s/cluster.xml", b->out);
-    if (cluster_load(path, &b->c, &derr)) {
-        diag_print(&derr);
-        free(b);
-        return 1;
-    }
-    ssize_t len = readlink("/proc/self/exe", b->exe, sizeof b->exe - 1);
-    b->exe[len > 0 ? len : 0] = '\0';
-    snprintf(path, sizeof path, "%s/logs", b->out);
-    mkdir(path, 0755);
-    snprintf(path, sizeof path, "%s/run.key", b->out);
-    char why[4600];
-    if (fu_secret_load(path, b->secret, why, sizeof why)) {
-        fprintf(stderr, "fusionc broker: %s (the compile writes it: every request is sealed with it)\n", why);
-        cluster_free(&b->c);
-        free(b);
-        return 1;
-    }
-    snprintf(path, sizeof path, "%s/broker.db", b->out);
-    char archived[4400];
-    if (fresh_run && access(path, F_OK) == 0) {
-        if (broker_archive_run(b->out, archived, sizeof archived, err, sizeof err)) {
-            fprintf(stderr, "fusionc broker: --fresh: %s\n", err);
-            cluster_free(&b->c);
-            free(b);
-            return 1;
-        }
-        printf("broker: --fresh: the earlier run (its broker.db and checkpoints) is archived in %s\n", archived);
-    }
-    snprintf(b->url, sizeof b->url, "tcp://127.0.0.1:%d", port);
-    char bind_url[64];
-    snprintf(bind_url, sizeof bind_url, "tcp://*:%d", port);
-    int rc = 1;
-    if (b->remote && broker_remote_setup(b, port)) {
-        ;
-    } else if (broker_db_open(&b->db, path, err, sizeof err)) {
-        fprintf(stderr, "fusionc broker: %s\n", err);
-    } else if ((b->sock = nn_socket(AF_SP, NN_REP)) < 0 || nn_bind(b->sock, bind_url) < 0) {
-        fprintf(stderr, "fusionc broker: cannot listen on %s: %s\n", bind_url, nn_strerror(nn_errno()));
-    } else {
-        signal(SIGINT, on_signal);
-        signal(SIGTERM, on_signal);
-        char state[64] = "";
-        broker_db_get(b->db, "state", state, sizeof state);
-        if (strcmp(state, "running") == 0)
-            rc = take_over(b) ? 1 : run(b);
-        else if (state[0])   /* an earlier run, not running: resumed (--fresh: archived first, above) */
-            rc = resume_run(b, state) ? 1 : run(b);
-        else
-            rc = start_run(b) ? 1 : run(b);
-        for (int i = 0; i < b->n; i++)   /* the standbys' agents end with the run */
-            if (strcmp(b->mem[i].m.role, "standby") == 0 && b->mem[i].m.pid > 0 && !b->mem[i].ended)
-                signal_member(b, &b->mem[i], SIGTERM);
-    }
-    if (b->sock >= 0)
-        nn_close(b->sock);
-    broker_db_close(b->db);
-    cluster_free(&b->c);
-    free(b);
-    return rc;
+    o.steps = device_steps(o.args, o.n_args);
+    if (!o.out || o.steps <= 0)
+        return broker_usage_fail("%s", "expected OUT (a compile's folder) and the devices' --steps N");
+    return broker_run(&o);
 }
 
 /* ---- fusionc standby ------------------------------------------------------------- */
 
+typedef struct {
+    const char *url, *device, *key;
+} standby_options;
+
+static const cli_option standby_options_table[] = {
+    { .name = "--broker", .metavar = "URL", CLI_NONEMPTY(standby_options, url), .expects = "the broker's address",
+      .help = "the run's broker (tcp://HOST:PORT)" },
+    { .name = "--device", .metavar = "NAME", CLI_NONEMPTY(standby_options, device), .expects = "a standby's name",
+      .help = "the cluster file's standby this host is" },
+    { .name = "--key", .metavar = "FILE", CLI_NONEMPTY(standby_options, key), .expects = "a file",
+      .help = "the run secret (the compile's OUT/run.key), which seals every request" },
+};
+
+const cli_usage standby_usage = {
+    "usage: fusionc standby --broker URL --device NAME --key FILE\n"
+    "\n"
+    "Registers NAME with the run's broker as a standby and waits until it is used or the run ends.\n",
+    standby_options_table, NULL, sizeof standby_options_table / sizeof standby_options_table[0], 14, NULL
+};
+
 int cmd_standby(int argc, char **argv)
 {
-    const char *url = NULL, *device = NULL, *key = NULL;
-    for (int i = 0; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--broker") == 0)
-            url = argv[i + 1];
-        else if (strcmp(argv[i], "--device") == 0)
-            device = argv[i + 1];
-        else if (strcmp(argv[i], "--key") == 0)
-            key = argv[i + 1];
+    standby_options o = { 0 };
+    char why[4600];
+    for (int i = 0; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            cli_usage_print(stdout, &standby_usage);
+            return 0;
+        }
+        int took = cli_take(&standby_usage, argc, argv, &i, &o, why, sizeof why);
+        if (took == 0)
+            snprintf(why, sizeof why, "unexpected argument '%s'", argv[i]);
+        if (took <= 0) {
+            fprintf(stderr, "fusionc standby: %s\n\n", why);
+            cli_usage_print(stderr, &standby_usage);
+            return 2;
+        }
     }
-    if (!url || !device || !key) {
-        fprintf(stderr, "usage: fusionc standby --broker URL --device NAME --key FILE\n"
-                        "Registers NAME with the run's broker as a standby and waits until it is used or the run ends;\n"
-                        "FILE: the run secret (the compile's OUT/run.key), which seals every request.\n");
+    if (!o.url || !o.device || !o.key) {
+        fprintf(stderr, "fusionc standby: expected --broker, --device and --key\n\n");
+        cli_usage_print(stderr, &standby_usage);
         return 2;
     }
     uint8_t secret[FU_SECRET_BYTES];
-    char why[4600];
-    if (fu_secret_load(key, secret, why, sizeof why)) {
+    if (fu_secret_load(o.key, secret, why, sizeof why)) {
         fprintf(stderr, "fusionc standby: %s\n", why);
         return 1;
     }
-    return rt_broker_standby(url, device, secret);
+    return rt_broker_standby(o.url, o.device, secret);
 }
 
-int broker_write_compile_args(const char *out, int argc, char **argv, const char *model, const char *cluster)
-{
-    char path[4200], abs_model[PATH_MAX];
-    snprintf(path, sizeof path, "%s/compile.args", out);
-    if (!realpath(model, abs_model))
-        return -1;
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "%s\n", abs_model);
-    for (int i = 0; i < argc; i++) {
-        if (argv[i] == model || argv[i] == cluster)
-            continue;
-        if (strcmp(argv[i], "-o") == 0) {
-            i++;
-            continue;
-        }
-        fprintf(f, "%s\n", argv[i]);
-    }
-    return fclose(f) == 0 ? 0 : -1;
-}

@@ -1,38 +1,17 @@
-/* broker.h: fusionc broker, the run's broker, and fusionc standby.
- *
- * `fusionc broker OUT [options] DEVICE-ARGS...` runs the compile in OUT on
- * this machine and keeps it running when devices vanish:
- *   - it starts every device of the plan (OUT/deploy.txt) with DEVICE-ARGS
- *     and --broker (its address), --epoch, --save OUT/checkpoints
- *     --save-every K, and a standby agent (fusionc standby) for each
- *     standby="true" device of the cluster file; devices register, report
- *     each step and each checkpoint part, and heartbeat;
- *   - a checkpoint is complete when every device's part of its step is in:
- *     the broker then writes OUT/checkpoints/step-N/COMPLETE (each part
- *     and its XXH3), which a resume checks;
- *   - a device is lost when its process dies by a signal or it is silent
- *     past the peer timeout (the others then stop by themselves, naming
- *     it); the broker starts a new epoch: a standby of the same kind takes
- *     the lost device's place (the lost device's program, at the
- *     standby's address), or, with none, the plan is made again without
- *     the lost devices (fusionc compile ... --without, into
- *     OUT/epoch-N/); every device resumes from the last complete
- *     checkpoint.  A device of an older epoch is refused by the broker and
- *     by its peers (the epoch is in their hello);
- *   - its state (epoch, members, parts, checkpoints, events) is in SQLite,
- *     OUT/broker.db: a broker started again on the same OUT while the
- *     devices run takes them over.
- * It prints the reporter's steps and every event, and exits 0 when every
- * device of the last epoch finished.
- */
+/* broker.h: the command lines of `fusionc broker` (the run's broker,
+ * broker/broker.h) and `fusionc standby` (a standby host's agent, which
+ * registers with the broker and waits to be used). */
 #ifndef FUSION_TOOLS_BROKER_H
 #define FUSION_TOOLS_BROKER_H
 
+#include "../broker/broker.h"
+#include "../runtime/cli_option.h"
+
+/* Their options and --help. */
+extern const cli_usage broker_usage, standby_usage;
+
+/* argv: the arguments after the command.  The exit status (2: usage). */
 int cmd_broker(int argc, char **argv);
 int cmd_standby(int argc, char **argv);
-
-/* OUT/compile.args: what `fusionc compile` was given (the model's absolute
- * path first, then every option but -o), for a re-plan.  0, or -1. */
-int broker_write_compile_args(const char *out, int argc, char **argv, const char *model, const char *cluster);
 
 #endif

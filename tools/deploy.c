@@ -1,53 +1,47 @@
-/* deploy.c: `fusionc deploy OUT`: copy each device's bundle to its host.
+/* deploy.c: `fusionc deploy OUT`: copy each device's bundle to its host
+ * (deploy.h), each one as broker/remote_deploy.c says: checked on the host
+ * and made visible only when whole.
  *
- * For each device of the compile (OUT/deploy.txt), in start order:
- *
- *   1. its bundle's checksums: sha256sum of every file of OUT/<device>/,
- *      written to OUT/<device>/SHA256SUMS; the bundle's version ID is the
- *      XXH3 hash of that list, so two bundles with the same files have the
- *      same ID;
- *   2. one ssh call asks the host whether P/.fusion-bundles/<device>-ID is
- *      there and whole (sha256sum -c), which version P/<device> points to,
- *      and whether rsync is there; it removes a copy a failed deploy left;
- *   3. if the version is not there: copy OUT/<device>/ to
- *      P/.fusion-bundles/<device>-ID.tmp, by rsync (hard-linking the files
- *      that did not change from the version in use: --link-dest) when both
- *      ends have it, else by scp; then, on the host, check every file
- *      against SHA256SUMS and rename the .tmp to its name.  A failed copy or
- *      check removes the .tmp;
- *   4. P/<device> is pointed at the version (a new link renamed over the
- *      old one), and versions other than it and the one before are removed.
- *
- * Then each standby's host (standby="true" in the cluster file) gets every
- * device's bundle of the standby's kind and arch, the same way, under the
- * device's name: in an elastic run (fusionc launch --elastic) it may take
- * any of their places without a copy while the run waits.
+ * The devices go in start order (OUT/deploy.txt).  Then each standby's
+ * host (standby="true" in the cluster file) gets every device's bundle of
+ * the standby's kind and arch, the same way, under the device's name: in
+ * an elastic run (fusionc launch --elastic) it may take any of their places
+ * without a copy while the run waits.
  *
  * Re-running copies nothing that is already whole on the host; after a
  * change to one device's bundle, only that one is copied (the log says
  * which).  Every failure names the device, the host and what failed, and
  * the other devices are still tried; the exit status is 1 if any failed.
- *
- * Why sha256sum and not our own hash on the host: the host has coreutils
- * but no fusion; the local side runs the same tool so the list is the one
- * the host checks.
  */
-#define _GNU_SOURCE
 #include "deploy.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <xxhash.h>
 
-#include "remote.h"
+#include "../broker/remote_deploy.h"
 
-#define ID_HEX 16
+typedef struct {
+    const char *out_dir, *cluster_file, *ssh_config, *copier;
+    int         connect_timeout;
+} deploy_options;
 
-static const char *const usage_deploy =
+static const char *const copiers[] = { "rsync", "scp", NULL };
+
+static const cli_option deploy_options_table[] = {
+    { .name = "--cluster", .metavar = "FILE", CLI_STRING(deploy_options, cluster_file),
+      .help = "the hosts from this cluster file (default: OUT/cluster.xml,\n"
+              "the compile's); it must name the compile's devices" },
+    { .name = "--ssh-config", .metavar = "FILE", CLI_STRING(deploy_options, ssh_config),
+      .help = "passed to ssh, scp and rsync's ssh as -F FILE" },
+    { .name = "--copier", .metavar = "C", CLI_CHOICE(deploy_options, copier), .choices = copiers,
+      .expects = "rsync or scp", .help = "rsync (default when both ends have it) or scp" },
+    { .name = "--connect-timeout", .metavar = "S", CLI_INT(deploy_options, connect_timeout), .lo = 1, .hi = INT_MAX,
+      .expects = "a positive number of seconds",
+      .help = "give up on a host that does not answer in S seconds (default 10)" },
+};
+
+const cli_usage deploy_usage = {
     "usage: fusionc deploy OUT [--cluster FILE] [--ssh-config FILE] [--copier rsync|scp] [--connect-timeout S]\n"
     "\n"
     "Copy each device's bundle in OUT (the output of `fusionc compile`) to its host, over ssh:\n"
@@ -56,335 +50,44 @@ static const char *const usage_deploy =
     "(sha256) on the host and made visible only when whole; a bundle already there is\n"
     "not copied again.  A standby=\"true\" device's host gets every bundle of its kind, so\n"
     "that it can take any of their places in an elastic run (fusionc launch --elastic).\n"
-    "\n"
-    "  --cluster FILE        the hosts from this cluster file (default: OUT/cluster.xml,\n"
-    "                        the compile's); it must name the compile's devices\n"
-    "  --ssh-config FILE     passed to ssh, scp and rsync's ssh as -F FILE\n"
-    "  --copier C            rsync (default when both ends have it) or scp\n"
-    "  --connect-timeout S   give up on a host that does not answer in S seconds (default 10)\n";
+    "\n",
+    deploy_options_table, NULL, sizeof deploy_options_table / sizeof deploy_options_table[0], 21, NULL
+};
 
-/* True when `name` is an executable on PATH. */
-static int on_path(const char *name)
+/* "fusionc deploy: <fmt with arg>" and the usage on standard error; 2. */
+static int usage_fail(const char *fmt, const char *arg)
 {
-    const char *path = getenv("PATH");
-    if (!path)
-        return 0;
-    char dir[4096];
-    for (const char *p = path; *p;) {
-        size_t n = strcspn(p, ":");
-        snprintf(dir, sizeof dir, "%.*s/%s", (int)n, p, name);
-        if (n > 0 && access(dir, X_OK) == 0)
-            return 1;
-        p += n + (p[n] == ':');
-    }
-    return 0;
-}
-
-/* The checksum list of OUT/<device>/ (sorted, paths relative to it), written
- * to its SHA256SUMS when that differs; the version ID from it; the bytes. */
-static int bundle_checksums(const char *dir, char id[ID_HEX + 1], double *bytes, struct diag *err)
-{
-    char *argv[] = { "sh", "-c",
-                     "cd \"$1\" && find . -type f ! -name SHA256SUMS ! -name '*.tmp.*' -print0 | LC_ALL=C sort -z "
-                     "| xargs -0 sha256sum && find . -type f ! -name SHA256SUMS ! -name '*.tmp.*' -printf '%s\\n' "
-                     "| awk '{ s += $1 } END { printf \"bytes %.0f\\n\", s }'",
-                     "sh", (char *)dir, NULL };
-    char *text = NULL;
-    int status = remote_capture(argv, &text);
-    char *bytes_line = text ? strstr(text, "bytes ") : NULL;
-    if (status != 0 || !bytes_line || bytes_line == text) {
-        char reason[600];
-        remote_last_line(text, reason, sizeof reason);
-        free(text);
-        return diag_set(err, dir, 0, "cannot checksum the bundle: %s", reason[0] ? reason : "sha256sum failed");
-    }
-    *bytes = strtod(bytes_line + 6, NULL);
-    *bytes_line = '\0';   /* the list ends where the byte count starts */
-    snprintf(id, ID_HEX + 1, "%016llx", (unsigned long long)XXH3_64bits(text, strlen(text)));
-    char path[4300], tmp[4400];
-    snprintf(path, sizeof path, "%s/SHA256SUMS", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *old = fopen(path, "r");
-    int same = 0;
-    if (old) {
-        size_t n = strlen(text);
-        char *have = malloc(n + 2);
-        same = have && fread(have, 1, n + 1, old) == n && memcmp(have, text, n) == 0;
-        free(have);
-        fclose(old);
-    }
-    int rc = 0;
-    if (!same) {
-        FILE *f = fopen(tmp, "w");
-        if (!f || fputs(text, f) == EOF || fclose(f) != 0 || rename(tmp, path) != 0) {
-            unlink(tmp);
-            rc = diag_set(err, path, 0, "cannot write the checksum list: %s", strerror(errno));
-        }
-    }
-    free(text);
-    return rc;
-}
-
-/* The line of a tool's output that says why it failed: the first that names
- * a full disk or a refusal, else the last. */
-static void failure_reason(const char *text, char *out, size_t len)
-{
-    static const char *const telling[] = { "No space left", "Disk quota", "Permission denied", "Connection refused",
-                                           "Connection timed out", "No route to host", "Could not resolve",
-                                           "Read-only file system" };
-    for (size_t i = 0; text && i < sizeof telling / sizeof telling[0]; i++) {
-        const char *hit = strstr(text, telling[i]);
-        if (hit) {
-            const char *start = hit;
-            while (start > text && start[-1] != '\n')
-                start--;
-            snprintf(out, len, "%.*s", (int)strcspn(start, "\n"), start);
-            return;
-        }
-    }
-    remote_last_line(text, out, len);
-    if (!out[0])
-        snprintf(out, len, "no message");
-}
-
-typedef struct {
-    const remote_plan   *plan;
-    const remote_device *d;
-    char where[800];      /* "device D on host H (user@addr:port)" */
-    char id[ID_HEX + 1];
-    char current[64];     /* the version P/D points to now ("" : none) */
-    int  host_has_rsync;
-} deploy_job;
-
-/* Run a shell script on the job's host; 0, or -1 with err naming the step. */
-static int on_host(deploy_job *j, const char *script, const char *step, char **out, struct diag *err)
-{
-    char *text = NULL;
-    int status = remote_run(j->plan, j->d, script, &text);
-    if (status == 0) {
-        if (out)
-            *out = text;
-        else
-            free(text);
-        return 0;
-    }
-    char reason[700];
-    failure_reason(text, reason, sizeof reason);
-    free(text);
-    if (status == 255)
-        return diag_set(err, j->d->device, 0, "%s: ssh failed: %s", j->where, reason);
-    return diag_set(err, j->d->device, 0, "%s: %s failed: %s", j->where, step, reason);
-}
-
-/* Ask the host what it has (see the file's comment, step 2). */
-static int probe(deploy_job *j, int *have, struct diag *err)
-{
-    char script[4096];
-    size_t at = 0;
-    const char *D = j->d->device;
-    at += (size_t)snprintf(script + at, sizeof script - at, "set -e; mkdir -p ");
-    remote_quote(script, sizeof script, &at, j->d->path);
-    at += (size_t)snprintf(script + at, sizeof script - at, "/.fusion-bundles; cd ");
-    remote_quote(script, sizeof script, &at, j->d->path);
-    snprintf(script + at, sizeof script - at,
-             "; rm -rf '.fusion-bundles/%s-'????????????????.tmp"
-             "; if [ -d '.fusion-bundles/%s-%s' ] && (cd '.fusion-bundles/%s-%s' && sha256sum -c --quiet --strict "
-             "SHA256SUMS >/dev/null 2>&1); then echo 'state have'; else echo 'state need'; fi"
-             "; cur=$(readlink '%s' 2>/dev/null || true); echo \"current ${cur##*/}\""
-             "; if command -v rsync >/dev/null 2>&1; then echo 'copier rsync'; else echo 'copier scp'; fi",
-             D, D, j->id, D, j->id, D);
-    char *text = NULL;
-    if (on_host(j, script, "preparing the bundle folder", &text, err))
-        return -1;
-    const char *s = strstr(text, "state ");
-    const char *c = strstr(text, "current ");
-    *have = s && strncmp(s + 6, "have", 4) == 0;
-    if (c)
-        snprintf(j->current, sizeof j->current, "%.*s", (int)strcspn(c + 8, "\n"), c + 8);
-    j->host_has_rsync = strstr(text, "copier rsync") != NULL;
-    free(text);
-    if (!s)
-        return diag_set(err, D, 0, "%s: the host answered something unexpected to the probe", j->where);
-    return 0;
-}
-
-/* Copy OUT/<device>/ to P/.fusion-bundles/<device>-ID.tmp (step 3). */
-static int copy_bundle(deploy_job *j, int use_rsync, double *sent, struct diag *err)
-{
-    char src[4200], dst[1200], target[400], ssh_cmd[4600], link_dest[200];
-    char *argv[48], store[4096];
-    remote_target(j->d, target, sizeof target);
-    int n = 0;
-    if (use_rsync) {
-        /* rsync's -e: ssh's argv up to the target, as one line (rsync splits it) */
-        char *ssh_argv[32];
-        int k = remote_ssh_argv(j->plan, j->d, ssh_argv, 30, store, sizeof store);
-        size_t at = 0;
-        for (int i = 0; i < k - 1 && at < sizeof ssh_cmd; i++)
-            at += (size_t)snprintf(ssh_cmd + at, sizeof ssh_cmd - at, "%s%s", i ? " " : "", ssh_argv[i]);
-        snprintf(src, sizeof src, "%s/%s/", j->plan->out_dir, j->d->device);
-        snprintf(dst, sizeof dst, "%s:%s/.fusion-bundles/%s-%s.tmp/", target, j->d->path, j->d->device, j->id);
-        argv[n++] = "rsync";
-        argv[n++] = "-a";
-        argv[n++] = "-H";          /* keep the bundle's hard links */
-        argv[n++] = "-s";          /* the remote path as it is, not through its shell */
-        argv[n++] = "--stats";
-        argv[n++] = "-e";
-        argv[n++] = ssh_cmd;
-        if (j->current[0] && strlen(j->current) > ID_HEX) {   /* files that did not change: hard links */
-            snprintf(link_dest, sizeof link_dest, "--link-dest=../%s", j->current);
-            argv[n++] = link_dest;
-        }
-        argv[n++] = src;
-        argv[n++] = dst;
-    } else {
-        char port[16], timeout[48];
-        snprintf(port, sizeof port, "%d", j->d->port);
-        snprintf(timeout, sizeof timeout, "ConnectTimeout=%d",
-                 j->plan->connect_timeout > 0 ? j->plan->connect_timeout : 10);
-        snprintf(src, sizeof src, "%s/%s", j->plan->out_dir, j->d->device);
-        snprintf(dst, sizeof dst, "%s:%s/.fusion-bundles/%s-%s.tmp", target, j->d->path, j->d->device, j->id);
-        argv[n++] = "scp";
-        argv[n++] = "-r";
-        argv[n++] = "-p";
-        argv[n++] = "-q";
-        if (j->plan->ssh_config) {
-            argv[n++] = "-F";
-            argv[n++] = (char *)j->plan->ssh_config;
-        }
-        argv[n++] = "-P";
-        argv[n++] = port;
-        argv[n++] = "-o";
-        argv[n++] = "BatchMode=yes";
-        argv[n++] = "-o";
-        argv[n++] = timeout;
-        argv[n++] = src;
-        argv[n++] = dst;
-    }
-    argv[n] = NULL;
-    char *text = NULL;
-    int status = remote_capture(argv, &text);
-    if (status != 0) {
-        char reason[700], cleanup[1400];
-        failure_reason(text, reason, sizeof reason);
-        free(text);
-        /* Leave nothing behind that could pass for a bundle (the next probe would remove it too). */
-        size_t at = (size_t)snprintf(cleanup, sizeof cleanup, "rm -rf ");
-        char tmp_dir[1000];
-        snprintf(tmp_dir, sizeof tmp_dir, "%s/.fusion-bundles/%s-%s.tmp", j->d->path, j->d->device, j->id);
-        remote_quote(cleanup, sizeof cleanup, &at, tmp_dir);
-        char *ignored = NULL;
-        remote_run(j->plan, j->d, cleanup, &ignored);
-        free(ignored);
-        return diag_set(err, j->d->device, 0, "%s: copying the bundle with %s failed (exit %d): %s", j->where,
-                        use_rsync ? "rsync" : "scp", status, reason);
-    }
-    const char *total = text ? strstr(text, "Total transferred file size: ") : NULL;
-    if (total) {   /* "1,234,567 bytes" */
-        double v = 0;
-        for (const char *p = total + 29; *p && *p != ' '; p++)
-            if (*p >= '0' && *p <= '9')
-                v = v * 10 + (*p - '0');
-        *sent = v;
-    }
-    free(text);
-    return 0;
-}
-
-/* Check the copy on the host and give it its name; point P/<device> at the
- * version; remove versions but it and the one before (steps 3 and 4). */
-static int check_and_switch(deploy_job *j, int copied, struct diag *err)
-{
-    char script[4096];
-    const char *D = j->d->device, *id = j->id;
-    size_t at = (size_t)snprintf(script, sizeof script, "set -e; cd ");
-    remote_quote(script, sizeof script, &at, j->d->path);
-    if (copied)
-        at += (size_t)snprintf(script + at, sizeof script - at,
-                               "; cd .fusion-bundles"
-                               /* the run secret stays the owner's alone, whatever the copier did */
-                               "; if [ -f '%s-%s.tmp/run.key' ]; then chmod 600 '%s-%s.tmp/run.key'; fi"
-                               "; if ! (cd '%s-%s.tmp' && sha256sum -c --quiet --strict SHA256SUMS >&2); then"
-                               " rm -rf '%s-%s.tmp'; echo 'the copy does not match the bundle checksums' >&2; exit 3;"
-                               " fi; rm -rf '%s-%s'; mv -T '%s-%s.tmp' '%s-%s'; cd ..",
-                               D, id, D, id, D, id, D, id, D, id, D, id, D, id);
-    snprintf(script + at, sizeof script - at,
-             "; ln -sfn '.fusion-bundles/%s-%s' '.%s.link.tmp'; mv -T '.%s.link.tmp' '%s'"
-             "; for v in '.fusion-bundles/%s-'????????????????; do"
-             " case \"$v\" in '.fusion-bundles/%s-%s'|'.fusion-bundles/%s') ;; *) rm -rf \"$v\";; esac; done",
-             D, id, D, D, D, D, D, id, j->current[0] ? j->current : "-");
-    return on_host(j, script, copied ? "checking the copy" : "switching to the bundle", NULL, err);
-}
-
-int deploy_device(const remote_plan *plan, const remote_device *d, const char *copier, int *copied,
-                  struct diag *err)
-{
-    deploy_job j = { .plan = plan, .d = d };
-    char host[500];
-    remote_describe(d, host, sizeof host);
-    snprintf(j.where, sizeof j.where, "device %s on %s", d->device, host);
-    char dir[4200];
-    double bytes = 0, sent = -1;
-    snprintf(dir, sizeof dir, "%s/%s", plan->out_dir, d->device);
-    int have = 0;
-    if (bundle_checksums(dir, j.id, &bytes, err) || probe(&j, &have, err))
-        return -1;
-    int use_rsync = 0;
-    if (!have) {
-        use_rsync = copier ? strcmp(copier, "rsync") == 0 : j.host_has_rsync && on_path("rsync");
-        if (use_rsync && !j.host_has_rsync)
-            return diag_set(err, d->device, 0, "%s: --copier rsync, but the host has no rsync", j.where);
-        if (copy_bundle(&j, use_rsync, &sent, err))
-            return -1;
-    }
-    if (check_and_switch(&j, !have, err))
-        return -1;
-    *copied = !have;
-    if (have)
-        printf("deploy: %s: unchanged (version %s), not copied\n", j.where, j.id);
-    else if (sent >= 0)
-        printf("deploy: %s: copied by rsync to %s/%s (bundle %.1f MB, %.1f MB sent), checksums verified, "
-               "version %s\n",
-               j.where, d->path, d->device, bytes / 1e6, sent / 1e6, j.id);
-    else
-        printf("deploy: %s: copied by %s to %s/%s (%.1f MB), checksums verified, version %s\n", j.where,
-               use_rsync ? "rsync" : "scp", d->path, d->device, bytes / 1e6, j.id);
-    fflush(stdout);
-    return 0;
+    fputs("fusionc deploy: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\n\n", stderr);
+    cli_usage_print(stderr, &deploy_usage);
+    return 2;
 }
 
 int deploy_main(int argc, char **argv)
 {
-    const char *out_dir = NULL, *cluster_file = NULL, *copier = NULL;
-    remote_plan plan = { 0 };
-    plan.connect_timeout = 10;
+    deploy_options o = { .connect_timeout = 10 };
+    char why[512];
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage_deploy, stdout);
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            cli_usage_print(stdout, &deploy_usage);
             return 0;
-        } else if (strcmp(a, "--cluster") == 0 && v) {
-            cluster_file = v, i++;
-        } else if (strcmp(a, "--ssh-config") == 0 && v) {
-            plan.ssh_config = v, i++;
-        } else if (strcmp(a, "--copier") == 0 && v && (strcmp(v, "rsync") == 0 || strcmp(v, "scp") == 0)) {
-            copier = v, i++;
-        } else if (strcmp(a, "--connect-timeout") == 0 && v && (plan.connect_timeout = (int)strtol(v, &end, 10)) > 0 &&
-                   *end == '\0') {
-            i++;
-        } else if (a[0] != '-' && !out_dir) {
-            out_dir = a;
-        } else {
-            fprintf(stderr, "fusionc deploy: unexpected argument '%s'%s\n\n%s", a, v || a[0] != '-' ? "" : " (it takes a value)",
-                    usage_deploy);
-            return 2;
         }
+        int took = cli_take(&deploy_usage, argc, argv, &i, &o, why, sizeof why);
+        if (took < 0)
+            return usage_fail("%s", why);
+        if (took == 0 && (a[0] == '-' || o.out_dir))
+            return usage_fail("unexpected argument '%s'", a);
+        if (took == 0)
+            o.out_dir = a;
     }
-    if (!out_dir) {
-        fprintf(stderr, "fusionc deploy: expected the compile's output folder\n\n%s", usage_deploy);
-        return 2;
-    }
+    if (!o.out_dir)
+        return usage_fail("%s", "expected the compile's output folder");
+    remote_plan plan = { 0 };
+    plan.connect_timeout = o.connect_timeout;
+    plan.ssh_config = o.ssh_config;
+    const char *out_dir = o.out_dir, *cluster_file = o.cluster_file, *copier = o.copier;
     struct diag err = { 0 };
     if (remote_plan_load(&plan, out_dir, cluster_file, &err)) {
         diag_print(&err);

@@ -1,17 +1,17 @@
 /* fusionc: the fusion compiler's command line.
  *
- *   fusionc check FILE...                      validate model and cluster files
- *   fusionc dump MODEL [--after PASS] [--format text|dot|html] [-o FILE]
- *   fusionc stats MODEL                        parameters, FLOPs, activation bytes
- *   fusionc profile [--threads N] [--out FILE] this host's <device> line (tools/profile.c)
- *   fusionc deploy OUT | launch OUT ARGS... | stop OUT   bundles on their hosts over ssh
- *                                              (tools/deploy.c, tools/launch.c)
+ * One table of commands at the end of this file (its name, the line
+ * `fusionc --help` shows for it, its usage and what runs it): the compiler's
+ * own commands (check, dump, stats, compile, plan, simulate, passes) are
+ * here, the others in their files (profile.c, deploy.c, launch.c,
+ * report.c, broker.c).  Each command's usage is its options' table
+ * (runtime/cli_option.h; the compiler commands share options.h's), so its
+ * --help and what it accepts come from one place.
  *
- * MODEL is a model XML or a text IR file (as written by `dump`).  Every
- * command takes `--set name=value` (hyper-parameters) and `--help`.
- * Errors print one line, `file:line: error: ...`, and exit 1; bad usage
- * exits 2.  Output files are written under a temporary name and renamed,
- * so a failed run never leaves half a file.
+ * MODEL is a model XML or a text IR file (as written by `dump`).  Errors
+ * print one line, `file:line: error: ...`, and exit 1; bad usage exits 2.
+ * Output files are written under a temporary name and renamed, so a failed
+ * run never leaves half a file.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -42,105 +42,54 @@
 #endif
 
 
-static const char *const usage_main =
-    "usage: fusionc COMMAND [options]\n"
-    "\n"
-    "Compiles a model (XML) for a cluster (XML) into per-device training programs.\n"
-    "\n"
-    "commands:\n"
-    "  check FILE...   validate model and cluster files (schema, names, shapes, links)\n"
-    "  dump MODEL      print the operator graph (OP-DAG) after a pass, as text, Graphviz or HTML\n"
-    "  stats MODEL     parameters, FLOPs per sample (forward, backward), activation bytes\n"
-    "  compile MODEL CLUSTER -o OUT   one training program per device: OUT/<device>/fusion-<device>\n"
-    "  plan MODEL CLUSTER  how the model is placed on the cluster, with estimated times\n"
-    "  simulate MODEL CLUSTER  simulate training steps of the placed model, event by event\n"
-    "  passes          list the compiler's passes, in the order they run\n"
-    "  profile         measure this host's CPU and print its <device> line for a cluster file\n"
-    "  deploy OUT      copy each device's bundle to its host over ssh (checked, only what changed)\n"
-    "  launch OUT ARGS start every device on its host over ssh, gather the logs, wait for the end\n"
-    "  stop OUT        stop the devices of OUT on their hosts\n"
-    "  report LOG...   plot the step logs (--log): loss, tokens/s, each link's bytes and busy time\n"
-    "  broker OUT ARGS run OUT's devices on this machine and keep the run going when devices are\n"
-    "                  lost (standbys, re-plans, coordinated checkpoints; state in SQLite)\n"
-    "\n"
-    "options:\n"
-    "  --help          this text; `fusionc COMMAND --help` for a command's\n"
-    "  --version       print the version\n";
+/* ---- each command's usage: its text and the options it takes ------------ */
 
-#define PRECISION_OPTIONS                                                                         \
-    "  --precision P      fp32 (default), bf16 or fp16: what activations and their gradients are\n" \
-    "                     stored and sent in; parameters, their gradients and AdamW's state stay\n" \
-    "                     fp32, products accumulate in fp32; fp16 adds dynamic loss scaling\n"     \
-    "  --tf32             fp32 matrix products may use TF32 tensor cores (CUDA; peak-tf32)\n"
+/* fusionc_options (options.h) as each command lists them, in the order its
+ * --help shows them; a command takes exactly those. */
+#define PRECISION_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32)
+#define SYNC_USES                                                                                     \
+    CLI_USE(OPT_SYNC), CLI_USE(OPT_LOCAL_STEPS), CLI_USE(OPT_SITE_BATCH), CLI_USE(OPT_OUTER_LR),       \
+    CLI_USE(OPT_OUTER_MOMENTUM), CLI_USE(OPT_OUTER_CODEC), CLI_USE(OPT_OUTER_DELAY)
+#define PLACEMENT_USES                                                                                \
+    PRECISION_USES, CLI_USE(OPT_SCHEDULER), CLI_USE(OPT_SEED), CLI_USE(OPT_MICRO_BATCHES),             \
+    CLI_USE(OPT_STAGES), CLI_USE(OPT_REPLICAS), CLI_USE(OPT_WITHOUT), CLI_USE(OPT_WITH),               \
+    CLI_USE(OPT_COMPRESS), CLI_USE(OPT_RECOMPUTE)
+#define USAGE(head, uses) { head, fusionc_options, uses, (int)(sizeof uses / sizeof uses[0]), 18, NULL }
 
-static const char *const usage_check =
+static const cli_use check_uses[] = {
+    { OPT_SET, NULL, "override a model hyper-parameter (repeatable)" },
+    PRECISION_USES,
+    { OPT_DUMP_IR, NULL, "print a model's IR after PASS to standard error" },
+    { OPT_VERBOSE, NULL, "also print a cluster's devices and links" },
+};
+static const cli_usage check_usage = USAGE(
     "usage: fusionc check FILE... [--set name=value]... [-v]\n"
     "\n"
     "Validates each file: a model (<model>) is read, checked against its schema,\n"
     "expanded and run through every pass; a cluster (<cluster>) is read and its\n"
-    "links resolved.  Prints one line per file; errors as file:line: error: ...\n"
-    "  --set name=value   override a model hyper-parameter (repeatable)\n"
-    "  --dump-ir=PASS     print a model's IR after PASS to standard error\n"
-    "  -v                 also print a cluster's devices and links\n";
+    "links resolved.  Prints one line per file; errors as file:line: error: ...\n",
+    check_uses);
 
-static const char *const usage_dump =
+static const cli_use dump_uses[] = {
+    CLI_USE(OPT_AFTER), CLI_USE(OPT_FORMAT), CLI_USE(OPT_EXPAND), CLI_USE(OPT_STAGE), CLI_USE(OPT_DEVICE),
+    CLI_USE(OPT_OUTPUT), CLI_USE(OPT_SET), PLACEMENT_USES,
+};
+static const cli_usage dump_usage = USAGE(
     "usage: fusionc dump MODEL [CLUSTER] [--set name=value]... [--after PASS] [--format text|dot|html] [-o FILE]\n"
     "\n"
     "Prints the OP-DAG of MODEL (a model XML or a text IR file) after PASS\n"
     "(default: the last pass), or placed on CLUSTER after every pass (devices,\n"
-    "stages, sends and receives).  The text form reads back: `fusionc dump out.fir`.\n"
-    "  --after PASS       frontend (as built, before any pass) or a pass name\n"
-    "  --format FORMAT    text (default), dot (Graphviz: dot -Tsvg) or html (one page for a\n"
-    "                     browser: pan, zoom, search, click a block to expand it); in dot and\n"
-    "                     html a repeated block's ops of one phase and device are one box\n"
-    "                     with their count\n"
-    "  --expand           dot, html: every op, no block collapsed\n"
-    "  --stage N          dot, html, with CLUSTER: only stage N's ops\n"
-    "  --device NAME      ... only the ops of the stage device NAME runs\n"
-    "  -o FILE            write to FILE instead of standard output (folders made)\n"
-    "  --set name=value   override a hyper-parameter (repeatable)\n"
-    PRECISION_OPTIONS;
+    "stages, sends and receives; the placement options below shape it).  The text\n"
+    "form reads back: `fusionc dump out.fir`.\n",
+    dump_uses);
 
-#define SYNC_OPTIONS                                                                              \
-    "  --sync S           exact (default: one global batch a step, every gradient averaged) or\n"  \
-    "                     diloco (each region trains with its own plan; every H steps the regions\n" \
-    "                     average their parameter change, an outer Nesterov step: a different\n"   \
-    "                     optimizer, for slow links between regions)\n"                           \
-    "  --local-steps H    diloco: inner steps between outer steps (default: from the links)\n"      \
-    "  --site-batch B     diloco: split (default: the batch is split among the regions by speed)\n" \
-    "                     or each (every region trains the whole batch a step, slower ones fewer\n" \
-    "                     steps a round, DiLoCo's batch per worker)\n"                            \
-    "  --outer-lr L, --outer-momentum M   diloco's outer step (default 0.7, 0.9)\n"              \
-    "  --outer-codec C    diloco's change on the wire: int8 (default), int4 (rows with error\n"     \
-    "                     feedback) or f32\n"                                                     \
-    "  --outer-delay D    1 (a round's change is applied a round late, its transfer overlapping\n" \
-    "                     the next round) or 0 (at once); default: 1 when the exchange would\n"  \
-    "                     cost over a tenth of a round\n"
-
-#define PLACEMENT_OPTIONS                                                                         \
-    PRECISION_OPTIONS                                                                             \
-    "  --scheduler S      opfence (default: bandwidth- and speed-aware), uniform (equal layers\n"    \
-    "                     per device in file order, Megatron's default placement), megatron\n"     \
-    "                     (every device in file order as the fastest stages x replicas, equal\n"  \
-    "                     layers, dense: a tuned Megatron-LM run), gcma\n"                         \
-    "                     (DT-FM's genetic scheduler on its own cost model, equal layers per stage)\n" \
-    "                     or random (DT-FM's random-placement baseline on gcma's stages x replicas)\n" \
-    "  --seed N           the random scheduler's draw (default 1)\n"                             \
-    "  --micro-batches M  split the model's batch into M micro-batches (1F1B); default: the\n"     \
-    "                     largest divisor of the batch up to 4 on several devices, else 1\n"    \
-    "  --stages S, --replicas R   make opfence (or gcma) choose S stages of R replicas each\n"    \
-    "  --without NAME     plan without device NAME (repeatable): the broker's re-plan after a loss\n" \
-    "  --with NAME        plan with standby NAME as a device (repeatable): a device that joined\n"   \
-    "  --compress C       AdaTopK on the links the pipeline waits for: adatopk (the default on a\n" \
-    "                     cluster of several regions: rows of 8 or 4 bits for activations and\n"  \
-    "                     their gradients, top-k with error feedback for parameter gradients),\n" \
-    "                     none (the default on one region) or topk:RHO (everything top-k at RHO)\n" \
-    "  --recompute R      auto (default: a stage whose memory caps the micro-batches it keeps\n"   \
-    "                     in flight keeps only its forward's inputs and runs the forward again\n"  \
-    "                     before each waiting backward, when that shortens the step), on or off\n"  \
-    SYNC_OPTIONS
-
-static const char *const usage_compile =
+static const cli_use compile_uses[] = {
+    { OPT_OUTPUT, "OUT", "the output folder (created if needed)" },
+    { OPT_SET, NULL, "override a hyper-parameter (repeatable); `batch` is the global batch" },
+    PLACEMENT_USES, SYNC_USES,
+    CLI_USE(OPT_PORT_BASE), CLI_USE(OPT_RUN_KEY), CLI_USE(OPT_CUBLAS), CLI_USE(OPT_DUMP_IR),
+};
+static const cli_usage compile_usage = USAGE(
     "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--scheduler S] [--micro-batches M]\n"
     "\n"
     "Compiles MODEL for the devices of CLUSTER: runs every pass (placing the\n"
@@ -148,29 +97,31 @@ static const char *const usage_compile =
     "program with LLVM and links it with the runtime into OUT/<device>/fusion-<device>\n"
     "(and OUT/<device>/manifest.txt), with OUT/plan.txt, OUT/plan.svg and\n"
     "OUT/launch-local.sh, which starts every device on this machine:\n"
-    "`OUT/launch-local.sh --data FILE --steps N [--emulate-links]`.\n"
-    "  -o OUT             the output folder (created if needed)\n"
-    "  --set name=value   override a hyper-parameter (repeatable); `batch` is the global batch\n"
-    PLACEMENT_OPTIONS
-    "  --port-base P      link i of the program listens on port P + i (default 29500)\n"
-    "  --run-key FILE     the run secret to put in the bundles (default: a new one, OUT/run.key,\n"
-    "                     mode 0600; every link and the broker are sealed with it)\n"
-    "  --cublas C         bundle (default: a CUDA device's bundle carries cuBLAS, libcublas and\n"
-    "                     libcublasLt from $CUDA_HOME/lib64, hard-linked where possible) or system\n"
-    "                     (left out: the hosts that run it have the CUDA toolkit's cuBLAS)\n"
-    "  --dump-ir=PASS     print the IR after PASS to standard error\n";
+    "`OUT/launch-local.sh --data FILE --steps N [--emulate-links]`.\n",
+    compile_uses);
 
-static const char *const usage_plan =
+static const cli_use plan_uses[] = {
+    CLI_USE(OPT_SET), PLACEMENT_USES, SYNC_USES,
+    { OPT_OUTPUT, "DIR", "where plan.txt and plan.svg go (default: the current folder; made if missing)" },
+    CLI_USE(OPT_DUMP_IR),
+};
+static const cli_usage plan_usage = USAGE(
     "usage: fusionc plan MODEL CLUSTER [--set name=value]... [--scheduler S] [--micro-batches M] [-o DIR]\n"
     "\n"
     "Prints how MODEL would be placed on CLUSTER: the fences, each stage's devices,\n"
     "ops, estimated compute and transfer, the bottleneck, the estimated step time\n"
     "and each device's memory; writes DIR/plan.txt and DIR/plan.svg (the graph\n"
-    "coloured by stage; default DIR: the current folder).\n"
-    "  --set name=value   override a hyper-parameter (repeatable)\n"
-    PLACEMENT_OPTIONS;
+    "coloured by stage; default DIR: the current folder).\n",
+    plan_uses);
 
-static const char *const usage_simulate =
+static const cli_use simulate_uses[] = {
+    CLI_USE(OPT_SET), CLI_USE(OPT_STEPS),
+    { OPT_VERBOSE, NULL, "also print every link's bytes a step (forward, backward, update)" },
+    CLI_USE(OPT_TRACE), CLI_USE(OPT_NO_OVERLAP), PLACEMENT_USES, SYNC_USES,
+    { OPT_OUTPUT, "DIR", "where gantt.svg goes (default: the current folder; made if missing)" },
+    CLI_USE(OPT_DUMP_IR),
+};
+static const cli_usage simulate_usage = USAGE(
     "usage: fusionc simulate MODEL CLUSTER [--set name=value]... [--scheduler S] [--micro-batches M] [--steps N] [-o DIR]\n"
     "\n"
     "Simulates training steps of MODEL placed on CLUSTER, event by event: each\n"
@@ -180,24 +131,23 @@ static const char *const usage_simulate =
     "state: stages start the next step as soon as their update is done, so step 1\n"
     "also holds the pipeline's start), the bubble fraction, each stage's busy time\n"
     "and the links' bytes a step, with the plan's estimate; writes DIR/gantt.svg,\n"
-    "the timeline (default DIR: the current folder; made if missing).\n"
-    "  --set name=value   override a hyper-parameter (repeatable)\n"
-    "  --steps N          simulate N consecutive steps (default 3)\n"
-    "  -v, --verbose      also print every link's bytes a step (forward, backward, update)\n"
-    "  --trace FILE       also write the steps as a Chrome trace-event timeline (Perfetto), in the\n"
-    "                     format of the device programs' --trace, to compare the two\n"
-    "  --no-overlap       replicas' gradient buckets averaged after the backward, not during\n"
-    "                     it (the device programs' --no-overlap)\n"
-    PLACEMENT_OPTIONS;
+    "the timeline (default DIR: the current folder; made if missing).\n",
+    simulate_uses);
 
-static const char *const usage_stats =
+static const cli_use stats_uses[] = { CLI_USE(OPT_SET), PRECISION_USES, CLI_USE(OPT_DUMP_IR) };
+static const cli_usage stats_usage = USAGE(
     "usage: fusionc stats MODEL [--set name=value]...\n"
     "\n"
     "Prints the number of parameters, FLOPs per sample for the forward and the\n"
-    "backward pass, and the bytes of activations one step produces.\n"
-    "  --set name=value   override a hyper-parameter (repeatable)\n"
-    PRECISION_OPTIONS
-    "  --dump-ir=PASS     print the IR after PASS to standard error\n";
+    "backward pass, and the bytes of activations one step produces.\n",
+    stats_uses);
+
+static const cli_usage passes_usage = {
+    "usage: fusionc passes\n"
+    "\n"
+    "Lists the compiler's passes, in the order they run, each with what it does.\n",
+    fusionc_options, NULL, 0, 18, NULL
+};
 
 /* ---- reading inputs ------------------------------------------------------ */
 
@@ -250,12 +200,12 @@ static int load_graph(const char *path, const options *o, ir_graph *g, struct di
     int rc = classify(path, buf, len, &kind, err);
     if (rc == 0 && kind == INPUT_CLUSTER)
         rc = diag_set(err, path, 0, "this is a cluster file; expected a model");
-    if (rc == 0 && kind == INPUT_IR && o->n_sets > 0)
+    if (rc == 0 && kind == INPUT_IR && o->sets.n > 0)
         rc = diag_set(err, path, 0, "--set applies to model XML files, not to text IR");
     if (rc == 0 && kind == INPUT_IR)
         rc = ir_graph_parse(buf, len, path, g, err);
     if (rc == 0 && kind == INPUT_MODEL)
-        rc = model_load_memory(buf, len, path, o->sets, o->n_sets, g, err);
+        rc = model_load_memory(buf, len, path, o->sets.v, o->sets.n, g, err);
     free(buf);
     return rc;
 }
@@ -295,11 +245,11 @@ static const pass_options *dump_ir_options(const options *o, pass_options *buf)
 static int cmd_check(int argc, char **argv)
 {
     options o;
-    int rc = parse_options(argc, argv, usage_check, &o);
+    int rc = parse_options(argc, argv, &check_usage, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
     if (o.n_files == 0)
-        return usage_error(usage_check, "%s", "no files to check");
+        return usage_error(&check_usage, "%s", "no files to check");
     int failures = 0;
     pass_options dump;
     for (int i = 0; i < o.n_files; i++) {
@@ -326,7 +276,7 @@ static int cmd_check(int argc, char **argv)
             ir_graph g;
             ir_graph_init(&g);
             ok = (kind == INPUT_IR ? ir_graph_parse(buf, len, path, &g, &err)
-                                   : model_load_memory(buf, len, path, o.sets, o.n_sets, &g, &err)) == 0 &&
+                                   : model_load_memory(buf, len, path, o.sets.v, o.sets.n, &g, &err)) == 0 &&
                  pass_run_pipeline(&g, dump_ir_options(&o, &dump), &err) == 0;
             if (ok)
                 printf("%s: ok: model '%s': %d ops, %d values\n", path, ir_str(&g, g.name), g.n_nodes,
@@ -360,11 +310,11 @@ static const char *with_commas(int64_t v, char *buf, size_t size)
 static int cmd_stats(int argc, char **argv)
 {
     options o;
-    int rc = parse_options(argc, argv, usage_stats, &o);
+    int rc = parse_options(argc, argv, &stats_usage, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
     if (o.n_files != 1)
-        return usage_error(usage_stats, "%s", "expected exactly one MODEL");
+        return usage_error(&stats_usage, "%s", "expected exactly one MODEL");
     struct diag err = { 0 };
     ir_graph g;
     model_stats s;
@@ -415,15 +365,10 @@ static int64_t global_batch(const ir_graph *g)
 static int load_with_batch(const char *path, const options *o, int64_t rows, ir_graph *g, struct diag *err)
 {
     options with = *o;
-    if (rows > 0) {
-        if (with.n_sets == MAX_SETS)
-            return diag_set(err, path, 0, "too many --set options to add the micro-batch size");
-        snprintf(with.set_text[with.n_sets], sizeof with.set_text[0], "batch=%lld", (long long)rows);
-        if (model_setting_parse(with.set_text[with.n_sets], with.set_text[with.n_sets], sizeof with.set_text[0],
-                                &with.sets[with.n_sets]))
-            return diag_set(err, path, 0, "internal error: cannot set the micro-batch size");
-        with.n_sets++;
-    }
+    char batch[64];
+    snprintf(batch, sizeof batch, "batch=%lld", (long long)rows);
+    if (rows > 0 && settings_add(&with.sets, batch))
+        return diag_set(err, path, 0, "too many --set options to add the micro-batch size");
     return load_graph(path, &with, g, err);
 }
 
@@ -506,16 +451,16 @@ static int placed_load(placed_model *p, const options *o, struct diag *err)
     peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
     if (cluster_load(o->files[1], &p->c, err))
         return -1;
-    if (o->n_with > 0) {   /* --with: standbys taken in */
+    if (o->with.n > 0) {   /* --with: standbys taken in */
         cluster joined;
-        if (cluster_with(&p->c, o->with, o->n_with, &joined, err))
+        if (cluster_with(&p->c, o->with.name, o->with.n, &joined, err))
             return -1;
         cluster_free(&p->c);
         p->c = joined;
     }
-    if (o->n_without > 0) {   /* --without: the survivors of a lost device */
+    if (o->without.n > 0) {   /* --without: the survivors of a lost device */
         cluster survivors;
-        if (cluster_without(&p->c, o->without, o->n_without, &survivors, err))
+        if (cluster_without(&p->c, o->without.name, o->without.n, &survivors, err))
             return -1;
         cluster_free(&p->c);
         p->c = survivors;
@@ -578,19 +523,19 @@ static int dump_placed(const options *o, ir_view_options *view, FILE *out, struc
 static int cmd_dump(int argc, char **argv)
 {
     options o;
-    int rc = parse_options(argc, argv, usage_dump, &o);
+    int rc = parse_options(argc, argv, &dump_usage, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
     if (o.n_files != 1 && o.n_files != 2)
-        return usage_error(usage_dump, "%s", "expected a MODEL, and a CLUSTER to place it on if you like");
+        return usage_error(&dump_usage, "%s", "expected a MODEL, and a CLUSTER to place it on if you like");
     if (o.n_files == 1 && (o.view_stage >= 0 || o.view_device))
-        return usage_error(usage_dump, "%s", "--stage and --device need a CLUSTER: stages are the placement's");
+        return usage_error(&dump_usage, "%s", "--stage and --device need a CLUSTER: stages are the placement's");
     if (o.n_files == 2 && o.after)
-        return usage_error(usage_dump, "%s", "--after is for a MODEL alone: placed on a CLUSTER, it is after every pass");
+        return usage_error(&dump_usage, "%s", "--after is for a MODEL alone: placed on a CLUSTER, it is after every pass");
     if (o.view_stage >= 0 && o.view_device)
-        return usage_error(usage_dump, "%s", "--stage or --device, not both");
+        return usage_error(&dump_usage, "%s", "--stage or --device, not both");
     if ((o.view_stage >= 0 || o.view_device || o.expand) && !picture_format(&o, "dot") && !picture_format(&o, "html"))
-        return usage_error(usage_dump, "%s", "--expand, --stage and --device shape the picture: --format dot or html");
+        return usage_error(&dump_usage, "%s", "--expand, --stage and --device shape the picture: --format dot or html");
     ir_view_options view = ir_view_defaults();
     view.expand = o.expand;
     view.stage = o.view_stage;
@@ -648,13 +593,10 @@ static int place_rows_on_site(void *arg, const cluster *c, int64_t batch, ir_gra
                               struct diag *err)
 {
     options site = *(const options *)arg;
-    if (site.n_sets == MAX_SETS)
+    char rows[64];
+    snprintf(rows, sizeof rows, "batch=%lld", (long long)batch);
+    if (settings_add(&site.sets, rows))
         return diag_set(err, site.files[0], 0, "too many --set options to add the site's batch");
-    snprintf(site.set_text[site.n_sets], sizeof site.set_text[0], "batch=%lld", (long long)batch);
-    if (model_setting_parse(site.set_text[site.n_sets], site.set_text[site.n_sets], sizeof site.set_text[0],
-                            &site.sets[site.n_sets]))
-        return diag_set(err, site.files[0], 0, "internal error: cannot set the site's batch");
-    site.n_sets++;
     return place_on_site(&site, c, g, plan, err);
 }
 
@@ -733,13 +675,13 @@ static int print_best_site(const options *o, const cluster *c, int sim_steps, do
 static int cmd_compile(int argc, char **argv)
 {
     options o;
-    int rc = parse_options(argc, argv, usage_compile, &o);
+    int rc = parse_options(argc, argv, &compile_usage, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
     if (o.n_files != 2)
-        return usage_error(usage_compile, "%s", "expected a MODEL and a CLUSTER");
+        return usage_error(&compile_usage, "%s", "expected a MODEL and a CLUSTER");
     if (!o.output)
-        return usage_error(usage_compile, "%s", "expected -o OUT, the output folder");
+        return usage_error(&compile_usage, "%s", "expected -o OUT, the output folder");
     struct diag err = { 0 };
     placed_model m;
     bundle_toolchain tc = *bundle_default_toolchain();
@@ -780,11 +722,11 @@ static int cmd_compile(int argc, char **argv)
 static int cmd_plan(int argc, char **argv)
 {
     options o;
-    int rc = parse_options(argc, argv, usage_plan, &o);
+    int rc = parse_options(argc, argv, &plan_usage, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
     if (o.n_files != 2)
-        return usage_error(usage_plan, "%s", "expected a MODEL and a CLUSTER");
+        return usage_error(&plan_usage, "%s", "expected a MODEL and a CLUSTER");
     struct diag err = { 0 };
     cluster whole;
     diloco_plan dp;
@@ -886,11 +828,11 @@ static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const
 static int cmd_simulate(int argc, char **argv)
 {
     options o;
-    int rc = parse_options(argc, argv, usage_simulate, &o);
+    int rc = parse_options(argc, argv, &simulate_usage, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
     if (o.n_files != 2)
-        return usage_error(usage_simulate, "%s", "expected a MODEL and a CLUSTER");
+        return usage_error(&simulate_usage, "%s", "expected a MODEL and a CLUSTER");
     struct diag err = { 0 };
     cluster whole;
     diloco_plan dp;
@@ -925,62 +867,123 @@ static int cmd_simulate(int argc, char **argv)
     return rc ? 1 : 0;
 }
 
+static int cmd_passes(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    printf("%-10s %s\n", "frontend", "(not a pass) the graph as the frontend built it");
+    for (int i = 0; i < pass_count; i++)
+        printf("%-10s %s\n", pass_pipeline[i].name, pass_pipeline[i].doc);
+    return 0;
+}
+
+static int cmd_profile(int argc, char **argv)
+{
+    /* Measure as the devices' programs run (runtime/main.c): libgomp reads
+     * its wait policy only at start, and OpenMP threads left spinning after
+     * bf16's conversions slow the sgemm that follows (runtime/cpu/threads.c). */
+    char **again = getenv("OMP_WAIT_POLICY") ? NULL : calloc((size_t)argc + 3, sizeof *again);
+    if (again) {
+        again[0] = "fusionc", again[1] = "profile";
+        memcpy(again + 2, argv, (size_t)argc * sizeof *argv);
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", again);   /* on failure, measure anyway */
+        free(again);
+    }
+    return profile_main(argc, argv);
+}
+
+/* ---- the commands ---------------------------------------------------------- */
+
+typedef struct {
+    const char      *name;
+    const char      *args;      /* what follows the name in `fusionc --help`                 */
+    const char      *summary;   /* its line there (lines joined by '\n'); NULL: not listed   */
+    const cli_usage *usage;     /* `fusionc NAME --help`; its run parses with the same one  */
+    int            (*run)(int argc, char **argv);   /* argv: what follows the name           */
+} command;
+
+static const command commands[] = {
+    { "check", "FILE...", "validate model and cluster files (schema, names, shapes, links)", &check_usage, cmd_check },
+    { "dump", "MODEL", "print the operator graph (OP-DAG) after a pass, as text, Graphviz or HTML", &dump_usage,
+      cmd_dump },
+    { "stats", "MODEL", "parameters, FLOPs per sample (forward, backward), activation bytes", &stats_usage, cmd_stats },
+    { "compile", "MODEL CLUSTER -o OUT", "one training program per device: OUT/<device>/fusion-<device>",
+      &compile_usage, cmd_compile },
+    { "plan", "MODEL CLUSTER", "how the model is placed on the cluster, with estimated times", &plan_usage, cmd_plan },
+    { "simulate", "MODEL CLUSTER", "simulate training steps of the placed model, event by event", &simulate_usage,
+      cmd_simulate },
+    { "passes", NULL, "list the compiler's passes, in the order they run", &passes_usage, cmd_passes },
+    { "profile", NULL, "measure this host's CPU and print its <device> line for a cluster file", &profile_usage,
+      cmd_profile },
+    { "deploy", "OUT", "copy each device's bundle to its host over ssh (checked, only what changed)", &deploy_usage,
+      deploy_main },
+    { "launch", "OUT ARGS", "start every device on its host over ssh, gather the logs, wait for the end",
+      &launch_usage, launch_main },
+    { "stop", "OUT", "stop the devices of OUT on their hosts", &stop_usage, stop_main },
+    { "report", "LOG...", "plot the step logs (--log): loss, tokens/s, each link's bytes and busy time",
+      &report_usage, report_main },
+    { "broker", "OUT ARGS", "run OUT's devices on this machine and keep the run going when devices are\n"
+                            "lost (standbys, re-plans, coordinated checkpoints; state in SQLite)",
+      &broker_usage, cmd_broker },
+    /* started by the broker on a standby's host (or by hand there): not listed */
+    { "standby", NULL, NULL, &standby_usage, cmd_standby },
+};
+
+/* `fusionc --help`: the commands, from the table. */
+static void print_usage(FILE *f)
+{
+    fputs("usage: fusionc COMMAND [options]\n"
+          "\n"
+          "Compiles a model (XML) for a cluster (XML) into per-device training programs.\n"
+          "\n"
+          "commands:\n", f);
+    for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++) {
+        const command *c = &commands[k];
+        if (!c->summary)
+            continue;
+        char label[128];
+        snprintf(label, sizeof label, "%s%s%s", c->name, c->args ? " " : "", c->args ? c->args : "");
+        int len = (int)strlen(label);
+        fprintf(f, "  %s%*s", label, len <= 15 ? 16 - len : 2, "");
+        for (const char *line = c->summary; line;) {   /* more lines under the first */
+            const char *next = strchr(line, '\n');
+            fprintf(f, "%.*s\n", next ? (int)(next - line) : (int)strlen(line), line);
+            if ((line = next ? next + 1 : NULL) != NULL)
+                fprintf(f, "%18s", "");
+        }
+    }
+    fputs("\n"
+          "options:\n"
+          "  --help          this text; `fusionc COMMAND --help` for a command's\n"
+          "  --version       print the version\n", f);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fputs(usage_main, stderr);
+        print_usage(stderr);
         return 2;
     }
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-        fputs(usage_main, stdout);
+    const char *name = argv[1];
+    if (cli_is_help(name) || strcmp(name, "help") == 0) {
+        print_usage(stdout);
         return 0;
     }
-    if (strcmp(cmd, "--version") == 0) {
+    if (strcmp(name, "--version") == 0) {
         printf("fusionc %s\n", FUSION_VERSION);
         return 0;
     }
-    if (strcmp(cmd, "check") == 0)
-        return cmd_check(argc - 2, argv + 2);
-    if (strcmp(cmd, "dump") == 0)
-        return cmd_dump(argc - 2, argv + 2);
-    if (strcmp(cmd, "stats") == 0)
-        return cmd_stats(argc - 2, argv + 2);
-    if (strcmp(cmd, "compile") == 0)
-        return cmd_compile(argc - 2, argv + 2);
-    if (strcmp(cmd, "plan") == 0)
-        return cmd_plan(argc - 2, argv + 2);
-    if (strcmp(cmd, "simulate") == 0)
-        return cmd_simulate(argc - 2, argv + 2);
-    if (strcmp(cmd, "profile") == 0) {
-        /* Measure as the devices' programs run (runtime/main.c): libgomp
-         * reads its wait policy only at start, and OpenMP threads left
-         * spinning after bf16's conversions slow the sgemm that follows
-         * (runtime/cpu/threads.c). */
-        if (!getenv("OMP_WAIT_POLICY")) {
-            setenv("OMP_WAIT_POLICY", "passive", 1);
-            execv("/proc/self/exe", argv);   /* on failure, measure anyway */
+    for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++) {
+        const command *c = &commands[k];
+        if (strcmp(name, c->name) != 0)
+            continue;
+        if (argc > 2 && cli_is_help(argv[2])) {   /* (later ones: the command's own loop, same usage) */
+            cli_usage_print(stdout, c->usage);
+            return 0;
         }
-        return profile_main(argc - 2, argv + 2);
+        return c->run(argc - 2, argv + 2);
     }
-    if (strcmp(cmd, "deploy") == 0)
-        return deploy_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "launch") == 0)
-        return launch_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "report") == 0)
-        return report_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "stop") == 0)
-        return stop_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "broker") == 0)
-        return cmd_broker(argc - 2, argv + 2);
-    if (strcmp(cmd, "standby") == 0)
-        return cmd_standby(argc - 2, argv + 2);
-    if (strcmp(cmd, "passes") == 0) {
-        printf("%-10s %s\n", "frontend", "(not a pass) the graph as the frontend built it");
-        for (int i = 0; i < pass_count; i++)
-            printf("%-10s %s\n", pass_pipeline[i].name, pass_pipeline[i].doc);
-        return 0;
-    }
-    fprintf(stderr, "fusionc: unknown command '%s'\n\n%s", cmd, usage_main);
+    fprintf(stderr, "fusionc: unknown command '%s'\n\n", name);
+    print_usage(stderr);
     return 2;
 }

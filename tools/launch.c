@@ -37,32 +37,7 @@
 
 #include "../runtime/trace.h"
 #include "broker.h"
-#include "remote.h"
-
-static const char *const usage_launch =
-    "usage: fusionc launch OUT [--cluster FILE] [--ssh-config FILE] [--grace S] [--elastic] [--] ARGS...\n"
-    "\n"
-    "Start every device of OUT (deployed with `fusionc deploy`) on its host over ssh, each\n"
-    "with ARGS (the device program's options, e.g. --data FILE --steps N: paths are on\n"
-    "the hosts).  Logs come back to OUT/logs/<device>.log; the progress of the device\n"
-    "that reports the loss is printed.  Exits 0 when every device completed, else 1,\n"
-    "naming each device that failed and its host.  With --trace FILE among ARGS, FILE is\n"
-    "here: each device writes its timeline on its host and they come back merged into FILE.\n"
-    "\n"
-    "  --cluster FILE      the hosts from this cluster file (default OUT/cluster.xml); a\n"
-    "                      device whose address changed is told to its peers (--peer)\n"
-    "  --ssh-config FILE   passed to ssh as -F FILE\n"
-    "  --grace S           after a device fails, the others have S seconds to stop by\n"
-    "                      themselves before they are stopped (default 30)\n"
-    "  --elastic           run under a broker on this machine (fusionc broker OUT --over-ssh):\n"
-    "                      checkpoints every --save-every K steps collected here, a lost device\n"
-    "                      replaced by a standby or planned away; the broker's options may be\n"
-    "                      among ARGS (see fusionc broker --help)\n";
-
-static const char *const usage_stop =
-    "usage: fusionc stop OUT [--cluster FILE] [--ssh-config FILE]\n"
-    "\n"
-    "Stop every device of OUT that runs on its host (started by `fusionc launch`).\n";
+#include "../broker/remote.h"
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -74,8 +49,8 @@ static double now_seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Shared option parsing: OUT, --cluster, --ssh-config, --grace; the rest
- * (launch only) is for the devices. */
+/* launch's and stop's options: OUT, --cluster, --ssh-config, and for
+ * launch --grace and --elastic; the rest (launch only) is for the devices. */
 typedef struct {
     const char *out_dir, *cluster_file, *ssh_config;
     double      grace;
@@ -84,43 +59,96 @@ typedef struct {
     int         n_device_args;
 } launch_options;
 
-static int parse(int argc, char **argv, launch_options *o, int for_launch, const char *usage, const char *cmd)
+enum { LAUNCH_CLUSTER, LAUNCH_SSH_CONFIG, LAUNCH_GRACE, LAUNCH_ELASTIC };
+
+static const cli_option launch_options_table[] = {
+    [LAUNCH_CLUSTER] = { .name = "--cluster", .metavar = "FILE", CLI_STRING(launch_options, cluster_file),
+                         .help = "the hosts from this cluster file (default OUT/cluster.xml); a\n"
+                                 "device whose address changed is told to its peers (--peer)" },
+    [LAUNCH_SSH_CONFIG] = { .name = "--ssh-config", .metavar = "FILE", CLI_STRING(launch_options, ssh_config),
+                            .help = "passed to ssh as -F FILE" },
+    [LAUNCH_GRACE] = { .name = "--grace", .metavar = "S", CLI_DOUBLE(launch_options, grace), .lo = 0, .hi = 1e9,
+                       .expects = "a number of seconds, 0 or more",
+                       .help = "after a device fails, the others have S seconds to stop by\n"
+                               "themselves before they are stopped (default 30)" },
+    [LAUNCH_ELASTIC] = { .name = "--elastic", CLI_FLAG(launch_options, elastic),
+                         .help = "run under a broker on this machine (fusionc broker OUT --over-ssh):\n"
+                                 "checkpoints every --save-every K steps collected here, a lost device\n"
+                                 "replaced by a standby or planned away; the broker's options may be\n"
+                                 "among ARGS (see fusionc broker --help)" },
+};
+
+static const cli_use launch_uses[] = {
+    CLI_USE(LAUNCH_CLUSTER), CLI_USE(LAUNCH_SSH_CONFIG), CLI_USE(LAUNCH_GRACE), CLI_USE(LAUNCH_ELASTIC),
+};
+const cli_usage launch_usage = {
+    "usage: fusionc launch OUT [--cluster FILE] [--ssh-config FILE] [--grace S] [--elastic] [--] ARGS...\n"
+    "\n"
+    "Start every device of OUT (deployed with `fusionc deploy`) on its host over ssh, each\n"
+    "with ARGS (the device program's options, e.g. --data FILE --steps N: paths are on\n"
+    "the hosts).  Logs come back to OUT/logs/<device>.log; the progress of the device\n"
+    "that reports the loss is printed.  Exits 0 when every device completed, else 1,\n"
+    "naming each device that failed and its host.  With --trace FILE among ARGS, FILE is\n"
+    "here: each device writes its timeline on its host and they come back merged into FILE.\n"
+    "\n",
+    launch_options_table, launch_uses, 4, 19, NULL
+};
+
+static const cli_use stop_uses[] = {
+    { LAUNCH_CLUSTER, NULL, "the hosts from this cluster file (default OUT/cluster.xml)" }, CLI_USE(LAUNCH_SSH_CONFIG),
+};
+const cli_usage stop_usage = {
+    "usage: fusionc stop OUT [--cluster FILE] [--ssh-config FILE]\n"
+    "\n"
+    "Stop every device of OUT that runs on its host (started by `fusionc launch`).\n"
+    "\n",
+    launch_options_table, stop_uses, 2, 19, NULL
+};
+
+/* "fusionc CMD: <fmt with arg>" and the usage on standard error; 2. */
+static int usage_fail(const cli_usage *u, const char *cmd, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "fusionc %s: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fputs("\n\n", stderr);
+    cli_usage_print(stderr, u);
+    return 2;
+}
+
+/* 0, 1 after --help (printed), 2 on a usage error (printed).  launch's
+ * arguments after OUT that are none of its options, and all after `--`,
+ * go to the devices as they are. */
+static int parse(int argc, char **argv, launch_options *o, int for_launch, const cli_usage *u, const char *cmd)
 {
     o->grace = 30;
     o->device_args = calloc((size_t)argc + 1, sizeof *o->device_args);
     if (!o->device_args)
         return 2;
     int verbatim = 0;
+    char why[512];
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end;
-        if (!verbatim && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) && !o->out_dir) {
-            fputs(usage, stdout);
+        const char *a = argv[i];
+        if (!verbatim && cli_is_help(a) && !o->out_dir) {
+            cli_usage_print(stdout, u);
             return 1;
-        } else if (!verbatim && strcmp(a, "--cluster") == 0 && v) {
-            o->cluster_file = v, i++;
-        } else if (!verbatim && strcmp(a, "--ssh-config") == 0 && v) {
-            o->ssh_config = v, i++;
-        } else if (!verbatim && for_launch && strcmp(a, "--grace") == 0 && v && (o->grace = strtod(v, &end)) >= 0 &&
-                   *end == '\0') {
-            i++;
+        }
+        int took = verbatim ? 0 : cli_take(u, argc, argv, &i, o, why, sizeof why);
+        if (took < 0) {
+            return usage_fail(u, cmd, "%s", why);
+        } else if (took > 0) {
+            continue;
         } else if (!verbatim && strcmp(a, "--") == 0 && for_launch) {
             verbatim = 1;
-        } else if (!verbatim && strcmp(a, "--elastic") == 0 && for_launch) {
-            o->elastic = 1;
         } else if (!o->out_dir && a[0] != '-') {
             o->out_dir = a;
         } else if (for_launch && o->out_dir) {
             o->device_args[o->n_device_args++] = argv[i];
         } else {
-            fprintf(stderr, "fusionc %s: unexpected argument '%s'\n\n%s", cmd, a, usage);
-            return 2;
+            return usage_fail(u, cmd, "unexpected argument '%s'", a);
         }
     }
-    if (!o->out_dir) {
-        fprintf(stderr, "fusionc %s: expected the compile's output folder\n\n%s", cmd, usage);
-        return 2;
-    }
+    if (!o->out_dir)
+        return usage_fail(u, cmd, "%s", "expected the compile's output folder");
     return 0;
 }
 
@@ -266,7 +294,7 @@ static int gather_traces(const remote_plan *plan, const char *trace)
 int launch_main(int argc, char **argv)
 {
     launch_options o = { 0 };
-    int rc = parse(argc, argv, &o, 1, usage_launch, "launch");
+    int rc = parse(argc, argv, &o, 1, &launch_usage, "launch");
     if (rc) {
         free(o.device_args);
         return rc == 1 ? 0 : 2;
@@ -306,12 +334,16 @@ int launch_main(int argc, char **argv)
         free(o.device_args);
         return 1;
     }
-    /* --trace FILE: written on each host in its bundle folder, gathered into FILE here */
+    /* --trace FILE (or --trace=FILE): written on each host in its bundle
+     * folder, gathered into FILE here */
     const char *trace = NULL;
-    for (int i = 0; i + 1 < o.n_device_args; i++)
-        if (strcmp(o.device_args[i], "--trace") == 0) {
+    for (int i = 0; i < o.n_device_args; i++)
+        if (strcmp(o.device_args[i], "--trace") == 0 && i + 1 < o.n_device_args) {
             trace = o.device_args[i + 1];
             o.device_args[i + 1] = "trace.json";
+        } else if (strncmp(o.device_args[i], "--trace=", 8) == 0) {
+            trace = o.device_args[i] + 8;
+            o.device_args[i] = "--trace=trace.json";
         }
     char logs[4200];
     snprintf(logs, sizeof logs, "%s/logs", o.out_dir);
@@ -398,7 +430,7 @@ int launch_main(int argc, char **argv)
 int stop_main(int argc, char **argv)
 {
     launch_options o = { 0 };
-    int rc = parse(argc, argv, &o, 0, usage_stop, "stop");
+    int rc = parse(argc, argv, &o, 0, &stop_usage, "stop");
     free(o.device_args);
     if (rc)
         return rc == 1 ? 0 : 2;

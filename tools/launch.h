@@ -4,6 +4,11 @@
 #ifndef FUSION_LAUNCH_H
 #define FUSION_LAUNCH_H
 
+#include "../runtime/cli_option.h"
+
+/* Their options and --help. */
+extern const cli_usage launch_usage, stop_usage;
+
 /* argv: the arguments after the command.  Exit status: 0, 1 when a device
  * failed (or could not be stopped), 2 for a usage error. */
 int launch_main(int argc, char **argv);

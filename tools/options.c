@@ -1,4 +1,5 @@
-/* options.c: fusionc's shared options (options.h). */
+/* options.c: the options of fusionc's compiler commands, one table
+ * (options.h), and their parser. */
 #include "options.h"
 
 #include <stdio.h>
@@ -8,210 +9,233 @@
 #include "../passes/passes.h"
 #include "../runtime/program.h"
 
-int usage_error(const char *usage, const char *fmt, const char *arg)
+int settings_add(setting_list *s, const char *text)
+{
+    if (s->n == MAX_SETS)
+        return -1;
+    if (model_setting_parse(text, s->text[s->n], sizeof s->text[0], &s->v[s->n]))
+        return -2;
+    s->n++;
+    return 0;
+}
+
+/* ---- the parsers the generic ones (runtime/cli_option.h) do not cover ---- */
+
+static int parse_setting(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    int rc = settings_add(field, value);
+    if (rc == -1)
+        snprintf(why, n, "too many %s options (the limit is %d)", opt->name, MAX_SETS);
+    return rc == 0 ? 0 : rc == -1 ? -1 : cli_bad_value(opt, value, why, n);
+}
+
+static int parse_name(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    name_list *l = field;
+    if (l->n == (int)(sizeof l->name / sizeof l->name[0])) {
+        snprintf(why, n, "too many %s options (the limit is %d)", opt->name, (int)(sizeof l->name / sizeof l->name[0]));
+        return -1;
+    }
+    l->name[l->n++] = value;
+    return 0;
+}
+
+static int parse_pass(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    if (!pass_name_known(value)) {
+        snprintf(why, n, "%s %s: unknown pass (the passes: %s)", opt->name, value, pass_names());
+        return -1;
+    }
+    *(const char **)field = value;
+    return 0;
+}
+
+static int parse_compress(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    char *end = NULL;
+    double rho = strncmp(value, "topk:", 5) == 0 ? strtod(value + 5, &end) : 0.0;
+    if (strcmp(value, "none") && strcmp(value, "adatopk") && !(end && *end == '\0' && rho > 0 && rho <= 1))
+        return cli_bad_value(opt, value, why, n);
+    *(const char **)field = value;
+    return 0;
+}
+
+static int parse_recompute(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    if (schedule_recompute_mode(value) < 0)
+        return cli_bad_value(opt, value, why, n);
+    *(const char **)field = value;
+    return 0;
+}
+
+static int parse_precision(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    static const char *const names[] = { [DT_F32] = "fp32", [DT_BF16] = "bf16", [DT_F16] = "fp16" };
+    for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++)
+        if (names[k] && strcmp(value, names[k]) == 0) {
+            *(ir_dtype *)field = (ir_dtype)k;
+            return 0;
+        }
+    return cli_bad_value(opt, value, why, n);
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+static const char *const schedulers[] = { "opfence", "uniform", "megatron", "gcma", "random", NULL };
+static const char *const formats[] = { "text", "dot", "html", NULL };
+static const char *const cublas_modes[] = { "bundle", "system", NULL };
+static const char *const syncs[] = { "exact", "diloco", NULL };
+static const int sync_values[] = { RT_SYNC_EXACT, RT_SYNC_DILOCO };
+static const char *const site_batches[] = { "split", "each", NULL };
+static const char *const codecs[] = { "int8", "int4", "f32", NULL };
+static const int codec_bits[] = { 8, 4, 0 };
+
+#define A_COUNT .lo = 1, .hi = 4096, .expects = "a count in [1, 4096]"
+
+/* Each option once: its help is what most commands show (a command may
+ * word it for itself: fusionc.c's cli_use lists). */
+const cli_option fusionc_options[OPT_COUNT] = {
+    [OPT_SET] = { .name = "--set", .metavar = "name=value", CLI_CUSTOM(parse_setting, setting_list, options, sets),
+                  .expects = "name=value", .help = "override a hyper-parameter (repeatable)" },
+    [OPT_AFTER] = { .name = "--after", .metavar = "PASS", CLI_CUSTOM(parse_pass, const char *, options, after),
+                    .help = "frontend (as built, before any pass) or a pass name" },
+    [OPT_FORMAT] = { .name = "--format", .metavar = "FORMAT", CLI_CHOICE(options, format), .choices = formats,
+                     .expects = "text, dot or html",
+                     .help = "text (default), dot (Graphviz: dot -Tsvg) or html (one page for a\n"
+                             "browser: pan, zoom, search, click a block to expand it); in dot and\n"
+                             "html a repeated block's ops of one phase and device are one box\n"
+                             "with their count" },
+    [OPT_EXPAND] = { .name = "--expand", CLI_FLAG(options, expand), .help = "dot, html: every op, no block collapsed" },
+    [OPT_STAGE] = { .name = "--stage", .metavar = "N", CLI_INT(options, view_stage), .lo = 0, .hi = 1023,
+                    .expects = "a stage number in [0, 1024)", .help = "dot, html, with CLUSTER: only stage N's ops" },
+    [OPT_DEVICE] = { .name = "--device", .metavar = "NAME", CLI_STRING(options, view_device),
+                     .help = "... only the ops of the stage device NAME runs" },
+    [OPT_OUTPUT] = { .name = "-o", .metavar = "FILE", CLI_STRING(options, output),
+                     .help = "write to FILE instead of standard output (folders made)" },
+    [OPT_VERBOSE] = { .name = "-v", .alias = "--verbose", CLI_FLAG(options, verbose), .help = "print more" },
+    [OPT_DUMP_IR] = { .name = "--dump-ir", .metavar = "PASS", CLI_CUSTOM(parse_pass, const char *, options, dump_ir),
+                      .help = "print the IR after PASS to standard error" },
+    [OPT_PRECISION] = { .name = "--precision", .metavar = "P",
+                        CLI_CUSTOM(parse_precision, ir_dtype, options, precision),
+                        .expects = "fp32, bf16 or fp16",
+                        .help = "fp32 (default), bf16 or fp16: what activations and their gradients are\n"
+                                "stored and sent in; parameters, their gradients and AdamW's state stay\n"
+                                "fp32, products accumulate in fp32; fp16 adds dynamic loss scaling" },
+    [OPT_TF32] = { .name = "--tf32", CLI_FLAG(options, tf32),
+                   .help = "fp32 matrix products may use TF32 tensor cores (CUDA; peak-tf32)" },
+    [OPT_SCHEDULER] = { .name = "--scheduler", .metavar = "S", CLI_CHOICE(options, scheduler), .choices = schedulers,
+                        .expects = "opfence, uniform, megatron, gcma or random",
+                        .help = "opfence (default: bandwidth- and speed-aware), uniform (equal layers\n"
+                                "per device in file order, Megatron's default placement), megatron\n"
+                                "(every device in file order as the fastest stages x replicas, equal\n"
+                                "layers, dense: a tuned Megatron-LM run), gcma\n"
+                                "(DT-FM's genetic scheduler on its own cost model, equal layers per stage)\n"
+                                "or random (DT-FM's random-placement baseline on gcma's stages x replicas)" },
+    [OPT_SEED] = { .name = "--seed", .metavar = "N", CLI_INT64(options, seed), .lo = 1, .hi = (double)INT64_MAX,
+                   .expects = "a positive integer", .help = "the random scheduler's draw (default 1)" },
+    [OPT_MICRO_BATCHES] = { .name = "--micro-batches", .metavar = "M", CLI_INT(options, micro_batches), A_COUNT,
+                            .help = "split the model's batch into M micro-batches (1F1B); default: the\n"
+                                    "largest divisor of the batch up to 4 on several devices, else 1" },
+    [OPT_STAGES] = { .name = "--stages", .metavar = "S", CLI_INT(options, stages), A_COUNT, .help = NULL },
+    [OPT_REPLICAS] = { .name = "--replicas", .metavar = "R", CLI_INT(options, replicas), A_COUNT,
+                       .help = "make opfence (or gcma) choose S stages of R replicas each" },
+    [OPT_WITHOUT] = { .name = "--without", .metavar = "NAME", CLI_CUSTOM(parse_name, name_list, options, without),
+                      .help = "plan without device NAME (repeatable): the broker's re-plan after a loss" },
+    [OPT_WITH] = { .name = "--with", .metavar = "NAME", CLI_CUSTOM(parse_name, name_list, options, with),
+                   .help = "plan with standby NAME as a device (repeatable): a device that joined" },
+    [OPT_COMPRESS] = { .name = "--compress", .metavar = "C",
+                       CLI_CUSTOM(parse_compress, const char *, options, compress),
+                       .expects = "none, topk:RHO (0 < RHO <= 1) or adatopk",
+                       .help = "AdaTopK on the links the pipeline waits for: adatopk (the default on a\n"
+                               "cluster of several regions: rows of 8 or 4 bits for activations and\n"
+                               "their gradients, top-k with error feedback for parameter gradients),\n"
+                               "none (the default on one region) or topk:RHO (everything top-k at RHO)" },
+    [OPT_RECOMPUTE] = { .name = "--recompute", .metavar = "R",
+                        CLI_CUSTOM(parse_recompute, const char *, options, recompute), .expects = "auto, on or off",
+                        .help = "auto (default: a stage whose memory caps the micro-batches it keeps\n"
+                                "in flight keeps only its forward's inputs and runs the forward again\n"
+                                "before each waiting backward, when that shortens the step), on or off" },
+    [OPT_SYNC] = { .name = "--sync", .metavar = "S", CLI_CHOICE_INT(options, sync), .choices = syncs,
+                   .values = sync_values, .expects = "exact or diloco",
+                   .help = "exact (default: one global batch a step, every gradient averaged) or\n"
+                           "diloco (each region trains with its own plan; every H steps the regions\n"
+                           "average their parameter change, an outer Nesterov step: a different\n"
+                           "optimizer, for slow links between regions)" },
+    [OPT_LOCAL_STEPS] = { .name = "--local-steps", .metavar = "H", CLI_INT(options, local_steps), .lo = 1,
+                          .hi = 1000000, .expects = "a count of inner steps in [1, 1000000]",
+                          .help = "diloco: inner steps between outer steps (default: from the links)" },
+    [OPT_SITE_BATCH] = { .name = "--site-batch", .metavar = "B", CLI_CHOICE_INT(options, site_batch),
+                         .choices = site_batches, .expects = "split or each",
+                         .help = "diloco: split (default: the batch is split among the regions by speed)\n"
+                                 "or each (every region trains the whole batch a step, slower ones fewer\n"
+                                 "steps a round, DiLoCo's batch per worker)" },
+    [OPT_OUTER_LR] = { .name = "--outer-lr", .metavar = "L", CLI_DOUBLE(options, outer_lr), .lo = 0, .hi = 10,
+                       .open = CLI_OPEN_LO, .expects = "a rate in (0, 10]", .help = NULL },
+    [OPT_OUTER_MOMENTUM] = { .name = "--outer-momentum", .metavar = "M", CLI_DOUBLE(options, outer_momentum),
+                             .lo = 0, .hi = 1, .open = CLI_OPEN_HI, .expects = "a value in [0, 1)",
+                             .help = "diloco's outer step (default 0.7, 0.9)" },
+    [OPT_OUTER_CODEC] = { .name = "--outer-codec", .metavar = "C", CLI_CHOICE_INT(options, outer_bits),
+                          .choices = codecs, .values = codec_bits, .expects = "int8, int4 or f32",
+                          .help = "diloco's change on the wire: int8 (default), int4 (rows with error\n"
+                                  "feedback) or f32" },
+    [OPT_OUTER_DELAY] = { .name = "--outer-delay", .metavar = "D", CLI_INT(options, outer_delay), .lo = 0, .hi = 1,
+                          .expects = "0 or 1",
+                          .help = "1 (a round's change is applied a round late, its transfer overlapping\n"
+                                  "the next round) or 0 (at once); default: 1 when the exchange would\n"
+                                  "cost over a tenth of a round" },
+    [OPT_PORT_BASE] = { .name = "--port-base", .metavar = "P", CLI_INT(options, port_base), .lo = 1, .hi = 65000,
+                        .expects = "a port in [1, 65000]",
+                        .help = "link i of the program listens on port P + i (default 29500)" },
+    [OPT_RUN_KEY] = { .name = "--run-key", .metavar = "FILE", CLI_STRING(options, run_key),
+                      .help = "the run secret to put in the bundles (default: a new one, OUT/run.key,\n"
+                              "mode 0600; every link and the broker are sealed with it)" },
+    [OPT_CUBLAS] = { .name = "--cublas", .metavar = "C", CLI_CHOICE(options, cublas), .choices = cublas_modes,
+                     .expects = "bundle or system",
+                     .help = "bundle (default: a CUDA device's bundle carries cuBLAS, libcublas and\n"
+                             "libcublasLt from $CUDA_HOME/lib64, hard-linked where possible) or system\n"
+                             "(left out: the hosts that run it have the CUDA toolkit's cuBLAS)" },
+    [OPT_STEPS] = { .name = "--steps", .metavar = "N", CLI_INT(options, steps), A_COUNT,
+                    .help = "simulate N consecutive steps (default 3)" },
+    [OPT_TRACE] = { .name = "--trace", .metavar = "FILE", CLI_STRING(options, trace),
+                    .help = "also write the steps as a Chrome trace-event timeline (Perfetto), in the\n"
+                            "format of the device programs' --trace, to compare the two" },
+    [OPT_NO_OVERLAP] = { .name = "--no-overlap", CLI_FLAG(options, no_overlap),
+                         .help = "replicas' gradient buckets averaged after the backward, not during\n"
+                                 "it (the device programs' --no-overlap)" },
+};
+
+int usage_error(const cli_usage *u, const char *fmt, const char *arg)
 {
     fprintf(stderr, "fusionc: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage);
+    fprintf(stderr, "\n\n");
+    cli_usage_print(stderr, u);
     return 2;
 }
 
-/* Parse the options shared by all commands.  Returns 0, 1 for --help
- * (printed), or 2 for a usage error (printed). */
-int parse_options(int argc, char **argv, const char *usage, options *o)
+int parse_options(int argc, char **argv, const cli_usage *u, options *o)
 {
     memset(o, 0, sizeof *o);
     o->outer_lr = o->outer_momentum = -1.0;
     o->outer_bits = o->outer_delay = -1;
     o->view_stage = -1;
+    char why[4096];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        const char *value = NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage, stdout);
+        if (cli_is_help(a)) {
+            cli_usage_print(stdout, u);
             return 1;
         }
-        if (strcmp(a, "--verbose") == 0)
-            a = "-v";
-        if (strcmp(a, "--expand") == 0) {
-            o->expand = 1;
+        int took = cli_take(u, argc, argv, &i, o, why, sizeof why);
+        if (took < 0)
+            return usage_error(u, "%s", why);
+        if (took > 0)
             continue;
-        }
-        if (strcmp(a, "-v") == 0 || strcmp(a, "--tf32") == 0 || strcmp(a, "--no-overlap") == 0) {
-            *(a[1] == 'v' ? &o->verbose : a[2] == 't' ? &o->tf32 : &o->no_overlap) = 1;
-            continue;
-        }
-        int takes_value = strcmp(a, "--set") == 0 || strcmp(a, "--after") == 0 ||
-                          strcmp(a, "--format") == 0 || strcmp(a, "--dump-ir") == 0 || strcmp(a, "-o") == 0 ||
-                          strcmp(a, "--scheduler") == 0 || strcmp(a, "--micro-batches") == 0 ||
-                          strcmp(a, "--port-base") == 0 || strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 ||
-                          strcmp(a, "--compress") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--seed") == 0 ||
-                          strcmp(a, "--recompute") == 0 || strcmp(a, "--cublas") == 0 ||
-                          strcmp(a, "--precision") == 0 || strcmp(a, "--sync") == 0 ||
-                          strcmp(a, "--local-steps") == 0 || strcmp(a, "--outer-lr") == 0 ||
-                          strcmp(a, "--outer-momentum") == 0 || strcmp(a, "--outer-codec") == 0 ||
-                          strcmp(a, "--outer-delay") == 0 || strcmp(a, "--site-batch") == 0 ||
-                          strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0 || strcmp(a, "--run-key") == 0 ||
-                          strcmp(a, "--trace") == 0 || strcmp(a, "--stage") == 0 || strcmp(a, "--device") == 0;
-        const char *eq = strchr(a, '=');
-        if (!takes_value && strncmp(a, "--", 2) == 0 && eq) {
-            /* --after=shapes style */
-            static char key[64];
-            size_t n = (size_t)(eq - a);
-            if (n >= sizeof key)
-                return usage_error(usage, "unknown option '%s'", a);
-            memcpy(key, a, n);
-            key[n] = '\0';
-            if (strcmp(key, "--set") && strcmp(key, "--after") && strcmp(key, "--format") && strcmp(key, "--dump-ir") &&
-                strcmp(key, "--scheduler") && strcmp(key, "--micro-batches") && strcmp(key, "--port-base") &&
-                strcmp(key, "--stages") && strcmp(key, "--replicas") && strcmp(key, "--compress") &&
-                strcmp(key, "--steps") && strcmp(key, "--seed") && strcmp(key, "--recompute") &&
-                strcmp(key, "--cublas") && strcmp(key, "--precision") && strcmp(key, "--sync") &&
-                strcmp(key, "--local-steps") && strcmp(key, "--outer-lr") && strcmp(key, "--outer-momentum") &&
-                strcmp(key, "--outer-codec") && strcmp(key, "--outer-delay") && strcmp(key, "--site-batch") &&
-                strcmp(key, "--trace") && strcmp(key, "--stage") && strcmp(key, "--device"))
-                return usage_error(usage, "unknown option '%s'", a);
-            a = key;
-            value = eq + 1;
-            takes_value = 1;
-        } else if (takes_value) {
-            if (i + 1 >= argc)
-                return usage_error(usage, "option '%s' needs a value", a);
-            value = argv[++i];
-        }
-        if (!takes_value) {
-            if (a[0] == '-' && a[1] != '\0')
-                return usage_error(usage, "unknown option '%s'", a);
-            if (o->n_files == (int)(sizeof o->files / sizeof o->files[0]))
-                return usage_error(usage, "too many files (the limit is %s)", "256");
-            o->files[o->n_files++] = a;
-        } else if (strcmp(a, "--set") == 0) {
-            if (o->n_sets == MAX_SETS)
-                return usage_error(usage, "too many --set options (the limit is %s)", "64");
-            if (model_setting_parse(value, o->set_text[o->n_sets], sizeof o->set_text[0], &o->sets[o->n_sets]))
-                return usage_error(usage, "--set expects name=value, found '%s'", value);
-            o->n_sets++;
-        } else if (strcmp(a, "--after") == 0 || strcmp(a, "--dump-ir") == 0) {
-            if (!pass_name_known(value)) {
-                fprintf(stderr, "fusionc: %s %s: unknown pass (the passes: %s)\n", a, value, pass_names());
-                return 2;
-            }
-            if (a[2] == 'a')
-                o->after = value;
-            else
-                o->dump_ir = value;
-        } else if (strcmp(a, "--trace") == 0) {
-            o->trace = value;
-        } else if (strcmp(a, "--device") == 0) {
-            o->view_device = value;
-        } else if (strcmp(a, "--stage") == 0) {
-            char *end = NULL;
-            long v = strtol(value, &end, 10);
-            if (!end || *end || v < 0 || v >= 1024)
-                return usage_error(usage, "--stage expects a stage number in [0, 1024), found '%s'", value);
-            o->view_stage = (int)v;
-        } else if (strcmp(a, "--without") == 0 || strcmp(a, "--with") == 0) {
-            int out = a[6] == 'o';
-            if ((out ? o->n_without : o->n_with) == 64)
-                return usage_error(usage, "too many --without or --with options (the limit is %s)", "64");
-            if (out)
-                o->without[o->n_without++] = value;
-            else
-                o->with[o->n_with++] = value;
-        } else if (strcmp(a, "--scheduler") == 0) {
-            if (strcmp(value, "opfence") && strcmp(value, "uniform") && strcmp(value, "megatron") &&
-                strcmp(value, "gcma") && strcmp(value, "random"))
-                return usage_error(usage, "--scheduler expects opfence, uniform, megatron, gcma or random, found '%s'",
-                                   value);
-            o->scheduler = value;
-        } else if (strcmp(a, "--micro-batches") == 0 || strcmp(a, "--port-base") == 0 ||
-                   strcmp(a, "--stages") == 0 || strcmp(a, "--replicas") == 0 || strcmp(a, "--steps") == 0) {
-            char *end = NULL;
-            long v = strtol(value, &end, 10);
-            int port = strcmp(a, "--port-base") == 0;
-            if (!end || *end || v < 1 || v > (port ? 65000 : 4096))
-                return usage_error(usage, port ? "--port-base expects a port in [1, 65000], found '%s'"
-                                               : "expected a count in [1, 4096], found '%s'", value);
-            if (port)
-                o->port_base = (int)v;
-            else if (strcmp(a, "--stages") == 0)
-                o->stages = (int)v;
-            else if (strcmp(a, "--replicas") == 0)
-                o->replicas = (int)v;
-            else if (strcmp(a, "--steps") == 0)
-                o->steps = (int)v;
-            else
-                o->micro_batches = (int)v;
-        } else if (strcmp(a, "--seed") == 0) {
-            char *end = NULL;
-            long long v = strtoll(value, &end, 10);
-            if (!end || *end || v < 1)
-                return usage_error(usage, "--seed expects a positive integer, found '%s'", value);
-            o->seed = v;
-        } else if (strcmp(a, "--compress") == 0) {
-            char *end = NULL;
-            double rho = strncmp(value, "topk:", 5) == 0 ? strtod(value + 5, &end) : 0.0;
-            if (strcmp(value, "none") && strcmp(value, "adatopk") && !(end && *end == '\0' && rho > 0 && rho <= 1))
-                return usage_error(usage, "--compress expects none, topk:RHO (0 < RHO <= 1) or adatopk, found '%s'",
-                                   value);
-            o->compress = value;
-        } else if (strcmp(a, "--recompute") == 0) {
-            if (schedule_recompute_mode(value) < 0)
-                return usage_error(usage, "--recompute expects auto, on or off, found '%s'", value);
-            o->recompute = value;
-        } else if (strcmp(a, "--precision") == 0) {
-            static const char *const names[] = { [DT_F32] = "fp32", [DT_BF16] = "bf16", [DT_F16] = "fp16" };
-            int found = 0;
-            for (int k = 0; k < (int)(sizeof names / sizeof names[0]) && !found; k++)
-                if (names[k] && strcmp(value, names[k]) == 0) {
-                    o->precision = (ir_dtype)k;
-                    found = 1;
-                }
-            if (!found)
-                return usage_error(usage, "--precision expects fp32, bf16 or fp16, found '%s'", value);
-        } else if (strcmp(a, "--sync") == 0) {
-            if (strcmp(value, "exact") && strcmp(value, "diloco"))
-                return usage_error(usage, "--sync expects exact or diloco, found '%s'", value);
-            o->sync = strcmp(value, "diloco") == 0 ? RT_SYNC_DILOCO : RT_SYNC_EXACT;
-        } else if (strcmp(a, "--local-steps") == 0 || strcmp(a, "--outer-delay") == 0) {
-            char *end = NULL;
-            long v = strtol(value, &end, 10);
-            int delay = strcmp(a, "--outer-delay") == 0;
-            if (!end || *end || v < (delay ? 0 : 1) || v > (delay ? 1 : 1000000))
-                return usage_error(usage, delay ? "--outer-delay expects 0 or 1, found '%s'"
-                                                : "--local-steps expects a count of inner steps in [1, 1000000], "
-                                                  "found '%s'", value);
-            *(delay ? &o->outer_delay : &o->local_steps) = (int)v;
-        } else if (strcmp(a, "--outer-lr") == 0 || strcmp(a, "--outer-momentum") == 0) {
-            char *end = NULL;
-            double v = strtod(value, &end);
-            int lr = strcmp(a, "--outer-lr") == 0;
-            if (!end || *end || !(lr ? v > 0 && v <= 10 : v >= 0 && v < 1))
-                return usage_error(usage, lr ? "--outer-lr expects a rate in (0, 10], found '%s'"
-                                             : "--outer-momentum expects a value in [0, 1), found '%s'", value);
-            *(lr ? &o->outer_lr : &o->outer_momentum) = v;
-        } else if (strcmp(a, "--site-batch") == 0) {
-            if (strcmp(value, "split") && strcmp(value, "each"))
-                return usage_error(usage, "--site-batch expects split or each, found '%s'", value);
-            o->site_batch = strcmp(value, "each") == 0;
-        } else if (strcmp(a, "--outer-codec") == 0) {
-            if (strcmp(value, "int8") && strcmp(value, "int4") && strcmp(value, "f32"))
-                return usage_error(usage, "--outer-codec expects int8, int4 or f32, found '%s'", value);
-            o->outer_bits = value[3] == '8' ? 8 : value[3] == '4' ? 4 : 0;
-        } else if (strcmp(a, "--run-key") == 0) {
-            o->run_key = value;
-        } else if (strcmp(a, "--cublas") == 0) {
-            if (strcmp(value, "bundle") && strcmp(value, "system"))
-                return usage_error(usage, "--cublas expects bundle or system, found '%s'", value);
-            o->cublas = value;
-        } else if (strcmp(a, "--format") == 0) {
-            if (strcmp(value, "text") && strcmp(value, "dot") && strcmp(value, "html"))
-                return usage_error(usage, "--format expects text, dot or html, found '%s'", value);
-            o->format = value;
-        } else {
-            o->output = value;
-        }
+        if (a[0] == '-' && a[1] != '\0')
+            return usage_error(u, "unknown option '%s'", a);
+        if (o->n_files == (int)(sizeof o->files / sizeof o->files[0]))
+            return usage_error(u, "too many files (the limit is %s)", "256");
+        o->files[o->n_files++] = a;
     }
     return 0;
 }
-

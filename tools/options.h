@@ -1,19 +1,38 @@
-/* options.h: the command-line options every fusionc command shares, and
- * their parser (tools/fusionc.c prints each command's usage). */
+/* options.h: the options of fusionc's compiler commands (check, dump,
+ * stats, compile, plan, simulate): one table, fusionc_options, each option
+ * once, with its parser and help; each command's usage (tools/fusionc.c)
+ * lists which of them it takes, and parses and prints its help from that
+ * list (runtime/cli_option.h), so what a command accepts is what its
+ * --help shows.  The other commands (deploy, launch, broker, ...) have
+ * tables of their own, beside their code. */
 #ifndef FUSION_TOOLS_OPTIONS_H
 #define FUSION_TOOLS_OPTIONS_H
 
+#include <stdint.h>
+
 #include "../frontend/model.h"
 #include "../ir/ir.h"
+#include "../runtime/cli_option.h"
 
 #define MAX_SETS 64
+
+/* --set name=value, in the order given (the last one of a name wins). */
+typedef struct {
+    model_setting v[MAX_SETS];
+    char          text[MAX_SETS][512];   /* what v's names and values point into */
+    int           n;
+} setting_list;
+
+/* A repeatable option's values: --without NAME, --with NAME. */
+typedef struct {
+    const char *name[64];
+    int         n;
+} name_list;
 
 typedef struct {
     const char   *files[256];
     int           n_files;
-    model_setting sets[MAX_SETS];
-    char          set_text[MAX_SETS][512];
-    int           n_sets;
+    setting_list  sets;
     const char   *after;
     const char   *dump_ir;      /* --dump-ir=PASS: the IR after PASS to stderr */
     const char   *format;
@@ -33,14 +52,12 @@ typedef struct {
     const char   *run_key;      /* --run-key FILE: this run secret, not a new one (compile) */
     int           replicas;     /* --replicas R (0: the scheduler's choice)     */
     int           steps;        /* --steps N (simulate; 0: 3)                   */
-    long long     seed;         /* --seed N (--scheduler random; 0: 1)          */
+    int64_t       seed;         /* --seed N (--scheduler random; 0: 1)          */
     ir_dtype      precision;    /* --precision fp32|bf16|fp16 (DT_F32 = 0: fp32)  */
     int           tf32;         /* --tf32                                       */
     int           no_overlap;   /* --no-overlap (simulate): the gradient buckets after the backward */
-    const char   *without[64];  /* --without NAME: devices left out of the cluster (a re-plan) */
-    int           n_without;
-    const char   *with[64];     /* --with NAME: standbys taken in as devices (a device joined) */
-    int           n_with;
+    name_list     without;      /* --without NAME: devices left out of the cluster (a re-plan) */
+    name_list     with;         /* --with NAME: standbys taken in as devices (a device joined) */
     /* How the sites agree (tools/diloco.h): --sync exact|diloco and the outer step's settings. */
     int           sync;         /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
     int           local_steps;  /* --local-steps H (0: the planner's)           */
@@ -51,10 +68,26 @@ typedef struct {
     int           site_batch;   /* --site-batch split (0) | each (1)            */
 } options;
 
-/* "fusionc: <fmt with arg>" and the usage on standard error; returns 2. */
-int usage_error(const char *usage, const char *fmt, const char *arg);
-/* Parse argv[0, argc) into o.  Returns 0, 1 for --help (printed), or 2
- * for a usage error (printed). */
-int parse_options(int argc, char **argv, const char *usage, options *o);
+/* The options, each an index of fusionc_options. */
+enum {
+    OPT_SET, OPT_AFTER, OPT_FORMAT, OPT_EXPAND, OPT_STAGE, OPT_DEVICE, OPT_OUTPUT, OPT_VERBOSE, OPT_DUMP_IR,
+    OPT_PRECISION, OPT_TF32,
+    OPT_SCHEDULER, OPT_SEED, OPT_MICRO_BATCHES, OPT_STAGES, OPT_REPLICAS, OPT_WITHOUT, OPT_WITH, OPT_COMPRESS,
+    OPT_RECOMPUTE,
+    OPT_SYNC, OPT_LOCAL_STEPS, OPT_SITE_BATCH, OPT_OUTER_LR, OPT_OUTER_MOMENTUM, OPT_OUTER_CODEC, OPT_OUTER_DELAY,
+    OPT_PORT_BASE, OPT_RUN_KEY, OPT_CUBLAS, OPT_STEPS, OPT_TRACE, OPT_NO_OVERLAP,
+    OPT_COUNT
+};
+extern const cli_option fusionc_options[OPT_COUNT];
+
+/* text ("name=value") added to s: 0; -1 when s is full, -2 when text is
+ * not name=value. */
+int settings_add(setting_list *s, const char *text);
+
+/* "fusionc: <fmt with arg>" and u's usage on standard error; returns 2. */
+int usage_error(const cli_usage *u, const char *fmt, const char *arg);
+/* Parse argv[0, argc) into o: the options u lists, and files.  Returns 0,
+ * 1 for --help (printed), or 2 for a usage error (printed). */
+int parse_options(int argc, char **argv, const cli_usage *u, options *o);
 
 #endif

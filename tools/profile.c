@@ -75,21 +75,6 @@
 #define PROFILE_MAX_THREADS   1024          /* cluster.xsd's threads range */
 #define PROFILE_NAME_MAX      127           /* cluster.xsd's name length   */
 
-static const char usage[] =
-    "usage: fusionc profile [--threads N] [--name NAME] [--seconds S] [--out FILE] [-v]\n"
-    "\n"
-    "Measures this host's CPU (matrix-product FLOP/s in fp32, bf16 and fp16, memory\n"
-    "bandwidth, memory) and prints its <device> line for a cluster file, after a\n"
-    "comment saying how the 16-bit figures were measured; both go inside a <host>:\n"
-    "  <!-- fusionc profile: peak-fp32 is cblas_sgemm; peak-bf16 widens to fp32, ... -->\n"
-    "  <device name=\"cpu0\" kind=\"cpu\" arch=\"x86_64\" peak-fp32=\"41.2GFLOPS\" peak-bf16=\"36.5GFLOPS\"\n"
-    "          peak-fp16=\"32.0GFLOPS\" memory=\"23.5GiB\" memory-bandwidth=\"9.8GB/s\" threads=\"2\"/>\n"
-    "  --threads N    threads to measure with, 1 to 1024 (default: every core it may use)\n"
-    "  --name NAME    the device's name (default cpu0)\n"
-    "  --seconds S    time to spend measuring, 0.1 to 3600 (default 3)\n"
-    "  --out FILE     write the two lines to FILE (atomically) instead of standard output\n"
-    "  -v             print each measurement on standard error\n";
-
 typedef struct {
     int         threads;
     const char *name;
@@ -134,57 +119,69 @@ static int available_cores(void)
     return n < 1 ? 1 : n > PROFILE_MAX_THREADS ? PROFILE_MAX_THREADS : (int)n;
 }
 
+/* --name: cluster.xsd's name, so the line pastes into a cluster file. */
+static int parse_device_name(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    if (!xsd_name_valid(value))
+        return cli_bad_value(opt, value, why, n);
+    *(const char **)field = value;
+    return 0;
+}
+
+/* --seconds: a number as the cluster file writes one (frontend/units.h). */
+static int parse_seconds(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    double s;
+    if (units_parse_number(value, &s, NULL, 0) != 0 || s < 0.1 || s > 3600)
+        return cli_bad_value(opt, value, why, n);
+    *(double *)field = s;
+    return 0;
+}
+
+static const cli_option profile_options_table[] = {
+    { .name = "--threads", .metavar = "N", CLI_INT(profile_options, threads), .lo = 1, .hi = PROFILE_MAX_THREADS,
+      .expects = "an integer from 1 to 1024",
+      .help = "threads to measure with, 1 to 1024 (default: every core it may use)" },
+    { .name = "--name", .metavar = "NAME", CLI_CUSTOM(parse_device_name, const char *, profile_options, name),
+      .expects = "a cluster device name ([A-Za-z_][A-Za-z0-9_.-]*, at most 127 characters)",
+      .help = "the device's name (default cpu0)" },
+    { .name = "--seconds", .metavar = "S", CLI_CUSTOM(parse_seconds, double, profile_options, seconds),
+      .expects = "a number of seconds from 0.1 to 3600",
+      .help = "time to spend measuring, 0.1 to 3600 (default 3)" },
+    { .name = "--out", .alias = "-o", .metavar = "FILE", CLI_NONEMPTY(profile_options, out),
+      .expects = "a file name", .help = "write the two lines to FILE (atomically) instead of standard output" },
+    { .name = "-v", CLI_FLAG(profile_options, verbose), .help = "print each measurement on standard error" },
+};
+
+const cli_usage profile_usage = {
+    "usage: fusionc profile [--threads N] [--name NAME] [--seconds S] [--out FILE] [-v]\n"
+    "\n"
+    "Measures this host's CPU (matrix-product FLOP/s in fp32, bf16 and fp16, memory\n"
+    "bandwidth, memory) and prints its <device> line for a cluster file, after a\n"
+    "comment saying how the 16-bit figures were measured; both go inside a <host>:\n"
+    "  <!-- fusionc profile: peak-fp32 is cblas_sgemm; peak-bf16 widens to fp32, ... -->\n"
+    "  <device name=\"cpu0\" kind=\"cpu\" arch=\"x86_64\" peak-fp32=\"41.2GFLOPS\" peak-bf16=\"36.5GFLOPS\"\n"
+    "          peak-fp16=\"32.0GFLOPS\" memory=\"23.5GiB\" memory-bandwidth=\"9.8GB/s\" threads=\"2\"/>\n",
+    profile_options_table, NULL, sizeof profile_options_table / sizeof profile_options_table[0], 15, NULL
+};
+
 /* Returns 0, 1 for --help (printed), or 2 (printed). */
 static int parse_args(int argc, char **argv, profile_options *o)
 {
     *o = (profile_options){ .threads = available_cores(), .name = "cpu0", .seconds = 3.0 };
+    char why[512];
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *value = NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage, stdout);
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            cli_usage_print(stdout, &profile_usage);
             return 1;
         }
-        if (strcmp(a, "-v") == 0) {
-            o->verbose = 1;
-            continue;
-        }
-        static const char *const keys[] = { "--threads", "--name", "--seconds", "--out", "-o" };
-        int k = -1;
-        for (int j = 0; j < 5 && k < 0; j++) {
-            size_t n = strlen(keys[j]);
-            if (strcmp(a, keys[j]) == 0) {
-                if (i + 1 >= argc)
-                    return bad_usage("option '%s' needs a value", a);
-                k = j, value = argv[++i];
-            } else if (strncmp(a, keys[j], n) == 0 && a[n] == '=' && keys[j][1] == '-') {
-                k = j, value = a + n + 1;   /* --threads=2 */
-            }
-        }
-        if (k < 0)
+        int took = cli_take(&profile_usage, argc, argv, &i, o, why, sizeof why);
+        if (took < 0)
+            return bad_usage("%s", why);
+        if (took == 0)
             return bad_usage(a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s' (profile takes options only)",
                              a);
-        if (k == 0) {
-            char *end;
-            errno = 0;
-            long n = strtol(value, &end, 10);
-            if (!*value || *end || errno || n < 1 || n > PROFILE_MAX_THREADS)
-                return bad_usage("--threads expects an integer from 1 to 1024, found '%s'", value);
-            o->threads = (int)n;
-        } else if (k == 1) {
-            if (!xsd_name_valid(value))
-                return bad_usage("--name expects a cluster device name ([A-Za-z_][A-Za-z0-9_.-]*, at most 127 "
-                                 "characters), found '%s'", value);
-            o->name = value;
-        } else if (k == 2) {
-            double s;
-            if (units_parse_number(value, &s, NULL, 0) != 0 || s < 0.1 || s > 3600)
-                return bad_usage("--seconds expects a number of seconds from 0.1 to 3600, found '%s'", value);
-            o->seconds = s;
-        } else {
-            if (!*value)
-                return bad_usage("%s expects a file name, found ''", a);
-            o->out = value;
-        }
     }
     return 0;
 }

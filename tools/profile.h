@@ -33,6 +33,11 @@
 #ifndef FUSION_PROFILE_H
 #define FUSION_PROFILE_H
 
+#include "../runtime/cli_option.h"
+
+/* Its options and --help. */
+extern const cli_usage profile_usage;
+
 /* argv holds the arguments after "profile" (argv[0] is the first option, not
  * the command).  Prints the two lines on standard output, or writes them to
  * --out FILE under a temporary name then renames it.  The process should

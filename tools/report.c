@@ -26,16 +26,6 @@
 #include "../ir/diag.h"
 #include "../ir/folders.h"
 
-static const char *const usage_report =
-    "usage: fusionc report LOG... [-o DIR]\n"
-    "\n"
-    "Reads the JSONL step logs that the device programs write with --log FILE (one\n"
-    "a device: FILE.<device>; or logs of several runs to compare) and writes, with\n"
-    "gnuplot, DIR/loss.png (the loss a step), DIR/throughput.png (tokens a second)\n"
-    "and DIR/links.png (each link's MiB a step and how much of the step its wire was\n"
-    "busy), with the data beside them (DIR/N.dat); prints a summary of each log.\n"
-    "  -o DIR   where the plots go (default: report; made if missing)\n";
-
 #define MAX_LINKS 16
 
 typedef struct {
@@ -268,30 +258,61 @@ static int run_gnuplot(const char *script, struct diag *err)
     return 0;
 }
 
+typedef struct {
+    const char *dir;
+} report_options;
+
+static const cli_option report_options_table[] = {
+    { .name = "-o", .metavar = "DIR", CLI_NONEMPTY(report_options, dir), .expects = "a folder",
+      .help = "where the plots go (default: report; made if missing)" },
+};
+
+const cli_usage report_usage = {
+    "usage: fusionc report LOG... [-o DIR]\n"
+    "\n"
+    "Reads the JSONL step logs that the device programs write with --log FILE (one\n"
+    "a device: FILE.<device>; or logs of several runs to compare) and writes, with\n"
+    "gnuplot, DIR/loss.png (the loss a step), DIR/throughput.png (tokens a second)\n"
+    "and DIR/links.png (each link's MiB a step and how much of the step its wire was\n"
+    "busy), with the data beside them (DIR/N.dat); prints a summary of each log.\n",
+    report_options_table, NULL, 1, 8, NULL
+};
+
+/* "fusionc report: <fmt with arg>" and the usage on standard error; 2. */
+static int usage_fail(const char *fmt, const char *arg)
+{
+    fputs("fusionc report: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\n\n", stderr);
+    cli_usage_print(stderr, &report_usage);
+    return 2;
+}
+
 int report_main(int argc, char **argv)
 {
-    const char *dir = "report";
+    report_options o = { .dir = "report" };
     const char *paths[64];
     int n = 0;
+    char why[512];
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(usage_report, stdout);
+        if (cli_is_help(argv[i])) {
+            cli_usage_print(stdout, &report_usage);
             return 0;
         }
-        if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
-            dir = argv[++i];
-        } else if (argv[i][0] == '-' || n == 64) {
-            fprintf(stderr, "fusionc report: %s '%s'\n\n%s", n == 64 ? "at most 64 logs; found more at" : "unknown option",
-                    argv[i], usage_report);
-            return 2;
-        } else {
-            paths[n++] = argv[i];
-        }
+        int took = cli_take(&report_usage, argc, argv, &i, &o, why, sizeof why);
+        if (took < 0)
+            return usage_fail("%s", why);
+        if (took > 0)
+            continue;
+        if (argv[i][0] == '-')
+            return usage_fail("unknown option '%s'", argv[i]);
+        if (n == 64)
+            return usage_fail("at most 64 logs; found more at '%s'", argv[i]);
+        paths[n++] = argv[i];
     }
-    if (n == 0) {
-        fprintf(stderr, "fusionc report: expected a LOG (a device program's --log file)\n\n%s", usage_report);
-        return 2;
-    }
+    if (n == 0)
+        return usage_fail("%s", "expected a LOG (a device program's --log file)");
+    const char *dir = o.dir;
     step_log logs[64];
     memset(logs, 0, sizeof logs);
     struct diag err = { 0 };

@@ -1,8 +1,10 @@
-/* broker_plan.c: what the broker does after a loss or a join (broker.h):
+/* broker_plan.c: what the broker does after a loss or a join (broker_plan.h):
  * a standby in the lost device's place or a new plan (fusionc compile
  * again), the checkpoint to resume from (the survivors' live state when it
  * covers every stage), and the next epoch's start. */
 #define _GNU_SOURCE
+#include "broker_plan.h"
+
 #include <errno.h>
 #include <ftw.h>
 #include <signal.h>
@@ -13,7 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "broker_internal.h"
+#include "broker_checkpoint.h"
+#include "broker_remote.h"
+#include "broker_start.h"
 
 static int compile_plan(broker *b, const char *dir, int devices, const char *also_with);
 static double plan_estimate(const char *dir);
@@ -27,11 +31,11 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 /* A device that joined (j): a plan with it, taken when the planner's step
  * is at least JOIN_GAIN shorter than this epoch's; then the devices stop
  * and the next epoch starts from the checkpoint of `step`.  Logged either way. */
-void weigh_joiner(broker *b, member *j, int64_t step)
+void broker_weigh_joiner(broker *b, member *j, int64_t step)
 {
     j->joining = 0;
     if (b->n_joined == (int)(sizeof b->joined / sizeof b->joined[0])) {
-        say(b, "join", j->m.device, "%s is not weighed: %d devices joined already", j->m.device, b->n_joined);
+        broker_say(b, "join", j->m.device, "%s is not weighed: %d devices joined already", j->m.device, b->n_joined);
         return;
     }
     int devices = 1;
@@ -43,13 +47,13 @@ void weigh_joiner(broker *b, member *j, int64_t step)
         return;
     double now = plan_estimate(b->bundles), with = plan_estimate(dir), gain = now > 0 ? 1.0 - with / now : 0.0;
     if (!(with > 0 && gain >= JOIN_GAIN)) {
-        say(b, "join", j->m.device, "%s is not taken in: the plan with it estimates %.2f ms a step against %.2f ms "
+        broker_say(b, "join", j->m.device, "%s is not taken in: the plan with it estimates %.2f ms a step against %.2f ms "
             "now (%.1f%% faster; taken in from %.0f%%); it stays a standby", j->m.device, with * 1e3, now * 1e3,
             100 * gain, 100 * JOIN_GAIN);
         nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
         return;
     }
-    say(b, "join", j->m.device, "%s is taken in: the plan with it estimates %.2f ms a step against %.2f ms now "
+    broker_say(b, "join", j->m.device, "%s is taken in: the plan with it estimates %.2f ms a step against %.2f ms now "
         "(%.1f%% faster); the devices stop and go on from the checkpoint of step %lld", j->m.device, with * 1e3,
         now * 1e3, 100 * gain, (long long)step);
     snprintf(b->joined[b->n_joined++], sizeof b->joined[0], "%s", j->m.device);
@@ -57,11 +61,11 @@ void weigh_joiner(broker *b, member *j, int64_t step)
     snprintf(j->m.status, sizeof j->m.status, "used");
     if (j->m.pid > 0)
         kill((pid_t)j->m.pid, SIGTERM);
-    save_member(b, j);
+    broker_save_member(b, j);
     b->switching = 1;
     for (int i = 0; i < b->n; i++)
         if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended && b->mem[i].m.pid > 0)
-            signal_member(b, &b->mem[i], SIGTERM);
+            broker_signal_member(b, &b->mem[i], SIGTERM);
 }
 
 /* fusionc compile again into dir: compile.args (how the run was compiled)
@@ -79,7 +83,7 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
     snprintf(path, sizeof path, "%s/compile.args", b->out);
     FILE *f = fopen(path, "r");
     if (!f) {
-        say(b, "failed", NULL, "cannot plan again: %s: %s", path, strerror(errno));
+        broker_say(b, "failed", NULL, "cannot plan again: %s: %s", path, strerror(errno));
         return -1;
     }
     argv[n++] = b->exe;
@@ -127,15 +131,15 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
             argv[k++] = "--stages", argv[k++] = stages, argv[k++] = "--replicas", argv[k++] = replicas;
         }
         argv[k] = NULL;
-        pid_t pid = spawn(log, argv);
+        pid_t pid = broker_spawn(log, argv);
         int status = 0;
         ok = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
     if (!ok && !tried)   /* no compile ran: no log to point to */
-        say(b, "failed", NULL, "planning again failed: %d device%s left, no plan to compile", devices,
+        broker_say(b, "failed", NULL, "planning again failed: %d device%s left, no plan to compile", devices,
             devices == 1 ? "" : "s");
     else if (!ok)
-        say(b, "failed", NULL, "planning again failed: see %s", log);
+        broker_say(b, "failed", NULL, "planning again failed: see %s", log);
     return ok ? 0 : -1;
 }
 
@@ -162,18 +166,18 @@ static int replan(broker *b)
     int survivors = 0;
     for (int i = 0; i < b->n; i++)
         survivors += strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost;
-    double t0 = now_s();
+    double t0 = broker_now();
     if (compile_plan(b, dir, survivors, NULL))
         return -1;
     snprintf(b->bundles, sizeof b->bundles, "%s", dir);
     broker_db_set(b->db, "bundles", b->bundles);
-    if (read_plan(b, dir))
+    if (broker_read_plan(b, dir))
         return -1;
     int devices = 0;
     for (int i = 0; i < b->n; i++)
         devices += strcmp(b->mem[i].m.role, "device") == 0;
-    say(b, "re-planned", NULL, "re-planned on %d devices in %.2f s: %s (its plan.txt says how)", devices,
-        now_s() - t0, dir);
+    broker_say(b, "re-planned", NULL, "re-planned on %d devices in %.2f s: %s (its plan.txt says how)", devices,
+        broker_now() - t0, dir);
     return 0;
 }
 
@@ -187,7 +191,7 @@ static member *standby_for(broker *b, const member *lost)
         for (int j = 0; j < b->c.n_standbys; j++)
             if (strcmp(b->c.standbys[j].name, s->m.device) == 0)
                 k = j;
-        if (k < 0 || strcmp(s->m.status, "standby") != 0 || s->ended || now_s() - s->heard > b->peer_timeout)
+        if (k < 0 || strcmp(s->m.status, "standby") != 0 || s->ended || broker_now() - s->heard > b->peer_timeout)
             continue;
         if (b->c.standbys[k].kind == b->c.devices[d].kind && strcmp(b->c.standbys[k].arch, b->c.devices[d].arch) == 0)
             return s;
@@ -195,54 +199,10 @@ static member *standby_for(broker *b, const member *lost)
     return NULL;
 }
 
-/* The survivors' live parts: the latest step past the last complete
- * checkpoint whose parts cover every stage becomes a checkpoint (a MANIFEST
- * beside them): no finished step is lost. */
-static void use_live_state(broker *b)
-{
-    int64_t best = 0;
-    for (int i = 0; i < b->n_live; i++) {
-        int64_t step = b->live[i].step;
-        if (step <= b->last_complete || step <= best)
-            continue;
-        uint64_t covered = 0;
-        int n_stages = b->live[i].n_stages;
-        for (int j = 0; j < b->n_live; j++)
-            if (b->live[j].step == step && b->live[j].stage >= 0 && b->live[j].stage < 64)
-                covered |= 1ull << b->live[j].stage;
-        if (n_stages > 0 && n_stages <= 64 && covered == (n_stages == 64 ? ~0ull : (1ull << n_stages) - 1))
-            best = step;
-    }
-    if (best == 0)
-        return;
-    char dir[4096] = "", lines[65536] = "", why[1200] = "too many parts to list";
-    size_t at = 0;
-    for (int i = 0; i < b->n_live; i++) {
-        if (b->live[i].step != best)
-            continue;
-        if (!dir[0]) {
-            snprintf(dir, sizeof dir, "%s", b->live[i].file);
-            if (strrchr(dir, '/'))
-                *strrchr(dir, '/') = '\0';
-        }
-        const char *base = strrchr(b->live[i].file, '/') ? strrchr(b->live[i].file, '/') + 1 : b->live[i].file;
-        if (at < sizeof lines)
-            at += (size_t)snprintf(lines + at, sizeof lines - at, "part %s %s\n", base, b->live[i].xxh3);
-    }
-    if (at >= sizeof lines || write_manifest(dir, best, lines, why, sizeof why)) {
-        say(b, "checkpoint", NULL, "cannot complete the survivors' state of step %lld: %s", (long long)best, why);
-        return;
-    }
-    broker_db_complete(b->db, best, b->epoch, dir);
-    b->last_complete = best;
-    say(b, "checkpoint", NULL, "the survivors' state of step %lld covers every stage: a checkpoint with no finished "
-        "step lost (%s)", (long long)best, dir);
-}
-
-int recover(broker *b)
+int broker_recover(broker *b)
 {
     if (++b->recoveries > b->max_recoveries) {
-        say(b, "failed", NULL, "%d recoveries: giving up (--max-recoveries)", b->max_recoveries);
+        broker_say(b, "failed", NULL, "%d recoveries: giving up (--max-recoveries)", b->max_recoveries);
         return -1;
     }
     b->lost_heard = 0;
@@ -258,7 +218,7 @@ int recover(broker *b)
     member *pick[MAX_MEMBERS] = { 0 };
     for (int i = 0; i < b->n; i++)
         if (b->mem[i].lost) {
-            say(b, "lost", b->mem[i].m.device, "lost %s: %s", b->mem[i].m.device, b->mem[i].why);
+            broker_say(b, "lost", b->mem[i].m.device, "lost %s: %s", b->mem[i].m.device, b->mem[i].why);
             if ((pick[i] = standby_for(b, &b->mem[i])) != NULL)
                 snprintf(pick[i]->m.status, sizeof pick[i]->m.status, "picked");
             else
@@ -273,12 +233,12 @@ int recover(broker *b)
             if (!l->lost)
                 continue;
             member *s = pick[i];
-            say(b, "replaced", s->m.device, "standby %s takes %s's place (%s's program, at %s)", s->m.device,
+            broker_say(b, "replaced", s->m.device, "standby %s takes %s's place (%s's program, at %s)", s->m.device,
                 l->m.device, l->m.bundle_device, s->m.address);
             snprintf(s->m.status, sizeof s->m.status, "used");
             if (s->m.pid > 0)
                 kill((pid_t)s->m.pid, SIGTERM);
-            save_member(b, s);
+            broker_save_member(b, s);
             snprintf(l->m.address, sizeof l->m.address, "%s", s->m.address);
             snprintf(l->m.host, sizeof l->m.host, "%s", s->m.host);
         }
@@ -289,7 +249,7 @@ int recover(broker *b)
         if (replan(b))
             return -1;
     }
-    use_live_state(b);
+    broker_use_live_state(b);
     b->n_live = 0;
     char dir[4096];
     int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
@@ -302,20 +262,20 @@ int recover(broker *b)
             continue;
         m->lost = 0;
         m->why[0] = '\0';
-        if (start_device(b, m, step > 0 ? dir : ""))
+        if (broker_start_device(b, m, step > 0 ? dir : ""))
             return -1;
         started++;
     }
-    say(b, "resumed", NULL, "%d devices start again %s", started, step > 0 ? "from the last complete checkpoint" : "from the start (no checkpoint was complete)");
+    broker_say(b, "resumed", NULL, "%d devices start again %s", started, step > 0 ? "from the last complete checkpoint" : "from the start (no checkpoint was complete)");
     if (step > 0)
-        say(b, "resumed", NULL, "the last complete checkpoint: step %lld, %s", (long long)step, dir);
+        broker_say(b, "resumed", NULL, "the last complete checkpoint: step %lld, %s", (long long)step, dir);
     b->recovering = 1;
     return 0;
 }
 
 /* The plan with a joined device: once the devices have stopped, the next
  * epoch on its bundles, from the last complete checkpoint. */
-int switch_plan(broker *b)
+int broker_switch_plan(broker *b)
 {
     b->switching = 0;
     b->epoch++;
@@ -324,7 +284,7 @@ int switch_plan(broker *b)
     broker_db_set(b->db, "epoch", text);
     snprintf(b->bundles, sizeof b->bundles, "%s", b->next_bundles);
     broker_db_set(b->db, "bundles", b->bundles);
-    if (read_plan(b, b->bundles))
+    if (broker_read_plan(b, b->bundles))
         return -1;
     int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
     if (b->remote && broker_remote_prepare(b, step > 0 ? dir : ""))
@@ -332,11 +292,11 @@ int switch_plan(broker *b)
     int started = 0;
     for (int i = 0; i < b->n; i++)
         if (strcmp(b->mem[i].m.role, "device") == 0) {
-            if (start_device(b, &b->mem[i], step > 0 ? dir : ""))
+            if (broker_start_device(b, &b->mem[i], step > 0 ? dir : ""))
                 return -1;
             started++;
         }
-    say(b, "resumed", NULL, "%d devices go on under the new plan (%s) from the checkpoint of step %lld", started,
+    broker_say(b, "resumed", NULL, "%d devices go on under the new plan (%s) from the checkpoint of step %lld", started,
         b->bundles, (long long)step);
     return 0;
 }

@@ -22,6 +22,8 @@
  *     host by its fusion.pid (remote_stop_device), not by its ssh alone.
  */
 #define _GNU_SOURCE
+#include "broker_remote.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,8 +37,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "broker_internal.h"
-#include "deploy.h"
+#include "../runtime/checkpoint_store.h"
+#include "broker_checkpoint.h"
+#include "remote_deploy.h"
 
 /* The cluster host member m runs on, as ssh needs it, for program `device`. */
 static int host_of(broker *b, const member *m, const char *device, remote_device *rd)
@@ -46,7 +49,7 @@ static int host_of(broker *b, const member *m, const char *device, remote_device
             remote_device_at(&b->c, h, device, rd);
             return 0;
         }
-    say(b, "failed", m->m.device, "%s: no host '%s' in %s/cluster.xml", m->m.device, m->m.host, b->out);
+    broker_say(b, "failed", m->m.device, "%s: no host '%s' in %s/cluster.xml", m->m.device, m->m.host, b->out);
     return -1;
 }
 
@@ -130,7 +133,7 @@ pid_t broker_remote_standby(broker *b, member *m, const char *log)
     }
     remote_device rd;
     if (!bundle) {
-        say(b, "standby", m->m.device, "standby %s: no device of its kind in the plan, so no bundle to wait with",
+        broker_say(b, "standby", m->m.device, "standby %s: no device of its kind in the plan, so no bundle to wait with",
             m->m.device);
         return -1;
     }
@@ -145,7 +148,7 @@ void broker_remote_fetch(broker *b, member *m, int64_t step, const char *file, c
                          int n_stages)
 {
     if (b->n_fetch == MAX_MEMBERS) {
-        say(b, "checkpoint", m->m.device, "too many parts in flight: %s's part of step %lld is not fetched",
+        broker_say(b, "checkpoint", m->m.device, "too many parts in flight: %s's part of step %lld is not fetched",
             m->m.device, (long long)step);
         return;
     }
@@ -154,7 +157,7 @@ void broker_remote_fetch(broker *b, member *m, int64_t step, const char *file, c
     snprintf(folder, sizeof folder, "%s", file);
     char *name = strrchr(folder, '/');
     if (!name || name == folder) {
-        say(b, "checkpoint", m->m.device, "%s reported a part with no folder: %s", m->m.device, file);
+        broker_say(b, "checkpoint", m->m.device, "%s reported a part with no folder: %s", m->m.device, file);
         return;
     }
     *name++ = '\0';
@@ -182,7 +185,7 @@ void broker_remote_fetch(broker *b, member *m, int64_t step, const char *file, c
     if (out >= 0 && err >= 0 && (f->pid = remote_spawn(&b->hosts, &rd, command, out, err, 1)) > 0)
         b->n_fetch++;
     else
-        say(b, "checkpoint", m->m.device, "cannot fetch %s: %s", file, strerror(errno));
+        broker_say(b, "checkpoint", m->m.device, "cannot fetch %s: %s", file, strerror(errno));
     if (out >= 0)
         close(out);
     if (err >= 0)
@@ -202,21 +205,21 @@ int broker_remote_reaped(broker *b, pid_t pid, int status)
     int64_t size = 0;
     char hex[32] = "", why[600];
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        say(b, "checkpoint", f.device, "%s's part of step %lld could not be fetched from its host (ssh status %d): "
+        broker_say(b, "checkpoint", f.device, "%s's part of step %lld could not be fetched from its host (ssh status %d): "
             "that checkpoint will not be complete", f.device, (long long)f.step,
             WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     } else if (ckpt_measure(f.tmp, &size, &have, why, sizeof why) != 0 ||
                (snprintf(hex, sizeof hex, "%016" PRIx64, have), 0) || strcmp(hex, f.xxh3) != 0) {
-        say(b, "checkpoint", f.device, "%s's part of step %lld arrived with XXH3 %s, not the %s its device reported: "
+        broker_say(b, "checkpoint", f.device, "%s's part of step %lld arrived with XXH3 %s, not the %s its device reported: "
             "refused", f.device, (long long)f.step, hex[0] ? hex : "(unreadable)", f.xxh3);
     } else if (rename(f.tmp, f.file) != 0) {
-        say(b, "checkpoint", f.device, "%s: %s", f.file, strerror(errno));
+        broker_say(b, "checkpoint", f.device, "%s: %s", f.file, strerror(errno));
     } else if (f.live) {
-        add_live(b, f.step, f.stage, f.n_stages, f.file, f.xxh3);
+        broker_add_live(b, f.step, f.stage, f.n_stages, f.file, f.xxh3);
         return 1;
     } else {
         broker_db_part(b->db, f.step, f.device, b->epoch, f.file, f.xxh3);
-        check_complete(b, f.step);
+        broker_check_complete(b, f.step);
         return 1;
     }
     unlink(f.tmp);
@@ -241,7 +244,7 @@ int broker_remote_prepare(broker *b, const char *resume)
         struct diag err = { 0 };
         int copied = 0;
         if (deploy_device(&b->hosts, &rd, NULL, &copied, &err)) {
-            say(b, "failed", m->m.device, "cannot deploy %s's bundle to host %s: %s", m->m.bundle_device, rd.host,
+            broker_say(b, "failed", m->m.device, "cannot deploy %s's bundle to host %s: %s", m->m.bundle_device, rd.host,
                 err.msg);
             rc = -1;
         }
@@ -251,12 +254,12 @@ int broker_remote_prepare(broker *b, const char *resume)
         if (rc || seen || !resume || !resume[0])
             continue;
         snprintf(pushed[n_pushed++], sizeof pushed[0], "%s", rd.host);
-        double t0 = now_s();
+        double t0 = broker_now();
         if (remote_push_dir(&b->hosts, &rd, resume, fd >= 0 ? fd : 2)) {
-            say(b, "failed", m->m.device, "cannot copy the checkpoint %s to host %s (see %s)", resume, rd.host, log);
+            broker_say(b, "failed", m->m.device, "cannot copy the checkpoint %s to host %s (see %s)", resume, rd.host, log);
             rc = -1;
         } else {
-            say(b, "resumed", NULL, "checkpoint %s copied to host %s in %.2f s", resume, rd.host, now_s() - t0);
+            broker_say(b, "resumed", NULL, "checkpoint %s copied to host %s in %.2f s", resume, rd.host, broker_now() - t0);
         }
     }
     if (fd >= 0)
@@ -271,5 +274,5 @@ void broker_remote_stop(broker *b, member *m)
     if (!m->m.bundle_device[0] || host_of(b, m, m->m.bundle_device, &rd))
         return;
     int status = remote_stop_device(&b->hosts, &rd, m->m.bundle_device, said, sizeof said);
-    say(b, "stopped", m->m.device, "%s on host %s: %s", m->m.device, rd.host, status == 0 ? said : "ssh failed");
+    broker_say(b, "stopped", m->m.device, "%s on host %s: %s", m->m.device, rd.host, status == 0 ? said : "ssh failed");
 }
