@@ -36,6 +36,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../runtime/atomic_file.h"
+
 
 #define ID_HEX 16
 
@@ -77,9 +79,8 @@ static int bundle_checksums(const char *dir, char id[ID_HEX + 1], double *bytes,
     *bytes = strtod(bytes_line + 6, NULL);
     *bytes_line = '\0';   /* the list ends where the byte count starts */
     snprintf(id, ID_HEX + 1, "%016llx", (unsigned long long)XXH3_64bits(text, strlen(text)));
-    char path[4300], tmp[4400];
+    char path[FU_PATH_BYTES + 200], why[FU_PATH_BYTES + 400];
     snprintf(path, sizeof path, "%s/SHA256SUMS", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *old = fopen(path, "r");
     int same = 0;
     if (old) {
@@ -91,11 +92,8 @@ static int bundle_checksums(const char *dir, char id[ID_HEX + 1], double *bytes,
     }
     int rc = 0;
     if (!same) {
-        FILE *f = fopen(tmp, "w");
-        if (!f || fputs(text, f) == EOF || fclose(f) != 0 || rename(tmp, path) != 0) {
-            unlink(tmp);
-            rc = diag_set(err, path, 0, "cannot write the checksum list: %s", strerror(errno));
-        }
+        if (atomic_write_file(path, text, strlen(text), why, sizeof why))
+            rc = diag_set(err, path, 0, "the checksum list: %s", why);
     }
     free(text);
     return rc;

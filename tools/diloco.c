@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../runtime/atomic_file.h"
 #include "../ir/ops.h"
 #include "../runtime/comm/quant.h"
 #include "baseline.h"
@@ -503,21 +504,19 @@ static int remapped(const diloco_plan *dp, int32_t k, ir_graph *out)
 
 static int write_plan_text(const diloco_plan *dp, const cluster *c, const char *out_dir, struct diag *err)
 {
-    char path[4200], tmp[4300];
+    char path[FU_PATH_BYTES], why[FU_PATH_BYTES + 200];
     snprintf(path, sizeof path, "%s/plan.txt", out_dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    atomic_file af;
+    FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
-        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
+        return diag_set(err, path, 0, "%s", why);
     diloco_print(f, dp, c);
     for (int32_t k = 0; k < dp->n_sites; k++) {
         fprintf(f, "\n== site %d: region %s ==\n", k, dp->site[k].name);
         plan_report_print(f, &dp->g[k], &dp->site[k], &dp->plan[k]);
     }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return diag_set(err, path, 0, "cannot write the plan");
-    }
+    if (atomic_commit(&af, 0, why, sizeof why))
+        return diag_set(err, path, 0, "the plan: %s", why);
     return 0;
 }
 

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../runtime/atomic_file.h"
 #include "../codegen/bundle.h"
 #include "../frontend/cluster.h"
 #include "../frontend/model.h"
@@ -212,25 +213,21 @@ static int load_graph(const char *path, const options *o, ir_graph *g, struct di
 
 /* ---- output -------------------------------------------------------------- */
 
-/* Open `path` for writing under a temporary name; commit_output renames. */
-static FILE *open_output(const char *path, char *tmp, size_t size)
+/* `path` (whole or not at all: atomic_file.h), or stdout when path is NULL. */
+static FILE *open_output(const char *path, atomic_file *af, char *why, size_t n)
 {
-    if (!path)
-        return stdout;
-    snprintf(tmp, size, "%s.tmp.%ld", path, (long)getpid());
-    return fopen(tmp, "w");
+    return path ? atomic_open(af, path, why, n) : stdout;
 }
 
-static int commit_output(FILE *f, const char *path, const char *tmp, int ok)
+static int commit_output(FILE *f, const char *path, atomic_file *af, int ok, char *why, size_t n)
 {
     if (!path)
-        return fflush(stdout) == 0 && ok ? 0 : -1;
-    int closed = fclose(f) == 0;
-    if (!ok || !closed || rename(tmp, path) != 0) {
-        unlink(tmp);
+        return fflush(f) == 0 && ok ? 0 : -1;
+    if (!ok) {
+        atomic_abort(af);
         return -1;
     }
-    return 0;
+    return atomic_commit(af, 0, why, n);
 }
 
 /* ---- commands ------------------------------------------------------------ */
@@ -546,15 +543,16 @@ static int cmd_dump(int argc, char **argv)
         diag_print(&err);
         return 1;
     }
-    char tmp[4096];
+    atomic_file af;
+    char why[FU_PATH_BYTES + 200] = "";
     if (o.output && folders_make_for_file(o.output, &err)) {   /* -o a/b/g.dot: a and a/b too */
         diag_print(&err);
         ir_graph_free(&g);
         return 1;
     }
-    FILE *out = open_output(o.output, tmp, sizeof tmp);
+    FILE *out = open_output(o.output, &af, why, sizeof why);
     if (!out) {
-        fprintf(stderr, "%s:0: error: cannot write: %s\n", o.output, strerror(errno));
+        fprintf(stderr, "%s:0: error: %s\n", o.output, why);
         ir_graph_free(&g);
         return 1;
     }
@@ -567,9 +565,9 @@ static int cmd_dump(int argc, char **argv)
                               .stop_after = 1, .precision = o.precision, .tf32 = o.tf32 };
         rc = pass_run_pipeline(&g, &popt, &err);
     }
-    if (commit_output(out, o.output, tmp, rc == 0) && rc == 0) {
+    if (commit_output(out, o.output, &af, rc == 0, why, sizeof why) && rc == 0) {
         rc = -1;
-        diag_set(&err, o.output ? o.output : "<stdout>", 0, "cannot write the output");
+        diag_set(&err, o.output ? o.output : "<stdout>", 0, "cannot write the output%s%s", why[0] ? ": " : "", why);
     }
     if (rc)
         diag_print(&err);

@@ -11,6 +11,7 @@
  */
 #include "plan_report.h"
 
+#include "../runtime/atomic_file.h"
 #include "../ir/folders.h"
 #include "../ir/ops.h"
 
@@ -178,17 +179,17 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
 /* Write `path` via a temporary name; `fill` writes the contents. */
 static int write_atomically(const char *path, int (*fill)(FILE *, const void *), const void *arg, struct diag *err)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    atomic_file af;
+    char why[FU_PATH_BYTES + 200];
+    FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
-        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
-    int ok = fill(f, arg) == 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
+        return diag_set(err, path, 0, "%s", why);
+    if (fill(f, arg) != 0) {
+        atomic_abort(&af);
         return diag_set(err, path, 0, "cannot write");
     }
+    if (atomic_commit(&af, 0, why, sizeof why))
+        return diag_set(err, path, 0, "%s", why);
     return 0;
 }
 

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../runtime/atomic_file.h"
 #include "../ir/folders.h"
 #include "../ir/ops.h"
 #include "../ir/pipeline_order.h"
@@ -588,14 +589,14 @@ static double tick_ms(double span_ms)
 
 int simulate_write_gantt(const sim_result *r, const cluster *c, const char *dir, struct diag *err)
 {
-    char path[4096], tmp[4200];
+    char path[FU_PATH_BYTES], why[FU_PATH_BYTES + 200];
     if (folders_make(dir, err))
         return -1;
     snprintf(path, sizeof path, "%s/gantt.svg", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    atomic_file af;
+    FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
-        return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
+        return diag_set(err, path, 0, "%s", why);
     const double left = 130.0, width = 1100.0, row = 24.0, top = 30.0;
     double span = r->n_steps > 0 ? r->step_end[r->n_steps - 1] : 0.0;
     for (int32_t k = 0; k < r->n_transfers; k++)
@@ -665,10 +666,7 @@ int simulate_write_gantt(const sim_result *r, const cluster *c, const char *dir,
     }
     fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">ms</text>\n", left + width + 4.0, axis + 16.0);
     fprintf(f, "</svg>\n");
-    int ok = !ferror(f);
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return diag_set(err, path, 0, "cannot write the timeline");
-    }
+    if (atomic_commit(&af, 0, why, sizeof why))
+        return diag_set(err, path, 0, "the timeline: %s", why);
     return 0;
 }
