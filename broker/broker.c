@@ -27,13 +27,14 @@
 #include "broker_remote.h"
 #include "broker_start.h"
 #include "broker_state.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 /* ---- what the devices say ------------------------------------------------------ */
 
 /* One request: "<verb> <device> <epoch> <rest>"; the answer into reply. */
 static void answer(broker *b, const char *req, char *reply, size_t n)
 {
-    char verb[32], device[128], rest[4200] = "";
+    char verb[32], device[128], rest[FU_PATH_BYTES + 104] = "";
     long long epoch = -1;
     if (sscanf(req, "%31s %127s %lld %4199[^\n]", verb, device, &epoch, rest) < 3) {
         snprintf(reply, n, "refused a request the broker does not understand");
@@ -72,7 +73,7 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
     snprintf(reply, n, "ok");
     long long step;
     double loss;
-    char file[4096], hash[32];
+    char file[FU_PATH_BYTES], hash[32];
     if (strcmp(verb, "step") == 0 && sscanf(rest, "%lld %lf", &step, &loss) >= 1) {
         if (strcmp(device, b->reporter) == 0) {
             printf("step %5lld/%lld  loss %.6f\n", step, (long long)b->steps, loss);
@@ -134,7 +135,7 @@ static void serve(broker *b, int wait_ms)
 {
     struct nn_pollfd p = { b->sock, NN_POLLIN, 0 };
     while (nn_poll(&p, 1, wait_ms) > 0 && (p.revents & NN_POLLIN)) {
-        char *req = NULL, reply[600], text[4600];
+        char *req = NULL, reply[600], text[FU_PATH_BYTES + 504];
         uint8_t nonce[24];
         int got = nn_recv(b->sock, &req, NN_MSG, NN_DONTWAIT);
         if (got < 0)
@@ -171,7 +172,7 @@ static void serve(broker *b, int wait_ms)
 static int blame_from_log(broker *b, member *m)
 {
     int named = 0;
-    char path[4400], line[1024], who[128], header[64];
+    char path[FU_PATH_BYTES + 304], line[1024], who[128], header[64];
     snprintf(path, sizeof path, "%s/logs/%s.log", b->out, m->m.bundle_device);
     snprintf(header, sizeof header, "== broker: epoch %lld,", (long long)b->epoch);
     FILE *f = fopen(path, "r");
@@ -387,7 +388,7 @@ int broker_run(const broker_options *o)
     for (int i = 0; i < o->n_args && i < MAX_ARGS; i++)
         b->args[b->n_args++] = o->args[i];
     int port = o->port;
-    char path[4200], err[600];
+    char path[FU_PATH_BYTES + 104], err[600];
     struct diag derr = { 0 };
     snprintf(path, sizeof path, "%s/cluster.xml", b->out);
     if (cluster_load(path, &b->c, &derr)) {
@@ -400,7 +401,7 @@ int broker_run(const broker_options *o)
     snprintf(path, sizeof path, "%s/logs", b->out);
     mkdir(path, 0755);
     snprintf(path, sizeof path, "%s/run.key", b->out);
-    char why[4600];
+    char why[FU_PATH_BYTES + 504];
     if (fu_secret_load(path, b->secret, why, sizeof why)) {
         fprintf(stderr, "fusionc broker: %s (the compile writes it: every request is sealed with it)\n", why);
         cluster_free(&b->c);
@@ -408,7 +409,7 @@ int broker_run(const broker_options *o)
         return 1;
     }
     snprintf(path, sizeof path, "%s/broker.db", b->out);
-    char archived[4400];
+    char archived[FU_PATH_BYTES + 304];
     if (o->fresh && access(path, F_OK) == 0) {
         if (broker_archive_run(b->out, archived, sizeof archived, err, sizeof err)) {
             fprintf(stderr, "fusionc broker: --fresh: %s\n", err);
@@ -454,7 +455,7 @@ int broker_run(const broker_options *o)
 /* (broker_plan.c's compile_plan reads it, to compile again without the lost devices.) */
 int broker_write_compile_args(const char *out, int argc, char **argv, const char *model, const char *cluster)
 {
-    char path[4200], abs_model[PATH_MAX];
+    char path[FU_PATH_BYTES + 104], abs_model[PATH_MAX];
     snprintf(path, sizeof path, "%s/compile.args", out);
     if (!realpath(model, abs_model))
         return -1;

@@ -25,10 +25,11 @@
 #include "broker_checkpoint.h"
 #include "broker_remote.h"
 #include "broker_start.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 int broker_archive_run(const char *out, char *archived, size_t size, char *err, size_t n)
 {
-    char dir[4200], from[4200], to[4400];
+    char dir[FU_PATH_BYTES + 104], from[FU_PATH_BYTES + 104], to[FU_PATH_BYTES + 304];
     snprintf(dir, sizeof dir, "%s/archive", out);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         snprintf(err, n, "%s: cannot create it: %s", dir, strerror(errno));
@@ -58,7 +59,7 @@ int broker_archive_run(const char *out, char *archived, size_t size, char *err, 
 
 int broker_resume_run(broker *b, const char *state)
 {
-    char text[4200], dir[4096];
+    char text[FU_PATH_BYTES + 104], dir[FU_PATH_BYTES];
     if (broker_db_get(b->db, "epoch", text, sizeof text))
         return -1;
     b->epoch = atoll(text);
@@ -70,7 +71,7 @@ int broker_resume_run(broker *b, const char *state)
     b->last_complete = broker_db_last_complete(b->db, dir, sizeof dir);
     if (!b->remote)   /* no device runs: steps whose parts are all there are completed, the rest is litter */
         broker_adopt_parts(b);
-    char folder[4200], why[600];
+    char folder[FU_PATH_BYTES + 104], why[600];
     snprintf(folder, sizeof folder, "%s/checkpoints", b->out);
     int removed = b->remote ? 0 : ckpt_remove_litter(folder, why, sizeof why);
     if (removed > 0)
@@ -134,11 +135,11 @@ static void wait_for_last_epoch(broker *b)
  * are made complete. */
 int broker_take_over(broker *b)
 {
-    char text[4200];
+    char text[FU_PATH_BYTES + 104];
     if (broker_db_get(b->db, "epoch", text, sizeof text))
         return -1;
     b->epoch = atoll(text);
-    char dir[4096];
+    char dir[FU_PATH_BYTES];
     b->last_complete = broker_db_last_complete(b->db, dir, sizeof dir);
     if (broker_db_get(b->db, "bundles", b->bundles, sizeof b->bundles))
         snprintf(b->bundles, sizeof b->bundles, "%s", b->out);
@@ -153,7 +154,7 @@ int broker_take_over(broker *b)
         m->ended = strcmp(m->m.status, "done") == 0 || strcmp(m->m.status, "used") == 0;
     }
     int taken = b->n;
-    char line[512], name[128], path[4600];
+    char line[512], name[128], path[FU_PATH_BYTES + 504];
     member *start[MAX_MEMBERS];
     int n_start = 0;
     snprintf(path, sizeof path, "%s/deploy.txt", b->bundles);

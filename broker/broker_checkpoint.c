@@ -24,7 +24,7 @@ int broker_write_manifest(const char *dir, int64_t step, const char *lines, char
     ckpt_manifest m = { .step = step };
     int cap = 0, rc = 0;
     for (const char *at = lines; rc == 0 && at && *at; at = strchr(at, '\n') ? strchr(at, '\n') + 1 : NULL) {
-        char name[CKPT_PART_MAX], hash[32], path[4600];
+        char name[CKPT_PART_MAX], hash[32], path[FU_PATH_BYTES + 504];
         if (sscanf(at, "part %255s %31s", name, hash) != 2)
             continue;
         if (m.n_parts == cap) {
@@ -65,7 +65,7 @@ int broker_write_manifest(const char *dir, int64_t step, const char *lines, char
  * already (a report sent again: the device's client retries). */
 void broker_check_complete(broker *b, int64_t step)
 {
-    char dir[4300], done[4400], text[65536];
+    char dir[FU_PATH_BYTES + 204], done[FU_PATH_BYTES + 304], text[65536];
     snprintf(dir, sizeof dir, "%s/checkpoints/step-%lld", b->out, (long long)step);
     snprintf(done, sizeof done, "%s/" CKPT_MANIFEST, dir);
     if (step == b->last_complete || access(done, F_OK) == 0)
@@ -89,7 +89,7 @@ void broker_check_complete(broker *b, int64_t step)
     if (step < b->last_complete)
         return;   /* a later one is whole already: the joiners were weighed at it */
     b->last_complete = step;
-    char folder[4300];
+    char folder[FU_PATH_BYTES + 204];
     snprintf(folder, sizeof folder, "%s/checkpoints", b->out);
     if (ckpt_prune(folder, b->keep, why, sizeof why) < 0)   /* the newest complete always stays */
         broker_say(b, "checkpoint", NULL, "cannot remove the checkpoints beyond the %d newest: %s", b->keep, why);
@@ -127,7 +127,7 @@ void broker_use_live_state(broker *b)
     }
     if (best == 0)
         return;
-    char dir[4096] = "", lines[65536] = "", why[1200] = "too many parts to list";
+    char dir[FU_PATH_BYTES] = "", lines[65536] = "", why[1200] = "too many parts to list";
     size_t at = 0;
     for (int i = 0; i < b->n_live; i++) {
         if (b->live[i].step != best)
@@ -163,7 +163,7 @@ static void part_name(const broker *b, const char *device, char *name, size_t n)
 
 int broker_wrote_last_part(broker *b, const member *m)
 {
-    char name[CKPT_PART_MAX], path[4600];
+    char name[CKPT_PART_MAX], path[FU_PATH_BYTES + 504];
     part_name(b, m->m.bundle_device, name, sizeof name);
     snprintf(path, sizeof path, "%s/checkpoints/step-%lld/%s", b->out, (long long)b->steps, name);
     return access(path, F_OK) == 0;
@@ -175,12 +175,12 @@ int broker_wrote_last_part(broker *b, const member *m)
  * over ssh, a part is on its host until its report fetches it. */
 void broker_adopt_parts(broker *b)
 {
-    char dir[4200], err[600];
+    char dir[FU_PATH_BYTES + 104], err[600];
     snprintf(dir, sizeof dir, "%s/checkpoints", b->out);
     int64_t *steps = NULL;
     int count = ckpt_list_steps(dir, 0, &steps, err, sizeof err);
     for (int k = count - 1; k >= 0; k--) {   /* oldest first: the newest complete ends last */
-        char step_dir[4400], manifest[4500], lines[65536] = "";
+        char step_dir[FU_PATH_BYTES + 304], manifest[FU_PATH_BYTES + 404], lines[65536] = "";
         ckpt_step_dir(dir, steps[k], step_dir, sizeof step_dir);
         snprintf(manifest, sizeof manifest, "%s/" CKPT_MANIFEST, step_dir);
         if (steps[k] <= b->last_complete || access(manifest, F_OK) == 0)
@@ -190,7 +190,7 @@ void broker_adopt_parts(broker *b)
         for (int i = 0; i < b->n && whole; i++) {
             if (strcmp(b->mem[i].m.role, "device") != 0)
                 continue;
-            char name[CKPT_PART_MAX], path[4700];
+            char name[CKPT_PART_MAX], path[FU_PATH_BYTES + 604];
             int64_t size;
             uint64_t hash;
             part_name(b, b->mem[i].m.bundle_device, name, sizeof name);
@@ -224,20 +224,20 @@ void broker_adopt_live(broker *b)
     snprintf(dir, sizeof dir, "%s/checkpoints", b->out);
     DIR *d = opendir(dir);
     int64_t best = 0;
-    char best_dir[4400] = "", best_lines[65536] = "";
+    char best_dir[FU_PATH_BYTES + 304] = "", best_lines[65536] = "";
     for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
         uint64_t step;
         if (strncmp(e->d_name, "live-", 5) != 0 || ckpt_parse_count(e->d_name + 5, CKPT_MAX_STEP, &step) != 0 ||
             (int64_t)step <= b->last_complete || (int64_t)step <= best)
             continue;
-        char live[4300], lines[65536] = "";   /* dir (4200) and a name (256) */
+        char live[FU_PATH_BYTES + 204], lines[65536] = "";   /* dir (4200) and a name (256) */
         snprintf(live, sizeof live, "%s/%s", dir, e->d_name);
         DIR *p = opendir(live);
         uint64_t covered = 0;
         int stages = 0;
         size_t at = 0;
         for (struct dirent *f; p && (f = readdir(p)) != NULL;) {
-            char path[4700];
+            char path[FU_PATH_BYTES + 604];
             int s = 0, S = 0, r, R;
             int64_t size;
             uint64_t hash;

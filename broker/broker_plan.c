@@ -18,6 +18,7 @@
 #include "broker_checkpoint.h"
 #include "broker_remote.h"
 #include "broker_start.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 static int compile_plan(broker *b, const char *dir, int devices, const char *also_with);
 static double plan_estimate(const char *dir);
@@ -41,7 +42,7 @@ void broker_weigh_joiner(broker *b, member *j, int64_t step)
     int devices = 1;
     for (int i = 0; i < b->n; i++)
         devices += strcmp(b->mem[i].m.role, "device") == 0;
-    char dir[4400];
+    char dir[FU_PATH_BYTES + 304];
     snprintf(dir, sizeof dir, "%s/epoch-%lld", b->out, (long long)b->epoch + 1);
     if (compile_plan(b, dir, devices, j->m.device))
         return;
@@ -76,8 +77,8 @@ void broker_weigh_joiner(broker *b, member *j, int64_t step)
  * chooses.  0, or -1 (the compiler's output in OUT/logs/compile-*.log). */
 static int compile_plan(broker *b, const char *dir, int devices, const char *also_with)
 {
-    char path[4300], line[4096], log[4400], cluster_file[4300], stages[16], replicas[16];
-    static char words[MAX_ARGS][4096];
+    char path[FU_PATH_BYTES + 204], line[FU_PATH_BYTES], log[FU_PATH_BYTES + 304], cluster_file[FU_PATH_BYTES + 204], stages[16], replicas[16];
+    static char words[MAX_ARGS][FU_PATH_BYTES];
     char *argv[MAX_ARGS + 4 * 64 + 16];
     int n = 0, w = 0, skip = 0, shaped = 0;
     snprintf(path, sizeof path, "%s/compile.args", b->out);
@@ -111,7 +112,7 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
         argv[n++] = "--with", argv[n++] = b->joined[k];
     if (also_with)
         argv[n++] = "--with", argv[n++] = (char *)also_with;
-    char key[4300];   /* the run's secret: the broker and every epoch's devices share it */
+    char key[FU_PATH_BYTES + 204];   /* the run's secret: the broker and every epoch's devices share it */
     snprintf(key, sizeof key, "%s/run.key", b->out);
     argv[n++] = "--run-key";
     argv[n++] = key;
@@ -146,7 +147,7 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
 /* The planner's estimated step of a compile (its plan.txt), seconds; 0 unknown. */
 static double plan_estimate(const char *dir)
 {
-    char path[4400], line[512];
+    char path[FU_PATH_BYTES + 304], line[512];
     double ms = 0;
     snprintf(path, sizeof path, "%s/plan.txt", dir);
     FILE *f = fopen(path, "r");
@@ -161,7 +162,7 @@ static double plan_estimate(const char *dir)
 /* This epoch's plan, made again without the lost devices, into OUT/epoch-N. */
 static int replan(broker *b)
 {
-    char dir[4300];
+    char dir[FU_PATH_BYTES + 204];
     snprintf(dir, sizeof dir, "%s/epoch-%lld", b->out, (long long)b->epoch);
     int survivors = 0;
     for (int i = 0; i < b->n; i++)
@@ -251,7 +252,7 @@ int broker_recover(broker *b)
     }
     broker_use_live_state(b);
     b->n_live = 0;
-    char dir[4096];
+    char dir[FU_PATH_BYTES];
     int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
     if (b->remote && broker_remote_prepare(b, step > 0 ? dir : ""))
         return -1;
@@ -279,7 +280,7 @@ int broker_switch_plan(broker *b)
 {
     b->switching = 0;
     b->epoch++;
-    char text[32], dir[4096];
+    char text[32], dir[FU_PATH_BYTES];
     snprintf(text, sizeof text, "%lld", (long long)b->epoch);
     broker_db_set(b->db, "epoch", text);
     snprintf(b->bundles, sizeof b->bundles, "%s", b->next_bundles);

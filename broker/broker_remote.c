@@ -40,6 +40,7 @@
 #include "../runtime/checkpoint_store.h"
 #include "broker_checkpoint.h"
 #include "remote_deploy.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 /* The cluster host member m runs on, as ssh needs it, for program `device`. */
 static int host_of(broker *b, const member *m, const char *device, remote_device *rd)
@@ -153,7 +154,7 @@ void broker_remote_fetch(broker *b, member *m, int64_t step, const char *file, c
         return;
     }
     /* OUT/checkpoints/<its folder>/<its name>: step-N/checkpoint-D.safetensors */
-    char folder[4096], dir[4400];
+    char folder[FU_PATH_BYTES], dir[FU_PATH_BYTES + 304];
     snprintf(folder, sizeof folder, "%s", file);
     char *name = strrchr(folder, '/');
     if (!name || name == folder) {
@@ -168,7 +169,7 @@ void broker_remote_fetch(broker *b, member *m, int64_t step, const char *file, c
     mkdir(dir, 0755);
     __typeof__(b->fetch[0]) *f = &b->fetch[b->n_fetch];
     memset(f, 0, sizeof *f);
-    char file_here[4600];
+    char file_here[FU_PATH_BYTES + 504];
     snprintf(file_here, sizeof file_here, "%s/%.190s", dir, name);
     snprintf(f->file, sizeof f->file, "%s", file_here);
     snprintf(f->tmp, sizeof f->tmp, "%s.fetch", file_here);
@@ -176,7 +177,7 @@ void broker_remote_fetch(broker *b, member *m, int64_t step, const char *file, c
     snprintf(f->xxh3, sizeof f->xxh3, "%s", xxh3);
     f->step = step, f->live = live, f->stage = stage, f->n_stages = n_stages;
     remote_device rd;
-    char command[4400], log[4400];
+    char command[FU_PATH_BYTES + 304], log[FU_PATH_BYTES + 304];
     size_t at = (size_t)snprintf(command, sizeof command, "cat -- ");
     snprintf(log, sizeof log, "%s/logs/%s.log", b->out, m->m.bundle_device);
     if (host_of(b, m, m->m.bundle_device, &rd) || remote_quote(command, sizeof command, &at, file))
@@ -229,7 +230,7 @@ int broker_remote_reaped(broker *b, pid_t pid, int status)
 int broker_remote_prepare(broker *b, const char *resume)
 {
     b->hosts.out_dir = b->bundles;
-    char log[4400];
+    char log[FU_PATH_BYTES + 304];
     snprintf(log, sizeof log, "%s/logs/broker-hosts.log", b->out);
     int fd = open_log(log), rc = 0;
     char pushed[MAX_MEMBERS][128];

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "broker_remote.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 pid_t broker_spawn(const char *log, char *const *argv)
 {
@@ -47,7 +48,7 @@ static int started(broker *b, member *m, pid_t pid, const char *status)
  * from `resume` when not empty; every member's address goes to it as --peer. */
 int broker_start_device(broker *b, member *m, const char *resume)
 {
-    char prog[4800], log[4400], epoch[32], save[4200], every[32], timeout[32], ports[32];
+    char prog[FU_PATH_BYTES + 704], log[FU_PATH_BYTES + 304], epoch[32], save[FU_PATH_BYTES + 104], every[32], timeout[32], ports[32];
     char peers[MAX_MEMBERS][400];
     char *argv[MAX_ARGS + 2 * MAX_MEMBERS + 32];
     int n = 0;
@@ -96,9 +97,9 @@ int broker_start_device(broker *b, member *m, const char *resume)
 
 int broker_start_standby(broker *b, member *m)
 {
-    char log[4400];
+    char log[FU_PATH_BYTES + 304];
     snprintf(log, sizeof log, "%s/logs/standby-%s.log", b->out, m->m.device);
-    char key[4300];
+    char key[FU_PATH_BYTES + 204];
     snprintf(key, sizeof key, "%s/run.key", b->out);
     char *argv[] = { b->exe, "standby", "--broker", b->url, "--device", m->m.device, "--key", key, NULL };
     return started(b, m, b->remote ? broker_remote_standby(b, m, log) : broker_spawn(log, argv), "standby");

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 double broker_now(void)
 {
@@ -42,7 +43,7 @@ void broker_save_member(broker *b, member *m) { broker_db_member(b->db, b->epoch
 /* The members of a bundle folder's plan (its deploy.txt), at their cluster addresses. */
 int broker_read_plan(broker *b, const char *bundles)
 {
-    char path[4600], line[512], name[128];
+    char path[FU_PATH_BYTES + 504], line[512], name[128];
     snprintf(path, sizeof path, "%s/deploy.txt", bundles);
     FILE *f = fopen(path, "r");
     if (!f) {

@@ -22,6 +22,7 @@
 #include "../frontend/cluster.h"
 #include "broker_db.h"
 #include "remote.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 #define MAX_MEMBERS   256
 #define MAX_ARGS      256
@@ -43,7 +44,7 @@ typedef struct {
 
 typedef struct {
     const char *out;
-    char     bundles[4400];   /* this epoch's bundles: OUT, or OUT/epoch-N          */
+    char     bundles[FU_PATH_BYTES + 304];   /* this epoch's bundles: OUT, or OUT/epoch-N          */
     char     url[300];
     int      sock;
     sqlite3 *db;
@@ -62,7 +63,7 @@ typedef struct {
     char     joined[64][128];     /* standbys taken in by a new plan                  */
     int      n_joined;
     int      switching;       /* a new plan with a joiner: the devices stop, not lost */
-    char     next_bundles[4400];  /* its bundles                                       */
+    char     next_bundles[FU_PATH_BYTES + 304];  /* its bundles                                       */
     int      standby_agents;  /* 1: start an agent for every standby; 0: they register themselves */
     double   lost_heard;      /* the lost device's last word: the recovery's clock start */
     int64_t  last_complete;   /* the last checkpoint found whole                     */
@@ -71,7 +72,7 @@ typedef struct {
     /* Live parts: a survivor's state of the last step it finished, saved
      * when a peer was lost (this epoch's; they make a checkpoint when
      * they cover every stage). */
-    struct { int64_t step; int stage, n_stages; char file[4096], xxh3[32]; } live[MAX_MEMBERS];
+    struct { int64_t step; int stage, n_stages; char file[FU_PATH_BYTES], xxh3[32]; } live[MAX_MEMBERS];
     int      n_live;
     int      recovering;
     char     exe[PATH_MAX];
@@ -80,7 +81,7 @@ typedef struct {
     int         remote;
     remote_plan hosts;        /* ssh options; its devices unused                   */
     const char *address;      /* where the hosts reach this broker (--address)     */
-    struct { pid_t pid; int64_t step; char device[128], tmp[4700], file[4600], xxh3[32]; int live, stage, n_stages; }
+    struct { pid_t pid; int64_t step; char device[128], tmp[FU_PATH_BYTES + 604], file[FU_PATH_BYTES + 504], xxh3[32]; int live, stage, n_stages; }
                 fetch[MAX_MEMBERS];
     int         n_fetch;
     uint8_t     secret[32];   /* OUT/run.key: every request and reply sealed           */

@@ -11,10 +11,11 @@
 #include <unistd.h>
 
 #include "../codegen/process.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 int remote_plan_load(remote_plan *p, const char *out_dir, const char *cluster_file, struct diag *err)
 {
-    char list[4200], xml[4200];
+    char list[FU_PATH_BYTES + 104], xml[FU_PATH_BYTES + 104];
     snprintf(list, sizeof list, "%s/deploy.txt", out_dir);
     snprintf(xml, sizeof xml, "%s/cluster.xml", out_dir);
     p->out_dir = out_dir;
@@ -183,7 +184,7 @@ int remote_capture(char *const argv[], char **out) { return run_capture_status(a
 
 int remote_run(const remote_plan *p, const remote_device *d, const char *command, char **out)
 {
-    char *argv[32], store[4096];
+    char *argv[32], store[FU_PATH_BYTES];
     int n = remote_ssh_argv(p, d, argv, 30, store, sizeof store);
     if (n < 0) {
         *out = NULL;
@@ -211,7 +212,7 @@ void remote_last_line(const char *text, char *out, size_t len)
 pid_t remote_spawn(const remote_plan *p, const remote_device *d, const char *command, int out_fd, int err_fd,
                    int own_group)
 {
-    char *argv[40], store[4096];
+    char *argv[40], store[FU_PATH_BYTES];
     int n = remote_ssh_argv(p, d, argv, 36, store, sizeof store);
     if (n < 0)
         return -1;
@@ -271,7 +272,7 @@ int remote_start_command(const remote_device *d, const char *bundle_device, char
 int remote_stop_device(const remote_plan *p, const remote_device *d, const char *bundle_device, char *said,
                        size_t n)
 {
-    char script[4096], where[600];
+    char script[FU_PATH_BYTES], where[600];
     snprintf(where, sizeof where, "%s/%s", d->path, bundle_device);
     size_t at = (size_t)snprintf(script, sizeof script, "cd ");
     if (remote_quote(script, sizeof script, &at, where))
@@ -292,7 +293,7 @@ int remote_stop_device(const remote_plan *p, const remote_device *d, const char 
 
 int remote_push_dir(const remote_plan *p, const remote_device *d, const char *local_dir, int log_fd)
 {
-    char parent[4096], script[2048];
+    char parent[FU_PATH_BYTES], script[2048];
     snprintf(parent, sizeof parent, "%s", local_dir);
     char *slash = strrchr(parent, '/');
     const char *base = slash ? slash + 1 : parent;
@@ -323,7 +324,7 @@ int remote_push_dir(const remote_plan *p, const remote_device *d, const char *lo
         execlp("tar", "tar", "-C", slash ? parent : ".", "-cf", "-", base, (char *)NULL);
         _exit(127);
     }
-    char *argv[40], store[4096];
+    char *argv[40], store[FU_PATH_BYTES];
     int n = remote_ssh_argv(p, d, argv, 36, store, sizeof store);
     pid_t ssh = -1;
     if (tar > 0 && n > 0) {

@@ -47,7 +47,7 @@ static int on_path(const char *name)
     const char *path = getenv("PATH");
     if (!path)
         return 0;
-    char dir[4096];
+    char dir[FU_PATH_BYTES];
     for (const char *p = path; *p;) {
         size_t n = strcspn(p, ":");
         snprintf(dir, sizeof dir, "%.*s/%s", (int)n, p, name);
@@ -153,7 +153,7 @@ static int on_host(deploy_job *j, const char *script, const char *step, char **o
 /* Ask the host what it has (see the file's comment, step 2). */
 static int probe(deploy_job *j, int *have, struct diag *err)
 {
-    char script[4096];
+    char script[FU_PATH_BYTES];
     size_t at = 0;
     const char *D = j->d->device;
     at += (size_t)snprintf(script + at, sizeof script - at, "set -e; mkdir -p ");
@@ -185,8 +185,8 @@ static int probe(deploy_job *j, int *have, struct diag *err)
 /* Copy OUT/<device>/ to P/.fusion-bundles/<device>-ID.tmp (step 3). */
 static int copy_bundle(deploy_job *j, int use_rsync, double *sent, struct diag *err)
 {
-    char src[4200], dst[1200], target[400], ssh_cmd[4600], link_dest[200];
-    char *argv[48], store[4096];
+    char src[FU_PATH_BYTES + 104], dst[1200], target[400], ssh_cmd[FU_PATH_BYTES + 504], link_dest[200];
+    char *argv[48], store[FU_PATH_BYTES];
     remote_target(j->d, target, sizeof target);
     int n = 0;
     if (use_rsync) {
@@ -269,7 +269,7 @@ static int copy_bundle(deploy_job *j, int use_rsync, double *sent, struct diag *
  * version; remove versions but it and the one before (steps 3 and 4). */
 static int check_and_switch(deploy_job *j, int copied, struct diag *err)
 {
-    char script[4096];
+    char script[FU_PATH_BYTES];
     const char *D = j->d->device, *id = j->id;
     size_t at = (size_t)snprintf(script, sizeof script, "set -e; cd ");
     remote_quote(script, sizeof script, &at, j->d->path);
@@ -297,7 +297,7 @@ int deploy_device(const remote_plan *plan, const remote_device *d, const char *c
     char host[500];
     remote_describe(d, host, sizeof host);
     snprintf(j.where, sizeof j.where, "device %s on %s", d->device, host);
-    char dir[4200];
+    char dir[FU_PATH_BYTES + 104];
     double bytes = 0, sent = -1;
     snprintf(dir, sizeof dir, "%s/%s", plan->out_dir, d->device);
     int have = 0;

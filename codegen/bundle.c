@@ -243,7 +243,7 @@ static int write_launch_local(const graph_set *set, const cluster *c, const char
     }
     fprintf(f, ")\nreporter=%s\n", reporter);
     /* --elastic: through the broker (broker/broker.h), this fusionc's by default. */
-    char self[4096] = "fusionc";
+    char self[FU_PATH_BYTES] = "fusionc";
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     self[len > 0 ? len : (ssize_t)strlen(self)] = '\0';
     fprintf(f, "# --elastic first: the run goes through the broker (fusionc broker): checkpoints\n"
@@ -362,7 +362,7 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
     const bundle_toolchain *tc = job->tc;
     bundle_libs *libs = job->libs;
     const cluster_device *dev = &c->devices[d];
-    char dir[4096], object[4096], tmp[4096], exe[4096], manifest[4096];
+    char dir[FU_PATH_BYTES], object[FU_PATH_BYTES], tmp[FU_PATH_BYTES], exe[FU_PATH_BYTES], manifest[FU_PATH_BYTES];
     long pid = (long)getpid();
     if (snprintf(dir, sizeof dir, "%s/%s", out_dir, dev->name) >= (int)sizeof dir ||
         snprintf(object, sizeof object, "%s/.fusion-%s.%ld.o", dir, dev->name, pid) >= (int)sizeof object ||
@@ -397,7 +397,7 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
         unlink(tmp);
     if (rc == 0)
         rc = write_manifest_text(g, dev, stage, arena, manifest, err);
-    char key_path[4200], why[4600];   /* the run secret beside the program, mode 0600 */
+    char key_path[FU_PATH_BYTES + 104], why[FU_PATH_BYTES + 504];   /* the run secret beside the program, mode 0600 */
     snprintf(key_path, sizeof key_path, "%s/run.key", dir);
     if (rc == 0 && fu_secret_write(key_path, secret_of_run, why, sizeof why))
         rc = diag_set(err, key_path, 0, "%s", why);
@@ -426,7 +426,7 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
     if (folders_make(out_dir, err))   /* -o a/b: every folder it needs */
         return -1;
     /* The run secret: new, or the running run's (a re-plan); never printed. */
-    char why[4600], key_path[4200];
+    char why[FU_PATH_BYTES + 504], key_path[FU_PATH_BYTES + 104];
     snprintf(key_path, sizeof key_path, "%s/run.key", out_dir);
     if (tc->run_key ? fu_secret_load(tc->run_key, secret_of_run, why, sizeof why) : (fu_secret_new(secret_of_run), 0))
         return diag_set(err, tc->run_key, 0, "%s", why);

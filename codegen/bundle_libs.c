@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "process.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 int bundle_lib_is_libc(const char *name)
 {
@@ -25,7 +26,7 @@ int bundle_lib_is_libc(const char *name)
 
 int bundle_copy_file(const char *src, const char *dst, struct diag *err)
 {
-    char tmp[4700];
+    char tmp[FU_PATH_BYTES + 604];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
     int in = open(src, O_RDONLY | O_CLOEXEC);
     struct stat st;
@@ -66,7 +67,7 @@ int bundle_copy_file(const char *src, const char *dst, struct diag *err)
 /* dst as a hard link to first (temporary name, then rename), else a copy. */
 static int link_or_copy(const char *first, const char *dst, struct diag *err)
 {
-    char tmp[4700];
+    char tmp[FU_PATH_BYTES + 604];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
     unlink(tmp);
     if (link(first, tmp) == 0) {
@@ -85,7 +86,7 @@ static int remember(bundle_libs *seen, const char *name, const char *path)
         char(*names)[256] = realloc(seen->name, (size_t)cap * sizeof *names);
         if (names)
             seen->name = names;
-        char(*paths)[4600] = names ? realloc(seen->path, (size_t)cap * sizeof *paths) : NULL;
+        char(*paths)[FU_PATH_BYTES + 504] = names ? realloc(seen->path, (size_t)cap * sizeof *paths) : NULL;
         if (!paths)
             return -1;
         seen->path = paths;
@@ -103,7 +104,7 @@ static int remember(bundle_libs *seen, const char *name, const char *path)
 static int bundle_one(bundle_libs *seen, const char *name, const char *path, const char *lib_dir, int link_first,
                       struct diag *err)
 {
-    char dst[4500];
+    char dst[FU_PATH_BYTES + 404];
     snprintf(dst, sizeof dst, "%s/%s", lib_dir, name);
     int known = -1;
     for (int i = 0; i < seen->n && known < 0; i++)
@@ -111,7 +112,7 @@ static int bundle_one(bundle_libs *seen, const char *name, const char *path, con
             known = i;
     if (known >= 0)
         return strcmp(seen->path[known], dst) != 0 ? link_or_copy(seen->path[known], dst, err) : 0;
-    char real[4096];
+    char real[FU_PATH_BYTES];
     if (link_first && !realpath(path, real))   /* link(2) would link a symbolic link itself */
         return diag_set(err, path, 0, "cannot read the library to bundle: %s", strerror(errno));
     int rc = link_first ? link_or_copy(real, dst, err) : bundle_copy_file(path, dst, err);
@@ -133,7 +134,7 @@ static int bundle_needed(bundle_libs *seen, const char *object, const char *lib_
     int rc = 0;
     /* Lines: "\tNAME => PATH (0x...)", "\tNAME (0x...)" (the vdso), "\tPATH (0x...)" (the loader). */
     for (char *line = strtok(listing, "\n"); line && rc == 0; line = strtok(NULL, "\n")) {
-        char name[256], path[4096];
+        char name[256], path[FU_PATH_BYTES];
         if (sscanf(line, " %255s => %4095s", name, path) != 2 || bundle_lib_is_libc(name))
             continue;
         if (path[0] != '/') {   /* "=> not found" */
@@ -151,7 +152,7 @@ static int bundle_needed(bundle_libs *seen, const char *object, const char *lib_
 
 int bundle_libs_copy(bundle_libs *seen, const char *exe, const char *dir, struct diag *err)
 {
-    char lib_dir[4200];
+    char lib_dir[FU_PATH_BYTES + 104];
     snprintf(lib_dir, sizeof lib_dir, "%s/lib", dir);
     if (mkdir(lib_dir, 0755) != 0 && errno != EEXIST)
         return diag_set(err, lib_dir, 0, "cannot create the folder: %s", strerror(errno));
@@ -160,7 +161,7 @@ int bundle_libs_copy(bundle_libs *seen, const char *exe, const char *dir, struct
 
 int bundle_libs_add_cublas(bundle_libs *seen, const char *dir, const char *cuda_home, struct diag *err)
 {
-    char lib_dir[4200], path[4400];
+    char lib_dir[FU_PATH_BYTES + 104], path[FU_PATH_BYTES + 304];
     snprintf(lib_dir, sizeof lib_dir, "%s/lib", dir);
     /* The newest first, as runtime/cuda/cuda.c looks for them. */
     static const char *const names[] = { "libcublas.so.13", "libcublas.so.12", "libcublas.so.11" };

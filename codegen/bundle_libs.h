@@ -17,10 +17,11 @@
 #define FUSION_BUNDLE_LIBS_H
 
 #include "../ir/diag.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 typedef struct {
     char (*name)[256];       /* the libraries copied so far in this compile */
-    char (*path)[4600];      /* ... and where their first copy is          */
+    char (*path)[FU_PATH_BYTES + 504];      /* ... and where their first copy is          */
     int  n, cap;
 } bundle_libs;
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "process.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 #ifndef FUSION_CUDA_HOME
 #define FUSION_CUDA_HOME "/usr/local/cuda"
@@ -20,7 +21,7 @@
 static void find_fatbinary(char *path, size_t len)
 {
     const char *env = getenv("FUSION_FATBINARY"), *home = getenv("CUDA_HOME");
-    char candidates[4][4096];
+    char candidates[4][FU_PATH_BYTES];
     int n = 0;
     if (env && *env)
         snprintf(candidates[n++], sizeof candidates[0], "%s", env);
@@ -72,7 +73,7 @@ int fatbin_pack(const nvrtc_images *im, const char *module_name, unsigned char *
                 struct diag *err)
 {
     const char *tmp_root = getenv("TMPDIR");
-    char dir[4096], sm80[4200], sm90[4200], ptx[4200], fat[4200], tool[4096];
+    char dir[FU_PATH_BYTES], sm80[FU_PATH_BYTES + 104], sm90[FU_PATH_BYTES + 104], ptx[FU_PATH_BYTES + 104], fat[FU_PATH_BYTES + 104], tool[FU_PATH_BYTES];
     snprintf(dir, sizeof dir, "%s/fusion-fatbin-XXXXXX", tmp_root && *tmp_root ? tmp_root : "/tmp");
     if (!mkdtemp(dir))
         return diag_set(err, module_name, 0, "cannot make a temporary folder for fatbinary: %s", strerror(errno));
@@ -87,7 +88,7 @@ int fatbin_pack(const nvrtc_images *im, const char *module_name, unsigned char *
         rc = diag_set(err, dir, 0, "cannot write the images for fatbinary: %s", strerror(errno));
     if (rc == 0) {
         find_fatbinary(tool, sizeof tool);
-        char create[4300], image80[4300], image90[4300], image_ptx[4300];
+        char create[FU_PATH_BYTES + 204], image80[FU_PATH_BYTES + 204], image90[FU_PATH_BYTES + 204], image_ptx[FU_PATH_BYTES + 204];
         snprintf(create, sizeof create, "--create=%s", fat);
         snprintf(image80, sizeof image80, "--image3=kind=elf,sm=80,file=%s", sm80);
         snprintf(image90, sizeof image90, "--image3=kind=elf,sm=90,file=%s", sm90);

@@ -44,18 +44,18 @@ typedef struct {
     const char *(*error_string)(int result);
     int major, minor;
     char version_text[32];
-    char where[4096];
-    char include_opt[4200];           /* "-I<dir>": the toolkit's cuda_bf16.h, cuda_fp16.h */
+    char where[FU_PATH_BYTES];
+    char include_opt[FU_PATH_BYTES + 104];           /* "-I<dir>": the toolkit's cuda_bf16.h, cuda_fp16.h */
 } nvrtc_api;
 
 static nvrtc_api api;
 static int api_state;                 /* 0 not tried, 1 loaded, -1 failed */
-static char api_error[4400];
+static char api_error[FU_PATH_BYTES + 304];
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
 static void *open_first(char *where, size_t where_len)
 {
-    char paths[6][4096];
+    char paths[6][FU_PATH_BYTES];
     int n = 0;
     const char *env = getenv("FUSION_NVRTC"), *home = getenv("CUDA_HOME");
     if (env && *env)
@@ -81,10 +81,10 @@ static void *open_first(char *where, size_t where_len)
  * DIR/include), else under $CUDA_HOME, FUSION_CUDA_HOME, /usr/local/cuda. */
 static int find_include(char *opt, size_t len, const char *where)
 {
-    char dirs[4][4096];
+    char dirs[4][FU_PATH_BYTES];
     int n = 0;
     const char *home = getenv("CUDA_HOME");
-    char real[4096];
+    char real[FU_PATH_BYTES];
     if (realpath(where, real)) {
         char *slash = strrchr(real, '/');
         if (slash) {
@@ -101,7 +101,7 @@ static int find_include(char *opt, size_t len, const char *where)
     snprintf(dirs[n++], sizeof dirs[0], "%s/include", FUSION_CUDA_HOME);
     snprintf(dirs[n++], sizeof dirs[0], "/usr/local/cuda/include");
     for (int i = 0; i < n; i++) {
-        char probe[4200];
+        char probe[FU_PATH_BYTES + 104];
         snprintf(probe, sizeof probe, "%.4096s/cuda_bf16.h", dirs[i]);
         if (access(probe, R_OK) == 0) {
             snprintf(opt, len, "-I%.4096s", dirs[i]);
@@ -176,7 +176,7 @@ typedef struct {
     int         want_ptx;
     char       *image;
     size_t      bytes;
-    char        error[4096];
+    char        error[FU_PATH_BYTES];
 } compile_job;
 
 static void *compile_one(void *arg)
@@ -306,7 +306,7 @@ int nvrtc_compile(const char *source, const char *module_name, nvrtc_images *out
     if (api_ready(err))
         return -1;
     /* The key: the source, what it is compiled for, and by which NVRTC. */
-    char salt[128], dir[4096], path[4300];
+    char salt[128], dir[FU_PATH_BYTES], path[FU_PATH_BYTES + 204];
     snprintf(salt, sizeof salt, "%s|nvrtc %s|sm_80 sm_90 compute_80|c++17", CACHE_MAGIC, api.version_text);
     XXH3_state_t *st = XXH3_createState();
     if (!st)

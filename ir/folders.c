@@ -21,7 +21,7 @@ static int make_one(const char *path, struct diag *err)
 
 int folders_make(const char *path, struct diag *err)
 {
-    char buf[4096];
+    char buf[FU_PATH_BYTES];
     size_t n = strlen(path);
     if (n == 0)
         return 0;
@@ -46,7 +46,7 @@ int folders_make_for_file(const char *file, struct diag *err)
     const char *slash = strrchr(file, '/');
     if (!slash || slash == file)
         return 0;
-    char dir[4096];
+    char dir[FU_PATH_BYTES];
     size_t n = (size_t)(slash - file);
     if (n >= sizeof dir)
         return diag_set(err, file, 0, "cannot create its folder: the path is longer than %zu bytes", sizeof dir - 1);

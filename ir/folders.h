@@ -5,6 +5,11 @@
 
 struct diag;
 
+/* The one path-length constant: a path fusion keeps fits in FU_PATH_BYTES
+ * (Linux's PATH_MAX); a buffer that appends to one (a file in a folder, a
+ * temporary name) is FU_PATH_BYTES plus room for what it appends. */
+#define FU_PATH_BYTES 4096
+
 /* Make `path` and every missing folder above it (0755); 0 when it is
  * there (made now or before), else -1 with err naming the folder. */
 int folders_make(const char *path, struct diag *err);

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define FU_PATH_BYTES 4096   /* the longest path a fusion program keeps (PATH_MAX) */
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 /* data[0..bytes) to path, atomically (above).  0, or -1 with err set. */
 int atomic_write_file(const char *path, const void *data, size_t bytes, char *err, size_t n);

@@ -18,6 +18,7 @@
 #include "../ir/ir.h"
 #include "checkpoint_store.h"
 #include "safetensors.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 /* A device alone: checkpoint.safetensors; one of several (a DiLoCo site of
  * one device too): one name each. */
@@ -142,7 +143,7 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
                     st_dtype save_dtype, const rt_feedback_arrays *feedback)
 {
     const rt_manifest *mf = &p->manifest;
-    char name[CKPT_PART_MAX], path[4400], step_text[32], seed_text[32], build[32], model_id[32], plan[96], why[512],
+    char name[CKPT_PART_MAX], path[FU_PATH_BYTES + 304], step_text[32], seed_text[32], build[32], model_id[32], plan[96], why[512],
         scale[96];
     if (mkdir(step_dir, 0755) != 0 && errno != EEXIST)
         return fail("%s: cannot create the checkpoint folder: %s", step_dir, strerror(errno));
@@ -374,7 +375,7 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
     if (!parts)
         snprintf(err, n, "%s: out of memory", step_dir);
     for (int32_t k = 0; k < m->n_parts && rc == 0; k++) {
-        char path[4400];
+        char path[FU_PATH_BYTES + 304];
         snprintf(path, sizeof path, "%s/%s", step_dir, m->parts[k].name);
         if (access(path, F_OK) != 0)
             continue;   /* on another host */
@@ -463,7 +464,7 @@ int load_checkpoint_step(program *p, const char *step_dir, checkpoint_state *out
         ckpt_manifest_free(&m);
         return -1;
     }
-    char name[CKPT_PART_MAX], path[4400], build[32];
+    char name[CKPT_PART_MAX], path[FU_PATH_BYTES + 304], build[32];
     checkpoint_part_name(p, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", step_dir, name);
     snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "checkpoint_store.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 enum { TAG_START = -100, TAG_SAVE = -101 };   /* rt_comm_allgather's tags: no op's tensor id is negative */
 
@@ -96,7 +97,7 @@ static void why_none(const char *dir, char *err, size_t n)
  * or -1. */
 static int candidates(const char *dir, int64_t **steps, int *single, char *err, size_t n)
 {
-    char manifest[4400];
+    char manifest[FU_PATH_BYTES + 304];
     snprintf(manifest, sizeof manifest, "%s/" CKPT_MANIFEST, dir);
     *single = access(manifest, F_OK) == 0;
     if (*single) {
@@ -133,7 +134,7 @@ static int64_t newest_loading(program *p, const char *dir, int single, const int
                               checkpoint_state *state, char *err, size_t n)
 {
     for (int i = 0; i < count; i++) {
-        char folder[4400], why[1200];
+        char folder[FU_PATH_BYTES + 304], why[1200];
         step_folder(dir, single, steps[i], folder, sizeof folder);
         checkpoint_state s = *state;
         memset(&s.feedback, 0, sizeof s.feedback);
@@ -178,7 +179,7 @@ static int resume(program *p, rt_comm *comm, const char *dir, checkpoint_state *
     for (int32_t d = 0; d < N && rc == 0; d++)
         if (present[d] && all[d] < agreed)
             agreed = all[d], by = d;
-    char folder[4400];
+    char folder[FU_PATH_BYTES + 304];
     step_folder(dir, single, agreed, folder, sizeof folder);
     if (rc == 0 && agreed != mine) {
         int held = 0;
@@ -228,7 +229,7 @@ int checkpoint_start(program *p, rt_comm *comm, const checkpoint_options *o, che
             return -1;
         int64_t newest = count > 0 ? steps[0] : 0;
         free(steps);
-        char parent[4200] = "";   /* --resume DIR/step-N --save DIR goes on with DIR's run too */
+        char parent[FU_PATH_BYTES + 104] = "";   /* --resume DIR/step-N --save DIR goes on with DIR's run too */
         if (o->resume_dir) {
             snprintf(parent, sizeof parent, "%s/..", o->resume_dir);
         }
@@ -296,7 +297,7 @@ int checkpoint_save(program *p, rt_comm *comm, const checkpoint_options *o, int6
                     int64_t *size, uint64_t *xxh3, char *err, size_t n)
 {
     double t0 = seconds_now();
-    char step_dir[4400], name[CKPT_PART_MAX];
+    char step_dir[FU_PATH_BYTES + 304], name[CKPT_PART_MAX];
     ckpt_step_dir(o->save_dir, step, step_dir, sizeof step_dir);
     checkpoint_part_name(p, name, sizeof name);
     snprintf(part_path, path_size, "%s/%s", step_dir, name);

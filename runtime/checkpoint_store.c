@@ -104,7 +104,7 @@ static char *manifest_text(const ckpt_manifest *m, size_t *len)
 
 int ckpt_manifest_write(const char *step_dir, const ckpt_manifest *m, char *err, size_t n)
 {
-    char path[4400];
+    char path[FU_PATH_BYTES + 304];
     snprintf(path, sizeof path, "%s/" CKPT_MANIFEST, step_dir);
     size_t len = 0;
     char *text = manifest_text(m, &len);
@@ -267,7 +267,7 @@ static int parse_manifest(char *text, size_t len, const char *path, const char *
 int ckpt_manifest_read(const char *step_dir, ckpt_manifest *m, char *err, size_t n)
 {
     memset(m, 0, sizeof *m);
-    char path[4400];
+    char path[FU_PATH_BYTES + 304];
     snprintf(path, sizeof path, "%s/" CKPT_MANIFEST, step_dir);
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -292,7 +292,7 @@ int ckpt_manifest_read(const char *step_dir, ckpt_manifest *m, char *err, size_t
 
 int ckpt_verify_part(const char *step_dir, const ckpt_manifest *m, const char *name, char *err, size_t n)
 {
-    char path[4400];
+    char path[FU_PATH_BYTES + 304];
     snprintf(path, sizeof path, "%s/%s", step_dir, name);
     const ckpt_part *want = ckpt_manifest_find(m, name);
     if (!want) {
@@ -319,7 +319,7 @@ int ckpt_verify_part(const char *step_dir, const ckpt_manifest *m, const char *n
 
 int ckpt_set_latest(const char *dir, int64_t step, char *err, size_t n)
 {
-    char path[4400], tmp[4500], target[64];
+    char path[FU_PATH_BYTES + 304], tmp[FU_PATH_BYTES + 404], target[64];
     snprintf(path, sizeof path, "%s/" CKPT_LATEST, dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     snprintf(target, sizeof target, "step-%lld", (long long)step);
@@ -348,7 +348,7 @@ int ckpt_list_steps(const char *dir, int complete_only, int64_t **steps, char *e
     }
     int count = 0, cap = 0;
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        char step_dir[4400], manifest[4500];
+        char step_dir[FU_PATH_BYTES + 304], manifest[FU_PATH_BYTES + 404];
         snprintf(step_dir, sizeof step_dir, "%s/%s", dir, e->d_name);
         int64_t s = folder_step(e->d_name);
         struct stat st;
@@ -379,7 +379,7 @@ int ckpt_list_steps(const char *dir, int complete_only, int64_t **steps, char *e
 
 int ckpt_remove_step(const char *step_dir, char *err, size_t n)
 {
-    char path[4400];
+    char path[FU_PATH_BYTES + 304];
     snprintf(path, sizeof path, "%s/" CKPT_MANIFEST, step_dir);
     if (unlink(path) != 0 && errno != ENOENT) {
         snprintf(err, n, "%s: cannot remove it: %s", path, strerror(errno));
@@ -413,7 +413,7 @@ int ckpt_prune(const char *dir, int keep, char *err, size_t n)
     if (count < 0)
         return -1;
     for (int i = keep < 1 ? 1 : keep; i < count; i++) {
-        char step_dir[4400];
+        char step_dir[FU_PATH_BYTES + 304];
         ckpt_step_dir(dir, steps[i], step_dir, sizeof step_dir);
         if (ckpt_remove_step(step_dir, err, n) != 0) {
             free(steps);
@@ -433,7 +433,7 @@ static int remove_temporaries(const char *folder, char *err, size_t n)
         return errno == ENOENT ? 0 : (snprintf(err, n, "%s: %s", folder, strerror(errno)), -1);
     int removed = 0;
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        char path[4400];
+        char path[FU_PATH_BYTES + 304];
         if (!is_temporary_name(e->d_name))
             continue;
         snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
@@ -457,7 +457,7 @@ int ckpt_remove_litter(const char *dir, char *err, size_t n)
         return errno == ENOENT ? 0 : -1;
     int removed = remove_temporaries(dir, err, n);
     for (int i = 0; i < count && removed >= 0; i++) {
-        char step_dir[4400], manifest[4500];
+        char step_dir[FU_PATH_BYTES + 304], manifest[FU_PATH_BYTES + 404];
         ckpt_step_dir(dir, steps[i], step_dir, sizeof step_dir);
         snprintf(manifest, sizeof manifest, "%s/" CKPT_MANIFEST, step_dir);
         if (access(manifest, F_OK) == 0) {

@@ -72,6 +72,7 @@
 #include "cuda/cuda.h"
 
 #include <xxhash.h>
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 
 int fail(const char *fmt, ...)
@@ -429,7 +430,7 @@ static int save_part(program *p, rt_comm *comm, int64_t step, uint64_t seed, con
                      const rt_feedback_arrays *feedback, rt_broker *broker, const run_options *o, int live)
 {
     checkpoint_options co = checkpoints_of(o, broker);
-    char path[4800], live_dir[4400], why[1200];
+    char path[FU_PATH_BYTES + 704], live_dir[FU_PATH_BYTES + 304], why[1200];
     int64_t size;
     uint64_t hash;
     if (live) {
@@ -484,7 +485,7 @@ static void save_live_state(program *p, const run_options *o, int64_t finished, 
      * rt_broker_confirm; a folder the broker already completed is left as
      * it is.  (A broker that does not answer may be restarting: the state
      * is written for the one that takes over.) */
-    char manifest[4400];
+    char manifest[FU_PATH_BYTES + 304];
     snprintf(manifest, sizeof manifest, "%s/live-%lld/MANIFEST", o->save, (long long)finished);
     if (rt_broker_confirm(broker, 5000) != 0)
         fprintf(stderr, "fusion: the broker did not confirm this device within 5 s; its state is saved for the one "
@@ -558,13 +559,13 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         own.steps = rt_diloco_site_steps(&mf->diloco, o->steps);
     o = &own;
     FILE *log = NULL;
-    char log_path[4200];
+    char log_path[FU_PATH_BYTES + 104];
     per_device_path(p, o->log, log_path, sizeof log_path);
     if (o->log && !(log = fopen(log_path, "w")))
         return stop(comm, mf->device, "%s: cannot write the log: %s", log_path, strerror(errno));
     rt_trace *trace = NULL;
     if (o->trace) {
-        char trace_path[4200], why[4400];
+        char trace_path[FU_PATH_BYTES + 104], why[FU_PATH_BYTES + 304];
         per_device_path(p, o->trace, trace_path, sizeof trace_path);
         if (!(trace = rt_trace_open(trace_path, mf->device_index, mf->replica, mf->device, why, sizeof why))) {
             if (log)
@@ -673,7 +674,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             break;
         }
         if (o->dump_grads && step == done + 1) {
-            char path[4200];
+            char path[FU_PATH_BYTES + 104];
             per_device_path(p, o->dump_grads, path, sizeof path);
             if (write_tensors(p, path, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE, NULL, ST_F32)) {
                 rc = stop(comm, mf->device, "cannot write %s", path);
@@ -811,7 +812,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
 /* The run secret (comm/seal.h): --key FILE, else run.key beside this program. */
 static int load_secret(const run_options *o, uint8_t secret[FU_SECRET_BYTES], const char *device)
 {
-    char path[4200], why[4600], exe[4096];
+    char path[FU_PATH_BYTES + 104], why[FU_PATH_BYTES + 504], exe[FU_PATH_BYTES];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[len > 0 ? len : 0] = '\0';
     if (strrchr(exe, '/'))

@@ -11,6 +11,7 @@
 #include "../runtime/broker_client.h"
 #include "../runtime/checkpoint_store.h"
 #include "../runtime/comm/seal.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 /* cmd_broker's options (broker.h), and the text of its --help. */
 static const char *const standby_modes[] = { "none", "all", NULL };
@@ -148,7 +149,7 @@ const cli_usage standby_usage = {
 int cmd_standby(int argc, char **argv)
 {
     standby_options o = { 0 };
-    char why[4600];
+    char why[FU_PATH_BYTES + 504];
     for (int i = 0; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             cli_usage_print(stdout, &standby_usage);

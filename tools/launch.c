@@ -38,6 +38,7 @@
 #include "../runtime/trace.h"
 #include "broker.h"
 #include "../broker/remote.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -157,7 +158,7 @@ static int start_command(const remote_plan *plan, const remote_plan *compiled, i
                          char *cmd, size_t len)
 {
     const remote_device *d = &plan->devices[k];
-    char tail[8192] = "";
+    char tail[2 * FU_PATH_BYTES] = "";
     size_t at = 0;
     for (int j = 0; j < plan->n_devices; j++) {
         const remote_device *p = &plan->devices[j];
@@ -194,7 +195,7 @@ static void follow(const char *log, const char *device, long *offset)
     if (!f)
         return;
     if (fseek(f, *offset, SEEK_SET) == 0) {
-        char line[4096];
+        char line[FU_PATH_BYTES];
         while (fgets(line, sizeof line, f)) {
             size_t n = strlen(line);
             if (line[n - 1] != '\n' && feof(f))
@@ -255,11 +256,11 @@ static int stop_devices(const remote_plan *plan, const int *which, int quiet)
 static int gather_traces(const remote_plan *plan, const char *trace)
 {
     int n = plan->n_devices, missing = 0, got = 0;
-    char(*local)[4300] = calloc((size_t)n, sizeof *local);
+    char(*local)[FU_PATH_BYTES + 204] = calloc((size_t)n, sizeof *local);
     const char **parts = calloc((size_t)n, sizeof *parts);
     for (int k = 0; local && parts && k < n; k++) {
         const remote_device *d = &plan->devices[k];
-        char command[5000], there[4400];
+        char command[FU_PATH_BYTES + 904], there[FU_PATH_BYTES + 304];
         size_t at = (size_t)snprintf(command, sizeof command, "cat ");
         snprintf(there, sizeof there, "%s/%s/trace.json%s%s", d->path, d->device, n > 1 ? "." : "", n > 1 ? d->device : "");
         char *out = NULL;
@@ -278,7 +279,7 @@ static int gather_traces(const remote_plan *plan, const char *trace)
             fclose(f);
         free(out);
     }
-    char why[4600];
+    char why[FU_PATH_BYTES + 504];
     if (got > 0 && rt_trace_merge(trace, parts, got, why, sizeof why) != 0) {
         fprintf(stderr, "fusionc launch: %s\n", why);
         missing = n;
@@ -345,13 +346,13 @@ int launch_main(int argc, char **argv)
             trace = o.device_args[i] + 8;
             o.device_args[i] = "--trace=trace.json";
         }
-    char logs[4200];
+    char logs[FU_PATH_BYTES + 104];
     snprintf(logs, sizeof logs, "%s/logs", o.out_dir);
     mkdir(logs, 0755);
     int n = plan.n_devices, reporter = 0, running = 0, failures = 0;
     pid_t *pids = calloc((size_t)n, sizeof *pids);
     int *status = calloc((size_t)n, sizeof *status), *alive = calloc((size_t)n, sizeof *alive);
-    char(*log)[4400] = calloc((size_t)n, sizeof *log);
+    char(*log)[FU_PATH_BYTES + 304] = calloc((size_t)n, sizeof *log);
     struct sigaction sa = { 0 };
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);

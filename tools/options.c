@@ -8,6 +8,7 @@
 
 #include "../passes/passes.h"
 #include "../runtime/program.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 int settings_add(setting_list *s, const char *text)
 {
@@ -219,7 +220,7 @@ int parse_options(int argc, char **argv, const cli_usage *u, options *o)
     o->outer_lr = o->outer_momentum = -1.0;
     o->outer_bits = o->outer_delay = -1;
     o->view_stage = -1;
-    char why[4096];
+    char why[FU_PATH_BYTES];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) {

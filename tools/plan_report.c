@@ -282,7 +282,7 @@ static int fill_svg(FILE *f, const void *arg)
 int plan_report_write(const ir_graph *g, const cluster *c, const fence_plan *p, const char *dir, struct diag *err)
 {
     report_args a = { g, c, p };
-    char path[4096], svg[4096];
+    char path[FU_PATH_BYTES], svg[FU_PATH_BYTES];
     if (folders_make(dir, err))
         return -1;
     snprintf(path, sizeof path, "%s/plan.txt", dir);

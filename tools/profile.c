@@ -65,6 +65,7 @@
 #include "../frontend/units.h"
 #include "../runtime/cpu/half.h"
 #include "../runtime/cpu/kernels.h"
+#include "../ir/folders.h"   /* FU_PATH_BYTES */
 
 #ifndef _OPENMP
 #error "profile.c needs OpenMP for the triad (linking fusion_rt_cpu brings -fopenmp)"
@@ -487,7 +488,7 @@ static void machine_arch(char *buf, size_t size)
  * cannot be written fails at once, not after the measurements. */
 typedef struct {
     const char *path;   /* NULL: standard output */
-    char        tmp[4096];
+    char        tmp[FU_PATH_BYTES];
     FILE       *f;
 } output;
 

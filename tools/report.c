@@ -181,7 +181,7 @@ static void summarise(const step_log *l)
 /* DIR/<i>.dat: step loss tokens/s ms, then per link MiB and busy share (%). */
 static int write_data(const step_log *l, const char *dir, int i, struct diag *err)
 {
-    char path[4200];
+    char path[FU_PATH_BYTES + 104];
     snprintf(path, sizeof path, "%s/%d.dat", dir, i);
     FILE *f = fopen(path, "w");
     if (!f)
@@ -325,7 +325,7 @@ int report_main(int argc, char **argv)
     }
     for (int i = 0; i < n && rc == 0; i++)
         summarise(&logs[i]);
-    char script[4200];
+    char script[FU_PATH_BYTES + 104];
     snprintf(script, sizeof script, "%s/plots.gnuplot", dir);
     for (int i = 0; i < n && rc == 0; i++)
         rc = (i == 0 && folders_make(dir, &err)) || write_data(&logs[i], dir, i, &err);

@@ -22,7 +22,7 @@ int simulate_write_trace(const sim_result *r, const cluster *c, const char *path
 {
     if (folders_make_for_file(path, err))
         return -1;
-    char why[4400];
+    char why[FU_PATH_BYTES + 304];
     rt_trace *t = rt_trace_open(path, r->n_workers ? r->device[0] : 0, 0,
                                 r->n_workers ? c->devices[r->device[0]].name : c->name, why, sizeof why);
     if (!t)

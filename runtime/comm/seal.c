@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "../../ir/folders.h"   /* FU_PATH_BYTES */
 
 
 static int init_rc = -1;
@@ -61,7 +62,7 @@ int fu_secret_load(const char *path, uint8_t secret[FU_SECRET_BYTES], char *err,
 
 int fu_secret_write(const char *path, const uint8_t secret[FU_SECRET_BYTES], char *err, size_t n)
 {
-    char tmp[4200];
+    char tmp[FU_PATH_BYTES + 104];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     unlink(tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

@@ -20,6 +20,7 @@
 #include "../../ir/ir.h"
 #include "../comm/comm.h"
 #include "cuda_gemm.h"
+#include "../../ir/folders.h"   /* FU_PATH_BYTES */
 
 typedef int cu_result;                /* CUresult: 0 = CUDA_SUCCESS            */
 typedef int cu_device;
@@ -178,7 +179,7 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
      * the program; its run path, $ORIGIN, finds libcublasLt there), then the
      * host's (fusionc --cublas system). */
     const char *blas_names[] = { "libcublas.so.13", "libcublas.so.12", "libcublas.so.11" };
-    char here[4096], path[4200];
+    char here[FU_PATH_BYTES], path[FU_PATH_BYTES + 104];
     ssize_t n = readlink("/proc/self/exe", here, sizeof here - 1);
     char *slash = n > 0 ? (here[n] = '\0', strrchr(here, '/')) : NULL;
     for (size_t i = 0; slash && i < sizeof blas_names / sizeof blas_names[0] && !c->libcublas; i++) {
