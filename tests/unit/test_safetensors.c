@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "timing.h"
 #include "safetensors.h"
 #include "safetensors_test_files.h"
 
@@ -374,13 +375,6 @@ static char *many_keys_header(int n, int dup_at, int dup_of)
     return h;
 }
 
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
-}
-
 /* 200,000 metadata keys (a 5 MB header) open in well under a second: the
  * duplicate check and st_metadata were once quadratic and linear per
  * lookup, and such a header took over a minute (64 s). */
@@ -392,14 +386,17 @@ static void test_open_many_metadata_keys_fast(void)
     write_raw(path, header, 0);
     free(header);
     char err[512] = "";
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* The open's own CPU time (timing.h): ASan beside a loaded ctest took
+     * 1.16 s of wall time once.  Quadratic, it took 64 s optimised; the
+     * limit is 1 s there and 10 s under the sanitizers (about 6x slower). */
+    const double limit = OPTIMISED_BUILD ? 1.0 : 10.0;
+    double w0 = work_seconds();
     st_file *f = st_open(path, err, sizeof err);
-    double s = seconds_since(&t0);
-    if (s >= 1.0)
-        fprintf(stderr, "%s:%d: FAIL: st_open of %d metadata keys: expected under 1.0 s, found %.3f s\n",
-                __FILE__, __LINE__, N, s);
-    CHECK(s < 1.0);
+    double s = work_seconds() - w0;
+    if (s >= limit)
+        fprintf(stderr, "%s:%d: FAIL: st_open of %d metadata keys: expected under %.0f s, found %.3f s\n",
+                __FILE__, __LINE__, N, limit, s);
+    CHECK(s < limit);
     CHECK(f != NULL);
     if (!f) {
         fprintf(stderr, "  st_open: %s\n", err);
