@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "../ir/ops.h"
+#include "../ir/readers.h"
 #include "fence_cost.h"
 #include "fence_cuts.h"
 #include "fence_search.h"
@@ -160,13 +161,19 @@ static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p,
      * an add's pass-through, by sums for the add's inputs (on p or
      * before): the largest is p, where the value lives, so a residual
      * stream's gradient sums stay on their stage. */
+    int32_t *updater = home;   /* reused: updater[v], the first placed update of a param that reads gradient v */
+    for (int32_t v = 0; v < V; v++)
+        updater[v] = -1;
+    for (int32_t j = 0; j < n; j++)
+        if (op_updates_param(g->nodes[j].op) && g->nodes[j].n_in > 1 && g->nodes[j].stage >= 0 &&
+            updater[g->nodes[j].in[1]] < 0)
+            updater[g->nodes[j].in[1]] = j;
     for (int32_t i = n - 1; i >= 0; i--) {
         ir_node *node = &g->nodes[i];
         if (node->phase != PHASE_UPDATE || node->stage >= 0 || node->op != OP_SUM_SQUARES)
             continue;
-        for (int32_t j = 0; j < n && node->stage < 0; j++)
-            if (op_updates_param(g->nodes[j].op) && g->nodes[j].n_in > 1 && g->nodes[j].in[1] == node->in[0])
-                node->stage = g->nodes[j].stage;
+        if (updater[node->in[0]] >= 0)
+            node->stage = g->nodes[updater[node->in[0]]].stage;
     }
     for (int32_t i = 0; i < n; i++) {
         ir_node *node = &g->nodes[i];
@@ -180,19 +187,26 @@ static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p,
                 node->stage = 0;
         }
     }
+    ir_readers rd;   /* a node's readers, not every node: a scan each was quadratic in the layers */
+    if (ir_readers_build(g, n, V, &rd)) {
+        ir_readers_free(&rd);
+        free(home);
+        return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory");
+    }
     for (int32_t i = n - 1; i >= 0; i--) {
         ir_node *node = &g->nodes[i];
         if (node->stage >= 0)
             continue;
         int32_t s = -1;
         for (int o = 0; o < node->n_out; o++)
-            for (int32_t j = i + 1; j < n; j++)
-                for (int k = 0; k < g->nodes[j].n_in; k++)
-                    if (g->nodes[j].in[k] == node->out[o] && g->nodes[j].stage >= 0 &&
-                        g->nodes[j].stage > s)
-                        s = g->nodes[j].stage;
+            for (int32_t r = rd.start[node->out[o]]; r < rd.start[node->out[o] + 1]; r++) {
+                int32_t j = rd.at[r];
+                if (j > i && g->nodes[j].stage > s)
+                    s = g->nodes[j].stage;
+            }
         node->stage = s >= 0 ? s : 0;
     }
+    ir_readers_free(&rd);
     /* A gradient sum whose contributions all come from one other stage is
      * done there: one tensor crosses instead of one per contribution (the
      * residual stream's gradient at a cut has two). */
