@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/name_map.h"
 #include "../ir/ops.h"
 #include "passes.h"
 
@@ -35,6 +36,8 @@ typedef struct {
     int32_t     *expected;     /* per value: gradient contributions it will receive   */
     int32_t    **contrib;      /* per value: the contributions so far                 */
     int32_t     *n_contrib;
+    name_map    *value_names;  /* every value's name -> its index: ir_find_value scans
+                                  every value, quadratic over a model's gradients   */
 } autodiff;
 
 static int oom(autodiff *ad) { return diag_set(ad->err, ir_loc_file(ad->g, (ir_loc){ 0, 0 }), 0, "out of memory"); }
@@ -53,12 +56,13 @@ static int input_wants_grad(const autodiff *ad, const ir_node *n, int i)
 static int32_t new_grad_value(autodiff *ad, int32_t of, const char *name, int32_t n)
 {
     ir_graph *g = ad->g;
-    if (ir_find_value(g, name) >= 0)
+    int64_t found;
+    if (name_map_get(ad->value_names, name, &found))
         return diag_set(ad->err, ir_loc_file(g, g->values[of].loc), g->values[of].loc.line,
                         "a value is already named '%s'; the autodiff pass names gradients grad.<value>", name);
     ir_shape shape = g->values[of].shape;
     int32_t v = ir_add_value(g, name, g->values[of].dtype, ROLE_GRADIENT, &shape, g->values[of].loc);
-    if (v < 0 || (n >= 0 && ir_node_add_output(g, n, v)))
+    if (v < 0 || name_map_add(ad->value_names, name, v) < 0 || (n >= 0 && ir_node_add_output(g, n, v)))
         return oom(ad);
     return v;
 }
@@ -228,9 +232,11 @@ int pass_autodiff(ir_graph *g, struct diag *err)
             g->nodes[i].phase = PHASE_FORWARD;
     autodiff ad = { g, err, calloc((size_t)n_values + 1, 1), calloc((size_t)n_forward + 1, 1),
                     calloc((size_t)n_values + 1, sizeof(int32_t)), calloc((size_t)n_values + 1, sizeof(int32_t *)),
-                    calloc((size_t)n_values + 1, sizeof(int32_t)) };
+                    calloc((size_t)n_values + 1, sizeof(int32_t)), name_map_new() };
     int rc = 0;
-    if (!ad.needs_grad || !ad.relevant || !ad.expected || !ad.contrib || !ad.n_contrib) {
+    for (int32_t v = 0; ad.value_names && v < n_values && rc == 0; v++)
+        rc = name_map_add(ad.value_names, ir_value_name(g, v), v) < 0 ? -1 : 0;
+    if (rc || !ad.needs_grad || !ad.relevant || !ad.expected || !ad.contrib || !ad.n_contrib || !ad.value_names) {
         rc = oom(&ad);
         goto done;
     }
@@ -289,5 +295,6 @@ done:
     free(ad.expected);
     free(ad.relevant);
     free(ad.needs_grad);
+    name_map_free(ad.value_names);
     return rc;
 }

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "../ir/ops.h"
+#include "../ir/readers.h"
 #include "allreduce_plan.h"
 #include "passes.h"
 
@@ -177,13 +178,27 @@ static int add_allreduces(comm_state *cs, const cluster *c, int quantise)
         free(bits);
         return oom(cs);
     }
-    for (int32_t i = 0; i < cs->n_old; i++) {
+    /* Each stage's first update op; who reads each gradient. */
+    int32_t *first_update = malloc(((size_t)g->placement.n_stages + 1) * sizeof *first_update);
+    ir_readers rd;
+    int built = ir_readers_build(g, cs->n_old, g->n_values, &rd) == 0;
+    if (!first_update || !built) {
+        free(first_update);
+        ir_readers_free(&rd);
+        free(groups);
+        free(bits);
+        return oom(cs);
+    }
+    for (int32_t s = 0; s < g->placement.n_stages; s++)
+        first_update[s] = -1;
+    for (int32_t j = 0; j < cs->n_old; j++)
+        if (g->nodes[j].phase == PHASE_UPDATE && first_update[g->nodes[j].stage] < 0)
+            first_update[g->nodes[j].stage] = j;
+    int rc = 0;
+    for (int32_t i = 0; i < cs->n_old && rc == 0; i++) {
         if (!op_updates_param(g->nodes[i].op) || g->nodes[i].n_in < 2)
             continue;
-        int32_t grad = g->nodes[i].in[1], stage = g->nodes[i].stage, first = -1;
-        for (int32_t j = 0; j < cs->n_old && first < 0; j++)
-            if (g->nodes[j].phase == PHASE_UPDATE && g->nodes[j].stage == stage)
-                first = j;
+        int32_t grad = g->nodes[i].in[1], stage = g->nodes[i].stage, first = first_update[stage];
         char name[COMM_NAME_MAX];
         snprintf(name, sizeof name, "%s:mean", ir_value_name(g, grad));
         ir_shape shape = g->values[grad].shape;
@@ -193,17 +208,39 @@ static int add_allreduces(comm_state *cs, const cluster *c, int quantise)
             ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++) ||
             (groups[stage] && ir_node_set_int(g, n, ATTR_GROUPS, groups[stage])) ||
             (bits[stage] && ir_node_set_int(g, n, ATTR_BITS, bits[stage]))) {
-            free(groups);
-            free(bits);
-            return oom(cs);
+            rc = oom(cs);
+            break;
         }
-        for (int32_t j = 0; j < cs->n_old; j++)
-            if (g->nodes[j].phase == PHASE_UPDATE)
-                replace_input(&g->nodes[j], grad, v);
+        if (grad < rd.n_values) {
+            for (int32_t r = rd.start[grad]; r < rd.start[grad + 1]; r++)
+                if (g->nodes[rd.at[r]].phase == PHASE_UPDATE)
+                    replace_input(&g->nodes[rd.at[r]], grad, v);
+        } else {   /* a mean made above (two updates of one gradient): read where it was swapped in */
+            for (int32_t j = 0; j < cs->n_old; j++)
+                if (g->nodes[j].phase == PHASE_UPDATE)
+                    replace_input(&g->nodes[j], grad, v);
+        }
     }
+    free(first_update);
+    ir_readers_free(&rd);
     free(groups);
     free(bits);
-    return 0;
+    return rc;
+}
+
+/* An all-reduce node and its gradient's producer, sorted by producer,
+ * ties in node order: a stable sort by producer (an insertion sort was
+ * quadratic here: the backward makes the gradients in reverse). */
+typedef struct {
+    int32_t producer, node;
+} made_by;
+
+static int by_producer(const void *a, const void *b)
+{
+    const made_by *x = a, *y = b;
+    if (x->producer != y->producer)
+        return (x->producer > y->producer) - (x->producer < y->producer);
+    return (x->node > y->node) - (x->node < y->node);
 }
 
 /* Gradient buckets (allreduce_plan.h): on a stage of several replicas,
@@ -221,8 +258,15 @@ static int assign_buckets(ir_graph *g, const cluster *c)
     const ir_placement *p = &g->placement;
     int32_t S = p->n_stages;
     int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
-    if (!order)
+    made_by *made = malloc(((size_t)g->n_nodes + 1) * sizeof *made);
+    ir_readers rd;
+    int built = ir_readers_build(g, g->n_nodes, g->n_values, &rd) == 0;
+    if (!order || !made || !built) {
+        free(order);
+        free(made);
+        ir_readers_free(&rd);
         return -1;
+    }
     for (int32_t s = 0; s < S && c && c->n_devices > 0; s++) {
         /* The stage's all-reduces made in its backward, by their producer's place. */
         int32_t n = 0;
@@ -232,22 +276,19 @@ static int assign_buckets(ir_graph *g, const cluster *c)
             int32_t producer = ar->op == OP_ALLREDUCE && ar->stage == s ? g->values[ar->in[0]].producer : -1;
             /* Final once made: no backward op reads it after (the runtime
              * replaces it by the micro-batches' mean there). */
-            for (int32_t j = 0; producer >= 0 && j < g->n_nodes; j++)
-                for (int k = 0; k < g->nodes[j].n_in && producer >= 0; k++)
-                    if (g->nodes[j].in[k] == ar->in[0] && j != i && g->nodes[j].phase == PHASE_BACKWARD)
-                        producer = -1;
+            for (int32_t r = producer >= 0 ? rd.start[ar->in[0]] : 0; producer >= 0 && r < rd.start[ar->in[0] + 1]; r++)
+                if (rd.at[r] != i && g->nodes[rd.at[r]].phase == PHASE_BACKWARD)
+                    producer = -1;
             if (producer >= 0 && g->nodes[producer].phase == PHASE_BACKWARD && g->nodes[producer].stage == s) {
                 order[n++] = i;
                 total += (double)ir_value_bytes(g, ar->in[0]);
             }
         }
-        for (int32_t a = 1; a < n; a++)   /* insertion sort by producer: n is the stage's parameters */
-            for (int32_t b = a; b > 0 && g->values[g->nodes[order[b]].in[0]].producer <
-                                              g->values[g->nodes[order[b - 1]].in[0]].producer; b--) {
-                int32_t t = order[b];
-                order[b] = order[b - 1];
-                order[b - 1] = t;
-            }
+        for (int32_t k = 0; k < n; k++)
+            made[k] = (made_by){ g->values[g->nodes[order[k]].in[0]].producer, order[k] };
+        qsort(made, (size_t)n, sizeof *made, by_producer);
+        for (int32_t k = 0; k < n; k++)
+            order[k] = made[k].node;
         /* As many buckets as pay for their latencies (allreduce_bucket_count):
          * the stage's all-reduce the way its ops will run it (their
          * `groups`, add_allreduces'), one more bucket's latency, and one
@@ -266,6 +307,8 @@ static int assign_buckets(ir_graph *g, const cluster *c)
         for (int32_t k = 0, bucket = 0; k < n; k++) {
             if (ir_node_set_int(g, order[k], ATTR_BUCKET, bucket)) {
                 free(order);
+                free(made);
+                ir_readers_free(&rd);
                 return -1;
             }
             have += (double)ir_value_bytes(g, g->nodes[order[k]].in[0]);
@@ -274,6 +317,8 @@ static int assign_buckets(ir_graph *g, const cluster *c)
         }
     }
     free(order);
+    free(made);
+    ir_readers_free(&rd);
     return 0;
 }
 
@@ -426,7 +471,7 @@ double comm_half_cast_seconds(double elements) { return 6.0 * elements / COMPRES
 int comm_half_pays(double elements, double bw) { return 2.0 * elements / bw > 2.0 * comm_half_cast_seconds(elements); }
 
 /* Does parameter v go from stage `home` to stage t in 16 bits (passes.h)? */
-static int crosses_half(const comm_state *cs, int32_t v, int32_t home, int32_t t)
+static int crosses_half(const comm_state *cs, const ir_readers *rd, int32_t v, int32_t home, int32_t t)
 {
     const ir_graph *g = cs->g;
     const ir_placement *p = &g->placement;
@@ -442,29 +487,66 @@ static int crosses_half(const comm_state *cs, int32_t v, int32_t home, int32_t t
         if (d < 0 || d >= cs->cluster->n_devices || cs->cluster->devices[d].kind != DEVICE_CUDA)
             return 0;
     }
-    for (int32_t j = 0; j < cs->n_old; j++)
-        for (int k = 0; k < g->nodes[j].n_in; k++)
-            if (g->nodes[j].in[k] == v && g->nodes[j].stage == t && !comm_reader_rounds_weight(g, j))
-                return 0;
+    for (int32_t r = rd->start[v]; r < rd->start[v + 1]; r++)
+        if (g->nodes[rd->at[r]].stage == t && !comm_reader_rounds_weight(g, rd->at[r]))
+            return 0;
     return 1;
 }
 
-/* Value v, at home on stage `home`, read on other stages: a send/recv pair each. */
-static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
+/* What cut_value looks up, built once for all values (the old nodes'
+ * stages and phases do not change while the pass cuts): scanning every
+ * node for each value and stage made the pass cubic, most of a 400-layer
+ * GPT's compile. */
+typedef struct {
+    ir_readers rd;      /* the old nodes reading each value                   */
+    int32_t *first_on;  /* [S] v's first reader on stage t, when seen[t] == v */
+    int32_t *seen;      /* [S]                                                */
+    int32_t *last_in;   /* [S * PHASE_COUNT] the last old node of a stage and phase, -1 */
+} cut_index;
+
+static int cut_index_build(const comm_state *cs, int32_t n_values, int32_t S, cut_index *x)
+{
+    const ir_graph *g = cs->g;
+    x->first_on = malloc(((size_t)S + 1) * sizeof *x->first_on);
+    x->seen = malloc(((size_t)S + 1) * sizeof *x->seen);
+    x->last_in = malloc(((size_t)S * PHASE_COUNT + 1) * sizeof *x->last_in);
+    if (ir_readers_build(g, cs->n_old, n_values, &x->rd) || !x->first_on || !x->seen || !x->last_in)
+        return -1;
+    for (int32_t t = 0; t < S; t++)
+        x->seen[t] = -1;
+    for (int32_t k = 0; k < S * PHASE_COUNT; k++)
+        x->last_in[k] = -1;
+    for (int32_t j = 0; j < cs->n_old; j++)
+        x->last_in[g->nodes[j].stage * PHASE_COUNT + (int)g->nodes[j].phase] = j;
+    return 0;
+}
+
+static void cut_index_free(cut_index *x)
+{
+    ir_readers_free(&x->rd);
+    free(x->first_on);
+    free(x->seen);
+    free(x->last_in);
+}
+
+/* Value v, at home on stage `home`, read on other stages: a send/recv pair
+ * each, in the order of the stages. */
+static int cut_value(comm_state *cs, cut_index *x, int32_t v, int32_t home, int32_t S)
 {
     ir_graph *g = cs->g;
+    const ir_readers *rd = &x->rd;
     int32_t producer = g->values[v].producer;
+    for (int32_t r = rd->start[v]; r < rd->start[v + 1]; r++) {   /* v's first reader on each stage */
+        int32_t t = g->nodes[rd->at[r]].stage;
+        if (x->seen[t] != v) {
+            x->seen[t] = v;
+            x->first_on[t] = rd->at[r];
+        }
+    }
     for (int32_t t = 0; t < S; t++) {
-        if (t == home)
+        if (t == home || x->seen[t] != v)
             continue;
-        int32_t first = -1;
-        for (int32_t j = 0; j < cs->n_old && first < 0; j++)
-            if (g->nodes[j].stage == t)
-                for (int k = 0; k < g->nodes[j].n_in; k++)
-                    if (g->nodes[j].in[k] == v)
-                        first = j;
-        if (first < 0)
-            continue;
+        int32_t first = x->first_on[t];
         ir_phase phase = g->nodes[first].phase;
         int32_t tensor = cs->next_tensor++;
         char name[COMM_NAME_MAX];
@@ -479,13 +561,11 @@ static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
          * the activation gradients that the stages before wait for. */
         int accumulate = partial_param_gradient(g, v, first);
         int32_t anchor = send_after_producer ? producer : first;
-        if (accumulate && send_after_producer)
-            for (int32_t j = producer + 1; j < cs->n_old; j++)
-                if (g->nodes[j].stage == home && g->nodes[j].phase == phase)
-                    anchor = j;
+        if (accumulate && send_after_producer && x->last_in[home * PHASE_COUNT + (int)phase] > producer)
+            anchor = x->last_in[home * PHASE_COUNT + (int)phase];   /* the last of home's phase after it */
         snprintf(name, sizeof name, "%s:send%d", ir_value_name(g, v), t);
         int32_t s = new_node(cs, OP_SEND, name, anchor, send_after_producer ? 1 + accumulate : 0, home, phase);
-        int half = once && crosses_half(cs, v, home, t);
+        int half = once && crosses_half(cs, rd, v, home, t);
         if (s < 0 || ir_node_add_input(g, s, v) || ir_node_set_int(g, s, ATTR_PEER, t) ||
             ir_node_set_int(g, s, ATTR_TENSOR, tensor) || (once && ir_node_set_int(g, s, ATTR_ONCE, 1)) ||
             (accumulate && ir_node_set_int(g, s, ATTR_ACCUMULATE, 1)) ||
@@ -501,9 +581,9 @@ static int cut_value(comm_state *cs, int32_t v, int32_t home, int32_t S)
             (accumulate && ir_node_set_int(g, r, ATTR_ACCUMULATE, 1)) ||
             (half && ir_node_set_int(g, r, ATTR_BITS, ATTR_BITS_HALF)))
             return oom(cs);
-        for (int32_t j = 0; j < cs->n_old; j++)
-            if (g->nodes[j].stage == t)
-                replace_input(&g->nodes[j], v, copy);
+        for (int32_t r = rd->start[v]; r < rd->start[v + 1]; r++)
+            if (g->nodes[rd->at[r]].stage == t)
+                replace_input(&g->nodes[rd->at[r]], v, copy);
     }
     return 0;
 }
@@ -542,17 +622,19 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
     for (int32_t i = 0; i < cs.n_old && rc == 0; i++)
         rc = duplicate_sourceless(&cs, i, S);
     /* Each value's home: its producer's stage, or its first reader's. */
+    cut_index x = { { 0, NULL, NULL }, NULL, NULL, NULL };
+    if (rc == 0 && cut_index_build(&cs, n_values, S, &x))
+        rc = oom(&cs);
     for (int32_t v = 0; v < n_values && rc == 0; v++) {
         int32_t home = -1, producer = g->values[v].producer;
         if (producer >= 0)
             home = g->nodes[producer].stage;
-        for (int32_t j = 0; j < cs.n_old && home < 0; j++)
-            for (int k = 0; k < g->nodes[j].n_in; k++)
-                if (g->nodes[j].in[k] == v)
-                    home = g->nodes[j].stage;
+        else if (x.rd.start[v] < x.rd.start[v + 1])
+            home = g->nodes[x.rd.at[x.rd.start[v]]].stage;
         if (home >= 0)
-            rc = cut_value(&cs, v, home, S);
+            rc = cut_value(&cs, &x, v, home, S);
     }
+    cut_index_free(&x);
     if (rc == 0)
         rc = reorder(&cs);
     if (rc == 0 && p->n_replicas > 1 && assign_buckets(g, opt ? opt->cluster : NULL))

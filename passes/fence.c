@@ -37,7 +37,9 @@
 #include <string.h>
 
 #include "../ir/ops.h"
+#include "../ir/readers.h"
 #include "fence_cost.h"
+#include "fence_cuts.h"
 #include "fence_search.h"
 #include "gcma.h"
 #include "passes.h"
@@ -55,105 +57,6 @@ void fence_plan_free(fence_plan *p)
     free(p->allreduce);
     free(p->fence_of_device);
     memset(p, 0, sizeof *p);
-}
-
-/* The repeat instance a node belongs to: the name up to the first
- * ".<digits>." ("h.3" of "h.3.attn.qkv"), as the frontend names repeat
- * blocks' instances; its length, or 0 when the name has none. */
-static size_t layer_prefix(const char *name)
-{
-    for (const char *p = strchr(name, '.'); p; p = strchr(p + 1, '.')) {
-        const char *q = p + 1;
-        while (*q >= '0' && *q <= '9')
-            q++;
-        if (q > p + 1 && *q == '.')
-            return (size_t)(q - name);
-    }
-    return 0;
-}
-
-/* layer[k]: the layer (repeat instance) of forward op k, counted from 0,
- * carried over ops outside any layer (-1 before the first); returns the
- * number of layers. */
-static int32_t layer_of_ops(const fence_model *m, int32_t *layer)
-{
-    int32_t L = 0;
-    const char *last = NULL;
-    size_t last_len = 0;
-    for (int32_t k = 0; k < m->n_fwd; k++) {
-        const char *name = ir_node_name(m->g, m->fwd[k]);
-        size_t len = layer_prefix(name);
-        if (len > 0 && !(last && len == last_len && strncmp(name, last, len) == 0)) {
-            last = name;
-            last_len = len;
-            L++;
-        }
-        layer[k] = L - 1;
-    }
-    return L;
-}
-
-/* Equal layers per stage (gcma.h): a layer is a repeat block's instance
- * (a transformer block, a residual block), and stage s gets layers
- * [s L / S, (s+1) L / S), the ops before the first layer going with it and
- * those after the last with the last stage: Megatron's default cut.  A
- * model with fewer layers than stages is cut by counts of parameterised
- * ops instead. */
-int fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end)
-{
-    if (S < 1 || S > m->n_fwd)
-        return -1;
-    int32_t *layer = malloc(((size_t)m->n_fwd + 1) * sizeof *layer);
-    if (!layer)
-        return -1;
-    int32_t L = layer_of_ops(m, layer);
-    for (int32_t s = 0; s < S; s++)
-        end[s] = -1;
-    if (L >= S) {
-        for (int32_t k = 0; k < m->n_fwd; k++) {
-            int32_t s = layer[k] < 0 ? 0 : (int32_t)((int64_t)layer[k] * S / L);
-            end[s] = k;
-        }
-    } else {
-        int32_t layers = m->layer_ops[m->n_fwd];
-        for (int32_t s = 0, k = 0; s < S; s++) {
-            /* Stage s ends where the op count reaches (s+1)/S of all,
-             * leaving at least one op for each stage after it. */
-            int64_t want = (int64_t)layers * (s + 1) / S;
-            while (k < m->n_fwd - 1 && m->layer_ops[k + 1] < want)
-                k++;
-            if (k > m->n_fwd - (S - s))
-                k = m->n_fwd - (S - s);
-            if (s > 0 && k <= end[s - 1])
-                k = end[s - 1] + 1;
-            end[s] = s == S - 1 ? m->n_fwd - 1 : k;
-            k++;
-        }
-    }
-    free(layer);
-    return 0;
-}
-
-int fence_front_cuts(const fence_model *m, int32_t S, int32_t front, int32_t *end)
-{
-    if (S < 2 || S > m->n_fwd || front < 0)
-        return -1;
-    int32_t *layer = malloc(((size_t)m->n_fwd + 1) * sizeof *layer);
-    if (!layer)
-        return -1;
-    int32_t L = layer_of_ops(m, layer);
-    int rc = L - front >= S - 1 ? 0 : -1;
-    for (int32_t s = 0; s < S; s++)
-        end[s] = -1;
-    for (int32_t k = 0; rc == 0 && k < m->n_fwd; k++) {
-        int32_t s = layer[k] < front ? 0 : 1 + (int32_t)((int64_t)(layer[k] - front) * (S - 1) / (L - front));
-        end[s] = k;
-    }
-    for (int32_t s = 0; rc == 0 && s < S; s++)
-        if (end[s] < 0 || (s > 0 && end[s] <= end[s - 1]))
-            rc = -1;   /* a stage without ops */
-    free(layer);
-    return rc;
 }
 
 /* Every device in file order, one stage each, equal layers per stage:
@@ -258,13 +161,19 @@ static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p,
      * an add's pass-through, by sums for the add's inputs (on p or
      * before): the largest is p, where the value lives, so a residual
      * stream's gradient sums stay on their stage. */
+    int32_t *updater = home;   /* reused: updater[v], the first placed update of a param that reads gradient v */
+    for (int32_t v = 0; v < V; v++)
+        updater[v] = -1;
+    for (int32_t j = 0; j < n; j++)
+        if (op_updates_param(g->nodes[j].op) && g->nodes[j].n_in > 1 && g->nodes[j].stage >= 0 &&
+            updater[g->nodes[j].in[1]] < 0)
+            updater[g->nodes[j].in[1]] = j;
     for (int32_t i = n - 1; i >= 0; i--) {
         ir_node *node = &g->nodes[i];
         if (node->phase != PHASE_UPDATE || node->stage >= 0 || node->op != OP_SUM_SQUARES)
             continue;
-        for (int32_t j = 0; j < n && node->stage < 0; j++)
-            if (op_updates_param(g->nodes[j].op) && g->nodes[j].n_in > 1 && g->nodes[j].in[1] == node->in[0])
-                node->stage = g->nodes[j].stage;
+        if (updater[node->in[0]] >= 0)
+            node->stage = g->nodes[updater[node->in[0]]].stage;
     }
     for (int32_t i = 0; i < n; i++) {
         ir_node *node = &g->nodes[i];
@@ -278,19 +187,26 @@ static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p,
                 node->stage = 0;
         }
     }
+    ir_readers rd;   /* a node's readers, not every node: a scan each was quadratic in the layers */
+    if (ir_readers_build(g, n, V, &rd)) {
+        ir_readers_free(&rd);
+        free(home);
+        return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory");
+    }
     for (int32_t i = n - 1; i >= 0; i--) {
         ir_node *node = &g->nodes[i];
         if (node->stage >= 0)
             continue;
         int32_t s = -1;
         for (int o = 0; o < node->n_out; o++)
-            for (int32_t j = i + 1; j < n; j++)
-                for (int k = 0; k < g->nodes[j].n_in; k++)
-                    if (g->nodes[j].in[k] == node->out[o] && g->nodes[j].stage >= 0 &&
-                        g->nodes[j].stage > s)
-                        s = g->nodes[j].stage;
+            for (int32_t r = rd.start[node->out[o]]; r < rd.start[node->out[o] + 1]; r++) {
+                int32_t j = rd.at[r];
+                if (j > i && g->nodes[j].stage > s)
+                    s = g->nodes[j].stage;
+            }
         node->stage = s >= 0 ? s : 0;
     }
+    ir_readers_free(&rd);
     /* A gradient sum whose contributions all come from one other stage is
      * done there: one tensor crosses instead of one per contribution (the
      * residual stream's gradient at a cut has two). */

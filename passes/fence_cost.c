@@ -44,6 +44,7 @@
 #include "../ir/pipeline_order.h"
 #include "allreduce_plan.h"
 #include "fence_cost.h"
+#include "fence_dp_row.h"
 
 /* fmax without its NaN rules (none arise here), so that it inlines. */
 static inline double dmax(double a, double b) { return a > b ? a : b; }
@@ -679,6 +680,56 @@ void fence_dp_free(fence_dp *dp)
     free(dp);
 }
 
+/* Would stage [j, k] overfill a device with `have` bytes (plain 1F1B's
+ * micro-batches in flight, and room for a copy of the parameters read on
+ * several stages)?  Only more so as j falls. */
+static int stage_too_big(const fence_model *m, int32_t R, double in_flight, double have, int32_t j, int32_t k)
+{
+    return have < INFINITY && 4.0 * (m->param_bytes[k + 1] - m->param_bytes[j]) +
+                                      in_flight * (m->act_bytes[k + 1] - m->act_bytes[j]) / R >
+                                  have - 2.0 * m->shared_bytes;
+}
+
+/* Row s >= 1 of a stage of alike replicas (its seconds the prefix t) by
+ * fence_dp_row: the same doubles as dp_fill_row's scan, which is
+ * quadratic over long stages, in O(n log n).  1 where fence_dp_row's
+ * terms do not hold (t not finite and non-decreasing, a NaN before or at a
+ * cut, memory's prefix sums falling) or memory runs out: the scan then
+ * writes the row. */
+static int dp_row_fast(const fence_dp *dp, int32_t s, const double *t, const double *prev, const double *cut,
+                       double have, double in_flight, double *best, int32_t *from)
+{
+    const fence_model *m = dp->m;
+    int32_t n = dp->n, R = dp->l.R;
+    for (int32_t k = 0; k <= n; k++)
+        if (!isfinite(t[k]) || (k > 0 && !(t[k] >= t[k - 1])))
+            return 1;
+    for (int32_t k = 1; k <= n && have < INFINITY; k++)
+        if (!(m->param_bytes[k] >= m->param_bytes[k - 1]) || !(m->act_bytes[k] >= m->act_bytes[k - 1]))
+            return 1;
+    double  *b = malloc(((size_t)n + 1) * sizeof *b);
+    int32_t *lo = malloc(((size_t)n + 1) * sizeof *lo);
+    int      rc = b && lo ? 0 : 1;
+    for (int32_t j = 1; j < n && rc == 0; j++) {   /* b[j]: stage s starts at j */
+        rc = isnan(prev[j - 1]) || isnan(cut[j - 1]);
+        b[j] = dmax(prev[j - 1], cut[j - 1]);
+    }
+    /* lo[k]: where the longest stage [lo, k] that fits starts (k + 1: none
+     * does); it only moves right as k grows (a stage grows with k). */
+    for (int32_t k = 0, a = s; k < n && rc == 0; k++) {
+        while (a <= k && stage_too_big(m, R, in_flight, have, a, k))
+            a++;
+        lo[k] = k < s ? k + 1 : a;
+    }
+    if (n > 0 && rc == 0)
+        b[0] = INFINITY;   /* never read: j >= s >= 1 */
+    if (rc == 0 && fence_dp_row(b, t, lo, n, FENCE_DP_SCAN_STEPS, best, from))
+        rc = 1;
+    free(b);
+    free(lo);
+    return rc;
+}
+
 /* Row s: the cut into stage s from stage s - 1 (its busier direction per
  * micro-batch on the slowest lane), then best[s][*].  j runs down from k:
  * stage s only grows as j falls, so once it alone passes the best found no
@@ -721,17 +772,16 @@ static void dp_fill_row(fence_dp *dp, int32_t s)
         cut[k] = dmax(fwd, bwd) / l->bw[link];
     }
     const double *prev = best - n;
+    if (t && dp_row_fast(dp, s, t, prev, cut, have, in_flight, best, from) == 0)
+        return;
     for (int32_t k = 0; k < n; k++) {
         double  bound = INFINITY;
         int32_t arg = -1;
         for (int32_t j = k; j >= s; j--) {   /* stage s-1 ends at j-1 */
             double here = t ? t[k + 1] - t[j] : stage_seconds(m, l, m->time, m->n_ops, s, j, k);
             /* Memory only grows as the stage does: the first j that does not
-             * fit ends the search (plain 1F1B's micro-batches in flight, and
-             * room for a copy of the parameters read on several stages). */
-            if (here > bound || (have < INFINITY && 4.0 * (m->param_bytes[k + 1] - m->param_bytes[j]) +
-                                                        in_flight * (m->act_bytes[k + 1] - m->act_bytes[j]) / l->R >
-                                                        have - 2.0 * m->shared_bytes))
+             * fit ends the search. */
+            if (here > bound || stage_too_big(m, l->R, in_flight, have, j, k))
                 break;
             double v = dmax(prev[j - 1], dmax(cut[j - 1], here));
             if (v <= bound)

@@ -98,14 +98,5 @@ double fence_t_star(const fence_model *m, const candidate *cd, const int32_t *en
  * warm-up + 1, at most M; the warm-up capped by memory as the schedule
  * pass caps it).  INFINITY when out of memory. */
 double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *end, fence_plan *out, double *fill);
-/* Stage ends (end[s]: the last forward position of stage s) for S stages of
- * equal layers, Megatron's cut (fence.c; uniform and gcma use it).  0, or
- * -1 when the model has fewer forward ops than S, or no memory. */
-int    fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end);
-/* Stage 0 the ops before the first layer and the first `front` layers, the
- * other S - 1 stages the rest in equal layers (fence.c): a cut that can
- * lighten the stage holding the embedding, whose all-reduce may end the
- * step.  0, or -1 when it leaves a stage empty, or no memory. */
-int    fence_front_cuts(const fence_model *m, int32_t S, int32_t front, int32_t *end);
 
 #endif

@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "fence_cost.h"
+#include "fence_cuts.h"
 #include "fence_search.h"
 
 #define FENCE_GAP_RATIO   4.0    /* bandwidths this far apart are different fences      */

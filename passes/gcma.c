@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fence_cuts.h"
 #include "gcma.h"
 
 #define GCMA_SEED        0x5eedull

@@ -10,7 +10,8 @@
  *   - an op's scratch (attention, convolution) lives only while it runs;
  *   - buffers are placed largest first, each at the lowest 64-byte-aligned
  *     offset that overlaps no buffer whose lifetime overlaps its own (the
- *     greedy-by-size plan of TensorFlow Lite and llm.c's arenas).
+ *     greedy-by-size plan of TensorFlow Lite and llm.c's arenas), in
+ *     O(n log n)-ish time by memory_place.c's interval sets.
  *
  * The result is in each value's `offset` and each node's `ws_offset`
  * (printed as at=... and ws=...); memory_arena_bytes gives the peak.  Nodes
@@ -19,59 +20,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* An op's scratch size is the runtime's (rt_op_workspace_floats: the CPU
+ * back end's table, runtime/cpu/op_table.h): this pass lowers each node
+ * (lower.c, every offset 0) to ask it, in pass_memory and
+ * memory_arena_bytes.  The runtime is below passes/: no reach into codegen. */
 #include "lower.h"
 #include "../ir/ops.h"
+#include "memory_place.h"
 #include "passes.h"
 
 #define ARENA_ALIGN 64
-
-typedef struct {
-    int64_t bytes;
-    int32_t start, end;   /* lifetime: first and last node index, inclusive */
-    int32_t value;        /* >= 0: a value; else -(node + 1): that node's scratch */
-    int64_t offset;
-} buffer;
 
 static int64_t align_up(int64_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
 
 static int by_size_then_start(const void *a, const void *b)
 {
-    const buffer *x = a, *y = b;
+    const mem_buffer *x = a, *y = b;
     if (x->bytes != y->bytes)
         return x->bytes < y->bytes ? 1 : -1;
     return (x->start > y->start) - (x->start < y->start);
-}
-
-static int by_offset(const void *a, const void *b)
-{
-    const buffer *x = *(buffer *const *)a, *y = *(buffer *const *)b;
-    return (x->offset > y->offset) - (x->offset < y->offset);
-}
-
-/* Place buffers[0..n) (sorted largest first) by first fit; returns the peak. */
-static int64_t place(buffer *buffers, int32_t n, buffer **scratch)
-{
-    int64_t peak = 0;
-    for (int32_t i = 0; i < n; i++) {
-        buffer *b = &buffers[i];
-        int32_t k = 0;
-        for (int32_t j = 0; j < i; j++)
-            if (buffers[j].start <= b->end && b->start <= buffers[j].end)
-                scratch[k++] = &buffers[j];
-        qsort(scratch, (size_t)k, sizeof *scratch, by_offset);
-        int64_t offset = 0;
-        for (int32_t j = 0; j < k; j++) {
-            if (scratch[j]->offset - offset >= b->bytes)
-                break;   /* the gap before this one fits */
-            int64_t end = align_up(scratch[j]->offset + scratch[j]->bytes);
-            if (end > offset)
-                offset = end;
-        }
-        b->offset = offset;
-        if (offset + b->bytes > peak)
-            peak = offset + b->bytes;
-    }
-    return peak;
 }
 
 static int32_t device_of(const ir_node *n) { return n->device >= 0 ? n->device : 0; }
@@ -89,11 +56,10 @@ int pass_memory(ir_graph *g, struct diag *err)
     int32_t n_nodes = g->n_nodes, n_values = g->n_values, last = n_nodes > 0 ? n_nodes - 1 : 0;
     int32_t *first_reader = malloc(((size_t)n_values + 1) * sizeof *first_reader);
     int32_t *last_reader = malloc(((size_t)n_values + 1) * sizeof *last_reader);
-    buffer *buffers = malloc(((size_t)n_values + (size_t)n_nodes + 1) * sizeof *buffers);
-    buffer **scratch = malloc(((size_t)n_values + (size_t)n_nodes + 1) * sizeof *scratch);
+    mem_buffer *buffers = malloc(((size_t)n_values + (size_t)n_nodes + 1) * sizeof *buffers);
     int64_t *no_offsets = calloc((size_t)n_values + 1, sizeof *no_offsets);
     int rc = 0;
-    if (!first_reader || !last_reader || !buffers || !scratch || !no_offsets) {
+    if (!first_reader || !last_reader || !buffers || !no_offsets) {
         rc = diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory planning the arena");
         goto done;
     }
@@ -128,11 +94,11 @@ int pass_memory(ir_graph *g, struct diag *err)
                            producer->phase != PHASE_UPDATE &&
                            ir_placement_recompute(&g->placement, producer->stage);
             int whole_step = val->producer < 0 || v == g->loss || once || replayed;
-            buffer *b = &buffers[n++];
+            mem_buffer *b = &buffers[n++];
             b->bytes = align_up(ir_value_bytes(g, v) > 0 ? ir_value_bytes(g, v) : 1);
             b->start = whole_step ? 0 : val->producer;
             b->end = whole_step ? last : (last_reader[v] > val->producer ? last_reader[v] : val->producer);
-            b->value = v;
+            b->owner = v;
         }
         for (int32_t i = 0; i < n_nodes; i++) {
             if (device_of(&g->nodes[i]) != d)
@@ -145,25 +111,28 @@ int pass_memory(ir_graph *g, struct diag *err)
             int64_t floats = rt_op_workspace_floats(&op);
             if (floats <= 0)
                 continue;
-            buffer *b = &buffers[n++];
+            mem_buffer *b = &buffers[n++];
             b->bytes = align_up(floats * (int64_t)sizeof(float));
             b->start = b->end = i;
-            b->value = -(i + 1);
+            b->owner = -(i + 1);
         }
         qsort(buffers, (size_t)n, sizeof *buffers, by_size_then_start);
-        place(buffers, n, scratch);
+        if (memory_place(buffers, n, ARENA_ALIGN) < 0) {
+            if (rc == 0)
+                rc = diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory planning the arena");
+            break;
+        }
         for (int32_t j = 0; j < n; j++) {
-            if (buffers[j].value >= 0)
-                g->values[buffers[j].value].offset = buffers[j].offset;
+            if (buffers[j].owner >= 0)
+                g->values[buffers[j].owner].offset = buffers[j].offset;
             else
-                g->nodes[-buffers[j].value - 1].ws_offset = buffers[j].offset;
+                g->nodes[-buffers[j].owner - 1].ws_offset = buffers[j].offset;
         }
     }
 done:
     free(first_reader);
     free(last_reader);
     free(buffers);
-    free(scratch);
     free(no_offsets);
     return rc;
 }

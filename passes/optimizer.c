@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/name_map.h"
 #include "../ir/ops.h"
 #include "passes.h"
 
@@ -100,10 +101,21 @@ int pass_optimizer(ir_graph *g, struct diag *err)
         ir_node_set_int(g, n, ATTR_STEPS, steps) || ir_node_set_float(g, n, ATTR_MIN_LR, min_lr))
         return oom(g, err);
 
-    /* Each param's gradient, by the name autodiff gives it. */
+    /* Each param's gradient, by the name autodiff gives it, from a map of
+     * the value names (ir_find_value scans every value: quadratic over a
+     * model's params).  The verifier keeps value names unique. */
     int32_t *grad_of = malloc(((size_t)n_values + 1) * sizeof *grad_of);
-    if (!grad_of)
+    name_map *by_name = name_map_new();
+    for (int32_t v = 0; by_name && v < g->n_values; v++)
+        if (name_map_add(by_name, ir_value_name(g, v), v) < 0) {
+            name_map_free(by_name);
+            by_name = NULL;
+        }
+    if (!grad_of || !by_name) {
+        free(grad_of);
+        name_map_free(by_name);
         return oom(g, err);
+    }
     int32_t sumsq = -1, scale = -1;
     int rc = 0, scaled = g->precision == DT_F16;
     for (int32_t p = 0; p < n_values && rc == 0; p++) {
@@ -112,7 +124,8 @@ int pass_optimizer(ir_graph *g, struct diag *err)
             continue;
         char name[OPT_NAME_MAX];
         snprintf(name, sizeof name, "grad.%s", ir_value_name(g, p));
-        grad_of[p] = ir_find_value(g, name);
+        int64_t found;
+        grad_of[p] = name_map_get(by_name, name, &found) ? (int32_t)found : -1;
         if (grad_of[p] < 0) {
             rc = diag_set(err, ir_loc_file(g, g->values[p].loc), g->values[p].loc.line,
                           "param '%s' has no gradient '%s': the optimizer runs after autodiff",
@@ -126,6 +139,7 @@ int pass_optimizer(ir_graph *g, struct diag *err)
             sumsq = acc;
         }
     }
+    name_map_free(by_name);
     if (rc == 0 && (clip > 0 || scaled) && sumsq >= 0) {
         n = scalar_node(g, OP_CLIP_SCALE, "clip_scale", (ir_loc){ 0, 0 }, &scale);
         if (n < 0 || ir_node_add_input(g, n, sumsq) || ir_node_set_float(g, n, ATTR_MAX_NORM, clip) ||

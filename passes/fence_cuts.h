@@ -1,0 +1,19 @@
+/* fence_cuts.h: stage cuts of equal layers (fence_cuts.c), shared by the
+ * fence pass's schedulers (fence.c, fence_search.c, gcma.c).  end[s] gets
+ * the last forward position (in m->fwd) of stage s.  Internal to passes/. */
+#ifndef FUSION_FENCE_CUTS_H
+#define FUSION_FENCE_CUTS_H
+
+#include "fence_cost.h"
+
+/* Stage ends for S stages of equal layers, Megatron's cut (uniform and
+ * gcma use it).  0, or -1 when the model has fewer forward ops than S, or
+ * no memory. */
+int fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end);
+/* Stage 0 the ops before the first layer and the first `front` layers, the
+ * other S - 1 stages the rest in equal layers: a cut that can lighten the
+ * stage holding the embedding, whose all-reduce may end the step.  0, or
+ * -1 when it leaves a stage empty, or no memory. */
+int fence_front_cuts(const fence_model *m, int32_t S, int32_t front, int32_t *end);
+
+#endif
