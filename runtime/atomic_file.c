@@ -1,6 +1,7 @@
 /* atomic_file.c: see atomic_file.h. */
 #define _GNU_SOURCE
 #include "atomic_file.h"
+#include "rt_error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,8 +39,7 @@ int atomic_write_file(const char *path, const void *data, size_t bytes, char *er
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        snprintf(err, n, "%s: cannot create it: %s", tmp, strerror(errno));
-        return -1;
+        return rt_error(err, n, "%s: cannot create it: %s", tmp, strerror(errno));
     }
     const char *p = data;
     size_t left = bytes;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "broker_client.h"
 #include "comm/seal.h"
+#include "rt_error.h"
 
 #include <errno.h>
 #include <nanomsg/nn.h>
@@ -172,8 +173,7 @@ int rt_broker_open(rt_broker **out, const char *url, const char *device, int64_t
     *out = NULL;
     rt_broker *b = calloc(1, sizeof *b);
     if (!b) {
-        snprintf(err, n, "out of memory for the broker client");
-        return -1;
+        return rt_error(err, n, "out of memory for the broker client");
     }
     snprintf(b->url, sizeof b->url, "%s", url);
     snprintf(b->device, sizeof b->device, "%s", device);

@@ -19,6 +19,7 @@
 #include "checkpoint_store.h"
 #include "safetensors.h"
 #include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "rt_error.h"
 
 /* A device alone: checkpoint.safetensors; one of several (a DiLoCo site of
  * one device too): one name each. */
@@ -175,15 +176,13 @@ static int read_feedback(const st_file *f, const char *path, rt_feedback_arrays 
         if (st_get(f, i, &t) != 0 || !is_feedback(t.name))
             continue;
         if (t.dtype != ST_F32 || t.rank != 1) {
-            snprintf(err, n, "%s: '%s' is %s of rank %d, not the F32 vector the error feedback is", path, t.name,
-                     st_dtype_name(t.dtype), t.rank);
-            return -1;
+            return rt_error(err, n, "%s: '%s' is %s of rank %d, not the F32 vector the error feedback is", path, t.name,
+                            st_dtype_name(t.dtype), t.rank);
         }
         float *copy = malloc((size_t)t.dim[0] * sizeof *copy + 1);
         if (!copy || rt_feedback_add(out, t.name, copy, t.dim[0])) {
             free(copy);
-            snprintf(err, n, "%s: out of memory for '%s'", path, t.name);
-            return -1;
+            return rt_error(err, n, "%s: out of memory for '%s'", path, t.name);
         }
         memcpy(copy, t.data, (size_t)t.dim[0] * sizeof *copy);
     }
@@ -233,31 +232,28 @@ static int check_identity(const program *p, const st_file *f, const char *path, 
     char mine[32];
     snprintf(mine, sizeof mine, "%016llx", (unsigned long long)p->manifest.model_id);
     if (!model || !model_id || !build || !step || !seed) {
-        snprintf(err, n, "%s: not a fusion checkpoint part (it lacks fusion.model, fusion.model_id, fusion.build_id, "
-                 "fusion.step or fusion.seed)", path);
-        return -1;
+        return rt_error(err, n,
+                        "%s: not a fusion checkpoint part (it lacks fusion.model, fusion.model_id, fusion.build_id, "
+                        "fusion.step or fusion.seed)", path);
     }
     if (strlen(build) != 16 || strspn(build, "0123456789abcdef") != 16) {
-        snprintf(err, n, "%s: fusion.build_id '%.40s' is not 16 hex digits", path, build);
-        return -1;
+        return rt_error(err, n, "%s: fusion.build_id '%.40s' is not 16 hex digits", path, build);
     }
     if (ckpt_parse_count(step, CKPT_MAX_STEP, &step_value) != 0 || step_value == 0) {
-        snprintf(err, n, "%s: fusion.step '%.40s' is not a step number (digits only, 1 to %lld)", path, step,
-                 (long long)CKPT_MAX_STEP);
-        return -1;
+        return rt_error(err, n, "%s: fusion.step '%.40s' is not a step number (digits only, 1 to %lld)", path, step,
+                        (long long)CKPT_MAX_STEP);
     }
     if (ckpt_parse_count(seed, UINT64_MAX, &seed_value) != 0) {
-        snprintf(err, n, "%s: fusion.seed '%.40s' is not a seed (digits only, below 2^64)", path, seed);
-        return -1;
+        return rt_error(err, n, "%s: fusion.seed '%.40s' is not a seed (digits only, below 2^64)", path, seed);
     }
     if ((int64_t)step_value != manifest_step) {
-        snprintf(err, n, "%s: a part of step %llu in the checkpoint of step %lld: moved from another step?", path,
-                 (unsigned long long)step_value, (long long)manifest_step);
-        return -1;
+        return rt_error(err, n, "%s: a part of step %llu in the checkpoint of step %lld: moved from another step?",
+                        path,
+                        (unsigned long long)step_value, (long long)manifest_step);
     }
     if (strcmp(model, p->manifest.model) != 0) {
-        snprintf(err, n, "%s: a checkpoint of model '%.64s', this program trains '%s'", path, model, p->manifest.model);
-        return -1;
+        return rt_error(err, n, "%s: a checkpoint of model '%.64s', this program trains '%s'", path, model,
+                        p->manifest.model);
     }
     if (strcmp(model_id, mine) != 0) {
         char list[600];
@@ -314,14 +310,13 @@ static int load_own(program *p, const st_file *f, const char *path, checkpoint_s
     snprintf(want_plan, sizeof want_plan, "stage %d of %d, replica %d of %d", mf->stage, mf->n_stages, mf->replica,
              mf->n_replicas);
     if (!device || strcmp(device, mf->device) != 0 || !plan || strcmp(plan, want_plan) != 0) {
-        snprintf(err, n, "%s: the part of device '%.64s' (%.90s), not of %s (%s): parts swapped?", path,
-                 device ? device : "?", plan ? plan : "?", mf->device, want_plan);
-        return -1;
+        return rt_error(err, n, "%s: the part of device '%.64s' (%.90s), not of %s (%s): parts swapped?", path,
+                        device ? device : "?", plan ? plan : "?", mf->device, want_plan);
     }
     int extra = foreign_tensors(p, f, list, sizeof list);
     if (extra > 0) {
-        snprintf(err, n, "%s: holds %d tensor%s this program has not: %s", path, extra, extra == 1 ? "" : "s", list);
-        return -1;
+        return rt_error(err, n, "%s: holds %d tensor%s this program has not: %s", path, extra, extra == 1 ? "" : "s",
+                        list);
     }
     for (int32_t i = 0; i < mf->n_tensors; i++)
         if ((p->tensors[i].role == ROLE_PARAM || p->tensors[i].role == ROLE_STATE) && load_one(p, f, i, err, n))
@@ -342,23 +337,22 @@ static int check_place(st_file *const *parts, int k, const char *path, const cha
     char tail;
     ckpt_part_name(device ? device : "", 1, want, sizeof want);
     if (!device || (strcmp(file, want) != 0 && strcmp(file, "checkpoint.safetensors") != 0)) {
-        snprintf(err, n, "%s: the part of device '%.64s', in the file of another: parts swapped or renamed?", path,
-                 device ? device : "?");
-        return -1;
+        return rt_error(err, n, "%s: the part of device '%.64s', in the file of another: parts swapped or renamed?",
+                        path,
+                        device ? device : "?");
     }
     if (!plan || sscanf(plan, "stage %d of %d, replica %d of %d%c", &s, &S, &r, &R, &tail) != 4 || s < 0 || s >= S ||
         r < 0 || r >= R) {
-        snprintf(err, n, "%s: fusion.plan '%.60s' is not \"stage s of S, replica r of R\"", path, plan ? plan : "?");
-        return -1;
+        return rt_error(err, n, "%s: fusion.plan '%.60s' is not \"stage s of S, replica r of R\"", path,
+                        plan ? plan : "?");
     }
     for (int j = 0; j < k; j++) {
         int s2, S2, r2, R2;
         const char *other = st_metadata(parts[j], "fusion.plan");
         if (other && sscanf(other, "stage %d of %d, replica %d of %d", &s2, &S2, &r2, &R2) == 4 &&
             (S2 != S || R2 != R || (s2 == s && r2 == r))) {
-            snprintf(err, n, "%s: '%s' beside a part of '%s' (%s): parts of different plans, or a place edited",
-                     path, plan, st_metadata(parts[j], "fusion.device"), other);
-            return -1;
+            return rt_error(err, n, "%s: '%s' beside a part of '%s' (%s): parts of different plans, or a place edited",
+                            path, plan, st_metadata(parts[j], "fusion.device"), other);
         }
     }
     return 0;

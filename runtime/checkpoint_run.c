@@ -15,6 +15,7 @@
 
 #include "checkpoint_store.h"
 #include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "rt_error.h"
 
 enum { TAG_START = -100, TAG_SAVE = -101 };   /* rt_comm_allgather's tags: no op's tensor id is negative */
 
@@ -49,8 +50,7 @@ static int exchange(const program *p, rt_comm *comm, int64_t step, int32_t tag, 
 static int make_dir(const char *dir, char *err, size_t n)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        snprintf(err, n, "%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
-        return -1;
+        return rt_error(err, n, "%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
     }
     return 0;
 }
@@ -267,8 +267,7 @@ static int complete_step(const program *p, const checkpoint_options *o, const ch
     int32_t N = p->manifest.n_peers;
     ckpt_manifest m = { .step = step, .n_parts = 0, .parts = calloc((size_t)N + 1, sizeof(ckpt_part)) };
     if (!m.parts) {
-        snprintf(err, n, "out of memory");
-        return -1;
+        return rt_error(err, n, "out of memory");
     }
     *total = 0;
     for (int32_t d = 0; d < N; d++) {
@@ -304,8 +303,7 @@ int checkpoint_save(program *p, rt_comm *comm, const checkpoint_options *o, int6
     if (make_dir(o->save_dir, err, n) != 0)
         return -1;
     if (save_checkpoint(p, step_dir, step, seed, ls, o->save_dtype, feedback) != 0) {
-        snprintf(err, n, "cannot write its part of step %lld (%s: above)", (long long)step, part_path);
-        return -1;
+        return rt_error(err, n, "cannot write its part of step %lld (%s: above)", (long long)step, part_path);
     }
     if (ckpt_measure(part_path, size, xxh3, err, n) != 0)
         return -1;

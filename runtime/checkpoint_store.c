@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "atomic_file.h"
+#include "rt_error.h"
 
 #define MANIFEST_HEAD "fusion checkpoint 1\n"
 #define MANIFEST_MAX  (4 << 20)   /* bytes: 16,000 parts fit; a larger file is not ours */
@@ -54,8 +55,7 @@ int ckpt_measure(const char *path, int64_t *size, uint64_t *xxh3, char *err, siz
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, n, "%s: cannot open it: %s", path, strerror(errno));
-        return -1;
+        return rt_error(err, n, "%s: cannot open it: %s", path, strerror(errno));
     }
     XXH3_state_t *s = XXH3_createState();
     static char buf[1 << 16];   /* one caller at a time: the main thread */
@@ -171,28 +171,26 @@ static int parse_manifest(char *text, size_t len, const char *path, const char *
 {
     /* The checksum line: the text's last line, over everything before it. */
     if (len < 2 || text[len - 1] != '\n') {
-        snprintf(err, n, "%s: does not end with a line break: truncated?", path);
-        return -1;
+        return rt_error(err, n, "%s: does not end with a line break: truncated?", path);
     }
     text[len - 1] = '\0';
     char *last = strrchr(text, '\n');
     uint64_t want, sum;
     if (!last || !after(last + 1, "xxh3") || parse_hex64(after(last + 1, "xxh3"), &want) != 0) {
-        snprintf(err, n, "%s: no checksum line (\"xxh3 <16 hex digits>\") at its end: truncated or not a manifest",
-                 path);
-        return -1;
+        return rt_error(err, n,
+                        "%s: no checksum line (\"xxh3 <16 hex digits>\") at its end: truncated or not a manifest",
+                        path);
     }
     size_t body = (size_t)(last + 1 - text);
     sum = XXH3_64bits(text, body);
     if (sum != want) {
-        snprintf(err, n, "%s: its checksum is %016" PRIx64 " but its lines hash to %016" PRIx64 ": the manifest was "
-                 "changed or damaged", path, want, sum);
-        return -1;
+        return rt_error(err, n,
+                        "%s: its checksum is %016" PRIx64 " but its lines hash to %016" PRIx64 ": the manifest was "
+                        "changed or damaged", path, want, sum);
     }
     *last = '\0';
     if (strncmp(text, MANIFEST_HEAD, strlen(MANIFEST_HEAD)) != 0) {
-        snprintf(err, n, "%s: does not start with \"fusion checkpoint 1\"", path);
-        return -1;
+        return rt_error(err, n, "%s: does not start with \"fusion checkpoint 1\"", path);
     }
     int cap = 0, saw_step = 0, saw_count = 0, line_no = 1;
     char *save = NULL;
@@ -202,12 +200,10 @@ static int parse_manifest(char *text, size_t len, const char *path, const char *
         char *v;
         uint64_t x;
         if (saw_count) {
-            snprintf(err, n, "%s:%d: a line after \"parts\"", path, line_no);
-            return -1;
+            return rt_error(err, n, "%s:%d: a line after \"parts\"", path, line_no);
         } else if ((v = after(line, "step")) && !saw_step) {
             if (ckpt_parse_count(v, CKPT_MAX_STEP, &x) != 0 || x == 0) {
-                snprintf(err, n, "%s:%d: step '%s' is not a step number", path, line_no, v);
-                return -1;
+                return rt_error(err, n, "%s:%d: step '%s' is not a step number", path, line_no, v);
             }
             m->step = (int64_t)x;
             saw_step = 1;
@@ -215,19 +211,16 @@ static int parse_manifest(char *text, size_t len, const char *path, const char *
             char name[CKPT_PART_MAX + 1], size[32], hash[32], extra[2];
             if (sscanf(v, "%256s %31s %31s %1s", name, size, hash, extra) != 3 || strlen(name) >= CKPT_PART_MAX ||
                 strchr(name, '/') || name[0] == '.' || ckpt_parse_count(size, (uint64_t)INT64_MAX, &x) != 0) {
-                snprintf(err, n, "%s:%d: not \"part NAME SIZE XXH3\": '%.200s'", path, line_no, line);
-                return -1;
+                return rt_error(err, n, "%s:%d: not \"part NAME SIZE XXH3\": '%.200s'", path, line_no, line);
             }
             if (ckpt_manifest_find(m, name)) {
-                snprintf(err, n, "%s:%d: part '%s' is listed twice", path, line_no, name);
-                return -1;
+                return rt_error(err, n, "%s:%d: part '%s' is listed twice", path, line_no, name);
             }
             if (m->n_parts == cap) {
                 cap = cap ? 2 * cap : 8;
                 ckpt_part *grown = realloc(m->parts, (size_t)cap * sizeof *grown);
                 if (!grown) {
-                    snprintf(err, n, "%s: out of memory", path);
-                    return -1;
+                    return rt_error(err, n, "%s: out of memory", path);
                 }
                 m->parts = grown;
             }
@@ -235,31 +228,28 @@ static int parse_manifest(char *text, size_t len, const char *path, const char *
             snprintf(p->name, sizeof p->name, "%s", name);
             p->size = (int64_t)x;
             if (parse_hex64(hash, &p->xxh3) != 0) {
-                snprintf(err, n, "%s:%d: part '%s': XXH3 '%s' is not 16 lowercase hex digits", path, line_no, name,
-                         hash);
-                return -1;
+                return rt_error(err, n, "%s:%d: part '%s': XXH3 '%s' is not 16 lowercase hex digits", path, line_no,
+                                name,
+                                hash);
             }
             m->n_parts++;
         } else if ((v = after(line, "parts")) && saw_step) {
             if (ckpt_parse_count(v, (uint64_t)INT32_MAX, &x) != 0 || (int64_t)x != m->n_parts || x == 0) {
-                snprintf(err, n, "%s:%d: says %s parts, lists %d", path, line_no, v, m->n_parts);
-                return -1;
+                return rt_error(err, n, "%s:%d: says %s parts, lists %d", path, line_no, v, m->n_parts);
             }
             saw_count = 1;
         } else {
-            snprintf(err, n, "%s:%d: unexpected line '%.200s'", path, line_no, line);
-            return -1;
+            return rt_error(err, n, "%s:%d: unexpected line '%.200s'", path, line_no, line);
         }
     }
     if (!saw_count) {
-        snprintf(err, n, "%s: no \"parts N\" line: truncated?", path);
-        return -1;
+        return rt_error(err, n, "%s: no \"parts N\" line: truncated?", path);
     }
     int64_t own = folder_step(step_dir);
     if (own >= 0 && own != m->step) {
-        snprintf(err, n, "%s: the manifest of step %lld in the folder of step %lld: moved from another step?", path,
-                 (long long)m->step, (long long)own);
-        return -1;
+        return rt_error(err, n, "%s: the manifest of step %lld in the folder of step %lld: moved from another step?",
+                        path,
+                        (long long)m->step, (long long)own);
     }
     return 0;
 }
@@ -296,23 +286,22 @@ int ckpt_verify_part(const char *step_dir, const ckpt_manifest *m, const char *n
     snprintf(path, sizeof path, "%s/%s", step_dir, name);
     const ckpt_part *want = ckpt_manifest_find(m, name);
     if (!want) {
-        snprintf(err, n, "%s: not a part of this checkpoint (%s/" CKPT_MANIFEST " does not list it): from another run?",
-                 path, step_dir);
-        return -1;
+        return rt_error(err, n,
+                        "%s: not a part of this checkpoint (%s/" CKPT_MANIFEST " does not list it): from another run?",
+                        path, step_dir);
     }
     int64_t size;
     uint64_t hash;
     if (ckpt_measure(path, &size, &hash, err, n) != 0)
         return -1;
     if (size != want->size) {
-        snprintf(err, n, "%s: %lld bytes, the manifest says %lld: truncated or changed", path, (long long)size,
-                 (long long)want->size);
-        return -1;
+        return rt_error(err, n, "%s: %lld bytes, the manifest says %lld: truncated or changed", path, (long long)size,
+                        (long long)want->size);
     }
     if (hash != want->xxh3) {
-        snprintf(err, n, "%s: its XXH3 is %016" PRIx64 ", the manifest says %016" PRIx64 ": the file is damaged or "
-                 "from another device, step or run", path, hash, want->xxh3);
-        return -1;
+        return rt_error(err, n,
+                        "%s: its XXH3 is %016" PRIx64 ", the manifest says %016" PRIx64 ": the file is damaged or "
+                        "from another device, step or run", path, hash, want->xxh3);
     }
     return 0;
 }
@@ -343,8 +332,7 @@ int ckpt_list_steps(const char *dir, int complete_only, int64_t **steps, char *e
     *steps = NULL;
     DIR *d = opendir(dir);
     if (!d) {
-        snprintf(err, n, "%s: cannot open the checkpoint folder: %s", dir, strerror(errno));
-        return -1;
+        return rt_error(err, n, "%s: cannot open the checkpoint folder: %s", dir, strerror(errno));
     }
     int count = 0, cap = 0;
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
@@ -364,8 +352,7 @@ int ckpt_list_steps(const char *dir, int complete_only, int64_t **steps, char *e
                 closedir(d);
                 free(*steps);
                 *steps = NULL;
-                snprintf(err, n, "%s: out of memory listing it", dir);
-                return -1;
+                return rt_error(err, n, "%s: out of memory listing it", dir);
             }
             *steps = grown;
         }
@@ -382,8 +369,7 @@ int ckpt_remove_step(const char *step_dir, char *err, size_t n)
     char path[FU_PATH_BYTES + 304];
     snprintf(path, sizeof path, "%s/" CKPT_MANIFEST, step_dir);
     if (unlink(path) != 0 && errno != ENOENT) {
-        snprintf(err, n, "%s: cannot remove it: %s", path, strerror(errno));
-        return -1;
+        return rt_error(err, n, "%s: cannot remove it: %s", path, strerror(errno));
     }
     DIR *d = opendir(step_dir);
     if (!d)
@@ -400,8 +386,7 @@ int ckpt_remove_step(const char *step_dir, char *err, size_t n)
     }
     closedir(d);
     if (rmdir(step_dir) != 0 && errno != ENOENT && errno != ENOTEMPTY) {   /* ENOTEMPTY: another remover */
-        snprintf(err, n, "%s: cannot remove it: %s", step_dir, strerror(errno));
-        return -1;
+        return rt_error(err, n, "%s: cannot remove it: %s", step_dir, strerror(errno));
     }
     return 0;
 }

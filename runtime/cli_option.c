@@ -1,5 +1,6 @@
 /* cli_option.c: command-line options from one table (cli_option.h). */
 #include "cli_option.h"
+#include "rt_error.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,8 +18,7 @@ static const cli_option *shown(const cli_usage *u, int i, const char **metavar, 
 
 int cli_bad_value(const cli_option *opt, const char *value, char *why, size_t n)
 {
-    snprintf(why, n, "%s expects %s, found '%s'", opt->name, opt->expects ? opt->expects : "a value", value);
-    return -1;
+    return rt_error(why, n, "%s expects %s, found '%s'", opt->name, opt->expects ? opt->expects : "a value", value);
 }
 
 /* value as a whole decimal integer in [lo, hi]. */
@@ -142,16 +142,14 @@ int cli_take(const cli_usage *u, int argc, char **argv, int *i, void *opts, char
         void *field = (char *)opts + o->field;
         if (!o->metavar) {   /* a flag */
             if (form == 2) {
-                snprintf(why, n, "option '%s' takes no value, found '%s'", used, arg);
-                return -1;
+                return rt_error(why, n, "option '%s' takes no value, found '%s'", used, arg);
             }
             *(int *)field = 1;
             return 1;
         }
         if (form == 1) {
             if (*i + 1 >= argc) {
-                snprintf(why, n, "option '%s' needs a value", used);
-                return -1;
+                return rt_error(why, n, "option '%s' needs a value", used);
             }
             value = argv[++*i];
         }
@@ -211,17 +209,14 @@ int cli_usage_check(const cli_usage *u, char *why, size_t n)
         if (!o->name)
             continue;
         if (o->name[0] != '-' || (o->alias && o->alias[0] != '-')) {
-            snprintf(why, n, "option '%s': a name must start with '-'", o->name);
-            return -1;
+            return rt_error(why, n, "option '%s': a name must start with '-'", o->name);
         }
         if ((o->metavar != NULL) != (o->parse != NULL)) {
-            snprintf(why, n, "option '%s': %s", o->name, o->metavar ? "takes a value but has no parser"
-                                                                    : "is a flag but has a parser");
-            return -1;
+            return rt_error(why, n, "option '%s': %s", o->name, o->metavar ? "takes a value but has no parser"
+                                                                           : "is a flag but has a parser");
         }
         if (!help && (k + 1 == u->n || !shown(u, k + 1, &metavar, &help)->name)) {
-            snprintf(why, n, "option '%s' is described with the next one, and none follows", o->name);
-            return -1;
+            return rt_error(why, n, "option '%s' is described with the next one, and none follows", o->name);
         }
         for (int j = 0; j < k; j++) {
             const cli_option *p = shown(u, j, &metavar, &help);
@@ -229,8 +224,7 @@ int cli_usage_check(const cli_usage *u, char *why, size_t n)
             for (int x = 0; x < 2; x++)
                 for (int y = 0; y < 2; y++)
                     if (a[x] && b[y] && strcmp(a[x], b[y]) == 0) {
-                        snprintf(why, n, "option '%s' is listed twice", a[x]);
-                        return -1;
+                        return rt_error(why, n, "option '%s' is listed twice", a[x]);
                     }
         }
     }

@@ -1,5 +1,6 @@
 /* data.c: token data and the deterministic random numbers (see data.h). */
 #include "data.h"
+#include "rt_error.h"
 
 #include <errno.h>
 #include <math.h>
@@ -58,8 +59,7 @@ int rt_data_load(rt_data *d, const char *path, char *err, size_t err_size)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, err_size, "%s: cannot open the data: %s", path, strerror(errno));
-        return -1;
+        return rt_error(err, err_size, "%s: cannot open the data: %s", path, strerror(errno));
     }
     int rc = -1;
     int32_t header[256];

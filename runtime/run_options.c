@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli_option.h"
+#include "rt_error.h"
 
 /* ---- the options that set more than one field (CLI_WHOLE: the parser gets
  * the whole run_options) or convert their value ---------------------------- */
@@ -17,8 +18,8 @@ static int parse_data(const cli_option *opt, const char *value, void *field, cha
 {
     run_options *o = field;
     if (o->n_data == (int)(sizeof o->data / sizeof o->data[0])) {
-        snprintf(why, n, "too many %s options (the limit is %d)", opt->name, (int)(sizeof o->data / sizeof o->data[0]));
-        return -1;
+        return rt_error(why, n, "too many %s options (the limit is %d)", opt->name,
+                        (int)(sizeof o->data / sizeof o->data[0]));
     }
     o->data[o->n_data++] = value;
     return 0;
@@ -47,8 +48,7 @@ static int parse_peer(const cli_option *opt, const char *value, void *field, cha
     if (!eq || eq == value || !eq[1] || len >= sizeof names[0])
         return cli_bad_value(opt, value, why, n);
     if (o->comm.n_overrides == RT_COMM_MAX_OVERRIDES) {
-        snprintf(why, n, "too many %s options (the limit is %d)", opt->name, RT_COMM_MAX_OVERRIDES);
-        return -1;
+        return rt_error(why, n, "too many %s options (the limit is %d)", opt->name, RT_COMM_MAX_OVERRIDES);
     }
     memcpy(names[o->comm.n_overrides], value, len);
     names[o->comm.n_overrides][len] = '\0';

@@ -16,6 +16,7 @@
 #include "quant.h"
 #include "quant_allreduce.h"
 #include "topk.h"
+#include "../rt_error.h"
 
 static int packed_reserve(rt_comm *c, size_t bytes, rt_context *ctx);
 
@@ -55,8 +56,7 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
     if (!specs || !c->link_bandwidth || !c->mark_bytes || !c->mark_busy || !c->logged_bytes || !c->logged_busy) {
         free(specs);
         rt_comm_close(c);
-        snprintf(err, n, "out of memory opening %d links", m->n_links);
-        return -1;
+        return rt_error(err, n, "out of memory opening %d links", m->n_links);
     }
     int32_t port_base = o && o->port_base > 0 ? o->port_base : m->port_base;
     for (int32_t i = 0; i < m->n_links; i++) {
@@ -67,8 +67,7 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
         if (other < 0 || other >= m->n_peers) {
             free(specs);
             rt_comm_close(c);
-            snprintf(err, n, "link %d names device %d of %d: a damaged program", i, other, m->n_peers);
-            return -1;
+            return rt_error(err, n, "link %d names device %d of %d: a damaged program", i, other, m->n_peers);
         }
         c->link_bandwidth[other] = l->bandwidth;
         fu_hub_link_spec *s = &specs[count++];

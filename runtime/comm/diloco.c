@@ -9,6 +9,7 @@
 #include "../../ir/ir.h"
 #include "hub.h"
 #include "quant.h"
+#include "../rt_error.h"
 
 /* micro_batch tags of the outer messages: no pipeline message uses them
  * (those are >= 0, the replica ring's -2 - k). */
@@ -38,9 +39,8 @@ int rt_diloco_init(rt_diloco *d, const rt_manifest *m, const rt_diloco_param *ta
     d->n_replicas = m->n_replicas;
     d->self = m->device_index;
     if (d->info.local_steps < 1 || d->info.n_sites < 2 || d->info.n_sites > RT_MAX_SITES) {
-        snprintf(err, n, "diloco: %d inner steps over %d sites in the manifest", d->info.local_steps,
-                 d->info.n_sites);
-        return -1;
+        return rt_error(err, n, "diloco: %d inner steps over %d sites in the manifest", d->info.local_steps,
+                        d->info.n_sites);
     }
     d->params = calloc((size_t)d->info.n_params + 1, sizeof *d->params);
     if (!d->params)
@@ -55,9 +55,8 @@ int rt_diloco_init(rt_diloco *d, const rt_manifest *m, const rt_diloco_param *ta
             if (tensors[k].role == ROLE_PARAM && strcmp(tensors[k].name, table[i].name) == 0)
                 ti = &tensors[k];
         if (!ti) {
-            snprintf(err, n, "diloco: this device's stage updates parameter '%.60s', which it does not hold",
-                     table[i].name);
-            return -1;
+            return rt_error(err, n, "diloco: this device's stage updates parameter '%.60s', which it does not hold",
+                            table[i].name);
         }
         rt_outer_param *q = &d->params[d->n++];
         q->index = i;
@@ -91,8 +90,7 @@ int rt_diloco_init(rt_diloco *d, const rt_manifest *m, const rt_diloco_param *ta
         goto oom;
     return 0;
 oom:
-    snprintf(err, n, "diloco: out of memory for the outer optimizer's state");
-    return -1;
+    return rt_error(err, n, "diloco: out of memory for the outer optimizer's state");
 }
 
 void rt_diloco_free(rt_diloco *d)

@@ -11,6 +11,7 @@
 #include "../../ir/op_kinds.h"
 #include "../trace.h"
 #include "comm.h"
+#include "../rt_error.h"
 
 typedef struct {
     int64_t offset, floats;     /* the gradient in the arena: the allreduce's input */
@@ -116,8 +117,7 @@ static int find_entries(rt_overlap *o, const rt_tensor_info *tensors, int32_t n_
     o->entries = malloc(((size_t)n_tensors + 1) * sizeof *o->entries);
     if (!acc_of || !o->entries) {
         free(acc_of);
-        snprintf(err, n, "out of memory for the gradient buckets");
-        return -1;
+        return rt_error(err, n, "out of memory for the gradient buckets");
     }
     for (int32_t i = 0; i < n_tensors; i++) {
         acc_of[i] = acc;
@@ -134,9 +134,8 @@ static int find_entries(rt_overlap *o, const rt_tensor_info *tensors, int32_t n_
                 continue;
             if (t->offset != m->offset || rt_tensor_numel(t) != m->floats || o->n_entries == n_tensors) {
                 free(acc_of);
-                snprintf(err, n, "gradient '%s' only partly overlaps an all-reduce's input: the buckets cannot "
-                         "finalise it", tensors[i].name);
-                return -1;
+                return rt_error(err, n, "gradient '%s' only partly overlaps an all-reduce's input: the buckets cannot "
+                                "finalise it", tensors[i].name);
             }
             o->entries[o->n_entries++] = (ov_entry){ i, acc_of[i] };
         }
@@ -171,8 +170,7 @@ int rt_overlap_open(rt_overlap **out, rt_comm *c, const rt_op *ops, int32_t n_op
             free(o->buckets);
         }
         free(o);
-        snprintf(err, n, "out of memory for the gradient buckets");
-        return -1;
+        return rt_error(err, n, "out of memory for the gradient buckets");
     }
     o->comm = c, o->arena = arena, o->grad_sum = grad_sum, o->ops = ops, o->enabled = enabled;
     o->inv_m = 1.0f / (float)micro_batches;

@@ -1,5 +1,6 @@
 /* quant.c: the row-quantisation codec (quant.h says what and the format). */
 #include "comm/quant.h"
+#include "../rt_error.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -139,26 +140,22 @@ int quant_decode(const void *buf, size_t len, float *y, int64_t n, char *err, si
     uint32_t magic, bits;
     int64_t rows, cols;
     if (len < QUANT_HEADER_BYTES) {
-        snprintf(err, err_size, "quant: %zu bytes, shorter than the %d-byte header", len, QUANT_HEADER_BYTES);
-        return -1;
+        return rt_error(err, err_size, "quant: %zu bytes, shorter than the %d-byte header", len, QUANT_HEADER_BYTES);
     }
     memcpy(&magic, p, 4);
     memcpy(&bits, p + 4, 4);
     memcpy(&rows, p + 8, 8);
     memcpy(&cols, p + 16, 8);
     if (magic != QUANT_MAGIC) {
-        snprintf(err, err_size, "quant: bad magic 0x%08x (expected \"FUQZ\")", magic);
-        return -1;
+        return rt_error(err, err_size, "quant: bad magic 0x%08x (expected \"FUQZ\")", magic);
     }
     if (!valid(rows, cols, (int)bits) || rows * cols != n) {
-        snprintf(err, err_size, "quant: %lld x %lld at %u bits does not describe the %lld elements expected",
-                 (long long)rows, (long long)cols, bits, (long long)n);
-        return -1;
+        return rt_error(err, err_size, "quant: %lld x %lld at %u bits does not describe the %lld elements expected",
+                        (long long)rows, (long long)cols, bits, (long long)n);
     }
     if (len != quant_encoded_bytes(rows, cols, (int)bits)) {
-        snprintf(err, err_size, "quant: %zu bytes, expected %zu for %lld x %lld at %u bits", len,
-                 quant_encoded_bytes(rows, cols, (int)bits), (long long)rows, (long long)cols, bits);
-        return -1;
+        return rt_error(err, err_size, "quant: %zu bytes, expected %zu for %lld x %lld at %u bits", len,
+                        quant_encoded_bytes(rows, cols, (int)bits), (long long)rows, (long long)cols, bits);
     }
     const unsigned char *scales = p + QUANT_HEADER_BYTES, *values = scales + 4 * (size_t)rows;
     for (int64_t r = 0; r < rows; r++) {
@@ -180,8 +177,7 @@ int quant_decode(const void *buf, size_t len, float *y, int64_t n, char *err, si
         if (unused) {
             for (int64_t i = r * cols; i < (r + 1) * cols; i++)
                 if (((values[i / 2] >> (4 * (i & 1))) & 15) == 0) {
-                    snprintf(err, err_size, "quant: element %lld holds the unused 4-bit code 0", (long long)i);
-                    return -1;
+                    return rt_error(err, err_size, "quant: element %lld holds the unused 4-bit code 0", (long long)i);
                 }
         }
     }

@@ -9,6 +9,7 @@
 #include "allreduce_wire.h"
 #include "hub.h"
 #include "quant.h"
+#include "../rt_error.h"
 
 #define COLS ALLREDUCE_QUANT_COLS
 
@@ -20,9 +21,8 @@ int rt_quant_feedback_prepare(rt_quant_feedback *fb, int64_t n, int32_t R, int b
     if (fb->mine) {
         if (fb->n == n)
             return 0;
-        snprintf(err, err_size, "quantised all-reduce: the bucket held %lld floats, now %lld", (long long)fb->n,
-                 (long long)n);
-        return -1;
+        return rt_error(err, err_size, "quantised all-reduce: the bucket held %lld floats, now %lld", (long long)fb->n,
+                        (long long)n);
     }
     int64_t chunk = n / R + 1, padded = rows_of(chunk) * COLS;
     fb->n = n;
@@ -37,8 +37,7 @@ int rt_quant_feedback_prepare(rt_quant_feedback *fb, int64_t n, int32_t R, int b
     if (fb->mine && fb->owned && fb->sum && fb->pad && fb->dec && fb->wire)
         return 0;
     rt_quant_feedback_free(fb);
-    snprintf(err, err_size, "out of memory for a quantised all-reduce of %lld floats", (long long)n);
-    return -1;
+    return rt_error(err, err_size, "out of memory for a quantised all-reduce of %lld floats", (long long)n);
 }
 
 static void feedback_name(char *name, size_t size, int32_t tag, const char *part)
@@ -161,15 +160,14 @@ int rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t
     m.micro_batch = want.micro_batch = -3;
     int64_t bytes = encode_with_feedback(fb, fb->sum, fb->owned, len, bits, why, sizeof why);
     if (bytes < 0) {
-        snprintf(err, err_size, "quantised all-reduce of tensor %d: %.300s", tag, why);
-        return -1;
+        return rt_error(err, err_size, "quantised all-reduce of tensor %d: %.300s", tag, why);
     }
     m.length = (uint64_t)bytes;
     for (int32_t k = 1; k < R; k++) {
         int32_t q = (me + k) % R;
         if (fu_hub_send(hub, devices[q], &m, fb->wire, why, sizeof why) != 0) {
-            snprintf(err, err_size, "quantised all-reduce of tensor %d, to device %d: %.300s", tag, devices[q], why);
-            return -1;
+            return rt_error(err, err_size, "quantised all-reduce of tensor %d, to device %d: %.300s", tag, devices[q],
+                            why);
         }
     }
     memcpy(x + lo, fb->dec, (size_t)len * sizeof *x);

@@ -21,6 +21,7 @@
 
 #include "comm.h"
 #include "hub.h"
+#include "../rt_error.h"
 
 #define TREE_UP   (-1000000)   /* micro_batch of the messages to the root */
 #define TREE_DOWN (-1000001)   /* ... and of the whole table back down */
@@ -89,8 +90,7 @@ int rt_comm_allgather(rt_comm *c, int64_t step, int32_t tag, const void *mine, s
 {
     int32_t self = c->manifest->device_index, N = c->manifest->n_peers;
     if (self < 0 || self >= N) {
-        snprintf(err, n, "device index %d outside the program's %d devices", self, N);
-        return -1;
+        return rt_error(err, n, "device index %d outside the program's %d devices", self, N);
     }
     size_t table_bytes = (size_t)N + (size_t)N * rec_bytes;
     uint8_t *table = calloc(1, table_bytes), *in = malloc(table_bytes);

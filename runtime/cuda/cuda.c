@@ -21,6 +21,7 @@
 #include "../comm/comm.h"
 #include "cuda_gemm.h"
 #include "../../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../rt_error.h"
 
 typedef int cu_result;                /* CUresult: 0 = CUDA_SUCCESS            */
 typedef int cu_device;
@@ -121,8 +122,7 @@ static int fail_cu(rt_cuda *c, cu_result r, const char *what, char *why, size_t 
     const char *s = NULL;
     if (c->api.error_string)
         c->api.error_string(r, &s);
-    snprintf(why, len, "CUDA: %s failed: %s (error %d)", what, s ? s : "unknown error", r);
-    return -1;
+    return rt_error(why, len, "CUDA: %s failed: %s (error %d)", what, s ? s : "unknown error", r);
 }
 
 static void *sym(void *lib, const char *name, int *missing)
@@ -139,9 +139,9 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
     c->libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!c->libcuda) {
         const char *e = dlerror();
-        snprintf(why, len, "no CUDA driver found (%s); this program is for a CUDA device and needs the NVIDIA driver",
-                 e ? e : "libcuda.so.1 does not load");
-        return -1;
+        return rt_error(why, len,
+                        "no CUDA driver found (%s); this program is for a CUDA device and needs the NVIDIA driver",
+                        e ? e : "libcuda.so.1 does not load");
     }
     cuda_api *a = &c->api;
     int missing = 0;
@@ -172,8 +172,8 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
     a->host_unregister = sym(l, "cuMemHostUnregister", &missing);
     a->error_string = sym(l, "cuGetErrorString", &missing);
     if (missing) {
-        snprintf(why, len, "the CUDA driver (libcuda.so.1) is too old: it lacks entry points this program needs");
-        return -1;
+        return rt_error(why, len,
+                        "the CUDA driver (libcuda.so.1) is too old: it lacks entry points this program needs");
     }
     /* The bundle's own cuBLAS first (codegen/bundle_libs.h: lib/ beside
      * the program; its run path, $ORIGIN, finds libcublasLt there), then the
@@ -191,9 +191,9 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
     for (size_t i = 0; i < sizeof host_names / sizeof host_names[0] && !c->libcublas; i++)
         c->libcublas = dlopen(host_names[i], RTLD_NOW | RTLD_LOCAL);
     if (!c->libcublas) {
-        snprintf(why, len, "cuBLAS (libcublas.so) not found: neither in the bundle's lib/ nor on this host; install "
-                 "the CUDA toolkit's cuBLAS or set LD_LIBRARY_PATH");
-        return -1;
+        return rt_error(why, len,
+                        "cuBLAS (libcublas.so) not found: neither in the bundle's lib/ nor on this host; install "
+                        "the CUDA toolkit's cuBLAS or set LD_LIBRARY_PATH");
     }
     a->blas_create = sym(c->libcublas, "cublasCreate_v2", &missing);
     a->blas_destroy = sym(c->libcublas, "cublasDestroy_v2", &missing);
@@ -202,9 +202,9 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
     a->blas_gemm_ex = sym(c->libcublas, "cublasGemmStridedBatchedEx", &missing);
     a->blas_math_mode = sym(c->libcublas, "cublasSetMathMode", &missing);
     if (missing) {
-        snprintf(why, len, "cuBLAS lacks cublasSgemmStridedBatched, cublasGemmStridedBatchedEx or cublasSetMathMode "
-                 "(CUDA 11 or later is needed)");
-        return -1;
+        return rt_error(why, len,
+                        "cuBLAS lacks cublasSgemmStridedBatched, cublasGemmStridedBatchedEx or cublasSetMathMode "
+                        "(CUDA 11 or later is needed)");
     }
     return 0;
 }
@@ -219,8 +219,7 @@ static int load_module(rt_cuda *c, const rt_cuda_module_info *info, char *why, s
         return fail_cu(c, r, "loading the kernels (fat binary: sm_80 and sm_90 CUBIN, compute_80 PTX)", why, len);
     c->functions = calloc((size_t)info->n_kernels + 1, sizeof *c->functions);
     if (!c->functions) {
-        snprintf(why, len, "out of memory");
-        return -1;
+        return rt_error(why, len, "out of memory");
     }
     const char *name = (const char *)fusion_cuda_names_blob;
     for (int32_t k = 0; k < info->n_kernels; k++, name += strlen(name) + 1)
@@ -234,8 +233,7 @@ int rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t len)
     *out = NULL;
     rt_cuda *c = calloc(1, sizeof *c);
     if (!c) {
-        snprintf(why, len, "out of memory");
-        return -1;
+        return rt_error(why, len, "out of memory");
     }
     rt_cuda_module_info info;
     memcpy(&info, fusion_cuda_info_blob, sizeof info);
