@@ -165,6 +165,15 @@ static void label(const cli_option *o, const char *metavar, char *out, size_t n)
              metavar ? metavar : "");
 }
 
+int cli_usage_fail(const cli_usage *u, const char *who, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "%s: ", who);
+    fprintf(stderr, fmt, arg);
+    fputs("\n\n", stderr);
+    cli_usage_print(stderr, u);
+    return 2;
+}
+
 void cli_usage_print(FILE *f, const cli_usage *u)
 {
     if (u->head)

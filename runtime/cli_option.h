@@ -115,6 +115,9 @@ int  cli_take(const cli_usage *u, int argc, char **argv, int *i, void *opts, cha
 int  cli_is_help(const char *arg);
 /* u's head, its options (name, alias, metavar, help in a column) and tail. */
 void cli_usage_print(FILE *f, const cli_usage *u);
+/* "<who>: <fmt with arg>", a blank line and u's usage, on standard error;
+ * returns 2, the exit status of a command line refused. */
+int  cli_usage_fail(const cli_usage *u, const char *who, const char *fmt, const char *arg);
 /* Whether the table is sound: every name starts with '-', no two share a
  * name, a value's option has a parser and a flag none, and an option
  * described with the next one is followed by one.  0, or -1 with why. */

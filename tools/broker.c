@@ -78,11 +78,7 @@ const cli_usage broker_usage = {
 /* "fusionc broker: <fmt with arg>" and the usage on standard error; 2. */
 static int broker_usage_fail(const char *fmt, const char *arg)
 {
-    fputs("fusionc broker: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputs("\n\n", stderr);
-    cli_usage_print(stderr, &broker_usage);
-    return 2;
+    return cli_usage_fail(&broker_usage, "fusionc broker", fmt, arg);
 }
 
 /* The devices' --steps N (or --steps=N) among their arguments; 0 without. */

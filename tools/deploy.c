@@ -57,11 +57,7 @@ const cli_usage deploy_usage = {
 /* "fusionc deploy: <fmt with arg>" and the usage on standard error; 2. */
 static int usage_fail(const char *fmt, const char *arg)
 {
-    fputs("fusionc deploy: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputs("\n\n", stderr);
-    cli_usage_print(stderr, &deploy_usage);
-    return 2;
+    return cli_usage_fail(&deploy_usage, "fusionc deploy", fmt, arg);
 }
 
 int deploy_main(int argc, char **argv)

@@ -281,11 +281,7 @@ const cli_usage report_usage = {
 /* "fusionc report: <fmt with arg>" and the usage on standard error; 2. */
 static int usage_fail(const char *fmt, const char *arg)
 {
-    fputs("fusionc report: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputs("\n\n", stderr);
-    cli_usage_print(stderr, &report_usage);
-    return 2;
+    return cli_usage_fail(&report_usage, "fusionc report", fmt, arg);
 }
 
 int report_main(int argc, char **argv)
