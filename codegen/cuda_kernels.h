@@ -73,8 +73,10 @@ void cuda_plan_free(cuda_plan *p);
 /* Append op's steps (and new kernels).  0, or -1 with err set naming the op. */
 int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err);
 
-/* Has op kind `op` a row in the lowering table (cuda_lowering.c)? */
+/* Has op kind `op` a row in the lowering table (cuda_lowering.c)?  Does
+ * its row say its kernels may fuse with the launch before? */
 int cuda_op_has_lowering(int32_t op);
+int cuda_op_fusable(int32_t op);
 
 /* The text every module starts with (also what the harness compiles). */
 const char *cuda_kernels_prelude(void);

@@ -1,7 +1,7 @@
 /* cuda_lowering.c: the CUDA back end as a table indexed by op: each op's
  * lowering (its kernels and steps: cuda_kernels*.c, cuda_pointwise.c), and
- * cuda_plan_add_op, which looks it up.  Which kernels may fuse is the
- * kernels' own business (elementwise_of): the pointwise ops' are fusable.
+ * cuda_plan_add_op, which looks it up, and whether the op's kernels may
+ * fuse with the launch before (the pointwise ops').
  * tests/unit/test_op_tables.c checks that no op lacks a row. */
 #include "cuda_kernels_internal.h"
 
@@ -9,11 +9,12 @@
 
 typedef struct {
     int (*lower)(cuda_plan *p, const rt_op *op);
+    int fusable;   /* 1: its kernels touch element i only and may join the launch before (cuda_elementwise.c) */
 } cuda_lowering;
 
 #define POINTWISE_ROWS(ENUM, nm, arity, f0, f1, has, ...)                                                      \
-    [OP_##ENUM] = { lower_pointwise },                                                                          \
-    FU_IF_BACKWARD_##has([OP_##ENUM##_BACKWARD] = { lower_pointwise_backward },)
+    [OP_##ENUM] = { lower_pointwise, 1 },                                                                       \
+    FU_IF_BACKWARD_##has([OP_##ENUM##_BACKWARD] = { lower_pointwise_backward, 1 },)
 
 static const cuda_lowering cuda_lowerings[] = {
     [OP_EMBEDDING]               = { lower_embedding },
@@ -71,6 +72,8 @@ static const cuda_lowering cuda_lowerings[] = {
 _Static_assert(sizeof cuda_lowerings / sizeof cuda_lowerings[0] == OP_COUNT, "one CUDA row per op");
 
 int cuda_op_has_lowering(int32_t op) { return op >= 0 && op < OP_COUNT && cuda_lowerings[op].lower != NULL; }
+
+int cuda_op_fusable(int32_t op) { return op >= 0 && op < OP_COUNT && cuda_lowerings[op].fusable; }
 
 int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err)
 {

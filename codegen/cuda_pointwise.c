@@ -6,7 +6,8 @@
  *     float x = ..., dy = LD(pdy[i]);       ST(g0[i], <gradient of x>); ST(g1[i], ...);
  *
  * and the helpers the formulas call are in the module's prelude
- * (cuda_plan.c).  The kernels are fusable: they touch element i only. */
+ * (cuda_plan.c).  Their rows of the lowering table say they are fusable:
+ * they touch element i only. */
 #include "cuda_kernels_internal.h"
 
 #include <ctype.h>
@@ -53,7 +54,7 @@ int lower_pointwise(cuda_plan *p, const rt_op *op)   /* (x[, z]) -> y, all (n) *
     if (body.oom)
         return free(body.text), -1;
     const rt_cuda_arg args[3] = { out_arg(op, 0), in_arg(op, 0), two ? in_arg(op, 1) : arg_none() };
-    int rc = elementwise_of(p, d->name, 1, rt_tensor_numel(&op->out[0]), two ? "y! px pz" : "y! px", body.text,
+    int rc = elementwise_of(p, d->name, cuda_op_fusable(op->op), rt_tensor_numel(&op->out[0]), two ? "y! px pz" : "y! px", body.text,
                             args, two ? 3 : 2);
     free(body.text);
     return rc;
@@ -88,7 +89,7 @@ int lower_pointwise_backward(cuda_plan *p, const rt_op *op)   /* (x[, z], dy) ->
     load_inputs(&body, wanted, n_wanted, two, 1);
     kb_printf(&body, "%s", stores.text ? stores.text : "");
     int rc = body.oom || stores.oom ? -1
-                                    : elementwise_of(p, d->name, 1, rt_tensor_numel(&op->in[0]), names, body.text,
+                                    : elementwise_of(p, d->name, cuda_op_fusable(op->op), rt_tensor_numel(&op->in[0]), names, body.text,
                                                      args, n_args);
     free(stores.text);
     free(body.text);
