@@ -21,7 +21,7 @@ static int run_kernel(const rt_op *op, char *arena, rt_context *ctx)
     return k->run(op, arena, ctx);
 }
 
-/* run_kernel on f32 copies of op's 16-bit tensors (see above). */
+/* run_kernel on f32 copies of op's 16-bit tensors, in its scratch (the layout: op_layout.c). */
 static int run_kernel_widened(const rt_op *op, char *arena, rt_context *ctx)
 {
     rt_op wide = *op;

@@ -1,4 +1,4 @@
-/* op_layout.c: an rt_op's sizes and the layout of its scratch (exec.h:
+/* op_layout.c: the layout of an rt_op's scratch (exec.h:
  * rt_op_workspace_floats), the same for the CPU executor (exec.c), the
  * CUDA back end and the memory pass, which sizes every op's scratch here
  * from the CPU back end's rows (cpu/op_table.h). */
