@@ -41,39 +41,38 @@ static double now(void)
 
 typedef struct {
     int M, K, N;
-    float *a, *b, *c, *aw, *bw;    /* fp32 operands, result, widened copies */
-    uint16_t *ah, *bh, *ch;         /* bf16 operands and result              */
+    float *a, *b, *c, *aw, *bw; /* fp32 operands, result, widened copies */
+    uint16_t *ah, *bh, *ch;     /* bf16 operands and result              */
 } problem;
 
 /* y (M,N) = x (M,K) · w (N,K)ᵀ, as linear_forward multiplies. */
 static void run_sgemm(problem *p)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->M, p->N, p->K, 1.0f, p->a, p->K, p->b, p->K, 0.0f,
-                p->c, p->N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->M, p->N, p->K, 1.0f, p->a, p->K, p->b, p->K, 0.0f, p->c,
+                p->N);
 }
 
 static void run_widened(problem *p)
 {
     half_to_f32(p->aw, p->ah, (int64_t)p->M * p->K, HALF_DT_BF16);
     half_to_f32(p->bw, p->bh, (int64_t)p->N * p->K, HALF_DT_BF16);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->M, p->N, p->K, 1.0f, p->aw, p->K, p->bw, p->K, 0.0f,
-                p->c, p->N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->M, p->N, p->K, 1.0f, p->aw, p->K, p->bw, p->K, 0.0f, p->c,
+                p->N);
     half_from_f32(p->ch, p->c, (int64_t)p->M * p->N, HALF_DT_BF16);
 }
 
 static void run_fusion(problem *p)
 {
     half_to_f32(p->aw, p->ah, (int64_t)p->M * p->K, HALF_DT_BF16);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->M, p->N, p->K, 1.0f, p->aw, p->K, p->b, p->K, 0.0f,
-                p->c, p->N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->M, p->N, p->K, 1.0f, p->aw, p->K, p->b, p->K, 0.0f, p->c,
+                p->N);
     half_from_f32(p->ch, p->c, (int64_t)p->M * p->N, HALF_DT_BF16);
 }
 
 static sbgemm_fn sbgemm;
 static void run_sbgemm(problem *p)
 {
-    sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->M, p->N, p->K, 1.0f, p->ah, p->K, p->bh, p->K, 0.0f, p->c,
-           p->N);
+    sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->M, p->N, p->K, 1.0f, p->ah, p->K, p->bh, p->K, 0.0f, p->c, p->N);
 }
 
 /* The median of 7 timed runs after 2 warm-ups, in seconds. */

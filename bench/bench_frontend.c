@@ -88,8 +88,7 @@ int main(int argc, char **argv)
         long rss = peak_rss_kib(path, layer_counts[i]);
         char what[64];
         snprintf(what, sizeof what, "frontend+shapes gpt2-xl-width layers=%d", layer_counts[i]);
-        printf("%-44s %12.2f %-6s %-26s %.4f\n", what, median[i] * 1e3, "ms", "1000 ms budget (XL)",
-               median[i] / 1.0);
+        printf("%-44s %12.2f %-6s %-26s %.4f\n", what, median[i] * 1e3, "ms", "1000 ms budget (XL)", median[i] / 1.0);
         snprintf(what, sizeof what, "  ops layers=%d", layer_counts[i]);
         printf("%-44s %12d %-6s %-26s %s\n", what, nodes, "ops", "-", "-");
         snprintf(what, sizeof what, "  graph heap layers=%d", layer_counts[i]);
@@ -97,10 +96,10 @@ int main(int argc, char **argv)
         snprintf(what, sizeof what, "  peak RSS layers=%d", layer_counts[i]);
         printf("%-44s %12.2f %-6s %-26s %s\n", what, (double)rss / 1024.0, "MiB", "-", "-");
     }
-    printf("%-44s %12.2f %-6s %-26s %.3f\n", "time growth 96/12 layers", median[3] / median[0], "x",
-           "8x (linear)", median[3] / median[0] / 8.0);
-    printf("%-44s %12.2f %-6s %-26s %.3f\n", "graph heap growth 96/12 layers", (double)kept[3] / (double)kept[0],
-           "x", "8x (linear)", (double)kept[3] / (double)kept[0] / 8.0);
+    printf("%-44s %12.2f %-6s %-26s %.3f\n", "time growth 96/12 layers", median[3] / median[0], "x", "8x (linear)",
+           median[3] / median[0] / 8.0);
+    printf("%-44s %12.2f %-6s %-26s %.3f\n", "graph heap growth 96/12 layers", (double)kept[3] / (double)kept[0], "x",
+           "8x (linear)", (double)kept[3] / (double)kept[0] / 8.0);
     double whole[4];
     for (int i = 0; i < 4; i++) {
         double t[5];
@@ -113,5 +112,5 @@ int main(int argc, char **argv)
         snprintf(what, sizeof what, "whole pipeline layers=%d (%d ops)", layer_counts[i], nodes);
         printf("%-44s %12.2f %-6s %-26s %.4f\n", what, whole[i] * 1e3, "ms", "1000 ms budget (XL)", whole[i]);
     }
-    return median[2] <= 1.0 ? 0 : 1;   /* GPT-2 XL (48 layers) within its budget */
+    return median[2] <= 1.0 ? 0 : 1; /* GPT-2 XL (48 layers) within its budget */
 }

@@ -38,28 +38,36 @@
 
 #define REPS 9
 
-static double now_s(void) {
+static double now_s(void)
+{
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b) {
+static int cmp_double(const void *a, const void *b)
+{
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_double); return v[n / 2]; }
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
 
-static int free_port(int start) {
+static int free_port(int start)
+{
     for (int port = start; port < start + 500; port++) {
         int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
         setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         int ok = bind(s, (struct sockaddr *)&a, sizeof a) == 0;
         close(s);
-        if (ok) return port;
+        if (ok)
+            return port;
     }
     return -1;
 }
@@ -71,48 +79,68 @@ static const uint8_t bench_secret[FU_SECRET_BYTES] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 static const fu_link_auth sender_auth = { bench_secret, "sender", 42, 1 };
 static const fu_link_auth receiver_auth = { bench_secret, "receiver", 42, 1 };
 
-static int fu_receiver(const char *url, float *buf, size_t bytes, int sealed) {
+static int fu_receiver(const char *url, float *buf, size_t bytes, int sealed)
+{
     char err[256];
     fu_link *l = fu_link_open_sealed(url, 1, "sender", 10000, -1, sealed ? &receiver_auth : NULL, err, sizeof err);
-    if (!l) { fprintf(stderr, "receiver: %s\n", err); return 1; }
+    if (!l) {
+        fprintf(stderr, "receiver: %s\n", err);
+        return 1;
+    }
     for (int r = 0; r < REPS + 1; r++) {
         fu_msg_info m;
-        if (fu_link_recv(l, &m, buf, bytes, err, sizeof err) != 0) { fprintf(stderr, "receiver: %s\n", err); return 1; }
+        if (fu_link_recv(l, &m, buf, bytes, err, sizeof err) != 0) {
+            fprintf(stderr, "receiver: %s\n", err);
+            return 1;
+        }
     }
     fu_link_close(l);
     return 0;
 }
 
 /* One acked transfer; seconds, or -1. */
-static double fu_transfer(fu_link *l, int r, const float *buf, size_t bytes) {
+static double fu_transfer(fu_link *l, int r, const float *buf, size_t bytes)
+{
     char err[256];
-    fu_msg_info m = {.kind = MSG_ACTIVATION, .step = r, .tensor = 1, .codec = FU_CODEC_RAW_F32, .length = bytes};
+    fu_msg_info m = { .kind = MSG_ACTIVATION, .step = r, .tensor = 1, .codec = FU_CODEC_RAW_F32, .length = bytes };
     double t0 = now_s();
-    if (fu_link_send(l, &m, buf, err, sizeof err) != 0) { fprintf(stderr, "sender: %s\n", err); return -1; }
+    if (fu_link_send(l, &m, buf, err, sizeof err) != 0) {
+        fprintf(stderr, "sender: %s\n", err);
+        return -1;
+    }
     return now_s() - t0;
 }
 
 /* ---- bare nanomsg ------------------------------------------------------ */
 
-static int nn_open(const char *url, int bind) {
+static int nn_open(const char *url, int bind)
+{
     int s = nn_socket(AF_SP, NN_PAIR), unlimited = -1, buf = 4 << 20, tmo = 10000;
     nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &unlimited, sizeof unlimited);
     nn_setsockopt(s, NN_SOL_SOCKET, NN_SNDBUF, &buf, sizeof buf);
     nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVBUF, &buf, sizeof buf);
     nn_setsockopt(s, NN_SOL_SOCKET, NN_SNDTIMEO, &tmo, sizeof tmo);
     nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
-    if ((bind ? nn_bind(s, url) : nn_connect(s, url)) < 0) { fprintf(stderr, "%s: %s\n", url, nn_strerror(nn_errno())); return -1; }
+    if ((bind ? nn_bind(s, url) : nn_connect(s, url)) < 0) {
+        fprintf(stderr, "%s: %s\n", url, nn_strerror(nn_errno()));
+        return -1;
+    }
     return s;
 }
 
-static int nn_receiver(const char *url, float *buf, size_t bytes) {
+static int nn_receiver(const char *url, float *buf, size_t bytes)
+{
     int s = nn_open(url, 1);
-    if (s < 0) return 1;
+    if (s < 0)
+        return 1;
     for (int r = 0; r < REPS + 1; r++) {
         void *m;
         int n = nn_recv(s, &m, NN_MSG, 0);
-        if (n < 0) { fprintf(stderr, "nn receiver: %s\n", nn_strerror(nn_errno())); return 1; }
-        memcpy(buf, m, (size_t)n < bytes ? (size_t)n : bytes);   /* same one copy as fu_link */
+        if (n < 0) {
+            fprintf(stderr, "nn receiver: %s\n", nn_strerror(nn_errno()));
+            return 1;
+        }
+        memcpy(buf, m, (size_t)n < bytes ? (size_t)n : bytes); /* same one copy as fu_link */
         nn_freemsg(m);
         char ack = 1;
         nn_send(s, &ack, 1, 0);
@@ -121,7 +149,8 @@ static int nn_receiver(const char *url, float *buf, size_t bytes) {
     return 0;
 }
 
-static double nn_transfer(int s, const float *buf, size_t bytes) {
+static double nn_transfer(int s, const float *buf, size_t bytes)
+{
     double t0 = now_s();
     void *m = nn_allocmsg(bytes, 0);
     memcpy(m, buf, bytes);
@@ -135,53 +164,71 @@ static double nn_transfer(int s, const float *buf, size_t bytes) {
 
 /* ---- raw TCP ----------------------------------------------------------- */
 
-static int full(ssize_t (*io)(int, void *, size_t, int), int fd, void *p, size_t n) {
+static int full(ssize_t (*io)(int, void *, size_t, int), int fd, void *p, size_t n)
+{
     for (size_t done = 0; done < n;) {
         ssize_t k = io(fd, (char *)p + done, n - done, 0);
-        if (k <= 0) return -1;
+        if (k <= 0)
+            return -1;
         done += (size_t)k;
     }
     return 0;
 }
 static ssize_t send_nc(int fd, void *p, size_t n, int f) { return send(fd, p, n, f | MSG_NOSIGNAL); }
 
-static int tcp_receiver(int port, float *buf, size_t bytes) {
+static int tcp_receiver(int port, float *buf, size_t bytes)
+{
     int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 1) != 0) { perror("tcp receiver"); return 1; }
+    if (bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 1) != 0) {
+        perror("tcp receiver");
+        return 1;
+    }
     int s = accept(ls, NULL, NULL);
     for (int r = 0; r < REPS + 1; r++) {
         char ack = 1;
-        if (full(recv, s, buf, bytes) != 0 || full(send_nc, s, &ack, 1) != 0) { perror("tcp receiver"); return 1; }
+        if (full(recv, s, buf, bytes) != 0 || full(send_nc, s, &ack, 1) != 0) {
+            perror("tcp receiver");
+            return 1;
+        }
     }
     close(s);
     close(ls);
     return 0;
 }
 
-static int tcp_connect(int port) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+static int tcp_connect(int port)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     int s = -1;
-    for (int tries = 0; tries < 200; tries++) {   /* until the receiver listens */
+    for (int tries = 0; tries < 200; tries++) { /* until the receiver listens */
         s = socket(AF_INET, SOCK_STREAM, 0);
-        if (connect(s, (struct sockaddr *)&a, sizeof a) == 0) break;
+        if (connect(s, (struct sockaddr *)&a, sizeof a) == 0)
+            break;
         close(s);
         s = -1;
         usleep(10000);
     }
-    if (s < 0) { perror("tcp sender"); return -1; }
+    if (s < 0) {
+        perror("tcp sender");
+        return -1;
+    }
     int one = 1;
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return s;
 }
 
-static double tcp_transfer(int s, const float *buf, size_t bytes) {
+static double tcp_transfer(int s, const float *buf, size_t bytes)
+{
     char ack;
     double t0 = now_s();
-    if (full(send_nc, s, (void *)buf, bytes) != 0 || full(recv, s, &ack, 1) != 0) { perror("tcp sender"); return -1; }
+    if (full(send_nc, s, (void *)buf, bytes) != 0 || full(recv, s, &ack, 1) != 0) {
+        perror("tcp sender");
+        return -1;
+    }
     return now_s() - t0;
 }
 
@@ -190,12 +237,15 @@ static double tcp_transfer(int s, const float *buf, size_t bytes) {
 enum { FU, NN, TCP, SEAL, WAYS };
 
 /* Forks the receiver, runs the sender here; median seconds, or -1. */
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     size_t mib = argc > 1 ? (size_t)atoi(argv[1]) : 64;
     size_t bytes = mib << 20;
     float *tx = malloc(bytes), *rx = malloc(bytes);
-    if (!tx || !rx) return 1;
-    for (size_t i = 0; i < bytes / sizeof(float); i++) tx[i] = (float)(i % 1000) * 0.001f;
+    if (!tx || !rx)
+        return 1;
+    for (size_t i = 0; i < bytes / sizeof(float); i++)
+        tx[i] = (float)(i % 1000) * 0.001f;
     memset(rx, 0, bytes);
     /* The three receivers are forked before this process touches nanomsg
      * (no child inherits its threads); then every rep moves the tensor once
@@ -220,20 +270,24 @@ int main(int argc, char **argv) {
     char err[256];
     int tcp_sock = tcp_connect(tcp_port), nn_sock = nn_open(nn_url, 0);
     fu_link *l = fu_link_connect(fu_url, "receiver", 10000, err, sizeof err);
-    if (!l) fprintf(stderr, "sender: %s\n", err);
+    if (!l)
+        fprintf(stderr, "sender: %s\n", err);
     fu_link *sl = fu_link_open_sealed(seal_url, 0, "receiver", 10000, -1, &sender_auth, err, sizeof err);
-    if (!sl) fprintf(stderr, "sealed sender: %s\n", err);
+    if (!sl)
+        fprintf(stderr, "sealed sender: %s\n", err);
     double t[WAYS][REPS + 1];
     int ok = tcp_sock >= 0 && nn_sock >= 0 && l && sl;
-    for (int r = 0; ok && r < REPS + 1; r++) {   /* rep 0 warms up */
+    for (int r = 0; ok && r < REPS + 1; r++) { /* rep 0 warms up */
         t[TCP][r] = tcp_transfer(tcp_sock, tx, bytes);
         t[FU][r] = fu_transfer(l, r, tx, bytes);
         t[SEAL][r] = fu_transfer(sl, r, tx, bytes);
         t[NN][r] = nn_transfer(nn_sock, tx, bytes);
         ok = t[TCP][r] > 0 && t[FU][r] > 0 && t[NN][r] > 0 && t[SEAL][r] > 0;
     }
-    if (tcp_sock >= 0) close(tcp_sock);
-    if (nn_sock >= 0) nn_close(nn_sock);
+    if (tcp_sock >= 0)
+        close(tcp_sock);
+    if (nn_sock >= 0)
+        nn_close(nn_sock);
     fu_link_close(l);
     fu_link_close(sl);
     for (int which = 0; which < WAYS; which++) {
@@ -241,10 +295,14 @@ int main(int argc, char **argv) {
         waitpid(pids[which], &status, 0);
         ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
-    if (!ok) { fprintf(stderr, "bench_transport: a transfer failed\n"); return 1; }
+    if (!ok) {
+        fprintf(stderr, "bench_transport: a transfer failed\n");
+        return 1;
+    }
     double tcp = median(t[TCP] + 1, REPS), fu = median(t[FU] + 1, REPS), nn = median(t[NN] + 1, REPS);
     double sealed = median(t[SEAL] + 1, REPS);
-    double gb_tcp = bytes / tcp / 1e9, gb_fu = bytes / fu / 1e9, gb_nn = bytes / nn / 1e9, gb_seal = bytes / sealed / 1e9;
+    double gb_tcp = bytes / tcp / 1e9, gb_fu = bytes / fu / 1e9, gb_nn = bytes / nn / 1e9,
+           gb_seal = bytes / sealed / 1e9;
     char what[80];
     printf("%-44s %12s %-6s %-26s %s\n", "what", "value", "unit", "anchor", "ratio");
     snprintf(what, sizeof what, "raw tcp loopback %zu MiB, acked", mib);

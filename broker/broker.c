@@ -27,7 +27,7 @@
 #include "broker_remote.h"
 #include "broker_start.h"
 #include "broker_state.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 /* ---- what the devices say ------------------------------------------------------ */
 
@@ -42,11 +42,11 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
     }
     member *m = broker_find_member(b, device);
     if (strcmp(verb, "standby") == 0) {
-        int spare = -1;   /* the cluster file's standby of that name */
+        int spare = -1; /* the cluster file's standby of that name */
         for (int s = 0; s < b->c.n_standbys; s++)
             if (strcmp(b->c.standbys[s].name, device) == 0)
                 spare = s;
-        if (!m && spare >= 0 && b->n < MAX_MEMBERS) {   /* it registered itself, mid-run */
+        if (!m && spare >= 0 && b->n < MAX_MEMBERS) { /* it registered itself, mid-run */
             m = &b->mem[b->n++];
             memset(m, 0, sizeof *m);
             snprintf(m->m.device, sizeof m->m.device, "%s", device);
@@ -56,8 +56,8 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
             snprintf(m->m.host, sizeof m->m.host, "%s", b->c.hosts[b->c.standbys[spare].host].name);
             m->joining = 1;
             broker_save_member(b, m);
-            broker_say(b, "joined", device, "%s registered mid-run: a plan with it is weighed at the next complete checkpoint",
-                device);
+            broker_say(b, "joined", device,
+                       "%s registered mid-run: a plan with it is weighed at the next complete checkpoint", device);
         }
         if (m && strcmp(m->m.role, "standby") == 0)
             m->heard = broker_now();
@@ -65,8 +65,10 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
         return;
     }
     if (epoch != b->epoch || !m || strcmp(m->m.role, "device") != 0 || m->lost) {
-        snprintf(reply, n, "refused: %s is of epoch %lld and the run is at epoch %lld: it was declared lost (or its "
-                 "run started again without it); nothing it sends counts", device, epoch, (long long)b->epoch);
+        snprintf(reply, n,
+                 "refused: %s is of epoch %lld and the run is at epoch %lld: it was declared lost (or its "
+                 "run started again without it); nothing it sends counts",
+                 device, epoch, (long long)b->epoch);
         return;
     }
     m->heard = broker_now();
@@ -79,8 +81,10 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
             printf("step %5lld/%lld  loss %.6f\n", step, (long long)b->steps, loss);
             if (b->recovering) {
                 b->recovering = 0;
-                broker_say(b, "resumed", device, "first step after the recovery: step %lld, %.1f s after the lost device "
-                    "was last heard from", step, broker_now() - b->lost_heard);
+                broker_say(b, "resumed", device,
+                           "first step after the recovery: step %lld, %.1f s after the lost device "
+                           "was last heard from",
+                           step, broker_now() - b->lost_heard);
             }
             fflush(stdout);
         }
@@ -98,7 +102,7 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
         int status = atoi(rest);
         snprintf(m->m.status, sizeof m->m.status, status == 0 ? "done" : "failed");
         broker_save_member(b, m);
-    } else if (strcmp(verb, "hello") == 0 && !b->remote) {   /* (on a host: the pid is its ssh's, here) */
+    } else if (strcmp(verb, "hello") == 0 && !b->remote) { /* (on a host: the pid is its ssh's, here) */
         m->m.pid = atoll(rest);
         broker_save_member(b, m);
     }
@@ -119,7 +123,7 @@ static int fresh(broker *b, const char *text, uint64_t stamp)
         k++;
     if (k == b->n_stamps) {
         if (k == (int)(sizeof b->stamps / sizeof b->stamps[0]))
-            k = 0;   /* full: the oldest entry's place (the freshness window still holds) */
+            k = 0; /* full: the oldest entry's place (the freshness window still holds) */
         else
             b->n_stamps++;
         snprintf(b->stamps[k].device, sizeof b->stamps[k].device, "%s", who);
@@ -153,8 +157,10 @@ static void serve(broker *b, int wait_ms)
             /* Said for the first ten, then every hundredth: a stranger's
              * flood must not fill the log. */
             if (++b->dropped <= 10 || b->dropped % 100 == 0)
-                broker_say(b, "dropped", NULL, "dropped a request that %s (%lld so far): not of this run, altered or "
-                    "replayed", opens ? "is stale or replayed" : "does not open", (long long)b->dropped);
+                broker_say(b, "dropped", NULL,
+                           "dropped a request that %s (%lld so far): not of this run, altered or "
+                           "replayed",
+                           opens ? "is stale or replayed" : "does not open", (long long)b->dropped);
             continue;
         }
         answer(b, text + at, reply, sizeof reply);
@@ -212,7 +218,7 @@ static void watch(broker *b)
             if (m->m.pid != pid || m->ended)
                 continue;
             m->ended = 1;
-            if (b->switching && strcmp(m->m.role, "device") == 0) {   /* stopped for the new plan */
+            if (b->switching && strcmp(m->m.role, "device") == 0) { /* stopped for the new plan */
                 snprintf(m->m.status, sizeof m->m.status, "stopped");
             } else if (strcmp(m->m.role, "standby") == 0) {
                 if (strcmp(m->m.status, "standby") == 0)
@@ -224,7 +230,8 @@ static void watch(broker *b)
                 snprintf(m->m.status, sizeof m->m.status, "done");
             } else if (b->remote && WEXITSTATUS(status) == 255) {
                 m->lost = 1;
-                snprintf(m->why, sizeof m->why, "its ssh connection ended (255): the program was killed, or its host "
+                snprintf(m->why, sizeof m->why,
+                         "its ssh connection ended (255): the program was killed, or its host "
                          "or the link to it is gone");
             } else {
                 snprintf(m->m.status, sizeof m->m.status, "failed");
@@ -242,12 +249,12 @@ static void watch(broker *b)
         member *m = &b->mem[i];
         if (strcmp(m->m.role, "device") != 0 || m->ended || m->lost || b->switching)
             continue;
-        if (!m->child && m->m.pid > 0 && kill((pid_t)m->m.pid, 0) != 0) {   /* taken over: gone */
+        if (!m->child && m->m.pid > 0 && kill((pid_t)m->m.pid, 0) != 0) { /* taken over: gone */
             m->ended = 1;
-            if (strcmp(m->m.status, "done") != 0 && broker_wrote_last_part(b, m)) {   /* finished while no broker heard */
+            if (strcmp(m->m.status, "done") != 0 && broker_wrote_last_part(b, m)) { /* finished while no broker heard */
                 snprintf(m->m.status, sizeof m->m.status, "done");
                 broker_save_member(b, m);
-            } else if (strcmp(m->m.status, "done") != 0 && blame_from_log(b, m) > 0) {   /* a peer's loss stopped it */
+            } else if (strcmp(m->m.status, "done") != 0 && blame_from_log(b, m) > 0) { /* a peer's loss stopped it */
                 snprintf(m->m.status, sizeof m->m.status, "failed");
                 snprintf(m->why, sizeof m->why, "it stopped: a peer was lost (its log says which)");
                 broker_save_member(b, m);
@@ -283,12 +290,12 @@ static int start_run(broker *b)
     int devices = 0, standbys = 0;
     for (int i = 0; i < b->n; i++) {
         int rc = strcmp(b->mem[i].m.role, "standby") == 0 ? (standbys++, broker_start_standby(b, &b->mem[i]))
-                                                           : (devices++, broker_start_device(b, &b->mem[i], ""));
+                                                          : (devices++, broker_start_device(b, &b->mem[i], ""));
         if (rc)
             return -1;
     }
-    broker_say(b, "joined", NULL, "started %d device%s and %d standb%s (%s); broker at %s", devices, devices == 1 ? "" : "s",
-        standbys, standbys == 1 ? "y" : "ies", b->bundles, b->url);
+    broker_say(b, "joined", NULL, "started %d device%s and %d standb%s (%s); broker at %s", devices,
+               devices == 1 ? "" : "s", standbys, standbys == 1 ? "y" : "ies", b->bundles, b->url);
     return 0;
 }
 
@@ -310,7 +317,7 @@ static int run(broker *b)
         serve(b, 100);
         watch(b);
         weigh_joiners(b);
-        if (b->switching) {   /* a device joined: wait for the devices to stop */
+        if (b->switching) { /* a device joined: wait for the devices to stop */
             int going = 0;
             for (int i = 0; i < b->n; i++)
                 going += strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended;
@@ -334,7 +341,7 @@ static int run(broker *b)
             devices++;
             if (m->lost)
                 lost++;
-            else if (strcmp(m->m.status, "done") == 0)   /* said bye 0 (a taken-over device may not be reaped) */
+            else if (strcmp(m->m.status, "done") == 0) /* said bye 0 (a taken-over device may not be reaped) */
                 done++;
             else if (m->ended)
                 failed++, why = m;
@@ -342,8 +349,8 @@ static int run(broker *b)
                 running++;
         }
         if (devices > 0 && done == devices) {
-            broker_say(b, "finished", NULL, "the run finished: %d device%s, %d recover%s", devices, devices == 1 ? "" : "s",
-                b->recoveries, b->recoveries == 1 ? "y" : "ies");
+            broker_say(b, "finished", NULL, "the run finished: %d device%s, %d recover%s", devices,
+                       devices == 1 ? "" : "s", b->recoveries, b->recoveries == 1 ? "y" : "ies");
             broker_db_set(b->db, "state", "finished");
             return 0;
         }
@@ -352,7 +359,7 @@ static int run(broker *b)
                 since_loss = broker_now();
             /* (their live parts fetched first, when on hosts) */
             if ((running == 0 && b->n_fetch == 0) || broker_now() - since_loss > 2 * b->peer_timeout + 10) {
-                for (int i = 0; i < b->n; i++)   /* survivors still going: stop them */
+                for (int i = 0; i < b->n; i++) /* survivors still going: stop them */
                     if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost && !b->mem[i].ended &&
                         b->mem[i].m.pid > 0)
                         broker_signal_member(b, &b->mem[i], SIGKILL);
@@ -361,8 +368,10 @@ static int run(broker *b)
                 since_loss = 0;
             }
         } else if (failed > 0 && running == 0) {
-            broker_say(b, "failed", why->m.device, "%s failed (%s; see %s/logs/%s.log) and no device was lost: nothing to "
-                "recover", why->m.device, why->why, b->out, why->m.bundle_device);
+            broker_say(b, "failed", why->m.device,
+                       "%s failed (%s; see %s/logs/%s.log) and no device was lost: nothing to "
+                       "recover",
+                       why->m.device, why->why, b->out, why->m.bundle_device);
             broker_db_set(b->db, "state", "failed");
             return 1;
         }
@@ -436,11 +445,11 @@ int broker_run(const broker_options *o)
         broker_db_get(b->db, "state", state, sizeof state);
         if (strcmp(state, "running") == 0)
             rc = broker_take_over(b) ? 1 : run(b);
-        else if (state[0])   /* an earlier run, not running: resumed (--fresh: archived first, above) */
+        else if (state[0]) /* an earlier run, not running: resumed (--fresh: archived first, above) */
             rc = broker_resume_run(b, state) ? 1 : run(b);
         else
             rc = start_run(b) ? 1 : run(b);
-        for (int i = 0; i < b->n; i++)   /* the standbys' agents end with the run */
+        for (int i = 0; i < b->n; i++) /* the standbys' agents end with the run */
             if (strcmp(b->mem[i].m.role, "standby") == 0 && b->mem[i].m.pid > 0 && !b->mem[i].ended)
                 broker_signal_member(b, &b->mem[i], SIGTERM);
     }

@@ -36,15 +36,15 @@
 
 /* What `fusionc broker` was given (its --help says what each is). */
 typedef struct {
-    const char *out;             /* OUT, the compile's folder                         */
-    int         port, port_base, save_every, keep, max_recoveries, ssh_timeout;
-    double      peer_timeout;
-    int         fresh, over_ssh;
-    int         standby_agents;  /* 1: all, 0: none                                    */
+    const char *out; /* OUT, the compile's folder                         */
+    int port, port_base, save_every, keep, max_recoveries, ssh_timeout;
+    double peer_timeout;
+    int fresh, over_ssh;
+    int standby_agents; /* 1: all, 0: none                                    */
     const char *ssh_config, *address;
-    char       *args[BROKER_MAX_ARGS];   /* the devices' own arguments, as given       */
-    int         n_args;
-    int64_t     steps;           /* theirs: --steps N                                  */
+    char *args[BROKER_MAX_ARGS]; /* the devices' own arguments, as given       */
+    int n_args;
+    int64_t steps; /* theirs: --steps N                                  */
 } broker_options;
 
 /* The run in o->out, with o's options: started, resumed or taken over,

@@ -25,7 +25,7 @@
 #include "broker_checkpoint.h"
 #include "broker_remote.h"
 #include "broker_start.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 int broker_archive_run(const char *out, char *archived, size_t size, char *err, size_t n)
 {
@@ -36,7 +36,7 @@ int broker_archive_run(const char *out, char *archived, size_t size, char *err, 
         return -1;
     }
     int k = 1;
-    for (; k < 100000; k++) {   /* the first free run-<k> */
+    for (; k < 100000; k++) { /* the first free run-<k> */
         snprintf(archived, size, "%s/archive/run-%d", out, k);
         if (mkdir(archived, 0755) == 0)
             break;
@@ -65,28 +65,31 @@ int broker_resume_run(broker *b, const char *state)
     b->epoch = atoll(text);
     if (broker_db_get(b->db, "bundles", b->bundles, sizeof b->bundles))
         snprintf(b->bundles, sizeof b->bundles, "%s", b->out);
-    b->n = 0;   /* the last epoch's plan, every device of it started again */
+    b->n = 0; /* the last epoch's plan, every device of it started again */
     if (broker_read_plan(b, b->bundles))
         return -1;
     b->last_complete = broker_db_last_complete(b->db, dir, sizeof dir);
-    if (!b->remote)   /* no device runs: steps whose parts are all there are completed, the rest is litter */
+    if (!b->remote) /* no device runs: steps whose parts are all there are completed, the rest is litter */
         broker_adopt_parts(b);
     char folder[FU_PATH_BYTES + 104], why[600];
     snprintf(folder, sizeof folder, "%s/checkpoints", b->out);
     int removed = b->remote ? 0 : ckpt_remove_litter(folder, why, sizeof why);
     if (removed > 0)
         broker_say(b, "checkpoint", NULL, "removed %d unfinished save%s' files from %s (no MANIFEST)", removed,
-            removed == 1 ? "" : "s", folder);
+                   removed == 1 ? "" : "s", folder);
     int64_t step = broker_db_last_complete(b->db, dir, sizeof dir);
     if (step <= 0) {
-        broker_say(b, "failed", NULL, "%s holds a run (%s) with no complete checkpoint to resume from: give --fresh to start "
-            "another (the old one is archived in %s/archive)", b->out, state, b->out);
+        broker_say(b, "failed", NULL,
+                   "%s holds a run (%s) with no complete checkpoint to resume from: give --fresh to start "
+                   "another (the old one is archived in %s/archive)",
+                   b->out, state, b->out);
         return -1;
     }
     if (step >= b->steps) {
-        broker_say(b, "failed", NULL, "%s holds a run (%s) whose newest complete checkpoint is step %lld: --steps %lld would "
-            "train nothing (give more steps, or --fresh to start another)", b->out, state, (long long)step,
-            (long long)b->steps);
+        broker_say(b, "failed", NULL,
+                   "%s holds a run (%s) whose newest complete checkpoint is step %lld: --steps %lld would "
+                   "train nothing (give more steps, or --fresh to start another)",
+                   b->out, state, (long long)step, (long long)b->steps);
         return -1;
     }
     b->epoch++;
@@ -100,13 +103,16 @@ int broker_resume_run(broker *b, const char *state)
     int devices = 0;
     for (int i = 0; i < b->n; i++) {
         member *m = &b->mem[i];
-        int rc = strcmp(m->m.role, "standby") == 0 ? broker_start_standby(b, m) : (devices++, broker_start_device(b, m, dir));
+        int rc = strcmp(m->m.role, "standby") == 0 ? broker_start_standby(b, m)
+                                                   : (devices++, broker_start_device(b, m, dir));
         if (rc)
             return -1;
     }
     b->last_complete = step;
-    broker_say(b, "resumed", NULL, "the run in %s (%s) goes on: %d devices from its newest complete checkpoint, step %lld "
-        "(%s), up to step %lld", b->out, state, devices, (long long)step, dir, (long long)b->steps);
+    broker_say(b, "resumed", NULL,
+               "the run in %s (%s) goes on: %d devices from its newest complete checkpoint, step %lld "
+               "(%s), up to step %lld",
+               b->out, state, devices, (long long)step, dir, (long long)b->steps);
     return 0;
 }
 
@@ -168,7 +174,7 @@ int broker_take_over(broker *b)
         for (int i = 0; i < b->n && !m; i++)
             if (strcmp(b->mem[i].m.role, "device") == 0 && strcmp(b->mem[i].m.bundle_device, name) == 0)
                 m = &b->mem[i];
-        if (!m && b->n < MAX_MEMBERS) {   /* no row: the old broker never got to it */
+        if (!m && b->n < MAX_MEMBERS) { /* no row: the old broker never got to it */
             m = &b->mem[b->n++];
             memset(m, 0, sizeof *m);
             snprintf(m->m.device, sizeof m->m.device, "%s", name);
@@ -184,8 +190,8 @@ int broker_take_over(broker *b)
     }
     if (f)
         fclose(f);
-    broker_say(b, "restarted", NULL, "the broker started again: epoch %lld, %d members, taken over as they run", (long long)b->epoch,
-        taken);
+    broker_say(b, "restarted", NULL, "the broker started again: epoch %lld, %d members, taken over as they run",
+               (long long)b->epoch, taken);
     if (n_start > 0)
         wait_for_last_epoch(b);
     if (!b->remote) {
@@ -198,7 +204,8 @@ int broker_take_over(broker *b)
         if (broker_start_device(b, start[i], step > 0 ? dir : ""))
             return -1;
     if (n_start > 0)
-        broker_say(b, "resumed", NULL, "%d device%s of epoch %lld the old broker had not started: started now%s%s", n_start,
-            n_start == 1 ? "" : "s", (long long)b->epoch, step > 0 ? ", from " : "", step > 0 ? dir : "");
+        broker_say(b, "resumed", NULL, "%d device%s of epoch %lld the old broker had not started: started now%s%s",
+                   n_start, n_start == 1 ? "" : "s", (long long)b->epoch, step > 0 ? ", from " : "",
+                   step > 0 ? dir : "");
     return 0;
 }

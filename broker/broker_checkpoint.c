@@ -87,13 +87,13 @@ void broker_check_complete(broker *b, int64_t step)
     broker_db_complete(b->db, step, b->epoch, dir);
     broker_say(b, "checkpoint", NULL, "checkpoint of step %lld complete (%d parts): %s", (long long)step, n, dir);
     if (step < b->last_complete)
-        return;   /* a later one is whole already: the joiners were weighed at it */
+        return; /* a later one is whole already: the joiners were weighed at it */
     b->last_complete = step;
     char folder[FU_PATH_BYTES + 204];
     snprintf(folder, sizeof folder, "%s/checkpoints", b->out);
-    if (ckpt_prune(folder, b->keep, why, sizeof why) < 0)   /* the newest complete always stays */
+    if (ckpt_prune(folder, b->keep, why, sizeof why) < 0) /* the newest complete always stays */
         broker_say(b, "checkpoint", NULL, "cannot remove the checkpoints beyond the %d newest: %s", b->keep, why);
-    b->weigh_step = step;   /* a standby that joined is weighed at it (broker.c's run loop) */
+    b->weigh_step = step; /* a standby that joined is weighed at it (broker.c's run loop) */
 }
 
 /* A survivor's live part (broker_state.h: live[]). */
@@ -142,13 +142,16 @@ void broker_use_live_state(broker *b)
             at += (size_t)snprintf(lines + at, sizeof lines - at, "part %s %s\n", base, b->live[i].xxh3);
     }
     if (at >= sizeof lines || broker_write_manifest(dir, best, lines, why, sizeof why)) {
-        broker_say(b, "checkpoint", NULL, "cannot complete the survivors' state of step %lld: %s", (long long)best, why);
+        broker_say(b, "checkpoint", NULL, "cannot complete the survivors' state of step %lld: %s", (long long)best,
+                   why);
         return;
     }
     broker_db_complete(b->db, best, b->epoch, dir);
     b->last_complete = best;
-    broker_say(b, "checkpoint", NULL, "the survivors' state of step %lld covers every stage: a checkpoint with no finished "
-        "step lost (%s)", (long long)best, dir);
+    broker_say(b, "checkpoint", NULL,
+               "the survivors' state of step %lld covers every stage: a checkpoint with no finished "
+               "step lost (%s)",
+               (long long)best, dir);
 }
 
 /* The part file name device's program writes (checkpoint.h's rule, as the
@@ -179,7 +182,7 @@ void broker_adopt_parts(broker *b)
     snprintf(dir, sizeof dir, "%s/checkpoints", b->out);
     int64_t *steps = NULL;
     int count = ckpt_list_steps(dir, 0, &steps, err, sizeof err);
-    for (int k = count - 1; k >= 0; k--) {   /* oldest first: the newest complete ends last */
+    for (int k = count - 1; k >= 0; k--) { /* oldest first: the newest complete ends last */
         char step_dir[FU_PATH_BYTES + 304], manifest[FU_PATH_BYTES + 404], lines[65536] = "";
         ckpt_step_dir(dir, steps[k], step_dir, sizeof step_dir);
         snprintf(manifest, sizeof manifest, "%s/" CKPT_MANIFEST, step_dir);
@@ -209,7 +212,7 @@ void broker_adopt_parts(broker *b)
         broker_db_complete(b->db, steps[k], b->epoch, step_dir);
         b->last_complete = steps[k];
         broker_say(b, "checkpoint", NULL, "checkpoint of step %lld complete (%d parts written while no broker ran): %s",
-            (long long)steps[k], parts, step_dir);
+                   (long long)steps[k], parts, step_dir);
     }
     free(steps);
 }
@@ -230,7 +233,7 @@ void broker_adopt_live(broker *b)
         if (strncmp(e->d_name, "live-", 5) != 0 || ckpt_parse_count(e->d_name + 5, CKPT_MAX_STEP, &step) != 0 ||
             (int64_t)step <= b->last_complete || (int64_t)step <= best)
             continue;
-        char live[FU_PATH_BYTES + 204], lines[65536] = "";   /* dir (4200) and a name (256) */
+        char live[FU_PATH_BYTES + 204], lines[65536] = ""; /* dir (4200) and a name (256) */
         snprintf(live, sizeof live, "%s/%s", dir, e->d_name);
         DIR *p = opendir(live);
         uint64_t covered = 0;
@@ -269,6 +272,8 @@ void broker_adopt_live(broker *b)
         return;
     broker_db_complete(b->db, best, b->epoch, best_dir);
     b->last_complete = best;
-    broker_say(b, "checkpoint", NULL, "the survivors' state of step %lld, saved while no broker ran, covers every stage: a "
-        "checkpoint with no finished step lost (%s)", (long long)best, best_dir);
+    broker_say(b, "checkpoint", NULL,
+               "the survivors' state of step %lld, saved while no broker ran, covers every stage: a "
+               "checkpoint with no finished step lost (%s)",
+               (long long)best, best_dir);
 }

@@ -12,7 +12,7 @@
 
 /* dir's MANIFEST from "part <file> <xxh3>" lines (broker_db_parts_text),
  * each part's size read from the file.  0, or -1 with err set. */
-int  broker_write_manifest(const char *dir, int64_t step, const char *lines, char *err, size_t n);
+int broker_write_manifest(const char *dir, int64_t step, const char *lines, char *err, size_t n);
 /* A part recorded: the checkpoint of step whole yet?  When it is, and is
  * the newest, b->weigh_step says so (the run loop weighs joiners at it). */
 void broker_check_complete(broker *b, int64_t step);
@@ -23,7 +23,7 @@ void broker_add_live(broker *b, int64_t step, int stage, int n_stages, const cha
 void broker_use_live_state(broker *b);
 /* Whether member m's part of the run's last step is in OUT/checkpoints:
  * it finished, though no broker heard it say so. */
-int  broker_wrote_last_part(broker *b, const member *m);
+int broker_wrote_last_part(broker *b, const member *m);
 /* Steps whose parts were all written while no broker heard of them, made
  * complete from the files (local runs). */
 void broker_adopt_parts(broker *b);

@@ -81,8 +81,10 @@ int broker_db_member(sqlite3 *db, int64_t epoch, const broker_member *m)
 int broker_db_members(sqlite3 *db, int64_t epoch, broker_member *out, int max)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT device, role, bundle_device, address, pid, status, host FROM members "
-                               "WHERE epoch = ? ORDER BY rowid", -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db,
+                           "SELECT device, role, bundle_device, address, pid, status, host FROM members "
+                           "WHERE epoch = ? ORDER BY rowid",
+                           -1, &st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_int64(st, 1, epoch);
     int n = 0;
@@ -137,7 +139,7 @@ int broker_db_parts_in(sqlite3 *db, int64_t step, const char *const *devices, in
 
 typedef struct {
     char *text;
-    int   n, at;
+    int n, at;
 } text_buf;
 
 static void add_line(void *user, const char *file, const char *xxh3)
@@ -179,8 +181,12 @@ int64_t broker_db_last_complete(sqlite3 *db, char *dir, int n)
 
 int broker_db_reset(sqlite3 *db)
 {
-    return sqlite3_exec(db, "DELETE FROM run; DELETE FROM members; DELETE FROM parts; DELETE FROM checkpoints;"
-                            "DELETE FROM events;", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+    return sqlite3_exec(db,
+                        "DELETE FROM run; DELETE FROM members; DELETE FROM parts; DELETE FROM checkpoints;"
+                        "DELETE FROM events;",
+                        NULL, NULL, NULL) == SQLITE_OK
+               ? 0
+               : -1;
 }
 
 int broker_db_event(sqlite3 *db, int64_t epoch, const char *kind, const char *device, const char *text)

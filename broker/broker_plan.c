@@ -18,7 +18,7 @@
 #include "broker_checkpoint.h"
 #include "broker_remote.h"
 #include "broker_start.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 static int compile_plan(broker *b, const char *dir, int devices, const char *also_with);
 static double plan_estimate(const char *dir);
@@ -48,15 +48,17 @@ void broker_weigh_joiner(broker *b, member *j, int64_t step)
         return;
     double now = plan_estimate(b->bundles), with = plan_estimate(dir), gain = now > 0 ? 1.0 - with / now : 0.0;
     if (!(with > 0 && gain >= JOIN_GAIN)) {
-        broker_say(b, "join", j->m.device, "%s is not taken in: the plan with it estimates %.2f ms a step against %.2f ms "
-            "now (%.1f%% faster; taken in from %.0f%%); it stays a standby", j->m.device, with * 1e3, now * 1e3,
-            100 * gain, 100 * JOIN_GAIN);
+        broker_say(b, "join", j->m.device,
+                   "%s is not taken in: the plan with it estimates %.2f ms a step against %.2f ms "
+                   "now (%.1f%% faster; taken in from %.0f%%); it stays a standby",
+                   j->m.device, with * 1e3, now * 1e3, 100 * gain, 100 * JOIN_GAIN);
         nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
         return;
     }
-    broker_say(b, "join", j->m.device, "%s is taken in: the plan with it estimates %.2f ms a step against %.2f ms now "
-        "(%.1f%% faster); the devices stop and go on from the checkpoint of step %lld", j->m.device, with * 1e3,
-        now * 1e3, 100 * gain, (long long)step);
+    broker_say(b, "join", j->m.device,
+               "%s is taken in: the plan with it estimates %.2f ms a step against %.2f ms now "
+               "(%.1f%% faster); the devices stop and go on from the checkpoint of step %lld",
+               j->m.device, with * 1e3, now * 1e3, 100 * gain, (long long)step);
     snprintf(b->joined[b->n_joined++], sizeof b->joined[0], "%s", j->m.device);
     snprintf(b->next_bundles, sizeof b->next_bundles, "%s", dir);
     snprintf(j->m.status, sizeof j->m.status, "used");
@@ -77,7 +79,8 @@ void broker_weigh_joiner(broker *b, member *j, int64_t step)
  * chooses.  0, or -1 (the compiler's output in OUT/logs/compile-*.log). */
 static int compile_plan(broker *b, const char *dir, int devices, const char *also_with)
 {
-    char path[FU_PATH_BYTES + 204], line[FU_PATH_BYTES], log[FU_PATH_BYTES + 304], cluster_file[FU_PATH_BYTES + 204], stages[16], replicas[16];
+    char path[FU_PATH_BYTES + 204], line[FU_PATH_BYTES], log[FU_PATH_BYTES + 304], cluster_file[FU_PATH_BYTES + 204],
+        stages[16], replicas[16];
     static char words[MAX_ARGS][FU_PATH_BYTES];
     char *argv[MAX_ARGS + 4 * 64 + 16];
     int n = 0, w = 0, skip = 0, shaped = 0;
@@ -100,7 +103,7 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
         }
         snprintf(words[w], sizeof words[w], "%s", line);
         argv[n++] = words[w++];
-        if (n == 3) {   /* after the model: the cluster file the compile kept */
+        if (n == 3) { /* after the model: the cluster file the compile kept */
             snprintf(cluster_file, sizeof cluster_file, "%s/cluster.xml", b->out);
             argv[n++] = cluster_file;
         }
@@ -112,7 +115,7 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
         argv[n++] = "--with", argv[n++] = b->joined[k];
     if (also_with)
         argv[n++] = "--with", argv[n++] = (char *)also_with;
-    char key[FU_PATH_BYTES + 204];   /* the run's secret: the broker and every epoch's devices share it */
+    char key[FU_PATH_BYTES + 204]; /* the run's secret: the broker and every epoch's devices share it */
     snprintf(key, sizeof key, "%s/run.key", b->out);
     argv[n++] = "--run-key";
     argv[n++] = key;
@@ -136,9 +139,9 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
         int status = 0;
         ok = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
-    if (!ok && !tried)   /* no compile ran: no log to point to */
+    if (!ok && !tried) /* no compile ran: no log to point to */
         broker_say(b, "failed", NULL, "planning again failed: %d device%s left, no plan to compile", devices,
-            devices == 1 ? "" : "s");
+                   devices == 1 ? "" : "s");
     else if (!ok)
         broker_say(b, "failed", NULL, "planning again failed: see %s", log);
     return ok ? 0 : -1;
@@ -178,7 +181,7 @@ static int replan(broker *b)
     for (int i = 0; i < b->n; i++)
         devices += strcmp(b->mem[i].m.role, "device") == 0;
     broker_say(b, "re-planned", NULL, "re-planned on %d devices in %.2f s: %s (its plan.txt says how)", devices,
-        broker_now() - t0, dir);
+               broker_now() - t0, dir);
     return 0;
 }
 
@@ -235,7 +238,7 @@ int broker_recover(broker *b)
                 continue;
             member *s = pick[i];
             broker_say(b, "replaced", s->m.device, "standby %s takes %s's place (%s's program, at %s)", s->m.device,
-                l->m.device, l->m.bundle_device, s->m.address);
+                       l->m.device, l->m.bundle_device, s->m.address);
             snprintf(s->m.status, sizeof s->m.status, "used");
             if (s->m.pid > 0)
                 kill((pid_t)s->m.pid, SIGTERM);
@@ -267,7 +270,8 @@ int broker_recover(broker *b)
             return -1;
         started++;
     }
-    broker_say(b, "resumed", NULL, "%d devices start again %s", started, step > 0 ? "from the last complete checkpoint" : "from the start (no checkpoint was complete)");
+    broker_say(b, "resumed", NULL, "%d devices start again %s", started,
+               step > 0 ? "from the last complete checkpoint" : "from the start (no checkpoint was complete)");
     if (step > 0)
         broker_say(b, "resumed", NULL, "the last complete checkpoint: step %lld, %s", (long long)step, dir);
     b->recovering = 1;
@@ -298,7 +302,6 @@ int broker_switch_plan(broker *b)
             started++;
         }
     broker_say(b, "resumed", NULL, "%d devices go on under the new plan (%s) from the checkpoint of step %lld", started,
-        b->bundles, (long long)step);
+               b->bundles, (long long)step);
     return 0;
 }
-

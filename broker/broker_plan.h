@@ -9,8 +9,8 @@
 /* A device that joined: taken in when the plan with it is JOIN_GAIN faster. */
 void broker_weigh_joiner(broker *b, member *j, int64_t step);
 /* After a loss: a standby or a new plan, the checkpoint, every device started.  0, or -1. */
-int  broker_recover(broker *b);
+int broker_recover(broker *b);
 /* After a join: the new plan's epoch, once the devices have stopped.  0, or -1. */
-int  broker_switch_plan(broker *b);
+int broker_switch_plan(broker *b);
 
 #endif

@@ -40,7 +40,7 @@
 #include "../runtime/checkpoint_store.h"
 #include "broker_checkpoint.h"
 #include "remote_deploy.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 /* The cluster host member m runs on, as ssh needs it, for program `device`. */
 static int host_of(broker *b, const member *m, const char *device, remote_device *rd)
@@ -84,17 +84,14 @@ int broker_remote_setup(broker *b, int port)
     return 0;
 }
 
-static int open_log(const char *log)
-{
-    return open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-}
+static int open_log(const char *log) { return open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644); }
 
 /* bundle's program on rd's host with args and raw_tail (remote_start_command),
  * its output appended to log; the ssh's pid, or -1. */
 static pid_t run_on_host(broker *b, const remote_device *rd, const char *bundle, char *const *args, int n_args,
                          const char *raw_tail, const char *log)
 {
-    static char command[32768];   /* the broker is one thread */
+    static char command[32768]; /* the broker is one thread */
     int fd = open_log(log);
     if (fd < 0 || remote_start_command(rd, bundle, args, n_args, raw_tail, command, sizeof command)) {
         if (fd >= 0)
@@ -125,7 +122,7 @@ pid_t broker_remote_standby(broker *b, member *m, const char *log)
     for (int k = 0; k < b->c.n_standbys; k++)
         if (strcmp(b->c.standbys[k].name, m->m.device) == 0)
             s = k;
-    const char *bundle = NULL;   /* a device of its kind: deploy gave the standby its bundle */
+    const char *bundle = NULL; /* a device of its kind: deploy gave the standby its bundle */
     for (int i = 0; s >= 0 && !bundle && i < b->n; i++) {
         int d = cluster_find_device(&b->c, b->mem[i].m.bundle_device);
         if (strcmp(b->mem[i].m.role, "device") == 0 && d >= 0 && b->c.devices[d].kind == b->c.standbys[s].kind &&
@@ -134,13 +131,13 @@ pid_t broker_remote_standby(broker *b, member *m, const char *log)
     }
     remote_device rd;
     if (!bundle) {
-        broker_say(b, "standby", m->m.device, "standby %s: no device of its kind in the plan, so no bundle to wait with",
-            m->m.device);
+        broker_say(b, "standby", m->m.device,
+                   "standby %s: no device of its kind in the plan, so no bundle to wait with", m->m.device);
         return -1;
     }
     if (host_of(b, m, bundle, &rd))
         return -1;
-    snprintf(m->m.bundle_device, sizeof m->m.bundle_device, "%s", bundle);   /* to stop it at the end */
+    snprintf(m->m.bundle_device, sizeof m->m.bundle_device, "%s", bundle); /* to stop it at the end */
     char *args[] = { "--standby", m->m.device, "--broker", b->url };
     return run_on_host(b, &rd, bundle, args, 4, NULL, log);
 }
@@ -150,7 +147,7 @@ void broker_remote_fetch(broker *b, member *m, int64_t step, const char *file, c
 {
     if (b->n_fetch == MAX_MEMBERS) {
         broker_say(b, "checkpoint", m->m.device, "too many parts in flight: %s's part of step %lld is not fetched",
-            m->m.device, (long long)step);
+                   m->m.device, (long long)step);
         return;
     }
     /* OUT/checkpoints/<its folder>/<its name>: step-N/checkpoint-D.safetensors */
@@ -206,13 +203,16 @@ int broker_remote_reaped(broker *b, pid_t pid, int status)
     int64_t size = 0;
     char hex[32] = "", why[600];
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        broker_say(b, "checkpoint", f.device, "%s's part of step %lld could not be fetched from its host (ssh status %d): "
-            "that checkpoint will not be complete", f.device, (long long)f.step,
-            WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        broker_say(b, "checkpoint", f.device,
+                   "%s's part of step %lld could not be fetched from its host (ssh status %d): "
+                   "that checkpoint will not be complete",
+                   f.device, (long long)f.step, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     } else if (ckpt_measure(f.tmp, &size, &have, why, sizeof why) != 0 ||
                (snprintf(hex, sizeof hex, "%016" PRIx64, have), 0) || strcmp(hex, f.xxh3) != 0) {
-        broker_say(b, "checkpoint", f.device, "%s's part of step %lld arrived with XXH3 %s, not the %s its device reported: "
-            "refused", f.device, (long long)f.step, hex[0] ? hex : "(unreadable)", f.xxh3);
+        broker_say(b, "checkpoint", f.device,
+                   "%s's part of step %lld arrived with XXH3 %s, not the %s its device reported: "
+                   "refused",
+                   f.device, (long long)f.step, hex[0] ? hex : "(unreadable)", f.xxh3);
     } else if (rename(f.tmp, f.file) != 0) {
         broker_say(b, "checkpoint", f.device, "%s: %s", f.file, strerror(errno));
     } else if (f.live) {
@@ -245,8 +245,8 @@ int broker_remote_prepare(broker *b, const char *resume)
         struct diag err = { 0 };
         int copied = 0;
         if (deploy_device(&b->hosts, &rd, NULL, &copied, &err)) {
-            broker_say(b, "failed", m->m.device, "cannot deploy %s's bundle to host %s: %s", m->m.bundle_device, rd.host,
-                err.msg);
+            broker_say(b, "failed", m->m.device, "cannot deploy %s's bundle to host %s: %s", m->m.bundle_device,
+                       rd.host, err.msg);
             rc = -1;
         }
         int seen = 0;
@@ -257,10 +257,12 @@ int broker_remote_prepare(broker *b, const char *resume)
         snprintf(pushed[n_pushed++], sizeof pushed[0], "%s", rd.host);
         double t0 = broker_now();
         if (remote_push_dir(&b->hosts, &rd, resume, fd >= 0 ? fd : 2)) {
-            broker_say(b, "failed", m->m.device, "cannot copy the checkpoint %s to host %s (see %s)", resume, rd.host, log);
+            broker_say(b, "failed", m->m.device, "cannot copy the checkpoint %s to host %s (see %s)", resume, rd.host,
+                       log);
             rc = -1;
         } else {
-            broker_say(b, "resumed", NULL, "checkpoint %s copied to host %s in %.2f s", resume, rd.host, broker_now() - t0);
+            broker_say(b, "resumed", NULL, "checkpoint %s copied to host %s in %.2f s", resume, rd.host,
+                       broker_now() - t0);
         }
     }
     if (fd >= 0)

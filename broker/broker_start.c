@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "broker_remote.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 pid_t broker_spawn(const char *log, char *const *argv)
 {
@@ -24,7 +24,7 @@ pid_t broker_spawn(const char *log, char *const *argv)
         dup2(fd, 2);
         close(fd);
     }
-    setpgid(0, 0);   /* a Ctrl-C on the broker is the broker's to pass on */
+    setpgid(0, 0); /* a Ctrl-C on the broker is the broker's to pass on */
     execv(argv[0], argv);
     fprintf(stderr, "broker: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
@@ -48,7 +48,8 @@ static int started(broker *b, member *m, pid_t pid, const char *status)
  * from `resume` when not empty; every member's address goes to it as --peer. */
 int broker_start_device(broker *b, member *m, const char *resume)
 {
-    char prog[FU_PATH_BYTES + 704], log[FU_PATH_BYTES + 304], epoch[32], save[FU_PATH_BYTES + 104], every[32], timeout[32], ports[32];
+    char prog[FU_PATH_BYTES + 704], log[FU_PATH_BYTES + 304], epoch[32], save[FU_PATH_BYTES + 104], every[32],
+        timeout[32], ports[32];
     char peers[MAX_MEMBERS][400];
     char *argv[MAX_ARGS + 2 * MAX_MEMBERS + 32];
     int n = 0;
@@ -59,11 +60,11 @@ int broker_start_device(broker *b, member *m, const char *resume)
     snprintf(every, sizeof every, "%d", b->save_every);
     snprintf(timeout, sizeof timeout, "%g", b->peer_timeout);
     snprintf(ports, sizeof ports, "%lld", (long long)(b->port_base + (b->epoch - 1) * PORT_STRIDE));
-    argv[n++] = prog;   /* argv + 1: the arguments (--over-ssh: --save and --resume are the host's) */
+    argv[n++] = prog; /* argv + 1: the arguments (--over-ssh: --save and --resume are the host's) */
     for (int i = 0; i < b->n_args; i++)
         argv[n++] = b->args[i];
-    const char *fixed[] = { "--broker", b->url, "--epoch", epoch, "--save-every", every,
-                            "--peer-timeout", timeout, "--port-base", ports };
+    const char *fixed[] = { "--broker", b->url,           "--epoch", epoch,         "--save-every",
+                            every,      "--peer-timeout", timeout,   "--port-base", ports };
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
         argv[n++] = (char *)fixed[i];
     if (!b->remote) {
@@ -109,7 +110,7 @@ void broker_signal_member(broker *b, member *m, int sig)
 {
     if (m->m.pid > 0)
         kill((pid_t)m->m.pid, sig);
-    if (b->remote)   /* its ssh, killed, does not stop the program on the host */
+    if (b->remote) /* its ssh, killed, does not stop the program on the host */
         broker_remote_stop(b, m);
 }
 

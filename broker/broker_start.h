@@ -9,12 +9,12 @@
 /* fork and exec argv, its output appended to log; the child's pid, or -1. */
 pid_t broker_spawn(const char *log, char *const *argv);
 /* Starts member m's program in this epoch (resume: a checkpoint folder or ""). */
-int   broker_start_device(broker *b, member *m, const char *resume);
+int broker_start_device(broker *b, member *m, const char *resume);
 /* A standby's agent (fusionc standby here; on its host, a bundle of its kind with --standby). */
-int   broker_start_standby(broker *b, member *m);
+int broker_start_standby(broker *b, member *m);
 /* Signal m's process; on a host (--over-ssh), stop its program there too. */
-void  broker_signal_member(broker *b, member *m, int sig);
+void broker_signal_member(broker *b, member *m, int sig);
 /* Every member still running, signalled. */
-void  broker_stop_all(broker *b, int sig);
+void broker_stop_all(broker *b, int sig);
 
 #endif

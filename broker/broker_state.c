@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 double broker_now(void)
 {
@@ -51,7 +51,7 @@ int broker_read_plan(broker *b, const char *bundles)
         return -1;
     }
     int kept = 0;
-    for (int i = 0; i < b->n; i++)   /* the standbys not taken in stay */
+    for (int i = 0; i < b->n; i++) /* the standbys not taken in stay */
         if (strcmp(b->mem[i].m.role, "standby") == 0 && strcmp(b->mem[i].m.status, "used") != 0)
             b->mem[kept++] = b->mem[i];
     b->n = kept;
@@ -66,7 +66,8 @@ int broker_read_plan(broker *b, const char *bundles)
         snprintf(m->m.bundle_device, sizeof m->m.bundle_device, "%s", name);
         snprintf(m->m.role, sizeof m->m.role, "device");
         int d = cluster_find_device(&b->c, name);
-        snprintf(m->m.address, sizeof m->m.address, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].address : "127.0.0.1");
+        snprintf(m->m.address, sizeof m->m.address, "%s",
+                 d >= 0 ? b->c.hosts[b->c.devices[d].host].address : "127.0.0.1");
         snprintf(m->m.host, sizeof m->m.host, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].name : "");
     }
     fclose(f);

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "../codegen/process.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 int remote_plan_load(remote_plan *p, const char *out_dir, const char *cluster_file, struct diag *err)
 {
@@ -66,7 +66,7 @@ int remote_plan_load(remote_plan *p, const char *out_dir, const char *cluster_fi
         p->standbys = grown;
         remote_device_at(&c, c.standbys[k].host, c.standbys[k].name, &p->standbys[p->n_standbys++]);
     }
-    for (int k = 0; rc == 0 && k < p->n_devices; k++) {   /* the kinds, for the standbys' bundles */
+    for (int k = 0; rc == 0 && k < p->n_devices; k++) { /* the kinds, for the standbys' bundles */
         int d = cluster_find_device(&c, p->devices[k].device);
         p->devices[k].kind = (int)c.devices[d].kind;
         snprintf(p->devices[k].arch, sizeof p->devices[k].arch, "%s", c.devices[d].arch);
@@ -101,7 +101,7 @@ void remote_device_at(const cluster *c, int host, const char *device, remote_dev
     snprintf(r->user, sizeof r->user, "%s", h->user);
     r->port = h->port > 0 ? h->port : 22;
     const char *path = h->path[0] ? h->path : "fusion";
-    if (strncmp(path, "~/", 2) == 0)   /* ssh starts in the home folder; a quoted ~ would not expand */
+    if (strncmp(path, "~/", 2) == 0) /* ssh starts in the home folder; a quoted ~ would not expand */
         path += 2;
     snprintf(r->path, sizeof r->path, "%s", path[0] ? path : ".");
 }
@@ -144,18 +144,17 @@ int remote_quote(char *buf, size_t len, size_t *at, const char *s)
     return 0;
 }
 
-int remote_ssh_argv(const remote_plan *p, const remote_device *d, char *argv[], int max, char *store,
-                    size_t store_len)
+int remote_ssh_argv(const remote_plan *p, const remote_device *d, char *argv[], int max, char *store, size_t store_len)
 {
     int n = 0;
     size_t used = 0;
-#define KEEP(fmt, ...)                                                                   \
-    do {                                                                                 \
-        int w_ = snprintf(store + used, store_len - used, fmt, __VA_ARGS__);             \
-        if (w_ < 0 || (size_t)w_ >= store_len - used || n + 1 >= max)                   \
-            return -1;                                                                   \
-        argv[n++] = store + used;                                                        \
-        used += (size_t)w_ + 1;                                                          \
+#define KEEP(fmt, ...)                                                       \
+    do {                                                                     \
+        int w_ = snprintf(store + used, store_len - used, fmt, __VA_ARGS__); \
+        if (w_ < 0 || (size_t)w_ >= store_len - used || n + 1 >= max)        \
+            return -1;                                                       \
+        argv[n++] = store + used;                                            \
+        used += (size_t)w_ + 1;                                              \
     } while (0)
     KEEP("%s", "ssh");
     if (p->ssh_config) {
@@ -250,8 +249,9 @@ int remote_start_command(const remote_device *d, const char *bundle_device, char
     snprintf(where, sizeof where, "%s/%s", d->path, bundle_device);
     if (at >= len || remote_quote(cmd, len, &at, where))
         return -1;
-    at += (size_t)snprintf(cmd + at, len - at, " on this host: run fusionc deploy first\" >&2; exit 3; }"
-                                               "; echo $$ > fusion.pid && exec ");
+    at += (size_t)snprintf(cmd + at, len - at,
+                           " on this host: run fusionc deploy first\" >&2; exit 3; }"
+                           "; echo $$ > fusion.pid && exec ");
     if (at >= len || remote_quote(cmd, len, &at, exe))
         return -1;
     for (int i = 0; i < n_args; i++) {
@@ -269,8 +269,7 @@ int remote_start_command(const remote_device *d, const char *bundle_device, char
     return 0;
 }
 
-int remote_stop_device(const remote_plan *p, const remote_device *d, const char *bundle_device, char *said,
-                       size_t n)
+int remote_stop_device(const remote_plan *p, const remote_device *d, const char *bundle_device, char *said, size_t n)
 {
     char script[FU_PATH_BYTES], where[600];
     snprintf(where, sizeof where, "%s/%s", d->path, bundle_device);
@@ -303,7 +302,7 @@ int remote_push_dir(const remote_plan *p, const remote_device *d, const char *lo
     snprintf(checkpoints, sizeof checkpoints, "%s/checkpoints", d->path);
     char target[1200];
     snprintf(target, sizeof target, "%s/%.590s", checkpoints, base);
-    size_t at = (size_t)snprintf(script, sizeof script, "rm -rf ");   /* no part of another plan left beside it */
+    size_t at = (size_t)snprintf(script, sizeof script, "rm -rf "); /* no part of another plan left beside it */
     if (remote_quote(script, sizeof script, &at, target))
         return -1;
     at += (size_t)snprintf(script + at, sizeof script - at, " && mkdir -p ");

@@ -36,27 +36,27 @@ typedef struct {
     char device[CLUSTER_NAME_MAX];
     char host[CLUSTER_NAME_MAX];
     char address[256];
-    char user[64];             /* "" : ssh's default user */
-    int  port;
-    char path[256];            /* as the remote shell takes it: "~/" dropped */
-    int  kind;                 /* device_kind, and arch: a standby stands in for devices of its own */
+    char user[64]; /* "" : ssh's default user */
+    int port;
+    char path[256]; /* as the remote shell takes it: "~/" dropped */
+    int kind;       /* device_kind, and arch: a standby stands in for devices of its own */
     char arch[32];
 } remote_device;
 
 typedef struct {
-    const char    *out_dir;
-    const char    *ssh_config;       /* -F FILE, or NULL */
-    int            connect_timeout;  /* seconds */
-    char           reporter[CLUSTER_NAME_MAX];
-    remote_device *devices;          /* in start order */
-    int            n_devices;
-    remote_device *standbys;         /* the cluster file's standby="true" devices */
-    int            n_standbys;
+    const char *out_dir;
+    const char *ssh_config; /* -F FILE, or NULL */
+    int connect_timeout;    /* seconds */
+    char reporter[CLUSTER_NAME_MAX];
+    remote_device *devices; /* in start order */
+    int n_devices;
+    remote_device *standbys; /* the cluster file's standby="true" devices */
+    int n_standbys;
 } remote_plan;
 
 /* Read OUT/deploy.txt and the cluster file (OUT/cluster.xml, or
  * cluster_file), and find every device's host.  0, or -1 with err. */
-int  remote_plan_load(remote_plan *p, const char *out_dir, const char *cluster_file, struct diag *err);
+int remote_plan_load(remote_plan *p, const char *out_dir, const char *cluster_file, struct diag *err);
 void remote_plan_free(remote_plan *p);
 
 /* r: device `device` on cluster host `host` (its address, user, port, path). */
@@ -74,16 +74,15 @@ int remote_quote(char *buf, size_t len, size_t *at, const char *s);
 /* ssh's own argv for d, up to and including the target: ssh [-F cfg] -p PORT
  * -o BatchMode=yes -o ConnectTimeout=N ... user@address.  store keeps the
  * strings; returns the count (argv is NULL-terminated after it). */
-int remote_ssh_argv(const remote_plan *p, const remote_device *d, char *argv[], int max, char *store,
-                    size_t store_len);
+int remote_ssh_argv(const remote_plan *p, const remote_device *d, char *argv[], int max, char *store, size_t store_len);
 
 /* Run argv, its standard output and error together in *out (malloc'd; the
  * caller frees).  Returns the exit status (128 + N for signal N), or -1 when
  * it cannot start. */
-int  remote_capture(char *const argv[], char **out);
+int remote_capture(char *const argv[], char **out);
 /* Run `command` through ssh on d's host; as remote_capture (255: ssh
  * itself failed: refused, unknown host, no key). */
-int  remote_run(const remote_plan *p, const remote_device *d, const char *command, char **out);
+int remote_run(const remote_plan *p, const remote_device *d, const char *command, char **out);
 /* Start `command` through ssh on d's host, its output to out_fd and err_fd
  * (stdin /dev/null; own_group: in a process group of its own, so that a
  * Ctrl-C at the caller's terminal is the caller's to pass on).  The ssh
@@ -103,8 +102,7 @@ int remote_start_command(const remote_device *d, const char *bundle_device, char
 /* Stops the program of bundle_device on d's host (the pid in its
  * fusion.pid, if that is the bundle's program): SIGTERM, then after 5 s
  * SIGKILL.  What the host said in said; ssh's status (0 ok). */
-int remote_stop_device(const remote_plan *p, const remote_device *d, const char *bundle_device, char *said,
-                       size_t n);
+int remote_stop_device(const remote_plan *p, const remote_device *d, const char *bundle_device, char *said, size_t n);
 
 /* local_dir (a folder) copied to PATH/checkpoints/<its name> on d's host,
  * in place of what was there (tar over ssh; errors to log_fd).  0, or -1. */

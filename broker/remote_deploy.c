@@ -38,7 +38,6 @@
 
 #include "../runtime/atomic_file.h"
 
-
 #define ID_HEX 16
 
 /* True when `name` is an executable on PATH. */
@@ -62,11 +61,14 @@ static int on_path(const char *name)
  * to its SHA256SUMS when that differs; the version ID from it; the bytes. */
 static int bundle_checksums(const char *dir, char id[ID_HEX + 1], double *bytes, struct diag *err)
 {
-    char *argv[] = { "sh", "-c",
+    char *argv[] = { "sh",
+                     "-c",
                      "cd \"$1\" && find . -type f ! -name SHA256SUMS ! -name '*.tmp.*' -print0 | LC_ALL=C sort -z "
                      "| xargs -0 sha256sum && find . -type f ! -name SHA256SUMS ! -name '*.tmp.*' -printf '%s\\n' "
                      "| awk '{ s += $1 } END { printf \"bytes %.0f\\n\", s }'",
-                     "sh", (char *)dir, NULL };
+                     "sh",
+                     (char *)dir,
+                     NULL };
     char *text = NULL;
     int status = remote_capture(argv, &text);
     char *bytes_line = text ? strstr(text, "bytes ") : NULL;
@@ -77,7 +79,7 @@ static int bundle_checksums(const char *dir, char id[ID_HEX + 1], double *bytes,
         return diag_set(err, dir, 0, "cannot checksum the bundle: %s", reason[0] ? reason : "sha256sum failed");
     }
     *bytes = strtod(bytes_line + 6, NULL);
-    *bytes_line = '\0';   /* the list ends where the byte count starts */
+    *bytes_line = '\0'; /* the list ends where the byte count starts */
     snprintf(id, ID_HEX + 1, "%016llx", (unsigned long long)XXH3_64bits(text, strlen(text)));
     char path[FU_PATH_BYTES + 200], why[FU_PATH_BYTES + 400];
     snprintf(path, sizeof path, "%s/SHA256SUMS", dir);
@@ -103,9 +105,9 @@ static int bundle_checksums(const char *dir, char id[ID_HEX + 1], double *bytes,
  * a full disk or a refusal, else the last. */
 static void failure_reason(const char *text, char *out, size_t len)
 {
-    static const char *const telling[] = { "No space left", "Disk quota", "Permission denied", "Connection refused",
-                                           "Connection timed out", "No route to host", "Could not resolve",
-                                           "Read-only file system" };
+    static const char *const telling[] = { "No space left",      "Disk quota",           "Permission denied",
+                                           "Connection refused", "Connection timed out", "No route to host",
+                                           "Could not resolve",  "Read-only file system" };
     for (size_t i = 0; text && i < sizeof telling / sizeof telling[0]; i++) {
         const char *hit = strstr(text, telling[i]);
         if (hit) {
@@ -122,12 +124,12 @@ static void failure_reason(const char *text, char *out, size_t len)
 }
 
 typedef struct {
-    const remote_plan   *plan;
+    const remote_plan *plan;
     const remote_device *d;
-    char where[800];      /* "device D on host H (user@addr:port)" */
+    char where[800]; /* "device D on host H (user@addr:port)" */
     char id[ID_HEX + 1];
-    char current[64];     /* the version P/D points to now ("" : none) */
-    int  host_has_rsync;
+    char current[64]; /* the version P/D points to now ("" : none) */
+    int host_has_rsync;
 } deploy_job;
 
 /* Run a shell script on the job's host; 0, or -1 with err naming the step. */
@@ -200,12 +202,12 @@ static int copy_bundle(deploy_job *j, int use_rsync, double *sent, struct diag *
         snprintf(dst, sizeof dst, "%s:%s/.fusion-bundles/%s-%s.tmp/", target, j->d->path, j->d->device, j->id);
         argv[n++] = "rsync";
         argv[n++] = "-a";
-        argv[n++] = "-H";          /* keep the bundle's hard links */
-        argv[n++] = "-s";          /* the remote path as it is, not through its shell */
+        argv[n++] = "-H"; /* keep the bundle's hard links */
+        argv[n++] = "-s"; /* the remote path as it is, not through its shell */
         argv[n++] = "--stats";
         argv[n++] = "-e";
         argv[n++] = ssh_cmd;
-        if (j->current[0] && strlen(j->current) > ID_HEX) {   /* files that did not change: hard links */
+        if (j->current[0] && strlen(j->current) > ID_HEX) { /* files that did not change: hard links */
             snprintf(link_dest, sizeof link_dest, "--link-dest=../%s", j->current);
             argv[n++] = link_dest;
         }
@@ -254,7 +256,7 @@ static int copy_bundle(deploy_job *j, int use_rsync, double *sent, struct diag *
                         use_rsync ? "rsync" : "scp", status, reason);
     }
     const char *total = text ? strstr(text, "Total transferred file size: ") : NULL;
-    if (total) {   /* "1,234,567 bytes" */
+    if (total) { /* "1,234,567 bytes" */
         double v = 0;
         for (const char *p = total + 29; *p && *p != ' '; p++)
             if (*p >= '0' && *p <= '9')
@@ -290,8 +292,7 @@ static int check_and_switch(deploy_job *j, int copied, struct diag *err)
     return on_host(j, script, copied ? "checking the copy" : "switching to the bundle", NULL, err);
 }
 
-int deploy_device(const remote_plan *plan, const remote_device *d, const char *copier, int *copied,
-                  struct diag *err)
+int deploy_device(const remote_plan *plan, const remote_device *d, const char *copier, int *copied, struct diag *err)
 {
     deploy_job j = { .plan = plan, .d = d };
     char host[500];

@@ -11,7 +11,6 @@
  * into place; copier: "rsync", "scp" or NULL (rsync when both ends have
  * it); *copied: whether it was copied (else it was there).  0, or -1 with
  * err naming the device, the host and what failed. */
-int deploy_device(const remote_plan *plan, const remote_device *d, const char *copier, int *copied,
-                  struct diag *err);
+int deploy_device(const remote_plan *plan, const remote_device *d, const char *copier, int *copied, struct diag *err);
 
 #endif

@@ -52,8 +52,9 @@
 
 const bundle_toolchain *bundle_default_toolchain(void)
 {
-    static const bundle_toolchain tc = { FUSION_CC, { FUSION_RT_MAIN_LIB, FUSION_RT_CUDA_LIB, FUSION_RT_CPU_LIB, NULL },
-                                         FUSION_LINK_FLAGS, 0, NULL };
+    static const bundle_toolchain tc = {
+        FUSION_CC, { FUSION_RT_MAIN_LIB, FUSION_RT_CUDA_LIB, FUSION_RT_CPU_LIB, NULL }, FUSION_LINK_FLAGS, 0, NULL
+    };
     return &tc;
 }
 
@@ -90,7 +91,7 @@ static int32_t *unproduced_value_stages(const ir_graph *g)
         return NULL;
     for (int32_t v = 0; v < g->n_values; v++)
         stage[v] = -1;
-    for (int32_t i = g->n_nodes - 1; i >= 0; i--)   /* backwards: the first reader writes last */
+    for (int32_t i = g->n_nodes - 1; i >= 0; i--) /* backwards: the first reader writes last */
         for (int k = 0; k < g->nodes[i].n_in; k++)
             stage[g->nodes[i].in[k]] = g->nodes[i].stage;
     return stage;
@@ -104,17 +105,20 @@ static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int
     FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
         return diag_set(err, path, 0, "%s", why);
-    fprintf(f, "model      %s\ndevice     %s (%s, %d threads)\nstage      %d of %d (%d replicas, %d micro-batches)\n"
-            "arena      %lld bytes\n", ir_str(g, g->name), dev->name, dev->kind == DEVICE_CPU ? "cpu" : "cuda",
-            dev->threads, stage, g->placement.n_stages, g->placement.n_replicas, g->placement.micro_batches,
-            (long long)arena);
+    fprintf(f,
+            "model      %s\ndevice     %s (%s, %d threads)\nstage      %d of %d (%d replicas, %d micro-batches)\n"
+            "arena      %lld bytes\n",
+            ir_str(g, g->name), dev->name, dev->kind == DEVICE_CPU ? "cpu" : "cuda", dev->threads, stage,
+            g->placement.n_stages, g->placement.n_replicas, g->placement.micro_batches, (long long)arena);
     fprintf(f, "precision  %s%s\n", ir_dtype_name(g->precision),
-            g->tf32 ? " (f32 products may use TF32 tensor cores)"
-            : g->precision != DT_F32 ? " activations (parameters, their gradients, AdamW's state: f32)" : "");
+            g->tf32                  ? " (f32 products may use TF32 tensor cores)"
+            : g->precision != DT_F32 ? " activations (parameters, their gradients, AdamW's state: f32)"
+                                     : "");
     if (g->placement.n_stages > 0)
         fprintf(f, "schedule   %d warm-up forwards%s\n", (int)ir_placement_warmup(&g->placement, stage),
                 ir_placement_recompute(&g->placement, stage)
-                    ? ", recomputes: keeps a waiting micro-batch's inputs, runs its forward again" : "");
+                    ? ", recomputes: keeps a waiting micro-batch's inputs, runs its forward again"
+                    : "");
     int32_t *stage_of = unproduced_value_stages(g);
     if (!stage_of) {
         atomic_abort(&af);
@@ -137,10 +141,10 @@ static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int
 /* The graphs of one compile: one (exact), or one a site (--sync diloco),
  * each placed with the whole cluster's device indices. */
 typedef struct {
-    int32_t         n;
+    int32_t n;
     const ir_graph *g[RT_MAX_SITES];
-    const rt_diloco_param *params;   /* [n * n_params]: site k's table at k * n_params; NULL: exact */
-    int32_t         n_params;
+    const rt_diloco_param *params; /* [n * n_params]: site k's table at k * n_params; NULL: exact */
+    int32_t n_params;
 } graph_set;
 
 static void mark_pair(char *used, int32_t N, int32_t a, int32_t b)
@@ -174,12 +178,12 @@ static int collect_links(const graph_set *set, const cluster *c, rt_link **out, 
         for (int32_t s = 0; s < S && R > 1; s++)
             for (int32_t r = 0; r < R; r++)
                 mark_pair(used, N, p->device[s * R + r], p->device[s * R + (r + 1) % R]);
-        for (int32_t i = 0; i < g->n_nodes; i++)   /* a hierarchical all-reduce's rings and leaders */
+        for (int32_t i = 0; i < g->n_nodes; i++) /* a hierarchical all-reduce's rings and leaders */
             if (g->nodes[i].op == OP_ALLREDUCE && ir_node_int(&g->nodes[i], ATTR_GROUPS, 0))
                 allreduce_mark_links(ir_node_int(&g->nodes[i], ATTR_GROUPS, 0),
                                      p->device + (size_t)g->nodes[i].stage * R, R, used, N);
             else if (g->nodes[i].op == OP_ALLREDUCE && ir_node_int(&g->nodes[i], ATTR_BITS, 0))
-                for (int32_t a = 0; a < R; a++)   /* the quantised exchange: every pair of replicas */
+                for (int32_t a = 0; a < R; a++) /* the quantised exchange: every pair of replicas */
                     for (int32_t b = a + 1; b < R; b++)
                         mark_pair(used, N, p->device[g->nodes[i].stage * R + a], p->device[g->nodes[i].stage * R + b]);
     }
@@ -258,64 +262,69 @@ static int write_launch_local(const graph_set *set, const cluster *c, const char
     char self[FU_PATH_BYTES] = "fusionc";
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     self[len > 0 ? len : (ssize_t)strlen(self)] = '\0';
-    fprintf(f, "# --elastic first: the run goes through the broker (fusionc broker): checkpoints\n"
-               "# every --save-every steps, a lost device replaced by a standby or re-planned away.\n"
-               "if [ \"${1:-}\" = --elastic ]; then shift; exec \"${FUSIONC:-%s}\" broker \"$here\" \"$@\"; fi\n", self);
-    fputs("pids=()\n"
-          "# Empty the logs first: the tail below must not print a previous run's.\n"
-          "for d in \"${devices[@]}\"; do : >\"$here/logs/$d.log\"; done\n"
-          "# Each device in a session of its own, so that a Ctrl-C reaches it once, from\n"
-          "# the trap below (not twice: a second signal stops a device at once).\n"
-          "for d in \"${devices[@]}\"; do\n"
-          "  setsid \"$here/$d/fusion-$d\" \"$@\" >\"$here/logs/$d.log\" 2>&1 &\n"
-          "  pids+=($!)\n"
-          "done\n"
-          "trap 'kill -INT \"${pids[@]}\" 2>/dev/null' INT\n"
-          "trap 'kill -TERM \"${pids[@]}\" 2>/dev/null' TERM\n"
-          "setsid tail -n +1 -F --pid=$$ \"$here/logs/$reporter.log\" 2>/dev/null | setsid sed -u \"s/^/[$reporter] /\" &\n"
-          "tailer=$!\n"
-          "status=0 stopped=0 failed=()\n"
-          "for i in \"${!pids[@]}\"; do\n"
-          "  while :; do   # a trapped signal interrupts wait: wait again until the device is gone\n"
-          "    wait \"${pids[$i]}\"; rc=$?\n"
-          "    kill -0 \"${pids[$i]}\" 2>/dev/null || break\n"
-          "  done\n"
-          "  if [ \"$rc\" -eq 130 ] || [ \"$rc\" -eq 143 ]; then\n"
-          "    stopped=$rc\n"
-          "  elif [ \"$rc\" -ne 0 ]; then\n"
-          "    status=1\n"
-          "    failed+=(\"${devices[$i]}\")\n"
-          "  fi\n"
-          "done\n"
-          "sleep 0.2\n"
-          "kill \"$tailer\" 2>/dev/null; wait \"$tailer\" 2>/dev/null\n"
-          "# --trace FILE (or --trace=FILE): each device wrote FILE.<device>; FILE gets them all, one time axis\n"
-          "trace=\"\" prev=\"\"\n"
-          "for a in \"$@\"; do\n"
-          "  [ \"$prev\" = --trace ] && trace=$a\n"
-          "  case $a in --trace=*) trace=${a#--trace=} ;; esac\n"
-          "  prev=$a\n"
-          "done\n"
-          "if [ -n \"$trace\" ]; then\n"
-          "  parts=()\n"
-          "  for d in \"${devices[@]}\"; do [ -f \"$trace.$d\" ] && parts+=(\"$trace.$d\"); done\n"
-          "  if [ \"${#parts[@]}\" -gt 0 ] && awk 'BEGIN { print \"[\" } /^[][]$/ { next }\n"
-          "      { sub(/^,/, \"\"); print (n++ ? \",\" : \"\") $0 } END { print \"]\" }' \"${parts[@]}\" >\"$trace.tmp.$$\" &&\n"
-          "     mv \"$trace.tmp.$$\" \"$trace\"; then\n"
-          "    echo \"launch-local: the timeline of ${#parts[@]} devices is in $trace (ui.perfetto.dev opens it)\" >&2\n"
-          "  fi\n"
-          "fi\n"
-          "if [ \"$status\" -ne 0 ]; then\n"
-          "  for d in \"${failed[@]}\"; do\n"
-          "    echo \"launch-local: $d failed: $(grep -m1 'error' \"$here/logs/$d.log\")\" >&2\n"
-          "  done\n"
-          "fi\n"
-          "if [ \"$status\" -eq 0 ] && [ \"$stopped\" -ne 0 ]; then\n"
-          "  echo \"launch-local: stopped by a signal: every device finished the same step (saved with --save)\" >&2\n"
-          "  status=$stopped\n"
-          "fi\n"
-          "exit \"$status\"\n",
-          f);
+    fprintf(f,
+            "# --elastic first: the run goes through the broker (fusionc broker): checkpoints\n"
+            "# every --save-every steps, a lost device replaced by a standby or re-planned away.\n"
+            "if [ \"${1:-}\" = --elastic ]; then shift; exec \"${FUSIONC:-%s}\" broker \"$here\" \"$@\"; fi\n",
+            self);
+    fputs(
+        "pids=()\n"
+        "# Empty the logs first: the tail below must not print a previous run's.\n"
+        "for d in \"${devices[@]}\"; do : >\"$here/logs/$d.log\"; done\n"
+        "# Each device in a session of its own, so that a Ctrl-C reaches it once, from\n"
+        "# the trap below (not twice: a second signal stops a device at once).\n"
+        "for d in \"${devices[@]}\"; do\n"
+        "  setsid \"$here/$d/fusion-$d\" \"$@\" >\"$here/logs/$d.log\" 2>&1 &\n"
+        "  pids+=($!)\n"
+        "done\n"
+        "trap 'kill -INT \"${pids[@]}\" 2>/dev/null' INT\n"
+        "trap 'kill -TERM \"${pids[@]}\" 2>/dev/null' TERM\n"
+        "setsid tail -n +1 -F --pid=$$ \"$here/logs/$reporter.log\" 2>/dev/null | setsid sed -u \"s/^/[$reporter] /\" "
+        "&\n"
+        "tailer=$!\n"
+        "status=0 stopped=0 failed=()\n"
+        "for i in \"${!pids[@]}\"; do\n"
+        "  while :; do   # a trapped signal interrupts wait: wait again until the device is gone\n"
+        "    wait \"${pids[$i]}\"; rc=$?\n"
+        "    kill -0 \"${pids[$i]}\" 2>/dev/null || break\n"
+        "  done\n"
+        "  if [ \"$rc\" -eq 130 ] || [ \"$rc\" -eq 143 ]; then\n"
+        "    stopped=$rc\n"
+        "  elif [ \"$rc\" -ne 0 ]; then\n"
+        "    status=1\n"
+        "    failed+=(\"${devices[$i]}\")\n"
+        "  fi\n"
+        "done\n"
+        "sleep 0.2\n"
+        "kill \"$tailer\" 2>/dev/null; wait \"$tailer\" 2>/dev/null\n"
+        "# --trace FILE (or --trace=FILE): each device wrote FILE.<device>; FILE gets them all, one time axis\n"
+        "trace=\"\" prev=\"\"\n"
+        "for a in \"$@\"; do\n"
+        "  [ \"$prev\" = --trace ] && trace=$a\n"
+        "  case $a in --trace=*) trace=${a#--trace=} ;; esac\n"
+        "  prev=$a\n"
+        "done\n"
+        "if [ -n \"$trace\" ]; then\n"
+        "  parts=()\n"
+        "  for d in \"${devices[@]}\"; do [ -f \"$trace.$d\" ] && parts+=(\"$trace.$d\"); done\n"
+        "  if [ \"${#parts[@]}\" -gt 0 ] && awk 'BEGIN { print \"[\" } /^[][]$/ { next }\n"
+        "      { sub(/^,/, \"\"); print (n++ ? \",\" : \"\") $0 } END { print \"]\" }' \"${parts[@]}\" "
+        ">\"$trace.tmp.$$\" &&\n"
+        "     mv \"$trace.tmp.$$\" \"$trace\"; then\n"
+        "    echo \"launch-local: the timeline of ${#parts[@]} devices is in $trace (ui.perfetto.dev opens it)\" >&2\n"
+        "  fi\n"
+        "fi\n"
+        "if [ \"$status\" -ne 0 ]; then\n"
+        "  for d in \"${failed[@]}\"; do\n"
+        "    echo \"launch-local: $d failed: $(grep -m1 'error' \"$here/logs/$d.log\")\" >&2\n"
+        "  done\n"
+        "fi\n"
+        "if [ \"$status\" -eq 0 ] && [ \"$stopped\" -ne 0 ]; then\n"
+        "  echo \"launch-local: stopped by a signal: every device finished the same step (saved with --save)\" >&2\n"
+        "  status=$stopped\n"
+        "fi\n"
+        "exit \"$status\"\n",
+        f);
     if (atomic_commit(&af, 0755, why, sizeof why))
         return diag_set(err, path, 0, "the launch script: %s", why);
     return 0;
@@ -339,8 +348,10 @@ static int write_deploy_list(const graph_set *set, const cluster *c, const char 
     FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
         return diag_set(err, path, 0, "%s", why);
-    fprintf(f, "# fusion deploy list (written by fusionc compile; read by fusionc deploy, launch, stop)\n"
-               "reporter %s\n", c->devices[reporter_device(g)].name);
+    fprintf(f,
+            "# fusion deploy list (written by fusionc compile; read by fusionc deploy, launch, stop)\n"
+            "reporter %s\n",
+            c->devices[reporter_device(g)].name);
     for (int32_t k = 0; k < set->n; k++) {
         const ir_placement *p = &set->g[k]->placement;
         for (int32_t i = 0; i < p->n_stages * p->n_replicas; i++)
@@ -355,13 +366,13 @@ static int write_deploy_list(const graph_set *set, const cluster *c, const char 
 typedef struct {
     const rt_peer *peers;
     const rt_link *links;
-    int32_t        n_links, port_base;
-    const char    *out_dir;
+    int32_t n_links, port_base;
+    const char *out_dir;
     const bundle_toolchain *tc;
-    bundle_libs   *libs;
-    const rt_diloco_info  *diloco;   /* NULL: exact */
-    const rt_diloco_param *params;   /* the device's site's table */
-    uint64_t       build_id;         /* 0: the graph's own */
+    bundle_libs *libs;
+    const rt_diloco_info *diloco;  /* NULL: exact */
+    const rt_diloco_param *params; /* the device's site's table */
+    uint64_t build_id;             /* 0: the graph's own */
 } device_job;
 
 /* This compile's run secret (write_set makes it; write_device copies it). */
@@ -386,20 +397,31 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
         return -1;
     /* Replicas share their stage's arena plan, made for its first device. */
     int64_t arena = memory_arena_bytes(g, g->placement.device[stage * g->placement.n_replicas]);
-    llvm_device_info info = { .index = d, .name = dev->name, .stage = stage, .replica = replica,
-                              .arena_bytes = arena, .threads = dev->threads, .slowdown = dev->slowdown,
-                              .peers = job->peers, .n_peers = c->n_devices, .links = job->links,
-                              .n_links = job->n_links, .port_base = job->port_base,
-                              .cuda_dump_dir = dev->kind == DEVICE_CUDA ? dir : NULL, .arch = dev->arch,
-                              .diloco = job->diloco, .diloco_params = job->params, .build_id = job->build_id,
+    llvm_device_info info = { .index = d,
+                              .name = dev->name,
+                              .stage = stage,
+                              .replica = replica,
+                              .arena_bytes = arena,
+                              .threads = dev->threads,
+                              .slowdown = dev->slowdown,
+                              .peers = job->peers,
+                              .n_peers = c->n_devices,
+                              .links = job->links,
+                              .n_links = job->n_links,
+                              .port_base = job->port_base,
+                              .cuda_dump_dir = dev->kind == DEVICE_CUDA ? dir : NULL,
+                              .arch = dev->arch,
+                              .diloco = job->diloco,
+                              .diloco_params = job->params,
+                              .build_id = job->build_id,
                               .spec = dev };
     int rc = llvm_emit_device(g, &info, object, err);
     if (rc == 0)
         rc = link_executable(tc, object, tmp, err);
     unlink(object);
-    if (rc == 0)   /* before the rename: a program without its libraries is not whole */
+    if (rc == 0) /* before the rename: a program without its libraries is not whole */
         rc = bundle_libs_copy(libs, tmp, dir, err);
-    if (rc == 0 && dev->kind == DEVICE_CUDA && !tc->cublas_system) {   /* cuBLAS, from the toolkit ($CUDA_HOME) */
+    if (rc == 0 && dev->kind == DEVICE_CUDA && !tc->cublas_system) { /* cuBLAS, from the toolkit ($CUDA_HOME) */
         const char *home = getenv("CUDA_HOME");
         rc = bundle_libs_add_cublas(libs, dir, home && *home ? home : FUSION_CUDA_HOME, err);
     }
@@ -409,7 +431,7 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
         unlink(tmp);
     if (rc == 0)
         rc = write_manifest_text(g, dev, stage, arena, manifest, err);
-    char key_path[FU_PATH_BYTES + 104], why[FU_PATH_BYTES + 504];   /* the run secret beside the program, mode 0600 */
+    char key_path[FU_PATH_BYTES + 104], why[FU_PATH_BYTES + 504]; /* the run secret beside the program, mode 0600 */
     snprintf(key_path, sizeof key_path, "%s/run.key", dir);
     if (rc == 0 && fu_secret_write(key_path, secret_of_run, why, sizeof why))
         rc = diag_set(err, key_path, 0, "%s", why);
@@ -435,7 +457,7 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
     for (int32_t k = 0; k < set->n; k++)
         if (check_placed(set->g[k], c, err))
             return -1;
-    if (folders_make(out_dir, err))   /* -o a/b: every folder it needs */
+    if (folders_make(out_dir, err)) /* -o a/b: every folder it needs */
         return -1;
     /* The run secret: new, or the running run's (a re-plan); never printed. */
     char why[FU_PATH_BYTES + 504], key_path[FU_PATH_BYTES + 104];
@@ -476,8 +498,15 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
             site.n_params = set->n_params;
             row += site_rows[k];
         }
-        device_job job = { peers, links, n_links, port_base > 0 ? port_base : 29500, out_dir, tc, &libs,
-                           outer ? &site : NULL, set->params ? set->params + (size_t)k * set->n_params : NULL,
+        device_job job = { peers,
+                           links,
+                           n_links,
+                           port_base > 0 ? port_base : 29500,
+                           out_dir,
+                           tc,
+                           &libs,
+                           outer ? &site : NULL,
+                           set->params ? set->params + (size_t)k * set->n_params : NULL,
                            build_id };
         const ir_placement *p = &set->g[k]->placement;
         for (int32_t s = 0; s < p->n_stages && rc == 0; s++)

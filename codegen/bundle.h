@@ -13,7 +13,7 @@ typedef struct {
     const char *cc;              /* the C compiler that links (default: the one fusion was built with) */
     const char *runtime_libs[4]; /* static libraries to link, NULL-terminated */
     const char *link_flags;      /* e.g. "-lopenblas -fopenmp -lm"            */
-    int         cublas_system;   /* 1: a CUDA device's bundle leaves cuBLAS to the host
+    int cublas_system;           /* 1: a CUDA device's bundle leaves cuBLAS to the host
                                     (--cublas system); 0: it carries it in lib/ */
     const char *run_key;         /* the run secret's file to use (--run-key: a re-plan of a running
                                     run); NULL: a new secret.  Either way OUT/run.key and every
@@ -37,10 +37,10 @@ int bundle_write(const ir_graph *g, const cluster *c, const char *out_dir, const
  * order).  The devices of all sites share one build id and one link list;
  * each parameter's holders in every two sites get a link. */
 typedef struct {
-    int32_t         n_sites;
+    int32_t n_sites;
     const ir_graph *graphs[RT_MAX_SITES];
-    int64_t         site_rows[RT_MAX_SITES];   /* each site's rows of the global batch */
-    rt_diloco_info  outer;
+    int64_t site_rows[RT_MAX_SITES]; /* each site's rows of the global batch */
+    rt_diloco_info outer;
 } bundle_sites;
 
 int bundle_write_sites(const bundle_sites *s, const cluster *c, const char *out_dir, const bundle_toolchain *tc,

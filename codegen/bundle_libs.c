@@ -11,13 +11,13 @@
 #include <unistd.h>
 
 #include "process.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 int bundle_lib_is_libc(const char *name)
 {
-    static const char *const own[] = { "libc.so",   "libm.so",     "libpthread.so", "libdl.so",    "librt.so",
-                                       "libanl.so", "libresolv.so", "libutil.so",   "libmvec.so", "ld-linux",
-                                       "linux-vdso", "linux-gate" };
+    static const char *const own[] = { "libc.so",    "libm.so",   "libpthread.so", "libdl.so",
+                                       "librt.so",   "libanl.so", "libresolv.so",  "libutil.so",
+                                       "libmvec.so", "ld-linux",  "linux-vdso",    "linux-gate" };
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if (strncmp(name, own[i], strlen(own[i])) == 0)
             return 1;
@@ -72,7 +72,7 @@ static int link_or_copy(const char *first, const char *dst, struct diag *err)
     unlink(tmp);
     if (link(first, tmp) == 0) {
         int renamed = rename(tmp, dst) == 0;
-        unlink(tmp);   /* left in place when dst already was that file (rename(2) then does nothing) */
+        unlink(tmp); /* left in place when dst already was that file (rename(2) then does nothing) */
         if (renamed)
             return 0;
     }
@@ -113,7 +113,7 @@ static int bundle_one(bundle_libs *seen, const char *name, const char *path, con
     if (known >= 0)
         return strcmp(seen->path[known], dst) != 0 ? link_or_copy(seen->path[known], dst, err) : 0;
     char real[FU_PATH_BYTES];
-    if (link_first && !realpath(path, real))   /* link(2) would link a symbolic link itself */
+    if (link_first && !realpath(path, real)) /* link(2) would link a symbolic link itself */
         return diag_set(err, path, 0, "cannot read the library to bundle: %s", strerror(errno));
     int rc = link_first ? link_or_copy(real, dst, err) : bundle_copy_file(path, dst, err);
     if (rc == 0 && remember(seen, name, dst))
@@ -137,7 +137,7 @@ static int bundle_needed(bundle_libs *seen, const char *object, const char *lib_
         char name[256], path[FU_PATH_BYTES];
         if (sscanf(line, " %255s => %4095s", name, path) != 2 || bundle_lib_is_libc(name))
             continue;
-        if (path[0] != '/') {   /* "=> not found" */
+        if (path[0] != '/') { /* "=> not found" */
             rc = diag_set(err, object, 0, "ldd cannot find %s, a library it needs", name);
             break;
         }
@@ -175,7 +175,8 @@ int bundle_libs_add_cublas(bundle_libs *seen, const char *dir, const char *cuda_
         return diag_set(err, cuda_home, 0,
                         "the CUDA toolkit here has no cuBLAS (libcublas.so.13, .12 or .11 in %s/lib64), which a CUDA "
                         "device's bundle carries: install cuBLAS (and its libcublasLt), set CUDA_HOME, or compile "
-                        "with --cublas system to leave it to the hosts that run the bundle", cuda_home);
+                        "with --cublas system to leave it to the hosts that run the bundle",
+                        cuda_home);
     if (bundle_one(seen, name, path, lib_dir, 1, err))
         return -1;
     /* Its dependencies: libcublasLt (found by its run path, $ORIGIN), and

@@ -17,12 +17,12 @@
 #define FUSION_BUNDLE_LIBS_H
 
 #include "../ir/diag.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 typedef struct {
-    char (*name)[256];       /* the libraries copied so far in this compile */
-    char (*path)[FU_PATH_BYTES + 504];      /* ... and where their first copy is          */
-    int  n, cap;
+    char (*name)[256];                 /* the libraries copied so far in this compile */
+    char (*path)[FU_PATH_BYTES + 504]; /* ... and where their first copy is          */
+    int n, cap;
 } bundle_libs;
 
 /* Copy src to dst whole, through dst.tmp.PID, keeping the mode.  0, or -1
@@ -34,12 +34,12 @@ int bundle_lib_is_libc(const char *name);
 
 /* Copy what `exe` needs into dir/lib/.  0, or -1 with err naming the
  * library or the step (ldd) that failed. */
-int  bundle_libs_copy(bundle_libs *seen, const char *exe, const char *dir, struct diag *err);
+int bundle_libs_copy(bundle_libs *seen, const char *exe, const char *dir, struct diag *err);
 /* Put cuBLAS into dir/lib/: libcublas.so.N from cuda_home/lib64 (N = 13,
  * 12 or 11, the newest there), and what it needs (libcublasLt.so.N,
  * libgcc_s), hard-linked from the toolkit where possible.  0, or -1 with
  * err naming what is missing. */
-int  bundle_libs_add_cublas(bundle_libs *seen, const char *dir, const char *cuda_home, struct diag *err);
+int bundle_libs_add_cublas(bundle_libs *seen, const char *dir, const char *cuda_home, struct diag *err);
 void bundle_libs_free(bundle_libs *seen);
 
 #endif

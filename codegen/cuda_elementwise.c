@@ -97,9 +97,8 @@ static int can_join(const cuda_plan *p, const struct cuda_fusable *f, int64_t n,
 }
 
 /* The kernel of elementwise(): args[k] spans bytes[k]; broadcast as in cuda_fusable. */
-static int add_elementwise(cuda_plan *p, const char *tag, int fusable, int64_t n, const char *decls,
-                           const char *body, const rt_cuda_arg *args, const int64_t *bytes, int32_t n_args,
-                           uint32_t broadcast)
+static int add_elementwise(cuda_plan *p, const char *tag, int fusable, int64_t n, const char *decls, const char *body,
+                           const rt_cuda_arg *args, const int64_t *bytes, int32_t n_args, uint32_t broadcast)
 {
     if (!p->fusable && !(p->fusable = calloc(1, sizeof *p->fusable)))
         return p->oom = 1, -1;
@@ -114,14 +113,14 @@ static int add_elementwise(cuda_plan *p, const char *tag, int fusable, int64_t n
         strcpy(parts, f->parts);
         strcat(parts, block);
         free(block);
-        if (f->kernel_new) {   /* only the last step launched it: take it out of the module */
+        if (f->kernel_new) { /* only the last step launched it: take it out of the module */
             p->n_kernels--;
             free(p->names[p->n_kernels]);
             p->source_len = f->source_len_before;
             p->source[p->source_len] = '\0';
         }
         char joined[64];
-        snprintf(joined, sizeof joined, "%.31s_%.31s", f->tag, tag);   /* the name says what it runs */
+        snprintf(joined, sizeof joined, "%.31s_%.31s", f->tag, tag); /* the name says what it runs */
         size_t before = p->source_len;
         int32_t kernels = p->n_kernels, k = finish_loop(p, n, parts, joined);
         if (k < 0) {
@@ -152,8 +151,14 @@ static int add_elementwise(cuda_plan *p, const char *tag, int fusable, int64_t n
     }
     memcpy(p->steps[p->n_steps - 1].arg, args, (size_t)n_args * sizeof *args);
     free(f->parts);
-    *f = (struct cuda_fusable){ .valid = fusable, .step = p->n_steps - 1, .group = p->group, .n = n, .parts = block,
-                                .n_args = n_args, .broadcast = broadcast, .kernel_new = p->n_kernels > kernels,
+    *f = (struct cuda_fusable){ .valid = fusable,
+                                .step = p->n_steps - 1,
+                                .group = p->group,
+                                .n = n,
+                                .parts = block,
+                                .n_args = n_args,
+                                .broadcast = broadcast,
+                                .kernel_new = p->n_kernels > kernels,
                                 .source_len_before = before };
     memcpy(f->bytes, bytes, (size_t)n_args * sizeof *bytes);
     snprintf(f->tag, sizeof f->tag, "%s", tag);
@@ -161,14 +166,14 @@ static int add_elementwise(cuda_plan *p, const char *tag, int fusable, int64_t n
 }
 
 /* The pointer declarations of names (kb_ptrs) for args, then the kernel. */
-static int add_declared(cuda_plan *p, const char *tag, int fusable, int64_t n, const char *names,
-                        const char *body, const rt_cuda_arg *args, const int64_t *bytes, int32_t n_args,
-                        uint32_t broadcast)
+static int add_declared(cuda_plan *p, const char *tag, int fusable, int64_t n, const char *names, const char *body,
+                        const rt_cuda_arg *args, const int64_t *bytes, int32_t n_args, uint32_t broadcast)
 {
     kbuf decls = { 0 };
     kb_printf(&decls, "%s", "");
     kb_ptrs(&decls, names, args, n_args);
-    int rc = decls.oom ? (p->oom = 1, -1) : add_elementwise(p, tag, fusable, n, decls.text, body, args, bytes, n_args, broadcast);
+    int rc = decls.oom ? (p->oom = 1, -1)
+                       : add_elementwise(p, tag, fusable, n, decls.text, body, args, bytes, n_args, broadcast);
     free(decls.text);
     return rc;
 }

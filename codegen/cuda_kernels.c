@@ -110,15 +110,18 @@ int lower_qkv_split(cuda_plan *p, const rt_op *op)
     }
     int64_t D = C / H;
     char body[900];
-    snprintf(body, sizeof body,
-             "        const long long C = %lldLL;\n"
-             "        long long d = i %% %lldLL, t = (i / %lldLL) %% %lldLL, h = (i / %lldLL) %% %lldLL, b = i / %lldLL;\n"
-             "        long long r = (b * %lldLL + t) * %lldLL + h * %lldLL + d;\n"
-             "%s",
-             (long long)C, (long long)D, (long long)D, (long long)T, (long long)(D * T), (long long)H,
-             (long long)(D * T * H), (long long)T, (long long)(3 * C), (long long)D,
-             backward ? "        ST(qkv[r], LD(q[i]));\n        ST(qkv[r + C], LD(k[i]));\n        ST(qkv[r + 2 * C], LD(v[i]));\n"
-                      : "        ST(q[i], LD(qkv[r]));\n        ST(k[i], LD(qkv[r + C]));\n        ST(v[i], LD(qkv[r + 2 * C]));\n");
+    snprintf(
+        body, sizeof body,
+        "        const long long C = %lldLL;\n"
+        "        long long d = i %% %lldLL, t = (i / %lldLL) %% %lldLL, h = (i / %lldLL) %% %lldLL, b = i / %lldLL;\n"
+        "        long long r = (b * %lldLL + t) * %lldLL + h * %lldLL + d;\n"
+        "%s",
+        (long long)C, (long long)D, (long long)D, (long long)T, (long long)(D * T), (long long)H,
+        (long long)(D * T * H), (long long)T, (long long)(3 * C), (long long)D,
+        backward ? "        ST(qkv[r], LD(q[i]));\n        ST(qkv[r + C], LD(k[i]));\n        ST(qkv[r + 2 * C], "
+                   "LD(v[i]));\n"
+                 : "        ST(q[i], LD(qkv[r]));\n        ST(k[i], LD(qkv[r + C]));\n        ST(v[i], LD(qkv[r + 2 * "
+                   "C]));\n");
     if (!backward)
         return elementwise(p, "qkv_split_fwd", B * T * C, "q! k! v! qkv", body, out_arg(op, 0), out_arg(op, 1),
                            out_arg(op, 2), in_arg(op, 0), ARG_END);
@@ -133,13 +136,14 @@ int lower_merge_heads(cuda_plan *p, const rt_op *op)
     const rt_tensor *x = backward ? &op->out[0] : &op->in[0];
     int64_t B = x->dim[0], H = x->dim[1], T = x->dim[2], D = x->dim[3];
     char body[512];
-    snprintf(body, sizeof body,
-             "        long long d = i %% %lldLL, t = (i / %lldLL) %% %lldLL, h = (i / %lldLL) %% %lldLL, b = i / %lldLL;\n"
-             "        long long r = (b * %lldLL + t) * %lldLL + h * %lldLL + d;\n"
-             "%s",
-             (long long)D, (long long)D, (long long)T, (long long)(D * T), (long long)H, (long long)(D * T * H),
-             (long long)T, (long long)(H * D), (long long)D,
-             backward ? "        ST(x[i], LD(y[r]));\n" : "        ST(y[r], LD(x[i]));\n");
+    snprintf(
+        body, sizeof body,
+        "        long long d = i %% %lldLL, t = (i / %lldLL) %% %lldLL, h = (i / %lldLL) %% %lldLL, b = i / %lldLL;\n"
+        "        long long r = (b * %lldLL + t) * %lldLL + h * %lldLL + d;\n"
+        "%s",
+        (long long)D, (long long)D, (long long)T, (long long)(D * T), (long long)H, (long long)(D * T * H),
+        (long long)T, (long long)(H * D), (long long)D,
+        backward ? "        ST(x[i], LD(y[r]));\n" : "        ST(y[r], LD(x[i]));\n");
     if (!backward)
         return elementwise(p, "merge_heads_fwd", B * H * T * D, "y! x", body, out_arg(op, 0), in_arg(op, 0), ARG_END);
     return elementwise(p, "merge_heads_bwd", B * H * T * D, "x! y", body, out_arg(op, 0), in_arg(op, 0), ARG_END);
@@ -157,15 +161,16 @@ int lower_rope(cuda_plan *p, const rt_op *op)
     const rt_tensor *x = &op->in[0];
     int64_t C = x->dim[x->rank - 1], T = x->dim[x->rank - 2], H = op->ints[ATTR_HEADS], D = C / H, half = D / 2;
     char body[1024];
-    snprintf(body, sizeof body,
-             "        long long c = i %% %lldLL, rest = i / %lldLL, t = (rest / %lldLL) %% %lldLL, at = rest * %lldLL + c;\n"
-             "        double angle = %d.0 * (double)t * pow((double)%.17g, -2.0 * (double)c / %lld.0);\n"
-             "        float co = (float)cos(angle), si = (float)sin(angle);\n"
-             "        float lo = LD(x[at]), hi = LD(x[at + %lldLL]);\n"
-             "        ST(y[at], lo * co - hi * si);\n"
-             "        ST(y[at + %lldLL], hi * co + lo * si);\n",
-             (long long)half, (long long)half, (long long)H, (long long)T, (long long)D, sign,
-             op->floats[ATTR_BASE], (long long)D, (long long)half, (long long)half);
+    snprintf(
+        body, sizeof body,
+        "        long long c = i %% %lldLL, rest = i / %lldLL, t = (rest / %lldLL) %% %lldLL, at = rest * %lldLL + c;\n"
+        "        double angle = %d.0 * (double)t * pow((double)%.17g, -2.0 * (double)c / %lld.0);\n"
+        "        float co = (float)cos(angle), si = (float)sin(angle);\n"
+        "        float lo = LD(x[at]), hi = LD(x[at + %lldLL]);\n"
+        "        ST(y[at], lo * co - hi * si);\n"
+        "        ST(y[at + %lldLL], hi * co + lo * si);\n",
+        (long long)half, (long long)half, (long long)H, (long long)T, (long long)D, sign, op->floats[ATTR_BASE],
+        (long long)D, (long long)half, (long long)half);
     return elementwise(p, sign > 0 ? "rope_fwd" : "rope_bwd", rt_tensor_numel(x) / 2, "y! x", body, out_arg(op, 0),
                        in_arg(op, 0), ARG_END);
 }
@@ -190,8 +195,9 @@ int lower_split_concat(cuda_plan *p, const rt_op *op)
     args[0] = whole_is_input ? in_arg(op, 0) : out_arg(op, 0);
     char names[32], body[2048];
     int len = snprintf(names, sizeof names, whole_is_input ? "x" : "x!");
-    int at = snprintf(body, sizeof body, "        long long o = i / %lldLL, ax = (i / %lldLL) %% %lldLL, e = i %% %lldLL;\n",
-                      (long long)(total * inner), (long long)inner, (long long)total, (long long)inner);
+    int at =
+        snprintf(body, sizeof body, "        long long o = i / %lldLL, ax = (i / %lldLL) %% %lldLL, e = i %% %lldLL;\n",
+                 (long long)(total * inner), (long long)inner, (long long)total, (long long)inner);
     int64_t off = 0;
     for (int k = 0; k < n; k++) {
         const rt_tensor *part = whole_is_input ? &op->out[k] : &op->in[k];
@@ -205,7 +211,7 @@ int lower_split_concat(cuda_plan *p, const rt_op *op)
                        k ? "else " : "", (long long)(off + size), (long long)size, (long long)off, (long long)inner,
                        copy);
         if (at >= (int)sizeof body || len >= (int)sizeof names)
-            return -1;   /* cannot be: four parts take a few hundred bytes */
+            return -1; /* cannot be: four parts take a few hundred bytes */
         off += size;
     }
     rt_cuda_arg end = ARG_END;
@@ -308,9 +314,11 @@ int lower_matmul(cuda_plan *p, const rt_op *op)
     if (da.kind && step_gemm(p, 0, !tb, rows, K, N, scale, dc, N, rows * N, b, ldb, b_batched ? K * N : 0, 0.0f, da, K,
                              rows * K, count))
         return -1;
-    if (db.kind && !tb && step_gemm(p, 1, 0, K, N, rows, scale, a, K, rows * K, dc, N, rows * N, 0.0f, db, N, K * N, count))
+    if (db.kind && !tb &&
+        step_gemm(p, 1, 0, K, N, rows, scale, a, K, rows * K, dc, N, rows * N, 0.0f, db, N, K * N, count))
         return -1;
-    if (db.kind && tb && step_gemm(p, 1, 0, N, K, rows, scale, dc, N, rows * N, a, K, rows * K, 0.0f, db, K, K * N, count))
+    if (db.kind && tb &&
+        step_gemm(p, 1, 0, N, K, rows, scale, dc, N, rows * N, a, K, rows * K, 0.0f, db, K, K * N, count))
         return -1;
     return 0;
 }

@@ -48,23 +48,23 @@
 #include "../runtime/exec.h"
 
 typedef struct {
-    char         *source;       /* the prelude, then every kernel, NUL-terminated */
-    size_t        source_len, source_cap;
-    char        **names;        /* [n_kernels] kernel names                      */
-    uint64_t     *hashes;       /* [n_kernels] of the kernels' text              */
-    int32_t       n_kernels, cap_kernels;
+    char *source; /* the prelude, then every kernel, NUL-terminated */
+    size_t source_len, source_cap;
+    char **names;     /* [n_kernels] kernel names                      */
+    uint64_t *hashes; /* [n_kernels] of the kernels' text              */
+    int32_t n_kernels, cap_kernels;
     rt_cuda_step *steps;
-    int32_t       n_steps, cap_steps;
-    rt_cuda_op   *ops;          /* one per op added, in order                    */
-    int32_t       n_ops, cap_ops;
-    int64_t       scratch_bytes;/* the most any op's steps need                  */
-    int           oom;          /* an allocation failed: the plan is unusable    */
-    int           fuse;         /* 1: an elementwise kernel may join the one before
+    int32_t n_steps, cap_steps;
+    rt_cuda_op *ops; /* one per op added, in order                    */
+    int32_t n_ops, cap_ops;
+    int64_t scratch_bytes;        /* the most any op's steps need                  */
+    int oom;                      /* an allocation failed: the plan is unusable    */
+    int fuse;                     /* 1: an elementwise kernel may join the one before
                                    it (cuda_elementwise.c); 0 (cuda_plan_init): each
                                    op its own steps, as the emulation harness checks them */
-    int32_t       group;        /* the caller's label for the ops being added (their
+    int32_t group;                /* the caller's label for the ops being added (their
                                    phase): only kernels of one group fuse      */
-    struct cuda_fusable *fusable;   /* the last step, when another may join it */
+    struct cuda_fusable *fusable; /* the last step, when another may join it */
 } cuda_plan;
 
 void cuda_plan_init(cuda_plan *p);

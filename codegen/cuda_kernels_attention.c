@@ -33,7 +33,7 @@
  * h·D.. of rows q_ld elements apart, kv head g at g·D.. of rows kv_ld apart;
  * dq, dk, dv (the backward's, arg_none when not wanted) in the same layout. */
 typedef struct {
-    int64_t     B, T, H, KV, D, q_ld, kv_ld;
+    int64_t B, T, H, KV, D, q_ld, kv_ld;
     rt_cuda_arg q, k, v, dq, dk, dv;
 } att_geom;
 
@@ -43,13 +43,13 @@ static att_geom att_geom_of(const rt_op *op)
     int backward = op->op == OP_ATTENTION_BACKWARD;
     att_geom g = { .B = x->dim[0], .T = x->dim[1], .H = op->ints[ATTR_HEADS] };
     g.q = in_arg(op, 0);
-    if (op->n_in - backward == 1) {             /* qkv (B,T,3C) and dqkv */
+    if (op->n_in - backward == 1) { /* qkv (B,T,3C) and dqkv */
         int64_t C = x->dim[2] / 3;
         g.KV = g.H, g.D = C / g.H, g.q_ld = g.kv_ld = 3 * C;
         g.k = arg_elems(g.q, C), g.v = arg_elems(g.q, 2 * C);
         if (backward)
             g.dq = out_arg(op, 0), g.dk = arg_elems(g.dq, C), g.dv = arg_elems(g.dq, 2 * C);
-    } else {                                    /* q, k, v; dq, dk, dv per the grads bits */
+    } else { /* q, k, v; dq, dk, dv per the grads bits */
         g.KV = op->ints[ATTR_KV_HEADS] ? op->ints[ATTR_KV_HEADS] : g.H;
         g.D = x->dim[2] / g.H, g.q_ld = g.H * g.D, g.kv_ld = g.KV * g.D;
         g.k = in_arg(op, 1), g.v = in_arg(op, 2);
@@ -73,25 +73,25 @@ static void kb_attention_head(kbuf *kb, const att_geom *g, int by_key, int qi)
               LL(g->T), LL(g->D), LL(g->H), LL(g->H * g->D), LL(g->q_ld), LL(g->kv_ld), LL(g->H / g->KV),
               flit(scale, 1.0 / sqrt((double)g->D)));
     if (by_key)
-        kb_printf(kb, "    const long long j = blockIdx.x %% T, bg = blockIdx.x / T, g = bg %% %lldLL, b = bg / %lldLL;\n",
+        kb_printf(kb,
+                  "    const long long j = blockIdx.x %% T, bg = blockIdx.x / T, g = bg %% %lldLL, b = bg / %lldLL;\n",
                   LL(g->KV), LL(g->KV));
     else
-        kb_printf(kb, "    const long long i = blockIdx.x %% T, bh = blockIdx.x / T, h = bh %% H, b = bh / H, g = h / G;\n");
+        kb_printf(
+            kb, "    const long long i = blockIdx.x %% T, bh = blockIdx.x / T, h = bh %% H, b = bh / H, g = h / G;\n");
     kb_ptr(kb, "q", qi, g->q, 0, NULL);
     kb_ptr(kb, "k", qi + 1, g->k, 0, NULL);
     kb_ptr(kb, "v", qi + 2, g->v, 0, NULL);
-    kb_printf(kb,
-              "#define Q(t) (q + (b * T + (t)) * QLD + h * D)\n"
-              "#define K(t) (k + (b * T + (t)) * KVLD + g * D)\n"
-              "#define V(t) (v + (b * T + (t)) * KVLD + g * D)\n");
+    kb_printf(kb, "#define Q(t) (q + (b * T + (t)) * QLD + h * D)\n"
+                  "#define K(t) (k + (b * T + (t)) * KVLD + g * D)\n"
+                  "#define V(t) (v + (b * T + (t)) * KVLD + g * D)\n");
 }
 
 /* The scaled score of query i against key j, as the CPU's sgemm forms it;
  * the key launch's copy sits a loop deeper. */
-#define ATT_SCORE(indent)                                                                                   \
-    indent "float sc = 0.0f;\n"                                                                             \
-    indent "for (long long d = 0; d < D; d++) sc += LD(Q(i)[d]) * LD(K(j)[d]);\n"                           \
-    indent "sc = scale * sc;\n"
+#define ATT_SCORE(indent)                                                                                            \
+    indent "float sc = 0.0f;\n" indent "for (long long d = 0; d < D; d++) sc += LD(Q(i)[d]) * LD(K(j)[d]);\n" indent \
+           "sc = scale * sc;\n"
 static const char att_score[] = ATT_SCORE("        "), att_score_deeper[] = ATT_SCORE("            ");
 
 /* The causal softmax of query row i into P[0..i] (shared): its max mx and
@@ -108,7 +108,8 @@ static void kb_attention_softmax_row(kbuf *kb)
               "    }\n"
               "    mx = fusion_block_max(mx, redf);\n"
               "    double s = 0;\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) { float e = expf(P[j] - mx); P[j] = e; s += e; }\n"
+              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) { float e = expf(P[j] - mx); P[j] = e; s "
+              "+= e; }\n"
               "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n",
               att_score);
 }
@@ -126,15 +127,14 @@ int lower_attention(cuda_plan *p, const rt_op *op)
     kb_printf(&kb, "    FUSION_DYN_SHARED(float, P);\n");
     kb_attention_softmax_row(&kb);
     kb_ptr(&kb, "out", 0, out_arg(op, 0), 1, " + (b * T + i) * HD + h * D");
-    kb_printf(&kb,
-              "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
-              "        float acc = 0.0f;\n"
-              "        for (long long j = 0; j <= i; j++) acc += (P[j] * inv) * LD(V(j)[d]);\n"
-              "        ST(out[d], acc);\n"
-              "    }\n"
-              "#undef Q\n#undef K\n#undef V\n");
-    return step_kernel(p, kb_finish(p, &kb, "attention_fwd"), g.B * g.H * g.T, (uint32_t)(g.T * 4), 0,
-                       out_arg(op, 0), g.q, g.k, g.v, ARG_END);
+    kb_printf(&kb, "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
+                   "        float acc = 0.0f;\n"
+                   "        for (long long j = 0; j <= i; j++) acc += (P[j] * inv) * LD(V(j)[d]);\n"
+                   "        ST(out[d], acc);\n"
+                   "    }\n"
+                   "#undef Q\n#undef K\n#undef V\n");
+    return step_kernel(p, kb_finish(p, &kb, "attention_fwd"), g.B * g.H * g.T, (uint32_t)(g.T * 4), 0, out_arg(op, 0),
+                       g.q, g.k, g.v, ARG_END);
 }
 
 /* q, k, v, dout -> dq, dk, dv.
@@ -160,33 +160,30 @@ int lower_attention_backward(cuda_plan *p, const rt_op *op)
     kb_printf(&kb, "%s", RED_DECLS);
     kb_attention_head(&kb, &g, 0, 1);
     kb_ptr(&kb, "dO", 4, dout, 0, " + (b * T + i) * HD + h * D");
-    kb_printf(&kb,
-              "    float *stats = (float *)a.p[5] + blockIdx.x * 3;\n"
-              "    FUSION_DYN_SHARED(float, P);\n"
-              "    float *dP = P + T;\n");
+    kb_printf(&kb, "    float *stats = (float *)a.p[5] + blockIdx.x * 3;\n"
+                   "    FUSION_DYN_SHARED(float, P);\n"
+                   "    float *dP = P + T;\n");
     kb_attention_softmax_row(&kb);
-    kb_printf(&kb,
-              "    double dot = 0;\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
-              "        float pj = P[j] * inv, dp = 0.0f;\n"
-              "        for (long long d = 0; d < D; d++) dp += LD(dO[d]) * LD(V(j)[d]);\n"
-              "        P[j] = pj;\n"
-              "        dP[j] = dp;\n"
-              "        dot += pj * dp;\n"
-              "    }\n"
-              "    float dd = (float)fusion_block_sum(dot, red);\n"
-              "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) dP[j] = P[j] * (dP[j] - dd);\n"
-              "    if (threadIdx.x == 0) { stats[0] = mx; stats[1] = inv; stats[2] = dd; }\n"
-              "    __syncthreads();\n"
-              "    if (!a.p[0]) return;\n");
+    kb_printf(&kb, "    double dot = 0;\n"
+                   "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) {\n"
+                   "        float pj = P[j] * inv, dp = 0.0f;\n"
+                   "        for (long long d = 0; d < D; d++) dp += LD(dO[d]) * LD(V(j)[d]);\n"
+                   "        P[j] = pj;\n"
+                   "        dP[j] = dp;\n"
+                   "        dot += pj * dp;\n"
+                   "    }\n"
+                   "    float dd = (float)fusion_block_sum(dot, red);\n"
+                   "    for (long long j = threadIdx.x; j <= i; j += blockDim.x) dP[j] = P[j] * (dP[j] - dd);\n"
+                   "    if (threadIdx.x == 0) { stats[0] = mx; stats[1] = inv; stats[2] = dd; }\n"
+                   "    __syncthreads();\n"
+                   "    if (!a.p[0]) return;\n");
     kb_ptr(&kb, "dq", 0, g.dq, 1, " + (b * T + i) * QLD + h * D");
-    kb_printf(&kb,
-              "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
-              "        float acc = 0.0f;\n"
-              "        for (long long j = 0; j <= i; j++) acc += dP[j] * LD(K(j)[d]);\n"
-              "        ST(dq[d], scale * acc);\n"
-              "    }\n"
-              "#undef Q\n#undef K\n#undef V\n");
+    kb_printf(&kb, "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
+                   "        float acc = 0.0f;\n"
+                   "        for (long long j = 0; j <= i; j++) acc += dP[j] * LD(K(j)[d]);\n"
+                   "        ST(dq[d], scale * acc);\n"
+                   "    }\n"
+                   "#undef Q\n#undef K\n#undef V\n");
     if (step_kernel(p, kb_finish(p, &kb, "attention_bwd_q"), g.B * g.H * g.T, (uint32_t)(2 * g.T * 4), 0, g.dq, g.q,
                     g.k, g.v, dout, arg_scratch(0), ARG_END))
         return -1;
@@ -218,7 +215,8 @@ int lower_attention_backward(cuda_plan *p, const rt_op *op)
               "        for (int n = 0; n < %lld; n++) {\n"
               "            long long d = threadIdx.x + (long long)n * %d;\n"
               "            if (d >= D) break;\n"
-              "            for (long long i = j; i < T; i++) { ak[n] += dS[i] * LD(Q(i)[d]); av[n] += P[i] * LD(DO(i)[d]); }\n"
+              "            for (long long i = j; i < T; i++) { ak[n] += dS[i] * LD(Q(i)[d]); av[n] += P[i] * "
+              "LD(DO(i)[d]); }\n"
               "        }\n"
               "        __syncthreads();   /* P and dS are the next head's */\n"
               "    }\n"

@@ -23,24 +23,24 @@ _Static_assert(NT == 256, "RED_DECLS spells the block size");
 /* The plan's last step while another elementwise kernel may join it
  * (cuda_elementwise.c); the plan frees it. */
 struct cuda_fusable {
-    int         valid;
-    int32_t     step;         /* its index in the plan's steps               */
-    int32_t     group;
-    int64_t     n;
-    char       *parts;        /* the loop body: each op's block, indices shifted */
-    char        tag[64];
-    int32_t     n_args;
-    uint32_t    broadcast;    /* bit k: argument k is read at other indices than i */
-    int64_t     bytes[RT_CUDA_MAX_ARGS];   /* what each argument spans      */
-    int         kernel_new;   /* its kernel was added for it: drop it when replaced */
-    size_t      source_len_before;
+    int valid;
+    int32_t step; /* its index in the plan's steps               */
+    int32_t group;
+    int64_t n;
+    char *parts; /* the loop body: each op's block, indices shifted */
+    char tag[64];
+    int32_t n_args;
+    uint32_t broadcast;              /* bit k: argument k is read at other indices than i */
+    int64_t bytes[RT_CUDA_MAX_ARGS]; /* what each argument spans      */
+    int kernel_new;                  /* its kernel was added for it: drop it when replaced */
+    size_t source_len_before;
 };
 
 /* A kernel being written: its tag (op and direction) and body text. */
 typedef struct {
-    char  *text;
+    char *text;
     size_t len, cap;
-    int    oom;
+    int oom;
 } kbuf;
 
 void kb_printf(kbuf *kb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -64,7 +64,7 @@ rt_cuda_arg arg_flags(void);
  * round-to-nearest-even narrowing), so one kernel text serves f32, bf16
  * and fp16 tensors, and mixes of them, but for its declarations. */
 const char *ctype(int32_t dtype);
-int64_t     dtype_bytes(int32_t dtype);
+int64_t dtype_bytes(int32_t dtype);
 /* "    [const ]T *name = ([const ]T *)a.p[index]<offset>;\n", T = ctype(arg.dtype);
  * offset: NULL, or an expression in elements (" + r * 300LL"). */
 void kb_ptr(kbuf *kb, const char *name, int index, rt_cuda_arg arg, int writable, const char *offset);
@@ -76,14 +76,14 @@ void kb_ptrs(kbuf *kb, const char *names, const rt_cuda_arg *args, int n_args);
 int step_kernel(cuda_plan *p, int32_t k, int64_t grid, uint32_t shared_bytes, int check_status, ...);
 /* Row-major C = alpha·op(A)·op(B) + beta·C, batch entries batch apart.
  * A and B of one type (f32, bf16, fp16), C f32 or theirs; -3 otherwise. */
-int step_gemm(cuda_plan *p, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-              rt_cuda_arg A, int64_t lda, int64_t stride_a, rt_cuda_arg B, int64_t ldb, int64_t stride_b,
-              float beta, rt_cuda_arg C, int64_t ldc, int64_t stride_c, int64_t batch);
+int step_gemm(cuda_plan *p, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, rt_cuda_arg A,
+              int64_t lda, int64_t stride_a, rt_cuda_arg B, int64_t ldb, int64_t stride_b, float beta, rt_cuda_arg C,
+              int64_t ldc, int64_t stride_c, int64_t batch);
 /* A host step: the runtime does the op itself (a message). */
 int step_host(cuda_plan *p);
 void plan_need_scratch(cuda_plan *p, int64_t bytes);
 /* *ptr (an array of *cap elements of size bytes) grown to hold need: 0, or -1 out of memory. */
-int  plan_grow(void **ptr, int32_t *cap, int32_t need, size_t size);
+int plan_grow(void **ptr, int32_t *cap, int32_t need, size_t size);
 
 /* Blocks for n elements, one thread each, grid-stride beyond a cap. */
 int64_t grid_for(int64_t n);
@@ -119,7 +119,7 @@ int lower_column_sums(cuda_plan *p, rt_cuda_arg out, rt_cuda_arg in, int64_t row
 /* Each op's lowering (the rows of cuda_lowering.c): its steps appended to
  * the plan; 0, -1 when out of memory, or a code cuda_plan_add_op explains
  * (-2, -3, -4).  cuda_kernels.c's: */
-int lower_copy(cuda_plan *p, const rt_op *op);         /* flatten, its backward, copy */
+int lower_copy(cuda_plan *p, const rt_op *op); /* flatten, its backward, copy */
 int lower_fill(cuda_plan *p, const rt_op *op);
 int lower_positions(cuda_plan *p, const rt_op *op);
 int lower_embedding(cuda_plan *p, const rt_op *op);
@@ -130,8 +130,8 @@ int lower_rope(cuda_plan *p, const rt_op *op);         /* and its backward */
 int lower_split_concat(cuda_plan *p, const rt_op *op); /* split, concat, their backwards */
 int lower_linear(cuda_plan *p, const rt_op *op);
 int lower_linear_backward(cuda_plan *p, const rt_op *op);
-int lower_matmul(cuda_plan *p, const rt_op *op);       /* and its backward */
-int lower_host(cuda_plan *p, const rt_op *op);         /* send, recv, allreduce */
+int lower_matmul(cuda_plan *p, const rt_op *op); /* and its backward */
+int lower_host(cuda_plan *p, const rt_op *op);   /* send, recv, allreduce */
 /* cuda_pointwise.c's: the pointwise ops of ir/pointwise.h, from their rows. */
 int lower_pointwise(cuda_plan *p, const rt_op *op);
 int lower_pointwise_backward(cuda_plan *p, const rt_op *op);
@@ -150,8 +150,8 @@ int lower_cross_entropy(cuda_plan *p, const rt_op *op);
 int lower_cross_entropy_backward(cuda_plan *p, const rt_op *op);
 int lower_conv2d(cuda_plan *p, const rt_op *op);
 int lower_conv2d_backward(cuda_plan *p, const rt_op *op);
-int lower_maxpool(cuda_plan *p, const rt_op *op);      /* and its backward */
-int lower_avgpool(cuda_plan *p, const rt_op *op);      /* and its backward */
+int lower_maxpool(cuda_plan *p, const rt_op *op); /* and its backward */
+int lower_avgpool(cuda_plan *p, const rt_op *op); /* and its backward */
 int lower_sum_squares(cuda_plan *p, const rt_op *op);
 int lower_clip_scale(cuda_plan *p, const rt_op *op);
 int lower_lr_schedule(cuda_plan *p, const rt_op *op);

@@ -30,7 +30,8 @@ static void kb_row_stats(kbuf *kb, const char *xr, int64_t C, const char *eps)
               "    double s = 0, ss = 0;\n"
               "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) s += LD(%s[j]);\n"
               "    double mean = fusion_block_sum(s, red) / %lld.0;\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { double d = LD(%s[j]) - mean; ss += d * d; }\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { double d = LD(%s[j]) - mean; ss += d "
+              "* d; }\n"
               "    double var = fusion_block_sum(ss, red) / %lld.0;\n"
               "    float m = (float)mean, rs = (float)(1.0 / sqrt(var + (double)%s));\n",
               LL(C), xr, LL(C), LL(C), xr, LL(C), eps);
@@ -56,8 +57,9 @@ int lower_layernorm(cuda_plan *p, const rt_op *op)
     kb_ptr(&kb, "w", 2, w, 0, NULL);
     kb_ptr(&kb, "b", 3, b, 0, NULL);
     kb_row_stats(&kb, "xr", C, flit(eps, op->floats[ATTR_EPS]));
-    kb_printf(&kb, "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x)\n"
-                   "        ST(y[j], (LD(xr[j]) - m) * rs * (w ? LD(w[j]) : 1.0f) + (b ? LD(b[j]) : 0.0f));\n",
+    kb_printf(&kb,
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x)\n"
+              "        ST(y[j], (LD(xr[j]) - m) * rs * (w ? LD(w[j]) : 1.0f) + (b ? LD(b[j]) : 0.0f));\n",
               LL(C));
     return step_kernel(p, kb_finish(p, &kb, "layernorm_fwd"), N, 0, 0, out_arg(op, 0), in_arg(op, 0), w, b, ARG_END);
 }
@@ -89,7 +91,8 @@ int lower_layernorm_backward(cuda_plan *p, const rt_op *op)
               "        sg += g;\n"
               "        sgx += g * xhat;\n"
               "    }\n"
-              "    float mg = (float)(fusion_block_sum(sg, red) / %lld.0), mgx = (float)(fusion_block_sum(sgx, red) / %lld.0);\n",
+              "    float mg = (float)(fusion_block_sum(sg, red) / %lld.0), mgx = (float)(fusion_block_sum(sgx, red) / "
+              "%lld.0);\n",
               LL(N), LL(C), LL(C), LL(C));
     kb_ptr(&kb, "dxr", 0, dx, 1, row);
     kb_printf(&kb,
@@ -130,11 +133,12 @@ int lower_layernorm_backward(cuda_plan *p, const rt_op *op)
  * runtime/cpu/norm.c's row_rrms. */
 static void kb_row_rrms(kbuf *kb, const char *xr, int64_t C, const char *eps)
 {
-    kb_printf(kb,
-              "    double ss = 0;\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { double d = LD(%s[j]); ss += d * d; }\n"
-              "    float r = (float)(1.0 / sqrt(fusion_block_sum(ss, red) / %lld.0 + (double)%s));\n",
-              LL(C), xr, LL(C), eps);
+    kb_printf(
+        kb,
+        "    double ss = 0;\n"
+        "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { double d = LD(%s[j]); ss += d * d; }\n"
+        "    float r = (float)(1.0 / sqrt(fusion_block_sum(ss, red) / %lld.0 + (double)%s));\n",
+        LL(C), xr, LL(C), eps);
 }
 
 /* x (N,C), w (C) -> y (N,C) = x·r·w, one block per row. */
@@ -148,7 +152,8 @@ int lower_rmsnorm(cuda_plan *p, const rt_op *op)
     kb_ptr(&kb, "xr", 1, in_arg(op, 0), 0, row);
     kb_ptr(&kb, "w", 2, in_arg(op, 1), 0, NULL);
     kb_row_rrms(&kb, "xr", C, flit(eps, op->floats[ATTR_EPS]));
-    kb_printf(&kb, "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(y[j], LD(xr[j]) * r * LD(w[j]));\n",
+    kb_printf(&kb,
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(y[j], LD(xr[j]) * r * LD(w[j]));\n",
               LL(C));
     return step_kernel(p, kb_finish(p, &kb, "rmsnorm_fwd"), N, 0, 0, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
                        ARG_END);
@@ -177,7 +182,8 @@ int lower_rmsnorm_backward(cuda_plan *p, const rt_op *op)
               "    if (threadIdx.x == 0) rrms[row] = r;\n"
               "    if (!a.p[0]) return;\n"
               "    double sgx = 0;\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) sgx += LD(dyr[j]) * LD(w[j]) * (LD(xr[j]) * r);\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) sgx += LD(dyr[j]) * LD(w[j]) * "
+              "(LD(xr[j]) * r);\n"
               "    float mgx = (float)(fusion_block_sum(sgx, red) / %lld.0);\n",
               LL(C), LL(C));
     kb_ptr(&kb, "dxr", 0, dx, 1, row);
@@ -193,14 +199,15 @@ int lower_rmsnorm_backward(cuda_plan *p, const rt_op *op)
     kb_ptr(&kb, "dw", 0, dw, 1, NULL);
     kb_ptr(&kb, "x", 1, in_arg(op, 0), 0, NULL);
     kb_ptr(&kb, "dy", 2, dy, 0, NULL);
-    kb_printf(&kb,
-              "    const float *rrms = (const float *)a.p[3];\n"
-              "    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
-              "    if (j >= %lldLL) return;\n"
-              "    double aw = 0;\n"
-              "    for (long long r = 0; r < %lldLL; r++) aw += LD(dy[r * %lldLL + j]) * (LD(x[r * %lldLL + j]) * rrms[r]);\n"
-              "    ST(dw[j], (float)aw);\n",
-              LL(C), LL(N), LL(C), LL(C));
+    kb_printf(
+        &kb,
+        "    const float *rrms = (const float *)a.p[3];\n"
+        "    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (j >= %lldLL) return;\n"
+        "    double aw = 0;\n"
+        "    for (long long r = 0; r < %lldLL; r++) aw += LD(dy[r * %lldLL + j]) * (LD(x[r * %lldLL + j]) * rrms[r]);\n"
+        "    ST(dw[j], (float)aw);\n",
+        LL(C), LL(N), LL(C), LL(C));
     return step_kernel(p, kb_finish(p, &kb, "rmsnorm_bwd_cols"), (C + NT - 1) / NT, 0, 0, dw, in_arg(op, 0), dy,
                        arg_scratch(0), ARG_END);
 }
@@ -216,7 +223,8 @@ static void kb_channel_stats(kbuf *kb, int64_t N, int64_t C, int64_t HW, const c
               "    double s = 0, ss = 0;\n"
               "    for (long long i = threadIdx.x; i < count; i += blockDim.x) s += LD(x[AT(i)]);\n"
               "    double mean = fusion_block_sum(s, red) / (double)count;\n"
-              "    for (long long i = threadIdx.x; i < count; i += blockDim.x) { double d = LD(x[AT(i)]) - mean; ss += d * d; }\n"
+              "    for (long long i = threadIdx.x; i < count; i += blockDim.x) { double d = LD(x[AT(i)]) - mean; ss += "
+              "d * d; }\n"
               "    double var = fusion_block_sum(ss, red) / (double)count;\n"
               "    float m = (float)mean, rs = (float)(1.0 / sqrt(var + (double)%s));\n",
               LL(N * HW), LL(HW), LL(C), LL(HW), LL(HW), eps);
@@ -244,7 +252,8 @@ int lower_batchnorm(cuda_plan *p, const rt_op *op)
     kb_ptrs(&kb, "y! x w b", args, 4);
     kb_channel_stats(&kb, N, C, HW, flit(eps, op->floats[ATTR_EPS]));
     kb_printf(&kb, "    float wc = w ? LD(w[c]) : 1.0f, bc = b ? LD(b[c]) : 0.0f;\n"
-                   "    for (long long i = threadIdx.x; i < count; i += blockDim.x) ST(y[AT(i)], (LD(x[AT(i)]) - m) * rs * wc + bc);\n"
+                   "    for (long long i = threadIdx.x; i < count; i += blockDim.x) ST(y[AT(i)], (LD(x[AT(i)]) - m) * "
+                   "rs * wc + bc);\n"
                    "#undef AT\n");
     return step_kernel(p, kb_finish(p, &kb, "batchnorm_fwd"), C, 0, 0, args[0], args[1], args[2], args[3], ARG_END);
 }
@@ -254,29 +263,33 @@ int lower_batchnorm_backward(cuda_plan *p, const rt_op *op)
 {
     int64_t N, C, HW;
     channel_sizes(op, &N, &C, &HW);
-    const rt_cuda_arg args[] = { grad_arg(op, 0), grad_arg(op, 1), grad_arg(op, 2), in_arg(op, 0),
-                                 op->n_in > 2 ? in_arg(op, 1) : arg_none(), in_arg(op, op->n_in - 1) };
+    const rt_cuda_arg args[] = { grad_arg(op, 0),
+                                 grad_arg(op, 1),
+                                 grad_arg(op, 2),
+                                 in_arg(op, 0),
+                                 op->n_in > 2 ? in_arg(op, 1) : arg_none(),
+                                 in_arg(op, op->n_in - 1) };
     char eps[32];
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", RED_DECLS);
     kb_ptrs(&kb, "dx! dw! db! x w dy", args, 6);
     kb_channel_stats(&kb, N, C, HW, flit(eps, op->floats[ATTR_EPS]));
-    kb_printf(&kb,
-              "    double sdy = 0, sdyx = 0;\n"
-              "    for (long long i = threadIdx.x; i < count; i += blockDim.x) {\n"
-              "        float g = LD(dy[AT(i)]);\n"
-              "        sdy += g;\n"
-              "        sdyx += g * ((LD(x[AT(i)]) - m) * rs);\n"
-              "    }\n"
-              "    sdy = fusion_block_sum(sdy, red);\n"
-              "    sdyx = fusion_block_sum(sdyx, red);\n"
-              "    if (threadIdx.x == 0 && dw) ST(dw[c], (float)sdyx);\n"
-              "    if (threadIdx.x == 0 && db) ST(db[c], (float)sdy);\n"
-              "    if (!dx) return;\n"
-              "    float k = (w ? LD(w[c]) : 1.0f) * rs, mdy = (float)(sdy / (double)count), mdyx = (float)(sdyx / (double)count);\n"
-              "    for (long long i = threadIdx.x; i < count; i += blockDim.x)\n"
-              "        ST(dx[AT(i)], k * (LD(dy[AT(i)]) - mdy - (LD(x[AT(i)]) - m) * rs * mdyx));\n"
-              "#undef AT\n");
+    kb_printf(&kb, "    double sdy = 0, sdyx = 0;\n"
+                   "    for (long long i = threadIdx.x; i < count; i += blockDim.x) {\n"
+                   "        float g = LD(dy[AT(i)]);\n"
+                   "        sdy += g;\n"
+                   "        sdyx += g * ((LD(x[AT(i)]) - m) * rs);\n"
+                   "    }\n"
+                   "    sdy = fusion_block_sum(sdy, red);\n"
+                   "    sdyx = fusion_block_sum(sdyx, red);\n"
+                   "    if (threadIdx.x == 0 && dw) ST(dw[c], (float)sdyx);\n"
+                   "    if (threadIdx.x == 0 && db) ST(db[c], (float)sdy);\n"
+                   "    if (!dx) return;\n"
+                   "    float k = (w ? LD(w[c]) : 1.0f) * rs, mdy = (float)(sdy / (double)count), mdyx = (float)(sdyx "
+                   "/ (double)count);\n"
+                   "    for (long long i = threadIdx.x; i < count; i += blockDim.x)\n"
+                   "        ST(dx[AT(i)], k * (LD(dy[AT(i)]) - mdy - (LD(x[AT(i)]) - m) * rs * mdyx));\n"
+                   "#undef AT\n");
     return step_kernel(p, kb_finish(p, &kb, "batchnorm_bwd"), C, 0, 0, args[0], args[1], args[2], args[3], args[4],
                        args[5], ARG_END);
 }
@@ -300,12 +313,14 @@ int lower_softmax(cuda_plan *p, const rt_op *op)
     kb_ptr(&kb, "y", 0, out_arg(op, 0), 1, row);
     kb_printf(&kb,
               "    float mx = -FUSION_INF;\n"
-              "    for (long long j = threadIdx.x; j < valid; j += blockDim.x) { float xj = LD(x[j]); mx = xj > mx ? xj : mx; }\n"
+              "    for (long long j = threadIdx.x; j < valid; j += blockDim.x) { float xj = LD(x[j]); mx = xj > mx ? "
+              "xj : mx; }\n"
               "    mx = fusion_block_max(mx, redf);\n"
               "    double s = 0;\n"
               "    for (long long j = threadIdx.x; j < valid; j += blockDim.x) s += expf(LD(x[j]) - mx);\n"
               "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(y[j], j < valid ? expf(LD(x[j]) - mx) * inv : 0.0f);\n",
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(y[j], j < valid ? expf(LD(x[j]) - "
+              "mx) * inv : 0.0f);\n",
               LL(L));
     return step_kernel(p, kb_finish(p, &kb, causal ? "softmax_causal_fwd" : "softmax_fwd"), R, 0, 0, out_arg(op, 0),
                        in_arg(op, 0), ARG_END);
@@ -322,13 +337,15 @@ int lower_softmax_backward(cuda_plan *p, const rt_op *op)
     kb_ptr(&kb, "y", 1, in_arg(op, 0), 0, row_offset(row, "r", L));
     kb_ptr(&kb, "dy", 2, in_arg(op, 1), 0, row);
     kb_ptr(&kb, "dx", 0, out_arg(op, 0), 1, row);
-    kb_printf(&kb,
-              "    double dot = 0;\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) dot += LD(dy[j]) * LD(y[j]);\n"
-              "    float d = (float)fusion_block_sum(dot, red);\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(dx[j], LD(y[j]) * (LD(dy[j]) - d));\n",
-              LL(L), LL(L));
-    return step_kernel(p, kb_finish(p, &kb, "softmax_bwd"), R, 0, 0, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1), ARG_END);
+    kb_printf(
+        &kb,
+        "    double dot = 0;\n"
+        "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) dot += LD(dy[j]) * LD(y[j]);\n"
+        "    float d = (float)fusion_block_sum(dot, red);\n"
+        "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(dx[j], LD(y[j]) * (LD(dy[j]) - d));\n",
+        LL(L), LL(L));
+    return step_kernel(p, kb_finish(p, &kb, "softmax_bwd"), R, 0, 0, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
+                       ARG_END);
 }
 
 /* ---- cross-entropy ---------------------------------------------------------------- */
@@ -338,7 +355,8 @@ static void kb_row_logsumexp(kbuf *kb, int64_t V)
 {
     kb_printf(kb,
               "    float mx = -FUSION_INF;\n"
-              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { float xj = LD(x[j]); mx = xj > mx ? xj : mx; }\n"
+              "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) { float xj = LD(x[j]); mx = xj > mx ? "
+              "xj : mx; }\n"
               "    mx = fusion_block_max(mx, redf);\n"
               "    double s = 0;\n"
               "    for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) s += expf(LD(x[j]) - mx);\n"
@@ -360,7 +378,8 @@ int lower_cross_entropy(cuda_plan *p, const rt_op *op)
     kb_printf(&kb,
               "    int t = ((const int *)a.p[2])[r];\n"
               "    double *rows = (double *)a.p[3];\n"
-              "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) { fusion_report_bad(a.p[4], r); rows[r] = 0; } return; }\n",
+              "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) { fusion_report_bad(a.p[4], r); rows[r] = 0; } "
+              "return; }\n",
               LL(V));
     kb_row_logsumexp(&kb, V);
     kb_printf(&kb, "    if (threadIdx.x == 0) rows[r] = (double)mx + log(s) - (double)LD(x[t]);\n");
@@ -419,8 +438,10 @@ typedef struct {
 static conv_dims conv_dims_of(const rt_op *op)
 {
     const rt_tensor *x = &op->in[0], *w = &op->in[1];
-    conv_dims d = { x->dim[0], x->dim[1], x->dim[2], x->dim[3], w->dim[0], w->dim[2], w->dim[3],
-                    op->ints[ATTR_STRIDE], op->ints[ATTR_PAD], 0, 0, 0, 0, 0 };
+    conv_dims d = {
+        x->dim[0],          x->dim[1], x->dim[2], x->dim[3], w->dim[0], w->dim[2], w->dim[3], op->ints[ATTR_STRIDE],
+        op->ints[ATTR_PAD], 0,         0,         0,         0,         0
+    };
     d.OH = (d.H + 2 * d.pad - d.KH) / d.s + 1;
     d.OW = (d.W + 2 * d.pad - d.KW) / d.s + 1;
     d.P = d.OH * d.OW;
@@ -433,13 +454,15 @@ static conv_dims conv_dims_of(const rt_op *op)
 static int step_im2col(cuda_plan *p, const conv_dims *d, rt_cuda_arg col, rt_cuda_arg x)
 {
     char body[1024];
-    snprintf(body, sizeof body,
-             "        long long row = i / %lldLL, pix = i %% %lldLL;\n"
-             "        long long kw = row %% %lldLL, kh = (row / %lldLL) %% %lldLL, c = row / %lldLL;\n"
-             "        long long ih = (pix / %lldLL) * %lldLL - %lldLL + kh, iw = (pix %% %lldLL) * %lldLL - %lldLL + kw;\n"
-             "        ST(col[i], ih >= 0 && ih < %lldLL && iw >= 0 && iw < %lldLL ? LD(x[(c * %lldLL + ih) * %lldLL + iw]) : 0.0f);\n",
-             LL(d->P), LL(d->P), LL(d->KW), LL(d->KW), LL(d->KH), LL(d->KW * d->KH), LL(d->OW), LL(d->s), LL(d->pad),
-             LL(d->OW), LL(d->s), LL(d->pad), LL(d->H), LL(d->W), LL(d->H), LL(d->W));
+    snprintf(
+        body, sizeof body,
+        "        long long row = i / %lldLL, pix = i %% %lldLL;\n"
+        "        long long kw = row %% %lldLL, kh = (row / %lldLL) %% %lldLL, c = row / %lldLL;\n"
+        "        long long ih = (pix / %lldLL) * %lldLL - %lldLL + kh, iw = (pix %% %lldLL) * %lldLL - %lldLL + kw;\n"
+        "        ST(col[i], ih >= 0 && ih < %lldLL && iw >= 0 && iw < %lldLL ? LD(x[(c * %lldLL + ih) * %lldLL + iw]) "
+        ": 0.0f);\n",
+        LL(d->P), LL(d->P), LL(d->KW), LL(d->KW), LL(d->KH), LL(d->KW * d->KH), LL(d->OW), LL(d->s), LL(d->pad),
+        LL(d->OW), LL(d->s), LL(d->pad), LL(d->H), LL(d->W), LL(d->H), LL(d->W));
     return elementwise(p, "im2col", d->CKK * d->P, "col! x", body, col, x, ARG_END);
 }
 
@@ -488,8 +511,8 @@ int lower_conv2d(cuda_plan *p, const rt_op *op)
     }
     float beta = bias ? 1.0f : 0.0f;
     if (d.pointwise)
-        return step_gemm(p, 0, 0, d.OC, d.P, d.CKK, 1.0f, w, d.CKK, 0, x, d.P, d.C * d.H * d.W, beta, out_arg(op, 0), d.P,
-                         d.OC * d.P, d.N);
+        return step_gemm(p, 0, 0, d.OC, d.P, d.CKK, 1.0f, w, d.CKK, 0, x, d.P, d.C * d.H * d.W, beta, out_arg(op, 0),
+                         d.P, d.OC * d.P, d.N);
     rt_cuda_arg col = arg_arena(op->ws_offset, w.dtype);
     for (int64_t n = 0; n < d.N; n++) {
         if (step_im2col(p, &d, col, arg_elems(x, n * d.C * d.H * d.W)) ||
@@ -573,29 +596,32 @@ int lower_maxpool(cuda_plan *p, const rt_op *op)
         snprintf(body, sizeof body,
                  "        long long nc = i / %lldLL, pix = i %% %lldLL;\n"
                  "        const auto *plane = x + nc * %lldLL;\n"
-                 "        long long at = fusion_window_argmax(plane, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, pix / %lldLL, pix %% %lldLL);\n"
+                 "        long long at = fusion_window_argmax(plane, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, pix / "
+                 "%lldLL, pix %% %lldLL);\n"
                  "        ST(y[i], at >= 0 ? LD(plane[at]) : -FUSION_INF);\n",
                  LL(OH * OW), LL(OH * OW), LL(H * W), LL(H), LL(W), LL(k), LL(s), LL(pad), LL(OW), LL(OW));
         return elementwise(p, "maxpool_fwd", N * C * OH * OW, "y! x", body, out_arg(op, 0), in_arg(op, 0), ARG_END);
     }
-    snprintf(body, sizeof body,
-             "        long long nc = i / %lldLL, ih = (i / %lldLL) %% %lldLL, iw = i %% %lldLL, pos = ih * %lldLL + iw;\n"
-             "        const auto *plane = x + nc * %lldLL;\n"
-             "        const auto *g = dy + nc * %lldLL;\n"
-             "        long long lh = ih + %lldLL - %lldLL + 1, lw = iw + %lldLL - %lldLL + 1;\n"
-             "        long long oh0 = lh <= 0 ? 0 : (lh + %lldLL - 1) / %lldLL, ow0 = lw <= 0 ? 0 : (lw + %lldLL - 1) / %lldLL;\n"
-             "        long long oh1 = (ih + %lldLL) / %lldLL, ow1 = (iw + %lldLL) / %lldLL;\n"
-             "        if (oh1 > %lldLL) oh1 = %lldLL;\n"
-             "        if (ow1 > %lldLL) ow1 = %lldLL;\n"
-             "        float acc = 0.0f;\n"
-             "        for (long long oh = oh0; oh <= oh1; oh++)\n"
-             "            for (long long ow = ow0; ow <= ow1; ow++)\n"
-             "                if (fusion_window_argmax(plane, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, oh, ow) == pos)\n"
-             "                    acc += LD(g[oh * %lldLL + ow]);\n"
-             "        ST(dx[i], acc);\n",
-             LL(H * W), LL(W), LL(H), LL(W), LL(W), LL(H * W), LL(OH * OW), LL(pad), LL(k), LL(pad), LL(k), LL(s),
-             LL(s), LL(s), LL(s), LL(pad), LL(s), LL(pad), LL(s), LL(OH - 1), LL(OH - 1), LL(OW - 1), LL(OW - 1),
-             LL(H), LL(W), LL(k), LL(s), LL(pad), LL(OW));
+    snprintf(
+        body, sizeof body,
+        "        long long nc = i / %lldLL, ih = (i / %lldLL) %% %lldLL, iw = i %% %lldLL, pos = ih * %lldLL + iw;\n"
+        "        const auto *plane = x + nc * %lldLL;\n"
+        "        const auto *g = dy + nc * %lldLL;\n"
+        "        long long lh = ih + %lldLL - %lldLL + 1, lw = iw + %lldLL - %lldLL + 1;\n"
+        "        long long oh0 = lh <= 0 ? 0 : (lh + %lldLL - 1) / %lldLL, ow0 = lw <= 0 ? 0 : (lw + %lldLL - 1) / "
+        "%lldLL;\n"
+        "        long long oh1 = (ih + %lldLL) / %lldLL, ow1 = (iw + %lldLL) / %lldLL;\n"
+        "        if (oh1 > %lldLL) oh1 = %lldLL;\n"
+        "        if (ow1 > %lldLL) ow1 = %lldLL;\n"
+        "        float acc = 0.0f;\n"
+        "        for (long long oh = oh0; oh <= oh1; oh++)\n"
+        "            for (long long ow = ow0; ow <= ow1; ow++)\n"
+        "                if (fusion_window_argmax(plane, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, oh, ow) == pos)\n"
+        "                    acc += LD(g[oh * %lldLL + ow]);\n"
+        "        ST(dx[i], acc);\n",
+        LL(H * W), LL(W), LL(H), LL(W), LL(W), LL(H * W), LL(OH * OW), LL(pad), LL(k), LL(pad), LL(k), LL(s), LL(s),
+        LL(s), LL(s), LL(pad), LL(s), LL(pad), LL(s), LL(OH - 1), LL(OH - 1), LL(OW - 1), LL(OW - 1), LL(H), LL(W),
+        LL(k), LL(s), LL(pad), LL(OW));
     return elementwise(p, "maxpool_bwd", N * C * H * W, "dx! dy x", body, out_arg(op, 0), in_arg(op, 1), in_arg(op, 0),
                        ARG_END);
 }
@@ -651,7 +677,8 @@ int lower_sum_squares(cuda_plan *p, const rt_op *op)
     kb_printf(&kb,
               "    const float *g = (const float *)a.p[1];\n"
               "    double s = 0;\n"
-              "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < %lldLL; i += (long long)gridDim.x * blockDim.x)\n"
+              "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < %lldLL; i += (long "
+              "long)gridDim.x * blockDim.x)\n"
               "        s += (double)g[i] * g[i];\n"
               "    s = fusion_block_sum(s, red);\n"
               "    if (threadIdx.x == 0) ((double *)a.p[0])[blockIdx.x] = s;\n",
@@ -659,13 +686,14 @@ int lower_sum_squares(cuda_plan *p, const rt_op *op)
     if (step_kernel(p, kb_finish(p, &kb, "sum_squares_part"), blocks, 0, 0, arg_scratch(0), in_arg(op, 0), ARG_END))
         return -1;
     kb_printf(&kb, "%s", RED_DECLS);
-    kb_printf(&kb,
-              "    const double *part = (const double *)a.p[1];\n"
-              "    double s = 0;\n"
-              "    for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) s += part[i];\n"
-              "    s = fusion_block_sum(s, red);\n"
-              "    if (threadIdx.x == 0) *(float *)a.p[0] = (float)((a.p[2] ? (double)*(const float *)a.p[2] : 0.0) + s);\n",
-              LL(blocks));
+    kb_printf(
+        &kb,
+        "    const double *part = (const double *)a.p[1];\n"
+        "    double s = 0;\n"
+        "    for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) s += part[i];\n"
+        "    s = fusion_block_sum(s, red);\n"
+        "    if (threadIdx.x == 0) *(float *)a.p[0] = (float)((a.p[2] ? (double)*(const float *)a.p[2] : 0.0) + s);\n",
+        LL(blocks));
     return step_kernel(p, kb_finish(p, &kb, "sum_squares_total"), 1, 0, 0, out_arg(op, 0), arg_scratch(0),
                        op->n_in == 2 ? in_arg(op, 1) : arg_none(), ARG_END);
 }
@@ -685,13 +713,11 @@ int lower_clip_scale(cuda_plan *p, const rt_op *op)
               "    double norm = sqrt((double)*(const float *)a.p[1]), unscale = 1.0, max_norm = %.17g;\n",
               op->floats[ATTR_MAX_NORM]);
     if (op->ints[ATTR_LOSS_SCALE])
-        kb_printf(&kb,
-                  "    if (!fusion_finite(norm)) { *(float *)a.p[0] = FUSION_NAN; return; }\n"
-                  "    unscale = a.loss_scale > 0 ? 1.0 / a.loss_scale : 1.0;\n"
-                  "    norm *= unscale;\n");
-    kb_printf(&kb,
-              "    double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;\n"
-              "    *(float *)a.p[0] = (float)((coef < 1.0 ? coef : 1.0) * unscale);\n");
+        kb_printf(&kb, "    if (!fusion_finite(norm)) { *(float *)a.p[0] = FUSION_NAN; return; }\n"
+                       "    unscale = a.loss_scale > 0 ? 1.0 / a.loss_scale : 1.0;\n"
+                       "    norm *= unscale;\n");
+    kb_printf(&kb, "    double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;\n"
+                   "    *(float *)a.p[0] = (float)((coef < 1.0 ? coef : 1.0) * unscale);\n");
     return step_kernel(p, kb_finish(p, &kb, "clip_scale"), 1, 0, 0, out_arg(op, 0), in_arg(op, 0), ARG_END);
 }
 
@@ -752,26 +778,27 @@ int lower_adamw(cuda_plan *p, const rt_op *op)
     if (!all_f32(op))
         return -4;
     char body[2560];
-    snprintf(body, sizeof body,
-             "        float sc = a.p[5] ? *(const float *)a.p[5] : 1.0f;\n"
-             "        if (!fusion_finite(sc)) { if (i == 0) *(int *)a.p[6] |= %d; return; }\n"
-             "        const double beta1 = %.17g, beta2 = %.17g, eps = %.17g, wd = %.17g;\n"
-             "        double lr = (double)*(const float *)a.p[4];\n"
-             "        double bc1 = 1.0 - pow(beta1, (double)a.adam_step), bc2 = 1.0 - pow(beta2, (double)a.adam_step);\n"
-             "        float decay = (float)(1.0 - lr * wd), w1 = (float)(1.0 - beta1);\n"
-             "        float b2 = (float)beta2, w2 = (float)(1.0 - beta2);\n"
-             "        float step = (float)(-(lr / bc1)), bc2_sqrt = (float)sqrt(bc2), epsf = (float)eps;\n"
-             "        float gi = grad[i];\n"
-             "        if (sc != 1.0f) { gi = gi * sc; grad[i] = gi; }\n"
-             "        float pi = param[i] * decay;\n"
-             "        float mi = w1 < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);\n"
-             "        float vi = v[i] * b2 + w2 * gi * gi;\n"
-             "        float denom = sqrtf(vi) / bc2_sqrt + epsf;\n"
-             "        param[i] = pi + step * mi / denom;\n"
-             "        m[i] = mi;\n"
-             "        v[i] = vi;\n",
-             RT_CUDA_FLAG_SKIPPED, op->floats[ATTR_BETA1], op->floats[ATTR_BETA2], op->floats[ATTR_EPS],
-             op->floats[ATTR_WEIGHT_DECAY]);
+    snprintf(
+        body, sizeof body,
+        "        float sc = a.p[5] ? *(const float *)a.p[5] : 1.0f;\n"
+        "        if (!fusion_finite(sc)) { if (i == 0) *(int *)a.p[6] |= %d; return; }\n"
+        "        const double beta1 = %.17g, beta2 = %.17g, eps = %.17g, wd = %.17g;\n"
+        "        double lr = (double)*(const float *)a.p[4];\n"
+        "        double bc1 = 1.0 - pow(beta1, (double)a.adam_step), bc2 = 1.0 - pow(beta2, (double)a.adam_step);\n"
+        "        float decay = (float)(1.0 - lr * wd), w1 = (float)(1.0 - beta1);\n"
+        "        float b2 = (float)beta2, w2 = (float)(1.0 - beta2);\n"
+        "        float step = (float)(-(lr / bc1)), bc2_sqrt = (float)sqrt(bc2), epsf = (float)eps;\n"
+        "        float gi = grad[i];\n"
+        "        if (sc != 1.0f) { gi = gi * sc; grad[i] = gi; }\n"
+        "        float pi = param[i] * decay;\n"
+        "        float mi = w1 < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);\n"
+        "        float vi = v[i] * b2 + w2 * gi * gi;\n"
+        "        float denom = sqrtf(vi) / bc2_sqrt + epsf;\n"
+        "        param[i] = pi + step * mi / denom;\n"
+        "        m[i] = mi;\n"
+        "        v[i] = vi;\n",
+        RT_CUDA_FLAG_SKIPPED, op->floats[ATTR_BETA1], op->floats[ATTR_BETA2], op->floats[ATTR_EPS],
+        op->floats[ATTR_WEIGHT_DECAY]);
     return elementwise(p, "adamw", n, "param! grad! m! v! - - -", body, in_arg(op, 0), in_arg(op, 1), in_arg(op, 2),
                        in_arg(op, 3), in_arg(op, 4), op->n_in == 6 ? in_arg(op, 5) : arg_none(), arg_flags(), ARG_END);
 }

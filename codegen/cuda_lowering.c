@@ -9,9 +9,10 @@
 
 typedef struct {
     int (*lower)(cuda_plan *p, const rt_op *op);
-    int fusable;   /* 1: its kernels touch element i only and may join the launch before (cuda_elementwise.c) */
+    int fusable; /* 1: its kernels touch element i only and may join the launch before (cuda_elementwise.c) */
 } cuda_lowering;
 
+/* clang-format off */
 #define POINTWISE_ROWS(ENUM, nm, arity, f0, f1, has, ...)                                                      \
     [OP_##ENUM] = { lower_pointwise, 1 },                                                                       \
     FU_IF_BACKWARD_##has([OP_##ENUM##_BACKWARD] = { lower_pointwise_backward, 1 },)
@@ -67,6 +68,7 @@ static const cuda_lowering cuda_lowerings[] = {
     [OP_RECV]                    = { lower_host },
     [OP_ALLREDUCE]               = { lower_host },
 };
+/* clang-format on */
 /* The last op has its row (one appended without a row fails here); that
  * every op has one is tests/unit/test_op_tables.c's. */
 _Static_assert(sizeof cuda_lowerings / sizeof cuda_lowerings[0] == OP_COUNT, "one CUDA row per op");
@@ -88,15 +90,18 @@ int cuda_plan_add_op(cuda_plan *p, const rt_op *op, struct diag *err)
     if (rc == -2)
         return diag_set(err, op->name, op->line,
                         "op '%s' (%s): sizes the CUDA kernels do not take yet (attention: T <= 6144; convolution, "
-                        "and products of 16-bit tensors with f32 ones: a workspace from the memory pass)", op->name,
-                        op_table[op->op].name);
+                        "and products of 16-bit tensors with f32 ones: a workspace from the memory pass)",
+                        op->name, op_table[op->op].name);
     if (rc == -3)
         return diag_set(err, op->name, op->line,
                         "internal error: op '%s' (%s): a matrix product of operands cuBLAS does not multiply together "
-                        "(%s by %s)", op->name, op_table[op->op].name, ctype(op->in[0].dtype), ctype(op->in[1].dtype));
+                        "(%s by %s)",
+                        op->name, op_table[op->op].name, ctype(op->in[0].dtype), ctype(op->in[1].dtype));
     if (rc == -4)
-        return diag_set(err, op->name, op->line, "op '%s' (%s): its CUDA kernel takes f32 tensors only, and this one "
-                        "has a 16-bit one", op->name, op_table[op->op].name);
+        return diag_set(err, op->name, op->line,
+                        "op '%s' (%s): its CUDA kernel takes f32 tensors only, and this one "
+                        "has a 16-bit one",
+                        op->name, op_table[op->op].name);
     if (rc || p->oom)
         return diag_set(err, op->name, op->line, "out of memory generating CUDA kernels for op '%s'", op->name);
     p->ops[p->n_ops].first = first;

@@ -25,7 +25,7 @@
  * and implicit conversions are off: a read or write that does not say LD
  * or ST does not compile.  Under FUSION_EMULATION the harness supplies the
  * two types and their four conversions (tests/unit/cuda_emu.h). */
-static const char prelude[] =   /* fusion_args: runtime/cuda/cuda_program.h's rt_cuda_args */
+static const char prelude[] = /* fusion_args: runtime/cuda/cuda_program.h's rt_cuda_args */
     "/* fusion: generated CUDA C (codegen/cuda_kernels.c). */\n"
     "typedef struct { char *p[8]; long long step, adam_step; float loss_scale; int inject_overflow; } fusion_args;\n"
     "#ifndef FUSION_EMULATION\n"
@@ -111,8 +111,7 @@ static const char prelude[] =   /* fusion_args: runtime/cuda/cuda_program.h's rt
     "        }\n"
     "    return best;\n"
     "}\n"
-    "/* The pointwise ops' helpers (ir/pointwise.h). */\n"
-    FU_XTEXT(FU_POINTWISE_FUNCTIONS(__device__, expf)) "\n";
+    "/* The pointwise ops' helpers (ir/pointwise.h). */\n" FU_XTEXT(FU_POINTWISE_FUNCTIONS(__device__, expf)) "\n";
 
 const char *cuda_kernels_prelude(void) { return prelude; }
 
@@ -210,8 +209,8 @@ int32_t kb_finish(cuda_plan *p, kbuf *kb, const char *tag)
         }
     char name[96], head[256];
     snprintf(name, sizeof name, "f_%s_%016llx", tag, (unsigned long long)h);
-    int hn = snprintf(head, sizeof head, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(const fusion_args a)\n{\n",
-                      NT, name);
+    int hn = snprintf(head, sizeof head,
+                      "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(const fusion_args a)\n{\n", NT, name);
     if (plan_grow((void **)&p->names, &p->cap_kernels, p->n_kernels + 1, sizeof *p->names) ||
         !(p->hashes = realloc(p->hashes, (size_t)p->cap_kernels * sizeof *p->hashes)) ||
         append_source(p, head, (size_t)hn) || append_source(p, kb->text, kb->len) || append_source(p, "}\n", 2) ||
@@ -244,10 +243,14 @@ rt_cuda_arg arg_elems(rt_cuda_arg a, int64_t elements)
 const char *ctype(int32_t dtype)
 {
     switch (dtype) {
-    case DT_BF16: return "__nv_bfloat16";
-    case DT_F16:  return "__half";
-    case DT_I32:  return "int";
-    default:      return "float";
+    case DT_BF16:
+        return "__nv_bfloat16";
+    case DT_F16:
+        return "__half";
+    case DT_I32:
+        return "int";
+    default:
+        return "float";
     }
 }
 
@@ -312,14 +315,14 @@ int step_kernel(cuda_plan *p, int32_t k, int64_t grid, uint32_t shared_bytes, in
     return 0;
 }
 
-int step_gemm(cuda_plan *p, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-              rt_cuda_arg A, int64_t lda, int64_t stride_a, rt_cuda_arg B, int64_t ldb, int64_t stride_b,
-              float beta, rt_cuda_arg C, int64_t ldc, int64_t stride_c, int64_t batch)
+int step_gemm(cuda_plan *p, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, rt_cuda_arg A,
+              int64_t lda, int64_t stride_a, rt_cuda_arg B, int64_t ldb, int64_t stride_b, float beta, rt_cuda_arg C,
+              int64_t ldc, int64_t stride_c, int64_t batch)
 {
     int half_c = C.dtype == DT_BF16 || C.dtype == DT_F16;
     if (A.dtype != B.dtype || (A.dtype != DT_F32 && A.dtype != DT_BF16 && A.dtype != DT_F16) ||
         (C.dtype != DT_F32 && C.dtype != A.dtype) || (half_c && A.dtype == DT_F32))
-        return -3;   /* cuBLAS has no such product: the lowering should have rounded an operand */
+        return -3; /* cuBLAS has no such product: the lowering should have rounded an operand */
     rt_cuda_step *s = new_step(p);
     if (!s)
         return -1;
@@ -387,4 +390,3 @@ const char *flit(char buf[32], double v)
     snprintf(buf, 32, "%.9ef", (float)v);
     return buf;
 }
-

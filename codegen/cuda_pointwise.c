@@ -44,7 +44,7 @@ static void load_inputs(kbuf *body, const char *const *formulas, int n_formulas,
     }
 }
 
-int lower_pointwise(cuda_plan *p, const rt_op *op)   /* (x[, z]) -> y, all (n) */
+int lower_pointwise(cuda_plan *p, const rt_op *op) /* (x[, z]) -> y, all (n) */
 {
     const op_def *d = &op_table[op->op];
     int two = d->pointwise.inputs == 2;
@@ -54,13 +54,13 @@ int lower_pointwise(cuda_plan *p, const rt_op *op)   /* (x[, z]) -> y, all (n) *
     if (body.oom)
         return free(body.text), -1;
     const rt_cuda_arg args[3] = { out_arg(op, 0), in_arg(op, 0), two ? in_arg(op, 1) : arg_none() };
-    int rc = elementwise_of(p, d->name, cuda_op_fusable(op->op), rt_tensor_numel(&op->out[0]), two ? "y! px pz" : "y! px", body.text,
-                            args, two ? 3 : 2);
+    int rc = elementwise_of(p, d->name, cuda_op_fusable(op->op), rt_tensor_numel(&op->out[0]),
+                            two ? "y! px pz" : "y! px", body.text, args, two ? 3 : 2);
     free(body.text);
     return rc;
 }
 
-int lower_pointwise_backward(cuda_plan *p, const rt_op *op)   /* (x[, z], dy) -> the gradients asked for */
+int lower_pointwise_backward(cuda_plan *p, const rt_op *op) /* (x[, z], dy) -> the gradients asked for */
 {
     const op_def *d = &op_table[op->op];
     int two = d->pointwise.inputs == 2, n_args = 0;
@@ -89,8 +89,8 @@ int lower_pointwise_backward(cuda_plan *p, const rt_op *op)   /* (x[, z], dy) ->
     load_inputs(&body, wanted, n_wanted, two, 1);
     kb_printf(&body, "%s", stores.text ? stores.text : "");
     int rc = body.oom || stores.oom ? -1
-                                    : elementwise_of(p, d->name, cuda_op_fusable(op->op), rt_tensor_numel(&op->in[0]), names, body.text,
-                                                     args, n_args);
+                                    : elementwise_of(p, d->name, cuda_op_fusable(op->op), rt_tensor_numel(&op->in[0]),
+                                                     names, body.text, args, n_args);
     free(stores.text);
     free(body.text);
     return rc;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "process.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 #ifndef FUSION_CUDA_HOME
 #define FUSION_CUDA_HOME "/usr/local/cuda"
@@ -73,7 +73,8 @@ int fatbin_pack(const nvrtc_images *im, const char *module_name, unsigned char *
                 struct diag *err)
 {
     const char *tmp_root = getenv("TMPDIR");
-    char dir[FU_PATH_BYTES], sm80[FU_PATH_BYTES + 104], sm90[FU_PATH_BYTES + 104], ptx[FU_PATH_BYTES + 104], fat[FU_PATH_BYTES + 104], tool[FU_PATH_BYTES];
+    char dir[FU_PATH_BYTES], sm80[FU_PATH_BYTES + 104], sm90[FU_PATH_BYTES + 104], ptx[FU_PATH_BYTES + 104],
+        fat[FU_PATH_BYTES + 104], tool[FU_PATH_BYTES];
     snprintf(dir, sizeof dir, "%s/fusion-fatbin-XXXXXX", tmp_root && *tmp_root ? tmp_root : "/tmp");
     if (!mkdtemp(dir))
         return diag_set(err, module_name, 0, "cannot make a temporary folder for fatbinary: %s", strerror(errno));
@@ -84,11 +85,12 @@ int fatbin_pack(const nvrtc_images *im, const char *module_name, unsigned char *
     int rc = 0;
     if (write_whole(sm80, im->cubin_sm80, im->cubin_sm80_bytes) ||
         write_whole(sm90, im->cubin_sm90, im->cubin_sm90_bytes) ||
-        write_whole(ptx, im->ptx, im->ptx_bytes - 1))   /* without its NUL */
+        write_whole(ptx, im->ptx, im->ptx_bytes - 1)) /* without its NUL */
         rc = diag_set(err, dir, 0, "cannot write the images for fatbinary: %s", strerror(errno));
     if (rc == 0) {
         find_fatbinary(tool, sizeof tool);
-        char create[FU_PATH_BYTES + 204], image80[FU_PATH_BYTES + 204], image90[FU_PATH_BYTES + 204], image_ptx[FU_PATH_BYTES + 204];
+        char create[FU_PATH_BYTES + 204], image80[FU_PATH_BYTES + 204], image90[FU_PATH_BYTES + 204],
+            image_ptx[FU_PATH_BYTES + 204];
         snprintf(create, sizeof create, "--create=%s", fat);
         snprintf(image80, sizeof image80, "--image3=kind=elf,sm=80,file=%s", sm80);
         snprintf(image90, sizeof image90, "--image3=kind=elf,sm=90,file=%s", sm90);
@@ -96,8 +98,10 @@ int fatbin_pack(const nvrtc_images *im, const char *module_name, unsigned char *
         char *argv[] = { tool, "--64", "--compress=false", create, image80, image90, image_ptx, NULL };
         struct diag why;
         if (run_command(argv, &why, module_name))
-            rc = diag_set(err, module_name, 0, "packing the CUDA images with %s: %s (the CUDA toolkit's fatbinary is "
-                          "needed: set CUDA_HOME or FUSION_FATBINARY)", tool, why.msg);
+            rc = diag_set(err, module_name, 0,
+                          "packing the CUDA images with %s: %s (the CUDA toolkit's fatbinary is "
+                          "needed: set CUDA_HOME or FUSION_FATBINARY)",
+                          tool, why.msg);
     }
     if (rc == 0 && read_whole(fat, out, out_bytes))
         rc = diag_set(err, fat, 0, "fatbinary wrote no fat binary");

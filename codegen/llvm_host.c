@@ -241,7 +241,8 @@ static void add_step_function(LLVMModuleRef m, LLVMContextRef cx, const char *na
         LLVMValueRef index[2] = { LLVMConstInt(i64, 0, 0), LLVMConstInt(i64, (uint64_t)i * sizeof(rt_op), 0) };
         LLVMValueRef op = LLVMConstInBoundsGEP2(blob_type, ops, index, 2);
         if (cuda) {
-            LLVMValueRef cindex[2] = { LLVMConstInt(i64, 0, 0), LLVMConstInt(i64, (uint64_t)i * sizeof(rt_cuda_op), 0) };
+            LLVMValueRef cindex[2] = { LLVMConstInt(i64, 0, 0),
+                                       LLVMConstInt(i64, (uint64_t)i * sizeof(rt_cuda_op), 0) };
             LLVMValueRef cop = LLVMConstInBoundsGEP2(cuda_blob_type, cuda_ops, cindex, 2);
             LLVMValueRef args[4] = { op, cop, arena, ctx };
             build_checked_call(b, cx, run, cuda_run_type, args, 4, step, fail);
@@ -317,7 +318,7 @@ static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device
     int rc = 0;
     plan.fuse = 1;
     for (int32_t i = 0; i < n_ops && rc == 0; i++) {
-        plan.group = ops_phase[i];   /* a kernel fuses only with one of its own phase */
+        plan.group = ops_phase[i]; /* a kernel fuses only with one of its own phase */
         rc = cuda_plan_add_op(&plan, &ops[i], err);
     }
     if (rc == 0 && plan.oom)
@@ -359,7 +360,7 @@ static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device
         /* Where nvcc puts it, so that cuobjdump finds it. */
         LLVMSetSection(add_blob(m, cx, "fusion_cuda_fatbin_blob", fat, fat_bytes), ".nv_fatbin");
         *cuda_ops_len = (int32_t)((size_t)plan.n_ops * sizeof *plan.ops);
-        if (*cuda_ops_len == 0)   /* no ops on this device: nothing to run, but keep the CUDA path */
+        if (*cuda_ops_len == 0) /* no ops on this device: nothing to run, but keep the CUDA path */
             *cuda_ops_len = 1;
     } else {
         add_empty_cuda_module(m, cx);

@@ -7,29 +7,31 @@
 #include "../runtime/program.h"
 
 typedef struct {
-    int32_t     index;         /* the device's number in the cluster               */
-    const char *name;          /* its name in the cluster                          */
-    int32_t     stage, replica;/* what it runs (the graph's placement)             */
-    int64_t     arena_bytes;   /* from the memory pass                             */
-    int32_t     threads;
-    double      slowdown;
-    const rt_peer *peers;  int32_t n_peers;   /* every device of the cluster        */
-    const rt_link *links;  int32_t n_links;   /* every link the program uses        */
-    int32_t     port_base;
+    int32_t index;          /* the device's number in the cluster               */
+    const char *name;       /* its name in the cluster                          */
+    int32_t stage, replica; /* what it runs (the graph's placement)             */
+    int64_t arena_bytes;    /* from the memory pass                             */
+    int32_t threads;
+    double slowdown;
+    const rt_peer *peers;
+    int32_t n_peers; /* every device of the cluster        */
+    const rt_link *links;
+    int32_t n_links; /* every link the program uses        */
+    int32_t port_base;
     /* A CUDA device: its ops also lower to CUDA steps and kernels, compiled
      * by NVRTC and embedded (runtime/cuda/cuda_program.h); the generated
      * source and PTX are written to cuda_dump_dir (kernels.cu, kernels.ptx).
      * NULL: a CPU device. */
     const char *cuda_dump_dir;
-    const char *arch;          /* the cluster file's arch, for the manifest        */
+    const char *arch; /* the cluster file's arch, for the manifest        */
     /* --sync diloco (runtime/program.h): the run's outer synchronisation and
      * every parameter's holder in each site; NULL: exact.  build_id, when
      * not 0, replaces the graph's: the sites' graphs differ, and their
      * devices must still recognise each other as one compile. */
-    const rt_diloco_info  *diloco;
+    const rt_diloco_info *diloco;
     const rt_diloco_param *diloco_params;
-    uint64_t    build_id;
-    const cluster_device *spec;/* its declared speed: each op's estimated seconds on
+    uint64_t build_id;
+    const cluster_device *spec; /* its declared speed: each op's estimated seconds on
                                   it (passes.h) go into rt_op.est_seconds, for
                                   --emulate-devices; NULL: none                    */
 } llvm_device_info;

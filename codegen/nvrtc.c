@@ -45,11 +45,11 @@ typedef struct {
     int major, minor;
     char version_text[32];
     char where[FU_PATH_BYTES];
-    char include_opt[FU_PATH_BYTES + 104];           /* "-I<dir>": the toolkit's cuda_bf16.h, cuda_fp16.h */
+    char include_opt[FU_PATH_BYTES + 104]; /* "-I<dir>": the toolkit's cuda_bf16.h, cuda_fp16.h */
 } nvrtc_api;
 
 static nvrtc_api api;
-static int api_state;                 /* 0 not tried, 1 loaded, -1 failed */
+static int api_state; /* 0 not tried, 1 loaded, -1 failed */
 static char api_error[FU_PATH_BYTES + 304];
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
@@ -122,12 +122,20 @@ static void load_api(void)
         api_state = -1;
         return;
     }
-    struct { void **slot; const char *name; } syms[] = {
-        { (void **)&api.version, "nvrtcVersion" },         { (void **)&api.create, "nvrtcCreateProgram" },
-        { (void **)&api.destroy, "nvrtcDestroyProgram" },  { (void **)&api.compile, "nvrtcCompileProgram" },
-        { (void **)&api.log_size, "nvrtcGetProgramLogSize" }, { (void **)&api.log, "nvrtcGetProgramLog" },
-        { (void **)&api.cubin_size, "nvrtcGetCUBINSize" }, { (void **)&api.cubin, "nvrtcGetCUBIN" },
-        { (void **)&api.ptx_size, "nvrtcGetPTXSize" },     { (void **)&api.ptx, "nvrtcGetPTX" },
+    struct {
+        void **slot;
+        const char *name;
+    } syms[] = {
+        { (void **)&api.version, "nvrtcVersion" },
+        { (void **)&api.create, "nvrtcCreateProgram" },
+        { (void **)&api.destroy, "nvrtcDestroyProgram" },
+        { (void **)&api.compile, "nvrtcCompileProgram" },
+        { (void **)&api.log_size, "nvrtcGetProgramLogSize" },
+        { (void **)&api.log, "nvrtcGetProgramLog" },
+        { (void **)&api.cubin_size, "nvrtcGetCUBINSize" },
+        { (void **)&api.cubin, "nvrtcGetCUBIN" },
+        { (void **)&api.ptx_size, "nvrtcGetPTXSize" },
+        { (void **)&api.ptx, "nvrtcGetPTX" },
         { (void **)&api.error_string, "nvrtcGetErrorString" },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
@@ -148,8 +156,8 @@ static void load_api(void)
     if (find_include(api.include_opt, sizeof api.include_opt, api.where)) {
         snprintf(api_error, sizeof api_error,
                  "%s: found NVRTC but not the CUDA headers beside it (cuda_bf16.h, cuda_fp16.h: looked in its "
-                 "toolkit's include/, $CUDA_HOME/include, %s/include and /usr/local/cuda/include)", api.where,
-                 FUSION_CUDA_HOME);
+                 "toolkit's include/, $CUDA_HOME/include, %s/include and /usr/local/cuda/include)",
+                 api.where, FUSION_CUDA_HOME);
         api_state = -1;
         return;
     }
@@ -164,19 +172,16 @@ static int api_ready(struct diag *err)
     return 0;
 }
 
-const char *nvrtc_version_string(struct diag *err)
-{
-    return api_ready(err) ? NULL : api.version_text;
-}
+const char *nvrtc_version_string(struct diag *err) { return api_ready(err) ? NULL : api.version_text; }
 
 /* ---- one compile ---------------------------------------------------------- */
 
 typedef struct {
-    const char *source, *name, *arch;   /* "sm_80" (CUBIN) or "compute_80" (PTX) */
-    int         want_ptx;
-    char       *image;
-    size_t      bytes;
-    char        error[FU_PATH_BYTES];
+    const char *source, *name, *arch; /* "sm_80" (CUBIN) or "compute_80" (PTX) */
+    int want_ptx;
+    char *image;
+    size_t bytes;
+    char error[FU_PATH_BYTES];
 } compile_job;
 
 static void *compile_one(void *arg)
@@ -198,7 +203,7 @@ static void *compile_one(void *arg)
         char *log = malloc(n + 1);
         if (log && api.log(prog, log) == 0) {
             log[n] = '\0';
-            for (char *c = log; *c; c++)   /* one line for the message */
+            for (char *c = log; *c; c++) /* one line for the message */
                 if (*c == '\n')
                     *c = ' ';
         }
@@ -213,7 +218,8 @@ static void *compile_one(void *arg)
     if (rc == 0 && (j->image = malloc(n + 1)) != NULL)
         rc = j->want_ptx ? api.ptx(prog, j->image) : api.cubin(prog, j->image);
     if (rc != 0 || !j->image)
-        snprintf(j->error, sizeof j->error, "NVRTC (%s): cannot read the %s back", j->arch, j->want_ptx ? "PTX" : "CUBIN");
+        snprintf(j->error, sizeof j->error, "NVRTC (%s): cannot read the %s back", j->arch,
+                 j->want_ptx ? "PTX" : "CUBIN");
     else
         j->bytes = n;
     api.destroy(&prog);
@@ -279,7 +285,7 @@ static void cache_write(const char *path, const nvrtc_images *im)
     char why[FU_PATH_BYTES + 200];
     FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
-        return;   /* a cache: the next compile makes it again */
+        return; /* a cache: the next compile makes it again */
     uint64_t len[3] = { im->cubin_sm80_bytes, im->cubin_sm90_bytes, im->ptx_bytes };
     int ok = fwrite(CACHE_MAGIC, 1, 16, f) == 16 && fwrite(len, 8, 3, f) == 3 &&
              fwrite(im->cubin_sm80, 1, len[0], f) == len[0] && fwrite(im->cubin_sm90, 1, len[1], f) == len[1] &&
@@ -313,7 +319,7 @@ int nvrtc_compile(const char *source, const char *module_name, nvrtc_images *out
         return diag_set(err, module_name, 0, "out of memory");
     XXH3_128bits_reset(st);
     XXH3_128bits_update(st, salt, strlen(salt));
-    XXH3_128bits_update(st, api.include_opt, strlen(api.include_opt));   /* whose headers */
+    XXH3_128bits_update(st, api.include_opt, strlen(api.include_opt)); /* whose headers */
     XXH3_128bits_update(st, source, strlen(source));
     XXH128_hash_t key = XXH3_128bits_digest(st);
     XXH3_freeState(st);
@@ -355,7 +361,7 @@ int nvrtc_compile(const char *source, const char *module_name, nvrtc_images *out
     out->cubin_sm90 = (unsigned char *)jobs[1].image;
     out->cubin_sm90_bytes = jobs[1].bytes;
     out->ptx = jobs[2].image;
-    out->ptx_bytes = jobs[2].bytes;   /* nvrtcGetPTXSize counts the NUL */
+    out->ptx_bytes = jobs[2].bytes; /* nvrtcGetPTXSize counts the NUL */
     if (out->ptx_bytes == 0 || out->ptx[out->ptx_bytes - 1] != '\0') {
         out->ptx[out->ptx_bytes] = '\0';
         out->ptx_bytes++;

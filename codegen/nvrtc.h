@@ -23,14 +23,14 @@
 
 typedef struct {
     unsigned char *cubin_sm80, *cubin_sm90;
-    char          *ptx;                 /* NUL-terminated                     */
-    size_t         cubin_sm80_bytes, cubin_sm90_bytes, ptx_bytes;   /* ptx: with its NUL */
-    int            from_cache;
+    char *ptx;                                            /* NUL-terminated                     */
+    size_t cubin_sm80_bytes, cubin_sm90_bytes, ptx_bytes; /* ptx: with its NUL */
+    int from_cache;
 } nvrtc_images;
 
 /* Compile source (a whole module) to the three images.  0, or -1 with err
  * naming what failed (NVRTC not found, or the compiler's log). */
-int  nvrtc_compile(const char *source, const char *module_name, nvrtc_images *out, struct diag *err);
+int nvrtc_compile(const char *source, const char *module_name, nvrtc_images *out, struct diag *err);
 void nvrtc_images_free(nvrtc_images *im);
 
 /* "13.0" when NVRTC loads; NULL (why in err) otherwise. */

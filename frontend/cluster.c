@@ -45,13 +45,13 @@
 #include "xml_util.h"
 
 extern const unsigned char cluster_xsd[];
-extern const unsigned      cluster_xsd_len;
+extern const unsigned cluster_xsd_len;
 
 /* What the walk over the document needs at hand. */
 typedef struct {
-    const char  *path;
+    const char *path;
     struct diag *err;
-    cluster     *c;
+    cluster *c;
 } loader;
 
 /* ---- attributes ------------------------------------------------------- */
@@ -82,31 +82,32 @@ static const char *owner(xmlNodePtr node, char *buf, size_t size)
 }
 
 /* A quantity attribute with its unit; `dflt` < 0 means required. */
-static int attr_quantity(loader *ld, xmlNodePtr node, const char *attr, unit_kind kind,
-                         double dflt, double *out)
+static int attr_quantity(loader *ld, xmlNodePtr node, const char *attr, unit_kind kind, double dflt, double *out)
 {
     char text[128], why[DIAG_MSG_MAX / 2], who[2 * CLUSTER_NAME_MAX + 32];
-    int  got = xml_attr(node, attr, text, sizeof text, ld->path, ld->err);
+    int got = xml_attr(node, attr, text, sizeof text, ld->path, ld->err);
     if (got < 0)
         return -1;
     if (got == 0) {
-        if (dflt < 0)   /* the schema makes it required; kept for callers without it */
+        if (dflt < 0) /* the schema makes it required; kept for callers without it */
             return diag_set(ld->err, ld->path, xml_line(node), "%s: missing attribute %s (%s such as '%s')",
                             owner(node, who, sizeof who), attr, units_kind_name(kind),
-                            kind == UNIT_TIME ? "40ms" : kind == UNIT_SIZE ? "16GiB" : "10Gbps");
+                            kind == UNIT_TIME   ? "40ms"
+                            : kind == UNIT_SIZE ? "16GiB"
+                                                : "10Gbps");
         *out = dflt;
         return 0;
     }
     if (units_parse(text, kind, out, why, sizeof why) != 0)
-        return diag_set(ld->err, ld->path, xml_line(node), "%s: %s=\"%s\": %s",
-                        owner(node, who, sizeof who), attr, text, why);
+        return diag_set(ld->err, ld->path, xml_line(node), "%s: %s=\"%s\": %s", owner(node, who, sizeof who), attr,
+                        text, why);
     return 0;
 }
 
 /* Trim the spaces xs:int and xs:decimal allow around a value, and a '+'. */
 static const char *trim_number(char *text)
 {
-    char  *s = text;
+    char *s = text;
     while (isspace((unsigned char)*s))
         s++;
     if (*s == '+')
@@ -121,7 +122,7 @@ static const char *trim_number(char *text)
 static int attr_int(loader *ld, xmlNodePtr node, const char *attr, long lo, long hi, int dflt, int *out)
 {
     char text[64], who[CLUSTER_NAME_MAX + 16];
-    int  got = xml_attr(node, attr, text, sizeof text, ld->path, ld->err);
+    int got = xml_attr(node, attr, text, sizeof text, ld->path, ld->err);
     if (got < 0)
         return -1;
     if (got == 0) {
@@ -129,8 +130,8 @@ static int attr_int(loader *ld, xmlNodePtr node, const char *attr, long lo, long
         return 0;
     }
     const char *s = trim_number(text);
-    char       *end = NULL;
-    long        v = strtol(s, &end, 10);
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
     if (end == s || *end != '\0' || v < lo || v > hi)
         return diag_set(ld->err, ld->path, xml_line(node), "%s: %s=\"%s\": expected a whole number from %ld to %ld",
                         owner(node, who, sizeof who), attr, text, lo, hi);
@@ -139,11 +140,10 @@ static int attr_int(loader *ld, xmlNodePtr node, const char *attr, long lo, long
 }
 
 /* A plain number attribute >= lo, `dflt` when absent. */
-static int attr_number_at_least(loader *ld, xmlNodePtr node, const char *attr, double lo, double dflt,
-                                double *out)
+static int attr_number_at_least(loader *ld, xmlNodePtr node, const char *attr, double lo, double dflt, double *out)
 {
     char text[64], why[256], who[CLUSTER_NAME_MAX + 16];
-    int  got = xml_attr(node, attr, text, sizeof text, ld->path, ld->err);
+    int got = xml_attr(node, attr, text, sizeof text, ld->path, ld->err);
     if (got < 0)
         return -1;
     if (got == 0) {
@@ -152,8 +152,8 @@ static int attr_number_at_least(loader *ld, xmlNodePtr node, const char *attr, d
     }
     double v;
     if (units_parse_number(trim_number(text), &v, why, sizeof why) != 0)
-        return diag_set(ld->err, ld->path, xml_line(node), "%s: %s=\"%s\": %s",
-                        owner(node, who, sizeof who), attr, text, why);
+        return diag_set(ld->err, ld->path, xml_line(node), "%s: %s=\"%s\": %s", owner(node, who, sizeof who), attr,
+                        text, why);
     if (v < lo)
         return diag_set(ld->err, ld->path, xml_line(node), "%s: %s=\"%s\": expected a number of at least %g",
                         owner(node, who, sizeof who), attr, text, lo);
@@ -168,8 +168,8 @@ static int attr_name(loader *ld, xmlNodePtr node, const char *attr, char *buf, s
     if (got < 0)
         return -1;
     if (got == 0 || buf[0] == '\0')
-        return diag_set(ld->err, ld->path, xml_line(node), "<%s>: missing attribute %s",
-                        (const char *)node->name, attr);
+        return diag_set(ld->err, ld->path, xml_line(node), "<%s>: missing attribute %s", (const char *)node->name,
+                        attr);
     return 0;
 }
 
@@ -191,7 +191,7 @@ static int is_cuda_arch(const char *arch)
 static int read_peaks(loader *ld, xmlNodePtr node, cluster_device *d)
 {
     char who[2 * CLUSTER_NAME_MAX + 32], text[128], attr[32];
-    int  stated = 0, bare = xml_attr(node, "peak", text, sizeof text, ld->path, ld->err);
+    int stated = 0, bare = xml_attr(node, "peak", text, sizeof text, ld->path, ld->err);
     if (bare < 0)
         return -1;
     if (bare > 0)
@@ -208,7 +208,8 @@ static int read_peaks(loader *ld, xmlNodePtr node, cluster_device *d)
     if (!stated)
         return diag_set(ld->err, ld->path, xml_line(node),
                         "%s: no peak: expected peak-fp32=\"...\" (and peak-tf32, peak-bf16, peak-fp16 where the "
-                        "device has them)", owner(node, who, sizeof who));
+                        "device has them)",
+                        owner(node, who, sizeof who));
     return 0;
 }
 
@@ -229,7 +230,8 @@ int cluster_require_peak(const cluster *c, peak_kind k, struct diag *err)
             if (d->peak_flops[j] > 0)
                 snprintf(have + strlen(have), sizeof have - strlen(have), "%speak-%s", have[0] ? ", " : "",
                          cluster_peak_name((peak_kind)j));
-        return diag_set(err, c->file, d->line, "device '%s'%s%s states no peak-%s (it states %s): add the "
+        return diag_set(err, c->file, d->line,
+                        "device '%s'%s%s states no peak-%s (it states %s): add the "
                         "datasheet's dense %s figure, or compile for a precision it has",
                         d->name, d->arch[0] ? " " : "", d->arch, cluster_peak_name(k), have, cluster_peak_name(k));
     }
@@ -255,17 +257,18 @@ static int read_device(loader *ld, xmlNodePtr node, int host, cluster_device *d)
     if (xml_attr(node, "arch", d->arch, sizeof d->arch, ld->path, ld->err) < 0)
         return -1;
     if (d->kind == DEVICE_CUDA && !d->arch[0])
-        return diag_set(ld->err, ld->path, d->line, "%s: a cuda device needs arch=\"sm_NN\" "
+        return diag_set(ld->err, ld->path, d->line,
+                        "%s: a cuda device needs arch=\"sm_NN\" "
                         "(sm_70 V100, sm_80 A100, sm_86 RTX 30xx, sm_89 RTX 40xx, sm_90 H100)",
                         owner(node, who, sizeof who));
     if (d->kind == DEVICE_CUDA && !is_cuda_arch(d->arch))
-        return diag_set(ld->err, ld->path, d->line, "%s: arch=\"%s\": expected a CUDA architecture sm_NN, such as sm_80",
+        return diag_set(ld->err, ld->path, d->line,
+                        "%s: arch=\"%s\": expected a CUDA architecture sm_NN, such as sm_80",
                         owner(node, who, sizeof who), d->arch);
     if (d->kind == DEVICE_CPU && strncmp(d->arch, "sm_", 3) == 0)
         return diag_set(ld->err, ld->path, d->line, "%s: arch=\"%s\" is a CUDA architecture, but kind=\"cpu\"",
                         owner(node, who, sizeof who), d->arch);
-    if (read_peaks(ld, node, d) != 0 ||
-        attr_quantity(ld, node, "memory", UNIT_SIZE, -1, &d->memory_bytes) != 0 ||
+    if (read_peaks(ld, node, d) != 0 || attr_quantity(ld, node, "memory", UNIT_SIZE, -1, &d->memory_bytes) != 0 ||
         attr_quantity(ld, node, "memory-bandwidth", UNIT_BANDWIDTH, -1, &d->memory_bandwidth) != 0 ||
         attr_int(ld, node, "threads", 1, 1024, 1, &d->threads) != 0 ||
         attr_number_at_least(ld, node, "slowdown", 1.0, 1.0, &d->slowdown) != 0)
@@ -286,8 +289,8 @@ static int read_host(loader *ld, xmlNodePtr node, int region, cluster_host *h)
         xml_attr(node, "user", h->user, sizeof h->user, ld->path, ld->err) < 0 ||
         attr_int(ld, node, "port", 1, 65535, 22, &h->port) != 0 ||
         xml_attr(node, "path", h->path, sizeof h->path, ld->path, ld->err) < 0 ||
-        attr_quantity(ld, node, "link-bandwidth", UNIT_BANDWIDTH, CLUSTER_DEFAULT_HOST_BANDWIDTH,
-                      &h->link_bandwidth) != 0 ||
+        attr_quantity(ld, node, "link-bandwidth", UNIT_BANDWIDTH, CLUSTER_DEFAULT_HOST_BANDWIDTH, &h->link_bandwidth) !=
+            0 ||
         attr_quantity(ld, node, "link-latency", UNIT_TIME, CLUSTER_DEFAULT_HOST_LATENCY, &h->link_latency) != 0)
         return -1;
     if (h->path[0] == '\0')
@@ -321,7 +324,7 @@ static int read_link(loader *ld, xmlNodePtr node, cluster_link *l)
 static int read_tree(loader *ld, xmlNodePtr root)
 {
     cluster *c = ld->c;
-    int      nr = 0, nh = 0, nd = 0, nl = 0;
+    int nr = 0, nh = 0, nd = 0, nl = 0;
     for (xmlNodePtr r = root->children; r; r = r->next) {
         if (is_element(r, "link"))
             nl++;
@@ -337,9 +340,9 @@ static int read_tree(loader *ld, xmlNodePtr root)
         }
     }
     c->regions = calloc((size_t)nr + 1, sizeof *c->regions);
-    c->hosts   = calloc((size_t)nh + 1, sizeof *c->hosts);
+    c->hosts = calloc((size_t)nh + 1, sizeof *c->hosts);
     c->devices = calloc((size_t)nd + 1, sizeof *c->devices);
-    c->links   = calloc((size_t)nl + 1, sizeof *c->links);
+    c->links = calloc((size_t)nl + 1, sizeof *c->links);
     if (!c->regions || !c->hosts || !c->devices || !c->links)
         return diag_set(ld->err, ld->path, 0, "out of memory reading the cluster");
 
@@ -382,9 +385,9 @@ typedef enum { NAMED_REGION, NAMED_HOST, NAMED_DEVICE } named_kind;
 
 typedef struct {
     const char *name;
-    named_kind  kind;
-    int         index;
-    int         line;
+    named_kind kind;
+    int index;
+    int line;
 } named;
 
 static const char *named_kind_word(named_kind k)
@@ -395,7 +398,7 @@ static const char *named_kind_word(named_kind k)
 static int cmp_named(const void *pa, const void *pb)
 {
     const named *a = pa, *b = pb;
-    int          r = strcmp(a->name, b->name);
+    int r = strcmp(a->name, b->name);
     return r ? r : (a->line > b->line) - (a->line < b->line);
 }
 
@@ -421,7 +424,7 @@ static int check_unique(loader *ld, named *names, int n, const char *scope)
 static const named *find_named(const named *names, int n, const char *name)
 {
     named key = { name, NAMED_REGION, 0, -1 };
-    int   lo = 0, hi = n;   /* first entry >= key: the one with the smallest line */
+    int lo = 0, hi = n; /* first entry >= key: the one with the smallest line */
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
         if (cmp_named(&names[mid], &key) < 0)
@@ -437,7 +440,7 @@ static const named *find_named(const named *names, int n, const char *name)
 static int resolve_link(loader *ld, const named *places, int n_places, const named *devices, int n_devices,
                         cluster_link *l)
 {
-    const char  *ends[2] = { l->from, l->to };
+    const char *ends[2] = { l->from, l->to };
     const named *found[2];
     for (int e = 0; e < 2; e++) {
         found[e] = find_named(places, n_places, ends[e]);
@@ -498,7 +501,7 @@ static int check_links(loader *ld, link_key *keys)
     for (int i = 0; i < c->n_links; i++)
         keys[i] = key_of(&c->links[i], i);
     qsort(keys, (size_t)c->n_links, sizeof *keys, cmp_link_key);
-    int dup = -1, first = -1;   /* the repeat that comes first in the file */
+    int dup = -1, first = -1; /* the repeat that comes first in the file */
     for (int i = 1; i < c->n_links; i++) {
         if (!same_pair(&keys[i], &keys[i - 1]) || (dup >= 0 && keys[i].index > dup))
             continue;
@@ -528,7 +531,7 @@ static int check_links(loader *ld, link_key *keys)
     for (int i = 0; i < c->n_links; i++)
         linked += !keys[i].between_hosts && devices_in[keys[i].lo] && devices_in[keys[i].hi];
     long long missing = with_devices * (with_devices - 1) / 2 - linked;
-    int       rc = 0;
+    int rc = 0;
     for (int i = 0; missing > 0 && i < c->n_regions && rc == 0; i++) {
         if (!devices_in[i])
             continue;
@@ -536,7 +539,7 @@ static int check_links(loader *ld, link_key *keys)
             if (!devices_in[j])
                 continue;
             link_key want = { 0, i, j, -1 };
-            int      lo = 0, hi = c->n_links;
+            int lo = 0, hi = c->n_links;
             while (lo < hi) {
                 int mid = lo + (hi - lo) / 2;
                 if (cmp_link_key(&keys[mid], &want) < 0)
@@ -571,9 +574,9 @@ static int check_cluster(loader *ld, int root_line)
         return diag_set(ld->err, ld->path, root_line,
                         "cluster '%s' has no devices: add a <host> with a <device> inside a <region>", c->name);
 
-    int       n_places = c->n_regions + c->n_hosts, rc = -1;
-    named    *places = calloc((size_t)n_places + 1, sizeof *places);
-    named    *devices = calloc((size_t)c->n_devices + 1, sizeof *devices);
+    int n_places = c->n_regions + c->n_hosts, rc = -1;
+    named *places = calloc((size_t)n_places + 1, sizeof *places);
+    named *devices = calloc((size_t)c->n_devices + 1, sizeof *devices);
     link_key *keys = calloc((size_t)c->n_links + 1, sizeof *keys);
     if (!places || !devices || !keys) {
         diag_set(ld->err, ld->path, 0, "out of memory checking the cluster");
@@ -605,7 +608,7 @@ done:
 
 static int load_doc(xmlDocPtr doc, const char *path, cluster *c, struct diag *err)
 {
-    loader     ld = { path, err, c };
+    loader ld = { path, err, c };
     xmlNodePtr root = xmlDocGetRootElement(doc);
     if (!root || !is_element(root, "cluster"))
         return diag_set(err, path, xml_line(root),
@@ -630,8 +633,10 @@ static int load_doc(xmlDocPtr doc, const char *path, cluster *c, struct diag *er
     }
     c->n_devices = kept;
     if (kept == 0)
-        return diag_set(err, path, xml_line(root), "every device of cluster '%s' is a standby: a plan needs one that "
-                        "is not", c->name);
+        return diag_set(err, path, xml_line(root),
+                        "every device of cluster '%s' is a standby: a plan needs one that "
+                        "is not",
+                        c->name);
     return 0;
 }
 
@@ -723,10 +728,10 @@ static const cluster_link *find_link(const cluster *c, int between_hosts, int a,
 
 void cluster_link_between(const cluster *c, int dev_a, int dev_b, double *bandwidth, double *latency)
 {
-    double bw = 0.0, lat = INFINITY;   /* no link: what an invalid index gets */
+    double bw = 0.0, lat = INFINITY; /* no link: what an invalid index gets */
     if (c && dev_a >= 0 && dev_b >= 0 && dev_a < c->n_devices && dev_b < c->n_devices) {
-        int                 ha = c->devices[dev_a].host, hb = c->devices[dev_b].host;
-        int                 ra = c->hosts[ha].region, rb = c->hosts[hb].region;
+        int ha = c->devices[dev_a].host, hb = c->devices[dev_b].host;
+        int ra = c->hosts[ha].region, rb = c->hosts[hb].region;
         const cluster_link *l;
         if (dev_a == dev_b)
             bw = INFINITY, lat = 0.0;
@@ -751,16 +756,17 @@ void cluster_link_between(const cluster *c, int dev_a, int dev_b, double *bandwi
 static char *link_text(double bw, double lat, char *buf, size_t size)
 {
     char b[32], t[32];
-    snprintf(buf, size, "%s, %s", units_format(bw, UNIT_BANDWIDTH, b, sizeof b), units_format(lat, UNIT_TIME, t, sizeof t));
+    snprintf(buf, size, "%s, %s", units_format(bw, UNIT_BANDWIDTH, b, sizeof b),
+             units_format(lat, UNIT_TIME, t, sizeof t));
     return buf;
 }
 
 void cluster_print_summary(const cluster *c, FILE *out)
 {
     char a[64], m[64];
-    fprintf(out, "cluster %s (%s): %d region%s, %d host%s, %d device%s, %d link%s\n", c->name, c->file,
-            c->n_regions, c->n_regions == 1 ? "" : "s", c->n_hosts, c->n_hosts == 1 ? "" : "s",
-            c->n_devices, c->n_devices == 1 ? "" : "s", c->n_links, c->n_links == 1 ? "" : "s");
+    fprintf(out, "cluster %s (%s): %d region%s, %d host%s, %d device%s, %d link%s\n", c->name, c->file, c->n_regions,
+            c->n_regions == 1 ? "" : "s", c->n_hosts, c->n_hosts == 1 ? "" : "s", c->n_devices,
+            c->n_devices == 1 ? "" : "s", c->n_links, c->n_links == 1 ? "" : "s");
     for (int r = 0; r < c->n_regions; r++) {
         const cluster_region *rg = &c->regions[r];
         fprintf(out, "region %s: %s between its hosts\n", rg->name, link_text(rg->bandwidth, rg->latency, a, sizeof a));
@@ -783,8 +789,8 @@ void cluster_print_summary(const cluster *c, FILE *out)
                         first = 0;
                     }
                 fprintf(out, ", memory %s at %.4g GB/s, %d thread%s",
-                        units_format(dv->memory_bytes, UNIT_SIZE, m, sizeof m), dv->memory_bandwidth / 1e9,
-                        dv->threads, dv->threads == 1 ? "" : "s");
+                        units_format(dv->memory_bytes, UNIT_SIZE, m, sizeof m), dv->memory_bandwidth / 1e9, dv->threads,
+                        dv->threads == 1 ? "" : "s");
                 if (dv->slowdown != 1.0)
                     fprintf(out, ", slowdown %gx", dv->slowdown);
                 fputc('\n', out);
@@ -827,7 +833,7 @@ void cluster_print_summary(const cluster *c, FILE *out)
         for (int s = 0; s < c->n_regions; s++) {
             const cluster_link *l = r == s ? NULL : find_link(c, 0, r, s);
             const char *cell = r == s ? link_text(c->regions[r].bandwidth, c->regions[r].latency, a, sizeof a)
-                             : l      ? link_text(l->bandwidth, l->latency, a, sizeof a)
+                               : l    ? link_text(l->bandwidth, l->latency, a, sizeof a)
                                       : "-";
             fprintf(out, "  %-*s", s + 1 < c->n_regions ? width : 0, cell);
         }

@@ -14,14 +14,14 @@
 #define EXPR_MAX_DEPTH 64
 
 typedef struct {
-    const char    *text;
-    size_t         len, pos;
+    const char *text;
+    size_t len, pos;
     expr_lookup_fn lookup;
-    void          *ctx;
-    char          *why;
-    size_t         why_size;
-    int            failed;
-    int            depth;
+    void *ctx;
+    char *why;
+    size_t why_size;
+    int failed;
+    int depth;
 } parser;
 
 static int fail(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -35,8 +35,8 @@ static int fail(parser *p, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    snprintf(p->why, p->why_size, "%s at column %zu of '%.*s'", reason, p->pos + 1,
-             (int)(p->len > 200 ? 200 : p->len), p->text);
+    snprintf(p->why, p->why_size, "%s at column %zu of '%.*s'", reason, p->pos + 1, (int)(p->len > 200 ? 200 : p->len),
+             p->text);
     return -1;
 }
 
@@ -223,15 +223,22 @@ static int arith(parser *p, char op, int live, expr_value a, expr_value b, expr_
     if (a.is_float || b.is_float) {
         double x = expr_as_double(a), y = expr_as_double(b), r = 0;
         switch (op) {
-        case '+': r = x + y; break;
-        case '-': r = x - y; break;
-        case '*': r = x * y; break;
+        case '+':
+            r = x + y;
+            break;
+        case '-':
+            r = x - y;
+            break;
+        case '*':
+            r = x * y;
+            break;
         case '/':
             if (y == 0.0 && live)
                 return fail(p, "division by zero");
             r = y == 0.0 ? 0.0 : x / y;
             break;
-        case '%': return fail(p, "'%%' needs integers");
+        case '%':
+            return fail(p, "'%%' needs integers");
         }
         if (live && !isfinite(r))
             return fail(p, "floating-point overflow");
@@ -241,9 +248,15 @@ static int arith(parser *p, char op, int live, expr_value a, expr_value b, expr_
     int64_t x = a.i, y = b.i, r = 0;
     int overflow = 0;
     switch (op) {
-    case '+': overflow = __builtin_add_overflow(x, y, &r); break;
-    case '-': overflow = __builtin_sub_overflow(x, y, &r); break;
-    case '*': overflow = __builtin_mul_overflow(x, y, &r); break;
+    case '+':
+        overflow = __builtin_add_overflow(x, y, &r);
+        break;
+    case '-':
+        overflow = __builtin_sub_overflow(x, y, &r);
+        break;
+    case '*':
+        overflow = __builtin_mul_overflow(x, y, &r);
+        break;
     case '/':
     case '%':
         if (y == 0) {
@@ -307,12 +320,24 @@ static int parse_cmp(parser *p, int live, expr_value *out)
         int64_t x = out->i, y = rhs.i;
         int r = 0;
         switch (k) {
-        case 0: r = both_int ? x == y : a == b; break;
-        case 1: r = both_int ? x != y : a != b; break;
-        case 2: r = both_int ? x <= y : a <= b; break;
-        case 3: r = both_int ? x >= y : a >= b; break;
-        case 4: r = both_int ? x < y : a < b; break;
-        case 5: r = both_int ? x > y : a > b; break;
+        case 0:
+            r = both_int ? x == y : a == b;
+            break;
+        case 1:
+            r = both_int ? x != y : a != b;
+            break;
+        case 2:
+            r = both_int ? x <= y : a <= b;
+            break;
+        case 3:
+            r = both_int ? x >= y : a >= b;
+            break;
+        case 4:
+            r = both_int ? x < y : a < b;
+            break;
+        case 5:
+            r = both_int ? x > y : a > b;
+            break;
         }
         *out = make_int(r);
         return 0;
@@ -371,8 +396,8 @@ static int parse_cond(parser *p, int live, expr_value *out)
     return rc;
 }
 
-int expr_eval(const char *text, size_t len, expr_lookup_fn lookup, void *ctx,
-              expr_value *out, char *why, size_t why_size)
+int expr_eval(const char *text, size_t len, expr_lookup_fn lookup, void *ctx, expr_value *out, char *why,
+              size_t why_size)
 {
     parser p = { text, len, 0, lookup, ctx, why, why_size, 0, 0 };
     if (why_size)
@@ -386,15 +411,14 @@ int expr_eval(const char *text, size_t len, expr_lookup_fn lookup, void *ctx,
     return 0;
 }
 
-int expr_eval_int(const char *text, size_t len, expr_lookup_fn lookup, void *ctx,
-                  int64_t *out, char *why, size_t why_size)
+int expr_eval_int(const char *text, size_t len, expr_lookup_fn lookup, void *ctx, int64_t *out, char *why,
+                  size_t why_size)
 {
     expr_value v;
     if (expr_eval(text, len, lookup, ctx, &v, why, why_size))
         return -1;
     if (v.is_float) {
-        snprintf(why, why_size, "expected an integer, found %g in '%.*s'", v.f,
-                 (int)(len > 200 ? 200 : len), text);
+        snprintf(why, why_size, "expected an integer, found %g in '%.*s'", v.f, (int)(len > 200 ? 200 : len), text);
         return -1;
     }
     *out = v.i;

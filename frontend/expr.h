@@ -26,9 +26,9 @@
 #include <stdint.h>
 
 typedef struct {
-    int     is_float;
+    int is_float;
     int64_t i;
-    double  f;
+    double f;
 } expr_value;
 
 /* Resolve a name (not NUL-terminated: name[0..len)).  Return 0 and fill
@@ -36,12 +36,12 @@ typedef struct {
 typedef int (*expr_lookup_fn)(void *ctx, const char *name, size_t len, expr_value *out);
 
 /* Evaluate text[0..len).  On error return -1 with a one-line reason in why. */
-int expr_eval(const char *text, size_t len, expr_lookup_fn lookup, void *ctx,
-              expr_value *out, char *why, size_t why_size);
+int expr_eval(const char *text, size_t len, expr_lookup_fn lookup, void *ctx, expr_value *out, char *why,
+              size_t why_size);
 
 /* As expr_eval, but the result must be an integer. */
-int expr_eval_int(const char *text, size_t len, expr_lookup_fn lookup, void *ctx,
-                  int64_t *out, char *why, size_t why_size);
+int expr_eval_int(const char *text, size_t len, expr_lookup_fn lookup, void *ctx, int64_t *out, char *why,
+                  size_t why_size);
 
 static inline double expr_as_double(expr_value v) { return v.is_float ? v.f : (double)v.i; }
 

@@ -25,53 +25,56 @@
 #include "xml_util.h"
 
 extern const unsigned char model_xsd[];
-extern const unsigned      model_xsd_len;
+extern const unsigned model_xsd_len;
 
 #define NAME_MAX_LEN  256
 #define ATTR_TEXT_MAX 1024
 
 typedef struct {
-    char *prefix;   /* "h.3." ; "" for the model's top level */
-    int   parent;   /* -1 for the top level                   */
+    char *prefix; /* "h.3." ; "" for the model's top level */
+    int parent;   /* -1 for the top level                   */
 } scope;
 
 /* A definition under a qualified name: a value, or an alias to a name
  * looked up from a scope. */
 typedef struct {
-    int32_t value;        /* >= 0: a value; -1: an alias */
-    int     alias_scope;
-    char   *alias_name;
-    int     line;
+    int32_t value; /* >= 0: a value; -1: an alias */
+    int alias_scope;
+    char *alias_name;
+    int line;
 } definition;
 
 typedef struct {
     int32_t node;
-    int     scope;
-    int     line;
-    int     n_in;
-    char   *in[IR_MAX_IN];
+    int scope;
+    int line;
+    int n_in;
+    char *in[IR_MAX_IN];
 } pending_op;
 
 typedef struct {
-    char       name[64];
+    char name[64];
     expr_value value;
 } repeat_var;
 
 typedef struct {
-    const char   *path;
-    struct diag  *err;
-    ir_graph     *g;
-    uint32_t      file;          /* interned path, for locations */
+    const char *path;
+    struct diag *err;
+    ir_graph *g;
+    uint32_t file; /* interned path, for locations */
 
-    scope        *scopes;   int n_scopes, cap_scopes;
-    definition   *defs;     int n_defs, cap_defs;
-    name_map     *def_index;     /* qualified name -> defs index */
-    pending_op   *ops;      int n_ops, cap_ops;
+    scope *scopes;
+    int n_scopes, cap_scopes;
+    definition *defs;
+    int n_defs, cap_defs;
+    name_map *def_index; /* qualified name -> defs index */
+    pending_op *ops;
+    int n_ops, cap_ops;
 
-    repeat_var    vars[MODEL_MAX_VARS];   /* repeat indices and <let>s, innermost last */
-    int           n_vars;
-    int           nesting;
-    int64_t       elements;      /* elements visited, counting each repeat instance */
+    repeat_var vars[MODEL_MAX_VARS]; /* repeat indices and <let>s, innermost last */
+    int n_vars;
+    int nesting;
+    int64_t elements; /* elements visited, counting each repeat instance */
 } builder;
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -184,7 +187,7 @@ static int eval_shape(builder *b, int line, const char *name, const char *text, 
             for (size_t i = 0; i < n; i++)
                 blank &= isspace((unsigned char)dim_text[i]) != 0;
             if (blank && *p == '\0' && out->rank == 0)
-                return 0;                        /* shape="" : a scalar */
+                return 0; /* shape="" : a scalar */
             if (out->rank == IR_MAX_RANK)
                 return fail(b, line, "'%s': shape '%s' has more than %d dimensions", name, text, IR_MAX_RANK);
             char what[NAME_MAX_LEN + 64];
@@ -202,8 +205,8 @@ static int eval_shape(builder *b, int line, const char *name, const char *text, 
     }
     if (ir_shape_numel(out) < 0) {
         char s[256];
-        return fail(b, line, "'%s': shape %s is absurd: more than %lld elements", name,
-                    ir_shape_str(out, s, sizeof s), (long long)IR_NUMEL_MAX);
+        return fail(b, line, "'%s': shape %s is absurd: more than %lld elements", name, ir_shape_str(out, s, sizeof s),
+                    (long long)IR_NUMEL_MAX);
     }
     return 0;
 }
@@ -221,8 +224,8 @@ static int eval_init(builder *b, int line, const char *name, const char *text, i
     kind[n] = '\0';
     ir_init_kind k;
     if (ir_init_parse(kind, &k) || k == INIT_NONE)
-        return fail(b, line, "'%s': unknown init '%s': expected zeros, ones, normal(std) or uniform(bound)",
-                    name, text);
+        return fail(b, line, "'%s': unknown init '%s': expected zeros, ones, normal(std) or uniform(bound)", name,
+                    text);
     out->kind = k;
     out->a = 0.0;
     const char *open = strchr(text, '(');
@@ -309,14 +312,14 @@ static int add_def(builder *b, const char *qualified, int32_t value, int alias_s
 }
 
 /* Define a source or op output value under name in scope sc. */
-static int32_t define_value(builder *b, int sc, const char *name, ir_dtype dt, ir_role role,
-                            const ir_shape *shape, int line)
+static int32_t define_value(builder *b, int sc, const char *name, ir_dtype dt, ir_role role, const ir_shape *shape,
+                            int line)
 {
     char q[NAME_MAX_LEN];
     if (qualify_or_fail(b, sc, name, q, sizeof q, line))
         return -1;
     if (find_def(b, q))
-        return add_def(b, q, -1, 0, NULL, line);       /* reports "defined twice" */
+        return add_def(b, q, -1, 0, NULL, line); /* reports "defined twice" */
     int32_t v = ir_add_value(b->g, q, dt, role, shape, loc_at(b, line));
     if (v < 0)
         return fail(b, line, "out of memory");
@@ -333,7 +336,7 @@ static int32_t resolve(const builder *b, int sc, const char *name, int depth)
     for (int s = sc; s >= 0; s = b->scopes[s].parent) {
         char q[NAME_MAX_LEN];
         if (qualify(b, s, name, q, sizeof q))
-            continue;   /* too long to have been defined */
+            continue; /* too long to have been defined */
         const definition *d = find_def(b, q);
         if (!d)
             continue;
@@ -434,8 +437,10 @@ static int element_op(builder *b, xmlNodePtr node, int sc)
     if (op_parse(type, &op))
         return fail(b, line, "unknown op type '%s' (known: %s)", type, op_model_names());
     if (op_table[op].internal)
-        return fail(b, line, "op type '%s' is made by the compiler's passes, not written in a model "
-                             "(model ops: %s)", type, op_model_names());
+        return fail(b, line,
+                    "op type '%s' is made by the compiler's passes, not written in a model "
+                    "(model ops: %s)",
+                    type, op_model_names());
     const op_def *def = &op_table[op];
     int n_in = split_names(b, line, in_text, ins, IR_MAX_IN, "inputs");
     int n_out = n_in < 0 ? -1 : split_names(b, line, out_text, outs, IR_MAX_OUT, "outputs");
@@ -586,8 +591,10 @@ static int element_repeat(builder *b, xmlNodePtr node, int sc)
      * scope and a definition an instance (a fuzzer found 10^5 empty ones
      * nested in 10^5, which the elements alone never stopped). */
     if (b->elements + count * (children + 1) > MODEL_MAX_ELEMENTS)
-        return fail(b, line, "repeat count %lld (x %lld element%s each, and the instance) expands the model past "
-                    "%d elements", (long long)count, (long long)children, children == 1 ? "" : "s", MODEL_MAX_ELEMENTS);
+        return fail(b, line,
+                    "repeat count %lld (x %lld element%s each, and the instance) expands the model past "
+                    "%d elements",
+                    (long long)count, (long long)children, children == 1 ? "" : "s", MODEL_MAX_ELEMENTS);
     b->nesting++;
     int prev_scope = -1;
     for (int64_t i = 0; i < count; i++) {
@@ -627,13 +634,13 @@ static int walk_body(builder *b, xmlNodePtr first, int sc)
 {
     int vars_on_entry = b->n_vars;
     int rc = walk_elements(b, first, sc);
-    b->n_vars = vars_on_entry;   /* <let>s end with their body */
+    b->n_vars = vars_on_entry; /* <let>s end with their body */
     return rc;
 }
 
 static int walk_elements(builder *b, xmlNodePtr first, int sc)
 {
-    int last_if = -1;   /* -1: the previous element was not an if; else its truth */
+    int last_if = -1; /* -1: the previous element was not an if; else its truth */
     for (xmlNodePtr node = first; node; node = node->next) {
         const char *el = xml_element_name(node);
         if (!el)
@@ -641,8 +648,10 @@ static int walk_elements(builder *b, xmlNodePtr first, int sc)
         int line = xml_line(node);
         int rc = 0, this_if = -1;
         if (++b->elements > MODEL_MAX_ELEMENTS)
-            return fail(b, line, "the model expands to more than %d elements (repeat counts multiplied "
-                                 "through nested repeats)", MODEL_MAX_ELEMENTS);
+            return fail(b, line,
+                        "the model expands to more than %d elements (repeat counts multiplied "
+                        "through nested repeats)",
+                        MODEL_MAX_ELEMENTS);
         if (strcmp(el, "input") == 0)
             rc = element_source(b, node, sc, ROLE_INPUT);
         else if (strcmp(el, "param") == 0)
@@ -679,7 +688,7 @@ static int walk_elements(builder *b, xmlNodePtr first, int sc)
                 b->nesting--;
             }
         } else if (strcmp(el, "hyper") == 0 || strcmp(el, "loss") == 0) {
-            continue;   /* top level only; read by model_build */
+            continue; /* top level only; read by model_build */
         } else {
             return fail(b, line, "unexpected element <%s>", el);
         }
@@ -703,8 +712,7 @@ static int read_hypers(builder *b, xmlNodePtr root, const model_setting *sets, i
             continue;
         int line = xml_line(node);
         char name[64], text[ATTR_TEXT_MAX];
-        if (get_attr(b, node, "name", name, sizeof name, 1) < 0 ||
-            get_attr(b, node, "value", text, sizeof text, 1) < 0)
+        if (get_attr(b, node, "name", name, sizeof name, 1) < 0 || get_attr(b, node, "value", text, sizeof text, 1) < 0)
             return -1;
         if (!is_identifier(name))
             return fail(b, line, "hyper-parameter name '%s' is not an identifier (letters, digits, '_')", name);
@@ -721,7 +729,7 @@ static int read_hypers(builder *b, xmlNodePtr root, const model_setting *sets, i
         const char *source = text;
         char what[128];
         snprintf(what, sizeof what, "hyper-parameter '%s'", name);
-        for (int i = n_sets - 1; i >= 0; i--)   /* the last --set of a name wins */
+        for (int i = n_sets - 1; i >= 0; i--) /* the last --set of a name wins */
             if (strcmp(sets[i].name, name) == 0) {
                 source = sets[i].value;
                 used[i] = 1;
@@ -907,8 +915,8 @@ static int model_build(builder *b, xmlDocPtr doc, const model_setting *sets, int
     return ir_graph_verify(b->g, b->err);
 }
 
-int model_load_memory(const char *buf, size_t len, const char *path,
-                      const model_setting *sets, int n_sets, ir_graph *g, struct diag *err)
+int model_load_memory(const char *buf, size_t len, const char *path, const model_setting *sets, int n_sets, ir_graph *g,
+                      struct diag *err)
 {
     ir_graph_init(g);
     xmlDocPtr doc = xml_read(path, buf, len, err);

@@ -25,19 +25,18 @@
 #define MODEL_MAX_REPEAT_COUNT 100000
 #define MODEL_MAX_NESTING      16
 #define MODEL_MAX_NODES        100000
-#define MODEL_MAX_ELEMENTS     200000   /* XML elements visited, repeats expanded */
-#define MODEL_MAX_VARS         64   /* repeat indices and <let>s in scope at once */
+#define MODEL_MAX_ELEMENTS     200000 /* XML elements visited, repeats expanded */
+#define MODEL_MAX_VARS         64     /* repeat indices and <let>s in scope at once */
 
 typedef struct {
-    const char *name;   /* hyper-parameter name                        */
-    const char *value;  /* expression text, e.g. "24" or "6e-4"         */
+    const char *name;  /* hyper-parameter name                        */
+    const char *value; /* expression text, e.g. "24" or "6e-4"         */
 } model_setting;
 
-int model_load(const char *path, const model_setting *sets, int n_sets,
-               ir_graph *g, struct diag *err);
+int model_load(const char *path, const model_setting *sets, int n_sets, ir_graph *g, struct diag *err);
 /* As model_load from a buffer; `path` names it in messages. */
-int model_load_memory(const char *buf, size_t len, const char *path,
-                      const model_setting *sets, int n_sets, ir_graph *g, struct diag *err);
+int model_load_memory(const char *buf, size_t len, const char *path, const model_setting *sets, int n_sets, ir_graph *g,
+                      struct diag *err);
 
 /* Parse "name=value" (from --set) into a setting pointing into `text`'s
  * copy in buf.  Returns 0, or -1 if there is no '=' or the name is empty. */

@@ -15,8 +15,8 @@
 
 typedef struct {
     const char *name;
-    double      scale;   /* base units per one of this unit */
-    int         listed;  /* 1: shown in "expected one of"; 0: accepted alias */
+    double scale; /* base units per one of this unit */
+    int listed;   /* 1: shown in "expected one of"; 0: accepted alias */
 } unit_def;
 
 #define KILO 1e3
@@ -30,52 +30,44 @@ typedef struct {
 #define TEBI (1024.0 * 1024.0 * 1024.0 * 1024.0)
 
 static const unit_def bandwidth_units[] = {
-    { "bps",   1.0 / 8,  1 }, { "Kbps",  KILO / 8, 1 }, { "Mbps",  MEGA / 8, 1 },
-    { "Gbps",  GIGA / 8, 1 }, { "Tbps",  TERA / 8, 1 },
-    { "B/s",   1.0,      1 }, { "KB/s",  KILO,     1 }, { "MB/s",  MEGA,     1 },
-    { "GB/s",  GIGA,     1 }, { "TB/s",  TERA,     1 },
-    { "KiB/s", KIBI,     1 }, { "MiB/s", MEBI,     1 }, { "GiB/s", GIBI,     1 },
-    { "TiB/s", TEBI,     1 },
-    { "b/s",   1.0 / 8,  0 }, { "Kb/s",  KILO / 8, 0 }, { "Mb/s",  MEGA / 8, 0 },
-    { "Gb/s",  GIGA / 8, 0 }, { "Tb/s",  TERA / 8, 0 },
-    { "kbps",  KILO / 8, 0 }, { "kb/s",  KILO / 8, 0 }, { "kB/s",  KILO,     0 },
-    { NULL, 0, 0 },
+    { "bps", 1.0 / 8, 1 },   { "Kbps", KILO / 8, 1 }, { "Mbps", MEGA / 8, 1 }, { "Gbps", GIGA / 8, 1 },
+    { "Tbps", TERA / 8, 1 }, { "B/s", 1.0, 1 },       { "KB/s", KILO, 1 },     { "MB/s", MEGA, 1 },
+    { "GB/s", GIGA, 1 },     { "TB/s", TERA, 1 },     { "KiB/s", KIBI, 1 },    { "MiB/s", MEBI, 1 },
+    { "GiB/s", GIBI, 1 },    { "TiB/s", TEBI, 1 },    { "b/s", 1.0 / 8, 0 },   { "Kb/s", KILO / 8, 0 },
+    { "Mb/s", MEGA / 8, 0 }, { "Gb/s", GIGA / 8, 0 }, { "Tb/s", TERA / 8, 0 }, { "kbps", KILO / 8, 0 },
+    { "kb/s", KILO / 8, 0 }, { "kB/s", KILO, 0 },     { NULL, 0, 0 },
 };
 
 static const unit_def time_units[] = {
-    { "ns", 1e-9, 1 }, { "us", 1e-6, 1 }, { "ms", 1e-3, 1 }, { "s", 1.0, 1 },
-    { NULL, 0, 0 },
+    { "ns", 1e-9, 1 }, { "us", 1e-6, 1 }, { "ms", 1e-3, 1 }, { "s", 1.0, 1 }, { NULL, 0, 0 },
 };
 
 static const unit_def size_units[] = {
-    { "B",   1.0,  1 }, { "KB",  KILO, 1 }, { "MB",  MEGA, 1 }, { "GB",  GIGA, 1 },
-    { "TB",  TERA, 1 },
-    { "KiB", KIBI, 1 }, { "MiB", MEBI, 1 }, { "GiB", GIBI, 1 }, { "TiB", TEBI, 1 },
-    { "kB",  KILO, 0 },
-    { NULL, 0, 0 },
+    { "B", 1.0, 1 },    { "KB", KILO, 1 },  { "MB", MEGA, 1 },  { "GB", GIGA, 1 },
+    { "TB", TERA, 1 },  { "KiB", KIBI, 1 }, { "MiB", MEBI, 1 }, { "GiB", GIBI, 1 },
+    { "TiB", TEBI, 1 }, { "kB", KILO, 0 },  { NULL, 0, 0 },
 };
 
 static const unit_def flops_units[] = {
-    { "FLOPS",  1.0,  1 }, { "KFLOPS", KILO, 1 }, { "MFLOPS", MEGA, 1 },
-    { "GFLOPS", GIGA, 1 }, { "TFLOPS", TERA, 1 }, { "PFLOPS", PETA, 1 },
-    { "FLOP/s",  1.0,  1 }, { "KFLOP/s", KILO, 1 }, { "MFLOP/s", MEGA, 1 },
-    { "GFLOP/s", GIGA, 1 }, { "TFLOP/s", TERA, 1 }, { "PFLOP/s", PETA, 1 },
-    { "kFLOPS",  KILO, 0 }, { "kFLOP/s", KILO, 0 },
-    { NULL, 0, 0 },
+    { "FLOPS", 1.0, 1 },    { "KFLOPS", KILO, 1 },  { "MFLOPS", MEGA, 1 },  { "GFLOPS", GIGA, 1 },
+    { "TFLOPS", TERA, 1 },  { "PFLOPS", PETA, 1 },  { "FLOP/s", 1.0, 1 },   { "KFLOP/s", KILO, 1 },
+    { "MFLOP/s", MEGA, 1 }, { "GFLOP/s", GIGA, 1 }, { "TFLOP/s", TERA, 1 }, { "PFLOP/s", PETA, 1 },
+    { "kFLOPS", KILO, 0 },  { "kFLOP/s", KILO, 0 }, { NULL, 0, 0 },
 };
 
 static const struct {
     const unit_def *units;
-    const char     *name;      /* "a bandwidth" */
-    const char     *expected;  /* the listed units, for messages */
-    const char     *example;
+    const char *name;     /* "a bandwidth" */
+    const char *expected; /* the listed units, for messages */
+    const char *example;
 } kinds[UNIT_KIND_COUNT] = {
     [UNIT_BANDWIDTH] = { bandwidth_units, "a bandwidth",
-        "bps, Kbps, Mbps, Gbps, Tbps, B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s, TiB/s", "10Gbps" },
-    [UNIT_TIME]      = { time_units, "a time", "ns, us, ms, s", "40ms" },
-    [UNIT_SIZE]      = { size_units, "a size", "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB", "16GiB" },
-    [UNIT_FLOPS]     = { flops_units, "a compute rate",
-        "FLOPS, KFLOPS, MFLOPS, GFLOPS, TFLOPS, PFLOPS (or FLOP/s, KFLOP/s, ..., PFLOP/s)", "125TFLOPS" },
+                         "bps, Kbps, Mbps, Gbps, Tbps, B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s, TiB/s",
+                         "10Gbps" },
+    [UNIT_TIME] = { time_units, "a time", "ns, us, ms, s", "40ms" },
+    [UNIT_SIZE] = { size_units, "a size", "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB", "16GiB" },
+    [UNIT_FLOPS] = { flops_units, "a compute rate",
+                     "FLOPS, KFLOPS, MFLOPS, GFLOPS, TFLOPS, PFLOPS (or FLOP/s, KFLOP/s, ..., PFLOP/s)", "125TFLOPS" },
 };
 
 const char *units_kind_name(unit_kind kind)
@@ -83,10 +75,7 @@ const char *units_kind_name(unit_kind kind)
     return (unsigned)kind < UNIT_KIND_COUNT ? kinds[kind].name : "a quantity";
 }
 
-const char *units_expected(unit_kind kind)
-{
-    return (unsigned)kind < UNIT_KIND_COUNT ? kinds[kind].expected : "";
-}
+const char *units_expected(unit_kind kind) { return (unsigned)kind < UNIT_KIND_COUNT ? kinds[kind].expected : ""; }
 
 static int fail(char *why, size_t why_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *why, size_t why_size, const char *fmt, ...)
@@ -116,10 +105,10 @@ static const unit_def *find_unit(const unit_def *table, const char *name, size_t
 static size_t scan_number(const char *s, double *out, int *range)
 {
     enum { MAX_DIGITS = 40 };
-    char   canon[MAX_DIGITS + 32];
+    char canon[MAX_DIGITS + 32];
     size_t n_canon = 0, i = 0;
-    long   exp10 = 0;          /* power of ten to apply to the kept digits */
-    int    any_digit = 0, nonzero = 0;
+    long exp10 = 0; /* power of ten to apply to the kept digits */
+    int any_digit = 0, nonzero = 0;
 
     for (int in_fraction = 0;; i++) {
         char ch = s[i];
@@ -132,19 +121,19 @@ static size_t scan_number(const char *s, double *out, int *range)
         any_digit = 1;
         if (ch != '0')
             nonzero = 1;
-        if (!nonzero)                  /* a leading zero: contributes nothing */
+        if (!nonzero) /* a leading zero: contributes nothing */
             exp10 -= in_fraction;
         else if (n_canon < MAX_DIGITS) {
             canon[n_canon++] = ch;
             exp10 -= in_fraction;
         } else
-            exp10 += !in_fraction;     /* digits past the precision kept */
+            exp10 += !in_fraction; /* digits past the precision kept */
     }
     if (!any_digit)
         return 0;
-    if (s[i] == 'e' || s[i] == 'E') {  /* an exponent only if digits follow */
+    if (s[i] == 'e' || s[i] == 'E') { /* an exponent only if digits follow */
         size_t j = i + 1;
-        int    neg = 0;
+        int neg = 0;
         if (s[j] == '+' || s[j] == '-')
             neg = s[j++] == '-';
         if (isdigit((unsigned char)s[j])) {
@@ -174,8 +163,8 @@ static size_t scan_number(const char *s, double *out, int *range)
 
 /* Checks shared by units_parse and units_parse_number: what comes before
  * the number.  Returns the number's length, or 0 with why filled. */
-static size_t number_part(const char *text, const char *what, const char *example,
-                          double *value, int *range, char *why, size_t why_size)
+static size_t number_part(const char *text, const char *what, const char *example, double *value, int *range, char *why,
+                          size_t why_size)
 {
     if (!text || !*text) {
         fail(why, why_size, "empty value: expected %s such as '%s'", what, example);
@@ -197,8 +186,7 @@ static size_t number_part(const char *text, const char *what, const char *exampl
     return 0;
 }
 
-static int check_value(const char *text, double v, int range, const char *what,
-                       char *why, size_t why_size)
+static int check_value(const char *text, double v, int range, const char *what, char *why, size_t why_size)
 {
     if (range > 0 || !isfinite(v))
         return fail(why, why_size, "'%s' is too large for %s", text, what);
@@ -212,7 +200,7 @@ static int check_value(const char *text, double v, int range, const char *what,
 int units_parse_number(const char *text, double *out, char *why, size_t why_size)
 {
     double v = 0;
-    int    range = 0;
+    int range = 0;
     size_t n = number_part(text, "a number", "1.5", &v, &range, why, why_size);
     if (n == 0)
         return -1;
@@ -229,7 +217,7 @@ int units_parse_number(const char *text, double *out, char *why, size_t why_size
  * "'Gb/s' or 'GB/s'", into buf.  Returns how many matched. */
 static int case_suggestions(unit_kind kind, const char *name, size_t len, char *buf, size_t size)
 {
-    int    found = 0;
+    int found = 0;
     size_t used = 0;
     buf[0] = '\0';
     for (const unit_def *u = kinds[kind].units; u->name; u++) {
@@ -246,19 +234,16 @@ static int case_suggestions(unit_kind kind, const char *name, size_t len, char *
 }
 
 /* A unit's characters: letters and '/'. */
-static int is_unit_char(char ch)
-{
-    return isalpha((unsigned char)ch) || ch == '/';
-}
+static int is_unit_char(char ch) { return isalpha((unsigned char)ch) || ch == '/'; }
 
 int units_parse(const char *text, unit_kind kind, double *out, char *why, size_t why_size)
 {
     if ((unsigned)kind >= UNIT_KIND_COUNT)
         return fail(why, why_size, "internal error: unknown unit kind %d", (int)kind);
     const char *what = kinds[kind].name, *expected = kinds[kind].expected;
-    double      v = 0;
-    int         range = 0;
-    size_t      n = number_part(text, what, kinds[kind].example, &v, &range, why, why_size);
+    double v = 0;
+    int range = 0;
+    size_t n = number_part(text, what, kinds[kind].example, &v, &range, why, why_size);
     if (n == 0)
         return -1;
 
@@ -273,8 +258,8 @@ int units_parse(const char *text, unit_kind kind, double *out, char *why, size_t
     while (is_unit_char(unit[len]))
         len++;
     if (len == 0)
-        return fail(why, why_size, "'%s': expected a unit after the number, found '%s': one of %s",
-                    text, unit, expected);
+        return fail(why, why_size, "'%s': expected a unit after the number, found '%s': one of %s", text, unit,
+                    expected);
 
     const unit_def *u = find_unit(kinds[kind].units, unit, len);
     if (!u) {
@@ -285,14 +270,14 @@ int units_parse(const char *text, unit_kind kind, double *out, char *why, size_t
             if (k == (int)kind || !find_unit(kinds[k].units, unit, len))
                 continue;
             if (has_slash_s)
-                return fail(why, why_size, "'%s': '%.*s' is %s, but %s was expected (did you mean '%s'?)",
-                            text, (int)len, unit, kinds[k].name, what, slash_s);
-            return fail(why, why_size, "'%s' is %s, but %s was expected: use one of %s",
-                        text, kinds[k].name, what, expected);
+                return fail(why, why_size, "'%s': '%.*s' is %s, but %s was expected (did you mean '%s'?)", text,
+                            (int)len, unit, kinds[k].name, what, slash_s);
+            return fail(why, why_size, "'%s' is %s, but %s was expected: use one of %s", text, kinds[k].name, what,
+                        expected);
         }
         if (has_slash_s)
-            return fail(why, why_size, "unknown unit '%.*s' for %s (did you mean '%s'?)",
-                        (int)len, unit, what, slash_s);
+            return fail(why, why_size, "unknown unit '%.*s' for %s (did you mean '%s'?)", (int)len, unit, what,
+                        slash_s);
         char alike[128];
         if (case_suggestions(kind, unit, len, alike, sizeof alike) > 0)
             return fail(why, why_size, "unknown unit '%.*s' for %s (units are case-sensitive: did you mean %s?)",
@@ -300,8 +285,8 @@ int units_parse(const char *text, unit_kind kind, double *out, char *why, size_t
         return fail(why, why_size, "unknown unit '%.*s' for %s: expected one of %s", (int)len, unit, what, expected);
     }
     if (unit[len] != '\0')
-        return fail(why, why_size, "unexpected '%s' after '%.*s': expected a number and a unit only",
-                    unit + len, (int)(unit + len - text), text);
+        return fail(why, why_size, "unexpected '%s' after '%.*s': expected a number and a unit only", unit + len,
+                    (int)(unit + len - text), text);
 
     double base = v * u->scale;
     if (range == 0 && v > 0 && isfinite(v) && base == 0.0)
@@ -313,21 +298,24 @@ int units_parse(const char *text, unit_kind kind, double *out, char *why, size_t
 }
 
 typedef struct {
-    double      scale;
+    double scale;
     const char *name;
 } display_unit;
 
 char *units_format(double value, unit_kind kind, char *buf, size_t size)
 {
     static const display_unit bw[] = { { TERA / 8, "Tbps" }, { GIGA / 8, "Gbps" }, { MEGA / 8, "Mbps" },
-                                       { KILO / 8, "Kbps" }, { 1.0 / 8, "bps" }, { 0, NULL } },
+                                       { KILO / 8, "Kbps" }, { 1.0 / 8, "bps" },   { 0, NULL } },
                               tm[] = { { 1.0, "s" }, { 1e-3, "ms" }, { 1e-6, "us" }, { 1e-9, "ns" }, { 0, NULL } },
-                              sz[] = { { TEBI, "TiB" }, { GIBI, "GiB" }, { MEBI, "MiB" }, { KIBI, "KiB" },
-                                       { 1.0, "B" }, { 0, NULL } },
-                              fl[] = { { PETA, "PFLOPS" }, { TERA, "TFLOPS" }, { GIGA, "GFLOPS" },
-                                       { MEGA, "MFLOPS" }, { KILO, "KFLOPS" }, { 1.0, "FLOPS" }, { 0, NULL } };
+                              sz[] = { { TEBI, "TiB" }, { GIBI, "GiB" }, { MEBI, "MiB" },
+                                       { KIBI, "KiB" }, { 1.0, "B" },    { 0, NULL } },
+                              fl[] = { { PETA, "PFLOPS" }, { TERA, "TFLOPS" }, { GIGA, "GFLOPS" }, { MEGA, "MFLOPS" },
+                                       { KILO, "KFLOPS" }, { 1.0, "FLOPS" },   { 0, NULL } };
     static const display_unit *tables[UNIT_KIND_COUNT] = {
-        [UNIT_BANDWIDTH] = bw, [UNIT_TIME] = tm, [UNIT_SIZE] = sz, [UNIT_FLOPS] = fl,
+        [UNIT_BANDWIDTH] = bw,
+        [UNIT_TIME] = tm,
+        [UNIT_SIZE] = sz,
+        [UNIT_FLOPS] = fl,
     };
     if (isnan(value) || isinf(value)) {
         snprintf(buf, size, "%s", isnan(value) ? "nan" : value > 0 ? "inf" : "-inf");
@@ -338,7 +326,7 @@ char *units_format(double value, unit_kind kind, char *buf, size_t size)
         return buf;
     }
     const display_unit *t = tables[kind];
-    while (t[1].name && fabs(value) < t->scale)   /* largest unit keeping the number >= 1 */
+    while (t[1].name && fabs(value) < t->scale) /* largest unit keeping the number >= 1 */
         t++;
     snprintf(buf, size, "%.4g %s", value / t->scale, t->name);
     return buf;

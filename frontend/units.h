@@ -35,10 +35,10 @@
 #include <stddef.h>
 
 typedef enum {
-    UNIT_BANDWIDTH,   /* -> bytes/s */
-    UNIT_TIME,        /* -> seconds */
-    UNIT_SIZE,        /* -> bytes   */
-    UNIT_FLOPS,       /* -> FLOP/s  */
+    UNIT_BANDWIDTH, /* -> bytes/s */
+    UNIT_TIME,      /* -> seconds */
+    UNIT_SIZE,      /* -> bytes   */
+    UNIT_FLOPS,     /* -> FLOP/s  */
     UNIT_KIND_COUNT
 } unit_kind;
 

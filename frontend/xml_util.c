@@ -1,5 +1,5 @@
 /* xml_util.c: quiet libxml2 reading and XSD validation (see xml_util.h). */
-#define _GNU_SOURCE   /* memmem */
+#define _GNU_SOURCE /* memmem */
 #include "xml_util.h"
 
 #include <errno.h>
@@ -13,9 +13,9 @@
 
 /* Collects the first libxml2 error; later ones are usually consequences. */
 typedef struct {
-    const char  *path;
+    const char *path;
     struct diag *err;
-    int          seen;
+    int seen;
 } first_error;
 
 static void keep_first_error(void *ctx, xmlErrorPtr e)
@@ -40,8 +40,8 @@ int xml_read_file(const char *path, char **out, size_t *out_len, struct diag *er
     if (S_ISDIR(st.st_mode))
         return diag_set(err, path, 0, "cannot read: is a directory");
     if (st.st_size > XML_FILE_MAX_BYTES)
-        return diag_set(err, path, 0, "file is %lld bytes, larger than the %d-byte limit",
-                        (long long)st.st_size, XML_FILE_MAX_BYTES);
+        return diag_set(err, path, 0, "file is %lld bytes, larger than the %d-byte limit", (long long)st.st_size,
+                        XML_FILE_MAX_BYTES);
     FILE *f = fopen(path, "rb");
     if (!f)
         return diag_set(err, path, 0, "cannot open file: %s", strerror(errno));
@@ -77,12 +77,12 @@ static int doctype_line(const char *buf, size_t len)
             i++;
         } else if (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r') {
             i++;
-        } else if (len - i >= 4 && memcmp(buf + i, "<!--", 4) == 0) {   /* comment */
+        } else if (len - i >= 4 && memcmp(buf + i, "<!--", 4) == 0) { /* comment */
             const char *end = memmem(buf + i + 4, len - i - 4, "-->", 3);
             size_t stop = end ? (size_t)(end - buf) + 3 : len;
             for (; i < stop; i++)
                 line += buf[i] == '\n';
-        } else if (len - i >= 2 && memcmp(buf + i, "<?", 2) == 0) {     /* declaration, PI */
+        } else if (len - i >= 2 && memcmp(buf + i, "<?", 2) == 0) { /* declaration, PI */
             const char *end = memmem(buf + i + 2, len - i - 2, "?>", 2);
             size_t stop = end ? (size_t)(end - buf) + 2 : len;
             for (; i < stop; i++)
@@ -90,7 +90,7 @@ static int doctype_line(const char *buf, size_t len)
         } else if (len - i >= 9 && memcmp(buf + i, "<!DOCTYPE", 9) == 0) {
             return line;
         } else {
-            return 0;   /* the root element (or not XML at all): no DTD can follow */
+            return 0; /* the root element (or not XML at all): no DTD can follow */
         }
     }
     return 0;
@@ -109,8 +109,9 @@ xmlDocPtr xml_read(const char *path, const char *buf, size_t len, struct diag *e
         blank++;
     if (blank == len) {
         free(owned);
-        diag_set(err, path, 0, len == 0 ? "file is empty: expected an XML document"
-                                         : "file holds only white space: expected an XML document");
+        diag_set(err, path, 0,
+                 len == 0 ? "file is empty: expected an XML document"
+                          : "file holds only white space: expected an XML document");
         return NULL;
     }
     if (len > XML_FILE_MAX_BYTES) {
@@ -135,8 +136,8 @@ xmlDocPtr xml_read(const char *path, const char *buf, size_t len, struct diag *e
     }
     first_error fe = { path, err, 0 };
     xmlSetStructuredErrorFunc(&fe, keep_first_error);
-    xmlDocPtr doc = xmlReadMemory(buf, (int)len, path, NULL,
-                                  XML_PARSE_NONET | XML_PARSE_BIG_LINES | XML_PARSE_NOWARNING);
+    xmlDocPtr doc =
+        xmlReadMemory(buf, (int)len, path, NULL, XML_PARSE_NONET | XML_PARSE_BIG_LINES | XML_PARSE_NOWARNING);
     xmlSetStructuredErrorFunc(NULL, NULL);
     free(owned);
     if (!doc || fe.seen) {
@@ -146,7 +147,7 @@ xmlDocPtr xml_read(const char *path, const char *buf, size_t len, struct diag *e
             xmlFreeDoc(doc);
         return NULL;
     }
-    if (doc->intSubset || doc->extSubset) {   /* doctype_line missed it: refuse all the same */
+    if (doc->intSubset || doc->extSubset) { /* doctype_line missed it: refuse all the same */
         diag_set(err, path, 1, "<!DOCTYPE> is not allowed: model and cluster files take no DTD or entities");
         xmlFreeDoc(doc);
         return NULL;
@@ -154,8 +155,7 @@ xmlDocPtr xml_read(const char *path, const char *buf, size_t len, struct diag *e
     return doc;
 }
 
-int xml_validate(xmlDocPtr doc, const unsigned char *xsd, unsigned xsd_len,
-                 const char *path, struct diag *err)
+int xml_validate(xmlDocPtr doc, const unsigned char *xsd, unsigned xsd_len, const char *path, struct diag *err)
 {
     first_error fe = { "<built-in schema>", err, 0 };
     xmlSchemaParserCtxtPtr pctx = xmlSchemaNewMemParserCtxt((const char *)xsd, (int)xsd_len);
@@ -187,8 +187,7 @@ int xml_validate(xmlDocPtr doc, const unsigned char *xsd, unsigned xsd_len,
     return 0;
 }
 
-int xml_attr(xmlNodePtr node, const char *name, char *buf, size_t size,
-             const char *path, struct diag *err)
+int xml_attr(xmlNodePtr node, const char *name, char *buf, size_t size, const char *path, struct diag *err)
 {
     buf[0] = '\0';
     xmlChar *v = xmlGetProp(node, (const xmlChar *)name);
@@ -197,8 +196,8 @@ int xml_attr(xmlNodePtr node, const char *name, char *buf, size_t size,
     size_t n = strlen((const char *)v);
     if (n >= size) {
         xmlFree(v);
-        return diag_set(err, path, xml_line(node), "attribute '%s' is %zu characters long, more than %zu",
-                        name, n, size - 1);
+        return diag_set(err, path, xml_line(node), "attribute '%s' is %zu characters long, more than %zu", name, n,
+                        size - 1);
     }
     memcpy(buf, v, n + 1);
     xmlFree(v);
@@ -210,7 +209,4 @@ const char *xml_element_name(xmlNodePtr node)
     return node && node->type == XML_ELEMENT_NODE ? (const char *)node->name : NULL;
 }
 
-int xml_line(xmlNodePtr node)
-{
-    return node ? (int)xmlGetLineNo(node) : 0;
-}
+int xml_line(xmlNodePtr node) { return node ? (int)xmlGetLineNo(node) : 0; }

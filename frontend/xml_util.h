@@ -14,7 +14,7 @@
 
 #include "../ir/diag.h"
 
-#define XML_FILE_MAX_BYTES (64 << 20)   /* a model or cluster file larger than this is refused */
+#define XML_FILE_MAX_BYTES (64 << 20) /* a model or cluster file larger than this is refused */
 
 /* Read `path` (buf == NULL) or the `len` bytes at buf (then `path` only names
  * it in messages).  Returns the document, or NULL with err filled: a missing
@@ -27,13 +27,11 @@ int xml_read_file(const char *path, char **out, size_t *out_len, struct diag *er
 
 /* Validate doc against an XSD held in memory (see scripts/embed.cmake).
  * The first violation is reported with its line. */
-int xml_validate(xmlDocPtr doc, const unsigned char *xsd, unsigned xsd_len,
-                 const char *path, struct diag *err);
+int xml_validate(xmlDocPtr doc, const unsigned char *xsd, unsigned xsd_len, const char *path, struct diag *err);
 
 /* Copy attribute `name` of node into buf.  Returns 1 if present, 0 if not
  * (buf then ""), -1 if longer than size-1 (err filled with the line). */
-int xml_attr(xmlNodePtr node, const char *name, char *buf, size_t size,
-             const char *path, struct diag *err);
+int xml_attr(xmlNodePtr node, const char *name, char *buf, size_t size, const char *path, struct diag *err);
 
 /* The element's name when it is an element, else NULL. */
 const char *xml_element_name(xmlNodePtr node);

@@ -47,7 +47,4 @@ void diag_prefix(struct diag *d, const char *fmt, ...)
     flatten_to_one_line(d->msg);
 }
 
-void diag_print(const struct diag *d)
-{
-    fprintf(stderr, "%s:%d: error: %s\n", d->file, d->line, d->msg);
-}
+void diag_print(const struct diag *d) { fprintf(stderr, "%s:%d: error: %s\n", d->file, d->line, d->msg); }

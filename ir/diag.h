@@ -19,15 +19,14 @@
 
 struct diag {
     char file[DIAG_FILE_MAX];
-    int  line;
+    int line;
     char msg[DIAG_MSG_MAX];
 };
 
 /* Fill d (if not NULL) and return -1, so callers can write
  * `return diag_set(d, file, line, "...", ...);`.  Newlines in the message
  * are replaced by spaces: the printed form is always one line. */
-int diag_set(struct diag *d, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+int diag_set(struct diag *d, const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 int diag_vset(struct diag *d, const char *file, int line, const char *fmt, va_list ap);
 
 /* Prefix the message already in d with more context ("op 'x': " + msg). */

@@ -54,8 +54,8 @@ typedef struct {
     ir_view_groups gr;
     /* edges, deduplicated: key (from, to) -> count and the first value */
     uint64_t *keys;
-    int32_t  *counts, *first_value;
-    size_t    cap_edges;
+    int32_t *counts, *first_value;
+    size_t cap_edges;
 } view;
 
 static int visible(const view *w, int32_t n) { return ir_view_visible(&w->gr, n); }
@@ -162,7 +162,8 @@ static void print_nodes(view *w, FILE *out)
         } else {
             snprintf(label, sizeof label, "%s.%lld-%lld %s\n%lld blocks, %d ops%s%s", q->prefix, (long long)q->lo,
                      (long long)q->hi, ir_view_phase_name((ir_phase)q->phase_or_role), (long long)(q->hi - q->lo + 1),
-                     q->members, q->device >= 0 ? "\n" : "", q->device >= 0 ? device_label(w, q->device, dev, sizeof dev) : "");
+                     q->members, q->device >= 0 ? "\n" : "",
+                     q->device >= 0 ? device_label(w, q->device, dev, sizeof dev) : "");
             fprintf(out, "  g%d [shape=box3d, style=filled, fillcolor=\"%s\", label=\"", k,
                     ir_view_device_colour(q->device));
         }
@@ -208,8 +209,9 @@ static int print_edges(view *w, FILE *out)
                 continue;
             origin_id(w, v, from, sizeof from);
             if (strcmp(from, to) == 0)
-                continue;   /* inside one collapsed block */
-            uint64_t key = id_number(from, g->n_nodes, w->gr.n_groups) * span + id_number(to, g->n_nodes, w->gr.n_groups);
+                continue; /* inside one collapsed block */
+            uint64_t key =
+                id_number(from, g->n_nodes, w->gr.n_groups) * span + id_number(to, g->n_nodes, w->gr.n_groups);
             edge_add(w, key, v);
         }
     }
@@ -240,7 +242,8 @@ int ir_graph_print_dot_view(const ir_graph *g, const ir_view_options *o, FILE *o
         if (o->stage >= 0)
             fprintf(out, ", stage %d", o->stage);
         fputs("\";\n  node [fontname=\"Helvetica\", fontsize=10];\n"
-              "  edge [fontname=\"Helvetica\", fontsize=8];\n", out);
+              "  edge [fontname=\"Helvetica\", fontsize=8];\n",
+              out);
         print_nodes(&w, out);
         rc = print_edges(&w, out);
     }
@@ -252,7 +255,8 @@ int ir_graph_print_dot_view(const ir_graph *g, const ir_view_options *o, FILE *o
         fputs("\"];\n", out);
         origin_id(&w, g->loss, from, sizeof from);
         char shape[256];
-        fprintf(out, "  %s -> loss [label=\"%s\"];\n", from, ir_shape_str(&g->values[g->loss].shape, shape, sizeof shape));
+        fprintf(out, "  %s -> loss [label=\"%s\"];\n", from,
+                ir_shape_str(&g->values[g->loss].shape, shape, sizeof shape));
     }
     if (rc == 0)
         fputs("}\n", out);

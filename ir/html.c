@@ -71,11 +71,17 @@ static void put_number(FILE *out, double x)
 static const char *made_by(const ir_node *n)
 {
     switch (n->op) {
-    case OP_FILL: case OP_COPY:
-        return "autodiff";   /* the loss seed; a gradient read by several consumers */
-    case OP_SUM_SQUARES: case OP_CLIP_SCALE: case OP_LR_SCHEDULE: case OP_ADAMW: case OP_SGD:
+    case OP_FILL:
+    case OP_COPY:
+        return "autodiff"; /* the loss seed; a gradient read by several consumers */
+    case OP_SUM_SQUARES:
+    case OP_CLIP_SCALE:
+    case OP_LR_SCHEDULE:
+    case OP_ADAMW:
+    case OP_SGD:
         return "optimizer";
-    case OP_SEND: case OP_RECV:
+    case OP_SEND:
+    case OP_RECV:
         return ir_node_attr(n, ATTR_DENSITY) || ir_node_attr(n, ATTR_BITS) ? "comm, compress" : "comm";
     case OP_ALLREDUCE:
         return "comm";
@@ -202,8 +208,8 @@ static void put_values(const ir_view_groups *w, const int32_t *index, FILE *out)
         fputs(v ? ",\n[" : "[", out);
         put_json(out, ir_str(g, val->name));
         fprintf(out, ",\"%s\",\"%s\",\"%s\",%d,%d,%d]", ir_dtype_name(val->dtype),
-                ir_shape_str(&val->shape, shape, sizeof shape), ir_role_name(val->role), producer,
-                w->value_group[v], from_stage);
+                ir_shape_str(&val->shape, shape, sizeof shape), ir_role_name(val->role), producer, w->value_group[v],
+                from_stage);
     }
     fputs("],\n", out);
 }
@@ -278,7 +284,7 @@ int ir_graph_print_html(const ir_graph *g, const ir_view_options *o, FILE *out)
             char title[512];
             snprintf(title, sizeof title, "%s after %s%s", ir_str(g, g->name), after[0] ? after : "frontend",
                      g->placement.n_stages ? " (placed)" : "");
-            for (char *c = title; *c; c++)   /* names are [A-Za-z0-9_.:/-]: nothing to escape but to be sure */
+            for (char *c = title; *c; c++) /* names are [A-Za-z0-9_.:/-]: nothing to escape but to be sure */
                 if (*c == '<' || *c == '>' || *c == '&' || (unsigned char)*c >= 0x7f)
                     *c = '?';
             fputs(title, out);

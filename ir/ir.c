@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #include "ops.h"
 
 /* ---- growable arrays ---------------------------------------------------- */
@@ -94,7 +93,7 @@ uint32_t ir_intern(ir_graph *g, const char *s)
         return found;
 
     size_t len = strlen(s);
-    size_t start = g->n_strings ? g->n_strings : 1;   /* offset 0 holds "" */
+    size_t start = g->n_strings ? g->n_strings : 1; /* offset 0 holds "" */
     size_t need;
     if (len > INT_MAX / 2 || __builtin_add_overflow(start, len + 1, &need) || need >= IR_STR_NONE)
         return IR_STR_NONE;
@@ -120,15 +119,12 @@ uint32_t ir_intern(ir_graph *g, const char *s)
         g->strings[0] = '\0';
     memmove(g->strings + start, s, len + 1);
     if (index_add(g, (uint32_t)start) != 0)
-        return IR_STR_NONE;   /* n_strings unchanged: nothing committed */
+        return IR_STR_NONE; /* n_strings unchanged: nothing committed */
     g->n_strings = need;
     return (uint32_t)start;
 }
 
-const char *ir_str(const ir_graph *g, uint32_t off)
-{
-    return g->strings && off < g->n_strings ? g->strings + off : "";
-}
+const char *ir_str(const ir_graph *g, uint32_t off) { return g->strings && off < g->n_strings ? g->strings + off : ""; }
 
 /* ---- copy ---------------------------------------------------------------- */
 
@@ -136,7 +132,7 @@ static void *dup_array(const void *src, size_t n, size_t elem, int *failed)
 {
     if (n == 0 || !src)
         return NULL;
-    void *p = malloc(n * elem);   /* n * elem already fits: src holds it */
+    void *p = malloc(n * elem); /* n * elem already fits: src holds it */
     if (!p) {
         *failed = 1;
         return NULL;
@@ -163,18 +159,19 @@ int ir_graph_copy(ir_graph *dst, const ir_graph *src)
      * placement can have. */
     int64_t n_placed = (int64_t)src->placement.n_stages * src->placement.n_replicas;
     dst->placement = src->placement;
-    dst->placement.device = src->placement.n_stages > 0 && src->placement.n_replicas > 0 &&
-                            n_placed <= IR_MAX_STAGE_DEVICES
-        ? dup_array(src->placement.device, (size_t)n_placed, sizeof *src->placement.device, &failed) : NULL;
-    dst->placement.warmup = src->placement.warmup && src->placement.n_stages > 0 &&
-                            src->placement.n_stages <= IR_MAX_STAGE_DEVICES
-        ? dup_array(src->placement.warmup, (size_t)src->placement.n_stages, sizeof *src->placement.warmup, &failed)
-        : NULL;
-    dst->placement.recompute = src->placement.recompute && src->placement.n_stages > 0 &&
-                               src->placement.n_stages <= IR_MAX_STAGE_DEVICES
-        ? dup_array(src->placement.recompute, (size_t)src->placement.n_stages, sizeof *src->placement.recompute,
-                    &failed)
-        : NULL;
+    dst->placement.device =
+        src->placement.n_stages > 0 && src->placement.n_replicas > 0 && n_placed <= IR_MAX_STAGE_DEVICES
+            ? dup_array(src->placement.device, (size_t)n_placed, sizeof *src->placement.device, &failed)
+            : NULL;
+    dst->placement.warmup =
+        src->placement.warmup && src->placement.n_stages > 0 && src->placement.n_stages <= IR_MAX_STAGE_DEVICES
+            ? dup_array(src->placement.warmup, (size_t)src->placement.n_stages, sizeof *src->placement.warmup, &failed)
+            : NULL;
+    dst->placement.recompute =
+        src->placement.recompute && src->placement.n_stages > 0 && src->placement.n_stages <= IR_MAX_STAGE_DEVICES
+            ? dup_array(src->placement.recompute, (size_t)src->placement.n_stages, sizeof *src->placement.recompute,
+                        &failed)
+            : NULL;
     if (!failed) {
         dst->n_values = dst->cap_values = dst->values ? src->n_values : 0;
         dst->n_nodes = dst->cap_nodes = dst->nodes ? src->n_nodes : 0;
@@ -194,8 +191,7 @@ int ir_graph_copy(ir_graph *dst, const ir_graph *src)
 
 /* ---- builder ------------------------------------------------------------- */
 
-int32_t ir_add_value(ir_graph *g, const char *name, ir_dtype dt, ir_role role,
-                     const ir_shape *shape, ir_loc loc)
+int32_t ir_add_value(ir_graph *g, const char *name, ir_dtype dt, ir_role role, const ir_shape *shape, ir_loc loc)
 {
     uint32_t nm = ir_intern(g, name);
     if (nm == IR_STR_NONE)
@@ -292,10 +288,7 @@ int ir_node_set_ints(ir_graph *g, int32_t n, attr_key key, const int64_t *v, int
     return 0;
 }
 
-int ir_node_set_int(ir_graph *g, int32_t n, attr_key key, int64_t v)
-{
-    return ir_node_set_ints(g, n, key, &v, 1);
-}
+int ir_node_set_int(ir_graph *g, int32_t n, attr_key key, int64_t v) { return ir_node_set_ints(g, n, key, &v, 1); }
 
 int ir_node_set_float(ir_graph *g, int32_t n, attr_key key, double v)
 {
@@ -337,11 +330,11 @@ int ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, in
     if (n_stages < 1 || n_replicas < 1 || micro_batches < 1 || !devices ||
         (int64_t)n_stages * n_replicas > IR_MAX_STAGE_DEVICES)
         return -1;
-    int32_t n = n_stages * n_replicas;   /* <= IR_MAX_STAGE_DEVICES: no overflow */
+    int32_t n = n_stages * n_replicas; /* <= IR_MAX_STAGE_DEVICES: no overflow */
     for (int32_t i = 0; i < n; i++) {
         if (devices[i] < 0)
             return -1;
-        for (int32_t j = 0; j < i; j++)   /* at most 1024 devices: the square is cheap */
+        for (int32_t j = 0; j < i; j++) /* at most 1024 devices: the square is cheap */
             if (devices[j] == devices[i])
                 return -1;
     }
@@ -352,8 +345,9 @@ int ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, in
     free(g->placement.device);
     free(g->placement.warmup);
     free(g->placement.recompute);
-    g->placement = (ir_placement){ .n_stages = n_stages, .n_replicas = n_replicas,
-                                   .micro_batches = micro_batches, .device = copy };
+    g->placement = (ir_placement){
+        .n_stages = n_stages, .n_replicas = n_replicas, .micro_batches = micro_batches, .device = copy
+    };
     return 0;
 }
 
@@ -377,7 +371,8 @@ int ir_graph_set_warmup(ir_graph *g, const int32_t *warmup)
     }
     for (int32_t s = 0; s < p->n_stages; s++) {
         int32_t next = s + 1 < p->n_stages ? warmup[s + 1] + 1 : 0;
-        if (warmup[s] < 0 || warmup[s] > p->micro_batches || warmup[s] < (next < p->micro_batches ? next : p->micro_batches))
+        if (warmup[s] < 0 || warmup[s] > p->micro_batches ||
+            warmup[s] < (next < p->micro_batches ? next : p->micro_batches))
             return -1;
     }
     int32_t *copy = malloc((size_t)p->n_stages * sizeof *copy);
@@ -457,7 +452,7 @@ ir_shape ir_shape_make(int rank, const int64_t *dims)
 {
     ir_shape s;
     memset(&s, 0, sizeof s);
-    s.rank = rank;   /* an out-of-range rank is kept, for the verifier to name */
+    s.rank = rank; /* an out-of-range rank is kept, for the verifier to name */
     for (int i = 0; i < rank && i < IR_MAX_RANK; i++)
         s.dim[i] = dims[i];
     return s;
@@ -520,10 +515,9 @@ const char *ir_shape_str(const ir_shape *s, char *buf, size_t size)
     buf[0] = '\0';
     for (int i = 0; i <= s->rank; i++) {
         int k = i == s->rank ? snprintf(buf + used, size - used, "%s]", i ? "" : "[")
-                             : snprintf(buf + used, size - used, "%s%lld", i ? "," : "[",
-                                        (long long)s->dim[i]);
+                             : snprintf(buf + used, size - used, "%s%lld", i ? "," : "[", (long long)s->dim[i]);
         if (k < 0 || (size_t)k >= size - used)
-            break;   /* truncated: buf holds what fitted */
+            break; /* truncated: buf holds what fitted */
         used += (size_t)k;
     }
     return buf;
@@ -591,8 +585,8 @@ int ir_init_parse(const char *s, ir_init_kind *out)
 
 int ir_name_char(int c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == ':' || c == '/' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == ':' || c == '/' || c == '-';
 }
 
 int ir_name_valid(const char *s)

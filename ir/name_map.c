@@ -5,32 +5,30 @@
 #include <string.h>
 
 /* uthash must not exit the process when memory runs out: report instead. */
-#define HASH_NONFATAL_OOM 1
+#define HASH_NONFATAL_OOM        1
 #define uthash_nonfatal_oom(elt) (out_of_memory = 1)
 static _Thread_local int out_of_memory;
 #include <uthash.h>
 
 typedef struct entry {
     UT_hash_handle hh;
-    int64_t        value;
-    char           name[];   /* the key, NUL-terminated */
+    int64_t value;
+    char name[]; /* the key, NUL-terminated */
 } entry;
 
 struct name_map {
-    entry  *head;
+    entry *head;
 };
 
-name_map *name_map_new(void)
-{
-    return calloc(1, sizeof(name_map));
-}
+name_map *name_map_new(void) { return calloc(1, sizeof(name_map)); }
 
 void name_map_free(name_map *m)
 {
     if (!m)
         return;
     entry *e, *tmp;
-    HASH_ITER(hh, m->head, e, tmp) {
+    HASH_ITER(hh, m->head, e, tmp)
+    {
         HASH_DEL(m->head, e);
         free(e);
     }
@@ -68,7 +66,4 @@ int name_map_add(name_map *m, const char *name, int64_t value)
     return 0;
 }
 
-int64_t name_map_count(const name_map *m)
-{
-    return (int64_t)HASH_COUNT(m->head);
-}
+int64_t name_map_count(const name_map *m) { return (int64_t)HASH_COUNT(m->head); }

@@ -14,12 +14,12 @@
 
 typedef struct name_map name_map;
 
-name_map *name_map_new(void);                 /* NULL when out of memory     */
-void      name_map_free(name_map *m);         /* NULL is fine                */
+name_map *name_map_new(void);    /* NULL when out of memory     */
+void name_map_free(name_map *m); /* NULL is fine                */
 /* 0: added; 1: the name was already there (its value unchanged); -1: out of memory. */
-int       name_map_add(name_map *m, const char *name, int64_t value);
+int name_map_add(name_map *m, const char *name, int64_t value);
 /* 1 and *value filled when found, else 0. */
-int       name_map_get(const name_map *m, const char *name, int64_t *value);
-int64_t   name_map_count(const name_map *m);
+int name_map_get(const name_map *m, const char *name, int64_t *value);
+int64_t name_map_count(const name_map *m);
 
 #endif

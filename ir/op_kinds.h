@@ -5,6 +5,7 @@
 
 #include "pointwise.h"
 
+/* clang-format off */
 typedef enum {
     OP_EMBEDDING,       /* (idx i32[..], table[V,C]) -> [..,C]                 */
     OP_POSITIONS,       /* (idx i32[..,T]) -> i32[..,T], each row 0..T-1       */
@@ -82,6 +83,7 @@ typedef enum {
     OP_ALLREDUCE,       /* (g) tensor -> the mean of g over the stage's replicas */
     OP_COUNT
 } ir_op;
+/* clang-format on */
 
 typedef enum {
     ATTR_EPS,
@@ -92,52 +94,52 @@ typedef enum {
     ATTR_CAUSAL,
     ATTR_TRANSPOSE_B,
     ATTR_SCALE,
-    ATTR_GRADS,         /* backward ops: bit i set = output the gradient of forward input i */
-    ATTR_VALUE,         /* fill: the value                                              */
-    ATTR_LR,            /* lr_schedule: peak learning rate                              */
-    ATTR_WARMUP,        /* lr_schedule: linear warm-up steps                            */
-    ATTR_STEPS,         /* lr_schedule: total steps of the cosine decay (0: constant)   */
-    ATTR_MIN_LR,        /* lr_schedule: the rate the cosine ends at                      */
+    ATTR_GRADS,  /* backward ops: bit i set = output the gradient of forward input i */
+    ATTR_VALUE,  /* fill: the value                                              */
+    ATTR_LR,     /* lr_schedule: peak learning rate                              */
+    ATTR_WARMUP, /* lr_schedule: linear warm-up steps                            */
+    ATTR_STEPS,  /* lr_schedule: total steps of the cosine decay (0: constant)   */
+    ATTR_MIN_LR, /* lr_schedule: the rate the cosine ends at                      */
     ATTR_BETA1,
     ATTR_BETA2,
     ATTR_WEIGHT_DECAY,
-    ATTR_MAX_NORM,      /* clip_scale: the global gradient-norm bound                    */
-    ATTR_PEER,          /* send/recv: the stage at the other end                         */
-    ATTR_TENSOR,        /* send/recv/allreduce: the message id both ends agree on         */
-    ATTR_ONCE,          /* send/recv: 1 = in micro-batch 0 only (a parameter: it does not
+    ATTR_MAX_NORM,   /* clip_scale: the global gradient-norm bound                    */
+    ATTR_PEER,       /* send/recv: the stage at the other end                         */
+    ATTR_TENSOR,     /* send/recv/allreduce: the message id both ends agree on         */
+    ATTR_ONCE,       /* send/recv: 1 = in micro-batch 0 only (a parameter: it does not
                            change within a step; the copy is kept for the others)     */
-    ATTR_DENSITY,       /* send/recv: > 0 = only this fraction of the elements travels,
+    ATTR_DENSITY,    /* send/recv: > 0 = only this fraction of the elements travels,
                            the largest by magnitude (AdaTopK, the compress pass)       */
-    ATTR_FEEDBACK,      /* send: 1 = x is a parameter's partial gradient: send the top k of
+    ATTR_FEEDBACK,   /* send: 1 = x is a parameter's partial gradient: send the top k of
                            x + residual, keep the rest in the residual (error feedback) */
-    ATTR_BITS,          /* send/recv: 8 or 4 = the tensor travels as rows of that many bits
+    ATTR_BITS,       /* send/recv: 8 or 4 = the tensor travels as rows of that many bits
                            and a scale (runtime/comm/quant.h; the compress pass); ATTR_BITS_HALF
                            = an f32 parameter travels in the graph's 16-bit precision
                            (passes.h: comm_param_may_cross_half); allreduce: the quantised
                            exchange (passes/allreduce_plan.h; the comm pass)            */
-    ATTR_ACCUMULATE,    /* send/recv: 1 = x is a parameter's partial gradient: the sender
+    ATTR_ACCUMULATE, /* send/recv: 1 = x is a parameter's partial gradient: the sender
                            sums it over the step's micro-batches and sends the sum with
                            the last one; the receiver reads zeros before (the comm pass) */
-    ATTR_LOSS_SCALE,    /* fill: 1 = the loss seed, times the runtime's loss scale; clip_scale:
+    ATTR_LOSS_SCALE, /* fill: 1 = the loss seed, times the runtime's loss scale; clip_scale:
                            1 = divide by it too, and NaN (skip the step) when the
                            gradients overflowed (fp16's dynamic loss scaling)        */
-    ATTR_GROUPS,        /* allreduce: 0 = one ring over the stage's replicas; else bit r set
+    ATTR_GROUPS,     /* allreduce: 0 = one ring over the stage's replicas; else bit r set
                            (r >= 1) = replica r starts a new group (its region): the
                            gradient is reduced inside each group, across the groups'
                            first replicas (their leaders), then sent back (allreduce_plan.h) */
-    ATTR_BUCKET,        /* allreduce: 0, 1, ... = the gradient bucket it is reduced in, in the
+    ATTR_BUCKET,     /* allreduce: 0, 1, ... = the gradient bucket it is reduced in, in the
                            order the stage's backward makes the buckets' gradients final (the
                            runtime reduces each while the rest of the backward runs:
                            runtime/comm/overlap.h); -1 = with the update (the comm pass) */
-    ATTR_READY,         /* allreduce, in a device program only (codegen): the program's index
+    ATTR_READY,      /* allreduce, in a device program only (codegen): the program's index
                            of the backward op that makes its gradient final; -1 none   */
-    ATTR_KV_HEADS,      /* attention on (q, k, v): key/value heads (0: as many as heads)  */
-    ATTR_BASE,          /* rope: theta_i = base^(-2i/D)                                   */
-    ATTR_AXIS,          /* split, concat: the axis (negative: from the end)              */
+    ATTR_KV_HEADS,   /* attention on (q, k, v): key/value heads (0: as many as heads)  */
+    ATTR_BASE,       /* rope: theta_i = base^(-2i/D)                                   */
+    ATTR_AXIS,       /* split, concat: the axis (negative: from the end)              */
     ATTR_KEY_COUNT
 } attr_key;
 
-#define ATTR_BITS_HALF 16   /* ATTR_BITS: the graph's 16-bit float, rounded to nearest even */
+#define ATTR_BITS_HALF 16 /* ATTR_BITS: the graph's 16-bit float, rounded to nearest even */
 
 /* The matrix products: in 16 bits (a 16-bit operand or result), they round
  * an f32 weight to that precision as they read it (runtime/exec.c); the

@@ -8,6 +8,7 @@
 
 #include "ops_rules.h"
 
+/* clang-format off */
 static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_EPS] = "eps",         [ATTR_HEADS] = "heads",   [ATTR_STRIDE] = "stride",
     [ATTR_PAD] = "pad",         [ATTR_KERNEL] = "kernel", [ATTR_CAUSAL] = "causal",
@@ -254,16 +255,11 @@ const op_def op_table[OP_COUNT] = {
                        .n_attr_specs = 4, .attr_specs = { REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_GROUPS, 0),
                                                           OPT_INT(ATTR_BUCKET, -1), OPT_INT(ATTR_BITS, 0) } },
 };
+/* clang-format on */
 
-const char *attr_key_name(attr_key k)
-{
-    return (unsigned)k < ATTR_KEY_COUNT ? attr_names[k] : "?";
-}
+const char *attr_key_name(attr_key k) { return (unsigned)k < ATTR_KEY_COUNT ? attr_names[k] : "?"; }
 
-attr_type attr_key_type(attr_key k)
-{
-    return (unsigned)k < ATTR_KEY_COUNT ? attr_types[k] : ATTR_INT;
-}
+attr_type attr_key_type(attr_key k) { return (unsigned)k < ATTR_KEY_COUNT ? attr_types[k] : ATTR_INT; }
 
 int attr_key_parse(const char *s, attr_key *out)
 {
@@ -292,8 +288,7 @@ const char *op_model_names(void)
         size_t used = 0;
         for (int k = 0; k < OP_COUNT && used < sizeof names; k++)
             if (!op_table[k].internal)
-                used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
-                                         op_table[k].name);
+                used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", op_table[k].name);
     }
     return names;
 }

@@ -21,58 +21,57 @@
 typedef enum { ATTR_INT, ATTR_FLOAT } attr_type;
 
 typedef struct {
-    attr_key  key;
+    attr_key key;
     attr_type type;
-    int       required;
-    int64_t   default_int;
-    double    default_float;
+    int required;
+    int64_t default_int;
+    double default_float;
 } attr_spec;
 
 /* Shape rule: given the node's inputs (shapes known), fill the shape and
  * dtype of each output.  On a mismatch fill err->msg (file/line are added by
  * the caller) naming the inputs and both shapes, and return -1. */
-typedef int (*op_shape_fn)(const ir_graph *g, const ir_node *n,
-                           ir_shape out_shape[], ir_dtype out_dtype[],
+typedef int (*op_shape_fn)(const ir_graph *g, const ir_node *n, ir_shape out_shape[], ir_dtype out_dtype[],
                            struct diag *err);
 /* Cost of one execution for the node's shapes: floating-point operations,
  * and bytes read plus written (the memory-bound lower limit). */
 typedef double (*op_cost_fn)(const ir_graph *g, const ir_node *n);
 
 #define OP_MAX_ATTR_SPECS 7
-#define OP_IN(i) (1u << (i))   /* a bit in bwd_saves_in / bwd_saves_out / grads */
+#define OP_IN(i)          (1u << (i)) /* a bit in bwd_saves_in / bwd_saves_out / grads */
 
 typedef struct {
-    const char *name;          /* "layernorm"                                   */
-    int         min_in, max_in;
-    int         min_out, max_out;
-    const char *in_names[8];   /* for messages: "x", "w", "b"                   */
-    int         n_attr_specs;
-    attr_spec   attr_specs[OP_MAX_ATTR_SPECS];
+    const char *name; /* "layernorm"                                   */
+    int min_in, max_in;
+    int min_out, max_out;
+    const char *in_names[8]; /* for messages: "x", "w", "b"                   */
+    int n_attr_specs;
+    attr_spec attr_specs[OP_MAX_ATTR_SPECS];
     op_shape_fn shape;
-    op_cost_fn  flops_forward;    /* this op's own FLOPs                         */
-    op_cost_fn  flops_backward;   /* forward ops: FLOPs of all input gradients   */
-    op_cost_fn  bytes_forward;
+    op_cost_fn flops_forward;  /* this op's own FLOPs                         */
+    op_cost_fn flops_backward; /* forward ops: FLOPs of all input gradients   */
+    op_cost_fn bytes_forward;
     /* Autodiff.  A forward op names its backward op and which of its inputs
      * and outputs the backward rule reads; OP_COUNT: no backward (the
      * gradient passes through, as for add, or there is none). */
-    ir_op       backward;
-    unsigned    bwd_saves_in, bwd_saves_out;
-    ir_op       forward_of;       /* backward ops: their forward op; else OP_COUNT */
-    int         internal;         /* made by passes, not written in model files  */
+    ir_op backward;
+    unsigned bwd_saves_in, bwd_saves_out;
+    ir_op forward_of; /* backward ops: their forward op; else OP_COUNT */
+    int internal;     /* made by passes, not written in model files  */
     /* 1: the backward writes the gradient of every float input, wanted or
      * not (concat: its slices' offsets need every input's size). */
-    int         bwd_all_inputs;
+    int bwd_all_inputs;
     /* Ops whose cost is a constant per element (flops_per_element below):
      * FLOPs per output element forward, and per output element for all of
      * the input gradients backward.  A new elementwise or normalising op
      * states two numbers here instead of writing two cost functions. */
-    double      elem_flops[2];
+    double elem_flops[2];
     /* A pointwise op (pointwise.h) and its backward: inputs (1 or 2; 0: not
      * pointwise), and the row's formulas as C text, for the back ends that
      * generate code (CUDA): y of x (and z); the gradients of x and z, of
      * x, z and dy. */
     struct {
-        int         inputs;
+        int inputs;
         const char *forward;
         const char *gradient[2];
     } pointwise;
@@ -84,11 +83,11 @@ extern const op_def op_table[OP_COUNT];
 static inline int op_updates_param(ir_op op) { return op == OP_ADAMW || op == OP_SGD; }
 
 const char *attr_key_name(attr_key k);
-int         attr_key_parse(const char *s, attr_key *out);   /* 0 or -1 */
-attr_type   attr_key_type(attr_key k);
-int         op_parse(const char *s, ir_op *out);             /* 0 or -1 */
+int attr_key_parse(const char *s, attr_key *out); /* 0 or -1 */
+attr_type attr_key_type(attr_key k);
+int op_parse(const char *s, ir_op *out); /* 0 or -1 */
 /* "embedding, positions, ..." (the ops a model file may use) for messages. */
 const char *op_model_names(void);
-const attr_spec *op_attr_spec(ir_op op, attr_key key);       /* NULL: not accepted */
+const attr_spec *op_attr_spec(ir_op op, attr_key key); /* NULL: not accepted */
 
 #endif

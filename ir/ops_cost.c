@@ -162,7 +162,10 @@ double flops_conv2d_backward(const ir_graph *g, const ir_node *n)
 }
 
 /* Ops that state their FLOPs per element in the table (op_def.elem_flops). */
-double flops_per_element(const ir_graph *g, const ir_node *n) { return op_table[n->op].elem_flops[0] * out_numel(g, n, 0); }
+double flops_per_element(const ir_graph *g, const ir_node *n)
+{
+    return op_table[n->op].elem_flops[0] * out_numel(g, n, 0);
+}
 double flops_per_element_bwd(const ir_graph *g, const ir_node *n)
 {
     return op_table[n->op].elem_flops[1] * out_numel(g, n, 0);

@@ -5,8 +5,8 @@
 
 #include "ops.h"
 
-#define SHAPE_RULE(name) int name(const ir_graph *g, const ir_node *n, ir_shape out_shape[], \
-                                  ir_dtype out_dtype[], struct diag *err)
+#define SHAPE_RULE(name) \
+    int name(const ir_graph *g, const ir_node *n, ir_shape out_shape[], ir_dtype out_dtype[], struct diag *err)
 SHAPE_RULE(shape_embedding);
 SHAPE_RULE(shape_positions);
 SHAPE_RULE(shape_linear);
@@ -65,9 +65,9 @@ COST_FN(flops_linear_backward);
 COST_FN(flops_matmul_backward);
 COST_FN(flops_attention_backward);
 COST_FN(flops_conv2d_backward);
-COST_FN(flops_per_element);      /* op_def.elem_flops[0] x output elements */
-COST_FN(flops_per_element_bwd);  /* op_def.elem_flops[1] x output elements */
-COST_FN(flops_per_dy_element);   /* backward ops: their forward's elem_flops[1] x dy elements */
+COST_FN(flops_per_element);     /* op_def.elem_flops[0] x output elements */
+COST_FN(flops_per_element_bwd); /* op_def.elem_flops[1] x output elements */
+COST_FN(flops_per_dy_element);  /* backward ops: their forward's elem_flops[1] x dy elements */
 COST_FN(bytes_io);
 #undef COST_FN
 

@@ -11,15 +11,9 @@
 
 #include "ops_rules.h"
 
-static const ir_shape *in_shape(const ir_graph *g, const ir_node *n, int i)
-{
-    return &g->values[n->in[i]].shape;
-}
+static const ir_shape *in_shape(const ir_graph *g, const ir_node *n, int i) { return &g->values[n->in[i]].shape; }
 
-static ir_dtype in_dtype(const ir_graph *g, const ir_node *n, int i)
-{
-    return g->values[n->in[i]].dtype;
-}
+static ir_dtype in_dtype(const ir_graph *g, const ir_node *n, int i) { return g->values[n->in[i]].dtype; }
 
 /* The dtype of a float output made from input i: a model's op stores its
  * result in the graph's precision (the precision pass sets it; f32 until
@@ -37,8 +31,8 @@ static const char *describe_input(const ir_graph *g, const ir_node *n, int i, ch
     const ir_value *v = &g->values[n->in[i]];
     /* attention's first input is qkv, or q when k and v come apart */
     const char *role = n->op == OP_ATTENTION && n->n_in == 3 && i == 0 ? "q" : op_table[n->op].in_names[i];
-    snprintf(buf, size, "%s '%s' %s%s", role, ir_str(g, v->name),
-             ir_dtype_name(v->dtype), ir_shape_str(&v->shape, s, sizeof s));
+    snprintf(buf, size, "%s '%s' %s%s", role, ir_str(g, v->name), ir_dtype_name(v->dtype),
+             ir_shape_str(&v->shape, s, sizeof s));
     return buf;
 }
 
@@ -60,8 +54,8 @@ static int need_rank(const ir_graph *g, const ir_node *n, int i, int min_rank, i
     char d[256];
     if (min_rank == max_rank)
         return fail(err, "%s: expected rank %d, found rank %d", describe_input(g, n, i, d, sizeof d), min_rank, r);
-    return fail(err, "%s: expected rank %d to %d, found rank %d", describe_input(g, n, i, d, sizeof d),
-                min_rank, max_rank, r);
+    return fail(err, "%s: expected rank %d to %d, found rank %d", describe_input(g, n, i, d, sizeof d), min_rank,
+                max_rank, r);
 }
 
 static int need_dtype(const ir_graph *g, const ir_node *n, int i, int want_float, struct diag *err)
@@ -85,10 +79,7 @@ static int need_vector(const ir_graph *g, const ir_node *n, int i, int64_t dim, 
     return fail(err, "%s: expected [%lld]", describe_input(g, n, i, d, sizeof d), (long long)dim);
 }
 
-static int64_t last_dim(const ir_shape *s)
-{
-    return s->dim[s->rank - 1];
-}
+static int64_t last_dim(const ir_shape *s) { return s->dim[s->rank - 1]; }
 
 int shape_same_as_first(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
 {
@@ -102,8 +93,8 @@ int shape_same_as_first(const ir_graph *g, const ir_node *n, ir_shape out[], ir_
 /* (idx i32[..], table[V,C]) -> [..,C] */
 int shape_embedding(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
 {
-    if (need_dtype(g, n, 0, 0, err) || need_dtype(g, n, 1, 1, err) ||
-        need_rank(g, n, 0, 1, IR_MAX_RANK - 1, err) || need_rank(g, n, 1, 2, 2, err))
+    if (need_dtype(g, n, 0, 0, err) || need_dtype(g, n, 1, 1, err) || need_rank(g, n, 0, 1, IR_MAX_RANK - 1, err) ||
+        need_rank(g, n, 1, 2, 2, err))
         return -1;
     const ir_shape *idx = in_shape(g, n, 0), *table = in_shape(g, n, 1);
     out[0] = *idx;
@@ -125,15 +116,15 @@ int shape_positions(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtyp
 /* (x[..,K], w[N,K], b[N]?) -> [..,N] */
 int shape_linear(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
 {
-    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err) ||
-        need_rank(g, n, 0, 1, IR_MAX_RANK, err) || need_rank(g, n, 1, 2, 2, err))
+    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err) || need_rank(g, n, 0, 1, IR_MAX_RANK, err) ||
+        need_rank(g, n, 1, 2, 2, err))
         return -1;
     const ir_shape *x = in_shape(g, n, 0), *w = in_shape(g, n, 1);
     if (last_dim(x) != w->dim[1]) {
         char a[256], b[256];
         return fail(err, "%s has %lld input features but %s expects %lld (w is [out,in])",
-                    describe_input(g, n, 0, a, sizeof a), (long long)last_dim(x),
-                    describe_input(g, n, 1, b, sizeof b), (long long)w->dim[1]);
+                    describe_input(g, n, 0, a, sizeof a), (long long)last_dim(x), describe_input(g, n, 1, b, sizeof b),
+                    (long long)w->dim[1]);
     }
     if (n->n_in == 3 && need_vector(g, n, 2, w->dim[0], err))
         return -1;
@@ -147,8 +138,8 @@ int shape_linear(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype d
  * leading (batch) dims of a and b must be equal, or b has none. */
 int shape_matmul(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
 {
-    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err) ||
-        need_rank(g, n, 0, 2, IR_MAX_RANK, err) || need_rank(g, n, 1, 2, IR_MAX_RANK, err))
+    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err) || need_rank(g, n, 0, 2, IR_MAX_RANK, err) ||
+        need_rank(g, n, 1, 2, IR_MAX_RANK, err))
         return -1;
     const ir_shape *a = in_shape(g, n, 0), *b = in_shape(g, n, 1);
     int tb = ir_node_int(n, ATTR_TRANSPOSE_B, 0) != 0;
@@ -156,16 +147,15 @@ int shape_matmul(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype d
     int64_t bk = b->dim[b->rank - (tb ? 1 : 2)], bn = b->dim[b->rank - (tb ? 2 : 1)];
     char da[256], db[256];
     if (k != bk)
-        return fail(err, "%s and %s: inner dimensions differ (%lld vs %lld%s)",
-                    describe_input(g, n, 0, da, sizeof da), describe_input(g, n, 1, db, sizeof db),
-                    (long long)k, (long long)bk, tb ? ", b transposed" : "");
+        return fail(err, "%s and %s: inner dimensions differ (%lld vs %lld%s)", describe_input(g, n, 0, da, sizeof da),
+                    describe_input(g, n, 1, db, sizeof db), (long long)k, (long long)bk, tb ? ", b transposed" : "");
     if (b->rank > 2) {
         int same = b->rank == a->rank;
         for (int i = 0; same && i < a->rank - 2; i++)
             same = a->dim[i] == b->dim[i];
         if (!same)
-            return fail(err, "%s and %s: batch dimensions differ",
-                        describe_input(g, n, 0, da, sizeof da), describe_input(g, n, 1, db, sizeof db));
+            return fail(err, "%s and %s: batch dimensions differ", describe_input(g, n, 0, da, sizeof da),
+                        describe_input(g, n, 1, db, sizeof db));
     }
     out[0] = *a;
     out[0].dim[a->rank - 2] = m;
@@ -190,8 +180,8 @@ static int check_heads(const ir_graph *g, const ir_node *n, int64_t c, struct di
     int64_t heads = ir_node_int(n, ATTR_HEADS, 0);
     if (heads < 1 || c % heads != 0) {
         char d[256];
-        return fail(err, "%s: width %lld is not divisible by heads=%lld",
-                    describe_input(g, n, 0, d, sizeof d), (long long)c, (long long)heads);
+        return fail(err, "%s: width %lld is not divisible by heads=%lld", describe_input(g, n, 0, d, sizeof d),
+                    (long long)c, (long long)heads);
     }
     return 0;
 }
@@ -212,8 +202,10 @@ int shape_attention(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtyp
                         describe_input(g, n, 0, d, sizeof d), (long long)x->dim[2]);
         int64_t c = x->dim[2] / 3;
         if (ir_node_int(n, ATTR_KV_HEADS, 0) != 0 && ir_node_int(n, ATTR_KV_HEADS, 0) != ir_node_int(n, ATTR_HEADS, 0))
-            return fail(err, "kv_heads=%lld needs q, k and v as three inputs (a packed qkv has as many key/value "
-                        "heads as query heads)", (long long)ir_node_int(n, ATTR_KV_HEADS, 0));
+            return fail(err,
+                        "kv_heads=%lld needs q, k and v as three inputs (a packed qkv has as many key/value "
+                        "heads as query heads)",
+                        (long long)ir_node_int(n, ATTR_KV_HEADS, 0));
         if (check_heads(g, n, c, err))
             return -1;
         out[0] = *x;
@@ -227,8 +219,10 @@ int shape_attention(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtyp
     if (check_heads(g, n, x->dim[2], err))
         return -1;
     if (kv < 1 || heads % kv != 0)
-        return fail(err, "kv_heads=%lld does not divide heads=%lld (each key/value head serves heads/kv_heads "
-                    "query heads)", (long long)kv, (long long)heads);
+        return fail(err,
+                    "kv_heads=%lld does not divide heads=%lld (each key/value head serves heads/kv_heads "
+                    "query heads)",
+                    (long long)kv, (long long)heads);
     int64_t D = x->dim[2] / heads;
     for (int i = 1; i < 3; i++) {
         if (need_dtype(g, n, i, 1, err) || need_rank(g, n, i, 3, 3, err))
@@ -267,8 +261,10 @@ int shape_rope(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[
     int64_t D = c / ir_node_int(n, ATTR_HEADS, 1);
     char d[256];
     if (D % 2 != 0)
-        return fail(err, "%s: head dimension %lld (width %lld / heads=%lld) is odd; rotary embedding rotates "
-                    "its two halves as pairs", describe_input(g, n, 0, d, sizeof d), (long long)D, (long long)c,
+        return fail(err,
+                    "%s: head dimension %lld (width %lld / heads=%lld) is odd; rotary embedding rotates "
+                    "its two halves as pairs",
+                    describe_input(g, n, 0, d, sizeof d), (long long)D, (long long)c,
                     (long long)ir_node_int(n, ATTR_HEADS, 1));
     if (!(ir_node_float(n, ATTR_BASE, 10000.0) > 1.0))
         return fail(err, "base=%g: the rotary base must be greater than 1", ir_node_float(n, ATTR_BASE, 10000.0));
@@ -300,8 +296,8 @@ int shape_split(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt
         return -1;
     if (x->dim[axis] % n->n_out != 0) {
         char d[256];
-        return fail(err, "%s: axis %d's size %lld does not split into %d equal parts", describe_input(g, n, 0, d, sizeof d),
-                    axis, (long long)x->dim[axis], n->n_out);
+        return fail(err, "%s: axis %d's size %lld does not split into %d equal parts",
+                    describe_input(g, n, 0, d, sizeof d), axis, (long long)x->dim[axis], n->n_out);
     }
     for (int i = 0; i < n->n_out; i++) {
         out[i] = *x;
@@ -371,8 +367,8 @@ int shape_add(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[]
         return -1;
     if (!ir_shape_equal(in_shape(g, n, 0), in_shape(g, n, 1)) || in_dtype(g, n, 0) != in_dtype(g, n, 1)) {
         char a[256], b[256];
-        return fail(err, "%s and %s: expected equal shapes and dtypes",
-                    describe_input(g, n, 0, a, sizeof a), describe_input(g, n, 1, b, sizeof b));
+        return fail(err, "%s and %s: expected equal shapes and dtypes", describe_input(g, n, 0, a, sizeof a),
+                    describe_input(g, n, 1, b, sizeof b));
     }
     return shape_same_as_first(g, n, out, dt, err);
 }
@@ -380,8 +376,7 @@ int shape_add(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[]
 /* (logits[..,V], targets i32[..]) -> f32[] (mean over all positions) */
 int shape_cross_entropy(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
 {
-    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 0, err) ||
-        need_rank(g, n, 0, 2, IR_MAX_RANK, err))
+    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 0, err) || need_rank(g, n, 0, 2, IR_MAX_RANK, err))
         return -1;
     const ir_shape *logits = in_shape(g, n, 0), *targets = in_shape(g, n, 1);
     int same = targets->rank == logits->rank - 1;
@@ -398,17 +393,17 @@ int shape_cross_entropy(const ir_graph *g, const ir_node *n, ir_shape out[], ir_
 }
 
 /* Output size of a sliding window; fills err when the window does not fit. */
-static int window_out(const ir_graph *g, const ir_node *n, int64_t in, int64_t k, int64_t stride,
-                      int64_t pad, int64_t *out, struct diag *err)
+static int window_out(const ir_graph *g, const ir_node *n, int64_t in, int64_t k, int64_t stride, int64_t pad,
+                      int64_t *out, struct diag *err)
 {
     char d[256];
     if (k < 1 || stride < 1 || pad < 0 || pad > k || k > IR_DIM_MAX || stride > IR_DIM_MAX)
-        return fail(err, "%s: bad window (kernel %lld, stride %lld, pad %lld)",
-                    describe_input(g, n, 0, d, sizeof d), (long long)k, (long long)stride, (long long)pad);
+        return fail(err, "%s: bad window (kernel %lld, stride %lld, pad %lld)", describe_input(g, n, 0, d, sizeof d),
+                    (long long)k, (long long)stride, (long long)pad);
     int64_t span = in + 2 * pad - k;
     if (span < 0)
-        return fail(err, "%s: a %lld-wide window does not fit in %lld (pad %lld)",
-                    describe_input(g, n, 0, d, sizeof d), (long long)k, (long long)in, (long long)pad);
+        return fail(err, "%s: a %lld-wide window does not fit in %lld (pad %lld)", describe_input(g, n, 0, d, sizeof d),
+                    (long long)k, (long long)in, (long long)pad);
     *out = span / stride + 1;
     return 0;
 }
@@ -416,15 +411,15 @@ static int window_out(const ir_graph *g, const ir_node *n, int64_t in, int64_t k
 /* (x[N,C,H,W], w[OC,C,KH,KW], b[OC]?) -> [N,OC,OH,OW] */
 int shape_conv2d(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
 {
-    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err) ||
-        need_rank(g, n, 0, 4, 4, err) || need_rank(g, n, 1, 4, 4, err))
+    if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err) || need_rank(g, n, 0, 4, 4, err) ||
+        need_rank(g, n, 1, 4, 4, err))
         return -1;
     const ir_shape *x = in_shape(g, n, 0), *w = in_shape(g, n, 1);
     if (x->dim[1] != w->dim[1]) {
         char a[256], b[256];
         return fail(err, "%s has %lld channels but %s expects %lld (w is [out,in,kh,kw])",
-                    describe_input(g, n, 0, a, sizeof a), (long long)x->dim[1],
-                    describe_input(g, n, 1, b, sizeof b), (long long)w->dim[1]);
+                    describe_input(g, n, 0, a, sizeof a), (long long)x->dim[1], describe_input(g, n, 1, b, sizeof b),
+                    (long long)w->dim[1]);
     }
     if (n->n_in == 3 && need_vector(g, n, 2, w->dim[0], err))
         return -1;
@@ -464,8 +459,7 @@ int shape_maxpool(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype 
         return fail(err, "%s: pad %lld is more than half the kernel %lld (padding counts as -inf)",
                     describe_input(g, n, 0, d, sizeof d), (long long)pad, (long long)k);
     }
-    if (window_out(g, n, x->dim[2], k, stride, pad, &oh, err) ||
-        window_out(g, n, x->dim[3], k, stride, pad, &ow, err))
+    if (window_out(g, n, x->dim[2], k, stride, pad, &oh, err) || window_out(g, n, x->dim[3], k, stride, pad, &ow, err))
         return -1;
     int64_t dims[4] = { x->dim[0], x->dim[1], oh, ow };
     out[0] = ir_shape_make(4, dims);
@@ -493,7 +487,7 @@ int shape_flatten(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype 
     const ir_shape *x = in_shape(g, n, 0);
     int64_t rest = 1;
     for (int i = 1; i < x->rank; i++)
-        rest *= x->dim[i];   /* bounded: the input's own product passed the verifier */
+        rest *= x->dim[i]; /* bounded: the input's own product passed the verifier */
     int64_t dims[2] = { x->dim[0], rest };
     out[0] = ir_shape_make(2, dims);
     dt[0] = float_out(g, n, 0);

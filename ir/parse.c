@@ -21,19 +21,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #include "ops.h"
 
-#define TOKEN_MAX 4096   /* longest name or file name, with its NUL */
+#define TOKEN_MAX 4096 /* longest name or file name, with its NUL */
 
 typedef struct {
-    const char     *p, *end;   /* the rest of the current line           */
-    int             line;
-    const char     *file;
-    struct diag    *err;
-    ir_graph       *g;
-    name_map       *values;    /* name -> value index                    */
-    name_map       *nodes;     /* name -> line of the node's definition  */
+    const char *p, *end; /* the rest of the current line           */
+    int line;
+    const char *file;
+    struct diag *err;
+    ir_graph *g;
+    name_map *values; /* name -> value index                    */
+    name_map *nodes;  /* name -> line of the node's definition  */
 } parser;
 
 /* ---- errors ---------------------------------------------------------------- */
@@ -91,10 +90,7 @@ static int expected_tok(parser *ps, const char *what, const char *tok)
     return diag_set(ps->err, ps->file, ps->line, "expected %s, found '%s'", what, shown(tok, buf));
 }
 
-static int out_of_memory(parser *ps)
-{
-    return diag_set(ps->err, ps->file, ps->line, "out of memory");
-}
+static int out_of_memory(parser *ps) { return diag_set(ps->err, ps->file, ps->line, "out of memory"); }
 
 /* ---- tokens ---------------------------------------------------------------- */
 
@@ -142,8 +138,8 @@ static int read_word(parser *ps, char *buf, const char *what)
     if (n == 0)
         return expected(ps, what);
     if (n >= TOKEN_MAX)
-        return diag_set(ps->err, ps->file, ps->line, "expected %s of at most %d bytes, found one of %zu",
-                        what, TOKEN_MAX - 1, n);
+        return diag_set(ps->err, ps->file, ps->line, "expected %s of at most %d bytes, found one of %zu", what,
+                        TOKEN_MAX - 1, n);
     memcpy(buf, ps->p, n);
     buf[n] = '\0';
     ps->p += n;
@@ -167,7 +163,10 @@ static int peek_key(parser *ps, char *buf, size_t size)
 
 static int hex_digit(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* "..." with \" \\ \n \xHH escapes; the cursor is on the opening quote. */
@@ -200,8 +199,8 @@ static int read_quoted(parser *ps, char *buf, const char *what)
             return diag_set(ps->err, ps->file, ps->line, "expected a character in %s, found a NUL byte", what);
         }
         if (n + 1 >= TOKEN_MAX)
-            return diag_set(ps->err, ps->file, ps->line, "expected %s of at most %d bytes, found a longer one",
-                            what, TOKEN_MAX - 1);
+            return diag_set(ps->err, ps->file, ps->line, "expected %s of at most %d bytes, found a longer one", what,
+                            TOKEN_MAX - 1);
         buf[n++] = c;
     }
     buf[n] = '\0';
@@ -262,7 +261,7 @@ static int parse_float_text(const char *s, double *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end != '\0' || (errno == ERANGE && isinf(v)))   /* underflow is fine */
+    if (end == s || *end != '\0' || (errno == ERANGE && isinf(v))) /* underflow is fine */
         return -1;
     *out = v;
     return 0;
@@ -323,8 +322,8 @@ static int read_type(parser *ps, ir_dtype *dt, ir_shape *shape)
         ps->p++;
         return 0;
     }
-    if (read_int_list(ps, 1, IR_DIM_MAX, "a dimension from 1 to 2147483648", "dimensions", shape->dim,
-                      &shape->rank) != 0)
+    if (read_int_list(ps, 1, IR_DIM_MAX, "a dimension from 1 to 2147483648", "dimensions", shape->dim, &shape->rank) !=
+        0)
         return -1;
     if (ir_shape_numel(shape) < 0) {
         char buf[256];
@@ -377,10 +376,7 @@ static int read_loc(parser *ps, ir_loc *loc)
     return 0;
 }
 
-static int expect_end(parser *ps, const char *what)
-{
-    return at_end(ps) ? 0 : expected(ps, what);
-}
+static int expect_end(parser *ps, const char *what) { return at_end(ps) ? 0 : expected(ps, what); }
 
 /* The value called name, or -1 after reporting it unknown. */
 static int32_t lookup_value(parser *ps, const char *name)
@@ -388,8 +384,8 @@ static int32_t lookup_value(parser *ps, const char *name)
     int64_t hit;
     char buf[200];
     if (!name_map_get(ps->values, name, &hit))
-        return diag_set(ps->err, ps->file, ps->line,
-                        "unknown value '%s' (a value must be defined on an earlier line)", shown(name, buf));
+        return diag_set(ps->err, ps->file, ps->line, "unknown value '%s' (a value must be defined on an earlier line)",
+                        shown(name, buf));
     return (int32_t)hit;
 }
 
@@ -401,10 +397,12 @@ static int32_t define_value(parser *ps, const char *name, ir_dtype dt, ir_role r
         const ir_value *old = &ps->g->values[hit];
         char buf[200];
         if (old->producer >= 0)
-            return diag_set(ps->err, ps->file, ps->line, "value '%s' is already defined, as an output of node "
-                            "'%s'", shown(name, buf), ir_str(ps->g, ps->g->nodes[old->producer].name));
-        return diag_set(ps->err, ps->file, ps->line, "value '%s' is already defined, as %s %s",
-                        shown(name, buf), old->role == ROLE_INPUT ? "an" : "a", ir_role_name(old->role));
+            return diag_set(ps->err, ps->file, ps->line,
+                            "value '%s' is already defined, as an output of node "
+                            "'%s'",
+                            shown(name, buf), ir_str(ps->g, ps->g->nodes[old->producer].name));
+        return diag_set(ps->err, ps->file, ps->line, "value '%s' is already defined, as %s %s", shown(name, buf),
+                        old->role == ROLE_INPUT ? "an" : "a", ir_role_name(old->role));
     }
     int32_t v = ir_add_value(ps->g, name, dt, role, s, (ir_loc){ 0, 0 });
     if (v < 0 || name_map_add(ps->values, name, v) != 0)
@@ -512,12 +510,14 @@ static int parse_annotations(parser *ps, ir_node *node)
     static const char phases[] = "a phase (none, forward, backward, update)";
     char key[16], word[TOKEN_MAX];
     int64_t v;
-    for (int next = 0; peek_key(ps, key, sizeof key);) {   /* keys before next are done */
+    for (int next = 0; peek_key(ps, key, sizeof key);) { /* keys before next are done */
         int k = annotation_index(key);
         if (k < next)
-            return expected_tok(ps, next == 0 ? "an annotation (device, stage, phase, time, ws)"
-                                              : "the annotations in the order device, stage, phase, time, ws, "
-                                                "each once", key);
+            return expected_tok(ps,
+                                next == 0 ? "an annotation (device, stage, phase, time, ws)"
+                                          : "the annotations in the order device, stage, phase, time, ws, "
+                                            "each once",
+                                key);
         next = k + 1;
         ps->p += strlen(key);
         if (expect_char(ps, '=', "'='") != 0)
@@ -561,10 +561,10 @@ static int parse_outputs(parser *ps, int32_t n, const char *own_name)
             return expected(ps, "the end of the outputs (at most 4)");
         if (own_name)
             snprintf(name, sizeof name, "%s", own_name);
-        if ((!own_name && read_name(ps, name, "an output name") != 0) ||
-            expect_char(ps, ':', "':' and a type") != 0 || read_type(ps, &dt, &shape) != 0)
+        if ((!own_name && read_name(ps, name, "an output name") != 0) || expect_char(ps, ':', "':' and a type") != 0 ||
+            read_type(ps, &dt, &shape) != 0)
             return -1;
-        if (word_len(ps) > 0 && !peek_key(ps, word, sizeof word)) {   /* a word, not key= */
+        if (word_len(ps) > 0 && !peek_key(ps, word, sizeof word)) { /* a word, not key= */
             if (read_word(ps, word, "a role") != 0)
                 return -1;
             if (ir_role_parse(word, &role) != 0)
@@ -591,8 +591,8 @@ static int expected_op(parser *ps, const char *found)
     char what[1024];
     size_t used = (size_t)snprintf(what, sizeof what, "an op (");
     for (int k = 0; k < OP_COUNT && used < sizeof what; k++)
-        used += (size_t)snprintf(what + used, sizeof what - used, "%s%s", op_table[k].name,
-                                 k + 1 < OP_COUNT ? ", " : ")");
+        used +=
+            (size_t)snprintf(what + used, sizeof what - used, "%s%s", op_table[k].name, k + 1 < OP_COUNT ? ", " : ")");
     return found ? expected_tok(ps, what, found) : expected(ps, what);
 }
 
@@ -605,8 +605,8 @@ static int parse_node(parser *ps)
     int64_t first;
     char buf[200];
     if (name_map_get(ps->nodes, name, &first))
-        return diag_set(ps->err, ps->file, ps->line, "node '%s' is already defined on line %d",
-                        shown(name, buf), (int)first);
+        return diag_set(ps->err, ps->file, ps->line, "node '%s' is already defined on line %d", shown(name, buf),
+                        (int)first);
     ir_op op;
     if (expect_char(ps, '=', "'=' after the node name") != 0)
         return -1;
@@ -629,10 +629,10 @@ static int parse_node(parser *ps)
             return expected(ps, "')' (at most 8 inputs)");
         if (read_name(ps, word, "an input value name") != 0 || (v = lookup_value(ps, word)) < 0)
             return -1;
-        ir_node_add_input(ps->g, n, v);   /* cannot fail: v and n_in are checked */
+        ir_node_add_input(ps->g, n, v); /* cannot fail: v and n_in are checked */
     }
     ps->p++;
-    char key[64];   /* key= before "->" or an annotation: an attribute */
+    char key[64]; /* key= before "->" or an annotation: an attribute */
     while (!peek_arrow(ps) && peek_key(ps, key, sizeof key) && annotation_index(key) < 0)
         if (parse_attr(ps, n, key) != 0)
             return -1;
@@ -683,7 +683,7 @@ static int parse_hyper(parser *ps)
 
 #define TEXT_OF(x)       #x
 #define DIGITS_OF(x)     TEXT_OF(x)
-#define MAX_DEVICES_TEXT DIGITS_OF(IR_MAX_STAGE_DEVICES)   /* "1024" */
+#define MAX_DEVICES_TEXT DIGITS_OF(IR_MAX_STAGE_DEVICES) /* "1024" */
 
 /* KEY= at the cursor, KEY the one expected next. */
 static int expect_key(parser *ps, const char *key)
@@ -693,7 +693,7 @@ static int expect_key(parser *ps, const char *key)
     if (!peek_key(ps, found, sizeof found))
         return expected(ps, what);
     if (strcmp(found, key) != 0)
-        return expected_tok(ps, what, found);   /* the other key, without its value */
+        return expected_tok(ps, what, found); /* the other key, without its value */
     ps->p += strlen(key);
     return expect_char(ps, '=', "'='");
 }
@@ -705,7 +705,8 @@ static int parse_placement(parser *ps)
 {
     ir_graph *g = ps->g;
     if (g->placement.n_stages || g->n_hypers || g->n_values || g->n_nodes)
-        return diag_set(ps->err, ps->file, ps->line, "'placement' must come once, after 'model' (and 'after'), "
+        return diag_set(ps->err, ps->file, ps->line,
+                        "'placement' must come once, after 'model' (and 'after'), "
                         "before any hyper, source or node");
     int64_t stages, replicas, micro;
     if (expect_key(ps, "stages") != 0 ||
@@ -714,11 +715,11 @@ static int parse_placement(parser *ps)
         read_int(ps, 1, IR_MAX_STAGE_DEVICES, "a replica count from 1 to " MAX_DEVICES_TEXT, &replicas) != 0)
         return -1;
     if (stages * replicas > IR_MAX_STAGE_DEVICES)
-        return diag_set(ps->err, ps->file, ps->line, "expected at most %d devices in a placement "
-                        "(stages x replicas), found %lld x %lld = %lld", IR_MAX_STAGE_DEVICES,
-                        (long long)stages, (long long)replicas, (long long)(stages * replicas));
-    if (expect_key(ps, "micro_batches") != 0 ||
-        read_int(ps, 1, INT32_MAX, "a micro-batch count >= 1", &micro) != 0 ||
+        return diag_set(ps->err, ps->file, ps->line,
+                        "expected at most %d devices in a placement "
+                        "(stages x replicas), found %lld x %lld = %lld",
+                        IR_MAX_STAGE_DEVICES, (long long)stages, (long long)replicas, (long long)(stages * replicas));
+    if (expect_key(ps, "micro_batches") != 0 || read_int(ps, 1, INT32_MAX, "a micro-batch count >= 1", &micro) != 0 ||
         expect_key(ps, "devices") != 0 || expect_char(ps, '[', "'[' and the device list") != 0)
         return -1;
     int32_t n = (int32_t)(stages * replicas), devices[IR_MAX_STAGE_DEVICES];
@@ -726,8 +727,8 @@ static int parse_placement(parser *ps)
     for (int32_t i = 0; i < n; i++) {
         int64_t d;
         if (i > 0 && !peek_char(ps, ',')) {
-            snprintf(what, sizeof what, "',' and %d more device%s (stages x replicas = %lld x %lld = %d)",
-                     (int)(n - i), n - i == 1 ? "" : "s", (long long)stages, (long long)replicas, (int)n);
+            snprintf(what, sizeof what, "',' and %d more device%s (stages x replicas = %lld x %lld = %d)", (int)(n - i),
+                     n - i == 1 ? "" : "s", (long long)stages, (long long)replicas, (int)n);
             return expected(ps, what);
         }
         if (i > 0)
@@ -736,13 +737,15 @@ static int parse_placement(parser *ps)
             return -1;
         for (int32_t j = 0; j < i; j++)
             if (devices[j] == d)
-                return diag_set(ps->err, ps->file, ps->line, "device %lld is in the placement twice: stage %d "
-                                "replica %d, and stage %d replica %d", (long long)d, (int)(j / replicas),
-                                (int)(j % replicas), (int)(i / replicas), (int)(i % replicas));
+                return diag_set(ps->err, ps->file, ps->line,
+                                "device %lld is in the placement twice: stage %d "
+                                "replica %d, and stage %d replica %d",
+                                (long long)d, (int)(j / replicas), (int)(j % replicas), (int)(i / replicas),
+                                (int)(i % replicas));
         devices[i] = (int32_t)d;
     }
-    snprintf(what, sizeof what, "']' after %d devices (stages x replicas = %lld x %lld)", (int)n,
-             (long long)stages, (long long)replicas);
+    snprintf(what, sizeof what, "']' after %d devices (stages x replicas = %lld x %lld)", (int)n, (long long)stages,
+             (long long)replicas);
     if (expect_char(ps, ']', what) != 0)
         return -1;
     int32_t warmup[IR_MAX_STAGE_DEVICES];
@@ -790,12 +793,13 @@ static int parse_placement(parser *ps)
                                      : "end of line after the device list") != 0)
         return -1;
     if (ir_graph_set_placement(g, (int32_t)stages, (int32_t)replicas, (int32_t)micro, devices) != 0)
-        return out_of_memory(ps);   /* everything else it checks is checked above */
+        return out_of_memory(ps); /* everything else it checks is checked above */
     if (has_warmup && ir_graph_set_warmup(g, warmup) != 0)
-        return diag_set(ps->err, ps->file, ps->line, "warmup: a stage warms up less than the next stage's + 1 "
+        return diag_set(ps->err, ps->file, ps->line,
+                        "warmup: a stage warms up less than the next stage's + 1 "
                         "(it would wait for a backward that waits for its own forward)");
     if (has_recompute && ir_graph_set_recompute(g, recompute) != 0)
-        return out_of_memory(ps);   /* the flags are checked above */
+        return out_of_memory(ps); /* the flags are checked above */
     return 0;
 }
 
@@ -803,9 +807,10 @@ static int parse_placement(parser *ps)
 static int parse_precision(parser *ps)
 {
     ir_graph *g = ps->g;
-    char      word[TOKEN_MAX];
+    char word[TOKEN_MAX];
     if (g->precision != DT_F32 || g->tf32 || g->placement.n_stages || g->n_hypers || g->n_values)
-        return diag_set(ps->err, ps->file, ps->line, "'precision' must come once, after 'model' (and 'after'), "
+        return diag_set(ps->err, ps->file, ps->line,
+                        "'precision' must come once, after 'model' (and 'after'), "
                         "before the placement and any source");
     if (read_word(ps, word, "a precision (f32, bf16 or f16)") != 0)
         return -1;
@@ -818,8 +823,8 @@ static int parse_precision(parser *ps)
     if (read_word(ps, word, "'tf32' or the end of the line") != 0)
         return -1;
     if (strcmp(word, "tf32") != 0 || dt != DT_F32)
-        return expected_tok(ps, dt == DT_F32 ? "'tf32' or the end of the line" : "the end of the line (tf32 is for f32)",
-                            word);
+        return expected_tok(
+            ps, dt == DT_F32 ? "'tf32' or the end of the line" : "the end of the line (tf32 is for f32)", word);
     g->tf32 = 1;
     return expect_end(ps, "end of line after 'tf32'");
 }
@@ -837,8 +842,7 @@ static int parse_line(parser *ps, int *stage)
         if (read_int(ps, INT64_MIN, INT64_MAX, "a version number", &version) != 0)
             return -1;
         if (version != 1)
-            return diag_set(ps->err, ps->file, ps->line, "expected version 1, found version %lld",
-                            (long long)version);
+            return diag_set(ps->err, ps->file, ps->line, "expected version 1, found version %lld", (long long)version);
         *stage = 1;
         return expect_end(ps, "end of line after the version");
     }
@@ -892,8 +896,9 @@ static int parse_line(parser *ps, int *stage)
 int ir_graph_parse(const char *text, size_t len, const char *filename, ir_graph *g, struct diag *err)
 {
     ir_graph_init(g);
-    parser ps = { .file = filename ? filename : "<text>", .err = err, .g = g,
-                  .values = name_map_new(), .nodes = name_map_new() };
+    parser ps = {
+        .file = filename ? filename : "<text>", .err = err, .g = g, .values = name_map_new(), .nodes = name_map_new()
+    };
     int rc = 0, stage = 0;
     if (!ps.values || !ps.nodes)
         rc = out_of_memory(&ps);

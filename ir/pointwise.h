@@ -31,12 +31,12 @@
 #ifndef FUSION_POINTWISE_H
 #define FUSION_POINTWISE_H
 
-#define FU_POINTWISE_OPS(X)                                                                                      \
-    X(GELU, gelu, 1, 10, 16, 1, (x / (1.0f + fu_gelu_e(x))), (fu_gelu_grad(x, dy)), (0.0f))                    \
-    X(RELU, relu, 1, 1, 1, 1, (x > 0.0f ? x : 0.0f), (x > 0.0f ? dy : 0.0f), (0.0f))                          \
-    X(SILU, silu, 1, 5, 8, 1, (x / (1.0f + fu_exp_neg(x))), (fu_silu_grad(x, dy)), (0.0f))                     \
-    X(SIGMOID, sigmoid, 1, 4, 3, 1, (fu_sigmoid(x)), (dy * fu_sigmoid(x) * (1.0f - fu_sigmoid(x))), (0.0f))     \
-    X(ADD, add, 2, 1, 0, 0, (x + z), (dy), (dy))                                                               \
+#define FU_POINTWISE_OPS(X)                                                                                 \
+    X(GELU, gelu, 1, 10, 16, 1, (x / (1.0f + fu_gelu_e(x))), (fu_gelu_grad(x, dy)), (0.0f))                 \
+    X(RELU, relu, 1, 1, 1, 1, (x > 0.0f ? x : 0.0f), (x > 0.0f ? dy : 0.0f), (0.0f))                        \
+    X(SILU, silu, 1, 5, 8, 1, (x / (1.0f + fu_exp_neg(x))), (fu_silu_grad(x, dy)), (0.0f))                  \
+    X(SIGMOID, sigmoid, 1, 4, 3, 1, (fu_sigmoid(x)), (dy * fu_sigmoid(x) * (1.0f - fu_sigmoid(x))), (0.0f)) \
+    X(ADD, add, 2, 1, 0, 0, (x + z), (dy), (dy))                                                            \
     X(MUL, mul, 2, 1, 2, 1, (x * z), (dy * z), (dy * x))
 
 /* The helpers the expressions call, C that is also CUDA C: FN is the back
@@ -46,35 +46,35 @@
  *         dy/dx = s + 2x·s·(1 - s)·β(1 + 3κx²), s = 1/(1 + e), 1 - s = e·s
  *   sigmoid: s = 1/(1 + e^-x);  ds/dx = s·(1 - s)
  *   silu: y = x·s;  dy/dx = s·(1 + x(1 - s)) */
-#define FU_POINTWISE_FUNCTIONS(FN, EXP)                                                                          \
-    FN float fu_gelu_e(float x)                                                                                  \
-    {                                                                                                            \
-        float u2 = -2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x);                                    \
-        return EXP(u2 > 88.0f ? 88.0f : u2);                                                                     \
-    }                                                                                                            \
-    FN float fu_gelu_grad(float x, float dy)                                                                     \
-    {                                                                                                            \
-        float e = fu_gelu_e(x), s = 1.0f / (1.0f + e), oms = e * s;                                              \
-        float dinner = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);                                  \
-        return dy * (s + 2.0f * x * s * oms * dinner);                                                           \
-    }                                                                                                            \
-    FN float fu_exp_neg(float x)                                                                                 \
-    {                                                                                                            \
-        float a = -x;                                                                                            \
-        return EXP(a > 88.0f ? 88.0f : a);                                                                       \
-    }                                                                                                            \
-    FN float fu_sigmoid(float x) { return 1.0f / (1.0f + fu_exp_neg(x)); }                                       \
-    FN float fu_silu_grad(float x, float dy)                                                                     \
-    {                                                                                                            \
-        float s = fu_sigmoid(x);                                                                                 \
-        return dy * s * (1.0f + x * (1.0f - s));                                                                 \
+#define FU_POINTWISE_FUNCTIONS(FN, EXP)                                         \
+    FN float fu_gelu_e(float x)                                                 \
+    {                                                                           \
+        float u2 = -2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x);   \
+        return EXP(u2 > 88.0f ? 88.0f : u2);                                    \
+    }                                                                           \
+    FN float fu_gelu_grad(float x, float dy)                                    \
+    {                                                                           \
+        float e = fu_gelu_e(x), s = 1.0f / (1.0f + e), oms = e * s;             \
+        float dinner = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x); \
+        return dy * (s + 2.0f * x * s * oms * dinner);                          \
+    }                                                                           \
+    FN float fu_exp_neg(float x)                                                \
+    {                                                                           \
+        float a = -x;                                                           \
+        return EXP(a > 88.0f ? 88.0f : a);                                      \
+    }                                                                           \
+    FN float fu_sigmoid(float x) { return 1.0f / (1.0f + fu_exp_neg(x)); }      \
+    FN float fu_silu_grad(float x, float dy)                                    \
+    {                                                                           \
+        float s = fu_sigmoid(x);                                                \
+        return dy * s * (1.0f + x * (1.0f - s));                                \
     }
 
 /* For the rows' users: a macro selected by the has-backward column
  * (FU_IF_BACKWARD_##has(...)), and a row's expressions as text. */
 #define FU_IF_BACKWARD_0(...)
 #define FU_IF_BACKWARD_1(...) __VA_ARGS__
-#define FU_TEXT(...)  #__VA_ARGS__
-#define FU_XTEXT(...) FU_TEXT(__VA_ARGS__)
+#define FU_TEXT(...)          #__VA_ARGS__
+#define FU_XTEXT(...)         FU_TEXT(__VA_ARGS__)
 
 #endif

@@ -90,7 +90,7 @@ static void put_float_marked(FILE *out, double f)
     char buf[40];
     snprintf(buf, sizeof buf, "%.9g", f);
     fputs(buf, out);
-    if (!strpbrk(buf, ".en"))   /* 'e': exponent, 'n': inf and nan */
+    if (!strpbrk(buf, ".en")) /* 'e': exponent, 'n': inf and nan */
         fputs(".0", out);
 }
 
@@ -163,8 +163,8 @@ static void put_node(FILE *out, const ir_graph *g, int32_t n)
         put_attr(out, &node->attr[i]);
     int n_out = clamp(node->n_out, IR_MAX_OUT);
     /* The common case, one output named like its node, reads "node y = op(x) : f32[..]". */
-    int named_like_node = n_out == 1 && node->out[0] >= 0 && node->out[0] < g->n_values &&
-                          g->values[node->out[0]].name == node->name;
+    int named_like_node =
+        n_out == 1 && node->out[0] >= 0 && node->out[0] < g->n_values && g->values[node->out[0]].name == node->name;
     for (int i = 0; i < n_out; i++) {
         int32_t v = node->out[i];
         if (!named_like_node) {
@@ -200,8 +200,8 @@ static void put_placement(FILE *out, const ir_placement *p)
 {
     if (p->n_stages <= 0)
         return;
-    fprintf(out, "placement stages=%d replicas=%d micro_batches=%d devices=[", (int)p->n_stages,
-            (int)p->n_replicas, (int)p->micro_batches);
+    fprintf(out, "placement stages=%d replicas=%d micro_batches=%d devices=[", (int)p->n_stages, (int)p->n_replicas,
+            (int)p->micro_batches);
     int64_t n = (int64_t)p->n_stages * p->n_replicas;
     for (int64_t i = 0; p->device && p->n_replicas > 0 && n <= IR_MAX_STAGE_DEVICES && i < n; i++)
         fprintf(out, "%s%d", i ? "," : "", (int)p->device[i]);

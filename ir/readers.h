@@ -20,13 +20,13 @@
 #include "ir.h"
 
 typedef struct {
-    int32_t  n_values;
-    int32_t *start;   /* [n_values + 2]: v's readers are at[start[v] .. start[v + 1]) */
-    int32_t *at;      /* node indices */
+    int32_t n_values;
+    int32_t *start; /* [n_values + 2]: v's readers are at[start[v] .. start[v + 1]) */
+    int32_t *at;    /* node indices */
 } ir_readers;
 
 /* 0, or -1 when out of memory (r can be freed either way). */
-int  ir_readers_build(const ir_graph *g, int32_t n_nodes, int32_t n_values, ir_readers *r);
+int ir_readers_build(const ir_graph *g, int32_t n_nodes, int32_t n_values, ir_readers *r);
 void ir_readers_free(ir_readers *r);
 
 #endif

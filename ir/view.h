@@ -9,10 +9,10 @@
 #include "ir.h"
 
 typedef struct ir_view_options_s {
-    int      expand;          /* 1: every op; 0: each repeated block (blocks.h) drawn once a phase and device */
-    int32_t  stage;           /* >= 0: only this stage's ops (--stage N, or --device NAME's stage) */
-    const char *const *device_names;   /* [n_device_names]: legend and labels; NULL: "device k" */
-    int32_t  n_device_names;
+    int expand;                      /* 1: every op; 0: each repeated block (blocks.h) drawn once a phase and device */
+    int32_t stage;                   /* >= 0: only this stage's ops (--stage N, or --device NAME's stage) */
+    const char *const *device_names; /* [n_device_names]: legend and labels; NULL: "device k" */
+    int32_t n_device_names;
 } ir_view_options;
 
 /* The defaults: blocks collapsed, every stage. */

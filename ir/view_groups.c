@@ -65,7 +65,7 @@ static int repeated(const ir_graph *g, const char *prefix)
     for (int32_t i = 0; i < g->n_nodes + g->n_values; i++) {
         const char *name = ir_str(g, i < g->n_nodes ? g->nodes[i].name : g->values[i - g->n_nodes].name);
         if (strncmp(name, "grad.", 5) == 0)
-            continue;   /* grad.wte.1, grad.wte.2: a value's gradient contributions, not blocks */
+            continue; /* grad.wte.1, grad.wte.2: a value's gradient contributions, not blocks */
         if (ir_block_of(name, p, sizeof p, &instance) && strcmp(p, prefix) == 0) {
             if (first < 0)
                 first = instance;

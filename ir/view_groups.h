@@ -22,26 +22,26 @@
 #include "view.h"
 
 typedef struct {
-    char     prefix[128];
-    int      is_source;
-    int32_t  phase_or_role;   /* ir_phase for ops, ir_role for sources */
-    int32_t  device;          /* ops: their device (-1: not placed); sources: -1 */
-    int64_t  lo, hi;          /* the instances it holds */
-    int32_t  members;
+    char prefix[128];
+    int is_source;
+    int32_t phase_or_role; /* ir_phase for ops, ir_role for sources */
+    int32_t device;        /* ops: their device (-1: not placed); sources: -1 */
+    int64_t lo, hi;        /* the instances it holds */
+    int32_t members;
 } ir_view_group;
 
 typedef struct {
-    const ir_graph        *g;
+    const ir_graph *g;
     const ir_view_options *o;
-    int32_t       *node_group;    /* [n_nodes]: its group, -1: drawn alone */
-    int32_t       *value_group;   /* [n_values]: a source's group, -1: alone (produced values: -1) */
+    int32_t *node_group;  /* [n_nodes]: its group, -1: drawn alone */
+    int32_t *value_group; /* [n_values]: a source's group, -1: alone (produced values: -1) */
     ir_view_group *groups;
-    int32_t        n_groups, cap_groups;
+    int32_t n_groups, cap_groups;
 } ir_view_groups;
 
 /* Group g's ops and sources as o asks (none when o->expand).  0, or -1 when
  * memory ran out (w is then still safe to free). */
-int  ir_view_groups_init(ir_view_groups *w, const ir_graph *g, const ir_view_options *o);
+int ir_view_groups_init(ir_view_groups *w, const ir_graph *g, const ir_view_options *o);
 void ir_view_groups_free(ir_view_groups *w);
 
 /* Is node n drawn (in o's stage, or every stage)? */

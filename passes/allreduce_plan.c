@@ -7,8 +7,8 @@
 
 /* A ring all-reduce over dev[i] for i in members[0, n): its slowest link
  * and largest latency, around the ring. */
-static double ring_seconds(const int32_t *dev, const int32_t *members, int32_t n, double bytes,
-                           allreduce_link_fn link, const void *ctx)
+static double ring_seconds(const int32_t *dev, const int32_t *members, int32_t n, double bytes, allreduce_link_fn link,
+                           const void *ctx)
 {
     if (n < 2)
         return 0.0;
@@ -30,7 +30,7 @@ double allreduce_seconds_for(const int32_t *dev, int32_t R, double bytes, int64_
         return 0.0;
     if (groups == 0 || R > ALLREDUCE_MAX_GROUPED) {
         int32_t all[ALLREDUCE_MAX_GROUPED + 1];
-        if (R > ALLREDUCE_MAX_GROUPED) {   /* ring over all: its slowest link, without the member list */
+        if (R > ALLREDUCE_MAX_GROUPED) { /* ring over all: its slowest link, without the member list */
             double bw = INFINITY, lat = 0.0;
             for (int32_t r = 0; r < R; r++) {
                 double b, l;
@@ -53,7 +53,7 @@ double allreduce_seconds_for(const int32_t *dev, int32_t R, double bytes, int64_
         for (int32_t r = lo; r < hi; r++)
             members[n++] = r;
         inside = fmax(inside, ring_seconds(dev, members, n, bytes, link, ctx));
-        for (int32_t r = lo + 1; r < hi; r++) {   /* the leader's result to each member, at once */
+        for (int32_t r = lo + 1; r < hi; r++) { /* the leader's result to each member, at once */
             double b, l;
             link(ctx, dev[lo], dev[r], &b, &l);
             back = fmax(back, estimate_transfer_seconds(bytes, b, l));
@@ -69,8 +69,8 @@ double allreduce_plan(const cluster *regions, const int32_t *dev, int32_t R, dou
                       const void *ctx, int64_t *groups)
 {
     int64_t mask = 0;
-    int     several = 0;   /* some group has more than one replica */
-    double  ring = allreduce_seconds_for(dev, R, bytes, 0, link, ctx);
+    int several = 0; /* some group has more than one replica */
+    double ring = allreduce_seconds_for(dev, R, bytes, 0, link, ctx);
     if (groups)
         *groups = 0;
     if (!regions || R < 3 || R > ALLREDUCE_MAX_GROUPED)
@@ -82,7 +82,7 @@ double allreduce_plan(const cluster *regions, const int32_t *dev, int32_t R, dou
             several = 1;
     }
     if (mask == 0 || !several)
-        return ring;   /* one region, or one replica a region: the ring is the hierarchy */
+        return ring; /* one region, or one replica a region: the ring is the hierarchy */
     double hier = allreduce_seconds_for(dev, R, bytes, mask, link, ctx);
     if (!(hier < ring))
         return ring;
@@ -97,17 +97,18 @@ double allreduce_plan(const cluster *regions, const int32_t *dev, int32_t R, dou
 void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *used, int32_t N)
 {
     for (int32_t q = 0; q < R; q++) {
-        int32_t lead = allreduce_leader_of(groups, q), next = q + 1, pairs[3][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
+        int32_t lead = allreduce_leader_of(groups, q), next = q + 1,
+                pairs[3][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
         while (next < R && allreduce_leader_of(groups, next) != next)
-            next++;   /* next: the following group's leader (or R) */
+            next++; /* next: the following group's leader (or R) */
         if (q == lead) {
-            int32_t after = next < R ? next : 0;   /* the leaders' ring */
+            int32_t after = next < R ? next : 0; /* the leaders' ring */
             pairs[0][0] = q, pairs[0][1] = after;
         } else {
-            pairs[1][0] = lead, pairs[1][1] = q;   /* leader to member */
+            pairs[1][0] = lead, pairs[1][1] = q; /* leader to member */
         }
         int32_t ring_next = q + 1 < R && allreduce_leader_of(groups, q + 1) == lead ? q + 1 : lead;
-        pairs[2][0] = q, pairs[2][1] = ring_next;   /* the group's ring */
+        pairs[2][0] = q, pairs[2][1] = ring_next; /* the group's ring */
         for (int k = 0; k < 3; k++) {
             if (pairs[k][0] < 0 || pairs[k][0] == pairs[k][1])
                 continue;
@@ -166,7 +167,7 @@ double allreduce_choose(const cluster *regions, const int32_t *dev, int32_t R, d
     *bits = 0;
     if (!quantise || !regions || R < 2 || bytes <= 0)
         return t;
-    int spans = 0;   /* the slow links are between regions: inside one, the sums stay exact */
+    int spans = 0; /* the slow links are between regions: inside one, the sums stay exact */
     for (int32_t r = 1; r < R && !spans; r++)
         spans = region_of(regions, dev[r]) != region_of(regions, dev[0]);
     if (!spans)

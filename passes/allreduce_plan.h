@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "../frontend/cluster.h"
-#include "../runtime/comm/allreduce_wire.h"   /* groups, leaders, row width: the wire's conventions */
+#include "../runtime/comm/allreduce_wire.h" /* groups, leaders, row width: the wire's conventions */
 
 /* The link between devices a and b: bandwidth (bytes/s) and latency (s). */
 typedef void (*allreduce_link_fn)(const void *ctx, int32_t a, int32_t b, double *bw, double *lat);
@@ -79,12 +79,12 @@ void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *u
  * rate: the codec's measured speed, fp32 bytes encoded and decoded a
  * second on one core (build/bench/bench_topk, rows of 512 to nearest, on
  * the 2-core AMD EPYC of session 12: 1.58 GB/s at 8 bits, 1.00 at 4). */
-#define ALLREDUCE_QUANT_RATE_8BIT   1.5e9
-#define ALLREDUCE_QUANT_RATE_4BIT   1.0e9
+#define ALLREDUCE_QUANT_RATE_8BIT 1.5e9
+#define ALLREDUCE_QUANT_RATE_4BIT 1.0e9
 /* 4 bits only where they shorten the all-reduce by 10% or more against 8:
  * they round 18 times coarser (7 levels a side against 127), which the
  * feedback carries into later steps. */
-#define ALLREDUCE_QUANT_4BIT_GAIN              0.9
+#define ALLREDUCE_QUANT_4BIT_GAIN 0.9
 
 /* Bytes on the wire for `floats` values as quantised rows. */
 double allreduce_quant_wire_bytes(double floats, int bits);
@@ -113,8 +113,9 @@ double allreduce_choose(const cluster *regions, const int32_t *dev, int32_t R, d
 static inline double allreduce_bucket_cap(double stage_bytes)
 {
     double cap = stage_bytes / 4;
-    return cap < ALLREDUCE_BUCKET_MIN_BYTES ? ALLREDUCE_BUCKET_MIN_BYTES
-           : cap > ALLREDUCE_BUCKET_MAX_BYTES ? ALLREDUCE_BUCKET_MAX_BYTES : cap;
+    return cap < ALLREDUCE_BUCKET_MIN_BYTES   ? ALLREDUCE_BUCKET_MIN_BYTES
+           : cap > ALLREDUCE_BUCKET_MAX_BYTES ? ALLREDUCE_BUCKET_MAX_BYTES
+                                              : cap;
 }
 
 /* The part of a stage's all-reduce that n buckets leave after the step's

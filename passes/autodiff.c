@@ -29,14 +29,14 @@
 #define GRAD_NAME_MAX 300
 
 typedef struct {
-    ir_graph    *g;
+    ir_graph *g;
     struct diag *err;
-    char        *needs_grad;   /* per value: depends on a parameter (float)          */
-    char        *relevant;     /* per forward node: on a path from a param to the loss */
-    int32_t     *expected;     /* per value: gradient contributions it will receive   */
-    int32_t    **contrib;      /* per value: the contributions so far                 */
-    int32_t     *n_contrib;
-    name_map    *value_names;  /* every value's name -> its index: ir_find_value scans
+    char *needs_grad;  /* per value: depends on a parameter (float)          */
+    char *relevant;    /* per forward node: on a path from a param to the loss */
+    int32_t *expected; /* per value: gradient contributions it will receive   */
+    int32_t **contrib; /* per value: the contributions so far                 */
+    int32_t *n_contrib;
+    name_map *value_names; /* every value's name -> its index: ir_find_value scans
                                   every value, quadratic over a model's gradients   */
 } autodiff;
 
@@ -164,7 +164,7 @@ static void mark(autodiff *ad, int32_t n_forward)
 static int differentiate(autodiff *ad, int32_t i, const int32_t *out_grads)
 {
     ir_graph *g = ad->g;
-    ir_node fwd = g->nodes[i];   /* a copy: adding nodes may move the array */
+    ir_node fwd = g->nodes[i]; /* a copy: adding nodes may move the array */
     const op_def *def = &op_table[fwd.op];
     if (fwd.op == OP_ADD) {
         for (int k = 0; k < fwd.n_in; k++)
@@ -230,9 +230,14 @@ int pass_autodiff(ir_graph *g, struct diag *err)
     for (int32_t i = 0; i < n_forward; i++)
         if (g->nodes[i].phase == PHASE_NONE)
             g->nodes[i].phase = PHASE_FORWARD;
-    autodiff ad = { g, err, calloc((size_t)n_values + 1, 1), calloc((size_t)n_forward + 1, 1),
-                    calloc((size_t)n_values + 1, sizeof(int32_t)), calloc((size_t)n_values + 1, sizeof(int32_t *)),
-                    calloc((size_t)n_values + 1, sizeof(int32_t)), name_map_new() };
+    autodiff ad = { g,
+                    err,
+                    calloc((size_t)n_values + 1, 1),
+                    calloc((size_t)n_forward + 1, 1),
+                    calloc((size_t)n_values + 1, sizeof(int32_t)),
+                    calloc((size_t)n_values + 1, sizeof(int32_t *)),
+                    calloc((size_t)n_values + 1, sizeof(int32_t)),
+                    name_map_new() };
     int rc = 0;
     for (int32_t v = 0; ad.value_names && v < n_values && rc == 0; v++)
         rc = name_map_add(ad.value_names, ir_value_name(g, v), v) < 0 ? -1 : 0;

@@ -43,15 +43,15 @@
 #define COMM_NAME_MAX 320
 
 typedef struct {
-    ir_graph    *g;
+    ir_graph *g;
     struct diag *err;
-    int32_t      n_old;        /* nodes before the pass                         */
-    int32_t     *anchor;       /* per new node: the old node it goes next to    */
-    char        *after;        /* per new node: 0 before the anchor, 1 after it,
+    int32_t n_old;   /* nodes before the pass                         */
+    int32_t *anchor; /* per new node: the old node it goes next to    */
+    char *after;     /* per new node: 0 before the anchor, 1 after it,
                                   2 after those                                  */
-    int32_t      cap;
-    int32_t      next_tensor;
-    const cluster *cluster;    /* the placement's devices (NULL: none)          */
+    int32_t cap;
+    int32_t next_tensor;
+    const cluster *cluster; /* the placement's devices (NULL: none)          */
 } comm_state;
 
 static int oom(comm_state *cs) { return diag_set(cs->err, ir_loc_file(cs->g, (ir_loc){ 0, 0 }), 0, "out of memory"); }
@@ -94,7 +94,8 @@ static int reorder(comm_state *cs)
     ir_graph *g = cs->g;
     int32_t n = g->n_nodes, added = n - cs->n_old, k = 0;
     ir_node *sorted = malloc(((size_t)n + 1) * sizeof *sorted);
-    int32_t *first = malloc(((size_t)cs->n_old + 1) * sizeof *first), *next = malloc(((size_t)added + 1) * sizeof *next);
+    int32_t *first = malloc(((size_t)cs->n_old + 1) * sizeof *first),
+            *next = malloc(((size_t)added + 1) * sizeof *next);
     if (!sorted || !first || !next) {
         free(sorted);
         free(first);
@@ -172,7 +173,7 @@ static int add_allreduces(comm_state *cs, const cluster *c, int quantise)
 {
     ir_graph *g = cs->g;
     int64_t *groups = calloc((size_t)g->placement.n_stages + 1, sizeof *groups);
-    int     *bits = calloc((size_t)g->placement.n_stages + 1, sizeof *bits);
+    int *bits = calloc((size_t)g->placement.n_stages + 1, sizeof *bits);
     if (!groups || !bits || allreduce_ways(g, c, quantise, groups, bits)) {
         free(groups);
         free(bits);
@@ -203,7 +204,8 @@ static int add_allreduces(comm_state *cs, const cluster *c, int quantise)
         snprintf(name, sizeof name, "%s:mean", ir_value_name(g, grad));
         ir_shape shape = g->values[grad].shape;
         int32_t n = new_node(cs, OP_ALLREDUCE, name, first, 0, stage, PHASE_UPDATE);
-        int32_t v = n < 0 ? -1 : ir_add_value(g, name, g->values[grad].dtype, ROLE_GRADIENT, &shape, g->values[grad].loc);
+        int32_t v =
+            n < 0 ? -1 : ir_add_value(g, name, g->values[grad].dtype, ROLE_GRADIENT, &shape, g->values[grad].loc);
         if (v < 0 || ir_node_add_input(g, n, grad) || ir_node_add_output(g, n, v) ||
             ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++) ||
             (groups[stage] && ir_node_set_int(g, n, ATTR_GROUPS, groups[stage])) ||
@@ -215,7 +217,7 @@ static int add_allreduces(comm_state *cs, const cluster *c, int quantise)
             for (int32_t r = rd.start[grad]; r < rd.start[grad + 1]; r++)
                 if (g->nodes[rd.at[r]].phase == PHASE_UPDATE)
                     replace_input(&g->nodes[rd.at[r]], grad, v);
-        } else {   /* a mean made above (two updates of one gradient): read where it was swapped in */
+        } else { /* a mean made above (two updates of one gradient): read where it was swapped in */
             for (int32_t j = 0; j < cs->n_old; j++)
                 if (g->nodes[j].phase == PHASE_UPDATE)
                     replace_input(&g->nodes[j], grad, v);
@@ -295,7 +297,7 @@ static int assign_buckets(ir_graph *g, const cluster *c)
          * micro-batch's backward on the stage's first device. */
         const int32_t *dev = p->device + (size_t)s * p->n_replicas;
         int64_t groups = n > 0 ? ir_node_int(&g->nodes[order[0]], ATTR_GROUPS, 0) : 0;
-        int     bits = n > 0 ? (int)ir_node_int(&g->nodes[order[0]], ATTR_BITS, 0) : 0;
+        int bits = n > 0 ? (int)ir_node_int(&g->nodes[order[0]], ATTR_BITS, 0) : 0;
         double ar = allreduce_way_seconds(dev, p->n_replicas, total, groups, bits, link_of_cluster, c);
         double latency = allreduce_way_seconds(dev, p->n_replicas, 1.0, groups, bits, link_of_cluster, c);
         double backward = 0.0;
@@ -350,7 +352,7 @@ static int clip_norm_per_stage(comm_state *cs, int32_t S)
         int32_t acc = n->in[1], producer = g->values[acc].producer;
         if (producer >= 0 && g->nodes[producer].stage != n->stage) {
             part[n_part++] = acc;
-            n->n_in = 1;   /* this run starts from zero */
+            n->n_in = 1; /* this run starts from zero */
         }
     }
     part[n_part++] = g->nodes[clip].in[0];
@@ -358,7 +360,7 @@ static int clip_norm_per_stage(comm_state *cs, int32_t S)
     ir_loc loc = g->nodes[clip].loc;
     int rc = 0;
     for (int32_t t = 0; t < S && rc == 0; t++) {
-        int32_t first = -1;   /* the first node on t that reads the scale */
+        int32_t first = -1; /* the first node on t that reads the scale */
         for (int32_t j = 0; j < cs->n_old && first < 0; j++)
             for (int k = 0; k < g->nodes[j].n_in; k++)
                 if (g->nodes[j].in[k] == scale && g->nodes[j].stage == t)
@@ -368,7 +370,7 @@ static int clip_norm_per_stage(comm_state *cs, int32_t S)
             continue;
         int32_t anchor = home ? clip : first, total = part[0];
         char name[COMM_NAME_MAX];
-        for (int32_t k = 1; k < n_part && rc == 0; k++) {   /* total = part[0] + part[1] + ... */
+        for (int32_t k = 1; k < n_part && rc == 0; k++) { /* total = part[0] + part[1] + ... */
             ir_shape shape = { 0 };
             snprintf(name, sizeof name, "sumsq.total:s%d.%d", t, k);
             int32_t n = new_node(cs, OP_ADD, name, anchor, 0, t, PHASE_UPDATE);
@@ -422,7 +424,8 @@ static int duplicate_sourceless(comm_state *cs, int32_t i, int32_t S)
         snprintf(name, sizeof name, "%s:s%d", ir_value_name(g, v), t);
         ir_shape shape = g->values[v].shape;
         int32_t n = new_node(cs, g->nodes[i].op, name, first, 0, t, g->nodes[first].phase);
-        int32_t copy = n < 0 ? -1 : ir_add_value(g, name, g->values[v].dtype, g->values[v].role, &shape, g->values[v].loc);
+        int32_t copy =
+            n < 0 ? -1 : ir_add_value(g, name, g->values[v].dtype, g->values[v].role, &shape, g->values[v].loc);
         if (copy < 0 || ir_node_add_output(g, n, copy))
             return oom(cs);
         g->nodes[n].n_attr = g->nodes[i].n_attr;
@@ -457,7 +460,7 @@ int comm_reader_rounds_weight(const ir_graph *g, int32_t node)
     const ir_node *n = &g->nodes[node];
     if (!op_is_product(n->op))
         return 0;
-    for (int k = 0; k < n->n_in; k++)   /* rt_op_product_dtype: a 16-bit operand makes it a 16-bit product */
+    for (int k = 0; k < n->n_in; k++) /* rt_op_product_dtype: a 16-bit operand makes it a 16-bit product */
         if (g->values[n->in[k]].dtype == DT_F16 || g->values[n->in[k]].dtype == DT_BF16)
             return 1;
     for (int k = 0; k < n->n_out; k++)
@@ -498,10 +501,10 @@ static int crosses_half(const comm_state *cs, const ir_readers *rd, int32_t v, i
  * node for each value and stage made the pass cubic, most of a 400-layer
  * GPT's compile. */
 typedef struct {
-    ir_readers rd;      /* the old nodes reading each value                   */
-    int32_t *first_on;  /* [S] v's first reader on stage t, when seen[t] == v */
-    int32_t *seen;      /* [S]                                                */
-    int32_t *last_in;   /* [S * PHASE_COUNT] the last old node of a stage and phase, -1 */
+    ir_readers rd;     /* the old nodes reading each value                   */
+    int32_t *first_on; /* [S] v's first reader on stage t, when seen[t] == v */
+    int32_t *seen;     /* [S]                                                */
+    int32_t *last_in;  /* [S * PHASE_COUNT] the last old node of a stage and phase, -1 */
 } cut_index;
 
 static int cut_index_build(const comm_state *cs, int32_t n_values, int32_t S, cut_index *x)
@@ -536,7 +539,7 @@ static int cut_value(comm_state *cs, cut_index *x, int32_t v, int32_t home, int3
     ir_graph *g = cs->g;
     const ir_readers *rd = &x->rd;
     int32_t producer = g->values[v].producer;
-    for (int32_t r = rd->start[v]; r < rd->start[v + 1]; r++) {   /* v's first reader on each stage */
+    for (int32_t r = rd->start[v]; r < rd->start[v + 1]; r++) { /* v's first reader on each stage */
         int32_t t = g->nodes[rd->at[r]].stage;
         if (x->seen[t] != v) {
             x->seen[t] = v;
@@ -562,7 +565,7 @@ static int cut_value(comm_state *cs, cut_index *x, int32_t v, int32_t home, int3
         int accumulate = partial_param_gradient(g, v, first);
         int32_t anchor = send_after_producer ? producer : first;
         if (accumulate && send_after_producer && x->last_in[home * PHASE_COUNT + (int)phase] > producer)
-            anchor = x->last_in[home * PHASE_COUNT + (int)phase];   /* the last of home's phase after it */
+            anchor = x->last_in[home * PHASE_COUNT + (int)phase]; /* the last of home's phase after it */
         snprintf(name, sizeof name, "%s:send%d", ir_value_name(g, v), t);
         int32_t s = new_node(cs, OP_SEND, name, anchor, send_after_producer ? 1 + accumulate : 0, home, phase);
         int half = once && crosses_half(cs, rd, v, home, t);
@@ -598,8 +601,8 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
     for (int32_t i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].stage < 0 || g->nodes[i].stage >= S)
             return diag_set(err, ir_loc_file(g, g->nodes[i].loc), g->nodes[i].loc.line,
-                            "node '%s' has no stage in [0, %d): the fence pass places every node",
-                            ir_node_name(g, i), S);
+                            "node '%s' has no stage in [0, %d): the fence pass places every node", ir_node_name(g, i),
+                            S);
     if (S == 1 && p->n_replicas == 1)
         return 0;
     /* First the clip's partial sums, placed among the old nodes; then the
@@ -614,9 +617,9 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
         return rc;
     comm_state cs = { g, err, g->n_nodes, NULL, NULL, 0, 0, opt ? opt->cluster : NULL };
     int32_t n_values = g->n_values;
-    double compress = 0.0;   /* --compress also quantises an all-reduce across regions (allreduce_plan.h) */
+    double compress = 0.0; /* --compress also quantises an all-reduce across regions (allreduce_plan.h) */
     if (opt && compress_parse(opt->compress, opt->cluster, &compress))
-        compress = 0.0;      /* the fence pass has refused a bad spec already */
+        compress = 0.0; /* the fence pass has refused a bad spec already */
     if (p->n_replicas > 1)
         rc = add_allreduces(&cs, opt ? opt->cluster : NULL, compress != 0.0);
     for (int32_t i = 0; i < cs.n_old && rc == 0; i++)

@@ -56,12 +56,12 @@ double compress_wire_bytes(const ir_graph *g, const ir_node *send)
     const ir_shape *sh = &g->values[v].shape;
     double density = ir_node_float(send, ATTR_DENSITY, 0.0);
     int bits = (int)ir_node_int(send, ATTR_BITS, 0);
-    if (bits == ATTR_BITS_HALF)   /* an f32 parameter in the graph's 16 bits (passes.h) */
+    if (bits == ATTR_BITS_HALF) /* an f32 parameter in the graph's 16 bits (passes.h) */
         return 2.0 * (double)ir_shape_numel(sh);
     if (bits <= 0 && (density <= 0.0 || density >= 1.0))
         return (double)ir_value_bytes(g, v);
     return compress_encoded_bytes((double)ir_shape_numel(sh), sh->rank > 0 ? (double)sh->dim[sh->rank - 1] : 1.0,
-                                  density, bits);   /* compress_rule.c: topk.h's or quant.h's encoding */
+                                  density, bits); /* compress_rule.c: topk.h's or quant.h's encoding */
 }
 
 int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
@@ -101,7 +101,8 @@ int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
         double bw = INFINITY, lat = 0.0;
         for (int32_t r = 0; r < p->n_replicas && to >= 0 && to < p->n_stages; r++) {
             double b, l;
-            cluster_link_between(c, p->device[send->stage * p->n_replicas + r], p->device[to * p->n_replicas + r], &b, &l);
+            cluster_link_between(c, p->device[send->stage * p->n_replicas + r], p->device[to * p->n_replicas + r], &b,
+                                 &l);
             bw = fmin(bw, b);
             lat = fmax(lat, l);
         }
@@ -115,22 +116,23 @@ int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err)
          * at B / (M R) when the plan replicates): its bytes are a lane's. */
         double bytes = (double)ir_value_bytes(g, send->in[0]);
         if (!(bytes / bw > budget))
-            continue;   /* fast enough: the link is not what the pipeline waits for */
+            continue; /* fast enough: the link is not what the pipeline waits for */
         int bits = 0;
         double rho = 0.0;
-        if (fixed < 0 && !param_grad) {   /* adatopk: rows of 8 bits, or 4 when 8 are still too slow */
+        if (fixed < 0 && !param_grad) { /* adatopk: rows of 8 bits, or 4 when 8 are still too slow */
             bits = compress_bits((double)ir_shape_numel(&g->values[send->in[0]].shape), bw, t_star);
         } else {
-            rho = compress_density((double)ir_shape_numel(&g->values[send->in[0]].shape), bytes, bw, budget, fixed);   /* compress_rule.c, shared with fence_cost.c */
+            rho = compress_density((double)ir_shape_numel(&g->values[send->in[0]].shape), bytes, bw, budget,
+                                   fixed); /* compress_rule.c, shared with fence_cost.c */
             if (rho <= 0.0)
-                continue;   /* the dense tensor is as small */
+                continue; /* the dense tensor is as small */
         }
         const ir_shape *sh = &g->values[send->in[0]].shape;
         double elements = (double)ir_shape_numel(sh);
-        if (!compress_pays(bytes, compress_encoded_bytes(elements, sh->rank > 0 ? (double)sh->dim[sh->rank - 1] : 1.0,
-                                                         rho, bits),
-                           bw, budget, compress_codec_seconds(elements), param_grad))
-            continue;   /* the codec would cost the stage more than the link saves */
+        if (!compress_pays(
+                bytes, compress_encoded_bytes(elements, sh->rank > 0 ? (double)sh->dim[sh->rank - 1] : 1.0, rho, bits),
+                bw, budget, compress_codec_seconds(elements), param_grad))
+            continue; /* the codec would cost the stage more than the link saves */
         if ((bits ? ir_node_set_int(g, i, ATTR_BITS, bits) : ir_node_set_float(g, i, ATTR_DENSITY, rho)) ||
             (!bits && param_grad && ir_node_set_int(g, i, ATTR_FEEDBACK, 1)))
             return diag_set(err, file, 0, "out of memory");

@@ -18,9 +18,9 @@
 
 #include "passes.h"
 
-#define KEPT_BYTES     8.0   /* a kept element: its value as fp32 and its index   */
-#define DENSITY_MIN    1e-3  /* keep at least 0.1%: below it training stalls      */
-#define ROW_BYTES_8    1.0   /* bytes an element costs at bits=8 (the row scales aside) */
+#define KEPT_BYTES  8.0  /* a kept element: its value as fp32 and its index   */
+#define DENSITY_MIN 1e-3 /* keep at least 0.1%: below it training stalls      */
+#define ROW_BYTES_8 1.0  /* bytes an element costs at bits=8 (the row scales aside) */
 
 /* Not given: adatopk on a cluster of several regions (sites joined by
  * links that may be slow), none on one. */
@@ -52,16 +52,13 @@ int compress_parse(const char *spec, const cluster *c, double *fixed)
 double compress_density(double elements, double bytes, double bw, double budget, double fixed)
 {
     if (fixed == 0.0 || !(bytes / bw > budget) || !(elements > 0))
-        return 0.0;   /* fast enough: the link is not what the pipeline waits for */
+        return 0.0; /* fast enough: the link is not what the pipeline waits for */
     double rho = fixed > 0 ? fixed : fmin(1.0, bw * budget / (elements * KEPT_BYTES));
     return rho >= bytes / (elements * KEPT_BYTES) ? 0.0 : fmax(rho, DENSITY_MIN);
 }
 
 /* Rows of 8 bits, or of 4 when 8 would still take longer than T*. */
-int compress_bits(double elements, double bw, double t_star)
-{
-    return ROW_BYTES_8 * elements / bw > t_star ? 4 : 8;
-}
+int compress_bits(double elements, double bw, double t_star) { return ROW_BYTES_8 * elements / bw > t_star ? 4 : 8; }
 
 /* runtime/comm/quant.h: a header, an fp32 scale a row, `bits` an element;
  * runtime/comm/topk.h: a header, then index/value pairs or a bitmap and the
@@ -76,10 +73,7 @@ double compress_encoded_bytes(double elements, double cols, double density, int 
     return 24.0 + fmin(8.0 * k, ceil(elements / 8.0) + 4.0 * k);
 }
 
-double compress_codec_seconds(double elements)
-{
-    return 4.0 * elements / COMPRESS_CODEC_BYTES_PER_SECOND;
-}
+double compress_codec_seconds(double elements) { return 4.0 * elements / COMPRESS_CODEC_BYTES_PER_SECOND; }
 
 /* A tensor's time budget: T* for what crosses each micro-batch.  A
  * parameter's partial gradient (summed over the step, sent after the
@@ -115,7 +109,7 @@ double compress_tensor_bytes(double elements, double elem_bytes, double cols, do
                              int micro_batches, double fixed, int grad_hops, double *codec_seconds)
 {
     double bytes = elem_bytes * elements, wire = bytes;
-    int    param_grad = grad_hops > 0;
+    int param_grad = grad_hops > 0;
     double budget = compress_budget(t_star, micro_batches, grad_hops);
     *codec_seconds = 0.0;
     if (fixed == 0.0 || !(bytes / bw > budget))

@@ -30,10 +30,14 @@
 const cluster_device *estimate_default_device(void)
 {
     /* One AVX2/FMA core at about its sgemm rate (local-1's figures). */
-    static const cluster_device cpu = { .name = "cpu0", .kind = DEVICE_CPU, .arch = "x86_64",
+    static const cluster_device cpu = { .name = "cpu0",
+                                        .kind = DEVICE_CPU,
+                                        .arch = "x86_64",
                                         .peak_flops = { [PEAK_FP32] = 50e9, [PEAK_BF16] = 50e9, [PEAK_FP16] = 50e9 },
                                         .memory_bytes = 4.0 * (1u << 30),
-                                        .memory_bandwidth = 10e9, .threads = 1, .slowdown = 1.0 };
+                                        .memory_bandwidth = 10e9,
+                                        .threads = 1,
+                                        .slowdown = 1.0 };
     return &cpu;
 }
 
@@ -59,7 +63,7 @@ double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device 
 {
     const ir_node *node = &g->nodes[n];
     if ((unsigned)node->op >= OP_COUNT || node->op == OP_SEND || node->op == OP_RECV)
-        return 0.0;   /* the link's time, not the device's */
+        return 0.0; /* the link's time, not the device's */
     const op_def *def = &op_table[node->op];
     double flops = def->flops_forward ? def->flops_forward(g, node) : 0.0;
     double bytes = def->bytes_forward ? def->bytes_forward(g, node) : 0.0;
@@ -76,7 +80,8 @@ double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device 
 
 double estimate_launch_seconds(const cluster_device *d)
 {
-    return (d->kind == DEVICE_CUDA ? LAUNCH_SECONDS_CUDA : LAUNCH_SECONDS_CPU) * (d->slowdown >= 1.0 ? d->slowdown : 1.0);
+    return (d->kind == DEVICE_CUDA ? LAUNCH_SECONDS_CUDA : LAUNCH_SECONDS_CPU) *
+           (d->slowdown >= 1.0 ? d->slowdown : 1.0);
 }
 
 double estimate_transfer_seconds(double bytes, double bandwidth, double latency)

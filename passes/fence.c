@@ -96,7 +96,7 @@ static int plan_megatron(const fence_model *m, int32_t M, const pass_options *op
             break;
         }
         candidate cd = { S, R, M, dev };
-        rc = fence_keep_if_better(b, m, &cd, end, 1, NULL, NULL) < 0 ? -1 : 0;   /* a user picks one that fits */
+        rc = fence_keep_if_better(b, m, &cd, end, 1, NULL, NULL) < 0 ? -1 : 0; /* a user picks one that fits */
     }
     free(dev);
     free(end);
@@ -108,15 +108,15 @@ static int plan_megatron(const fence_model *m, int32_t M, const pass_options *op
 static int plan_gcma(const fence_model *m, int32_t M, const pass_options *opt, int random, fence_best *b)
 {
     int32_t S = 0, R = 0, *dev = NULL, *end = NULL;
-    double  cost;
-    int     rc = gcma_schedule(m, opt, random, &S, &R, &dev, &end, &cost);
+    double cost;
+    int rc = gcma_schedule(m, opt, random, &S, &R, &dev, &end, &cost);
     if (rc == 0) {
         candidate cd = { S, R, M, dev };
         rc = fence_keep_if_better(b, m, &cd, end, 0, NULL, NULL);
     }
     free(dev);
     free(end);
-    return rc < 0 ? -1 : 0;   /* no shape fits: no plan, reported by the caller */
+    return rc < 0 ? -1 : 0; /* no shape fits: no plan, reported by the caller */
 }
 
 /* ---- applying a plan to the graph ------------------------------------------ */
@@ -161,7 +161,7 @@ static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p,
      * an add's pass-through, by sums for the add's inputs (on p or
      * before): the largest is p, where the value lives, so a residual
      * stream's gradient sums stay on their stage. */
-    int32_t *updater = home;   /* reused: updater[v], the first placed update of a param that reads gradient v */
+    int32_t *updater = home; /* reused: updater[v], the first placed update of a param that reads gradient v */
     for (int32_t v = 0; v < V; v++)
         updater[v] = -1;
     for (int32_t j = 0; j < n; j++)
@@ -187,7 +187,7 @@ static int assign_stages(ir_graph *g, const fence_model *m, const fence_plan *p,
                 node->stage = 0;
         }
     }
-    ir_readers rd;   /* a node's readers, not every node: a scan each was quadratic in the layers */
+    ir_readers rd; /* a node's readers, not every node: a scan each was quadratic in the layers */
     if (ir_readers_build(g, n, V, &rd)) {
         ir_readers_free(&rd);
         free(home);
@@ -266,8 +266,8 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
     const char *scheduler = opt->scheduler ? opt->scheduler : "opfence";
     if (strcmp(scheduler, "opfence") != 0 && strcmp(scheduler, "uniform") != 0 && strcmp(scheduler, "gcma") != 0 &&
         strcmp(scheduler, "random") != 0 && strcmp(scheduler, "megatron") != 0)
-        return diag_set(err, file, 0, "unknown scheduler '%s' (the schedulers: opfence, uniform, megatron, gcma, random)",
-                        scheduler);
+        return diag_set(err, file, 0,
+                        "unknown scheduler '%s' (the schedulers: opfence, uniform, megatron, gcma, random)", scheduler);
     double compress;
     if (compress_parse(opt->compress, opt->cluster, &compress))
         return diag_set(err, file, 0, "--compress expects none, topk:RHO (0 < RHO <= 1) or adatopk, found '%s'",
@@ -309,12 +309,13 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
         }
         rc = strcmp(scheduler, "uniform") == 0    ? plan_uniform(&m, M, &b)
              : strcmp(scheduler, "megatron") == 0 ? plan_megatron(&m, M, opt, &b)
-             : strcmp(scheduler, "gcma") == 0  ? plan_gcma(&m, M, opt, 0, &b)
-             : strcmp(scheduler, "random") == 0 ? plan_gcma(&m, M, opt, 1, &b)
-                                               : fence_search(&m, M, opt, fence_of, F, &b);
+             : strcmp(scheduler, "gcma") == 0     ? plan_gcma(&m, M, opt, 0, &b)
+             : strcmp(scheduler, "random") == 0   ? plan_gcma(&m, M, opt, 1, &b)
+                                                  : fence_search(&m, M, opt, fence_of, F, &b);
         if (rc || !b.dev) {
             if (opt->stages > 0 || opt->replicas > 0)
-                rc = diag_set(err, file, 0, "no placement of %d stages x %d replicas: the cluster has %d devices, the "
+                rc = diag_set(err, file, 0,
+                              "no placement of %d stages x %d replicas: the cluster has %d devices, the "
                               "model %d forward ops, and the replicas must divide the micro-batch (%lld rows)",
                               opt->stages, opt->replicas > 0 ? opt->replicas : 1, m.n_devices, m.n_fwd,
                               (long long)m.batch);
@@ -329,9 +330,9 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
         plan.n_nodes = g->n_nodes;
         plan.scheduler = strcmp(scheduler, "uniform") == 0    ? "uniform"
                          : strcmp(scheduler, "megatron") == 0 ? "megatron"
-                         : strcmp(scheduler, "gcma") == 0   ? "gcma"
-                         : strcmp(scheduler, "random") == 0 ? "random"
-                                                            : "opfence";
+                         : strcmp(scheduler, "gcma") == 0     ? "gcma"
+                         : strcmp(scheduler, "random") == 0   ? "random"
+                                                              : "opfence";
         plan.devices = malloc((size_t)S * (size_t)R * sizeof *plan.devices);
         plan.stage_of_node = malloc(((size_t)g->n_nodes + 1) * sizeof *plan.stage_of_node);
         plan.stage_compute = calloc((size_t)S, sizeof(double));

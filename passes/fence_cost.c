@@ -57,8 +57,8 @@ static inline double dmax(double a, double b) { return a > b ? a : b; }
  * stages (what the DP needs). */
 typedef struct {
     int32_t S, R;
-    int32_t *rows, *n_rows;   /* [S * R], [S] */
-    double  *bw, *lat;        /* [S * S] */
+    int32_t *rows, *n_rows; /* [S * R], [S] */
+    double *bw, *lat;       /* [S * S] */
 } lanes;
 
 static void lanes_free(lanes *l)
@@ -112,8 +112,8 @@ static int lanes_init(lanes *l, const fence_model *m, const candidate *cd, int p
  * 1/R of the micro-batch, which shrinks its ops' work but not their
  * launches; or a step's update from m->update (counts NULL: each replica
  * runs all of it). */
-static double stage_seconds(const fence_model *m, const lanes *l, const double *table, const int32_t *counts,
-                            int32_t s, int32_t j, int32_t k)
+static double stage_seconds(const fence_model *m, const lanes *l, const double *table, const int32_t *counts, int32_t s,
+                            int32_t j, int32_t k)
 {
     double worst = 0.0;
     size_t row = (size_t)m->n_fwd + 1;
@@ -139,8 +139,8 @@ static void tensor_traffic(const fence_model *m, int32_t v, int32_t R, int32_t M
                            double t_star, double *f, double *b, double *cf, double *cb, int *each_mb)
 {
     const ir_value *val = &m->g->values[v];
-    int    param = val->role == ROLE_PARAM, grad = fence_is_float(val->dtype) && val->role != ROLE_INPUT;
-    int    on = m->compress != 0.0 && t_star > 0 && fence_is_float(val->dtype);
+    int param = val->role == ROLE_PARAM, grad = fence_is_float(val->dtype) && val->role != ROLE_INPUT;
+    int on = m->compress != 0.0 && t_star > 0 && fence_is_float(val->dtype);
     double size = (double)ir_dtype_size(val->dtype);
     double elements = (double)ir_shape_numel(&val->shape) / (param ? 1 : R);
     double cols = val->shape.rank > 0 ? (double)val->shape.dim[val->shape.rank - 1] : 1.0;
@@ -169,7 +169,7 @@ static void cut_bytes(const fence_model *m, int32_t R, int32_t M, int32_t k, dou
     *fwd = *bwd = 0.0;
     for (int32_t i = m->cut_start[k]; i < m->cut_start[k + 1]; i++) {
         double f, b, cf, cb;
-        int    each;
+        int each;
         /* Where a parameter's readers are is not known here: its gradient
          * gets the whole step's budget (M T*).  Its 1/M share a
          * micro-batch is small beside the activations either way: a
@@ -188,9 +188,9 @@ static void cut_bytes(const fence_model *m, int32_t R, int32_t M, int32_t k, dou
  * codec's seconds a stage spends per forward / backward (a step's
  * parameter gradients spread over its M backwards). */
 typedef struct {
-    double *fwd, *bwd, *fwd_once, *bwd_once;   /* [S * S] */
-    double *held_once;                         /* [S * S] fwd_once as the receiver holds it (f32) */
-    double *codec_f, *codec_b;                 /* [S]     */
+    double *fwd, *bwd, *fwd_once, *bwd_once; /* [S * S] */
+    double *held_once;                       /* [S * S] fwd_once as the receiver holds it (f32) */
+    double *codec_f, *codec_b;               /* [S]     */
 } traffic;
 
 /* Does parameter v reach stage t in 16 bits (passes.h:
@@ -212,13 +212,13 @@ static int crosses_half(const fence_model *m, const candidate *cd, int32_t v, in
     return 1;
 }
 
-static int stage_traffic(const fence_model *m, const candidate *cd, const int32_t *end, const lanes *l,
-                         double t_star, traffic *tr)
+static int stage_traffic(const fence_model *m, const candidate *cd, const int32_t *end, const lanes *l, double t_star,
+                         traffic *tr)
 {
     const ir_graph *g = m->g;
     int32_t S = cd->S, M = cd->M;
     int32_t *stage_at = malloc(((size_t)m->n_fwd + 1) * sizeof *stage_at);
-    char    *sent = calloc((size_t)S, 1);
+    char *sent = calloc((size_t)S, 1);
     if (!stage_at || !sent) {
         free(stage_at);
         free(sent);
@@ -239,7 +239,7 @@ static int stage_traffic(const fence_model *m, const candidate *cd, const int32_
             sent[t] = 1;
             size_t ht = (size_t)home * S + t, th = (size_t)t * S + home;
             double f, b, cf, cb;
-            int    each;
+            int each;
             tensor_traffic(m, v, cd->R, M, t > home ? t - home : 1, l->bw[ht], t_star, &f, &b, &cf, &cb, &each);
             if (each) {
                 tr->fwd[ht] += f;
@@ -252,7 +252,7 @@ static int stage_traffic(const fence_model *m, const candidate *cd, const int32_
                 tr->held_once[ht] += f;
                 if (crosses_half(m, cd, v, t, stage_at, l->bw[ht])) {
                     double cast = comm_half_cast_seconds((double)ir_shape_numel(&g->values[v].shape));
-                    f /= 2.0;   /* the comm pass sends it in the graph's 16 bits, cast at both ends */
+                    f /= 2.0; /* the comm pass sends it in the graph's 16 bits, cast at both ends */
                     tr->codec_f[home] += cast / M;
                     tr->codec_f[t] += cast / M;
                 }
@@ -292,18 +292,18 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const lan
 {
     int32_t S = cd->S, M = cd->M;
     size_t SM = (size_t)S * (size_t)M, SS = (size_t)S * (size_t)S;
-    double  *link_free = calloc(SS, sizeof *link_free);
-    double  *ready_f = calloc(SM, sizeof *ready_f), *ready_b = calloc(SM, sizeof *ready_b);
+    double *link_free = calloc(SS, sizeof *link_free);
+    double *ready_f = calloc(SM, sizeof *ready_f), *ready_b = calloc(SM, sizeof *ready_b);
     int32_t *got_f = calloc(SM, sizeof *got_f), *got_b = calloc(SM, sizeof *got_b);
     int32_t *need_f0 = calloc((size_t)S, sizeof *need_f0), *need_f = calloc((size_t)S, sizeof *need_f);
     int32_t *need_b = calloc((size_t)S, sizeof *need_b);
-    double  *free_at = calloc((size_t)S, sizeof *free_at), *once_at = calloc((size_t)S, sizeof *once_at);
+    double *free_at = calloc((size_t)S, sizeof *free_at), *once_at = calloc((size_t)S, sizeof *once_at);
     int32_t *order = malloc(SM * 2 * sizeof *order), *next = calloc((size_t)S, sizeof *next);
-    double  *stage_time = calloc((size_t)S, sizeof *stage_time), *round_trip = calloc((size_t)S, sizeof *round_trip);
-    double  *transfer = calloc((size_t)S, sizeof *transfer), *backward = calloc((size_t)S, sizeof *backward);
+    double *stage_time = calloc((size_t)S, sizeof *stage_time), *round_trip = calloc((size_t)S, sizeof *round_trip);
+    double *transfer = calloc((size_t)S, sizeof *transfer), *backward = calloc((size_t)S, sizeof *backward);
     int32_t *warm = calloc((size_t)S, sizeof *warm);
     uint8_t *recompute = calloc((size_t)S, 1);
-    double   makespan = -1.0;
+    double makespan = -1.0;
     if (!link_free || !ready_f || !ready_b || !got_f || !got_b || !need_f0 || !need_f || !need_b || !free_at ||
         !once_at || !order || !next || !stage_time || !round_trip || !transfer || !backward || !warm || !recompute)
         goto done;
@@ -335,7 +335,7 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const lan
         for (int32_t s = 0; s < S; s++)
             while (next[s] < 2 * M) {
                 int32_t a = order[(size_t)s * 2 * M + next[s]], mb = a >= 0 ? a : -a - 1;
-                size_t  at = (size_t)s * M + mb;
+                size_t at = (size_t)s * M + mb;
                 int ready = a >= 0 ? got_f[at] == (mb == 0 ? need_f0[s] : need_f[s]) : got_b[at] == need_b[s];
                 if (!ready)
                     break;
@@ -362,17 +362,17 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const lan
                         got_b[to]++;
                     }
                     if (a < 0 && mb == M - 1 && tr->bwd_once[st] > 0)
-                        once_at[t] = fmax(once_at[t], arrive);   /* the receiver's update waits */
+                        once_at[t] = fmax(once_at[t], arrive); /* the receiver's update waits */
                 }
                 if (a >= 0 && need_b[s] == 0)
-                    ready_b[at] = done_at;   /* no gradient comes: its own loss */
+                    ready_b[at] = done_at; /* no gradient comes: its own loss */
                 next[s]++;
                 progress = 1;
             }
     }
     makespan = 0.0;
     for (int32_t s = 0; s < S; s++) {
-        if (next[s] < 2 * M) {   /* cannot happen for a pipeline of forward edges; be safe */
+        if (next[s] < 2 * M) { /* cannot happen for a pipeline of forward edges; be safe */
             makespan = INFINITY;
             break;
         }
@@ -433,7 +433,7 @@ static double allreduce_seconds(const fence_model *m, const candidate *cd, int32
 
 double fence_t_star(const fence_model *m, const candidate *cd, const int32_t *end)
 {
-    lanes  l;
+    lanes l;
     double t = 0.0;
     if (lanes_init(&l, m, cd, 0))
         return 0.0;
@@ -483,21 +483,20 @@ static double memory_fill(const fence_model *m, const candidate *cd, const int32
     return fill;
 }
 
-double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *end, fence_plan *out,
-                      double *fill)
+double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *end, fence_plan *out, double *fill)
 {
     int32_t S = cd->S;
-    size_t  SS = (size_t)S * (size_t)S;
-    lanes   l;
+    size_t SS = (size_t)S * (size_t)S;
+    lanes l;
     traffic tr = { 0 };
     double *f = calloc((size_t)S, sizeof *f), *b = calloc((size_t)S, sizeof *b), *c = calloc((size_t)S, sizeof *c);
     int32_t *warm = calloc((size_t)S, sizeof *warm);
-    double  *most = calloc((size_t)S, sizeof *most), *most_replay = calloc((size_t)S, sizeof *most_replay);
+    double *most = calloc((size_t)S, sizeof *most), *most_replay = calloc((size_t)S, sizeof *most_replay);
     uint8_t *recompute = calloc((size_t)S, 1);
-    double  *first = calloc((size_t)S, sizeof *first), *last = calloc((size_t)S, sizeof *last);
-    double  *ar_of = calloc((size_t)S, sizeof *ar_of), *upd_of = calloc((size_t)S, sizeof *upd_of), upd_max = 0.0;
-    int     *bits = calloc((size_t)S, sizeof *bits);   /* each stage's all-reduce: 0 dense, else quantised */
-    int      have_lanes = lanes_init(&l, m, cd, 1) == 0;
+    double *first = calloc((size_t)S, sizeof *first), *last = calloc((size_t)S, sizeof *last);
+    double *ar_of = calloc((size_t)S, sizeof *ar_of), *upd_of = calloc((size_t)S, sizeof *upd_of), upd_max = 0.0;
+    int *bits = calloc((size_t)S, sizeof *bits); /* each stage's all-reduce: 0 dense, else quantised */
+    int have_lanes = lanes_init(&l, m, cd, 1) == 0;
     tr.fwd = calloc(SS, sizeof *tr.fwd);
     tr.bwd = calloc(SS, sizeof *tr.bwd);
     tr.fwd_once = calloc(SS, sizeof *tr.fwd_once);
@@ -508,9 +507,9 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     double T = INFINITY;
     if (fill)
         *fill = INFINITY;
-    if (!f || !b || !c || !warm || !most || !most_replay || !recompute || !first || !last || !ar_of || !upd_of || !bits ||
-        !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once || !tr.held_once ||
-        !tr.codec_f || !tr.codec_b)
+    if (!f || !b || !c || !warm || !most || !most_replay || !recompute || !first || !last || !ar_of || !upd_of ||
+        !bits || !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once || !tr.held_once || !tr.codec_f ||
+        !tr.codec_b)
         goto done;
     /* Compute per micro-batch, T* (the compress pass's target), then the
      * traffic at the sizes it will send and the codec's time. */
@@ -534,7 +533,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
         double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
         double upd = stage_seconds(m, &l, m->update, NULL, s, j, end[s]);
         double latency, ar = allreduce_seconds(m, cd, s, grads, &latency, &bits[s]);
-        if (ar > 0.0)   /* the buckets go during the last backward (the comm pass's assign_buckets) */
+        if (ar > 0.0) /* the buckets go during the last backward (the comm pass's assign_buckets) */
             ar = allreduce_exposed_seconds(ar, latency, b[s], grads);
         sum += cs;
         if (cs > bottleneck)
@@ -543,7 +542,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
             size_t next = (size_t)s * S + s + 1;
             cut_bytes(m, cd->R, cd->M, end[s], l.bw[next], t_star, &fwd, &bwd);
             busy = fmax(fwd, bwd) / l.bw[next];
-            sum += (fwd + bwd) / l.bw[next] + 2.0 * l.lat[next];   /* the first micro-batch's round trip */
+            sum += (fwd + bwd) / l.bw[next] + 2.0 * l.lat[next]; /* the first micro-batch's round trip */
             if (busy > bottleneck)
                 bottleneck = busy, where = s, is_link = 1;
         }
@@ -564,14 +563,14 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     for (int32_t s = 0; m->clip && s < S; s++)
         for (int32_t t = 0; t < S; t++)
             norm_sync = fmax(norm_sync, s == t ? 0.0 : l.lat[(size_t)s * S + t]);
-    for (int32_t s = 0; s < S; s++) {   /* the warm-up the schedule pass will allow (schedule.c) */
+    for (int32_t s = 0; s < S; s++) { /* the warm-up the schedule pass will allow (schedule.c) */
         double state, stash, replay, memory;
         stage_memory(m, cd, end, &tr, bits, s, &state, &stash, &replay, &memory);
         most[s] = schedule_warmup_most(memory, state, stash);
         most_replay[s] = schedule_warmup_most(memory, state, replay);
     }
     double pipeline = simulate_1f1b(m, cd, &l, &tr, f, b, most, most_replay, warm, recompute, first, last);
-    if (pipeline < 0) {   /* out of memory: the closed form instead, plain 1F1B */
+    if (pipeline < 0) { /* out of memory: the closed form instead, plain 1F1B */
         pipeline = sum + (cd->M - 1) * bottleneck;
         for (int32_t s = 0; s < S; s++) {
             warm[s] = S - s - 1;
@@ -628,32 +627,31 @@ done:
 
 /* ---- the cut ----------------------------------------------------------------- */
 
-
 /* The DP over a chain of stages (fence_cost.h).  best[s][k]: the least
  * bottleneck of positions [0, k] on stages [0, s]; stage s is [j, k].  The
  * rows depend only on the first s + 1 stages' devices, so one table serves
  * every S up to the chain's length; rows are filled as they are asked for. */
 struct fence_dp {
     const fence_model *m;
-    lanes    l;
-    int32_t  S_max, n, M;
-    int32_t  rows;             /* rows filled so far                                */
-    double   t_star;
-    double  *best, *cut;       /* [S_max * n], [(S_max - 1) * n]                     */
-    int32_t *from;             /* [S_max * n]                                        */
-    const int32_t *cd_dev;     /* the candidate's devices, [S_max * R]               */
-    double  *prefix;           /* [n + 1] scratch: a stage's seconds as one prefix    */
-    int      memory;           /* stages must fit their devices' memory (S = S_max)   */
+    lanes l;
+    int32_t S_max, n, M;
+    int32_t rows; /* rows filled so far                                */
+    double t_star;
+    double *best, *cut;    /* [S_max * n], [(S_max - 1) * n]                     */
+    int32_t *from;         /* [S_max * n]                                        */
+    const int32_t *cd_dev; /* the candidate's devices, [S_max * R]               */
+    double *prefix;        /* [n + 1] scratch: a stage's seconds as one prefix    */
+    int memory;            /* stages must fit their devices' memory (S = S_max)   */
 };
 
 fence_dp *fence_dp_new(const fence_model *m, const candidate *cd, double t_star, int memory)
 {
     fence_dp *dp = calloc(1, sizeof *dp);
-    int32_t   S = cd->S, n = m->n_fwd;
+    int32_t S = cd->S, n = m->n_fwd;
     if (!dp)
         return NULL;
     dp->m = m, dp->S_max = S, dp->n = n, dp->M = cd->M, dp->t_star = t_star, dp->memory = memory;
-    dp->cd_dev = cd->dev;   /* read while rows are filled: the caller keeps it */
+    dp->cd_dev = cd->dev; /* read while rows are filled: the caller keeps it */
     int have_lanes = lanes_init(&dp->l, m, cd, 0) == 0;
     dp->best = malloc((size_t)S * (size_t)n * sizeof *dp->best + 1);
     dp->cut = malloc((size_t)(S > 1 ? S - 1 : 1) * (size_t)n * sizeof *dp->cut + 1);
@@ -685,9 +683,9 @@ void fence_dp_free(fence_dp *dp)
  * several stages)?  Only more so as j falls. */
 static int stage_too_big(const fence_model *m, int32_t R, double in_flight, double have, int32_t j, int32_t k)
 {
-    return have < INFINITY && 4.0 * (m->param_bytes[k + 1] - m->param_bytes[j]) +
-                                      in_flight * (m->act_bytes[k + 1] - m->act_bytes[j]) / R >
-                                  have - 2.0 * m->shared_bytes;
+    return have < INFINITY &&
+           4.0 * (m->param_bytes[k + 1] - m->param_bytes[j]) + in_flight * (m->act_bytes[k + 1] - m->act_bytes[j]) / R >
+               have - 2.0 * m->shared_bytes;
 }
 
 /* Row s >= 1 of a stage of alike replicas (its seconds the prefix t) by
@@ -707,10 +705,10 @@ static int dp_row_fast(const fence_dp *dp, int32_t s, const double *t, const dou
     for (int32_t k = 1; k <= n && have < INFINITY; k++)
         if (!(m->param_bytes[k] >= m->param_bytes[k - 1]) || !(m->act_bytes[k] >= m->act_bytes[k - 1]))
             return 1;
-    double  *b = malloc(((size_t)n + 1) * sizeof *b);
+    double *b = malloc(((size_t)n + 1) * sizeof *b);
     int32_t *lo = malloc(((size_t)n + 1) * sizeof *lo);
-    int      rc = b && lo ? 0 : 1;
-    for (int32_t j = 1; j < n && rc == 0; j++) {   /* b[j]: stage s starts at j */
+    int rc = b && lo ? 0 : 1;
+    for (int32_t j = 1; j < n && rc == 0; j++) { /* b[j]: stage s starts at j */
         rc = isnan(prev[j - 1]) || isnan(cut[j - 1]);
         b[j] = dmax(prev[j - 1], cut[j - 1]);
     }
@@ -722,7 +720,7 @@ static int dp_row_fast(const fence_dp *dp, int32_t s, const double *t, const dou
         lo[k] = k < s ? k + 1 : a;
     }
     if (n > 0 && rc == 0)
-        b[0] = INFINITY;   /* never read: j >= s >= 1 */
+        b[0] = INFINITY; /* never read: j >= s >= 1 */
     if (rc == 0 && fence_dp_row(b, t, lo, n, FENCE_DP_SCAN_STEPS, best, from))
         rc = 1;
     free(b);
@@ -742,14 +740,14 @@ static void dp_fill_row(fence_dp *dp, int32_t s)
     int32_t n = dp->n;
     /* One row: the stage's seconds as one prefix, t[k + 1] - t[j], its
      * work shared by the R replicas and its launches not (stage_seconds). */
-    double  *t = l->n_rows[s] == 1 ? dp->prefix : NULL;
+    double *t = l->n_rows[s] == 1 ? dp->prefix : NULL;
     if (t) {
         int32_t r = l->rows[s * l->R];
         const double *p = m->time + (size_t)r * ((size_t)n + 1);
         for (int32_t k = 0; k <= n; k++)
             t[k] = p[k] / l->R + m->launch[r] * (1.0 - 1.0 / l->R) * m->n_ops[k];
     }
-    double  *best = dp->best + (size_t)s * n;
+    double *best = dp->best + (size_t)s * n;
     int32_t *from = dp->from + (size_t)s * n;
     double have = INFINITY, in_flight = dp->S_max - s < dp->M ? dp->S_max - s : dp->M;
     for (int32_t r = 0; dp->memory && r < l->R; r++)
@@ -757,15 +755,15 @@ static void dp_fill_row(fence_dp *dp, int32_t s)
             have = fmin(have, m->devices[dp->cd_dev[s * l->R + r]].memory_bytes);
     if (s == 0) {
         for (int32_t k = 0; k < n; k++) {
-            int fits = !(have < INFINITY) ||
-                       4.0 * m->param_bytes[k + 1] + in_flight * m->act_bytes[k + 1] / l->R <= have - 2.0 * m->shared_bytes;
+            int fits = !(have < INFINITY) || 4.0 * m->param_bytes[k + 1] + in_flight * m->act_bytes[k + 1] / l->R <=
+                                                 have - 2.0 * m->shared_bytes;
             best[k] = !fits ? INFINITY : t ? t[k + 1] - t[0] : stage_seconds(m, l, m->time, m->n_ops, 0, 0, k);
             from[k] = -1;
         }
         return;
     }
     double *cut = dp->cut + (size_t)(s - 1) * n;
-    size_t  link = (size_t)(s - 1) * l->S + s;
+    size_t link = (size_t)(s - 1) * l->S + s;
     for (int32_t k = 0; k < n; k++) {
         double fwd, bwd;
         cut_bytes(m, l->R, dp->M, k, l->bw[link], dp->t_star, &fwd, &bwd);
@@ -775,9 +773,9 @@ static void dp_fill_row(fence_dp *dp, int32_t s)
     if (t && dp_row_fast(dp, s, t, prev, cut, have, in_flight, best, from) == 0)
         return;
     for (int32_t k = 0; k < n; k++) {
-        double  bound = INFINITY;
+        double bound = INFINITY;
         int32_t arg = -1;
-        for (int32_t j = k; j >= s; j--) {   /* stage s-1 ends at j-1 */
+        for (int32_t j = k; j >= s; j--) { /* stage s-1 ends at j-1 */
             double here = t ? t[k + 1] - t[j] : stage_seconds(m, l, m->time, m->n_ops, s, j, k);
             /* Memory only grows as the stage does: the first j that does not
              * fit ends the search. */
@@ -799,7 +797,7 @@ int fence_dp_cuts(fence_dp *dp, int32_t S, int32_t *end)
     for (; dp->rows < S; dp->rows++)
         dp_fill_row(dp, dp->rows);
     if (!(dp->best[(size_t)(S - 1) * dp->n + dp->n - 1] < INFINITY))
-        return -1;   /* no cut fits (memory) */
+        return -1; /* no cut fits (memory) */
     for (int32_t s = S - 1, k = dp->n - 1; s >= 0; s--) {
         end[s] = k;
         k = dp->from[(size_t)s * dp->n + k];

@@ -10,56 +10,56 @@
 
 typedef struct {
     const ir_graph *g;
-    const cluster  *c;
-    int32_t         n_devices;
-    const cluster_device *devices;   /* c->devices, or the default device     */
-    int32_t  n_fwd;                  /* forward ops                           */
-    int32_t *fwd;                    /* [n_fwd] node index                    */
-    int32_t *fwd_pos;                /* [n_nodes] position in fwd, or -1      */
-    int32_t *owner;                  /* [n_nodes] the forward position a backward op belongs to */
-    int32_t  n_rows;                 /* distinct rows of the time tables      */
-    int32_t *row_of;                 /* [n_devices] the device's row (devices alike share one) */
-    double  *time;                   /* [n_rows][n_fwd + 1] prefix sums: forward + backward seconds */
-    double  *time_fwd;               /* [n_rows][n_fwd + 1] prefix sums: forward seconds alone */
-    double  *update;                 /* [n_rows][n_fwd + 1] prefix sums: optimizer seconds */
-    double  *launch;                 /* [n_rows] an op's fixed seconds (estimate_launch_seconds)   */
-    int32_t *n_ops, *n_ops_fwd;      /* [n_fwd + 1] prefix counts of the ops in time and time_fwd:
+    const cluster *c;
+    int32_t n_devices;
+    const cluster_device *devices;  /* c->devices, or the default device     */
+    int32_t n_fwd;                  /* forward ops                           */
+    int32_t *fwd;                   /* [n_fwd] node index                    */
+    int32_t *fwd_pos;               /* [n_nodes] position in fwd, or -1      */
+    int32_t *owner;                 /* [n_nodes] the forward position a backward op belongs to */
+    int32_t n_rows;                 /* distinct rows of the time tables      */
+    int32_t *row_of;                /* [n_devices] the device's row (devices alike share one) */
+    double *time;                   /* [n_rows][n_fwd + 1] prefix sums: forward + backward seconds */
+    double *time_fwd;               /* [n_rows][n_fwd + 1] prefix sums: forward seconds alone */
+    double *update;                 /* [n_rows][n_fwd + 1] prefix sums: optimizer seconds */
+    double *launch;                 /* [n_rows] an op's fixed seconds (estimate_launch_seconds)   */
+    int32_t *n_ops, *n_ops_fwd;     /* [n_fwd + 1] prefix counts of the ops in time and time_fwd:
                                       * a replica's 1/R of the micro-batch costs (t - ops launch) / R
                                       * + ops launch, the launches not shrinking with it */
-    double  *param_bytes;            /* [n_fwd + 1] prefix sums of the params each op owns */
-    double  *act_bytes;              /* [n_fwd + 1] prefix sums of the forward outputs a backward op
+    double *param_bytes;            /* [n_fwd + 1] prefix sums of the params each op owns */
+    double *act_bytes;              /* [n_fwd + 1] prefix sums of the forward outputs a backward op
                                       * reads: what a micro-batch in flight keeps (all replicas)  */
-    double  *cut_fwd, *cut_bwd;      /* [n_fwd] activation (and input) bytes crossing the cut after
+    double *cut_fwd, *cut_bwd;      /* [n_fwd] activation (and input) bytes crossing the cut after
                                       * position k each micro-batch, forward and back (params apart) */
-    double  *cut_param;              /* [n_fwd] parameter bytes crossing it (once a step, and their
+    double *cut_param;              /* [n_fwd] parameter bytes crossing it (once a step, and their
                                       * gradient back once a step)                           */
-    int32_t *cut_start, *cut_vals;   /* the values crossing the cut after k:
+    int32_t *cut_start, *cut_vals;  /* the values crossing the cut after k:
                                       * cut_vals[cut_start[k] .. cut_start[k + 1])           */
-    int32_t *read_start, *read_pos;  /* the forward positions reading value v after its first:
+    int32_t *read_start, *read_pos; /* the forward positions reading value v after its first:
                                       * read_pos[read_start[v] .. read_start[v + 1]), ascending */
-    int32_t *layer_ops;              /* [n_fwd + 1] prefix counts of parameterised forward ops */
-    int32_t *first_fwd;              /* [n_values] the forward position that makes (or first reads) it, -1 */
-    double  *link_bw, *link_lat;     /* [n_devices^2] bytes/s and s (NULL without a cluster) */
-    double   max_cut_tensor;         /* the largest activation (or input) crossing any cut, and */
-    double   max_cut_param;          /* the largest parameter: what compression could shrink    */
-    double   shared_bytes;           /* params read by more than one forward op (GPT-2's tied wte):
+    int32_t *layer_ops;             /* [n_fwd + 1] prefix counts of parameterised forward ops */
+    int32_t *first_fwd;             /* [n_values] the forward position that makes (or first reads) it, -1 */
+    double *link_bw, *link_lat;     /* [n_devices^2] bytes/s and s (NULL without a cluster) */
+    double max_cut_tensor;          /* the largest activation (or input) crossing any cut, and */
+    double max_cut_param;           /* the largest parameter: what compression could shrink    */
+    double shared_bytes;            /* params read by more than one forward op (GPT-2's tied wte):
                                       * a stage may hold a copy of them and its gradient        */
-    int64_t  batch;                  /* rows of the micro-batch (leading dim of the first input) */
-    int      clip;                   /* the optimizer clips: stages agree on a norm each step */
-    double   compress;               /* what the compress pass will do (compress_parse): 0 none,
+    int64_t batch;                  /* rows of the micro-batch (leading dim of the first input) */
+    int clip;                       /* the optimizer clips: stages agree on a norm each step */
+    double compress;                /* what the compress pass will do (compress_parse): 0 none,
                                       * -1 adatopk, else topk's density; the fence pass sets it */
-    int      recompute;              /* schedule_plan's mode (--recompute); the fence pass sets it */
+    int recompute;                  /* schedule_plan's mode (--recompute); the fence pass sets it */
 } fence_model;
 
 /* A candidate: S stages of R devices each (dev[s * R + r]), M micro-batches. */
 typedef struct {
     int32_t S, R, M;
-    const int32_t *dev;      /* [S*R] */
+    const int32_t *dev; /* [S*R] */
 } candidate;
 
-int  fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struct diag *err);
+int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struct diag *err);
 void fence_model_free(fence_model *m);
-int  fence_is_float(ir_dtype dt);
+int fence_is_float(ir_dtype dt);
 /* Bandwidth (bytes/s) and latency (s) between devices a and b (no cluster:
  * one device, infinitely fast). */
 void fence_link_of(const fence_model *m, int32_t a, int32_t b, double *bw, double *lat);
@@ -71,7 +71,7 @@ void fence_link_of(const fence_model *m, int32_t a, int32_t b, double *bw, doubl
  * with plain 1F1B's micro-batches in flight (min(M, S - s); fence_cost.h's
  * need otherwise).  0, or -1 when there are fewer ops than stages, no cut
  * fits, or no memory. */
-int  fence_cut_dp(const fence_model *m, const candidate *cd, double t_star, int memory, int32_t *end);
+int fence_cut_dp(const fence_model *m, const candidate *cd, double t_star, int memory, int32_t *end);
 /* The same DP as a table reusable for every S up to cd->S: its rows
  * depend only on the first stages' devices, so a chain of devices cut for
  * S = 1, 2, ... (the search's candidates on a window, when the S*R devices
@@ -82,9 +82,9 @@ int  fence_cut_dp(const fence_model *m, const candidate *cd, double t_star, int 
  * NULL when out of memory. */
 typedef struct fence_dp fence_dp;
 fence_dp *fence_dp_new(const fence_model *m, const candidate *cd, double t_star, int memory);
-int       fence_dp_cuts(fence_dp *dp, int32_t S, int32_t *end);
-double    fence_dp_bottleneck(fence_dp *dp, int32_t S);
-void      fence_dp_free(fence_dp *dp);
+int fence_dp_cuts(fence_dp *dp, int32_t S, int32_t *end);
+double fence_dp_bottleneck(fence_dp *dp, int32_t S);
+void fence_dp_free(fence_dp *dp);
 /* T* of the candidate cut at end[]: its largest stage compute per micro-batch. */
 double fence_t_star(const fence_model *m, const candidate *cd, const int32_t *end);
 /* The estimated step of the candidate cut at end[]; when out is not NULL

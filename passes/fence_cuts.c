@@ -107,7 +107,7 @@ int fence_front_cuts(const fence_model *m, int32_t S, int32_t front, int32_t *en
     }
     for (int32_t s = 0; rc == 0 && s < S; s++)
         if (end[s] < 0 || (s > 0 && end[s] <= end[s - 1]))
-            rc = -1;   /* a stage without ops */
+            rc = -1; /* a stage without ops */
     free(layer);
     return rc;
 }

@@ -29,10 +29,10 @@
  * lesser of two overlapping runs.  n (levels + 1) doubles. */
 typedef struct {
     double **min;
-    int32_t  levels;
+    int32_t levels;
 } min_table;
 
-static inline double dmin(double a, double b) { return b < a ? b : a; }   /* no NaN here */
+static inline double dmin(double a, double b) { return b < a ? b : a; } /* no NaN here */
 
 static int32_t floor_log2(uint32_t x) { return 31 - __builtin_clz(x); }
 
@@ -71,7 +71,7 @@ static void query(const min_table *tb, const double *t, int32_t lo, int32_t k, d
 {
     double end = t[k + 1], least;
     int32_t a = lo, z = k + 1;
-    while (a < z) {   /* the first p where H(p) <= M(p), or k + 1 */
+    while (a < z) { /* the first p where H(p) <= M(p), or k + 1 */
         int32_t p = a + (z - a) / 2;
         if (end - t[p] <= range_min(tb, p, k))
             z = p;
@@ -82,14 +82,14 @@ static void query(const min_table *tb, const double *t, int32_t lo, int32_t k, d
         least = end - t[k];
     else
         least = a > lo ? dmin(range_min(tb, a, k), end - t[a - 1]) : range_min(tb, a, k);
-    for (a = lo, z = k; a < z;) {   /* the first j where H(j) <= least (j = k at the latest) */
+    for (a = lo, z = k; a < z;) { /* the first j where H(j) <= least (j = k at the latest) */
         int32_t p = a + (z - a) / 2;
         if (end - t[p] <= least)
             z = p;
         else
             a = p + 1;
     }
-    for (z = k; a < z;) {   /* then the first j from there with b[j] <= least: min b[a .. p] only falls as p grows */
+    for (z = k; a < z;) { /* then the first j from there with b[j] <= least: min b[a .. p] only falls as p grows */
         int32_t p = a + (z - a) / 2;
         if (range_min(tb, a, p) <= least)
             z = p;
@@ -103,10 +103,10 @@ static void query(const min_table *tb, const double *t, int32_t lo, int32_t k, d
 int fence_dp_row(const double *b, const double *t, const int32_t *lo, int32_t n, int32_t scan_steps, double *best,
                  int32_t *from)
 {
-    min_table tb = { NULL, 0 };   /* built for the first scan that runs long */
-    int       rc = 0;
+    min_table tb = { NULL, 0 }; /* built for the first scan that runs long */
+    int rc = 0;
     for (int32_t k = 0; k < n && rc == 0; k++) {
-        double  bound = INFINITY;
+        double bound = INFINITY;
         int32_t arg = -1, j = k, steps = 0;
         for (; j >= lo[k] && steps < scan_steps; j--, steps++) {
             double here = t[k + 1] - t[j];
@@ -116,7 +116,7 @@ int fence_dp_row(const double *b, const double *t, const int32_t *lo, int32_t n,
             if (v <= bound)
                 bound = v, arg = j - 1;
         }
-        if (j < lo[k] || steps < scan_steps) {   /* the scan ended */
+        if (j < lo[k] || steps < scan_steps) { /* the scan ended */
             best[k] = bound;
             from[k] = arg;
         } else if (tb.min || (rc = table_build(&tb, b, n)) == 0) {

@@ -341,7 +341,7 @@ int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struc
     /* The crossing values themselves, per cut (the compressed cost prices
      * each tensor alone): counts first, then prefix offsets, then fill. */
     for (int32_t k = 1; k <= m->n_fwd; k++)
-        m->cut_start[k] += m->cut_start[k - 1];   /* here: how many cross the cut after k - 1 */
+        m->cut_start[k] += m->cut_start[k - 1]; /* here: how many cross the cut after k - 1 */
     {
         int32_t total = 0;
         for (int32_t k = 0; k < m->n_fwd; k++) {

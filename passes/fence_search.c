@@ -44,13 +44,13 @@
 #include "fence_cuts.h"
 #include "fence_search.h"
 
-#define FENCE_GAP_RATIO   4.0    /* bandwidths this far apart are different fences      */
-#define FENCE_MAX_PERMUTE 7      /* up to this many fences, every chain order is tried   */
-#define FENCE_ALL_WINDOWS 256    /* up to this many windows, every one is tried          */
-#define FENCE_ALL_S       64     /* up to this many stage counts, every one is tried     */
-#define FENCE_S_RATIO     1.25   /* the stage-count grid beyond                          */
-#define FENCE_PATIENCE    1      /* windows widened past the last improvement            */
-#define FENCE_WORK_BUDGET 4e9    /* elementary steps (DP cells, simulated sends) in all  */
+#define FENCE_GAP_RATIO   4.0  /* bandwidths this far apart are different fences      */
+#define FENCE_MAX_PERMUTE 7    /* up to this many fences, every chain order is tried   */
+#define FENCE_ALL_WINDOWS 256  /* up to this many windows, every one is tried          */
+#define FENCE_ALL_S       64   /* up to this many stage counts, every one is tried     */
+#define FENCE_S_RATIO     1.25 /* the stage-count grid beyond                          */
+#define FENCE_PATIENCE    1    /* windows widened past the last improvement            */
+#define FENCE_WORK_BUDGET 4e9  /* elementary steps (DP cells, simulated sends) in all  */
 
 /* ---- fences ---------------------------------------------------------------- */
 
@@ -70,7 +70,7 @@ static int32_t find_root(int32_t *parent, int32_t x)
 int32_t fence_find(const fence_model *m, int32_t *fence_of)
 {
     int32_t N = m->n_devices;
-    size_t  n_links = 0;
+    size_t n_links = 0;
     double *bws = malloc(((size_t)N * (size_t)N / 2 + 1) * sizeof *bws), threshold = 0.0;
     int32_t *parent = malloc(((size_t)N + 1) * sizeof *parent);
     for (int32_t d = 0; d < N; d++)
@@ -169,7 +169,7 @@ static void order_fences(const double *cost, int32_t F, int32_t *order)
         for (int32_t i = 0; i < F; i++)
             perm[i] = i;
         int32_t i = 0;
-        do {   /* every permutation */
+        do { /* every permutation */
             double len = 0.0;
             for (int32_t k = 1; k < F; k++)
                 len += cost[(size_t)perm[k - 1] * F + perm[k]];
@@ -242,8 +242,8 @@ static void order_regions_in_fence(const fence_model *m, int32_t *chain, int32_t
     int32_t *region = malloc((size_t)n * sizeof *region), *first = malloc((size_t)n * sizeof *first);
     int32_t *order = malloc((size_t)n * sizeof *order), *perm = malloc((size_t)n * sizeof *perm);
     int32_t *copy = malloc((size_t)n * sizeof *copy);
-    double  *inv_bw = NULL, *mib = NULL;
-    int32_t  G = 0;
+    double *inv_bw = NULL, *mib = NULL;
+    int32_t G = 0;
     if (!region || !first || !order || !perm || !copy)
         goto done;
     /* The fence's regions, numbered 0.. by first appearance in the chain. */
@@ -273,7 +273,7 @@ static void order_regions_in_fence(const fence_model *m, int32_t *chain, int32_t
      * embedding) crosses between them each step, as many bytes as a
      * link's activations (GPT-3 XL: 412 MB against 128 x 5 MB): then the
      * chain is priced as a ring, the last region back to the first. */
-    int    cycle = ring || m->shared_bytes > 0;
+    int cycle = ring || m->shared_bytes > 0;
     double best_worst = INFINITY, best_sum = INFINITY, sum, worst;
     for (int32_t g = 0; g < G; g++)
         order[g] = g;
@@ -282,7 +282,7 @@ static void order_regions_in_fence(const fence_model *m, int32_t *chain, int32_t
         for (int32_t g = 0; g < G; g++)
             perm[g] = g;
         int32_t i = 0;
-        do {   /* every permutation */
+        do { /* every permutation */
             worst = chain_cost(inv_bw, mib, G, perm, cycle, &sum);
             if (better_chain(worst, sum, best_worst, best_sum)) {
                 best_worst = worst, best_sum = sum;
@@ -293,14 +293,14 @@ static void order_regions_in_fence(const fence_model *m, int32_t *chain, int32_t
         char *used = malloc((size_t)G);
         if (!used)
             goto done;
-        for (int32_t s = 0; s < G; s++) {   /* nearest neighbour (widest link) from each start */
+        for (int32_t s = 0; s < G; s++) { /* nearest neighbour (widest link) from each start */
             memset(used, 0, (size_t)G);
             perm[0] = s, used[s] = 1;
             for (int32_t k = 1; k < G; k++) {
                 int32_t pick = -1;
                 for (int32_t g = 0; g < G; g++)
-                    if (!used[g] && (pick < 0 || inv_bw[(size_t)perm[k - 1] * G + g] <
-                                                     inv_bw[(size_t)perm[k - 1] * G + pick]))
+                    if (!used[g] &&
+                        (pick < 0 || inv_bw[(size_t)perm[k - 1] * G + g] < inv_bw[(size_t)perm[k - 1] * G + pick]))
                         pick = g;
                 perm[k] = pick, used[pick] = 1;
             }
@@ -345,19 +345,18 @@ void fence_best_free(fence_best *b)
 
 /* Keep cd cut at end when it is better: fitting in memory first (when
  * memory_aware), then faster, then fewer devices.  Its T goes to *T_out. */
-int fence_keep_if_better(fence_best *b, const fence_model *m, const candidate *cd, const int32_t *end,
-                         int memory_aware, double *T_out, double *fill_out)
+int fence_keep_if_better(fence_best *b, const fence_model *m, const candidate *cd, const int32_t *end, int memory_aware,
+                         double *T_out, double *fill_out)
 {
     double fill = 0.0, T = fence_evaluate(m, cd, end, NULL, memory_aware ? &fill : NULL);
-    int    fits = !memory_aware || fill <= 1.0;
+    int fits = !memory_aware || fill <= 1.0;
     int32_t used = cd->S * cd->R, best_used = b->cd.S * b->cd.R;
     if (T_out)
         *T_out = fits ? T : INFINITY;
     if (fill_out)
         *fill_out = fill;
     if (b->dev) {
-        int better = fits != b->fits ? fits
-                     : T < b->T * (1.0 - 1e-9) || (T <= b->T * (1.0 + 1e-9) && used < best_used);
+        int better = fits != b->fits ? fits : T < b->T * (1.0 - 1e-9) || (T <= b->T * (1.0 + 1e-9) && used < best_used);
         if (!better)
             return 0;
     }
@@ -384,15 +383,15 @@ int fence_keep_if_better(fence_best *b, const fence_model *m, const candidate *c
 typedef struct {
     const fence_model *m;
     const pass_options *opt;
-    int32_t  M;
-    int32_t *chain;        /* [N] fences in order, fastest devices first inside each */
-    int32_t *start;        /* [F + 1] each fence's first position in the chain       */
-    int32_t *rank;         /* [N] a window's device's place in its speed order        */
-    int32_t *order;        /* [N] scratch for the speed order                        */
+    int32_t M;
+    int32_t *chain; /* [N] fences in order, fastest devices first inside each */
+    int32_t *start; /* [F + 1] each fence's first position in the chain       */
+    int32_t *rank;  /* [N] a window's device's place in its speed order        */
+    int32_t *order; /* [N] scratch for the speed order                        */
     int32_t *picked, *cuts, *cuts2;
-    int32_t *prefix_rank;  /* [N + 1] the largest rank among a window's first i devices */
-    fence_dp *dp;          /* the dense DP of the window's chain for the current R   */
-    double   work;         /* elementary steps spent                                  */
+    int32_t *prefix_rank; /* [N + 1] the largest rank among a window's first i devices */
+    fence_dp *dp;         /* the dense DP of the window's chain for the current R   */
+    double work;          /* elementary steps spent                                  */
     fence_best *best;
 } search;
 
@@ -420,8 +419,8 @@ static const int32_t *rank_chain;
 static int by_speed_then_place(const void *a, const void *b)
 {
     int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    double  x = device_speed(&speed_model->devices[rank_chain[i]]);
-    double  y = device_speed(&speed_model->devices[rank_chain[j]]);
+    double x = device_speed(&speed_model->devices[rank_chain[i]]);
+    double y = device_speed(&speed_model->devices[rank_chain[j]]);
     if (x != y)
         return x < y ? 1 : -1;
     return (i > j) - (i < j);
@@ -429,7 +428,7 @@ static int by_speed_then_place(const void *a, const void *b)
 
 static void rank_window(search *x, int32_t lo, int32_t hi)
 {
-    int32_t W = hi - lo, *by_speed = x->picked;   /* scratch: picked is free between candidates */
+    int32_t W = hi - lo, *by_speed = x->picked; /* scratch: picked is free between candidates */
     for (int32_t i = 0; i < W; i++)
         by_speed[i] = i;
     speed_model = x->m;
@@ -484,7 +483,8 @@ static double try_candidate(search *x, int32_t lo, int32_t hi, int32_t S, int32_
     double T = INFINITY, t;
     /* The S*R fastest are the window's first: the shared table cuts it. */
     int shared = x->dp && x->prefix_rank[S * R] < S * R;
-    x->work += (shared ? (double)n * n / S : (double)n * n) + (double)S * S * (R + 2 * x->M) + m->read_start[m->g->n_values];
+    x->work +=
+        (shared ? (double)n * n / S : (double)n * n) + (double)S * S * (R + 2 * x->M) + m->read_start[m->g->n_values];
     double fill = 0.0;
     if ((shared ? fence_dp_cuts(x->dp, S, x->cuts) : fence_cut_dp(m, &cd, 0.0, 0, x->cuts)) != 0)
         return INFINITY;
@@ -515,8 +515,7 @@ static double try_candidate(search *x, int32_t lo, int32_t hi, int32_t S, int32_
         double t_star = fence_t_star(m, &cd, prev);
         x->work += (double)n * n;
         if (!(t_star > 0) || (x->best->fits && compute_bound(m, &cd) >= x->best->T) ||
-            !compression_may_apply(m, &cd, t_star) ||
-            fence_cut_dp(m, &cd, t_star, fill > 1.0, cur) != 0 ||
+            !compression_may_apply(m, &cd, t_star) || fence_cut_dp(m, &cd, t_star, fill > 1.0, cur) != 0 ||
             memcmp(cur, prev, (size_t)S * sizeof *cur) == 0)
             break;
         if (fence_keep_if_better(x->best, m, &cd, cur, 1, &t, NULL))
@@ -535,7 +534,7 @@ static double search_stages(search *x, int32_t lo, int32_t hi, int32_t R)
 {
     const fence_model *m = x->m;
     int32_t W = hi - lo, S_max = W / R < m->n_fwd ? W / R : m->n_fwd;
-    double  best = INFINITY, T;
+    double best = INFINITY, T;
     if (x->opt->stages > 0)
         return x->opt->stages <= S_max ? try_candidate(x, lo, hi, x->opt->stages, R) : INFINITY;
     if (S_max <= FENCE_ALL_S) {
@@ -591,7 +590,7 @@ static double search_window(search *x, int32_t f0, int32_t f1)
     const fence_model *m = x->m;
     const pass_options *opt = x->opt;
     int32_t lo = x->start[f0], hi = x->start[f1 + 1], W = hi - lo;
-    double  best = INFINITY;
+    double best = INFINITY;
     rank_window(x, lo, hi);
     x->prefix_rank[0] = -1;
     for (int32_t i = 0; i < W; i++)
@@ -671,7 +670,7 @@ static int search_across_regions(search *x)
         return 0;
     int32_t *all = malloc(((size_t)N + 1) * sizeof *all), *chain = malloc(((size_t)N + 1) * sizeof *chain);
     int32_t *first = malloc(((size_t)N + 2) * sizeof *first);
-    int      rc = -1;
+    int rc = -1;
     if (!all || !chain || !first)
         goto done;
     for (int32_t d = 0; d < N; d++)
@@ -682,8 +681,8 @@ static int search_across_regions(search *x)
     /* first[g]: where region g (in ring order) starts in all[]. */
     int32_t smallest = N;
     for (int32_t i = 0; i < N; i++)
-        if (i == 0 || m->c->hosts[m->c->devices[all[i]].host].region !=
-                          m->c->hosts[m->c->devices[all[i - 1]].host].region)
+        if (i == 0 ||
+            m->c->hosts[m->c->devices[all[i]].host].region != m->c->hosts[m->c->devices[all[i - 1]].host].region)
             first[G++] = i;
     first[G] = N;
     for (int32_t g = 0; g < G; g++)
@@ -695,7 +694,7 @@ static int search_across_regions(search *x)
         if ((m->batch > 0 && m->batch % R != 0) || (x->opt->replicas > 0 && R != x->opt->replicas) ||
             (x->opt->max_replicas > 0 && R > x->opt->max_replicas))
             continue;
-        for (int32_t s = 0; s < S_max; s++)   /* stage-major: stage s = j devices of each region */
+        for (int32_t s = 0; s < S_max; s++) /* stage-major: stage s = j devices of each region */
             for (int32_t g = 0; g < G; g++)
                 for (int32_t t = 0; t < j; t++)
                     chain[L++] = all[first[g] + s * j + t];
@@ -738,8 +737,8 @@ done:
 static int descend_cuts(const fence_model *m, fence_best *b, const candidate *cd, int32_t *end)
 {
     int32_t S = cd->S;
-    int     rc = 0;
-    double  here = fence_evaluate(m, cd, end, NULL, NULL);   /* the step of `end` as it stands */
+    int rc = 0;
+    double here = fence_evaluate(m, cd, end, NULL, NULL); /* the step of `end` as it stands */
     for (int round = 0, moved = 1; moved && round < FENCE_REFINE_ROUNDS && rc == 0; round++) {
         moved = 0;
         for (int32_t s = 0; s + 1 < S && rc == 0; s++) {
@@ -779,7 +778,7 @@ static int refine_cuts(const fence_model *m, fence_best *b)
     candidate cd = b->cd;
     cd.dev = dev;
     double was_T = b->T, front_T = INFINITY;
-    int    rc = 0;
+    int rc = 0;
     /* First stage 0 lighter or heavier by whole layers, the rest equal. */
     for (int32_t front = 0; rc == 0 && fence_front_cuts(m, S, front, end) == 0; front++) {
         double t;
@@ -811,10 +810,10 @@ int fence_search(const fence_model *m, int32_t M, const pass_options *opt, const
                  fence_best *b)
 {
     int32_t N = m->n_devices;
-    search  x = { .m = m, .opt = opt, .M = M, .best = b };
+    search x = { .m = m, .opt = opt, .M = M, .best = b };
     int32_t *fences = malloc(((size_t)F + 1) * sizeof *fences);
-    double  *cost = fence_link_costs(m, fence_of, F);
-    int      rc = -1;
+    double *cost = fence_link_costs(m, fence_of, F);
+    int rc = -1;
     x.chain = malloc(((size_t)N + 1) * sizeof *x.chain);
     x.start = malloc(((size_t)F + 2) * sizeof *x.start);
     x.rank = malloc(((size_t)N + 1) * sizeof *x.rank);
@@ -841,7 +840,7 @@ int fence_search(const fence_model *m, int32_t M, const pass_options *opt, const
     x.start[F] = n;
     int exhaustive = (int64_t)F * (F + 1) / 2 <= FENCE_ALL_WINDOWS;
     for (int32_t f0 = 0; f0 < F; f0++) {
-        double  best = INFINITY;
+        double best = INFINITY;
         int32_t since = 0;
         for (int32_t f1 = f0; f1 < F; f1++) {
             if (!exhaustive && f1 > f0 && (since > FENCE_PATIENCE || x.work > FENCE_WORK_BUDGET))

@@ -9,10 +9,10 @@
 /* The best candidate so far: its step T, whether it fits in memory, and
  * its devices ([S * R], owned) and cuts ([S], owned). */
 typedef struct {
-    double    T;
-    int       fits;
+    double T;
+    int fits;
     candidate cd;
-    int32_t  *dev, *end;
+    int32_t *dev, *end;
 } fence_best;
 
 /* Empty (T = INFINITY); frees what it holds. */
@@ -21,8 +21,8 @@ void fence_best_free(fence_best *b);
  * (memory_aware), then a shorter step, then fewer devices.  *T_out (when
  * not NULL) gets its step, INFINITY when it does not fit; *fill_out its
  * memory fill (fence_evaluate).  0, -1 on no memory. */
-int fence_keep_if_better(fence_best *b, const fence_model *m, const candidate *cd, const int32_t *end,
-                         int memory_aware, double *T_out, double *fill_out);
+int fence_keep_if_better(fence_best *b, const fence_model *m, const candidate *cd, const int32_t *end, int memory_aware,
+                         double *T_out, double *fill_out);
 
 /* The fences: fence_of[d] for every device; returns how many. */
 int32_t fence_find(const fence_model *m, int32_t *fence_of);

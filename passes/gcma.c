@@ -36,14 +36,16 @@
 #include "fence_cuts.h"
 #include "gcma.h"
 
-#define GCMA_SEED        0x5eedull
+#define GCMA_SEED 0x5eedull
 /* Elementary steps (see eval_work) for one search, and for one whole
  * gcma_schedule; about 3 ns each on a 2020s x86 core, so about 5 s. */
 #define GCMA_WORK_BUDGET 1.5e9
 
 /* ---- a small deterministic generator (splitmix64) -------------------------- */
 
-typedef struct { uint64_t s; } rng;
+typedef struct {
+    uint64_t s;
+} rng;
 
 static uint64_t rng_next(rng *r)
 {
@@ -100,10 +102,7 @@ void gcma_links_free(gcma_links *l)
 }
 
 /* alpha + bytes / beta; no bytes over a dead link still cost nothing. */
-static double link_cost(double bytes, double bw, double lat)
-{
-    return lat + (bytes > 0 ? bytes / bw : 0.0);
-}
+static double link_cost(double bytes, double bw, double lat) { return lat + (bytes > 0 ? bytes / bw : 0.0); }
 
 int gcma_problem_init(gcma_problem *p, const gcma_links *l, int32_t S, int32_t R, double c_a, double c_g)
 {
@@ -155,12 +154,12 @@ void gcma_result_free(gcma_result *r)
 
 typedef struct {
     int32_t R;
-    const double *cost;   /* [R * R] */
-    double  *key;         /* [R] per column: the least largest link of a path to it */
-    int32_t *via;         /* [R] per column: the row the path reaches it from        */
-    char    *done;        /* [R]                                                     */
-    int32_t *col_of;      /* [R] row -> column */
-    int32_t *row_of;      /* [R] column -> row */
+    const double *cost; /* [R * R] */
+    double *key;        /* [R] per column: the least largest link of a path to it */
+    int32_t *via;       /* [R] per column: the row the path reaches it from        */
+    char *done;         /* [R]                                                     */
+    int32_t *col_of;    /* [R] row -> column */
+    int32_t *row_of;    /* [R] column -> row */
 } matcher;
 
 static int matcher_init(matcher *w, int32_t R)
@@ -202,10 +201,10 @@ static double bottleneck(matcher *w, const double *cost)
      * cheapest links. */
     double th = 0.0;
     for (int32_t j = 0; j < R; j++)
-        w->key[j] = INFINITY;   /* here: each column's cheapest link */
+        w->key[j] = INFINITY; /* here: each column's cheapest link */
     for (int32_t i = 0; i < R; i++) {
         const double *c = cost + (size_t)i * (size_t)R;
-        double        row = INFINITY;
+        double row = INFINITY;
         for (int32_t j = 0; j < R; j++) {
             row = dmin(row, c[j]);
             w->key[j] = dmin(w->key[j], c[j]);
@@ -239,7 +238,7 @@ static double bottleneck(matcher *w, const double *cost)
             w->done[v] = 1;
             if (w->row_of[v] < 0) {
                 th = dmax(th, w->key[v]);
-                for (;;) {   /* flip the path back to u */
+                for (;;) { /* flip the path back to u */
                     int32_t r = w->via[v], next = w->col_of[r];
                     w->col_of[r] = v;
                     w->row_of[v] = r;
@@ -250,9 +249,9 @@ static double bottleneck(matcher *w, const double *cost)
                 break;
             }
             /* Relax through v's row, and pick the next column in the same sweep. */
-            int32_t       r = w->row_of[v], next = -1;
+            int32_t r = w->row_of[v], next = -1;
             const double *c = cost + (size_t)r * (size_t)R;
-            double        kv = w->key[v];
+            double kv = w->key[v];
             for (int32_t j = 0; j < R; j++) {
                 if (w->done[j])
                     continue;
@@ -264,7 +263,7 @@ static double bottleneck(matcher *w, const double *cost)
                 if (next < 0 || w->key[j] < w->key[next])
                     next = j;
             }
-            v = next;   /* some column is left: fewer rows are matched than columns */
+            v = next; /* some column is left: fewer rows are matched than columns */
         }
     }
     return th;
@@ -273,7 +272,7 @@ static double bottleneck(matcher *w, const double *cost)
 double gcma_bottleneck_matching(int32_t R, const double *cost, int32_t *match)
 {
     matcher w;
-    double  b = INFINITY;
+    double b = INFINITY;
     memset(&w, 0, sizeof w);
     if (R >= 1 && matcher_init(&w, R) == 0) {
         b = bottleneck(&w, cost);
@@ -383,26 +382,26 @@ static double path_heuristic(int32_t S, const double *dist, int32_t *order, int3
 /* ---- evaluating an assignment ------------------------------------------------------ */
 
 typedef struct {
-    matcher  m;
+    matcher m;
     int32_t *members;     /* [n]: group g's devices at [g R, (g+1) R)      */
     int32_t *fill;        /* [S]                                          */
     int32_t *pos;         /* [n]: a device's index among its group's       */
-    double  *mcost;       /* [R * R]                                      */
-    double  *dist;        /* [S * S]                                      */
+    double *mcost;        /* [R * R]                                      */
+    double *dist;         /* [S * S]                                      */
     int32_t *order, *tmp; /* [S]                                          */
-    char    *used;        /* [S]                                          */
-    double  *hk;          /* [2^S * S] when S <= GCMA_HELD_KARP_MAX        */
-    int8_t  *hk_from;
-    double  *dsum;        /* [n * S]: local search, sum of dp to each group */
-    int32_t *perm;        /* [n]                                          */
-    int32_t *count;       /* [S]                                          */
+    char *used;           /* [S]                                          */
+    double *hk;           /* [2^S * S] when S <= GCMA_HELD_KARP_MAX        */
+    int8_t *hk_from;
+    double *dsum;   /* [n * S]: local search, sum of dp to each group */
+    int32_t *perm;  /* [n]                                          */
+    int32_t *count; /* [S]                                          */
     /* Pair costs already computed: a group is known by the sum of its
      * devices' random keys, a pair by its two groups' (a direct-mapped
      * cache; a child shares most groups with its parents). */
-    uint64_t *key;        /* [n]                                          */
-    uint64_t *group_key;  /* [S]                                          */
-    uint64_t *cache_a, *cache_b;   /* [GCMA_CACHE]                         */
-    double   *cache_cost;          /* [GCMA_CACHE]                         */
+    uint64_t *key;               /* [n]                                          */
+    uint64_t *group_key;         /* [S]                                          */
+    uint64_t *cache_a, *cache_b; /* [GCMA_CACHE]                         */
+    double *cache_cost;          /* [GCMA_CACHE]                         */
 } workspace;
 
 #define GCMA_CACHE (1u << 16)
@@ -434,7 +433,7 @@ static int workspace_init(workspace *w, const gcma_problem *p)
 {
     memset(w, 0, sizeof *w);
     size_t n = (size_t)p->n, S = (size_t)p->S, R = (size_t)p->R;
-    int    ok = matcher_init(&w->m, p->R) == 0;
+    int ok = matcher_init(&w->m, p->R) == 0;
     w->members = malloc((n + 1) * sizeof *w->members);
     w->fill = malloc((S + 1) * sizeof *w->fill);
     w->pos = malloc((n + 1) * sizeof *w->pos);
@@ -451,10 +450,10 @@ static int workspace_init(workspace *w, const gcma_problem *p)
     w->cache_a = calloc(GCMA_CACHE, sizeof *w->cache_a);
     w->cache_b = calloc(GCMA_CACHE, sizeof *w->cache_b);
     w->cache_cost = malloc(GCMA_CACHE * sizeof *w->cache_cost);
-    ok = ok && w->members && w->fill && w->pos && w->mcost && w->dist && w->order && w->tmp && w->used &&
-         w->dsum && w->perm && w->count && w->key && w->group_key && w->cache_a && w->cache_b && w->cache_cost;
+    ok = ok && w->members && w->fill && w->pos && w->mcost && w->dist && w->order && w->tmp && w->used && w->dsum &&
+         w->perm && w->count && w->key && w->group_key && w->cache_a && w->cache_b && w->cache_cost;
     if (ok) {
-        rng r = { 0x6b6579ull };   /* fixed: the keys only name groups */
+        rng r = { 0x6b6579ull }; /* fixed: the keys only name groups */
         for (size_t d = 0; d < n; d++)
             w->key[d] = rng_next(&r) | 1;
     }
@@ -550,8 +549,8 @@ static double evaluate(const gcma_problem *p, workspace *w, const int32_t *group
             uint64_t ka = w->group_key[a] < w->group_key[b] ? w->group_key[a] : w->group_key[b];
             uint64_t kb = w->group_key[a] ^ w->group_key[b] ^ ka;
             uint64_t h = (ka * 0x9e3779b97f4a7c15ull) ^ (kb * 0xc2b2ae3d27d4eb4full);
-            size_t   slot = (size_t)(h >> 40) & (GCMA_CACHE - 1);
-            double   c;
+            size_t slot = (size_t)(h >> 40) & (GCMA_CACHE - 1);
+            double c;
             if (w->cache_a[slot] == ka && w->cache_b[slot] == kb) {
                 c = w->cache_cost[slot];
             } else {
@@ -649,11 +648,11 @@ static void local_search(const gcma_problem *p, workspace *w, rng *r, int32_t *g
 {
     int32_t n = p->n, S = p->S;
     if (S < 2 || p->R < 2)
-        return;   /* every exchange leaves the objective as it is */
+        return; /* every exchange leaves the objective as it is */
     memset(w->dsum, 0, (size_t)n * (size_t)S * sizeof *w->dsum);
     for (int32_t v = 0; v < n; v++) {
         const double *row = p->dp + (size_t)v * (size_t)n;
-        double       *ds = w->dsum + (size_t)v * (size_t)S;
+        double *ds = w->dsum + (size_t)v * (size_t)S;
         for (int32_t u = 0; u < n; u++)
             ds[group_of[u]] += row[u];
     }
@@ -720,9 +719,9 @@ int gcma_search(const gcma_problem *p, const gcma_config *cfg, gcma_result *out)
         }
     }
     workspace w;
-    int32_t  *pop = malloc(((size_t)P * (size_t)n + 1) * sizeof *pop), *child = malloc(((size_t)n + 1) * sizeof *child);
-    double   *cost = malloc(((size_t)P + 1) * sizeof *cost);
-    int       rc = -1, have_ws = workspace_init(&w, p) == 0;
+    int32_t *pop = malloc(((size_t)P * (size_t)n + 1) * sizeof *pop), *child = malloc(((size_t)n + 1) * sizeof *child);
+    double *cost = malloc(((size_t)P + 1) * sizeof *cost);
+    int rc = -1, have_ws = workspace_init(&w, p) == 0;
     if (!pop || !child || !cost || !have_ws || result_alloc(p, out))
         goto done;
     out->population = P;
@@ -769,8 +768,8 @@ done:
 int gcma_random(const gcma_problem *p, const gcma_config *cfg, gcma_result *out)
 {
     workspace w;
-    int32_t  *cand = malloc(((size_t)p->n + 1) * sizeof *cand);
-    int       rc = -1, have_ws = workspace_init(&w, p) == 0;
+    int32_t *cand = malloc(((size_t)p->n + 1) * sizeof *cand);
+    int rc = -1, have_ws = workspace_init(&w, p) == 0;
     if (!cand || !have_ws || result_alloc(p, out))
         goto done;
     rng r = { cfg->seed };
@@ -825,7 +824,7 @@ int gcma_schedule(const fence_model *m, const pass_options *opt, int random, int
         return -1;
     gcma_config cfg;
     gcma_config_default(&cfg);
-    cfg.work_budget /= shapes;   /* the whole schedule stays within the budget */
+    cfg.work_budget /= shapes; /* the whole schedule stays within the budget */
     int rc = 0;
     for (int32_t S = 1; S <= N && rc == 0; S++) {
         int32_t R = N / S;
@@ -846,7 +845,7 @@ int gcma_schedule(const fence_model *m, const pass_options *opt, int random, int
             c_g = fmax(c_g, m->param_bytes[end[s] + 1] - m->param_bytes[s > 0 ? end[s - 1] + 1 : 0]);
         }
         gcma_problem p;
-        gcma_result  res;
+        gcma_result res;
         if (gcma_problem_init(&p, &links, S, R, c_a, c_g) || gcma_search(&p, &cfg, &res)) {
             gcma_problem_free(&p);
             free(end);

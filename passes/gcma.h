@@ -31,7 +31,7 @@
 
 #include "fence_cost.h"
 
-#define GCMA_HELD_KARP_MAX 16   /* open paths through up to this many groups are exact */
+#define GCMA_HELD_KARP_MAX 16 /* open paths through up to this many groups are exact */
 
 /* Bandwidth (bytes/s) and latency (s) between devices a and b. */
 typedef void (*gcma_link_fn)(const void *ctx, int32_t a, int32_t b, double *bw, double *lat);
@@ -42,43 +42,43 @@ typedef struct {
     double *bw, *lat;
 } gcma_links;
 
-int  gcma_links_init(gcma_links *l, int32_t n, gcma_link_fn link, const void *ctx);
+int gcma_links_init(gcma_links *l, int32_t n, gcma_link_fn link, const void *ctx);
 void gcma_links_free(gcma_links *l);
 
 /* One instance: S groups of R devices over all l->n = S * R devices, and
  * each pair's two link costs. */
 typedef struct {
     int32_t n, S, R;
-    double  c_a, c_g;
-    double *pp;   /* [n * n]: alpha + c_a / beta, a pipeline transfer        */
-    double *dp;   /* [n * n]: 2 (alpha + c_g / (R beta)), one all-reduce peer's share; 0 on the diagonal */
+    double c_a, c_g;
+    double *pp; /* [n * n]: alpha + c_a / beta, a pipeline transfer        */
+    double *dp; /* [n * n]: 2 (alpha + c_g / (R beta)), one all-reduce peer's share; 0 on the diagonal */
 } gcma_problem;
 
-int  gcma_problem_init(gcma_problem *p, const gcma_links *l, int32_t S, int32_t R, double c_a, double c_g);
+int gcma_problem_init(gcma_problem *p, const gcma_links *l, int32_t S, int32_t R, double c_a, double c_g);
 void gcma_problem_free(gcma_problem *p);
 
 typedef struct {
-    int32_t  population;      /* DT-FM: 100                                         */
-    int32_t  trials;          /* DT-FM: 4,900 children                              */
-    int32_t  random_samples;  /* the random baseline: 5,000 assignments            */
-    int32_t  crossover_copy;  /* devices whose group a child takes from its second parent: 5 */
+    int32_t population;     /* DT-FM: 100                                         */
+    int32_t trials;         /* DT-FM: 4,900 children                              */
+    int32_t random_samples; /* the random baseline: 5,000 assignments            */
+    int32_t crossover_copy; /* devices whose group a child takes from its second parent: 5 */
     uint64_t seed;
     /* Work cap: when population + trials evaluations would take more than
      * this many elementary steps (our count, see gcma.c), only as many
      * evaluations as fit are made: a tenth of them (at least 4) the
      * population, the rest trials.  Deterministic, unlike a time limit.
      * 0: no cap.  DT-FM's 64 devices in 8 x 8 fit whole. */
-    double   work_budget;
+    double work_budget;
 } gcma_config;
 
 void gcma_config_default(gcma_config *cfg);
 
 typedef struct {
-    double   cost, dp_cost, pp_cost;
-    int32_t *group_of;      /* [n] the device's group                                    */
-    int32_t *dev;           /* [S * R]: (stage s, lane r) = dev[s * R + r]; stages in path
+    double cost, dp_cost, pp_cost;
+    int32_t *group_of;          /* [n] the device's group                                    */
+    int32_t *dev;               /* [S * R]: (stage s, lane r) = dev[s * R + r]; stages in path
                              * order, lane r of stage s+1 matched to lane r of stage s   */
-    int32_t  population, trials;   /* as run (after the work cap)                       */
+    int32_t population, trials; /* as run (after the work cap)                       */
 } gcma_result;
 
 void gcma_result_free(gcma_result *r);

@@ -31,8 +31,8 @@ int lower_node(const ir_graph *g, int32_t n, const int64_t *value_offset, int64_
     for (int i = 0; i < node->n_in; i++) {
         lower_tensor(g, node->in[i], value_offset, &op->in[i]);
         if (op->in[i].rank < 0)
-            return diag_set(err, ir_loc_file(g, node->loc), node->loc.line,
-                            "op '%s' (%s): input %d has no shape", op->name, def->name, i);
+            return diag_set(err, ir_loc_file(g, node->loc), node->loc.line, "op '%s' (%s): input %d has no shape",
+                            op->name, def->name, i);
     }
     for (int i = 0; i < node->n_out; i++)
         lower_tensor(g, node->out[i], value_offset, &op->out[i]);

@@ -91,8 +91,7 @@ int pass_memory(ir_graph *g, struct diag *err)
              * before the recv, in node order, may have its place. */
             const ir_node *producer = val->producer >= 0 ? &g->nodes[val->producer] : NULL;
             int replayed = producer && producer->op == OP_RECV && producer->phase != PHASE_BACKWARD &&
-                           producer->phase != PHASE_UPDATE &&
-                           ir_placement_recompute(&g->placement, producer->stage);
+                           producer->phase != PHASE_UPDATE && ir_placement_recompute(&g->placement, producer->stage);
             int whole_step = val->producer < 0 || v == g->loss || once || replayed;
             mem_buffer *b = &buffers[n++];
             b->bytes = align_up(ir_value_bytes(g, v) > 0 ? ir_value_bytes(g, v) : 1);
@@ -152,8 +151,7 @@ int64_t memory_arena_bytes(const ir_graph *g, int32_t device)
     peak = 0;
     for (int32_t v = 0; v < g->n_values; v++) {
         const ir_value *val = &g->values[v];
-        if (value_device(g, v, first_reader) == device && val->offset >= 0 &&
-            val->offset + ir_value_bytes(g, v) > peak)
+        if (value_device(g, v, first_reader) == device && val->offset >= 0 && val->offset + ir_value_bytes(g, v) > peak)
             peak = val->offset + ir_value_bytes(g, v);
     }
     for (int32_t i = 0; i < g->n_nodes; i++) {

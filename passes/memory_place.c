@@ -39,25 +39,25 @@
 #include "memory_place.h"
 
 typedef struct {
-    int64_t  lo, hi;        /* bytes [lo, hi) taken                            */
-    int32_t  left, right;   /* children, -1: none; a free span chains in .left */
-    uint32_t prio;          /* heap order: a parent's prio >= its children's   */
+    int64_t lo, hi;      /* bytes [lo, hi) taken                            */
+    int32_t left, right; /* children, -1: none; a free span chains in .left */
+    uint32_t prio;       /* heap order: a parent's prio >= its children's   */
 } span;
 
 /* Every set's spans, in one array (indices, never pointers: it grows). */
 typedef struct {
-    span    *s;
-    int32_t  n, cap;
-    int32_t  free_list;     /* spans merged away, for reuse                    */
-    uint32_t seed;          /* xorshift32 for the priorities                   */
+    span *s;
+    int32_t n, cap;
+    int32_t free_list; /* spans merged away, for reuse                    */
+    uint32_t seed;     /* xorshift32 for the priorities                   */
 } span_pool;
 
 typedef struct {
     span_pool pool;
-    int32_t   steps;        /* T                                               */
-    int32_t  *whole, *some; /* per tree node (1-based heap order, 4 T): a set's
+    int32_t steps;         /* T                                               */
+    int32_t *whole, *some; /* per tree node (1-based heap order, 4 T): a set's
                                root span, -1: empty                            */
-    int32_t  *sets;         /* the roots one query reads                       */
+    int32_t *sets;         /* the roots one query reads                       */
 } placer;
 
 static int64_t align_up(int64_t n, int64_t align) { return (n + align - 1) / align * align; }
@@ -143,14 +143,14 @@ static int set_add(span_pool *p, int32_t *root, int64_t lo, int64_t hi)
     int32_t before, touched, after;
     split(s, *root, lo, &before, &after);
     int32_t last = last_span(s, before);
-    if (last >= 0 && s[last].hi >= lo) {   /* the range before reaches lo: one with it */
+    if (last >= 0 && s[last].hi >= lo) { /* the range before reaches lo: one with it */
         int32_t it;
         split(s, before, s[last].lo, &before, &it);
         lo = s[last].lo;
         hi = s[last].hi > hi ? s[last].hi : hi;
         span_free_tree(p, it);
     }
-    split(s, after, hi + 1, &touched, &after);   /* ranges starting in [lo, hi] */
+    split(s, after, hi + 1, &touched, &after); /* ranges starting in [lo, hi] */
     last = last_span(s, touched);
     if (last >= 0 && s[last].hi > hi)
         hi = s[last].hi;
@@ -182,7 +182,7 @@ static int tree_add(placer *pl, int32_t x, int32_t l, int32_t r, int32_t s, int3
 {
     if (set_add(&pl->pool, &pl->some[x], lo, hi))
         return -1;
-    if (s <= l && r <= e)   /* canonical; a leaf's whole[] is never read (a query takes its some[]) */
+    if (s <= l && r <= e) /* canonical; a leaf's whole[] is never read (a query takes its some[]) */
         return l < r ? set_add(&pl->pool, &pl->whole[x], lo, hi) : 0;
     int32_t m = l + (r - l) / 2;
     if (s <= m && tree_add(pl, 2 * x, l, m, s, e, lo, hi))
@@ -237,7 +237,7 @@ int64_t memory_place(mem_buffer *b, int32_t n, int64_t align)
     placer pl = { { NULL, 0, 0, -1, 0x9E3779B9u }, steps, NULL, NULL, NULL };
     pl.whole = malloc(4 * (size_t)steps * sizeof *pl.whole);
     pl.some = malloc(4 * (size_t)steps * sizeof *pl.some);
-    pl.sets = malloc(256 * sizeof *pl.sets);   /* 4 a level of a tree at most 64 deep */
+    pl.sets = malloc(256 * sizeof *pl.sets); /* 4 a level of a tree at most 64 deep */
     int64_t peak = pl.whole && pl.some && pl.sets ? 0 : -1;
     for (size_t x = 0; x < 4 * (size_t)steps && peak == 0; x++)
         pl.whole[x] = pl.some[x] = -1;

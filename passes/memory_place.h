@@ -20,11 +20,11 @@
 #include <stdint.h>
 
 typedef struct {
-    int64_t bytes;        /* > 0                                                   */
-    int32_t start, end;   /* lifetime: first and last step, 0 <= start <= end          */
-    int32_t owner;        /* the caller's tag (memory.c: a value, or -(node + 1) for a
+    int64_t bytes;      /* > 0                                                   */
+    int32_t start, end; /* lifetime: first and last step, 0 <= start <= end          */
+    int32_t owner;      /* the caller's tag (memory.c: a value, or -(node + 1) for a
                              node's scratch); not read                             */
-    int64_t offset;       /* out: a multiple of align                              */
+    int64_t offset;     /* out: a multiple of align                              */
 } mem_buffer;
 
 /* Places b[0..n) in that order (the rule above).  Returns the peak, the

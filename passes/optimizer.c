@@ -128,8 +128,8 @@ int pass_optimizer(ir_graph *g, struct diag *err)
         grad_of[p] = name_map_get(by_name, name, &found) ? (int32_t)found : -1;
         if (grad_of[p] < 0) {
             rc = diag_set(err, ir_loc_file(g, g->values[p].loc), g->values[p].loc.line,
-                          "param '%s' has no gradient '%s': the optimizer runs after autodiff",
-                          ir_value_name(g, p), name);
+                          "param '%s' has no gradient '%s': the optimizer runs after autodiff", ir_value_name(g, p),
+                          name);
         } else if (clip > 0 || scaled) {
             snprintf(name, sizeof name, "sumsq.%s", ir_value_name(g, p));
             int32_t acc;

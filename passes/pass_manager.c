@@ -13,16 +13,17 @@ static int run_optimizer(ir_graph *g, const pass_options *o, struct diag *e) { r
 static int run_memory(ir_graph *g, const pass_options *o, struct diag *e) { return pass_memory(g, e); }
 
 const pass pass_pipeline[] = {
-    { "shapes",    "infer and check the shape and dtype of every value", run_shapes },
+    { "shapes", "infer and check the shape and dtype of every value", run_shapes },
     { "precision", "store activations and their gradients in --precision (f32, bf16, f16)", pass_precision },
-    { "autodiff",  "append the backward ops: the gradient of the loss for every param", run_autodiff },
+    { "autodiff", "append the backward ops: the gradient of the loss for every param", run_autodiff },
     { "optimizer", "append the AdamW update of every param (schedule, clipping, moments)", run_optimizer },
-    { "estimate",  "workload estimator: each op's time on the cluster's devices", pass_estimate },
-    { "fence",     "OP-Fence: fences of similar bandwidth, stages, replicas, micro-batches", pass_fence },
-    { "comm",      "cut edges become send/recv pairs (remote autodiff); replicas all-reduce", pass_comm },
-    { "compress",  "AdaTopK: top-k or row quantisation for the send/recv pairs on links the pipeline waits for", pass_compress },
-    { "schedule",  "1F1B warm-up per stage: enough forwards in flight to cover slow links' round trips", pass_schedule },
-    { "memory",    "place every value and scratch in its device's arena, reusing dead memory", run_memory },
+    { "estimate", "workload estimator: each op's time on the cluster's devices", pass_estimate },
+    { "fence", "OP-Fence: fences of similar bandwidth, stages, replicas, micro-batches", pass_fence },
+    { "comm", "cut edges become send/recv pairs (remote autodiff); replicas all-reduce", pass_comm },
+    { "compress", "AdaTopK: top-k or row quantisation for the send/recv pairs on links the pipeline waits for",
+      pass_compress },
+    { "schedule", "1F1B warm-up per stage: enough forwards in flight to cover slow links' round trips", pass_schedule },
+    { "memory", "place every value and scratch in its device's arena, reusing dead memory", run_memory },
 };
 const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
 
@@ -55,7 +56,8 @@ static int maybe_dump(const ir_graph *g, const char *stage, const pass_options *
     FILE *out = opt->dump_out ? opt->dump_out : stdout;
     if (!opt->dump_view)
         return ir_graph_print(g, out);
-    return opt->dump_html ? ir_graph_print_html(g, opt->dump_view, out) : ir_graph_print_dot_view(g, opt->dump_view, out);
+    return opt->dump_html ? ir_graph_print_html(g, opt->dump_view, out)
+                          : ir_graph_print_dot_view(g, opt->dump_view, out);
 }
 
 /* Index of the first pass still to run on g (0 for a graph as built). */
@@ -67,8 +69,8 @@ static int first_pass_to_run(const ir_graph *g, struct diag *err)
     for (int i = 0; i < pass_count; i++)
         if (strcmp(done, pass_pipeline[i].name) == 0)
             return i + 1;
-    return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "the graph is 'after %s', which is not a pass (the passes: %s)",
-                    done, pass_names());
+    return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0,
+                    "the graph is 'after %s', which is not a pass (the passes: %s)", done, pass_names());
 }
 
 int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err)

@@ -29,48 +29,48 @@
  * batch size (same nodes, other shapes): fusionc does that when the plan
  * has replicas, since each replica's micro-batch is then smaller. */
 typedef struct {
-    int32_t  n_stages, n_replicas, micro_batches;
-    int32_t *devices;          /* [n_stages * n_replicas]: cluster device of (stage, replica) */
-    int32_t *stage_of_node;    /* [n_nodes]: forward nodes' stages (others: -1)               */
-    int32_t  n_nodes;
-    const char *scheduler;     /* "opfence", "uniform", "megatron", "gcma" or "random"        */
+    int32_t n_stages, n_replicas, micro_batches;
+    int32_t *devices;       /* [n_stages * n_replicas]: cluster device of (stage, replica) */
+    int32_t *stage_of_node; /* [n_nodes]: forward nodes' stages (others: -1)               */
+    int32_t n_nodes;
+    const char *scheduler; /* "opfence", "uniform", "megatron", "gcma" or "random"        */
     /* The cost model's figures (seconds; per micro-batch unless said). */
-    double  *stage_compute;    /* [n_stages] forward + backward on the stage's slowest replica */
-    double  *stage_update;     /* [n_stages] the optimizer, once a step                       */
-    double  *cut_transfer;     /* [n_stages]: to the next stage, both directions (last: 0)    */
-    double  *cut_bytes;        /* [n_stages]: bytes sent forward at that cut per micro-batch  */
-    double  *allreduce;        /* [n_stages]: the replicas' gradient all-reduce, once a step  */
-    double   step_seconds;     /* the estimated step                                          */
-    double   bottleneck;       /* the largest per-micro-batch stage or link time              */
-    int32_t  bottleneck_stage; /* its stage (a cut's: the stage before it)                    */
-    int      bottleneck_is_link;
-    int32_t  n_fences;
-    int32_t *fence_of_device;  /* [n_devices of the cluster]                                  */
+    double *stage_compute;    /* [n_stages] forward + backward on the stage's slowest replica */
+    double *stage_update;     /* [n_stages] the optimizer, once a step                       */
+    double *cut_transfer;     /* [n_stages]: to the next stage, both directions (last: 0)    */
+    double *cut_bytes;        /* [n_stages]: bytes sent forward at that cut per micro-batch  */
+    double *allreduce;        /* [n_stages]: the replicas' gradient all-reduce, once a step  */
+    double step_seconds;      /* the estimated step                                          */
+    double bottleneck;        /* the largest per-micro-batch stage or link time              */
+    int32_t bottleneck_stage; /* its stage (a cut's: the stage before it)                    */
+    int bottleneck_is_link;
+    int32_t n_fences;
+    int32_t *fence_of_device; /* [n_devices of the cluster]                                  */
 } fence_plan;
 
 void fence_plan_free(fence_plan *p);
 
 typedef struct {
-    const char *dump_after;   /* NULL, "frontend" or a pass name            */
-    FILE       *dump_out;     /* where to print the IR after that pass      */
-    const struct ir_view_options_s *dump_view;   /* not NULL: print a picture (ir/view.h) instead of the text form */
-    int         dump_html;    /* with dump_view: 1 = the HTML page, 0 = Graphviz */
-    int         stop_after;   /* stop the pipeline after dump_after         */
-    const char *last_pass;    /* NULL, or run no pass after this one        */
+    const char *dump_after;                    /* NULL, "frontend" or a pass name            */
+    FILE *dump_out;                            /* where to print the IR after that pass      */
+    const struct ir_view_options_s *dump_view; /* not NULL: print a picture (ir/view.h) instead of the text form */
+    int dump_html;                             /* with dump_view: 1 = the HTML page, 0 = Graphviz */
+    int stop_after;                            /* stop the pipeline after dump_after         */
+    const char *last_pass;                     /* NULL, or run no pass after this one        */
     /* Placement (estimate, fence, comm). */
-    const cluster *cluster;   /* NULL: one default CPU device               */
-    const char *scheduler;    /* "opfence" (NULL: the default), "uniform", "megatron", "gcma" or "random" */
-    int         micro_batches;/* M >= 1 (0: 1)                              */
-    int         max_replicas; /* 0: any; 1: no data parallelism (a model without a `batch`) */
-    int         stages;       /* > 0: opfence considers only this many stages   */
-    int         replicas;     /* > 0: ... and this many replicas per stage      */
-    const fence_plan *plan;   /* apply this plan rather than search         */
-    fence_plan *plan_out;     /* when not NULL, the fence pass's plan is copied here */
-    const char *compress;     /* none, topk:RHO or adatopk (NULL: adatopk on several regions, else none) */
-    uint64_t    seed;         /* --scheduler random's draw (0: 1)           */
-    const char *recompute;    /* "auto" (NULL: the schedule pass decides), "on" or "off" */
-    ir_dtype    precision;    /* what activations and their gradients are stored in (0: f32) */
-    int         tf32;         /* 1: f32 products may run on TF32 tensor cores           */
+    const cluster *cluster; /* NULL: one default CPU device               */
+    const char *scheduler;  /* "opfence" (NULL: the default), "uniform", "megatron", "gcma" or "random" */
+    int micro_batches;      /* M >= 1 (0: 1)                              */
+    int max_replicas;       /* 0: any; 1: no data parallelism (a model without a `batch`) */
+    int stages;             /* > 0: opfence considers only this many stages   */
+    int replicas;           /* > 0: ... and this many replicas per stage      */
+    const fence_plan *plan; /* apply this plan rather than search         */
+    fence_plan *plan_out;   /* when not NULL, the fence pass's plan is copied here */
+    const char *compress;   /* none, topk:RHO or adatopk (NULL: adatopk on several regions, else none) */
+    uint64_t seed;          /* --scheduler random's draw (0: 1)           */
+    const char *recompute;  /* "auto" (NULL: the schedule pass decides), "on" or "off" */
+    ir_dtype precision;     /* what activations and their gradients are stored in (0: f32) */
+    int tf32;               /* 1: f32 products may run on TF32 tensor cores           */
 } pass_options;
 
 /* A pass reads the options it needs (most read none). */
@@ -78,12 +78,12 @@ typedef int (*pass_fn)(ir_graph *g, const pass_options *opt, struct diag *err);
 
 typedef struct {
     const char *name;
-    const char *doc;    /* one line, for --help */
-    pass_fn     run;
+    const char *doc; /* one line, for --help */
+    pass_fn run;
 } pass;
 
 extern const pass pass_pipeline[];
-extern const int  pass_count;
+extern const int pass_count;
 
 /* Is `name` "frontend" or a pass?  (For option checking before any work.) */
 int pass_name_known(const char *name);
@@ -122,7 +122,7 @@ int comm_reader_rounds_weight(const ir_graph *g, int32_t node);
  * they save on a link of bw bytes/s take longer than the casts at both
  * ends (a data centre's fast links keep the f32). */
 double comm_half_cast_seconds(double elements);
-int    comm_half_pays(double elements, double bw);
+int comm_half_pays(double elements, double bw);
 int pass_compress(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err);
 /* The schedule pass's rule (schedule.c): warm[s] for S stages over M
@@ -132,8 +132,8 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err);
  * M; schedule_warmup_most) but never below plain 1F1B's S - s - 1.  The
  * fence pass's cost model uses it too, so a plan is priced in the order it
  * will run in. */
-void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const double *round_trip,
-                     const double *most, int32_t *warm);
+void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const double *round_trip, const double *most,
+                     int32_t *warm);
 /* The most warm-up forwards a stage fits: memory (bytes) less state_bytes
  * (parameters, gradients, optimizer moments) holds warm + 1 micro-batches
  * of stash_bytes each; INFINITY when either is unknown. */
@@ -149,10 +149,10 @@ double schedule_warmup_most(double memory, double state_bytes, double stash_byte
  * stashes).  *stage_out (when not NULL): each stage's seconds a
  * micro-batch with its replay.  0, or -1 when out of memory. */
 enum { SCHEDULE_RECOMPUTE_OFF = 0, SCHEDULE_RECOMPUTE_ON = 1, SCHEDULE_RECOMPUTE_AUTO = 2 };
-int    schedule_recompute_mode(const char *spec);   /* -1: not auto, on or off */
-int    schedule_plan(int32_t S, int32_t M, const double *stage_seconds, const double *forward_seconds,
-                     const double *round_trip, const double *transfer, const double *most_stash,
-                     const double *most_replay, int mode, int32_t *warm, uint8_t *recompute, double *stage_out);
+int schedule_recompute_mode(const char *spec); /* -1: not auto, on or off */
+int schedule_plan(int32_t S, int32_t M, const double *stage_seconds, const double *forward_seconds,
+                  const double *round_trip, const double *transfer, const double *most_stash, const double *most_replay,
+                  int mode, int32_t *warm, uint8_t *recompute, double *stage_out);
 /* The bytes a send puts on the wire: the tensor, its top-k encoding
  * (density, runtime/comm/topk.h) or its rows of bits (runtime/comm/quant.h). */
 double compress_wire_bytes(const ir_graph *g, const ir_node *send);
@@ -166,13 +166,13 @@ double compress_wire_bytes(const ir_graph *g, const ir_node *send);
 #define COMPRESS_CODEC_BYTES_PER_SECOND 5e9
 /* --compress: *fixed = 0 none, -1 adatopk, RHO for topk:RHO; -1 when
  * malformed.  NULL: adatopk on a cluster of several regions, else none. */
-int    compress_parse(const char *spec, const cluster *c, double *fixed);
+int compress_parse(const char *spec, const cluster *c, double *fixed);
 /* Top-k density for a tensor of `elements` stored in `bytes` over
  * bandwidth bw within `budget` seconds (AdaTopK; fixed > 0: topk:RHO); 0:
  * send it dense (fast enough, or the encoding would be no smaller). */
 double compress_density(double elements, double bytes, double bw, double budget, double fixed);
 /* Row quantisation bits (8, or 4 when 8 still take longer than t_star). */
-int    compress_bits(double elements, double bw, double t_star);
+int compress_bits(double elements, double bw, double t_star);
 /* Bytes on the wire for `elements` in rows of `cols`: top-k at `density`
  * or rows of `bits` (both 0: dense fp32; the codecs encode fp32 values
  * whatever the tensor is stored in). */
@@ -186,7 +186,7 @@ double compress_budget(double t_star, int micro_batches, int grad_hops);
 /* Whether sending `wire` bytes instead of `bytes` over bw, at the codec's
  * seconds on the stage, makes a micro-batch faster than `budget` allows
  * (once: a gradient sent once a step, codec and transfer in series). */
-int    compress_pays(double bytes, double wire, double bw, double budget, double codec_seconds, int once);
+int compress_pays(double bytes, double wire, double bw, double budget, double codec_seconds, int once);
 /* The compress pass's decision for one tensor of `elements` of
  * `elem_bytes` each (4, or 2 for bf16/fp16) sent each micro-batch
  * (grad_hops > 0: a parameter's partial gradient, sent once a step back
@@ -219,15 +219,15 @@ double estimate_transfer_seconds(double bytes, double bandwidth, double latency)
 /* ---- analyses (read-only) ---- */
 typedef struct {
     int64_t n_ops;
-    int64_t params;            /* elements of role param                  */
+    int64_t params; /* elements of role param                  */
     int64_t param_bytes;
-    int64_t batch;             /* samples per step: leading dim of the first input */
-    double  flops_forward;     /* per step                                */
-    double  flops_backward;    /* per step, all gradients                 */
-    int64_t activation_bytes;  /* all forward activations of one step     */
-    int64_t input_bytes;       /* one step's inputs                       */
-    int64_t state_bytes;       /* optimizer state (AdamW moments)         */
-    int64_t arena_bytes;       /* device 0's planned arena: the peak of one step, all included */
+    int64_t batch;            /* samples per step: leading dim of the first input */
+    double flops_forward;     /* per step                                */
+    double flops_backward;    /* per step, all gradients                 */
+    int64_t activation_bytes; /* all forward activations of one step     */
+    int64_t input_bytes;      /* one step's inputs                       */
+    int64_t state_bytes;      /* optimizer state (AdamW moments)         */
+    int64_t arena_bytes;      /* device 0's planned arena: the peak of one step, all included */
 } model_stats;
 
 /* Needs shapes (run after the shapes pass). */

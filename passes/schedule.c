@@ -64,8 +64,8 @@
 
 #include "passes.h"
 
-void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const double *round_trip,
-                     const double *most, int32_t *warm)
+void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const double *round_trip, const double *most,
+                     int32_t *warm)
 {
     for (int32_t s = S - 1; s >= 0; s--) {
         double w = (double)(S - s - 1);
@@ -76,7 +76,7 @@ void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const do
             double cap = (double)M;
             for (int32_t j = 0; most && j <= s; j++)
                 cap = fmin(cap, most[j] - (s - j));
-            w = fmax(w, warm[s + 1] + 1);   /* always: or it waits for a backward that waits for it */
+            w = fmax(w, warm[s + 1] + 1); /* always: or it waits for a backward that waits for it */
             w = fmax(w, fmin(warm[s + 1] + 1 + fmin(lead, (double)M), cap));
         }
         warm[s] = (int32_t)fmin(w, (double)M);
@@ -109,7 +109,7 @@ static double pipeline_period(int32_t S, const double *t, const double *round_tr
         if (s + 1 < S) {
             int32_t lead = warm[s] - warm[s + 1];
             period = fmax(period, transfer[s]);
-            if (lead > 0)   /* lead 0: both hold every micro-batch, nothing waits */
+            if (lead > 0) /* lead 0: both hold every micro-batch, nothing waits */
                 period = fmax(period, (round_trip[s] + t[s]) / lead);
         }
     }
@@ -117,12 +117,12 @@ static double pipeline_period(int32_t S, const double *t, const double *round_tr
 }
 
 int schedule_plan(int32_t S, int32_t M, const double *stage_seconds, const double *forward_seconds,
-                  const double *round_trip, const double *transfer, const double *most_stash,
-                  const double *most_replay, int mode, int32_t *warm, uint8_t *recompute, double *stage_out)
+                  const double *round_trip, const double *transfer, const double *most_stash, const double *most_replay,
+                  int mode, int32_t *warm, uint8_t *recompute, double *stage_out)
 {
-    double  *t = malloc(((size_t)S + 1) * sizeof *t), *most = malloc(((size_t)S + 1) * sizeof *most);
+    double *t = malloc(((size_t)S + 1) * sizeof *t), *most = malloc(((size_t)S + 1) * sizeof *most);
     int32_t *uncapped = malloc(((size_t)S + 1) * sizeof *uncapped), *warm_r = malloc(((size_t)S + 1) * sizeof *warm_r);
-    int      rc = -1;
+    int rc = -1;
     if (!t || !most || !uncapped || !warm_r)
         goto done;
     schedule_warmup(S, M, stage_seconds, round_trip, most_stash, warm);
@@ -145,12 +145,12 @@ int schedule_plan(int32_t S, int32_t M, const double *stage_seconds, const doubl
         goto done;
     schedule_warmup(S, M, t, round_trip, most, warm_r);
     for (int32_t s = 0; s < S; s++)
-        if (warm_r[s] == 0 && recompute[s]) {   /* its backward always follows its forward: nothing kept */
+        if (warm_r[s] == 0 && recompute[s]) { /* its backward always follows its forward: nothing kept */
             recompute[s] = 0;
             t[s] = stage_seconds[s];
         }
-    if (mode == SCHEDULE_RECOMPUTE_AUTO &&
-        !(pipeline_period(S, t, round_trip, transfer, warm_r) < pipeline_period(S, stage_seconds, round_trip, transfer, warm))) {
+    if (mode == SCHEDULE_RECOMPUTE_AUTO && !(pipeline_period(S, t, round_trip, transfer, warm_r) <
+                                             pipeline_period(S, stage_seconds, round_trip, transfer, warm))) {
         memset(recompute, 0, (size_t)S);
         goto done;
     }
@@ -194,8 +194,8 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
     uint8_t *recompute = calloc((size_t)S, 1);
     char *counted = calloc((size_t)g->n_values + 1, 1);
     int rc = 0;
-    if (!t || !fwd || !bwd || !forward || !transfer || !state || !most || !most_replay || !warm || !ids ||
-        !recompute || !counted) {
+    if (!t || !fwd || !bwd || !forward || !transfer || !state || !most || !most_replay || !warm || !ids || !recompute ||
+        !counted) {
         rc = diag_set(err, file, 0, "out of memory");
         goto done;
     }
@@ -212,8 +212,7 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
                 counted[n->in[k]] = 1;
                 state[n->stage] += 4.0 * (double)ir_value_bytes(g, n->in[k]);
             }
-        if (n->op == OP_RECV && ir_node_int(n, ATTR_ONCE, 0) && n->phase != PHASE_BACKWARD &&
-            n->phase != PHASE_UPDATE)
+        if (n->op == OP_RECV && ir_node_int(n, ATTR_ONCE, 0) && n->phase != PHASE_BACKWARD && n->phase != PHASE_UPDATE)
             for (int k = 0; k < n->n_out; k++)
                 state[n->stage] += 2.0 * (double)ir_value_bytes(g, n->out[k]);
     }
@@ -236,7 +235,7 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
         double seconds = estimate_node_seconds(g, i, &c->devices[n->device]);
         t[n->stage] += seconds;
         if (n->phase != PHASE_BACKWARD && n->op != OP_SEND && n->op != OP_RECV)
-            forward[n->stage] += seconds;   /* what a replay runs */
+            forward[n->stage] += seconds; /* what a replay runs */
         /* A micro-batch's round trip: not what crosses once a step (a
          * parameter, and its gradient summed over the step: `accumulate`). */
         if (n->op != OP_SEND || ir_node_int(n, ATTR_ONCE, 0) || ir_node_int(n, ATTR_ACCUMULATE, 0))
@@ -248,7 +247,7 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
         for (int32_t cut = n->stage < to ? n->stage : to; cut < (n->stage < to ? to : n->stage); cut++)
             *(n->stage < to ? &fwd[cut] : &bwd[cut]) += bytes;
     }
-    for (int32_t s = 0; s + 1 < S; s++) {   /* cut s: the slowest replica lane's link between s and s + 1 */
+    for (int32_t s = 0; s + 1 < S; s++) { /* cut s: the slowest replica lane's link between s and s + 1 */
         double bw = INFINITY, lat = 0.0;
         for (int32_t r = 0; r < R; r++) {
             double b, l;
@@ -257,7 +256,7 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
             lat = fmax(lat, l);
         }
         transfer[s] = fmax(fwd[s], bwd[s]) / bw;
-        fwd[s] = 2.0 * (lat + transfer[s]);   /* now the cut's round trip */
+        fwd[s] = 2.0 * (lat + transfer[s]); /* now the cut's round trip */
     }
     if (schedule_plan(S, M, t, forward, fwd, transfer, most, most_replay, mode, warm, recompute, NULL))
         rc = diag_set(err, file, 0, "out of memory");

@@ -18,8 +18,8 @@ static int infer(ir_graph *g, int retype, struct diag *err)
         const char *file = ir_loc_file(g, n->loc);
         for (int k = 0; k < n->n_in; k++)
             if (g->values[n->in[k]].shape.rank < 0)
-                return diag_set(err, file, n->loc.line, "op '%s' (%s): input '%s' has no shape yet",
-                                ir_node_name(g, i), def->name, ir_value_name(g, n->in[k]));
+                return diag_set(err, file, n->loc.line, "op '%s' (%s): input '%s' has no shape yet", ir_node_name(g, i),
+                                def->name, ir_value_name(g, n->in[k]));
         ir_shape shapes[IR_MAX_OUT];
         ir_dtype dtypes[IR_MAX_OUT];
         memset(shapes, 0, sizeof shapes);
@@ -45,9 +45,9 @@ static int infer(ir_graph *g, int retype, struct diag *err)
             if (v->shape.rank >= 0 && (!ir_shape_equal(&v->shape, &shapes[k]) || (!retype && v->dtype != dtypes[k])))
                 return diag_set(err, file, n->loc.line,
                                 "op '%s' (%s): output '%s' is declared %s%s but the inputs give %s%s",
-                                ir_node_name(g, i), def->name, ir_value_name(g, n->out[k]),
-                                ir_dtype_name(v->dtype), ir_shape_str(&v->shape, have, sizeof have),
-                                ir_dtype_name(dtypes[k]), ir_shape_str(&shapes[k], want, sizeof want));
+                                ir_node_name(g, i), def->name, ir_value_name(g, n->out[k]), ir_dtype_name(v->dtype),
+                                ir_shape_str(&v->shape, have, sizeof have), ir_dtype_name(dtypes[k]),
+                                ir_shape_str(&shapes[k], want, sizeof want));
             v->shape = shapes[k];
             v->dtype = dtypes[k];
         }

@@ -44,7 +44,7 @@ int model_stats_compute(const ir_graph *g, model_stats *s, struct diag *err)
         const ir_node *n = &g->nodes[i];
         const op_def *def = &op_table[n->op];
         if (n->phase != PHASE_FORWARD && n->phase != PHASE_NONE)
-            continue;   /* the forward op's entry counts its backward FLOPs */
+            continue; /* the forward op's entry counts its backward FLOPs */
         s->n_ops++;
         s->flops_forward += def->flops_forward(g, n);
         s->flops_backward += def->flops_backward(g, n);

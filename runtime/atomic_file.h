@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 /* data[0..bytes) to path, atomically (above).  0, or -1 with err set. */
 int atomic_write_file(const char *path, const void *data, size_t bytes, char *err, size_t n);
@@ -25,12 +25,12 @@ int atomic_write_file(const char *path, const void *data, size_t bytes, char *er
  * (a full disk) fails the commit: path is then as it was. */
 typedef struct {
     FILE *f;
-    char  path[FU_PATH_BYTES], tmp[FU_PATH_BYTES + 32];
+    char path[FU_PATH_BYTES], tmp[FU_PATH_BYTES + 32];
 } atomic_file;
 
-FILE *atomic_open(atomic_file *a, const char *path, char *err, size_t n);   /* NULL with err */
-int   atomic_commit(atomic_file *a, unsigned mode, char *err, size_t n);    /* 0, or -1 with err */
-void  atomic_abort(atomic_file *a);
+FILE *atomic_open(atomic_file *a, const char *path, char *err, size_t n); /* NULL with err */
+int atomic_commit(atomic_file *a, unsigned mode, char *err, size_t n);    /* 0, or -1 with err */
+void atomic_abort(atomic_file *a);
 
 /* fsync the folder itself (its entries: a rename or an unlink in it made
  * durable).  0, or -1 with err set. */

@@ -16,27 +16,27 @@
 #include <unistd.h>
 
 #define LINE_MAX_BYTES 1024
-#define QUEUE_MAX      4096   /* lines waiting; beyond, step reports are dropped (the rest are kept) */
+#define QUEUE_MAX      4096 /* lines waiting; beyond, step reports are dropped (the rest are kept) */
 #define BEAT_MS        1000
 #define ANSWER_MS      1000
 
 typedef struct line {
     struct line *next;
-    char         text[LINE_MAX_BYTES];
+    char text[LINE_MAX_BYTES];
 } line;
 
 struct rt_broker {
-    char            url[512], device[128];
-    uint8_t         secret[FU_SECRET_BYTES];   /* every request and reply sealed (rt_broker_exchange) */
-    uint64_t        last_stamp;
-    int64_t         epoch;
-    int             sock;
-    pthread_t       thread;
+    char url[512], device[128];
+    uint8_t secret[FU_SECRET_BYTES]; /* every request and reply sealed (rt_broker_exchange) */
+    uint64_t last_stamp;
+    int64_t epoch;
+    int sock;
+    pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t  cv;
-    line           *head, *tail;
-    int             queued, quit, unreachable_said;
-    char            refused[LINE_MAX_BYTES];
+    pthread_cond_t cv;
+    line *head, *tail;
+    int queued, quit, unreachable_said;
+    char refused[LINE_MAX_BYTES];
 };
 
 static int64_t now_ms(void)
@@ -81,8 +81,9 @@ int rt_broker_exchange(int sock, const uint8_t *secret, uint64_t *last, const ch
     if (n < 0)
         return -1;
     /* The reply binds the request's nonce: an old reply replayed does not open. */
-    int ok = n >= FU_BOX_OVERHEAD && (size_t)(n - FU_BOX_OVERHEAD) < cap &&
-             fu_box_open(secret, "broker reply", nonce, sizeof nonce, (const uint8_t *)got, (size_t)n, reply, NULL) == 0;
+    int ok =
+        n >= FU_BOX_OVERHEAD && (size_t)(n - FU_BOX_OVERHEAD) < cap &&
+        fu_box_open(secret, "broker reply", nonce, sizeof nonce, (const uint8_t *)got, (size_t)n, reply, NULL) == 0;
     if (ok)
         reply[n - FU_BOX_OVERHEAD] = '\0';
     nn_freemsg(got);
@@ -95,8 +96,10 @@ static int ask(rt_broker *b, const char *text)
     char reply[LINE_MAX_BYTES];
     int n = rt_broker_exchange(b->sock, b->secret, &b->last_stamp, text, reply, sizeof reply);
     if (n == -2) {
-        fprintf(stderr, "fusion: a reply from the broker at %s does not open (not of this run, or altered): "
-                "dropped\n", b->url);
+        fprintf(stderr,
+                "fusion: a reply from the broker at %s does not open (not of this run, or altered): "
+                "dropped\n",
+                b->url);
         return -1;
     }
     if (n < 0)
@@ -135,7 +138,7 @@ static void *client_thread(void *arg)
         pthread_mutex_unlock(&b->mu);
         int rc = ask(b, text);
         last = now_ms();
-        if (rc == 0) {   /* refused: this device is of an epoch that is over; nothing more of it counts */
+        if (rc == 0) { /* refused: this device is of an epoch that is over; nothing more of it counts */
             fprintf(stderr, "fusion: error: %s: refused by the broker: %s\n", b->device, b->refused);
             fflush(stderr);
             _exit(1);
@@ -162,7 +165,7 @@ static void *client_thread(void *arg)
             fflush(stderr);
         }
         if (rc < 0 && quitting)
-            break;   /* rt_broker_close's wait decides how long to try */
+            break; /* rt_broker_close's wait decides how long to try */
     }
     return NULL;
 }
@@ -266,7 +269,7 @@ const char *rt_broker_close(rt_broker *b, int status, int wait_for_ms)
     b->quit = 1;
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
-    nn_close(b->sock);   /* a request in flight returns at once */
+    nn_close(b->sock); /* a request in flight returns at once */
     pthread_join(b->thread, NULL);
     return b->refused[0] ? b->refused : NULL;
 }

@@ -49,7 +49,7 @@ const char *rt_broker_refused(rt_broker *b);
  * stops the thread.  Returns the refusal, if the broker refused (the
  * caller prints it), else NULL; the string lives until rt_broker_free. */
 const char *rt_broker_close(rt_broker *b, int status, int wait_ms);
-void        rt_broker_free(rt_broker *b);
+void rt_broker_free(rt_broker *b);
 
 /* A standby's agent: "standby NAME 0" every second until the broker
  * answers "stop" (it is used, or the run ended: exit status 0) or has not
@@ -67,7 +67,6 @@ int rt_broker_standby(const char *url, const char *name, const uint8_t *secret);
  * length (in reply, NUL-terminated), -1 with no answer, -2 when the reply
  * does not open. */
 uint64_t rt_broker_stamp(uint64_t *last);
-int      rt_broker_exchange(int sock, const uint8_t *secret, uint64_t *last, const char *text, char *reply,
-                            size_t cap);
+int rt_broker_exchange(int sock, const uint8_t *secret, uint64_t *last, const char *text, char *reply, size_t cap);
 
 #endif

@@ -18,7 +18,7 @@
 #include "../ir/ir.h"
 #include "checkpoint_store.h"
 #include "safetensors.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 #include "rt_error.h"
 
 /* A device alone: checkpoint.safetensors; one of several (a DiLoCo site of
@@ -60,7 +60,7 @@ static int write_tensors_and(const program *p, const char *path, unsigned roles,
 {
     int n_extra = feedback ? feedback->n : 0;
     st_tensor *list = calloc((size_t)p->manifest.n_tensors + n_extra + 1, sizeof *list);
-    st_dtype  *as = calloc((size_t)p->manifest.n_tensors + n_extra + 1, sizeof *as);
+    st_dtype *as = calloc((size_t)p->manifest.n_tensors + n_extra + 1, sizeof *as);
     int n = 0;
     if (!list || !as) {
         free(list);
@@ -73,7 +73,7 @@ static int write_tensors_and(const program *p, const char *path, unsigned roles,
             as[n] = p->tensors[i].role == ROLE_PARAM ? param_dtype : list[n].dtype;
             n++;
         }
-    for (int i = 0; i < n_extra; i++, n++) {   /* the feedback as it is, f32 */
+    for (int i = 0; i < n_extra; i++, n++) { /* the feedback as it is, f32 */
         snprintf(list[n].name, sizeof list[n].name, "%s", feedback->a[i].name);
         list[n].dtype = as[n] = ST_F32;
         list[n].rank = 1;
@@ -87,8 +87,7 @@ static int write_tensors_and(const program *p, const char *path, unsigned roles,
     return rc ? fail("%s", why) : 0;
 }
 
-int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata,
-                  st_dtype param_dtype)
+int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata, st_dtype param_dtype)
 {
     return write_tensors_and(p, path, roles, metadata, param_dtype, NULL);
 }
@@ -121,7 +120,6 @@ static int read_tensors(program *p, const st_file *f, const char *path, unsigned
     return rc ? fail("%s", why) : 0;
 }
 
-
 /* read_tensors from the safetensors file at path (--init, --inputs). */
 int read_file_tensors(program *p, const char *path, unsigned roles)
 {
@@ -134,7 +132,6 @@ int read_file_tensors(program *p, const char *path, unsigned roles)
     return rc;
 }
 
-
 /* ---- parts of a checkpoint ------------------------------------------------------ */
 
 /* The metadata a part carries: who wrote it (model, its parameters' hash,
@@ -144,11 +141,11 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
                     st_dtype save_dtype, const rt_feedback_arrays *feedback)
 {
     const rt_manifest *mf = &p->manifest;
-    char name[CKPT_PART_MAX], path[FU_PATH_BYTES + 304], step_text[32], seed_text[32], build[32], model_id[32], plan[96], why[512],
-        scale[96];
+    char name[CKPT_PART_MAX], path[FU_PATH_BYTES + 304], step_text[32], seed_text[32], build[32], model_id[32],
+        plan[96], why[512], scale[96];
     if (mkdir(step_dir, 0755) != 0 && errno != EEXIST)
         return fail("%s: cannot create the checkpoint folder: %s", step_dir, strerror(errno));
-    if (p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why, sizeof why))   /* they live on the device */
+    if (p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why, sizeof why)) /* they live on the device */
         return fail("%s: %s", mf->device, why);
     checkpoint_part_name(p, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", step_dir, name);
@@ -159,9 +156,23 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
     snprintf(plan, sizeof plan, "stage %d of %d, replica %d of %d", mf->stage, mf->n_stages, mf->replica,
              mf->n_replicas);
     snprintf(scale, sizeof scale, "%.9g %lld %lld", (double)ls->scale, (long long)ls->good, (long long)ls->skipped);
-    const char *metadata[] = { "fusion.model", mf->model, "fusion.model_id", model_id, "fusion.build_id", build,
-                               "fusion.device", mf->device, "fusion.plan", plan, "fusion.step", step_text,
-                               "fusion.seed", seed_text, mf->loss_scaling ? "fusion.loss_scaler" : NULL, scale, NULL };
+    const char *metadata[] = { "fusion.model",
+                               mf->model,
+                               "fusion.model_id",
+                               model_id,
+                               "fusion.build_id",
+                               build,
+                               "fusion.device",
+                               mf->device,
+                               "fusion.plan",
+                               plan,
+                               "fusion.step",
+                               step_text,
+                               "fusion.seed",
+                               seed_text,
+                               mf->loss_scaling ? "fusion.loss_scaler" : NULL,
+                               scale,
+                               NULL };
     return write_tensors_and(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype, feedback);
 }
 
@@ -234,7 +245,8 @@ static int check_identity(const program *p, const st_file *f, const char *path, 
     if (!model || !model_id || !build || !step || !seed) {
         return rt_error(err, n,
                         "%s: not a fusion checkpoint part (it lacks fusion.model, fusion.model_id, fusion.build_id, "
-                        "fusion.step or fusion.seed)", path);
+                        "fusion.step or fusion.seed)",
+                        path);
     }
     if (strlen(build) != 16 || strspn(build, "0123456789abcdef") != 16) {
         return rt_error(err, n, "%s: fusion.build_id '%.40s' is not 16 hex digits", path, build);
@@ -248,8 +260,7 @@ static int check_identity(const program *p, const st_file *f, const char *path, 
     }
     if ((int64_t)step_value != manifest_step) {
         return rt_error(err, n, "%s: a part of step %llu in the checkpoint of step %lld: moved from another step?",
-                        path,
-                        (unsigned long long)step_value, (long long)manifest_step);
+                        path, (unsigned long long)step_value, (long long)manifest_step);
     }
     if (strcmp(model, p->manifest.model) != 0) {
         return rt_error(err, n, "%s: a checkpoint of model '%.64s', this program trains '%s'", path, model,
@@ -259,11 +270,15 @@ static int check_identity(const program *p, const st_file *f, const char *path, 
         char list[600];
         int extra = foreign_tensors(p, f, list, sizeof list);
         if (extra > 0 && p->manifest.n_stages * p->manifest.n_replicas == 1)
-            snprintf(err, n, "%s: a checkpoint of another '%s' (its parameters differ from this program's): it holds "
-                     "%d this program has not: %s", path, model, extra, list);
+            snprintf(err, n,
+                     "%s: a checkpoint of another '%s' (its parameters differ from this program's): it holds "
+                     "%d this program has not: %s",
+                     path, model, extra, list);
         else
-            snprintf(err, n, "%s: a checkpoint of another '%s': its parameters (names and shapes) hash to %s, this "
-                     "program's to %s", path, model, model_id, mine);
+            snprintf(err, n,
+                     "%s: a checkpoint of another '%s': its parameters (names and shapes) hash to %s, this "
+                     "program's to %s",
+                     path, model, model_id, mine);
         return -1;
     }
     if (st_trailing_bytes(f) != 0) {
@@ -338,8 +353,7 @@ static int check_place(st_file *const *parts, int k, const char *path, const cha
     ckpt_part_name(device ? device : "", 1, want, sizeof want);
     if (!device || (strcmp(file, want) != 0 && strcmp(file, "checkpoint.safetensors") != 0)) {
         return rt_error(err, n, "%s: the part of device '%.64s', in the file of another: parts swapped or renamed?",
-                        path,
-                        device ? device : "?");
+                        path, device ? device : "?");
     }
     if (!plan || sscanf(plan, "stage %d of %d, replica %d of %d%c", &s, &S, &r, &R, &tail) != 4 || s < 0 || s >= S ||
         r < 0 || r >= R) {
@@ -372,14 +386,14 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
         char path[FU_PATH_BYTES + 304];
         snprintf(path, sizeof path, "%s/%s", step_dir, m->parts[k].name);
         if (access(path, F_OK) != 0)
-            continue;   /* on another host */
+            continue; /* on another host */
         checkpoint_state seen = *out;
         st_file *f = NULL;
         if (ckpt_verify_part(step_dir, m, m->parts[k].name, err, n) != 0 || !(f = st_open(path, err, n))) {
             rc = -1;
             break;
         }
-        parts[n_open++] = f;   /* closed at the end, whatever happens now */
+        parts[n_open++] = f; /* closed at the end, whatever happens now */
         if (check_identity(p, f, path, m->step, &seen, err, n) != 0 ||
             check_place(parts, n_open - 1, path, m->parts[k].name, err, n) != 0) {
             rc = -1;
@@ -407,11 +421,13 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
             continue;
         int k = 0;
         st_tensor found;
-        while (k < n_open && st_find(parts[k], ti->name, &found) == 0)   /* 1 found; -1 found, a dtype st_load names */
+        while (k < n_open && st_find(parts[k], ti->name, &found) == 0) /* 1 found; -1 found, a dtype st_load names */
             k++;
         if (k == n_open) {
-            snprintf(err, n, "%s: no part holds '%s' (%d parts here): a checkpoint of another model, or parts on "
-                     "another host?", step_dir, ti->name, n_open);
+            snprintf(err, n,
+                     "%s: no part holds '%s' (%d parts here): a checkpoint of another model, or parts on "
+                     "another host?",
+                     step_dir, ti->name, n_open);
             rc = -1;
         } else {
             rc = load_one(p, parts[k], i, err, n);
@@ -419,7 +435,8 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
     }
     if (rc == 0)
         printf("fusion: %s: a checkpoint of another compile (%d part%s), read by tensor name%s\n", step_dir, n_open,
-               n_open == 1 ? "" : "s", feedback ? "; its error feedback is another plan's: this one's starts at zero" : "");
+               n_open == 1 ? "" : "s",
+               feedback ? "; its error feedback is another plan's: this one's starts at zero" : "");
     for (int k = 0; k < n_open; k++)
         st_close(parts[k]);
     free(parts);
@@ -439,8 +456,10 @@ static int no_stray_parts(const char *step_dir, const ckpt_manifest *m, char *er
     for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
         size_t len = strlen(e->d_name), ext = strlen(".safetensors");
         if (len > ext && strcmp(e->d_name + len - ext, ".safetensors") == 0 && !ckpt_manifest_find(m, e->d_name)) {
-            snprintf(err, n, "%s/%s: not a part of this checkpoint (its " CKPT_MANIFEST " does not list it): from "
-                     "another run or step?", step_dir, e->d_name);
+            snprintf(err, n,
+                     "%s/%s: not a part of this checkpoint (its " CKPT_MANIFEST " does not list it): from "
+                     "another run or step?",
+                     step_dir, e->d_name);
             rc = -1;
         }
     }
@@ -463,12 +482,12 @@ int load_checkpoint_step(program *p, const char *step_dir, checkpoint_state *out
     snprintf(path, sizeof path, "%s/%s", step_dir, name);
     snprintf(build, sizeof build, "%016llx", (unsigned long long)p->manifest.build_id);
     st_file *f = NULL;
-    if (!ckpt_manifest_find(&m, name) || access(path, F_OK) != 0) {   /* another plan's checkpoint */
+    if (!ckpt_manifest_find(&m, name) || access(path, F_OK) != 0) { /* another plan's checkpoint */
         rc = load_by_name(p, step_dir, &m, out, err, n);
     } else if (ckpt_verify_part(step_dir, &m, name, err, n) != 0 || !(f = st_open(path, err, n)) ||
                check_identity(p, f, path, m.step, out, err, n) != 0) {
         rc = -1;
-    } else if (strcmp(st_metadata(f, "fusion.build_id"), build) != 0) {   /* this device's name, another compile */
+    } else if (strcmp(st_metadata(f, "fusion.build_id"), build) != 0) { /* this device's name, another compile */
         st_close(f);
         f = NULL;
         rc = load_by_name(p, step_dir, &m, out, err, n);

@@ -48,7 +48,7 @@ int read_file_tensors(program *p, const char *path, unsigned roles);
  * for a one-device program, checkpoint-<device>.safetensors otherwise. */
 void checkpoint_part_name(const program *p, char *name, size_t size);
 /* Whether this program's parts are named per device (the rule above). */
-int  checkpoint_several(const program *p);
+int checkpoint_several(const program *p);
 
 /* This device's part of the checkpoint of `step` into step_dir (made if
  * missing), with the runtime's error feedback (comm/feedback.h; NULL or
@@ -60,9 +60,9 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
  * scaler, and (a part of this very compile) the error feedback, owned
  * copies (rt_feedback_arrays_free). */
 typedef struct {
-    int64_t            step;
-    uint64_t           seed;
-    rt_loss_scaler     scaler;
+    int64_t step;
+    uint64_t seed;
+    rt_loss_scaler scaler;
     rt_feedback_arrays feedback;
 } checkpoint_state;
 

@@ -14,15 +14,15 @@
 #include <unistd.h>
 
 #include "checkpoint_store.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 #include "rt_error.h"
 
-enum { TAG_START = -100, TAG_SAVE = -101 };   /* rt_comm_allgather's tags: no op's tensor id is negative */
+enum { TAG_START = -100, TAG_SAVE = -101 }; /* rt_comm_allgather's tags: no op's tensor id is negative */
 
 /* A device's report of its part of a step. */
 typedef struct {
-    int64_t  step;
-    int64_t  size;
+    int64_t step;
+    int64_t size;
     uint64_t xxh3;
 } part_report;
 
@@ -85,9 +85,10 @@ static void why_none(const char *dir, char *err, size_t n)
     if (d)
         closedir(d);
     if (loose)
-        snprintf(err, n, "%s: no complete checkpoint: %d checkpoint file%s but no step-N/" CKPT_MANIFEST " (an older "
-                 "fusion's layout, or files copied by hand): nothing to verify them against", dir, loose,
-                 loose == 1 ? "" : "s");
+        snprintf(err, n,
+                 "%s: no complete checkpoint: %d checkpoint file%s but no step-N/" CKPT_MANIFEST " (an older "
+                 "fusion's layout, or files copied by hand): nothing to verify them against",
+                 dir, loose, loose == 1 ? "" : "s");
     else
         snprintf(err, n, "%s: no complete checkpoint (no step-N folder with a " CKPT_MANIFEST ")", dir);
 }
@@ -201,7 +202,8 @@ static int resume(program *p, rt_comm *comm, const char *dir, checkpoint_state *
             rt_feedback_arrays_free(&state->feedback);
             *state = s;
             printf("fusion: step %lld verifies here, but %s's newest that verifies is step %lld: the run resumes "
-                   "from that\n", (long long)mine, p->peers[by].name, (long long)agreed);
+                   "from that\n",
+                   (long long)mine, p->peers[by].name, (long long)agreed);
         }
     }
     if (rc == 0)
@@ -229,14 +231,15 @@ int checkpoint_start(program *p, rt_comm *comm, const checkpoint_options *o, che
             return -1;
         int64_t newest = count > 0 ? steps[0] : 0;
         free(steps);
-        char parent[FU_PATH_BYTES + 104] = "";   /* --resume DIR/step-N --save DIR goes on with DIR's run too */
+        char parent[FU_PATH_BYTES + 104] = ""; /* --resume DIR/step-N --save DIR goes on with DIR's run too */
         if (o->resume_dir) {
             snprintf(parent, sizeof parent, "%s/..", o->resume_dir);
         }
         if (count > 0 && !same_folder(o->save_dir, o->resume_dir) && !same_folder(o->save_dir, parent)) {
-            snprintf(err, n, "%s holds the checkpoints of a run (newest: step-%lld): give --resume %s to go on with "
-                     "it, or save elsewhere (nothing of it is overwritten)", o->save_dir, (long long)newest,
-                     o->save_dir);
+            snprintf(err, n,
+                     "%s holds the checkpoints of a run (newest: step-%lld): give --resume %s to go on with "
+                     "it, or save elsewhere (nothing of it is overwritten)",
+                     o->save_dir, (long long)newest, o->save_dir);
             return -1;
         }
     }
@@ -246,7 +249,7 @@ int checkpoint_start(program *p, rt_comm *comm, const checkpoint_options *o, che
         *resumed = 1;
         return 0;
     }
-    if (o->save_dir && comm) {   /* no device saves before every device has cleaned */
+    if (o->save_dir && comm) { /* no device saves before every device has cleaned */
         int64_t none = 0, *all = calloc((size_t)p->manifest.n_peers + 1, sizeof *all);
         uint8_t *present = calloc((size_t)p->manifest.n_peers + 1, 1);
         int rc = all && present ? exchange(p, comm, 0, TAG_START, &none, sizeof none, all, present, err, n)
@@ -274,8 +277,10 @@ static int complete_step(const program *p, const checkpoint_options *o, const ch
         if (!present[d])
             continue;
         if (all[d].step != step) {
-            snprintf(err, n, "%s saved step %lld while this device saved step %lld: the devices disagree on the "
-                     "steps", p->peers[d].name, (long long)all[d].step, (long long)step);
+            snprintf(err, n,
+                     "%s saved step %lld while this device saved step %lld: the devices disagree on the "
+                     "steps",
+                     p->peers[d].name, (long long)all[d].step, (long long)step);
             ckpt_manifest_free(&m);
             return -1;
         }
@@ -286,7 +291,9 @@ static int complete_step(const program *p, const checkpoint_options *o, const ch
         *total += all[d].size;
     }
     int rc = ckpt_manifest_write(step_dir, &m, err, n) != 0 || ckpt_set_latest(o->save_dir, step, err, n) != 0 ||
-             ckpt_prune(o->save_dir, o->keep, err, n) < 0 ? -1 : 0;
+                     ckpt_prune(o->save_dir, o->keep, err, n) < 0
+                 ? -1
+                 : 0;
     ckpt_manifest_free(&m);
     return rc;
 }

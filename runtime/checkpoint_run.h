@@ -36,11 +36,11 @@
 #include "comm/comm.h"
 
 typedef struct {
-    const char *save_dir;    /* --save DIR, or NULL                                        */
-    const char *resume_dir;  /* --resume DIR, or NULL                                      */
-    int         keep;        /* --keep K: complete steps kept (>= 1)                       */
-    st_dtype    save_dtype;  /* --save-dtype                                               */
-    int         brokered;    /* under a broker: it collects the parts, cleans and prunes   */
+    const char *save_dir;   /* --save DIR, or NULL                                        */
+    const char *resume_dir; /* --resume DIR, or NULL                                      */
+    int keep;               /* --keep K: complete steps kept (>= 1)                       */
+    st_dtype save_dtype;    /* --save-dtype                                               */
+    int brokered;           /* under a broker: it collects the parts, cleans and prunes   */
 } checkpoint_options;
 
 /* See the top.  comm: NULL for a device without links.  *resumed := 1 and

@@ -17,7 +17,7 @@
 #include "rt_error.h"
 
 #define MANIFEST_HEAD "fusion checkpoint 1\n"
-#define MANIFEST_MAX  (4 << 20)   /* bytes: 16,000 parts fit; a larger file is not ours */
+#define MANIFEST_MAX  (4 << 20) /* bytes: 16,000 parts fit; a larger file is not ours */
 
 void ckpt_step_dir(const char *dir, int64_t step, char *out, size_t n)
 {
@@ -58,7 +58,7 @@ int ckpt_measure(const char *path, int64_t *size, uint64_t *xxh3, char *err, siz
         return rt_error(err, n, "%s: cannot open it: %s", path, strerror(errno));
     }
     XXH3_state_t *s = XXH3_createState();
-    static char buf[1 << 16];   /* one caller at a time: the main thread */
+    static char buf[1 << 16]; /* one caller at a time: the main thread */
     size_t got;
     int64_t total = 0;
     int rc = s && XXH3_64bits_reset(s) == XXH_OK ? 0 : -1;
@@ -177,16 +177,16 @@ static int parse_manifest(char *text, size_t len, const char *path, const char *
     char *last = strrchr(text, '\n');
     uint64_t want, sum;
     if (!last || !after(last + 1, "xxh3") || parse_hex64(after(last + 1, "xxh3"), &want) != 0) {
-        return rt_error(err, n,
-                        "%s: no checksum line (\"xxh3 <16 hex digits>\") at its end: truncated or not a manifest",
-                        path);
+        return rt_error(
+            err, n, "%s: no checksum line (\"xxh3 <16 hex digits>\") at its end: truncated or not a manifest", path);
     }
     size_t body = (size_t)(last + 1 - text);
     sum = XXH3_64bits(text, body);
     if (sum != want) {
         return rt_error(err, n,
                         "%s: its checksum is %016" PRIx64 " but its lines hash to %016" PRIx64 ": the manifest was "
-                        "changed or damaged", path, want, sum);
+                        "changed or damaged",
+                        path, want, sum);
     }
     *last = '\0';
     if (strncmp(text, MANIFEST_HEAD, strlen(MANIFEST_HEAD)) != 0) {
@@ -194,8 +194,7 @@ static int parse_manifest(char *text, size_t len, const char *path, const char *
     }
     int cap = 0, saw_step = 0, saw_count = 0, line_no = 1;
     char *save = NULL;
-    for (char *line = strtok_r(text + strlen(MANIFEST_HEAD), "\n", &save); line;
-         line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = strtok_r(text + strlen(MANIFEST_HEAD), "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         line_no++;
         char *v;
         uint64_t x;
@@ -229,8 +228,7 @@ static int parse_manifest(char *text, size_t len, const char *path, const char *
             p->size = (int64_t)x;
             if (parse_hex64(hash, &p->xxh3) != 0) {
                 return rt_error(err, n, "%s:%d: part '%s': XXH3 '%s' is not 16 lowercase hex digits", path, line_no,
-                                name,
-                                hash);
+                                name, hash);
             }
             m->n_parts++;
         } else if ((v = after(line, "parts")) && saw_step) {
@@ -248,8 +246,7 @@ static int parse_manifest(char *text, size_t len, const char *path, const char *
     int64_t own = folder_step(step_dir);
     if (own >= 0 && own != m->step) {
         return rt_error(err, n, "%s: the manifest of step %lld in the folder of step %lld: moved from another step?",
-                        path,
-                        (long long)m->step, (long long)own);
+                        path, (long long)m->step, (long long)own);
     }
     return 0;
 }
@@ -301,7 +298,8 @@ int ckpt_verify_part(const char *step_dir, const ckpt_manifest *m, const char *n
     if (hash != want->xxh3) {
         return rt_error(err, n,
                         "%s: its XXH3 is %016" PRIx64 ", the manifest says %016" PRIx64 ": the file is damaged or "
-                        "from another device, step or run", path, hash, want->xxh3);
+                        "from another device, step or run",
+                        path, hash, want->xxh3);
     }
     return 0;
 }
@@ -385,7 +383,7 @@ int ckpt_remove_step(const char *step_dir, char *err, size_t n)
         }
     }
     closedir(d);
-    if (rmdir(step_dir) != 0 && errno != ENOENT && errno != ENOTEMPTY) {   /* ENOTEMPTY: another remover */
+    if (rmdir(step_dir) != 0 && errno != ENOENT && errno != ENOTEMPTY) { /* ENOTEMPTY: another remover */
         return rt_error(err, n, "%s: cannot remove it: %s", step_dir, strerror(errno));
     }
     return 0;

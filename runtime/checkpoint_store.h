@@ -42,20 +42,20 @@
 
 #define CKPT_MANIFEST     "MANIFEST"
 #define CKPT_LATEST       "latest"
-#define CKPT_PART_MAX     256            /* a part's file name, with its NUL */
-#define CKPT_MAX_STEP     1000000000000000LL   /* 1e15: far above any run, far below overflow */
+#define CKPT_PART_MAX     256                /* a part's file name, with its NUL */
+#define CKPT_MAX_STEP     1000000000000000LL /* 1e15: far above any run, far below overflow */
 #define CKPT_DEFAULT_KEEP 3
 
 typedef struct {
-    char     name[CKPT_PART_MAX];   /* the part's file name in its step folder */
-    int64_t  size;                  /* bytes                                   */
-    uint64_t xxh3;                  /* XXH3-64 of its bytes                    */
+    char name[CKPT_PART_MAX]; /* the part's file name in its step folder */
+    int64_t size;             /* bytes                                   */
+    uint64_t xxh3;            /* XXH3-64 of its bytes                    */
 } ckpt_part;
 
 typedef struct {
-    int64_t    step;
-    int32_t    n_parts;
-    ckpt_part *parts;               /* [n_parts], malloc'd */
+    int64_t step;
+    int32_t n_parts;
+    ckpt_part *parts; /* [n_parts], malloc'd */
 } ckpt_manifest;
 
 /* A part's file name: checkpoint-<device>.safetensors for one device of
@@ -79,7 +79,7 @@ int ckpt_manifest_write(const char *step_dir, const ckpt_manifest *m, char *err,
  * strictly: every line as above, the checksum, no two parts of one name,
  * names without '/', the step the folder's.  0; 1 when there is no
  * MANIFEST (err says so); -1 when it is there but bad (err names it). */
-int  ckpt_manifest_read(const char *step_dir, ckpt_manifest *m, char *err, size_t n);
+int ckpt_manifest_read(const char *step_dir, ckpt_manifest *m, char *err, size_t n);
 void ckpt_manifest_free(ckpt_manifest *m);
 const ckpt_part *ckpt_manifest_find(const ckpt_manifest *m, const char *name);
 

@@ -121,7 +121,7 @@ static int names(const cli_option *o, const char *arg, const char **value, const
         *used = name[k];
         if (arg[len] == '\0')
             return 1;
-        if (arg[len] == '=' && name[k][1] == '-') {   /* --name=value; -o=x is not a form */
+        if (arg[len] == '=' && name[k][1] == '-') { /* --name=value; -o=x is not a form */
             *value = arg + len + 1;
             return 2;
         }
@@ -140,7 +140,7 @@ int cli_take(const cli_usage *u, int argc, char **argv, int *i, void *opts, char
         if (form == 0)
             continue;
         void *field = (char *)opts + o->field;
-        if (!o->metavar) {   /* a flag */
+        if (!o->metavar) { /* a flag */
             if (form == 2) {
                 return rt_error(why, n, "option '%s' takes no value, found '%s'", used, arg);
             }
@@ -182,7 +182,7 @@ void cli_usage_print(FILE *f, const cli_usage *u)
     for (int k = 0; k < u->n; k++) {
         const char *metavar, *help;
         const cli_option *o = shown(u, k, &metavar, &help);
-        if (!o->name) {   /* a heading */
+        if (!o->name) { /* a heading */
             fprintf(f, "%s\n", help ? help : "");
             continue;
         }
@@ -190,7 +190,7 @@ void cli_usage_print(FILE *f, const cli_usage *u)
         label(o, metavar, one, sizeof one);
         size_t at = strlen(joined);
         snprintf(joined + at, sizeof joined - at, "%s%s", at ? ", " : "", one);
-        if (!help)   /* described with the next one: "--stages S, --replicas R" */
+        if (!help) /* described with the next one: "--stages S, --replicas R" */
             continue;
         /* The help's first line beside the label (two spaces after a label
          * too long for the column), its other lines under the column. */
@@ -221,8 +221,8 @@ int cli_usage_check(const cli_usage *u, char *why, size_t n)
             return rt_error(why, n, "option '%s': a name must start with '-'", o->name);
         }
         if ((o->metavar != NULL) != (o->parse != NULL)) {
-            return rt_error(why, n, "option '%s': %s", o->name, o->metavar ? "takes a value but has no parser"
-                                                                           : "is a flag but has a parser");
+            return rt_error(why, n, "option '%s': %s", o->name,
+                            o->metavar ? "takes a value but has no parser" : "is a flag but has a parser");
         }
         if (!help && (k + 1 == u->n || !shown(u, k + 1, &metavar, &help)->name)) {
             return rt_error(why, n, "option '%s' is described with the next one, and none follows", o->name);

@@ -100,8 +100,8 @@ int rt_data_load(rt_data *d, const char *path, char *err, size_t err_size)
     return rc;
 }
 
-void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, int32_t *tokens,
-                   int32_t *targets, int64_t B, int64_t T)
+void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, int32_t *tokens, int32_t *targets,
+                   int64_t B, int64_t T)
 {
     for (int64_t b = 0; b < B; b++) {
         rt_rng r = rt_rng_seeded(seed, (uint64_t)step, (uint64_t)(row0 + b) + 0x5EED);

@@ -9,15 +9,15 @@
 #include "program.h"
 
 typedef struct {
-    rt_manifest     manifest;
+    rt_manifest manifest;
     rt_tensor_info *tensors;
-    char           *arena;
-    rt_tensor      *stash;       /* [n_stash] what a backward reads of its forward */
-    int32_t        *placement;   /* [n_stages * n_replicas] */
-    rt_peer        *peers;       /* [n_peers] */
-    rt_link        *links;       /* [n_links] */
-    rt_diloco_param *diloco;     /* [manifest.diloco.n_params]: --sync diloco's table */
-    rt_cuda        *cuda;        /* a CUDA device's backend; NULL on a CPU device */
+    char *arena;
+    rt_tensor *stash;        /* [n_stash] what a backward reads of its forward */
+    int32_t *placement;      /* [n_stages * n_replicas] */
+    rt_peer *peers;          /* [n_peers] */
+    rt_link *links;          /* [n_links] */
+    rt_diloco_param *diloco; /* [manifest.diloco.n_params]: --sync diloco's table */
+    rt_cuda *cuda;           /* a CUDA device's backend; NULL on a CPU device */
 } program;
 
 /* "fusion: error: <fmt>" on standard error; returns 1 (main.c). */

@@ -42,7 +42,7 @@ static int run_kernel_widened(const rt_op *op, char *arena, rt_context *ctx)
         at += rt_tensor_copy_floats(&op->out[i]) * (int64_t)sizeof(float);
     }
     if (run_kernel(&wide, arena, ctx))
-        return -1;   /* the kernel wrote nothing (kernels.h): neither do we */
+        return -1; /* the kernel wrote nothing (kernels.h): neither do we */
     for (int i = 0; i < op->n_out; i++)
         if (rt_tensor_is_half(&op->out[i]))
             half_from_f32(arena + op->out[i].offset, (const float *)(arena + wide.out[i].offset),
@@ -63,4 +63,3 @@ int rt_cpu_run(const rt_op *op, char *arena, rt_context *ctx)
         }
     return run_kernel(op, arena, ctx);
 }
-

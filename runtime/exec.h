@@ -24,36 +24,36 @@
 
 typedef struct {
     int32_t rank;
-    int32_t dtype;             /* an ir_dtype: f32 (0), i32, f16 or bf16 (cpu/half.h) */
+    int32_t dtype; /* an ir_dtype: f32 (0), i32, f16 or bf16 (cpu/half.h) */
     int64_t dim[RT_MAX_RANK];
-    int64_t offset;            /* bytes into the arena                        */
+    int64_t offset; /* bytes into the arena                        */
 } rt_tensor;
 
 typedef struct {
-    int32_t   op;              /* an ir_op                                     */
-    int32_t   n_in, n_out;
+    int32_t op; /* an ir_op                                     */
+    int32_t n_in, n_out;
     rt_tensor in[RT_MAX_IN], out[RT_MAX_OUT];
-    int64_t   ws_offset;       /* bytes into the arena of the scratch, -1 none */
-    int64_t   ints[ATTR_KEY_COUNT];     /* attributes (defaults filled in)    */
-    double    floats[ATTR_KEY_COUNT];
-    char      name[64];        /* the IR node's name (cut to fit), for messages */
-    int32_t   line;            /* its model-file line                         */
-    double    est_seconds;     /* the workload estimator's time of it on this device
+    int64_t ws_offset;            /* bytes into the arena of the scratch, -1 none */
+    int64_t ints[ATTR_KEY_COUNT]; /* attributes (defaults filled in)    */
+    double floats[ATTR_KEY_COUNT];
+    char name[64];      /* the IR node's name (cut to fit), for messages */
+    int32_t line;       /* its model-file line                         */
+    double est_seconds; /* the workload estimator's time of it on this device
                                   (its declared peaks, slowdown included): what
                                   --emulate-devices paces it to; 0: not paced  */
-} rt_op;                       /* position-independent: bundles embed rt_ops as bytes */
+} rt_op;                /* position-independent: bundles embed rt_ops as bytes */
 
-struct rt_comm;                /* runtime/comm/comm.h: the device's peers     */
+struct rt_comm; /* runtime/comm/comm.h: the device's peers     */
 
 typedef struct rt_context_s {
-    int64_t step;              /* the update about to be made, from 1        */
-    char    msg[512];          /* why rt_op_run failed                        */
-    int32_t micro_batch;       /* 0..M-1 in forward and backward; -1 in update */
-    int32_t phase;             /* the ir_phase running (messages are tagged by it) */
-    struct rt_comm *comm;      /* send, recv and allreduce go through it; NULL: none */
-    double  slowdown;          /* > 1: sleep after each op so it takes this many times as long */
-    struct rt_cuda *cuda;      /* a CUDA device's backend (cuda/cuda.h); NULL on a CPU device */
-    int32_t replay;            /* 1: the forward runs again for its backward (recompute):
+    int64_t step;         /* the update about to be made, from 1        */
+    char msg[512];        /* why rt_op_run failed                        */
+    int32_t micro_batch;  /* 0..M-1 in forward and backward; -1 in update */
+    int32_t phase;        /* the ir_phase running (messages are tagged by it) */
+    struct rt_comm *comm; /* send, recv and allreduce go through it; NULL: none */
+    double slowdown;      /* > 1: sleep after each op so it takes this many times as long */
+    struct rt_cuda *cuda; /* a CUDA device's backend (cuda/cuda.h); NULL on a CPU device */
+    int32_t replay;       /* 1: the forward runs again for its backward (recompute):
                                   sends and recvs do nothing, what they moved is in place */
     /* fp16's dynamic loss scaling (the fill and clip_scale ops that say loss_scale=1):
      * the loss seed is loss_scale (infinite when inject_overflow, a test's way
@@ -61,7 +61,7 @@ typedef struct rt_context_s {
      * gradients overflowed, and then every adamw leaves its parameter, m and v
      * as they were and sets overflowed.  AdamW's bias correction counts the
      * steps taken: step - skipped. */
-    float   loss_scale;
+    float loss_scale;
     int32_t inject_overflow;
     int32_t overflowed;
     int64_t skipped;
@@ -71,19 +71,19 @@ typedef struct rt_context_s {
      * timer slack) and before every message, and what was waited is added
      * to paced.  The cluster file's slowdown is then part of the estimate. */
     int32_t emulate_devices;
-    double  owed;
-    double  paced;
+    double owed;
+    double paced;
     /* Called before each op when set (the step's last backward: gradient
      * buckets whose gradients are final go to the all-reduce thread,
      * comm/overlap.h); non-zero fails the op. */
-    int   (*before_op)(void *user, const rt_op *op, struct rt_context_s *ctx);
-    void   *before_op_user;
+    int (*before_op)(void *user, const rt_op *op, struct rt_context_s *ctx);
+    void *before_op_user;
     /* --trace FILE (trace.h): every op a span, every message a flow from
      * its send to its receive; NULL: nothing recorded. */
     struct rt_trace *trace;
 } rt_context;
 
-#define RT_PACE_MIN_SLEEP 1e-3   /* seconds */
+#define RT_PACE_MIN_SLEEP 1e-3 /* seconds */
 
 /* --emulate-devices: wait out what the device still owes (the end of a
  * step, before a message).  Nothing without emulation. */
@@ -145,6 +145,6 @@ int64_t rt_tensor_numel(const rt_tensor *t);
 /* numel times the dtype's size. */
 int64_t rt_tensor_bytes(const rt_tensor *t);
 /* Is it stored in 16 bits (bf16 or fp16)? */
-int     rt_tensor_is_half(const rt_tensor *t);
+int rt_tensor_is_half(const rt_tensor *t);
 
 #endif

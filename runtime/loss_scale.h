@@ -22,19 +22,19 @@
 
 #define RT_LOSS_SCALE_INITIAL 65536.0f
 #define RT_LOSS_SCALE_WINDOW  2000
-#define RT_LOSS_SCALE_MIN     1.0f      /* halving below it means the run diverged */
+#define RT_LOSS_SCALE_MIN     1.0f /* halving below it means the run diverged */
 
 typedef struct {
-    float   scale;       /* S this step                                     */
-    int64_t window;      /* good steps in a row before S doubles            */
-    int64_t good;        /* good steps since the last change                */
-    int64_t skipped;     /* steps skipped so far (AdamW's t = step - skipped) */
+    float scale;     /* S this step                                     */
+    int64_t window;  /* good steps in a row before S doubles            */
+    int64_t good;    /* good steps since the last change                */
+    int64_t skipped; /* steps skipped so far (AdamW's t = step - skipped) */
 } rt_loss_scaler;
 
 void rt_loss_scaler_init(rt_loss_scaler *s, float initial, int64_t window);
 /* After a step's update: overflowed says whether the step was skipped.
  * Returns 1 when S changed, with what happened in note ("overflow: step
  * skipped, loss scale 65536 -> 32768"), else 0 (note ""). */
-int  rt_loss_scaler_update(rt_loss_scaler *s, int overflowed, char *note, size_t size);
+int rt_loss_scaler_update(rt_loss_scaler *s, int overflowed, char *note, size_t size);
 
 #endif

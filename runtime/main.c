@@ -72,8 +72,7 @@
 #include "cuda/cuda.h"
 
 #include <xxhash.h>
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
-
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 int fail(const char *fmt, ...)
 {
@@ -101,10 +100,18 @@ static void init_params(program *p, uint64_t seed)
         rt_rng r = rt_rng_seeded(seed, XXH3_64bits(ti->name, strlen(ti->name)), 0x1417);
         for (int64_t k = 0, n = numel(&ti->t); k < n; k++) {
             switch (ti->init_kind) {
-            case INIT_ONES:    x[k] = 1.0f; break;
-            case INIT_NORMAL:  x[k] = (float)(ti->init_a * rt_rng_normal(&r)); break;
-            case INIT_UNIFORM: x[k] = (float)(ti->init_a * (2.0 * rt_rng_uniform(&r) - 1.0)); break;
-            default:           x[k] = 0.0f; break;
+            case INIT_ONES:
+                x[k] = 1.0f;
+                break;
+            case INIT_NORMAL:
+                x[k] = (float)(ti->init_a * rt_rng_normal(&r));
+                break;
+            case INIT_UNIFORM:
+                x[k] = (float)(ti->init_a * (2.0 * rt_rng_uniform(&r) - 1.0));
+                break;
+            default:
+                x[k] = 0.0f;
+                break;
             }
         }
     }
@@ -130,7 +137,6 @@ static double now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
-
 
 /* Copy the embedded tables out of the program (program.h). */
 static int program_load(program *p)
@@ -159,7 +165,7 @@ static int program_load(program *p)
 
 static void program_free(program *p)
 {
-    rt_cuda_close(p->cuda);      /* first: it unpins the host arena */
+    rt_cuda_close(p->cuda); /* first: it unpins the host arena */
     free(p->tensors);
     free(p->stash);
     free(p->placement);
@@ -172,21 +178,21 @@ static void program_free(program *p)
 /* ---- one step: 1F1B over the micro-batches ----------------------------------- */
 
 typedef struct {
-    program  *p;
-    rt_comm  *comm;
-    rt_data  *data;
+    program *p;
+    rt_comm *comm;
+    rt_data *data;
     const run_options *o;
-    int32_t   tokens_at, targets_at;   /* feeds on this device, -1 none */
-    int64_t   b, T;                    /* rows per micro-batch, tokens per row */
-    int32_t   n_slots;                 /* stash slots                          */
-    char     *stash_mem;               /* [n_slots][stash_bytes]               */
-    int64_t   stash_bytes;
-    char     *stashed;                 /* per micro-batch: in a slot?          */
-    float    *grad_sum;                /* [grad floats] when M > 1             */
-    int32_t  *order;                   /* [2M] the 1F1B order                  */
-    int64_t   grad_floats;
-    double    loss_sum;
-    rt_overlap *overlap;               /* gradient buckets reduced in the last backward; NULL none */
+    int32_t tokens_at, targets_at; /* feeds on this device, -1 none */
+    int64_t b, T;                  /* rows per micro-batch, tokens per row */
+    int32_t n_slots;               /* stash slots                          */
+    char *stash_mem;               /* [n_slots][stash_bytes]               */
+    int64_t stash_bytes;
+    char *stashed;   /* per micro-batch: in a slot?          */
+    float *grad_sum; /* [grad floats] when M > 1             */
+    int32_t *order;  /* [2M] the 1F1B order                  */
+    int64_t grad_floats;
+    double loss_sum;
+    rt_overlap *overlap; /* gradient buckets reduced in the last backward; NULL none */
 } stepper;
 
 static int64_t stash_total(const program *p)
@@ -217,7 +223,7 @@ static void gradients_accumulate(stepper *st, int32_t m, int mean)
 {
     const program *p = st->p;
     float *acc = st->grad_sum, inv = 1.0f / (float)p->manifest.micro_batches;
-    const uint8_t *final = rt_overlap_final(st->overlap);   /* made by its bucket already */
+    const uint8_t *final = rt_overlap_final(st->overlap); /* made by its bucket already */
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
         if (ti->role != ROLE_GRADIENT)
@@ -283,7 +289,7 @@ static int run_backward(stepper *st, rt_context *ctx, int32_t m)
     if (st->stashed[m]) {
         stash_copy(st, m, 0);
         st->stashed[m] = 0;
-        if (st->p->manifest.recompute) {   /* the stash is the forward's inputs: run it again */
+        if (st->p->manifest.recompute) { /* the stash is the forward's inputs: run it again */
             ctx->phase = PHASE_FORWARD;
             ctx->replay = 1;
             int rc = fusion_forward(st->p->arena, ctx);
@@ -293,7 +299,7 @@ static int run_backward(stepper *st, rt_context *ctx, int32_t m)
         }
     }
     ctx->phase = PHASE_BACKWARD;
-    if (st->overlap && m == st->p->manifest.micro_batches - 1) {   /* the gradients become final */
+    if (st->overlap && m == st->p->manifest.micro_batches - 1) { /* the gradients become final */
         ctx->before_op = rt_overlap_before_op;
         ctx->before_op_user = st->overlap;
     }
@@ -330,10 +336,9 @@ static int run_micro_batches(stepper *st, rt_context *ctx, float *loss)
     if (M > 1)
         gradients_accumulate(st, 0, 1);
     *loss = mf->loss >= 0 ? (float)(st->loss_sum / M) : NAN;
-    if (mf->loss >= 0 && mf->n_replicas > 1 &&
-        (!st->comm || rt_comm_mean_over_replicas(st->comm, loss, 1, -1, ctx)))
+    if (mf->loss >= 0 && mf->n_replicas > 1 && (!st->comm || rt_comm_mean_over_replicas(st->comm, loss, 1, -1, ctx)))
         return -1;
-    if (mf->loss >= 0)   /* the step's loss where the log, checkpoints and --dump-grads find it */
+    if (mf->loss >= 0) /* the step's loss where the log, checkpoints and --dump-grads find it */
         *(float *)(st->p->arena + st->p->tensors[mf->loss].t.offset) = *loss;
     return 0;
 }
@@ -368,9 +373,8 @@ static int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, c
     char why[512];
     /* On a CUDA device p->arena is the host staging copy: a bucket's
      * gradients come down to it before the thread takes them (cuda.h). */
-    if (comm && rt_overlap_open(&st->overlap, comm, (const rt_op *)fusion_ops_blob, m->n_ops, p->tensors,
-                                m->n_tensors, p->arena, st->grad_sum, m->micro_batches, !o->no_overlap, why,
-                                sizeof why))
+    if (comm && rt_overlap_open(&st->overlap, comm, (const rt_op *)fusion_ops_blob, m->n_ops, p->tensors, m->n_tensors,
+                                p->arena, st->grad_sum, m->micro_batches, !o->no_overlap, why, sizeof why))
         return fail("%s", why);
     if (p->cuda)
         rt_overlap_set_fetch(st->overlap, rt_cuda_fetch, p->cuda);
@@ -418,8 +422,11 @@ static void per_device_path(const program *p, const char *file, char *path, size
 
 static checkpoint_options checkpoints_of(const run_options *o, const rt_broker *broker)
 {
-    return (checkpoint_options){ .save_dir = o->save, .resume_dir = o->resume, .keep = (int)o->keep,
-                                 .save_dtype = o->save_dtype, .brokered = broker != NULL };
+    return (checkpoint_options){ .save_dir = o->save,
+                                 .resume_dir = o->resume,
+                                 .keep = (int)o->keep,
+                                 .save_dtype = o->save_dtype,
+                                 .brokered = broker != NULL };
 }
 
 /* The checkpoint of `step` (checkpoint_run.h): complete on every device or
@@ -457,7 +464,7 @@ static int save_part(program *p, rt_comm *comm, int64_t step, uint64_t seed, con
         fflush(stderr);
         raise(SIGKILL);
     }
-    if (live)   /* the stage it covers: the broker needs one part of every stage */
+    if (live) /* the stage it covers: the broker needs one part of every stage */
         rt_broker_report(broker, "part", "%lld %s %016llx live %d %d %lld", (long long)step, path,
                          (unsigned long long)hash, p->manifest.stage, p->manifest.n_stages, (long long)size);
     else
@@ -471,8 +478,8 @@ static int save_part(program *p, rt_comm *comm, int64_t step, uint64_t seed, con
  * touched the parameters: every message of a step comes before its
  * optimizer ops) goes to OUT/checkpoints/live-N/, so that the broker can
  * resume from the survivors' live state when they cover every stage. */
-static void save_live_state(program *p, const run_options *o, int64_t finished, uint64_t seed,
-                            const rt_loss_scaler *ls, rt_broker *broker, const char *why)
+static void save_live_state(program *p, const run_options *o, int64_t finished, uint64_t seed, const rt_loss_scaler *ls,
+                            rt_broker *broker, const char *why)
 {
     if (!broker || !o->save || finished < 1 || p->manifest.diloco.sync == RT_SYNC_DILOCO ||
         !(strstr(why, "lost peer") || strstr(why, " stopped")))
@@ -489,7 +496,7 @@ static void save_live_state(program *p, const run_options *o, int64_t finished, 
     snprintf(manifest, sizeof manifest, "%s/live-%lld/MANIFEST", o->save, (long long)finished);
     if (rt_broker_confirm(broker, 5000) != 0)
         fprintf(stderr, "fusion: the broker did not confirm this device within 5 s; its state is saved for the one "
-                "that takes over\n");
+                        "that takes over\n");
     if (access(manifest, F_OK) == 0)
         return;
     /* Without the error feedback: the failed step may have changed part
@@ -554,7 +561,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     /* --sync diloco: --steps counts the steps of the site with the largest
      * H; this site takes as many rounds of its own H. */
     run_options own = *o;
-    int64_t run_steps = o->steps;   /* the run's --steps: a DiLoCo site's checkpoint is named by it */
+    int64_t run_steps = o->steps; /* the run's --steps: a DiLoCo site's checkpoint is named by it */
     if (mf->diloco.sync == RT_SYNC_DILOCO)
         own.steps = rt_diloco_site_steps(&mf->diloco, o->steps);
     o = &own;
@@ -584,7 +591,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     char why_start[1200];
     checkpoint_options co = checkpoints_of(o, broker);
     if (rc == 0 && checkpoint_start(p, comm, &co, &resumed, &from_checkpoint, why_start, sizeof why_start))
-        rc = stop(comm, mf->device, "%s", why_start);   /* the peers stop too, naming this device and why */
+        rc = stop(comm, mf->device, "%s", why_start); /* the peers stop too, naming this device and why */
     else if (rc == 0 && from_checkpoint) {
         done = resumed.step, seed = resumed.seed, scaler = resumed.scaler;
         if (comm && resumed.feedback.n > 0) {
@@ -592,11 +599,12 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             rt_comm_restore_feedback(comm, &resumed.feedback);
         }
         if (o->seed_given && seed != o->seed)
-            rc = fail("%s: the checkpoint was trained with --seed %llu, not %llu", o->resume,
-                      (unsigned long long)seed, (unsigned long long)o->seed);
+            rc = fail("%s: the checkpoint was trained with --seed %llu, not %llu", o->resume, (unsigned long long)seed,
+                      (unsigned long long)o->seed);
         else if (o->steps <= done)
             rc = fail("%s: the checkpoint is at step %lld and --steps is %lld: nothing to train (give --steps above "
-                      "%lld)", o->resume, (long long)done, (long long)o->steps, (long long)done);
+                      "%lld)",
+                      o->resume, (long long)done, (long long)o->steps, (long long)done);
     } else if (rc == 0) {
         init_params(p, o->seed);
     }
@@ -636,7 +644,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
            (long long)tokens, o->inputs ? "input values" : "tokens");
     if (mf->slowdown > 1.0)
         printf("fusion: emulating a device %.2f times slower (slowdown in the cluster file): each op is followed "
-               "by a sleep\n", mf->slowdown);
+               "by a sleep\n",
+               mf->slowdown);
     if (o->comm.emulate_links && mf->n_links > 0)
         printf("fusion: emulating the cluster file's links (bandwidth and latency) on this machine's network\n");
     if (o->emulate_devices)
@@ -647,7 +656,9 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                "average their change and take an outer Nesterov step (lr %g, momentum %g), %s on the wire%s\n",
                mf->diloco.site, mf->diloco.n_sites, (long long)mf->diloco.row_offset, mf->diloco.local_steps,
                mf->diloco.outer_lr, mf->diloco.outer_momentum,
-               mf->diloco.outer_bits == 8 ? "8-bit rows" : mf->diloco.outer_bits == 4 ? "4-bit rows" : "f32",
+               mf->diloco.outer_bits == 8   ? "8-bit rows"
+               : mf->diloco.outer_bits == 4 ? "4-bit rows"
+                                            : "f32",
                mf->diloco.outer_delay ? ", applied one round late (the transfer overlaps the next round)" : "");
     rt_overlap_set_trace(st.overlap, trace);
     if (st.overlap)
@@ -655,16 +666,22 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                o->no_overlap ? "after the backward (--no-overlap)" : "while the step's last backward runs");
     if (mf->loss_scaling)
         printf("fusion: fp16 with dynamic loss scaling: scale %g, doubled after %lld good steps, halved and the step "
-               "skipped on an overflow\n", (double)scaler.scale, (long long)scaler.window);
+               "skipped on an overflow\n",
+               (double)scaler.scale, (long long)scaler.window);
     fflush(stdout);
-    double paced = 0.0, stepping = 0.0;   /* --emulate-devices: waited, and the steps' whole time */
-    int stopped = 0;                      /* 130 or 143: stopped by a signal (stop_after) */
+    double paced = 0.0, stepping = 0.0; /* --emulate-devices: waited, and the steps' whole time */
+    int stopped = 0;                    /* 130 or 143: stopped by a signal (stop_after) */
     if (comm && comm->hub)
-        fu_hub_set_step(comm->hub, diloco ? 1 : done + 1);   /* diloco: in rounds (below); no resume */
+        fu_hub_set_step(comm->hub, diloco ? 1 : done + 1); /* diloco: in rounds (below); no resume */
     for (int64_t step = done + 1; step <= o->steps && rc == 0; step++) {
-        rt_context ctx = { .step = step, .comm = comm, .slowdown = mf->slowdown, .cuda = p->cuda,
-                           .loss_scale = scaler.scale, .skipped = scaler.skipped,
-                           .inject_overflow = o->inject_overflow == step, .emulate_devices = o->emulate_devices,
+        rt_context ctx = { .step = step,
+                           .comm = comm,
+                           .slowdown = mf->slowdown,
+                           .cuda = p->cuda,
+                           .loss_scale = scaler.scale,
+                           .skipped = scaler.skipped,
+                           .inject_overflow = o->inject_overflow == step,
+                           .emulate_devices = o->emulate_devices,
                            .trace = trace };
         double t0 = now();
         float loss = NAN;
@@ -717,7 +734,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         if (comm)
             rt_comm_adapt_density(comm, dt);
         char scaled[160] = "";
-        if (mf->loss_scaling) {   /* the scale this step ran with, and whether it was skipped, in the log */
+        if (mf->loss_scaling) { /* the scale this step ran with, and whether it was skipped, in the log */
             size_t n = strlen(step_extra_json);
             snprintf(step_extra_json + n, sizeof step_extra_json - n, ", \"loss_scale\": %g, \"skipped\": %s",
                      (double)scaler.scale, ctx.overflowed ? "true" : "false");
@@ -725,8 +742,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         if (mf->loss_scaling && rt_loss_scaler_update(&scaler, ctx.overflowed, scaled, sizeof scaled)) {
             printf("step %5lld: %s\n", (long long)step, scaled);
             if (scaler.scale < RT_LOSS_SCALE_MIN) {
-                rc = stop(comm, mf->device, "step %lld: the loss scale fell below %g: training diverged", (long long)step,
-                          (double)RT_LOSS_SCALE_MIN);
+                rc = stop(comm, mf->device, "step %lld: the loss scale fell below %g: training diverged",
+                          (long long)step, (double)RT_LOSS_SCALE_MIN);
                 break;
             }
         }
@@ -743,7 +760,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         if (outer_line[0])
             printf("step %5lld: %s\n", (long long)step, outer_line);
         fflush(stdout);
-        if (log) {   /* flushed each step: the log is read while training runs */
+        if (log) { /* flushed each step: the log is read while training runs */
             size_t used = strlen(step_extra_json);
             rt_comm_links_json(comm, step_extra_json + used, sizeof step_extra_json - used);
             if (mf->loss >= 0)
@@ -760,8 +777,9 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
          * in rounds, at a round's end. */
         char why_stop[512];
         int64_t H = diloco ? mf->diloco.local_steps : 1, round = (step + H - 1) / H;
-        int last = !diloco || step % H == 0 || step == o->steps ? stop_after(comm, round, &stopped, why_stop,
-                                                                             sizeof why_stop) : 0;
+        int last = !diloco || step % H == 0 || step == o->steps
+                       ? stop_after(comm, round, &stopped, why_stop, sizeof why_stop)
+                       : 0;
         if (last < 0) {
             rc = stop(comm, mf->device, "step %lld: stopping together: %s", (long long)step, why_stop);
             break;
@@ -771,13 +789,18 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
          * round (named by the steps of the site with the largest H). */
         if (o->save && ((!diloco && o->save_every > 0 && step % o->save_every == 0) || step == o->steps || last)) {
             double save_t0 = trace ? rt_trace_clock() : 0.0;
-            rt_feedback_arrays feedback = { 0 };   /* the live arrays: the overlap's thread is idle now */
+            rt_feedback_arrays feedback = { 0 }; /* the live arrays: the overlap's thread is idle now */
             if (comm && (rt_comm_list_feedback(comm, &feedback) || rt_overlap_list_feedback(st.overlap, &feedback)))
                 rc = stop(comm, mf->device, "out of memory listing the error feedback for the checkpoint");
-            else if (save_part(p, comm, !diloco ? step : step == o->steps ? run_steps : round * diloco_most_h(mf), seed,
-                               &scaler, &feedback, broker, o, 0))
-                rc = stop(comm, mf->device, "step %lld: the checkpoint failed (above); the last complete one is as it "
-                          "was", (long long)step);
+            else if (save_part(p, comm,
+                               !diloco            ? step
+                               : step == o->steps ? run_steps
+                                                  : round * diloco_most_h(mf),
+                               seed, &scaler, &feedback, broker, o, 0))
+                rc = stop(comm, mf->device,
+                          "step %lld: the checkpoint failed (above); the last complete one is as it "
+                          "was",
+                          (long long)step);
             rt_feedback_arrays_free(&feedback);
             rt_trace_span(trace, 0, "checkpoint", "checkpoint", save_t0, trace ? rt_trace_clock() : 0.0, NULL);
         }
@@ -792,7 +815,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         int64_t early, handed;
         rt_overlap_counts(st.overlap, &early, &handed);
         printf("fusion: gradient buckets: %lld of %lld started while a backward ran; the updates waited %.3f s "
-               "for them in all\n", (long long)early, (long long)handed, rt_overlap_waited(st.overlap));
+               "for them in all\n",
+               (long long)early, (long long)handed, rt_overlap_waited(st.overlap));
     }
     if (rc == 0 && o->emulate_devices)
         printf("fusion: --emulate-devices waited %.3f s of the %.3f s the steps took (%.0f%%)\n", paced, stepping,
@@ -824,7 +848,8 @@ static int load_secret(const run_options *o, uint8_t secret[FU_SECRET_BYTES], co
     if (fu_secret_load(path, secret, why, sizeof why) == 0)
         return 0;
     return fail("%s: %s (every link and the broker are sealed with the run's secret, which the compile writes "
-                "beside the program and fusionc deploy copies, mode 0600): refusing to start", device, why);
+                "beside the program and fusionc deploy copies, mode 0600): refusing to start",
+                device, why);
 }
 
 int main(int argc, char **argv)
@@ -838,8 +863,9 @@ int main(int argc, char **argv)
     program p;
     memset(&p, 0, sizeof p);
     memcpy(&p.manifest, fusion_manifest_blob, sizeof p.manifest);
-    run_options o = { .steps = 100, .seed = 1, .keep = CKPT_DEFAULT_KEEP,
-                      .threads = p.manifest.threads > 0 ? p.manifest.threads : 1 };
+    run_options o = {
+        .steps = 100, .seed = 1, .keep = CKPT_DEFAULT_KEEP, .threads = p.manifest.threads > 0 ? p.manifest.threads : 1
+    };
     int rc = run_options_parse(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
@@ -857,8 +883,9 @@ int main(int argc, char **argv)
     if (program_load(&p) ||
         (p.cuda && rt_cuda_attach_host_arena(p.cuda, p.arena, cuda_why, sizeof cuda_why) &&
          fail("%s: %s", p.manifest.device, cuda_why)) ||
-        (p.cuda && rt_cuda_set_host_tensors(p.cuda, p.tensors, p.manifest.n_tensors, p.stash, p.manifest.n_stash,
-                                            p.manifest.loss) &&
+        (p.cuda &&
+         rt_cuda_set_host_tensors(p.cuda, p.tensors, p.manifest.n_tensors, p.stash, p.manifest.n_stash,
+                                  p.manifest.loss) &&
          fail("%s: out of memory", p.manifest.device))) {
         program_free(&p);
         return 1;
@@ -884,7 +911,8 @@ int main(int argc, char **argv)
         for (int32_t i = 0; i < p.manifest.n_tensors && rc == 0; i++)
             if (p.tensors[i].role == ROLE_INPUT)
                 rc = fail("the data loader feeds only two i32 inputs of shape (B,T) (tokens, targets); '%s' needs "
-                          "--inputs FILE", p.tensors[i].name);
+                          "--inputs FILE",
+                          p.tensors[i].name);
     }
     uint8_t secret[FU_SECRET_BYTES];
     if (rc == 0 && (p.manifest.n_links > 0 || o.broker)) {
@@ -894,8 +922,10 @@ int main(int argc, char **argv)
          * ends must be started so, and each says so. */
         const char *plain = getenv("FUSION_UNSEALED_LINKS");
         if (rc == 0 && plain && strcmp(plain, "1") == 0 && p.manifest.n_links > 0) {
-            fprintf(stderr, "fusion: warning: %s: FUSION_UNSEALED_LINKS=1: its links are NOT sealed (for measuring "
-                    "what sealing costs only)\n", p.manifest.device);
+            fprintf(stderr,
+                    "fusion: warning: %s: FUSION_UNSEALED_LINKS=1: its links are NOT sealed (for measuring "
+                    "what sealing costs only)\n",
+                    p.manifest.device);
             o.comm.secret = NULL;
         }
     }
@@ -908,8 +938,8 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stops, &before);
     catch_stop_signals();
     rt_broker *broker = NULL;
-    if (rc == 0 && o.broker && rt_broker_open(&broker, o.broker, p.manifest.device, o.comm.epoch, secret, why,
-                                              sizeof why))
+    if (rc == 0 && o.broker &&
+        rt_broker_open(&broker, o.broker, p.manifest.device, o.comm.epoch, secret, why, sizeof why))
         rc = fail("%s: %s", p.manifest.device, why);
     rt_comm comm;
     rt_comm *peers = NULL;

@@ -103,4 +103,3 @@ int64_t rt_op_workspace_floats(const rt_op *op)
     int64_t copies = cpu > cuda ? cpu : cuda;
     return copies ? rt_op_copies_at_floats(op) + copies : kernel_workspace_floats(op);
 }
-

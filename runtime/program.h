@@ -55,55 +55,55 @@
 enum { RT_SYNC_EXACT = 0, RT_SYNC_DILOCO = 1 };
 
 typedef struct {
-    int32_t sync;              /* RT_SYNC_EXACT or RT_SYNC_DILOCO                          */
-    int32_t site, n_sites;     /* this device's site, of n_sites                          */
-    int32_t local_steps;       /* H: this site's inner steps between outer steps          */
-    int32_t site_steps[RT_MAX_SITES];   /* every site's H (a slower site may take fewer: the
+    int32_t sync;                     /* RT_SYNC_EXACT or RT_SYNC_DILOCO                          */
+    int32_t site, n_sites;            /* this device's site, of n_sites                          */
+    int32_t local_steps;              /* H: this site's inner steps between outer steps          */
+    int32_t site_steps[RT_MAX_SITES]; /* every site's H (a slower site may take fewer: the
                                   sites' rounds take the same time)                       */
-    int32_t outer_bits;        /* the outer change on the wire: 8 or 4 (quant.h rows, with
+    int32_t outer_bits;               /* the outer change on the wire: 8 or 4 (quant.h rows, with
                                   error feedback), 0 raw f32                              */
-    int32_t outer_delay;       /* 1: a round's change is applied at the end of the next round,
+    int32_t outer_delay;              /* 1: a round's change is applied at the end of the next round,
                                   its transfer overlapping that round's steps; 0: at once */
-    double  outer_lr, outer_momentum;
-    int64_t row_offset;        /* this site's first row of the global batch               */
-    double  site_weight[RT_MAX_SITES];  /* each site's share of a round's rows (sum 1)      */
-    int32_t n_params;          /* entries of fusion_diloco_blob                           */
+    double outer_lr, outer_momentum;
+    int64_t row_offset;               /* this site's first row of the global batch               */
+    double site_weight[RT_MAX_SITES]; /* each site's share of a round's rows (sum 1)      */
+    int32_t n_params;                 /* entries of fusion_diloco_blob                           */
 } rt_diloco_info;
 
 typedef struct {
-    char    name[RT_TENSOR_NAME_MAX];
-    int32_t stage;                     /* the stage of this device's site that updates it */
-    int32_t owner[RT_MAX_SITES];       /* per site, the device that holds it and takes part
+    char name[RT_TENSOR_NAME_MAX];
+    int32_t stage;               /* the stage of this device's site that updates it */
+    int32_t owner[RT_MAX_SITES]; /* per site, the device that holds it and takes part
                                           in the outer step (replica 0 of its stage)      */
 } rt_diloco_param;
 
 typedef struct {
-    char    model[64];
-    char    device[64];
-    uint64_t build_id;         /* hash of the compiled graph: peers must match */
+    char model[64];
+    char device[64];
+    uint64_t build_id; /* hash of the compiled graph: peers must match */
     int64_t arena_bytes;
     int32_t n_ops, n_tensors;
-    int32_t threads;           /* the device's CPU threads                      */
-    int32_t loss;              /* index into the tensors of the loss, -1 none   */
-    double  slowdown;          /* >= 1: run this many times slower (emulation)  */
+    int32_t threads; /* the device's CPU threads                      */
+    int32_t loss;    /* index into the tensors of the loss, -1 none   */
+    double slowdown; /* >= 1: run this many times slower (emulation)  */
     /* Placement (the fence pass): this device runs replica `replica` of
      * stage `stage` of n_stages, over micro_batches micro-batches a step. */
-    int32_t device_index;      /* in the cluster                                */
+    int32_t device_index; /* in the cluster                                */
     int32_t stage, replica, n_stages, n_replicas, micro_batches;
-    int32_t warmup;            /* forwards before the first backward (the schedule pass) */
-    int32_t recompute;         /* 1: the stash holds the forward's inputs; the forward
+    int32_t warmup;    /* forwards before the first backward (the schedule pass) */
+    int32_t recompute; /* 1: the stash holds the forward's inputs; the forward
                                   runs again before a waiting backward (the schedule pass) */
     int32_t n_stash, n_peers, n_links;
-    int32_t port_base;         /* link i listens on port_base + i               */
-    int64_t tokens_per_step;   /* the global batch's tokens (samples), all micro-batches and replicas */
-    int32_t backend;           /* RT_BACKEND_CPU or RT_BACKEND_CUDA             */
-    char    arch[32];          /* the cluster file's arch ("sm_80"; "" on a CPU) */
-    int32_t precision;         /* the graph's (ir_dtype): what activations are stored in */
-    int32_t loss_scaling;      /* 1: fp16's dynamic loss scaling (loss_scale.h)    */
-    int32_t tf32;              /* 1: f32 products may use TF32 tensor cores (CUDA: cuBLAS's
+    int32_t port_base;       /* link i listens on port_base + i               */
+    int64_t tokens_per_step; /* the global batch's tokens (samples), all micro-batches and replicas */
+    int32_t backend;         /* RT_BACKEND_CPU or RT_BACKEND_CUDA             */
+    char arch[32];           /* the cluster file's arch ("sm_80"; "" on a CPU) */
+    int32_t precision;       /* the graph's (ir_dtype): what activations are stored in */
+    int32_t loss_scaling;    /* 1: fp16's dynamic loss scaling (loss_scale.h)    */
+    int32_t tf32;            /* 1: f32 products may use TF32 tensor cores (CUDA: cuBLAS's
                                   CUBLAS_TF32_TENSOR_OP_MATH; a CPU ignores it)   */
-    rt_diloco_info diloco;     /* sync = RT_SYNC_EXACT: the rest unused                   */
-    uint64_t model_id;         /* hash of the whole model's parameters (names, shapes): a
+    rt_diloco_info diloco;   /* sync = RT_SYNC_EXACT: the rest unused                   */
+    uint64_t model_id;       /* hash of the whole model's parameters (names, shapes): a
                                   checkpoint of another model is refused on it, whatever
                                   the plan (checkpoint.c)                                 */
 } rt_manifest;
@@ -112,23 +112,23 @@ enum { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
 
 typedef struct {
     char name[64];
-    char address[256];         /* where its host listens ("127.0.0.1")          */
+    char address[256]; /* where its host listens ("127.0.0.1")          */
 } rt_peer;
 
 typedef struct {
-    int32_t a, b;              /* device indices, a < b: a listens, b connects   */
-    double  bandwidth;         /* bytes/s, from the cluster file                 */
-    double  latency;           /* seconds                                        */
+    int32_t a, b;     /* device indices, a < b: a listens, b connects   */
+    double bandwidth; /* bytes/s, from the cluster file                 */
+    double latency;   /* seconds                                        */
 } rt_link;
 
 typedef struct {
-    char      name[RT_TENSOR_NAME_MAX];
-    int32_t   role;            /* ir_role                                        */
-    int32_t   dtype;           /* ir_dtype                                       */
-    int32_t   init_kind;       /* ir_init_kind                                   */
-    int32_t   feed;            /* inputs: 0 token ids, 1 targets, -1 neither     */
-    double    init_a;
-    rt_tensor t;               /* dims and place in the arena                    */
+    char name[RT_TENSOR_NAME_MAX];
+    int32_t role;      /* ir_role                                        */
+    int32_t dtype;     /* ir_dtype                                       */
+    int32_t init_kind; /* ir_init_kind                                   */
+    int32_t feed;      /* inputs: 0 token ids, 1 targets, -1 neither     */
+    double init_a;
+    rt_tensor t; /* dims and place in the arena                    */
 } rt_tensor_info;
 
 /* Defined by the generated object. */
@@ -142,11 +142,11 @@ extern const unsigned char fusion_links_blob[];
 extern const unsigned char fusion_diloco_blob[];
 /* A CUDA device's module (runtime/cuda/cuda_program.h); on a CPU device
  * the info says zero kernels and the rest are empty. */
-extern const unsigned char fusion_cuda_info_blob[];    /* rt_cuda_module_info          */
-extern const unsigned char fusion_cuda_steps_blob[];   /* rt_cuda_step[n_steps]        */
-extern const unsigned char fusion_cuda_ops_blob[];     /* rt_cuda_op[n_ops]            */
-extern const unsigned char fusion_cuda_names_blob[];   /* n_kernels NUL-ended names    */
-extern const unsigned char fusion_cuda_fatbin_blob[];  /* the fat binary, in .nv_fatbin  */
+extern const unsigned char fusion_cuda_info_blob[];   /* rt_cuda_module_info          */
+extern const unsigned char fusion_cuda_steps_blob[];  /* rt_cuda_step[n_steps]        */
+extern const unsigned char fusion_cuda_ops_blob[];    /* rt_cuda_op[n_ops]            */
+extern const unsigned char fusion_cuda_names_blob[];  /* n_kernels NUL-ended names    */
+extern const unsigned char fusion_cuda_fatbin_blob[]; /* the fat binary, in .nv_fatbin  */
 int fusion_forward(char *arena, rt_context *ctx);
 int fusion_backward(char *arena, rt_context *ctx);
 int fusion_update(char *arena, rt_context *ctx);

@@ -90,9 +90,10 @@ static int parse_crash(const cli_option *opt, const char *value, void *field, ch
 
 /* ---- the table -------------------------------------------------------------- */
 
-#define SECONDS .lo = 0, .hi = 86400, .open = CLI_OPEN_LO | CLI_OPEN_HI, .expects = "a number of seconds in (0, 86400)"
+#define SECONDS     .lo = 0, .hi = 86400, .open = CLI_OPEN_LO | CLI_OPEN_HI, .expects = "a number of seconds in (0, 86400)"
 #define COUNT(what) .lo = 1, .hi = (double)INT64_MAX, .expects = what
 
+/* clang-format off */
 static const cli_option device_options[] = {
     { .name = "--data", .metavar = "FILE", CLI_WHOLE(parse_data),
       .help = "training data: text (bytes) or llm.c token shards; repeat to concatenate" },
@@ -183,6 +184,7 @@ static const cli_usage usage = {
     "SIGINT or SIGTERM: every device finishes the same step, saves it (with --save) and exits 130\n"
     "or 143; a second signal stops at once.\n"
 };
+/* clang-format on */
 
 /* The usage, its first line naming this program as it was started. */
 static void print_usage(FILE *f, const char *program)
@@ -201,8 +203,7 @@ int run_options_parse(int argc, char **argv, run_options *o)
         }
         int took = cli_take(&usage, argc, argv, &i, o, why, sizeof why);
         if (took == 0)
-            snprintf(why, sizeof why, "%s '%s'", argv[i][0] == '-' ? "unknown option" : "unexpected argument",
-                     argv[i]);
+            snprintf(why, sizeof why, "%s '%s'", argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
         if (took <= 0) {
             fprintf(stderr, "%s: %s\n\n", argv[0], why);
             print_usage(stderr, argv[0]);

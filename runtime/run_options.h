@@ -11,18 +11,18 @@
 
 typedef struct {
     const char *data[64];
-    int         n_data;
+    int n_data;
     const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby, *key, *trace;
-    int64_t     steps, save_every, keep;
-    double      loss_scale;
-    st_dtype    save_dtype;
-    int64_t     loss_scale_window, inject_overflow;
-    const char *crash_in_save;        /* --inject-crash-in-save DEVICE:K (a test's fault) */
-    int         emulate_devices;
-    int         no_overlap;
-    uint64_t    seed;
-    int         seed_given;
-    int         threads;
+    int64_t steps, save_every, keep;
+    double loss_scale;
+    st_dtype save_dtype;
+    int64_t loss_scale_window, inject_overflow;
+    const char *crash_in_save; /* --inject-crash-in-save DEVICE:K (a test's fault) */
+    int emulate_devices;
+    int no_overlap;
+    uint64_t seed;
+    int seed_given;
+    int threads;
     rt_comm_options comm;
 } run_options;
 

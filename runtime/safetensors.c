@@ -35,7 +35,7 @@
 
 /* st_dtype's numbers are ir_dtype's and half.h's: one can be passed as the other. */
 _Static_assert((int)ST_F32 == HALF_DT_F32 && (int)ST_I32 == HALF_DT_I32 && (int)ST_F16 == HALF_DT_F16 &&
-               (int)ST_BF16 == HALF_DT_BF16,
+                   (int)ST_BF16 == HALF_DT_BF16,
                "st_dtype and half.h's HALF_DT_* disagree");
 
 /* Every dtype the format defines that has a whole number of bytes per
@@ -43,23 +43,22 @@ _Static_assert((int)ST_F32 == HALF_DT_F32 && (int)ST_I32 == HALF_DT_I32 && (int)
  * them opens, and st_get says -1 for those tensors. */
 typedef struct {
     const char *name;
-    int         size;          /* bytes per element             */
-    int         st;            /* its st_dtype, -1 not loadable */
+    int size; /* bytes per element             */
+    int st;   /* its st_dtype, -1 not loadable */
 } dtype_info;
 
 static const dtype_info dtypes[] = {
-    {"F32", 4, ST_F32}, {"I32", 4, ST_I32}, {"F16", 2, ST_F16}, {"BF16", 2, ST_BF16},
-    {"BOOL", 1, -1}, {"U8", 1, -1}, {"I8", 1, -1}, {"F8_E5M2", 1, -1}, {"F8_E4M3", 1, -1}, {"F8_E8M0", 1, -1},
-    {"I16", 2, -1}, {"U16", 2, -1},
-    {"U32", 4, -1},
-    {"I64", 8, -1}, {"U64", 8, -1}, {"F64", 8, -1}, {"C64", 8, -1},
+    { "F32", 4, ST_F32 }, { "I32", 4, ST_I32 }, { "F16", 2, ST_F16 }, { "BF16", 2, ST_BF16 }, { "BOOL", 1, -1 },
+    { "U8", 1, -1 },      { "I8", 1, -1 },      { "F8_E5M2", 1, -1 }, { "F8_E4M3", 1, -1 },   { "F8_E8M0", 1, -1 },
+    { "I16", 2, -1 },     { "U16", 2, -1 },     { "U32", 4, -1 },     { "I64", 8, -1 },       { "U64", 8, -1 },
+    { "F64", 8, -1 },     { "C64", 8, -1 },
 };
-#define N_DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
-#define N_ST_DTYPES 4          /* dtypes[st] is st_dtype st's entry */
-#define SUPPORTED "F32, F16, BF16, I32"
+#define N_DTYPES    ((int)(sizeof dtypes / sizeof dtypes[0]))
+#define N_ST_DTYPES 4 /* dtypes[st] is st_dtype st's entry */
+#define SUPPORTED   "F32, F16, BF16, I32"
 
 const char *st_dtype_name(st_dtype d) { return (unsigned)d < N_ST_DTYPES ? dtypes[d].name : "?"; }
-int         st_dtype_size(st_dtype d) { return (unsigned)d < N_ST_DTYPES ? dtypes[d].size : 0; }
+int st_dtype_size(st_dtype d) { return (unsigned)d < N_ST_DTYPES ? dtypes[d].size : 0; }
 
 static int is_float(st_dtype d) { return d == ST_F32 || d == ST_F16 || d == ST_BF16; }
 
@@ -101,12 +100,25 @@ int st_utf8_valid(const unsigned char *s, size_t n, size_t *bad)
     while (i < n) {
         unsigned c = s[i];
         size_t len;
-        unsigned lo = 0x80, hi = 0xBF;      /* bounds of the second byte */
-        if (c < 0x80)       len = 1;
-        else if (c >= 0xC2 && c <= 0xDF) len = 2;
-        else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-        else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-        else goto fail;
+        unsigned lo = 0x80, hi = 0xBF; /* bounds of the second byte */
+        if (c < 0x80)
+            len = 1;
+        else if (c >= 0xC2 && c <= 0xDF)
+            len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0)
+                lo = 0xA0;
+            if (c == 0xED)
+                hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0)
+                lo = 0x90;
+            if (c == 0xF4)
+                hi = 0x8F;
+        } else
+            goto fail;
         if (len > n - i)
             goto fail;
         for (size_t k = 1; k < len; k++) {
@@ -167,12 +179,12 @@ static int read_all(int fd, void *buf, size_t n)
 /* ---- Reader ------------------------------------------------------------ */
 
 typedef struct {
-    char        name[ST_NAME_MAX];
-    int         dtype;              /* index into dtypes[]             */
-    int         rank;
-    int64_t     dim[ST_MAX_RANK];
-    int64_t     begin, end;         /* bytes into the data section     */
-    const char *data;               /* aligned for the dtype           */
+    char name[ST_NAME_MAX];
+    int dtype; /* index into dtypes[]             */
+    int rank;
+    int64_t dim[ST_MAX_RANK];
+    int64_t begin, end; /* bytes into the data section     */
+    const char *data;   /* aligned for the dtype           */
 } st_entry;
 
 /* One __metadata__ pair; both strings point into st_file.meta_text. */
@@ -181,17 +193,17 @@ typedef struct {
 } st_meta;
 
 struct st_file {
-    char      *path;                /* for st_load's messages            */
-    int        n;
-    st_entry  *entry;               /* header order                     */
-    st_entry **by_name;             /* sorted by name, for st_find       */
-    int        n_meta;
-    st_meta   *meta;                /* sorted by key, for st_metadata;
+    char *path; /* for st_load's messages            */
+    int n;
+    st_entry *entry;    /* header order                     */
+    st_entry **by_name; /* sorted by name, for st_find       */
+    int n_meta;
+    st_meta *meta;    /* sorted by key, for st_metadata;
                                        non-NULL once __metadata__ is seen */
-    char      *meta_text;           /* every key and value, NUL-terminated */
-    int64_t    trailing;            /* data bytes after the last tensor's end */
-    char      *data;                /* the data section, DATA_ALIGN-aligned   */
-    char      *aside;               /* copies of misaligned tensors fusion reads */
+    char *meta_text;  /* every key and value, NUL-terminated */
+    int64_t trailing; /* data bytes after the last tensor's end */
+    char *data;       /* the data section, DATA_ALIGN-aligned   */
+    char *aside;      /* copies of misaligned tensors fusion reads */
 };
 
 static int cmp_entry_name(const void *a, const void *b)
@@ -225,8 +237,8 @@ static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st
     const char *name = item->string;
     size_t name_len = strlen(name);
     if (name_len >= ST_NAME_MAX) {
-        st_set_err(err, err_size, "%s: tensor '%.40s...': name of %zu bytes is longer than ST_NAME_MAX - 1 (%d)",
-                path, name, name_len, ST_NAME_MAX - 1);
+        st_set_err(err, err_size, "%s: tensor '%.40s...': name of %zu bytes is longer than ST_NAME_MAX - 1 (%d)", path,
+                   name, name_len, ST_NAME_MAX - 1);
         return -1;
     }
     memcpy(e->name, name, name_len + 1);
@@ -253,8 +265,9 @@ static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st
         if (strcmp(dtype->valuestring, dtypes[i].name) == 0)
             e->dtype = i;
     if (e->dtype < 0) {
-        st_set_err(err, err_size, "%s: tensor '%s': unknown dtype \"%s\" (not a safetensors dtype; fusion reads "
-                SUPPORTED ")", path, name, dtype->valuestring);
+        st_set_err(err, err_size,
+                   "%s: tensor '%s': unknown dtype \"%s\" (not a safetensors dtype; fusion reads " SUPPORTED ")", path,
+                   name, dtype->valuestring);
         return -1;
     }
 
@@ -264,7 +277,8 @@ static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st
     }
     int rank = cJSON_GetArraySize(shape);
     if (rank > ST_MAX_RANK) {
-        st_set_err(err, err_size, "%s: tensor '%s': rank %d is more than ST_MAX_RANK (%d)", path, name, rank, ST_MAX_RANK);
+        st_set_err(err, err_size, "%s: tensor '%s': rank %d is more than ST_MAX_RANK (%d)", path, name, rank,
+                   ST_MAX_RANK);
         return -1;
     }
     e->rank = rank;
@@ -280,20 +294,21 @@ static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st
         }
     }
 
-    if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||
-        !json_uint(offsets->child, &e->begin) || !json_uint(offsets->child->next, &e->end)) {
+    if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 || !json_uint(offsets->child, &e->begin) ||
+        !json_uint(offsets->child->next, &e->end)) {
         st_set_err(err, err_size, "%s: tensor '%s': \"data_offsets\" is not [begin, end], two integers in [0, 2^53]",
-                path, name);
+                   path, name);
         return -1;
     }
     if (e->end < e->begin) {
         st_set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) end before they begin", path, name,
-                (long long)e->begin, (long long)e->end);
+                   (long long)e->begin, (long long)e->end);
         return -1;
     }
     if (e->end > data_len) {
-        st_set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) run past the end of the data (%lld bytes)",
-                path, name, (long long)e->begin, (long long)e->end, (long long)data_len);
+        st_set_err(err, err_size,
+                   "%s: tensor '%s': data_offsets [%lld, %lld) run past the end of the data (%lld bytes)", path, name,
+                   (long long)e->begin, (long long)e->end, (long long)data_len);
         return -1;
     }
     int64_t need = st_tensor_nbytes(e->rank, e->dim, dtypes[e->dtype].size);
@@ -304,8 +319,8 @@ static int parse_entry(const char *path, const cJSON *item, int64_t data_len, st
             st_set_err(err, err_size, "%s: tensor '%s': %s %s is too large", path, name, dtypes[e->dtype].name, sh);
         else
             st_set_err(err, err_size, "%s: tensor '%s': data_offsets [%lld, %lld) hold %lld bytes but %s %s needs %lld",
-                    path, name, (long long)e->begin, (long long)e->end, (long long)(e->end - e->begin),
-                    dtypes[e->dtype].name, sh, (long long)need);
+                       path, name, (long long)e->begin, (long long)e->end, (long long)(e->end - e->begin),
+                       dtypes[e->dtype].name, sh, (long long)need);
         return -1;
     }
     return 0;
@@ -369,8 +384,8 @@ static int parse_metadata(const char *path, st_file *f, const cJSON *meta, char 
 }
 
 /* Parse and check the header; fills f->entry, f->n and the metadata. */
-static int parse_header(const char *path, st_file *f, const char *hdr, size_t hdr_len, int64_t data_len,
-                        char *err, size_t err_size)
+static int parse_header(const char *path, st_file *f, const char *hdr, size_t hdr_len, int64_t data_len, char *err,
+                        size_t err_size)
 {
     size_t bad;
     if (!st_utf8_valid((const unsigned char *)hdr, hdr_len, &bad)) {
@@ -382,14 +397,14 @@ static int parse_header(const char *path, st_file *f, const char *hdr, size_t hd
     if (!root) {
         size_t at = end && end >= hdr ? (size_t)(end - hdr) : 0;
         st_set_err(err, err_size, "%s: header is not valid JSON (at byte %zu of %zu: \"%.20s\")", path, at, hdr_len,
-                at < hdr_len ? hdr + at : "");
+                   at < hdr_len ? hdr + at : "");
         return -1;
     }
     int rc = -1;
     for (const char *p = end; p < hdr + hdr_len; p++)
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
             st_set_err(err, err_size, "%s: header has bytes after its JSON (at byte %zu of %zu)", path,
-                    (size_t)(p - hdr), hdr_len);
+                       (size_t)(p - hdr), hdr_len);
             goto out;
         }
     if (!cJSON_IsObject(root)) {
@@ -434,7 +449,7 @@ static int check_entries(const char *path, st_file *f, char *err, size_t err_siz
     int n_nonempty = 0;
     for (int i = 0; i < f->n; i++) {
         f->by_name[i] = &f->entry[i];
-        if (f->entry[i].end > f->entry[i].begin)   /* an empty tensor overlaps nothing */
+        if (f->entry[i].end > f->entry[i].begin) /* an empty tensor overlaps nothing */
             by_offset[n_nonempty++] = &f->entry[i];
     }
     qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_entry_name);
@@ -448,7 +463,7 @@ static int check_entries(const char *path, st_file *f, char *err, size_t err_siz
         const st_entry *a = by_offset[i - 1], *b = by_offset[i];
         if (b->begin < a->end) {
             st_set_err(err, err_size, "%s: tensors '%s' [%lld, %lld) and '%s' [%lld, %lld) overlap", path, a->name,
-                    (long long)a->begin, (long long)a->end, b->name, (long long)b->begin, (long long)b->end);
+                       (long long)a->begin, (long long)a->end, b->name, (long long)b->begin, (long long)b->end);
             goto out;
         }
     }
@@ -517,7 +532,7 @@ st_file *st_open(const char *path, char *err, size_t err_size)
     unsigned char len8[8];
     if (size < 8) {
         st_set_err(err, err_size, "%s: truncated: %lld bytes, fewer than the 8-byte header length", path,
-                (long long)size);
+                   (long long)size);
         goto fail;
     }
     if (read_all(fd, len8, 8) != 0)
@@ -527,7 +542,7 @@ st_file *st_open(const char *path, char *err, size_t err_size)
         hdr_len |= (uint64_t)len8[i] << (8 * i);
     if (hdr_len > (uint64_t)(size - 8)) {
         st_set_err(err, err_size, "%s: header length %llu runs past the end of the file (%lld bytes after the length)",
-                path, (unsigned long long)hdr_len, (long long)(size - 8));
+                   path, (unsigned long long)hdr_len, (long long)(size - 8));
         goto fail;
     }
     hdr = malloc((size_t)hdr_len + 1);
@@ -542,7 +557,7 @@ st_file *st_open(const char *path, char *err, size_t err_size)
     if (parse_header(path, f, hdr, (size_t)hdr_len, data_len, err, err_size) != 0 ||
         check_entries(path, f, err, err_size) != 0)
         goto fail;
-    int64_t last_end = 0;   /* every end is within data_len (parse_entry) */
+    int64_t last_end = 0; /* every end is within data_len (parse_entry) */
     for (int i = 0; i < f->n; i++)
         if (f->entry[i].end > last_end)
             last_end = f->entry[i].end;
@@ -632,17 +647,19 @@ static int check_target(const st_file *f, const st_target *t, const st_entry **e
     const dtype_info *in = &dtypes[(*e)->dtype];
     if (in->st < 0) {
         st_set_err(err, err_size, "%s: tensor '%s': dtype %s is not supported (fusion reads " SUPPORTED ")", f->path,
-                t->name, in->name);
+                   t->name, in->name);
         return -1;
     }
     if (st_dtype_size(t->dtype) == 0) {
         st_set_err(err, err_size, "%s: tensor '%s': target dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16",
-                f->path, t->name, (int)t->dtype);
+                   f->path, t->name, (int)t->dtype);
         return -1;
     }
     if (!st_converts((st_dtype)in->st, t->dtype)) {
-        st_set_err(err, err_size, "%s: tensor '%s': %s in the file does not load as %s (floats convert among F32, F16, "
-                "BF16; I32 loads only as I32)", f->path, t->name, in->name, st_dtype_name(t->dtype));
+        st_set_err(err, err_size,
+                   "%s: tensor '%s': %s in the file does not load as %s (floats convert among F32, F16, "
+                   "BF16; I32 loads only as I32)",
+                   f->path, t->name, in->name, st_dtype_name(t->dtype));
         return -1;
     }
     int same = t->rank == (*e)->rank;
@@ -655,7 +672,8 @@ static int check_target(const st_file *f, const st_target *t, const st_entry **e
             snprintf(wanted, sizeof wanted, "rank %d", t->rank);
         else
             shape_str(wanted, sizeof wanted, t->rank, t->dim);
-        st_set_err(err, err_size, "%s: tensor '%s': shape %s in the file, %s wanted", f->path, t->name, in_file, wanted);
+        st_set_err(err, err_size, "%s: tensor '%s': shape %s in the file, %s wanted", f->path, t->name, in_file,
+                   wanted);
         return -1;
     }
     if ((*e)->end > (*e)->begin && !t->dst) {
@@ -671,7 +689,7 @@ int st_load(const st_file *f, const st_target *targets, int n, char *err, size_t
         st_set_err(err, err_size, "st_load: %s", !f ? "no file" : "no targets");
         return -1;
     }
-    for (int i = 0; i < n; i++) {   /* everything checked before anything is written */
+    for (int i = 0; i < n; i++) { /* everything checked before anything is written */
         const st_entry *e;
         if (check_target(f, &targets[i], &e, err, err_size) != 0)
             return -1;
@@ -679,7 +697,7 @@ int st_load(const st_file *f, const st_target *targets, int n, char *err, size_t
     for (int i = 0; i < n; i++) {
         const st_entry *e = NULL;
         check_target(f, &targets[i], &e, NULL, 0);
-        int64_t numel = st_tensor_nbytes(e->rank, e->dim, 1);   /* the file's bytes fit: it fits */
+        int64_t numel = st_tensor_nbytes(e->rank, e->dim, 1); /* the file's bytes fit: it fits */
         if (numel > 0)
             st_convert(targets[i].dst, targets[i].dtype, e->data, (st_dtype)dtypes[e->dtype].st, numel);
     }
@@ -690,7 +708,7 @@ const char *st_metadata(const st_file *f, const char *key)
 {
     if (!f || !key || f->n_meta == 0)
         return NULL;
-    const st_meta want = {.key = key};
+    const st_meta want = { .key = key };
     const st_meta *hit = bsearch(&want, f->meta, (size_t)f->n_meta, sizeof *f->meta, cmp_meta_key);
     return hit ? hit->value : NULL;
 }

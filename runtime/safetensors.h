@@ -93,20 +93,20 @@
 /* "F32", "I32", "F16", "BF16" in the file; the numbers are ir_dtype's. */
 typedef enum { ST_F32 = 0, ST_I32 = 1, ST_F16 = 2, ST_BF16 = 3 } st_dtype;
 
-#define ST_NAME_MAX 256                     /* bytes, with the terminating NUL */
+#define ST_NAME_MAX 256 /* bytes, with the terminating NUL */
 #define ST_MAX_RANK 8
 
 /* "F32", "I32", "F16", "BF16"; "?" for a value outside st_dtype. */
 const char *st_dtype_name(st_dtype d);
 /* Bytes of one element: 4, 4, 2, 2; 0 for a value outside st_dtype. */
-int         st_dtype_size(st_dtype d);
+int st_dtype_size(st_dtype d);
 
 typedef struct {
-    char        name[ST_NAME_MAX];
-    st_dtype    dtype;                /* of data                                */
-    int         rank;                 /* 0 for a scalar                         */
-    int64_t     dim[ST_MAX_RANK];     /* dim[0..rank)                           */
-    const void *data;                 /* writer: the values (may be NULL when a
+    char name[ST_NAME_MAX];
+    st_dtype dtype;           /* of data                                */
+    int rank;                 /* 0 for a scalar                         */
+    int64_t dim[ST_MAX_RANK]; /* dim[0..rank)                           */
+    const void *data;         /* writer: the values (may be NULL when a
                                          dim is 0); reader: points into the
                                          loaded file, valid until st_close      */
 } st_tensor;
@@ -119,44 +119,44 @@ typedef struct {
  * directory, so a crash never leaves a half-written file, and a failure
  * leaves no temporary file.  Returns 0, or -1 with a one-line reason naming
  * path in err (which may be NULL). */
-int st_write(const char *path, const st_tensor *tensors, int n, const char *const *metadata,
-             char *err, size_t err_size);
+int st_write(const char *path, const st_tensor *tensors, int n, const char *const *metadata, char *err,
+             size_t err_size);
 
 /* st_write, with tensors[i] stored in the file as as[i] (as NULL: each in
  * its own dtype, which is st_write): F32, F16 and BF16 data convert to any of
  * the three, rounded to nearest even; I32 only to I32, anything else is an
  * error naming the tensor.  The data is converted a block at a time, never
  * whole. */
-int st_write_as(const char *path, const st_tensor *tensors, int n, const st_dtype *as,
-                const char *const *metadata, char *err, size_t err_size);
+int st_write_as(const char *path, const st_tensor *tensors, int n, const st_dtype *as, const char *const *metadata,
+                char *err, size_t err_size);
 
 typedef struct st_file st_file;
 
 /* Read and validate the whole file.  Returns NULL with a one-line reason in
  * err naming the path and what is wrong, e.g.
  *   "model.safetensors: tensor 'h.0.w': data_offsets [0, 12) hold 12 bytes but F32 [2,3] needs 24" */
-st_file    *st_open(const char *path, char *err, size_t err_size);
+st_file *st_open(const char *path, char *err, size_t err_size);
 
 /* Tensors in the file, __metadata__ not counted. */
-int         st_count(const st_file *f);
+int st_count(const st_file *f);
 
 /* Tensor i, in header order, as it is in the file (out->dtype, out->data).
  * Returns 0; or -1 when i is out of range, or the tensor's dtype is not one
  * of st_dtype's (then out->name, rank and dim are filled in and out->data is
  * NULL, so the caller can say which). */
-int         st_get(const st_file *f, int i, st_tensor *out);
+int st_get(const st_file *f, int i, st_tensor *out);
 
 /* The tensor called name, as st_get gives it.  Returns 1 found; 0 absent;
  * -1 present but in a dtype that is not one of st_dtype's. */
-int         st_find(const st_file *f, const char *name, st_tensor *out);
+int st_find(const st_file *f, const char *name, st_tensor *out);
 
 /* Where st_load puts one tensor: the caller's memory and what it holds. */
 typedef struct {
-    const char *name;                 /* the tensor in the file                  */
-    st_dtype    dtype;                /* of dst: the file's dtype converts to it */
-    int         rank;                 /* the shape the file's tensor must have   */
-    int64_t     dim[ST_MAX_RANK];
-    void       *dst;                  /* numel elements of dtype; may be NULL
+    const char *name; /* the tensor in the file                  */
+    st_dtype dtype;   /* of dst: the file's dtype converts to it */
+    int rank;         /* the shape the file's tensor must have   */
+    int64_t dim[ST_MAX_RANK];
+    void *dst; /* numel elements of dtype; may be NULL
                                          when numel is 0                         */
 } st_target;
 
@@ -168,7 +168,7 @@ typedef struct {
  *   "ckpt.safetensors: tensor 'h.0.w': dtype F64 is not supported (fusion reads F32, F16, BF16, I32)"
  *   "ckpt.safetensors: tensor 'h.0.w': shape [3,2] in the file, [2,3] wanted"
  * and the targets' memory untouched. */
-int         st_load(const st_file *f, const st_target *targets, int n, char *err, size_t err_size);
+int st_load(const st_file *f, const st_target *targets, int n, char *err, size_t err_size);
 
 /* The __metadata__ value for key, NULL when absent; valid until st_close.
  * A binary search: st_open sorts the keys. */
@@ -181,9 +181,9 @@ const char *st_metadata(const st_file *f, const char *key);
  * written refuses anything but 0:
  *
  *     if (st_trailing_bytes(f) != 0) ...   // appended to or not ours */
-int64_t     st_trailing_bytes(const st_file *f);
+int64_t st_trailing_bytes(const st_file *f);
 
 /* Free everything st_open allocated; NULL is a no-op. */
-void        st_close(st_file *f);
+void st_close(st_file *f);
 
 #endif

@@ -38,9 +38,9 @@ static int write_all(int fd, const void *buf, size_t n)
 
 /* A growing string; oom sticks once an allocation fails. */
 typedef struct {
-    char  *p;
+    char *p;
     size_t len, cap;
-    int    oom;
+    int oom;
 } sbuf;
 
 static void sb_put(sbuf *b, const char *s, size_t n)
@@ -73,7 +73,7 @@ static void sb_printf(sbuf *b, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    sb_put(b, tmp, (size_t)n);   /* only short numbers go through here */
+    sb_put(b, tmp, (size_t)n); /* only short numbers go through here */
 }
 
 /* A JSON string literal: quotes, backslashes and control characters
@@ -82,12 +82,18 @@ static void sb_json_string(sbuf *b, const char *s)
 {
     sb_puts(b, "\"");
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"')       sb_puts(b, "\\\"");
-        else if (*c == '\\') sb_puts(b, "\\\\");
-        else if (*c == '\n') sb_puts(b, "\\n");
-        else if (*c == '\t') sb_puts(b, "\\t");
-        else if (*c < 0x20)  sb_printf(b, "\\u%04x", *c);
-        else                 sb_put(b, (const char *)c, 1);
+        if (*c == '"')
+            sb_puts(b, "\\\"");
+        else if (*c == '\\')
+            sb_puts(b, "\\\\");
+        else if (*c == '\n')
+            sb_puts(b, "\\n");
+        else if (*c == '\t')
+            sb_puts(b, "\\t");
+        else if (*c < 0x20)
+            sb_printf(b, "\\u%04x", *c);
+        else
+            sb_put(b, (const char *)c, 1);
     }
     sb_puts(b, "\"");
 }
@@ -101,8 +107,8 @@ static int cmp_tensor_name(const void *a, const void *b)
 static st_dtype file_dtype(const st_tensor *t, const st_dtype *as, int i) { return as ? as[i] : t[i].dtype; }
 
 /* Checks the tensors, their file dtypes and the metadata; 0, or -1 with err set. */
-static int check_write_args(const char *path, const st_tensor *t, int n, const st_dtype *as,
-                            const char *const *meta, char *err, size_t err_size)
+static int check_write_args(const char *path, const st_tensor *t, int n, const st_dtype *as, const char *const *meta,
+                            char *err, size_t err_size)
 {
     if (n < 0 || (n > 0 && !t)) {
         st_set_err(err, err_size, "%s: %d tensors%s", path, n, n > 0 ? " but no array" : "");
@@ -112,46 +118,51 @@ static int check_write_args(const char *path, const st_tensor *t, int n, const s
         const char *name = t[i].name;
         size_t bad;
         if (!memchr(name, '\0', ST_NAME_MAX)) {
-            st_set_err(err, err_size, "%s: tensor %d: name is not NUL-terminated within ST_NAME_MAX (%d) bytes",
-                    path, i, ST_NAME_MAX);
+            st_set_err(err, err_size, "%s: tensor %d: name is not NUL-terminated within ST_NAME_MAX (%d) bytes", path,
+                       i, ST_NAME_MAX);
             return -1;
         }
-        const char *why = !name[0] ? "empty"
-                        : strcmp(name, "__metadata__") == 0 ? "reserved for the metadata"
-                        : !st_utf8_valid((const unsigned char *)name, strlen(name), &bad) ? "not valid UTF-8" : NULL;
+        const char *why = !name[0]                            ? "empty"
+                          : strcmp(name, "__metadata__") == 0 ? "reserved for the metadata"
+                          : !st_utf8_valid((const unsigned char *)name, strlen(name), &bad) ? "not valid UTF-8"
+                                                                                            : NULL;
         if (why) {
             st_set_err(err, err_size, "%s: tensor %d: name '%s' is %s", path, i, name, why);
             return -1;
         }
         if (st_dtype_size(t[i].dtype) == 0) {
-            st_set_err(err, err_size, "%s: tensor '%s': dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16", path, name,
-                    (int)t[i].dtype);
+            st_set_err(err, err_size, "%s: tensor '%s': dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16", path,
+                       name, (int)t[i].dtype);
             return -1;
         }
         st_dtype to = file_dtype(t, as, i);
         if (st_dtype_size(to) == 0) {
             st_set_err(err, err_size, "%s: tensor '%s': file dtype %d is none of ST_F32, ST_I32, ST_F16, ST_BF16", path,
-                    name, (int)to);
+                       name, (int)to);
             return -1;
         }
         if (!st_converts(t[i].dtype, to)) {
-            st_set_err(err, err_size, "%s: tensor '%s': %s data cannot be written as %s (floats convert among F32, "
-                    "F16, BF16; I32 stays I32)", path, name, st_dtype_name(t[i].dtype), st_dtype_name(to));
+            st_set_err(err, err_size,
+                       "%s: tensor '%s': %s data cannot be written as %s (floats convert among F32, "
+                       "F16, BF16; I32 stays I32)",
+                       path, name, st_dtype_name(t[i].dtype), st_dtype_name(to));
             return -1;
         }
         if (t[i].rank < 0 || t[i].rank > ST_MAX_RANK) {
-            st_set_err(err, err_size, "%s: tensor '%s': rank %d is outside [0, %d]", path, name, t[i].rank, ST_MAX_RANK);
+            st_set_err(err, err_size, "%s: tensor '%s': rank %d is outside [0, %d]", path, name, t[i].rank,
+                       ST_MAX_RANK);
             return -1;
         }
         for (int d = 0; d < t[i].rank; d++)
             if (t[i].dim[d] < 0) {
                 st_set_err(err, err_size, "%s: tensor '%s': dim %d is %lld, negative", path, name, d,
-                        (long long)t[i].dim[d]);
+                           (long long)t[i].dim[d]);
                 return -1;
             }
         /* The data's bytes bound the file's: no 16-bit dtype is wider. */
-        int64_t nbytes = st_tensor_nbytes(t[i].rank, t[i].dim, st_dtype_size(t[i].dtype) > st_dtype_size(to)
-                                                            ? st_dtype_size(t[i].dtype) : st_dtype_size(to));
+        int64_t nbytes = st_tensor_nbytes(t[i].rank, t[i].dim,
+                                          st_dtype_size(t[i].dtype) > st_dtype_size(to) ? st_dtype_size(t[i].dtype)
+                                                                                        : st_dtype_size(to));
         if (nbytes < 0 || (double)nbytes > ST_JSON_INT_MAX) {
             st_set_err(err, err_size, "%s: tensor '%s': too large", path, name);
             return -1;
@@ -181,7 +192,8 @@ static int check_write_args(const char *path, const st_tensor *t, int n, const s
     for (int i = 0; meta && meta[i]; i += 2) {
         size_t bad;
         if (!meta[i + 1]) {
-            st_set_err(err, err_size, "%s: metadata key '%s' has no value (the list is key, value, ..., NULL)", path, meta[i]);
+            st_set_err(err, err_size, "%s: metadata key '%s' has no value (the list is key, value, ..., NULL)", path,
+                       meta[i]);
             return -1;
         }
         if (!st_utf8_valid((const unsigned char *)meta[i], strlen(meta[i]), &bad) ||
@@ -279,14 +291,13 @@ static int write_tensor(int fd, const st_tensor *t, st_dtype to, void *block)
     return 0;
 }
 
-int st_write(const char *path, const st_tensor *tensors, int n, const char *const *metadata,
-             char *err, size_t err_size)
+int st_write(const char *path, const st_tensor *tensors, int n, const char *const *metadata, char *err, size_t err_size)
 {
     return st_write_as(path, tensors, n, NULL, metadata, err, err_size);
 }
 
-int st_write_as(const char *path, const st_tensor *tensors, int n, const st_dtype *as,
-                const char *const *metadata, char *err, size_t err_size)
+int st_write_as(const char *path, const st_tensor *tensors, int n, const st_dtype *as, const char *const *metadata,
+                char *err, size_t err_size)
 {
     if (!path) {
         st_set_err(err, err_size, "st_write: path is NULL");
@@ -295,7 +306,7 @@ int st_write_as(const char *path, const st_tensor *tensors, int n, const st_dtyp
     if (check_write_args(path, tensors, n, as, metadata, err, err_size) != 0)
         return -1;
 
-    sbuf header = {0};
+    sbuf header = { 0 };
     build_header(&header, tensors, n, as, metadata);
     size_t tmp_size = strlen(path) + 32;
     char *tmp = malloc(tmp_size);
@@ -364,4 +375,3 @@ out:
     free(block);
     return rc;
 }
-

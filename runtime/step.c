@@ -50,7 +50,7 @@ void rt_pace_settle(rt_context *ctx)
 void rt_pace_op(rt_context *ctx, double est_seconds, double took)
 {
     double faster = est_seconds - took;
-    if (faster > 0) {   /* an op slower than declared earns no credit */
+    if (faster > 0) { /* an op slower than declared earns no credit */
         ctx->owed += faster;
         pay_owed(ctx, RT_PACE_MIN_SLEEP);
     }
@@ -59,7 +59,7 @@ void rt_pace_op(rt_context *ctx, double est_seconds, double took)
 /* send, recv, allreduce: the comm layer's. */
 static int run_message(const rt_op *op, char *arena, rt_context *ctx)
 {
-    if (ctx->replay && op->op != OP_ALLREDUCE)   /* sent already; received and put back by the stepper */
+    if (ctx->replay && op->op != OP_ALLREDUCE) /* sent already; received and put back by the stepper */
         return 0;
     if (!ctx->comm) {
         snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): this program has no peers to talk to", op->name,
@@ -83,7 +83,7 @@ static int run_scheduled(const rt_op *op, char *arena, rt_context *ctx)
     if (ctx->before_op && ctx->before_op(ctx->before_op_user, op, ctx))
         return -1;
     if (ctx->emulate_devices && is_message(op))
-        rt_pace_settle(ctx);   /* the device's compute is done before it talks */
+        rt_pace_settle(ctx); /* the device's compute is done before it talks */
     if (op->op != OP_ALLREDUCE && rt_step_flush_buckets(ctx))
         return -1;
     if (is_message(op))
@@ -115,9 +115,10 @@ static void trace_op(const rt_op *op, const rt_context *ctx, double t0, double t
 {
     static const char *const phases[] = { "none", "forward", "backward", "update" };
     int message = op->op == OP_SEND || op->op == OP_RECV;
-    const char *cat = message ? (op->op == OP_SEND ? "send" : "recv")
-                      : op->op == OP_ALLREDUCE ? "allreduce"
-                      : ctx->phase >= 0 && ctx->phase < 4 ? phases[ctx->phase] : "op";
+    const char *cat = message                             ? (op->op == OP_SEND ? "send" : "recv")
+                      : op->op == OP_ALLREDUCE            ? "allreduce"
+                      : ctx->phase >= 0 && ctx->phase < 4 ? phases[ctx->phase]
+                                                          : "op";
     char args[256];
     const rt_tensor *t = op->op == OP_RECV ? &op->out[0] : &op->in[0];
     snprintf(args, sizeof args, "{\"step\":%lld,\"micro_batch\":%d%s", (long long)ctx->step, (int)ctx->micro_batch,

@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 struct rt_trace {
-    FILE           *f;
-    int32_t         pid, lane;
-    int             events;   /* written so far: the first has no leading comma */
-    int             failed;
+    FILE *f;
+    int32_t pid, lane;
+    int events; /* written so far: the first has no leading comma */
+    int failed;
     pthread_mutex_t mu;
 };
 
@@ -35,10 +35,7 @@ static void put_escaped(FILE *f, const char *s)
 }
 
 /* Start an event's line: the separator, then `{"ph":"<ph>"`. Under mu. */
-static void begin_event(rt_trace *t, const char *ph)
-{
-    fprintf(t->f, "%s{\"ph\":\"%s\"", t->events++ ? "," : "", ph);
-}
+static void begin_event(rt_trace *t, const char *ph) { fprintf(t->f, "%s{\"ph\":\"%s\"", t->events++ ? "," : "", ph); }
 
 static void end_event(rt_trace *t)
 {
@@ -75,7 +72,7 @@ void rt_trace_process(rt_trace *t, int32_t pid, const char *name)
     put_escaped(t->f, name);
     fputs("\"}", t->f);
     end_event(t);
-    begin_event(t, "M");   /* the viewer lists the devices in the cluster's order */
+    begin_event(t, "M"); /* the viewer lists the devices in the cluster's order */
     fprintf(t->f, ",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":{\"sort_index\":%d}", pid, pid);
     end_event(t);
     pthread_mutex_unlock(&t->mu);
@@ -121,8 +118,7 @@ void rt_trace_thread(rt_trace *t, int32_t tid, const char *name)
     pthread_mutex_unlock(&t->mu);
 }
 
-void rt_trace_span(rt_trace *t, int32_t tid, const char *cat, const char *name, double t0, double t1,
-                   const char *args)
+void rt_trace_span(rt_trace *t, int32_t tid, const char *cat, const char *name, double t0, double t1, const char *args)
 {
     if (!t)
         return;
@@ -145,7 +141,8 @@ void rt_trace_flow(rt_trace *t, int32_t tid, int begin, int64_t step, int32_t m,
         return;
     pthread_mutex_lock(&t->mu);
     begin_event(t, begin ? "s" : "f");
-    fprintf(t->f, ",\"cat\":\"message\",\"name\":\"message\",\"id\":\"%lld:%d:%d:%lld\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f%s",
+    fprintf(t->f,
+            ",\"cat\":\"message\",\"name\":\"message\",\"id\":\"%lld:%d:%d:%lld\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f%s",
             (long long)step, (int)m, (int)t->lane, (long long)tensor, t->pid, tid, ts, begin ? "" : ",\"bp\":\"e\"");
     end_event(t);
     pthread_mutex_unlock(&t->mu);

@@ -43,8 +43,7 @@ double rt_trace_clock(void);
 /* A thread's name in the viewer. */
 void rt_trace_thread(rt_trace *t, int32_t tid, const char *name);
 /* A span [t0, t1] (microseconds); args: the text of a JSON object, or NULL. */
-void rt_trace_span(rt_trace *t, int32_t tid, const char *cat, const char *name, double t0, double t1,
-                   const char *args);
+void rt_trace_span(rt_trace *t, int32_t tid, const char *cat, const char *name, double t0, double t1, const char *args);
 /* One end of a message's flow at time ts, inside a span of the same thread:
  * begin 1 at the send, 0 at the receive.  Both ends name it alike: the
  * tensor it carries (the comm pass's number, one per edge) in step `step`,

@@ -11,6 +11,7 @@ packages=(
   libcjson-dev                       # safetensors headers (JSON)
   libxxhash-dev                      # the build id of a compiled graph (XXH3)
   clang libclang-rt-14-dev libomp-14-dev   # the sanitizer build, the fuzz target (libFuzzer), OpenMP
+  clang-format                       # the tree's one layout (.clang-format; tests/test_code_format.sh)
   libnanomsg-dev                     # device-to-device transport
   libsqlite3-dev                     # the broker's state (fusionc broker), kept across restarts
   libsodium-dev                      # run secrets, the link handshake and sealed frames

@@ -26,7 +26,7 @@ int baseline_best_site(const cluster *c, baseline_place_fn place, void *arg, int
         cluster site;
         if (cluster_subset(c, s, out->by_host, &site))
             return diag_set(err, c->file, 0, "out of memory");
-        ir_graph   g;
+        ir_graph g;
         fence_plan plan;
         struct diag why = { 0 };
         memset(&plan, 0, sizeof plan);
@@ -75,11 +75,11 @@ double baseline_step_items(const ir_graph *g, const char **unit)
         const ir_value *x = &g->values[v];
         if (x->role != ROLE_INPUT || x->shape.rank < 1)
             continue;
-        if (x->dtype == DT_I32) {   /* token ids: every one is trained on */
+        if (x->dtype == DT_I32) { /* token ids: every one is trained on */
             *unit = "tokens";
             return (double)ir_shape_numel(&x->shape) * lanes;
         }
-        return (double)x->shape.dim[0] * lanes;   /* images, feature rows: the batch's samples */
+        return (double)x->shape.dim[0] * lanes; /* images, feature rows: the batch's samples */
     }
     return 0.0;
 }

@@ -23,12 +23,12 @@
 typedef int (*baseline_place_fn)(void *arg, const cluster *c, ir_graph *g, fence_plan *plan, struct diag *err);
 
 typedef struct {
-    int    found;              /* 0: the cluster is one site, or no site could be placed */
-    char   site[CLUSTER_NAME_MAX];
-    int    devices;            /* the site's devices                                     */
-    int    by_host;            /* the sites are hosts (the cluster is one region)         */
-    double step_seconds;       /* its step                                               */
-    int    sites, placed;      /* sites tried, and placed                                */
+    int found; /* 0: the cluster is one site, or no site could be placed */
+    char site[CLUSTER_NAME_MAX];
+    int devices;         /* the site's devices                                     */
+    int by_host;         /* the sites are hosts (the cluster is one region)         */
+    double step_seconds; /* its step                                               */
+    int sites, placed;   /* sites tried, and placed                                */
 } site_baseline;
 
 /* sim_steps > 0: time each site with that many simulated steps (the last

@@ -11,11 +11,12 @@
 #include "../runtime/broker_client.h"
 #include "../runtime/checkpoint_store.h"
 #include "../runtime/comm/seal.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 /* cmd_broker's options (broker.h), and the text of its --help. */
 static const char *const standby_modes[] = { "none", "all", NULL };
 
+/* clang-format off */
 static const cli_option broker_options_table[] = {
     { .name = "--fresh", CLI_FLAG(broker_options, fresh),
       .help = "start a new run: an earlier one in OUT (broker.db, checkpoints) is first\n"
@@ -74,6 +75,7 @@ const cli_usage broker_usage = {
     "go to the devices as they are.\n",
     broker_options_table, NULL, sizeof broker_options_table / sizeof broker_options_table[0], 19, NULL
 };
+/* clang-format on */
 
 /* "fusionc broker: <fmt with arg>" and the usage on standard error; 2. */
 static int broker_usage_fail(const char *fmt, const char *arg)
@@ -95,8 +97,14 @@ static int64_t device_steps(char *const *args, int n)
 
 int cmd_broker(int argc, char **argv)
 {
-    broker_options o = { .port = 29400, .port_base = 30000, .save_every = 20, .keep = CKPT_DEFAULT_KEEP,
-                         .peer_timeout = 10, .max_recoveries = 5, .ssh_timeout = 10, .standby_agents = 1 };
+    broker_options o = { .port = 29400,
+                         .port_base = 30000,
+                         .save_every = 20,
+                         .keep = CKPT_DEFAULT_KEEP,
+                         .peer_timeout = 10,
+                         .max_recoveries = 5,
+                         .ssh_timeout = 10,
+                         .standby_agents = 1 };
     char why[512];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -111,7 +119,7 @@ int cmd_broker(int argc, char **argv)
             continue;
         if (!o.out && a[0] != '-')
             o.out = a;
-        else if (o.n_args < BROKER_MAX_ARGS - 1)   /* the devices' */
+        else if (o.n_args < BROKER_MAX_ARGS - 1) /* the devices' */
             o.args[o.n_args++] = argv[i];
     }
     o.steps = device_steps(o.args, o.n_args);
@@ -126,6 +134,7 @@ typedef struct {
     const char *url, *device, *key;
 } standby_options;
 
+/* clang-format off */
 static const cli_option standby_options_table[] = {
     { .name = "--broker", .metavar = "URL", CLI_NONEMPTY(standby_options, url), .expects = "the broker's address",
       .help = "the run's broker (tcp://HOST:PORT)" },
@@ -141,6 +150,7 @@ const cli_usage standby_usage = {
     "Registers NAME with the run's broker as a standby and waits until it is used or the run ends.\n",
     standby_options_table, NULL, sizeof standby_options_table / sizeof standby_options_table[0], 14, NULL
 };
+/* clang-format on */
 
 int cmd_standby(int argc, char **argv)
 {
@@ -172,4 +182,3 @@ int cmd_standby(int argc, char **argv)
     }
     return rt_broker_standby(o.url, o.device, secret);
 }
-

@@ -23,20 +23,32 @@
 
 typedef struct {
     const char *out_dir, *cluster_file, *ssh_config, *copier;
-    int         connect_timeout;
+    int connect_timeout;
 } deploy_options;
 
 static const char *const copiers[] = { "rsync", "scp", NULL };
 
 static const cli_option deploy_options_table[] = {
-    { .name = "--cluster", .metavar = "FILE", CLI_STRING(deploy_options, cluster_file),
+    { .name = "--cluster",
+      .metavar = "FILE",
+      CLI_STRING(deploy_options, cluster_file),
       .help = "the hosts from this cluster file (default: OUT/cluster.xml,\n"
               "the compile's); it must name the compile's devices" },
-    { .name = "--ssh-config", .metavar = "FILE", CLI_STRING(deploy_options, ssh_config),
+    { .name = "--ssh-config",
+      .metavar = "FILE",
+      CLI_STRING(deploy_options, ssh_config),
       .help = "passed to ssh, scp and rsync's ssh as -F FILE" },
-    { .name = "--copier", .metavar = "C", CLI_CHOICE(deploy_options, copier), .choices = copiers,
-      .expects = "rsync or scp", .help = "rsync (default when both ends have it) or scp" },
-    { .name = "--connect-timeout", .metavar = "S", CLI_INT(deploy_options, connect_timeout), .lo = 1, .hi = INT_MAX,
+    { .name = "--copier",
+      .metavar = "C",
+      CLI_CHOICE(deploy_options, copier),
+      .choices = copiers,
+      .expects = "rsync or scp",
+      .help = "rsync (default when both ends have it) or scp" },
+    { .name = "--connect-timeout",
+      .metavar = "S",
+      CLI_INT(deploy_options, connect_timeout),
+      .lo = 1,
+      .hi = INT_MAX,
       .expects = "a positive number of seconds",
       .help = "give up on a host that does not answer in S seconds (default 10)" },
 };
@@ -51,7 +63,11 @@ const cli_usage deploy_usage = {
     "not copied again.  A standby=\"true\" device's host gets every bundle of its kind, so\n"
     "that it can take any of their places in an elastic run (fusionc launch --elastic).\n"
     "\n",
-    deploy_options_table, NULL, sizeof deploy_options_table / sizeof deploy_options_table[0], 21, NULL
+    deploy_options_table,
+    NULL,
+    sizeof deploy_options_table / sizeof deploy_options_table[0],
+    21,
+    NULL
 };
 
 /* "fusionc deploy: <fmt with arg>" and the usage on standard error; 2. */
@@ -132,8 +148,8 @@ int deploy_main(int argc, char **argv)
         fprintf(stderr, "fusionc deploy: %d of %d device%s failed (%s); deployed: %s\n", failed, plan.n_devices,
                 plan.n_devices == 1 ? "" : "s", failed_names, deployed_names);
     else
-        printf("deploy: %d device%s: %d copied, %d unchanged\n", plan.n_devices, plan.n_devices == 1 ? "" : "s",
-               copied, plan.n_devices - copied);
+        printf("deploy: %d device%s: %d copied, %d unchanged\n", plan.n_devices, plan.n_devices == 1 ? "" : "s", copied,
+               plan.n_devices - copied);
     remote_plan_free(&plan);
     return failed || spares_failed ? 1 : 0;
 }

@@ -48,7 +48,7 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
 {
     int32_t N = c->n_devices;
     double *bytes = calloc((size_t)N * (size_t)N + 1, sizeof *bytes);
-    double *held = calloc((size_t)N + 1, sizeof *held);   /* [device]: parameter elements it steps */
+    double *held = calloc((size_t)N + 1, sizeof *held); /* [device]: parameter elements it steps */
     if (!bytes || !held) {
         free(bytes);
         free(held);
@@ -60,9 +60,9 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
         if (x->role != ROLE_PARAM)
             continue;
         int64_t n = ir_shape_numel(&x->shape), cols = x->shape.rank > 0 ? x->shape.dim[x->shape.rank - 1] : 1;
-        double wire = dp->outer.outer_bits ? (double)quant_encoded_bytes(n / cols, cols, dp->outer.outer_bits)
-                                           : 4.0 * (double)n;
-        int32_t h[RT_MAX_SITES];   /* its holder in each site */
+        double wire =
+            dp->outer.outer_bits ? (double)quant_encoded_bytes(n / cols, cols, dp->outer.outer_bits) : 4.0 * (double)n;
+        int32_t h[RT_MAX_SITES]; /* its holder in each site */
         for (int32_t k = 0; k < dp->n_sites; k++) {
             h[k] = holder(dp, k, ir_value_name(g0, v));
             if (h[k] >= 0)
@@ -88,8 +88,8 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
     dp->outer_seconds = 0.0;
     for (int32_t d = 0; d < N; d++)
         if (held[d] > 0 && c->devices[d].memory_bandwidth > 0)
-            dp->outer_seconds = fmax(dp->outer_seconds,
-                                     held[d] * OUTER_BYTES_PER_ELEMENT / c->devices[d].memory_bandwidth);
+            dp->outer_seconds =
+                fmax(dp->outer_seconds, held[d] * OUTER_BYTES_PER_ELEMENT / c->devices[d].memory_bandwidth);
     free(held);
     /* C: each stage's parameters (f32) down its ring of replicas, one hop
      * after the other; the sites and stages side by side. */
@@ -99,8 +99,8 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
         const ir_placement *p = &g->placement;
         double *stage_of = p->n_replicas > 1 ? calloc((size_t)p->n_stages + 1, sizeof *stage_of) : NULL;
         if (!stage_of)
-            continue;   /* one replica a stage: nothing to copy (or no memory to price it) */
-        for (int32_t v = 0; v < g->n_values; v++) {   /* each stage's parameter bytes */
+            continue; /* one replica a stage: nothing to copy (or no memory to price it) */
+        for (int32_t v = 0; v < g->n_values; v++) { /* each stage's parameter bytes */
             int32_t s = g->values[v].role == ROLE_PARAM ? optimizer_update_stage(g, ir_value_name(g, v)) : -1;
             if (s >= 0 && s < p->n_stages)
                 stage_of[s] += 4.0 * (double)ir_shape_numel(&g->values[v].shape);
@@ -196,7 +196,7 @@ static double step_on(diloco_plan *dp, int32_t k, int64_t rows, diloco_place_fn 
 typedef struct {
     int32_t site[SPLIT_MEMO];
     int64_t rows[SPLIT_MEMO];
-    double  step[SPLIT_MEMO];
+    double step[SPLIT_MEMO];
     int32_t n;
 } split_memo;
 
@@ -304,8 +304,10 @@ static int share_batch(diloco_plan *dp, int64_t q, diloco_place_fn place, void *
 {
     int64_t units = dp->global_batch / q;
     if (units < dp->n_sites)
-        return diag_set(err, file, 0, "--sync diloco: the batch (%lld rows) cannot give each of the %d sites %lld "
-                        "row%s", (long long)dp->global_batch, dp->n_sites, (long long)q, q == 1 ? "" : "s");
+        return diag_set(err, file, 0,
+                        "--sync diloco: the batch (%lld rows) cannot give each of the %d sites %lld "
+                        "row%s",
+                        (long long)dp->global_batch, dp->n_sites, (long long)q, q == 1 ? "" : "s");
     split_memo *memo = calloc(1, sizeof *memo);
     if (!memo)
         return diag_set(err, file, 0, "out of memory");
@@ -325,8 +327,10 @@ static int share_batch(diloco_plan *dp, int64_t q, diloco_place_fn place, void *
                 best = k;
         if (best < 0) {
             free(memo);
-            return diag_set(err, file, 0, "--sync diloco: no site can take more of the batch (%lld of %lld rows "
-                            "given)", (long long)(given * q), (long long)dp->global_batch);
+            return diag_set(err, file, 0,
+                            "--sync diloco: no site can take more of the batch (%lld of %lld rows "
+                            "given)",
+                            (long long)(given * q), (long long)dp->global_batch);
         }
         dp->rows[best] += more * q;
         given += more;
@@ -354,14 +358,16 @@ int diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, d
     if (c->n_regions < 2)
         return diag_set(err, c->file, 0, "--sync diloco needs a cluster of several regions (sites)");
     if (c->n_regions > RT_MAX_SITES)
-        return diag_set(err, c->file, 0, "--sync diloco: %d regions, more than the %d sites it supports",
-                        c->n_regions, RT_MAX_SITES);
+        return diag_set(err, c->file, 0, "--sync diloco: %d regions, more than the %d sites it supports", c->n_regions,
+                        RT_MAX_SITES);
     if (global_batch <= 0)
-        return diag_set(err, o->files[0], 0, "--sync diloco splits the model's `batch` among the sites; this model "
+        return diag_set(err, o->files[0], 0,
+                        "--sync diloco splits the model's `batch` among the sites; this model "
                         "has no batch hyper-parameter");
     dp->global_batch = global_batch;
     dp->timed_by = timed_by;
-    dp->outer = (rt_diloco_info){ .sync = RT_SYNC_DILOCO, .n_sites = c->n_regions,
+    dp->outer = (rt_diloco_info){ .sync = RT_SYNC_DILOCO,
+                                  .n_sites = c->n_regions,
                                   .outer_lr = o->outer_lr >= 0 ? o->outer_lr : 0.7,
                                   .outer_momentum = o->outer_momentum >= 0 ? o->outer_momentum : 0.9,
                                   .outer_bits = o->outer_bits >= 0 ? o->outer_bits : 8,
@@ -383,7 +389,7 @@ int diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, d
     if (place_shares(dp, place, arg, time, err))
         return -1;
     for (int32_t k = 0; k < dp->n_sites; k++)
-        dp->alone[k] = dp->step[k];   /* (under --site-batch each, also its plan) */
+        dp->alone[k] = dp->step[k]; /* (under --site-batch each, also its plan) */
     dp->each = o->site_batch;
     if (!dp->each &&
         (share_batch(dp, o->micro_batches > 0 ? o->micro_batches : 1, place, arg, time, o->files[0], err) ||
@@ -400,7 +406,7 @@ int diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, d
     dp->delay_chosen = o->outer_delay < 0;
     if (o->outer_delay < 0)
         dp->outer.outer_delay = dp->exchange_seconds > 0.1 * inner;
-    double rows = 0.0;   /* a round's, every site's */
+    double rows = 0.0; /* a round's, every site's */
     for (int32_t k = 0; k < dp->n_sites; k++)
         rows += (double)dp->outer.site_steps[k] * (double)dp->rows[k];
     for (int32_t k = 0; k < dp->n_sites; k++)
@@ -446,9 +452,10 @@ void diloco_print(FILE *out, const diloco_plan *dp, const cluster *c)
 {
     const rt_diloco_info *x = &dp->outer;
     double T = slowest(dp);
-    for (int32_t k = 0; k < dp->n_sites && dp->each; k++)   /* the fastest site's, whose H it is */
+    for (int32_t k = 0; k < dp->n_sites && dp->each; k++) /* the fastest site's, whose H it is */
         T = fmin(T, dp->step[k]);
-    fprintf(out, "diloco: %d sites (the regions of %s) train side by side on %s (%lld rows); every H = %d steps%s "
+    fprintf(out,
+            "diloco: %d sites (the regions of %s) train side by side on %s (%lld rows); every H = %d steps%s "
             "they average their parameter change and take an outer Nesterov step (lr %g, momentum %g), %s on the "
             "wire%s\n",
             dp->n_sites, c->name, dp->each ? "a whole batch each" : "their shares of the global batch",
@@ -456,35 +463,39 @@ void diloco_print(FILE *out, const diloco_plan *dp, const cluster *c)
             x->outer_lr, x->outer_momentum,
             x->outer_bits ? (x->outer_bits == 8 ? "8-bit rows with error feedback" : "4-bit rows with error feedback")
                           : "f32",
-            x->outer_delay ? ", applied one round late (the transfer overlaps the next round)"
-            : dp->delay_chosen ? ", applied at once (the exchange waited for is under a tenth of a round)" : "");
+            x->outer_delay     ? ", applied one round late (the transfer overlaps the next round)"
+            : dp->delay_chosen ? ", applied at once (the exchange waited for is under a tenth of a round)"
+                               : "");
     if (dp->h_chosen)
-        fprintf(out, "H = %d chosen: the smallest (at least %d) whose steps hide the exchange (%.3f s <= H x %.3f ms) "
-                "and keep the outer step and the copies to the replicas (%.3f s) under 5%% of them%s\n", x->local_steps,
-                DILOCO_MIN_H, dp->exchange_seconds, T * 1e3, dp->copy_seconds + dp->outer_seconds,
+        fprintf(out,
+                "H = %d chosen: the smallest (at least %d) whose steps hide the exchange (%.3f s <= H x %.3f ms) "
+                "and keep the outer step and the copies to the replicas (%.3f s) under 5%% of them%s\n",
+                x->local_steps, DILOCO_MIN_H, dp->exchange_seconds, T * 1e3, dp->copy_seconds + dp->outer_seconds,
                 dp->each ? ", and the slowest site at least 10 steps a round" : "");
     else
         fprintf(out, "H = %d from --local-steps\n", x->local_steps);
     for (int32_t k = 0; k < dp->n_sites; k++) {
         const fence_plan *p = &dp->plan[k];
-        fprintf(out, "site %d: region %s (%d device%s): %lld rows a step, H %d (%.1f%% of a round's rows), %d stage%s x "
+        fprintf(out,
+                "site %d: region %s (%d device%s): %lld rows a step, H %d (%.1f%% of a round's rows), %d stage%s x "
                 "%d replica%s, %d micro-batch%s, %s step %.2f ms (alone on the whole batch: %.2f ms)\n",
                 k, dp->site[k].name, dp->site[k].n_devices, dp->site[k].n_devices == 1 ? "" : "s",
                 (long long)dp->rows[k], x->site_steps[k], 100.0 * x->site_weight[k], p->n_stages,
-                p->n_stages == 1 ? "" : "s",
-                p->n_replicas, p->n_replicas == 1 ? "" : "s", p->micro_batches, p->micro_batches == 1 ? "" : "es",
-                dp->timed_by, dp->step[k] * 1e3, dp->alone[k] * 1e3);
+                p->n_stages == 1 ? "" : "s", p->n_replicas, p->n_replicas == 1 ? "" : "s", p->micro_batches,
+                p->micro_batches == 1 ? "" : "es", dp->timed_by, dp->step[k] * 1e3, dp->alone[k] * 1e3);
     }
-    fprintf(out, "outer exchange: %.1f KiB from a holder to each other site's (the largest), %.3f s on the slowest "
-            "link; the outer step's arithmetic %.3f s; copies down the replicas %.3f s\n", dp->exchange_bytes / 1024.0,
-            dp->exchange_seconds, dp->outer_seconds, dp->copy_seconds);
+    fprintf(out,
+            "outer exchange: %.1f KiB from a holder to each other site's (the largest), %.3f s on the slowest "
+            "link; the outer step's arithmetic %.3f s; copies down the replicas %.3f s\n",
+            dp->exchange_bytes / 1024.0, dp->exchange_seconds, dp->outer_seconds, dp->copy_seconds);
     /* What the sites would train each alone on the whole batch, summed:
      * the most they can give together. */
     const char *unit;
     double items = diloco_step_items(dp, &unit), alone = 0.0, step = diloco_global_step(dp);
     for (int32_t k = 0; k < dp->n_sites; k++)
         alone += items / dp->alone[k];
-    fprintf(out, "sites alone, summed: %.0f %s/s (each on the whole batch); together under diloco: %.0f %s/s (%.1f%%)\n",
+    fprintf(out,
+            "sites alone, summed: %.0f %s/s (each on the whole batch); together under diloco: %.0f %s/s (%.1f%%)\n",
             alone, unit, items / step, unit, 100.0 * (items / step) / alone);
 }
 

@@ -57,30 +57,30 @@ typedef int (*diloco_place_fn)(void *arg, const cluster *c, int64_t batch, ir_gr
 typedef double (*diloco_time_fn)(const cluster *c, const ir_graph *g, const fence_plan *plan);
 
 typedef struct {
-    int32_t    n_sites;
-    cluster    site[RT_MAX_SITES];   /* each region alone (cluster_subset)                  */
-    ir_graph   g[RT_MAX_SITES];      /* placed on its site (the site's device indices)      */
+    int32_t n_sites;
+    cluster site[RT_MAX_SITES]; /* each region alone (cluster_subset)                  */
+    ir_graph g[RT_MAX_SITES];   /* placed on its site (the site's device indices)      */
     fence_plan plan[RT_MAX_SITES];
-    int32_t   *map[RT_MAX_SITES];    /* [site devices]: its index in the whole cluster      */
-    int64_t    rows[RT_MAX_SITES];   /* its share of the global batch                       */
-    double     alone[RT_MAX_SITES];  /* its step on the whole batch (the time_fn's)         */
-    double     step[RT_MAX_SITES];   /* its step on its share                               */
-    const char *timed_by;            /* "estimated" or "simulated"                          */
-    int64_t    global_batch;
-    double     exchange_seconds;     /* X: one outer exchange                               */
-    double     copy_seconds;         /* C: the copies down the replicas                     */
-    double     outer_seconds;        /* A: the outer step's arithmetic on the busiest holder */
-    double     exchange_bytes;       /* the largest bytes one holder sends one other site   */
-    int        h_chosen;             /* 1: H from the links; 0: --local-steps                */
-    int        each;                 /* --site-batch each: every site trains `batch` rows a step */
-    int        delay_chosen;         /* 1: outer_delay from the exchange (no --outer-delay)  */
-    rt_diloco_info outer;            /* the run's settings, H included                       */
+    int32_t *map[RT_MAX_SITES]; /* [site devices]: its index in the whole cluster      */
+    int64_t rows[RT_MAX_SITES]; /* its share of the global batch                       */
+    double alone[RT_MAX_SITES]; /* its step on the whole batch (the time_fn's)         */
+    double step[RT_MAX_SITES];  /* its step on its share                               */
+    const char *timed_by;       /* "estimated" or "simulated"                          */
+    int64_t global_batch;
+    double exchange_seconds; /* X: one outer exchange                               */
+    double copy_seconds;     /* C: the copies down the replicas                     */
+    double outer_seconds;    /* A: the outer step's arithmetic on the busiest holder */
+    double exchange_bytes;   /* the largest bytes one holder sends one other site   */
+    int h_chosen;            /* 1: H from the links; 0: --local-steps                */
+    int each;                /* --site-batch each: every site trains `batch` rows a step */
+    int delay_chosen;        /* 1: outer_delay from the exchange (no --outer-delay)  */
+    rt_diloco_info outer;    /* the run's settings, H included                       */
 } diloco_plan;
 
 /* The plan (dp filled; diloco_plan_free after, even on failure), or -1
  * with err.  c: the whole cluster, of at least two regions. */
-int  diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, diloco_place_fn place, void *arg,
-                      diloco_time_fn time, const char *timed_by, diloco_plan *dp, struct diag *err);
+int diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, diloco_place_fn place, void *arg,
+                     diloco_time_fn time, const char *timed_by, diloco_plan *dp, struct diag *err);
 void diloco_plan_free(diloco_plan *dp);
 
 /* The step of one global batch (from dp->step). */
@@ -94,7 +94,7 @@ void diloco_print(FILE *out, const diloco_plan *dp, const cluster *c);
 
 /* Every site's bundles into out_dir (codegen/bundle.h's bundle_write_sites),
  * and out_dir/plan.txt: the summary and each site's plan. */
-int  diloco_write(const diloco_plan *dp, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
-                  int32_t port_base, struct diag *err);
+int diloco_write(const diloco_plan *dp, const cluster *c, const char *out_dir, const bundle_toolchain *tc,
+                 int32_t port_base, struct diag *err);
 
 #endif

@@ -42,7 +42,7 @@
 #define FUSION_VERSION "0.0.0"
 #endif
 
-
+/* clang-format off */
 /* ---- each command's usage: its text and the options it takes ------------ */
 
 /* fusionc_options (options.h) as each command lists them, in the order its
@@ -149,6 +149,7 @@ static const cli_usage passes_usage = {
     "Lists the compiler's passes, in the order they run, each with what it does.\n",
     fusionc_options, NULL, 0, 18, NULL
 };
+/* clang-format on */
 
 /* ---- reading inputs ------------------------------------------------------ */
 
@@ -183,8 +184,8 @@ static int classify(const char *path, const char *buf, size_t len, input_kind *k
     else if (strcmp(name, "cluster") == 0)
         *kind = INPUT_CLUSTER;
     else
-        rc = diag_set(err, path, root ? xml_line(root) : 1,
-                      "expected a <model> or a <cluster> document, found <%s>", name);
+        rc = diag_set(err, path, root ? xml_line(root) : 1, "expected a <model> or a <cluster> document, found <%s>",
+                      name);
     xmlFreeDoc(doc);
     return rc;
 }
@@ -260,9 +261,9 @@ static int cmd_check(int argc, char **argv)
             cluster c;
             ok = cluster_load_memory(buf, (int)len, path, &c, &err) == 0;
             if (ok) {
-                printf("%s: ok: cluster '%s': %d regions, %d hosts, %d devices", path, c.name, c.n_regions,
-                       c.n_hosts, c.n_devices);
-                if (c.n_standbys > 0)   /* spares: in no plan (fusionc broker's) */
+                printf("%s: ok: cluster '%s': %d regions, %d hosts, %d devices", path, c.name, c.n_regions, c.n_hosts,
+                       c.n_devices);
+                if (c.n_standbys > 0) /* spares: in no plan (fusionc broker's) */
                     printf(", %d standby%s", c.n_standbys, c.n_standbys == 1 ? "" : "s");
                 printf("\n");
                 if (o.verbose)
@@ -276,8 +277,7 @@ static int cmd_check(int argc, char **argv)
                                    : model_load_memory(buf, len, path, o.sets.v, o.sets.n, &g, &err)) == 0 &&
                  pass_run_pipeline(&g, dump_ir_options(&o, &dump), &err) == 0;
             if (ok)
-                printf("%s: ok: model '%s': %d ops, %d values\n", path, ir_str(&g, g.name), g.n_nodes,
-                       g.n_values);
+                printf("%s: ok: model '%s': %d ops, %d values\n", path, ir_str(&g, g.name), g.n_nodes, g.n_values);
             ir_graph_free(&g);
         }
         free(buf);
@@ -396,7 +396,8 @@ static int build_placed(const options *o, const char *model_path, const cluster 
     popt.precision = o->precision;
     popt.tf32 = o->tf32;
     if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
-        return diag_set(err, model_path, 0, "--stages and --replicas choose among opfence's plans; uniform always "
+        return diag_set(err, model_path, 0,
+                        "--stages and --replicas choose among opfence's plans; uniform always "
                         "uses every device as one stage");
     ir_graph_init(g);
     if (load_graph(model_path, o, g, err))
@@ -434,8 +435,8 @@ static int build_placed(const options *o, const char *model_path, const cluster 
 /* A model built and placed on a cluster (compile, plan and simulate start
  * from one).  placed_load fills p (err on failure); placed_free always. */
 typedef struct {
-    ir_graph   g;
-    cluster    c;
+    ir_graph g;
+    cluster c;
     fence_plan plan;
 } placed_model;
 
@@ -448,23 +449,24 @@ static int placed_load(placed_model *p, const options *o, struct diag *err)
     peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
     if (cluster_load(o->files[1], &p->c, err))
         return -1;
-    if (o->with.n > 0) {   /* --with: standbys taken in */
+    if (o->with.n > 0) { /* --with: standbys taken in */
         cluster joined;
         if (cluster_with(&p->c, o->with.name, o->with.n, &joined, err))
             return -1;
         cluster_free(&p->c);
         p->c = joined;
     }
-    if (o->without.n > 0) {   /* --without: the survivors of a lost device */
+    if (o->without.n > 0) { /* --without: the survivors of a lost device */
         cluster survivors;
         if (cluster_without(&p->c, o->without.name, o->without.n, &survivors, err))
             return -1;
         cluster_free(&p->c);
         p->c = survivors;
     }
-    return cluster_require_peak(&p->c, kind, err) ||
-           cluster_require_peak(&p->c, PEAK_FP32, err) ||
-           build_placed(o, o->files[0], &p->c, &p->g, &p->plan, err) ? -1 : 0;
+    return cluster_require_peak(&p->c, kind, err) || cluster_require_peak(&p->c, PEAK_FP32, err) ||
+                   build_placed(o, o->files[0], &p->c, &p->g, &p->plan, err)
+               ? -1
+               : 0;
 }
 
 static void placed_free(placed_model *p)
@@ -511,8 +513,8 @@ static int dump_placed(const options *o, ir_view_options *view, FILE *out, struc
         rc = diag_set(err, o->files[0], 0, "--stage %d: the plan has stages 0 to %d", view->stage, p->n_stages - 1);
     if (rc == 0)
         rc = picture_format(o, "dot")    ? ir_graph_print_dot_view(&m.g, view, out)
-           : picture_format(o, "html") ? ir_graph_print_html(&m.g, view, out)
-                                       : ir_graph_print(&m.g, out);
+             : picture_format(o, "html") ? ir_graph_print_html(&m.g, view, out)
+                                         : ir_graph_print(&m.g, out);
     placed_free(&m);
     return rc;
 }
@@ -528,7 +530,8 @@ static int cmd_dump(int argc, char **argv)
     if (o.n_files == 1 && (o.view_stage >= 0 || o.view_device))
         return usage_error(&dump_usage, "%s", "--stage and --device need a CLUSTER: stages are the placement's");
     if (o.n_files == 2 && o.after)
-        return usage_error(&dump_usage, "%s", "--after is for a MODEL alone: placed on a CLUSTER, it is after every pass");
+        return usage_error(&dump_usage, "%s",
+                           "--after is for a MODEL alone: placed on a CLUSTER, it is after every pass");
     if (o.view_stage >= 0 && o.view_device)
         return usage_error(&dump_usage, "%s", "--stage or --device, not both");
     if ((o.view_stage >= 0 || o.view_device || o.expand) && !picture_format(&o, "dot") && !picture_format(&o, "html"))
@@ -545,7 +548,7 @@ static int cmd_dump(int argc, char **argv)
     }
     atomic_file af;
     char why[FU_PATH_BYTES + 200] = "";
-    if (o.output && folders_make_for_file(o.output, &err)) {   /* -o a/b/g.dot: a and a/b too */
+    if (o.output && folders_make_for_file(o.output, &err)) { /* -o a/b/g.dot: a and a/b too */
         diag_print(&err);
         ir_graph_free(&g);
         return 1;
@@ -560,9 +563,12 @@ static int cmd_dump(int argc, char **argv)
         rc = dump_placed(&o, &view, out, &err);
     } else {
         pass_options popt = { .dump_after = o.after ? o.after : pass_pipeline[pass_count - 1].name,
-                              .dump_out = out, .dump_view = o.format && strcmp(o.format, "text") ? &view : NULL,
+                              .dump_out = out,
+                              .dump_view = o.format && strcmp(o.format, "text") ? &view : NULL,
                               .dump_html = picture_format(&o, "html"),
-                              .stop_after = 1, .precision = o.precision, .tf32 = o.tf32 };
+                              .stop_after = 1,
+                              .precision = o.precision,
+                              .tf32 = o.tf32 };
         rc = pass_run_pipeline(&g, &popt, &err);
     }
     if (commit_output(out, o.output, &af, rc == 0, why, sizeof why) && rc == 0) {
@@ -634,17 +640,18 @@ static int diloco_applies(const options *o, int simulated, cluster *c, diloco_pl
     ir_graph_init(&g);
     peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
     *rc = cluster_require_peak(c, kind, err) || cluster_require_peak(c, PEAK_FP32, err) ||
-          load_graph(o->files[0], o, &g, err) ||
-          diloco_plan_make(c, o, global_batch(&g), place_rows_on_site, (void *)o,
-                           simulated ? simulated_step : estimated_step, simulated ? "simulated" : "estimated", dp,
-                           err) ? -1 : 0;
+                  load_graph(o->files[0], o, &g, err) ||
+                  diloco_plan_make(c, o, global_batch(&g), place_rows_on_site, (void *)o,
+                                   simulated ? simulated_step : estimated_step, simulated ? "simulated" : "estimated",
+                                   dp, err)
+              ? -1
+              : 0;
     ir_graph_free(&g);
     return 1;
 }
 
 /* The global step's lines (plan, simulate) and the best single site's. */
-static int diloco_report(const options *o, const diloco_plan *dp, const cluster *c, int sim_steps,
-                         struct diag *err)
+static int diloco_report(const options *o, const diloco_plan *dp, const cluster *c, int sim_steps, struct diag *err)
 {
     diloco_print(stdout, dp, c);
     double step = diloco_global_step(dp);
@@ -699,8 +706,7 @@ static int cmd_compile(int argc, char **argv)
         cluster_free(&whole);
         return rc ? 1 : 0;
     }
-    rc = placed_load(&m, &o, &err) ||
-         bundle_write(&m.g, &m.c, o.output, &tc, o.port_base, &err) ||
+    rc = placed_load(&m, &o, &err) || bundle_write(&m.g, &m.c, o.output, &tc, o.port_base, &err) ||
          plan_report_write(&m.g, &m.c, &m.plan, o.output, &err);
     if (rc == 0 && broker_write_compile_args(o.output, argc, argv, o.files[0], o.files[1]))
         rc = diag_set(&err, o.output, 0, "cannot write %s/compile.args", o.output);
@@ -756,29 +762,30 @@ static int cmd_plan(int argc, char **argv)
 
 /* The simulated steps, the bubble, each stage's busy time, the links'
  * bytes (each link's with verbose). */
-static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *plan,
-                           const sim_result *r, int verbose)
+static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *plan, const sim_result *r,
+                           int verbose)
 {
     const double ms = 1e3;
-    fprintf(out, "simulate: %s on %s, scheduler %s, %d stage%s x %d replica%s, %d micro-batch%s, %d step%s, "
+    fprintf(out,
+            "simulate: %s on %s, scheduler %s, %d stage%s x %d replica%s, %d micro-batch%s, %d step%s, "
             "precision %s%s\n",
             ir_str(g, g->name), c->name, plan->scheduler ? plan->scheduler : "opfence", plan->n_stages,
-            plan->n_stages == 1 ? "" : "s", plan->n_replicas, plan->n_replicas == 1 ? "" : "s",
-            plan->micro_batches, plan->micro_batches == 1 ? "" : "es", r->n_steps, r->n_steps == 1 ? "" : "s",
-            ir_dtype_name(g->precision), g->tf32 ? " (tf32 products)" : "");
+            plan->n_stages == 1 ? "" : "s", plan->n_replicas, plan->n_replicas == 1 ? "" : "s", plan->micro_batches,
+            plan->micro_batches == 1 ? "" : "es", r->n_steps, r->n_steps == 1 ? "" : "s", ir_dtype_name(g->precision),
+            g->tf32 ? " (tf32 products)" : "");
     for (int32_t k = 0; k < r->n_steps; k++)
         fprintf(out, "step %d: %.3f ms\n", k + 1, (r->step_end[k] - (k ? r->step_end[k - 1] : 0.0)) * ms);
     double step = sim_steady_step(r);
     const char *unit;
     double items = baseline_step_items(g, &unit);
     fprintf(out, "simulated step: %.3f ms\n", step * ms);
-    fprintf(out, "throughput: %.0f %s/s (%.0f %s a step, every device's)\n", step > 0 ? items / step : 0.0, unit,
-            items, unit);
+    fprintf(out, "throughput: %.0f %s/s (%.0f %s a step, every device's)\n", step > 0 ? items / step : 0.0, unit, items,
+            unit);
     fprintf(out, "plan estimate: %.3f ms\n", plan->step_seconds * ms);
     /* The estimate pass's time of every op (est_time, on its stage's first
      * device): what one device alone would be busy for, a step's worth. */
     double ops = 0.0;
-    for (int32_t i = 0; i < g->n_nodes; i++)   /* (nodes the comm pass added have none: -1) */
+    for (int32_t i = 0; i < g->n_nodes; i++) /* (nodes the comm pass added have none: -1) */
         if (g->nodes[i].est_time > 0)
             ops += g->nodes[i].est_time * (g->nodes[i].phase == PHASE_UPDATE ? 1 : plan->micro_batches);
     fprintf(out, "op estimates: %.3f ms\n", ops * ms);
@@ -791,7 +798,7 @@ static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const
             if (r->stage[i] == s) {
                 size_t used = strlen(devices);
                 snprintf(devices + used, sizeof devices - used, "%s%s", used ? "," : "", c->devices[r->device[i]].name);
-                busy = busy > r->busy[i] / r->n_steps ? busy : r->busy[i] / r->n_steps;   /* a step's */
+                busy = busy > r->busy[i] / r->n_steps ? busy : r->busy[i] / r->n_steps; /* a step's */
             }
         fprintf(out, "%-5d %-24s %9.3f ms\n", s, devices, busy * ms);
     }
@@ -884,7 +891,7 @@ static int cmd_profile(int argc, char **argv)
         again[0] = "fusionc", again[1] = "profile";
         memcpy(again + 2, argv, (size_t)argc * sizeof *argv);
         setenv("OMP_WAIT_POLICY", "passive", 1);
-        execv("/proc/self/exe", again);   /* on failure, measure anyway */
+        execv("/proc/self/exe", again); /* on failure, measure anyway */
         free(again);
     }
     return profile_main(argc, argv);
@@ -893,13 +900,14 @@ static int cmd_profile(int argc, char **argv)
 /* ---- the commands ---------------------------------------------------------- */
 
 typedef struct {
-    const char      *name;
-    const char      *args;      /* what follows the name in `fusionc --help`                 */
-    const char      *summary;   /* its line there (lines joined by '\n'); NULL: not listed   */
-    const cli_usage *usage;     /* `fusionc NAME --help`; its run parses with the same one  */
-    int            (*run)(int argc, char **argv);   /* argv: what follows the name           */
+    const char *name;
+    const char *args;                  /* what follows the name in `fusionc --help`                 */
+    const char *summary;               /* its line there (lines joined by '\n'); NULL: not listed   */
+    const cli_usage *usage;            /* `fusionc NAME --help`; its run parses with the same one  */
+    int (*run)(int argc, char **argv); /* argv: what follows the name           */
 } command;
 
+/* clang-format off */
 static const command commands[] = {
     { "check", "FILE...", "validate model and cluster files (schema, names, shapes, links)", &check_usage, cmd_check },
     { "dump", "MODEL", "print the operator graph (OP-DAG) after a pass, as text, Graphviz or HTML", &dump_usage,
@@ -926,6 +934,7 @@ static const command commands[] = {
     /* started by the broker on a standby's host (or by hand there): not listed */
     { "standby", NULL, NULL, &standby_usage, cmd_standby },
 };
+/* clang-format on */
 
 /* `fusionc --help`: the commands, from the table. */
 static void print_usage(FILE *f)
@@ -934,7 +943,8 @@ static void print_usage(FILE *f)
           "\n"
           "Compiles a model (XML) for a cluster (XML) into per-device training programs.\n"
           "\n"
-          "commands:\n", f);
+          "commands:\n",
+          f);
     for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++) {
         const command *c = &commands[k];
         if (!c->summary)
@@ -943,7 +953,7 @@ static void print_usage(FILE *f)
         snprintf(label, sizeof label, "%s%s%s", c->name, c->args ? " " : "", c->args ? c->args : "");
         int len = (int)strlen(label);
         fprintf(f, "  %s%*s", label, len <= 15 ? 16 - len : 2, "");
-        for (const char *line = c->summary; line;) {   /* more lines under the first */
+        for (const char *line = c->summary; line;) { /* more lines under the first */
             const char *next = strchr(line, '\n');
             fprintf(f, "%.*s\n", next ? (int)(next - line) : (int)strlen(line), line);
             if ((line = next ? next + 1 : NULL) != NULL)
@@ -953,7 +963,8 @@ static void print_usage(FILE *f)
     fputs("\n"
           "options:\n"
           "  --help          this text; `fusionc COMMAND --help` for a command's\n"
-          "  --version       print the version\n", f);
+          "  --version       print the version\n",
+          f);
 }
 
 int main(int argc, char **argv)
@@ -975,7 +986,7 @@ int main(int argc, char **argv)
         const command *c = &commands[k];
         if (strcmp(name, c->name) != 0)
             continue;
-        if (argc > 2 && cli_is_help(argv[2])) {   /* (later ones: the command's own loop, same usage) */
+        if (argc > 2 && cli_is_help(argv[2])) { /* (later ones: the command's own loop, same usage) */
             cli_usage_print(stdout, c->usage);
             return 0;
         }

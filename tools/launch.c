@@ -38,7 +38,7 @@
 #include "../runtime/trace.h"
 #include "broker.h"
 #include "../broker/remote.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -54,25 +54,34 @@ static double now_seconds(void)
  * launch --grace and --elastic; the rest (launch only) is for the devices. */
 typedef struct {
     const char *out_dir, *cluster_file, *ssh_config;
-    double      grace;
-    int         elastic;         /* --elastic: the broker runs the devices (fusionc broker --over-ssh) */
-    char      **device_args;
-    int         n_device_args;
+    double grace;
+    int elastic; /* --elastic: the broker runs the devices (fusionc broker --over-ssh) */
+    char **device_args;
+    int n_device_args;
 } launch_options;
 
 enum { LAUNCH_CLUSTER, LAUNCH_SSH_CONFIG, LAUNCH_GRACE, LAUNCH_ELASTIC };
 
 static const cli_option launch_options_table[] = {
-    [LAUNCH_CLUSTER] = { .name = "--cluster", .metavar = "FILE", CLI_STRING(launch_options, cluster_file),
+    [LAUNCH_CLUSTER] = { .name = "--cluster",
+                         .metavar = "FILE",
+                         CLI_STRING(launch_options, cluster_file),
                          .help = "the hosts from this cluster file (default OUT/cluster.xml); a\n"
                                  "device whose address changed is told to its peers (--peer)" },
-    [LAUNCH_SSH_CONFIG] = { .name = "--ssh-config", .metavar = "FILE", CLI_STRING(launch_options, ssh_config),
+    [LAUNCH_SSH_CONFIG] = { .name = "--ssh-config",
+                            .metavar = "FILE",
+                            CLI_STRING(launch_options, ssh_config),
                             .help = "passed to ssh as -F FILE" },
-    [LAUNCH_GRACE] = { .name = "--grace", .metavar = "S", CLI_DOUBLE(launch_options, grace), .lo = 0, .hi = 1e9,
+    [LAUNCH_GRACE] = { .name = "--grace",
+                       .metavar = "S",
+                       CLI_DOUBLE(launch_options, grace),
+                       .lo = 0,
+                       .hi = 1e9,
                        .expects = "a number of seconds, 0 or more",
                        .help = "after a device fails, the others have S seconds to stop by\n"
                                "themselves before they are stopped (default 30)" },
-    [LAUNCH_ELASTIC] = { .name = "--elastic", CLI_FLAG(launch_options, elastic),
+    [LAUNCH_ELASTIC] = { .name = "--elastic",
+                         CLI_FLAG(launch_options, elastic),
                          .help = "run under a broker on this machine (fusionc broker OUT --over-ssh):\n"
                                  "checkpoints every --save-every K steps collected here, a lost device\n"
                                  "replaced by a standby or planned away; the broker's options may be\n"
@@ -80,7 +89,10 @@ static const cli_option launch_options_table[] = {
 };
 
 static const cli_use launch_uses[] = {
-    CLI_USE(LAUNCH_CLUSTER), CLI_USE(LAUNCH_SSH_CONFIG), CLI_USE(LAUNCH_GRACE), CLI_USE(LAUNCH_ELASTIC),
+    CLI_USE(LAUNCH_CLUSTER),
+    CLI_USE(LAUNCH_SSH_CONFIG),
+    CLI_USE(LAUNCH_GRACE),
+    CLI_USE(LAUNCH_ELASTIC),
 };
 const cli_usage launch_usage = {
     "usage: fusionc launch OUT [--cluster FILE] [--ssh-config FILE] [--grace S] [--elastic] [--] ARGS...\n"
@@ -92,19 +104,26 @@ const cli_usage launch_usage = {
     "naming each device that failed and its host.  With --trace FILE among ARGS, FILE is\n"
     "here: each device writes its timeline on its host and they come back merged into FILE.\n"
     "\n",
-    launch_options_table, launch_uses, 4, 19, NULL
+    launch_options_table,
+    launch_uses,
+    4,
+    19,
+    NULL
 };
 
 static const cli_use stop_uses[] = {
-    { LAUNCH_CLUSTER, NULL, "the hosts from this cluster file (default OUT/cluster.xml)" }, CLI_USE(LAUNCH_SSH_CONFIG),
+    { LAUNCH_CLUSTER, NULL, "the hosts from this cluster file (default OUT/cluster.xml)" },
+    CLI_USE(LAUNCH_SSH_CONFIG),
 };
-const cli_usage stop_usage = {
-    "usage: fusionc stop OUT [--cluster FILE] [--ssh-config FILE]\n"
-    "\n"
-    "Stop every device of OUT that runs on its host (started by `fusionc launch`).\n"
-    "\n",
-    launch_options_table, stop_uses, 2, 19, NULL
-};
+const cli_usage stop_usage = { "usage: fusionc stop OUT [--cluster FILE] [--ssh-config FILE]\n"
+                               "\n"
+                               "Stop every device of OUT that runs on its host (started by `fusionc launch`).\n"
+                               "\n",
+                               launch_options_table,
+                               stop_uses,
+                               2,
+                               19,
+                               NULL };
 
 /* "fusionc CMD: <fmt with arg>" and the usage on standard error; 2. */
 static int usage_fail(const cli_usage *u, const char *cmd, const char *fmt, const char *arg)
@@ -199,7 +218,7 @@ static void follow(const char *log, const char *device, long *offset)
         while (fgets(line, sizeof line, f)) {
             size_t n = strlen(line);
             if (line[n - 1] != '\n' && feof(f))
-                break;      /* not whole yet: read it again next time */
+                break; /* not whole yet: read it again next time */
             /* (a line longer than the buffer prints in pieces, each prefixed) */
             printf("[%s] %s%s", device, line, line[n - 1] == '\n' ? "" : "\n");
             *offset += (long)n;
@@ -262,7 +281,8 @@ static int gather_traces(const remote_plan *plan, const char *trace)
         const remote_device *d = &plan->devices[k];
         char command[FU_PATH_BYTES + 904], there[FU_PATH_BYTES + 304];
         size_t at = (size_t)snprintf(command, sizeof command, "cat ");
-        snprintf(there, sizeof there, "%s/%s/trace.json%s%s", d->path, d->device, n > 1 ? "." : "", n > 1 ? d->device : "");
+        snprintf(there, sizeof there, "%s/%s/trace.json%s%s", d->path, d->device, n > 1 ? "." : "",
+                 n > 1 ? d->device : "");
         char *out = NULL;
         FILE *f = NULL;
         snprintf(local[k], sizeof local[k], "%s.%s", trace, d->device);
@@ -416,8 +436,8 @@ int launch_main(int argc, char **argv)
         failed++;
     }
     if (failed || interrupted)
-        fprintf(stderr, "fusionc launch: training did not complete (%d of %d devices failed; logs in %s)\n", failed,
-                n, logs);
+        fprintf(stderr, "fusionc launch: training did not complete (%d of %d devices failed; logs in %s)\n", failed, n,
+                logs);
     else
         printf("launch: training completed on %d device%s (logs in %s)\n", n, n == 1 ? "" : "s", logs);
     rc = failed || interrupted || trace_missing || !pids ? 1 : 0;

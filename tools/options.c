@@ -8,7 +8,7 @@
 
 #include "../passes/passes.h"
 #include "../runtime/program.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 int settings_add(setting_list *s, const char *text)
 {
@@ -95,6 +95,7 @@ static const int codec_bits[] = { 8, 4, 0 };
 
 /* Each option once: its help is what most commands show (a command may
  * word it for itself: fusionc.c's cli_use lists). */
+/* clang-format off */
 const cli_option fusionc_options[OPT_COUNT] = {
     [OPT_SET] = { .name = "--set", .metavar = "name=value", CLI_CUSTOM(parse_setting, setting_list, options, sets),
                   .expects = "name=value", .help = "override a hyper-parameter (repeatable)" },
@@ -204,6 +205,7 @@ const cli_option fusionc_options[OPT_COUNT] = {
                          .help = "replicas' gradient buckets averaged after the backward, not during\n"
                                  "it (the device programs' --no-overlap)" },
 };
+/* clang-format on */
 
 int usage_error(const cli_usage *u, const char *fmt, const char *arg)
 {

@@ -19,63 +19,90 @@
 /* --set name=value, in the order given (the last one of a name wins). */
 typedef struct {
     model_setting v[MAX_SETS];
-    char          text[MAX_SETS][512];   /* what v's names and values point into */
-    int           n;
+    char text[MAX_SETS][512]; /* what v's names and values point into */
+    int n;
 } setting_list;
 
 /* A repeatable option's values: --without NAME, --with NAME. */
 typedef struct {
     const char *name[64];
-    int         n;
+    int n;
 } name_list;
 
 typedef struct {
-    const char   *files[256];
-    int           n_files;
-    setting_list  sets;
-    const char   *after;
-    const char   *dump_ir;      /* --dump-ir=PASS: the IR after PASS to stderr */
-    const char   *format;
-    const char   *output;
-    const char   *trace;        /* simulate --trace FILE: the Chrome trace-event timeline */
-    int           expand;       /* dump --expand: every op, no repeated block collapsed */
-    int           view_stage;   /* dump --stage N (-1: every stage)            */
-    const char   *view_device;  /* dump --device NAME: that device's stage     */
-    int           verbose;
-    const char   *scheduler;    /* --scheduler opfence|uniform|gcma|random      */
-    int           micro_batches;/* --micro-batches M (0: the default)           */
-    int           port_base;    /* --port-base P (0: 29500)                     */
-    int           stages;       /* --stages S (0: the scheduler's choice)       */
-    const char   *compress;     /* --compress none|topk:RHO|adatopk             */
-    const char   *recompute;    /* --recompute auto|on|off                      */
-    const char   *cublas;       /* --cublas bundle|system (compile)             */
-    const char   *run_key;      /* --run-key FILE: this run secret, not a new one (compile) */
-    int           replicas;     /* --replicas R (0: the scheduler's choice)     */
-    int           steps;        /* --steps N (simulate; 0: 3)                   */
-    int64_t       seed;         /* --seed N (--scheduler random; 0: 1)          */
-    ir_dtype      precision;    /* --precision fp32|bf16|fp16 (DT_F32 = 0: fp32)  */
-    int           tf32;         /* --tf32                                       */
-    int           no_overlap;   /* --no-overlap (simulate): the gradient buckets after the backward */
-    name_list     without;      /* --without NAME: devices left out of the cluster (a re-plan) */
-    name_list     with;         /* --with NAME: standbys taken in as devices (a device joined) */
+    const char *files[256];
+    int n_files;
+    setting_list sets;
+    const char *after;
+    const char *dump_ir; /* --dump-ir=PASS: the IR after PASS to stderr */
+    const char *format;
+    const char *output;
+    const char *trace;       /* simulate --trace FILE: the Chrome trace-event timeline */
+    int expand;              /* dump --expand: every op, no repeated block collapsed */
+    int view_stage;          /* dump --stage N (-1: every stage)            */
+    const char *view_device; /* dump --device NAME: that device's stage     */
+    int verbose;
+    const char *scheduler; /* --scheduler opfence|uniform|gcma|random      */
+    int micro_batches;     /* --micro-batches M (0: the default)           */
+    int port_base;         /* --port-base P (0: 29500)                     */
+    int stages;            /* --stages S (0: the scheduler's choice)       */
+    const char *compress;  /* --compress none|topk:RHO|adatopk             */
+    const char *recompute; /* --recompute auto|on|off                      */
+    const char *cublas;    /* --cublas bundle|system (compile)             */
+    const char *run_key;   /* --run-key FILE: this run secret, not a new one (compile) */
+    int replicas;          /* --replicas R (0: the scheduler's choice)     */
+    int steps;             /* --steps N (simulate; 0: 3)                   */
+    int64_t seed;          /* --seed N (--scheduler random; 0: 1)          */
+    ir_dtype precision;    /* --precision fp32|bf16|fp16 (DT_F32 = 0: fp32)  */
+    int tf32;              /* --tf32                                       */
+    int no_overlap;        /* --no-overlap (simulate): the gradient buckets after the backward */
+    name_list without;     /* --without NAME: devices left out of the cluster (a re-plan) */
+    name_list with;        /* --with NAME: standbys taken in as devices (a device joined) */
     /* How the sites agree (tools/diloco.h): --sync exact|diloco and the outer step's settings. */
-    int           sync;         /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
-    int           local_steps;  /* --local-steps H (0: the planner's)           */
-    double        outer_lr;     /* --outer-lr (< 0: 0.7)                        */
-    double        outer_momentum; /* --outer-momentum (< 0: 0.9)                */
-    int           outer_bits;   /* --outer-codec int8|int4|f32: 8, 4, 0 (-1: 8) */
-    int           outer_delay;  /* --outer-delay 0|1 (-1: 1)                    */
-    int           site_batch;   /* --site-batch split (0) | each (1)            */
+    int sync;              /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
+    int local_steps;       /* --local-steps H (0: the planner's)           */
+    double outer_lr;       /* --outer-lr (< 0: 0.7)                        */
+    double outer_momentum; /* --outer-momentum (< 0: 0.9)                */
+    int outer_bits;        /* --outer-codec int8|int4|f32: 8, 4, 0 (-1: 8) */
+    int outer_delay;       /* --outer-delay 0|1 (-1: 1)                    */
+    int site_batch;        /* --site-batch split (0) | each (1)            */
 } options;
 
 /* The options, each an index of fusionc_options. */
 enum {
-    OPT_SET, OPT_AFTER, OPT_FORMAT, OPT_EXPAND, OPT_STAGE, OPT_DEVICE, OPT_OUTPUT, OPT_VERBOSE, OPT_DUMP_IR,
-    OPT_PRECISION, OPT_TF32,
-    OPT_SCHEDULER, OPT_SEED, OPT_MICRO_BATCHES, OPT_STAGES, OPT_REPLICAS, OPT_WITHOUT, OPT_WITH, OPT_COMPRESS,
+    OPT_SET,
+    OPT_AFTER,
+    OPT_FORMAT,
+    OPT_EXPAND,
+    OPT_STAGE,
+    OPT_DEVICE,
+    OPT_OUTPUT,
+    OPT_VERBOSE,
+    OPT_DUMP_IR,
+    OPT_PRECISION,
+    OPT_TF32,
+    OPT_SCHEDULER,
+    OPT_SEED,
+    OPT_MICRO_BATCHES,
+    OPT_STAGES,
+    OPT_REPLICAS,
+    OPT_WITHOUT,
+    OPT_WITH,
+    OPT_COMPRESS,
     OPT_RECOMPUTE,
-    OPT_SYNC, OPT_LOCAL_STEPS, OPT_SITE_BATCH, OPT_OUTER_LR, OPT_OUTER_MOMENTUM, OPT_OUTER_CODEC, OPT_OUTER_DELAY,
-    OPT_PORT_BASE, OPT_RUN_KEY, OPT_CUBLAS, OPT_STEPS, OPT_TRACE, OPT_NO_OVERLAP,
+    OPT_SYNC,
+    OPT_LOCAL_STEPS,
+    OPT_SITE_BATCH,
+    OPT_OUTER_LR,
+    OPT_OUTER_MOMENTUM,
+    OPT_OUTER_CODEC,
+    OPT_OUTER_DELAY,
+    OPT_PORT_BASE,
+    OPT_RUN_KEY,
+    OPT_CUBLAS,
+    OPT_STEPS,
+    OPT_TRACE,
+    OPT_NO_OVERLAP,
     OPT_COUNT
 };
 extern const cli_option fusionc_options[OPT_COUNT];

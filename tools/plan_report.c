@@ -40,8 +40,8 @@ static double stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
     for (int32_t i = 0; i < n; i++)
         stash += (double)ir_value_bytes(g, ids[i]);
     free(ids);
-    int32_t waiting = g->placement.n_stages == p->n_stages ? ir_placement_warmup(&g->placement, s)
-                                                           : p->n_stages - s - 1;
+    int32_t waiting =
+        g->placement.n_stages == p->n_stages ? ir_placement_warmup(&g->placement, s) : p->n_stages - s - 1;
     if (waiting > p->micro_batches)
         waiting = p->micro_batches;
     if (waiting < 0 || p->micro_batches <= 1)
@@ -82,8 +82,9 @@ static const char *size_text(double bytes, char *buf, size_t size)
 static void print_links(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *p)
 {
     fprintf(out, "precision: %s (%s)\n", ir_dtype_name(g->precision),
-            g->precision == DT_F32 ? "everything f32" : "activations and their gradients, on the wire too; "
-            "parameters, their gradients and AdamW's state f32");
+            g->precision == DT_F32 ? "everything f32"
+                                   : "activations and their gradients, on the wire too; "
+                                     "parameters, their gradients and AdamW's state f32");
     if (g->placement.n_stages != p->n_stages)
         return;
     for (int32_t a = 0; a < p->n_stages; a++)
@@ -98,7 +99,7 @@ static void print_links(FILE *out, const ir_graph *g, const cluster *c, const fe
                     size_text(bytes[0], f, sizeof f), size_text(bytes[1], back, sizeof back),
                     p->n_replicas > 1 ? " (each replica lane)" : "");
         }
-    for (int32_t i = 0; i < g->n_nodes; i++)   /* parameters the comm pass sends in 16 bits (passes.h) */
+    for (int32_t i = 0; i < g->n_nodes; i++) /* parameters the comm pass sends in 16 bits (passes.h) */
         if (g->nodes[i].op == OP_SEND && ir_node_int(&g->nodes[i], ATTR_BITS, 0) == ATTR_BITS_HALF)
             fprintf(out, "parameter %s crosses from stage %d to %d in %s (every reader there rounds it so)\n",
                     ir_value_name(g, g->nodes[i].in[0]), g->nodes[i].stage,
@@ -119,8 +120,8 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
                 fprintf(out, " %s", c->devices[d].name);
         fputc('\n', out);
     }
-    fprintf(out, "%-5s %-24s %5s %12s %12s %12s %10s %10s %10s\n", "stage", "devices", "ops", "compute/mb",
-            "sent/mb", "link/mb", "update", "allreduce", "memory");
+    fprintf(out, "%-5s %-24s %5s %12s %12s %12s %10s %10s %10s\n", "stage", "devices", "ops", "compute/mb", "sent/mb",
+            "link/mb", "update", "allreduce", "memory");
     for (int32_t s = 0; s < p->n_stages; s++) {
         char devices[256] = "";
         for (int32_t r = 0; r < p->n_replicas; r++) {
@@ -154,14 +155,18 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
             continue;
         said = g->nodes[i].stage;
         if (bits) {
-            fprintf(out, "all-reduce: stage %d quantised to %d bits with error feedback (each replica a chunk's "
-                         "owner: every chunk sent to its owner, the mean sent back; passes/allreduce_plan.h)\n",
+            fprintf(out,
+                    "all-reduce: stage %d quantised to %d bits with error feedback (each replica a chunk's "
+                    "owner: every chunk sent to its owner, the mean sent back; passes/allreduce_plan.h)\n",
                     said, (int)bits);
             continue;
         }
         fprintf(out, "all-reduce: stage %d hierarchical, groups", said);
         for (int32_t r = 0; r < p->n_replicas; r++)
-            fprintf(out, "%s%s", r == 0 ? " " : (groups >> r & 1) ? " | " : ",",
+            fprintf(out, "%s%s",
+                    r == 0              ? " "
+                    : (groups >> r & 1) ? " | "
+                                        : ",",
                     c->devices[p->devices[said * p->n_replicas + r]].name);
         fputs(" (a ring inside each, one among their leaders, the result sent back)\n", out);
     }
@@ -194,8 +199,8 @@ static int write_atomically(const char *path, int (*fill)(FILE *, const void *),
 }
 
 typedef struct {
-    const ir_graph   *g;
-    const cluster    *c;
+    const ir_graph *g;
+    const cluster *c;
     const fence_plan *p;
 } report_args;
 
@@ -244,8 +249,10 @@ static int fill_svg(FILE *f, const void *arg)
         tallest = n > tallest ? n : tallest;
     }
     int width = col * p->n_stages + 20, height = top + row * (tallest + 2) + 20;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"Helvetica\" "
-               "font-size=\"11\">\n<text x=\"10\" y=\"18\" font-size=\"14\">", width, height);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"Helvetica\" "
+            "font-size=\"11\">\n<text x=\"10\" y=\"18\" font-size=\"14\">",
+            width, height);
     svg_text(f, ir_str(g, g->name));
     fprintf(f, " on %s: %d stages x %d replicas, %d micro-batches, estimated step %.2f ms</text>\n", a->c->name,
             p->n_stages, p->n_replicas, p->micro_batches, p->step_seconds * 1e3);
@@ -264,7 +271,7 @@ static int fill_svg(FILE *f, const void *arg)
             if (n->stage != s || !(forward || n->op == OP_SEND))
                 continue;
             if (n->op == OP_SEND && n->phase != PHASE_FORWARD)
-                continue;   /* gradients go back the way activations came */
+                continue; /* gradients go back the way activations came */
             fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" stroke=\"#555\"/>", x, y,
                     col - 20, row - 3, n->op == OP_SEND ? "white" : colour);
             fprintf(f, "<text x=\"%d\" y=\"%d\">", x + 4, y + row - 7);

@@ -13,6 +13,6 @@
 void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *p);
 /* DIR/plan.txt and DIR/plan.svg, each written under a temporary name and
  * renamed. */
-int  plan_report_write(const ir_graph *g, const cluster *c, const fence_plan *p, const char *dir, struct diag *err);
+int plan_report_write(const ir_graph *g, const cluster *c, const fence_plan *p, const char *dir, struct diag *err);
 
 #endif

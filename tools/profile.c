@@ -44,7 +44,7 @@
  * >= 1 ("207.1GFLOPS"); memory is rounded down, so the line never promises
  * more than there is.
  */
-#define _GNU_SOURCE 1   /* sched_getaffinity, CPU_COUNT; before any system header */
+#define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT; before any system header */
 #include "profile.h"
 
 #include <dlfcn.h>
@@ -65,23 +65,23 @@
 #include "../frontend/units.h"
 #include "../runtime/cpu/half.h"
 #include "../runtime/cpu/kernels.h"
-#include "../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../ir/folders.h" /* FU_PATH_BYTES */
 
 #ifndef _OPENMP
 #error "profile.c needs OpenMP for the triad (linking fusion_rt_cpu brings -fopenmp)"
 #endif
 
-#define PROFILE_TRIAD_MIN     ((double)(256 << 20))     /* bytes, the three arrays together */
-#define PROFILE_TRIAD_MAX     ((double)(1 << 30))
-#define PROFILE_MAX_THREADS   1024          /* cluster.xsd's threads range */
-#define PROFILE_NAME_MAX      127           /* cluster.xsd's name length   */
+#define PROFILE_TRIAD_MIN   ((double)(256 << 20)) /* bytes, the three arrays together */
+#define PROFILE_TRIAD_MAX   ((double)(1 << 30))
+#define PROFILE_MAX_THREADS 1024 /* cluster.xsd's threads range */
+#define PROFILE_NAME_MAX    127  /* cluster.xsd's name length   */
 
 typedef struct {
-    int         threads;
+    int threads;
     const char *name;
-    double      seconds;
+    double seconds;
     const char *out;
-    int         verbose;
+    int verbose;
 } profile_options;
 
 /* "fusionc profile: what" on one line, and the usage exit status. */
@@ -97,7 +97,8 @@ static int bad_usage(const char *fmt, const char *arg)
 static int xsd_name_valid(const char *s)
 {
     size_t n = strlen(s);
-    if (n == 0 || n > PROFILE_NAME_MAX || !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+    if (n == 0 || n > PROFILE_NAME_MAX ||
+        !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
         return 0;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
@@ -140,17 +141,29 @@ static int parse_seconds(const cli_option *opt, const char *value, void *field, 
 }
 
 static const cli_option profile_options_table[] = {
-    { .name = "--threads", .metavar = "N", CLI_INT(profile_options, threads), .lo = 1, .hi = PROFILE_MAX_THREADS,
+    { .name = "--threads",
+      .metavar = "N",
+      CLI_INT(profile_options, threads),
+      .lo = 1,
+      .hi = PROFILE_MAX_THREADS,
       .expects = "an integer from 1 to 1024",
       .help = "threads to measure with, 1 to 1024 (default: every core it may use)" },
-    { .name = "--name", .metavar = "NAME", CLI_CUSTOM(parse_device_name, const char *, profile_options, name),
+    { .name = "--name",
+      .metavar = "NAME",
+      CLI_CUSTOM(parse_device_name, const char *, profile_options, name),
       .expects = "a cluster device name ([A-Za-z_][A-Za-z0-9_.-]*, at most 127 characters)",
       .help = "the device's name (default cpu0)" },
-    { .name = "--seconds", .metavar = "S", CLI_CUSTOM(parse_seconds, double, profile_options, seconds),
+    { .name = "--seconds",
+      .metavar = "S",
+      CLI_CUSTOM(parse_seconds, double, profile_options, seconds),
       .expects = "a number of seconds from 0.1 to 3600",
       .help = "time to spend measuring, 0.1 to 3600 (default 3)" },
-    { .name = "--out", .alias = "-o", .metavar = "FILE", CLI_NONEMPTY(profile_options, out),
-      .expects = "a file name", .help = "write the two lines to FILE (atomically) instead of standard output" },
+    { .name = "--out",
+      .alias = "-o",
+      .metavar = "FILE",
+      CLI_NONEMPTY(profile_options, out),
+      .expects = "a file name",
+      .help = "write the two lines to FILE (atomically) instead of standard output" },
     { .name = "-v", CLI_FLAG(profile_options, verbose), .help = "print each measurement on standard error" },
 };
 
@@ -163,7 +176,11 @@ const cli_usage profile_usage = {
     "  <!-- fusionc profile: peak-fp32 is cblas_sgemm; peak-bf16 widens to fp32, ... -->\n"
     "  <device name=\"cpu0\" kind=\"cpu\" arch=\"x86_64\" peak-fp32=\"41.2GFLOPS\" peak-bf16=\"36.5GFLOPS\"\n"
     "          peak-fp16=\"32.0GFLOPS\" memory=\"23.5GiB\" memory-bandwidth=\"9.8GB/s\" threads=\"2\"/>\n",
-    profile_options_table, NULL, sizeof profile_options_table / sizeof profile_options_table[0], 15, NULL
+    profile_options_table,
+    NULL,
+    sizeof profile_options_table / sizeof profile_options_table[0],
+    15,
+    NULL
 };
 
 /* Returns 0, 1 for --help (printed), or 2 (printed). */
@@ -181,8 +198,8 @@ static int parse_args(int argc, char **argv, profile_options *o)
         if (took < 0)
             return bad_usage("%s", why);
         if (took == 0)
-            return bad_usage(a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s' (profile takes options only)",
-                             a);
+            return bad_usage(
+                a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s' (profile takes options only)", a);
     }
     return 0;
 }
@@ -201,30 +218,30 @@ static double now(void)
  * with a 16-bit result, the conversions inside the timing, as fusion's
  * kernels pay them (half.h: 16-bit tensors are stored, fp32 is computed). */
 typedef enum {
-    GEMM_F32,       /* cblas_sgemm on fp32                                    */
-    GEMM_BF16,      /* widen A and B to fp32, cblas_sgemm, round C to bf16     */
-    GEMM_FP16,      /* the same with fp16 (its conversions are slower: half.c) */
-    GEMM_SBGEMM,    /* cblas_sbgemm (bf16 in, fp32 out), round C to bf16       */
+    GEMM_F32,    /* cblas_sgemm on fp32                                    */
+    GEMM_BF16,   /* widen A and B to fp32, cblas_sgemm, round C to bf16     */
+    GEMM_FP16,   /* the same with fp16 (its conversions are slower: half.c) */
+    GEMM_SBGEMM, /* cblas_sbgemm (bf16 in, fp32 out), round C to bf16       */
     GEMM_COUNT
 } gemm_way;
 
 static const char *const gemm_way_name[GEMM_COUNT] = {
-    "sgemm", "bf16 (widen, sgemm, round)", "fp16 (widen, sgemm, round)", "bf16 (cblas_sbgemm, round)",
+    "sgemm",
+    "bf16 (widen, sgemm, round)",
+    "fp16 (widen, sgemm, round)",
+    "bf16 (cblas_sbgemm, round)",
 };
 
 /* The 16-bit type a way's inputs and result are stored in (HALF_DT_*;
  * GEMM_F32 does not use them). */
-static int gemm_way_dtype(gemm_way way)
-{
-    return way == GEMM_FP16 ? HALF_DT_F16 : HALF_DT_BF16;
-}
+static int gemm_way_dtype(gemm_way way) { return way == GEMM_FP16 ? HALF_DT_F16 : HALF_DT_BF16; }
 
 /* cblas_sbgemm as OpenBLAS declares it (cblas.h, bfloat16 = uint16_t).  Not
  * called by name: OpenBLAS builds without BUILD_BFLOAT16 (Debian 12's 0.3.21)
  * declare it in the header but do not export it. */
-typedef void (*sbgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint m, blasint n,
-                          blasint k, float alpha, const bf16_t *a, blasint lda, const bf16_t *b, blasint ldb,
-                          float beta, float *c, blasint ldc);
+typedef void (*sbgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint m, blasint n, blasint k,
+                          float alpha, const bf16_t *a, blasint lda, const bf16_t *b, blasint ldb, float beta, float *c,
+                          blasint ldc);
 
 /* cblas_sbgemm from the OpenBLAS this process runs with, or NULL: first in
  * the global scope (fusionc links OpenBLAS), then in the loaded
@@ -236,15 +253,15 @@ static sbgemm_fn find_sbgemm(void **handle)
     if (!f && (*handle = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD)) != NULL)
         f = dlsym(*handle, "cblas_sbgemm");
     sbgemm_fn fn;
-    memcpy(&fn, &f, sizeof fn);   /* object pointer to function pointer, as POSIX allows */
+    memcpy(&fn, &f, sizeof fn); /* object pointer to function pointer, as POSIX allows */
     return f ? fn : NULL;
 }
 
 /* The operands of one size, in fp32 and in a 16-bit type. */
 typedef struct {
-    int       n, dtype;           /* dtype: HALF_DT_BF16 or HALF_DT_F16 (of ha, hb, hc) */
-    float    *a, *b, *c;          /* (n,n) fp32                                        */
-    uint16_t *ha, *hb, *hc;       /* (n,n) 16-bit                                      */
+    int n, dtype;           /* dtype: HALF_DT_BF16 or HALF_DT_F16 (of ha, hb, hc) */
+    float *a, *b, *c;       /* (n,n) fp32                                        */
+    uint16_t *ha, *hb, *hc; /* (n,n) 16-bit                                      */
 } gemm_buffers;
 
 static void gemm_buffers_free(gemm_buffers *g)
@@ -264,11 +281,11 @@ static int gemm_buffers_init(gemm_buffers *g, int n, int dtype)
         gemm_buffers_free(g);
         return -1;
     }
-    for (size_t i = 0; i < count; i++) {   /* small, varied values: no denormals, no overflow */
+    for (size_t i = 0; i < count; i++) { /* small, varied values: no denormals, no overflow */
         g->a[i] = (float)((i * 7 + 3) % 17) * 0.0625f - 0.5f;
         g->b[i] = (float)((i * 5 + 1) % 13) * 0.0625f - 0.375f;
     }
-    half_from_f32(g->ha, g->a, (int64_t)count, g->dtype);   /* exact in both: multiples of 1/16 below 1 */
+    half_from_f32(g->ha, g->a, (int64_t)count, g->dtype); /* exact in both: multiples of 1/16 below 1 */
     half_from_f32(g->hb, g->b, (int64_t)count, g->dtype);
     return 0;
 }
@@ -310,7 +327,7 @@ static double measure_gemm(gemm_way way, sbgemm_fn sbgemm, double budget, int ve
         const int n = sizes[s];
         const double flop = 2.0 * n * n * n, share = budget / n_sizes;
         if (best_rate > 0 && flop / best_rate > share / 2)
-            break;   /* larger sizes only take longer */
+            break; /* larger sizes only take longer */
         gemm_buffers g;
         if (gemm_buffers_init(&g, n, gemm_way_dtype(way)) != 0)
             return -1;
@@ -330,8 +347,10 @@ static double measure_gemm(gemm_way way, sbgemm_fn sbgemm, double budget, int ve
         double rate = best > 0 ? flop / best : 0;
         if (verbose)
             fprintf(stderr, "%s %dx%d: %.1f GFLOP/s (best of %d, c[0] = %g)\n", gemm_way_name[way], n, n, rate / 1e9,
-                    reps, way == GEMM_F32 ? (double)g.c[0]
-                          : way == GEMM_FP16 ? (double)fp16_to_f32(g.hc[0]) : (double)bf16_to_f32(g.hc[0]));
+                    reps,
+                    way == GEMM_F32    ? (double)g.c[0]
+                    : way == GEMM_FP16 ? (double)fp16_to_f32(g.hc[0])
+                                       : (double)bf16_to_f32(g.hc[0]));
         if (rate > best_rate)
             best_rate = rate;
         gemm_buffers_free(&g);
@@ -368,9 +387,9 @@ static double measure_triad(double budget, int threads, double bytes, int verbos
     void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED)
         return -1;
-    (void)madvise(map, size, MADV_HUGEPAGE);   /* a hint: without THP, 4 KiB pages */
+    (void)madvise(map, size, MADV_HUGEPAGE); /* a hint: without THP, 4 KiB pages */
     double *a = map, *b = a + n, *c = b + n;
-    #pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         a[i] = 0.0;
         b[i] = 1.0;
@@ -382,7 +401,7 @@ static double measure_triad(double budget, int threads, double bytes, int verbos
     /* One untimed warm-up, then at least 3 timed runs, then until the budget is spent. */
     for (int warm = 1; reps < 3 || now() - start < budget; warm = 0) {
         double t0 = now();
-        #pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t i = 0; i < n; i++)
             a[i] = b[i] + scalar * c[i];
         double t = now() - t0;
@@ -445,7 +464,7 @@ static double memory_bytes(void)
         }
     if (f)
         fclose(f);
-    double limit = read_number_after(path, "");   /* "max" (no limit) does not read as a number */
+    double limit = read_number_after(path, ""); /* "max" (no limit) does not read as a number */
     if (limit > 0 && (total < 0 || limit < total))
         total = limit;
     return total;
@@ -487,9 +506,9 @@ static void machine_arch(char *buf, size_t size)
 /* --out: the temporary file is made before measuring, so that a path that
  * cannot be written fails at once, not after the measurements. */
 typedef struct {
-    const char *path;   /* NULL: standard output */
-    char        tmp[FU_PATH_BYTES];
-    FILE       *f;
+    const char *path; /* NULL: standard output */
+    char tmp[FU_PATH_BYTES];
+    FILE *f;
 } output;
 
 static int output_open(output *out, const char *path)
@@ -548,8 +567,8 @@ int profile_main(int argc, char **argv)
     int oom = 0;
     for (int w = 0; w < GEMM_COUNT && !oom; w++)
         if (w != GEMM_SBGEMM || sbgemm)
-            oom = (rate[w] = measure_gemm((gemm_way)w, sbgemm, w == GEMM_F32 ? 0.3 * o.seconds : share16,
-                                          o.verbose)) < 0;
+            oom =
+                (rate[w] = measure_gemm((gemm_way)w, sbgemm, w == GEMM_F32 ? 0.3 * o.seconds : share16, o.verbose)) < 0;
     double bandwidth = oom ? -1 : measure_triad(0.4 * o.seconds, o.threads, stream, o.verbose);
     if (blas)
         dlclose(blas);
@@ -564,9 +583,10 @@ int profile_main(int argc, char **argv)
         if (w != GEMM_SBGEMM || sbgemm)
             measured = measured && rate[w] > 0 && isfinite(rate[w]);
     if (!measured || !(bandwidth > 0) || !isfinite(bandwidth) || !(memory > 0)) {
-        fprintf(stderr, "fusionc profile: error: a measurement failed (fp32 %g, bf16 %g, fp16 %g, cblas_sbgemm %g "
-                        "FLOP/s, bandwidth %g B/s, memory %g B)\n", rate[GEMM_F32], rate[GEMM_BF16], rate[GEMM_FP16],
-                rate[GEMM_SBGEMM], bandwidth, memory);
+        fprintf(stderr,
+                "fusionc profile: error: a measurement failed (fp32 %g, bf16 %g, fp16 %g, cblas_sbgemm %g "
+                "FLOP/s, bandwidth %g B/s, memory %g B)\n",
+                rate[GEMM_F32], rate[GEMM_BF16], rate[GEMM_FP16], rate[GEMM_SBGEMM], bandwidth, memory);
         output_commit(&out, NULL);
         return 1;
     }
@@ -574,8 +594,7 @@ int profile_main(int argc, char **argv)
     static const char *const flop_units[] = { "FLOPS", "KFLOPS", "MFLOPS", "GFLOPS", "TFLOPS", "PFLOPS" };
     static const char *const size_units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
     static const char *const rate_units[] = { "B/s", "KB/s", "MB/s", "GB/s", "TB/s" };
-    char p32[32], pbf16[32], pfp16[32], pother[32], mem[32], bw[32], arch[40], arch_attr[64] = "", how[256],
-         line[1024];
+    char p32[32], pbf16[32], pfp16[32], pother[32], mem[32], bw[32], arch[40], arch_attr[64] = "", how[256], line[1024];
     /* bf16: the faster of widening and cblas_sbgemm, when this OpenBLAS has it. */
     const int use_sbgemm = sbgemm && rate[GEMM_SBGEMM] > rate[GEMM_BF16];
     put_quantity(p32, sizeof p32, rate[GEMM_F32], flop_units, 6, 1000.0, 0);

@@ -30,12 +30,12 @@
 
 typedef struct {
     const char *path, *label;
-    int64_t    *step;
-    double     *loss, *tps, *ms;
-    double     *bytes, *busy_ms;      /* [n][MAX_LINKS] */
-    char        link[MAX_LINKS][64];
-    int         n_links, has_loss;
-    int64_t     n, cap;
+    int64_t *step;
+    double *loss, *tps, *ms;
+    double *bytes, *busy_ms; /* [n][MAX_LINKS] */
+    char link[MAX_LINKS][64];
+    int n_links, has_loss;
+    int64_t n, cap;
 } step_log;
 
 static double number(const cJSON *o, const char *key)
@@ -60,16 +60,24 @@ static int grow(step_log *l)
     if (l->n < l->cap)
         return 0;
     int64_t cap = l->cap ? 2 * l->cap : 256;
-    void *p[6] = { realloc(l->step, (size_t)cap * sizeof *l->step), realloc(l->loss, (size_t)cap * sizeof *l->loss),
-                   realloc(l->tps, (size_t)cap * sizeof *l->tps), realloc(l->ms, (size_t)cap * sizeof *l->ms),
+    void *p[6] = { realloc(l->step, (size_t)cap * sizeof *l->step),
+                   realloc(l->loss, (size_t)cap * sizeof *l->loss),
+                   realloc(l->tps, (size_t)cap * sizeof *l->tps),
+                   realloc(l->ms, (size_t)cap * sizeof *l->ms),
                    realloc(l->bytes, (size_t)cap * MAX_LINKS * sizeof *l->bytes),
                    realloc(l->busy_ms, (size_t)cap * MAX_LINKS * sizeof *l->busy_ms) };
-    if (p[0]) l->step = p[0];
-    if (p[1]) l->loss = p[1];
-    if (p[2]) l->tps = p[2];
-    if (p[3]) l->ms = p[3];
-    if (p[4]) l->bytes = p[4];
-    if (p[5]) l->busy_ms = p[5];
+    if (p[0])
+        l->step = p[0];
+    if (p[1])
+        l->loss = p[1];
+    if (p[2])
+        l->tps = p[2];
+    if (p[3])
+        l->ms = p[3];
+    if (p[4])
+        l->bytes = p[4];
+    if (p[5])
+        l->busy_ms = p[5];
     for (int i = 0; i < 6; i++)
         if (!p[i])
             return -1;
@@ -93,7 +101,8 @@ static int read_log(step_log *l, struct diag *err)
         cJSON *o = cJSON_Parse(line);
         double step = o ? number(o, "step") : NAN;
         if (!cJSON_IsObject(o) || !(step >= 1)) {
-            rc = diag_set(err, l->path, number_of_line, "expected a step object ({\"step\": N, ...}), found: %.60s", line);
+            rc = diag_set(err, l->path, number_of_line, "expected a step object ({\"step\": N, ...}), found: %.60s",
+                          line);
             cJSON_Delete(o);
             break;
         }
@@ -111,7 +120,8 @@ static int read_log(step_log *l, struct diag *err)
         for (int k = 0; k < MAX_LINKS; k++)
             l->bytes[i * MAX_LINKS + k] = l->busy_ms[i * MAX_LINKS + k] = NAN;
         const cJSON *links = cJSON_GetObjectItemCaseSensitive(o, "links"), *peer;
-        cJSON_ArrayForEach(peer, links) {
+        cJSON_ArrayForEach(peer, links)
+        {
             int k = peer->string ? link_index(l, peer->string) : -1;
             if (k < 0)
                 continue;
@@ -254,7 +264,8 @@ static int run_gnuplot(const char *script, struct diag *err)
     if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
         return diag_set(err, script, 0, "gnuplot is not installed (scripts/install-deps.sh installs gnuplot-nox)");
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return diag_set(err, script, 0, "gnuplot failed (exit %d) on this script", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return diag_set(err, script, 0, "gnuplot failed (exit %d) on this script",
+                        WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     return 0;
 }
 
@@ -263,20 +274,25 @@ typedef struct {
 } report_options;
 
 static const cli_option report_options_table[] = {
-    { .name = "-o", .metavar = "DIR", CLI_NONEMPTY(report_options, dir), .expects = "a folder",
+    { .name = "-o",
+      .metavar = "DIR",
+      CLI_NONEMPTY(report_options, dir),
+      .expects = "a folder",
       .help = "where the plots go (default: report; made if missing)" },
 };
 
-const cli_usage report_usage = {
-    "usage: fusionc report LOG... [-o DIR]\n"
-    "\n"
-    "Reads the JSONL step logs that the device programs write with --log FILE (one\n"
-    "a device: FILE.<device>; or logs of several runs to compare) and writes, with\n"
-    "gnuplot, DIR/loss.png (the loss a step), DIR/throughput.png (tokens a second)\n"
-    "and DIR/links.png (each link's MiB a step and how much of the step its wire was\n"
-    "busy), with the data beside them (DIR/N.dat); prints a summary of each log.\n",
-    report_options_table, NULL, 1, 8, NULL
-};
+const cli_usage report_usage = { "usage: fusionc report LOG... [-o DIR]\n"
+                                 "\n"
+                                 "Reads the JSONL step logs that the device programs write with --log FILE (one\n"
+                                 "a device: FILE.<device>; or logs of several runs to compare) and writes, with\n"
+                                 "gnuplot, DIR/loss.png (the loss a step), DIR/throughput.png (tokens a second)\n"
+                                 "and DIR/links.png (each link's MiB a step and how much of the step its wire was\n"
+                                 "busy), with the data beside them (DIR/N.dat); prints a summary of each log.\n",
+                                 report_options_table,
+                                 NULL,
+                                 1,
+                                 8,
+                                 NULL };
 
 /* "fusionc report: <fmt with arg>" and the usage on standard error; 2. */
 static int usage_fail(const char *fmt, const char *arg)
@@ -331,7 +347,8 @@ int report_main(int argc, char **argv)
     for (int i = 0; i < n; i++)
         with_loss |= logs[i].has_loss, with_links |= logs[i].n_links > 0;
     if (rc == 0)
-        printf("report: %sthroughput.png%s in %s/\n", with_loss ? "loss.png, " : "", with_links ? ", links.png" : "", dir);
+        printf("report: %sthroughput.png%s in %s/\n", with_loss ? "loss.png, " : "", with_links ? ", links.png" : "",
+               dir);
     if (rc)
         diag_print(&err);
     for (int i = 0; i < n; i++) {

@@ -44,45 +44,45 @@
 
 typedef struct {
     int32_t stage, replica, device;
-    int32_t step, action, op;   /* action: index into the stage's order, 2M = the update */
-    double  t_free;             /* the current op ends (or the worker may go on) then   */
-    int     blocked;            /* waits for a message or its replicas                  */
-    int     in_allreduce;       /* counted at its stage's all-reduce                    */
-    int32_t pending_send;       /* a send whose encoding ends at t_free, or -1          */
-    double  replay;             /* recomputing: its forward's compute, run again before a
+    int32_t step, action, op; /* action: index into the stage's order, 2M = the update */
+    double t_free;            /* the current op ends (or the worker may go on) then   */
+    int blocked;              /* waits for a message or its replicas                  */
+    int in_allreduce;         /* counted at its stage's all-reduce                    */
+    int32_t pending_send;     /* a send whose encoding ends at t_free, or -1          */
+    double replay;            /* recomputing: its forward's compute, run again before a
                                    waiting backward (0: the stage keeps its stash)      */
-    int     replayed;           /* this backward's replay is done                        */
-    int32_t box;                /* the open box, or -1                                  */
-    int     done;
+    int replayed;             /* this backward's replay is done                        */
+    int32_t box;              /* the open box, or -1                                  */
+    int done;
 } worker;
 
 typedef struct {
     const ir_graph *g;
-    const cluster  *c;
-    sim_result     *r;
+    const cluster *c;
+    sim_result *r;
     int32_t S, R, M, T, steps;
-    int32_t *ops[PHASE_COUNT];  /* [S][n_nodes]: per stage and phase, node indices in order */
-    int32_t *n_ops;             /* [S * PHASE_COUNT]                                      */
-    int32_t *order;             /* [S][2M]: +m a forward, -(m+1) a backward               */
-    worker  *w;
-    double  *arrival;           /* [steps][M+1][R][T]: INFINITY until known               */
-    int32_t *link_of;           /* [n_devices^2]: index into r->links, -1                 */
-    double  *link_free;         /* [n_devices^2 capacity]: when each link's last message is out */
-    int32_t *ar_count;          /* [S] replicas at the all-reduce                         */
+    int32_t *ops[PHASE_COUNT]; /* [S][n_nodes]: per stage and phase, node indices in order */
+    int32_t *n_ops;            /* [S * PHASE_COUNT]                                      */
+    int32_t *order;            /* [S][2M]: +m a forward, -(m+1) a backward               */
+    worker *w;
+    double *arrival;   /* [steps][M+1][R][T]: INFINITY until known               */
+    int32_t *link_of;  /* [n_devices^2]: index into r->links, -1                 */
+    double *link_free; /* [n_devices^2 capacity]: when each link's last message is out */
+    int32_t *ar_count; /* [S] replicas at the all-reduce                         */
     /* Gradient buckets (runtime/comm/overlap.h): a bucket's all-reduce
      * starts once every replica of its stage has made its gradients in the
      * step's last backward, after the stage's bucket before it. */
-    int      overlap;           /* 0: the buckets one after the other in the update (--no-overlap) */
-    int32_t  B;                 /* the most buckets a stage has                            */
-    int32_t *n_buckets;         /* [S]                                                     */
-    int32_t *bucket_ready;      /* [S][B] its last gradient's place in the stage's backward ops */
-    double  *bucket_bytes;      /* [S][B]                                                  */
-    int64_t *bucket_groups;     /* [S] the ring (0) or the hierarchy                       */
-    int     *bucket_bits;       /* [S] 0 dense, else the quantised exchange's bits        */
-    int32_t *bucket_count;      /* [S][B] replicas past its ready op this step             */
-    double  *bucket_at;         /* [S][B] the last of them                                 */
-    int32_t *bucket_next;       /* [S] the next bucket to start this step                  */
-    double  *bucket_end;        /* [S] when the last started ends                          */
+    int overlap;            /* 0: the buckets one after the other in the update (--no-overlap) */
+    int32_t B;              /* the most buckets a stage has                            */
+    int32_t *n_buckets;     /* [S]                                                     */
+    int32_t *bucket_ready;  /* [S][B] its last gradient's place in the stage's backward ops */
+    double *bucket_bytes;   /* [S][B]                                                  */
+    int64_t *bucket_groups; /* [S] the ring (0) or the hierarchy                       */
+    int *bucket_bits;       /* [S] 0 dense, else the quantised exchange's bits        */
+    int32_t *bucket_count;  /* [S][B] replicas past its ready op this step             */
+    double *bucket_at;      /* [S][B] the last of them                                 */
+    int32_t *bucket_next;   /* [S] the next bucket to start this step                  */
+    double *bucket_end;     /* [S] when the last started ends                          */
 } sim;
 
 static ir_phase phase_of(const ir_node *n) { return n->phase == PHASE_NONE ? PHASE_FORWARD : n->phase; }
@@ -94,7 +94,8 @@ static double wire_bytes(const ir_graph *g, const ir_node *send, double *codec_s
     double density = ir_node_float(send, ATTR_DENSITY, 0.0), n = (double)ir_shape_numel(&g->values[send->in[0]].shape);
     int bits = (int)ir_node_int(send, ATTR_BITS, 0), compressed = bits > 0 || (density > 0.0 && density < 1.0);
     *codec_seconds = bits == ATTR_BITS_HALF ? comm_half_cast_seconds(n)
-                     : compressed           ? 4.0 * n / SIM_CODEC_BYTES_PER_SECOND : 0.0;
+                     : compressed           ? 4.0 * n / SIM_CODEC_BYTES_PER_SECOND
+                                            : 0.0;
     return compress_wire_bytes(g, send);
 }
 
@@ -208,12 +209,12 @@ static double allreduce_seconds(const sim *s, int32_t st, int32_t k)
     const int32_t *ops = s->ops[PHASE_UPDATE] + (size_t)st * g->n_nodes;
     int32_t n = s->n_ops[st * PHASE_COUNT + PHASE_UPDATE];
     int64_t groups = k < n ? ir_node_int(&g->nodes[ops[k]], ATTR_GROUPS, 0) : 0;
-    int     bits = k < n ? (int)ir_node_int(&g->nodes[ops[k]], ATTR_BITS, 0) : 0;
+    int bits = k < n ? (int)ir_node_int(&g->nodes[ops[k]], ATTR_BITS, 0) : 0;
     double bytes = 0.0, buckets = 0.0;
     for (; k < n && g->nodes[ops[k]].op == OP_ALLREDUCE; k++)
         if (ir_node_int(&g->nodes[ops[k]], ATTR_BUCKET, -1) < 0)
             bytes += (double)ir_value_bytes(g, g->nodes[ops[k]].in[0]);
-    for (int32_t b = 0; !s->overlap && b < s->n_buckets[st]; b++)   /* --no-overlap: each now, in turn */
+    for (int32_t b = 0; !s->overlap && b < s->n_buckets[st]; b++) /* --no-overlap: each now, in turn */
         buckets += stage_allreduce_seconds(s, st, s->bucket_bytes[(size_t)st * s->B + b], s->bucket_groups[st],
                                            s->bucket_bits[st]);
     return buckets + (bytes > 0.0 ? stage_allreduce_seconds(s, st, bytes, groups, bits) : 0.0);
@@ -257,8 +258,7 @@ static int find_buckets(sim *s)
     s->bucket_next = calloc((size_t)s->S, sizeof *s->bucket_next);
     s->bucket_end = calloc((size_t)s->S, sizeof *s->bucket_end);
     if (!s->n_buckets || !s->bucket_ready || !s->bucket_bytes || !s->bucket_groups || !s->bucket_bits ||
-        !s->bucket_count ||
-        !s->bucket_at || !s->bucket_next || !s->bucket_end)
+        !s->bucket_count || !s->bucket_at || !s->bucket_next || !s->bucket_end)
         return -1;
     for (size_t k = 0; k < SB; k++)
         s->bucket_ready[k] = -1;
@@ -314,7 +314,7 @@ static int advance(sim *s, int32_t wi, double now)
             w->replayed = 1;
             continue;
         }
-        if (w->op == n_ops) {   /* the action is done */
+        if (w->op == n_ops) { /* the action is done */
             w->op = 0;
             w->replayed = 0;
             w->box = -1;
@@ -330,8 +330,8 @@ static int advance(sim *s, int32_t wi, double now)
         const ir_node *node = &g->nodes[n];
         sim_kind kind = update ? SIM_UPDATE : a >= 0 ? SIM_FORWARD : SIM_BACKWARD;
         if ((node->op == OP_SEND || node->op == OP_RECV) &&
-            ((ir_node_int(node, ATTR_ONCE, 0) && mb > 0) ||   /* a parameter: sent in micro-batch 0 */
-             (ir_node_int(node, ATTR_ACCUMULATE, 0) && mb >= 0 && mb < s->M - 1))) {   /* summed, sent with the last */
+            ((ir_node_int(node, ATTR_ONCE, 0) && mb > 0) || /* a parameter: sent in micro-batch 0 */
+             (ir_node_int(node, ATTR_ACCUMULATE, 0) && mb >= 0 && mb < s->M - 1))) { /* summed, sent with the last */
             w->op++;
             continue;
         }
@@ -351,14 +351,14 @@ static int advance(sim *s, int32_t wi, double now)
                     w->blocked = 1;
                 return 0;
             }
-            if (ir_node_int(node, ATTR_BITS, 0) == ATTR_BITS_HALF)   /* widened back to f32 */
+            if (ir_node_int(node, ATTR_BITS, 0) == ATTR_BITS_HALF) /* widened back to f32 */
                 dur = comm_half_cast_seconds((double)ir_shape_numel(&g->values[node->out[0]].shape));
             else if ((ir_node_float(node, ATTR_DENSITY, 0.0) > 0.0 && ir_node_float(node, ATTR_DENSITY, 0.0) < 1.0) ||
                      ir_node_int(node, ATTR_BITS, 0) > 0)
                 dur = 4.0 * (double)ir_shape_numel(&g->values[node->out[0]].shape) / SIM_CODEC_BYTES_PER_SECOND;
             w->t_free = fmax(w->t_free, arrive);
         } else if (node->op == OP_ALLREDUCE) {
-            if (w->op > 0 && g->nodes[ops[w->op - 1]].op == OP_ALLREDUCE) {   /* in the bucket */
+            if (w->op > 0 && g->nodes[ops[w->op - 1]].op == OP_ALLREDUCE) { /* in the bucket */
                 w->op++;
                 continue;
             }
@@ -372,7 +372,7 @@ static int advance(sim *s, int32_t wi, double now)
             }
             double end = fmax(now, s->bucket_end[st]) + allreduce_seconds(s, st, w->op);
             s->ar_count[st] = 0;
-            s->bucket_next[st] = 0;   /* the next step's buckets */
+            s->bucket_next[st] = 0; /* the next step's buckets */
             for (int32_t b = 0; b < s->B; b++)
                 s->bucket_count[(size_t)st * s->B + b] = 0, s->bucket_at[(size_t)st * s->B + b] = 0.0;
             for (int32_t r = 0; r < s->R; r++) {
@@ -436,8 +436,8 @@ static int run(sim *s, struct diag *err, const char *file)
                 if (!s->w[i].done)
                     return diag_set(err, file, 0,
                                     "the simulation is stuck: device %s (stage %d) waits at step %d for a message "
-                                    "that never comes", s->c->devices[s->w[i].device].name, s->w[i].stage,
-                                    s->w[i].step + 1);
+                                    "that never comes",
+                                    s->c->devices[s->w[i].device].name, s->w[i].stage, s->w[i].step + 1);
             return 0;
         }
         now = next;
@@ -513,8 +513,8 @@ int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, int overl
                 goto done;
             }
             s.w[wi] = (worker){ .stage = st, .replica = rep, .device = dev, .pending_send = -1, .box = -1 };
-            for (int32_t k = 0; ir_placement_recompute(&g->placement, st) && k < s.n_ops[st * PHASE_COUNT + PHASE_FORWARD];
-                 k++) {
+            for (int32_t k = 0;
+                 ir_placement_recompute(&g->placement, st) && k < s.n_ops[st * PHASE_COUNT + PHASE_FORWARD]; k++) {
                 int32_t n = s.ops[PHASE_FORWARD][(size_t)st * N + k];
                 if (g->nodes[n].op != OP_SEND && g->nodes[n].op != OP_RECV)
                     s.w[wi].replay += estimate_node_seconds(g, n, &c->devices[dev]);
@@ -529,7 +529,7 @@ int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, int overl
     }
     if (run(&s, err, file))
         goto done;
-    double span = r->step_end[steps - 1], busy = 0.0;   /* the bubble over every step simulated */
+    double span = r->step_end[steps - 1], busy = 0.0; /* the bubble over every step simulated */
     for (int32_t i = 0; i < W; i++)
         busy += r->busy[i];
     r->bubble = span > 0 ? fmax(0.0, (W * span - busy) / (W * span)) : 0.0;
@@ -603,14 +603,18 @@ int simulate_write_gantt(const sim_result *r, const cluster *c, const char *dir,
         span = fmax(span, r->transfers[k].end + r->links[r->transfers[k].link].latency);
     if (!(span > 0))
         span = 1e-3;
-    double scale = width / span;   /* px per second */
+    double scale = width / span; /* px per second */
     int32_t used_links = r->n_links;
     double height = top + (r->n_workers + used_links) * row + 40.0;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
-               "font-size=\"11\">\n", left + width + 20.0, height);
-    fprintf(f, "<text x=\"%.0f\" y=\"16\" font-size=\"13\">simulated: %d step%s, %.2f ms (step 1 %.2f ms), "
-               "bubble %.1f%%</text>\n", left, r->n_steps, r->n_steps == 1 ? "" : "s", span * 1e3,
-            r->n_steps > 0 ? r->step_end[0] * 1e3 : 0.0, r->bubble * 100.0);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+            "font-size=\"11\">\n",
+            left + width + 20.0, height);
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"16\" font-size=\"13\">simulated: %d step%s, %.2f ms (step 1 %.2f ms), "
+            "bubble %.1f%%</text>\n",
+            left, r->n_steps, r->n_steps == 1 ? "" : "s", span * 1e3, r->n_steps > 0 ? r->step_end[0] * 1e3 : 0.0,
+            r->bubble * 100.0);
     for (int32_t i = 0; i < r->n_workers; i++) {
         double y = top + i * row;
         fprintf(f, "<text class=\"row device\" x=\"4\" y=\"%.1f\">%s (stage %d)</text>\n", y + 15.0,
@@ -626,9 +630,10 @@ int simulate_write_gantt(const sim_result *r, const cluster *c, const char *dir,
     for (int32_t k = 0; k < r->n_boxes; k++) {
         const sim_box *b = &r->boxes[k];
         double x = left + b->start * scale, w = fmax(0.5, (b->end - b->start) * scale), y = top + b->worker * row;
-        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
-                   "stroke-width=\"0.3\"><title>step %d %s", x, y + 2.0, w, row - 4.0, kind_colour[b->kind],
-                b->step + 1, kind_name[b->kind]);
+        fprintf(f,
+                "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
+                "stroke-width=\"0.3\"><title>step %d %s",
+                x, y + 2.0, w, row - 4.0, kind_colour[b->kind], b->step + 1, kind_name[b->kind]);
         if (b->micro_batch >= 0)
             fprintf(f, " micro-batch %d", b->micro_batch);
         fprintf(f, ": %.3f-%.3f ms</title></rect>\n", b->start * 1e3, b->end * 1e3);
@@ -648,20 +653,23 @@ int simulate_write_gantt(const sim_result *r, const cluster *c, const char *dir,
         double y = top + (r->n_workers + t->link) * row;
         ir_phase ph = t->phase;
         const char *colour = ph == PHASE_BACKWARD ? kind_colour[SIM_BACKWARD]
-                             : ph == PHASE_UPDATE ? kind_colour[SIM_UPDATE] : kind_colour[SIM_FORWARD];
-        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" fill-opacity=\"0.35\" "
-                   "stroke=\"%s\" stroke-width=\"0.5\"><title>step %d micro-batch %d: %.0f bytes, sent %.3f ms, "
-                   "last byte out %.3f ms, arrives %.3f ms</title></rect>\n",
+                             : ph == PHASE_UPDATE ? kind_colour[SIM_UPDATE]
+                                                  : kind_colour[SIM_FORWARD];
+        fprintf(f,
+                "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" fill-opacity=\"0.35\" "
+                "stroke=\"%s\" stroke-width=\"0.5\"><title>step %d micro-batch %d: %.0f bytes, sent %.3f ms, "
+                "last byte out %.3f ms, arrives %.3f ms</title></rect>\n",
                 x, y + 3.0, w, row - 6.0, colour, colour, t->step + 1, t->micro_batch, t->bytes, t->start * 1e3,
                 t->end * 1e3, (t->end + l->latency) * 1e3);
     }
     double axis = top + (r->n_workers + used_links) * row + 4.0, dt = tick_ms(span * 1e3);
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"black\"/>\n", left, axis,
-            left + width, axis);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"black\"/>\n", left, axis, left + width,
+            axis);
     for (double t = 0.0; t <= span * 1e3 + 1e-9; t += dt) {
         double x = left + t * 1e-3 * scale;
-        fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"black\"/>"
-                   "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+        fprintf(f,
+                "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"black\"/>"
+                "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
                 x, axis, x, axis + 4.0, x, axis + 16.0, t);
     }
     fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">ms</text>\n", left + width + 4.0, axis + 16.0);

@@ -37,8 +37,8 @@ static const char *peer_address(const rt_comm_options *o, const rt_peer *p)
     return p->address;
 }
 
-int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, const rt_peer *peers,
-                 const rt_link *links, const rt_comm_options *o, char *err, size_t n)
+int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, const rt_peer *peers, const rt_link *links,
+                 const rt_comm_options *o, char *err, size_t n)
 {
     memset(c, 0, sizeof *c);
     c->manifest = m;
@@ -90,11 +90,15 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
     for (int32_t i = 0; members && i < m->n_links; i++)
         if (links[i].a >= 0 && links[i].a < m->n_peers && links[i].b >= 0 && links[i].b < m->n_peers)
             members[links[i].a] = members[links[i].b] = 1;
-    fu_hub_options ho = { .self_name = m->device, .build_id = m->build_id, .epoch = o ? o->epoch : 0,
+    fu_hub_options ho = { .self_name = m->device,
+                          .build_id = m->build_id,
+                          .epoch = o ? o->epoch : 0,
                           .timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 10000,
                           .connect_timeout_ms = o && o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 60000,
-                          .secret = o ? o->secret : NULL, .self_index = self,
-                          .n_devices = members ? m->n_peers : 0, .members = members };
+                          .secret = o ? o->secret : NULL,
+                          .self_index = self,
+                          .n_devices = members ? m->n_peers : 0,
+                          .members = members };
     c->hub = count > 0 ? fu_hub_open(specs, count, &ho, err, n) : NULL;
     free(members);
     free(specs);
@@ -171,10 +175,7 @@ void rt_comm_abort(rt_comm *c, const char *why)
         fu_hub_abort(c->hub, why);
 }
 
-int rt_comm_flush(rt_comm *c, char *err, size_t n)
-{
-    return c->hub ? fu_hub_flush(c->hub, err, n) : 0;
-}
+int rt_comm_flush(rt_comm *c, char *err, size_t n) { return c->hub ? fu_hub_flush(c->hub, err, n) : 0; }
 
 /* The device of replica lane r's stage s. */
 static int32_t device_at(const rt_comm *c, int32_t stage, int32_t replica)
@@ -208,8 +209,11 @@ static int64_t quant_cols(const rt_tensor *t) { return t->rank > 0 ? t->dim[t->r
 static fu_msg_info message(const rt_op *op, const rt_context *ctx, int64_t bytes)
 {
     fu_msg_info m = { .kind = ctx->phase == PHASE_FORWARD ? MSG_ACTIVATION : MSG_GRADIENT,
-                      .step = ctx->step, .micro_batch = ctx->micro_batch,
-                      .tensor = (int32_t)op->ints[ATTR_TENSOR], .codec = FU_CODEC_RAW_F32, .length = (uint64_t)bytes };
+                      .step = ctx->step,
+                      .micro_batch = ctx->micro_batch,
+                      .tensor = (int32_t)op->ints[ATTR_TENSOR],
+                      .codec = FU_CODEC_RAW_F32,
+                      .length = (uint64_t)bytes };
     const rt_tensor *t = op->op == OP_RECV ? &op->out[0] : &op->in[0];
     if (rt_tensor_is_half(t))
         m.codec = t->dtype == HALF_DT_BF16 ? FU_CODEC_RAW_BF16 : FU_CODEC_RAW_F16;
@@ -263,7 +267,7 @@ static int send_half(rt_comm *c, const rt_op *op, int32_t to, fu_msg_info *m, co
 int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 {
     if (op->ints[ATTR_ONCE] && ctx->micro_batch > 0)
-        return 0;   /* a parameter: micro-batch 0 sent it */
+        return 0; /* a parameter: micro-batch 0 sent it */
     if (!c->hub)
         return no_hub(op, ctx);
     int32_t to = device_at(c, (int32_t)op->ints[ATTR_PEER], c->manifest->replica);
@@ -274,7 +278,7 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         snprintf(ctx->msg, sizeof ctx->msg, "op '%s': a parameter's gradient is f32, this one is 16-bit", op->name);
         return -1;
     }
-    if (op->ints[ATTR_BITS] == ATTR_BITS_HALF)   /* an f32 parameter in the graph's 16 bits (passes.h) */
+    if (op->ints[ATTR_BITS] == ATTR_BITS_HALF) /* an f32 parameter in the graph's 16 bits (passes.h) */
         return send_half(c, op, to, &m, payload, ctx);
     if ((op->floats[ATTR_DENSITY] > 0 || op->ints[ATTR_BITS] > 0) && rt_tensor_is_half(&op->in[0])) {
         float *w = widened(c, rt_tensor_numel(&op->in[0]), ctx);
@@ -296,7 +300,7 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
             return 0;
         payload = sum;
     }
-    if (op->floats[ATTR_DENSITY] > 0) {   /* AdaTopK: the k largest by magnitude, at this step's density */
+    if (op->floats[ATTR_DENSITY] > 0) { /* AdaTopK: the k largest by magnitude, at this step's density */
         rt_topk_send *s = topk_send_state(c, op, to, ctx);
         if (!s)
             return -1;
@@ -307,16 +311,16 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
                                                                 c->packed_bytes, c->topk)
                                     : topk_encode((const float *)payload, n, k, c->packed, c->packed_bytes, c->topk);
         if (bytes < 0) {
-            snprintf(ctx->msg, sizeof ctx->msg, "op '%s': cannot encode the top %lld of %lld", op->name,
-                     (long long)k, (long long)n);
+            snprintf(ctx->msg, sizeof ctx->msg, "op '%s': cannot encode the top %lld of %lld", op->name, (long long)k,
+                     (long long)n);
             return -1;
         }
-        s->step_bytes += (uint64_t)bytes;   /* what rt_comm_adapt_density measures against */
+        s->step_bytes += (uint64_t)bytes; /* what rt_comm_adapt_density measures against */
         s->step_sends++;
         m.codec = FU_CODEC_TOPK;
         m.length = (uint64_t)bytes;
         payload = c->packed;
-    } else if (op->ints[ATTR_BITS] > 0) {   /* rows of 8 or 4 bits (quant.h) */
+    } else if (op->ints[ATTR_BITS] > 0) { /* rows of 8 or 4 bits (quant.h) */
         int64_t n = rt_tensor_numel(&op->in[0]), cols = quant_cols(&op->in[0]), rows = cols ? n / cols : 0;
         int bits = (int)op->ints[ATTR_BITS];
         size_t cap = quant_encoded_bytes(rows, cols, bits);
@@ -347,13 +351,13 @@ int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 {
     if (op->ints[ATTR_ONCE] && ctx->micro_batch > 0)
-        return 0;   /* the copy micro-batch 0 received is still in the arena */
+        return 0; /* the copy micro-batch 0 received is still in the arena */
     if (!c->hub)
         return no_hub(op, ctx);
     int32_t from = device_at(c, (int32_t)op->ints[ATTR_PEER], c->manifest->replica);
     int64_t bytes = tensor_bytes(&op->out[0]), n = rt_tensor_numel(&op->out[0]);
     if (op->ints[ATTR_ACCUMULATE] && ctx->micro_batch < c->manifest->micro_batches - 1) {
-        memset(arena + op->out[0].offset, 0, (size_t)bytes);   /* the sum comes with the last micro-batch */
+        memset(arena + op->out[0].offset, 0, (size_t)bytes); /* the sum comes with the last micro-batch */
         return 0;
     }
     fu_msg_info want = message(op, ctx, bytes);
@@ -362,19 +366,19 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     int half = op->ints[ATTR_BITS] == ATTR_BITS_HALF ? half_wire_dtype(c, op, &op->out[0], ctx) : 0;
     if (half < 0)
         return -1;
-    if (half) {   /* an f32 parameter in 16 bits: widened (exactly) into its place below */
+    if (half) { /* an f32 parameter in 16 bits: widened (exactly) into its place below */
         want.codec = half == HALF_DT_BF16 ? FU_CODEC_RAW_BF16 : FU_CODEC_RAW_F16;
         want.length = (uint64_t)n * 2;
         if (packed_reserve(c, want.length, ctx))
             return -1;
         into = c->packed;
-    } else if (op->floats[ATTR_DENSITY] > 0) {   /* the sender chose k (its header says): any length up to k = n */
+    } else if (op->floats[ATTR_DENSITY] > 0) { /* the sender chose k (its header says): any length up to k = n */
         want.codec = FU_CODEC_TOPK;
         want.length = topk_encoded_bytes(n, n);
         if (packed_reserve(c, want.length, ctx))
             return -1;
         into = c->packed;
-    } else if (op->ints[ATTR_BITS] > 0) {   /* rows of bits (quant.h): the length is the encoding's */
+    } else if (op->ints[ATTR_BITS] > 0) { /* rows of bits (quant.h): the length is the encoding's */
         int64_t cols = quant_cols(&op->out[0]);
         want.codec = FU_CODEC_QUANT;
         want.length = quant_encoded_bytes(cols ? n / cols : 0, cols, (int)op->ints[ATTR_BITS]);
@@ -399,8 +403,8 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     float *out = (float *)(arena + op->out[0].offset);
     if (half) {
         if (got != want.length) {
-            snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %llu bytes, expected %llu (16-bit)",
-                     op->name, c->peers[from].name, (unsigned long long)got, (unsigned long long)want.length);
+            snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %llu bytes, expected %llu (16-bit)", op->name,
+                     c->peers[from].name, (unsigned long long)got, (unsigned long long)want.length);
             return -1;
         }
         half_to_f32(out, c->packed, n, half);
@@ -408,8 +412,9 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
     }
     if (into == c->packed && rt_tensor_is_half(&op->out[0]) && !(out = widened(c, n, ctx)))
         return -1;
-    if (into == c->packed && (want.codec == FU_CODEC_QUANT ? quant_decode(c->packed, got, out, n, why, sizeof why)
-                                                            : topk_decode(c->packed, got, out, n, why, sizeof why)) != 0) {
+    if (into == c->packed &&
+        (want.codec == FU_CODEC_QUANT ? quant_decode(c->packed, got, out, n, why, sizeof why)
+                                      : topk_decode(c->packed, got, out, n, why, sizeof why)) != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "receiving '%s' from %s: %.300s", op->name, c->peers[from].name, why);
         return -1;
     }
@@ -439,14 +444,17 @@ static rt_topk_send *topk_send_state(rt_comm *c, const rt_op *op, int32_t to, rt
     }
     int64_t n = rt_tensor_numel(&op->in[0]);
     double density = op->floats[ATTR_DENSITY], bw = c->link_bandwidth[to];
-    rt_topk_send s = { .tensor = tensor, .peer = to, .n = n, .density = density,
+    rt_topk_send s = { .tensor = tensor,
+                       .peer = to,
+                       .n = n,
+                       .density = density,
                        .target = bw > 0 ? (double)topk_encoded_bytes(n, topk_count(n, density)) / bw : 0.0 };
     if (op->ints[ATTR_FEEDBACK] && !(s.residual = calloc((size_t)n, sizeof *s.residual))) {
         snprintf(ctx->msg, sizeof ctx->msg, "out of memory for the residual of op '%s' (%lld floats)", op->name,
                  (long long)n);
         return NULL;
     }
-    if (s.residual) {   /* a resumed run goes on with the residual it saved */
+    if (s.residual) { /* a resumed run goes on with the residual it saved */
         char name[96];
         send_feedback_name(name, sizeof name, tensor);
         rt_feedback_restore(&c->restored, name, s.residual, n);
@@ -485,7 +493,8 @@ oom:
 void rt_comm_adapt_density(rt_comm *c, double step_seconds)
 {
     /* This stage's compute per micro-batch: the step less its waits for peers. */
-    double compute = fmax(0.0, step_seconds - c->recv_wait) / (c->manifest->micro_batches > 0 ? c->manifest->micro_batches : 1);
+    double compute =
+        fmax(0.0, step_seconds - c->recv_wait) / (c->manifest->micro_batches > 0 ? c->manifest->micro_batches : 1);
     c->recv_wait = 0.0;
     if (!c->adapt || !c->hub)
         return;
@@ -499,10 +508,10 @@ void rt_comm_adapt_density(rt_comm *c, double step_seconds)
             continue;
         double d_bytes = (double)(bytes - c->mark_bytes[p]), d_busy = busy - c->mark_busy[p];
         if (!(d_bytes > 0 && d_busy > 0))
-            continue;   /* nothing acked since: keep the densities, measure again next step */
+            continue; /* nothing acked since: keep the densities, measure again next step */
         c->mark_bytes[p] = bytes;
         c->mark_busy[p] = busy;
-        double throughput = d_bytes / d_busy;   /* bytes/s */
+        double throughput = d_bytes / d_busy; /* bytes/s */
         for (int32_t i = 0; i < c->n_sends; i++) {
             rt_topk_send *s = &c->sends[i];
             if (s->peer != p || s->step_sends == 0 || !(s->target > 0))
@@ -527,10 +536,10 @@ void rt_comm_links_json(rt_comm *c, char *buf, size_t n)
         uint64_t bytes;
         double busy;
         if (fu_hub_stats(c->hub, p, &bytes, &busy) != 0 || (bytes == 0 && c->link_bandwidth[p] <= 0))
-            continue;   /* no link to it */
-        int w = snprintf(buf + at, n - at, "%s\"%s\": {\"bytes\": %llu, \"busy_ms\": %.3f}", at ? ", " : ", \"links\": {",
-                         c->peers[p].name, (unsigned long long)(bytes - c->logged_bytes[p]),
-                         (busy - c->logged_busy[p]) * 1e3);
+            continue; /* no link to it */
+        int w = snprintf(buf + at, n - at, "%s\"%s\": {\"bytes\": %llu, \"busy_ms\": %.3f}",
+                         at ? ", " : ", \"links\": {", c->peers[p].name,
+                         (unsigned long long)(bytes - c->logged_bytes[p]), (busy - c->logged_busy[p]) * 1e3);
         if (w < 0 || (size_t)w >= n - at) {
             buf[at] = '\0';
             break;
@@ -599,7 +608,7 @@ static int ensure_scratch(rt_comm *c, size_t floats, rt_context *ctx)
  * (NULL: replicas 0..n-1), this device the me-th. */
 typedef struct {
     const int32_t *rep;
-    int32_t        n, me;
+    int32_t n, me;
 } ring;
 
 static int32_t ring_replica(const ring *rg, int32_t i) { return rg->rep ? rg->rep[i] : i; }
@@ -613,8 +622,12 @@ static int ring_step(rt_comm *c, const ring *rg, int32_t tensor, int32_t k, cons
     const rt_manifest *m = c->manifest;
     int32_t next = device_at(c, m->stage, ring_replica(rg, (rg->me + 1) % rg->n));
     int32_t prev = device_at(c, m->stage, ring_replica(rg, (rg->me + rg->n - 1) % rg->n));
-    fu_msg_info out = { .kind = MSG_GRADIENT, .step = ctx->step, .micro_batch = -2 - k, .tensor = tensor,
-                        .codec = FU_CODEC_RAW_F32, .length = (uint64_t)n_send * 4 };
+    fu_msg_info out = { .kind = MSG_GRADIENT,
+                        .step = ctx->step,
+                        .micro_batch = -2 - k,
+                        .tensor = tensor,
+                        .codec = FU_CODEC_RAW_F32,
+                        .length = (uint64_t)n_send * 4 };
     fu_msg_info in = out;
     in.length = (uint64_t)n_recv * 4;
     char why[400];
@@ -640,7 +653,7 @@ static int ring_allreduce(rt_comm *c, const ring *rg, float *x, int64_t n, int32
     if (n < R) {
         if (ensure_scratch(c, (size_t)n * (size_t)(R + 1), ctx))
             return -1;
-        float *all = c->scratch + n;   /* all[q * n + i]: member q's x[i] */
+        float *all = c->scratch + n; /* all[q * n + i]: member q's x[i] */
         memcpy(all + (size_t)r * n, x, (size_t)n * sizeof *x);
         for (int32_t k = 0; k < R - 1; k++) {
             int32_t have = (r - k + R) % R, get = (r - k - 1 + 2 * R) % R;
@@ -659,7 +672,7 @@ static int ring_allreduce(rt_comm *c, const ring *rg, float *x, int64_t n, int32
 #define CHUNK_LO(q) (n * (int64_t)(q) / R)
     if (ensure_scratch(c, (size_t)(n / R + 1), ctx))
         return -1;
-    for (int32_t k = 0; k < R - 1; k++) {   /* reduce-scatter */
+    for (int32_t k = 0; k < R - 1; k++) { /* reduce-scatter */
         int32_t s = (r - k + R) % R, g = (r - k - 1 + R) % R;
         if (ring_step(c, rg, tensor, k0 + k, x + CHUNK_LO(s), CHUNK_LO(s + 1) - CHUNK_LO(s),
                       CHUNK_LO(g + 1) - CHUNK_LO(g), ctx))
@@ -671,7 +684,7 @@ static int ring_allreduce(rt_comm *c, const ring *rg, float *x, int64_t n, int32
     int32_t own = (r + 1) % R;
     for (int64_t i = CHUNK_LO(own); divide && i < CHUNK_LO(own + 1); i++)
         x[i] /= (float)divide;
-    for (int32_t k = 0; k < R - 1; k++) {   /* all-gather */
+    for (int32_t k = 0; k < R - 1; k++) { /* all-gather */
         int32_t s = (r + 1 - k + R) % R, g = (r - k + R) % R;
         if (ring_step(c, rg, tensor, k0 + R - 1 + k, x + CHUNK_LO(s), CHUNK_LO(s + 1) - CHUNK_LO(s),
                       CHUNK_LO(g + 1) - CHUNK_LO(g), ctx))
@@ -708,8 +721,12 @@ static int mean_hierarchical(rt_comm *c, float *x, int64_t n, int32_t tensor, in
     }
     if (ring_allreduce(c, &group, x, n, tensor, 0, 0, ctx))
         return -1;
-    fu_msg_info result = { .kind = MSG_GRADIENT, .step = ctx->step, .micro_batch = -2 - 4 * R, .tensor = tensor,
-                           .codec = FU_CODEC_RAW_F32, .length = (uint64_t)n * 4 };
+    fu_msg_info result = { .kind = MSG_GRADIENT,
+                           .step = ctx->step,
+                           .micro_batch = -2 - 4 * R,
+                           .tensor = tensor,
+                           .codec = FU_CODEC_RAW_F32,
+                           .length = (uint64_t)n * 4 };
     char why[400];
     if (r != lead) {
         if (fu_hub_recv(c->hub, device_at(c, m->stage, lead), &result, x, result.length, why, sizeof why) != 0)
@@ -719,7 +736,8 @@ static int mean_hierarchical(rt_comm *c, float *x, int64_t n, int32_t tensor, in
     if (ring_allreduce(c, &leaders, x, n, tensor, 2 * R, R, ctx))
         return -1;
     for (int32_t i = 0; i < group.n; i++)
-        if (in_group[i] != r && fu_hub_send(c->hub, device_at(c, m->stage, in_group[i]), &result, x, why, sizeof why) != 0)
+        if (in_group[i] != r &&
+            fu_hub_send(c->hub, device_at(c, m->stage, in_group[i]), &result, x, why, sizeof why) != 0)
             goto fail;
     return 0;
 fail:
@@ -739,15 +757,15 @@ static int mean_quantised(rt_comm *c, float *x, int64_t n, int32_t tensor, int b
     }
     for (int32_t q = 0; q < R; q++)
         devices[q] = device_at(c, m->stage, q);
-    if (!fb->mine && c->restored.n > 0) {   /* a resumed run: the feedback it saved, before the first use */
+    if (!fb->mine && c->restored.n > 0) { /* a resumed run: the feedback it saved, before the first use */
         if (rt_quant_feedback_prepare(fb, n, R, bits, ctx->msg, sizeof ctx->msg)) {
             free(devices);
             return -1;
         }
         rt_quant_feedback_restore(fb, tensor, &c->restored);
     }
-    int rc = rt_quant_mean(c->hub, devices, R, m->replica, x, n, tensor, bits, ctx->step, fb, ctx->msg,
-                           sizeof ctx->msg);
+    int rc =
+        rt_quant_mean(c->hub, devices, R, m->replica, x, n, tensor, bits, ctx->step, fb, ctx->msg, sizeof ctx->msg);
     free(devices);
     return rc;
 }
@@ -798,7 +816,7 @@ static rt_quant_feedback *update_feedback(rt_comm *c, int32_t tag, rt_context *c
 int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
 {
     int64_t n = rt_tensor_numel(&op->in[0]);
-    if (rt_tensor_is_half(&op->in[0])) {   /* parameters' gradients are f32 (the precision pass) */
+    if (rt_tensor_is_half(&op->in[0])) { /* parameters' gradients are f32 (the precision pass) */
         snprintf(ctx->msg, sizeof ctx->msg, "op '%s': all-reduce of a 16-bit tensor", op->name);
         return -1;
     }
@@ -878,7 +896,7 @@ int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, flo
     own.peers = c->peers;
     own.scratch = *scratch;
     own.scratch_floats = *scratch_floats;
-    own.restored = c->restored;   /* read only, and never freed through own */
+    own.restored = c->restored; /* read only, and never freed through own */
     int rc = mean_over_replicas(&own, x, n, tensor, groups, bits, fb, ctx);
     *scratch = own.scratch;
     *scratch_floats = own.scratch_floats;

@@ -30,30 +30,30 @@
 #define RT_COMM_MAX_OVERRIDES 64
 
 typedef struct {
-    int         emulate_links;        /* shape each link to the cluster file's bandwidth and latency */
-    int         adapt_density;        /* AdaTopK: re-measure each compressed link between steps   */
-    int         timeout_ms;           /* a peer silent this long is dead (default 10000)               */
-    int         connect_timeout_ms;   /* every peer must be up within this (default 60000)             */
-    int32_t     port_base;            /* 0: the manifest's                                             */
-    int64_t     epoch;                /* --epoch: the run's (fusionc broker); peers must agree         */
-    const char *peer_name[RT_COMM_MAX_OVERRIDES];  /* --peer NAME=ADDRESS: a device moved or replaced */
+    int emulate_links;                            /* shape each link to the cluster file's bandwidth and latency */
+    int adapt_density;                            /* AdaTopK: re-measure each compressed link between steps   */
+    int timeout_ms;                               /* a peer silent this long is dead (default 10000)               */
+    int connect_timeout_ms;                       /* every peer must be up within this (default 60000)             */
+    int32_t port_base;                            /* 0: the manifest's                                             */
+    int64_t epoch;                                /* --epoch: the run's (fusionc broker); peers must agree         */
+    const char *peer_name[RT_COMM_MAX_OVERRIDES]; /* --peer NAME=ADDRESS: a device moved or replaced */
     const char *peer_address[RT_COMM_MAX_OVERRIDES];
-    int         n_overrides;
-    const uint8_t *secret;            /* the run secret: every link sealed (seal.h); NULL: plain      */
+    int n_overrides;
+    const uint8_t *secret; /* the run secret: every link sealed (seal.h); NULL: plain      */
 } rt_comm_options;
 
 /* AdaTopK, one compressed send op (a density > 0) of this device: the
  * density its messages use this step, and what it needs to adapt it.
  * The message carries its k, so the receiver needs none of this. */
 typedef struct {
-    int32_t  tensor, peer;            /* the op's message id; the receiving device                   */
-    int64_t  n;                       /* elements of the dense tensor                                */
-    double   density;                 /* this step's: the compiled one, then rt_comm_adapt_density's */
-    double   target;                  /* seconds a message should take: the compiled density's bytes
+    int32_t tensor, peer; /* the op's message id; the receiving device                   */
+    int64_t n;            /* elements of the dense tensor                                */
+    double density;       /* this step's: the compiled one, then rt_comm_adapt_density's */
+    double target;        /* seconds a message should take: the compiled density's bytes
                                          on the compiled link (T* under adatopk); 0 = unknown        */
-    float   *residual;                /* (n,) error feedback (feedback=1), zeroed at the start; else NULL */
-    uint64_t step_bytes;              /* this step's encoded bytes ...                               */
-    int32_t  step_sends;              /* ... in this many messages                                   */
+    float *residual;      /* (n,) error feedback (feedback=1), zeroed at the start; else NULL */
+    uint64_t step_bytes;  /* this step's encoded bytes ...                               */
+    int32_t step_sends;   /* ... in this many messages                                   */
 } rt_topk_send;
 
 /* A parameter's partial gradient summed over a step's micro-batches before
@@ -61,71 +61,71 @@ typedef struct {
 typedef struct {
     int32_t tensor;
     int64_t n;
-    float  *sum;                      /* (n,) */
+    float *sum; /* (n,) */
 } rt_accumulator;
 
 typedef struct rt_comm {
-    struct fu_hub  *hub;
+    struct fu_hub *hub;
     const rt_manifest *manifest;
-    const int32_t  *placement;        /* [n_stages * n_replicas] device indices */
-    const rt_peer  *peers;
-    const rt_link  *links;            /* [manifest->n_links]: every link of the program (tree.c) */
-    float          *scratch;          /* allreduce: what arrives from the ring  */
-    size_t          scratch_floats;
-    float          *widened;          /* a 16-bit tensor in f32, for the codecs */
-    size_t          widened_floats;
+    const int32_t *placement; /* [n_stages * n_replicas] device indices */
+    const rt_peer *peers;
+    const rt_link *links; /* [manifest->n_links]: every link of the program (tree.c) */
+    float *scratch;       /* allreduce: what arrives from the ring  */
+    size_t scratch_floats;
+    float *widened; /* a 16-bit tensor in f32, for the codecs */
+    size_t widened_floats;
     /* All-reduces wait in a bucket and go as one ring all-reduce when an op
      * of another kind runs (or rt_comm_flush_bucket): one message a ring
      * step for all of a stage's gradients, not one per tensor. */
-    float         **bucket_data;      /* [bucket_cap] each tensor's output     */
-    int64_t        *bucket_floats;
-    int32_t         bucket_count, bucket_cap, bucket_tag;
-    int64_t         bucket_groups;    /* its ops' `groups`: 0 the ring, else the hierarchy */
-    int             bucket_bits;      /* its ops' `bits`: 0 dense, else the quantised exchange */
-    rt_quant_feedback *update_fb;     /* [n_update_fb] that exchange's feedback, a bucket each */
-    int32_t        *update_fb_tag;    /* [n_update_fb] the bucket's message id */
-    int32_t         n_update_fb;
-    float          *bucket_buf;       /* the tensors end to end                */
-    size_t          bucket_buf_floats;
+    float **bucket_data; /* [bucket_cap] each tensor's output     */
+    int64_t *bucket_floats;
+    int32_t bucket_count, bucket_cap, bucket_tag;
+    int64_t bucket_groups;        /* its ops' `groups`: 0 the ring, else the hierarchy */
+    int bucket_bits;              /* its ops' `bits`: 0 dense, else the quantised exchange */
+    rt_quant_feedback *update_fb; /* [n_update_fb] that exchange's feedback, a bucket each */
+    int32_t *update_fb_tag;       /* [n_update_fb] the bucket's message id */
+    int32_t n_update_fb;
+    float *bucket_buf; /* the tensors end to end                */
+    size_t bucket_buf_floats;
     /* Top-k sends and receives (ops with a density): the encoded bytes. */
-    void           *packed;
-    size_t          packed_bytes;
-    topk_scratch   *topk;
+    void *packed;
+    size_t packed_bytes;
+    topk_scratch *topk;
     /* AdaTopK between steps (rt_comm_adapt_density). */
-    rt_topk_send   *sends;            /* [n_sends] by first use                */
-    int32_t         n_sends, sends_cap;
-    int             adapt;            /* rt_comm_options.adapt_density         */
-    double         *link_bandwidth;   /* [n_peers] bytes/s compiled, 0 no link */
-    uint64_t       *mark_bytes;       /* [n_peers] fu_hub_stats at the last adaptation */
-    double         *mark_busy;
-    uint64_t       *logged_bytes;     /* [n_peers] fu_hub_stats at the last log line (rt_comm_links_json) */
-    double         *logged_busy;
-    double          recv_wait;        /* seconds blocked in receives since the last adaptation */
-    rt_accumulator *accs;             /* [n_accs] by first use                 */
-    int32_t         n_accs, accs_cap;
-    int             overlap;          /* 1: the allreduce ops with a bucket are reduced by
+    rt_topk_send *sends; /* [n_sends] by first use                */
+    int32_t n_sends, sends_cap;
+    int adapt;              /* rt_comm_options.adapt_density         */
+    double *link_bandwidth; /* [n_peers] bytes/s compiled, 0 no link */
+    uint64_t *mark_bytes;   /* [n_peers] fu_hub_stats at the last adaptation */
+    double *mark_busy;
+    uint64_t *logged_bytes; /* [n_peers] fu_hub_stats at the last log line (rt_comm_links_json) */
+    double *logged_busy;
+    double recv_wait;     /* seconds blocked in receives since the last adaptation */
+    rt_accumulator *accs; /* [n_accs] by first use                 */
+    int32_t n_accs, accs_cap;
+    int overlap;                 /* 1: the allreduce ops with a bucket are reduced by
                                          comm/overlap.h; their op only copies          */
-    rt_feedback_arrays restored;      /* feedback read from a checkpoint, taken by each
+    rt_feedback_arrays restored; /* feedback read from a checkpoint, taken by each
                                          feedback state when it is made (feedback.h)   */
 } rt_comm;
 
 /* Connect to every peer this device has a link with (runtime/program.h's
  * links) and check they run the same compile.  0, or -1 with err set. */
-int  rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, const rt_peer *peers,
-                  const rt_link *links, const rt_comm_options *o, char *err, size_t n);
+int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, const rt_peer *peers, const rt_link *links,
+                 const rt_comm_options *o, char *err, size_t n);
 void rt_comm_close(rt_comm *c);
 
 /* The error feedback this device keeps (feedback.h), listed into l: its
  * compressed sends' residuals and, without the overlap, its quantised
  * all-reduces' (overlap.h lists the overlap's).  0, or -1 out of memory. */
-int  rt_comm_list_feedback(const rt_comm *c, rt_feedback_arrays *l);
+int rt_comm_list_feedback(const rt_comm *c, rt_feedback_arrays *l);
 /* The feedback a checkpoint of this compile held (l, which c now owns):
  * each array goes into its state when that is made, at its first use. */
 void rt_comm_restore_feedback(rt_comm *c, rt_feedback_arrays *l);
 /* Tell every peer this device stops, and why (they stop too, naming it). */
 void rt_comm_abort(rt_comm *c, const char *why);
 /* Wait until every send was acknowledged. */
-int  rt_comm_flush(rt_comm *c, char *err, size_t n);
+int rt_comm_flush(rt_comm *c, char *err, size_t n);
 
 /* The ops (rt_op_run calls these; errors in ctx->msg). */
 int rt_comm_send(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
@@ -161,7 +161,7 @@ int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx);
  * so never less than this stage's, and the compiled estimate can be far
  * below what the devices really take.  Does nothing unless adapt_density
  * was set.  Never fails: a link that sent nothing keeps its density. */
-#define RT_DENSITY_MIN 1e-3           /* the compress pass's minimum */
+#define RT_DENSITY_MIN 1e-3 /* the compress pass's minimum */
 void rt_comm_adapt_density(rt_comm *c, double step_seconds);
 /* "  rho 0.0520" for each compressed send of this device (tensor order of
  * first use) into buf, or with json ', "rho": [0.0520, ...]' for the

@@ -13,8 +13,8 @@
 
 /* micro_batch tags of the outer messages: no pipeline message uses them
  * (those are >= 0, the replica ring's -2 - k). */
-#define OUTER_DELTA_TAG  (-1000)   /* a site's delta, to the other sites' holders */
-#define OUTER_PARAM_TAG  (-1001)   /* the new parameters, down the stage's replicas */
+#define OUTER_DELTA_TAG (-1000) /* a site's delta, to the other sites' holders */
+#define OUTER_PARAM_TAG (-1001) /* the new parameters, down the stage's replicas */
 
 static double seconds_now(void)
 {
@@ -144,7 +144,7 @@ static int encode_delta(rt_diloco *d, rt_outer_param *q, float *mine, size_t *le
         snprintf(ctx->msg, sizeof ctx->msg, "diloco: cannot encode the change of '%.60s'", d->table[q->index].name);
         return -1;
     }
-    for (int64_t i = 0; i < q->n; i++)   /* error feedback: what the rounding lost goes next round */
+    for (int64_t i = 0; i < q->n; i++) /* error feedback: what the rounding lost goes next round */
         q->residual[i] = e[i] - mine[i];
     *len = (size_t)w;
     return 0;
@@ -161,8 +161,11 @@ static int gather_mean(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t roun
     for (int32_t k = 0; k < d->info.n_sites; k++) {
         const float *x = own;
         if (k != d->info.site) {
-            fu_msg_info want = { .kind = MSG_GRADIENT, .step = round, .micro_batch = OUTER_DELTA_TAG,
-                                 .tensor = q->index, .codec = d->info.outer_bits ? FU_CODEC_QUANT : FU_CODEC_RAW_F32,
+            fu_msg_info want = { .kind = MSG_GRADIENT,
+                                 .step = round,
+                                 .micro_batch = OUTER_DELTA_TAG,
+                                 .tensor = q->index,
+                                 .codec = d->info.outer_bits ? FU_CODEC_QUANT : FU_CODEC_RAW_F32,
                                  .length = len };
             char why[400];
             double t0 = seconds_now();
@@ -173,7 +176,8 @@ static int gather_mean(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t roun
             else if (rc == 0)
                 memcpy(d->decoded, d->wire, len);
             if (rc != 0) {
-                snprintf(ctx->msg, sizeof ctx->msg, "diloco: the change of '%.60s' from site %d: %.300s", e->name, k, why);
+                snprintf(ctx->msg, sizeof ctx->msg, "diloco: the change of '%.60s' from site %d: %.300s", e->name, k,
+                         why);
                 return -1;
             }
             x = d->decoded;
@@ -211,14 +215,19 @@ static int holder_send(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t roun
     const rt_diloco_param *e = &d->table[q->index];
     size_t len = 0;
     int rc = encode_delta(d, q, q->mine, &len, ctx);
-    fu_msg_info out = { .kind = MSG_GRADIENT, .step = round, .micro_batch = OUTER_DELTA_TAG, .tensor = q->index,
-                        .codec = d->info.outer_bits ? FU_CODEC_QUANT : FU_CODEC_RAW_F32, .length = len };
+    fu_msg_info out = { .kind = MSG_GRADIENT,
+                        .step = round,
+                        .micro_batch = OUTER_DELTA_TAG,
+                        .tensor = q->index,
+                        .codec = d->info.outer_bits ? FU_CODEC_QUANT : FU_CODEC_RAW_F32,
+                        .length = len };
     char why[400];
     for (int32_t k = 0; k < d->info.n_sites && rc == 0; k++) {
         if (k == d->info.site)
             continue;
         if (fu_hub_send(c->hub, e->owner[k], &out, d->wire, why, sizeof why) != 0) {
-            snprintf(ctx->msg, sizeof ctx->msg, "diloco: sending the change of '%.60s' to site %d: %.300s", e->name, k, why);
+            snprintf(ctx->msg, sizeof ctx->msg, "diloco: sending the change of '%.60s' to site %d: %.300s", e->name, k,
+                     why);
             rc = -1;
         }
         d->sent += len;
@@ -236,13 +245,13 @@ static int holder_apply(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t rou
         if (rc == 0)
             outer_step(d, q);
     }
-    if (rc == 0 && (!d->info.outer_delay || final)) {   /* this round's, now */
+    if (rc == 0 && (!d->info.outer_delay || final)) { /* this round's, now */
         rc = gather_mean(d, c, q, round, q->mine, ctx);
         if (rc == 0) {
             outer_step(d, q);
             memcpy(q->param, q->anchor, (size_t)q->n * sizeof *q->param);
         }
-    } else if (rc == 0) {   /* applied next round; keep this round's own progress meanwhile */
+    } else if (rc == 0) { /* applied next round; keep this round's own progress meanwhile */
         float *t = q->pending;
         q->pending = q->mine;
         q->mine = t;
@@ -260,17 +269,19 @@ static int copy_to_replicas(rt_diloco *d, rt_comm *c, rt_outer_param *q, int64_t
     if (d->n_replicas < 2)
         return 0;
     const int32_t *at = c->placement + (size_t)d->stage * d->n_replicas;
-    fu_msg_info m = { .kind = MSG_GRADIENT, .step = round, .micro_batch = OUTER_PARAM_TAG, .tensor = q->index,
-                      .codec = FU_CODEC_RAW_F32, .length = (uint64_t)q->n * 4 };
+    fu_msg_info m = { .kind = MSG_GRADIENT,
+                      .step = round,
+                      .micro_batch = OUTER_PARAM_TAG,
+                      .tensor = q->index,
+                      .codec = FU_CODEC_RAW_F32,
+                      .length = (uint64_t)q->n * 4 };
     char why[400];
-    if (d->replica > 0 &&
-        fu_hub_recv(c->hub, at[d->replica - 1], &m, q->param, m.length, why, sizeof why) != 0) {
+    if (d->replica > 0 && fu_hub_recv(c->hub, at[d->replica - 1], &m, q->param, m.length, why, sizeof why) != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "diloco: the new '%.60s' from replica %d: %.300s", d->table[q->index].name,
                  d->replica - 1, why);
         return -1;
     }
-    if (d->replica + 1 < d->n_replicas &&
-        fu_hub_send(c->hub, at[d->replica + 1], &m, q->param, why, sizeof why) != 0) {
+    if (d->replica + 1 < d->n_replicas && fu_hub_send(c->hub, at[d->replica + 1], &m, q->param, why, sizeof why) != 0) {
         snprintf(ctx->msg, sizeof ctx->msg, "diloco: the new '%.60s' to replica %d: %.300s", d->table[q->index].name,
                  d->replica + 1, why);
         return -1;
@@ -286,7 +297,7 @@ int rt_diloco_round(rt_diloco *d, rt_comm *c, int64_t step, int final, rt_contex
     }
     double waited = d->waited, t0 = seconds_now();
     uint64_t sent = d->sent;
-    int64_t round = d->rounds + 1;   /* the tag: the sites' step counts differ when their H do */
+    int64_t round = d->rounds + 1; /* the tag: the sites' step counts differ when their H do */
     for (int32_t i = 0; i < d->n && d->replica == 0; i++)
         if (holder_send(d, c, &d->params[i], round, ctx))
             return -1;
@@ -299,11 +310,13 @@ int rt_diloco_round(rt_diloco *d, rt_comm *c, int64_t step, int final, rt_contex
     d->pending_round = d->info.outer_delay && !final ? round : 0;
     d->rounds++;
     (void)step;
-    snprintf(line, n, "outer step %lld (site %d of %d, %d parameter%s): %.0f KiB sent, %.1f ms waiting for the other "
+    snprintf(line, n,
+             "outer step %lld (site %d of %d, %d parameter%s): %.0f KiB sent, %.1f ms waiting for the other "
              "sites, %.1f ms in all%s",
              (long long)d->rounds, d->info.site, d->info.n_sites, d->n, d->n == 1 ? "" : "s",
              (double)(d->sent - sent) / 1024.0, (d->waited - waited) * 1e3, (seconds_now() - t0) * 1e3,
-             final ? "; the sites now hold the same parameters" :
-             d->info.outer_delay ? "; applied with the next round's" : "");
+             final                 ? "; the sites now hold the same parameters"
+             : d->info.outer_delay ? "; applied with the next round's"
+                                   : "");
     return 0;
 }

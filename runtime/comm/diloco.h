@@ -46,37 +46,37 @@
 #include "comm.h"
 
 typedef struct {
-    int32_t index;                     /* in the table: the message's tensor id   */
-    float  *param;                     /* (n) in the arena                        */
-    int64_t n, rows, cols;             /* n = rows * cols (cols: the last dim)     */
+    int32_t index;         /* in the table: the message's tensor id   */
+    float *param;          /* (n) in the arena                        */
+    int64_t n, rows, cols; /* n = rows * cols (cols: the last dim)     */
     /* The holder's (replica 0's) state; NULL on the other replicas. */
-    float  *anchor, *start, *momentum; /* (n) each                                */
-    float  *residual;                  /* (n) error feedback; NULL with f32 on the wire */
-    float  *pending;                   /* (n) its own decoded delta awaiting the next round (delay) */
-    float  *mine;                      /* (n) its own decoded delta this round                      */
+    float *anchor, *start, *momentum; /* (n) each                                */
+    float *residual;                  /* (n) error feedback; NULL with f32 on the wire */
+    float *pending;                   /* (n) its own decoded delta awaiting the next round (delay) */
+    float *mine;                      /* (n) its own decoded delta this round                      */
 } rt_outer_param;
 
 typedef struct {
-    rt_diloco_info   info;
-    const rt_diloco_param *table;      /* [info.n_params] this site's            */
-    int32_t          stage, replica, n_replicas;
-    int32_t          self;             /* this device's index                    */
-    rt_outer_param  *params;           /* the ones this device holds             */
-    int32_t          n;
-    unsigned char   *wire;             /* one encoded delta                      */
-    size_t           wire_bytes;
-    float           *decoded, *sum;    /* (largest n) each                       */
-    int64_t          pending_round;    /* the round whose deltas are in flight; 0 none */
-    int64_t          rounds;
-    double           waited;           /* seconds blocked receiving, all rounds  */
-    uint64_t         sent;             /* payload bytes sent to other sites      */
+    rt_diloco_info info;
+    const rt_diloco_param *table; /* [info.n_params] this site's            */
+    int32_t stage, replica, n_replicas;
+    int32_t self;           /* this device's index                    */
+    rt_outer_param *params; /* the ones this device holds             */
+    int32_t n;
+    unsigned char *wire; /* one encoded delta                      */
+    size_t wire_bytes;
+    float *decoded, *sum;  /* (largest n) each                       */
+    int64_t pending_round; /* the round whose deltas are in flight; 0 none */
+    int64_t rounds;
+    double waited; /* seconds blocked receiving, all rounds  */
+    uint64_t sent; /* payload bytes sent to other sites      */
 } rt_diloco;
 
 /* Set up from the manifest and the site's table, after the parameters
  * were initialised (or loaded): the anchor and start are their values.
  * 0, or -1 with err. */
-int  rt_diloco_init(rt_diloco *d, const rt_manifest *m, const rt_diloco_param *table, const rt_tensor_info *tensors,
-                    int32_t n_tensors, char *arena, char *err, size_t n);
+int rt_diloco_init(rt_diloco *d, const rt_manifest *m, const rt_diloco_param *table, const rt_tensor_info *tensors,
+                   int32_t n_tensors, char *arena, char *err, size_t n);
 void rt_diloco_free(rt_diloco *d);
 
 /* The steps site `info->site` takes for a run of `steps`: `steps` counts
@@ -85,10 +85,10 @@ void rt_diloco_free(rt_diloco *d);
 int64_t rt_diloco_site_steps(const rt_diloco_info *info, int64_t steps);
 /* After step `step`'s update: 1 when an outer step is due (step % H == 0,
  * or the last step). */
-int  rt_diloco_due(const rt_diloco *d, int64_t step, int64_t last_step);
+int rt_diloco_due(const rt_diloco *d, int64_t step, int64_t last_step);
 /* The outer step (see above; its messages are tagged by round, which the
  * sites count alike); final: the last one, which applies everything in
  * flight.  Errors in ctx->msg; a one-line summary in line. */
-int  rt_diloco_round(rt_diloco *d, rt_comm *c, int64_t step, int final, rt_context *ctx, char *line, size_t n);
+int rt_diloco_round(rt_diloco *d, rt_comm *c, int64_t step, int final, rt_context *ctx, char *line, size_t n);
 
 #endif

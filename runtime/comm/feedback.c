@@ -31,8 +31,10 @@ int rt_feedback_restore(const rt_feedback_arrays *l, const char *name, float *ds
         if (strcmp(l->a[i].name, name) != 0)
             continue;
         if (l->a[i].n != n) {
-            fprintf(stderr, "fusion: the checkpoint's %s holds %" PRId64 " floats, this program's %" PRId64
-                    ": it starts at zero\n", name, l->a[i].n, n);
+            fprintf(stderr,
+                    "fusion: the checkpoint's %s holds %" PRId64 " floats, this program's %" PRId64
+                    ": it starts at zero\n",
+                    name, l->a[i].n, n);
             return 0;
         }
         memcpy(dst, l->a[i].data, (size_t)n * sizeof *dst);

@@ -23,23 +23,23 @@
 #define RT_FEEDBACK_PREFIX "fusion.feedback."
 
 typedef struct {
-    char    name[96];
-    float  *data;
+    char name[96];
+    float *data;
     int64_t n;
 } rt_feedback_array;
 
 typedef struct {
     rt_feedback_array *a;
-    int                n, cap;
-    int                owns;   /* 1: data are the list's, freed with it */
+    int n, cap;
+    int owns; /* 1: data are the list's, freed with it */
 } rt_feedback_arrays;
 
 /* Appends (name, data[n]); 0, or -1 out of memory. */
-int  rt_feedback_add(rt_feedback_arrays *l, const char *name, float *data, int64_t n);
+int rt_feedback_add(rt_feedback_arrays *l, const char *name, float *data, int64_t n);
 /* dst[n] := the array of that name in l, if l has one of n floats: 1
  * copied, 0 none there (dst untouched).  One of another length is a
  * checkpoint of something else: said on stderr, dst untouched, 0. */
-int  rt_feedback_restore(const rt_feedback_arrays *l, const char *name, float *dst, int64_t n);
+int rt_feedback_restore(const rt_feedback_arrays *l, const char *name, float *dst, int64_t n);
 void rt_feedback_arrays_free(rt_feedback_arrays *l);
 
 #endif

@@ -128,33 +128,33 @@
 
 #include "comm/transport.h"
 
-#define FU_HUB_OUTBOX_BYTES (256ull << 20)   /* per link, before fu_hub_send waits */
+#define FU_HUB_OUTBOX_BYTES (256ull << 20) /* per link, before fu_hub_send waits */
 
 typedef struct fu_hub fu_hub;
 
 typedef struct {
-    int32_t peer;            /* the peer's device index (the caller's numbering)              */
-    char    name[64];        /* the peer's device name, for messages                          */
-    char    url[256];        /* "tcp://127.0.0.1:29501": bound if listen, else connected to   */
-    int     listen;
-    double  bandwidth;       /* bytes/s to emulate on what this end sends; 0 = unshaped       */
-    double  latency;         /* seconds to emulate; 0 = none                                  */
+    int32_t peer;  /* the peer's device index (the caller's numbering)              */
+    char name[64]; /* the peer's device name, for messages                          */
+    char url[256]; /* "tcp://127.0.0.1:29501": bound if listen, else connected to   */
+    int listen;
+    double bandwidth; /* bytes/s to emulate on what this end sends; 0 = unshaped       */
+    double latency;   /* seconds to emulate; 0 = none                                  */
 } fu_hub_link_spec;
 
 typedef struct {
-    const char *self_name;          /* this device's name, sent in the hello                     */
-    uint64_t    build_id;           /* both ends must have the same, else refused at the hello   */
-    int64_t     epoch;              /* the run's epoch (fusionc broker: it grows with every change
+    const char *self_name;  /* this device's name, sent in the hello                     */
+    uint64_t build_id;      /* both ends must have the same, else refused at the hello   */
+    int64_t epoch;          /* the run's epoch (fusionc broker: it grows with every change
                                        of the members); both ends must have the same, else refused */
-    int         timeout_ms;         /* dead-peer timeout; 0 = 10000                              */
-    int         connect_timeout_ms; /* how long to wait for every peer at open; 0 = 60000        */
-    int         stall_timeout_ms;   /* longest wait on a live peer (recv, flush, a full outbox);
+    int timeout_ms;         /* dead-peer timeout; 0 = 10000                              */
+    int connect_timeout_ms; /* how long to wait for every peer at open; 0 = 60000        */
+    int stall_timeout_ms;   /* longest wait on a live peer (recv, flush, a full outbox);
                                        0 = 600000                                                 */
-    const uint8_t *secret;          /* the run secret (FU_SECRET_BYTES, seal.h): every link sealed;
+    const uint8_t *secret;  /* the run secret (FU_SECRET_BYTES, seal.h): every link sealed;
                                        NULL: plain links (tests and benchmarks of the wire only)  */
-    int32_t     self_index;         /* this device's index (the links' peer numbering)           */
-    int32_t     n_devices;          /* members[n_devices]: 1 for each device of the run, whose   */
-    const uint8_t *members;         /* entry a stop waits for; n_devices 0: this one and its peers */
+    int32_t self_index;     /* this device's index (the links' peer numbering)           */
+    int32_t n_devices;      /* members[n_devices]: 1 for each device of the run, whose   */
+    const uint8_t *members; /* entry a stop waits for; n_devices 0: this one and its peers */
 } fu_hub_options;
 
 /* Connects every link and exchanges hellos; NULL and err on failure (the
@@ -166,8 +166,8 @@ int fu_hub_send(fu_hub *h, int32_t peer, const fu_msg_info *info, const void *pa
 /* Waits for the message from `peer` matching want's kind, step, micro_batch
  * and tensor, checks its length is want->length (<= capacity) and copies it
  * into payload. */
-int fu_hub_recv(fu_hub *h, int32_t peer, const fu_msg_info *want, void *payload, uint64_t capacity,
-                char *err, size_t n);
+int fu_hub_recv(fu_hub *h, int32_t peer, const fu_msg_info *want, void *payload, uint64_t capacity, char *err,
+                size_t n);
 /* The same for a message whose length the sender chose (a top-k tensor
  * whose density the sender adapts): any length up to capacity is taken,
  * and stored in *length; a longer one is an error. */
@@ -184,7 +184,7 @@ int fu_hub_flush(fu_hub *h, char *err, size_t n);
  * answered within the stall timeout). */
 void fu_hub_request_stop(fu_hub *h, int code);
 void fu_hub_set_step(fu_hub *h, int64_t step);
-int  fu_hub_step_done(fu_hub *h, int64_t step, int *code, char *err, size_t n);
+int fu_hub_step_done(fu_hub *h, int64_t step, int *code, char *err, size_t n);
 
 /* Fails the hub with why (if it has not failed already) and tells every
  * live peer (MSG_ABORT carrying the failure's text), waiting about a second

@@ -14,57 +14,57 @@
 #include "../rt_error.h"
 
 typedef struct {
-    int64_t offset, floats;     /* the gradient in the arena: the allreduce's input */
-    int32_t first_entry, n_entries;   /* its ROLE_GRADIENT tensors, entries[first, first + n) */
+    int64_t offset, floats;         /* the gradient in the arena: the allreduce's input */
+    int32_t first_entry, n_entries; /* its ROLE_GRADIENT tensors, entries[first, first + n) */
 } ov_member;
 
 typedef struct {
-    int32_t tensor;             /* index into the program's tensors */
-    int64_t acc;                /* its first float in grad_sum      */
+    int32_t tensor; /* index into the program's tensors */
+    int64_t acc;    /* its first float in grad_sum      */
 } ov_entry;
 
 typedef struct {
-    int32_t first, count;       /* members[first, first + count)                 */
-    int32_t ready;              /* launched once ops up to this index have run;
+    int32_t first, count; /* members[first, first + count)                 */
+    int32_t ready;        /* launched once ops up to this index have run;
                                    INT32_MAX: only in rt_overlap_finish          */
-    int32_t tag;                /* its messages' tensor id: the first member's    */
-    int64_t groups;             /* the ring (0) or the hierarchy (allreduce_wire.h) */
-    int     bits;               /* 0, or the quantised exchange's bits ...          */
-    rt_quant_feedback fb;       /* ... and its feedback, kept across steps           */
+    int32_t tag;          /* its messages' tensor id: the first member's    */
+    int64_t groups;       /* the ring (0) or the hierarchy (allreduce_wire.h) */
+    int bits;             /* 0, or the quantised exchange's bits ...          */
+    rt_quant_feedback fb; /* ... and its feedback, kept across steps           */
     int64_t floats;
-    float  *buf;                /* [floats]: the members end to end              */
+    float *buf; /* [floats]: the members end to end              */
 } ov_bucket;
 
 struct rt_overlap {
-    rt_comm   *comm;
-    char      *arena;
-    float     *grad_sum;
-    float      inv_m;           /* 1 / micro-batches, as the stepper computes it */
-    int        enabled;
+    rt_comm *comm;
+    char *arena;
+    float *grad_sum;
+    float inv_m; /* 1 / micro-batches, as the stepper computes it */
+    int enabled;
     ov_member *members;
-    ov_entry  *entries;
+    ov_entry *entries;
     ov_bucket *buckets;
-    rt_overlap_range *ranges;   /* [n_members]: the members' bytes, for fetch    */
-    int32_t    n_members, n_entries, n_buckets;
-    rt_overlap_fetch_fn fetch;  /* NULL: the ops write the arena itself          */
-    void      *fetch_user;
-    uint8_t   *final;           /* [n_tensors] */
-    int32_t    n_tensors;
-    int32_t    launched;        /* buckets handed over this step: [0, launched) */
-    const rt_op *ops;           /* the program's ops (the generated code's blob)  */
-    double     waited;
-    int64_t    early, handed;   /* buckets handed over during a backward / in all */
+    rt_overlap_range *ranges; /* [n_members]: the members' bytes, for fetch    */
+    int32_t n_members, n_entries, n_buckets;
+    rt_overlap_fetch_fn fetch; /* NULL: the ops write the arena itself          */
+    void *fetch_user;
+    uint8_t *final; /* [n_tensors] */
+    int32_t n_tensors;
+    int32_t launched; /* buckets handed over this step: [0, launched) */
+    const rt_op *ops; /* the program's ops (the generated code's blob)  */
+    double waited;
+    int64_t early, handed; /* buckets handed over during a backward / in all */
     /* The thread and what it shares with the main thread, under mu. */
-    pthread_t       thread;
-    int             thread_started;
+    pthread_t thread;
+    int thread_started;
     pthread_mutex_t mu;
-    pthread_cond_t  cv;
-    int32_t         queued, done;   /* handed over / reduced this step            */
-    int             quit, failed;
-    char            msg[512];
-    rt_context      ctx;            /* the thread's: this step's number            */
-    float          *scratch;        /* the thread's ring scratch                   */
-    size_t          scratch_floats;
+    pthread_cond_t cv;
+    int32_t queued, done; /* handed over / reduced this step            */
+    int quit, failed;
+    char msg[512];
+    rt_context ctx; /* the thread's: this step's number            */
+    float *scratch; /* the thread's ring scratch                   */
+    size_t scratch_floats;
 };
 
 static double seconds_now(void)
@@ -134,8 +134,10 @@ static int find_entries(rt_overlap *o, const rt_tensor_info *tensors, int32_t n_
                 continue;
             if (t->offset != m->offset || rt_tensor_numel(t) != m->floats || o->n_entries == n_tensors) {
                 free(acc_of);
-                return rt_error(err, n, "gradient '%s' only partly overlaps an all-reduce's input: the buckets cannot "
-                                "finalise it", tensors[i].name);
+                return rt_error(err, n,
+                                "gradient '%s' only partly overlaps an all-reduce's input: the buckets cannot "
+                                "finalise it",
+                                tensors[i].name);
             }
             o->entries[o->n_entries++] = (ov_entry){ i, acc_of[i] };
         }
@@ -189,15 +191,19 @@ int rt_overlap_open(rt_overlap **out, rt_comm *c, const rt_op *ops, int32_t n_op
             if (bk->tag < 0)
                 bk->tag = (int32_t)op->ints[ATTR_TENSOR], bk->groups = op->ints[ATTR_GROUPS], bk->ready = -1,
                 bk->bits = (int)op->ints[ATTR_BITS];
-            bk->ready = ready < 0 || bk->ready == INT32_MAX ? INT32_MAX : ready > bk->ready ? (int32_t)ready : bk->ready;
+            bk->ready = ready < 0 || bk->ready == INT32_MAX ? INT32_MAX
+                        : ready > bk->ready                 ? (int32_t)ready
+                                                            : bk->ready;
             o->ranges[o->n_members] = (rt_overlap_range){ op->in[0].offset, rt_tensor_bytes(&op->in[0]) };
             o->members[o->n_members++] = (ov_member){ op->in[0].offset, rt_tensor_numel(&op->in[0]), 0, 0 };
             bk->floats += rt_tensor_numel(&op->in[0]);
         }
         bk->count = o->n_members - bk->first;
         if (bk->count == 0 || !(bk->buf = malloc((size_t)bk->floats * sizeof *bk->buf + 1))) {
-            snprintf(err, n, bk->count == 0 ? "gradient bucket %d has no all-reduce: the program is inconsistent"
-                                            : "out of memory for gradient bucket %d", b);
+            snprintf(err, n,
+                     bk->count == 0 ? "gradient bucket %d has no all-reduce: the program is inconsistent"
+                                    : "out of memory for gradient bucket %d",
+                     b);
             rc = -1;
         }
     }
@@ -238,7 +244,7 @@ void rt_overlap_begin_step(rt_overlap *o, int64_t step)
         return;
     memset(o->final, 0, (size_t)o->n_tensors);
     o->launched = 0;
-    pthread_mutex_lock(&o->mu);   /* the thread is idle between steps (rt_overlap_finish waited) */
+    pthread_mutex_lock(&o->mu); /* the thread is idle between steps (rt_overlap_finish waited) */
     o->queued = o->done = 0;
     o->ctx.step = step;
     o->ctx.micro_batch = -1;
@@ -304,7 +310,7 @@ int rt_overlap_finish(rt_overlap *o, rt_context *ctx)
         return 0;
     o->early += o->launched;
     o->handed += o->n_buckets;
-    while (o->launched < o->n_buckets)   /* final already: the stepper's accumulation made them */
+    while (o->launched < o->n_buckets) /* final already: the stepper's accumulation made them */
         launch(o, o->launched, 0);
     double t0 = seconds_now();
     pthread_mutex_lock(&o->mu);
@@ -328,7 +334,7 @@ int rt_overlap_finish(rt_overlap *o, rt_context *ctx)
 }
 
 int32_t rt_overlap_buckets(const rt_overlap *o) { return o ? o->n_buckets : 0; }
-double  rt_overlap_waited(const rt_overlap *o) { return o ? o->waited : 0.0; }
+double rt_overlap_waited(const rt_overlap *o) { return o ? o->waited : 0.0; }
 
 void rt_overlap_counts(const rt_overlap *o, int64_t *early, int64_t *handed)
 {

@@ -52,9 +52,9 @@ typedef struct rt_overlap rt_overlap;
  * with one micro-batch); enabled: 0 = reduce every bucket in
  * rt_overlap_finish.  *out = NULL when the program has no bucket.  0, or
  * -1 with err set. */
-int rt_overlap_open(rt_overlap **out, struct rt_comm *c, const rt_op *ops, int32_t n_ops,
-                    const rt_tensor_info *tensors, int32_t n_tensors, char *arena, float *grad_sum,
-                    int32_t micro_batches, int enabled, char *err, size_t n);
+int rt_overlap_open(rt_overlap **out, struct rt_comm *c, const rt_op *ops, int32_t n_ops, const rt_tensor_info *tensors,
+                    int32_t n_tensors, char *arena, float *grad_sum, int32_t micro_batches, int enabled, char *err,
+                    size_t n);
 
 /* A span of the arena: one bucket member's gradient, in bytes. */
 typedef struct {
@@ -92,9 +92,9 @@ int rt_overlap_finish(rt_overlap *o, rt_context *ctx);
 /* How many buckets, and the seconds the main thread waited in
  * rt_overlap_finish over the run (what the overlap did not hide). */
 int32_t rt_overlap_buckets(const rt_overlap *o);
-double  rt_overlap_waited(const rt_overlap *o);
+double rt_overlap_waited(const rt_overlap *o);
 /* Buckets handed to the thread during a backward, and in all, over the run. */
-void    rt_overlap_counts(const rt_overlap *o, int64_t *early, int64_t *handed);
+void rt_overlap_counts(const rt_overlap *o, int64_t *early, int64_t *handed);
 
 /* The quantised buckets' error feedback, listed into l (feedback.h), for
  * a checkpoint; call between steps (the thread is idle then).  0, or -1. */

@@ -37,7 +37,7 @@ static inline uint64_t mix64(uint64_t z)
  * Inf or NaN (it then decodes as NaN: q = 0 times a NaN scale). */
 static float row_scale(const float *x, int64_t cols, float L, float *inv)
 {
-    float m = 0.0f, nan_if_broken = 0.0f;   /* x - x is NaN for an Inf or NaN, else 0 */
+    float m = 0.0f, nan_if_broken = 0.0f; /* x - x is NaN for an Inf or NaN, else 0 */
     for (int64_t j = 0; j < cols; j++) {
         nan_if_broken += x[j] - x[j];
         float a = fabsf(x[j]);
@@ -60,8 +60,14 @@ static inline int8_t stochastic_level(float x, float inv, float u, float L)
 /* Element i's uniform: bits 16 (i % 4) .. 16 (i % 4) + 15 of a hash of
  * (seed, i / 4), the middle of its 1/65536 bin (the rounding's bias is
  * below 2^-16 of a scale). */
-static inline float uniform_of(uint64_t h, int64_t i) { return ((float)((h >> (16 * (i & 3))) & 0xffff) + 0.5f) * 0x1p-16f; }
-static inline uint64_t hash_of(uint64_t seed, int64_t i) { return mix64(seed + 0x9e3779b97f4a7c15ull * (uint64_t)((i >> 2) + 1)); }
+static inline float uniform_of(uint64_t h, int64_t i)
+{
+    return ((float)((h >> (16 * (i & 3))) & 0xffff) + 0.5f) * 0x1p-16f;
+}
+static inline uint64_t hash_of(uint64_t seed, int64_t i)
+{
+    return mix64(seed + 0x9e3779b97f4a7c15ull * (uint64_t)((i >> 2) + 1));
+}
 
 /* q[len] in [-L, L] for x[len], element index0 onward (the stochastic
  * rounding's counter).  Written so the compiler vectorises the nearest
@@ -78,9 +84,9 @@ static void quantize(const float *x, int64_t len, float inv, float L, quant_roun
         return;
     }
     int64_t j = 0;
-    for (; j < len && ((index0 + j) & 3); j++)   /* up to a multiple of 4 */
+    for (; j < len && ((index0 + j) & 3); j++) /* up to a multiple of 4 */
         q[j] = stochastic_level(x[j], inv, uniform_of(hash_of(seed, index0 + j), index0 + j), L);
-    for (; j + 4 <= len; j += 4) {               /* whole groups: one hash each */
+    for (; j + 4 <= len; j += 4) { /* whole groups: one hash each */
         uint64_t h = hash_of(seed, index0 + j);
         for (int t = 0; t < 4; t++)
             q[j + t] = stochastic_level(x[j + t], inv, uniform_of(h, t), L);
@@ -114,7 +120,7 @@ int64_t quant_encode(const float *x, int64_t rows, int64_t cols, int bits, quant
         memcpy(scales + 4 * r, &scale, 4);
         for (int64_t c0 = 0; c0 < cols; c0 += CHUNK) {
             int64_t len = cols - c0 < CHUNK ? cols - c0 : CHUNK, at = r * cols + c0;
-            if (isnan(scale))   /* a broken row: zeros, which decode as NaN (0 times the NaN scale) */
+            if (isnan(scale)) /* a broken row: zeros, which decode as NaN (0 times the NaN scale) */
                 memset(q, 0, (size_t)len);
             else
                 quantize(xr + c0, len, inv, L, rounding, seed, at, q);
@@ -122,7 +128,7 @@ int64_t quant_encode(const float *x, int64_t rows, int64_t cols, int bits, quant
                 memcpy(values + at, q, (size_t)len);
                 continue;
             }
-            int64_t j = 0;   /* element i's nibble: the low one of byte i / 2 when i is even */
+            int64_t j = 0; /* element i's nibble: the low one of byte i / 2 when i is even */
             if ((at & 1) && len > 0)
                 values[at / 2] |= (unsigned char)((q[j++] + 8) << 4);
             for (; j + 1 < len; j += 2)

@@ -46,20 +46,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FU_CODEC_QUANT     2               /* transport.h's codec field: a quant_encode payload */
-#define QUANT_MAGIC        0x5A515546u     /* "FUQZ" read as a little-endian uint32 */
+#define FU_CODEC_QUANT     2           /* transport.h's codec field: a quant_encode payload */
+#define QUANT_MAGIC        0x5A515546u /* "FUQZ" read as a little-endian uint32 */
 #define QUANT_HEADER_BYTES 32
 
 typedef enum { QUANT_NEAREST = 0, QUANT_STOCHASTIC = 1 } quant_rounding;
 
 /* Bytes of the encoding of rows x cols at bits (4 or 8); 0 when invalid. */
-size_t  quant_encoded_bytes(int64_t rows, int64_t cols, int bits);
+size_t quant_encoded_bytes(int64_t rows, int64_t cols, int bits);
 /* Encode x[rows * cols] into out[cap]: the bytes written, or -1 (bits not
  * 4 or 8, negative sizes, or cap too small). */
 int64_t quant_encode(const float *x, int64_t rows, int64_t cols, int bits, quant_rounding rounding, uint64_t seed,
                      void *out, size_t cap);
 /* Decode buf[len] into y[n]; 0, or -1 with err saying what is wrong (bad
  * magic, bits, sizes that are not n, a length that is not the encoding's). */
-int     quant_decode(const void *buf, size_t len, float *y, int64_t n, char *err, size_t err_size);
+int quant_decode(const void *buf, size_t len, float *y, int64_t n, char *err, size_t err_size);
 
 #endif

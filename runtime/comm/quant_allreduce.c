@@ -49,7 +49,7 @@ int rt_quant_feedback_list(rt_quant_feedback *fb, int32_t tag, rt_feedback_array
 {
     char name[96];
     if (!fb->mine)
-        return 0;   /* not used yet: nothing dropped */
+        return 0; /* not used yet: nothing dropped */
     feedback_name(name, sizeof name, tag, "mine");
     if (rt_feedback_add(l, name, fb->mine, fb->n))
         return -1;
@@ -62,7 +62,7 @@ void rt_quant_feedback_restore(rt_quant_feedback *fb, int32_t tag, const rt_feed
     char name[96];
     feedback_name(name, sizeof name, tag, "mine");
     if (!rt_feedback_restore(l, name, fb->mine, fb->n))
-        return;   /* none, or another bucket's: both ends start at zero */
+        return; /* none, or another bucket's: both ends start at zero */
     feedback_name(name, sizeof name, tag, "owned");
     rt_feedback_restore(l, name, fb->owned, fb->chunk);
 }
@@ -102,21 +102,20 @@ static int64_t encode_with_feedback(rt_quant_feedback *fb, const float *v, float
 }
 
 /* Receive replica q's encoding of a chunk of len values into fb->dec. */
-static int receive(struct fu_hub *hub, int32_t device, fu_msg_info *want, rt_quant_feedback *fb, int64_t len,
-                   char *err, size_t err_size)
+static int receive(struct fu_hub *hub, int32_t device, fu_msg_info *want, rt_quant_feedback *fb, int64_t len, char *err,
+                   size_t err_size)
 {
     char why[400];
     if (fu_hub_recv(hub, device, want, fb->wire, want->length, why, sizeof why) != 0 ||
         quant_decode(fb->wire, want->length, fb->dec, rows_of(len) * COLS, why, sizeof why) != 0) {
-        snprintf(err, err_size, "quantised all-reduce of tensor %d, from device %d: %.300s", want->tensor, device,
-                 why);
+        snprintf(err, err_size, "quantised all-reduce of tensor %d, from device %d: %.300s", want->tensor, device, why);
         return -1;
     }
     return 0;
 }
 
-int rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t me, float *x, int64_t n,
-                  int32_t tag, int bits, int64_t step, rt_quant_feedback *fb, char *err, size_t err_size)
+int rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t me, float *x, int64_t n, int32_t tag,
+                  int bits, int64_t step, rt_quant_feedback *fb, char *err, size_t err_size)
 {
     if (R < 2)
         return 0;

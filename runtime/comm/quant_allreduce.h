@@ -37,30 +37,30 @@
 struct fu_hub;
 
 typedef struct {
-    int64_t        n;          /* the bucket's floats, fixed at first use           */
-    int64_t        chunk;      /* n / R + 1: room for the longest chunk              */
-    float         *mine;       /* [n] what round 1's rounding dropped, per chunk     */
-    float         *owned;      /* [chunk] what round 2's rounding of our chunk dropped */
-    float         *sum;        /* [chunk] the owner's sum                             */
-    float         *pad, *dec;  /* [rows * ALLREDUCE_QUANT_COLS] a chunk, padded       */
-    unsigned char *wire;       /* one chunk's encoding                                */
-    size_t         wire_cap;
+    int64_t n;           /* the bucket's floats, fixed at first use           */
+    int64_t chunk;       /* n / R + 1: room for the longest chunk              */
+    float *mine;         /* [n] what round 1's rounding dropped, per chunk     */
+    float *owned;        /* [chunk] what round 2's rounding of our chunk dropped */
+    float *sum;          /* [chunk] the owner's sum                             */
+    float *pad, *dec;    /* [rows * ALLREDUCE_QUANT_COLS] a chunk, padded       */
+    unsigned char *wire; /* one chunk's encoding                                */
+    size_t wire_cap;
 } rt_quant_feedback;
 
 /* x[n] := the mean over R replicas (devices[q]: replica q's device; this
  * is replica me) by the quantised exchange at `bits` (8 or 4), message id
  * tag, this step's number.  0, or -1 with err naming the peer and why. */
-int  rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t me, float *x, int64_t n,
-                   int32_t tag, int bits, int64_t step, rt_quant_feedback *fb, char *err, size_t err_size);
+int rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t me, float *x, int64_t n, int32_t tag,
+                  int bits, int64_t step, rt_quant_feedback *fb, char *err, size_t err_size);
 void rt_quant_feedback_free(rt_quant_feedback *fb);
 
 /* The feedback's arrays made now (zero) for a bucket of n floats over R
  * replicas at `bits`, as rt_quant_mean makes them at its first call: so
  * that a resumed run can fill them first.  0, or -1 with err. */
-int  rt_quant_feedback_prepare(rt_quant_feedback *fb, int64_t n, int32_t R, int bits, char *err, size_t err_size);
+int rt_quant_feedback_prepare(rt_quant_feedback *fb, int64_t n, int32_t R, int bits, char *err, size_t err_size);
 /* The bucket with message id tag's feedback as named arrays (feedback.h):
  * listed into l (not copied), or taken back from a checkpoint's. */
-int  rt_quant_feedback_list(rt_quant_feedback *fb, int32_t tag, rt_feedback_arrays *l);
+int rt_quant_feedback_list(rt_quant_feedback *fb, int32_t tag, rt_feedback_arrays *l);
 void rt_quant_feedback_restore(rt_quant_feedback *fb, int32_t tag, const rt_feedback_arrays *l);
 
 #endif

@@ -14,8 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "../../ir/folders.h"   /* FU_PATH_BYTES */
-
+#include "../../ir/folders.h" /* FU_PATH_BYTES */
 
 static int init_rc = -1;
 static void init_once(void) { init_rc = sodium_init() < 0 ? -1 : 0; }
@@ -48,7 +47,7 @@ int fu_secret_load(const char *path, uint8_t secret[FU_SECRET_BYTES], char *err,
         rt_error(err, n, "%s: the run secret is not a regular file", path);
     } else if (st.st_mode & (S_IRWXG | S_IRWXO)) {
         rt_error(err, n, "%s: the run secret is readable or writable by others (mode %03o): refused; chmod 600 it",
-            path, (unsigned)(st.st_mode & 0777));
+                 path, (unsigned)(st.st_mode & 0777));
     } else if (st.st_size != FU_SECRET_BYTES) {
         rt_error(err, n, "%s: the run secret has %lld bytes, not %d", path, (long long)st.st_size, FU_SECRET_BYTES);
     } else if (read(fd, secret, FU_SECRET_BYTES) != FU_SECRET_BYTES) {
@@ -83,7 +82,6 @@ int fu_secret_write(const char *path, const uint8_t secret[FU_SECRET_BYTES], cha
 /* ---- handshake ----------------------------------------------------------- */
 
 enum { HS_MAGIC = 0, HS_FLAGS = 4, HS_PK = 8, HS_SELF = 40, HS_PEER = 104, HS_BUILD = 168, HS_EPOCH = 176 };
-
 
 void fu_hs_start(fu_hs *hs, const fu_link_auth *a, const char *expect_peer)
 {
@@ -137,12 +135,12 @@ int fu_hs_finish(fu_hs *hs, const fu_link_auth *a, const char *expect_peer, cons
     }
     if (get64(peer + HS_BUILD) != a->build_id) {
         rt_error(err, n, "the peer runs another compile (build %016" PRIx64 ", this program is build %016" PRIx64 ")",
-            get64(peer + HS_BUILD), a->build_id);
+                 get64(peer + HS_BUILD), a->build_id);
         goto out;
     }
     if ((int64_t)get64(peer + HS_EPOCH) != a->epoch) {
         rt_error(err, n, "the peer is of the run's epoch %" PRId64 ", this device of epoch %" PRId64,
-            (int64_t)get64(peer + HS_EPOCH), a->epoch);
+                 (int64_t)get64(peer + HS_EPOCH), a->epoch);
         goto out;
     }
     uint8_t rx[32], tx[32];
@@ -152,7 +150,7 @@ int fu_hs_finish(fu_hs *hs, const fu_link_auth *a, const char *expect_peer, cons
         rt_error(err, n, "the peer's ephemeral key is not a valid X25519 key");
         goto out;
     }
-    crypto_generichash_state st;   /* listener's hello first */
+    crypto_generichash_state st; /* listener's hello first */
     crypto_generichash_init(&st, NULL, 0, 32);
     crypto_generichash_update(&st, listener ? hs->hello : peer, FU_HS_BYTES);
     crypto_generichash_update(&st, listener ? peer : hs->hello, FU_HS_BYTES);
@@ -179,30 +177,33 @@ size_t fu_seal_frame_split(fu_seal *s, uint8_t *buf, size_t clear_len, const uin
     memcpy(nonce, buf, 8);
     uint8_t *text = buf + FU_SEAL_PREFIX + clear_len, *tag = text + secret_len;
     const uint8_t *from = src ? src : text;
-    size_t ad_len = FU_SEAL_PREFIX + clear_len;   /* the counter and the clear bytes */
+    size_t ad_len = FU_SEAL_PREFIX + clear_len; /* the counter and the clear bytes */
     if (s->aes)
         crypto_aead_aes256gcm_encrypt_detached(text, tag, NULL, from, secret_len, buf, ad_len, NULL, nonce, s->tx_key);
     else
-        crypto_aead_xchacha20poly1305_ietf_encrypt_detached(text, tag, NULL, from, secret_len, buf, ad_len, NULL,
-                                                            nonce, s->tx_key);
+        crypto_aead_xchacha20poly1305_ietf_encrypt_detached(text, tag, NULL, from, secret_len, buf, ad_len, NULL, nonce,
+                                                            s->tx_key);
     s->tx_count++;
     return clear_len + secret_len + FU_SEAL_OVERHEAD;
 }
 
-size_t fu_seal_frame(fu_seal *s, uint8_t *buf, size_t plain_len) { return fu_seal_frame_split(s, buf, 0, NULL, plain_len); }
+size_t fu_seal_frame(fu_seal *s, uint8_t *buf, size_t plain_len)
+{
+    return fu_seal_frame_split(s, buf, 0, NULL, plain_len);
+}
 
 int fu_open_frame_split(fu_seal *s, uint8_t *buf, size_t len, size_t clear_len, uint8_t **plain, size_t *plain_len,
                         char *err, size_t n)
 {
     if (len < FU_SEAL_OVERHEAD + clear_len) {
         rt_error(err, n, "a %zu-byte frame, shorter than a sealed frame's %zu bytes of counter, header and tag", len,
-            FU_SEAL_OVERHEAD + clear_len);
+                 FU_SEAL_OVERHEAD + clear_len);
         return -1;
     }
     uint64_t count = get64(buf);
     if (count != s->rx_count) {
         rt_error(err, n, "frame number %" PRIu64 " where %" PRIu64 " was due (%s)", count, s->rx_count,
-            count < s->rx_count ? "a repeat or a replay" : "frames missing, or forged");
+                 count < s->rx_count ? "a repeat or a replay" : "frames missing, or forged");
         return -1;
     }
     uint8_t nonce[24] = { 0 };
@@ -213,8 +214,10 @@ int fu_open_frame_split(fu_seal *s, uint8_t *buf, size_t len, size_t clear_len, 
                     : crypto_aead_xchacha20poly1305_ietf_decrypt_detached(text, NULL, text, k, tag, buf, ad_len, nonce,
                                                                           s->rx_key);
     if (rc != 0) {
-        rt_error(err, n, "frame %" PRIu64 " does not authenticate (altered, or sealed under another key: another "
-            "run's secret or connection)", count);
+        rt_error(err, n,
+                 "frame %" PRIu64 " does not authenticate (altered, or sealed under another key: another "
+                 "run's secret or connection)",
+                 count);
         return -1;
     }
     s->rx_count++;

@@ -52,8 +52,8 @@
 
 #define FU_SECRET_BYTES  32
 #define FU_HS_BYTES      184
-#define FU_SEAL_PREFIX   8     /* the counter, before the ciphertext */
-#define FU_SEAL_TAG      16    /* after it */
+#define FU_SEAL_PREFIX   8  /* the counter, before the ciphertext */
+#define FU_SEAL_TAG      16 /* after it */
 #define FU_SEAL_OVERHEAD (FU_SEAL_PREFIX + FU_SEAL_TAG)
 #define FU_BOX_OVERHEAD  (24 + 16)
 
@@ -70,17 +70,17 @@ int fu_secret_write(const char *path, const uint8_t secret[FU_SECRET_BYTES], cha
 
 /* Who this end is, for the handshake. */
 typedef struct {
-    const uint8_t *secret;        /* FU_SECRET_BYTES */
-    const char    *self;          /* this device's name */
-    uint64_t       build_id;
-    int64_t        epoch;
+    const uint8_t *secret; /* FU_SECRET_BYTES */
+    const char *self;      /* this device's name */
+    uint64_t build_id;
+    int64_t epoch;
 } fu_link_auth;
 
 /* One connection's keys and counters. */
 typedef struct {
-    uint8_t  tx_key[32], rx_key[32];
+    uint8_t tx_key[32], rx_key[32];
     uint64_t tx_count, rx_count;
-    int      aes;                 /* 1: AES-256-GCM, 0: XChaCha20-Poly1305 */
+    int aes; /* 1: AES-256-GCM, 0: XChaCha20-Poly1305 */
 } fu_seal;
 
 /* This end's half of a handshake in progress (its ephemeral keys). */
@@ -118,8 +118,8 @@ int fu_open_frame(fu_seal *s, uint8_t *buf, size_t len, uint8_t **plain, size_t 
  * One pass over the payload: sealing copies it into the frame, opening
  * leaves the plain bytes in place, header first (*plain). */
 size_t fu_seal_frame_split(fu_seal *s, uint8_t *buf, size_t clear_len, const uint8_t *src, size_t secret_len);
-int    fu_open_frame_split(fu_seal *s, uint8_t *buf, size_t len, size_t clear_len, uint8_t **plain,
-                           size_t *plain_len, char *err, size_t n);
+int fu_open_frame_split(fu_seal *s, uint8_t *buf, size_t len, size_t clear_len, uint8_t **plain, size_t *plain_len,
+                        char *err, size_t n);
 
 /* A box: out (len + FU_BOX_OVERHEAD bytes) = nonce || AEAD(msg), under the
  * key BLAKE2b(secret, "fusion box " context), ad authenticated too.  The

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 int stop_table_init(stop_table *t, int32_t n, const uint8_t *members)
 {
     memset(t, 0, sizeof *t);
@@ -47,10 +46,9 @@ void stop_table_enter(stop_table *t, int32_t d, int64_t step, int32_t code)
     t->version++;
 }
 
-#define ENTRY_BYTES 13   /* known, step, code */
+#define ENTRY_BYTES 13 /* known, step, code */
 
 size_t stop_table_bytes(const stop_table *t) { return 8 + (size_t)t->n * ENTRY_BYTES; }
-
 
 void stop_table_encode(const stop_table *t, uint8_t *out)
 {
@@ -75,7 +73,7 @@ int stop_table_merge(stop_table *t, const uint8_t *in, size_t bytes)
         if (!e[0] || t->known[d])
             continue;
         stop_table_enter(t, d, (int64_t)get64(e + 1), 0);
-        t->entry_code[d] = (int32_t)get32(e + 9);   /* its own, not this table's */
+        t->entry_code[d] = (int32_t)get32(e + 9); /* its own, not this table's */
     }
     return t->version != before;
 }

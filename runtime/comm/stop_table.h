@@ -31,27 +31,27 @@
 #include <stdint.h>
 
 typedef struct {
-    int32_t  n;          /* device indices 0..n                              */
+    int32_t n;           /* device indices 0..n                              */
     uint8_t *member;     /* [n] 1: a device of this run, whose entry counts  */
     uint8_t *known;      /* [n] its entry is in                               */
     int64_t *step;       /* [n] the last step it must finish                  */
     int32_t *entry_code; /* [n] the code it knew when it entered              */
-    int32_t  code;       /* 0: no stop asked for; else the lowest code asked  */
-    int32_t  missing;    /* members whose entry is not in                     */
+    int32_t code;        /* 0: no stop asked for; else the lowest code asked  */
+    int32_t missing;     /* members whose entry is not in                     */
     uint64_t version;    /* grows with every change (what a peer was told)    */
 } stop_table;
 
 /* members[n] (NULL: none yet).  0, or -1 out of memory. */
-int     stop_table_init(stop_table *t, int32_t n, const uint8_t *members);
-void    stop_table_free(stop_table *t);
+int stop_table_init(stop_table *t, int32_t n, const uint8_t *members);
+void stop_table_free(stop_table *t);
 /* Device d's entry (if not in yet), entered with the table's code after
  * `code` (the lower wins) is taken in. */
-void    stop_table_enter(stop_table *t, int32_t d, int64_t step, int32_t code);
-size_t  stop_table_bytes(const stop_table *t);
-void    stop_table_encode(const stop_table *t, uint8_t *out);
+void stop_table_enter(stop_table *t, int32_t d, int64_t step, int32_t code);
+size_t stop_table_bytes(const stop_table *t);
+void stop_table_encode(const stop_table *t, uint8_t *out);
 /* A peer's table into t.  1 when t changed, 0 when not, -1 when the bytes
  * are not a table of t's size (the programs disagree). */
-int     stop_table_merge(stop_table *t, const uint8_t *in, size_t bytes);
+int stop_table_merge(stop_table *t, const uint8_t *in, size_t bytes);
 /* The largest entry, and the lowest entry code (every member's in: check
  * missing first). */
 int64_t stop_table_last(const stop_table *t);

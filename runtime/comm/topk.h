@@ -85,29 +85,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FU_CODEC_TOPK       1              /* transport.h's codec field: a topk_encode payload */
+#define FU_CODEC_TOPK 1 /* transport.h's codec field: a topk_encode payload */
 
-#define TOPK_MAGIC          0x4B545546u    /* "FUTK" read as little-endian bytes */
-#define TOPK_FORMAT_INDEX   1u
-#define TOPK_FORMAT_BITMAP  2u
-#define TOPK_HEADER_BYTES   24
-#define TOPK_MAX_N          ((int64_t)UINT32_MAX)
-#define TOPK_SAMPLE         4096           /* elements in the threshold's sample */
+#define TOPK_MAGIC         0x4B545546u /* "FUTK" read as little-endian bytes */
+#define TOPK_FORMAT_INDEX  1u
+#define TOPK_FORMAT_BITMAP 2u
+#define TOPK_HEADER_BYTES  24
+#define TOPK_MAX_N         ((int64_t)UINT32_MAX)
+#define TOPK_SAMPLE        4096 /* elements in the threshold's sample */
 
 typedef struct {
-    uint32_t *cand_idx;   /* (cand_cap + 16) candidate indices, ascending */
-    uint32_t *cand_val;   /* (cand_cap + 16) their values' bits */
-    int64_t   cand_cap;
-    uint32_t *hist;       /* 65536 counts for the exact radix selection, or the keys the
+    uint32_t *cand_idx; /* (cand_cap + 16) candidate indices, ascending */
+    uint32_t *cand_val; /* (cand_cap + 16) their values' bits */
+    int64_t cand_cap;
+    uint32_t *hist; /* 65536 counts for the exact radix selection, or the keys the
                              quickselect permutes; NULL until needed */
-    uint32_t  sample[TOPK_SAMPLE];
+    uint32_t sample[TOPK_SAMPLE];
 } topk_scratch;
 
 void topk_scratch_init(topk_scratch *s);
 void topk_scratch_free(topk_scratch *s);
 /* Grow s now for calls with this (n, k), so the first encode allocates
  * nothing either.  0, or -1 when out of memory. */
-int  topk_scratch_reserve(topk_scratch *s, int64_t n, int64_t k);
+int topk_scratch_reserve(topk_scratch *s, int64_t n, int64_t k);
 
 /* k for a density: round half up of density * n, clamped to [0, n]; at
  * least 1 when n >= 1 and density > 0.  0 for n <= 0, density <= 0 or NaN. */
@@ -128,8 +128,8 @@ int64_t topk_encode(const float *x, int64_t n, int64_t k, void *out, size_t capa
  * zeroed.  The first call of a run passes a zeroed residual.  Over steps,
  * sum of decoded tensors + final residual = sum of the x's (up to fp32
  * rounding of the additions).  On -1, residual is unchanged. */
-int64_t topk_encode_with_residual(const float *x, float *residual, int64_t n, int64_t k, void *out,
-                                  size_t capacity, topk_scratch *s);
+int64_t topk_encode_with_residual(const float *x, float *residual, int64_t n, int64_t k, void *out, size_t capacity,
+                                  topk_scratch *s);
 
 /* in is len bytes from topk_encode; out is (n,) fp32.  Writes the dense
  * tensor (kept values at their indices, +0 elsewhere) and returns 0; -1 with

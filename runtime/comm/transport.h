@@ -96,36 +96,36 @@
 
 #include "comm/seal.h"
 
-#define FU_WIRE_MAGIC    0x4E535546u   /* "FUSN" read as little-endian bytes */
-#define FU_WIRE_VERSION  2
-#define FU_WIRE_HEADER   64            /* bytes before a frame's payload */
-#define FU_WIRE_FRAME    (512u << 10)  /* payload bytes per frame (the last may be shorter) */
+#define FU_WIRE_MAGIC     0x4E535546u /* "FUSN" read as little-endian bytes */
+#define FU_WIRE_VERSION   2
+#define FU_WIRE_HEADER    64           /* bytes before a frame's payload */
+#define FU_WIRE_FRAME     (512u << 10) /* payload bytes per frame (the last may be shorter) */
 #define FU_CODEC_RAW_F32  0
-#define FU_CODEC_RAW_F16  3            /* 1 and 2: comm/topk.h, comm/quant.h */
+#define FU_CODEC_RAW_F16  3 /* 1 and 2: comm/topk.h, comm/quant.h */
 #define FU_CODEC_RAW_BF16 4
 
-typedef struct fu_link fu_link;   /* one connected neighbour */
+typedef struct fu_link fu_link; /* one connected neighbour */
 
 typedef enum {
     MSG_HANDSHAKE = 1,
     MSG_ACTIVATION,
     MSG_GRADIENT,
     MSG_ACK,
-    MSG_HELLO,       /* hub: build id and device name, once per link after the handshake */
-    MSG_HEARTBEAT,   /* hub: "still here" on an idle link; control, never acked */
-    MSG_ABORT,       /* hub: the sender stops; payload: why, as text; control, acked */
-    MSG_BYE,         /* hub: the sender closes its end cleanly; control, acked */
-    MSG_STOP,        /* hub: what the sender knows of a stop request (SIGINT, SIGTERM): the
+    MSG_HELLO,     /* hub: build id and device name, once per link after the handshake */
+    MSG_HEARTBEAT, /* hub: "still here" on an idle link; control, never acked */
+    MSG_ABORT,     /* hub: the sender stops; payload: why, as text; control, acked */
+    MSG_BYE,       /* hub: the sender closes its end cleanly; control, acked */
+    MSG_STOP,      /* hub: what the sender knows of a stop request (SIGINT, SIGTERM): the
                         table of comm/stop_table.h; control, never acked (hub.c) */
 } fu_msg_kind;
 
 typedef struct {
-    uint32_t kind;          /* fu_msg_kind */
-    int64_t  step;
-    int32_t  micro_batch;
-    int32_t  tensor;        /* tensor id, agreed by the two programs at compile time */
-    int32_t  codec;         /* FU_CODEC_RAW_F32 */
-    uint64_t length;        /* payload bytes */
+    uint32_t kind; /* fu_msg_kind */
+    int64_t step;
+    int32_t micro_batch;
+    int32_t tensor;  /* tensor id, agreed by the two programs at compile time */
+    int32_t codec;   /* FU_CODEC_RAW_F32 */
+    uint64_t length; /* payload bytes */
 } fu_msg_info;
 
 /* Bind to url ("tcp://127.0.0.1:5555") and wait up to timeout_ms for the
@@ -137,8 +137,8 @@ fu_link *fu_link_connect(const char *url, const char *peer_name, int timeout_ms,
 /* Either of the two (listen != 0: bind), giving up early with errno
  * ECANCELED when cancel_fd (a pipe's read end; -1 for none) becomes
  * readable.  On failure errno tells timeouts (ETIMEDOUT) from the rest. */
-fu_link *fu_link_open(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
-                      char *err, size_t n);
+fu_link *fu_link_open(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd, char *err,
+                      size_t n);
 
 /* fu_link_open with a sealed handshake (comm/seal.h) when auth is not NULL:
  * both ends prove they hold the run secret and agree on the build id,
@@ -164,17 +164,17 @@ void fu_link_close(fu_link *l);
 
 typedef enum {
     FU_EVENT_NONE = 0,
-    FU_EVENT_MESSAGE,        /* a verified message arrived (and was acked if it needs one);
+    FU_EVENT_MESSAGE, /* a verified message arrived (and was acked if it needs one);
                                 heartbeats are not reported (see fu_link_last_heard_ms) */
-    FU_EVENT_ACKED,          /* the peer acked the post numbered seq */
+    FU_EVENT_ACKED,   /* the peer acked the post numbered seq */
 } fu_event_type;
 
 typedef struct {
     fu_event_type type;
-    fu_msg_info   info;         /* MESSAGE */
-    void         *payload;      /* MESSAGE: info.length bytes, malloc'd (NULL when 0): the caller frees it */
-    uint64_t      deliver_ns;   /* MESSAGE: the sender's deliver_ns stamp, 0 = at once */
-    uint64_t      seq;          /* ACKED */
+    fu_msg_info info;    /* MESSAGE */
+    void *payload;       /* MESSAGE: info.length bytes, malloc'd (NULL when 0): the caller frees it */
+    uint64_t deliver_ns; /* MESSAGE: the sender's deliver_ns stamp, 0 = at once */
+    uint64_t seq;        /* ACKED */
 } fu_event;
 
 /* Starts sending a data message (one at a time: -1 while an earlier post is
@@ -186,8 +186,7 @@ int fu_link_post(fu_link *l, const fu_msg_info *info, const void *payload, uint6
  * MSG_ABORT or MSG_BYE, acked: FU_EVENT_ACKED with *seq) ahead of any data
  * frame still to go; the payload is copied.  Abort, bye and stop arrive as
  * FU_EVENT_MESSAGE in wire order with the data messages around them. */
-int fu_link_post_control(fu_link *l, const fu_msg_info *info, const void *payload, uint64_t *seq,
-                         char *err, size_t n);
+int fu_link_post_control(fu_link *l, const fu_msg_info *info, const void *payload, uint64_t *seq, char *err, size_t n);
 /* Sends and receives for up to timeout_ms (0: what can be done now) and
  * returns 1 with the first event, 0 when there was none by then or wake_fd
  * (-1: none) became readable (the caller drains it), -1 on a dropped
@@ -202,7 +201,7 @@ int64_t fu_link_last_heard_ms(const fu_link *l);
  * needs more than one frame), and a send of arbitrary bytes that does not
  * wait for an ack, to inject corruption. */
 void *fu_link_encode(const fu_msg_info *info, const void *payload, uint64_t seq, size_t *len);
-int   fu_link_send_raw(fu_link *l, const void *bytes, size_t len, char *err, size_t n);
+int fu_link_send_raw(fu_link *l, const void *bytes, size_t len, char *err, size_t n);
 
 /* The error-message name of the peer; for callers' own messages. */
 const char *fu_link_peer(const fu_link *l);

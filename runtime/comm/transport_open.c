@@ -30,7 +30,8 @@
  * process that chose its own thresholds (GLIBC_TUNABLES or MALLOC_*_
  * variables) keeps them.  The cost: each malloc arena may keep up to 64 MiB
  * of freed memory instead of returning it to the kernel. */
-static void tune_malloc(void) {
+static void tune_malloc(void)
+{
 #ifdef __GLIBC__
     const char *tunables = getenv("GLIBC_TUNABLES");
     if ((tunables && strstr(tunables, "glibc.malloc.")) || getenv("MALLOC_MMAP_THRESHOLD_") ||
@@ -43,9 +44,11 @@ static void tune_malloc(void) {
 
 /* Drops the socket and everything read or queued on it (a self-connected
  * attempt, below). */
-static void reset_link(fu_link *l) {
+static void reset_link(fu_link *l)
+{
     l->dst = NULL;
-    while (l->head) link_free_pending(l, link_dequeue(l));
+    while (l->head)
+        link_free_pending(l, link_dequeue(l));
     while (l->ctl_head) {
         control *c = l->ctl_head;
         l->ctl_head = c->next;
@@ -56,7 +59,8 @@ static void reset_link(fu_link *l) {
     link_reset_out(l);
     link_drop_incoming(l);
     l->n_acked = l->n_control_waiting = 0;
-    if (l->sock >= 0) nn_close(l->sock);
+    if (l->sock >= 0)
+        nn_close(l->sock);
     l->sock = -1;
     l->sealed = 0;
     l->sealed_slot = NULL;
@@ -66,7 +70,8 @@ static void reset_link(fu_link *l) {
 
 /* A fresh NN_PAIR socket, bound to or connecting to url; 0, or -1 with err
  * and errno. */
-static int open_socket(fu_link *l, const char *url, int listen, char *err, size_t n) {
+static int open_socket(fu_link *l, const char *url, int listen, char *err, size_t n)
+{
     l->sock = nn_socket(AF_SP, NN_PAIR);
     if (l->sock < 0) {
         int e = nn_errno();
@@ -104,9 +109,8 @@ static int open_socket(fu_link *l, const char *url, int listen, char *err, size_
     int rc = listen ? nn_bind(l->sock, url) : nn_connect(l->sock, url);
     if (rc < 0) {
         int e = nn_errno();
-        fail(err, n, "link to %s: cannot %s %s: %s", l->peer, listen ? "listen on" : "connect to", url,
-             nn_strerror(e));
-        errno = e;   /* EADDRINUSE: the caller may pick another port */
+        fail(err, n, "link to %s: cannot %s %s: %s", l->peer, listen ? "listen on" : "connect to", url, nn_strerror(e));
+        errno = e; /* EADDRINUSE: the caller may pick another port */
         return -1;
     }
     return 0;
@@ -128,7 +132,8 @@ static int open_socket(fu_link *l, const char *url, int listen, char *err, size_
  * CURRENT_CONNECTIONS counts a connection only once its SP header is
  * exchanged, while ACCEPTED and ESTABLISHED count it at TCP connect: "had
  * one, none now" is true in between too, so it cannot mean "closed". */
-static int handshake_connection_lost(fu_link *l, int listen, int first) {
+static int handshake_connection_lost(fu_link *l, int listen, int first)
+{
     if (!listen)
         return nn_get_statistic(l->sock, NN_STAT_BROKEN_CONNECTIONS) > 0 ||
                nn_get_statistic(l->sock, NN_STAT_ESTABLISHED_CONNECTIONS) > 1;
@@ -144,16 +149,26 @@ static int handshake_connection_lost(fu_link *l, int listen, int first) {
  * the deadline or cancel_fd (errno). */
 #define HS_SILENT_MS 5000
 static pending *next_hello(fu_link *l, int listen, int first, int64_t deadline, int cancel_fd, int *rc, char *why,
-                           size_t n) {
+                           size_t n)
+{
     int64_t connected_since = 0;
     for (;;) {
         for (pending *p = l->head, *prev = NULL; p; prev = p, p = p->next) {
             /* Garbage before the peer's hello is a stranger's or a stale
              * connection's: start again; after it, a refusal. */
-            if (p->is_error) { snprintf(why, n, "%s", p->error); *rc = first ? 3 : 2; return NULL; }
-            if (p->info.kind != MSG_HANDSHAKE) continue;
-            if (prev) prev->next = p->next; else l->head = p->next;
-            if (l->tail == p) l->tail = prev;
+            if (p->is_error) {
+                snprintf(why, n, "%s", p->error);
+                *rc = first ? 3 : 2;
+                return NULL;
+            }
+            if (p->info.kind != MSG_HANDSHAKE)
+                continue;
+            if (prev)
+                prev->next = p->next;
+            else
+                l->head = p->next;
+            if (l->tail == p)
+                l->tail = prev;
             return p;
         }
         int64_t limit = deadline;
@@ -162,24 +177,39 @@ static pending *next_hello(fu_link *l, int listen, int first, int64_t deadline, 
             *rc = 3;
             return NULL;
         }
-        if (limit > now_ms() + 200) limit = now_ms() + 200;   /* to look at the connections again */
-        if (listen) {   /* a stranger that connects and says nothing must not hold the port */
+        if (limit > now_ms() + 200)
+            limit = now_ms() + 200; /* to look at the connections again */
+        if (listen) {               /* a stranger that connects and says nothing must not hold the port */
             if (nn_get_statistic(l->sock, NN_STAT_CURRENT_CONNECTIONS) > 0) {
-                if (!connected_since) connected_since = now_ms();
+                if (!connected_since)
+                    connected_since = now_ms();
                 if (now_ms() - connected_since >= HS_SILENT_MS) {
                     snprintf(why, n, "a connection sent no handshake within %d ms", HS_SILENT_MS);
                     *rc = 2;
                     return NULL;
                 }
-            } else connected_since = 0;
+            } else
+                connected_since = 0;
         }
         int r = link_pump(l, limit, cancel_fd, why, n);
-        if (r > 0) continue;
-        if (r < 0) { *rc = 2; return NULL; }
+        if (r > 0)
+            continue;
+        if (r < 0) {
+            *rc = 2;
+            return NULL;
+        }
         int64_t t = now_ms();
-        if (t >= deadline) { errno = ETIMEDOUT; *rc = -1; snprintf(why, n, "no handshake within the time allowed"); return NULL; }
-        if (t < limit && cancel_fd >= 0 && poll(&(struct pollfd){.fd = cancel_fd, .events = POLLIN}, 1, 0) > 0) {
-            errno = ECANCELED; *rc = -1; snprintf(why, n, "cancelled"); return NULL;
+        if (t >= deadline) {
+            errno = ETIMEDOUT;
+            *rc = -1;
+            snprintf(why, n, "no handshake within the time allowed");
+            return NULL;
+        }
+        if (t < limit && cancel_fd >= 0 && poll(&(struct pollfd){ .fd = cancel_fd, .events = POLLIN }, 1, 0) > 0) {
+            errno = ECANCELED;
+            *rc = -1;
+            snprintf(why, n, "cancelled");
+            return NULL;
         }
     }
 }
@@ -190,21 +220,31 @@ static pending *next_hello(fu_link *l, int listen, int first, int64_t deadline, 
  * refused at the confirmation (another secret, or the two ends' hellos of
  * different attempts: a connection that came and went in between); -1
  * timed out or cancelled (errno). */
-static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel_fd, char *why, size_t n) {
+static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel_fd, char *why, size_t n)
+{
     fu_hs hs;
     fu_hs_start(&hs, l->auth, l->peer);
-    wire_header w = {.info = {.kind = MSG_HANDSHAKE, .length = FU_HS_BYTES}, .seq = l->next_seq++};
-    void *m = link_build_frame(l, &w, hs.hello, 0);   /* plain: no keys yet */
-    if (!m) { snprintf(why, n, "out of memory"); return 2; }
+    wire_header w = { .info = { .kind = MSG_HANDSHAKE, .length = FU_HS_BYTES }, .seq = l->next_seq++ };
+    void *m = link_build_frame(l, &w, hs.hello, 0); /* plain: no keys yet */
+    if (!m) {
+        snprintf(why, n, "out of memory");
+        return 2;
+    }
     /* The connector speaks first; the listener answers the hello it got,
      * on the connection it came by (a stranger's connection, come and
      * gone, never takes the listener's hello). */
-    if (!listen) link_queue_control(l, m);
+    if (!listen)
+        link_queue_control(l, m);
     int rc = 2;
     pending *p = next_hello(l, listen, 1, deadline, cancel_fd, &rc, why, n);
-    if (listen && p) link_queue_control(l, m);
-    else if (listen) nn_freemsg(m);
-    if (!p) { sodium_memzero(hs.sk, sizeof hs.sk); return rc; }
+    if (listen && p)
+        link_queue_control(l, m);
+    else if (listen)
+        nn_freemsg(m);
+    if (!p) {
+        sodium_memzero(hs.sk, sizeof hs.sk);
+        return rc;
+    }
     if (fu_hs_is_own(&hs, p->data, (size_t)p->info.length)) {
         sodium_memzero(hs.sk, sizeof hs.sk);
         link_free_pending(l, p);
@@ -214,22 +254,31 @@ static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel
      * nothing more may be read before the keys are in (the peer's sealed
      * confirmation may already be on its way): send only. */
     while (l->ctl_head && now_ms() < deadline) {
-        if (link_send_some(l, why, n) != 0) return 2;
-        if (l->ctl_head) poll(&(struct pollfd){.fd = l->sndfd, .events = POLLIN}, 1, 10);
+        if (link_send_some(l, why, n) != 0)
+            return 2;
+        if (l->ctl_head)
+            poll(&(struct pollfd){ .fd = l->sndfd, .events = POLLIN }, 1, 10);
     }
     uint8_t transcript[32];
     fu_seal keys;
-    int ok = fu_hs_finish(&hs, l->auth, l->peer, p->data, (size_t)p->info.length, listen, &keys, transcript,
-                          why, n) == 0;
+    int ok =
+        fu_hs_finish(&hs, l->auth, l->peer, p->data, (size_t)p->info.length, listen, &keys, transcript, why, n) == 0;
     link_free_pending(l, p);
-    if (!ok || l->ctl_head) { if (ok) snprintf(why, n, "the hello could not be sent"); return 2; }
+    if (!ok || l->ctl_head) {
+        if (ok)
+            snprintf(why, n, "the hello could not be sent");
+        return 2;
+    }
     l->seal = keys;
     l->sealed = 1;
     sodium_memzero(&keys, sizeof keys);
     /* The confirmation: the transcript, sealed; the peer's opens only under
      * the same secret and the same two hellos. */
-    w = (wire_header){.info = {.kind = MSG_HANDSHAKE, .length = sizeof transcript}, .seq = l->next_seq++};
-    if (!(m = link_build_frame(l, &w, transcript, 0))) { snprintf(why, n, "out of memory"); return 2; }
+    w = (wire_header){ .info = { .kind = MSG_HANDSHAKE, .length = sizeof transcript }, .seq = l->next_seq++ };
+    if (!(m = link_build_frame(l, &w, transcript, 0))) {
+        snprintf(why, n, "out of memory");
+        return 2;
+    }
     link_queue_control(l, m);
     if (!(p = next_hello(l, listen, 0, deadline, cancel_fd, &rc, why, n))) {
         if (rc == 2 && strstr(why, "does not authenticate"))
@@ -238,22 +287,31 @@ static int sealed_handshake(fu_link *l, int listen, int64_t deadline, int cancel
     }
     ok = p->info.length == sizeof transcript && memcmp(p->data, transcript, sizeof transcript) == 0;
     link_free_pending(l, p);
-    if (!ok) { snprintf(why, n, "the peer's confirmation does not match the handshake"); return 4; }
+    if (!ok) {
+        snprintf(why, n, "the peer's confirmation does not match the handshake");
+        return 4;
+    }
     link_flush_control(l, deadline);
     return 0;
 }
 
-fu_link *fu_link_open(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
-                      char *err, size_t n) {
+fu_link *fu_link_open(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd, char *err,
+                      size_t n)
+{
     return fu_link_open_sealed(url, listen, peer_name, timeout_ms, cancel_fd, NULL, err, n);
 }
 
 fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name, int timeout_ms, int cancel_fd,
-                             const fu_link_auth *auth, char *err, size_t n) {
+                             const fu_link_auth *auth, char *err, size_t n)
+{
     static pthread_once_t tuned = PTHREAD_ONCE_INIT;
     pthread_once(&tuned, tune_malloc);
     fu_link *l = calloc(1, sizeof *l);
-    if (!l) { fail(err, n, "link to %s: out of memory", peer_name); errno = ENOMEM; return NULL; }
+    if (!l) {
+        fail(err, n, "link to %s: out of memory", peer_name);
+        errno = ENOMEM;
+        return NULL;
+    }
     snprintf(l->peer, sizeof l->peer, "%s", peer_name);
     snprintf(l->url, sizeof l->url, "%s", url);
     l->auth = auth;
@@ -281,8 +339,8 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
      * frees the port for the real peer) and the connect starts over. */
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    uint64_t seeds[3] = {(uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec, (uint64_t)(uintptr_t)l,
-                         (uint64_t)now_ms()};
+    uint64_t seeds[3] = { (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec, (uint64_t)(uintptr_t)l,
+                          (uint64_t)now_ms() };
     uint8_t nonce[8];
     put64(nonce, XXH3_64bits(seeds, sizeof seeds));
     int64_t deadline = now_ms() + timeout_ms;
@@ -297,7 +355,8 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
         }
         if (auth) {
             int rc = sealed_handshake(l, listen, deadline, cancel_fd, why, sizeof why);
-            if (rc == 0) return l;
+            if (rc == 0)
+                return l;
             /* Listening, a refusal leaves the port open for the right peer;
              * connecting, a confirmation that failed is tried again on a
              * fresh socket (it may be a race, not a wrong secret), the
@@ -308,21 +367,31 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
                     fprintf(stderr, "fusion: link with %s on %s: %s: %s\n", l->peer, url,
                             listen ? "refused a connection" : "the handshake failed, trying again", why);
                 snprintf(refused, sizeof refused, "%s", why);
-                if (!listen) usleep(100 * 1000);
+                if (!listen)
+                    usleep(100 * 1000);
             }
-            if (rc == 3) { restarts++; snprintf(restarted, sizeof restarted, "%s", why); }
-            if (rc == 1 || rc == 3 || rc == 4 || (rc == 2 && listen)) { reset_link(l); continue; }
+            if (rc == 3) {
+                restarts++;
+                snprintf(restarted, sizeof restarted, "%s", why);
+            }
+            if (rc == 1 || rc == 3 || rc == 4 || (rc == 2 && listen)) {
+                reset_link(l);
+                continue;
+            }
             int e = rc == 2 ? EPROTO : errno;
             if (rc == -1 && refused[0] && e == ETIMEDOUT) {
-                fail(err, n, "handshake with %s at %s: no peer completed it within %d ms; the last one was refused: "
-                     "%s", l->peer, url, timeout_ms, refused);
+                fail(err, n,
+                     "handshake with %s at %s: no peer completed it within %d ms; the last one was refused: "
+                     "%s",
+                     l->peer, url, timeout_ms, refused);
                 e = EPROTO;
             } else if (rc == -1 && restarts && e == ETIMEDOUT) {
                 /* Connections came, but none lasted the handshake: say so
                  * (not "did not connect"), with how often and why. */
-                fail(err, n, "handshake with %s at %s: no peer completed it within %d ms; it started again %d "
-                     "time%s, the last because %s", l->peer, url, timeout_ms, restarts, restarts == 1 ? "" : "s",
-                     restarted);
+                fail(err, n,
+                     "handshake with %s at %s: no peer completed it within %d ms; it started again %d "
+                     "time%s, the last because %s",
+                     l->peer, url, timeout_ms, restarts, restarts == 1 ? "" : "s", restarted);
                 e = EPROTO;
             } else {
                 fail(err, n, "handshake with %s at %s: %s%s", l->peer, url, why, rc == 2 ? ": refused" : "");
@@ -333,7 +402,7 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
         }
         /* Handshake: each side sends one (acked) and reads the other's; a
          * peer speaking another wire version is rejected by decode. */
-        fu_msg_info hs = {.kind = MSG_HANDSHAKE, .length = sizeof nonce};
+        fu_msg_info hs = { .kind = MSG_HANDSHAKE, .length = sizeof nonce };
         if (link_send_wait(l, &hs, nonce, deadline, timeout_ms, cancel_fd, why, sizeof why) != 0) {
             int e = errno;
             fail(err, n, "handshake with %s at %s: %s", l->peer, url, why);
@@ -352,18 +421,26 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
                     errno = EPROTO;
                     return NULL;
                 }
-                if (p->info.kind != MSG_HANDSHAKE) continue;
+                if (p->info.kind != MSG_HANDSHAKE)
+                    continue;
                 self = p->info.length == sizeof nonce && memcmp(p->data, nonce, sizeof nonce) == 0;
-                if (self) break;
-                if (prev) prev->next = p->next; else l->head = p->next;
-                if (l->tail == p) l->tail = prev;
+                if (self)
+                    break;
+                if (prev)
+                    prev->next = p->next;
+                else
+                    l->head = p->next;
+                if (l->tail == p)
+                    l->tail = prev;
                 link_free_pending(l, p);
                 link_flush_control(l, deadline);
                 return l;
             }
-            if (self) break;
+            if (self)
+                break;
             int rc = link_pump(l, deadline, cancel_fd, why, sizeof why);
-            if (rc > 0) continue;
+            if (rc > 0)
+                continue;
             int e = rc < 0 ? EIO : now_ms() < deadline ? ECANCELED : ETIMEDOUT;
             if (e == ETIMEDOUT)
                 fail(why, sizeof why, "no message from %s within %d ms: peer dead or stalled", l->peer, timeout_ms);
@@ -374,14 +451,16 @@ fu_link *fu_link_open_sealed(const char *url, int listen, const char *peer_name,
             errno = e;
             return NULL;
         }
-        reset_link(l);   /* connected to itself: drop the socket, try again */
+        reset_link(l); /* connected to itself: drop the socket, try again */
     }
 }
 
-fu_link *fu_link_listen(const char *url, const char *peer_name, int timeout_ms, char *err, size_t n) {
+fu_link *fu_link_listen(const char *url, const char *peer_name, int timeout_ms, char *err, size_t n)
+{
     return fu_link_open(url, 1, peer_name, timeout_ms, -1, err, n);
 }
 
-fu_link *fu_link_connect(const char *url, const char *peer_name, int timeout_ms, char *err, size_t n) {
+fu_link *fu_link_connect(const char *url, const char *peer_name, int timeout_ms, char *err, size_t n)
+{
     return fu_link_open(url, 0, peer_name, timeout_ms, -1, err, n);
 }

@@ -23,8 +23,8 @@
 #include "hub.h"
 #include "../rt_error.h"
 
-#define TREE_UP   (-1000000)   /* micro_batch of the messages to the root */
-#define TREE_DOWN (-1000001)   /* ... and of the whole table back down */
+#define TREE_UP   (-1000000) /* micro_batch of the messages to the root */
+#define TREE_DOWN (-1000001) /* ... and of the whole table back down */
 
 /* parent[d] for every device of the links (-1: the root, or not linked);
  * returns the root (-1 when there are no links). */
@@ -32,7 +32,7 @@ static int32_t build_tree(const rt_comm *c, int32_t *parent)
 {
     int32_t N = c->manifest->n_peers, L = c->manifest->n_links, root = -1;
     for (int32_t d = 0; d < N; d++)
-        parent[d] = -2;   /* -2: not reached */
+        parent[d] = -2; /* -2: not reached */
     for (int32_t i = 0; i < L; i++) {
         int32_t a = c->links[i].a < c->links[i].b ? c->links[i].a : c->links[i].b;
         if (a >= 0 && a < N && (root < 0 || a < root))
@@ -48,7 +48,7 @@ static int32_t build_tree(const rt_comm *c, int32_t *parent)
     parent[root] = -1;
     while (head < tail) {
         int32_t u = queue[head++];
-        for (int32_t v = 0; v < N; v++) {   /* index order: the same tree everywhere */
+        for (int32_t v = 0; v < N; v++) { /* index order: the same tree everywhere */
             if (parent[v] != -2)
                 continue;
             for (int32_t i = 0; i < L; i++)
@@ -105,8 +105,12 @@ int rt_comm_allgather(rt_comm *c, int64_t step, int32_t tag, const void *mine, s
     memcpy(table + N + (size_t)self * rec_bytes, mine, rec_bytes);
     int32_t root = c->hub ? build_tree(c, parent) : -1;
     if (root >= 0 && parent[self] != -2) {
-        fu_msg_info up = { .kind = MSG_GRADIENT, .step = step, .micro_batch = TREE_UP, .tensor = tag,
-                           .codec = FU_CODEC_RAW_F32, .length = table_bytes };
+        fu_msg_info up = { .kind = MSG_GRADIENT,
+                           .step = step,
+                           .micro_batch = TREE_UP,
+                           .tensor = tag,
+                           .codec = FU_CODEC_RAW_F32,
+                           .length = table_bytes };
         fu_msg_info down = up;
         down.micro_batch = TREE_DOWN;
         char why[400];

@@ -10,22 +10,19 @@
 
 #include "cpu/kernels_internal.h"
 
-void kernel_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
-                  float alpha, const float *A, int64_t lda,
-                  const float *B, int64_t ldb,
-                  float beta, float *C, int64_t ldc)
+void kernel_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) {                     /* empty sum: C = beta·C */
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0) { /* empty sum: C = beta·C */
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++)
                 C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
         return;
     }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb,
-                beta, C, (int)ldc);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
 /* Columns are summed in blocks of COLSUM_BLOCK, each block's sums in a
@@ -36,16 +33,18 @@ void kernel_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
 void kernel_column_sums(float *out, const float *a, int64_t rows, int64_t cols)
 {
     int64_t nblocks = (cols + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
-    #pragma omp parallel for schedule(static) if (rows * cols >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * cols >= KERNEL_PAR_MIN)
     for (int64_t blk = 0; blk < nblocks; blk++) {
         int64_t j0 = blk * COLSUM_BLOCK;
         int64_t nj = cols - j0 < COLSUM_BLOCK ? cols - j0 : COLSUM_BLOCK;
-        double acc[COLSUM_BLOCK] = {0};
+        double acc[COLSUM_BLOCK] = { 0 };
         for (int64_t i = 0; i < rows; i++) {
             const float *row = a + i * cols + j0;
-            for (int64_t j = 0; j < nj; j++) acc[j] += row[j];
+            for (int64_t j = 0; j < nj; j++)
+                acc[j] += row[j];
         }
-        for (int64_t j = 0; j < nj; j++) out[j0 + j] = (float)acc[j];
+        for (int64_t j = 0; j < nj; j++)
+            out[j0 + j] = (float)acc[j];
     }
 }
 
@@ -53,24 +52,26 @@ void kernel_column_sums(float *out, const float *a, int64_t rows, int64_t cols)
 
 // x is (M,K), w is (N,K) (torch.nn.Linear's layout), b is (N) or NULL,
 // y is (M,N): y = x·wᵀ + b, one sgemm with w transposed.
-void linear_forward(float *y, const float *x, const float *w, const float *b,
-                    int64_t M, int64_t K, int64_t N)
+void linear_forward(float *y, const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N)
 {
     if (b) {
-        #pragma omp parallel for schedule(static) if (M * N >= KERNEL_PAR_MIN)
-        for (int64_t i = 0; i < M; i++) memcpy(y + i * N, b, (size_t)N * sizeof *b);
+#pragma omp parallel for schedule(static) if (M * N >= KERNEL_PAR_MIN)
+        for (int64_t i = 0; i < M; i++)
+            memcpy(y + i * N, b, (size_t)N * sizeof *b);
     }
     kernel_sgemm(0, 1, M, N, K, 1.0f, x, K, w, K, b ? 1.0f : 0.0f, y, N);
 }
 
 // dy is (M,N); dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = column sums of dy.
-void linear_backward(float *dx, float *dw, float *db,
-                     const float *dy, const float *x, const float *w,
-                     int64_t M, int64_t K, int64_t N)
+void linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int64_t M,
+                     int64_t K, int64_t N)
 {
-    if (dx) kernel_sgemm(0, 0, M, K, N, 1.0f, dy, N, w, K, 0.0f, dx, K);
-    if (dw) kernel_sgemm(1, 0, N, K, M, 1.0f, dy, N, x, K, 0.0f, dw, K);
-    if (db) kernel_column_sums(db, dy, M, N);
+    if (dx)
+        kernel_sgemm(0, 0, M, K, N, 1.0f, dy, N, w, K, 0.0f, dx, K);
+    if (dw)
+        kernel_sgemm(1, 0, N, K, M, 1.0f, dy, N, x, K, 0.0f, dw, K);
+    if (db)
+        kernel_column_sums(db, dy, M, N);
 }
 
 /* ---- batched matmul --------------------------------------------------- */
@@ -78,8 +79,7 @@ void linear_backward(float *dx, float *dw, float *db,
 // a is (Bt,M,K); b is (Bt,K,N), or (Bt,N,K) when transpose_b, or one such
 // matrix when !b_batched; c is (Bt,M,N) = scale · a·op(b).
 // A shared b makes the batch one tall product: (Bt·M,K)·op(b).
-void matmul_forward(float *c, const float *a, const float *b,
-                    int64_t Bt, int64_t M, int64_t K, int64_t N,
+void matmul_forward(float *c, const float *a, const float *b, int64_t Bt, int64_t M, int64_t K, int64_t N,
                     int transpose_b, int b_batched, float scale)
 {
     int64_t ldb = transpose_b ? K : N;
@@ -88,28 +88,24 @@ void matmul_forward(float *c, const float *a, const float *b,
         return;
     }
     for (int64_t i = 0; i < Bt; i++)
-        kernel_sgemm(0, transpose_b, M, N, K, scale, a + i * M * K, K,
-                     b + i * K * N, ldb, 0.0f, c + i * M * N, N);
+        kernel_sgemm(0, transpose_b, M, N, K, scale, a + i * M * K, K, b + i * K * N, ldb, 0.0f, c + i * M * N, N);
 }
 
 // dc is (Bt,M,N).
 // da (Bt,M,K) = scale · dc·bᵀ, or dc·b when b is stored (N,K).
 // db = scale · aᵀ·dc (K,N), or dcᵀ·a (N,K) when transposed; when b is
 // shared, the sum over the batch is again one product over Bt·M rows.
-void matmul_backward(float *da, float *db, const float *dc,
-                     const float *a, const float *b,
-                     int64_t Bt, int64_t M, int64_t K, int64_t N,
-                     int transpose_b, int b_batched, float scale)
+void matmul_backward(float *da, float *db, const float *dc, const float *a, const float *b, int64_t Bt, int64_t M,
+                     int64_t K, int64_t N, int transpose_b, int b_batched, float scale)
 {
     int64_t ldb = transpose_b ? K : N;
-    int64_t rows = b_batched ? M : Bt * M;     /* rows of one product */
-    int64_t count = b_batched ? Bt : 1;        /* products */
+    int64_t rows = b_batched ? M : Bt * M; /* rows of one product */
+    int64_t count = b_batched ? Bt : 1;    /* products */
     for (int64_t i = 0; i < count; i++) {
         const float *ai = a + i * rows * K, *dci = dc + i * rows * N;
         const float *bi = b + (b_batched ? i * K * N : 0);
         if (da)
-            kernel_sgemm(0, !transpose_b, rows, K, N, scale, dci, N, bi, ldb,
-                         0.0f, da + i * rows * K, K);
+            kernel_sgemm(0, !transpose_b, rows, K, N, scale, dci, N, bi, ldb, 0.0f, da + i * rows * K, K);
         if (db && !transpose_b)
             kernel_sgemm(1, 0, K, N, rows, scale, ai, K, dci, N, 0.0f, db + i * K * N, N);
         if (db && transpose_b)

@@ -8,5 +8,6 @@
 // x, y are (n), not overlapping: y = x
 void copy_forward(float *y, const float *x, int64_t n)
 {
-    if (y != x) memcpy(y, x, (size_t)n * sizeof *x);
+    if (y != x)
+        memcpy(y, x, (size_t)n * sizeof *x);
 }

@@ -14,7 +14,8 @@ static int check_indices(const int32_t *idx, int64_t N, int64_t V, int64_t *bad_
 {
     for (int64_t i = 0; i < N; i++) {
         if (idx[i] < 0 || idx[i] >= V) {
-            if (bad_pos) *bad_pos = i;
+            if (bad_pos)
+                *bad_pos = i;
             return -1;
         }
     }
@@ -22,11 +23,12 @@ static int check_indices(const int32_t *idx, int64_t N, int64_t V, int64_t *bad_
 }
 
 // idx is (N) in [0,V), table is (V,C), out is (N,C): out[i] = table[idx[i]]
-int embedding_forward(float *out, const int32_t *idx, const float *table,
-                      int64_t N, int64_t V, int64_t C, int64_t *bad_pos)
+int embedding_forward(float *out, const int32_t *idx, const float *table, int64_t N, int64_t V, int64_t C,
+                      int64_t *bad_pos)
 {
-    if (check_indices(idx, N, V, bad_pos)) return -1;
-    #pragma omp parallel for schedule(static) if (N * C >= KERNEL_PAR_MIN)
+    if (check_indices(idx, N, V, bad_pos))
+        return -1;
+#pragma omp parallel for schedule(static) if (N * C >= KERNEL_PAR_MIN)
     for (int64_t i = 0; i < N; i++)
         memcpy(out + i * C, table + (int64_t)idx[i] * C, (size_t)C * sizeof *table);
     return 0;
@@ -36,16 +38,19 @@ int embedding_forward(float *out, const int32_t *idx, const float *table,
 // dtable = 0, then dtable[idx[i]] += dout[i] for each i (repeats add up).
 // The scatter is serial over i (two rows may hit one table row) and
 // vectorised over C; the zeroing of the (large) table is what dominates.
-int embedding_backward(float *dtable, const float *dout, const int32_t *idx,
-                       int64_t N, int64_t V, int64_t C, int64_t *bad_pos)
+int embedding_backward(float *dtable, const float *dout, const int32_t *idx, int64_t N, int64_t V, int64_t C,
+                       int64_t *bad_pos)
 {
-    if (check_indices(idx, N, V, bad_pos)) return -1;
-    #pragma omp parallel for schedule(static) if (V * C >= KERNEL_PAR_MIN)
-    for (int64_t v = 0; v < V; v++) memset(dtable + v * C, 0, (size_t)C * sizeof *dtable);
+    if (check_indices(idx, N, V, bad_pos))
+        return -1;
+#pragma omp parallel for schedule(static) if (V * C >= KERNEL_PAR_MIN)
+    for (int64_t v = 0; v < V; v++)
+        memset(dtable + v * C, 0, (size_t)C * sizeof *dtable);
     for (int64_t i = 0; i < N; i++) {
         float *row = dtable + (int64_t)idx[i] * C;
         const float *g = dout + i * C;
-        for (int64_t j = 0; j < C; j++) row[j] += g[j];
+        for (int64_t j = 0; j < C; j++)
+            row[j] += g[j];
     }
     return 0;
 }
@@ -54,5 +59,6 @@ int embedding_backward(float *dtable, const float *dout, const int32_t *idx,
 void positions_forward(int32_t *out, int64_t B, int64_t T)
 {
     for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++) out[b * T + t] = (int32_t)t;
+        for (int64_t t = 0; t < T; t++)
+            out[b * T + t] = (int32_t)t;
 }

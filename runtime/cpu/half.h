@@ -47,17 +47,17 @@ static inline float bf16_to_f32(bf16_t h) { return half_bits_f32((uint32_t)h << 
 static inline bf16_t f32_to_bf16(float f)
 {
     uint32_t u = half_f32_bits(f);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;   /* to nearest, ties to even */
-    uint32_t nan = (u >> 16) | 0x0040u;                           /* NaN stays a (quiet) NaN  */
-    return (bf16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);   /* a select: vectorises */
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;        /* to nearest, ties to even */
+    uint32_t nan = (u >> 16) | 0x0040u;                               /* NaN stays a (quiet) NaN  */
+    return (bf16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded); /* a select: vectorises */
 }
 
 static inline float fp16_to_f32(fp16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0x1f)                                /* inf, NaN */
+    if (exp == 0x1f) /* inf, NaN */
         return half_bits_f32(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) {                                 /* zero, subnormal: man * 2^-24 */
+    if (exp == 0) { /* zero, subnormal: man * 2^-24 */
         float v = (float)man * 5.9604644775390625e-8f;
         return sign ? -v : v;
     }
@@ -67,25 +67,25 @@ static inline float fp16_to_f32(fp16_t h)
 static inline fp16_t f32_to_fp16(float f)
 {
     uint32_t u = half_f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)                            /* NaN */
+    if (a > 0x7f800000u) /* NaN */
         return (fp16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-    if (a >= 0x477ff000u)                           /* >= 65520: rounds past 65504 to inf */
+    if (a >= 0x477ff000u) /* >= 65520: rounds past 65504 to inf */
         return (fp16_t)(sign | 0x7c00u);
-    if (a < 0x38800000u) {                          /* below 2^-14: subnormal or zero */
+    if (a < 0x38800000u) { /* below 2^-14: subnormal or zero */
         /* a as a float times 2^24 is the subnormal's integer mantissa;
          * adding 0.5 and the float's own rounding would double-round, so
          * round by hand from the exact bits. */
-        if (a < 0x33000000u)                        /* < 2^-25: rounds to zero */
+        if (a < 0x33000000u) /* < 2^-25: rounds to zero */
             return (fp16_t)sign;
         uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e;                  /* 14..24: m >> shift is the result */
+        uint32_t shift = 126u - e; /* 14..24: m >> shift is the result */
         uint32_t r = m >> shift, rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
         if (rem > halfway || (rem == halfway && (r & 1u)))
             r++;
         return (fp16_t)(sign | r);
     }
-    uint32_t r = a - 0x38000000u;                   /* rebias exponent 127 -> 15 */
-    r += 0xfffu + ((r >> 13) & 1u);                 /* round to nearest, ties to even */
+    uint32_t r = a - 0x38000000u;   /* rebias exponent 127 -> 15 */
+    r += 0xfffu + ((r >> 13) & 1u); /* round to nearest, ties to even */
     return (fp16_t)(sign | (r >> 13));
 }
 

@@ -71,18 +71,18 @@
 /* Use n threads (n >= 1) for both OpenMP loops and OpenBLAS products. */
 void kernel_threads_set(int n);
 /* The count set last (or the OpenMP default when never set). */
-int  kernel_threads_get(void);
+int kernel_threads_get(void);
 
 /* ---- embedding (embedding.c) ----------------------------------------- */
 
 /* out (N,C) = table[idx] ; idx (N) ; table (V,C).
  * Returns -1 (out untouched) when some idx is outside [0,V). */
-int  embedding_forward(float *out, const int32_t *idx, const float *table,
-                       int64_t N, int64_t V, int64_t C, int64_t *bad_pos);
+int embedding_forward(float *out, const int32_t *idx, const float *table, int64_t N, int64_t V, int64_t C,
+                      int64_t *bad_pos);
 /* dtable (V,C): zeroed, then dout (N,C) rows scatter-added at idx (N).
  * Same range check and return as the forward (dtable untouched on -1). */
-int  embedding_backward(float *dtable, const float *dout, const int32_t *idx,
-                        int64_t N, int64_t V, int64_t C, int64_t *bad_pos);
+int embedding_backward(float *dtable, const float *dout, const int32_t *idx, int64_t N, int64_t V, int64_t C,
+                       int64_t *bad_pos);
 
 /* out (B,T) int32: out[b][t] = t. No inputs, so no backward. */
 void positions_forward(int32_t *out, int64_t B, int64_t T);
@@ -91,38 +91,31 @@ void positions_forward(int32_t *out, int64_t B, int64_t T);
 
 /* y (M,N) = x (M,K) · w (N,K)ᵀ + b (N) ; b may be NULL (no bias).
  * w is stored (out_features, in_features) like torch.nn.Linear. */
-void linear_forward(float *y, const float *x, const float *w, const float *b,
-                    int64_t M, int64_t K, int64_t N);
+void linear_forward(float *y, const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N);
 /* dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = Σ_rows dy. Any may be NULL. */
-void linear_backward(float *dx, float *dw, float *db,
-                     const float *dy, const float *x, const float *w,
-                     int64_t M, int64_t K, int64_t N);
+void linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int64_t M,
+                     int64_t K, int64_t N);
 
 /* c (Bt,M,N) = scale · a (Bt,M,K) · b, for each of the Bt batch entries,
  * where b is (Bt,K,N), or (Bt,N,K) used transposed when transpose_b != 0
  * (a·bᵀ, as in q·kᵀ). When b_batched == 0, b is one matrix, (K,N) or (N,K),
  * shared by the whole batch (as in x·W for 3-d x). */
-void matmul_forward(float *c, const float *a, const float *b,
-                    int64_t Bt, int64_t M, int64_t K, int64_t N,
+void matmul_forward(float *c, const float *a, const float *b, int64_t Bt, int64_t M, int64_t K, int64_t N,
                     int transpose_b, int b_batched, float scale);
 /* da (Bt,M,K) = scale · dc·bᵀ (dc·b when transposed) ;
  * db shaped like b = scale · aᵀ·dc (dcᵀ·a when transposed), summed over the
  * batch when b is shared. Either may be NULL. */
-void matmul_backward(float *da, float *db, const float *dc,
-                     const float *a, const float *b,
-                     int64_t Bt, int64_t M, int64_t K, int64_t N,
-                     int transpose_b, int b_batched, float scale);
+void matmul_backward(float *da, float *db, const float *dc, const float *a, const float *b, int64_t Bt, int64_t M,
+                     int64_t K, int64_t N, int transpose_b, int b_batched, float scale);
 
 /* ---- normalisation (norm.c) ------------------------------------------- */
 
 /* y (N,C) = (x - mean) / sqrt(var + eps) · w + b over each row of x (N,C);
  * biased variance; w (C), b (C), either may be NULL (1 and 0). */
-void layernorm_forward(float *y, const float *x, const float *w, const float *b,
-                       int64_t N, int64_t C, float eps);
+void layernorm_forward(float *y, const float *x, const float *w, const float *b, int64_t N, int64_t C, float eps);
 /* dx (N,C) ; dw (C), db (C) summed over the N rows. Any may be NULL. */
-void layernorm_backward(float *dx, float *dw, float *db,
-                        const float *dy, const float *x, const float *w,
-                        int64_t N, int64_t C, float eps);
+void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int64_t N,
+                        int64_t C, float eps);
 
 /* Training-mode batch norm. x and y are (N,C,HW): (N,C,H,W) with HW = H·W,
  * or (N,C) with HW = 1. Each channel c is normalised with the mean and biased
@@ -130,18 +123,16 @@ void layernorm_backward(float *dx, float *dw, float *db,
  * NULL. When running_mean/running_var (C) are given they are updated as torch
  * does: r = (1-momentum)·r + momentum·stat, with the unbiased variance
  * (N·HW/(N·HW-1)) for running_var. Pass NULL to leave them out. */
-void batchnorm_forward(float *y, const float *x, const float *w, const float *b,
-                       float *running_mean, float *running_var,
-                       int64_t N, int64_t C, int64_t HW, float eps, float momentum);
+void batchnorm_forward(float *y, const float *x, const float *w, const float *b, float *running_mean,
+                       float *running_var, int64_t N, int64_t C, int64_t HW, float eps, float momentum);
 /* dx (N,C,HW) ; dw (C), db (C). Any may be NULL. */
-void batchnorm_backward(float *dx, float *dw, float *db,
-                        const float *dy, const float *x, const float *w,
-                        int64_t N, int64_t C, int64_t HW, float eps);
+void batchnorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int64_t N,
+                        int64_t C, int64_t HW, float eps);
 /* RMS norm over the last axis (Llama's): x, y (N,C), w (C), the mean of x²
  * in double; the backward writes dx and dw (either may be NULL). */
 void rmsnorm_forward(float *y, const float *x, const float *w, int64_t N, int64_t C, float eps);
-void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                      int64_t N, int64_t C, float eps);
+void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int64_t N, int64_t C,
+                      float eps);
 
 /* ---- pointwise (pointwise.c, from ir/pointwise.h's rows) --------------- */
 
@@ -156,12 +147,12 @@ void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, con
  * db = dc: no kernel, the caller reuses dc.  gelu is
  * torch.nn.functional.gelu(x, approximate='tanh'); relu's gradient is 0 at
  * x == 0, like torch's. */
-#define FU_CPU_POINTWISE_FORWARD_1(nm) void nm##_forward(float *y, const float *x, int64_t n);
+#define FU_CPU_POINTWISE_FORWARD_1(nm)  void nm##_forward(float *y, const float *x, int64_t n);
 #define FU_CPU_POINTWISE_BACKWARD_1(nm) void nm##_backward(float *dx, const float *dy, const float *x, int64_t n);
-#define FU_CPU_POINTWISE_FORWARD_2(nm) void nm##_forward(float *c, const float *a, const float *b, int64_t n);
-#define FU_CPU_POINTWISE_BACKWARD_2(nm)                                                                        \
+#define FU_CPU_POINTWISE_FORWARD_2(nm)  void nm##_forward(float *c, const float *a, const float *b, int64_t n);
+#define FU_CPU_POINTWISE_BACKWARD_2(nm) \
     void nm##_backward(float *da, float *db, const float *dy, const float *a, const float *b, int64_t n);
-#define FU_CPU_POINTWISE_DECLS(ENUM, nm, arity, f0, f1, has, ...)                                               \
+#define FU_CPU_POINTWISE_DECLS(ENUM, nm, arity, f0, f1, has, ...) \
     FU_CPU_POINTWISE_FORWARD_##arity(nm) FU_IF_BACKWARD_##has(FU_CPU_POINTWISE_BACKWARD_##arity(nm))
 FU_POINTWISE_OPS(FU_CPU_POINTWISE_DECLS)
 #undef FU_CPU_POINTWISE_DECLS
@@ -193,30 +184,28 @@ void split_forward(float *const *parts, const float *x, const int64_t *sizes, in
  * columns: out = softmax(q·kᵀ/sqrt(D) masked to j <= i) · v.
  * ws: attention_workspace_floats(T) floats. */
 int64_t attention_workspace_floats(int64_t T);
-void attention_forward(float *out, const float *qkv, float *ws,
-                       int64_t B, int64_t T, int64_t C, int64_t H);
+void attention_forward(float *out, const float *qkv, float *ws, int64_t B, int64_t T, int64_t C, int64_t H);
 /* dqkv (B,T,3C) from dout (B,T,C) and qkv; the probabilities are recomputed.
  * ws as for the forward. */
-void attention_backward(float *dqkv, const float *dout, const float *qkv, float *ws,
-                        int64_t B, int64_t T, int64_t C, int64_t H);
+void attention_backward(float *dqkv, const float *dout, const float *qkv, float *ws, int64_t B, int64_t T, int64_t C,
+                        int64_t H);
 
 /* The general form: q (B,T,·) rows q_ld apart, head h in columns h·D..;
  * k, v (B,T,·) rows kv_ld apart, KV heads; out (B,T,H·D).  Query head h
  * reads kv head h/(H/KV) (grouped-query attention; KV = H: multi-head).
  * The backward writes dq, dk, dv in the layout of q, k, v (any NULL: not
  * wanted); dk, dv sum over the query heads of their group. */
-void attention_forward_heads(float *out, const float *q, const float *k, const float *v, float *ws,
-                             int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t q_ld, int64_t kv_ld);
+void attention_forward_heads(float *out, const float *q, const float *k, const float *v, float *ws, int64_t B,
+                             int64_t T, int64_t H, int64_t KV, int64_t D, int64_t q_ld, int64_t kv_ld);
 void attention_backward_heads(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                               const float *v, float *ws, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                               int64_t q_ld, int64_t kv_ld);
 
 /* q, k, v (B,H,T,D) from qkv (B,T,3C), C = H·D, same column layout as above. */
-void qkv_split_forward(float *q, float *k, float *v, const float *qkv,
-                       int64_t B, int64_t T, int64_t C, int64_t H);
+void qkv_split_forward(float *q, float *k, float *v, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t H);
 /* dqkv (B,T,3C) from dq, dk, dv (B,H,T,D) (all three required). */
-void qkv_split_backward(float *dqkv, const float *dq, const float *dk, const float *dv,
-                        int64_t B, int64_t T, int64_t C, int64_t H);
+void qkv_split_backward(float *dqkv, const float *dq, const float *dk, const float *dv, int64_t B, int64_t T, int64_t C,
+                        int64_t H);
 
 /* y (B,T,H·D) from x (B,H,T,D): heads side by side again. */
 void merge_heads_forward(float *y, const float *x, int64_t B, int64_t T, int64_t H, int64_t D);
@@ -235,13 +224,13 @@ void softmax_backward(float *dx, const float *dy, const float *y, int64_t R, int
 
 /* loss (one float) = mean over the N rows of -log softmax(logits (N,V))[target],
  * targets (N) in [0,V). Returns -1 (loss untouched) on a target out of range. */
-int  cross_entropy_forward(float *loss, const float *logits, const int32_t *targets,
-                           int64_t N, int64_t V, int64_t *bad_pos);
+int cross_entropy_forward(float *loss, const float *logits, const int32_t *targets, int64_t N, int64_t V,
+                          int64_t *bad_pos);
 /* dlogits (N,V) = dloss/N · (softmax(logits) - onehot(target)), where dloss
  * points at the one float gradient of the loss (1.0 at the start of
  * backprop). Same range check and return as the forward. */
-int  cross_entropy_backward(float *dlogits, const float *dloss, const float *logits,
-                            const int32_t *targets, int64_t N, int64_t V, int64_t *bad_pos);
+int cross_entropy_backward(float *dlogits, const float *dloss, const float *logits, const int32_t *targets, int64_t N,
+                           int64_t V, int64_t *bad_pos);
 
 /* ---- convolution and pooling (conv.c) --------------------------------- */
 
@@ -253,25 +242,21 @@ int64_t conv_out_size(int64_t n, int64_t k, int64_t stride, int64_t pad);
  * stride and zero padding on both spatial axes; OH, OW from conv_out_size.
  * ws: conv2d_workspace_floats(...) floats (0 for a 1x1, stride 1, pad 0
  * convolution, which needs none; ws may then be NULL). */
-int64_t conv2d_workspace_floats(int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,
-                                int64_t stride, int64_t pad);
-void conv2d_forward(float *y, const float *x, const float *w, const float *b, float *ws,
-                    int64_t N, int64_t C, int64_t H, int64_t W,
-                    int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t pad);
+int64_t conv2d_workspace_floats(int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t stride, int64_t pad);
+void conv2d_forward(float *y, const float *x, const float *w, const float *b, float *ws, int64_t N, int64_t C,
+                    int64_t H, int64_t W, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t pad);
 /* dx (N,C,H,W), dw (OC,C,KH,KW), db (OC) from dy (N,OC,OH,OW). Any may be NULL. */
-void conv2d_backward(float *dx, float *dw, float *db,
-                     const float *dy, const float *x, const float *w, float *ws,
-                     int64_t N, int64_t C, int64_t H, int64_t W,
-                     int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t pad);
+void conv2d_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, float *ws,
+                     int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t KH, int64_t KW, int64_t stride,
+                     int64_t pad);
 
 /* y (N,C,OH,OW) = max over each k x k window of x (N,C,H,W), stride, padding
  * that counts as -inf (torch's max_pool2d; needs pad <= k/2). */
-void maxpool2d_forward(float *y, const float *x, int64_t N, int64_t C, int64_t H, int64_t W,
-                       int64_t k, int64_t stride, int64_t pad);
+void maxpool2d_forward(float *y, const float *x, int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, int64_t stride,
+                       int64_t pad);
 /* dx (N,C,H,W): each dy goes to its window's max, the first one in scan
  * order on ties (like torch); overlapping windows add up. */
-void maxpool2d_backward(float *dx, const float *dy, const float *x,
-                        int64_t N, int64_t C, int64_t H, int64_t W,
+void maxpool2d_backward(float *dx, const float *dy, const float *x, int64_t N, int64_t C, int64_t H, int64_t W,
                         int64_t k, int64_t stride, int64_t pad);
 
 /* y (N,C) = mean of each x (N,C,HW) plane (adaptive_avg_pool2d to 1x1). */
@@ -291,9 +276,8 @@ void avgpool_global_backward(float *dx, const float *dy, int64_t N, int64_t C, i
 /* torch.optim.SGD without momentum: p = p - lr (g + wd p), in float as
  * torch orders it (d = g + wd p; p += -lr d).  param, grad (n). */
 void sgd_update(float *param, const float *grad, int64_t n, double lr, double weight_decay);
-void adamw_update(float *param, const float *grad, float *m, float *v, int64_t n,
-                  double lr, double beta1, double beta2, double eps,
-                  double weight_decay, int64_t t);
+void adamw_update(float *param, const float *grad, float *m, float *v, int64_t n, double lr, double beta1, double beta2,
+                  double eps, double weight_decay, int64_t t);
 
 /* Σ g², accumulated in double. Global gradient-norm clipping, as
  * torch.nn.utils.clip_grad_norm_: norm = sqrt(Σ over every gradient of

@@ -18,10 +18,8 @@
 /* Row-major C (M,N) = alpha · op(A) · op(B) + beta · C with leading
  * dimensions given, a thin wrapper over cblas_sgemm that takes int64_t
  * sizes (BLAS takes int; sizes here fit, the compiler checks tensor sizes). */
-void kernel_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
-                  float alpha, const float *A, int64_t lda,
-                  const float *B, int64_t ldb,
-                  float beta, float *C, int64_t ldc);
+void kernel_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
 /* Column sums of a (rows, cols) row-major matrix, accumulated in double:
  * out[j] = Σ_i a[i][j]. Used for bias gradients. */
@@ -32,15 +30,16 @@ void kernel_column_sums(float *out, const float *a, int64_t rows, int64_t cols);
 static inline double kernel_sum_f64(const float *x, int64_t n)
 {
     double s = 0;
-    #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++) s += x[i];
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
     return s;
 }
 
 static inline double kernel_sum_sq_dev_f64(const float *x, int64_t n, double mean)
 {
     double s = 0;
-    #pragma omp simd reduction(+ : s)
+#pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < n; i++) {
         double d = x[i] - mean;
         s += d * d;
@@ -57,12 +56,12 @@ static inline double kernel_sum_sq_dev_f64(const float *x, int64_t n, double mea
  * same accuracy; this is 2-4x faster in softmax and cross-entropy loops. */
 static inline float kernel_expf(float x)
 {
-    const float shift = 12582912.0f;                 /* 1.5·2^23: rounds to an integer */
+    const float shift = 12582912.0f; /* 1.5·2^23: rounds to an integer */
     float xc = x < -87.3f ? -87.3f : x;
     xc = xc > 88.0f ? 88.0f : xc;
-    float t = xc * 1.44269504088896341f + shift;     /* n + shift, n = round(x/ln2) */
+    float t = xc * 1.44269504088896341f + shift; /* n + shift, n = round(x/ln2) */
     float n = t - shift;
-    float r = xc - n * 0.693359375f;                 /* ln2 in two parts, exact first */
+    float r = xc - n * 0.693359375f; /* ln2 in two parts, exact first */
     r = r - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -73,8 +72,8 @@ static inline float kernel_expf(float x)
     p = p * r * r + r + 1.0f;
     uint32_t tb, sb;
     float scale;
-    memcpy(&tb, &t, sizeof tb);                      /* low bits of t hold n */
-    sb = (tb - 0x4B400000u + 127u) << 23;            /* 2^n, n in [-126, 127] */
+    memcpy(&tb, &t, sizeof tb);           /* low bits of t hold n */
+    sb = (tb - 0x4B400000u + 127u) << 23; /* 2^n, n in [-126, 127] */
     memcpy(&scale, &sb, sizeof scale);
     float e = p * scale;
     e = x < -87.3f ? 0.0f : e;
@@ -87,13 +86,17 @@ static inline float kernel_expf(float x)
 static inline float kernel_max_f32(const float *x, int64_t n)
 {
     float lane[16];
-    for (int k = 0; k < 16; k++) lane[k] = x[0];
+    for (int k = 0; k < 16; k++)
+        lane[k] = x[0];
     int64_t j = 0;
     for (; j + 16 <= n; j += 16)
-        for (int k = 0; k < 16; k++) lane[k] = x[j + k] > lane[k] ? x[j + k] : lane[k];
+        for (int k = 0; k < 16; k++)
+            lane[k] = x[j + k] > lane[k] ? x[j + k] : lane[k];
     float m = x[0];
-    for (int k = 0; k < 16; k++) m = lane[k] > m ? lane[k] : m;
-    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    for (int k = 0; k < 16; k++)
+        m = lane[k] > m ? lane[k] : m;
+    for (; j < n; j++)
+        m = x[j] > m ? x[j] : m;
     return m;
 }
 
@@ -103,15 +106,16 @@ static inline void kernel_softmax_row(float *y, const float *x, int64_t n)
 {
     float m = kernel_max_f32(x, n);
     double sum = 0;
-    #pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n; j++) {
         float e = kernel_expf(x[j] - m);
         y[j] = e;
         sum += e;
     }
     float inv = (float)(1.0 / sum);
-    #pragma omp simd
-    for (int64_t j = 0; j < n; j++) y[j] *= inv;
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++)
+        y[j] *= inv;
 }
 
 #endif

@@ -14,7 +14,8 @@ static int check_targets(const int32_t *targets, int64_t N, int64_t V, int64_t *
 {
     for (int64_t i = 0; i < N; i++) {
         if (targets[i] < 0 || targets[i] >= V) {
-            if (bad_pos) *bad_pos = i;
+            if (bad_pos)
+                *bad_pos = i;
             return -1;
         }
     }
@@ -26,20 +27,22 @@ static void row_max_sumexp(const float *x, int64_t V, float *max, double *sum)
 {
     float m = kernel_max_f32(x, V);
     double s = 0;
-    #pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < V; j++) s += kernel_expf(x[j] - m);
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < V; j++)
+        s += kernel_expf(x[j] - m);
     *max = m;
     *sum = s;
 }
 
 // logits is (N,V), targets is (N), loss is one float:
 // loss = (1/N) Σ_i (log Σ_j exp(logits[i][j]) - logits[i][targets[i]])
-int cross_entropy_forward(float *loss, const float *logits, const int32_t *targets,
-                          int64_t N, int64_t V, int64_t *bad_pos)
+int cross_entropy_forward(float *loss, const float *logits, const int32_t *targets, int64_t N, int64_t V,
+                          int64_t *bad_pos)
 {
-    if (check_targets(targets, N, V, bad_pos)) return -1;
+    if (check_targets(targets, N, V, bad_pos))
+        return -1;
     double total = 0;
-    #pragma omp parallel for schedule(static) reduction(+ : total) if (N * V >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) reduction(+ : total) if (N * V >= KERNEL_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *x = logits + i * V;
         float m;
@@ -53,17 +56,19 @@ int cross_entropy_forward(float *loss, const float *logits, const int32_t *targe
 
 // dloss points at one float, logits and dlogits are (N,V), targets is (N):
 // dlogits[i][j] = dloss/N · (softmax(logits[i])[j] - (j == targets[i]))
-int cross_entropy_backward(float *dlogits, const float *dloss, const float *logits,
-                           const int32_t *targets, int64_t N, int64_t V, int64_t *bad_pos)
+int cross_entropy_backward(float *dlogits, const float *dloss, const float *logits, const int32_t *targets, int64_t N,
+                           int64_t V, int64_t *bad_pos)
 {
-    if (check_targets(targets, N, V, bad_pos)) return -1;
+    if (check_targets(targets, N, V, bad_pos))
+        return -1;
     float g = N > 0 ? (float)((double)*dloss / (double)N) : 0.0f;
-    #pragma omp parallel for schedule(static) if (N * V >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * V >= KERNEL_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         kernel_softmax_row(dlogits + i * V, logits + i * V, V);
         float *dx = dlogits + i * V;
-        #pragma omp simd
-        for (int64_t j = 0; j < V; j++) dx[j] *= g;
+#pragma omp simd
+        for (int64_t j = 0; j < V; j++)
+            dx[j] *= g;
         dx[targets[i]] -= g;
     }
     return 0;

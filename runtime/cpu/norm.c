@@ -29,10 +29,9 @@ static void row_stats(const float *x, int64_t C, float eps, double *mean, double
 
 // x is (N,C), w and b are (C) or NULL, y is (N,C).
 // y[i][j] = (x[i][j] - mean_i) · rstd_i · w[j] + b[j]
-void layernorm_forward(float *y, const float *x, const float *w, const float *b,
-                       int64_t N, int64_t C, float eps)
+void layernorm_forward(float *y, const float *x, const float *w, const float *b, int64_t N, int64_t C, float eps)
 {
-    #pragma omp parallel for schedule(static) if (N * C >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * C >= KERNEL_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *xr = x + i * C;
         float *yr = y + i * C;
@@ -40,7 +39,8 @@ void layernorm_forward(float *y, const float *x, const float *w, const float *b,
         row_stats(xr, C, eps, &mean, &rstd);
         float m = (float)mean, s = (float)rstd;
         if (w && b)
-            for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) * s * w[j] + b[j];
+            for (int64_t j = 0; j < C; j++)
+                yr[j] = (xr[j] - m) * s * w[j] + b[j];
         else
             for (int64_t j = 0; j < C; j++)
                 yr[j] = (xr[j] - m) * s * (w ? w[j] : 1.0f) + (b ? b[j] : 0.0f);
@@ -51,24 +51,26 @@ void layernorm_forward(float *y, const float *x, const float *w, const float *b,
 // With xhat = (x - mean)·rstd and g = dy·w (per row):
 //   dx = rstd · (g - mean_j(g) - xhat · mean_j(g·xhat))
 //   dw = Σ_rows dy·xhat ; db = Σ_rows dy
-void layernorm_backward(float *dx, float *dw, float *db,
-                        const float *dy, const float *x, const float *w,
-                        int64_t N, int64_t C, float eps)
+void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int64_t N,
+                        int64_t C, float eps)
 {
-    if (dw) memset(dw, 0, (size_t)C * sizeof *dw);
-    if (db) memset(db, 0, (size_t)C * sizeof *db);
+    if (dw)
+        memset(dw, 0, (size_t)C * sizeof *dw);
+    if (db)
+        memset(db, 0, (size_t)C * sizeof *db);
     for (int64_t i0 = 0; i0 < N; i0 += LN_CHUNK) {
         int64_t rows = N - i0 < LN_CHUNK ? N - i0 : LN_CHUNK;
         double mean[LN_CHUNK], rstd[LN_CHUNK];
 
-        #pragma omp parallel for schedule(static) if (rows * C >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C >= KERNEL_PAR_MIN)
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = x + (i0 + r) * C, *dyr = dy + (i0 + r) * C;
             row_stats(xr, C, eps, &mean[r], &rstd[r]);
-            if (!dx) continue;
+            if (!dx)
+                continue;
             float m = (float)mean[r], s = (float)rstd[r];
             double sg = 0, sgx = 0;
-            #pragma omp simd reduction(+ : sg, sgx)
+#pragma omp simd reduction(+ : sg, sgx)
             for (int64_t j = 0; j < C; j++) {
                 float xhat = (xr[j] - m) * s, g = dyr[j] * (w ? w[j] : 1.0f);
                 sg += g;
@@ -82,12 +84,13 @@ void layernorm_backward(float *dx, float *dw, float *db,
             }
         }
 
-        if (!dw && !db) continue;
+        if (!dw && !db)
+            continue;
         int64_t nblocks = (C + LN_COLS - 1) / LN_COLS;
-        #pragma omp parallel for schedule(static) if (rows * C >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C >= KERNEL_PAR_MIN)
         for (int64_t blk = 0; blk < nblocks; blk++) {
             int64_t j0 = blk * LN_COLS, nj = C - j0 < LN_COLS ? C - j0 : LN_COLS;
-            double aw[LN_COLS] = {0}, ab[LN_COLS] = {0};
+            double aw[LN_COLS] = { 0 }, ab[LN_COLS] = { 0 };
             for (int64_t r = 0; r < rows; r++) {
                 const float *xr = x + (i0 + r) * C + j0, *dyr = dy + (i0 + r) * C + j0;
                 float m = (float)mean[r], s = (float)rstd[r];
@@ -97,8 +100,10 @@ void layernorm_backward(float *dx, float *dw, float *db,
                 }
             }
             for (int64_t j = 0; j < nj; j++) {
-                if (dw) dw[j0 + j] += (float)aw[j];
-                if (db) db[j0 + j] += (float)ab[j];
+                if (dw)
+                    dw[j0 + j] += (float)aw[j];
+                if (db)
+                    db[j0 + j] += (float)ab[j];
             }
         }
     }
@@ -107,13 +112,14 @@ void layernorm_backward(float *dx, float *dw, float *db,
 /* ---- batchnorm (training mode) ---------------------------------------- */
 
 /* Mean and biased variance of channel c of x (N,C,HW): N planes of HW. */
-static void channel_stats(const float *x, int64_t N, int64_t C, int64_t HW, int64_t c,
-                          double *mean, double *var)
+static void channel_stats(const float *x, int64_t N, int64_t C, int64_t HW, int64_t c, double *mean, double *var)
 {
     double s = 0, ss = 0, count = (double)(N * HW);
-    for (int64_t n = 0; n < N; n++) s += kernel_sum_f64(x + (n * C + c) * HW, HW);
+    for (int64_t n = 0; n < N; n++)
+        s += kernel_sum_f64(x + (n * C + c) * HW, HW);
     double m = s / count;
-    for (int64_t n = 0; n < N; n++) ss += kernel_sum_sq_dev_f64(x + (n * C + c) * HW, HW, m);
+    for (int64_t n = 0; n < N; n++)
+        ss += kernel_sum_sq_dev_f64(x + (n * C + c) * HW, HW, m);
     *mean = m;
     *var = ss / count;
 }
@@ -121,12 +127,11 @@ static void channel_stats(const float *x, int64_t N, int64_t C, int64_t HW, int6
 // x is (N,C,HW), w and b are (C) or NULL, y is (N,C,HW); running_mean and
 // running_var (C) are updated when not NULL.
 // y[n][c][p] = (x[n][c][p] - mean_c) · rstd_c · w[c] + b[c]
-void batchnorm_forward(float *y, const float *x, const float *w, const float *b,
-                       float *running_mean, float *running_var,
-                       int64_t N, int64_t C, int64_t HW, float eps, float momentum)
+void batchnorm_forward(float *y, const float *x, const float *w, const float *b, float *running_mean,
+                       float *running_var, int64_t N, int64_t C, int64_t HW, float eps, float momentum)
 {
     int64_t count = N * HW;
-    #pragma omp parallel for schedule(static) if (N * C * HW >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * C * HW >= KERNEL_PAR_MIN)
     for (int64_t c = 0; c < C; c++) {
         double mean, var;
         channel_stats(x, N, C, HW, c, &mean, &var);
@@ -135,7 +140,8 @@ void batchnorm_forward(float *y, const float *x, const float *w, const float *b,
         for (int64_t n = 0; n < N; n++) {
             const float *xp = x + (n * C + c) * HW;
             float *yp = y + (n * C + c) * HW;
-            for (int64_t p = 0; p < HW; p++) yp[p] = (xp[p] - m) * s * wc + bc;
+            for (int64_t p = 0; p < HW; p++)
+                yp[p] = (xp[p] - m) * s * wc + bc;
         }
         if (running_mean)
             running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
@@ -149,12 +155,11 @@ void batchnorm_forward(float *y, const float *x, const float *w, const float *b,
 // dy, x are (N,C,HW), w is (C) or NULL. With M = N·HW values per channel:
 //   dx = w·rstd · (dy - Σdy/M - xhat · Σ(dy·xhat)/M)
 //   dw = Σ dy·xhat ; db = Σ dy            (sums over n and p, per channel)
-void batchnorm_backward(float *dx, float *dw, float *db,
-                        const float *dy, const float *x, const float *w,
-                        int64_t N, int64_t C, int64_t HW, float eps)
+void batchnorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int64_t N,
+                        int64_t C, int64_t HW, float eps)
 {
     double count = (double)(N * HW);
-    #pragma omp parallel for schedule(static) if (N * C * HW >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * C * HW >= KERNEL_PAR_MIN)
     for (int64_t c = 0; c < C; c++) {
         double mean, var;
         channel_stats(x, N, C, HW, c, &mean, &var);
@@ -162,15 +167,18 @@ void batchnorm_backward(float *dx, float *dw, float *db,
         double sdy = 0, sdyx = 0;
         for (int64_t n = 0; n < N; n++) {
             const float *xp = x + (n * C + c) * HW, *dyp = dy + (n * C + c) * HW;
-            #pragma omp simd reduction(+ : sdy, sdyx)
+#pragma omp simd reduction(+ : sdy, sdyx)
             for (int64_t p = 0; p < HW; p++) {
                 sdy += dyp[p];
                 sdyx += dyp[p] * ((xp[p] - m) * s);
             }
         }
-        if (dw) dw[c] = (float)sdyx;
-        if (db) db[c] = (float)sdy;
-        if (!dx) continue;
+        if (dw)
+            dw[c] = (float)sdyx;
+        if (db)
+            db[c] = (float)sdy;
+        if (!dx)
+            continue;
         float k = (w ? w[c] : 1.0f) * s;
         float mdy = (float)(sdy / count), mdyx = (float)(sdyx / count);
         for (int64_t n = 0; n < N; n++) {
@@ -194,49 +202,57 @@ static double row_rrms(const float *x, int64_t C, float eps)
 // (Hugging Face's LlamaRMSNorm: the normalised x times the weight)
 void rmsnorm_forward(float *y, const float *x, const float *w, int64_t N, int64_t C, float eps)
 {
-    #pragma omp parallel for schedule(static) if (N * C >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * C >= KERNEL_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *xr = x + i * C;
         float *yr = y + i * C, r = (float)row_rrms(xr, C, eps);
-        #pragma omp simd
-        for (int64_t j = 0; j < C; j++) yr[j] = xr[j] * r * w[j];
+#pragma omp simd
+        for (int64_t j = 0; j < C; j++)
+            yr[j] = xr[j] * r * w[j];
     }
 }
 
 // dy, x are (N,C), w is (C). With xhat = x·r and g = dy·w (per row):
 //   dx = r · (g - xhat · mean_j(g·xhat))      dw = Σ_rows dy·xhat
-void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                      int64_t N, int64_t C, float eps)
+void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int64_t N, int64_t C,
+                      float eps)
 {
-    if (dw) memset(dw, 0, (size_t)C * sizeof *dw);
+    if (dw)
+        memset(dw, 0, (size_t)C * sizeof *dw);
     for (int64_t i0 = 0; i0 < N; i0 += LN_CHUNK) {
         int64_t rows = N - i0 < LN_CHUNK ? N - i0 : LN_CHUNK;
         float rrms[LN_CHUNK];
-        #pragma omp parallel for schedule(static) if (rows * C >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C >= KERNEL_PAR_MIN)
         for (int64_t k = 0; k < rows; k++) {
             const float *xr = x + (i0 + k) * C, *dyr = dy + (i0 + k) * C;
             float r = (float)row_rrms(xr, C, eps);
             rrms[k] = r;
-            if (!dx) continue;
+            if (!dx)
+                continue;
             double sgx = 0;
-            #pragma omp simd reduction(+ : sgx)
-            for (int64_t j = 0; j < C; j++) sgx += dyr[j] * w[j] * (xr[j] * r);
+#pragma omp simd reduction(+ : sgx)
+            for (int64_t j = 0; j < C; j++)
+                sgx += dyr[j] * w[j] * (xr[j] * r);
             float mgx = (float)(sgx / (double)C);
             float *dxr = dx + (i0 + k) * C;
-            #pragma omp simd
-            for (int64_t j = 0; j < C; j++) dxr[j] = r * (dyr[j] * w[j] - xr[j] * r * mgx);
+#pragma omp simd
+            for (int64_t j = 0; j < C; j++)
+                dxr[j] = r * (dyr[j] * w[j] - xr[j] * r * mgx);
         }
-        if (!dw) continue;
+        if (!dw)
+            continue;
         int64_t nblocks = (C + LN_COLS - 1) / LN_COLS;
-        #pragma omp parallel for schedule(static) if (rows * C >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C >= KERNEL_PAR_MIN)
         for (int64_t blk = 0; blk < nblocks; blk++) {
             int64_t j0 = blk * LN_COLS, nj = C - j0 < LN_COLS ? C - j0 : LN_COLS;
-            double aw[LN_COLS] = {0};
+            double aw[LN_COLS] = { 0 };
             for (int64_t k = 0; k < rows; k++) {
                 const float *xr = x + (i0 + k) * C + j0, *dyr = dy + (i0 + k) * C + j0;
-                for (int64_t j = 0; j < nj; j++) aw[j] += dyr[j] * (xr[j] * rrms[k]);
+                for (int64_t j = 0; j < nj; j++)
+                    aw[j] += dyr[j] * (xr[j] * rrms[k]);
             }
-            for (int64_t j = 0; j < nj; j++) dw[j0 + j] += (float)aw[j];
+            for (int64_t j = 0; j < nj; j++)
+                dw[j0 + j] += (float)aw[j];
         }
     }
 }

@@ -14,10 +14,10 @@
 
 static int64_t last_dim(const rt_tensor *t) { return t->rank > 0 ? t->dim[t->rank - 1] : 1; }
 
-#define IN(i)   ((float *)(arena + op->in[i].offset))
-#define IN32(i) ((const int32_t *)(arena + op->in[i].offset))
-#define OUT(i)  ((float *)(arena + op->out[i].offset))
-#define WS      (op->ws_offset >= 0 ? (float *)(arena + op->ws_offset) : NULL)
+#define IN(i)     ((float *)(arena + op->in[i].offset))
+#define IN32(i)   ((const int32_t *)(arena + op->in[i].offset))
+#define OUT(i)    ((float *)(arena + op->out[i].offset))
+#define WS        (op->ws_offset >= 0 ? (float *)(arena + op->ws_offset) : NULL)
 #define RUN(name) static int name(const rt_op *op, char *arena, rt_context *ctx)
 
 /* The gradient output for forward input `bit` of a backward op, or NULL
@@ -33,17 +33,16 @@ static float *grad_out(const rt_op *op, char *arena, int bit)
     return index < op->n_out ? OUT(index) : NULL;
 }
 
-static int bad_index(const rt_op *op, rt_context *ctx, const char *what, const int32_t *idx, int64_t pos,
-                     int64_t limit)
+static int bad_index(const rt_op *op, rt_context *ctx, const char *what, const int32_t *idx, int64_t pos, int64_t limit)
 {
-    snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): %s %d at position %lld is outside [0, %lld)",
-             op->name, (int)op->line, what, (int)idx[pos], (long long)pos, (long long)limit);
+    snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): %s %d at position %lld is outside [0, %lld)", op->name,
+             (int)op->line, what, (int)idx[pos], (long long)pos, (long long)limit);
     return -1;
 }
 
 /* ---- embedding, positions ------------------------------------------------ */
 
-RUN(run_embedding)                               /* idx (N), table (V,C) -> (N,C) */
+RUN(run_embedding) /* idx (N), table (V,C) -> (N,C) */
 {
     int64_t V = op->in[1].dim[0], C = op->in[1].dim[1], N = rt_tensor_numel(&op->in[0]), bad = 0;
     if (embedding_forward(OUT(0), IN32(0), IN(1), N, V, C, &bad))
@@ -51,7 +50,7 @@ RUN(run_embedding)                               /* idx (N), table (V,C) -> (N,C
     return 0;
 }
 
-RUN(run_embedding_backward)                      /* idx (N), dy (N,C) -> dtable (V,C) */
+RUN(run_embedding_backward) /* idx (N), dy (N,C) -> dtable (V,C) */
 {
     int64_t V = op->out[0].dim[0], C = op->out[0].dim[1], N = rt_tensor_numel(&op->in[0]), bad = 0;
     if (embedding_backward(OUT(0), IN(1), IN32(0), N, V, C, &bad))
@@ -68,22 +67,22 @@ RUN(run_positions)
 
 /* ---- matrix products --------------------------------------------------------- */
 
-RUN(run_linear)                                  /* x (M,K), w (N,K), b (N)? */
+RUN(run_linear) /* x (M,K), w (N,K), b (N)? */
 {
     int64_t K = op->in[1].dim[1], N = op->in[1].dim[0], M = rt_tensor_numel(&op->in[0]) / K;
     linear_forward(OUT(0), IN(0), IN(1), op->n_in == 3 ? IN(2) : NULL, M, K, N);
     return 0;
 }
 
-RUN(run_linear_backward)                         /* x, w, dy -> dx, dw, db */
+RUN(run_linear_backward) /* x, w, dy -> dx, dw, db */
 {
     int64_t K = op->in[1].dim[1], N = op->in[1].dim[0], M = rt_tensor_numel(&op->in[0]) / K;
-    linear_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(2), IN(0), IN(1), M,
-                    K, N);
+    linear_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(2), IN(0), IN(1), M, K,
+                    N);
     return 0;
 }
 
-RUN(run_matmul)                                  /* a (..,M,K), b (..,K,N) or (..,N,K); and the backward */
+RUN(run_matmul) /* a (..,M,K), b (..,K,N) or (..,N,K); and the backward */
 {
     const rt_tensor *a = &op->in[0], *b = &op->in[1];
     int tb = op->ints[ATTR_TRANSPOSE_B] != 0, b_batched = b->rank > 2;
@@ -93,8 +92,8 @@ RUN(run_matmul)                                  /* a (..,M,K), b (..,K,N) or (.
     if (op->op == OP_MATMUL)
         matmul_forward(OUT(0), IN(0), IN(1), Bt, M, K, N, tb, b_batched, scale);
     else
-        matmul_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), IN(2), IN(0), IN(1), Bt, M, K, N, tb,
-                        b_batched, scale);
+        matmul_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), IN(2), IN(0), IN(1), Bt, M, K, N, tb, b_batched,
+                        scale);
     return 0;
 }
 
@@ -103,7 +102,7 @@ static uint32_t product_inputs_dense(const rt_op *op)
 {
     int64_t grads = op->ints[ATTR_GRADS];
     int dx = (grads & 1) != 0, dw = (grads & 2) != 0;
-    if (op->op == OP_LINEAR || op->op == OP_MATMUL)       /* x·wᵀ, a·op(b) */
+    if (op->op == OP_LINEAR || op->op == OP_MATMUL) /* x·wᵀ, a·op(b) */
         return 1u << 0 | 1u << 1;
     /* dx = dy·w, dw = dyᵀ·x; da = dc·op(b)ᵀ, db = aᵀ·dc or dcᵀ·a */
     return (dx || dw ? 1u << 2 : 0) | (dx ? 1u << 1 : 0) | (dw ? 1u << 0 : 0);
@@ -111,7 +110,7 @@ static uint32_t product_inputs_dense(const rt_op *op)
 
 /* ---- convolution and pooling ------------------------------------------------- */
 
-RUN(run_conv2d)                                  /* x (N,C,H,W), w (OC,C,KH,KW); and the backward */
+RUN(run_conv2d) /* x (N,C,H,W), w (OC,C,KH,KW); and the backward */
 {
     const rt_tensor *x = &op->in[0], *w = &op->in[1];
     int64_t stride = op->ints[ATTR_STRIDE], pad = op->ints[ATTR_PAD];
@@ -119,9 +118,8 @@ RUN(run_conv2d)                                  /* x (N,C,H,W), w (OC,C,KH,KW);
         conv2d_forward(OUT(0), IN(0), IN(1), op->n_in == 3 ? IN(2) : NULL, WS, x->dim[0], x->dim[1], x->dim[2],
                        x->dim[3], w->dim[0], w->dim[2], w->dim[3], stride, pad);
     else
-        conv2d_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(2), IN(0), IN(1),
-                        WS, x->dim[0], x->dim[1], x->dim[2], x->dim[3], w->dim[0], w->dim[2], w->dim[3], stride,
-                        pad);
+        conv2d_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(2), IN(0), IN(1), WS,
+                        x->dim[0], x->dim[1], x->dim[2], x->dim[3], w->dim[0], w->dim[2], w->dim[3], stride, pad);
     return 0;
 }
 
@@ -144,7 +142,7 @@ static uint32_t product_inputs_conv2d(const rt_op *op)
     return (dx || dw ? 1u << 2 : 0) | (dx ? 1u << 1 : 0) | (dw && pointwise ? 1u << 0 : 0);
 }
 
-RUN(run_maxpool)                                 /* x (N,C,H,W); and the backward */
+RUN(run_maxpool) /* x (N,C,H,W); and the backward */
 {
     const rt_tensor *x = &op->in[0];
     int64_t k = op->ints[ATTR_KERNEL], stride = op->ints[ATTR_STRIDE] ? op->ints[ATTR_STRIDE] : k;
@@ -156,14 +154,14 @@ RUN(run_maxpool)                                 /* x (N,C,H,W); and the backwar
     return 0;
 }
 
-RUN(run_avgpool_global)                          /* x (N,C,H,W) -> (N,C) */
+RUN(run_avgpool_global) /* x (N,C,H,W) -> (N,C) */
 {
     const rt_tensor *x = &op->in[0];
     avgpool_global_forward(OUT(0), IN(0), x->dim[0], x->dim[1], x->dim[2] * x->dim[3]);
     return 0;
 }
 
-RUN(run_avgpool_global_backward)                 /* dy (N,C) -> dx (N,C,H,W) */
+RUN(run_avgpool_global_backward) /* dy (N,C) -> dx (N,C,H,W) */
 {
     const rt_tensor *dx = &op->out[0];
     avgpool_global_backward(OUT(0), IN(0), dx->dim[0], dx->dim[1], dx->dim[2] * dx->dim[3]);
@@ -172,29 +170,29 @@ RUN(run_avgpool_global_backward)                 /* dy (N,C) -> dx (N,C,H,W) */
 
 /* ---- normalisation ------------------------------------------------------------- */
 
-RUN(run_layernorm)                               /* x (N,C), w (C), b (C) */
+RUN(run_layernorm) /* x (N,C), w (C), b (C) */
 {
     int64_t C = last_dim(&op->in[0]), N = rt_tensor_numel(&op->in[0]) / C;
     layernorm_forward(OUT(0), IN(0), IN(1), IN(2), N, C, (float)op->floats[ATTR_EPS]);
     return 0;
 }
 
-RUN(run_layernorm_backward)                      /* x, w, dy -> dx, dw, db */
+RUN(run_layernorm_backward) /* x, w, dy -> dx, dw, db */
 {
     int64_t C = last_dim(&op->in[0]), N = rt_tensor_numel(&op->in[0]) / C;
-    layernorm_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(2), IN(0), IN(1),
-                       N, C, (float)op->floats[ATTR_EPS]);
+    layernorm_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(2), IN(0), IN(1), N,
+                       C, (float)op->floats[ATTR_EPS]);
     return 0;
 }
 
-RUN(run_rmsnorm)                                 /* x (N,C), w (C) */
+RUN(run_rmsnorm) /* x (N,C), w (C) */
 {
     int64_t C = last_dim(&op->in[0]), N = rt_tensor_numel(&op->in[0]) / C;
     rmsnorm_forward(OUT(0), IN(0), IN(1), N, C, (float)op->floats[ATTR_EPS]);
     return 0;
 }
 
-RUN(run_rmsnorm_backward)                        /* x, w, dy -> dx, dw */
+RUN(run_rmsnorm_backward) /* x, w, dy -> dx, dw */
 {
     int64_t C = last_dim(&op->in[0]), N = rt_tensor_numel(&op->in[0]) / C;
     rmsnorm_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), IN(2), IN(0), IN(1), N, C,
@@ -202,7 +200,7 @@ RUN(run_rmsnorm_backward)                        /* x, w, dy -> dx, dw */
     return 0;
 }
 
-RUN(run_batchnorm)                               /* x (N,C,...), w (C), b (C); and the backward */
+RUN(run_batchnorm) /* x (N,C,...), w (C), b (C); and the backward */
 {
     const rt_tensor *x = &op->in[0];
     int64_t N = x->dim[0], C = x->dim[1], HW = rt_tensor_numel(x) / (N * C);
@@ -210,19 +208,19 @@ RUN(run_batchnorm)                               /* x (N,C,...), w (C), b (C); a
     if (op->op == OP_BATCHNORM)
         batchnorm_forward(OUT(0), IN(0), IN(1), IN(2), NULL, NULL, N, C, HW, eps, 0.1f);
     else
-        batchnorm_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(2), IN(0),
-                           IN(1), N, C, HW, eps);
+        batchnorm_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(2), IN(0), IN(1),
+                           N, C, HW, eps);
     return 0;
 }
 
-RUN(run_softmax)                                 /* x (N,L) over L */
+RUN(run_softmax) /* x (N,L) over L */
 {
     int64_t L = last_dim(&op->in[0]);
     softmax_forward(OUT(0), IN(0), rt_tensor_numel(&op->in[0]) / L, L, (int)op->ints[ATTR_CAUSAL]);
     return 0;
 }
 
-RUN(run_softmax_backward)                        /* y, dy -> dx */
+RUN(run_softmax_backward) /* y, dy -> dx */
 {
     int64_t L = last_dim(&op->in[0]);
     softmax_backward(OUT(0), IN(1), IN(0), rt_tensor_numel(&op->in[0]) / L, L);
@@ -231,7 +229,7 @@ RUN(run_softmax_backward)                        /* y, dy -> dx */
 
 /* ---- attention and its reshapes --------------------------------------------------- */
 
-RUN(run_attention)                               /* qkv (B,T,3C), or q (B,T,H*D), k, v (B,T,KV*D); and the backward */
+RUN(run_attention) /* qkv (B,T,3C), or q (B,T,H*D), k, v (B,T,KV*D); and the backward */
 {
     const rt_tensor *x = &op->in[0];
     int64_t B = x->dim[0], T = x->dim[1], H = op->ints[ATTR_HEADS];
@@ -255,7 +253,7 @@ RUN(run_attention)                               /* qkv (B,T,3C), or q (B,T,H*D)
 
 static int64_t workspace_attention(const rt_op *op) { return attention_workspace_floats(op->in[0].dim[1]); }
 
-RUN(run_rope)                                    /* x or dy (R,T,H*D): rotated by +t, or back */
+RUN(run_rope) /* x or dy (R,T,H*D): rotated by +t, or back */
 {
     const rt_tensor *x = &op->in[0];
     int64_t C = last_dim(x), T = x->dim[x->rank - 2], H = op->ints[ATTR_HEADS];
@@ -264,28 +262,28 @@ RUN(run_rope)                                    /* x or dy (R,T,H*D): rotated b
     return 0;
 }
 
-RUN(run_qkv_split)                               /* qkv (B,T,3C) -> q, k, v (B,H,T,D) */
+RUN(run_qkv_split) /* qkv (B,T,3C) -> q, k, v (B,H,T,D) */
 {
     const rt_tensor *qkv = &op->in[0];
     qkv_split_forward(OUT(0), OUT(1), OUT(2), IN(0), qkv->dim[0], qkv->dim[1], qkv->dim[2] / 3, op->ints[ATTR_HEADS]);
     return 0;
 }
 
-RUN(run_qkv_split_backward)                      /* dq, dk, dv (B,H,T,D) -> dqkv */
+RUN(run_qkv_split_backward) /* dq, dk, dv (B,H,T,D) -> dqkv */
 {
     const rt_tensor *dq = &op->in[0];
     qkv_split_backward(OUT(0), IN(0), IN(1), IN(2), dq->dim[0], dq->dim[2], dq->dim[1] * dq->dim[3], dq->dim[1]);
     return 0;
 }
 
-RUN(run_merge_heads)                             /* x (B,H,T,D) -> (B,T,H*D) */
+RUN(run_merge_heads) /* x (B,H,T,D) -> (B,T,H*D) */
 {
     const rt_tensor *x = &op->in[0];
     merge_heads_forward(OUT(0), IN(0), x->dim[0], x->dim[2], x->dim[1], x->dim[3]);
     return 0;
 }
 
-RUN(run_merge_heads_backward)                    /* dy (B,T,C) -> dx (B,H,T,D) */
+RUN(run_merge_heads_backward) /* dy (B,T,C) -> dx (B,H,T,D) */
 {
     const rt_tensor *dx = &op->out[0];
     merge_heads_backward(OUT(0), IN(0), dx->dim[0], dx->dim[2], dx->dim[1], dx->dim[3]);
@@ -304,8 +302,10 @@ RUN(run_split_concat)
     int64_t axis = op->ints[ATTR_AXIS] < 0 ? op->ints[ATTR_AXIS] + whole->rank : op->ints[ATTR_AXIS];
     int64_t outer = 1, inner = 1, sizes[RT_MAX_IN];
     float *parts[RT_MAX_IN];
-    for (int i = 0; i < axis; i++) outer *= whole->dim[i];
-    for (int i = (int)axis + 1; i < whole->rank; i++) inner *= whole->dim[i];
+    for (int i = 0; i < axis; i++)
+        outer *= whole->dim[i];
+    for (int i = (int)axis + 1; i < whole->rank; i++)
+        inner *= whole->dim[i];
     for (int k = 0; k < n; k++) {
         const rt_tensor *part = whole_is_input ? &op->out[k] : &op->in[k];
         sizes[k] = part->dim[axis];
@@ -318,7 +318,7 @@ RUN(run_split_concat)
     return 0;
 }
 
-RUN(run_copy)                                    /* flatten, its backward, copy: y = x */
+RUN(run_copy) /* flatten, its backward, copy: y = x */
 {
     copy_forward(OUT(0), IN(0), rt_tensor_numel(&op->out[0]));
     return 0;
@@ -326,14 +326,14 @@ RUN(run_copy)                                    /* flatten, its backward, copy:
 
 /* ---- the pointwise ops (ir/pointwise.h) ------------------------------------------- */
 
-RUN(run_pointwise)                               /* (x[, z]) -> y, all (n) */
+RUN(run_pointwise) /* (x[, z]) -> y, all (n) */
 {
     float *const out[2] = { OUT(0), NULL };
     const float *const in[3] = { IN(0), op->n_in > 1 ? IN(1) : NULL, NULL };
     return pointwise_run(op->op, out, in, rt_tensor_numel(&op->out[0]));
 }
 
-RUN(run_pointwise_backward)                      /* (x[, z], dy) -> the gradients asked for, all (n) */
+RUN(run_pointwise_backward) /* (x[, z], dy) -> the gradients asked for, all (n) */
 {
     float *const out[2] = { grad_out(op, arena, 0), grad_out(op, arena, 1) };
     const float *const in[3] = { IN(0), IN(1), op->n_in > 2 ? IN(2) : NULL };
@@ -342,7 +342,7 @@ RUN(run_pointwise_backward)                      /* (x[, z], dy) -> the gradient
 
 /* ---- the loss ---------------------------------------------------------------------- */
 
-RUN(run_cross_entropy)                           /* logits (N,V), targets (N) -> mean loss */
+RUN(run_cross_entropy) /* logits (N,V), targets (N) -> mean loss */
 {
     int64_t V = last_dim(&op->in[0]), N = rt_tensor_numel(&op->in[0]) / V, bad = 0;
     if (cross_entropy_forward(OUT(0), IN(0), IN32(1), N, V, &bad))
@@ -350,7 +350,7 @@ RUN(run_cross_entropy)                           /* logits (N,V), targets (N) ->
     return 0;
 }
 
-RUN(run_cross_entropy_backward)                  /* logits, targets, dloss -> dlogits */
+RUN(run_cross_entropy_backward) /* logits, targets, dloss -> dlogits */
 {
     int64_t V = last_dim(&op->in[0]), N = rt_tensor_numel(&op->in[0]) / V, bad = 0;
     if (cross_entropy_backward(OUT(0), IN(2), IN(0), IN32(1), N, V, &bad))
@@ -358,7 +358,7 @@ RUN(run_cross_entropy_backward)                  /* logits, targets, dloss -> dl
     return 0;
 }
 
-RUN(run_fill)                                    /* the loss seed, or a constant */
+RUN(run_fill) /* the loss seed, or a constant */
 {
     float value = (float)op->floats[ATTR_VALUE], *y = OUT(0);
     if (op->ints[ATTR_LOSS_SCALE])
@@ -388,19 +388,19 @@ RUN(run_lr_schedule)
     return 0;
 }
 
-RUN(run_sum_squares)                             /* g, acc? -> acc + sum(g^2) */
+RUN(run_sum_squares) /* g, acc? -> acc + sum(g^2) */
 {
     double acc = op->n_in == 2 ? (double)*IN(1) : 0.0;
     *OUT(0) = (float)(acc + grad_sum_squares(IN(0), rt_tensor_numel(&op->in[0])));
     return 0;
 }
 
-RUN(run_clip_scale)                              /* as torch.nn.utils.clip_grad_norm_ */
+RUN(run_clip_scale) /* as torch.nn.utils.clip_grad_norm_ */
 {
     double norm = sqrt((double)*IN(0)), unscale = 1.0;
-    if (op->ints[ATTR_LOSS_SCALE]) {             /* the gradients are loss_scale times the true ones */
+    if (op->ints[ATTR_LOSS_SCALE]) { /* the gradients are loss_scale times the true ones */
         if (!isfinite(norm)) {
-            *OUT(0) = NAN;                       /* overflow: every adamw skips this step */
+            *OUT(0) = NAN; /* overflow: every adamw skips this step */
             return 0;
         }
         unscale = ctx->loss_scale > 0 ? 1.0 / ctx->loss_scale : 1.0;
@@ -411,21 +411,21 @@ RUN(run_clip_scale)                              /* as torch.nn.utils.clip_grad_
     return 0;
 }
 
-RUN(run_adamw)                                   /* p, g, m, v, lr, scale? */
+RUN(run_adamw) /* p, g, m, v, lr, scale? */
 {
     int64_t n = rt_tensor_numel(&op->in[0]);
     if (op->n_in == 6 && !isfinite(*IN(5))) {
-        ctx->overflowed = 1;                     /* fp16's loss scaler skips the step (clip_scale) */
+        ctx->overflowed = 1; /* fp16's loss scaler skips the step (clip_scale) */
         return 0;
     }
     if (op->n_in == 6 && *IN(5) != 1.0f)
-        grad_scale(IN(1), n, *IN(5));            /* the gradient dies here: scaled in place */
+        grad_scale(IN(1), n, *IN(5)); /* the gradient dies here: scaled in place */
     adamw_update(IN(0), IN(1), IN(2), IN(3), n, (double)*IN(4), op->floats[ATTR_BETA1], op->floats[ATTR_BETA2],
                  op->floats[ATTR_EPS], op->floats[ATTR_WEIGHT_DECAY], ctx->step - ctx->skipped);
     return 0;
 }
 
-RUN(run_sgd)                                     /* p, g, lr, scale? */
+RUN(run_sgd) /* p, g, lr, scale? */
 {
     int64_t n = rt_tensor_numel(&op->in[0]);
     if (op->n_in == 4 && !isfinite(*IN(3))) {
@@ -440,6 +440,7 @@ RUN(run_sgd)                                     /* p, g, lr, scale? */
 
 /* ---- the table ----------------------------------------------------------------------- */
 
+/* clang-format off */
 #define POINTWISE_ROWS(ENUM, nm, arity, f0, f1, has, ...)                                                      \
     [OP_##ENUM] = { run_pointwise, NULL, NULL, 0 },                                                             \
     FU_IF_BACKWARD_##has([OP_##ENUM##_BACKWARD] = { run_pointwise_backward, NULL, NULL, 0 },)
@@ -496,6 +497,7 @@ const rt_cpu_kernel rt_cpu_kernels[] = {
     [OP_RECV]                   = { NULL,                        NULL,                NULL,                   1 },
     [OP_ALLREDUCE]              = { NULL,                        NULL,                NULL,                   1 },
 };
+/* clang-format on */
 /* The last op has its row (an op appended without one fails here); that
  * every op has one is tests/unit/test_op_tables.c's. */
 _Static_assert(sizeof rt_cpu_kernels / sizeof rt_cpu_kernels[0] == OP_COUNT, "one CPU row per op");

@@ -15,11 +15,11 @@
 typedef struct {
     /* Runs the op on the arena: 0, or -1 with ctx->msg (bad data: a token
      * id or target out of range). */
-    int      (*run)(const rt_op *op, char *arena, rt_context *ctx);
-    int64_t  (*workspace_floats)(const rt_op *op);   /* the kernel's scratch; NULL: none    */
-    uint32_t (*product_inputs)(const rt_op *op);     /* bit i: input i a product operand;
+    int (*run)(const rt_op *op, char *arena, rt_context *ctx);
+    int64_t (*workspace_floats)(const rt_op *op); /* the kernel's scratch; NULL: none    */
+    uint32_t (*product_inputs)(const rt_op *op);  /* bit i: input i a product operand;
                                                         NULL: no products                 */
-    int        step_loop;                            /* 1: a message, run by the step loop */
+    int step_loop;                                /* 1: a message, run by the step loop */
 } rt_cpu_kernel;
 
 extern const rt_cpu_kernel rt_cpu_kernels[];

@@ -15,17 +15,16 @@
 #include "cpu/kernels_internal.h"
 
 // param, grad, m, v are (n); t >= 1 is the step number.
-void adamw_update(float *param, const float *grad, float *m, float *v, int64_t n,
-                  double lr, double beta1, double beta2, double eps,
-                  double weight_decay, int64_t t)
+void adamw_update(float *param, const float *grad, float *m, float *v, int64_t n, double lr, double beta1, double beta2,
+                  double eps, double weight_decay, int64_t t)
 {
     double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
     float decay = (float)(1.0 - lr * weight_decay);
-    float w1 = (float)(1.0 - beta1);              /* lerp weight */
+    float w1 = (float)(1.0 - beta1); /* lerp weight */
     float b2 = (float)beta2, w2 = (float)(1.0 - beta2);
     float step = (float)(-(lr / bc1));
     float bc2_sqrt = (float)sqrt(bc2), epsf = (float)eps;
-    #pragma omp parallel for schedule(static) if (n >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= KERNEL_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float g = grad[i], p = param[i] * decay;
         /* torch's lerp: a + w·(b - a) for w < 0.5, else b - (b - a)·(1 - w) */
@@ -41,7 +40,7 @@ void adamw_update(float *param, const float *grad, float *m, float *v, int64_t n
 void sgd_update(float *param, const float *grad, int64_t n, double lr, double weight_decay)
 {
     float step = (float)-lr, wd = (float)weight_decay;
-    #pragma omp parallel for schedule(static) if (n >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= KERNEL_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float d = wd != 0.0f ? grad[i] + wd * param[i] : grad[i];
         param[i] = param[i] + step * d;
@@ -56,13 +55,14 @@ double grad_sum_squares(const float *g, int64_t n)
 {
     double total = 0;
     int64_t nblocks = (n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK;
-    #pragma omp parallel for schedule(static) reduction(+ : total) if (n >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) reduction(+ : total) if (n >= KERNEL_PAR_MIN)
     for (int64_t blk = 0; blk < nblocks; blk++) {
         const float *x = g + blk * SUMSQ_BLOCK;
         int64_t len = n - blk * SUMSQ_BLOCK < SUMSQ_BLOCK ? n - blk * SUMSQ_BLOCK : SUMSQ_BLOCK;
         double s = 0;
-        #pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < len; i++) s += (double)x[i] * x[i];
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < len; i++)
+            s += (double)x[i] * x[i];
         total += s;
     }
     return total;
@@ -71,6 +71,7 @@ double grad_sum_squares(const float *g, int64_t n)
 // g is (n): g *= s
 void grad_scale(float *g, int64_t n, float s)
 {
-    #pragma omp parallel for schedule(static) if (n >= KERNEL_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) g[i] *= s;
+#pragma omp parallel for schedule(static) if (n >= KERNEL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        g[i] *= s;
 }

@@ -20,7 +20,7 @@
 void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int64_t D, double base, int sign)
 {
     int64_t half = D / 2, C = H * D;
-    #pragma omp parallel for schedule(static) if (R * T * C >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (R * T * C >= KERNEL_PAR_MIN)
     for (int64_t t = 0; t < T; t++) {
         for (int64_t i = 0; i < half; i++) {
             double angle = (double)sign * (double)t * pow(base, -2.0 * (double)i / (double)D);
@@ -45,8 +45,9 @@ void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int6
 void concat_forward(float *y, const float *const *parts, const int64_t *sizes, int n, int64_t outer, int64_t inner)
 {
     int64_t total = 0;
-    for (int k = 0; k < n; k++) total += sizes[k];
-    #pragma omp parallel for schedule(static) if (outer * total * inner >= KERNEL_PAR_MIN)
+    for (int k = 0; k < n; k++)
+        total += sizes[k];
+#pragma omp parallel for schedule(static) if (outer * total * inner >= KERNEL_PAR_MIN)
     for (int64_t o = 0; o < outer; o++) {
         int64_t off = 0;
         for (int k = 0; k < n; k++) {
@@ -61,8 +62,9 @@ void concat_forward(float *y, const float *const *parts, const int64_t *sizes, i
 void split_forward(float *const *parts, const float *x, const int64_t *sizes, int n, int64_t outer, int64_t inner)
 {
     int64_t total = 0;
-    for (int k = 0; k < n; k++) total += sizes[k];
-    #pragma omp parallel for schedule(static) if (outer * total * inner >= KERNEL_PAR_MIN)
+    for (int k = 0; k < n; k++)
+        total += sizes[k];
+#pragma omp parallel for schedule(static) if (outer * total * inner >= KERNEL_PAR_MIN)
     for (int64_t o = 0; o < outer; o++) {
         int64_t off = 0;
         for (int k = 0; k < n; k++) {

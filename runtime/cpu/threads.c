@@ -24,20 +24,18 @@
 
 #include "cpu/kernels.h"
 
-static int threads_set;   /* 0 until kernel_threads_set is called */
+static int threads_set; /* 0 until kernel_threads_set is called */
 
 void kernel_threads_set(int n)
 {
-    if (n < 1) n = 1;
+    if (n < 1)
+        n = 1;
     omp_set_num_threads(n);
-#ifdef KMP_VERSION_MAJOR          /* LLVM's omp.h: the libomp extensions are there */
+#ifdef KMP_VERSION_MAJOR /* LLVM's omp.h: the libomp extensions are there */
     kmp_set_blocktime(0);
 #endif
     openblas_set_num_threads(n);
     threads_set = n;
 }
 
-int kernel_threads_get(void)
-{
-    return threads_set ? threads_set : omp_get_max_threads();
-}
+int kernel_threads_get(void) { return threads_set ? threads_set : omp_get_max_threads(); }

@@ -20,10 +20,10 @@
 #include "../../ir/ir.h"
 #include "../comm/comm.h"
 #include "cuda_gemm.h"
-#include "../../ir/folders.h"   /* FU_PATH_BYTES */
+#include "../../ir/folders.h" /* FU_PATH_BYTES */
 #include "../rt_error.h"
 
-typedef int cu_result;                /* CUresult: 0 = CUDA_SUCCESS            */
+typedef int cu_result; /* CUresult: 0 = CUDA_SUCCESS            */
 typedef int cu_device;
 typedef struct cu_ctx_s *cu_context;
 typedef struct cu_mod_s *cu_module;
@@ -33,10 +33,10 @@ typedef struct cu_event_s *cu_event;
 typedef unsigned long long cu_deviceptr;
 typedef struct cublas_s *cublas_handle;
 
-#define CU_ATTR_CC_MAJOR 75
-#define CU_ATTR_CC_MINOR 76
-#define CU_EVENT_DISABLE_TIMING 2   /* cheaper to record: no timestamps */
-#define RT_CUDA_UPLOADS 4           /* recv/allreduce uploads in flight  */
+#define CU_ATTR_CC_MAJOR        75
+#define CU_ATTR_CC_MINOR        76
+#define CU_EVENT_DISABLE_TIMING 2 /* cheaper to record: no timestamps */
+#define RT_CUDA_UPLOADS         4 /* recv/allreduce uploads in flight  */
 
 typedef struct {
     cu_result (*init)(unsigned);
@@ -79,42 +79,42 @@ typedef struct {
 #define CUDA_R_32F                 0
 #define CUDA_R_16F                 2
 #define CUDA_R_16BF                14
-#define CUBLAS_COMPUTE_32F         68     /* f32 accumulator, operands as they are */
+#define CUBLAS_COMPUTE_32F         68 /* f32 accumulator, operands as they are */
 #define CUBLAS_GEMM_DEFAULT        -1
-#define CUBLAS_TF32_TENSOR_OP_MATH 3      /* sgemm may round its operands to TF32 */
+#define CUBLAS_TF32_TENSOR_OP_MATH 3 /* sgemm may round its operands to TF32 */
 
 struct rt_cuda {
-    cuda_api     api;
-    void        *libcuda, *libcublas;
-    cu_device    device;
-    cu_context   context;
-    cu_stream    stream;             /* compute: kernels, products, the phases' copies */
-    cu_stream    copy;               /* the copies of send, recv and allreduce (run_on_host) */
-    cu_event     computed;           /* on the compute stream: what was queued before a copy */
-    cu_event     copied;             /* on the copy stream: a send's inputs are on the host  */
+    cuda_api api;
+    void *libcuda, *libcublas;
+    cu_device device;
+    cu_context context;
+    cu_stream stream;  /* compute: kernels, products, the phases' copies */
+    cu_stream copy;    /* the copies of send, recv and allreduce (run_on_host) */
+    cu_event computed; /* on the compute stream: what was queued before a copy */
+    cu_event copied;   /* on the copy stream: a send's inputs are on the host  */
     /* Uploads in flight: a recv's (or allreduce's) htod reads the host
      * arena range [lo, hi) until its event completes; the host must not
      * write that range before (run_on_host waits). */
     struct {
         cu_event done;
-        int64_t  lo, hi;
-        int      busy;
-    }            upload[RT_CUDA_UPLOADS];
-    int          next_upload;
-    cu_module    module;
+        int64_t lo, hi;
+        int busy;
+    } upload[RT_CUDA_UPLOADS];
+    int next_upload;
+    cu_module module;
     cublas_handle blas;
-    cu_function *functions;          /* [n_kernels] */
+    cu_function *functions; /* [n_kernels] */
     const rt_cuda_step *steps;
-    cu_deviceptr arena, scratch, status;   /* status: the status word (int64), then the flags word (int32) */
-    int          loss_scaling;       /* the manifest's: read the flags word after an update */
-    size_t       arena_bytes;
-    char        *host_arena;         /* page-locked while attached */
-    int          cc_major, cc_minor;
+    cu_deviceptr arena, scratch, status; /* status: the status word (int64), then the flags word (int32) */
+    int loss_scaling;                    /* the manifest's: read the flags word after an update */
+    size_t arena_bytes;
+    char *host_arena; /* page-locked while attached */
+    int cc_major, cc_minor;
     /* What the host touches between phases (rt_cuda_set_host_tensors). */
     rt_cuda_range *inputs, *stash, *grads, *state, loss;
-    int32_t      n_inputs, n_stash, n_grads, n_state;
-    uint8_t     *grad_fetched;       /* [n_grads] 1: a bucket brought it down this backward */
-    int          device_current;     /* 0: the next phase copies the whole arena up */
+    int32_t n_inputs, n_stash, n_grads, n_state;
+    uint8_t *grad_fetched; /* [n_grads] 1: a bucket brought it down this backward */
+    int device_current;    /* 0: the next phase copies the whole arena up */
 };
 
 static int fail_cu(rt_cuda *c, cu_result r, const char *what, char *why, size_t len)
@@ -251,7 +251,7 @@ int rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t len)
     if (rc == 0 && ((r = c->api.device_attribute(&c->cc_major, CU_ATTR_CC_MAJOR, c->device)) != 0 ||
                     (r = c->api.device_attribute(&c->cc_minor, CU_ATTR_CC_MINOR, c->device)) != 0))
         rc = fail_cu(c, r, "cuDeviceGetAttribute", why, len);
-    if (rc == 0 && c->cc_major < 8) {   /* the oldest image is compute_80 PTX */
+    if (rc == 0 && c->cc_major < 8) { /* the oldest image is compute_80 PTX */
         snprintf(why, len, "GPU %d has compute capability %d.%d; this bundle's kernels need 8.0 or newer", ordinal,
                  c->cc_major, c->cc_minor);
         rc = -1;
@@ -285,7 +285,10 @@ int rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t len)
         rc = -1;
     }
     if (rc == 0) {
-        struct { int64_t status; int32_t flags, pad; } words = { RT_CUDA_STATUS_OK, 0, 0 };
+        struct {
+            int64_t status;
+            int32_t flags, pad;
+        } words = { RT_CUDA_STATUS_OK, 0, 0 };
         if ((r = c->api.htod(c->status, &words, sizeof words, c->stream)) != 0 ||
             (r = c->api.stream_sync(c->stream)) != 0)
             rc = fail_cu(c, r, "initialising the status word", why, len);
@@ -397,8 +400,8 @@ int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t 
                              int32_t n_stash, int32_t loss)
 {
     rt_tensor *by_role[ROLE_COUNT];
-    int32_t    count[ROLE_COUNT] = { 0 };
-    int        rc = 0;
+    int32_t count[ROLE_COUNT] = { 0 };
+    int rc = 0;
     for (int r = 0; r < ROLE_COUNT; r++)
         if (!(by_role[r] = calloc((size_t)n_tensors + 1, sizeof *by_role[r])))
             rc = -1;
@@ -408,11 +411,11 @@ int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t 
     /* The state a checkpoint reads: parameters, then the optimizer's moments. */
     for (int32_t i = 0; rc == 0 && i < count[ROLE_STATE]; i++)
         by_role[ROLE_PARAM][count[ROLE_PARAM] + i] = by_role[ROLE_STATE][i];
-    if (rc == 0 && (take_ranges(&c->inputs, &c->n_inputs, by_role[ROLE_INPUT], count[ROLE_INPUT]) ||
-                    take_ranges(&c->grads, &c->n_grads, by_role[ROLE_GRADIENT], count[ROLE_GRADIENT]) ||
-                    take_ranges(&c->state, &c->n_state, by_role[ROLE_PARAM], count[ROLE_PARAM] + count[ROLE_STATE]) ||
-                    take_ranges(&c->stash, &c->n_stash, stash, n_stash) ||
-                    !(c->grad_fetched = calloc((size_t)c->n_grads + 1, 1))))
+    if (rc == 0 &&
+        (take_ranges(&c->inputs, &c->n_inputs, by_role[ROLE_INPUT], count[ROLE_INPUT]) ||
+         take_ranges(&c->grads, &c->n_grads, by_role[ROLE_GRADIENT], count[ROLE_GRADIENT]) ||
+         take_ranges(&c->state, &c->n_state, by_role[ROLE_PARAM], count[ROLE_PARAM] + count[ROLE_STATE]) ||
+         take_ranges(&c->stash, &c->n_stash, stash, n_stash) || !(c->grad_fetched = calloc((size_t)c->n_grads + 1, 1))))
         rc = -1;
     if (rc == 0 && loss >= 0 && loss < n_tensors)
         c->loss = (rt_cuda_range){ tensors[loss].t.offset, rt_tensor_bytes(&tensors[loss].t) };
@@ -425,17 +428,17 @@ int rt_cuda_phase_begin(char *arena, rt_context *ctx)
 {
     rt_cuda *c = ctx->cuda;
     cu_result r = 0;
-    if (!c->device_current) {   /* the first phase, or the host wrote the parameters */
+    if (!c->device_current) { /* the first phase, or the host wrote the parameters */
         r = c->api.htod(c->arena, arena, c->arena_bytes, c->stream);
         c->device_current = r == 0;
     } else if (ctx->phase == PHASE_FORWARD) {
         r = push(c, arena, c->inputs, c->n_inputs);
-        if (r == 0 && ctx->replay)   /* what main put back for the forward to run again */
+        if (r == 0 && ctx->replay) /* what main put back for the forward to run again */
             r = push(c, arena, c->stash, c->n_stash);
     } else if (ctx->phase == PHASE_BACKWARD) {
-        r = push(c, arena, c->stash, c->n_stash);   /* main may have put a waiting micro-batch's back */
+        r = push(c, arena, c->stash, c->n_stash); /* main may have put a waiting micro-batch's back */
     } else if (ctx->phase == PHASE_UPDATE) {
-        r = push(c, arena, c->grads, c->n_grads);   /* main's mean over the micro-batches */
+        r = push(c, arena, c->grads, c->n_grads); /* main's mean over the micro-batches */
     }
     return r ? ctx_fail(ctx, NULL, "copying to the device", r) : 0;
 }
@@ -448,7 +451,7 @@ int rt_cuda_phase_end(char *arena, rt_context *ctx)
     if (ctx->phase == PHASE_FORWARD && !ctx->replay) {
         r = pull(c, arena, &c->loss, 1);
         if (r == 0)
-            r = pull(c, arena, c->stash, c->n_stash);   /* main keeps it if the backward waits */
+            r = pull(c, arena, c->stash, c->n_stash); /* main keeps it if the backward waits */
     } else if (ctx->phase == PHASE_BACKWARD) {
         /* main sums them over micro-batches; what a bucket fetched is on
          * the host already, and there main may have replaced it by the
@@ -492,11 +495,16 @@ void rt_cuda_host_wrote(rt_cuda *c) { c->device_current = 0; }
 static cu_deviceptr place(const rt_cuda *c, const rt_cuda_arg *a)
 {
     switch (a->kind) {
-    case RT_CUDA_ARG_ARENA:   return c->arena + (cu_deviceptr)a->value;
-    case RT_CUDA_ARG_SCRATCH: return c->scratch + (cu_deviceptr)a->value;
-    case RT_CUDA_ARG_STATUS:  return c->status;
-    case RT_CUDA_ARG_FLAGS:   return c->status + 8;
-    default:                  return 0;
+    case RT_CUDA_ARG_ARENA:
+        return c->arena + (cu_deviceptr)a->value;
+    case RT_CUDA_ARG_SCRATCH:
+        return c->scratch + (cu_deviceptr)a->value;
+    case RT_CUDA_ARG_STATUS:
+        return c->status;
+    case RT_CUDA_ARG_FLAGS:
+        return c->status + 8;
+    default:
+        return 0;
     }
 }
 
@@ -584,7 +592,7 @@ static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx
         if (r)
             return ctx_fail(ctx, op, "copying to the host", r);
     }
-    int64_t lo = INT64_MAX, hi = INT64_MIN;   /* the host range the outputs cover */
+    int64_t lo = INT64_MAX, hi = INT64_MIN; /* the host range the outputs cover */
     for (int i = 0; i < op->n_out; i++) {
         int64_t at = op->out[i].offset, end = at + rt_tensor_bytes(&op->out[i]);
         lo = at < lo ? at : lo;
@@ -599,8 +607,7 @@ static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx
     ctx->before_op = NULL;
     int rc = rt_op_run(op, arena, ctx);
     ctx->before_op = before_op;
-    if (rc != 0 ||
-        (op->op == OP_ALLREDUCE && rt_step_flush_buckets(ctx)))
+    if (rc != 0 || (op->op == OP_ALLREDUCE && rt_step_flush_buckets(ctx)))
         return -1;
     if (op->n_out == 0)
         return 0;
@@ -707,7 +714,6 @@ static double seconds_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-
 int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_context *ctx)
 {
     rt_cuda *c = ctx->cuda;
@@ -717,7 +723,7 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
     if (ctx->before_op && ctx->before_op(ctx->before_op_user, op, ctx))
         return -1;
     if (bucket_reduced(op, ctx) && op->in[0].offset == op->out[0].offset)
-        return 0;   /* in place: the average is on the device already */
+        return 0; /* in place: the average is on the device already */
     int paced = 0;
     double t0 = 0.0;
     for (int32_t i = cop->first; i < cop->first + cop->count; i++)
@@ -750,7 +756,7 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
                 return -1;
         }
     }
-    if (paced) {   /* --emulate-devices: the op is done when the stream is */
+    if (paced) { /* --emulate-devices: the op is done when the stream is */
         cu_result r = c->api.stream_sync(c->stream);
         if (r)
             return ctx_fail(ctx, op, "cuStreamSynchronize", r);

@@ -86,9 +86,9 @@ typedef struct rt_cuda rt_cuda;
  * 0), load the module, allocate the device arena and scratch.  0, or -1
  * with a one-line reason in why (starting "no CUDA driver found" when
  * libcuda.so.1 does not load). */
-int  rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t why_len);
+int rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t why_len);
 /* Page-lock the host arena (arena_bytes of m) and use it as the staging area. */
-int  rt_cuda_attach_host_arena(rt_cuda *c, char *arena, char *why, size_t why_len);
+int rt_cuda_attach_host_arena(rt_cuda *c, char *arena, char *why, size_t why_len);
 void rt_cuda_close(rt_cuda *c);
 
 /* An arena range the host touches. */
@@ -99,10 +99,10 @@ typedef struct {
 /* What crosses between phases: the tensors by role (inputs, gradients,
  * parameters and state), the stash (main.c's), the loss (-1: none).  0, or
  * -1 when out of memory. */
-int  rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t n_tensors, const rt_tensor *stash,
-                              int32_t n_stash, int32_t loss);
+int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t n_tensors, const rt_tensor *stash,
+                             int32_t n_stash, int32_t loss);
 /* Bring the parameters and optimizer state down to the host arena (before a checkpoint). */
-int  rt_cuda_pull_state(rt_cuda *c, char *arena, char *why, size_t why_len);
+int rt_cuda_pull_state(rt_cuda *c, char *arena, char *why, size_t why_len);
 /* The host wrote to its arena beyond the sets above: the next phase copies it all up. */
 void rt_cuda_host_wrote(rt_cuda *c);
 
@@ -110,7 +110,7 @@ void rt_cuda_host_wrote(rt_cuda *c);
  * device arena (a gradient bucket's members) down to the host arena once
  * the kernels queued so far have run; the backward's end leaves them be.
  * 0, or -1 with ctx->msg set. */
-int  rt_cuda_fetch(void *cuda, const rt_overlap_range *ranges, int32_t n, rt_context *ctx);
+int rt_cuda_fetch(void *cuda, const rt_overlap_range *ranges, int32_t n, rt_context *ctx);
 
 /* Called by the generated phase functions (codegen/llvm_host.c). */
 int rt_cuda_phase_begin(char *arena, rt_context *ctx);

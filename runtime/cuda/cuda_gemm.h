@@ -18,12 +18,12 @@
 #include "cuda_program.h"
 
 typedef struct {
-    int     trans_a, trans_b;   /* cuBLAS's opA, opB (1: transposed)             */
+    int trans_a, trans_b; /* cuBLAS's opA, opB (1: transposed)             */
     int64_t m, n, k;
-    int     a_arg, b_arg;       /* which of step->arg[] is cuBLAS's A and B      */
+    int a_arg, b_arg; /* which of step->arg[] is cuBLAS's A and B      */
     int64_t lda, ldb, ldc;
     int64_t stride_a, stride_b, stride_c, batch;
-    float   alpha, beta;
+    float alpha, beta;
 } rt_cuda_colmajor_gemm;
 
 static inline rt_cuda_colmajor_gemm rt_cuda_gemm_colmajor(const rt_cuda_step *s)
@@ -34,7 +34,7 @@ static inline rt_cuda_colmajor_gemm rt_cuda_gemm_colmajor(const rt_cuda_step *s)
     g.m = s->n;
     g.n = s->m;
     g.k = s->k;
-    g.a_arg = 1;                 /* cuBLAS's A is the step's B */
+    g.a_arg = 1; /* cuBLAS's A is the step's B */
     g.b_arg = 0;
     g.lda = s->ldb;
     g.ldb = s->lda;

@@ -51,20 +51,20 @@
 #define RT_CUDA_MAX_ARGS 8
 
 typedef enum {
-    RT_CUDA_ARG_NONE,          /* a NULL pointer                                 */
-    RT_CUDA_ARG_ARENA,         /* device arena + value                            */
-    RT_CUDA_ARG_SCRATCH,       /* scratch area + value                            */
-    RT_CUDA_ARG_STATUS,        /* the status word (int64, RT_CUDA_STATUS_OK or a position) */
-    RT_CUDA_ARG_FLAGS          /* the flags word (int32, RT_CUDA_FLAG_* bits; 0 at start) */
+    RT_CUDA_ARG_NONE,    /* a NULL pointer                                 */
+    RT_CUDA_ARG_ARENA,   /* device arena + value                            */
+    RT_CUDA_ARG_SCRATCH, /* scratch area + value                            */
+    RT_CUDA_ARG_STATUS,  /* the status word (int64, RT_CUDA_STATUS_OK or a position) */
+    RT_CUDA_ARG_FLAGS    /* the flags word (int32, RT_CUDA_FLAG_* bits; 0 at start) */
 } rt_cuda_arg_kind;
 
-#define RT_CUDA_STATUS_OK INT64_MAX   /* kernels atomicMin a bad position into it */
-#define RT_CUDA_FLAG_SKIPPED 1        /* an adamw skipped its step: fp16's loss scale overflowed */
+#define RT_CUDA_STATUS_OK    INT64_MAX /* kernels atomicMin a bad position into it */
+#define RT_CUDA_FLAG_SKIPPED 1         /* an adamw skipped its step: fp16's loss scale overflowed */
 
 typedef struct {
-    int32_t kind;              /* rt_cuda_arg_kind */
-    int32_t dtype;             /* of what it points at: an ir_dtype (0: f32) */
-    int64_t value;             /* byte offset */
+    int32_t kind;  /* rt_cuda_arg_kind */
+    int32_t dtype; /* of what it points at: an ir_dtype (0: f32) */
+    int64_t value; /* byte offset */
 } rt_cuda_arg;
 
 /* A launch's one parameter, the generated prelude's fusion_args: the
@@ -73,10 +73,10 @@ typedef struct {
  * the seed is loss_scale, infinite when inject_overflow; clip_scale
  * divides it out). */
 typedef struct {
-    uint64_t p[RT_CUDA_MAX_ARGS];   /* device addresses                       */
-    int64_t  step, adam_step;
-    float    loss_scale;            /* 1 when the program does not scale       */
-    int32_t  inject_overflow;
+    uint64_t p[RT_CUDA_MAX_ARGS]; /* device addresses                       */
+    int64_t step, adam_step;
+    float loss_scale; /* 1 when the program does not scale       */
+    int32_t inject_overflow;
 } rt_cuda_args;
 /* The prelude spells it { char *p[8]; long long step, adam_step; float
  * loss_scale; int inject_overflow; } (codegen/cuda_kernels.c): 88 bytes. */
@@ -89,32 +89,32 @@ _Static_assert(sizeof(rt_cuda_args) == 88, "rt_cuda_args is the kernels' fusion_
 typedef enum { RT_CUDA_STEP_KERNEL, RT_CUDA_STEP_GEMM, RT_CUDA_STEP_HOST } rt_cuda_step_kind;
 
 typedef struct {
-    int32_t     kind;          /* rt_cuda_step_kind                              */
+    int32_t kind; /* rt_cuda_step_kind                              */
     /* kernel */
-    int32_t     kernel;        /* index into the module's kernel names           */
-    uint32_t    grid[3], block[3];
-    uint32_t    shared_bytes;  /* dynamic shared memory                           */
-    int32_t     check_status;  /* 1: read the status word after this launch      */
-    rt_cuda_arg arg[RT_CUDA_MAX_ARGS];   /* kernel: p[0..]; gemm: A, B, C        */
+    int32_t kernel; /* index into the module's kernel names           */
+    uint32_t grid[3], block[3];
+    uint32_t shared_bytes;             /* dynamic shared memory                           */
+    int32_t check_status;              /* 1: read the status word after this launch      */
+    rt_cuda_arg arg[RT_CUDA_MAX_ARGS]; /* kernel: p[0..]; gemm: A, B, C        */
     /* gemm, row-major: C (M,N) = alpha·op(A)·op(B) + beta·C, per batch entry */
-    int32_t     trans_a, trans_b;
-    int64_t     m, n, k, lda, ldb, ldc;
-    int64_t     stride_a, stride_b, stride_c, batch;
-    float       alpha, beta;
+    int32_t trans_a, trans_b;
+    int64_t m, n, k, lda, ldb, ldc;
+    int64_t stride_a, stride_b, stride_c, batch;
+    float alpha, beta;
 } rt_cuda_step;
 
 typedef struct {
-    int32_t first, count;      /* this op's steps                                */
+    int32_t first, count; /* this op's steps                                */
 } rt_cuda_op;
 
 /* The module: images and names, as the generated program embeds them. */
 typedef struct {
-    int32_t n_kernels;         /* names: n_kernels NUL-terminated strings        */
+    int32_t n_kernels; /* names: n_kernels NUL-terminated strings        */
     int32_t n_steps;
-    int64_t scratch_bytes;     /* the scratch area's size (device memory)        */
-    int64_t fatbin_bytes, names_bytes;   /* the fat binary: CUBIN for sm_80 and sm_90,
+    int64_t scratch_bytes;             /* the scratch area's size (device memory)        */
+    int64_t fatbin_bytes, names_bytes; /* the fat binary: CUBIN for sm_80 and sm_90,
                                             PTX for compute_80 (codegen/fatbin.h) */
-    char    ptx_arch[16];      /* "compute_80": the PTX's virtual architecture   */
+    char ptx_arch[16];                 /* "compute_80": the PTX's virtual architecture   */
 } rt_cuda_module_info;
 
 #endif

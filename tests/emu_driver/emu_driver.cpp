@@ -63,15 +63,16 @@
 extern "C" const cuda_emu_kernel emu_kernels[];
 extern "C" const int emu_n_kernels;
 
-namespace {
+namespace
+{
 
 const int kInvalidValue = 1, kOutOfMemory = 2, kNotFound = 500, kInvalidImage = 200;
 
-std::map<uintptr_t, size_t> allocations;   /* device memory: start -> bytes             */
-std::map<uintptr_t, size_t> pinned;        /* cuMemHostRegister'ed host memory          */
+std::map<uintptr_t, size_t> allocations; /* device memory: start -> bytes             */
+std::map<uintptr_t, size_t> pinned;      /* cuMemHostRegister'ed host memory          */
 struct counts_t {
     long long launches = 0, gemms = 0, htod = 0, htod_bytes = 0, dtoh = 0, dtoh_bytes = 0;
-    long long second_htod = 0, second_dtoh = 0;   /* copies that ran on the second stream created */
+    long long second_htod = 0, second_dtoh = 0; /* copies that ran on the second stream created */
     long long gemm_ex = 0, tf32 = 0;
 } counts;
 
@@ -79,18 +80,18 @@ struct counts_t {
  * operation ever queued, done those that ran: operation i (from 1) has run
  * once done >= i. */
 struct stream_t {
-    int                               index = 0;   /* 1: the first stream created, 2: the second, ... */
+    int index = 0; /* 1: the first stream created, 2: the second, ... */
     std::deque<std::function<void()>> queue;
-    long long                         enqueued = 0, done = 0;
+    long long enqueued = 0, done = 0;
 };
 /* An event: the stream and position of its last record (none: complete). */
 struct event_t {
     stream_t *stream = nullptr;
     long long at = 0;
 };
-stream_t              null_stream;       /* the legacy default stream, as one more queue */
-std::vector<stream_t *> streams;          /* every live stream, the default one first     */
-int                   streams_created = 0;
+stream_t null_stream;            /* the legacy default stream, as one more queue */
+std::vector<stream_t *> streams; /* every live stream, the default one first     */
+int streams_created = 0;
 
 stream_t *stream_of(void *s) { return s ? (stream_t *)s : &null_stream; }
 
@@ -145,8 +146,9 @@ struct counts_writer {
         if (!path || !*path)
             return;
         if (FILE *f = fopen(path, "a")) {
-            fprintf(f, "launches %lld gemms %lld htod %lld %lld dtoh %lld %lld second-stream htod %lld dtoh %lld "
-                       "gemm-ex %lld tf32 %lld\n",
+            fprintf(f,
+                    "launches %lld gemms %lld htod %lld %lld dtoh %lld %lld second-stream htod %lld dtoh %lld "
+                    "gemm-ex %lld tf32 %lld\n",
                     counts.launches, counts.gemms, counts.htod, counts.htod_bytes, counts.dtoh, counts.dtoh_bytes,
                     counts.second_htod, counts.second_dtoh, counts.gemm_ex, counts.tf32);
             fclose(f);
@@ -154,7 +156,7 @@ struct counts_writer {
     }
 } writer;
 
-}   // namespace
+} // namespace
 
 extern "C" {
 
@@ -168,7 +170,7 @@ int cuDeviceGet(int *device, int ordinal)
 }
 int cuDeviceGetAttribute(int *value, int attribute, int)
 {
-    *value = attribute == 75 ? 8 : attribute == 76 ? 0 : 0;   /* compute capability 8.0 */
+    *value = attribute == 75 ? 8 : attribute == 76 ? 0 : 0; /* compute capability 8.0 */
     return 0;
 }
 int cuDevicePrimaryCtxRetain(void **ctx, int)
@@ -207,7 +209,7 @@ int cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
     void *q = malloc(bytes ? bytes : 1);
     if (!q)
         return kOutOfMemory;
-    memset(q, 0xA5, bytes);   /* not zeros: a read before a write shows */
+    memset(q, 0xA5, bytes); /* not zeros: a read before a write shows */
     allocations[(uintptr_t)q] = bytes;
     *p = (CUdeviceptr)(uintptr_t)q;
     return 0;
@@ -217,7 +219,7 @@ int cuMemFree_v2(CUdeviceptr p)
     auto it = allocations.find((uintptr_t)p);
     if (it == allocations.end())
         return refuse("cuMemFree of memory not allocated");
-    run_every_stream();   /* the driver's cuMemFree waits for the device */
+    run_every_stream(); /* the driver's cuMemFree waits for the device */
     free((void *)(uintptr_t)p);
     allocations.erase(it);
     return 0;
@@ -277,7 +279,7 @@ int cuStreamDestroy_v2(void *stream)
         return refuse("cuStreamDestroy of the default stream");
     for (size_t i = 0; i < streams.size(); i++)
         if (streams[i] == s) {
-            run_all(s);   /* the driver finishes the work queued first */
+            run_all(s); /* the driver finishes the work queued first */
             streams.erase(streams.begin() + (long)i);
             delete s;
             return 0;
@@ -339,9 +341,11 @@ int cuMemHostUnregister(void *p)
 }
 int cuGetErrorString(int error, const char **text)
 {
-    *text = error == kInvalidValue ? "invalid argument (emulated)" : error == kNotFound ? "named symbol not found (emulated)"
-          : error == kInvalidImage ? "invalid image (emulated)" : error == kOutOfMemory ? "out of memory (emulated)"
-                                   : "error (emulated)";
+    *text = error == kInvalidValue   ? "invalid argument (emulated)"
+            : error == kNotFound     ? "named symbol not found (emulated)"
+            : error == kInvalidImage ? "invalid image (emulated)"
+            : error == kOutOfMemory  ? "out of memory (emulated)"
+                                     : "error (emulated)";
     return 0;
 }
 
@@ -353,7 +357,7 @@ int cuLaunchKernel(const cuda_emu_kernel *f, unsigned gx, unsigned gy, unsigned 
     if ((unsigned long long)bx * by * bz > 1024 || shared > 48 * 1024 || gx < 1 || gy < 1 || gz < 1)
         return refuse("a launch no GPU takes (block, grid or shared memory size)");
     /* One parameter, the kernel's fusion_args (rt_cuda_args): the pointers, the step, the loss scale. */
-    rt_cuda_args copy;   /* read when the call is made: it may live on the caller's stack */
+    rt_cuda_args copy; /* read when the call is made: it may live on the caller's stack */
     memcpy(&copy, params[0], sizeof copy);
     for (int k = 0; k < RT_CUDA_MAX_ARGS; k++)
         if (copy.p[k] && !owned((uintptr_t)copy.p[k], 1))
@@ -374,14 +378,14 @@ int cublasCreate_v2(void **handle)
     return 0;
 }
 int cublasDestroy_v2(void *) { return 0; }
-static void *blas_stream;   /* cublasSetStream_v2's; the products go on it */
+static void *blas_stream; /* cublasSetStream_v2's; the products go on it */
 int cublasSetStream_v2(void *, void *stream)
 {
     blas_stream = stream;
     return 0;
 }
 
-static int math_mode;   /* cublasSetMathMode's: 3 = CUBLAS_TF32_TENSOR_OP_MATH */
+static int math_mode; /* cublasSetMathMode's: 3 = CUBLAS_TF32_TENSOR_OP_MATH */
 int cublasSetMathMode(void *, int mode)
 {
     math_mode = mode;
@@ -394,7 +398,7 @@ static float tf32_round(float x)
 {
     uint32_t u;
     memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u)   /* inf and NaN as they are */
+    if ((u & 0x7f800000u) != 0x7f800000u) /* inf and NaN as they are */
         u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
     memcpy(&x, &u, 4);
     return x;
@@ -453,15 +457,15 @@ static bool gemm_args_ok(int ta, int tb, int m, int n, int k, int lda, int ldb, 
            ldb >= 1 && ldc >= m && ldc >= 1;
 }
 
-int cublasSgemmStridedBatched(void *, int ta, int tb, int m, int n, int k, const float *alpha, const float *A,
-                              int lda, long long sa, const float *B, int ldb, long long sb, const float *beta, float *C,
-                              int ldc, long long sc, int batch)
+int cublasSgemmStridedBatched(void *, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
+                              long long sa, const float *B, int ldb, long long sb, const float *beta, float *C, int ldc,
+                              long long sc, int batch)
 {
     if (!gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc, batch))
-        return 7;   /* CUBLAS_STATUS_INVALID_VALUE */
+        return 7; /* CUBLAS_STATUS_INVALID_VALUE */
     if (!owned((uintptr_t)C, 4) || !owned((uintptr_t)A, 4) || !owned((uintptr_t)B, 4))
         return 7;
-    float alpha_v = *alpha, beta_v = *beta;   /* read now: they may live on the caller's stack */
+    float alpha_v = *alpha, beta_v = *beta; /* read now: they may live on the caller's stack */
     bool tf32 = math_mode == 3;
     enqueue(stream_of(blas_stream), [=] {
         gemm_run(ta, tb, m, n, k, alpha_v, A, 0, lda, sa, B, 0, ldb, sb, beta_v, C, 0, ldc, sc, batch, !tf32, tf32);
@@ -480,11 +484,12 @@ int cublasGemmStridedBatchedEx(void *, int ta, int tb, int m, int n, int k, cons
     if (!gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc, batch))
         return 7;
     if (!elem_bytes(at) || at != bt || !elem_bytes(ct) || (ct != 0 && ct != at) || (compute != 68 && compute != 77))
-        return refuse("cublasGemmStridedBatchedEx: operand types or compute type it does not take"), 15;   /* NOT_SUPPORTED */
+        return refuse("cublasGemmStridedBatchedEx: operand types or compute type it does not take"),
+               15; /* NOT_SUPPORTED */
     if (!owned((uintptr_t)C, (size_t)elem_bytes(ct)) || !owned((uintptr_t)A, (size_t)elem_bytes(at)) ||
         !owned((uintptr_t)B, (size_t)elem_bytes(bt)))
         return 7;
-    float alpha_v = *(const float *)alpha, beta_v = *(const float *)beta;   /* COMPUTE_32F: float scalars */
+    float alpha_v = *(const float *)alpha, beta_v = *(const float *)beta; /* COMPUTE_32F: float scalars */
     bool tf32 = at == 0 && (compute == 77 || math_mode == 3);
     enqueue(stream_of(blas_stream), [=] {
         gemm_run(ta, tb, m, n, k, alpha_v, A, at, lda, sa, B, bt, ldb, sb, beta_v, C, ct, ldc, sc, batch,
@@ -496,4 +501,4 @@ int cublasGemmStridedBatchedEx(void *, int ta, int tb, int m, int n, int k, cons
     return 0;
 }
 
-}   // extern "C"
+} // extern "C"

@@ -39,8 +39,8 @@ static void check_diag(const char *who, const struct diag *err)
     }
     int bad = err->msg[0] == '\0' || strchr(err->msg, '\n') != NULL || (strict && err->file[0] == '\0');
     if (bad) {
-        fprintf(stderr, "fuzz_frontend: %s failed with a bad message: file '%s' line %d msg '%s'\n",
-                who, err->file, err->line, err->msg);
+        fprintf(stderr, "fuzz_frontend: %s failed with a bad message: file '%s' line %d msg '%s'\n", who, err->file,
+                err->line, err->msg);
         abort();
     }
 }
@@ -70,7 +70,7 @@ static void check_round_trip(const ir_graph *g, const char *what)
     char *first = NULL, *second = NULL;
     size_t first_len = 0, second_len = 0;
     if (print_to_memory(g, &first, &first_len) != 0)
-        return;   /* out of memory: not a finding */
+        return; /* out of memory: not a finding */
     ir_graph back;
     struct diag err = { 0 };
     if (ir_graph_parse(first, first_len, "<printed>", &back, &err) != 0) {
@@ -80,8 +80,9 @@ static void check_round_trip(const ir_graph *g, const char *what)
     }
     if (print_to_memory(&back, &second, &second_len) == 0 &&
         (second_len != first_len || memcmp(first, second, first_len) != 0)) {
-        fprintf(stderr, "fuzz_frontend: print(parse(print(g))) differs from print(g) for %s\n"
-                        "--- first:\n%.*s\n--- second:\n%.*s\n",
+        fprintf(stderr,
+                "fuzz_frontend: print(parse(print(g))) differs from print(g) for %s\n"
+                "--- first:\n%.*s\n--- second:\n%.*s\n",
                 what, (int)first_len, first, (int)second_len, second);
         abort();
     }
@@ -96,7 +97,7 @@ static void fuzz_model(const char *data, size_t size)
     struct diag err = { 0 };
     if (model_load_memory(data, size, "fuzz.xml", NULL, 0, &g, &err) != 0) {
         check_diag("model_load_memory", &err);
-        ir_graph_free(&g);   /* left initialised and empty: must be safe */
+        ir_graph_free(&g); /* left initialised and empty: must be safe */
         return;
     }
     model_stats s;

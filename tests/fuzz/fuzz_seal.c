@@ -40,8 +40,8 @@ static const uint8_t fixed_secret[FU_SECRET_BYTES] = "fuzz_seal: a fixed run sec
 static const uint8_t fixed_key[32] = "fuzz_seal: a fixed session key.";
 static const uint8_t box_ad[] = "fuzz_seal ad";
 #define BOX_CONTEXT "fuzz"
-#define BUILD 0x00f0e1d2c3b4a596ull
-#define EPOCH 3
+#define BUILD       0x00f0e1d2c3b4a596ull
+#define EPOCH       3
 
 static const fu_link_auth local_auth = { fixed_secret, "main", BUILD, EPOCH };
 static const fu_link_auth peer_auth = { fixed_secret, "worker", BUILD, EPOCH };
@@ -102,7 +102,8 @@ static void fuzz_frame(uint8_t sel, const uint8_t *body, size_t len)
     size_t plain_len = 0;
     char err[ERR] = "";
     if (fu_open_frame(&s, buf, len, &plain, &plain_len, err, sizeof err) == 0) {
-        if (plain != buf + FU_SEAL_PREFIX || plain_len + FU_SEAL_OVERHEAD != len || s.rx_count != (uint64_t)(sel >> 3) + 1)
+        if (plain != buf + FU_SEAL_PREFIX || plain_len + FU_SEAL_OVERHEAD != len ||
+            s.rx_count != (uint64_t)(sel >> 3) + 1)
             die("fu_open_frame opened a frame but said something inconsistent");
     } else {
         if (err[0] == '\0')
@@ -243,10 +244,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (len)
         memcpy(body, data + 1, len);
     switch (sel & 3) {
-    case 0: fuzz_hello(sel, body, len); break;
-    case 1: fuzz_frame(sel, body, len); break;
-    case 2: fuzz_box(body, len); break;
-    default: round_trip(sel, body, len); break;
+    case 0:
+        fuzz_hello(sel, body, len);
+        break;
+    case 1:
+        fuzz_frame(sel, body, len);
+        break;
+    case 2:
+        fuzz_box(body, len);
+        break;
+    default:
+        round_trip(sel, body, len);
+        break;
     }
     free(body);
     return 0;

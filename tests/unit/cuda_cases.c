@@ -35,7 +35,7 @@
 
 typedef struct {
     cuda_case *c;
-    int        n, cap;
+    int n, cap;
 } case_list;
 
 static rt_tensor shape(int rank, ...)
@@ -145,7 +145,7 @@ static void pointwise_cases(case_list *l)
         for (int only_last = 0; only_last <= (d->pointwise.inputs == 2); only_last++) {
             snprintf(label, sizeof label, "%s 1001%s", op_table[d->backward].name, only_last ? " last grad only" : "");
             c = add(l, d->backward, label);
-            for (int i = 0; i <= d->pointwise.inputs; i++)   /* the inputs, then dy */
+            for (int i = 0; i <= d->pointwise.inputs; i++) /* the inputs, then dy */
                 in(c, S1(1001));
             int grads = only_last ? 1 << (d->pointwise.inputs - 1) : (1 << d->pointwise.inputs) - 1;
             for (int g = grads; g; g &= g - 1)
@@ -159,25 +159,53 @@ static void elementwise_cases(case_list *l)
 {
     cuda_case *c;
     pointwise_cases(l);
-    c = add(l, OP_COPY, "copy 517"); in(c, S1(517)); out(c, S1(517));
-    c = add(l, OP_FLATTEN, "flatten 2x3x5x7"); in(c, S4(2, 3, 5, 7)); out(c, S2(2, 105));
-    c = add(l, OP_FILL, "fill 259"); out(c, S1(259)); c->op.floats[ATTR_VALUE] = 1.25;
+    c = add(l, OP_COPY, "copy 517");
+    in(c, S1(517));
+    out(c, S1(517));
+    c = add(l, OP_FLATTEN, "flatten 2x3x5x7");
+    in(c, S4(2, 3, 5, 7));
+    out(c, S2(2, 105));
+    c = add(l, OP_FILL, "fill 259");
+    out(c, S1(259));
+    c->op.floats[ATTR_VALUE] = 1.25;
     /* fp16's seed: the value times the loss scale (the harness runs it with one) */
-    c = add(l, OP_FILL, "fill loss_scale"); f32_out(c, SCALAR); c->op.floats[ATTR_VALUE] = 1.0;
-    c->op.ints[ATTR_LOSS_SCALE] = 1; c->loss_scaled = 1;
-    c = add(l, OP_POSITIONS, "positions 3x37"); ids(c, S2(3, 37), 50); out(c, S2(3, 37)); c->op.out[0].dtype = DT_I32;
-    c = add(l, OP_EMBEDDING, "embedding 2x13 of 37x300"); ids(c, S2(2, 13), 37); param(c, S2(37, 300)); out(c, S3(2, 13, 300));
+    c = add(l, OP_FILL, "fill loss_scale");
+    f32_out(c, SCALAR);
+    c->op.floats[ATTR_VALUE] = 1.0;
+    c->op.ints[ATTR_LOSS_SCALE] = 1;
+    c->loss_scaled = 1;
+    c = add(l, OP_POSITIONS, "positions 3x37");
+    ids(c, S2(3, 37), 50);
+    out(c, S2(3, 37));
+    c->op.out[0].dtype = DT_I32;
+    c = add(l, OP_EMBEDDING, "embedding 2x13 of 37x300");
+    ids(c, S2(2, 13), 37);
+    param(c, S2(37, 300));
+    out(c, S3(2, 13, 300));
     c = add(l, OP_EMBEDDING_BACKWARD, "embedding_backward 2x13 to 37x300");
-    ids(c, S2(2, 13), 11);   /* 11 of 37 rows: ids repeat, rows add up */
-    in(c, S3(2, 13, 300)); pgrad(c, S2(37, 300));
+    ids(c, S2(2, 13), 11); /* 11 of 37 rows: ids repeat, rows add up */
+    in(c, S3(2, 13, 300));
+    pgrad(c, S2(37, 300));
     c->op.ints[ATTR_GRADS] = 2;
-    c = add(l, OP_QKV_SPLIT, "qkv_split 2x13x72 h3"); in(c, S3(2, 13, 72)); c->op.ints[ATTR_HEADS] = 3;
-    out(c, S4(2, 3, 13, 8)); out(c, S4(2, 3, 13, 8)); out(c, S4(2, 3, 13, 8));
+    c = add(l, OP_QKV_SPLIT, "qkv_split 2x13x72 h3");
+    in(c, S3(2, 13, 72));
+    c->op.ints[ATTR_HEADS] = 3;
+    out(c, S4(2, 3, 13, 8));
+    out(c, S4(2, 3, 13, 8));
+    out(c, S4(2, 3, 13, 8));
     c = add(l, OP_QKV_SPLIT_BACKWARD, "qkv_split_backward 2x13x72 h3");
-    in(c, S4(2, 3, 13, 8)); in(c, S4(2, 3, 13, 8)); in(c, S4(2, 3, 13, 8)); out(c, S3(2, 13, 72));
-    c->op.ints[ATTR_HEADS] = 3; c->op.ints[ATTR_GRADS] = 1;
-    c = add(l, OP_MERGE_HEADS, "merge_heads 2x3x13x8"); in(c, S4(2, 3, 13, 8)); out(c, S3(2, 13, 24));
-    c = add(l, OP_MERGE_HEADS_BACKWARD, "merge_heads_backward 2x3x13x8"); in(c, S3(2, 13, 24)); out(c, S4(2, 3, 13, 8));
+    in(c, S4(2, 3, 13, 8));
+    in(c, S4(2, 3, 13, 8));
+    in(c, S4(2, 3, 13, 8));
+    out(c, S3(2, 13, 72));
+    c->op.ints[ATTR_HEADS] = 3;
+    c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_MERGE_HEADS, "merge_heads 2x3x13x8");
+    in(c, S4(2, 3, 13, 8));
+    out(c, S3(2, 13, 24));
+    c = add(l, OP_MERGE_HEADS_BACKWARD, "merge_heads_backward 2x3x13x8");
+    in(c, S3(2, 13, 24));
+    out(c, S4(2, 3, 13, 8));
     c->op.ints[ATTR_GRADS] = 1;
 }
 
@@ -186,104 +214,233 @@ static void elementwise_cases(case_list *l)
 static void dense_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_LINEAR, "linear 2x5x37 -> 19, bias"); in(c, S3(2, 5, 37)); param(c, S2(19, 37)); param(c, S1(19));
-    out(c, S3(2, 5, 19)); c->tol16 = 8;
-    c = add(l, OP_LINEAR, "linear 11x300 -> 7"); in(c, S2(11, 300)); param(c, S2(7, 300)); out(c, S2(11, 7));
+    c = add(l, OP_LINEAR, "linear 2x5x37 -> 19, bias");
+    in(c, S3(2, 5, 37));
+    param(c, S2(19, 37));
+    param(c, S1(19));
+    out(c, S3(2, 5, 19));
+    c->tol16 = 8;
+    c = add(l, OP_LINEAR, "linear 11x300 -> 7");
+    in(c, S2(11, 300));
+    param(c, S2(7, 300));
+    out(c, S2(11, 7));
     c->tol16 = 8;
     c = add(l, OP_LINEAR_BACKWARD, "linear_backward 2x5x37 -> 19");
-    in(c, S3(2, 5, 37)); param(c, S2(19, 37)); in(c, S3(2, 5, 19));
-    out(c, S3(2, 5, 37)); pgrad(c, S2(19, 37)); pgrad(c, S1(19));
-    c->op.ints[ATTR_GRADS] = 7; c->tol16 = 8;
-    c = add(l, OP_LINEAR_BACKWARD, "linear_backward dw only"); in(c, S2(11, 300)); param(c, S2(7, 300)); in(c, S2(11, 7));
+    in(c, S3(2, 5, 37));
+    param(c, S2(19, 37));
+    in(c, S3(2, 5, 19));
+    out(c, S3(2, 5, 37));
+    pgrad(c, S2(19, 37));
+    pgrad(c, S1(19));
+    c->op.ints[ATTR_GRADS] = 7;
+    c->tol16 = 8;
+    c = add(l, OP_LINEAR_BACKWARD, "linear_backward dw only");
+    in(c, S2(11, 300));
+    param(c, S2(7, 300));
+    in(c, S2(11, 7));
     pgrad(c, S2(7, 300));
     c->op.ints[ATTR_GRADS] = 2;
-    c = add(l, OP_MATMUL, "matmul 2x3x5x7 . (9x7)^T batched"); in(c, S4(2, 3, 5, 7)); in(c, S4(2, 3, 9, 7));
-    out(c, S4(2, 3, 5, 9)); c->op.ints[ATTR_TRANSPOSE_B] = 1; c->op.floats[ATTR_SCALE] = 0.3;
-    c = add(l, OP_MATMUL, "matmul 6x5x7 . 7x9 shared weight"); in(c, S3(6, 5, 7)); param(c, S2(7, 9)); out(c, S3(6, 5, 9));
+    c = add(l, OP_MATMUL, "matmul 2x3x5x7 . (9x7)^T batched");
+    in(c, S4(2, 3, 5, 7));
+    in(c, S4(2, 3, 9, 7));
+    out(c, S4(2, 3, 5, 9));
+    c->op.ints[ATTR_TRANSPOSE_B] = 1;
+    c->op.floats[ATTR_SCALE] = 0.3;
+    c = add(l, OP_MATMUL, "matmul 6x5x7 . 7x9 shared weight");
+    in(c, S3(6, 5, 7));
+    param(c, S2(7, 9));
+    out(c, S3(6, 5, 9));
     c->tol16 = 8;
     c = add(l, OP_MATMUL_BACKWARD, "matmul_backward batched, transposed");
-    in(c, S4(2, 3, 5, 7)); in(c, S4(2, 3, 9, 7)); in(c, S4(2, 3, 5, 9)); out(c, S4(2, 3, 5, 7)); out(c, S4(2, 3, 9, 7));
-    c->op.ints[ATTR_TRANSPOSE_B] = 1; c->op.floats[ATTR_SCALE] = 0.3; c->op.ints[ATTR_GRADS] = 3;
+    in(c, S4(2, 3, 5, 7));
+    in(c, S4(2, 3, 9, 7));
+    in(c, S4(2, 3, 5, 9));
+    out(c, S4(2, 3, 5, 7));
+    out(c, S4(2, 3, 9, 7));
+    c->op.ints[ATTR_TRANSPOSE_B] = 1;
+    c->op.floats[ATTR_SCALE] = 0.3;
+    c->op.ints[ATTR_GRADS] = 3;
     c = add(l, OP_MATMUL_BACKWARD, "matmul_backward shared weight");
-    in(c, S3(6, 5, 7)); param(c, S2(7, 9)); in(c, S3(6, 5, 9)); out(c, S3(6, 5, 7)); pgrad(c, S2(7, 9));
-    c->op.ints[ATTR_GRADS] = 3; c->tol16 = 8;
+    in(c, S3(6, 5, 7));
+    param(c, S2(7, 9));
+    in(c, S3(6, 5, 9));
+    out(c, S3(6, 5, 7));
+    pgrad(c, S2(7, 9));
+    c->op.ints[ATTR_GRADS] = 3;
+    c->tol16 = 8;
     c = add(l, OP_MATMUL_BACKWARD, "matmul_backward shared, transposed");
-    in(c, S3(6, 5, 7)); in(c, S2(9, 7)); in(c, S3(6, 5, 9)); out(c, S3(6, 5, 7)); out(c, S2(9, 7));
-    c->op.ints[ATTR_TRANSPOSE_B] = 1; c->op.ints[ATTR_GRADS] = 3;
+    in(c, S3(6, 5, 7));
+    in(c, S2(9, 7));
+    in(c, S3(6, 5, 9));
+    out(c, S3(6, 5, 7));
+    out(c, S2(9, 7));
+    c->op.ints[ATTR_TRANSPOSE_B] = 1;
+    c->op.ints[ATTR_GRADS] = 3;
 }
 
 static void norm_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_LAYERNORM, "layernorm 3x7x300"); in(c, S3(3, 7, 300)); param(c, S1(300)); param(c, S1(300));
+    c = add(l, OP_LAYERNORM, "layernorm 3x7x300");
+    in(c, S3(3, 7, 300));
+    param(c, S1(300));
+    param(c, S1(300));
     out(c, S3(3, 7, 300));
     c = add(l, OP_LAYERNORM_BACKWARD, "layernorm_backward 3x7x300");
-    in(c, S3(3, 7, 300)); param(c, S1(300)); in(c, S3(3, 7, 300));
-    out(c, S3(3, 7, 300)); pgrad(c, S1(300)); pgrad(c, S1(300));
+    in(c, S3(3, 7, 300));
+    param(c, S1(300));
+    in(c, S3(3, 7, 300));
+    out(c, S3(3, 7, 300));
+    pgrad(c, S1(300));
+    pgrad(c, S1(300));
     c->op.ints[ATTR_GRADS] = 7;
     c = add(l, OP_LAYERNORM_BACKWARD, "layernorm_backward 5x37 dw db only");
-    in(c, S2(5, 37)); param(c, S1(37)); in(c, S2(5, 37)); pgrad(c, S1(37)); pgrad(c, S1(37));
+    in(c, S2(5, 37));
+    param(c, S1(37));
+    in(c, S2(5, 37));
+    pgrad(c, S1(37));
+    pgrad(c, S1(37));
     c->op.ints[ATTR_GRADS] = 6;
-    c = add(l, OP_BATCHNORM, "batchnorm 3x5x7x9"); in(c, S4(3, 5, 7, 9)); param(c, S1(5)); param(c, S1(5));
+    c = add(l, OP_BATCHNORM, "batchnorm 3x5x7x9");
+    in(c, S4(3, 5, 7, 9));
+    param(c, S1(5));
+    param(c, S1(5));
     out(c, S4(3, 5, 7, 9));
     c = add(l, OP_BATCHNORM_BACKWARD, "batchnorm_backward 3x5x7x9");
-    in(c, S4(3, 5, 7, 9)); param(c, S1(5)); in(c, S4(3, 5, 7, 9));
-    out(c, S4(3, 5, 7, 9)); pgrad(c, S1(5)); pgrad(c, S1(5));
+    in(c, S4(3, 5, 7, 9));
+    param(c, S1(5));
+    in(c, S4(3, 5, 7, 9));
+    out(c, S4(3, 5, 7, 9));
+    pgrad(c, S1(5));
+    pgrad(c, S1(5));
     c->op.ints[ATTR_GRADS] = 7;
-    c = add(l, OP_BATCHNORM, "batchnorm 13x3 (N,C)"); in(c, S2(13, 3)); param(c, S1(3)); param(c, S1(3)); out(c, S2(13, 3));
-    c = add(l, OP_SOFTMAX, "softmax 5x300"); in(c, S2(5, 300)); out(c, S2(5, 300));
-    c = add(l, OP_SOFTMAX, "softmax causal 2x3x11x11"); in(c, S4(2, 3, 11, 11)); out(c, S4(2, 3, 11, 11));
+    c = add(l, OP_BATCHNORM, "batchnorm 13x3 (N,C)");
+    in(c, S2(13, 3));
+    param(c, S1(3));
+    param(c, S1(3));
+    out(c, S2(13, 3));
+    c = add(l, OP_SOFTMAX, "softmax 5x300");
+    in(c, S2(5, 300));
+    out(c, S2(5, 300));
+    c = add(l, OP_SOFTMAX, "softmax causal 2x3x11x11");
+    in(c, S4(2, 3, 11, 11));
+    out(c, S4(2, 3, 11, 11));
     c->op.ints[ATTR_CAUSAL] = 1;
-    c = add(l, OP_SOFTMAX_BACKWARD, "softmax_backward 5x300"); in(c, S2(5, 300)); in(c, S2(5, 300));
-    out(c, S2(5, 300)); c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_SOFTMAX_BACKWARD, "softmax_backward 5x300");
+    in(c, S2(5, 300));
+    in(c, S2(5, 300));
+    out(c, S2(5, 300));
+    c->op.ints[ATTR_GRADS] = 1;
 }
 
 static void attention_loss_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_ATTENTION, "attention 2x37x48 h2"); in(c, S3(2, 37, 48)); out(c, S3(2, 37, 16));
+    c = add(l, OP_ATTENTION, "attention 2x37x48 h2");
+    in(c, S3(2, 37, 48));
+    out(c, S3(2, 37, 16));
     c->op.ints[ATTR_HEADS] = 2;
-    c = add(l, OP_ATTENTION_BACKWARD, "attention_backward 2x37x48 h2"); in(c, S3(2, 37, 48)); in(c, S3(2, 37, 16));
-    out(c, S3(2, 37, 48)); c->op.ints[ATTR_HEADS] = 2; c->op.ints[ATTR_GRADS] = 1;
-    c = add(l, OP_ATTENTION, "attention 1x5x30 h2"); in(c, S3(1, 5, 30)); out(c, S3(1, 5, 10));
+    c = add(l, OP_ATTENTION_BACKWARD, "attention_backward 2x37x48 h2");
+    in(c, S3(2, 37, 48));
+    in(c, S3(2, 37, 16));
+    out(c, S3(2, 37, 48));
+    c->op.ints[ATTR_HEADS] = 2;
+    c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_ATTENTION, "attention 1x5x30 h2");
+    in(c, S3(1, 5, 30));
+    out(c, S3(1, 5, 10));
     c->op.ints[ATTR_HEADS] = 2;
     /* T = 300: query rows longer than a block, the strided loops over keys */
-    c = add(l, OP_ATTENTION, "attention 1x300x9 h1"); in(c, S3(1, 300, 9)); out(c, S3(1, 300, 3));
+    c = add(l, OP_ATTENTION, "attention 1x300x9 h1");
+    in(c, S3(1, 300, 9));
+    out(c, S3(1, 300, 3));
     c->op.ints[ATTR_HEADS] = 1;
-    c = add(l, OP_ATTENTION_BACKWARD, "attention_backward 1x300x9 h1"); in(c, S3(1, 300, 9)); in(c, S3(1, 300, 3));
-    out(c, S3(1, 300, 9)); c->op.ints[ATTR_HEADS] = 1; c->op.ints[ATTR_GRADS] = 1;
-    c = add(l, OP_CROSS_ENTROPY, "cross_entropy 2x7x300"); in(c, S3(2, 7, 300)); ids(c, S2(2, 7), 300);
+    c = add(l, OP_ATTENTION_BACKWARD, "attention_backward 1x300x9 h1");
+    in(c, S3(1, 300, 9));
+    in(c, S3(1, 300, 3));
+    out(c, S3(1, 300, 9));
+    c->op.ints[ATTR_HEADS] = 1;
+    c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_CROSS_ENTROPY, "cross_entropy 2x7x300");
+    in(c, S3(2, 7, 300));
+    ids(c, S2(2, 7), 300);
     f32_out(c, SCALAR);
     c = add(l, OP_CROSS_ENTROPY_BACKWARD, "cross_entropy_backward 2x7x300");
-    in(c, S3(2, 7, 300)); ids(c, S2(2, 7), 300); f32_in(c, SCALAR); out(c, S3(2, 7, 300));
+    in(c, S3(2, 7, 300));
+    ids(c, S2(2, 7), 300);
+    f32_in(c, SCALAR);
+    out(c, S3(2, 7, 300));
     c->op.ints[ATTR_GRADS] = 1;
 }
 
 static void conv_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_CONV2D, "conv2d 2x3x11x13 k3 s2 p1, bias"); in(c, S4(2, 3, 11, 13)); param(c, S4(5, 3, 3, 3));
-    param(c, S1(5)); out(c, S4(2, 5, 6, 7)); c->op.ints[ATTR_STRIDE] = 2; c->op.ints[ATTR_PAD] = 1; c->tol16 = 8;
-    c = add(l, OP_CONV2D, "conv2d 2x3x11x13 1x1"); in(c, S4(2, 3, 11, 13)); param(c, S4(5, 3, 1, 1));
-    out(c, S4(2, 5, 11, 13)); c->op.ints[ATTR_STRIDE] = 1; c->op.ints[ATTR_PAD] = 0; c->tol16 = 8;
+    c = add(l, OP_CONV2D, "conv2d 2x3x11x13 k3 s2 p1, bias");
+    in(c, S4(2, 3, 11, 13));
+    param(c, S4(5, 3, 3, 3));
+    param(c, S1(5));
+    out(c, S4(2, 5, 6, 7));
+    c->op.ints[ATTR_STRIDE] = 2;
+    c->op.ints[ATTR_PAD] = 1;
+    c->tol16 = 8;
+    c = add(l, OP_CONV2D, "conv2d 2x3x11x13 1x1");
+    in(c, S4(2, 3, 11, 13));
+    param(c, S4(5, 3, 1, 1));
+    out(c, S4(2, 5, 11, 13));
+    c->op.ints[ATTR_STRIDE] = 1;
+    c->op.ints[ATTR_PAD] = 0;
+    c->tol16 = 8;
     c = add(l, OP_CONV2D_BACKWARD, "conv2d_backward k3 s2 p1");
-    in(c, S4(2, 3, 11, 13)); param(c, S4(5, 3, 3, 3)); in(c, S4(2, 5, 6, 7));
-    out(c, S4(2, 3, 11, 13)); pgrad(c, S4(5, 3, 3, 3)); pgrad(c, S1(5));
-    c->op.ints[ATTR_STRIDE] = 2; c->op.ints[ATTR_PAD] = 1; c->op.ints[ATTR_GRADS] = 7; c->tol16 = 8;
+    in(c, S4(2, 3, 11, 13));
+    param(c, S4(5, 3, 3, 3));
+    in(c, S4(2, 5, 6, 7));
+    out(c, S4(2, 3, 11, 13));
+    pgrad(c, S4(5, 3, 3, 3));
+    pgrad(c, S1(5));
+    c->op.ints[ATTR_STRIDE] = 2;
+    c->op.ints[ATTR_PAD] = 1;
+    c->op.ints[ATTR_GRADS] = 7;
+    c->tol16 = 8;
     c = add(l, OP_CONV2D_BACKWARD, "conv2d_backward 1x1");
-    in(c, S4(2, 3, 11, 13)); param(c, S4(5, 3, 1, 1)); in(c, S4(2, 5, 11, 13));
-    out(c, S4(2, 3, 11, 13)); pgrad(c, S4(5, 3, 1, 1));
-    c->op.ints[ATTR_STRIDE] = 1; c->op.ints[ATTR_PAD] = 0; c->op.ints[ATTR_GRADS] = 3; c->tol16 = 8;
+    in(c, S4(2, 3, 11, 13));
+    param(c, S4(5, 3, 1, 1));
+    in(c, S4(2, 5, 11, 13));
+    out(c, S4(2, 3, 11, 13));
+    pgrad(c, S4(5, 3, 1, 1));
+    c->op.ints[ATTR_STRIDE] = 1;
+    c->op.ints[ATTR_PAD] = 0;
+    c->op.ints[ATTR_GRADS] = 3;
+    c->tol16 = 8;
     c = add(l, OP_CONV2D_BACKWARD, "conv2d_backward k3 s1 p1 dx only");
-    in(c, S4(1, 2, 7, 5)); param(c, S4(3, 2, 3, 3)); in(c, S4(1, 3, 7, 5)); out(c, S4(1, 2, 7, 5));
-    c->op.ints[ATTR_STRIDE] = 1; c->op.ints[ATTR_PAD] = 1; c->op.ints[ATTR_GRADS] = 1; c->tol16 = 8;
-    c = add(l, OP_MAXPOOL, "maxpool 2x3x11x13 k3 s2 p1"); in(c, S4(2, 3, 11, 13)); out(c, S4(2, 3, 6, 7));
-    c->op.ints[ATTR_KERNEL] = 3; c->op.ints[ATTR_STRIDE] = 2; c->op.ints[ATTR_PAD] = 1;
-    c = add(l, OP_MAXPOOL_BACKWARD, "maxpool_backward 2x3x11x13 k3 s2 p1"); in(c, S4(2, 3, 11, 13));
-    in(c, S4(2, 3, 6, 7)); out(c, S4(2, 3, 11, 13));
-    c->op.ints[ATTR_KERNEL] = 3; c->op.ints[ATTR_STRIDE] = 2; c->op.ints[ATTR_PAD] = 1; c->op.ints[ATTR_GRADS] = 1;
-    c = add(l, OP_AVGPOOL_GLOBAL, "avgpool_global 2x5x7x9"); in(c, S4(2, 5, 7, 9)); out(c, S2(2, 5));
-    c = add(l, OP_AVGPOOL_GLOBAL_BACKWARD, "avgpool_global_backward 2x5x7x9"); in(c, S2(2, 5)); out(c, S4(2, 5, 7, 9));
+    in(c, S4(1, 2, 7, 5));
+    param(c, S4(3, 2, 3, 3));
+    in(c, S4(1, 3, 7, 5));
+    out(c, S4(1, 2, 7, 5));
+    c->op.ints[ATTR_STRIDE] = 1;
+    c->op.ints[ATTR_PAD] = 1;
+    c->op.ints[ATTR_GRADS] = 1;
+    c->tol16 = 8;
+    c = add(l, OP_MAXPOOL, "maxpool 2x3x11x13 k3 s2 p1");
+    in(c, S4(2, 3, 11, 13));
+    out(c, S4(2, 3, 6, 7));
+    c->op.ints[ATTR_KERNEL] = 3;
+    c->op.ints[ATTR_STRIDE] = 2;
+    c->op.ints[ATTR_PAD] = 1;
+    c = add(l, OP_MAXPOOL_BACKWARD, "maxpool_backward 2x3x11x13 k3 s2 p1");
+    in(c, S4(2, 3, 11, 13));
+    in(c, S4(2, 3, 6, 7));
+    out(c, S4(2, 3, 11, 13));
+    c->op.ints[ATTR_KERNEL] = 3;
+    c->op.ints[ATTR_STRIDE] = 2;
+    c->op.ints[ATTR_PAD] = 1;
+    c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_AVGPOOL_GLOBAL, "avgpool_global 2x5x7x9");
+    in(c, S4(2, 5, 7, 9));
+    out(c, S2(2, 5));
+    c = add(l, OP_AVGPOOL_GLOBAL_BACKWARD, "avgpool_global_backward 2x5x7x9");
+    in(c, S2(2, 5));
+    out(c, S4(2, 5, 7, 9));
     c->op.ints[ATTR_GRADS] = 1;
 }
 
@@ -296,57 +453,116 @@ static void conv_cases(case_list *l)
 static void llama_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_RMSNORM, "rmsnorm 3x7x300"); in(c, S3(3, 7, 300)); param(c, S1(300)); out(c, S3(3, 7, 300));
-    c = add(l, OP_RMSNORM, "rmsnorm 5x37 eps 1e-5"); in(c, S2(5, 37)); param(c, S1(37)); out(c, S2(5, 37));
+    c = add(l, OP_RMSNORM, "rmsnorm 3x7x300");
+    in(c, S3(3, 7, 300));
+    param(c, S1(300));
+    out(c, S3(3, 7, 300));
+    c = add(l, OP_RMSNORM, "rmsnorm 5x37 eps 1e-5");
+    in(c, S2(5, 37));
+    param(c, S1(37));
+    out(c, S2(5, 37));
     c->op.floats[ATTR_EPS] = 1e-5;
     c = add(l, OP_RMSNORM_BACKWARD, "rmsnorm_backward 3x7x300");
-    in(c, S3(3, 7, 300)); param(c, S1(300)); in(c, S3(3, 7, 300)); out(c, S3(3, 7, 300)); pgrad(c, S1(300));
+    in(c, S3(3, 7, 300));
+    param(c, S1(300));
+    in(c, S3(3, 7, 300));
+    out(c, S3(3, 7, 300));
+    pgrad(c, S1(300));
     c->op.ints[ATTR_GRADS] = 3;
     c = add(l, OP_RMSNORM_BACKWARD, "rmsnorm_backward 5x37 dw only");
-    in(c, S2(5, 37)); param(c, S1(37)); in(c, S2(5, 37)); pgrad(c, S1(37));
+    in(c, S2(5, 37));
+    param(c, S1(37));
+    in(c, S2(5, 37));
+    pgrad(c, S1(37));
     c->op.ints[ATTR_GRADS] = 2;
     c = add(l, OP_RMSNORM_BACKWARD, "rmsnorm_backward 5x37 dx only");
-    in(c, S2(5, 37)); param(c, S1(37)); in(c, S2(5, 37)); out(c, S2(5, 37));
+    in(c, S2(5, 37));
+    param(c, S1(37));
+    in(c, S2(5, 37));
+    out(c, S2(5, 37));
     c->op.ints[ATTR_GRADS] = 1;
 
-    c = add(l, OP_ROPE, "rope 2x13x48 h3"); in(c, S3(2, 13, 48)); out(c, S3(2, 13, 48)); c->op.ints[ATTR_HEADS] = 3;
-    c = add(l, OP_ROPE, "rope 2x3x11x20 h2"); in(c, S4(2, 3, 11, 20)); out(c, S4(2, 3, 11, 20));
+    c = add(l, OP_ROPE, "rope 2x13x48 h3");
+    in(c, S3(2, 13, 48));
+    out(c, S3(2, 13, 48));
+    c->op.ints[ATTR_HEADS] = 3;
+    c = add(l, OP_ROPE, "rope 2x3x11x20 h2");
+    in(c, S4(2, 3, 11, 20));
+    out(c, S4(2, 3, 11, 20));
     c->op.ints[ATTR_HEADS] = 2;
-    c = add(l, OP_ROPE, "rope 1x300x12 h1 base 5e5"); in(c, S3(1, 300, 12)); out(c, S3(1, 300, 12));
-    c->op.ints[ATTR_HEADS] = 1; c->op.floats[ATTR_BASE] = 500000.0;
-    c = add(l, OP_ROPE_BACKWARD, "rope_backward 2x13x48 h3"); in(c, S3(2, 13, 48)); out(c, S3(2, 13, 48));
-    c->op.ints[ATTR_HEADS] = 3; c->op.ints[ATTR_GRADS] = 1;
-    c = add(l, OP_ROPE_BACKWARD, "rope_backward 1x300x12 h1 base 5e5"); in(c, S3(1, 300, 12));
-    out(c, S3(1, 300, 12)); c->op.ints[ATTR_HEADS] = 1; c->op.floats[ATTR_BASE] = 500000.0; c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_ROPE, "rope 1x300x12 h1 base 5e5");
+    in(c, S3(1, 300, 12));
+    out(c, S3(1, 300, 12));
+    c->op.ints[ATTR_HEADS] = 1;
+    c->op.floats[ATTR_BASE] = 500000.0;
+    c = add(l, OP_ROPE_BACKWARD, "rope_backward 2x13x48 h3");
+    in(c, S3(2, 13, 48));
+    out(c, S3(2, 13, 48));
+    c->op.ints[ATTR_HEADS] = 3;
+    c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_ROPE_BACKWARD, "rope_backward 1x300x12 h1 base 5e5");
+    in(c, S3(1, 300, 12));
+    out(c, S3(1, 300, 12));
+    c->op.ints[ATTR_HEADS] = 1;
+    c->op.floats[ATTR_BASE] = 500000.0;
+    c->op.ints[ATTR_GRADS] = 1;
 
-    c = add(l, OP_SPLIT, "split 2x5x12 axis -1 in 3"); in(c, S3(2, 5, 12));
-    out(c, S3(2, 5, 4)); out(c, S3(2, 5, 4)); out(c, S3(2, 5, 4));
-    c = add(l, OP_SPLIT, "split 2x6x13 axis -2 in 2"); in(c, S3(2, 6, 13)); out(c, S3(2, 3, 13)); out(c, S3(2, 3, 13));
+    c = add(l, OP_SPLIT, "split 2x5x12 axis -1 in 3");
+    in(c, S3(2, 5, 12));
+    out(c, S3(2, 5, 4));
+    out(c, S3(2, 5, 4));
+    out(c, S3(2, 5, 4));
+    c = add(l, OP_SPLIT, "split 2x6x13 axis -2 in 2");
+    in(c, S3(2, 6, 13));
+    out(c, S3(2, 3, 13));
+    out(c, S3(2, 3, 13));
     c->op.ints[ATTR_AXIS] = -2;
-    c = add(l, OP_SPLIT, "split 4x37 axis 0 in 4"); in(c, S2(4, 37));
-    out(c, S2(1, 37)); out(c, S2(1, 37)); out(c, S2(1, 37)); out(c, S2(1, 37));
+    c = add(l, OP_SPLIT, "split 4x37 axis 0 in 4");
+    in(c, S2(4, 37));
+    out(c, S2(1, 37));
+    out(c, S2(1, 37));
+    out(c, S2(1, 37));
+    out(c, S2(1, 37));
     c->op.ints[ATTR_AXIS] = 0;
-    c = add(l, OP_SPLIT_BACKWARD, "split_backward 3 x 2x5x4 axis -1"); in(c, S3(2, 5, 4)); in(c, S3(2, 5, 4));
-    in(c, S3(2, 5, 4)); out(c, S3(2, 5, 12)); c->op.ints[ATTR_GRADS] = 1;
-    c = add(l, OP_CONCAT, "concat 2x5x{3,7,1} axis -1"); in(c, S3(2, 5, 3)); in(c, S3(2, 5, 7)); in(c, S3(2, 5, 1));
+    c = add(l, OP_SPLIT_BACKWARD, "split_backward 3 x 2x5x4 axis -1");
+    in(c, S3(2, 5, 4));
+    in(c, S3(2, 5, 4));
+    in(c, S3(2, 5, 4));
+    out(c, S3(2, 5, 12));
+    c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_CONCAT, "concat 2x5x{3,7,1} axis -1");
+    in(c, S3(2, 5, 3));
+    in(c, S3(2, 5, 7));
+    in(c, S3(2, 5, 1));
     out(c, S3(2, 5, 11));
-    c = add(l, OP_CONCAT, "concat 2x{3,4}x13 axis 1"); in(c, S3(2, 3, 13)); in(c, S3(2, 4, 13)); out(c, S3(2, 7, 13));
+    c = add(l, OP_CONCAT, "concat 2x{3,4}x13 axis 1");
+    in(c, S3(2, 3, 13));
+    in(c, S3(2, 4, 13));
+    out(c, S3(2, 7, 13));
     c->op.ints[ATTR_AXIS] = 1;
-    c = add(l, OP_CONCAT_BACKWARD, "concat_backward 2x5x11 to {3,7,1}"); in(c, S3(2, 5, 11));
-    out(c, S3(2, 5, 3)); out(c, S3(2, 5, 7)); out(c, S3(2, 5, 1)); c->op.ints[ATTR_GRADS] = 7;
-    c = add(l, OP_CONCAT_BACKWARD, "concat_backward 2x7x13 axis 1"); in(c, S3(2, 7, 13));
-    out(c, S3(2, 3, 13)); out(c, S3(2, 4, 13)); c->op.ints[ATTR_AXIS] = 1; c->op.ints[ATTR_GRADS] = 3;
+    c = add(l, OP_CONCAT_BACKWARD, "concat_backward 2x5x11 to {3,7,1}");
+    in(c, S3(2, 5, 11));
+    out(c, S3(2, 5, 3));
+    out(c, S3(2, 5, 7));
+    out(c, S3(2, 5, 1));
+    c->op.ints[ATTR_GRADS] = 7;
+    c = add(l, OP_CONCAT_BACKWARD, "concat_backward 2x7x13 axis 1");
+    in(c, S3(2, 7, 13));
+    out(c, S3(2, 3, 13));
+    out(c, S3(2, 4, 13));
+    c->op.ints[ATTR_AXIS] = 1;
+    c->op.ints[ATTR_GRADS] = 3;
 
     /* attention on q (B,T,H·D), k, v (B,T,KV·D) */
-    static const struct { int64_t B, T, H, KV, D; int grads; const char *label; } att[] = {
-        { 2, 37, 4, 2, 8, 7, "h4 kv2" },
-        { 1, 19, 3, 1, 6, 7, "h3 kv1" },
-        { 1, 13, 2, 0, 5, 7, "h2 kv_heads 0" },
-        { 1, 300, 2, 1, 3, 7, "h2 kv1 T 300" },
-        { 1, 5, 2, 1, 300, 7, "h2 kv1 D 300" },
-        { 2, 37, 4, 2, 8, 6, "h4 kv2, dk dv only" },
-        { 1, 19, 3, 1, 6, 1, "h3 kv1, dq only" },
-        { 1, 19, 3, 1, 6, 4, "h3 kv1, dv only" },
+    static const struct {
+        int64_t B, T, H, KV, D;
+        int grads;
+        const char *label;
+    } att[] = {
+        { 2, 37, 4, 2, 8, 7, "h4 kv2" },          { 1, 19, 3, 1, 6, 7, "h3 kv1" },
+        { 1, 13, 2, 0, 5, 7, "h2 kv_heads 0" },   { 1, 300, 2, 1, 3, 7, "h2 kv1 T 300" },
+        { 1, 5, 2, 1, 300, 7, "h2 kv1 D 300" },   { 2, 37, 4, 2, 8, 6, "h4 kv2, dk dv only" },
+        { 1, 19, 3, 1, 6, 1, "h3 kv1, dq only" }, { 1, 19, 3, 1, 6, 4, "h3 kv1, dv only" },
     };
     for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) {
         int64_t B = att[k].B, T = att[k].T, H = att[k].H, KV = att[k].KV ? att[k].KV : att[k].H, D = att[k].D;
@@ -355,17 +571,29 @@ static void llama_cases(case_list *l)
             snprintf(label, sizeof label, "attention q,k,v %lldx%lldx%lld %s", (long long)B, (long long)T,
                      (long long)(H * D), att[k].label);
             c = add(l, OP_ATTENTION, label);
-            in(c, S3(B, T, H * D)); in(c, S3(B, T, KV * D)); in(c, S3(B, T, KV * D)); out(c, S3(B, T, H * D));
-            c->op.ints[ATTR_HEADS] = H; c->op.ints[ATTR_KV_HEADS] = att[k].KV;
+            in(c, S3(B, T, H * D));
+            in(c, S3(B, T, KV * D));
+            in(c, S3(B, T, KV * D));
+            out(c, S3(B, T, H * D));
+            c->op.ints[ATTR_HEADS] = H;
+            c->op.ints[ATTR_KV_HEADS] = att[k].KV;
         }
         snprintf(label, sizeof label, "attention_backward q,k,v %lldx%lldx%lld %s", (long long)B, (long long)T,
                  (long long)(H * D), att[k].label);
         c = add(l, OP_ATTENTION_BACKWARD, label);
-        in(c, S3(B, T, H * D)); in(c, S3(B, T, KV * D)); in(c, S3(B, T, KV * D)); in(c, S3(B, T, H * D));
-        if (att[k].grads & 1) out(c, S3(B, T, H * D));
-        if (att[k].grads & 2) out(c, S3(B, T, KV * D));
-        if (att[k].grads & 4) out(c, S3(B, T, KV * D));
-        c->op.ints[ATTR_HEADS] = H; c->op.ints[ATTR_KV_HEADS] = att[k].KV; c->op.ints[ATTR_GRADS] = att[k].grads;
+        in(c, S3(B, T, H * D));
+        in(c, S3(B, T, KV * D));
+        in(c, S3(B, T, KV * D));
+        in(c, S3(B, T, H * D));
+        if (att[k].grads & 1)
+            out(c, S3(B, T, H * D));
+        if (att[k].grads & 2)
+            out(c, S3(B, T, KV * D));
+        if (att[k].grads & 4)
+            out(c, S3(B, T, KV * D));
+        c->op.ints[ATTR_HEADS] = H;
+        c->op.ints[ATTR_KV_HEADS] = att[k].KV;
+        c->op.ints[ATTR_GRADS] = att[k].grads;
     }
 }
 
@@ -373,31 +601,63 @@ static void llama_cases(case_list *l)
 static void optimizer_cases(case_list *l)
 {
     cuda_case *c;
-    c = add(l, OP_SUM_SQUARES, "sum_squares 5001 + acc"); f32_in(c, S1(5001)); f32_in(c, SCALAR); f32_out(c, SCALAR);
-    c = add(l, OP_SUM_SQUARES, "sum_squares 37"); f32_in(c, S1(37)); f32_out(c, SCALAR);
-    c = add(l, OP_CLIP_SCALE, "clip_scale"); f32_in(c, SCALAR); f32_out(c, SCALAR); c->op.floats[ATTR_MAX_NORM] = 0.5;
+    c = add(l, OP_SUM_SQUARES, "sum_squares 5001 + acc");
+    f32_in(c, S1(5001));
+    f32_in(c, SCALAR);
+    f32_out(c, SCALAR);
+    c = add(l, OP_SUM_SQUARES, "sum_squares 37");
+    f32_in(c, S1(37));
+    f32_out(c, SCALAR);
+    c = add(l, OP_CLIP_SCALE, "clip_scale");
+    f32_in(c, SCALAR);
+    f32_out(c, SCALAR);
+    c->op.floats[ATTR_MAX_NORM] = 0.5;
     /* fp16's: the norm of gradients the loss scale made larger */
-    c = add(l, OP_CLIP_SCALE, "clip_scale loss_scale"); f32_in(c, SCALAR); f32_out(c, SCALAR);
-    c->op.floats[ATTR_MAX_NORM] = 0.5; c->op.ints[ATTR_LOSS_SCALE] = 1; c->loss_scaled = 1;
-    c = add(l, OP_LR_SCHEDULE, "lr_schedule warmup"); f32_out(c, SCALAR);
-    c->op.floats[ATTR_LR] = 6e-4; c->op.ints[ATTR_WARMUP] = 10; c->op.ints[ATTR_STEPS] = 100; c->op.floats[ATTR_MIN_LR] = 6e-5;
-    c = add(l, OP_LR_SCHEDULE, "lr_schedule cosine"); f32_out(c, SCALAR);
-    c->op.floats[ATTR_LR] = 6e-4; c->op.ints[ATTR_WARMUP] = 1; c->op.ints[ATTR_STEPS] = 100; c->op.floats[ATTR_MIN_LR] = 6e-5;
+    c = add(l, OP_CLIP_SCALE, "clip_scale loss_scale");
+    f32_in(c, SCALAR);
+    f32_out(c, SCALAR);
+    c->op.floats[ATTR_MAX_NORM] = 0.5;
+    c->op.ints[ATTR_LOSS_SCALE] = 1;
+    c->loss_scaled = 1;
+    c = add(l, OP_LR_SCHEDULE, "lr_schedule warmup");
+    f32_out(c, SCALAR);
+    c->op.floats[ATTR_LR] = 6e-4;
+    c->op.ints[ATTR_WARMUP] = 10;
+    c->op.ints[ATTR_STEPS] = 100;
+    c->op.floats[ATTR_MIN_LR] = 6e-5;
+    c = add(l, OP_LR_SCHEDULE, "lr_schedule cosine");
+    f32_out(c, SCALAR);
+    c->op.floats[ATTR_LR] = 6e-4;
+    c->op.ints[ATTR_WARMUP] = 1;
+    c->op.ints[ATTR_STEPS] = 100;
+    c->op.floats[ATTR_MIN_LR] = 6e-5;
     c = add(l, OP_ADAMW, "adamw 1001, clip scale");
     for (int i = 0; i < 4; i++)
         f32_in(c, S1(1001));
-    f32_in(c, SCALAR); f32_in(c, SCALAR); c->in_place = 1;
-    c->op.floats[ATTR_BETA1] = 0.9; c->op.floats[ATTR_BETA2] = 0.95; c->op.floats[ATTR_EPS] = 1e-8;
+    f32_in(c, SCALAR);
+    f32_in(c, SCALAR);
+    c->in_place = 1;
+    c->op.floats[ATTR_BETA1] = 0.9;
+    c->op.floats[ATTR_BETA2] = 0.95;
+    c->op.floats[ATTR_EPS] = 1e-8;
     c->op.floats[ATTR_WEIGHT_DECAY] = 0.1;
     c = add(l, OP_ADAMW, "adamw 300");
     for (int i = 0; i < 4; i++)
         f32_in(c, S1(300));
-    f32_in(c, SCALAR); c->in_place = 1;
+    f32_in(c, SCALAR);
+    c->in_place = 1;
     c = add(l, OP_SGD, "sgd 1001, clip scale");
-    f32_in(c, S1(1001)); f32_in(c, S1(1001)); f32_in(c, SCALAR); f32_in(c, SCALAR); c->in_place = 1;
+    f32_in(c, S1(1001));
+    f32_in(c, S1(1001));
+    f32_in(c, SCALAR);
+    f32_in(c, SCALAR);
+    c->in_place = 1;
     c->op.floats[ATTR_WEIGHT_DECAY] = 0.1;
     c = add(l, OP_SGD, "sgd 300");
-    f32_in(c, S1(300)); f32_in(c, S1(300)); f32_in(c, SCALAR); c->in_place = 1;
+    f32_in(c, S1(300));
+    f32_in(c, S1(300));
+    f32_in(c, SCALAR);
+    c->in_place = 1;
 }
 
 /* Each case again in bf16 and in fp16, unless every float tensor of it
@@ -408,7 +668,7 @@ static void precision_variants(case_list *l)
     int n = l->n;
     for (size_t p = 0; p < sizeof precisions / sizeof precisions[0]; p++)
         for (int i = 0; i < n; i++) {
-            cuda_case v = l->c[i];   /* a copy: add() may move the array */
+            cuda_case v = l->c[i]; /* a copy: add() may move the array */
             int changed = 0;
             for (int k = 0; k < v.op.n_in; k++)
                 if (!((v.f32_in >> k) & 1) && v.int_range[k] == 0 && v.op.in[k].dtype == DT_F32)
@@ -507,53 +767,70 @@ static void build_chains(cuda_chain *c, int32_t dt)
     at = 0;
     x = at_place(S3(2, 5, 37), dt, &at), w = at_place(S2(19, 37), DT_F32, &at), b = at_place(S1(19), DT_F32, &at);
     h = at_place(S3(2, 5, 19), dt, &at), y = at_place(S3(2, 5, 19), dt, &at);
-    c[0] = (cuda_chain){ { linear(x, w, b, h), op1(OP_GELU, "gelu", h, y) }, 2, "linear + bias -> gelu", at, 2 + round, dt };
+    c[0] = (cuda_chain){
+        { linear(x, w, b, h), op1(OP_GELU, "gelu", h, y) }, 2, "linear + bias -> gelu", at, 2 + round, dt
+    };
     /* GPT's projection: bias and the residual add in one launch. */
     at = 0;
     x = at_place(S2(11, 300), dt, &at), w = at_place(S2(7, 300), DT_F32, &at), b = at_place(S1(7), DT_F32, &at);
     h = at_place(S2(11, 7), dt, &at), r = at_place(S2(11, 7), dt, &at), y = at_place(S2(11, 7), dt, &at);
-    c[1] = (cuda_chain){ { linear(x, w, b, h), op2(OP_ADD, "add", r, h, y) }, 2, "linear + bias -> residual add", at,
-                         2 + round, dt };
+    c[1] = (cuda_chain){
+        { linear(x, w, b, h), op2(OP_ADD, "add", r, h, y) }, 2, "linear + bias -> residual add", at, 2 + round, dt
+    };
     /* Three parts: bias, gelu, add. */
     at = 0;
     x = at_place(S3(2, 5, 37), dt, &at), w = at_place(S2(19, 37), DT_F32, &at), b = at_place(S1(19), DT_F32, &at);
     h = at_place(S3(2, 5, 19), dt, &at), y = at_place(S3(2, 5, 19), dt, &at), r = at_place(S3(2, 5, 19), dt, &at);
     z = at_place(S3(2, 5, 19), dt, &at);
-    c[2] = (cuda_chain){ { linear(x, w, b, h), op1(OP_GELU, "gelu", h, y), op2(OP_ADD, "add", y, r, z) }, 3,
-                         "linear + bias -> gelu -> add", at, 2 + round, dt };
+    c[2] = (cuda_chain){ { linear(x, w, b, h), op1(OP_GELU, "gelu", h, y), op2(OP_ADD, "add", y, r, z) },
+                         3,
+                         "linear + bias -> gelu -> add",
+                         at,
+                         2 + round,
+                         dt };
     /* ResNet's block end, in place: add into a, relu of a into a. */
     at = 0;
     x = at_place(S1(1001), dt, &at), r = at_place(S1(1001), dt, &at);
-    c[3] = (cuda_chain){ { op2(OP_ADD, "add", x, r, x), op1(OP_RELU, "relu", x, x) }, 2, "add in place -> relu in place",
-                         at, 1, dt };
+    c[3] = (cuda_chain){
+        { op2(OP_ADD, "add", x, r, x), op1(OP_RELU, "relu", x, x) }, 2, "add in place -> relu in place", at, 1, dt
+    };
     /* Must not fuse: relu writes where add reads, 16 bytes further on. */
     at = 0;
     x = at_place(S1(1001), dt, &at), r = at_place(S1(1001), dt, &at), y = at_place(S1(1001), dt, &at);
     z = r;
     z.offset += 16;
     at += 64;
-    c[4] = (cuda_chain){ { op2(OP_ADD, "add", x, r, y), op1(OP_RELU, "relu", y, z) }, 2,
-                         "add -> relu over add's input, shifted: not fused", at, 2, dt };
+    c[4] = (cuda_chain){ { op2(OP_ADD, "add", x, r, y), op1(OP_RELU, "relu", y, z) },
+                         2,
+                         "add -> relu over add's input, shifted: not fused",
+                         at,
+                         2,
+                         dt };
     /* Must not fuse: different lengths. */
     at = 0;
     x = at_place(S1(1001), dt, &at), r = at_place(S1(1001), dt, &at), y = at_place(S1(1001), dt, &at);
     h = at_place(S1(999), dt, &at), z = at_place(S1(999), dt, &at);
-    c[5] = (cuda_chain){ { op2(OP_ADD, "add", x, r, y), op1(OP_RELU, "relu", h, z) }, 2,
-                         "add 1001, relu 999: not fused", at, 2, dt };
+    c[5] = (cuda_chain){
+        { op2(OP_ADD, "add", x, r, y), op1(OP_RELU, "relu", h, z) }, 2, "add 1001, relu 999: not fused", at, 2, dt
+    };
     /* Llama's SwiGLU: silu(gate) and the product with up in one launch
      * after the gate's product (no bias). */
     at = 0;
     x = at_place(S3(2, 5, 37), dt, &at), w = at_place(S2(19, 37), DT_F32, &at), h = at_place(S3(2, 5, 19), dt, &at);
     y = at_place(S3(2, 5, 19), dt, &at), r = at_place(S3(2, 5, 19), dt, &at), z = at_place(S3(2, 5, 19), dt, &at);
     c[6] = (cuda_chain){ { op2(OP_LINEAR, "linear", x, w, h), op1(OP_SILU, "silu", h, y), op2(OP_MUL, "mul", y, r, z) },
-                         3, "linear -> silu -> mul (SwiGLU)", at, 2 + round, dt };
+                         3,
+                         "linear -> silu -> mul (SwiGLU)",
+                         at,
+                         2 + round,
+                         dt };
     for (int i = 0; i < N_CHAINS; i++) {
         if (dt != DT_F32) {
             char label[96];
             snprintf(label, sizeof label, "%s %s", dt == DT_BF16 ? "bf16" : "fp16", c[i].label);
             memcpy(c[i].label, label, sizeof label);
         }
-        for (int k = 0; k < c[i].n_ops; k++) {   /* scratch where an op wants it (exec.h) */
+        for (int k = 0; k < c[i].n_ops; k++) { /* scratch where an op wants it (exec.h) */
             int64_t ws = rt_op_workspace_floats(&c[i].ops[k]);
             if (ws > 0) {
                 c[i].ops[k].ws_offset = c[i].arena_bytes;

@@ -19,22 +19,22 @@ extern "C" {
 #endif
 
 typedef struct {
-    rt_op   op;
-    char    label[80];
+    rt_op op;
+    char label[80];
     int64_t arena_bytes;
-    int32_t int_range[RT_MAX_IN];   /* > 0: input i is int32 ids in [0, range) */
-    int     in_place;               /* adamw: inputs 0..3 are its results      */
+    int32_t int_range[RT_MAX_IN]; /* > 0: input i is int32 ids in [0, range) */
+    int in_place;                 /* adamw: inputs 0..3 are its results      */
     /* Precision.  Each case is there in f32, then (unless all its float
      * tensors stay f32) again in bf16 and in fp16: its activations and
      * their gradients in 16 bits, what a graph keeps in f32 in every
      * precision (parameters, their gradients, the loss, the seed: the
      * bits below) in f32, as the precision pass types them. */
-    int32_t  precision;             /* DT_F32, DT_BF16 or DT_F16               */
-    uint32_t f32_in, f32_out;       /* bit i: input / output i stays f32       */
-    double   tol16;                 /* a 16-bit output may differ from the CPU's by
+    int32_t precision;        /* DT_F32, DT_BF16 or DT_F16               */
+    uint32_t f32_in, f32_out; /* bit i: input / output i stays f32       */
+    double tol16;             /* a 16-bit output may differ from the CPU's by
                                        tol16 x the format's unit roundoff (2^-8 bf16,
                                        2^-11 fp16) x its largest magnitude (cuda_cases.c) */
-    int      loss_scaled;           /* run with a loss scale (fill, clip_scale)  */
+    int loss_scaled;          /* run with a loss scale (fill, clip_scale)  */
 } cuda_case;
 
 /* The cases, in a fixed order; free() the array. */
@@ -44,12 +44,12 @@ int cuda_cases_build(cuda_case **out);
  * (codegen/cuda_elementwise.c): added to a plan with fuse = 1, its steps
  * must number `steps` and compute what the ops compute one by one. */
 typedef struct {
-    rt_op   ops[4];
-    int     n_ops;
-    char    label[96];
+    rt_op ops[4];
+    int n_ops;
+    char label[96];
     int64_t arena_bytes;
-    int     steps;                  /* fused, as the fusion rules allow */
-    int32_t precision;              /* of the activations (the weights stay f32) */
+    int steps;         /* fused, as the fusion rules allow */
+    int32_t precision; /* of the activations (the weights stay f32) */
 } cuda_chain;
 
 /* The chains, in a fixed order; free() the array. */

@@ -40,7 +40,8 @@ extern "C" void __sanitizer_finish_switch_fiber(void *fake_stack_save, const voi
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-namespace {
+namespace
+{
 
 const size_t kStack = 256 * 1024;
 
@@ -56,27 +57,27 @@ typedef void *jump_buffer[5];
 /* Jump to where env was set: not in the function that set it (GCC's rule). */
 [[noreturn]] __attribute__((noinline)) void jump_to(jump_buffer env) { __builtin_longjmp(env, 1); }
 struct fiber {
-    ucontext_t                 ctx;
+    ucontext_t ctx;
     std::vector<unsigned char> stack;
-    jump_buffer                env;
-    bool                       started, done;
-    void                      *fake_stack;   /* AddressSanitizer's, while switched away */
+    jump_buffer env;
+    bool started, done;
+    void *fake_stack; /* AddressSanitizer's, while switched away */
 };
 
-ucontext_t              scheduler_ctx;
-jump_buffer             scheduler_env;
-std::vector<fiber>      fibers;
-unsigned                current;
-const cuda_emu_kernel  *running;
-const void             *running_args;
+ucontext_t scheduler_ctx;
+jump_buffer scheduler_env;
+std::vector<fiber> fibers;
+unsigned current;
+const cuda_emu_kernel *running;
+const void *running_args;
 std::vector<unsigned char> dyn_shared;
-bool                    in_fiber;       /* threads run as fibers (else as plain calls) */
-bool                    saw_barrier;    /* this launch reached __syncthreads           */
-std::map<const cuda_emu_kernel *, bool> has_barrier;   /* learnt at a kernel's first launch */
+bool in_fiber;                                       /* threads run as fibers (else as plain calls) */
+bool saw_barrier;                                    /* this launch reached __syncthreads           */
+std::map<const cuda_emu_kernel *, bool> has_barrier; /* learnt at a kernel's first launch */
 #ifdef EMU_ASAN
 const void *sched_stack_bottom;
-size_t      sched_stack_size;
-void       *sched_fake_stack;
+size_t sched_stack_size;
+void *sched_fake_stack;
 #endif
 
 /* Switch from the running fiber back to the scheduler. */
@@ -89,7 +90,7 @@ void yield_to_scheduler()
 #endif
         jump_to(scheduler_env);
     }
-#ifdef EMU_ASAN   /* resumed: back on this fiber's stack */
+#ifdef EMU_ASAN /* resumed: back on this fiber's stack */
     __sanitizer_finish_switch_fiber(fibers[current].fake_stack, &sched_stack_bottom, &sched_stack_size);
 #endif
 }
@@ -118,11 +119,11 @@ void resume(unsigned t)
 #endif
         if (!f.started) {
             f.started = true;
-            swapcontext(&scheduler_ctx, &f.ctx);   /* does not return: the fiber jumps back */
+            swapcontext(&scheduler_ctx, &f.ctx); /* does not return: the fiber jumps back */
         }
         jump_to(f.env);
     }
-#ifdef EMU_ASAN   /* back on the scheduler's stack */
+#ifdef EMU_ASAN /* back on the scheduler's stack */
     __sanitizer_finish_switch_fiber(sched_fake_stack, nullptr, nullptr);
 #endif
 }
@@ -141,15 +142,16 @@ void run_block(unsigned threads)
         if (finished == threads)
             return;
         if (finished > 0) {
-            fprintf(stderr, "cuda_emu: kernel %s: in block (%u,%u,%u) %u of %u threads returned while the others "
-                            "wait at __syncthreads (divergent barrier)\n",
+            fprintf(stderr,
+                    "cuda_emu: kernel %s: in block (%u,%u,%u) %u of %u threads returned while the others "
+                    "wait at __syncthreads (divergent barrier)\n",
                     running->name, blockIdx.x, blockIdx.y, blockIdx.z, finished, threads);
             abort();
         }
     }
 }
 
-}   // namespace
+} // namespace
 
 void __syncthreads()
 {
@@ -165,7 +167,7 @@ void *cuda_emu_dyn_shared() { return dyn_shared.data(); }
 
 unsigned long long atomicMin(unsigned long long *address, unsigned long long value)
 {
-    unsigned long long old = *address;   /* one fiber runs at a time: no race */
+    unsigned long long old = *address; /* one fiber runs at a time: no race */
     if (value < old)
         *address = value;
     return old;
@@ -175,9 +177,9 @@ void cuda_emu_launch(const cuda_emu_kernel *k, dim3 grid, dim3 block, size_t sha
 {
     gridDim = grid;
     blockDim = block;
-    dyn_shared.assign(shared_bytes + 16, 0xA5);   /* not zero: a kernel must write before it reads */
+    dyn_shared.assign(shared_bytes + 16, 0xA5); /* not zero: a kernel must write before it reads */
     unsigned threads = block.x * block.y * block.z;
-    while (fibers.size() < threads) {   /* made once; a vector of them never moves a made one */
+    while (fibers.size() < threads) { /* made once; a vector of them never moves a made one */
         fibers.reserve(1024);
         fibers.emplace_back();
         fiber &f = fibers.back();

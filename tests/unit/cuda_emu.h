@@ -46,9 +46,9 @@ unsigned long long atomicMin(unsigned long long *address, unsigned long long val
 #define __device__ static inline
 #define __launch_bounds__(n)
 #define FUSION_SHARED(type, name, count) static type name[count]
-#define FUSION_DYN_SHARED(type, name) type *name = (type *)cuda_emu_dyn_shared()
-#define FUSION_INF (std::numeric_limits<float>::infinity())
-#define FUSION_NAN (std::numeric_limits<float>::quiet_NaN())
+#define FUSION_DYN_SHARED(type, name)    type *name = (type *)cuda_emu_dyn_shared()
+#define FUSION_INF                       (std::numeric_limits<float>::infinity())
+#define FUSION_NAN                       (std::numeric_limits<float>::quiet_NaN())
 
 /* cuda_bf16.h's and cuda_fp16.h's types, as the prelude uses them: bits, no arithmetic. */
 struct __nv_bfloat16 {

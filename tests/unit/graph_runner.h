@@ -17,9 +17,9 @@
 
 typedef struct {
     ir_graph *g;
-    char     *arena;
-    int64_t  *offset;    /* per value: bytes into the arena */
-    rt_op    *ops;       /* per node */
+    char *arena;
+    int64_t *offset; /* per value: bytes into the arena */
+    rt_op *ops;      /* per node */
 } graph_runner;
 
 static inline int64_t runner_align(int64_t n) { return (n + 63) & ~(int64_t)63; }
@@ -129,10 +129,18 @@ static inline void runner_fill(graph_runner *r, uint64_t seed, int32_t int_limit
         float *x = (float *)(r->arena + r->offset[v]);
         for (int64_t i = 0; i < n; i++) {
             switch (val->role == ROLE_INPUT ? INIT_NORMAL : val->init.kind) {
-            case INIT_ONES:    x[i] = 1.0f; break;
-            case INIT_NORMAL:  x[i] = (float)((val->role == ROLE_INPUT ? 1.0 : val->init.a) * runner_normal()); break;
-            case INIT_UNIFORM: x[i] = (float)(val->init.a * (2.0 * runner_uniform() - 1.0)); break;
-            default:           x[i] = 0.0f; break;
+            case INIT_ONES:
+                x[i] = 1.0f;
+                break;
+            case INIT_NORMAL:
+                x[i] = (float)((val->role == ROLE_INPUT ? 1.0 : val->init.a) * runner_normal());
+                break;
+            case INIT_UNIFORM:
+                x[i] = (float)(val->init.a * (2.0 * runner_uniform() - 1.0));
+                break;
+            default:
+                x[i] = 0.0f;
+                break;
             }
         }
     }

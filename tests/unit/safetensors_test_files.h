@@ -11,8 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-static char dir[1024];   /* short enough that dir/name fits PATH_MAX */
+static char dir[1024]; /* short enough that dir/name fits PATH_MAX */
 
 /* dir/name, in one of a few rotating buffers. */
 static const char *in_dir(const char *name)

@@ -49,7 +49,7 @@ int main(void)
     cluster c4 = { 0 }, c31 = { 0 };
     if (load("clusters/local-4.xml", &c4) || load("tests/clusters/two-regions-3-1.xml", &c31))
         return 1;
-    const double B = 4e6;   /* a stage's gradients: 1M floats */
+    const double B = 4e6; /* a stage's gradients: 1M floats */
     int32_t dev[4] = { 0, 1, 2, 3 };
     int64_t groups = -1;
     double t = allreduce_plan(&c4, dev, 4, B, link_of, &c4, &groups);
@@ -57,7 +57,7 @@ int main(void)
     CHECK_INT((int64_t)1 << 2, groups);
     /* The ring of 4 crosses the 20 Mbps link: 2 * 3/4 of the bytes on it, 6 latencies. */
     CHECK_NEAR(estimate_transfer_seconds(1.5 * B, 20e6 / 8, 6 * 0.040), ring, 1e-9);
-    double inside = estimate_transfer_seconds(B, 10e9 / 8, 2 * 50e-6);   /* a ring of 2 in a site */
+    double inside = estimate_transfer_seconds(B, 10e9 / 8, 2 * 50e-6); /* a ring of 2 in a site */
     double leaders = estimate_transfer_seconds(B, 20e6 / 8, 2 * 0.040);
     double back = estimate_transfer_seconds(B, 10e9 / 8, 50e-6);
     CHECK_NEAR(inside + leaders + back, t, 1e-9);
@@ -88,9 +88,9 @@ int main(void)
      * bytes at 8 bits; each round's slowest pair is across the 20 Mbps link. */
     double wire8 = 32.0 + 4.0 * 489 + 489.0 * 512;
     CHECK_NEAR(wire8, allreduce_quant_wire_bytes(250000, 8), 1e-9);
-    double codec = (2.0 * 4 - 1) / 4 * B / ALLREDUCE_QUANT_RATE_8BIT / 2;   /* a round's */
+    double codec = (2.0 * 4 - 1) / 4 * B / ALLREDUCE_QUANT_RATE_8BIT / 2; /* a round's */
     double round = fmax(estimate_transfer_seconds(wire8, 20e6 / 8, 0.040), codec) + codec / 3;
-    double q8 = fmax(round, estimate_transfer_seconds(wire8, 20e6 / 8, 0.080)) + round;   /* round 2 after the acks */
+    double q8 = fmax(round, estimate_transfer_seconds(wire8, 20e6 / 8, 0.080)) + round; /* round 2 after the acks */
     CHECK_NEAR(q8, allreduce_quant_seconds(dev, 4, B, 8, link_of, &c4), 1e-9);
     CHECK_NEAR(q8, allreduce_way_seconds(dev, 4, B, 0, 8, link_of, &c4), 1e-9);
     int bits = -1;

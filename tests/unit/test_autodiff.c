@@ -100,14 +100,14 @@ static void test_autodiff_sums_fan_out_and_tied_weights(void)
 static void test_autodiff_param_added_directly_and_param_off_the_loss_path(void)
 {
     const char *xml = "<?xml version=\"1.0\"?>\n<model name=\"t\">\n"
-        "<input name=\"x\" shape=\"2, 3\"/>\n"
-        "<input name=\"labels\" dtype=\"i32\" shape=\"2\"/>\n"
-        "<param name=\"shift\" shape=\"2, 3\" init=\"zeros\"/>\n"
-        "<param name=\"unused_by_loss\" shape=\"2, 3\" init=\"zeros\"/>\n"
-        "<op type=\"add\" in=\"x, shift\" out=\"y\"/>\n"
-        "<op type=\"relu\" in=\"unused_by_loss\" out=\"side\"/>\n"
-        "<op type=\"cross_entropy\" in=\"y, labels\" out=\"loss\"/>\n"
-        "<loss value=\"loss\"/>\n</model>\n";
+                      "<input name=\"x\" shape=\"2, 3\"/>\n"
+                      "<input name=\"labels\" dtype=\"i32\" shape=\"2\"/>\n"
+                      "<param name=\"shift\" shape=\"2, 3\" init=\"zeros\"/>\n"
+                      "<param name=\"unused_by_loss\" shape=\"2, 3\" init=\"zeros\"/>\n"
+                      "<op type=\"add\" in=\"x, shift\" out=\"y\"/>\n"
+                      "<op type=\"relu\" in=\"unused_by_loss\" out=\"side\"/>\n"
+                      "<op type=\"cross_entropy\" in=\"y, labels\" out=\"loss\"/>\n"
+                      "<loss value=\"loss\"/>\n</model>\n";
     ir_graph g;
     CHECK(load(xml, &g) == 0);
     const ir_node *copy = producer_of(&g, "grad.shift");
@@ -116,7 +116,7 @@ static void test_autodiff_param_added_directly_and_param_off_the_loss_path(void)
         CHECK_STR("grad.y", ir_value_name(&g, copy->in[0]));
     const ir_node *zero = producer_of(&g, "grad.unused_by_loss");
     CHECK(zero && zero->op == OP_FILL && ir_node_float(zero, ATTR_VALUE, 1) == 0.0);
-    CHECK(ir_find_value(&g, "grad.side") < 0);   /* off the loss path: not differentiated */
+    CHECK(ir_find_value(&g, "grad.side") < 0); /* off the loss path: not differentiated */
     ir_graph_free(&g);
 }
 

@@ -72,8 +72,8 @@ static int check_model(const char *file, const model_setting *sets, int n_sets, 
         double tol = rel_tol * fmax(fabs(analytic), fabs(numeric)) + 2e-3;
         CHECK_NEAR(numeric, analytic, tol);
         if (!(fabs(numeric - analytic) <= tol))
-            fprintf(stderr, "  %s: param %s: d/du analytic %.6g, finite differences %.6g\n", file, pname,
-                    analytic, numeric);
+            fprintf(stderr, "  %s: param %s: d/du analytic %.6g, finite differences %.6g\n", file, pname, analytic,
+                    numeric);
         checked++;
         free(u);
         free(saved);
@@ -93,11 +93,11 @@ static void test_autodiff_mlp_matches_finite_differences(void)
 
 static void test_autodiff_gpt_matches_finite_differences(void)
 {
-    model_setting whole[] = { { "vocab", "17" }, { "ctx", "8" }, { "layers", "2" }, { "dim", "12" },
-                              { "heads", "3" }, { "batch", "2" }, { "seq", "5" } };
+    model_setting whole[] = { { "vocab", "17" }, { "ctx", "8" },   { "layers", "2" }, { "dim", "12" },
+                              { "heads", "3" },  { "batch", "2" }, { "seq", "5" } };
     CHECK_INT(2 + 12 * 2 + 2, check_model("models/gpt2.xml", whole, 7, 17, 1e-3, 2e-2, 0));
-    model_setting parts[] = { { "vocab", "17" }, { "ctx", "8" }, { "layers", "1" }, { "dim", "12" },
-                              { "heads", "1" }, { "batch", "2" }, { "seq", "7" }, { "attn_parts", "1" } };
+    model_setting parts[] = { { "vocab", "17" }, { "ctx", "8" },   { "layers", "1" }, { "dim", "12" },
+                              { "heads", "1" },  { "batch", "2" }, { "seq", "7" },    { "attn_parts", "1" } };
     CHECK_INT(2 + 12 + 2, check_model("models/gpt2.xml", parts, 8, 17, 1e-3, 2e-2, 0));
 }
 
@@ -105,8 +105,8 @@ static void test_autodiff_gpt_matches_finite_differences(void)
  * concat with a part unused and an input that needs no gradient. */
 static void test_autodiff_llama_matches_finite_differences(void)
 {
-    model_setting s[] = { { "vocab", "17" }, { "ctx", "8" }, { "layers", "1" }, { "dim", "16" }, { "heads", "4" },
-                          { "kv_heads", "2" }, { "ffn", "20" }, { "batch", "2" }, { "seq", "7" } };
+    model_setting s[] = { { "vocab", "17" },   { "ctx", "8" },  { "layers", "1" }, { "dim", "16" }, { "heads", "4" },
+                          { "kv_heads", "2" }, { "ffn", "20" }, { "batch", "2" },  { "seq", "7" } };
     CHECK_INT(2 + 9 + 1, check_model("models/llama.xml", s, 9, 17, 1e-3, 2e-2, 0));
     CHECK_INT(2, check_model("tests/models/split_concat.xml", NULL, 0, 7, 1e-3, 2e-2, 0));
 }
@@ -136,7 +136,7 @@ static void test_adamw_first_step_follows_the_update_rule(void)
     const float *after = runner_value(&r, "fc.0.w"), *grad = runner_value(&r, "grad.fc.0.w");
     double worst = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        double expected = before[i] - 1e-3 * grad[i] / (fabs(grad[i]) + 1e-8);   /* mlp.xml: lr 1e-3 */
+        double expected = before[i] - 1e-3 * grad[i] / (fabs(grad[i]) + 1e-8); /* mlp.xml: lr 1e-3 */
         worst = fmax(worst, fabs(expected - after[i]));
     }
     CHECK_NEAR(0.0, worst, 1e-7);

@@ -34,7 +34,7 @@
 #include "../../runtime/checkpoint_store.h"
 #include "check.h"
 
-int fail(const char *fmt, ...)   /* the runtime's (main.c's): quiet here, the test reads err */
+int fail(const char *fmt, ...) /* the runtime's (main.c's): quiet here, the test reads err */
 {
     (void)fmt;
     return 1;
@@ -54,14 +54,16 @@ static char root[256];
 
 typedef struct {
     const char *name;
-    int         role, n;
-    int64_t     dim[2];
-    int         rank;
+    int role, n;
+    int64_t dim[2];
+    int rank;
 } toy_tensor;
 
 static const toy_tensor all_tensors[] = {
-    { "w1", ROLE_PARAM, 12, { 4, 3 }, 2 }, { "m.w1", ROLE_STATE, 12, { 4, 3 }, 2 },
-    { "w2", ROLE_PARAM, 5, { 5 }, 1 },     { "m.w2", ROLE_STATE, 5, { 5 }, 1 },
+    { "w1", ROLE_PARAM, 12, { 4, 3 }, 2 },
+    { "m.w1", ROLE_STATE, 12, { 4, 3 }, 2 },
+    { "w2", ROLE_PARAM, 5, { 5 }, 1 },
+    { "m.w2", ROLE_STATE, 5, { 5 }, 1 },
 };
 
 /* device: "cpu-a" (w1, m.w1; stage 0 of 2), "cpu-b" (w2, m.w2; stage 1 of 2)
@@ -108,12 +110,16 @@ static void free_program(program *p)
 }
 
 /* The value of element k of tensor `name` at `step`. */
-static float value_at(int step, const char *name, int k) { return (float)step * 100.0f + (float)(name[1] + name[0]) + 0.25f * (float)k; }
+static float value_at(int step, const char *name, int k)
+{
+    return (float)step * 100.0f + (float)(name[1] + name[0]) + 0.25f * (float)k;
+}
 
 static void set_step_values(program *p, int step)
 {
     for (int i = 0; i < p->manifest.n_tensors; i++)
-        for (int k = 0; k < (int)(p->tensors[i].t.dim[0] * (p->tensors[i].t.rank > 1 ? p->tensors[i].t.dim[1] : 1)); k++)
+        for (int k = 0; k < (int)(p->tensors[i].t.dim[0] * (p->tensors[i].t.rank > 1 ? p->tensors[i].t.dim[1] : 1));
+             k++)
             ((float *)(p->arena + p->tensors[i].t.offset))[k] = value_at(step, p->tensors[i].name, k);
 }
 
@@ -121,7 +127,8 @@ static void set_step_values(program *p, int step)
 static int holds_step(const program *p, int step)
 {
     for (int i = 0; i < p->manifest.n_tensors; i++)
-        for (int k = 0; k < (int)(p->tensors[i].t.dim[0] * (p->tensors[i].t.rank > 1 ? p->tensors[i].t.dim[1] : 1)); k++)
+        for (int k = 0; k < (int)(p->tensors[i].t.dim[0] * (p->tensors[i].t.rank > 1 ? p->tensors[i].t.dim[1] : 1));
+             k++)
             if (((float *)(p->arena + p->tensors[i].t.offset))[k] != value_at(step, p->tensors[i].name, k))
                 return 0;
     return 1;
@@ -170,9 +177,21 @@ static void write_manifest(const char *step_dir, int64_t step)
     ckpt_manifest_free(&m);
 }
 
-static const char *default_metadata[] = { "fusion.model", "toy", "fusion.model_id", "5eed5eed12345678",
-                                          "fusion.build_id", "0000000000002222", "fusion.device", NULL,
-                                          "fusion.plan", NULL, "fusion.step", NULL, "fusion.seed", "5", NULL };
+static const char *default_metadata[] = { "fusion.model",
+                                          "toy",
+                                          "fusion.model_id",
+                                          "5eed5eed12345678",
+                                          "fusion.build_id",
+                                          "0000000000002222",
+                                          "fusion.device",
+                                          NULL,
+                                          "fusion.plan",
+                                          NULL,
+                                          "fusion.step",
+                                          NULL,
+                                          "fusion.seed",
+                                          "5",
+                                          NULL };
 
 /* device's part of `step` into step_dir with its metadata, key `edit_key`
  * (if any) given the value edit_value. */
@@ -266,16 +285,26 @@ static void mutate(const char *copy, char *what, size_t n, int *own)
     snprintf(b, sizeof b, "%s/checkpoint-cpu-b.safetensors", s2);
     snprintf(man, sizeof man, "%s/MANIFEST", s2);
     static const char *edits[][2] = {
-        { "fusion.step", "abc" },         { "fusion.step", "2e" },     { "fusion.step", "100000000000000000000" },
-        { "fusion.step", "-2" },          { "fusion.step", " 2" },     { "fusion.step", "3" },
-        { "fusion.seed", "x" },           { "fusion.seed", "-5" },     { "fusion.seed", "99999999999999999999999" },
-        { "fusion.model", "other" },      { "fusion.model_id", "0000000000000001" },
-        { "fusion.build_id", "zz" },      { "fusion.device", "cpu-b" }, { "fusion.plan", "stage 1 of 2, replica 0 of 1" },
+        { "fusion.step", "abc" },
+        { "fusion.step", "2e" },
+        { "fusion.step", "100000000000000000000" },
+        { "fusion.step", "-2" },
+        { "fusion.step", " 2" },
+        { "fusion.step", "3" },
+        { "fusion.seed", "x" },
+        { "fusion.seed", "-5" },
+        { "fusion.seed", "99999999999999999999999" },
+        { "fusion.model", "other" },
+        { "fusion.model_id", "0000000000000001" },
+        { "fusion.build_id", "zz" },
+        { "fusion.device", "cpu-b" },
+        { "fusion.plan", "stage 1 of 2, replica 0 of 1" },
     };
     int kind = (int)(next_random() % 11);
     *own = 1;
     switch (kind) {
-    case 0: case 1: {   /* a byte of a part */
+    case 0:
+    case 1: { /* a byte of a part */
         int which = (int)(next_random() % 2);
         flip_byte(which ? b : a);
         *own = !which;
@@ -289,10 +318,18 @@ static void mutate(const char *copy, char *what, size_t n, int *own)
         snprintf(what, n, "%s's part truncated", which ? "cpu-b" : "cpu-a");
         break;
     }
-    case 3: flip_byte(man); snprintf(what, n, "a flipped byte in the MANIFEST"); break;
-    case 4: cut(man); snprintf(what, n, "the MANIFEST truncated"); break;
-    case 5: run("mv '%s' '%s.x' && mv '%s' '%s' && mv '%s.x' '%s'", a, a, b, a, a, b);
-            snprintf(what, n, "the two devices' parts swapped"); break;
+    case 3:
+        flip_byte(man);
+        snprintf(what, n, "a flipped byte in the MANIFEST");
+        break;
+    case 4:
+        cut(man);
+        snprintf(what, n, "the MANIFEST truncated");
+        break;
+    case 5:
+        run("mv '%s' '%s.x' && mv '%s' '%s' && mv '%s.x' '%s'", a, a, b, a, a, b);
+        snprintf(what, n, "the two devices' parts swapped");
+        break;
     case 6: {
         int which = (int)(next_random() % 2);
         run("cp '%s/step-1/checkpoint-cpu-%c.safetensors' '%s'", copy, which ? 'b' : 'a', s2);
@@ -300,13 +337,22 @@ static void mutate(const char *copy, char *what, size_t n, int *own)
         snprintf(what, n, "step 1's part of cpu-%c in step 2", which ? 'b' : 'a');
         break;
     }
-    case 7: run("cp '%s/step-1/MANIFEST' '%s'", copy, s2); snprintf(what, n, "step 1's MANIFEST in step 2"); break;
-    case 8: run("cp '%s' '%s/checkpoint-cpu-zz.safetensors'", a, s2); snprintf(what, n, "a stray part"); break;
-    case 9: run("mv '%s' '%s/step-3'", s2, copy); snprintf(what, n, "step 2's folder renamed step-3"); break;
-    default: {   /* metadata edited, the MANIFEST made to match */
+    case 7:
+        run("cp '%s/step-1/MANIFEST' '%s'", copy, s2);
+        snprintf(what, n, "step 1's MANIFEST in step 2");
+        break;
+    case 8:
+        run("cp '%s' '%s/checkpoint-cpu-zz.safetensors'", a, s2);
+        snprintf(what, n, "a stray part");
+        break;
+    case 9:
+        run("mv '%s' '%s/step-3'", s2, copy);
+        snprintf(what, n, "step 2's folder renamed step-3");
+        break;
+    default: { /* metadata edited, the MANIFEST made to match */
         int e = (int)(next_random() % (sizeof edits / sizeof *edits));
         int which = e == 12 || e == 13 ? 0 : (int)(next_random() % 2);
-        if (e == 13 && next_random() % 2) {   /* bytes after the last tensor instead */
+        if (e == 13 && next_random() % 2) { /* bytes after the last tensor instead */
             run("printf 'extra' >>'%s'", which ? b : a);
             snprintf(what, n, "bytes after %s's last tensor, the MANIFEST matching", which ? "cpu-b" : "cpu-a");
         } else {
@@ -334,7 +380,7 @@ static void test_checkpoint_mutations_never_load_silently(void)
     }
     char err[1200];
     int held = 0;
-    CHECK_INT(2, load_as("cpu0", good, err, sizeof err, &held));   /* the intact folder: step 2, both ways */
+    CHECK_INT(2, load_as("cpu0", good, err, sizeof err, &held)); /* the intact folder: step 2, both ways */
     CHECK_INT(1, held);
     CHECK_INT(2, load_as("cpu-a", good, err, sizeof err, &held));
     CHECK_INT(1, held);
@@ -345,12 +391,12 @@ static void test_checkpoint_mutations_never_load_silently(void)
         run("cp -r '%s' '%s'", good, copy);
         int own = 0;
         mutate(copy, what, sizeof what, &own);
-        int alone = i % 5 == 0;   /* no step 1 to fall back to: the load must be refused */
+        int alone = i % 5 == 0; /* no step 1 to fall back to: the load must be refused */
         if (alone)
             run("rm -rf '%s/step-1'", copy);
         for (int who = 0; who < 2; who++) {
             if (who == 1 && !own)
-                continue;   /* cpu-a reads only its own part: cpu-b's own load would see this */
+                continue; /* cpu-a reads only its own part: cpu-b's own load would see this */
             int64_t step = load_as(who ? "cpu-a" : "cpu0", copy, err, sizeof err, &held);
             if (step < 0 && strstr(err, copy)) {
                 refused++;
@@ -378,8 +424,9 @@ static void test_checkpoint_numbers_are_digits_in_range(void)
     CHECK_INT(0, ckpt_parse_count("20", CKPT_MAX_STEP, &v));
     CHECK_INT(20, (long long)v);
     CHECK_INT(0, ckpt_parse_count("18446744073709551615", UINT64_MAX, &v));
-    const char *bad[] = { "", "abc", "2e", "-1", " 3", "3 ", "+3", "0x10", "18446744073709551616",
-                          "99999999999999999999999" };
+    const char *bad[] = {
+        "", "abc", "2e", "-1", " 3", "3 ", "+3", "0x10", "18446744073709551616", "99999999999999999999999"
+    };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         CHECK_INT(-1, ckpt_parse_count(bad[i], UINT64_MAX, &v));
     CHECK_INT(-1, ckpt_parse_count("1000000000000001", CKPT_MAX_STEP, &v));
@@ -396,20 +443,20 @@ static void test_checkpoint_keep_prunes_and_litter_goes(void)
         write_part(s, "cpu-b", step, NULL, NULL);
         write_manifest(s, step);
     }
-    ckpt_step_dir(dir, 6, s, sizeof s);   /* a save killed half-way: a part, no MANIFEST, a temporary */
+    ckpt_step_dir(dir, 6, s, sizeof s); /* a save killed half-way: a part, no MANIFEST, a temporary */
     write_part(s, "cpu-a", 6, NULL, NULL);
     run("touch '%s/checkpoint-cpu-b.safetensors.tmp.4242' '%s/latest.tmp.77'", s, dir);
-    CHECK_INT(3, ckpt_prune(dir, 2, err, sizeof err));   /* 1, 2, 3 go; 4, 5 stay */
+    CHECK_INT(3, ckpt_prune(dir, 2, err, sizeof err)); /* 1, 2, 3 go; 4, 5 stay */
     int64_t *steps = NULL;
     CHECK_INT(3, ckpt_list_steps(dir, 0, &steps, err, sizeof err));
     CHECK_INT(6, steps ? (long long)steps[0] : -1);
     free(steps);
-    CHECK_INT(2, ckpt_remove_litter(dir, err, sizeof err));   /* step-6 and latest.tmp.77 */
+    CHECK_INT(2, ckpt_remove_litter(dir, err, sizeof err)); /* step-6 and latest.tmp.77 */
     CHECK_INT(2, ckpt_list_steps(dir, 1, &steps, err, sizeof err));
     CHECK_INT(5, steps ? (long long)steps[0] : -1);
     CHECK_INT(4, steps ? (long long)steps[1] : -1);
     free(steps);
-    CHECK_INT(0, ckpt_prune(dir, 0, err, sizeof err) > 1);   /* keep 0 still keeps the newest */
+    CHECK_INT(0, ckpt_prune(dir, 0, err, sizeof err) > 1); /* keep 0 still keeps the newest */
     CHECK_INT(1, ckpt_list_steps(dir, 1, &steps, err, sizeof err));
     free(steps);
     CHECK_INT(0, ckpt_set_latest(dir, 5, err, sizeof err));

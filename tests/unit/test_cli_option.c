@@ -12,9 +12,9 @@
 #include "cli_option.h"
 
 typedef struct {
-    int         port, fresh, mode;
-    int64_t     steps;
-    double      rate;
+    int port, fresh, mode;
+    int64_t steps;
+    double rate;
     const char *out, *name, *format;
 } opts;
 
@@ -22,6 +22,7 @@ static const char *const modes[] = { "all", "none", NULL };
 static const int mode_values[] = { 1, 0 };
 static const char *const formats[] = { "text", "dot", NULL };
 
+/* clang-format off */
 static const cli_option table[] = {
     { .name = "--port", .metavar = "P", CLI_INT(opts, port), .lo = 1, .hi = 65535, .expects = "a port in [1, 65535]",
       .help = "listen on port P" },
@@ -39,6 +40,7 @@ static const cli_option table[] = {
     { .name = "--fresh", .alias = "-f", CLI_FLAG(opts, fresh), .help = "start afresh" },
 };
 static const cli_usage usage = { "usage: prog [options]\n", table, NULL, sizeof table / sizeof table[0], 14, "end\n" };
+/* clang-format on */
 
 /* Parses argv (a NULL-terminated list) into o; the last cli_take's result,
  * the index it stopped at in *at, its message in why. */
@@ -80,7 +82,7 @@ static void test_cli_option_every_value_option_takes_both_forms(void)
     check_both_forms("--rate", "0.5");
     check_both_forms("--mode", "none");
     check_both_forms("--format", "dot");
-    check_both_forms("--name", "a=b");   /* only the first '=' splits */
+    check_both_forms("--name", "a=b"); /* only the first '=' splits */
     char *argv[] = { "--port=80", "--name=a=b", "--mode", "all", "--format=text", "--fresh", NULL };
     opts o;
     char why[512];
@@ -95,7 +97,9 @@ static void test_cli_option_every_value_option_takes_both_forms(void)
 
 static void test_cli_option_bad_values_name_the_option(void)
 {
-    struct { const char *arg, *value, *message; } bad[] = {
+    struct {
+        const char *arg, *value, *message;
+    } bad[] = {
         { "--port", "0", "--port expects a port in [1, 65535], found '0'" },
         { "--port=", "", "--port expects a port in [1, 65535], found ''" },
         { "--port", "80x", "--port expects a port in [1, 65535], found '80x'" },
@@ -107,7 +111,7 @@ static void test_cli_option_bad_values_name_the_option(void)
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         char *argv[3] = { (char *)bad[k].arg, (char *)bad[k].value, NULL }, joined[64], why[512];
-        if (bad[k].arg[strlen(bad[k].arg) - 1] == '=') {   /* the value given with '=' */
+        if (bad[k].arg[strlen(bad[k].arg) - 1] == '=') { /* the value given with '=' */
             snprintf(joined, sizeof joined, "%s%s", bad[k].arg, bad[k].value);
             argv[0] = joined, argv[1] = NULL;
         }
@@ -157,7 +161,8 @@ static void test_cli_option_usage_is_printed_from_the_table(void)
               "  -o FILE        write to FILE\n"
               "  --name NAME    a name\n"
               "  --fresh, -f    start afresh\n"
-              "end\n", text);
+              "end\n",
+              text);
     free(text);
     char why[256] = "";
     CHECK_INT(0, cli_usage_check(&usage, why, sizeof why));
@@ -172,7 +177,7 @@ static void test_cli_option_usage_is_printed_from_the_table(void)
     char *argv[] = { "--port", "1", NULL };
     opts o;
     int i = 0;
-    CHECK_INT(0, cli_take(&some, 2, argv, &i, &o, why, sizeof why));   /* not among its options */
+    CHECK_INT(0, cli_take(&some, 2, argv, &i, &o, why, sizeof why)); /* not among its options */
 }
 
 static void test_cli_option_check_finds_unsound_tables(void)
@@ -186,8 +191,10 @@ static void test_cli_option_check_finds_unsound_tables(void)
     };
     const cli_option no_parser[] = { { .name = "--a", .metavar = "A", .help = "a" } };
     const cli_option no_dash[] = { { .name = "a", CLI_FLAG(opts, fresh), .help = "a" } };
-    const cli_usage bad[] = { { NULL, twice, NULL, 2, 8, NULL }, { NULL, dangling, NULL, 1, 8, NULL },
-                              { NULL, no_parser, NULL, 1, 8, NULL }, { NULL, no_dash, NULL, 1, 8, NULL } };
+    const cli_usage bad[] = { { NULL, twice, NULL, 2, 8, NULL },
+                              { NULL, dangling, NULL, 1, 8, NULL },
+                              { NULL, no_parser, NULL, 1, 8, NULL },
+                              { NULL, no_dash, NULL, 1, 8, NULL } };
     const char *says[] = { "listed twice", "none follows", "no parser", "must start with '-'" };
     for (int k = 0; k < 4; k++) {
         char why[256] = "";

@@ -20,15 +20,15 @@
 
 static void test_budget(void)
 {
-    CHECK_NEAR(0.02, compress_budget(0.02, 128, 0), 1e-15);       /* each micro-batch: T* */
-    CHECK_NEAR(7 * 0.02, compress_budget(0.02, 128, 7), 1e-15);   /* seven stages of drain */
-    CHECK_NEAR(4 * 0.02, compress_budget(0.02, 4, 7), 1e-15);     /* never past the step */
-    CHECK_NEAR(0.02, compress_budget(0.02, 0, 3), 1e-15);         /* no micro-batches given: one */
+    CHECK_NEAR(0.02, compress_budget(0.02, 128, 0), 1e-15);     /* each micro-batch: T* */
+    CHECK_NEAR(7 * 0.02, compress_budget(0.02, 128, 7), 1e-15); /* seven stages of drain */
+    CHECK_NEAR(4 * 0.02, compress_budget(0.02, 4, 7), 1e-15);   /* never past the step */
+    CHECK_NEAR(0.02, compress_budget(0.02, 0, 3), 1e-15);       /* no micro-batches given: one */
 }
 
 static void test_tied_gradient_over_a_slow_link(void)
 {
-    const double n = 103e6, bw = 625e6, t_star = 0.022;   /* 5 Gbps; a GPT-3 XL stage's micro-batch */
+    const double n = 103e6, bw = 625e6, t_star = 0.022; /* 5 Gbps; a GPT-3 XL stage's micro-batch */
     double codec, dense = 4.0 * n;
     /* The whole step (128 T*, 2.8 s) carries the 0.66 s dense: left dense,
      * as the old M T* budget did. */

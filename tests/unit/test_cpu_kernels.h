@@ -63,39 +63,56 @@ static inline int64_t rng_below(int64_t n) { return (int64_t)(rng_next() % (uint
 /* ---- buffers: a float array and its double twin ----------------------- */
 
 typedef struct {
-    float  *f;
+    float *f;
     double *d;
     int64_t n;
 } tensor;
 
 static inline tensor tensor_new(int64_t n)
 {
-    tensor t = { calloc((size_t)(n ? n : 1), sizeof(float)),
-                 calloc((size_t)(n ? n : 1), sizeof(double)), n };
-    if (!t.f || !t.d) { fprintf(stderr, "out of memory\n"); exit(2); }
+    tensor t = { calloc((size_t)(n ? n : 1), sizeof(float)), calloc((size_t)(n ? n : 1), sizeof(double)), n };
+    if (!t.f || !t.d) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
     return t;
 }
 
 static inline tensor tensor_random(int64_t n, float lo, float hi)
 {
     tensor t = tensor_new(n);
-    for (int64_t i = 0; i < n; i++) { t.f[i] = rng_uniform(lo, hi); t.d[i] = t.f[i]; }
+    for (int64_t i = 0; i < n; i++) {
+        t.f[i] = rng_uniform(lo, hi);
+        t.d[i] = t.f[i];
+    }
     return t;
 }
 
-static inline void tensor_free(tensor *t) { free(t->f); free(t->d); t->f = NULL; t->d = NULL; }
+static inline void tensor_free(tensor *t)
+{
+    free(t->f);
+    free(t->d);
+    t->f = NULL;
+    t->d = NULL;
+}
 
 static inline float *floats_new(int64_t n)
 {
     float *p = calloc((size_t)(n ? n : 1), sizeof *p);
-    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
     return p;
 }
 
 static inline double *doubles_new(int64_t n)
 {
     double *p = calloc((size_t)(n ? n : 1), sizeof *p);
-    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
     return p;
 }
 
@@ -104,7 +121,8 @@ static inline double *doubles_new(int64_t n)
 static inline float *grad_buffer(int64_t n)
 {
     float *p = floats_new(n);
-    for (int64_t i = 0; i < n; i++) p[i] = NAN;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = NAN;
     return p;
 }
 
@@ -112,7 +130,8 @@ static inline float *grad_buffer(int64_t n)
 static inline double dot_f64(const double *y, const double *r, int64_t n)
 {
     double s = 0;
-    for (int64_t i = 0; i < n; i++) s += y[i] * r[i];
+    for (int64_t i = 0; i < n; i++)
+        s += y[i] * r[i];
     return s;
 }
 
@@ -124,16 +143,21 @@ static inline double rel_error(const float *found, const double *ref, int64_t n)
     double err = 0, scale = 0;
     for (int64_t i = 0; i < n; i++) {
         double e = fabs((double)found[i] - ref[i]);
-        if (e > err || isnan(e)) err = isnan(e) ? INFINITY : e;
-        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+        if (e > err || isnan(e))
+            err = isnan(e) ? INFINITY : e;
+        if (fabs(ref[i]) > scale)
+            scale = fabs(ref[i]);
     }
     return scale > 0 ? err / scale : err;
 }
 
-#define CHECK_FORWARD(what, found, ref, n) do { \
-    double e__ = rel_error((found), (ref), (n)); \
-    if (!(e__ <= FWD_RTOL)) fprintf(stderr, "    forward %s: relative error %.3g\n", (what), e__); \
-    CHECK_NEAR(0.0, e__, FWD_RTOL); } while (0)
+#define CHECK_FORWARD(what, found, ref, n)                                         \
+    do {                                                                           \
+        double e__ = rel_error((found), (ref), (n));                               \
+        if (!(e__ <= FWD_RTOL))                                                    \
+            fprintf(stderr, "    forward %s: relative error %.3g\n", (what), e__); \
+        CHECK_NEAR(0.0, e__, FWD_RTOL);                                            \
+    } while (0)
 
 /* ---- finite differences of a double objective ------------------------- */
 
@@ -143,9 +167,9 @@ typedef double (*objective_fn)(void *ctx);
 
 /* Central differences at the checked coordinates of x. */
 typedef struct {
-    int64_t  count;
-    int64_t *idx;     /* which coordinates of x */
-    double  *fd;      /* dL/dx at them */
+    int64_t count;
+    int64_t *idx; /* which coordinates of x */
+    double *fd;   /* dL/dx at them */
 } fd_sample;
 
 static inline fd_sample fd_gradient(double *x, int64_t n, objective_fn f, void *ctx)
@@ -154,7 +178,10 @@ static inline fd_sample fd_gradient(double *x, int64_t n, objective_fn f, void *
     s.count = n < FD_MAX_COORDS ? n : FD_MAX_COORDS;
     s.idx = calloc((size_t)(s.count ? s.count : 1), sizeof *s.idx);
     s.fd = doubles_new(s.count);
-    if (!s.idx) { fprintf(stderr, "out of memory\n"); exit(2); }
+    if (!s.idx) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
     for (int64_t k = 0; k < s.count; k++) {
         int64_t i = n <= FD_MAX_COORDS ? k : rng_below(n);
         double keep = x[i];
@@ -169,7 +196,11 @@ static inline fd_sample fd_gradient(double *x, int64_t n, objective_fn f, void *
     return s;
 }
 
-static inline void fd_sample_free(fd_sample *s) { free(s->idx); free(s->fd); }
+static inline void fd_sample_free(fd_sample *s)
+{
+    free(s->idx);
+    free(s->fd);
+}
 
 /* 1 when the analytic gradient matches the differences at every checked
  * coordinate; otherwise 0, with the worst coordinate in *worst. */
@@ -177,14 +208,18 @@ static inline int grad_matches(const float *analytic, const fd_sample *s, int64_
 {
     double scale = 0, worst_excess = -1;
     for (int64_t k = 0; k < s->count; k++)
-        if (fabs(s->fd[k]) > scale) scale = fabs(s->fd[k]);
+        if (fabs(s->fd[k]) > scale)
+            scale = fabs(s->fd[k]);
     int ok = 1;
     for (int64_t k = 0; k < s->count; k++) {
         double a = analytic[s->idx[k]], e = s->fd[k];
         double excess = fabs(a - e) - (GRAD_RTOL * fabs(e) + GRAD_ATOL * scale);
         if (!(excess <= 0)) {
             ok = 0;
-            if (isnan(excess) || excess > worst_excess) { worst_excess = isnan(excess) ? INFINITY : excess; *worst = k; }
+            if (isnan(excess) || excess > worst_excess) {
+                worst_excess = isnan(excess) ? INFINITY : excess;
+                *worst = k;
+            }
         }
     }
     return ok;
@@ -192,15 +227,14 @@ static inline int grad_matches(const float *analytic, const fd_sample *s, int64_
 
 /* CHECK that analytic (the float backward's gradient for x) matches the
  * finite differences of f with respect to x; say where it does not. */
-static inline void check_grad(const char *what, const float *analytic, double *x, int64_t n,
-                       objective_fn f, void *ctx)
+static inline void check_grad(const char *what, const float *analytic, double *x, int64_t n, objective_fn f, void *ctx)
 {
     fd_sample s = fd_gradient(x, n, f, ctx);
     int64_t worst = 0;
     int ok = grad_matches(analytic, &s, &worst);
     if (!ok)
-        fprintf(stderr, "    gradient %s: element %lld: analytic %.9g, finite differences %.9g\n",
-                what, (long long)s.idx[worst], analytic[s.idx[worst]], s.fd[worst]);
+        fprintf(stderr, "    gradient %s: element %lld: analytic %.9g, finite differences %.9g\n", what,
+                (long long)s.idx[worst], analytic[s.idx[worst]], s.fd[worst]);
     CHECK(ok);
     fd_sample_free(&s);
 }
@@ -208,15 +242,16 @@ static inline void check_grad(const char *what, const float *analytic, double *x
 /* The comparison must be able to fail: a copy of a correct gradient with its
  * largest checked element changed by 10% must be refused, and the unchanged
  * one accepted. */
-static inline void check_perturbed_grad_is_detected(const float *analytic, double *x, int64_t n,
-                                             objective_fn f, void *ctx)
+static inline void check_perturbed_grad_is_detected(const float *analytic, double *x, int64_t n, objective_fn f,
+                                                    void *ctx)
 {
     fd_sample s = fd_gradient(x, n, f, ctx);
     float *bad = floats_new(n);
     memcpy(bad, analytic, (size_t)n * sizeof *bad);
     int64_t big = 0, worst = 0;
     for (int64_t k = 0; k < s.count; k++)
-        if (fabs(s.fd[k]) > fabs(s.fd[big])) big = k;
+        if (fabs(s.fd[k]) > fabs(s.fd[big]))
+            big = k;
     bad[s.idx[big]] *= 1.1f;
     CHECK(grad_matches(analytic, &s, &worst));
     CHECK(!grad_matches(bad, &s, &worst));

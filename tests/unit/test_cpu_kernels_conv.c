@@ -7,9 +7,8 @@
 /* ---- conv2d --------------------------------------------------------------- */
 
 // x (N,C,H,W), w (OC,C,KH,KW), b (OC) or NULL -> y (N,OC,OH,OW)
-static void ref_conv2d(double *y, const double *x, const double *w, const double *b,
-                       int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t KH,
-                       int64_t KW, int64_t s, int64_t p)
+static void ref_conv2d(double *y, const double *x, const double *w, const double *b, int64_t N, int64_t C, int64_t H,
+                       int64_t W, int64_t OC, int64_t KH, int64_t KW, int64_t s, int64_t p)
 {
     int64_t OH = (H + 2 * p - KH) / s + 1, OW = (W + 2 * p - KW) / s + 1;
     for (int64_t n = 0; n < N; n++)
@@ -21,9 +20,9 @@ static void ref_conv2d(double *y, const double *x, const double *w, const double
                         for (int64_t kh = 0; kh < KH; kh++)
                             for (int64_t kw = 0; kw < KW; kw++) {
                                 int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
-                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                                acc += x[((n * C + c) * H + ih) * W + iw] *
-                                       w[((oc * C + c) * KH + kh) * KW + kw];
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                                    continue;
+                                acc += x[((n * C + c) * H + ih) * W + iw] * w[((oc * C + c) * KH + kh) * KW + kw];
                             }
                     y[((n * OC + oc) * OH + oh) * OW + ow] = acc;
                 }
@@ -44,17 +43,28 @@ static int64_t conv_case_out(const conv_case *c)
 static double conv_objective(void *p)
 {
     conv_case *c = p;
-    ref_conv2d(c->y, c->x.d, c->w.d, c->bias ? c->b.d : NULL, c->N, c->C, c->H, c->W, c->OC,
-               c->KH, c->KW, c->s, c->p);
+    ref_conv2d(c->y, c->x.d, c->w.d, c->bias ? c->b.d : NULL, c->N, c->C, c->H, c->W, c->OC, c->KH, c->KW, c->s, c->p);
     return dot_f64(c->y, c->r.d, conv_case_out(c));
 }
 
-static conv_case conv_case_new(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC,
-                               int64_t KH, int64_t KW, int64_t s, int64_t p, int bias)
+static conv_case conv_case_new(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t KH, int64_t KW,
+                               int64_t s, int64_t p, int bias)
 {
-    conv_case c = { N, C, H, W, OC, KH, KW, s, p, bias, tensor_random(N * C * H * W, -1, 1),
-                    tensor_random(OC * C * KH * KW, -1, 1), tensor_random(OC, -1, 1),
-                    { 0 }, NULL };
+    conv_case c = { N,
+                    C,
+                    H,
+                    W,
+                    OC,
+                    KH,
+                    KW,
+                    s,
+                    p,
+                    bias,
+                    tensor_random(N * C * H * W, -1, 1),
+                    tensor_random(OC * C * KH * KW, -1, 1),
+                    tensor_random(OC, -1, 1),
+                    { 0 },
+                    NULL };
     c.r = tensor_random(conv_case_out(&c), -1, 1);
     c.y = doubles_new(conv_case_out(&c));
     return c;
@@ -62,16 +72,20 @@ static conv_case conv_case_new(int64_t N, int64_t C, int64_t H, int64_t W, int64
 
 static void conv_case_free(conv_case *c)
 {
-    tensor_free(&c->x); tensor_free(&c->w); tensor_free(&c->b); tensor_free(&c->r); free(c->y);
+    tensor_free(&c->x);
+    tensor_free(&c->w);
+    tensor_free(&c->b);
+    tensor_free(&c->r);
+    free(c->y);
 }
 
-static void check_conv2d(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t KH,
-                         int64_t KW, int64_t s, int64_t p, int bias)
+static void check_conv2d(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t KH, int64_t KW, int64_t s,
+                         int64_t p, int bias)
 {
     conv_case c = conv_case_new(N, C, H, W, OC, KH, KW, s, p, bias);
     char what[96];
-    snprintf(what, sizeof what, "conv2d %lldx%lld k%lldx%lld stride %lld pad %lld",
-             (long long)H, (long long)W, (long long)KH, (long long)KW, (long long)s, (long long)p);
+    snprintf(what, sizeof what, "conv2d %lldx%lld k%lldx%lld stride %lld pad %lld", (long long)H, (long long)W,
+             (long long)KH, (long long)KW, (long long)s, (long long)p);
     int64_t ny = conv_case_out(&c), nx = N * C * H * W, nw = OC * C * KH * KW;
     int64_t nws = conv2d_workspace_floats(C, H, W, KH, KW, s, p);
     float *ws = nws ? floats_new(nws) : NULL;
@@ -84,23 +98,29 @@ static void check_conv2d(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC,
     conv2d_backward(dx, dw, db, c.r.f, c.x.f, c.w.f, ws, N, C, H, W, OC, KH, KW, s, p);
     check_grad(what, dx, c.x.d, nx, conv_objective, &c);
     check_grad(what, dw, c.w.d, nw, conv_objective, &c);
-    if (bias) check_grad(what, db, c.b.d, OC, conv_objective, &c);
+    if (bias)
+        check_grad(what, db, c.b.d, OC, conv_objective, &c);
     float *dw2 = grad_buffer(nw);
     conv2d_backward(NULL, dw2, NULL, c.r.f, c.x.f, c.w.f, ws, N, C, H, W, OC, KH, KW, s, p);
     CHECK(memcmp(dw, dw2, (size_t)nw * sizeof *dw) == 0);
-    free(ws); free(y); free(dx); free(dw); free(db); free(dw2);
+    free(ws);
+    free(y);
+    free(dx);
+    free(dw);
+    free(db);
+    free(dw2);
     conv_case_free(&c);
 }
 
 static void test_conv2d_matches_direct_convolution_and_finite_differences(void)
 {
     rng_seed(31);
-    check_conv2d(2, 3, 7, 5, 4, 3, 3, 1, 1, 1);     /* same padding, odd sizes */
-    check_conv2d(2, 3, 7, 7, 5, 3, 3, 2, 1, 1);     /* stride 2 with padding */
-    check_conv2d(1, 2, 9, 8, 3, 2, 3, 2, 0, 0);     /* rectangular kernel, no bias */
-    check_conv2d(3, 4, 5, 3, 6, 1, 1, 1, 0, 1);     /* 1x1: no im2col */
-    check_conv2d(2, 4, 7, 7, 3, 1, 1, 2, 0, 0);     /* 1x1 stride 2 (a downsample) */
-    check_conv2d(1, 3, 11, 11, 2, 7, 7, 2, 3, 1);   /* a ResNet stem, small */
+    check_conv2d(2, 3, 7, 5, 4, 3, 3, 1, 1, 1);   /* same padding, odd sizes */
+    check_conv2d(2, 3, 7, 7, 5, 3, 3, 2, 1, 1);   /* stride 2 with padding */
+    check_conv2d(1, 2, 9, 8, 3, 2, 3, 2, 0, 0);   /* rectangular kernel, no bias */
+    check_conv2d(3, 4, 5, 3, 6, 1, 1, 1, 0, 1);   /* 1x1: no im2col */
+    check_conv2d(2, 4, 7, 7, 3, 1, 1, 2, 0, 0);   /* 1x1 stride 2 (a downsample) */
+    check_conv2d(1, 3, 11, 11, 2, 7, 7, 2, 3, 1); /* a ResNet stem, small */
 }
 
 static void test_perturbed_conv2d_gradient_is_detected(void)
@@ -111,15 +131,16 @@ static void test_perturbed_conv2d_gradient_is_detected(void)
     float *dw = floats_new(3 * 2 * 9);
     conv2d_backward(NULL, dw, NULL, c.r.f, c.x.f, c.w.f, ws, 1, 2, 5, 5, 3, 3, 3, 2, 1);
     check_perturbed_grad_is_detected(dw, c.w.d, 3 * 2 * 9, conv_objective, &c);
-    free(ws); free(dw);
+    free(ws);
+    free(dw);
     conv_case_free(&c);
 }
 
 /* ---- maxpool ------------------------------------------------------------ */
 
 // x (N,C,H,W) -> y (N,C,OH,OW); argmax[i] = plane index of the first max
-static void ref_maxpool(double *y, int64_t *argmax, const double *x, int64_t NC, int64_t H,
-                        int64_t W, int64_t k, int64_t s, int64_t p)
+static void ref_maxpool(double *y, int64_t *argmax, const double *x, int64_t NC, int64_t H, int64_t W, int64_t k,
+                        int64_t s, int64_t p)
 {
     int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
     for (int64_t nc = 0; nc < NC; nc++)
@@ -130,11 +151,16 @@ static void ref_maxpool(double *y, int64_t *argmax, const double *x, int64_t NC,
                 for (int64_t kh = 0; kh < k; kh++)
                     for (int64_t kw = 0; kw < k; kw++) {
                         int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
-                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                        if (x[(nc * H + ih) * W + iw] > m) { m = x[(nc * H + ih) * W + iw]; at = ih * W + iw; }
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                            continue;
+                        if (x[(nc * H + ih) * W + iw] > m) {
+                            m = x[(nc * H + ih) * W + iw];
+                            at = ih * W + iw;
+                        }
                     }
                 y[(nc * OH + oh) * OW + ow] = m;
-                if (argmax) argmax[(nc * OH + oh) * OW + ow] = at;
+                if (argmax)
+                    argmax[(nc * OH + oh) * OW + ow] = at;
             }
 }
 
@@ -156,8 +182,7 @@ static double maxpool_objective(void *p)
     return dot_f64(c->y, c->r.d, pool_case_out(c));
 }
 
-static pool_case pool_case_new(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
-                               int64_t s, int64_t p)
+static pool_case pool_case_new(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, int64_t s, int64_t p)
 {
     pool_case c = { N, C, H, W, k, s, p, tensor_random(N * C * H * W, -1, 1), { 0 }, NULL };
     c.r = tensor_random(pool_case_out(&c), -1, 1);
@@ -165,10 +190,14 @@ static pool_case pool_case_new(int64_t N, int64_t C, int64_t H, int64_t W, int64
     return c;
 }
 
-static void pool_case_free(pool_case *c) { tensor_free(&c->x); tensor_free(&c->r); free(c->y); }
+static void pool_case_free(pool_case *c)
+{
+    tensor_free(&c->x);
+    tensor_free(&c->r);
+    free(c->y);
+}
 
-static void check_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, int64_t s,
-                          int64_t p)
+static void check_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, int64_t s, int64_t p)
 {
     pool_case c = pool_case_new(N, C, H, W, k, s, p);
     int64_t ny = pool_case_out(&c), nx = N * C * H * W;
@@ -178,15 +207,16 @@ static void check_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
     CHECK_FORWARD("maxpool", y, c.y, ny);
     maxpool2d_backward(dx, c.r.f, c.x.f, N, C, H, W, k, s, p);
     check_grad("maxpool dx", dx, c.x.d, nx, maxpool_objective, &c);
-    free(y); free(dx);
+    free(y);
+    free(dx);
     pool_case_free(&c);
 }
 
 static void test_maxpool_matches_reference_and_finite_differences(void)
 {
     rng_seed(33);
-    check_maxpool(2, 3, 7, 6, 3, 2, 1);     /* ResNet's 3/2/1, odd sizes, overlapping */
-    check_maxpool(1, 2, 5, 5, 2, 2, 0);     /* odd size, last row/column dropped */
+    check_maxpool(2, 3, 7, 6, 3, 2, 1); /* ResNet's 3/2/1, odd sizes, overlapping */
+    check_maxpool(1, 2, 5, 5, 2, 2, 0); /* odd size, last row/column dropped */
     check_maxpool(1, 1, 4, 4, 3, 1, 1);
 }
 
@@ -196,19 +226,27 @@ static void test_maxpool_padding_is_minus_infinity_and_ties_go_to_the_first(void
 {
     int64_t H = 4, W = 4, k = 3, s = 2, p = 1, OH = 2, OW = 2;
     float x[16], y[4], dy[4] = { 1, 2, 3, 4 }, dx[16];
-    for (int i = 0; i < 16; i++) x[i] = -5.0f;          /* all tied, all negative */
+    for (int i = 0; i < 16; i++)
+        x[i] = -5.0f; /* all tied, all negative */
     maxpool2d_forward(y, x, 1, 1, H, W, k, s, p);
-    for (int i = 0; i < 4; i++) CHECK_NEAR(-5.0, y[i], 0);
+    for (int i = 0; i < 4; i++)
+        CHECK_NEAR(-5.0, y[i], 0);
     maxpool2d_backward(dx, dy, x, 1, 1, H, W, k, s, p);
     double xd[16], yd[4];
     int64_t at[4];
-    for (int i = 0; i < 16; i++) xd[i] = x[i];
+    for (int i = 0; i < 16; i++)
+        xd[i] = x[i];
     ref_maxpool(yd, at, xd, 1, H, W, k, s, p);
     float expect[16] = { 0 };
-    for (int i = 0; i < OH * OW; i++) expect[at[i]] += dy[i];
+    for (int i = 0; i < OH * OW; i++)
+        expect[at[i]] += dy[i];
     /* windows start at (-1,-1), (-1,1), (1,-1), (1,1): first in-range pixels */
-    CHECK_INT(0, at[0]); CHECK_INT(1, at[1]); CHECK_INT(4, at[2]); CHECK_INT(5, at[3]);
-    for (int i = 0; i < 16; i++) CHECK_NEAR(expect[i], dx[i], 0);
+    CHECK_INT(0, at[0]);
+    CHECK_INT(1, at[1]);
+    CHECK_INT(4, at[2]);
+    CHECK_INT(5, at[3]);
+    for (int i = 0; i < 16; i++)
+        CHECK_NEAR(expect[i], dx[i], 0);
 }
 
 static void test_perturbed_maxpool_gradient_is_detected(void)
@@ -235,7 +273,8 @@ static double avgpool_objective(void *p)
     avg_case *c = p;
     for (int64_t i = 0; i < c->NC; i++) {
         double s = 0;
-        for (int64_t j = 0; j < c->HW; j++) s += c->x.d[i * c->HW + j];
+        for (int64_t j = 0; j < c->HW; j++)
+            s += c->x.d[i * c->HW + j];
         c->y[i] = s / (double)c->HW;
     }
     return dot_f64(c->y, c->r.d, c->NC);
@@ -245,16 +284,18 @@ static void test_avgpool_global_matches_reference_and_finite_differences(void)
 {
     rng_seed(35);
     int64_t N = 2, C = 3, HW = 7 * 5;
-    avg_case c = { N * C, HW, tensor_random(N * C * HW, -1, 1), tensor_random(N * C, -1, 1),
-                   doubles_new(N * C) };
+    avg_case c = { N * C, HW, tensor_random(N * C * HW, -1, 1), tensor_random(N * C, -1, 1), doubles_new(N * C) };
     float *y = grad_buffer(N * C), *dx = grad_buffer(N * C * HW);
     avgpool_global_forward(y, c.x.f, N, C, HW);
     avgpool_objective(&c);
     CHECK_FORWARD("avgpool_global", y, c.y, N * C);
     avgpool_global_backward(dx, c.r.f, N, C, HW);
     check_grad("avgpool_global dx", dx, c.x.d, N * C * HW, avgpool_objective, &c);
-    free(y); free(dx);
-    tensor_free(&c.x); tensor_free(&c.r); free(c.y);
+    free(y);
+    free(dx);
+    tensor_free(&c.x);
+    tensor_free(&c.r);
+    free(c.y);
 }
 
 int main(void)

@@ -6,13 +6,13 @@
 /* ---- linear ------------------------------------------------------------ */
 
 // x (M,K), w (N,K), b (N) or NULL -> y (M,N)
-static void ref_linear(double *y, const double *x, const double *w, const double *b,
-                       int64_t M, int64_t K, int64_t N)
+static void ref_linear(double *y, const double *x, const double *w, const double *b, int64_t M, int64_t K, int64_t N)
 {
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             double s = b ? b[j] : 0;
-            for (int64_t k = 0; k < K; k++) s += x[i * K + k] * w[j * K + k];
+            for (int64_t k = 0; k < K; k++)
+                s += x[i * K + k] * w[j * K + k];
             y[i * N + j] = s;
         }
 }
@@ -33,14 +33,25 @@ static double linear_objective(void *p)
 
 static linear_case linear_case_new(int64_t M, int64_t K, int64_t N, int bias)
 {
-    linear_case c = { M, K, N, bias, tensor_random(M * K, -1, 1), tensor_random(N * K, -1, 1),
-                      tensor_random(N, -1, 1), tensor_random(M * N, -1, 1), doubles_new(M * N) };
+    linear_case c = { M,
+                      K,
+                      N,
+                      bias,
+                      tensor_random(M * K, -1, 1),
+                      tensor_random(N * K, -1, 1),
+                      tensor_random(N, -1, 1),
+                      tensor_random(M * N, -1, 1),
+                      doubles_new(M * N) };
     return c;
 }
 
 static void linear_case_free(linear_case *c)
 {
-    tensor_free(&c->x); tensor_free(&c->w); tensor_free(&c->b); tensor_free(&c->r); free(c->y);
+    tensor_free(&c->x);
+    tensor_free(&c->w);
+    tensor_free(&c->b);
+    tensor_free(&c->r);
+    free(c->y);
 }
 
 static void check_linear(int64_t M, int64_t K, int64_t N, int bias)
@@ -55,13 +66,18 @@ static void check_linear(int64_t M, int64_t K, int64_t N, int bias)
     linear_backward(dx, dw, db, c.r.f, c.x.f, c.w.f, M, K, N);
     check_grad("linear dx", dx, c.x.d, M * K, linear_objective, &c);
     check_grad("linear dw", dw, c.w.d, N * K, linear_objective, &c);
-    if (bias) check_grad("linear db", db, c.b.d, N, linear_objective, &c);
+    if (bias)
+        check_grad("linear db", db, c.b.d, N, linear_objective, &c);
 
     /* NULL gradients are skipped; the others come out the same alone. */
     float *db2 = grad_buffer(N);
     linear_backward(NULL, NULL, db2, c.r.f, c.x.f, c.w.f, M, K, N);
     CHECK(memcmp(db, db2, (size_t)N * sizeof *db) == 0);
-    free(y); free(dx); free(dw); free(db); free(db2);
+    free(y);
+    free(dx);
+    free(dw);
+    free(db);
+    free(db2);
     linear_case_free(&c);
 }
 
@@ -77,9 +93,11 @@ static void test_linear_forward_matches_naive_loops(void)
     /* Without bias: y - b. */
     linear_forward(y0, c.x.f, c.w.f, NULL, M, K, N);
     for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) c.y[i * N + j] -= c.b.d[j];
+        for (int64_t j = 0; j < N; j++)
+            c.y[i * N + j] -= c.b.d[j];
     CHECK_FORWARD("linear without bias", y0, c.y, M * N);
-    free(y); free(y0);
+    free(y);
+    free(y0);
     linear_case_free(&c);
 }
 
@@ -107,8 +125,8 @@ static void test_perturbed_linear_gradient_is_detected(void)
 /* ---- batched matmul ----------------------------------------------------- */
 
 // a (Bt,M,K); b (Bt|1, K,N) or (Bt|1, N,K) when tb -> c (Bt,M,N) = scale·a·op(b)
-static void ref_matmul(double *c, const double *a, const double *b, int64_t Bt, int64_t M,
-                       int64_t K, int64_t N, int tb, int batched, double scale)
+static void ref_matmul(double *c, const double *a, const double *b, int64_t Bt, int64_t M, int64_t K, int64_t N, int tb,
+                       int batched, double scale)
 {
     for (int64_t i = 0; i < Bt; i++) {
         const double *bi = b + (batched ? i * K * N : 0);
@@ -137,16 +155,22 @@ static double matmul_objective(void *p)
     return dot_f64(c->c, c->r.d, c->Bt * c->M * c->N);
 }
 
-static void check_matmul(int64_t Bt, int64_t M, int64_t K, int64_t N, int tb, int batched,
-                         float scale)
+static void check_matmul(int64_t Bt, int64_t M, int64_t K, int64_t N, int tb, int batched, float scale)
 {
     int64_t nb = (batched ? Bt : 1) * K * N;
-    matmul_case c = { Bt, M, K, N, tb, batched, scale, tensor_random(Bt * M * K, -1, 1),
-                      tensor_random(nb, -1, 1), tensor_random(Bt * M * N, -1, 1),
+    matmul_case c = { Bt,
+                      M,
+                      K,
+                      N,
+                      tb,
+                      batched,
+                      scale,
+                      tensor_random(Bt * M * K, -1, 1),
+                      tensor_random(nb, -1, 1),
+                      tensor_random(Bt * M * N, -1, 1),
                       doubles_new(Bt * M * N) };
     char what[96];
-    snprintf(what, sizeof what, "matmul Bt=%lld transpose_b=%d b_batched=%d",
-             (long long)Bt, tb, batched);
+    snprintf(what, sizeof what, "matmul Bt=%lld transpose_b=%d b_batched=%d", (long long)Bt, tb, batched);
     float *out = grad_buffer(Bt * M * N);
     matmul_forward(out, c.a.f, c.b.f, Bt, M, K, N, tb, batched, scale);
     matmul_objective(&c);
@@ -159,8 +183,14 @@ static void check_matmul(int64_t Bt, int64_t M, int64_t K, int64_t N, int tb, in
     float *db2 = grad_buffer(nb);
     matmul_backward(NULL, db2, c.r.f, c.a.f, c.b.f, Bt, M, K, N, tb, batched, scale);
     CHECK(memcmp(db, db2, (size_t)nb * sizeof *db) == 0);
-    free(out); free(da); free(db); free(db2); free(c.c);
-    tensor_free(&c.a); tensor_free(&c.b); tensor_free(&c.r);
+    free(out);
+    free(da);
+    free(db);
+    free(db2);
+    free(c.c);
+    tensor_free(&c.a);
+    tensor_free(&c.b);
+    tensor_free(&c.r);
 }
 
 static void test_matmul_forward_and_backward_match_finite_differences(void)

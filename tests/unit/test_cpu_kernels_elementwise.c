@@ -8,13 +8,10 @@ typedef struct {
     int64_t n;
     tensor x, r;
     double *y;
-    int op;               /* 0 gelu, 1 relu */
+    int op; /* 0 gelu, 1 relu */
 } unary_case;
 
-static double ref_gelu(double x)
-{
-    return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+static double ref_gelu(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 static double unary_objective(void *p)
 {
@@ -26,12 +23,16 @@ static double unary_objective(void *p)
 
 static unary_case unary_case_new(int64_t n, int op, float spread)
 {
-    unary_case c = { n, tensor_random(n, -spread, spread), tensor_random(n, -1, 1),
-                     doubles_new(n), op };
+    unary_case c = { n, tensor_random(n, -spread, spread), tensor_random(n, -1, 1), doubles_new(n), op };
     return c;
 }
 
-static void unary_case_free(unary_case *c) { tensor_free(&c->x); tensor_free(&c->r); free(c->y); }
+static void unary_case_free(unary_case *c)
+{
+    tensor_free(&c->x);
+    tensor_free(&c->r);
+    free(c->y);
+}
 
 static void test_gelu_matches_tanh_formula_and_finite_differences(void)
 {
@@ -47,7 +48,8 @@ static void test_gelu_matches_tanh_formula_and_finite_differences(void)
     CHECK_NEAR(0.841192, g1, 1e-6);
     gelu_backward(dx, c.r.f, c.x.f, c.n);
     check_grad("gelu dx", dx, c.x.d, c.n, unary_objective, &c);
-    free(y); free(dx);
+    free(y);
+    free(dx);
     unary_case_free(&c);
 }
 
@@ -65,7 +67,8 @@ static void test_relu_matches_reference_and_finite_differences(void)
     float z = 0.0f, g = 1.0f, dz = 5.0f;
     relu_backward(&dz, &g, &z, 1);
     CHECK_NEAR(0.0, dz, 0);
-    free(y); free(dx);
+    free(y);
+    free(dx);
     unary_case_free(&c);
 }
 
@@ -86,16 +89,23 @@ static void test_add_and_copy_are_exact_including_in_place(void)
     rng_seed(44);
     int64_t n = 100003;
     float *a = floats_new(n), *b = floats_new(n), *c = floats_new(n), *d = floats_new(n);
-    for (int64_t i = 0; i < n; i++) { a[i] = rng_uniform(-1, 1); b[i] = rng_uniform(-1, 1); }
+    for (int64_t i = 0; i < n; i++) {
+        a[i] = rng_uniform(-1, 1);
+        b[i] = rng_uniform(-1, 1);
+    }
     add_forward(c, a, b, n);
     int bad = 0;
-    for (int64_t i = 0; i < n; i++) bad += c[i] != a[i] + b[i];
+    for (int64_t i = 0; i < n; i++)
+        bad += c[i] != a[i] + b[i];
     CHECK_INT(0, bad);
     copy_forward(d, a, n);
     CHECK(memcmp(d, a, (size_t)n * sizeof *a) == 0);
     add_forward(d, d, b, n);
     CHECK(memcmp(d, c, (size_t)n * sizeof *c) == 0);
-    free(a); free(b); free(c); free(d);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
 }
 
 /* The softmaxes, cross-entropy and gelu use kernel_expf, not expf: it must
@@ -107,10 +117,14 @@ static void test_kernel_expf_is_within_two_ulp_of_exp(void)
     for (int64_t i = 0; i <= 2000000; i++) {
         float x = -87.3f + (float)((88.0 + 87.3) * (double)i / 2000000.0);
         double e = exp((double)x), rel = fabs((double)kernel_expf(x) - e) / e;
-        if (rel > worst) { worst = rel; worst_at = x; }
+        if (rel > worst) {
+            worst = rel;
+            worst_at = x;
+        }
     }
-    if (!(worst <= 2.4e-7)) fprintf(stderr, "    kernel_expf: relative error %.3g at %.9g\n", worst, worst_at);
-    CHECK(worst <= 2.4e-7);                                 /* 2 ulp = 2·2^-23 at worst */
+    if (!(worst <= 2.4e-7))
+        fprintf(stderr, "    kernel_expf: relative error %.3g at %.9g\n", worst, worst_at);
+    CHECK(worst <= 2.4e-7); /* 2 ulp = 2·2^-23 at worst */
     CHECK_NEAR(1.0, kernel_expf(0.0f), 0);
     CHECK_NEAR(0.0, kernel_expf(-INFINITY), 0);
     CHECK_NEAR(0.0, kernel_expf(-100.0f), 0);
@@ -123,14 +137,17 @@ static void test_kernel_expf_is_within_two_ulp_of_exp(void)
 static void test_concat_and_split_follow_torch_cat_layout(void)
 {
     float a[12], b[4], y[16], a2[12], b2[4];
-    for (int i = 0; i < 12; i++) a[i] = (float)(i + 1);          /* a[o][j][k] = 1 + 6o + 2j + k */
-    for (int i = 0; i < 4; i++) b[i] = (float)(-(i + 1));        /* b[o][0][k] = -(1 + 2o + k)   */
+    for (int i = 0; i < 12; i++)
+        a[i] = (float)(i + 1); /* a[o][j][k] = 1 + 6o + 2j + k */
+    for (int i = 0; i < 4; i++)
+        b[i] = (float)(-(i + 1)); /* b[o][0][k] = -(1 + 2o + k)   */
     const float *parts[2] = { a, b };
     int64_t sizes[2] = { 3, 1 };
     concat_forward(y, parts, sizes, 2, 2, 2);
     const float expected[16] = { 1, 2, 3, 4, 5, 6, -1, -2, 7, 8, 9, 10, 11, 12, -3, -4 };
     int same = 1;
-    for (int i = 0; i < 16; i++) same &= y[i] == expected[i];
+    for (int i = 0; i < 16; i++)
+        same &= y[i] == expected[i];
     CHECK(same);
     memset(a2, 0, sizeof a2);
     memset(b2, 0, sizeof b2);
@@ -165,7 +182,8 @@ static void test_silu_and_mul_match_their_formulas(void)
     CHECK_NEAR(0.0, worst_d, 1e-6);
     mul_backward(da, db, dy, x, b, N);
     int same = 1;
-    for (int i = 0; i < N; i++) same &= da[i] == dy[i] * b[i] && db[i] == dy[i] * x[i];
+    for (int i = 0; i < N; i++)
+        same &= da[i] == dy[i] * b[i] && db[i] == dy[i] * x[i];
     CHECK(same);
 }
 

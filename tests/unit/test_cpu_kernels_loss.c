@@ -16,8 +16,11 @@ static double ref_cross_entropy(const double *x, const int32_t *t, int64_t N, in
     double total = 0;
     for (int64_t i = 0; i < N; i++) {
         double m = -INFINITY, s = 0;
-        for (int64_t j = 0; j < V; j++) if (x[i * V + j] > m) m = x[i * V + j];
-        for (int64_t j = 0; j < V; j++) s += exp(x[i * V + j] - m);
+        for (int64_t j = 0; j < V; j++)
+            if (x[i * V + j] > m)
+                m = x[i * V + j];
+        for (int64_t j = 0; j < V; j++)
+            s += exp(x[i * V + j] - m);
         total += m + log(s) - x[i * V + t[i]];
     }
     return total / (double)N;
@@ -32,12 +35,17 @@ static double ce_objective(void *p)
 static ce_case ce_case_new(int64_t N, int64_t V, float spread)
 {
     ce_case c = { N, V, calloc((size_t)N, sizeof(int32_t)), tensor_random(N * V, -spread, spread), 0.7 };
-    for (int64_t i = 0; i < N; i++) c.targets[i] = (int32_t)rng_below(V);
+    for (int64_t i = 0; i < N; i++)
+        c.targets[i] = (int32_t)rng_below(V);
     c.targets[0] = (int32_t)(V - 1);
     return c;
 }
 
-static void ce_case_free(ce_case *c) { free(c->targets); tensor_free(&c->logits); }
+static void ce_case_free(ce_case *c)
+{
+    free(c->targets);
+    tensor_free(&c->logits);
+}
 
 static void check_cross_entropy(int64_t N, int64_t V, float spread)
 {
@@ -84,7 +92,8 @@ static void test_cross_entropy_refuses_out_of_range_targets(void)
     rng_seed(64);
     ce_case c = ce_case_new(6, 257, 1);
     float loss = 42.0f, one = 1.0f, dlogits[6 * 257];
-    for (int i = 0; i < 6 * 257; i++) dlogits[i] = 42.0f;
+    for (int i = 0; i < 6 * 257; i++)
+        dlogits[i] = 42.0f;
     c.targets[4] = 257;
     int64_t pos = -1;
     CHECK_INT(-1, cross_entropy_forward(&loss, c.logits.f, c.targets, 6, 257, &pos));
@@ -95,7 +104,8 @@ static void test_cross_entropy_refuses_out_of_range_targets(void)
     CHECK_INT(2, pos);
     CHECK_NEAR(42.0, loss, 0);
     int touched = 0;
-    for (int i = 0; i < 6 * 257; i++) touched += dlogits[i] != 42.0f;
+    for (int i = 0; i < 6 * 257; i++)
+        touched += dlogits[i] != 42.0f;
     CHECK_INT(0, touched);
     ce_case_free(&c);
 }

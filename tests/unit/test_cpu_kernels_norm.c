@@ -6,14 +6,16 @@
 /* ---- layernorm ---------------------------------------------------------- */
 
 // x (N,C), w, b (C) or NULL -> y (N,C)
-static void ref_layernorm(double *y, const double *x, const double *w, const double *b,
-                          int64_t N, int64_t C, double eps)
+static void ref_layernorm(double *y, const double *x, const double *w, const double *b, int64_t N, int64_t C,
+                          double eps)
 {
     for (int64_t i = 0; i < N; i++) {
         double m = 0, v = 0;
-        for (int64_t j = 0; j < C; j++) m += x[i * C + j];
+        for (int64_t j = 0; j < C; j++)
+            m += x[i * C + j];
         m /= C;
-        for (int64_t j = 0; j < C; j++) v += (x[i * C + j] - m) * (x[i * C + j] - m);
+        for (int64_t j = 0; j < C; j++)
+            v += (x[i * C + j] - m) * (x[i * C + j] - m);
         v /= C;
         for (int64_t j = 0; j < C; j++)
             y[i * C + j] = (x[i * C + j] - m) / sqrt(v + eps) * (w ? w[j] : 1) + (b ? b[j] : 0);
@@ -30,22 +32,31 @@ typedef struct {
 
 static norm_case norm_case_new(int64_t rows, int64_t C, int64_t HW, int affine, float eps)
 {
-    norm_case c = { rows, C, affine, eps, tensor_random(rows * C * HW, -2, 2),
-                    tensor_random(C, 0.5f, 1.5f), tensor_random(C, -1, 1),
-                    tensor_random(rows * C * HW, -1, 1), doubles_new(rows * C * HW) };
+    norm_case c = { rows,
+                    C,
+                    affine,
+                    eps,
+                    tensor_random(rows * C * HW, -2, 2),
+                    tensor_random(C, 0.5f, 1.5f),
+                    tensor_random(C, -1, 1),
+                    tensor_random(rows * C * HW, -1, 1),
+                    doubles_new(rows * C * HW) };
     return c;
 }
 
 static void norm_case_free(norm_case *c)
 {
-    tensor_free(&c->x); tensor_free(&c->w); tensor_free(&c->b); tensor_free(&c->r); free(c->y);
+    tensor_free(&c->x);
+    tensor_free(&c->w);
+    tensor_free(&c->b);
+    tensor_free(&c->r);
+    free(c->y);
 }
 
 static double layernorm_objective(void *p)
 {
     norm_case *c = p;
-    ref_layernorm(c->y, c->x.d, c->affine ? c->w.d : NULL, c->affine ? c->b.d : NULL,
-                  c->N, c->C, c->eps);
+    ref_layernorm(c->y, c->x.d, c->affine ? c->w.d : NULL, c->affine ? c->b.d : NULL, c->N, c->C, c->eps);
     return dot_f64(c->y, c->r.d, c->N * c->C);
 }
 
@@ -68,7 +79,11 @@ static void check_layernorm(int64_t N, int64_t C, int affine)
     float *dw2 = grad_buffer(C);
     layernorm_backward(NULL, dw2, NULL, c.r.f, c.x.f, w, N, C, c.eps);
     CHECK(memcmp(dw, dw2, (size_t)C * sizeof *dw) == 0);
-    free(y); free(dx); free(dw); free(db); free(dw2);
+    free(y);
+    free(dx);
+    free(dw);
+    free(db);
+    free(dw2);
     norm_case_free(&c);
 }
 
@@ -78,7 +93,7 @@ static void test_layernorm_matches_reference_and_finite_differences(void)
     check_layernorm(7, 12, 1);
     check_layernorm(3, 36, 0);
     check_layernorm(1, 1, 1);
-    check_layernorm(300, 20, 1);      /* more rows than one chunk of the backward */
+    check_layernorm(300, 20, 1); /* more rows than one chunk of the backward */
 }
 
 /* Rows with a large common offset: a one-pass E[x²]-E[x]² variance in float
@@ -88,7 +103,10 @@ static void test_layernorm_is_stable_for_large_offsets(void)
     rng_seed(12);
     int64_t N = 4, C = 768;
     norm_case c = norm_case_new(N, C, 1, 1, 1e-5f);
-    for (int64_t i = 0; i < N * C; i++) { c.x.f[i] += 1000.0f; c.x.d[i] = c.x.f[i]; }
+    for (int64_t i = 0; i < N * C; i++) {
+        c.x.f[i] += 1000.0f;
+        c.x.d[i] = c.x.f[i];
+    }
     float *y = floats_new(N * C);
     layernorm_forward(y, c.x.f, c.w.f, c.b.f, N, C, c.eps);
     layernorm_objective(&c);
@@ -101,14 +119,14 @@ static void test_layernorm_is_stable_for_large_offsets(void)
 /* ---- batchnorm ----------------------------------------------------------- */
 
 // x (N,C,HW), w, b (C) -> y (N,C,HW); biased variance per channel
-static void ref_batchnorm(double *y, const double *x, const double *w, const double *b,
-                          int64_t N, int64_t C, int64_t HW, double eps, double *mean_out,
-                          double *var_out)
+static void ref_batchnorm(double *y, const double *x, const double *w, const double *b, int64_t N, int64_t C,
+                          int64_t HW, double eps, double *mean_out, double *var_out)
 {
     for (int64_t c = 0; c < C; c++) {
         double m = 0, v = 0, cnt = (double)(N * HW);
         for (int64_t n = 0; n < N; n++)
-            for (int64_t p = 0; p < HW; p++) m += x[(n * C + c) * HW + p];
+            for (int64_t p = 0; p < HW; p++)
+                m += x[(n * C + c) * HW + p];
         m /= cnt;
         for (int64_t n = 0; n < N; n++)
             for (int64_t p = 0; p < HW; p++) {
@@ -116,7 +134,10 @@ static void ref_batchnorm(double *y, const double *x, const double *w, const dou
                 v += d * d;
             }
         v /= cnt;
-        if (mean_out) { mean_out[c] = m; var_out[c] = v; }
+        if (mean_out) {
+            mean_out[c] = m;
+            var_out[c] = v;
+        }
         for (int64_t n = 0; n < N; n++)
             for (int64_t p = 0; p < HW; p++) {
                 int64_t i = (n * C + c) * HW + p;
@@ -134,8 +155,8 @@ static double batchnorm_objective(void *p)
 {
     bn_case *c = p;
     norm_case *n = &c->nc;
-    ref_batchnorm(n->y, n->x.d, n->affine ? n->w.d : NULL, n->affine ? n->b.d : NULL,
-                  n->N, n->C, c->HW, n->eps, NULL, NULL);
+    ref_batchnorm(n->y, n->x.d, n->affine ? n->w.d : NULL, n->affine ? n->b.d : NULL, n->N, n->C, c->HW, n->eps, NULL,
+                  NULL);
     return dot_f64(n->y, n->r.d, n->N * n->C * c->HW);
 }
 
@@ -157,16 +178,19 @@ static void check_batchnorm(int64_t N, int64_t C, int64_t HW, int affine)
         check_grad("batchnorm dw", dw, n->w.d, C, batchnorm_objective, &c);
         check_grad("batchnorm db", db, n->b.d, C, batchnorm_objective, &c);
     }
-    free(y); free(dx); free(dw); free(db);
+    free(y);
+    free(dx);
+    free(dw);
+    free(db);
     norm_case_free(n);
 }
 
 static void test_batchnorm_matches_reference_and_finite_differences(void)
 {
     rng_seed(13);
-    check_batchnorm(3, 4, 15, 1);     /* (N,C,H,W) with H,W = 3,5 */
-    check_batchnorm(2, 3, 49, 0);     /* 7x7, no affine */
-    check_batchnorm(6, 5, 1, 1);      /* (N,C) */
+    check_batchnorm(3, 4, 15, 1); /* (N,C,H,W) with H,W = 3,5 */
+    check_batchnorm(2, 3, 49, 0); /* 7x7, no affine */
+    check_batchnorm(6, 5, 1, 1);  /* (N,C) */
 }
 
 /* torch: running = (1-momentum)·running + momentum·batch stat, the variance

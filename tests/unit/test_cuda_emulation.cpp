@@ -46,35 +46,41 @@ extern "C" {
 extern const cuda_emu_kernel cuda_emu_kernels[];
 extern const int cuda_emu_n_kernels;
 
-namespace {
+namespace
+{
 
-const long long kStep = 3;         /* the optimizer's step number in both runs      */
-const float kLossScale = 1024.0f;  /* fp16's loss scale, for the cases that use one */
+const long long kStep = 3;        /* the optimizer's step number in both runs      */
+const float kLossScale = 1024.0f; /* fp16's loss scale, for the cases that use one */
 
 struct rng {
     uint64_t s;
-    double uniform()   /* [0, 1) */
+    double uniform() /* [0, 1) */
     {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         return (double)(s >> 11) / 9007199254740992.0;
     }
 };
 
-struct device {              /* the emulated device's memory */
-    char                      *arena;
+struct device { /* the emulated device's memory */
+    char *arena;
     std::vector<unsigned char> scratch;
-    unsigned long long         status;
-    int32_t                    flags;
+    unsigned long long status;
+    int32_t flags;
 };
 
 char *place(device &d, const rt_cuda_arg &a)
 {
     switch (a.kind) {
-    case RT_CUDA_ARG_ARENA:   return d.arena + a.value;
-    case RT_CUDA_ARG_SCRATCH: return (char *)d.scratch.data() + a.value;
-    case RT_CUDA_ARG_STATUS:  return (char *)&d.status;
-    case RT_CUDA_ARG_FLAGS:   return (char *)&d.flags;
-    default:                  return nullptr;
+    case RT_CUDA_ARG_ARENA:
+        return d.arena + a.value;
+    case RT_CUDA_ARG_SCRATCH:
+        return (char *)d.scratch.data() + a.value;
+    case RT_CUDA_ARG_STATUS:
+        return (char *)&d.status;
+    case RT_CUDA_ARG_FLAGS:
+        return (char *)&d.flags;
+    default:
+        return nullptr;
     }
 }
 
@@ -116,8 +122,8 @@ const char *reference_gemm(device &d, const rt_cuda_step &s)
     rt_cuda_colmajor_gemm g = rt_cuda_gemm_colmajor(&s);
     if (g.m < 0 || g.n < 0 || g.k < 0 || g.batch < 1)
         return "negative size or empty batch";
-    if (g.lda < (g.trans_a ? g.k : g.m) || g.lda < 1 || g.ldb < (g.trans_b ? g.n : g.k) || g.ldb < 1 ||
-        g.ldc < g.m || g.ldc < 1)
+    if (g.lda < (g.trans_a ? g.k : g.m) || g.lda < 1 || g.ldb < (g.trans_b ? g.n : g.k) || g.ldb < 1 || g.ldc < g.m ||
+        g.ldc < 1)
         return "a leading dimension cuBLAS refuses";
     const rt_cuda_arg &ta = s.arg[g.a_arg], &tb = s.arg[g.b_arg], &tc = s.arg[2];
     if (ta.dtype != tb.dtype || (tc.dtype != DT_F32 && tc.dtype != ta.dtype) ||
@@ -182,8 +188,8 @@ const char *run_step_range(const cuda_plan &plan, int32_t first, int32_t end, de
 }
 
 /* Run op `index`'s steps on d. */
-const char *run_steps(const cuda_plan &plan, int index, device &d, const std::vector<int> &kernel_of,
-                      float loss_scale, int inject_overflow, int *launches)
+const char *run_steps(const cuda_plan &plan, int index, device &d, const std::vector<int> &kernel_of, float loss_scale,
+                      int inject_overflow, int *launches)
 {
     const rt_cuda_op &cop = plan.ops[index];
     return run_step_range(plan, cop.first, cop.first + cop.count, d, kernel_of, loss_scale, inject_overflow, launches);
@@ -214,17 +220,17 @@ void fill_case(const cuda_case &c, char *arena, rng &r)
             }
             float v = (float)(2.0 * r.uniform() - 1.0);
             if (op.op == OP_ADAMW && i == 3)
-                v = std::fabs(v) * 0.01f;                       /* v: second moments >= 0 */
+                v = std::fabs(v) * 0.01f; /* v: second moments >= 0 */
             if (op.op == OP_ADAMW && i == 4)
-                v = 1e-3f;                                      /* lr */
+                v = 1e-3f; /* lr */
             if (op.op == OP_ADAMW && i == 5)
-                v = 0.7f;                                       /* clip scale */
+                v = 0.7f; /* clip scale */
             if ((op.op == OP_CLIP_SCALE || op.op == OP_SUM_SQUARES) && op.in[i].rank == 0)
-                v = 3.7f;                                       /* a sum of squares */
+                v = 3.7f; /* a sum of squares */
             if (op.op == OP_CLIP_SCALE && op.ints[ATTR_LOSS_SCALE])
-                v = 3.7f * kLossScale * kLossScale;             /* ... of gradients kLossScale times larger */
+                v = 3.7f * kLossScale * kLossScale; /* ... of gradients kLossScale times larger */
             if (op.op == OP_CROSS_ENTROPY_BACKWARD && i == 2)
-                v = 1.7f;                                       /* dloss */
+                v = 1.7f; /* dloss */
             store(at, op.in[i].dtype, k, v);
         }
     }
@@ -232,9 +238,9 @@ void fill_case(const cuda_case &c, char *arena, rng &r)
 
 struct compared {
     double max_diff = 0, max_ref = 0;
-    bool   nan = false;
+    bool nan = false;
     int64_t worst = -1;
-    int64_t differ = 0, n = 0;   /* elements not equal to the CPU's, of n */
+    int64_t differ = 0, n = 0; /* elements not equal to the CPU's, of n */
 };
 
 compared compare(const rt_tensor &t, const char *cpu, const char *gpu)
@@ -296,24 +302,45 @@ double scaled_error(const rt_tensor &t, const compared &m)
 const char *family(int op)
 {
     switch (op) {
-    case OP_LINEAR: case OP_LINEAR_BACKWARD: case OP_MATMUL: case OP_MATMUL_BACKWARD:
+    case OP_LINEAR:
+    case OP_LINEAR_BACKWARD:
+    case OP_MATMUL:
+    case OP_MATMUL_BACKWARD:
         return "dense products";
-    case OP_CONV2D: case OP_CONV2D_BACKWARD:
+    case OP_CONV2D:
+    case OP_CONV2D_BACKWARD:
         return "convolution";
-    case OP_LAYERNORM: case OP_LAYERNORM_BACKWARD: case OP_BATCHNORM: case OP_BATCHNORM_BACKWARD:
-    case OP_RMSNORM: case OP_RMSNORM_BACKWARD:
+    case OP_LAYERNORM:
+    case OP_LAYERNORM_BACKWARD:
+    case OP_BATCHNORM:
+    case OP_BATCHNORM_BACKWARD:
+    case OP_RMSNORM:
+    case OP_RMSNORM_BACKWARD:
         return "normalisation";
-    case OP_ROPE: case OP_ROPE_BACKWARD:
+    case OP_ROPE:
+    case OP_ROPE_BACKWARD:
         return "rope";
-    case OP_SOFTMAX: case OP_SOFTMAX_BACKWARD: case OP_ATTENTION: case OP_ATTENTION_BACKWARD:
+    case OP_SOFTMAX:
+    case OP_SOFTMAX_BACKWARD:
+    case OP_ATTENTION:
+    case OP_ATTENTION_BACKWARD:
         return "softmax, attention";
-    case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BACKWARD:
+    case OP_CROSS_ENTROPY:
+    case OP_CROSS_ENTROPY_BACKWARD:
         return "cross-entropy";
-    case OP_MAXPOOL: case OP_MAXPOOL_BACKWARD: case OP_AVGPOOL_GLOBAL: case OP_AVGPOOL_GLOBAL_BACKWARD:
+    case OP_MAXPOOL:
+    case OP_MAXPOOL_BACKWARD:
+    case OP_AVGPOOL_GLOBAL:
+    case OP_AVGPOOL_GLOBAL_BACKWARD:
         return "pooling";
-    case OP_EMBEDDING: case OP_EMBEDDING_BACKWARD: case OP_POSITIONS:
+    case OP_EMBEDDING:
+    case OP_EMBEDDING_BACKWARD:
+    case OP_POSITIONS:
         return "embedding";
-    case OP_SUM_SQUARES: case OP_CLIP_SCALE: case OP_LR_SCHEDULE: case OP_ADAMW:
+    case OP_SUM_SQUARES:
+    case OP_CLIP_SCALE:
+    case OP_LR_SCHEDULE:
+    case OP_ADAMW:
         return "optimizer";
     default:
         return "elementwise, layout";
@@ -325,7 +352,7 @@ const char *precision_name(int32_t p) { return p == DT_BF16 ? "bf16" : p == DT_F
 /* Largest errors by (family, precision): of 16-bit outputs in u, of f32 ones relative. */
 struct worst_t {
     double half_u = 0, f32_rel = 0;
-    bool   any_half = false;
+    bool any_half = false;
 };
 std::map<std::string, worst_t> worst_by_family;
 
@@ -371,9 +398,9 @@ void loss_scaling_checks(const cuda_case *cases, int n_cases, const cuda_plan &p
         char *cpu = (char *)aligned_alloc(64, bytes), *gpu = (char *)aligned_alloc(64, bytes);
         fill_case(c, cpu, r);
         if (clip)
-            store(cpu + c.op.in[0].offset, DT_F32, 0, INFINITY);   /* the gradients overflowed */
+            store(cpu + c.op.in[0].offset, DT_F32, 0, INFINITY); /* the gradients overflowed */
         if (adamw)
-            store(cpu + c.op.in[5].offset, DT_F32, 0, NAN);        /* clip_scale's answer to that */
+            store(cpu + c.op.in[5].offset, DT_F32, 0, NAN); /* clip_scale's answer to that */
         memcpy(gpu, cpu, bytes);
         rt_context ctx;
         memset(&ctx, 0, sizeof ctx);
@@ -424,7 +451,7 @@ void loss_scaling_checks(const cuda_case *cases, int n_cases, const cuda_plan &p
     }
 }
 
-}   // namespace
+} // namespace
 
 int main()
 {
@@ -497,14 +524,17 @@ int main()
                          (long long)m.worst);
                 why = msg;
             } else if (m.max_diff > bound(results[k], c.tol16, m.max_ref)) {
-                snprintf(msg, sizeof msg, "result %zu (%s): |gpu - cpu| = %.3g at element %lld, above the bound %.3g "
-                         "(max|cpu| = %.3g)", k, precision_name(results[k].dtype), m.max_diff, (long long)m.worst,
+                snprintf(msg, sizeof msg,
+                         "result %zu (%s): |gpu - cpu| = %.3g at element %lld, above the bound %.3g "
+                         "(max|cpu| = %.3g)",
+                         k, precision_name(results[k].dtype), m.max_diff, (long long)m.worst,
                          bound(results[k], c.tol16, m.max_ref), m.max_ref);
                 why = msg;
             } else if (too_many_differ(results[k], c.tol16, m)) {
-                snprintf(msg, sizeof msg, "result %zu (%s): %lld of %lld elements differ from the CPU's (at most 1%% "
-                         "may: a rounding other than to nearest even?)", k, precision_name(results[k].dtype),
-                         (long long)m.differ, (long long)m.n);
+                snprintf(msg, sizeof msg,
+                         "result %zu (%s): %lld of %lld elements differ from the CPU's (at most 1%% "
+                         "may: a rounding other than to nearest even?)",
+                         k, precision_name(results[k].dtype), (long long)m.differ, (long long)m.n);
                 why = msg;
             }
             note_worst(family(c.op.op), c.precision, results[k], e);
@@ -521,8 +551,8 @@ int main()
             failed++;
         } else {
             if (case_half)
-                printf("ok   %-52s max|gpu-cpu| = %.2f u x max|cpu| (%.3g), bound %g u, %d step%s\n", c.label,
-                       case_err, case_ref, c.tol16, launches, launches == 1 ? "" : "s");
+                printf("ok   %-52s max|gpu-cpu| = %.2f u x max|cpu| (%.3g), bound %g u, %d step%s\n", c.label, case_err,
+                       case_ref, c.tol16, launches, launches == 1 ? "" : "s");
             else
                 printf("ok   %-52s max|gpu-cpu| = %.2e x max|cpu| (%.3g), %d step%s\n", c.label, case_err, case_ref,
                        launches, launches == 1 ? "" : "s");
@@ -568,7 +598,7 @@ int main()
         size_t bytes = (size_t)(ch.arena_bytes + 63) / 64 * 64;
         char *cpu = (char *)aligned_alloc(64, bytes), *gpu = (char *)aligned_alloc(64, bytes);
         fill_nan(cpu, (int64_t)bytes);
-        for (int i = 0; i < ch.n_ops; i++) {   /* every tensor random: inputs, and what outputs overwrite */
+        for (int i = 0; i < ch.n_ops; i++) { /* every tensor random: inputs, and what outputs overwrite */
             const rt_op &op = ch.ops[i];
             for (int k = 0; k < op.n_in + op.n_out; k++) {
                 const rt_tensor &t = k < op.n_in ? op.in[k] : op.out[k - op.n_in];

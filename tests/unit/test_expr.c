@@ -10,9 +10,18 @@
 static int lookup(void *ctx, const char *name, size_t len, expr_value *out)
 {
     (void)ctx;
-    if (len == 3 && memcmp(name, "dim", 3) == 0) { *out = (expr_value){ 0, 768, 0 }; return 0; }
-    if (len == 5 && memcmp(name, "heads", 5) == 0) { *out = (expr_value){ 0, 12, 0 }; return 0; }
-    if (len == 2 && memcmp(name, "lr", 2) == 0) { *out = (expr_value){ 1, 0, 6e-4 }; return 0; }
+    if (len == 3 && memcmp(name, "dim", 3) == 0) {
+        *out = (expr_value){ 0, 768, 0 };
+        return 0;
+    }
+    if (len == 5 && memcmp(name, "heads", 5) == 0) {
+        *out = (expr_value){ 0, 12, 0 };
+        return 0;
+    }
+    if (len == 2 && memcmp(name, "lr", 2) == 0) {
+        *out = (expr_value){ 1, 0, 6e-4 };
+        return 0;
+    }
     return -1;
 }
 
@@ -52,13 +61,13 @@ static void test_expr_precedence_and_integers(void)
     CHECK_INT(20, ival("(2 + 3) * 4"));
     CHECK_INT(1, ival("7 % 3"));
     CHECK_INT(-5, ival("-5"));
-    CHECK_INT(3, ival("7 / 2"));                 /* integer division truncates */
+    CHECK_INT(3, ival("7 / 2")); /* integer division truncates */
     CHECK_INT(1, ival("dim % heads == 0"));
     CHECK_INT(1, ival("1 < 2 && 2 <= 2 && 3 > 2 && 3 >= 3 && 1 != 2"));
     CHECK_INT(0, ival("!1"));
     CHECK_INT(1, ival("!0"));
     CHECK_INT(23, ival("dim == 768 ? 23 : 6"));
-    CHECK_INT(2, ival("0 ? 1 : 0 ? 3 : 2"));     /* ?: nests to the right */
+    CHECK_INT(2, ival("0 ? 1 : 0 ? 3 : 2")); /* ?: nests to the right */
     CHECK_INT(4, ival("max(3, 4)"));
     CHECK_INT(3, ival("min(3, 4)"));
     CHECK_INT(9223372036854775807LL, ival("9223372036854775807"));
@@ -113,7 +122,7 @@ static void test_expr_untaken_branches_are_not_evaluated(void)
 
 static void test_expr_text_need_not_be_nul_terminated(void)
 {
-    const char text[] = { '4', '*', '3', 'X' };   /* only the first 3 bytes */
+    const char text[] = { '4', '*', '3', 'X' }; /* only the first 3 bytes */
     int64_t v = 0;
     char why[128];
     CHECK(expr_eval_int(text, 3, lookup, NULL, &v, why, sizeof why) == 0);

@@ -23,11 +23,10 @@
 
 /* ---- the reference: passes/fence_cost.c's dp_fill_row before issue 29 ----- */
 
-static void reference_row(const double *b, const double *t, const int32_t *lo, int32_t n, double *best,
-                          int32_t *from)
+static void reference_row(const double *b, const double *t, const int32_t *lo, int32_t n, double *best, int32_t *from)
 {
     for (int32_t k = 0; k < n; k++) {
-        double  bound = INFINITY;
+        double bound = INFINITY;
         int32_t arg = -1;
         for (int32_t j = k; j >= lo[k]; j--) {
             double here = t[k + 1] - t[j];
@@ -45,7 +44,7 @@ static void reference_row(const double *b, const double *t, const int32_t *lo, i
 /* ---- data ---------------------------------------------------------------- */
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-static uint64_t rng_next(void)   /* xorshift64* */
+static uint64_t rng_next(void) /* xorshift64* */
 {
     rng_state ^= rng_state >> 12;
     rng_state ^= rng_state << 25;
@@ -69,7 +68,7 @@ static int32_t random_row(double *b, double *t, int32_t *lo)
         double x = ints ? (double)rng_below((int64_t)top + 2) : rng_unit() * top;
         b[j] = rng_below(8) < infs ? INFINITY : rng_below(5) == 0 && j > 0 ? b[j - 1] : x;
     }
-    for (int32_t k = 0; k < n; k++) {   /* lo[k] >= s, up to k + 1 (nothing fits) */
+    for (int32_t k = 0; k < n; k++) { /* lo[k] >= s, up to k + 1 (nothing fits) */
         int32_t span = memory == 0 ? k + 1 : (int32_t)rng_below(k + 2);
         lo[k] = k + 1 - span;
         if (lo[k] < s)
@@ -84,9 +83,9 @@ static int same_bits(double x, double y) { return memcmp(&x, &y, sizeof x) == 0;
 
 static void test_fence_dp_row_matches_the_scan(void)
 {
-    double  b[301], t[302], want[301], got[301];
+    double b[301], t[302], want[301], got[301];
     int32_t lo[301], want_from[301], got_from[301];
-    int     bad = 0;
+    int bad = 0;
     for (int32_t row = 0; row < 20000 && bad < 5; row++) {
         int32_t n = random_row(b, t, lo);
         reference_row(b, t, lo, n, want, want_from);
@@ -95,9 +94,10 @@ static void test_fence_dp_row_matches_the_scan(void)
             CHECK_INT(0, fence_dp_row(b, t, lo, n, scans[w], got, got_from));
             for (int32_t k = 0; k < n; k++)
                 if (!same_bits(want[k], got[k]) || want_from[k] != got_from[k]) {
-                    fprintf(stderr, "  row %d (n = %d, scans of %d), k = %d (lo %d): expected best %.17g from %d, "
-                            "found %.17g from %d\n", row, n, scans[w], k, lo[k], want[k], want_from[k], got[k],
-                            got_from[k]);
+                    fprintf(stderr,
+                            "  row %d (n = %d, scans of %d), k = %d (lo %d): expected best %.17g from %d, "
+                            "found %.17g from %d\n",
+                            row, n, scans[w], k, lo[k], want[k], want_from[k], got[k], got_from[k]);
                     bad++;
                     break;
                 }
@@ -109,14 +109,14 @@ static void test_fence_dp_row_matches_the_scan(void)
 static void test_fence_dp_row_edges(void)
 {
     /* Two positions, stage 1 = [1, 1]: best[1] = max(b[1], t[2] - t[1]). */
-    double  b[2] = { INFINITY, 5.0 }, t[3] = { 0.0, 2.0, 3.0 }, best[2];
+    double b[2] = { INFINITY, 5.0 }, t[3] = { 0.0, 2.0, 3.0 }, best[2];
     int32_t lo[2] = { 2, 1 }, from[2];
     CHECK_INT(0, fence_dp_row(b, t, lo, 2, 0, best, from));
     CHECK(isinf(best[0]));
     CHECK_INT(-1, from[0]);
     CHECK_NEAR(5.0, best[1], 0.0);
     CHECK_INT(0, from[1]);
-    CHECK_INT(0, fence_dp_row(b, t, lo, 0, 0, best, from));   /* no positions */
+    CHECK_INT(0, fence_dp_row(b, t, lo, 0, 0, best, from)); /* no positions */
 }
 
 int main(void)

@@ -34,7 +34,6 @@
 
 /* The 10 s limit is a user's: checked in an optimised build (timing.h). */
 
-
 static uint64_t rng_state = 20241023;
 static double uniform01(void)
 {
@@ -44,7 +43,7 @@ static double uniform01(void)
 
 /* Append to a growing buffer. */
 typedef struct {
-    char  *s;
+    char *s;
     size_t len, cap;
 } text;
 
@@ -116,7 +115,8 @@ static void test_fence_opfence_schedules_1024_devices_within_10_s(void)
     for (int r = 0; r < 64; r++) {
         put(&x, "<region name=\"site%d\" bandwidth=\"10Gbps\" latency=\"200us\">\n", r);
         for (int h = 0; h < 2; h++) {
-            put(&x, "<host name=\"s%dh%d\" address=\"s%dh%d.example\" link-bandwidth=\"300GB/s\" link-latency=\"2us\">\n",
+            put(&x,
+                "<host name=\"s%dh%d\" address=\"s%dh%d.example\" link-bandwidth=\"300GB/s\" link-latency=\"2us\">\n",
                 r, h, r, h);
             for (int d = 0; d < 8; d++)
                 put(&x, "<device name=\"s%dh%dg%d\" %s/>\n", r, h, d, gpu[r % 3]);
@@ -135,7 +135,7 @@ static void test_fence_opfence_schedules_1024_devices_within_10_s(void)
     if (check_failures)
         return;
     CHECK_INT(1024, c.n_devices);
-    model_setting gpt[] = { { "batch", "8" } };   /* each of the 4 micro-batches: 8 x 1024 tokens */
+    model_setting gpt[] = { { "batch", "8" } }; /* each of the 4 micro-batches: 8 x 1024 tokens */
     ir_graph g;
     CHECK(load_model("gpt2", gpt, 1, &g) == 0);
     if (check_failures) {

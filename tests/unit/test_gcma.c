@@ -38,7 +38,6 @@ static const char *source_dir(void)
     return dir;
 }
 
-
 static uint64_t test_rng = 12345;
 static double uniform01(void)
 {
@@ -80,8 +79,8 @@ static void test_gcma_bottleneck_matching_matches_brute_force(void)
 {
     for (int trial = 0; trial < 200; trial++) {
         int32_t R = 1 + trial % 6, perm[6], match[6];
-        double  cost[36];
-        for (int32_t i = 0; i < R * R; i++)   /* few distinct values: ties matter */
+        double cost[36];
+        for (int32_t i = 0; i < R * R; i++) /* few distinct values: ties matter */
             cost[i] = trial % 2 ? floor(uniform01() * 5) : uniform01();
         double brute = INFINITY;
         for (int32_t i = 0; i < R; i++)
@@ -106,7 +105,7 @@ static void test_gcma_held_karp_matches_brute_force(void)
 {
     for (int trial = 0; trial < 60; trial++) {
         int32_t S = 1 + trial % 8, perm[8], order[8];
-        double  dist[64];
+        double dist[64];
         for (int32_t a = 0; a < S; a++) {
             dist[a * S + a] = 0;
             for (int32_t b = a + 1; b < S; b++)
@@ -141,7 +140,7 @@ static void shipped_link(const void *ctx, int32_t a, int32_t b, double *bw, doub
 static void check_plan_shape(const gcma_problem *p, const gcma_result *r)
 {
     int32_t *seen = calloc((size_t)p->n, sizeof *seen), *size = calloc((size_t)p->S, sizeof *size);
-    int      ok = 1, balanced = 1, stage_groups = 1;
+    int ok = 1, balanced = 1, stage_groups = 1;
     for (int32_t i = 0; i < p->n; i++) {
         if (r->dev[i] < 0 || r->dev[i] >= p->n || seen[r->dev[i]]++)
             ok = 0;
@@ -161,8 +160,8 @@ static void check_plan_shape(const gcma_problem *p, const gcma_result *r)
 
 static void test_gcma_worldwide_beats_random_placement(void)
 {
-    char        path[2048];
-    cluster     c;
+    char path[2048];
+    cluster c;
     struct diag err = { "", 0, "" };
     snprintf(path, sizeof path, "%s/clusters/dtfm-worldwide.xml", source_dir());
     if (cluster_load(path, &c, &err)) {
@@ -172,10 +171,10 @@ static void test_gcma_worldwide_beats_random_placement(void)
     }
     CHECK_INT(64, c.n_devices);
     const double c_a = 1.0 * 2048 * 2048 * 2, c_g = 3.0 * 12 * 2048 * 2048 * 2;
-    gcma_links   links;
+    gcma_links links;
     gcma_problem p;
-    gcma_config  cfg;
-    gcma_result  ga, ga2, rnd;
+    gcma_config cfg;
+    gcma_result ga, ga2, rnd;
     CHECK_INT(0, gcma_links_init(&links, 64, shipped_link, &c));
     CHECK_INT(0, gcma_problem_init(&p, &links, 8, 8, c_a, c_g));
     gcma_config_default(&cfg);
@@ -188,8 +187,8 @@ static void test_gcma_worldwide_beats_random_placement(void)
     printf("dtfm-worldwide 8x8, c_a %.0f B, c_g %.0f B: gcma %.3f s (DP %.3f + 2 x PP %.3f; population %d, "
            "%d trials, %.2f s to search), random placement (best of %d, %.2f s) %.3f s (DP %.3f + 2 x PP %.3f), "
            "ratio %.2fx (DT-FM reports 167.74 / 43.78 = 3.83x)\n",
-           c_a, c_g, ga.cost, ga.dp_cost, ga.pp_cost, ga.population, ga.trials, t1 - t0, cfg.random_samples,
-           t2 - t1, rnd.cost, rnd.dp_cost, rnd.pp_cost, rnd.cost / ga.cost);
+           c_a, c_g, ga.cost, ga.dp_cost, ga.pp_cost, ga.population, ga.trials, t1 - t0, cfg.random_samples, t2 - t1,
+           rnd.cost, rnd.dp_cost, rnd.pp_cost, rnd.cost / ga.cost);
     CHECK(rnd.cost >= 3.0 * ga.cost);
     CHECK_INT(100, ga.population);
     CHECK_INT(4900, ga.trials);
@@ -225,7 +224,7 @@ static void test_gcma_worldwide_beats_random_placement(void)
  * region, and between each pair of regions a random 0.1-10 Gbps and 1-200 ms. */
 typedef struct {
     int32_t regions, per_region;
-    double *bw, *lat;   /* [regions * regions] */
+    double *bw, *lat; /* [regions * regions] */
 } synthetic;
 
 static void synthetic_link(const void *ctx, int32_t a, int32_t b, double *bw, double *lat)
@@ -255,21 +254,21 @@ static void test_gcma_schedules_1024_devices_within_10_s(void)
     /* 32 x 32: the open path by heuristic; 16 x 64: by Held-Karp at its largest. */
     const int32_t shapes[][2] = { { 32, 32 }, { 16, 64 } };
     for (int k = 0; k < 2; k++) {
-        int32_t      S = shapes[k][0], R = shapes[k][1];
-        gcma_links   links;
+        int32_t S = shapes[k][0], R = shapes[k][1];
+        gcma_links links;
         gcma_problem p;
-        gcma_config  cfg;
-        gcma_result  ga, rnd;
+        gcma_config cfg;
+        gcma_result ga, rnd;
         gcma_config_default(&cfg);
 #if !OPTIMISED_BUILD
-        cfg.work_budget /= 6;   /* -O0 and sanitizers run it many times slower; the limit is for optimised builds */
+        cfg.work_budget /= 6; /* -O0 and sanitizers run it many times slower; the limit is for optimised builds */
 #endif
         double t0 = now_seconds(), w0 = work_seconds();
         CHECK_INT(0, gcma_links_init(&links, 1024, synthetic_link, &s));
         CHECK_INT(0, gcma_problem_init(&p, &links, S, R, c_a, c_g));
         CHECK_INT(0, gcma_search(&p, &cfg, &ga));
         double t1 = now_seconds(), w1 = work_seconds();
-        cfg.random_samples = ga.population + ga.trials;   /* as many evaluations as the search made */
+        cfg.random_samples = ga.population + ga.trials; /* as many evaluations as the search made */
         CHECK_INT(0, gcma_random(&p, &cfg, &rnd));
         printf("synthetic 1024 devices, %d x %d: scheduled in %.2f s of work (%.2f s wall; population %d, %d "
                "trials): gcma %.3f s, random placement (best of %d) %.3f s\n",

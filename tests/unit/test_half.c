@@ -21,17 +21,17 @@ static double field_value(uint32_t h, int eb, int mb)
 {
     int bias = (1 << (eb - 1)) - 1;
     uint32_t sign = h >> (eb + mb), exp = (h >> mb) & ((1u << eb) - 1), man = h & ((1u << mb) - 1);
-    double v = exp == 0 ? ldexp((double)man, 1 - bias - mb)
-                        : exp == (1u << eb) - 1 ? (man ? NAN : INFINITY)
-                                                : ldexp((double)(man | (1u << mb)), (int)exp - bias - mb);
+    double v = exp == 0                ? ldexp((double)man, 1 - bias - mb)
+               : exp == (1u << eb) - 1 ? (man ? NAN : INFINITY)
+                                       : ldexp((double)(man | (1u << mb)), (int)exp - bias - mb);
     return sign ? -v : v;
 }
 
 /* Positive finite values of a format, ascending (pattern = index). */
 typedef struct {
-    double  v[1 << 15];
-    int     n;
-    double  overflow;   /* at or past it, rounding gives infinity */
+    double v[1 << 15];
+    int n;
+    double overflow; /* at or past it, rounding gives infinity */
 } table;
 
 static void table_make(table *t, int eb, int mb)
@@ -43,7 +43,7 @@ static void table_make(table *t, int eb, int mb)
             t->v[t->n++] = v;
     }
     double top = t->v[t->n - 1], ulp = top - t->v[t->n - 2];
-    t->overflow = top + ulp / 2;   /* halfway to the next binade's first value: ties go to even (inf) */
+    t->overflow = top + ulp / 2; /* halfway to the next binade's first value: ties go to even (inf) */
 }
 
 /* The pattern nearest to x (ties: even pattern), as the reference. */
@@ -84,13 +84,13 @@ static void check_format(const char *name, const table *t, int eb, int mb, float
         float got = to((uint16_t)h);
         if (isnan(ref) ? !isnan(got) : (double)got != ref)
             bad_to++;
-        if (!isnan(ref) && from(got) != h)   /* exact values round to themselves */
+        if (!isnan(ref) && from(got) != h) /* exact values round to themselves */
             bad_from++;
     }
     /* Random floats: half of them near the format's range, the rest anywhere. */
     for (int i = 0; i < (1 << 22); i++) {
         uint32_t u = rng();
-        if (i & 1)   /* exponents within the format's range and a little beyond */
+        if (i & 1) /* exponents within the format's range and a little beyond */
             u = (u & 0x807fffffu) | ((uint32_t)(127 - 30 + (int)(rng() % 48)) << 23);
         float x = half_bits_f32(u);
         if (isnan(x))
@@ -112,7 +112,7 @@ static uint16_t fp16_from(float f) { return f32_to_fp16(f); }
 
 static void test_half_arrays_match_scalars(void)
 {
-    enum { N = 100003 };   /* above KERNEL_PAR_MIN: the OpenMP path */
+    enum { N = 100003 }; /* above KERNEL_PAR_MIN: the OpenMP path */
     float *x = malloc(N * sizeof *x), *back = malloc(N * sizeof *back), *round = malloc(N * sizeof *round);
     uint16_t *h = malloc(N * sizeof *h);
     for (int dt = HALF_DT_F16; dt <= HALF_DT_BF16; dt++) {
@@ -141,7 +141,7 @@ static void test_exec_widens_and_rounds(void)
     op.in[0] = (rt_tensor){ .rank = 1, .dtype = HALF_DT_BF16, .dim = { N }, .offset = 0 };
     op.out[0] = (rt_tensor){ .rank = 1, .dtype = HALF_DT_BF16, .dim = { N }, .offset = 4096 };
     op.ws_offset = 8192;
-    CHECK_INT(2 * 1008, rt_op_workspace_floats(&op));   /* an f32 copy of each, rounded up to 16 floats */
+    CHECK_INT(2 * 1008, rt_op_workspace_floats(&op)); /* an f32 copy of each, rounded up to 16 floats */
     char *arena = calloc(1, 8192 + (size_t)rt_op_workspace_floats(&op) * 4);
     float x[N], y[N];
     uint16_t *in = (uint16_t *)arena, *out = (uint16_t *)(arena + 4096);

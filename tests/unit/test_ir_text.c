@@ -18,8 +18,8 @@
 #include "ir.h"
 #include "ops.h"
 
-#define SHAPE(...) ir_shape_make((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), \
-                                 (int64_t[]){ __VA_ARGS__ })
+#define SHAPE(...) \
+    ir_shape_make((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (int64_t[]){ __VA_ARGS__ })
 #define SCALAR ir_shape_make(0, NULL)
 
 static ir_loc at(ir_graph *g, const char *file, int line) { return (ir_loc){ ir_intern(g, file), line }; }
@@ -49,9 +49,12 @@ static int32_t out(ir_graph *g, int32_t n, const char *name, ir_dtype dt, ir_sha
 static int32_t node(ir_graph *g, ir_op op, const char *name, int32_t a, int32_t b, int32_t c, ir_loc loc)
 {
     int32_t n = ir_add_node(g, op, name, loc);
-    if (a >= 0) ir_node_add_input(g, n, a);
-    if (b >= 0) ir_node_add_input(g, n, b);
-    if (c >= 0) ir_node_add_input(g, n, c);
+    if (a >= 0)
+        ir_node_add_input(g, n, a);
+    if (b >= 0)
+        ir_node_add_input(g, n, b);
+    if (c >= 0)
+        ir_node_add_input(g, n, c);
     return n;
 }
 
@@ -85,7 +88,7 @@ static void build_gpt_like(ir_graph *g)
     n = node(g, OP_EMBEDDING, "pemb", pos, wpe, -1, nowhere);
     int32_t pemb = out(g, n, "pemb.out", DT_F32, SHAPE(4, 64, 768));
     n = node(g, OP_ADD, "h.0.x", tok, pemb, -1, nowhere);
-    int32_t x = out(g, n, "h.0.x", DT_F32, SHAPE(4, 64, 768));   /* a node and a value share a name */
+    int32_t x = out(g, n, "h.0.x", DT_F32, SHAPE(4, 64, 768)); /* a node and a value share a name */
     n = node(g, OP_LAYERNORM, "h.0.ln1", x, lnw, lnb, at(g, "models/gpt2.xml", 40));
     ir_node_set_float(g, n, ATTR_EPS, 1e-5);
     int32_t ln = out(g, n, "h.0.ln1.out", DT_F32, SHAPE(4, 64, 768));
@@ -148,7 +151,7 @@ static void build_cnn(ir_graph *g)
     n = node(g, OP_MAXPOOL, "pool1", r, -1, -1, nowhere);
     ir_node_set_int(g, n, ATTR_KERNEL, 3);
     ir_node_set_int(g, n, ATTR_STRIDE, 2);
-    ir_node_set_int(g, n, ATTR_PAD, -1);   /* nonsense, but the grammar must carry negatives */
+    ir_node_set_int(g, n, ATTR_PAD, -1); /* nonsense, but the grammar must carry negatives */
     int32_t p = out(g, n, "pool1.out", DT_F32, SHAPE(8, 16, 8, 8));
     n = node(g, OP_AVGPOOL_GLOBAL, "gap", p, -1, -1, nowhere);
     int32_t gap = out(g, n, "gap.out", DT_F32, SHAPE(8, 16));
@@ -224,7 +227,7 @@ static void test_text_round_trips_cnn_with_quoted_names(void)
     CHECK_CONTAINS(text, " stride=[2,2] pad=[1,1] -> ");
     CHECK_CONTAINS(text, "param fc/b : f32[10] init=none @");
     CHECK_CONTAINS(text, "loss : f32[?]\n");
-    CHECK(strstr(text, "placement") == NULL);   /* not placed: no line */
+    CHECK(strstr(text, "placement") == NULL); /* not placed: no line */
     free(text);
     ir_graph_free(&g);
 }
@@ -234,26 +237,25 @@ static void test_text_prints_the_documented_form(void)
     ir_graph g;
     build_gpt_like(&g);
     char *text = print_to_string(&g, 0);
-    const char *head =
-        "fusion-ir 1\n"
-        "model gpt2-tiny\n"
-        "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,13,2]\n"
-        "hyper n_layer = 2\n"
-        "hyper neg = -3\n"
-        "hyper lr = 0.0006\n"
-        "hyper ratio = 2.0\n"
-        "hyper big = 1e+30\n"
-        "hyper tiny = 4.94065646e-324\n"
-        "input idx : i32[4,64] @models/gpt2.xml:10\n"
-        "input targets : i32[4,64]\n"
-        "param wte : f32[50257,768] init=normal(0.02) @models/gpt2.xml:12\n"
-        "param wpe : f32[1024,768] init=normal(0.01)\n"
-        "param h.0.ln1.w : f32[768] init=ones\n"
-        "param h.0.ln1.b : f32[768] init=zeros\n"
-        "param h.0.attn.w : f32[2304,768] init=uniform(0.05)\n"
-        "state adam.m:wte : f32[50257,768] init=zeros\n"
-        "node tok = embedding(idx, wte) -> tok.out : f32[4,64,768] device=0 stage=0 phase=forward"
-        " @models/gpt2.xml:20\n";
+    const char *head = "fusion-ir 1\n"
+                       "model gpt2-tiny\n"
+                       "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,13,2]\n"
+                       "hyper n_layer = 2\n"
+                       "hyper neg = -3\n"
+                       "hyper lr = 0.0006\n"
+                       "hyper ratio = 2.0\n"
+                       "hyper big = 1e+30\n"
+                       "hyper tiny = 4.94065646e-324\n"
+                       "input idx : i32[4,64] @models/gpt2.xml:10\n"
+                       "input targets : i32[4,64]\n"
+                       "param wte : f32[50257,768] init=normal(0.02) @models/gpt2.xml:12\n"
+                       "param wpe : f32[1024,768] init=normal(0.01)\n"
+                       "param h.0.ln1.w : f32[768] init=ones\n"
+                       "param h.0.ln1.b : f32[768] init=zeros\n"
+                       "param h.0.attn.w : f32[2304,768] init=uniform(0.05)\n"
+                       "state adam.m:wte : f32[50257,768] init=zeros\n"
+                       "node tok = embedding(idx, wte) -> tok.out : f32[4,64,768] device=0 stage=0 phase=forward"
+                       " @models/gpt2.xml:20\n";
     CHECK(strncmp(text, head, strlen(head)) == 0);
     CHECK_CONTAINS(text, "\nnode h.0.ln1 = layernorm(h.0.x, h.0.ln1.w, h.0.ln1.b) eps=1e-05 -> h.0.ln1.out"
                          " : f32[4,64,768] phase=forward time=0.00125 @models/gpt2.xml:40\n");
@@ -266,7 +268,7 @@ static void test_text_prints_the_documented_form(void)
     CHECK_CONTAINS(text, "-> d.logits : f32[4,64,50257] gradient device=13 phase=backward time=0\n");
     size_t len = strlen(text);
     CHECK(len > 10 && strcmp(text + len - 10, "loss loss\n") == 0);
-    CHECK(strstr(text, " \n") == NULL);   /* no trailing spaces */
+    CHECK(strstr(text, " \n") == NULL); /* no trailing spaces */
     if (check_failures)
         fprintf(stderr, "  printed:\n%s", text);
     free(text);
@@ -275,14 +277,13 @@ static void test_text_prints_the_documented_form(void)
 
 static void test_text_parse_accepts_comments_blank_lines_crlf_and_quotes(void)
 {
-    const char *text =
-        "# a comment\r\n"
-        "\r\n"
-        "fusion-ir 1\r\n"
-        "model   \"m\"\r\n"
-        "  input \"x\" :  f32[ 2 , 3 ]   @\"a b.xml\":4\r\n"
-        "\tparam w : f32[3,3] init=normal(2e-2)\n"
-        "node n = linear( x , w ) -> \"y\" : f32[2,3] activation device=1\n";
+    const char *text = "# a comment\r\n"
+                       "\r\n"
+                       "fusion-ir 1\r\n"
+                       "model   \"m\"\r\n"
+                       "  input \"x\" :  f32[ 2 , 3 ]   @\"a b.xml\":4\r\n"
+                       "\tparam w : f32[3,3] init=normal(2e-2)\n"
+                       "node n = linear( x , w ) -> \"y\" : f32[2,3] activation device=1\n";
     ir_graph g;
     struct diag err = { 0 };
     int rc = parse_exact(text, strlen(text), &g, &err);
@@ -291,7 +292,8 @@ static void test_text_parse_accepts_comments_blank_lines_crlf_and_quotes(void)
         fprintf(stderr, "  %s:%d: %s\n", err.file, err.line, err.msg);
     char *printed = print_to_string(&g, 0);
     CHECK_STR("fusion-ir 1\nmodel m\ninput x : f32[2,3] @\"a b.xml\":4\nparam w : f32[3,3] init=normal(0.02)\n"
-              "node n = linear(x, w) -> y : f32[2,3] device=1\n", printed);
+              "node n = linear(x, w) -> y : f32[2,3] device=1\n",
+              printed);
     CHECK_INT(1, ir_find_value(&g, "w"));
     free(printed);
     ir_graph_free(&g);
@@ -312,10 +314,10 @@ static void test_text_placement_line_round_trips(void)
 
     /* The schedule pass's warm-up: printed after the devices, round-trips,
      * copied; a stage may not warm up less than the next one + 1. */
-    CHECK_INT(1, ir_placement_warmup(&g.placement, 0));   /* unset: 1F1B's min(M, S - s - 1) */
+    CHECK_INT(1, ir_placement_warmup(&g.placement, 0)); /* unset: 1F1B's min(M, S - s - 1) */
     CHECK_INT(0, ir_placement_warmup(&g.placement, 1));
     CHECK_INT(-1, ir_graph_set_warmup(&g, (int32_t[]){ 1, 1 }));
-    CHECK_INT(-1, ir_graph_set_warmup(&g, (int32_t[]){ 5, 0 }));   /* over M = 4 */
+    CHECK_INT(-1, ir_graph_set_warmup(&g, (int32_t[]){ 5, 0 })); /* over M = 4 */
     CHECK_INT(0, ir_graph_set_warmup(&g, (int32_t[]){ 4, 3 }));
     CHECK_INT(3, ir_placement_warmup(&g.placement, 1));
     text = print_to_string(&g, 0);
@@ -328,12 +330,12 @@ static void test_text_placement_line_round_trips(void)
     CHECK_INT(0, ir_graph_set_recompute(&g, (uint8_t[]){ 1, 0 }));
     CHECK_INT(1, ir_placement_recompute(&g.placement, 0));
     CHECK_INT(0, ir_placement_recompute(&g.placement, 1));
-    CHECK_INT(0, ir_placement_recompute(&g.placement, 2));   /* out of range */
+    CHECK_INT(0, ir_placement_recompute(&g.placement, 2)); /* out of range */
     text = print_to_string(&g, 0);
     CHECK_CONTAINS(text, "devices=[0,1,13,2] warmup=[4,3] recompute=[1,0]\nhyper n_layer = 2\n");
     check_round_trip(&g, "gpt-like graph with recompute flags");
     free(text);
-    CHECK_INT(0, ir_graph_set_recompute(&g, (uint8_t[]){ 0, 0 }));   /* none: no list */
+    CHECK_INT(0, ir_graph_set_recompute(&g, (uint8_t[]){ 0, 0 })); /* none: no list */
     CHECK(g.placement.recompute == NULL);
     CHECK_INT(0, ir_graph_set_warmup(&g, NULL));
 
@@ -383,14 +385,14 @@ static void expect_parse_error(const char *text, size_t len, int line, const cha
     CHECK_INT(-1, parse_exact(text, len, &g, &err));
     CHECK_INT(line, err.line);
     CHECK_CONTAINS(err.msg, needle);
-    CHECK_INT(0, g.n_values);   /* left empty */
+    CHECK_INT(0, g.n_values); /* left empty */
     CHECK_INT(0, g.n_nodes);
     CHECK(g.strings == NULL && g.string_index == NULL);
     if (check_failures > before)
         fprintf(stderr, "  for text \"%.*s\"\n", (int)(len < 300 ? len : 300), text);
 }
 #define PARSE_ERROR(text, line, needle) expect_parse_error(text, sizeof(text) - 1, line, needle)
-#define HEAD "fusion-ir 1\nmodel m\ninput x : f32[2]\n"
+#define HEAD                            "fusion-ir 1\nmodel m\ninput x : f32[2]\n"
 
 static void test_text_parse_errors_name_line_expected_and_found(void)
 {
@@ -413,7 +415,8 @@ static void test_text_parse_errors_name_line_expected_and_found(void)
                 "expected a shape of at most 2^40 elements, found '[2147483648,2147483648]'");
     PARSE_ERROR(HEAD "input z : f32[1,1,1,1,1,1,1,1,1]\n", 4, "expected ']' (at most 8 dimensions), found ','");
     PARSE_ERROR(HEAD "node a = gelu(", 4, "expected an input value name, found end of line");
-    PARSE_ERROR(HEAD "node a = gelu(x) -> y : f32[2", 4, "expected ',' or ']' in a list of dimensions, found end of line");
+    PARSE_ERROR(HEAD "node a = gelu(x) -> y : f32[2", 4,
+                "expected ',' or ']' in a list of dimensions, found end of line");
     PARSE_ERROR(HEAD "node a = gelu(x) -> y :", 4, "expected a dtype (f32, i32, f16, bf16), found end of line");
     PARSE_ERROR(HEAD "input x : f32[3]\n", 4, "value 'x' is already defined, as an input");
     PARSE_ERROR(HEAD "node a = gelu(x) -> x : f32[2]\n", 4, "value 'x' is already defined, as an input");
@@ -441,14 +444,16 @@ static void test_text_parse_errors_name_line_expected_and_found(void)
     PARSE_ERROR(HEAD "hyper h = 1e999\n", 4, "expected a number, found '1e999'");
     PARSE_ERROR(HEAD "hyper h = 9223372036854775808\n", 4, "found '9223372036854775808'");
     PARSE_ERROR(HEAD "loss nope\n", 4, "unknown value 'nope'");
-    PARSE_ERROR(HEAD "model again\n", 4, "expected 'hyper', 'input', 'param', 'state', 'node' or 'loss', found 'model'");
+    PARSE_ERROR(HEAD "model again\n", 4,
+                "expected 'hyper', 'input', 'param', 'state', 'node' or 'loss', found 'model'");
     PARSE_ERROR(HEAD "input z : f32[2] extra\n", 4, "expected 'at=OFFSET', '@FILE:LINE' or end of line, found 'extra'");
     /* Garbage bytes, NULs included, and no terminating NUL. */
-    PARSE_ERROR("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 1, "expected 'fusion-ir 1' (the first line of a fusion IR file), found '\\x89PNG'");
+    PARSE_ERROR("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 1,
+                "expected 'fusion-ir 1' (the first line of a fusion IR file), found '\\x89PNG'");
     PARSE_ERROR(HEAD "input z\0 : f32[2]\n", 4, "expected ':' and a type, found '\\x00'");
 }
 
-#define TOP "fusion-ir 1\nmodel m\n"
+#define TOP    "fusion-ir 1\nmodel m\n"
 #define PLACED "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3]\n"
 
 static void test_text_parse_errors_in_the_placement_line(void)
@@ -494,14 +499,15 @@ static void test_text_parse_errors_in_the_placement_line(void)
                 "',' and 1 more warm-up count");
     PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] warmup=[1,0] x\n", 3,
                 "expected end of line after the warm-up list, found 'x'");
-    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] warmup=[1,0] recompute=[1,2]\n",
-                3, "expected a recompute flag, 0 or 1, found '2'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] warmup=[1,0] recompute=[1,2]\n", 3,
+                "expected a recompute flag, 0 or 1, found '2'");
     PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] recompute=[1]\n", 3,
                 "',' and 1 more recompute flag");
     PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] recompute=[1,0] x\n", 3,
                 "expected end of line after the recompute list, found 'x'");
-    PARSE_ERROR(TOP PLACED PLACED, 4, "'placement' must come once, after 'model' (and 'after'), before any "
-                                      "hyper, source or node");
+    PARSE_ERROR(TOP PLACED PLACED, 4,
+                "'placement' must come once, after 'model' (and 'after'), before any "
+                "hyper, source or node");
     PARSE_ERROR(TOP "input x : f32[2]\n" PLACED, 4, "'placement' must come once");
     PARSE_ERROR(TOP "hyper h = 1\n" PLACED, 4, "'placement' must come once");
     PARSE_ERROR(TOP PLACED "after shapes\n", 4, "'after PASS' must come once, right after 'model'");
@@ -509,7 +515,8 @@ static void test_text_parse_errors_in_the_placement_line(void)
     /* Well-formed, but a node's stage is not in the plan: the verifier says
      * so at the node's line. */
     PARSE_ERROR(TOP PLACED "input x : f32[2]\nnode a = gelu(x) : f32[2] stage=1\nnode b = gelu(a) : f32[2] "
-                "device=7 stage=2\n", 6, "node 'b' (gelu): stage 2, but the placement has 2 stages (0 to 1)");
+                           "device=7 stage=2\n",
+                6, "node 'b' (gelu): stage 2, but the placement has 2 stages (0 to 1)");
     /* And the good forms: spaces are free; 'after' first; a node in the last stage. */
     const char *ok[] = {
         TOP "after shapes\n" PLACED "input x : f32[2]\nnode a = gelu(x) : f32[2] stage=1\n",
@@ -590,7 +597,7 @@ static void test_text_parse_survives_truncation_and_corruption(void)
             parsed++;
         ir_graph_free(&g);
     }
-    CHECK(parsed > 0);   /* cutting after the last line still parses */
+    CHECK(parsed > 0); /* cutting after the last line still parses */
     uint64_t seed = 0x9e3779b97f4a7c15u;
     char *buf = malloc(len + 64);
     int round_trips_ok = 1;
@@ -629,7 +636,7 @@ static void test_text_parse_survives_truncation_and_corruption(void)
 
 static void test_dot_renders_with_graphviz(void)
 {
-    CHECK_INT(0, system("command -v dot >/dev/null 2>&1"));   /* graphviz is part of the toolchain */
+    CHECK_INT(0, system("command -v dot >/dev/null 2>&1")); /* graphviz is part of the toolchain */
     ir_graph graphs[2];
     build_gpt_like(&graphs[0]);
     build_cnn(&graphs[1]);
@@ -651,7 +658,7 @@ static void test_dot_renders_with_graphviz(void)
     CHECK_CONTAINS(dot, "fillcolor=\"lightgray\", label=\"wte\"");
     CHECK_CONTAINS(dot, "fillcolor=\"lightblue\", label=\"idx\"");
     CHECK_CONTAINS(dot, "fillcolor=\"lightyellow\", label=\"adam.m:wte\"");
-    CHECK_CONTAINS(dot, "n4 -> n5 [label=\"[4,64,768]\"];");   /* ln1 -> qkv */
+    CHECK_CONTAINS(dot, "n4 -> n5 [label=\"[4,64,768]\"];"); /* ln1 -> qkv */
     free(dot);
     dot = print_to_string(&graphs[1], 1);
     CHECK_CONTAINS(dot, "digraph \"my \\\"tiny\\\" resnet\"");
@@ -676,7 +683,7 @@ static void test_text_short_form_for_an_output_named_like_its_node(void)
     g.values[dy].role = ROLE_GRADIENT;
     int32_t n3 = node(&g, OP_RELU, "z.node", x, -1, -1, nowhere);
     out(&g, n3, "z", DT_F32, ir_shape_make(2, d2));
-    g.values[x].offset = 128;                 /* placed by a memory pass */
+    g.values[x].offset = 128; /* placed by a memory pass */
     g.nodes[n].ws_offset = 4096;
     g.after_pass = ir_intern(&g, "shapes");
     char *text = print_to_string(&g, 0);

@@ -13,8 +13,8 @@
 #include "ir.h"
 #include "ops.h"
 
-#define SHAPE(...) ir_shape_make((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), \
-                                 (int64_t[]){ __VA_ARGS__ })
+#define SHAPE(...) \
+    ir_shape_make((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (int64_t[]){ __VA_ARGS__ })
 
 /* The valid graph every rule test breaks:
  *   input x f32[2,3] (m.xml:1), param w f32[4,3] (m.xml:2), param b f32[4],
@@ -22,7 +22,9 @@
  *   node fc = linear(x, w, b) -> y f32[2,4]        (m.xml:10)
  *   node ce = cross_entropy(y, t) -> loss f32[]    (m.xml:11)
  *   loss loss                                                           */
-typedef struct { int32_t x, w, b, t, y, loss, fc, ce; } small;
+typedef struct {
+    int32_t x, w, b, t, y, loss, fc, ce;
+} small;
 
 static int32_t add(ir_graph *g, const char *name, ir_dtype dt, ir_role role, ir_shape s, ir_loc loc)
 {
@@ -78,7 +80,7 @@ static void test_verify_accepts_valid_graph(void)
     if (err.msg[0])
         fprintf(stderr, "  unexpected: %s:%d: %s\n", err.file, err.line, err.msg);
     ir_graph_free(&g);
-    ir_graph_init(&g);   /* the empty graph is valid too */
+    ir_graph_init(&g); /* the empty graph is valid too */
     CHECK_INT(0, ir_graph_verify(&g, &err));
 }
 
@@ -188,8 +190,8 @@ static void test_verify_rejects_attribute_of_wrong_type(void)
     ir_node_add_input(&g, n, 4);
     ir_node_add_output(&g, n, add(&g, "att.out", DT_F32, ROLE_ACTIVATION, SHAPE(2, 4), (ir_loc){ 0, 0 }));
     ir_node_set_float(&g, n, ATTR_HEADS, 2.0);
-    REJECTED(&g, "node 'att' (attention): attribute 'heads' is an integer attribute but holds 0 integers",
-             "small", 0);   /* no location: the model name */
+    REJECTED(&g, "node 'att' (attention): attribute 'heads' is an integer attribute but holds 0 integers", "small",
+             0); /* no location: the model name */
     build_small(&g);
     n = ir_add_node(&g, OP_LAYERNORM, "ln", (ir_loc){ 0, 0 });
     for (int i = 0; i < 3; i++)
@@ -238,11 +240,11 @@ static void test_verify_rejects_producer_not_matching_outputs(void)
 {
     ir_graph g;
     small s = build_small(&g);
-    g.values[s.loss].producer = s.fc;   /* ce lists it, the value names fc */
+    g.values[s.loss].producer = s.fc; /* ce lists it, the value names fc */
     REJECTED(&g, "node 'ce' (cross_entropy): output 0 'loss' records producer 0, expected 1", "m.xml", 11);
     s = build_small(&g);
     int32_t orphan = add(&g, "orphan", DT_F32, ROLE_ACTIVATION, SHAPE(1), (ir_loc){ 0, 7 });
-    g.values[orphan].producer = s.fc;   /* claims fc, which does not list it */
+    g.values[orphan].producer = s.fc; /* claims fc, which does not list it */
     REJECTED(&g, "activation 'orphan' records producer 'fc', but that node does not list it", "small", 7);
     s = build_small(&g);
     g.values[s.y].producer = 42;
@@ -254,8 +256,7 @@ static void test_verify_rejects_activation_without_producer(void)
     ir_graph g;
     build_small(&g);
     add(&g, "dangling", DT_F32, ROLE_GRADIENT, SHAPE(1), (ir_loc){ ir_intern(&g, "m.xml"), 30 });
-    REJECTED(&g, "gradient 'dangling' has no producer; only input, param and state values are sources",
-             "m.xml", 30);
+    REJECTED(&g, "gradient 'dangling' has no producer; only input, param and state values are sources", "m.xml", 30);
 }
 
 static void test_verify_rejects_produced_param(void)
@@ -263,15 +264,14 @@ static void test_verify_rejects_produced_param(void)
     ir_graph g;
     small s = build_small(&g);
     g.values[s.y].role = ROLE_PARAM;
-    REJECTED(&g, "param 'y' is produced by node 'fc'; input, param and state values must not be produced",
-             "m.xml", 10);
+    REJECTED(&g, "param 'y' is produced by node 'fc'; input, param and state values must not be produced", "m.xml", 10);
 }
 
 static void test_verify_rejects_use_before_definition(void)
 {
     ir_graph g;
     small s = build_small(&g);
-    ir_node tmp = g.nodes[s.fc];   /* swap the two nodes: ce now reads y before fc makes it */
+    ir_node tmp = g.nodes[s.fc]; /* swap the two nodes: ce now reads y before fc makes it */
     g.nodes[s.fc] = g.nodes[s.ce];
     g.nodes[s.ce] = tmp;
     g.values[s.y].producer = 1;
@@ -292,9 +292,9 @@ static void test_verify_rejects_unused_param(void)
 {
     ir_graph g;
     small s = build_small(&g);
-    g.nodes[s.fc].n_in = 2;   /* drop the bias */
+    g.nodes[s.fc].n_in = 2; /* drop the bias */
     REJECTED(&g, "param 'b' is never used", "m.xml", 3);
-    build_small(&g);          /* unused inputs and state are fine */
+    build_small(&g); /* unused inputs and state are fine */
     add(&g, "extra", DT_F32, ROLE_INPUT, SHAPE(1), (ir_loc){ 0, 0 });
     add(&g, "m", DT_F32, ROLE_STATE, SHAPE(1), (ir_loc){ 0, 0 });
     CHECK_INT(0, ir_graph_verify(&g, NULL));
@@ -317,9 +317,9 @@ static void test_verify_rejects_bad_shapes(void)
     g.values[s.w].shape = SHAPE(IR_DIM_MAX, IR_DIM_MAX, 2);
     REJECTED(&g, "value 'w': shape [2147483648,2147483648,2] has an absurd size", "m.xml", 2);
     s = build_small(&g);
-    g.values[s.y].shape = ir_shape_unknown();   /* unknown is fine for an activation */
+    g.values[s.y].shape = ir_shape_unknown(); /* unknown is fine for an activation */
     CHECK_INT(0, ir_graph_verify(&g, NULL));
-    g.values[s.x].shape = ir_shape_unknown();   /* but not for a source */
+    g.values[s.x].shape = ir_shape_unknown(); /* but not for a source */
     REJECTED(&g, "input 'x' has an unknown shape; sources must have a known shape", "m.xml", 1);
 }
 
@@ -348,7 +348,7 @@ static void test_verify_rejects_bad_loss(void)
     g.loss = s.y;
     REJECTED(&g, "loss 'y' has shape [2,4], expected a scalar []", "m.xml", 10);
     s = build_small(&g);
-    g.values[s.loss].shape = ir_shape_unknown();   /* not inferred yet: fine */
+    g.values[s.loss].shape = ir_shape_unknown(); /* not inferred yet: fine */
     CHECK_INT(0, ir_graph_verify(&g, NULL));
     g.loss = -1;
     CHECK_INT(0, ir_graph_verify(&g, NULL));
@@ -373,10 +373,10 @@ static void test_verify_accepts_placements(void)
     CHECK_INT(0, ir_graph_verify(&g, &err));
     if (err.msg[0])
         fprintf(stderr, "  unexpected: %s:%d: %s\n", err.file, err.line, err.msg);
-    g.nodes[s.fc].stage = -1;   /* a node without a stage annotation is fine */
+    g.nodes[s.fc].stage = -1; /* a node without a stage annotation is fine */
     CHECK_INT(0, ir_graph_verify(&g, NULL));
     ir_graph_free(&g);
-    s = build_small(&g);        /* unplaced: stages are not bounded */
+    s = build_small(&g); /* unplaced: stages are not bounded */
     g.nodes[s.ce].stage = 99;
     CHECK_INT(0, ir_graph_verify(&g, NULL));
     ir_graph_free(&g);
@@ -395,10 +395,10 @@ static void test_verify_rejects_bad_placement(void)
     g.placement.n_stages = -1;
     REJECTED(&g, "placement: -1 stages, 2 replicas, 8 micro-batches", "small", 0);
     build_placed(&g);
-    g.placement.n_stages = 0;   /* "not placed", but the rest is still there */
+    g.placement.n_stages = 0; /* "not placed", but the rest is still there */
     REJECTED(&g, "placement: 0 stages (not placed) but 2 replicas, 8 micro-batches and a device list", "small", 0);
     build_placed(&g);
-    g.placement.n_replicas = 1024;   /* 2 x 1024: over the limit (the array is short, but never read) */
+    g.placement.n_replicas = 1024; /* 2 x 1024: over the limit (the array is short, but never read) */
     REJECTED(&g, "placement: 2 stages x 1024 replicas = 2048 devices, expected at most 1024", "small", 0);
     build_placed(&g);
     free(g.placement.device);
@@ -429,29 +429,29 @@ static void test_ir_set_placement_copies_and_refuses_invalid_plans(void)
 {
     ir_graph g;
     build_small(&g);
-    CHECK_INT(0, g.placement.n_stages);   /* unplaced after init */
+    CHECK_INT(0, g.placement.n_stages); /* unplaced after init */
     CHECK(g.placement.device == NULL);
     int32_t devices[] = { 3, 1, 2, 0 };
     CHECK_INT(0, ir_graph_set_placement(&g, 2, 2, 4, devices));
-    devices[0] = 9;                       /* a copy: the caller's array is its own */
+    devices[0] = 9; /* a copy: the caller's array is its own */
     CHECK_INT(3, g.placement.device[0]);
     CHECK_INT(2, g.placement.n_stages);
     CHECK_INT(2, g.placement.n_replicas);
     CHECK_INT(4, g.placement.micro_batches);
     const int32_t *kept = g.placement.device;
-    CHECK_INT(-1, ir_graph_set_placement(&g, 0, 2, 4, devices));                       /* 0 stages, not clearing */
+    CHECK_INT(-1, ir_graph_set_placement(&g, 0, 2, 4, devices)); /* 0 stages, not clearing */
     CHECK_INT(-1, ir_graph_set_placement(&g, 2, 0, 4, devices));
     CHECK_INT(-1, ir_graph_set_placement(&g, 2, 2, 0, devices));
-    CHECK_INT(-1, ir_graph_set_placement(&g, -1, -4, 1, devices));                     /* product positive */
+    CHECK_INT(-1, ir_graph_set_placement(&g, -1, -4, 1, devices)); /* product positive */
     CHECK_INT(-1, ir_graph_set_placement(&g, 2, 2, 4, NULL));
-    CHECK_INT(-1, ir_graph_set_placement(&g, 2, 2, 4, (int32_t[]){ 0, 1, 2, -1 }));    /* negative */
-    CHECK_INT(-1, ir_graph_set_placement(&g, 2, 2, 4, (int32_t[]){ 0, 1, 2, 1 }));     /* twice */
-    CHECK_INT(-1, ir_graph_set_placement(&g, 1025, 1, 4, devices));                    /* over the limit */
-    CHECK_INT(-1, ir_graph_set_placement(&g, 65536, 65536, 4, devices));               /* 2^32: no overflow */
-    CHECK(g.placement.device == kept);    /* unchanged by every refusal */
+    CHECK_INT(-1, ir_graph_set_placement(&g, 2, 2, 4, (int32_t[]){ 0, 1, 2, -1 })); /* negative */
+    CHECK_INT(-1, ir_graph_set_placement(&g, 2, 2, 4, (int32_t[]){ 0, 1, 2, 1 }));  /* twice */
+    CHECK_INT(-1, ir_graph_set_placement(&g, 1025, 1, 4, devices));                 /* over the limit */
+    CHECK_INT(-1, ir_graph_set_placement(&g, 65536, 65536, 4, devices));            /* 2^32: no overflow */
+    CHECK(g.placement.device == kept);                                              /* unchanged by every refusal */
     CHECK_INT(2, g.placement.n_stages);
     CHECK_INT(3, g.placement.device[0]);
-    CHECK_INT(0, ir_graph_set_placement(&g, 1, 1, 1, (int32_t[]){ 42 }));             /* replaced */
+    CHECK_INT(0, ir_graph_set_placement(&g, 1, 1, 1, (int32_t[]){ 42 })); /* replaced */
     CHECK_INT(42, g.placement.device[0]);
     CHECK_INT(0, ir_graph_verify(&g, NULL));
     ir_graph copy;
@@ -459,13 +459,13 @@ static void test_ir_set_placement_copies_and_refuses_invalid_plans(void)
     CHECK(copy.placement.device != g.placement.device);
     CHECK_INT(42, copy.placement.device[0]);
     CHECK_INT(1, copy.placement.micro_batches);
-    CHECK_INT(0, ir_graph_set_placement(&g, 0, 0, 0, NULL));                           /* cleared */
+    CHECK_INT(0, ir_graph_set_placement(&g, 0, 0, 0, NULL)); /* cleared */
     CHECK_INT(0, g.placement.n_stages);
     CHECK(g.placement.device == NULL);
     CHECK_INT(0, ir_graph_verify(&g, NULL));
     ir_graph_free(&copy);
     ir_graph_free(&g);
-    CHECK(g.placement.device == NULL);     /* free leaves it initialised */
+    CHECK(g.placement.device == NULL); /* free leaves it initialised */
 }
 
 static void test_ir_interning_and_lookups(void)
@@ -478,8 +478,8 @@ static void test_ir_interning_and_lookups(void)
     CHECK_STR("", ir_str(&g, IR_STR_NONE));
     CHECK_INT(ir_intern(&g, "w"), g.values[s.w].name);
     CHECK_INT(s.b, ir_find_value(&g, "b"));
-    CHECK_INT(-1, ir_find_value(&g, "fc"));       /* interned, but a node name */
-    CHECK_INT(-1, ir_find_value(&g, "nothing"));  /* never interned */
+    CHECK_INT(-1, ir_find_value(&g, "fc"));      /* interned, but a node name */
+    CHECK_INT(-1, ir_find_value(&g, "nothing")); /* never interned */
     /* Many strings: the buffer moves, offsets and the index stay right;
      * interning a string from inside the buffer is safe. */
     char name[32];
@@ -494,7 +494,7 @@ static void test_ir_interning_and_lookups(void)
     CHECK_INT(suffix, ir_intern(&g, "4321"));
     ir_graph copy;
     CHECK_INT(0, ir_graph_copy(&copy, &g));
-    CHECK_INT(off, ir_intern(&copy, "value.4321"));   /* the index was rebuilt */
+    CHECK_INT(off, ir_intern(&copy, "value.4321")); /* the index was rebuilt */
     CHECK_INT(s.loss, ir_find_value(&copy, "loss"));
     CHECK_INT(0, ir_graph_verify(&copy, NULL));
     ir_graph_free(&copy);
@@ -515,14 +515,14 @@ static void test_ir_builder_defaults_and_attributes(void)
     int32_t n = ir_add_node(&g, OP_MAXPOOL, "pool", (ir_loc){ 0, 0 });
     CHECK_INT(0, ir_node_set_int(&g, n, ATTR_KERNEL, 3));
     CHECK_INT(0, ir_node_set_ints(&g, n, ATTR_STRIDE, (int64_t[]){ 2, 2 }, 2));
-    CHECK_INT(0, ir_node_set_int(&g, n, ATTR_KERNEL, 5));   /* replaces */
+    CHECK_INT(0, ir_node_set_int(&g, n, ATTR_KERNEL, 5)); /* replaces */
     CHECK_INT(2, g.nodes[n].n_attr);
     CHECK_INT(5, ir_node_int(&g.nodes[n], ATTR_KERNEL, 0));
     CHECK_INT(7, ir_node_int(&g.nodes[n], ATTR_PAD, 7));
     CHECK_INT(2, ir_node_attr(&g.nodes[n], ATTR_STRIDE)->n);
     CHECK_INT(-1, ir_node_set_ints(&g, n, ATTR_PAD, (int64_t[]){ 1 }, 0));
     CHECK_INT(-1, ir_node_set_ints(&g, n, ATTR_PAD, (int64_t[IR_MAX_RANK + 1]){ 0 }, IR_MAX_RANK + 1));
-    for (int k = 0; k < ATTR_KEY_COUNT; k++)   /* IR_MAX_ATTR is the limit */
+    for (int k = 0; k < ATTR_KEY_COUNT; k++) /* IR_MAX_ATTR is the limit */
         ir_node_set_float(&g, n, (attr_key)k, 1.0);
     CHECK_INT(IR_MAX_ATTR, g.nodes[n].n_attr);
     CHECK_INT(-1, ir_node_set_float(&g, n, ATTR_SCALE, 1.0));
@@ -543,14 +543,14 @@ static void test_ir_shapes_dtypes_and_names(void)
     CHECK_STR("[?]", ir_shape_str(&unknown, buf, sizeof buf));
     CHECK_INT(1, ir_shape_numel(&scalar));
     CHECK_INT(-1, ir_shape_numel(&unknown));
-    ir_shape huge = SHAPE(IR_DIM_MAX, IR_DIM_MAX, IR_DIM_MAX, IR_DIM_MAX);   /* overflows int64 */
+    ir_shape huge = SHAPE(IR_DIM_MAX, IR_DIM_MAX, IR_DIM_MAX, IR_DIM_MAX); /* overflows int64 */
     CHECK_INT(-1, ir_shape_numel(&huge));
     ir_shape limit = SHAPE(1 << 20, 1 << 20);
     CHECK_INT(IR_NUMEL_MAX, ir_shape_numel(&limit));
     limit.dim[1]++;
     CHECK_INT(-1, ir_shape_numel(&limit));
     CHECK(ir_shape_equal(&s, &s) && !ir_shape_equal(&s, &scalar) && ir_shape_equal(&unknown, &unknown));
-    CHECK_STR("[4,6", ir_shape_str(&s, buf, 5));   /* truncated, still terminated */
+    CHECK_STR("[4,6", ir_shape_str(&s, buf, 5)); /* truncated, still terminated */
 
     const char *dtypes[] = { "f32", "i32", "f16", "bf16" };
     const size_t sizes[] = { 4, 4, 2, 2 };

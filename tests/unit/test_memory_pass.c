@@ -57,15 +57,15 @@ static void check_plan(const char *file, const model_setting *sets, int n_sets)
             int live_together = start[a] <= end[b] && start[b] <= end[a];
             if (live_together && sa < eb && sb < ea) {
                 if (overlaps++ < 3)
-                    fprintf(stderr, "  %s: '%s' and '%s' share bytes while both alive\n", file,
-                            ir_value_name(&g, a), ir_value_name(&g, b));
+                    fprintf(stderr, "  %s: '%s' and '%s' share bytes while both alive\n", file, ir_value_name(&g, a),
+                            ir_value_name(&g, b));
             }
         }
     }
     CHECK_INT(0, unplaced);
     CHECK_INT(0, misaligned);
     CHECK_INT(0, overlaps);
-    CHECK(arena < total);   /* memory is reused */
+    CHECK(arena < total); /* memory is reused */
     fprintf(stderr, "  %s: arena %.2f MiB for %.2f MiB of values\n", file, arena / 1048576.0, total / 1048576.0);
     free(start);
     free(end);
@@ -76,8 +76,9 @@ static void test_memory_plan_has_no_live_overlaps_and_reuses(void)
 {
     model_setting gpt[] = { { "layers", "2" }, { "seq", "16" }, { "batch", "2" }, { "vocab", "101" } };
     check_plan("models/gpt2.xml", gpt, 4);
-    model_setting parts[] = { { "layers", "2" }, { "seq", "16" }, { "batch", "2" }, { "vocab", "101" },
-                              { "attn_parts", "1" } };
+    model_setting parts[] = {
+        { "layers", "2" }, { "seq", "16" }, { "batch", "2" }, { "vocab", "101" }, { "attn_parts", "1" }
+    };
     check_plan("models/gpt2.xml", parts, 5);
     check_plan("tests/models/small_resnet.xml", NULL, 0);
     check_plan("models/mlp.xml", NULL, 0);
@@ -86,8 +87,8 @@ static void test_memory_plan_has_no_live_overlaps_and_reuses(void)
 /* The same step on a private-memory arena and on the planned arena. */
 static void test_memory_plan_gives_identical_results(void)
 {
-    model_setting gpt[] = { { "vocab", "17" }, { "ctx", "8" }, { "layers", "2" }, { "dim", "12" },
-                            { "heads", "3" }, { "batch", "2" }, { "seq", "5" } };
+    model_setting gpt[] = { { "vocab", "17" }, { "ctx", "8" },   { "layers", "2" }, { "dim", "12" },
+                            { "heads", "3" },  { "batch", "2" }, { "seq", "5" } };
     const char *files[] = { "models/gpt2.xml", "tests/models/small_resnet.xml" };
     for (int f = 0; f < 2; f++) {
         ir_graph g;

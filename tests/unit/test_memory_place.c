@@ -43,7 +43,7 @@ static int64_t reference_place(mem_buffer *buffers, int32_t n, int64_t align)
         int64_t offset = 0;
         for (int32_t j = 0; j < k; j++) {
             if (scratch[j]->offset - offset >= b->bytes)
-                break;   /* the gap before this one fits */
+                break; /* the gap before this one fits */
             int64_t end = ref_align_up(scratch[j]->offset + scratch[j]->bytes, align);
             if (end > offset)
                 offset = end;
@@ -68,7 +68,7 @@ static int by_size_then_start(const void *a, const void *b)
 /* ---- data ---------------------------------------------------------------- */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rng_next(void)   /* xorshift64* */
+static uint64_t rng_next(void) /* xorshift64* */
 {
     rng_state ^= rng_state >> 12;
     rng_state ^= rng_state << 25;
@@ -87,10 +87,11 @@ static int same_placement(const mem_buffer *b, int32_t n, int64_t align, const c
     int same = want_peak == got_peak;
     for (int32_t i = 0; i < n && same; i++)
         if (want[i].offset != got[i].offset) {
-            fprintf(stderr, "  %s %d (%d buffers, align %lld): buffer %d (%lld bytes, steps %d..%d): "
-                    "expected offset %lld, found %lld\n", what, which, n, (long long)align, i,
-                    (long long)b[i].bytes, b[i].start, b[i].end, (long long)want[i].offset,
-                    (long long)got[i].offset);
+            fprintf(stderr,
+                    "  %s %d (%d buffers, align %lld): buffer %d (%lld bytes, steps %d..%d): "
+                    "expected offset %lld, found %lld\n",
+                    what, which, n, (long long)align, i, (long long)b[i].bytes, b[i].start, b[i].end,
+                    (long long)want[i].offset, (long long)got[i].offset);
             same = 0;
         }
     if (want_peak != got_peak)
@@ -107,7 +108,7 @@ static int32_t random_case(mem_buffer *b, int64_t *align)
     static const int64_t aligns[] = { 1, 8, 64, 100, 4096 };
     *align = aligns[rng_below(5)];
     int32_t n = (int32_t)rng_below(401), steps = 1 + (int32_t)rng_below(64);
-    int sizes = (int)rng_below(3);   /* 0: aligned as the pass makes them, 1: any, 2: a few repeated */
+    int sizes = (int)rng_below(3); /* 0: aligned as the pass makes them, 1: any, 2: a few repeated */
     int64_t few[4];
     for (int k = 0; k < 4; k++)
         few[k] = 1 + rng_below(1 << (4 + 4 * k));
@@ -115,16 +116,16 @@ static int32_t random_case(mem_buffer *b, int64_t *align)
         int64_t bytes = sizes == 2 ? few[rng_below(4)] : 1 + rng_below(1 << (1 + rng_below(20)));
         b[i].bytes = sizes == 0 ? ref_align_up(bytes, *align) : bytes;
         int life = (int)rng_below(10);
-        if (life < 2) {            /* all step: a weight, its gradient, AdamW's moments */
+        if (life < 2) { /* all step: a weight, its gradient, AdamW's moments */
             b[i].start = 0, b[i].end = steps - 1;
-        } else if (life < 4) {     /* one step: an op's scratch */
+        } else if (life < 4) { /* one step: an op's scratch */
             b[i].start = b[i].end = (int32_t)rng_below(steps);
-        } else if (life < 8) {     /* short */
+        } else if (life < 8) { /* short */
             b[i].start = (int32_t)rng_below(steps);
             b[i].end = b[i].start + (int32_t)rng_below(4);
             if (b[i].end >= steps)
                 b[i].end = steps - 1;
-        } else {                   /* anything */
+        } else { /* anything */
             int32_t x = (int32_t)rng_below(steps), y = (int32_t)rng_below(steps);
             b[i].start = x < y ? x : y, b[i].end = x < y ? y : x;
         }
@@ -154,15 +155,15 @@ static int32_t gpt_case(mem_buffer *b, int32_t L, int32_t per, int64_t width)
         for (int32_t k = 0; k < per; k++) {
             int32_t f = 1 + l * per + k;
             int64_t elems = (k % 4 == 1 ? 4 : k % 4 == 2 ? 3 : 1) * width;
-            add(b, &n, elems * 4, f, last - f);                  /* an activation */
-            add(b, &n, elems * 4, last - f, last - f + 1);       /* its gradient */
+            add(b, &n, elems * 4, f, last - f);            /* an activation */
+            add(b, &n, elems * 4, last - f, last - f + 1); /* its gradient */
             if (k % 3 == 0) {
-                add(b, &n, width * width / 16, 0, last);         /* a weight */
-                add(b, &n, width * width / 16, 0, last);         /* its gradient */
-                add(b, &n, width * width / 8, 0, last);          /* AdamW's m and v */
+                add(b, &n, width * width / 16, 0, last); /* a weight */
+                add(b, &n, width * width / 16, 0, last); /* its gradient */
+                add(b, &n, width * width / 8, 0, last);  /* AdamW's m and v */
             }
             if (k % 5 == 0)
-                add(b, &n, width * 12, f, f);                    /* an op's scratch */
+                add(b, &n, width * 12, f, f); /* an op's scratch */
         }
     qsort(b, (size_t)n, sizeof *b, by_size_then_start);
     return n;
@@ -174,10 +175,10 @@ static void test_memory_place_edges(void)
 {
     mem_buffer b[3] = { { 100, 0, 0, 0, -1 }, { 64, 0, 0, 1, -1 }, { 10, 1, 1, 2, -1 } };
     CHECK_INT(0, memory_place(b, 0, 64));
-    CHECK_INT(64 + 128, memory_place(b, 2, 64));   /* the second goes above the first, rounded up */
+    CHECK_INT(64 + 128, memory_place(b, 2, 64)); /* the second goes above the first, rounded up */
     CHECK_INT(0, b[0].offset);
     CHECK_INT(128, b[1].offset);
-    CHECK_INT(64 + 128, memory_place(b, 3, 64));   /* the third lives later: reuses offset 0 */
+    CHECK_INT(64 + 128, memory_place(b, 3, 64)); /* the third lives later: reuses offset 0 */
     CHECK_INT(0, b[2].offset);
 }
 
@@ -196,7 +197,7 @@ static void test_memory_place_matches_first_fit_on_random_lifetimes(void)
 
 static void test_memory_place_matches_first_fit_on_gpt_steps(void)
 {
-    mem_buffer *b = malloc(40 * 24 * 6 * sizeof *b);   /* at most 6 buffers an op */
+    mem_buffer *b = malloc(40 * 24 * 6 * sizeof *b); /* at most 6 buffers an op */
     int bad = 0, which = 0;
     for (int32_t L = 1; L <= 40; L = L * 2 + 1)
         for (int32_t per = 4; per <= 24; per += 10, which++)

@@ -28,7 +28,7 @@ int main(void)
         if (!cuda_op_has_lowering(k))
             fprintf(stderr, "op %d (%s): no row in codegen/cuda_lowering.c\n", k, name);
         CHECK(cuda_op_has_lowering(k));
-        if (d->backward != OP_COUNT) {   /* forward and backward name each other */
+        if (d->backward != OP_COUNT) { /* forward and backward name each other */
             CHECK_INT(k, op_table[d->backward].forward_of);
             CHECK_INT(d->pointwise.inputs, op_table[d->backward].pointwise.inputs);
         }
@@ -38,16 +38,16 @@ int main(void)
             CHECK(d->pointwise.inputs == 1 || d->pointwise.inputs == 2);
             CHECK(d->pointwise.forward && d->pointwise.gradient[0] && d->pointwise.gradient[1]);
             CHECK_INT(d->pointwise.inputs, d->max_in - (d->forward_of != OP_COUNT));
-            CHECK(cuda_op_fusable(k));   /* element i only: the CUDA table lets it fuse */
+            CHECK(cuda_op_fusable(k)); /* element i only: the CUDA table lets it fuse */
         }
     }
     /* The rows are the ones pointwise.h made: gelu's formula is its tanh form. */
     CHECK_INT(1, op_table[OP_GELU].pointwise.inputs);
     CHECK(strstr(op_table[OP_GELU].pointwise.forward, "fu_gelu_e(x)") != NULL);
     CHECK_INT(OP_GELU_BACKWARD, op_table[OP_GELU].backward);
-    CHECK_INT(OP_COUNT, op_table[OP_ADD].backward);   /* its gradient passes through */
+    CHECK_INT(OP_COUNT, op_table[OP_ADD].backward); /* its gradient passes through */
     CHECK_STR("mul_backward", op_table[OP_MUL_BACKWARD].name);
-    CHECK(!cuda_op_fusable(OP_SOFTMAX));   /* a row that reads a whole row of x */
+    CHECK(!cuda_op_fusable(OP_SOFTMAX)); /* a row that reads a whole row of x */
     printf("%d ops, each with its rows in ir/ops.c, runtime/cpu/op_table.c and codegen/cuda_lowering.c\n", OP_COUNT);
     CHECK_DONE();
 }

@@ -39,7 +39,7 @@ static void test_optimizer_defaults_one_adamw_per_param(void)
     const ir_node *w = node_named(&g, "adamw.w"), *b = node_named(&g, "adamw.b");
     CHECK(w && b);
     if (w && b) {
-        CHECK_INT(5, w->n_in);   /* no clipping by default: no scale input */
+        CHECK_INT(5, w->n_in); /* no clipping by default: no scale input */
         CHECK_STR("grad.w", ir_value_name(&g, w->in[1]));
         CHECK_STR("adamw.m.w", ir_value_name(&g, w->in[2]));
         CHECK_INT(ROLE_STATE, g.values[w->in[3]].role);
@@ -74,7 +74,7 @@ static void test_optimizer_reads_hypers_clips_and_decays_matrices_only(void)
         CHECK_INT(6, w->n_in);
         CHECK_STR("clip_scale", ir_value_name(&g, w->in[5]));
         CHECK_NEAR(1.0, ir_node_float(clip, ATTR_MAX_NORM, 0), 0);
-        CHECK_STR("sumsq.b", ir_value_name(&g, clip->in[0]));   /* the chain ends with the last param */
+        CHECK_STR("sumsq.b", ir_value_name(&g, clip->in[0])); /* the chain ends with the last param */
         CHECK_INT(10, ir_node_int(lr, ATTR_WARMUP, 0));
         CHECK_INT(100, ir_node_int(lr, ATTR_STEPS, 0));
     }

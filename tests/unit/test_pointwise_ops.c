@@ -13,7 +13,7 @@
 #include "../../ir/ops.h"
 #include "../../runtime/cpu/kernels.h"
 
-#define N 4099   /* not a multiple of any vector width */
+#define N 4099 /* not a multiple of any vector width */
 
 static float uniform(unsigned *seed, float lo, float hi)
 {
@@ -57,8 +57,8 @@ static void check_gradients(int k)
                 worst = err, at = i;
         }
         if (worst > 2e-3)
-            fprintf(stderr, "%s: the gradient of input %d at x=%g z=%g dy=%g: %g, central differences %g\n",
-                    d->name, input, x[at], z[at], dy[at], g[input][at],
+            fprintf(stderr, "%s: the gradient of input %d at x=%g z=%g dy=%g: %g, central differences %g\n", d->name,
+                    input, x[at], z[at], dy[at], g[input][at],
                     dy[at] * ((double)up[at] - (double)down[at]) / (2.0 * h));
         CHECK(worst <= 2e-3);
     }
@@ -68,13 +68,20 @@ static void check_gradients(int k)
 static double reference(int k, double x, double z)
 {
     switch (k) {
-    case OP_GELU:    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    case OP_RELU:    return x > 0 ? x : 0;
-    case OP_SILU:    return x / (1.0 + exp(-x));
-    case OP_SIGMOID: return 1.0 / (1.0 + exp(-x));
-    case OP_ADD:     return x + z;
-    case OP_MUL:     return x * z;
-    default:         return NAN;
+    case OP_GELU:
+        return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case OP_RELU:
+        return x > 0 ? x : 0;
+    case OP_SILU:
+        return x / (1.0 + exp(-x));
+    case OP_SIGMOID:
+        return 1.0 / (1.0 + exp(-x));
+    case OP_ADD:
+        return x + z;
+    case OP_MUL:
+        return x * z;
+    default:
+        return NAN;
     }
 }
 

@@ -42,20 +42,20 @@ static int count_temp_files(const char *d)
 
 static void test_roundtrip_tensors_scalars_int32_metadata(void)
 {
-    float   w[6]    = {0.5f, -1.25f, 3.0f, 1e-7f, -0.0f, 65504.0f};
-    float   scalar  = 2.5f;
-    int32_t ids[4]  = {-3, 0, 7, INT32_MAX};
-    int32_t step    = 42;
+    float w[6] = { 0.5f, -1.25f, 3.0f, 1e-7f, -0.0f, 65504.0f };
+    float scalar = 2.5f;
+    int32_t ids[4] = { -3, 0, 7, INT32_MAX };
+    int32_t step = 42;
     st_tensor t[] = {
-        {.name = "h.0.attn.w", .dtype = ST_F32, .rank = 2, .dim = {2, 3}, .data = w},
-        {.name = "loss_scale", .dtype = ST_F32, .rank = 0, .data = &scalar},
-        {.name = "ids", .dtype = ST_I32, .rank = 1, .dim = {4}, .data = ids},
-        {.name = "empty", .dtype = ST_F32, .rank = 2, .dim = {0, 5}, .data = NULL},
-        {.name = "step", .dtype = ST_I32, .rank = 0, .data = &step},
-        {.name = "we\"ird\\name\n\xc3\xb1", .dtype = ST_F32, .rank = 1, .dim = {1}, .data = &scalar},
+        { .name = "h.0.attn.w", .dtype = ST_F32, .rank = 2, .dim = { 2, 3 }, .data = w },
+        { .name = "loss_scale", .dtype = ST_F32, .rank = 0, .data = &scalar },
+        { .name = "ids", .dtype = ST_I32, .rank = 1, .dim = { 4 }, .data = ids },
+        { .name = "empty", .dtype = ST_F32, .rank = 2, .dim = { 0, 5 }, .data = NULL },
+        { .name = "step", .dtype = ST_I32, .rank = 0, .data = &step },
+        { .name = "we\"ird\\name\n\xc3\xb1", .dtype = ST_F32, .rank = 1, .dim = { 1 }, .data = &scalar },
     };
     const int n = (int)(sizeof t / sizeof t[0]);
-    const char *meta[] = {"format", "pt", "note", "a \"quoted\" value\twith tab", NULL};
+    const char *meta[] = { "format", "pt", "note", "a \"quoted\" value\twith tab", NULL };
     char err[512] = "";
     const char *path = in_dir("roundtrip.safetensors");
     CHECK_INT(0, st_write(path, t, n, meta, err, sizeof err));
@@ -109,7 +109,7 @@ static void test_roundtrip_empty_list(void)
     CHECK_INT(0, st_write(path, NULL, 0, NULL, err, sizeof err));
     size_t n = 0;
     unsigned char *bytes = read_bytes(path, &n);
-    CHECK_INT(16, n);   /* length 8, then "{}" and 6 spaces */
+    CHECK_INT(16, n); /* length 8, then "{}" and 6 spaces */
     CHECK(bytes && memcmp(bytes, "\x08\0\0\0\0\0\0\0{}      ", 16) == 0);
     free(bytes);
     st_file *f = st_open(path, err, sizeof err);
@@ -125,21 +125,21 @@ static void test_roundtrip_empty_list(void)
  * of 8, then the values back to back. */
 static void test_write_exact_bytes(void)
 {
-    float   a[2] = {1.0f, -2.0f};
-    int32_t b    = 7;
+    float a[2] = { 1.0f, -2.0f };
+    int32_t b = 7;
     st_tensor t[] = {
-        {.name = "a", .dtype = ST_F32, .rank = 1, .dim = {2}, .data = a},
-        {.name = "b", .dtype = ST_I32, .rank = 0, .data = &b},
+        { .name = "a", .dtype = ST_F32, .rank = 1, .dim = { 2 }, .data = a },
+        { .name = "b", .dtype = ST_I32, .rank = 0, .data = &b },
     };
-    const char *meta[] = {"format", "pt", NULL};
-    static const char expected[] =
-        "\x90\0\0\0\0\0\0\0"     /* 144 = 138 bytes of JSON + 6 spaces */
-        "{\"__metadata__\":{\"format\":\"pt\"},"
-        "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-        "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[8,12]}}"
-        "      "
-        "\x00\x00\x80\x3f" "\x00\x00\x00\xc0"   /* 1.0f, -2.0f */
-        "\x07\x00\x00\x00";                     /* 7 */
+    const char *meta[] = { "format", "pt", NULL };
+    static const char expected[] = "\x90\0\0\0\0\0\0\0" /* 144 = 138 bytes of JSON + 6 spaces */
+                                   "{\"__metadata__\":{\"format\":\"pt\"},"
+                                   "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                   "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[8,12]}}"
+                                   "      "
+                                   "\x00\x00\x80\x3f"
+                                   "\x00\x00\x00\xc0"  /* 1.0f, -2.0f */
+                                   "\x07\x00\x00\x00"; /* 7 */
     char err[512] = "";
     const char *path = in_dir("exact.safetensors");
     CHECK_INT(0, st_write(path, t, 2, meta, err, sizeof err));
@@ -149,11 +149,11 @@ static void test_write_exact_bytes(void)
 static void test_write_leaves_no_temp_file(void)
 {
     float x = 1.0f;
-    st_tensor t = {.name = "x", .dtype = ST_F32, .rank = 0, .data = &x};
+    st_tensor t = { .name = "x", .dtype = ST_F32, .rank = 0, .data = &x };
     char err[512] = "";
 
     /* A directory that does not exist: the message names the path. */
-    char missing[PATH_MAX];   /* dir is at most 1023 bytes */
+    char missing[PATH_MAX]; /* dir is at most 1023 bytes */
     snprintf(missing, sizeof missing, "%s/no-such-dir/x.safetensors", dir);
     CHECK_INT(-1, st_write(missing, &t, 1, NULL, err, sizeof err));
     CHECK_CONTAINS(err, missing);
@@ -185,27 +185,50 @@ static void test_write_leaves_no_temp_file(void)
 
 static void test_write_rejects_bad_arguments(void)
 {
-    float v[4] = {0};
+    float v[4] = { 0 };
     const char *path = in_dir("bad-args.safetensors");
     char err[512];
     struct {
         const char *what;
-        st_tensor   t[2];
-        int         n;
+        st_tensor t[2];
+        int n;
         const char *meta[4];
         const char *message;
     } cases[] = {
-        {"duplicate names", {{.name = "a", .rank = 1, .dim = {1}, .data = v}, {.name = "a", .rank = 1, .dim = {1}, .data = v}},
-         2, {NULL}, "tensor name 'a' given twice"},
-        {"empty name", {{.name = "", .rank = 0, .data = v}}, 1, {NULL}, "name '' is empty"},
-        {"reserved name", {{.name = "__metadata__", .rank = 0, .data = v}}, 1, {NULL}, "reserved for the metadata"},
-        {"not UTF-8", {{.name = "a\xff", .rank = 0, .data = v}}, 1, {NULL}, "not valid UTF-8"},
-        {"rank", {{.name = "a", .rank = ST_MAX_RANK + 1, .data = v}}, 1, {NULL}, "rank 9 is outside [0, 8]"},
-        {"negative dim", {{.name = "a", .rank = 2, .dim = {2, -1}, .data = v}}, 1, {NULL}, "dim 1 is -1, negative"},
-        {"NULL data", {{.name = "a", .rank = 1, .dim = {4}, .data = NULL}}, 1, {NULL}, "tensor 'a': data is NULL"},
-        {"bad dtype", {{.name = "a", .dtype = (st_dtype)7, .rank = 0, .data = v}}, 1, {NULL}, "dtype 7"},
-        {"odd metadata", {{.name = "a", .rank = 0, .data = v}}, 1, {"k", NULL}, "metadata key 'k' has no value"},
-        {"repeated key", {{.name = "a", .rank = 0, .data = v}}, 1, {"k", "1", "k", "2"}, "metadata key 'k' given twice"},
+        { "duplicate names",
+          { { .name = "a", .rank = 1, .dim = { 1 }, .data = v }, { .name = "a", .rank = 1, .dim = { 1 }, .data = v } },
+          2,
+          { NULL },
+          "tensor name 'a' given twice" },
+        { "empty name", { { .name = "", .rank = 0, .data = v } }, 1, { NULL }, "name '' is empty" },
+        { "reserved name",
+          { { .name = "__metadata__", .rank = 0, .data = v } },
+          1,
+          { NULL },
+          "reserved for the metadata" },
+        { "not UTF-8", { { .name = "a\xff", .rank = 0, .data = v } }, 1, { NULL }, "not valid UTF-8" },
+        { "rank", { { .name = "a", .rank = ST_MAX_RANK + 1, .data = v } }, 1, { NULL }, "rank 9 is outside [0, 8]" },
+        { "negative dim",
+          { { .name = "a", .rank = 2, .dim = { 2, -1 }, .data = v } },
+          1,
+          { NULL },
+          "dim 1 is -1, negative" },
+        { "NULL data",
+          { { .name = "a", .rank = 1, .dim = { 4 }, .data = NULL } },
+          1,
+          { NULL },
+          "tensor 'a': data is NULL" },
+        { "bad dtype", { { .name = "a", .dtype = (st_dtype)7, .rank = 0, .data = v } }, 1, { NULL }, "dtype 7" },
+        { "odd metadata",
+          { { .name = "a", .rank = 0, .data = v } },
+          1,
+          { "k", NULL },
+          "metadata key 'k' has no value" },
+        { "repeated key",
+          { { .name = "a", .rank = 0, .data = v } },
+          1,
+          { "k", "1", "k", "2" },
+          "metadata key 'k' given twice" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         err[0] = '\0';
@@ -225,54 +248,55 @@ static void test_open_rejects_malformed_files(void)
 {
     static const struct {
         const char *what, *header;
-        size_t      data_len;
+        size_t data_len;
         const char *message;
     } cases[] = {
-        {"bad JSON", "{\"a\":{\"dtype\":\"F32\",", 0, "header is not valid JSON"},
-        {"not UTF-8", "{\"\xc3\x28\":{}}", 0, "header is not valid UTF-8 (byte 2"},
-        {"not an object", "[1,2]", 0, "header JSON is not an object"},
-        {"bytes after", "{}  x", 0, "header has bytes after its JSON (at byte 4"},
-        {"entry not an object", "{\"a\":3}", 0, "tensor 'a': entry is not an object"},
-        {"missing dtype", "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "tensor 'a': missing \"dtype\""},
-        {"missing shape", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "tensor 'a': missing \"shape\""},
-        {"missing data_offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "tensor 'a': missing \"data_offsets\""},
-        {"unknown dtype", "{\"a\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
-         "tensor 'a': unknown dtype \"Q7\""},
-        {"dtype not a string", "{\"a\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
-         "tensor 'a': \"dtype\" is not a string"},
-        {"negative dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,-1],\"data_offsets\":[0,0]}}", 0,
-         "tensor 'a': negative dim -1 in shape"},
-        {"fractional dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4,
-         "tensor 'a': shape[0] is not an integer"},
-        {"shape not an array", "{\"a\":{\"dtype\":\"F32\",\"shape\":3,\"data_offsets\":[0,12]}}", 12,
-         "tensor 'a': \"shape\" is not an array"},
-        {"rank past ST_MAX_RANK", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
-         "tensor 'a': rank 9 is more than ST_MAX_RANK (8)"},
-        {"offsets out of range", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}", 8,
-         "tensor 'a': data_offsets [0, 12) run past the end of the data (8 bytes)"},
-        {"offsets reversed", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", 8,
-         "tensor 'a': data_offsets [8, 4) end before they begin"},
-        {"offsets not a pair", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4,
-         "tensor 'a': \"data_offsets\" is not [begin, end]"},
-        {"negative offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", 4,
-         "tensor 'a': \"data_offsets\" is not [begin, end]"},
-        {"size mismatch", "{\"h.0.w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,12]}}", 24,
-         "tensor 'h.0.w': data_offsets [0, 12) hold 12 bytes but F32 [2,3] needs 24"},
-        {"size overflow", "{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
-         "tensor 'a': F64 [4294967296,4294967296] is too large"},
-        {"overlapping tensors",
-         "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-         "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}", 24,
-         "tensors 'a' [0, 16) and 'b' [8, 24) overlap"},
-        {"duplicate names",
-         "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
-         "tensor 'a' appears twice in the header"},
-        {"metadata not an object", "{\"__metadata__\":[]}", 0, "\"__metadata__\" is not an object"},
-        {"metadata value not a string", "{\"__metadata__\":{\"k\":1}}", 0,
-         "\"__metadata__\" value of 'k' is not a string"},
-        {"metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "\"__metadata__\" appears twice"},
-        {"empty header", "", 0, "header is not valid JSON"},
+        { "bad JSON", "{\"a\":{\"dtype\":\"F32\",", 0, "header is not valid JSON" },
+        { "not UTF-8", "{\"\xc3\x28\":{}}", 0, "header is not valid UTF-8 (byte 2" },
+        { "not an object", "[1,2]", 0, "header JSON is not an object" },
+        { "bytes after", "{}  x", 0, "header has bytes after its JSON (at byte 4" },
+        { "entry not an object", "{\"a\":3}", 0, "tensor 'a': entry is not an object" },
+        { "missing dtype", "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "tensor 'a': missing \"dtype\"" },
+        { "missing shape", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "tensor 'a': missing \"shape\"" },
+        { "missing data_offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4,
+          "tensor 'a': missing \"data_offsets\"" },
+        { "unknown dtype", "{\"a\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+          "tensor 'a': unknown dtype \"Q7\"" },
+        { "dtype not a string", "{\"a\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+          "tensor 'a': \"dtype\" is not a string" },
+        { "negative dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,-1],\"data_offsets\":[0,0]}}", 0,
+          "tensor 'a': negative dim -1 in shape" },
+        { "fractional dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4,
+          "tensor 'a': shape[0] is not an integer" },
+        { "shape not an array", "{\"a\":{\"dtype\":\"F32\",\"shape\":3,\"data_offsets\":[0,12]}}", 12,
+          "tensor 'a': \"shape\" is not an array" },
+        { "rank past ST_MAX_RANK", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
+          4, "tensor 'a': rank 9 is more than ST_MAX_RANK (8)" },
+        { "offsets out of range", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}", 8,
+          "tensor 'a': data_offsets [0, 12) run past the end of the data (8 bytes)" },
+        { "offsets reversed", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", 8,
+          "tensor 'a': data_offsets [8, 4) end before they begin" },
+        { "offsets not a pair", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4,
+          "tensor 'a': \"data_offsets\" is not [begin, end]" },
+        { "negative offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", 4,
+          "tensor 'a': \"data_offsets\" is not [begin, end]" },
+        { "size mismatch", "{\"h.0.w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,12]}}", 24,
+          "tensor 'h.0.w': data_offsets [0, 12) hold 12 bytes but F32 [2,3] needs 24" },
+        { "size overflow", "{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
+          "tensor 'a': F64 [4294967296,4294967296] is too large" },
+        { "overlapping tensors",
+          "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+          "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}",
+          24, "tensors 'a' [0, 16) and 'b' [8, 24) overlap" },
+        { "duplicate names",
+          "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+          "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+          8, "tensor 'a' appears twice in the header" },
+        { "metadata not an object", "{\"__metadata__\":[]}", 0, "\"__metadata__\" is not an object" },
+        { "metadata value not a string", "{\"__metadata__\":{\"k\":1}}", 0,
+          "\"__metadata__\" value of 'k' is not a string" },
+        { "metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "\"__metadata__\" appears twice" },
+        { "empty header", "", 0, "header is not valid JSON" },
     };
     char err[512];
     const char *path = in_dir("bad.safetensors");
@@ -284,7 +308,7 @@ static void test_open_rejects_malformed_files(void)
             fprintf(stderr, "  case '%s':\n", cases[i].what);
         CHECK(f == NULL);
         CHECK_CONTAINS(err, cases[i].message);
-        CHECK(strncmp(err, path, strlen(path)) == 0);   /* the message starts with the path */
+        CHECK(strncmp(err, path, strlen(path)) == 0); /* the message starts with the path */
         st_close(f);
     }
 
@@ -353,7 +377,7 @@ static void test_open_accepts_other_writers_files(void)
     CHECK_INT(ST_I32, got.dtype);
     CHECK_INT(2, got.rank);
     CHECK_INT(0, got.dim[0]);
-    CHECK_INT(3, st_trailing_bytes(f));   /* h ends at 21 of 24, though it is not last in the header */
+    CHECK_INT(3, st_trailing_bytes(f)); /* h ends at 21 of 24, though it is not last in the header */
     st_close(f);
 }
 
@@ -394,8 +418,8 @@ static void test_open_many_metadata_keys_fast(void)
     st_file *f = st_open(path, err, sizeof err);
     double s = work_seconds() - w0;
     if (s >= limit)
-        fprintf(stderr, "%s:%d: FAIL: st_open of %d metadata keys: expected under %.0f s, found %.3f s\n",
-                __FILE__, __LINE__, N, limit, s);
+        fprintf(stderr, "%s:%d: FAIL: st_open of %d metadata keys: expected under %.0f s, found %.3f s\n", __FILE__,
+                __LINE__, N, limit, s);
     CHECK(s < limit);
     CHECK(f != NULL);
     if (!f) {
@@ -415,7 +439,7 @@ static void test_open_many_metadata_keys_fast(void)
 /* One key repeated among 200,000 is refused, and the message names it. */
 static void test_open_rejects_duplicate_among_many_keys(void)
 {
-    char *header = many_keys_header(200000, 150000, 42);   /* "meta.42" twice */
+    char *header = many_keys_header(200000, 150000, 42); /* "meta.42" twice */
     const char *path = in_dir("dup-key.safetensors");
     write_raw(path, header, 0);
     free(header);
@@ -443,14 +467,14 @@ static void append_bytes(const char *path, size_t n)
  * appended, with and without tensors. */
 static void test_trailing_bytes_counts_appended_bytes(void)
 {
-    float w[6] = {1, 2, 3, 4, 5, 6};
+    float w[6] = { 1, 2, 3, 4, 5, 6 };
     int32_t step = 7;
     st_tensor t[] = {
-        {.name = "w", .dtype = ST_F32, .rank = 2, .dim = {2, 3}, .data = w},
-        {.name = "step", .dtype = ST_I32, .rank = 0, .data = &step},
-        {.name = "empty", .dtype = ST_F32, .rank = 1, .dim = {0}},
+        { .name = "w", .dtype = ST_F32, .rank = 2, .dim = { 2, 3 }, .data = w },
+        { .name = "step", .dtype = ST_I32, .rank = 0, .data = &step },
+        { .name = "empty", .dtype = ST_F32, .rank = 1, .dim = { 0 } },
     };
-    const char *meta[] = {"format", "pt", NULL};
+    const char *meta[] = { "format", "pt", NULL };
     char err[512] = "";
     const char *path = in_dir("trailing.safetensors"), *none = in_dir("trailing-none.safetensors");
     CHECK_INT(0, st_write(path, t, 3, meta, err, sizeof err));
@@ -472,13 +496,13 @@ static void test_trailing_bytes_counts_appended_bytes(void)
  * never crash the reader nor let it point outside the file (ASan). */
 static void test_open_survives_truncation_and_flips(void)
 {
-    float   w[6]   = {1, 2, 3, 4, 5, 6};
-    int32_t ids[3] = {1, 2, 3};
+    float w[6] = { 1, 2, 3, 4, 5, 6 };
+    int32_t ids[3] = { 1, 2, 3 };
     st_tensor t[] = {
-        {.name = "w", .dtype = ST_F32, .rank = 2, .dim = {2, 3}, .data = w},
-        {.name = "ids", .dtype = ST_I32, .rank = 1, .dim = {3}, .data = ids},
+        { .name = "w", .dtype = ST_F32, .rank = 2, .dim = { 2, 3 }, .data = w },
+        { .name = "ids", .dtype = ST_I32, .rank = 1, .dim = { 3 }, .data = ids },
     };
-    const char *meta[] = {"format", "pt", NULL};
+    const char *meta[] = { "format", "pt", NULL };
     char err[512];
     const char *good = in_dir("good.safetensors"), *path = in_dir("mutant.safetensors");
     CHECK_INT(0, st_write(good, t, 2, meta, err, sizeof err));
@@ -527,7 +551,7 @@ static void test_open_survives_truncation_and_flips(void)
         (void)sum;
         st_close(f);
     }
-    CHECK(opened > 0);   /* flips in the data leave a valid file */
+    CHECK(opened > 0); /* flips in the data leave a valid file */
     free(m);
     free(bytes);
 }
@@ -593,16 +617,16 @@ static const char torch_script[] =
 
 static void test_torch_reads_ours_and_we_read_torchs(void)
 {
-    float   w[6]   = {-1.0f, -0.75f, -0.5f, -0.25f, 0.0f, 0.25f};   /* arange(6) * 0.25 - 1 */
-    int32_t step   = 42;
-    int32_t ids[4] = {-3, 0, 7, INT32_MAX};
+    float w[6] = { -1.0f, -0.75f, -0.5f, -0.25f, 0.0f, 0.25f }; /* arange(6) * 0.25 - 1 */
+    int32_t step = 42;
+    int32_t ids[4] = { -3, 0, 7, INT32_MAX };
     st_tensor t[] = {
-        {.name = "w", .dtype = ST_F32, .rank = 2, .dim = {2, 3}, .data = w},
-        {.name = "step", .dtype = ST_I32, .rank = 0, .data = &step},
-        {.name = "ids", .dtype = ST_I32, .rank = 1, .dim = {4}, .data = ids},
-        {.name = "empty", .dtype = ST_F32, .rank = 2, .dim = {0, 3}},
+        { .name = "w", .dtype = ST_F32, .rank = 2, .dim = { 2, 3 }, .data = w },
+        { .name = "step", .dtype = ST_I32, .rank = 0, .data = &step },
+        { .name = "ids", .dtype = ST_I32, .rank = 1, .dim = { 4 }, .data = ids },
+        { .name = "empty", .dtype = ST_F32, .rank = 2, .dim = { 0, 3 } },
     };
-    const char *meta[] = {"format", "pt", NULL};
+    const char *meta[] = { "format", "pt", NULL };
     char err[512] = "";
     const char *ours = in_dir("ours.safetensors"), *theirs = in_dir("torch.safetensors");
     const char *script = in_dir("torch_side.py");
@@ -627,7 +651,7 @@ static void test_torch_reads_ours_and_we_read_torchs(void)
         return;
     }
     CHECK_INT(5, st_count(f));
-    static const char *const order[] = {"u8", "x", "half", "n", "s"};
+    static const char *const order[] = { "u8", "x", "half", "n", "s" };
     st_tensor got;
     for (int i = 0; i < 5; i++) {
         st_get(f, i, &got);
@@ -641,10 +665,10 @@ static void test_torch_reads_ours_and_we_read_torchs(void)
     CHECK_INT(ST_F16, got.dtype);
     CHECK_INT(1, got.rank);
     CHECK_INT(2, got.dim[0]);
-    CHECK_INT(0x3800, ((const uint16_t *)got.data)[0]);   /* 0.5, 2.0 in binary16 */
+    CHECK_INT(0x3800, ((const uint16_t *)got.data)[0]); /* 0.5, 2.0 in binary16 */
     CHECK_INT(0x4000, ((const uint16_t *)got.data)[1]);
 
-    const float x[4] = {1.5f, -2.25f, 3.0f, 1e-3f};
+    const float x[4] = { 1.5f, -2.25f, 3.0f, 1e-3f };
     CHECK_INT(1, st_find(f, "x", &got));
     CHECK_INT(ST_F32, got.dtype);
     CHECK_INT(2, got.rank);

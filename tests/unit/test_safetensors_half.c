@@ -82,13 +82,13 @@ static float values[N_VALUES];
 static void make_values(void)
 {
     static const uint32_t edges[] = {
-        0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f7fffffu, 0x00000001u,
-        0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u,   /* bf16: ties down and up, either side */
-        0x3f801000u, 0x3f803000u, 0x3f800fffu, 0x3f801001u,   /* fp16: the same */
-        0x477fe000u, 0x477fefffu, 0x477ff000u, 0xc77ff000u,   /* 65504, just under 65520, 65520 (inf) */
-        0x33800000u, 0x33000000u, 0x33000001u, 0x32ffffffu,   /* 2^-24, 2^-25 (tie to 0), just over, just under */
-        0x33c00000u, 0x34200000u, 0x387fc000u, 0x38800000u,   /* 1.5 * 2^-24 (tie), 2.5 * 2^-24, subnormal top */
-        0x3dcccccdu, 0xbf8ccccdu, 0x40490fdbu, 0x4b800001u,   /* 0.1, -1.1, pi, 2^24 + 2 */
+        0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f7fffffu,
+        0x00000001u, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, /* bf16: ties down and up, either side */
+        0x3f801000u, 0x3f803000u, 0x3f800fffu, 0x3f801001u,              /* fp16: the same */
+        0x477fe000u, 0x477fefffu, 0x477ff000u, 0xc77ff000u,              /* 65504, just under 65520, 65520 (inf) */
+        0x33800000u, 0x33000000u, 0x33000001u, 0x32ffffffu, /* 2^-24, 2^-25 (tie to 0), just over, just under */
+        0x33c00000u, 0x34200000u, 0x387fc000u, 0x38800000u, /* 1.5 * 2^-24 (tie), 2.5 * 2^-24, subnormal top */
+        0x3dcccccdu, 0xbf8ccccdu, 0x40490fdbu, 0x4b800001u, /* 0.1, -1.1, pi, 2^24 + 2 */
     };
     int n = (int)(sizeof edges / sizeof edges[0]);
     for (int i = 0; i < n; i++)
@@ -97,7 +97,7 @@ static void make_values(void)
     for (int i = n; i < N_VALUES; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         uint32_t r = (uint32_t)(rng >> 32);
-        uint32_t exp = 97u + (r >> 8) % 51u;                   /* 2^-30 .. 2^20 */
+        uint32_t exp = 97u + (r >> 8) % 51u; /* 2^-30 .. 2^20 */
         values[i] = from_bits((r & 0x80000000u) | exp << 23 | ((uint32_t)(rng >> 9) & 0x7fffffu));
     }
 }
@@ -106,23 +106,23 @@ static void make_values(void)
  * with every file dtype given as the tensor's own writes what st_write does. */
 static void test_half_write_exact_bytes(void)
 {
-    float   a[2] = {1.0f, -2.0f};
-    float   c    = 0.1f;              /* rounds: bf16 0x3dcd, fp16 0x2e66 */
-    int32_t b    = 7;
+    float a[2] = { 1.0f, -2.0f };
+    float c = 0.1f; /* rounds: bf16 0x3dcd, fp16 0x2e66 */
+    int32_t b = 7;
     st_tensor t[] = {
-        {.name = "a", .dtype = ST_F32, .rank = 1, .dim = {2}, .data = a},
-        {.name = "b", .dtype = ST_I32, .rank = 0, .data = &b},
-        {.name = "c", .dtype = ST_F32, .rank = 0, .data = &c},
+        { .name = "a", .dtype = ST_F32, .rank = 1, .dim = { 2 }, .data = a },
+        { .name = "b", .dtype = ST_I32, .rank = 0, .data = &b },
+        { .name = "c", .dtype = ST_F32, .rank = 0, .data = &c },
     };
-    const st_dtype as[] = {ST_BF16, ST_I32, ST_F16};
-    static const char expected[] =
-        "\xa0\0\0\0\0\0\0\0"     /* 160 bytes of JSON, a multiple of 8: no spaces */
-        "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
-        "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[4,8]},"
-        "\"c\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[8,10]}}"
-        "\x80\x3f" "\x00\xc0"    /* 1.0, -2.0 in bf16 */
-        "\x07\x00\x00\x00"       /* 7 */
-        "\x66\x2e";              /* 0.1 in fp16 */
+    const st_dtype as[] = { ST_BF16, ST_I32, ST_F16 };
+    static const char expected[] = "\xa0\0\0\0\0\0\0\0" /* 160 bytes of JSON, a multiple of 8: no spaces */
+                                   "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+                                   "\"b\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[4,8]},"
+                                   "\"c\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[8,10]}}"
+                                   "\x80\x3f"
+                                   "\x00\xc0"         /* 1.0, -2.0 in bf16 */
+                                   "\x07\x00\x00\x00" /* 7 */
+                                   "\x66\x2e";        /* 0.1 in fp16 */
     char err[512] = "";
     const char *path = in_dir("exact-half.safetensors");
     CHECK_INT(0, st_write_as(path, t, 3, as, NULL, err, sizeof err));
@@ -130,7 +130,7 @@ static void test_half_write_exact_bytes(void)
     check_file_bytes(path, expected, sizeof expected - 1);
 
     /* Each tensor in its own dtype: byte for byte what st_write writes. */
-    const st_dtype own[] = {ST_F32, ST_I32, ST_F32};
+    const st_dtype own[] = { ST_F32, ST_I32, ST_F32 };
     const char *p1 = in_dir("plain.safetensors"), *p2 = in_dir("plain-as.safetensors");
     CHECK_INT(0, st_write(p1, t, 3, NULL, err, sizeof err));
     CHECK_INT(0, st_write_as(p2, t, 3, own, NULL, err, sizeof err));
@@ -149,11 +149,11 @@ static void test_half_write_exact_bytes(void)
 static void test_half_roundtrip_equals_half_round(void)
 {
     st_tensor t[] = {
-        {.name = "f32", .dtype = ST_F32, .rank = 2, .dim = {64, N_VALUES / 64}, .data = values},
-        {.name = "bf16", .dtype = ST_F32, .rank = 2, .dim = {64, N_VALUES / 64}, .data = values},
-        {.name = "f16", .dtype = ST_F32, .rank = 2, .dim = {64, N_VALUES / 64}, .data = values},
+        { .name = "f32", .dtype = ST_F32, .rank = 2, .dim = { 64, N_VALUES / 64 }, .data = values },
+        { .name = "bf16", .dtype = ST_F32, .rank = 2, .dim = { 64, N_VALUES / 64 }, .data = values },
+        { .name = "f16", .dtype = ST_F32, .rank = 2, .dim = { 64, N_VALUES / 64 }, .data = values },
     };
-    const st_dtype as[] = {ST_F32, ST_BF16, ST_F16};
+    const st_dtype as[] = { ST_F32, ST_BF16, ST_F16 };
     char err[512] = "";
     const char *path = in_dir("roundtrip-half.safetensors");
     CHECK_INT(0, st_write_as(path, t, 3, as, NULL, err, sizeof err));
@@ -165,9 +165,9 @@ static void test_half_roundtrip_equals_half_round(void)
         return;
     }
 
-    static float    want_bf16_f32[N_VALUES], want_f16_f32[N_VALUES], got[N_VALUES];
+    static float want_bf16_f32[N_VALUES], want_f16_f32[N_VALUES], got[N_VALUES];
     static uint16_t want_bf16[N_VALUES], want_f16[N_VALUES], want_bf16_as_f16[N_VALUES], want_f16_as_bf16[N_VALUES],
-                    got16[N_VALUES];
+        got16[N_VALUES];
     memcpy(want_bf16_f32, values, sizeof values);
     memcpy(want_f16_f32, values, sizeof values);
     half_round_f32(want_bf16_f32, N_VALUES, HALF_DT_BF16);
@@ -193,25 +193,26 @@ static void test_half_roundtrip_equals_half_round(void)
     /* Every (file dtype, target dtype) pair of floats. */
     struct {
         const char *name;
-        st_dtype    to;
+        st_dtype to;
         const void *want;
-        int         want_dtype;   /* -1 fp32 */
+        int want_dtype; /* -1 fp32 */
     } cases[] = {
-        {"f32",  ST_F32,  values,           -1},
-        {"bf16", ST_F32,  want_bf16_f32,    -1},
-        {"f16",  ST_F32,  want_f16_f32,     -1},
-        {"f32",  ST_BF16, want_bf16,        HALF_DT_BF16},
-        {"f32",  ST_F16,  want_f16,         HALF_DT_F16},
-        {"bf16", ST_BF16, want_bf16,        HALF_DT_BF16},
-        {"f16",  ST_F16,  want_f16,         HALF_DT_F16},
-        {"bf16", ST_F16,  want_bf16_as_f16, HALF_DT_F16},
-        {"f16",  ST_BF16, want_f16_as_bf16, HALF_DT_BF16},
+        { "f32", ST_F32, values, -1 },
+        { "bf16", ST_F32, want_bf16_f32, -1 },
+        { "f16", ST_F32, want_f16_f32, -1 },
+        { "f32", ST_BF16, want_bf16, HALF_DT_BF16 },
+        { "f32", ST_F16, want_f16, HALF_DT_F16 },
+        { "bf16", ST_BF16, want_bf16, HALF_DT_BF16 },
+        { "f16", ST_F16, want_f16, HALF_DT_F16 },
+        { "bf16", ST_F16, want_bf16_as_f16, HALF_DT_F16 },
+        { "f16", ST_BF16, want_f16_as_bf16, HALF_DT_BF16 },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         void *dst = cases[c].want_dtype < 0 ? (void *)got : (void *)got16;
         memset(dst, 0xab, cases[c].want_dtype < 0 ? sizeof got : sizeof got16);
-        st_target tg = {.name = cases[c].name, .dtype = cases[c].to, .rank = 2, .dim = {64, N_VALUES / 64},
-                        .dst = dst};
+        st_target tg = {
+            .name = cases[c].name, .dtype = cases[c].to, .rank = 2, .dim = { 64, N_VALUES / 64 }, .dst = dst
+        };
         err[0] = '\0';
         CHECK_INT(0, st_load(f, &tg, 1, err, sizeof err));
         CHECK_STR("", err);
@@ -226,10 +227,10 @@ static void test_half_roundtrip_equals_half_round(void)
 
     /* Data held in bf16 in memory, written as F32 and as BF16 (as it is). */
     st_tensor h[] = {
-        {.name = "w", .dtype = ST_BF16, .rank = 1, .dim = {N_VALUES}, .data = want_bf16},
-        {.name = "w16", .dtype = ST_BF16, .rank = 1, .dim = {N_VALUES}, .data = want_bf16},
+        { .name = "w", .dtype = ST_BF16, .rank = 1, .dim = { N_VALUES }, .data = want_bf16 },
+        { .name = "w16", .dtype = ST_BF16, .rank = 1, .dim = { N_VALUES }, .data = want_bf16 },
     };
-    const st_dtype has[] = {ST_F32, ST_BF16};
+    const st_dtype has[] = { ST_F32, ST_BF16 };
     path = in_dir("from-bf16.safetensors");
     CHECK_INT(0, st_write_as(path, h, 2, has, NULL, err, sizeof err));
     f = st_open(path, err, sizeof err);
@@ -260,7 +261,7 @@ static void test_load_refuses_and_leaves_memory_alone(void)
               "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[24,28]}}",
               28);
     char err[512] = "";
-    st_file *f = st_open(path, err, sizeof err);   /* the file opens: only asking for them fails */
+    st_file *f = st_open(path, err, sizeof err); /* the file opens: only asking for them fails */
     CHECK(f != NULL);
     if (!f) {
         fprintf(stderr, "  st_open: %s\n", err);
@@ -270,23 +271,23 @@ static void test_load_refuses_and_leaves_memory_alone(void)
     CHECK_INT(-1, st_find(f, "d", &got));
     CHECK_INT(-1, st_find(f, "f8", &got));
 
-    float   w[4], one[2];
+    float w[4], one[2];
     int32_t n1;
     static const struct {
         const char *what, *name;
-        st_dtype    dtype;
-        int         rank;
-        int64_t     dim0, dim1;
+        st_dtype dtype;
+        int rank;
+        int64_t dim0, dim1;
         const char *message;
     } cases[] = {
-        {"F64", "d", ST_F32, 1, 1, 0, "tensor 'd': dtype F64 is not supported (fusion reads F32, F16, BF16, I32)"},
-        {"I8", "i8", ST_F32, 1, 2, 0, "tensor 'i8': dtype I8 is not supported (fusion reads F32, F16, BF16, I32)"},
-        {"F8_E4M3", "f8", ST_BF16, 1, 2, 0, "tensor 'f8': dtype F8_E4M3 is not supported"},
-        {"I32 as F32", "n", ST_F32, 1, 1, 0, "tensor 'n': I32 in the file does not load as F32"},
-        {"F32 as I32", "x", ST_I32, 1, 1, 0, "tensor 'x': F32 in the file does not load as I32"},
-        {"another shape", "x", ST_F32, 2, 1, 1, "tensor 'x': shape [1] in the file, [1,1] wanted"},
-        {"another dim", "w", ST_F32, 2, 4, 1, "tensor 'w': shape [2,2] in the file, [4,1] wanted"},
-        {"absent", "nope", ST_F32, 1, 1, 0, "has no tensor 'nope'"},
+        { "F64", "d", ST_F32, 1, 1, 0, "tensor 'd': dtype F64 is not supported (fusion reads F32, F16, BF16, I32)" },
+        { "I8", "i8", ST_F32, 1, 2, 0, "tensor 'i8': dtype I8 is not supported (fusion reads F32, F16, BF16, I32)" },
+        { "F8_E4M3", "f8", ST_BF16, 1, 2, 0, "tensor 'f8': dtype F8_E4M3 is not supported" },
+        { "I32 as F32", "n", ST_F32, 1, 1, 0, "tensor 'n': I32 in the file does not load as F32" },
+        { "F32 as I32", "x", ST_I32, 1, 1, 0, "tensor 'x': F32 in the file does not load as I32" },
+        { "another shape", "x", ST_F32, 2, 1, 1, "tensor 'x': shape [1] in the file, [1,1] wanted" },
+        { "another dim", "w", ST_F32, 2, 4, 1, "tensor 'w': shape [2,2] in the file, [4,1] wanted" },
+        { "absent", "nope", ST_F32, 1, 1, 0, "has no tensor 'nope'" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (int k = 0; k < 4; k++)
@@ -294,9 +295,12 @@ static void test_load_refuses_and_leaves_memory_alone(void)
         one[0] = one[1] = -7.0f;
         n1 = -7;
         st_target tg[2] = {
-            {.name = "w", .dtype = ST_F32, .rank = 2, .dim = {2, 2}, .dst = w},   /* fine by itself */
-            {.name = cases[i].name, .dtype = cases[i].dtype, .rank = cases[i].rank,
-             .dim = {cases[i].dim0, cases[i].dim1}, .dst = cases[i].dtype == ST_I32 ? (void *)&n1 : (void *)one},
+            { .name = "w", .dtype = ST_F32, .rank = 2, .dim = { 2, 2 }, .dst = w }, /* fine by itself */
+            { .name = cases[i].name,
+              .dtype = cases[i].dtype,
+              .rank = cases[i].rank,
+              .dim = { cases[i].dim0, cases[i].dim1 },
+              .dst = cases[i].dtype == ST_I32 ? (void *)&n1 : (void *)one },
         };
         err[0] = '\0';
         int rc = st_load(f, tg, 2, err, sizeof err);
@@ -304,9 +308,9 @@ static void test_load_refuses_and_leaves_memory_alone(void)
             fprintf(stderr, "  case '%s':\n", cases[i].what);
         CHECK_INT(-1, rc);
         CHECK_CONTAINS(err, cases[i].message);
-        CHECK(strncmp(err, path, strlen(path)) == 0);   /* the message starts with the path */
+        CHECK(strncmp(err, path, strlen(path)) == 0); /* the message starts with the path */
         for (int k = 0; k < 4; k++)
-            CHECK_NEAR(-7.0f, w[k], 0);                /* the good target before it: not written */
+            CHECK_NEAR(-7.0f, w[k], 0); /* the good target before it: not written */
         CHECK_NEAR(-7.0f, one[0], 0);
         CHECK_NEAR(-7.0f, one[1], 0);
         CHECK_INT(-7, n1);
@@ -314,11 +318,11 @@ static void test_load_refuses_and_leaves_memory_alone(void)
 
     /* The good ones together load. */
     st_target ok[2] = {
-        {.name = "w", .dtype = ST_F32, .rank = 2, .dim = {2, 2}, .dst = w},
-        {.name = "n", .dtype = ST_I32, .rank = 1, .dim = {1}, .dst = &n1},
+        { .name = "w", .dtype = ST_F32, .rank = 2, .dim = { 2, 2 }, .dst = w },
+        { .name = "n", .dtype = ST_I32, .rank = 1, .dim = { 1 }, .dst = &n1 },
     };
     CHECK_INT(0, st_load(f, ok, 2, err, sizeof err));
-    CHECK_NEAR(bf16_to_f32(0x0100), w[0], 0);   /* data bytes 0, 1, 2, ...: bf16 0x0100, 0x0302, ... */
+    CHECK_NEAR(bf16_to_f32(0x0100), w[0], 0); /* data bytes 0, 1, 2, ...: bf16 0x0100, 0x0302, ... */
     CHECK_NEAR(bf16_to_f32(0x0706), w[3], 0);
     CHECK_INT(0x17161514, n1);
     st_close(f);
@@ -327,17 +331,17 @@ static void test_load_refuses_and_leaves_memory_alone(void)
      * dtype's size times the shape: st_open refuses the file. */
     static const struct {
         const char *what, *header;
-        size_t      data_len;
+        size_t data_len;
         const char *message;
     } bad[] = {
-        {"garbage dtype", "{\"w\":{\"dtype\":\"BF17\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2,
-         "tensor 'w': unknown dtype \"BF17\" (not a safetensors dtype; fusion reads F32, F16, BF16, I32)"},
-        {"BF16 short", "{\"h.0.w\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,10]}}", 10,
-         "tensor 'h.0.w': data_offsets [0, 10) hold 10 bytes but BF16 [2,3] needs 12"},
-        {"F16 with F32's length", "{\"h\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[0,12]}}", 12,
-         "tensor 'h': data_offsets [0, 12) hold 12 bytes but F16 [3] needs 6"},
-        {"F64 short", "{\"d\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
-         "tensor 'd': data_offsets [0, 8) hold 8 bytes but F64 [2] needs 16"},
+        { "garbage dtype", "{\"w\":{\"dtype\":\"BF17\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2,
+          "tensor 'w': unknown dtype \"BF17\" (not a safetensors dtype; fusion reads F32, F16, BF16, I32)" },
+        { "BF16 short", "{\"h.0.w\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,10]}}", 10,
+          "tensor 'h.0.w': data_offsets [0, 10) hold 10 bytes but BF16 [2,3] needs 12" },
+        { "F16 with F32's length", "{\"h\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[0,12]}}", 12,
+          "tensor 'h': data_offsets [0, 12) hold 12 bytes but F16 [3] needs 6" },
+        { "F64 short", "{\"d\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+          "tensor 'd': data_offsets [0, 8) hold 8 bytes but F64 [2] needs 16" },
     };
     const char *bad_path = in_dir("bad-half.safetensors");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -353,11 +357,11 @@ static void test_load_refuses_and_leaves_memory_alone(void)
     }
 
     /* The writer: conversions it does not make, dtypes that are none. */
-    float   v  = 1.0f;
+    float v = 1.0f;
     int32_t iv = 1;
     const char *wpath = in_dir("bad-write.safetensors");
-    st_tensor ti = {.name = "i", .dtype = ST_I32, .rank = 0, .data = &iv};
-    st_tensor tf = {.name = "f", .dtype = ST_F32, .rank = 0, .data = &v};
+    st_tensor ti = { .name = "i", .dtype = ST_I32, .rank = 0, .data = &iv };
+    st_tensor tf = { .name = "f", .dtype = ST_F32, .rank = 0, .data = &v };
     const st_dtype to_bf16 = ST_BF16, to_i32 = ST_I32, to_bad = (st_dtype)9;
     CHECK_INT(-1, st_write_as(wpath, &ti, 1, &to_bf16, NULL, err, sizeof err));
     CHECK_CONTAINS(err, "tensor 'i': I32 data cannot be written as BF16");
@@ -461,13 +465,13 @@ static void test_torch_half_files_both_ways(void)
     if (f) {
         static const struct {
             const char *name, *as_f32;
-            int         rank;
-            int64_t     dim0, dim1;
-            st_dtype    dtype;
+            int rank;
+            int64_t dim0, dim1;
+            st_dtype dtype;
         } pairs[] = {
-            {"b", "b_f32", 2, 3, 5, ST_BF16},
-            {"h", "h_f32", 2, 5, 3, ST_F16},
-            {"s", "s_f32", 0, 0, 0, ST_BF16},
+            { "b", "b_f32", 2, 3, 5, ST_BF16 },
+            { "h", "h_f32", 2, 5, 3, ST_F16 },
+            { "s", "s_f32", 0, 0, 0, ST_BF16 },
         };
         for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
             float got[15], want[15];
@@ -476,10 +480,16 @@ static void test_torch_half_files_both_ways(void)
             CHECK_INT(1, st_find(f, pairs[i].name, &t));
             CHECK_INT(pairs[i].dtype, t.dtype);
             st_target tg[2] = {
-                {.name = pairs[i].name, .dtype = ST_F32, .rank = pairs[i].rank,
-                 .dim = {pairs[i].dim0, pairs[i].dim1}, .dst = got},
-                {.name = pairs[i].as_f32, .dtype = ST_F32, .rank = pairs[i].rank,
-                 .dim = {pairs[i].dim0, pairs[i].dim1}, .dst = want},
+                { .name = pairs[i].name,
+                  .dtype = ST_F32,
+                  .rank = pairs[i].rank,
+                  .dim = { pairs[i].dim0, pairs[i].dim1 },
+                  .dst = got },
+                { .name = pairs[i].as_f32,
+                  .dtype = ST_F32,
+                  .rank = pairs[i].rank,
+                  .dim = { pairs[i].dim0, pairs[i].dim1 },
+                  .dst = want },
             };
             err[0] = '\0';
             CHECK_INT(0, st_load(f, tg, 2, err, sizeof err));
@@ -487,13 +497,13 @@ static void test_torch_half_files_both_ways(void)
             int64_t n = pairs[i].rank ? pairs[i].dim0 * pairs[i].dim1 : 1;
             char what[64];
             snprintf(what, sizeof what, "torch's %s loaded as F32 vs its .float()", pairs[i].name);
-            CHECK(memcmp(got, want, (size_t)n * 4) == 0);   /* NaN included: bit for bit */
+            CHECK(memcmp(got, want, (size_t)n * 4) == 0); /* NaN included: bit for bit */
             CHECK(same_f32(what, want, got, n));
         }
         float s = 0;
-        st_target ts = {.name = "s", .dtype = ST_F32, .rank = 0, .dst = &s};
+        st_target ts = { .name = "s", .dtype = ST_F32, .rank = 0, .dst = &s };
         CHECK_INT(0, st_load(f, &ts, 1, err, sizeof err));
-        CHECK_NEAR(0.10009765625, s, 0);   /* bf16 0x3dcd */
+        CHECK_NEAR(0.10009765625, s, 0); /* bf16 0x3dcd */
         st_close(f);
     } else if (code == 0) {
         fprintf(stderr, "  st_open: %s\n", err);
@@ -501,11 +511,11 @@ static void test_torch_half_files_both_ways(void)
 
     /* Ours: fusion's BF16 and F16 of fp32 values are torch's .to() of them. */
     st_tensor t[] = {
-        {.name = "x", .dtype = ST_F32, .rank = 2, .dim = {64, 64}, .data = values},
-        {.name = "xb", .dtype = ST_F32, .rank = 2, .dim = {64, 64}, .data = values},
-        {.name = "xh", .dtype = ST_F32, .rank = 2, .dim = {64, 64}, .data = values},
+        { .name = "x", .dtype = ST_F32, .rank = 2, .dim = { 64, 64 }, .data = values },
+        { .name = "xb", .dtype = ST_F32, .rank = 2, .dim = { 64, 64 }, .data = values },
+        { .name = "xh", .dtype = ST_F32, .rank = 2, .dim = { 64, 64 }, .data = values },
     };
-    const st_dtype as[] = {ST_F32, ST_BF16, ST_F16};
+    const st_dtype as[] = { ST_F32, ST_BF16, ST_F16 };
     const char *ours = in_dir("ours-half.safetensors");
     CHECK_INT(0, st_write_as(ours, t, 3, as, NULL, err, sizeof err));
     CHECK_INT(0, run_torch(script, "check", ours));

@@ -46,7 +46,7 @@ static void test_slow_cuts_capped_by_memory_recompute(void)
                                SCHEDULE_RECOMPUTE_OFF, plain, none, NULL));
     for (int32_t s = 0; s < S - 1; s++) {
         CHECK_INT(1, recompute[s]);
-        CHECK_NEAR(0.027, t[s], 1e-12);   /* the forward again */
+        CHECK_NEAR(0.027, t[s], 1e-12); /* the forward again */
         CHECK_INT(0, none[s]);
         CHECK(warm[s] > plain[s]);
     }
@@ -89,8 +89,8 @@ static void test_transfer_bound_not_worth_recomputing(void)
     const double most_stash[2] = { 3, 3 }, most_replay[2] = { 60, 60 };
     int32_t warm[2];
     uint8_t recompute[2];
-    CHECK_INT(0, schedule_plan(2, M, t, f, round_trip, transfer, most_stash, most_replay, SCHEDULE_RECOMPUTE_AUTO,
-                               warm, recompute, NULL));
+    CHECK_INT(0, schedule_plan(2, M, t, f, round_trip, transfer, most_stash, most_replay, SCHEDULE_RECOMPUTE_AUTO, warm,
+                               recompute, NULL));
     CHECK_INT(0, recompute[0]);
     CHECK_INT(0, recompute[1]);
     CHECK_INT(3, warm[0]);
@@ -98,10 +98,10 @@ static void test_transfer_bound_not_worth_recomputing(void)
     /* A slower link's round trip (0.5 s, 0.1 s transfer): 3 in flight
      * leave it idle, (0.5 + 0.02) / 3 > 0.1, so recomputing pays. */
     const double longer[2] = { 0.5, 0 };
-    CHECK_INT(0, schedule_plan(2, M, t, f, longer, transfer, most_stash, most_replay, SCHEDULE_RECOMPUTE_AUTO,
-                               warm, recompute, NULL));
+    CHECK_INT(0, schedule_plan(2, M, t, f, longer, transfer, most_stash, most_replay, SCHEDULE_RECOMPUTE_AUTO, warm,
+                               recompute, NULL));
     CHECK_INT(1, recompute[0]);
-    CHECK_INT(19, warm[0]);   /* 1 + floor(0.5 / 0.027) */
+    CHECK_INT(19, warm[0]); /* 1 + floor(0.5 / 0.027) */
 }
 
 static void test_modes(void)

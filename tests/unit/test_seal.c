@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ERR 512
+#define ERR   512
 #define BUILD 0x0123456789abcdefull
 #define EPOCH 7
 
@@ -25,7 +25,7 @@
 /* One end of a link: who it is and whom it expects. */
 typedef struct {
     fu_link_auth auth;
-    const char  *expect;
+    const char *expect;
 } end;
 
 static end make_end(const uint8_t *secret, const char *self, const char *expect)
@@ -36,11 +36,11 @@ static end make_end(const uint8_t *secret, const char *self, const char *expect)
 
 /* A finished handshake: each end's keys, transcript, result and message. */
 typedef struct {
-    fu_hs   hs[2];            /* 0: the listener, 1: the connector */
+    fu_hs hs[2]; /* 0: the listener, 1: the connector */
     fu_seal s[2];
     uint8_t transcript[2][32];
-    int     rc[2];
-    char    err[2][ERR];
+    int rc[2];
+    char err[2][ERR];
 } link_pair;
 
 /* Both ends start, then each finishes with the other's hello, as
@@ -52,8 +52,8 @@ static void handshake(link_pair *p, const end *listener, const end *connector)
     fu_hs_start(&p->hs[1], &connector->auth, connector->expect);
     p->rc[0] = fu_hs_finish(&p->hs[0], &listener->auth, listener->expect, p->hs[1].hello, FU_HS_BYTES, 1, &p->s[0],
                             p->transcript[0], p->err[0], ERR);
-    p->rc[1] = fu_hs_finish(&p->hs[1], &connector->auth, connector->expect, p->hs[0].hello, FU_HS_BYTES, 0,
-                            &p->s[1], p->transcript[1], p->err[1], ERR);
+    p->rc[1] = fu_hs_finish(&p->hs[1], &connector->auth, connector->expect, p->hs[0].hello, FU_HS_BYTES, 0, &p->s[1],
+                            p->transcript[1], p->err[1], ERR);
 }
 
 /* A good pair (listener "main", connector "worker1") under secret. */
@@ -85,7 +85,7 @@ static int open_copy(fu_seal *s, const uint8_t *frame, size_t len, uint8_t *plai
     int rc = fu_open_frame(s, buf, len, &p, &k, err, ERR);
     if (rc == 0) {
         if (p != buf + FU_SEAL_PREFIX)
-            rc = -2;   /* the plain text must be in place, after the counter */
+            rc = -2; /* the plain text must be in place, after the counter */
         if (plain && k)
             memcpy(plain, p, k);
         if (plain_len)
@@ -157,16 +157,16 @@ static void test_round_trip(int aes)
             randombytes_buf(msg, len);
             size_t sealed = seal_msg(tx, msg, len, frame);
             CHECK_INT(len + FU_SEAL_OVERHEAD, sealed);
-            CHECK_INT(i, le64(frame));                    /* the counter, in clear */
+            CHECK_INT(i, le64(frame)); /* the counter, in clear */
             CHECK_INT(i + 1, tx->tx_count);
-            if (len >= 16)                                 /* it is encrypted */
+            if (len >= 16) /* it is encrypted */
                 CHECK(memcmp(frame + FU_SEAL_PREFIX, msg, len) != 0);
             size_t got_len = 12345;
             int rc = open_copy(rx, frame, sealed, got, &got_len, err);
             CHECK_INT(0, rc);
             if (rc != 0)
-                fprintf(stderr, "  frame %d (%zu bytes, %s): %s\n", i, len, dir ? "connector to listener" :
-                        "listener to connector", err);
+                fprintf(stderr, "  frame %d (%zu bytes, %s): %s\n", i, len,
+                        dir ? "connector to listener" : "listener to connector", err);
             CHECK_INT(len, got_len);
             CHECK(len == 0 || memcmp(got, msg, len) == 0);
             CHECK_INT(i + 1, rx->rx_count);
@@ -271,7 +271,7 @@ static void test_frame_refusals(int aes)
                 set_le64(noise, C->rx_count);
             err[0] = '\0';
             noise_opened += open_copy(C, noise, len, NULL, NULL, err) == 0;
-            noise_silent += err[0] == '\0';   /* a refusal must say why */
+            noise_silent += err[0] == '\0'; /* a refusal must say why */
         }
     }
     CHECK_INT(0, noise_opened);
@@ -309,7 +309,7 @@ static int finish_with(const end *l, const uint8_t *hello, size_t len, char *err
     err[0] = '\0';
     int rc = fu_hs_finish(&hs, &l->auth, l->expect, hello, len, 1, &s, t, err, ERR);
     if (!sodium_is_zero(hs.sk, 32))
-        rc = -2;   /* the ephemeral secret key must be wiped, refused or not */
+        rc = -2; /* the ephemeral secret key must be wiped, refused or not */
     return rc;
 }
 
@@ -456,7 +456,7 @@ static void test_secret_file(void)
     CHECK_INT(0, stat(path, &st));
     CHECK_INT(0600, st.st_mode & 0777);
     CHECK_INT(FU_SECRET_BYTES, st.st_size);
-    CHECK(access(tmp, F_OK) != 0);   /* no temporary left behind */
+    CHECK(access(tmp, F_OK) != 0); /* no temporary left behind */
     memset(back, 0, sizeof back);
     CHECK_INT(0, fu_secret_load(path, back, err, ERR));
     CHECK(memcmp(secret, back, sizeof secret) == 0);
@@ -476,7 +476,7 @@ static void test_secret_file(void)
     CHECK_INT(0, chmod(path, 0640));
     CHECK_INT(-1, fu_secret_load(path, back, err, ERR));
     CHECK_CONTAINS(err, "mode 640");
-    CHECK_INT(0, chmod(path, 0400));   /* the owner alone, read-only: fine */
+    CHECK_INT(0, chmod(path, 0400)); /* the owner alone, read-only: fine */
     CHECK_INT(0, fu_secret_load(path, back, err, ERR));
     CHECK_INT(0, chmod(path, 0600));
 
@@ -503,7 +503,7 @@ static void test_secret_file(void)
 
     unlink(path);
     unlink(bad);
-    CHECK_INT(0, rmdir(dir));   /* nothing else was left in it */
+    CHECK_INT(0, rmdir(dir)); /* nothing else was left in it */
 }
 
 /* ---- boxes ---------------------------------------------------------------------- */

@@ -21,7 +21,8 @@
 
 #define ERR 256
 
-static int64_t now_ms(void) {
+static int64_t now_ms(void)
+{
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
@@ -30,44 +31,52 @@ static int64_t now_ms(void) {
 /* A loopback port nobody holds right now: start from a pid-derived point in
  * 20000-59999 and probe with a plain bind, so parallel ctest runs don't
  * collide.  (nanomsg tcp cannot bind port 0 and tell us the port.) */
-static int free_port(void) {
+static int free_port(void)
+{
     static int next;
-    if (!next) next = 20000 + (int)(getpid() * 7919u % 40000u);
+    if (!next)
+        next = 20000 + (int)(getpid() * 7919u % 40000u);
     for (int tries = 0; tries < 200; tries++) {
         int port = next;
         next = next + 1 >= 60000 ? 20000 : next + 1;
         int s = socket(AF_INET, SOCK_STREAM, 0);
         int one = 1;
         setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         int ok = bind(s, (struct sockaddr *)&a, sizeof a) == 0;
         close(s);
-        if (ok) return port;
+        if (ok)
+            return port;
     }
     return 0;
 }
 
 typedef struct {
     char url[64];
-    int  mode;        /* what the peer does, see peer_main */
-    int  timeout_ms;
+    int mode; /* what the peer does, see peer_main */
+    int timeout_ms;
     /* results */
-    int  rc[8];
+    int rc[8];
     char err[8][ERR];
     fu_msg_info info[8];
-    float *data;      /* mode ECHO: the payload it received */
+    float *data; /* mode ECHO: the payload it received */
 } peer;
 
 enum { ECHO, RECV_FIVE, SILENT, SEND_ONE_THEN_EXIT, BOTH_SEND, RECV_THREE_BIG };
 
-#define BIG (5u << 20)   /* 5 MiB: over nanomsg's 1 MiB default NN_RCVMAXSIZE */
+#define BIG (5u << 20) /* 5 MiB: over nanomsg's 1 MiB default NN_RCVMAXSIZE */
 
-static void *peer_main(void *arg) {
+static void *peer_main(void *arg)
+{
     peer *p = arg;
     char err[ERR];
     fu_link *l = fu_link_connect(p->url, "main", p->timeout_ms, err, sizeof err);
-    if (!l) { fprintf(stderr, "peer: %s\n", err); p->rc[0] = -2; return NULL; }
+    if (!l) {
+        fprintf(stderr, "peer: %s\n", err);
+        p->rc[0] = -2;
+        return NULL;
+    }
     switch (p->mode) {
     case ECHO: {
         p->data = malloc(BIG);
@@ -80,17 +89,18 @@ static void *peer_main(void *arg) {
     }
     case RECV_FIVE: {
         float buf[64];
-        for (int i = 0; i < 5; i++) p->rc[i] = fu_link_recv(l, &p->info[i], buf, sizeof buf, p->err[i], ERR);
+        for (int i = 0; i < 5; i++)
+            p->rc[i] = fu_link_recv(l, &p->info[i], buf, sizeof buf, p->err[i], ERR);
         p->data = malloc(sizeof buf);
         memcpy(p->data, buf, sizeof buf);
         break;
     }
     case SILENT:
-        usleep(700 * 1000);   /* alive, connected, never reads: no ack */
+        usleep(700 * 1000); /* alive, connected, never reads: no ack */
         break;
     case SEND_ONE_THEN_EXIT: {
         float x = 1.5f;
-        fu_msg_info m = {.kind = MSG_ACTIVATION, .step = 1, .tensor = 2, .length = sizeof x};
+        fu_msg_info m = { .kind = MSG_ACTIVATION, .step = 1, .tensor = 2, .length = sizeof x };
         p->rc[0] = fu_link_send(l, &m, &x, p->err[0], ERR);
         break;
     }
@@ -102,7 +112,7 @@ static void *peer_main(void *arg) {
     }
     case BOTH_SEND: {
         float x = 2.0f, y = 0;
-        fu_msg_info m = {.kind = MSG_GRADIENT, .step = 9, .tensor = 1, .length = sizeof x};
+        fu_msg_info m = { .kind = MSG_GRADIENT, .step = 9, .tensor = 1, .length = sizeof x };
         p->rc[0] = fu_link_send(l, &m, &x, p->err[0], ERR);
         p->rc[1] = fu_link_recv(l, &p->info[1], &y, sizeof y, p->err[1], ERR);
         p->data = malloc(sizeof y);
@@ -115,7 +125,8 @@ static void *peer_main(void *arg) {
 }
 
 /* Listens on a fresh port with the peer thread connecting; NULL on failure. */
-static fu_link *start(peer *p, pthread_t *t, int mode, int timeout_ms) {
+static fu_link *start(peer *p, pthread_t *t, int mode, int timeout_ms)
+{
     char err[ERR];
     for (int attempt = 0; attempt < 5; attempt++) {
         memset(p, 0, sizeof *p);
@@ -124,24 +135,32 @@ static fu_link *start(peer *p, pthread_t *t, int mode, int timeout_ms) {
         p->timeout_ms = 2000;
         pthread_create(t, NULL, peer_main, p);
         fu_link *l = fu_link_listen(p->url, "gpu1", timeout_ms, err, sizeof err);
-        if (l) return l;
+        if (l)
+            return l;
         pthread_join(*t, NULL);
         fprintf(stderr, "listen on %s: %s (retrying)\n", p->url, err);
     }
     return NULL;
 }
 
-static void test_transport_5mib_round_trip_keeps_bytes_and_header(void) {
+static void test_transport_5mib_round_trip_keeps_bytes_and_header(void)
+{
     peer p;
     pthread_t t;
     fu_link *l = start(&p, &t, ECHO, 2000);
     CHECK(l != NULL);
-    if (!l) return;
+    if (!l)
+        return;
     float *x = malloc(BIG), *y = malloc(BIG);
-    for (size_t i = 0; i < BIG / sizeof(float); i++) x[i] = (float)i * 0.25f - 3.0f;
+    for (size_t i = 0; i < BIG / sizeof(float); i++)
+        x[i] = (float)i * 0.25f - 3.0f;
     char err[ERR] = "";
-    fu_msg_info m = {.kind = MSG_ACTIVATION, .step = 1234567890123LL, .micro_batch = 5, .tensor = 42,
-                     .codec = FU_CODEC_RAW_F32, .length = BIG};
+    fu_msg_info m = { .kind = MSG_ACTIVATION,
+                      .step = 1234567890123LL,
+                      .micro_batch = 5,
+                      .tensor = 42,
+                      .codec = FU_CODEC_RAW_F32,
+                      .length = BIG };
     CHECK_INT(0, fu_link_send(l, &m, x, err, sizeof err));
     fu_msg_info got;
     CHECK_INT(0, fu_link_recv(l, &got, y, BIG, err, sizeof err));
@@ -160,19 +179,24 @@ static void test_transport_5mib_round_trip_keeps_bytes_and_header(void) {
     CHECK_INT(1234567890124LL, got.step);
     CHECK_INT(BIG, got.length);
     CHECK(memcmp(y, x, BIG) == 0);
-    free(x); free(y); free(p.data);
+    free(x);
+    free(y);
+    free(p.data);
     fu_link_close(l);
 }
 
-static void test_transport_rejects_corrupt_messages_and_delivers_the_next(void) {
+static void test_transport_rejects_corrupt_messages_and_delivers_the_next(void)
+{
     peer p;
     pthread_t t;
     fu_link *l = start(&p, &t, RECV_FIVE, 2000);
     CHECK(l != NULL);
-    if (!l) return;
+    if (!l)
+        return;
     float v[16];
-    for (int i = 0; i < 16; i++) v[i] = (float)i;
-    fu_msg_info m = {.kind = MSG_GRADIENT, .step = 3, .tensor = 7, .length = sizeof v};
+    for (int i = 0; i < 16; i++)
+        v[i] = (float)i;
+    fu_msg_info m = { .kind = MSG_GRADIENT, .step = 3, .tensor = 7, .length = sizeof v };
     size_t len;
     uint8_t *frame = fu_link_encode(&m, v, 100, &len);
     char err[ERR] = "";
@@ -214,20 +238,23 @@ static void test_transport_rejects_corrupt_messages_and_delivers_the_next(void) 
     fu_link_close(l);
 }
 
-static void test_transport_rejects_length_mismatch(void) {
+static void test_transport_rejects_length_mismatch(void)
+{
     peer p;
     pthread_t t;
     fu_link *l = start(&p, &t, RECV_FIVE, 2000);
     CHECK(l != NULL);
-    if (!l) return;
-    float v[4] = {1, 2, 3, 4};
-    fu_msg_info m = {.kind = MSG_ACTIVATION, .step = 8, .tensor = 1, .length = sizeof v};
+    if (!l)
+        return;
+    float v[4] = { 1, 2, 3, 4 };
+    fu_msg_info m = { .kind = MSG_ACTIVATION, .step = 8, .tensor = 1, .length = sizeof v };
     size_t len;
     uint8_t *frame = fu_link_encode(&m, v, 1, &len);
     char err[ERR] = "";
-    CHECK_INT(0, fu_link_send_raw(l, frame, len - 4, err, sizeof err));   /* truncated */
-    CHECK_INT(0, fu_link_send_raw(l, frame, 10, err, sizeof err));        /* shorter than a header */
-    for (int i = 0; i < 3; i++) CHECK_INT(0, fu_link_send(l, &m, v, err, sizeof err));
+    CHECK_INT(0, fu_link_send_raw(l, frame, len - 4, err, sizeof err)); /* truncated */
+    CHECK_INT(0, fu_link_send_raw(l, frame, 10, err, sizeof err));      /* shorter than a header */
+    for (int i = 0; i < 3; i++)
+        CHECK_INT(0, fu_link_send(l, &m, v, err, sizeof err));
     pthread_join(t, NULL);
     CHECK_INT(-1, p.rc[0]);
     CHECK_STR("message from main: header says 16 payload bytes, 12 arrived (step 8, tensor 1): dropped", p.err[0]);
@@ -240,14 +267,16 @@ static void test_transport_rejects_length_mismatch(void) {
     fu_link_close(l);
 }
 
-static void test_transport_send_to_silent_peer_times_out_naming_it(void) {
+static void test_transport_send_to_silent_peer_times_out_naming_it(void)
+{
     peer p;
     pthread_t t;
     fu_link *l = start(&p, &t, SILENT, 300);
     CHECK(l != NULL);
-    if (!l) return;
+    if (!l)
+        return;
     float x = 1;
-    fu_msg_info m = {.kind = MSG_ACTIVATION, .step = 2, .tensor = 5, .length = sizeof x};
+    fu_msg_info m = { .kind = MSG_ACTIVATION, .step = 2, .tensor = 5, .length = sizeof x };
     char err[ERR] = "";
     int64_t t0 = now_ms();
     CHECK_INT(-1, fu_link_send(l, &m, &x, err, sizeof err));
@@ -258,18 +287,20 @@ static void test_transport_send_to_silent_peer_times_out_naming_it(void) {
     fu_link_close(l);
 }
 
-static void test_transport_recv_from_exited_peer_times_out_naming_it(void) {
+static void test_transport_recv_from_exited_peer_times_out_naming_it(void)
+{
     peer p;
     pthread_t t;
     fu_link *l = start(&p, &t, SEND_ONE_THEN_EXIT, 300);
     CHECK(l != NULL);
-    if (!l) return;
+    if (!l)
+        return;
     float x = 0;
     fu_msg_info m;
     char err[ERR] = "";
     CHECK_INT(0, fu_link_recv(l, &m, &x, sizeof x, err, sizeof err));
     CHECK(x == 1.5f);
-    pthread_join(t, NULL);   /* the peer closed its socket and is gone */
+    pthread_join(t, NULL); /* the peer closed its socket and is gone */
     CHECK_INT(0, p.rc[0]);
     int64_t t0 = now_ms();
     CHECK_INT(-1, fu_link_recv(l, &m, &x, sizeof x, err, sizeof err));
@@ -284,7 +315,8 @@ static void test_transport_recv_from_exited_peer_times_out_naming_it(void) {
     fu_link_close(l);
 }
 
-static void test_transport_connect_to_nobody_times_out_naming_the_peer(void) {
+static void test_transport_connect_to_nobody_times_out_naming_the_peer(void)
+{
     char url[64], err[ERR] = "";
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
     int64_t t0 = now_ms();
@@ -296,14 +328,16 @@ static void test_transport_connect_to_nobody_times_out_naming_the_peer(void) {
     fu_link_close(l);
 }
 
-static void test_transport_both_sides_send_at_once(void) {
+static void test_transport_both_sides_send_at_once(void)
+{
     peer p;
     pthread_t t;
     fu_link *l = start(&p, &t, BOTH_SEND, 2000);
     CHECK(l != NULL);
-    if (!l) return;
+    if (!l)
+        return;
     float x = 3.0f, y = 0;
-    fu_msg_info m = {.kind = MSG_ACTIVATION, .step = 9, .tensor = 0, .length = sizeof x}, got;
+    fu_msg_info m = { .kind = MSG_ACTIVATION, .step = 9, .tensor = 0, .length = sizeof x }, got;
     char err[ERR] = "";
     CHECK_INT(0, fu_link_send(l, &m, &x, err, sizeof err));
     CHECK_INT(0, fu_link_recv(l, &got, &y, sizeof y, err, sizeof err));
@@ -320,13 +354,15 @@ static void test_transport_both_sides_send_at_once(void) {
 
 /* One frame, built from transport.h's header table alone (not with the
  * transport's own code): a check of the documented format. */
-static size_t put_le(uint8_t *p, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+static size_t put_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
     return (size_t)bytes;
 }
 
-static uint8_t *frame_by_hand(const fu_msg_info *m, uint64_t seq, uint32_t frame, const uint8_t *payload,
-                              size_t *len) {
+static uint8_t *frame_by_hand(const fu_msg_info *m, uint64_t seq, uint32_t frame, const uint8_t *payload, size_t *len)
+{
     size_t off = (size_t)frame * FU_WIRE_FRAME;
     size_t k = m->length - off < FU_WIRE_FRAME ? (size_t)(m->length - off) : FU_WIRE_FRAME;
     uint8_t *f = calloc(1, FU_WIRE_HEADER + k);
@@ -346,22 +382,26 @@ static uint8_t *frame_by_hand(const fu_msg_info *m, uint64_t seq, uint32_t frame
     return f;
 }
 
-static void test_transport_drops_a_framed_message_with_a_bad_or_missing_frame(void) {
+static void test_transport_drops_a_framed_message_with_a_bad_or_missing_frame(void)
+{
     peer p;
     pthread_t t;
     fu_link *l = start(&p, &t, RECV_THREE_BIG, 2000);
     CHECK(l != NULL);
-    if (!l) return;
-    uint64_t bytes = 2 * FU_WIRE_FRAME + 100;   /* three frames, the last short */
+    if (!l)
+        return;
+    uint64_t bytes = 2 * FU_WIRE_FRAME + 100; /* three frames, the last short */
     uint8_t *x = malloc(bytes);
-    for (uint64_t i = 0; i < bytes; i++) x[i] = (uint8_t)(i * 7 + 1);
+    for (uint64_t i = 0; i < bytes; i++)
+        x[i] = (uint8_t)(i * 7 + 1);
     char err[ERR] = "";
     size_t len;
     /* 1: its middle frame corrupt (the last one then goes unreported) */
-    fu_msg_info m = {.kind = MSG_GRADIENT, .step = 5, .tensor = 3, .length = bytes};
+    fu_msg_info m = { .kind = MSG_GRADIENT, .step = 5, .tensor = 3, .length = bytes };
     for (uint32_t f = 0; f < 3; f++) {
         uint8_t *frame = frame_by_hand(&m, 100, f, x, &len);
-        if (f == 1) frame[FU_WIRE_HEADER + 1000] ^= 4;
+        if (f == 1)
+            frame[FU_WIRE_HEADER + 1000] ^= 4;
         CHECK_INT(0, fu_link_send_raw(l, frame, len, err, sizeof err));
         free(frame);
     }
@@ -393,19 +433,21 @@ static void test_transport_drops_a_framed_message_with_a_bad_or_missing_frame(vo
 /* Connects to the port every ~35 ms, sends nanomsg's SP header every
  * other time, holds the connection 30 ms and closes it. */
 typedef struct {
-    int port, connections;   /* connections: read after the join */
+    int port, connections; /* connections: read after the join */
     _Atomic int stop;
 } stranger;
 
-static void *stranger_main(void *arg) {
+static void *stranger_main(void *arg)
+{
     stranger *s = arg;
-    const uint8_t sp_header[8] = {0, 'S', 'P', 0, 0, 0x10, 0, 0};   /* NN_PAIR's */
+    const uint8_t sp_header[8] = { 0, 'S', 'P', 0, 0, 0x10, 0, 0 }; /* NN_PAIR's */
     while (!s->stop) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s->port) };
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
-            if (s->connections++ % 2) send(fd, sp_header, sizeof sp_header, MSG_NOSIGNAL);
+            if (s->connections++ % 2)
+                send(fd, sp_header, sizeof sp_header, MSG_NOSIGNAL);
             usleep(30 * 1000);
         }
         close(fd);
@@ -422,9 +464,10 @@ typedef struct {
     char err[ERR];
 } sealed_connector;
 
-static void *sealed_connect_main(void *arg) {
+static void *sealed_connect_main(void *arg)
+{
     sealed_connector *c = arg;
-    usleep((useconds_t)c->delay_ms * 1000);   /* the listener waits, the stranger comes meanwhile */
+    usleep((useconds_t)c->delay_ms * 1000); /* the listener waits, the stranger comes meanwhile */
     c->link = fu_link_open_sealed(c->url, 0, "l", 10000, -1, &c->auth, c->err, ERR);
     return NULL;
 }
@@ -436,19 +479,20 @@ static void *sealed_connect_main(void *arg) {
  * this stranger, does not show between two threads of one process: 160
  * opens passed here under the old rule.  test_sealed_links' c1 check
  * tells the two rules apart every time.) */
-static void test_transport_sealed_opens_beside_a_churning_stranger(void) {
+static void test_transport_sealed_opens_beside_a_churning_stranger(void)
+{
     uint8_t secret[FU_SECRET_BYTES];
     memset(secret, 7, sizeof secret);
-    fu_link_auth listener_auth = {.secret = secret, .self = "l", .build_id = 1, .epoch = 1};
-    stranger s = {.port = free_port()};
+    fu_link_auth listener_auth = { .secret = secret, .self = "l", .build_id = 1, .epoch = 1 };
+    stranger s = { .port = free_port() };
     char url[64];
     snprintf(url, sizeof url, "tcp://*:%d", s.port);
     pthread_t st;
     pthread_create(&st, NULL, stranger_main, &s);
     int64_t slowest = 0, opened = 0;
     for (int i = 0; i < 40; i++) {
-        sealed_connector c = {.auth = {.secret = secret, .self = "c", .build_id = 1, .epoch = 1},
-                              .delay_ms = i * 37 % 100};
+        sealed_connector c = { .auth = { .secret = secret, .self = "c", .build_id = 1, .epoch = 1 },
+                               .delay_ms = i * 37 % 100 };
         snprintf(c.url, sizeof c.url, "tcp://127.0.0.1:%d", s.port);
         pthread_t t;
         int64_t t0 = now_ms();
@@ -457,9 +501,12 @@ static void test_transport_sealed_opens_beside_a_churning_stranger(void) {
         fu_link *l = fu_link_open_sealed(url, 1, "c", 10000, -1, &listener_auth, err, sizeof err);
         pthread_join(t, NULL);
         int64_t took = now_ms() - t0;
-        if (took > slowest) slowest = took;
-        if (!l) fprintf(stderr, "open %d, listening: %s\n", i, err);
-        if (!c.link) fprintf(stderr, "open %d, connecting: %s\n", i, c.err);
+        if (took > slowest)
+            slowest = took;
+        if (!l)
+            fprintf(stderr, "open %d, listening: %s\n", i, err);
+        if (!c.link)
+            fprintf(stderr, "open %d, connecting: %s\n", i, c.err);
         opened += l && c.link;
         fu_link_close(l);
         fu_link_close(c.link);
@@ -473,7 +520,8 @@ static void test_transport_sealed_opens_beside_a_churning_stranger(void) {
     CHECK(s.connections > 20);
 }
 
-int main(void) {
+int main(void)
+{
     test_transport_5mib_round_trip_keeps_bytes_and_header();
     test_transport_rejects_corrupt_messages_and_delivers_the_next();
     test_transport_rejects_length_mismatch();

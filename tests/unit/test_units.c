@@ -9,19 +9,26 @@
 #include "units.h"
 
 /* Parse must succeed with `expected` (relative tolerance 1e-12). */
-#define CHECK_PARSES(text, kind, expected) do { \
-    double v_ = -1; char why_[512] = ""; \
-    int rc_ = units_parse((text), (kind), &v_, why_, sizeof why_); \
-    CHECK_INT(0, rc_); \
-    if (rc_ != 0) fprintf(stderr, "    '%s': %s\n", (text), why_); \
-    CHECK_NEAR((expected), v_, fabs(expected) * 1e-12); } while (0)
+#define CHECK_PARSES(text, kind, expected)                             \
+    do {                                                               \
+        double v_ = -1;                                                \
+        char why_[512] = "";                                           \
+        int rc_ = units_parse((text), (kind), &v_, why_, sizeof why_); \
+        CHECK_INT(0, rc_);                                             \
+        if (rc_ != 0)                                                  \
+            fprintf(stderr, "    '%s': %s\n", (text), why_);           \
+        CHECK_NEAR((expected), v_, fabs(expected) * 1e-12);            \
+    } while (0)
 
 /* Parse must fail, leave the output alone, and say `needle`. */
-#define CHECK_REFUSED(text, kind, needle) do { \
-    double v_ = 42; char why_[512] = ""; \
-    CHECK_INT(-1, units_parse((text), (kind), &v_, why_, sizeof why_)); \
-    CHECK_NEAR(42.0, v_, 0); \
-    CHECK_CONTAINS(why_, (needle)); } while (0)
+#define CHECK_REFUSED(text, kind, needle)                                   \
+    do {                                                                    \
+        double v_ = 42;                                                     \
+        char why_[512] = "";                                                \
+        CHECK_INT(-1, units_parse((text), (kind), &v_, why_, sizeof why_)); \
+        CHECK_NEAR(42.0, v_, 0);                                            \
+        CHECK_CONTAINS(why_, (needle));                                     \
+    } while (0)
 
 static void test_units_bandwidth_bits_and_bytes(void)
 {
@@ -81,13 +88,12 @@ static void test_units_number_syntax(void)
     CHECK_PARSES("1e+2ms", UNIT_TIME, 0.1);
     CHECK_PARSES("000100ms", UNIT_TIME, 0.1);
     CHECK_PARSES("1.000000000000000000000000000000000000000000000001s", UNIT_TIME, 1.0);
-    CHECK_PARSES("123456789012345678901234567890123456789012345678901234567890B", UNIT_SIZE,
-                 1.2345678901234568e59);
+    CHECK_PARSES("123456789012345678901234567890123456789012345678901234567890B", UNIT_SIZE, 1.2345678901234568e59);
     /* "2e" is not an exponent: the 'e' starts the unit */
     CHECK_REFUSED("2es", UNIT_TIME, "unknown unit 'es'");
 
     double v = 0;
-    char   why[256];
+    char why[256];
     CHECK_INT(0, units_parse_number("1.5", &v, why, sizeof why));
     CHECK_NEAR(1.5, v, 0);
     CHECK_INT(0, units_parse_number("2e3", &v, why, sizeof why));
@@ -116,7 +122,7 @@ static void test_units_refuses_with_reason(void)
     CHECK_REFUSED("inf Gbps", UNIT_BANDWIDTH, "not a finite number");
     CHECK_REFUSED("NaNs", UNIT_TIME, "not a finite number");
     CHECK_REFUSED("1e400Gbps", UNIT_BANDWIDTH, "too large");
-    CHECK_REFUSED("1e308TB", UNIT_SIZE, "too large");   /* finite number, infinite after scaling */
+    CHECK_REFUSED("1e308TB", UNIT_SIZE, "too large"); /* finite number, infinite after scaling */
     CHECK_REFUSED("1e-400s", UNIT_TIME, "too small");
     CHECK_REFUSED("1e-320ns", UNIT_TIME, "too small");
     CHECK_REFUSED("", UNIT_TIME, "empty value: expected a time such as '40ms'");
@@ -160,13 +166,16 @@ static void test_units_format_round_trips(void)
     CHECK_STR("inf", units_format(INFINITY, UNIT_BANDWIDTH, buf, sizeof buf));
     CHECK_STR("0.5 bps", units_format(1.0 / 16, UNIT_BANDWIDTH, buf, sizeof buf));
 
-    const struct { double v; unit_kind k; } cases[] = {
-        { 3.3e9, UNIT_BANDWIDTH }, { 7.77e-5, UNIT_TIME }, { 123456789.0, UNIT_SIZE }, { 9.87e14, UNIT_FLOPS },
-        { 2.5e16, UNIT_FLOPS }, { 1.0, UNIT_BANDWIDTH }, { 2e-10, UNIT_TIME }, { 600.0, UNIT_TIME },
+    const struct {
+        double v;
+        unit_kind k;
+    } cases[] = {
+        { 3.3e9, UNIT_BANDWIDTH }, { 7.77e-5, UNIT_TIME },  { 123456789.0, UNIT_SIZE }, { 9.87e14, UNIT_FLOPS },
+        { 2.5e16, UNIT_FLOPS },    { 1.0, UNIT_BANDWIDTH }, { 2e-10, UNIT_TIME },       { 600.0, UNIT_TIME },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         double back = -1;
-        char   why[256] = "";
+        char why[256] = "";
         units_format(cases[i].v, cases[i].k, buf, sizeof buf);
         CHECK_INT(0, units_parse(buf, cases[i].k, &back, why, sizeof why));
         CHECK_NEAR(cases[i].v, back, cases[i].v * 1e-3);
