@@ -36,6 +36,7 @@
 #include "plan_report.h"
 #include "profile.h"
 #include "report.h"
+#include "tokenize.h"
 #include "simulate.h"
 
 #ifndef FUSION_VERSION
@@ -926,6 +927,9 @@ static const command commands[] = {
     { "launch", "OUT ARGS", "start every device on its host over ssh, gather the logs, wait for the end",
       &launch_usage, launch_main },
     { "stop", "OUT", "stop the devices of OUT on their hosts", &stop_usage, stop_main },
+    { "tokenize", "TOKENIZER FILE... -o OUT", "text files to one token shard with a Hugging Face tokenizer.json\n"
+                                              "(and back: --decode)",
+      &tokenize_usage, tokenize_main },
     { "report", "LOG...", "plot the step logs (--log): loss, tokens/s, each link's bytes and busy time",
       &report_usage, report_main },
     { "broker", "OUT ARGS", "run OUT's devices on this machine and keep the run going when devices are\n"

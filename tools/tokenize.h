@@ -1,0 +1,15 @@
+/* tokenize.h: `fusionc tokenize` (tokenize.c): text files to an llm.c
+ * token shard with a Hugging Face tokenizer.json, and back (--decode). */
+#ifndef FUSION_TOKENIZE_H
+#define FUSION_TOKENIZE_H
+
+#include "../runtime/cli_option.h"
+
+/* Its options and --help. */
+extern const cli_usage tokenize_usage;
+
+/* argv: the command's arguments after "tokenize".  0, 1 (a bad file or
+ * tokenizer, a write that failed) or 2 (usage). */
+int tokenize_main(int argc, char **argv);
+
+#endif
