@@ -12,6 +12,7 @@ packages=(
   libxxhash-dev                      # the build id of a compiled graph (XXH3)
   clang libclang-rt-14-dev libomp-14-dev   # the sanitizer build, the fuzz target (libFuzzer), OpenMP
   clang-format                       # the tree's one layout (.clang-format; tests/test_code_format.sh)
+  libpcre2-dev libutf8proc-dev       # the tokenizer: pre-tokenizer regexes (Unicode properties), normalization
   libnanomsg-dev                     # device-to-device transport
   libsqlite3-dev                     # the broker's state (fusionc broker), kept across restarts
   libsodium-dev                      # run secrets, the link handshake and sealed frames
@@ -25,6 +26,13 @@ packages=(
   openssh-client rsync               # fusionc deploy and launch (ssh, rsync, scp)
   openssh-server iproute2            # the deploy test's hosts: sshd in network namespaces
 )
+
+# node and npm: only the tokenizer test's independent reference (npm
+# packages installed into the build folder).  A machine that has them from
+# elsewhere (NodeSource's nodejs bundles npm) keeps them.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
