@@ -31,7 +31,9 @@
  *
  *   fusion-<device> --data FILE [--data FILE]... [--steps N] [--seed S] [--log FILE] [--threads N]
  *
- * Data (data.h): text read as bytes, or llm.c token shards; the model's
+ * Data (data.h): text read as bytes, or llm.c token shards (uint16 or
+ * uint32 ids), checked when opened (ids against the vocabulary of the
+ * embedding or cross_entropy the feeds go to); the model's
  * first two i32 inputs of shape (B,T) get, per row, T tokens from a
  * position drawn from (seed, step, row) and the same tokens shifted by one
  * (the next-token targets).  Batches depend only on (seed, step): a rerun,
@@ -129,6 +131,28 @@ static void find_feeds(const program *p, int32_t *tokens, int32_t *targets)
         else if (p->tensors[i].feed == 1)
             *targets = i;
     }
+}
+
+/* The vocabulary the loader's ids must stay below on this device: the
+ * first dim of the embedding table the tokens index, the last dim of the
+ * logits cross_entropy scores the targets against (the smaller of the two
+ * when both are here); 0 when neither op reads a feed here (a stage that
+ * only passes them on: the op that reads them checks each id as it runs). */
+static int64_t feed_vocabulary(const program *p, int32_t tokens_at, int32_t targets_at)
+{
+    const rt_op *ops = (const rt_op *)fusion_ops_blob;
+    int64_t vocab = 0;
+    for (int32_t i = 0; i < p->manifest.n_ops; i++) {
+        const rt_op *op = &ops[i];
+        int64_t v = 0;
+        if (op->op == OP_EMBEDDING && tokens_at >= 0 && op->in[0].offset == p->tensors[tokens_at].t.offset)
+            v = op->in[1].dim[0]; /* idx (..), table (V, C) */
+        else if (op->op == OP_CROSS_ENTROPY && targets_at >= 0 && op->in[1].offset == p->tensors[targets_at].t.offset)
+            v = op->in[0].dim[op->in[0].rank - 1]; /* logits (.., V), targets (..) */
+        if (v > 0 && (vocab == 0 || v < vocab))
+            vocab = v;
+    }
+    return vocab;
 }
 
 static double now(void)
@@ -901,8 +925,9 @@ int main(int argc, char **argv)
         rc = read_file_tensors(&p, o.inputs, role_bit(ROLE_INPUT));
     } else if (tokens_at >= 0 || targets_at >= 0) {
         int64_t T = p.tensors[tokens_at >= 0 ? tokens_at : targets_at].t.dim[1];
+        int64_t vocab = feed_vocabulary(&p, tokens_at, targets_at);
         for (int i = 0; i < o.n_data && rc == 0; i++)
-            if (rt_data_load(&data, o.data[i], why, sizeof why))
+            if (rt_data_load(&data, o.data[i], (rt_data_format)o.data_format, vocab, why, sizeof why))
                 rc = fail("%s", why);
         if (rc == 0 && data.n < T + 2)
             rc = fail("%s: %lld tokens is too few for sequences of %lld", o.data[0], (long long)data.n, (long long)T);

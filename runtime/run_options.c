@@ -88,6 +88,9 @@ static int parse_crash(const cli_option *opt, const char *value, void *field, ch
     return 0;
 }
 
+static const char *const data_formats[] = { "auto", "shard", "text", NULL };
+static const int data_format_values[] = { RT_DATA_AUTO, RT_DATA_SHARD, RT_DATA_TEXT };
+
 /* ---- the table -------------------------------------------------------------- */
 
 #define SECONDS     .lo = 0, .hi = 86400, .open = CLI_OPEN_LO | CLI_OPEN_HI, .expects = "a number of seconds in (0, 86400)"
@@ -96,7 +99,14 @@ static int parse_crash(const cli_option *opt, const char *value, void *field, ch
 /* clang-format off */
 static const cli_option device_options[] = {
     { .name = "--data", .metavar = "FILE", CLI_WHOLE(parse_data),
-      .help = "training data: text (bytes) or llm.c token shards; repeat to concatenate" },
+      .help = "training data: text (bytes) or llm.c token shards (version 1: uint16 ids,\n"
+              "version 2: uint32); repeat to concatenate.  Checked when opened: a shard's\n"
+              "header against its size, every id against the model's vocabulary" },
+    { .name = "--data-format", .metavar = "F", CLI_CHOICE_INT(run_options, data_format),
+      .choices = data_formats, .values = data_format_values, .expects = "auto, shard or text",
+      .help = "auto (default: a file with the shard magic is a shard; any other is text,\n"
+              "refused if its first 1024 bytes hold a NUL, as a damaged shard does),\n"
+              "shard (the magic is required) or text (any file, as bytes)" },
     { .name = "--steps", .metavar = "N", CLI_INT64(run_options, steps), .lo = 0, .hi = (double)INT64_MAX,
       .expects = "a count of steps, 0 or more", .help = "training steps (default 100)" },
     { .name = "--seed", .metavar = "S", CLI_WHOLE(parse_seed), .expects = "an unsigned integer",

@@ -7,11 +7,13 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "data.h"
 #include "safetensors.h"
 
 typedef struct {
     const char *data[64];
     int n_data;
+    int data_format; /* --data-format: an rt_data_format (auto, shard or text) */
     const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby, *key, *trace;
     int64_t steps, save_every, keep;
     double loss_scale;
