@@ -273,6 +273,20 @@ for r in off on; do
   done <"$work/mixed-$r.counts"
 done
 
+# Validation on a CUDA device (--val-data): the forward alone, its loss the
+# CPU's within 1e-5, the training's losses the same as without it.
+tail -c 30000 /usr/share/common-licenses/GPL-3 >"$work/val.txt"
+val_losses() { awk '/^step / && /val_loss/ {print $NF}' "$1"; }
+"$work/cpu/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps $steps --seed 5 --val-data "$work/val.txt" \
+  --val-every 3 >"$work/cpu-val.out" 2>&1 && pass || fail "CPU run with validation: $(tail -3 "$work/cpu-val.out")"
+"$work/gpu/gpu/fusion-gpu" --data "$work/corpus.txt" --steps $steps --seed 5 --val-data "$work/val.txt" \
+  --val-every 3 >"$work/gpu-val.out" 2>&1 && pass || fail "one-GPU run with validation: $(tail -3 "$work/gpu-val.out")"
+expect_eq "one CUDA device: training losses with validation" "$(cat "$work/gpu.loss")" "$(losses "$work/gpu-val.out")"
+val_losses "$work/cpu-val.out" >"$work/cpu.val"
+val_losses "$work/gpu-val.out" >"$work/gpu.val"
+expect_eq "one CUDA device: validations" 2 "$(wc -l <"$work/gpu.val")"
+losses_within "one CUDA device, val_loss" "$work/cpu.val" "$work/gpu.val"
+
 # A bad token id in a shard is refused when the file opens (data.h), naming it.
 python3 - "$work/bad.bin" <<'PY'
 import struct, sys
