@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- random numbers -------------------------------------------------------- */
 
@@ -46,57 +47,149 @@ double rt_rng_normal(rt_rng *r)
 
 /* ---- data -------------------------------------------------------------------- */
 
+/* Room for `more` tokens after d->n (the capacity doubles: text arrives in chunks). */
 static int grow(rt_data *d, int64_t more)
 {
-    uint16_t *p = realloc(d->tokens, (size_t)(d->n + more) * sizeof *p);
+    if (d->n + more <= d->cap)
+        return 0;
+    int64_t cap = d->cap > 0 ? d->cap : 1 << 16;
+    while (cap < d->n + more)
+        cap *= 2;
+    uint32_t *p = realloc(d->tokens, (size_t)cap * sizeof *p);
     if (!p)
         return -1;
     d->tokens = p;
+    d->cap = cap;
     return 0;
 }
 
-int rt_data_load(rt_data *d, const char *path, char *err, size_t err_size)
+static int32_t le32(const unsigned char *b)
+{
+    return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+}
+
+/* Text: the `got` bytes read already (head), then the rest of f. */
+static int load_text(rt_data *d, FILE *f, const unsigned char *head, size_t got, const char *path, char *err, size_t n)
+{
+    static unsigned char buf[1 << 16];
+    const unsigned char *bytes = head;
+    size_t len = got;
+    do {
+        if (grow(d, (int64_t)len))
+            return rt_error(err, n, "%s: out of memory reading the data", path);
+        for (size_t i = 0; i < len; i++)
+            d->tokens[d->n + (int64_t)i] = bytes[i];
+        d->n += (int64_t)len;
+        bytes = buf;
+    } while ((len = fread(buf, 1, sizeof buf, f)) > 0);
+    if (ferror(f))
+        return rt_error(err, n, "%s: read error", path);
+    return 0;
+}
+
+/* A token shard whose header (head, whole) has the magic: its version,
+ * count and size checked, then its ids. */
+static int load_shard(rt_data *d, FILE *f, const unsigned char *head, const char *path, char *err, size_t n)
+{
+    int32_t version = le32(head + 4), count = le32(head + 8);
+    if (version != RT_SHARD_VERSION_U16 && version != RT_SHARD_VERSION_U32)
+        return rt_error(err, n, "%s: token shard version %d, expected %d (uint16 ids) or %d (uint32 ids)", path,
+                        (int)version, RT_SHARD_VERSION_U16, RT_SHARD_VERSION_U32);
+    if (count <= 0)
+        return rt_error(err, n, "%s: token shard claims %d tokens (the count must be above 0)", path, (int)count);
+    int width = version == RT_SHARD_VERSION_U16 ? 2 : 4;
+    int64_t want = RT_SHARD_HEADER_BYTES + (int64_t)count * width;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (int64_t)sb.st_size != want) {
+        int64_t size = (int64_t)sb.st_size;
+        char what[64];
+        if (size < want)
+            snprintf(what, sizeof what, "is too short");
+        else
+            snprintf(what, sizeof what, "has %lld trailing bytes", (long long)(size - want));
+        return rt_error(err, n,
+                        "%s: token shard %s: its header counts %d tokens of %d bytes (%lld bytes with the "
+                        "header), the file has %lld",
+                        path, what, (int)count, width, (long long)want, (long long)size);
+    }
+    if (grow(d, count))
+        return rt_error(err, n, "%s: out of memory for the shard's %d tokens", path, (int)count);
+    static unsigned char buf[1 << 16];
+    int64_t done = 0;
+    while (done < count) {
+        size_t want_ids = (size_t)(count - done) < sizeof buf / 4 ? (size_t)(count - done) : sizeof buf / 4;
+        size_t got = fread(buf, (size_t)width, want_ids, f);
+        uint32_t *out = d->tokens + d->n + done;
+        for (size_t i = 0; i < got; i++)
+            out[i] = width == 2 ? (uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8 : (uint32_t)le32(buf + 4 * i);
+        done += (int64_t)got;
+        if (got < want_ids)
+            return rt_error(err, n,
+                            "%s: token shard is too short: it ends after %lld of the %d tokens its header counts", path,
+                            (long long)done, (int)count);
+    }
+    if (fgetc(f) != EOF) /* a pipe: its size was not known before */
+        return rt_error(err, n, "%s: token shard has trailing bytes after the %d tokens its header counts", path,
+                        (int)count);
+    d->n += count;
+    d->from_shards = 1;
+    return 0;
+}
+
+/* The ids from `from` on: each below vocab (> 0), and within int32. */
+static int check_ids(const rt_data *d, int64_t from, int64_t vocab, const char *path, char *err, size_t n)
+{
+    int64_t limit = vocab > 0 ? vocab : (int64_t)INT32_MAX + 1;
+    for (int64_t i = from; i < d->n; i++) {
+        if ((int64_t)d->tokens[i] < limit)
+            continue;
+        if (vocab > 0)
+            return rt_error(err, n, "%s: token id %lld at position %lld is outside the model's vocabulary of %lld",
+                            path, (long long)d->tokens[i], (long long)(i - from), (long long)vocab);
+        return rt_error(err, n, "%s: token id %lld at position %lld does not fit the model's int32 token inputs", path,
+                        (long long)d->tokens[i], (long long)(i - from));
+    }
+    return 0;
+}
+
+int rt_data_load(rt_data *d, const char *path, rt_data_format format, int64_t vocab, char *err, size_t err_size)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) {
+    if (!f)
         return rt_error(err, err_size, "%s: cannot open the data: %s", path, strerror(errno));
-    }
-    int rc = -1;
-    int32_t header[256];
-    size_t got = fread(header, 1, sizeof header, f);
-    if (got == sizeof header && header[0] == RT_SHARD_MAGIC) {
-        int64_t count = header[2];
-        if (header[1] != RT_SHARD_VERSION) {
-            snprintf(err, err_size, "%s: token shard version %d, expected %d", path, header[1], RT_SHARD_VERSION);
-        } else if (count <= 0 || grow(d, count)) {
-            snprintf(err, err_size, "%s: token shard claims %lld tokens", path, (long long)count);
-        } else if (fread(d->tokens + d->n, sizeof(uint16_t), (size_t)count, f) != (size_t)count) {
-            snprintf(err, err_size, "%s: token shard ends before its %lld tokens", path, (long long)count);
-        } else {
-            d->n += count;
-            d->from_shards = 1;
-            rc = 0;
-        }
-    } else {
-        /* Text: the bytes read so far, then the rest. */
-        unsigned char buf[1 << 16];
-        memcpy(buf, header, got);
-        size_t n = got;
-        do {
-            if (grow(d, (int64_t)n)) {
-                snprintf(err, err_size, "%s: out of memory reading the data", path);
-                fclose(f);
-                return -1;
-            }
-            for (size_t i = 0; i < n; i++)
-                d->tokens[d->n + (int64_t)i] = buf[i];
-            d->n += (int64_t)n;
-        } while ((n = fread(buf, 1, sizeof buf, f)) > 0);
-        rc = ferror(f) ? -1 : 0;
-        if (rc)
-            snprintf(err, err_size, "%s: read error", path);
-    }
+    unsigned char head[RT_SHARD_HEADER_BYTES] = { 0 };
+    size_t got = fread(head, 1, sizeof head, f);
+    int32_t magic = le32(head); /* the bytes a short file lacks read as 0 */
+    int64_t before = d->n;
+    int from_shards = d->from_shards;
+    int rc;
+    const unsigned char *nul = memchr(head, 0, got);
+    if (ferror(f))
+        rc = rt_error(err, err_size, "%s: read error", path);
+    else if (format == RT_DATA_TEXT)
+        rc = load_text(d, f, head, got, path, err, err_size);
+    else if (got >= 4 && magic == RT_SHARD_MAGIC && got < sizeof head)
+        rc = rt_error(err, err_size, "%s: token shard is too short: it ends inside its %d-byte header (%zu bytes)",
+                      path, RT_SHARD_HEADER_BYTES, got);
+    else if (got >= 4 && magic == RT_SHARD_MAGIC)
+        rc = load_shard(d, f, head, path, err, err_size);
+    else if (format == RT_DATA_SHARD)
+        rc = rt_error(err, err_size, "%s: not a token shard (magic %d, expected %d; --data-format shard)", path,
+                      (int)magic, RT_SHARD_MAGIC);
+    else if (nul)
+        rc = rt_error(err, err_size,
+                      "%s: not a token shard (magic %d, expected %d) and not text (NUL byte at offset %lld); "
+                      "--data-format text reads it as bytes",
+                      path, (int)magic, RT_SHARD_MAGIC, (long long)(nul - head));
+    else
+        rc = load_text(d, f, head, got, path, err, err_size);
     fclose(f);
+    if (rc == 0)
+        rc = check_ids(d, before, vocab, path, err, err_size);
+    if (rc) { /* d as it was */
+        d->n = before;
+        d->from_shards = from_shards;
+    }
     return rc;
 }
 
@@ -108,9 +201,9 @@ void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, 
         int64_t start = (int64_t)(rt_rng_next(&r) % (uint64_t)(d->n - T - 1));
         for (int64_t t = 0; t < T; t++) {
             if (tokens)
-                tokens[b * T + t] = d->tokens[start + t];
+                tokens[b * T + t] = (int32_t)d->tokens[start + t];
             if (targets)
-                targets[b * T + t] = d->tokens[start + t + 1];
+                targets[b * T + t] = (int32_t)d->tokens[start + t + 1];
         }
     }
 }

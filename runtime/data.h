@@ -1,10 +1,26 @@
 /* data.h: training data for the device programs.
  *
- * Two formats, told apart by their first bytes:
- *   - llm.c token shards: a 256-int32 header (magic 20240520, version 1,
- *     token count), then the tokens as little-endian uint16;
- *   - anything else: text, read as bytes (tokens 0..255).
+ * Two formats:
+ *   - llm.c token shards: a 256-int32 little-endian header ([0] the magic
+ *     20240520, [1] the version, [2] the token count, the rest 0), then the
+ *     tokens: version 1 as uint16 (vocabularies up to 65,536), version 2 as
+ *     uint32 (larger ones), little-endian;
+ *   - text, read as bytes (tokens 0..255).
  * Several files may be given; their tokens are concatenated in order.
+ *
+ * Which format a file is (--data-format): `shard` requires the magic;
+ * `text` reads any file as bytes; `auto` (the default) reads a file that
+ * starts with the magic as a shard, and any other as text only if its
+ * first 1,024 bytes hold no NUL byte.  Text has none, and a shard's header
+ * is mostly zeros (253 zero int32s), so a shard whose magic is damaged is
+ * refused ("not a token shard ... and not text"), never trained on as
+ * bytes.  (A UTF-16 text file has NULs too: --data-format text reads it.)
+ *
+ * A file is checked whole when it is opened, each fault one line naming
+ * it: a shard's version (1 or 2), its count (above 0), and its size, which
+ * must be exactly 1024 + count * (2 or 4) bytes (shorter: the shard is cut
+ * short; longer: trailing bytes); and, given the model's vocabulary V, the
+ * first id >= V, with its position in the file.
  *
  * Batches depend only on (seed, step): row b of step s starts at a
  * position drawn from (seed, s, b), so a rerun or a resumed run sees the
@@ -16,18 +32,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RT_SHARD_MAGIC   20240520
-#define RT_SHARD_VERSION 1
+#define RT_SHARD_MAGIC        20240520
+#define RT_SHARD_HEADER_BYTES 1024
+#define RT_SHARD_VERSION_U16  1 /* uint16 ids */
+#define RT_SHARD_VERSION_U32  2 /* uint32 ids */
+
+/* --data-format: how a file is read (above). */
+typedef enum { RT_DATA_AUTO = 0, RT_DATA_SHARD = 1, RT_DATA_TEXT = 2 } rt_data_format;
 
 typedef struct {
-    uint16_t *tokens;
-    int64_t n;
+    uint32_t *tokens;
+    int64_t n, cap;
     int from_shards; /* 1: token shards, 0: bytes of text */
 } rt_data;
 
-/* Append the tokens of `path` to d (d zeroed before the first call).
- * Returns 0, or -1 with a one-line reason naming the file in err. */
-int rt_data_load(rt_data *d, const char *path, char *err, size_t err_size);
+/* Append the tokens of `path`, read as `format`, to d (d zeroed before the
+ * first call).  vocab > 0: every id must be below it (the model's
+ * vocabulary); 0: no bound but int32's (the model's inputs are i32).
+ * Returns 0, or -1 with a one-line reason naming the file in err (d as it
+ * was). */
+int rt_data_load(rt_data *d, const char *path, rt_data_format format, int64_t vocab, char *err, size_t err_size);
 /* tokens[b*T + t] and targets (the next token) for `step`: rows row0 ..
  * row0+B-1 of the step's batch, T tokens each.  A micro-batch or a replica
  * asks for its slice of rows and sees exactly the rows a one-device run of

@@ -31,11 +31,15 @@
  *
  *   fusion-<device> --data FILE [--data FILE]... [--steps N] [--seed S] [--log FILE] [--threads N]
  *
- * Data (data.h): text read as bytes, or llm.c token shards; the model's
+ * Data (data.h): text read as bytes, or llm.c token shards (uint16 or
+ * uint32 ids), checked when opened (ids against the vocabulary of the
+ * embedding or cross_entropy the feeds go to); the model's
  * first two i32 inputs of shape (B,T) get, per row, T tokens from a
  * position drawn from (seed, step, row) and the same tokens shifted by one
  * (the next-token targets).  Batches depend only on (seed, step): a rerun,
- * or a resumed run, sees the same data.
+ * or a resumed run, sees the same data.  With --val-data and --val-every,
+ * every device runs the forward alone of fixed held-out batches after
+ * every N steps (run_validation), the training untouched.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -131,6 +135,28 @@ static void find_feeds(const program *p, int32_t *tokens, int32_t *targets)
     }
 }
 
+/* The vocabulary the loader's ids must stay below on this device: the
+ * first dim of the embedding table the tokens index, the last dim of the
+ * logits cross_entropy scores the targets against (the smaller of the two
+ * when both are here); 0 when neither op reads a feed here (a stage that
+ * only passes them on: the op that reads them checks each id as it runs). */
+static int64_t feed_vocabulary(const program *p, int32_t tokens_at, int32_t targets_at)
+{
+    const rt_op *ops = (const rt_op *)fusion_ops_blob;
+    int64_t vocab = 0;
+    for (int32_t i = 0; i < p->manifest.n_ops; i++) {
+        const rt_op *op = &ops[i];
+        int64_t v = 0;
+        if (op->op == OP_EMBEDDING && tokens_at >= 0 && op->in[0].offset == p->tensors[tokens_at].t.offset)
+            v = op->in[1].dim[0]; /* idx (..), table (V, C) */
+        else if (op->op == OP_CROSS_ENTROPY && targets_at >= 0 && op->in[1].offset == p->tensors[targets_at].t.offset)
+            v = op->in[0].dim[op->in[0].rank - 1]; /* logits (.., V), targets (..) */
+        if (v > 0 && (vocab == 0 || v < vocab))
+            vocab = v;
+    }
+    return vocab;
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -181,6 +207,7 @@ typedef struct {
     program *p;
     rt_comm *comm;
     rt_data *data;
+    rt_data *val; /* --val-data on a device with a feed; NULL none */
     const run_options *o;
     int32_t tokens_at, targets_at; /* feeds on this device, -1 none */
     int64_t b, T;                  /* rows per micro-batch, tokens per row */
@@ -341,6 +368,76 @@ static int run_micro_batches(stepper *st, rt_context *ctx, float *loss)
     if (mf->loss >= 0) /* the step's loss where the log, checkpoints and --dump-grads find it */
         *(float *)(st->p->arena + st->p->tensors[mf->loss].t.offset) = *loss;
     return 0;
+}
+
+/* ---- validation: forward only, on fixed held-out batches ---------------------- */
+
+/* The validation windows' seed: fixed, not --seed, so that every
+ * validation of a run, and of any run, sees the same windows. */
+#define VAL_SEED 0x7A11DA7Aull
+
+/* The mean loss after `step`'s update over --val-batches K fixed batches
+ * of the training batch's shape (*val_loss; NAN on a device without the
+ * loss).  Batch k's rows come from (VAL_SEED, k, row) as a training
+ * step's come from (seed, step, row): this replica's micro-batches hold
+ * its rows of the global batch.  Only fusion_forward runs: no gradient, no
+ * update; the loss tensor is put back, so the log, checkpoints and
+ * --dump-grads see the training step's.  Every device of the run calls it
+ * after the same steps, a pipeline's stages passing the activations on:
+ * its messages are tagged step -step (no training message has a step below
+ * 1), micro-batches 0 .. K*M-1; micro-batch 0 sends the parameters a stage
+ * lends another (ATTR_ONCE), so a stage reads this step's updated copy.
+ * The training's RNG is never drawn from (batches are functions of their
+ * seed): the training goes on bit for bit as without validation. */
+static int run_validation(stepper *st, const rt_context *train_ctx, int64_t step, float *val_loss, char *err,
+                          size_t err_size)
+{
+    program *p = st->p;
+    const rt_manifest *mf = &p->manifest;
+    int32_t M = mf->micro_batches;
+    int64_t K = st->o->val_batches;
+    rt_context ctx = *train_ctx;
+    ctx.step = -step;
+    ctx.replay = 0;
+    ctx.before_op = NULL;
+    ctx.inject_overflow = 0;
+    ctx.msg[0] = '\0';
+    float *loss_at = mf->loss >= 0 ? (float *)(p->arena + p->tensors[mf->loss].t.offset) : NULL;
+    float kept = loss_at ? *loss_at : 0.0f;
+    double recv_wait = st->comm ? st->comm->recv_wait : 0.0; /* AdaTopK measures the training's waits */
+    double sum = 0.0, t0 = ctx.trace ? rt_trace_clock() : 0.0;
+    int rc = 0;
+    for (int64_t k = 0; k < K && rc == 0; k++) {
+        for (int32_t m = 0; m < M && rc == 0; m++) {
+            if (st->val) {
+                int64_t row0 = ((int64_t)mf->replica * M + m) * st->b;
+                int32_t *tok = st->tokens_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->tokens_at].t.offset) : NULL;
+                int32_t *tgt = st->targets_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->targets_at].t.offset) : NULL;
+                rt_data_batch(st->val, VAL_SEED, k, row0, tok, tgt, st->b, st->T);
+            }
+            ctx.micro_batch = (int32_t)(k * M + m);
+            ctx.phase = PHASE_FORWARD;
+            rc = fusion_forward(p->arena, &ctx);
+            if (rc == 0 && loss_at)
+                sum += *loss_at;
+        }
+    }
+    *val_loss = loss_at ? (float)(sum / (double)(K * M)) : NAN;
+    if (rc == 0 && loss_at && mf->n_replicas > 1 &&
+        (!st->comm || rt_comm_mean_over_replicas(st->comm, val_loss, 1, -1, &ctx)))
+        rc = -1;
+    if (loss_at)
+        *loss_at = kept;
+    if (st->comm)
+        st->comm->recv_wait = recv_wait;
+    if (rc == 0 && ctx.trace) {
+        char args[64];
+        snprintf(args, sizeof args, "{\"step\":%lld}", (long long)step);
+        rt_trace_span(ctx.trace, 0, "micro-batch", "validation", t0, rt_trace_clock(), args);
+    }
+    if (rc)
+        snprintf(err, err_size, "validation: %s", ctx.msg[0] ? ctx.msg : "the loss's mean over the replicas failed");
+    return rc;
 }
 
 static int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, const run_options *o)
@@ -555,7 +652,7 @@ static int64_t diloco_most_h(const rt_manifest *mf)
     return most;
 }
 
-static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data, rt_broker *broker)
+static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data, rt_data *val, rt_broker *broker)
 {
     const rt_manifest *mf = &p->manifest;
     /* --sync diloco: --steps counts the steps of the site with the largest
@@ -582,6 +679,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     }
     stepper st;
     int rc = stepper_init(&st, p, comm, data, o);
+    st.val = val && val->n > 0 ? val : NULL;
+    int validating = o->val_every > 0;
     int64_t done = 0;
     uint64_t seed = o->seed;
     rt_loss_scaler scaler;
@@ -615,7 +714,10 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     memset(&outer, 0, sizeof outer);
     int diloco = mf->diloco.sync == RT_SYNC_DILOCO;
     char why_outer[512];
-    if (rc == 0 && diloco && o->resume)
+    if (rc == 0 && diloco && validating)
+        rc = fail("--val-data under --sync diloco is not supported: the sites train different plans on their own "
+                  "shares of the batch");
+    else if (rc == 0 && diloco && o->resume)
         rc = fail("--resume under --sync diloco is not supported: the outer optimizer's state (anchor, momentum, "
                   "error feedback) is not in the checkpoint; start again, or --init from the checkpoint's parameters");
     else if (rc == 0 && diloco && p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why_outer, sizeof why_outer))
@@ -733,6 +835,20 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         rt_comm_density_text(comm, step_extra_json, sizeof step_extra_json, 1);
         if (comm)
             rt_comm_adapt_density(comm, dt);
+        /* --val-every: after every N steps and the last (dt is the training's alone). */
+        float val_loss = NAN;
+        char val_text[64] = "", val_json[64] = "";
+        if (validating && (step % o->val_every == 0 || step == o->steps)) {
+            char why[700];
+            if (run_validation(&st, &ctx, step, &val_loss, why, sizeof why) != 0) {
+                rc = stop(comm, mf->device, "step %lld: %s", (long long)step, why);
+                break;
+            }
+            if (mf->loss >= 0) {
+                snprintf(val_text, sizeof val_text, "  val_loss %.6f", (double)val_loss);
+                snprintf(val_json, sizeof val_json, ", \"val_loss\": %.6f", (double)val_loss);
+            }
+        }
         char scaled[160] = "";
         if (mf->loss_scaling) { /* the scale this step ran with, and whether it was skipped, in the log */
             size_t n = strlen(step_extra_json);
@@ -752,8 +868,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             break;
         }
         if (mf->loss >= 0)
-            printf("step %5lld/%lld  loss %.6f  %8.0f tok/s  %7.1f ms/step%s\n", (long long)step, (long long)o->steps,
-                   (double)loss, (double)tokens / dt, dt * 1e3, rho);
+            printf("step %5lld/%lld  loss %.6f  %8.0f tok/s  %7.1f ms/step%s%s\n", (long long)step, (long long)o->steps,
+                   (double)loss, (double)tokens / dt, dt * 1e3, rho, val_text);
         else
             printf("step %5lld/%lld  %8.0f tok/s  %7.1f ms/step%s\n", (long long)step, (long long)o->steps,
                    (double)tokens / dt, dt * 1e3, rho);
@@ -764,8 +880,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             size_t used = strlen(step_extra_json);
             rt_comm_links_json(comm, step_extra_json + used, sizeof step_extra_json - used);
             if (mf->loss >= 0)
-                fprintf(log, "{\"step\": %lld, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n",
-                        (long long)step, (double)loss, (double)tokens / dt, dt * 1e3, step_extra_json);
+                fprintf(log, "{\"step\": %lld, \"loss\": %.6f%s, \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n",
+                        (long long)step, (double)loss, val_json, (double)tokens / dt, dt * 1e3, step_extra_json);
             else
                 fprintf(log, "{\"step\": %lld, \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n", (long long)step,
                         (double)tokens / dt, dt * 1e3, step_extra_json);
@@ -863,9 +979,11 @@ int main(int argc, char **argv)
     program p;
     memset(&p, 0, sizeof p);
     memcpy(&p.manifest, fusion_manifest_blob, sizeof p.manifest);
-    run_options o = {
-        .steps = 100, .seed = 1, .keep = CKPT_DEFAULT_KEEP, .threads = p.manifest.threads > 0 ? p.manifest.threads : 1
-    };
+    run_options o = { .steps = 100,
+                      .seed = 1,
+                      .keep = CKPT_DEFAULT_KEEP,
+                      .val_batches = 8,
+                      .threads = p.manifest.threads > 0 ? p.manifest.threads : 1 };
     int rc = run_options_parse(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
@@ -893,7 +1011,7 @@ int main(int argc, char **argv)
     kernel_threads_set(o.threads);
 
     /* Inputs: token batches from --data, or fixed tensors from --inputs. */
-    rt_data data = { 0 };
+    rt_data data = { 0 }, val = { 0 };
     char why[512];
     int32_t tokens_at, targets_at;
     find_feeds(&p, &tokens_at, &targets_at);
@@ -901,11 +1019,18 @@ int main(int argc, char **argv)
         rc = read_file_tensors(&p, o.inputs, role_bit(ROLE_INPUT));
     } else if (tokens_at >= 0 || targets_at >= 0) {
         int64_t T = p.tensors[tokens_at >= 0 ? tokens_at : targets_at].t.dim[1];
+        int64_t vocab = feed_vocabulary(&p, tokens_at, targets_at);
         for (int i = 0; i < o.n_data && rc == 0; i++)
-            if (rt_data_load(&data, o.data[i], why, sizeof why))
+            if (rt_data_load(&data, o.data[i], (rt_data_format)o.data_format, vocab, why, sizeof why))
                 rc = fail("%s", why);
         if (rc == 0 && data.n < T + 2)
             rc = fail("%s: %lld tokens is too few for sequences of %lld", o.data[0], (long long)data.n, (long long)T);
+        for (int i = 0; i < o.n_val_data && rc == 0; i++)
+            if (rt_data_load(&val, o.val_data[i], (rt_data_format)o.data_format, vocab, why, sizeof why))
+                rc = fail("%s", why);
+        if (rc == 0 && o.n_val_data > 0 && val.n < T + 2)
+            rc = fail("%s: %lld tokens is too few for sequences of %lld (--val-data)", o.val_data[0], (long long)val.n,
+                      (long long)T);
     } else {
         /* A stage with no inputs of the model: the model's inputs are made elsewhere. */
         for (int32_t i = 0; i < p.manifest.n_tensors && rc == 0; i++)
@@ -951,7 +1076,7 @@ int main(int argc, char **argv)
     }
     pthread_sigmask(SIG_SETMASK, &before, NULL);
     if (rc == 0)
-        rc = train(&p, &o, peers, &data, broker);
+        rc = train(&p, &o, peers, &data, &val, broker);
     if (peers)
         rt_comm_close(peers);
     const char *refused = rt_broker_close(broker, rc, 5000);
@@ -959,6 +1084,7 @@ int main(int argc, char **argv)
         rc = fail("%s: refused by the broker: %s", p.manifest.device, refused);
     rt_broker_free(broker);
     rt_data_free(&data);
+    rt_data_free(&val);
     program_free(&p);
     return rc;
 }

@@ -25,6 +25,18 @@ static int parse_data(const cli_option *opt, const char *value, void *field, cha
     return 0;
 }
 
+/* --val-data FILE, repeatable: the held-out files, concatenated. */
+static int parse_val_data(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    run_options *o = field;
+    if (o->n_val_data == (int)(sizeof o->val_data / sizeof o->val_data[0])) {
+        return rt_error(why, n, "too many %s options (the limit is %d)", opt->name,
+                        (int)(sizeof o->val_data / sizeof o->val_data[0]));
+    }
+    o->val_data[o->n_val_data++] = value;
+    return 0;
+}
+
 /* --seed S: any unsigned 64-bit number; the program knows it was given. */
 static int parse_seed(const cli_option *opt, const char *value, void *field, char *why, size_t n)
 {
@@ -88,6 +100,9 @@ static int parse_crash(const cli_option *opt, const char *value, void *field, ch
     return 0;
 }
 
+static const char *const data_formats[] = { "auto", "shard", "text", NULL };
+static const int data_format_values[] = { RT_DATA_AUTO, RT_DATA_SHARD, RT_DATA_TEXT };
+
 /* ---- the table -------------------------------------------------------------- */
 
 #define SECONDS     .lo = 0, .hi = 86400, .open = CLI_OPEN_LO | CLI_OPEN_HI, .expects = "a number of seconds in (0, 86400)"
@@ -96,7 +111,24 @@ static int parse_crash(const cli_option *opt, const char *value, void *field, ch
 /* clang-format off */
 static const cli_option device_options[] = {
     { .name = "--data", .metavar = "FILE", CLI_WHOLE(parse_data),
-      .help = "training data: text (bytes) or llm.c token shards; repeat to concatenate" },
+      .help = "training data: text (bytes) or llm.c token shards (version 1: uint16 ids,\n"
+              "version 2: uint32); repeat to concatenate.  Checked when opened: a shard's\n"
+              "header against its size, every id against the model's vocabulary" },
+    { .name = "--data-format", .metavar = "F", CLI_CHOICE_INT(run_options, data_format),
+      .choices = data_formats, .values = data_format_values, .expects = "auto, shard or text",
+      .help = "auto (default: a file with the shard magic is a shard; any other is text,\n"
+              "refused if its first 1024 bytes hold a NUL, as a damaged shard does),\n"
+              "shard (the magic is required) or text (any file, as bytes)" },
+    { .name = "--val-data", .metavar = "FILE", CLI_WHOLE(parse_val_data),
+      .help = "held-out data (read as --data is; repeat to concatenate): with --val-every,\n"
+              "the loss on fixed windows of it, forward only, the training untouched" },
+    { .name = "--val-every", .metavar = "N", CLI_INT64(run_options, val_every), COUNT("a positive number of steps"),
+      .help = "with --val-data: validate after every N steps and after the last; the mean\n"
+              "loss goes to the step's line and the log (\"val_loss\")" },
+    { .name = "--val-batches", .metavar = "K", CLI_INT64(run_options, val_batches), .lo = 1, .hi = 1000000,
+      .expects = "a count in [1, 1000000]",
+      .help = "batches of the training batch's shape in the validation set (default 8):\n"
+              "drawn once from a fixed seed, so every validation sees the same windows" },
     { .name = "--steps", .metavar = "N", CLI_INT64(run_options, steps), .lo = 0, .hi = (double)INT64_MAX,
       .expects = "a count of steps, 0 or more", .help = "training steps (default 100)" },
     { .name = "--seed", .metavar = "S", CLI_WHOLE(parse_seed), .expects = "an unsigned integer",
@@ -209,6 +241,18 @@ int run_options_parse(int argc, char **argv, run_options *o)
             print_usage(stderr, argv[0]);
             return 2;
         }
+    }
+    if ((o->n_val_data > 0) != (o->val_every > 0)) {
+        fprintf(stderr, "%s: %s\n\n", argv[0],
+                o->n_val_data > 0 ? "--val-data FILE needs --val-every N (how often to validate)"
+                                  : "--val-every N needs --val-data FILE (what to validate on)");
+        print_usage(stderr, argv[0]);
+        return 2;
+    }
+    if (o->n_val_data > 0 && o->inputs) {
+        fprintf(stderr, "%s: --val-data validates a model fed by --data, not by --inputs\n\n", argv[0]);
+        print_usage(stderr, argv[0]);
+        return 2;
     }
     if (o->n_data == 0 && !o->inputs && !o->standby) {
         fprintf(stderr, "%s: --data FILE (or --inputs FILE) is required\n\n", argv[0]);

@@ -7,11 +7,16 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "data.h"
 #include "safetensors.h"
 
 typedef struct {
     const char *data[64];
     int n_data;
+    int data_format;          /* --data-format: an rt_data_format (auto, shard or text) */
+    const char *val_data[16]; /* --val-data: held-out data, concatenated           */
+    int n_val_data;
+    int64_t val_every, val_batches; /* --val-every N (0: none), --val-batches K */
     const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby, *key, *trace;
     int64_t steps, save_every, keep;
     double loss_scale;

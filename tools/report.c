@@ -4,7 +4,9 @@
  *   {"step": 3, "loss": 5.41, "tokens_per_s": 9598.7, "ms": 26.67,
  *    "links": {"cpu-b1": {"bytes": 281860, "busy_ms": 2.9}}}
  *
- * DIR/loss.png (each log's loss a step), DIR/throughput.png (tokens/s),
+ * ("val_loss": the held-out loss, after the steps that validated:
+ * --val-every.)  DIR/loss.png (each log's loss a step, and its val_loss as
+ * points joined), DIR/throughput.png (tokens/s),
  * DIR/links.png (each link's MiB a step, and the share of the step its
  * wire was busy), drawn by gnuplot from DIR/N.dat, and a text summary on
  * standard output.  Several logs are several curves: the devices of one
@@ -31,10 +33,10 @@
 typedef struct {
     const char *path, *label;
     int64_t *step;
-    double *loss, *tps, *ms;
-    double *bytes, *busy_ms; /* [n][MAX_LINKS] */
+    double *loss, *val_loss, *tps, *ms; /* val_loss: NAN on a step that did not validate */
+    double *bytes, *busy_ms;            /* [n][MAX_LINKS] */
     char link[MAX_LINKS][64];
-    int n_links, has_loss;
+    int n_links, has_loss, has_val;
     int64_t n, cap;
 } step_log;
 
@@ -60,12 +62,13 @@ static int grow(step_log *l)
     if (l->n < l->cap)
         return 0;
     int64_t cap = l->cap ? 2 * l->cap : 256;
-    void *p[6] = { realloc(l->step, (size_t)cap * sizeof *l->step),
+    void *p[7] = { realloc(l->step, (size_t)cap * sizeof *l->step),
                    realloc(l->loss, (size_t)cap * sizeof *l->loss),
                    realloc(l->tps, (size_t)cap * sizeof *l->tps),
                    realloc(l->ms, (size_t)cap * sizeof *l->ms),
                    realloc(l->bytes, (size_t)cap * MAX_LINKS * sizeof *l->bytes),
-                   realloc(l->busy_ms, (size_t)cap * MAX_LINKS * sizeof *l->busy_ms) };
+                   realloc(l->busy_ms, (size_t)cap * MAX_LINKS * sizeof *l->busy_ms),
+                   realloc(l->val_loss, (size_t)cap * sizeof *l->val_loss) };
     if (p[0])
         l->step = p[0];
     if (p[1])
@@ -78,7 +81,9 @@ static int grow(step_log *l)
         l->bytes = p[4];
     if (p[5])
         l->busy_ms = p[5];
-    for (int i = 0; i < 6; i++)
+    if (p[6])
+        l->val_loss = p[6];
+    for (int i = 0; i < 7; i++)
         if (!p[i])
             return -1;
     l->cap = cap;
@@ -114,6 +119,8 @@ static int read_log(step_log *l, struct diag *err)
         int64_t i = l->n++;
         l->step[i] = (int64_t)step;
         l->loss[i] = number(o, "loss");
+        l->val_loss[i] = number(o, "val_loss");
+        l->has_val |= !isnan(l->val_loss[i]);
         l->tps[i] = number(o, "tokens_per_s");
         l->ms[i] = number(o, "ms");
         l->has_loss |= !isnan(l->loss[i]);
@@ -175,6 +182,20 @@ static void summarise(const step_log *l)
         printf("; loss %.4f first, %.4f last, %.4f lowest, %.4f the mean of the last %lld", l->loss[0],
                l->loss[l->n - 1], lo, n_tail ? tail / (double)n_tail : NAN, (long long)n_tail);
     }
+    if (l->has_val) {
+        double lo = INFINITY, first = NAN, last = NAN;
+        int64_t n_val = 0, lo_step = 0;
+        for (int64_t i = 0; i < l->n; i++) {
+            if (isnan(l->val_loss[i]))
+                continue;
+            first = n_val++ ? first : l->val_loss[i];
+            last = l->val_loss[i];
+            if (l->val_loss[i] < lo)
+                lo = l->val_loss[i], lo_step = l->step[i];
+        }
+        printf("; val_loss %.4f first, %.4f last, %.4f lowest (step %lld), %lld validations", first, last, lo,
+               (long long)lo_step, (long long)n_val);
+    }
     printf("; median %.0f tokens/s, %.1f ms a step\n", median(l->tps, l->n), median(l->ms, l->n));
     for (int k = 0; k < l->n_links; k++) {
         double bytes = 0.0, busy = 0.0, ms = 0.0;
@@ -188,7 +209,7 @@ static void summarise(const step_log *l)
     }
 }
 
-/* DIR/<i>.dat: step loss tokens/s ms, then per link MiB and busy share (%). */
+/* DIR/<i>.dat: step loss tokens/s ms val_loss, then per link MiB and busy share (%). */
 static int write_data(const step_log *l, const char *dir, int i, struct diag *err)
 {
     char path[FU_PATH_BYTES + 104];
@@ -196,12 +217,12 @@ static int write_data(const step_log *l, const char *dir, int i, struct diag *er
     FILE *f = fopen(path, "w");
     if (!f)
         return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
-    fprintf(f, "# %s: step loss tokens_per_s ms", l->path);
+    fprintf(f, "# %s: step loss tokens_per_s ms val_loss", l->path);
     for (int k = 0; k < l->n_links; k++)
         fprintf(f, " mib:%s busy%%:%s", l->link[k], l->link[k]);
     fputc('\n', f);
     for (int64_t s = 0; s < l->n; s++) {
-        fprintf(f, "%lld %.6g %.6g %.6g", (long long)l->step[s], l->loss[s], l->tps[s], l->ms[s]);
+        fprintf(f, "%lld %.6g %.6g %.6g %.6g", (long long)l->step[s], l->loss[s], l->tps[s], l->ms[s], l->val_loss[s]);
         for (int k = 0; k < l->n_links; k++) {
             double b = l->bytes[s * MAX_LINKS + k], t = l->busy_ms[s * MAX_LINKS + k];
             fprintf(f, " %.6g %.6g", b / (1024.0 * 1024.0), l->ms[s] > 0 ? 100.0 * t / l->ms[s] : NAN);
@@ -228,6 +249,9 @@ static int write_script(const step_log *logs, int n, const char *dir, const char
             if (logs[i].has_loss)
                 fprintf(f, "%s'%s/%d.dat' using 1:2 with lines title '%s'", first ? "" : ", ", dir, i, logs[i].label),
                     first = 0;
+        for (int i = 0; i < n; i++) /* the validations: points, joined (the steps between have none) */
+            if (logs[i].has_val)
+                fprintf(f, ", '%s/%d.dat' using 1:5 with linespoints title '%s, validation'", dir, i, logs[i].label);
         fputc('\n', f);
     }
     fprintf(f, "set output '%s/throughput.png'\nset title 'throughput'\nset ylabel 'tokens a second'\nplot ", dir);
@@ -239,12 +263,12 @@ static int write_script(const step_log *logs, int n, const char *dir, const char
                 dir);
         for (int i = 0, first = 1; i < n; i++)
             for (int k = 0; k < logs[i].n_links; k++, first = 0)
-                fprintf(f, "%s'%s/%d.dat' using 1:%d with lines title '%s to %s'", first ? "" : ", ", dir, i, 5 + 2 * k,
+                fprintf(f, "%s'%s/%d.dat' using 1:%d with lines title '%s to %s'", first ? "" : ", ", dir, i, 6 + 2 * k,
                         logs[i].label, logs[i].link[k]);
         fprintf(f, "\nset ylabel 'busy (%% of the step)'\nplot ");
         for (int i = 0, first = 1; i < n; i++)
             for (int k = 0; k < logs[i].n_links; k++, first = 0)
-                fprintf(f, "%s'%s/%d.dat' using 1:%d with lines title '%s to %s'", first ? "" : ", ", dir, i, 6 + 2 * k,
+                fprintf(f, "%s'%s/%d.dat' using 1:%d with lines title '%s to %s'", first ? "" : ", ", dir, i, 7 + 2 * k,
                         logs[i].label, logs[i].link[k]);
         fprintf(f, "\nunset multiplot\n");
     }
@@ -285,7 +309,8 @@ const cli_usage report_usage = { "usage: fusionc report LOG... [-o DIR]\n"
                                  "\n"
                                  "Reads the JSONL step logs that the device programs write with --log FILE (one\n"
                                  "a device: FILE.<device>; or logs of several runs to compare) and writes, with\n"
-                                 "gnuplot, DIR/loss.png (the loss a step), DIR/throughput.png (tokens a second)\n"
+                                 "gnuplot, DIR/loss.png (the loss a step, and the validation loss where the\n"
+                                 "log has it: --val-every), DIR/throughput.png (tokens a second)\n"
                                  "and DIR/links.png (each link's MiB a step and how much of the step its wire was\n"
                                  "busy), with the data beside them (DIR/N.dat); prints a summary of each log.\n",
                                  report_options_table,
@@ -352,7 +377,7 @@ int report_main(int argc, char **argv)
     if (rc)
         diag_print(&err);
     for (int i = 0; i < n; i++) {
-        free(logs[i].step), free(logs[i].loss), free(logs[i].tps), free(logs[i].ms);
+        free(logs[i].step), free(logs[i].loss), free(logs[i].val_loss), free(logs[i].tps), free(logs[i].ms);
         free(logs[i].bytes), free(logs[i].busy_ms);
     }
     return rc ? 1 : 0;
