@@ -55,7 +55,6 @@
 #include <unistd.h>
 
 #include "../ir/ir.h"
-#include "../ir/pipeline_order.h"
 #include "cpu/kernels.h"
 #include "data.h"
 #include "loss_scale.h"
@@ -71,6 +70,7 @@
 #include "checkpoint.h"
 #include "checkpoint_run.h"
 #include "run_options.h"
+#include "stepper.h"
 #include "checkpoint_store.h"
 #include "device_program.h"
 #include "cuda/cuda.h"
@@ -121,42 +121,6 @@ static void init_params(program *p, uint64_t seed)
     }
 }
 
-/* The loader's feeds on this device (-1 when a stage holds neither). */
-static void find_feeds(const program *p, int32_t *tokens, int32_t *targets)
-{
-    *tokens = *targets = -1;
-    for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
-        if (p->tensors[i].role != ROLE_INPUT)
-            continue;
-        if (p->tensors[i].feed == 0)
-            *tokens = i;
-        else if (p->tensors[i].feed == 1)
-            *targets = i;
-    }
-}
-
-/* The vocabulary the loader's ids must stay below on this device: the
- * first dim of the embedding table the tokens index, the last dim of the
- * logits cross_entropy scores the targets against (the smaller of the two
- * when both are here); 0 when neither op reads a feed here (a stage that
- * only passes them on: the op that reads them checks each id as it runs). */
-static int64_t feed_vocabulary(const program *p, int32_t tokens_at, int32_t targets_at)
-{
-    const rt_op *ops = (const rt_op *)fusion_ops_blob;
-    int64_t vocab = 0;
-    for (int32_t i = 0; i < p->manifest.n_ops; i++) {
-        const rt_op *op = &ops[i];
-        int64_t v = 0;
-        if (op->op == OP_EMBEDDING && tokens_at >= 0 && op->in[0].offset == p->tensors[tokens_at].t.offset)
-            v = op->in[1].dim[0]; /* idx (..), table (V, C) */
-        else if (op->op == OP_CROSS_ENTROPY && targets_at >= 0 && op->in[1].offset == p->tensors[targets_at].t.offset)
-            v = op->in[0].dim[op->in[0].rank - 1]; /* logits (.., V), targets (..) */
-        if (v > 0 && (vocab == 0 || v < vocab))
-            vocab = v;
-    }
-    return vocab;
-}
-
 static double now(void)
 {
     struct timespec ts;
@@ -199,294 +163,6 @@ static void program_free(program *p)
     free(p->links);
     free(p->diloco);
     free(p->arena);
-}
-
-/* ---- one step: 1F1B over the micro-batches ----------------------------------- */
-
-typedef struct {
-    program *p;
-    rt_comm *comm;
-    rt_data *data;
-    rt_data *val; /* --val-data on a device with a feed; NULL none */
-    const run_options *o;
-    int32_t tokens_at, targets_at; /* feeds on this device, -1 none */
-    int64_t b, T;                  /* rows per micro-batch, tokens per row */
-    int32_t n_slots;               /* stash slots                          */
-    char *stash_mem;               /* [n_slots][stash_bytes]               */
-    int64_t stash_bytes;
-    char *stashed;   /* per micro-batch: in a slot?          */
-    float *grad_sum; /* [grad floats] when M > 1             */
-    int32_t *order;  /* [2M] the 1F1B order                  */
-    int64_t grad_floats;
-    double loss_sum;
-    rt_overlap *overlap; /* gradient buckets reduced in the last backward; NULL none */
-} stepper;
-
-static int64_t stash_total(const program *p)
-{
-    int64_t bytes = 0;
-    for (int32_t i = 0; i < p->manifest.n_stash; i++)
-        bytes += rt_tensor_bytes(&p->stash[i]);
-    return bytes;
-}
-
-static void stash_copy(stepper *st, int32_t m, int save)
-{
-    char *slot = st->stash_mem + (size_t)(m % st->n_slots) * (size_t)st->stash_bytes;
-    for (int32_t i = 0; i < st->p->manifest.n_stash; i++) {
-        const rt_tensor *t = &st->p->stash[i];
-        size_t bytes = (size_t)rt_tensor_bytes(t);
-        if (save)
-            memcpy(slot, st->p->arena + t->offset, bytes);
-        else
-            memcpy(st->p->arena + t->offset, slot, bytes);
-        slot += bytes;
-    }
-}
-
-/* The parameters' gradients: add this micro-batch's into the sum (m > 0),
- * or start it (m == 0); mean == 1: replace them by sum / M. */
-static void gradients_accumulate(stepper *st, int32_t m, int mean)
-{
-    const program *p = st->p;
-    float *acc = st->grad_sum, inv = 1.0f / (float)p->manifest.micro_batches;
-    const uint8_t *final = rt_overlap_final(st->overlap); /* made by its bucket already */
-    for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
-        const rt_tensor_info *ti = &p->tensors[i];
-        if (ti->role != ROLE_GRADIENT)
-            continue;
-        float *g = (float *)(p->arena + ti->t.offset);
-        int64_t n = numel(&ti->t);
-        for (int64_t k = 0; k < n && !(final && final[i]); k++) {
-            if (mean)
-                g[k] = acc[k] * inv;
-            else if (m == 0)
-                acc[k] = g[k];
-            else
-                acc[k] += g[k];
-        }
-        acc += n;
-    }
-}
-
-/* --trace: a micro-batch's forward or backward, or the update, as one span
- * around its ops'. */
-static void trace_micro_batch(const rt_context *ctx, const char *what, double t0)
-{
-    if (!ctx->trace)
-        return;
-    char name[64], args[64];
-    if (ctx->micro_batch >= 0)
-        snprintf(name, sizeof name, "%s %d", what, (int)ctx->micro_batch);
-    else
-        snprintf(name, sizeof name, "%s", what);
-    snprintf(args, sizeof args, "{\"step\":%lld}", (long long)ctx->step);
-    rt_trace_span(ctx->trace, 0, "micro-batch", name, t0, rt_trace_clock(), args);
-}
-
-static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
-{
-    program *p = st->p;
-    const rt_manifest *mf = &p->manifest;
-    if (!st->o->inputs && (st->tokens_at >= 0 || st->targets_at >= 0)) {
-        /* This replica's rows of the global batch (under diloco, of its site's share). */
-        int64_t row0 = mf->diloco.row_offset + ((int64_t)mf->replica * mf->micro_batches + m) * st->b;
-        int32_t *tok = st->tokens_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->tokens_at].t.offset) : NULL;
-        int32_t *tgt = st->targets_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->targets_at].t.offset) : NULL;
-        rt_data_batch(st->data, st->o->seed, ctx->step, row0, tok, tgt, st->b, st->T);
-    }
-    ctx->micro_batch = m;
-    ctx->phase = PHASE_FORWARD;
-    double t0 = ctx->trace ? rt_trace_clock() : 0.0;
-    if (fusion_forward(p->arena, ctx) != 0)
-        return -1;
-    trace_micro_batch(ctx, "forward", t0);
-    if (mf->loss >= 0)
-        st->loss_sum += *(float *)(p->arena + p->tensors[mf->loss].t.offset);
-    if (keep) {
-        stash_copy(st, m, 1);
-        st->stashed[m] = 1;
-    }
-    return 0;
-}
-
-static int run_backward(stepper *st, rt_context *ctx, int32_t m)
-{
-    ctx->micro_batch = m;
-    if (st->stashed[m]) {
-        stash_copy(st, m, 0);
-        st->stashed[m] = 0;
-        if (st->p->manifest.recompute) { /* the stash is the forward's inputs: run it again */
-            ctx->phase = PHASE_FORWARD;
-            ctx->replay = 1;
-            int rc = fusion_forward(st->p->arena, ctx);
-            ctx->replay = 0;
-            if (rc != 0)
-                return -1;
-        }
-    }
-    ctx->phase = PHASE_BACKWARD;
-    if (st->overlap && m == st->p->manifest.micro_batches - 1) { /* the gradients become final */
-        ctx->before_op = rt_overlap_before_op;
-        ctx->before_op_user = st->overlap;
-    }
-    double t0 = ctx->trace ? rt_trace_clock() : 0.0;
-    int rc = fusion_backward(st->p->arena, ctx);
-    ctx->before_op = NULL;
-    if (rc == 0)
-        trace_micro_batch(ctx, "backward", t0);
-    if (rc != 0)
-        return -1;
-    if (st->p->manifest.micro_batches > 1)
-        gradients_accumulate(st, m, 0);
-    return 0;
-}
-
-/* Forward and backward of every micro-batch in 1F1B order; the step's mean
- * loss into *loss (NAN on a device without it). */
-static int run_micro_batches(stepper *st, rt_context *ctx, float *loss)
-{
-    const rt_manifest *mf = &st->p->manifest;
-    int32_t M = mf->micro_batches;
-    /* The order: +m a forward, -(m+1) a backward. */
-    int32_t *order = st->order, n = pipeline_order(M, mf->warmup, order);
-    st->loss_sum = 0.0;
-    rt_overlap_begin_step(st->overlap, ctx->step);
-    for (int32_t i = 0; i < n; i++) {
-        int32_t m = order[i] >= 0 ? order[i] : -order[i] - 1;
-        /* A forward keeps what its backward reads unless that backward is next. */
-        int rc = order[i] >= 0 ? run_forward(st, ctx, m, !(i + 1 < n && order[i + 1] == -(m + 1)))
-                               : run_backward(st, ctx, m);
-        if (rc)
-            return -1;
-    }
-    if (M > 1)
-        gradients_accumulate(st, 0, 1);
-    *loss = mf->loss >= 0 ? (float)(st->loss_sum / M) : NAN;
-    if (mf->loss >= 0 && mf->n_replicas > 1 && (!st->comm || rt_comm_mean_over_replicas(st->comm, loss, 1, -1, ctx)))
-        return -1;
-    if (mf->loss >= 0) /* the step's loss where the log, checkpoints and --dump-grads find it */
-        *(float *)(st->p->arena + st->p->tensors[mf->loss].t.offset) = *loss;
-    return 0;
-}
-
-/* ---- validation: forward only, on fixed held-out batches ---------------------- */
-
-/* The validation windows' seed: fixed, not --seed, so that every
- * validation of a run, and of any run, sees the same windows. */
-#define VAL_SEED 0x7A11DA7Aull
-
-/* The mean loss after `step`'s update over --val-batches K fixed batches
- * of the training batch's shape (*val_loss; NAN on a device without the
- * loss).  Batch k's rows come from (VAL_SEED, k, row) as a training
- * step's come from (seed, step, row): this replica's micro-batches hold
- * its rows of the global batch.  Only fusion_forward runs: no gradient, no
- * update; the loss tensor is put back, so the log, checkpoints and
- * --dump-grads see the training step's.  Every device of the run calls it
- * after the same steps, a pipeline's stages passing the activations on:
- * its messages are tagged step -step (no training message has a step below
- * 1), micro-batches 0 .. K*M-1; micro-batch 0 sends the parameters a stage
- * lends another (ATTR_ONCE), so a stage reads this step's updated copy.
- * The training's RNG is never drawn from (batches are functions of their
- * seed): the training goes on bit for bit as without validation. */
-static int run_validation(stepper *st, const rt_context *train_ctx, int64_t step, float *val_loss, char *err,
-                          size_t err_size)
-{
-    program *p = st->p;
-    const rt_manifest *mf = &p->manifest;
-    int32_t M = mf->micro_batches;
-    int64_t K = st->o->val_batches;
-    rt_context ctx = *train_ctx;
-    ctx.step = -step;
-    ctx.replay = 0;
-    ctx.before_op = NULL;
-    ctx.inject_overflow = 0;
-    ctx.msg[0] = '\0';
-    float *loss_at = mf->loss >= 0 ? (float *)(p->arena + p->tensors[mf->loss].t.offset) : NULL;
-    float kept = loss_at ? *loss_at : 0.0f;
-    double recv_wait = st->comm ? st->comm->recv_wait : 0.0; /* AdaTopK measures the training's waits */
-    double sum = 0.0, t0 = ctx.trace ? rt_trace_clock() : 0.0;
-    int rc = 0;
-    for (int64_t k = 0; k < K && rc == 0; k++) {
-        for (int32_t m = 0; m < M && rc == 0; m++) {
-            if (st->val) {
-                int64_t row0 = ((int64_t)mf->replica * M + m) * st->b;
-                int32_t *tok = st->tokens_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->tokens_at].t.offset) : NULL;
-                int32_t *tgt = st->targets_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->targets_at].t.offset) : NULL;
-                rt_data_batch(st->val, VAL_SEED, k, row0, tok, tgt, st->b, st->T);
-            }
-            ctx.micro_batch = (int32_t)(k * M + m);
-            ctx.phase = PHASE_FORWARD;
-            rc = fusion_forward(p->arena, &ctx);
-            if (rc == 0 && loss_at)
-                sum += *loss_at;
-        }
-    }
-    *val_loss = loss_at ? (float)(sum / (double)(K * M)) : NAN;
-    if (rc == 0 && loss_at && mf->n_replicas > 1 &&
-        (!st->comm || rt_comm_mean_over_replicas(st->comm, val_loss, 1, -1, &ctx)))
-        rc = -1;
-    if (loss_at)
-        *loss_at = kept;
-    if (st->comm)
-        st->comm->recv_wait = recv_wait;
-    if (rc == 0 && ctx.trace) {
-        char args[64];
-        snprintf(args, sizeof args, "{\"step\":%lld}", (long long)step);
-        rt_trace_span(ctx.trace, 0, "micro-batch", "validation", t0, rt_trace_clock(), args);
-    }
-    if (rc)
-        snprintf(err, err_size, "validation: %s", ctx.msg[0] ? ctx.msg : "the loss's mean over the replicas failed");
-    return rc;
-}
-
-static int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, const run_options *o)
-{
-    memset(st, 0, sizeof *st);
-    st->p = p;
-    st->comm = comm;
-    st->data = data;
-    st->o = o;
-    const rt_manifest *m = &p->manifest;
-    find_feeds(p, &st->tokens_at, &st->targets_at);
-    int32_t feed = st->tokens_at >= 0 ? st->tokens_at : st->targets_at;
-    if (feed >= 0) {
-        st->b = p->tensors[feed].t.dim[0];
-        st->T = p->tensors[feed].t.dim[1];
-    }
-    /* At most warm-up + 1 micro-batches wait for their backward at once. */
-    st->n_slots = (m->warmup < m->micro_batches ? m->warmup : m->micro_batches) + 1;
-    st->stash_bytes = stash_total(p);
-    st->stash_mem = malloc((size_t)st->n_slots * (size_t)st->stash_bytes + 1);
-    st->stashed = calloc((size_t)m->micro_batches + 1, 1);
-    st->order = malloc((2 * (size_t)m->micro_batches + 1) * sizeof *st->order);
-    for (int32_t i = 0; i < m->n_tensors; i++)
-        if (p->tensors[i].role == ROLE_GRADIENT)
-            st->grad_floats += numel(&p->tensors[i].t);
-    st->grad_sum = m->micro_batches > 1 ? malloc((size_t)st->grad_floats * sizeof(float) + 1) : NULL;
-    if (!st->stash_mem || !st->stashed || !st->order || (m->micro_batches > 1 && !st->grad_sum))
-        return fail("cannot allocate %lld bytes of stash and %lld of gradient sums",
-                    (long long)(st->n_slots * st->stash_bytes), (long long)st->grad_floats * 4);
-    char why[512];
-    /* On a CUDA device p->arena is the host staging copy: a bucket's
-     * gradients come down to it before the thread takes them (cuda.h). */
-    if (comm && rt_overlap_open(&st->overlap, comm, (const rt_op *)fusion_ops_blob, m->n_ops, p->tensors, m->n_tensors,
-                                p->arena, st->grad_sum, m->micro_batches, !o->no_overlap, why, sizeof why))
-        return fail("%s", why);
-    if (p->cuda)
-        rt_overlap_set_fetch(st->overlap, rt_cuda_fetch, p->cuda);
-    if (comm)
-        comm->overlap = st->overlap != NULL;
-    return 0;
-}
-
-static void stepper_free(stepper *st)
-{
-    free(st->stash_mem);
-    free(st->stashed);
-    rt_overlap_close(st->overlap);
-    free(st->grad_sum);
-    free(st->order);
 }
 
 /* ---- main -------------------------------------------------------------------- */
@@ -787,7 +463,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                            .trace = trace };
         double t0 = now();
         float loss = NAN;
-        if (run_micro_batches(&st, &ctx, &loss) != 0) {
+        if (stepper_step(&st, &ctx, &loss) != 0) {
             save_live_state(p, o, step - 1, seed, &scaler, broker, ctx.msg);
             rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
             break;
@@ -810,7 +486,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             break;
         }
         rt_pace_settle(&ctx);
-        trace_micro_batch(&ctx, "update", update_t0);
+        stepper_trace(&ctx, "update", update_t0);
         char outer_line[400] = "";
         if (diloco && rt_diloco_due(&outer, step, o->steps)) {
             char why[512];
@@ -840,7 +516,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         char val_text[64] = "", val_json[64] = "";
         if (validating && (step % o->val_every == 0 || step == o->steps)) {
             char why[700];
-            if (run_validation(&st, &ctx, step, &val_loss, why, sizeof why) != 0) {
+            if (stepper_validate(&st, &ctx, step, &val_loss, why, sizeof why) != 0) {
                 rc = stop(comm, mf->device, "step %lld: %s", (long long)step, why);
                 break;
             }
@@ -1014,12 +690,12 @@ int main(int argc, char **argv)
     rt_data data = { 0 }, val = { 0 };
     char why[512];
     int32_t tokens_at, targets_at;
-    find_feeds(&p, &tokens_at, &targets_at);
+    program_find_feeds(&p, &tokens_at, &targets_at);
     if (o.inputs) {
         rc = read_file_tensors(&p, o.inputs, role_bit(ROLE_INPUT));
     } else if (tokens_at >= 0 || targets_at >= 0) {
         int64_t T = p.tensors[tokens_at >= 0 ? tokens_at : targets_at].t.dim[1];
-        int64_t vocab = feed_vocabulary(&p, tokens_at, targets_at);
+        int64_t vocab = program_feed_vocabulary(&p, tokens_at, targets_at);
         for (int i = 0; i < o.n_data && rc == 0; i++)
             if (rt_data_load(&data, o.data[i], (rt_data_format)o.data_format, vocab, why, sizeof why))
                 rc = fail("%s", why);

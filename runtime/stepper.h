@@ -1,0 +1,54 @@
+/* stepper.h: one training step of a device program, 1F1B over its
+ * micro-batches (forwards, backwards, the stash between them, the
+ * gradients summed over micro-batches), and validation's forward-only
+ * passes (stepper.c).  The training loop (main.c) holds one stepper. */
+#ifndef FUSION_RT_STEPPER_H
+#define FUSION_RT_STEPPER_H
+
+#include "comm/comm.h"
+#include "comm/overlap.h"
+#include "data.h"
+#include "device_program.h"
+#include "run_options.h"
+
+typedef struct {
+    program *p;
+    rt_comm *comm;
+    rt_data *data;
+    rt_data *val; /* --val-data on a device with a feed; NULL none */
+    const run_options *o;
+    int32_t tokens_at, targets_at; /* feeds on this device, -1 none */
+    int64_t b, T;                  /* rows per micro-batch, tokens per row */
+    int32_t n_slots;               /* stash slots                          */
+    char *stash_mem;               /* [n_slots][stash_bytes]               */
+    int64_t stash_bytes;
+    char *stashed;   /* per micro-batch: in a slot?          */
+    float *grad_sum; /* [grad floats] when M > 1             */
+    int32_t *order;  /* [2M] the 1F1B order                  */
+    int64_t grad_floats;
+    double loss_sum;
+    rt_overlap *overlap; /* gradient buckets reduced in the last backward; NULL none */
+} stepper;
+
+/* The loader's feeds on this device: the tokens' and the targets' tensor
+ * (-1 when a stage holds neither). */
+void program_find_feeds(const program *p, int32_t *tokens, int32_t *targets);
+/* The vocabulary the loader's ids must stay below on this device (0: no
+ * op here reads a feed). */
+int64_t program_feed_vocabulary(const program *p, int32_t tokens_at, int32_t targets_at);
+
+/* 0, or 1 with the error printed (fail). */
+int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, const run_options *o);
+void stepper_free(stepper *st);
+/* Forward and backward of every micro-batch of ctx->step, in 1F1B order;
+ * the step's mean loss into *loss (NAN on a device without it).  0 or -1
+ * (ctx->msg says why). */
+int stepper_step(stepper *st, rt_context *ctx, float *loss);
+/* The validation loss after `step` (stepper.c says how): 0, or -1 with err. */
+int stepper_validate(stepper *st, const rt_context *train_ctx, int64_t step, float *val_loss, char *err,
+                     size_t err_size);
+/* --trace: a micro-batch's forward or backward ("forward", "backward"),
+ * or the update, as one span from t0 around its ops'. */
+void stepper_trace(const rt_context *ctx, const char *what, double t0);
+
+#endif
