@@ -6,7 +6,7 @@
 // fast and not meant to be: it is the independent implementation.
 //
 // usage:
-//   node reference_encode.mjs NAME OUT.bin [--eos] [--time] [--list OUT.tsv] FILE...
+//   node reference_encode.mjs NAME OUT.bin [--eos] [--time] [--list OUT.tsv] [--each DIR] FILE...
 //       encode each FILE on its own (no special tokens added), the ids
 //       concatenated in argument order; --eos puts the end-of-text id
 //       after each file's ids; --time prints the encode's MB/s (the files
@@ -14,7 +14,10 @@
 //       second and per CPU second (the process's, its GC threads too: the
 //       figure a loaded machine disturbs least); --list
 //       writes "ids<TAB>file" a line, the count each file gave (with its
-//       end-of-text id when --eos), for compare_shards.py --files.
+//       end-of-text id when --eos), for compare_shards.py --files; --each
+//       also writes each file's ids as a shard of its own, DIR/BASENAME.bin
+//       (BASENAME: the file's name less its extension), for
+//       compare_shards.py --dirs.
 //   node reference_encode.mjs --decode NAME SHARD OUT.txt
 //       the shard's ids decoded in one call, special tokens kept, no
 //       clean-up of spaces.
@@ -41,8 +44,8 @@
 //     piece between added tokens, so each piece gets its own U+2581.
 //   - The files are read as UTF-8 and must be valid UTF-8 (checked); a
 //     leading U+FEFF is kept, not dropped.
-import { readFileSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 // The end-of-text token a file's ids are followed by with --eos: the one
@@ -150,11 +153,12 @@ function readShard(path) {
 
 async function mainEncode(args) {
   const positional = [];
-  let eos = false, time = false, list = null;
+  let eos = false, time = false, list = null, each = null;
   for (let i = 0; i < args.length; i++) {
     if (args[i] === "--eos") eos = true;
     else if (args[i] === "--time") time = true;
     else if (args[i] === "--list" && i + 1 < args.length) list = args[++i];
+    else if (args[i] === "--each" && i + 1 < args.length) each = args[++i];
     else if (args[i].startsWith("--")) usage();
     else positional.push(args[i]);
   }
@@ -175,6 +179,12 @@ async function mainEncode(args) {
     if (eos) ids.push(eosId);
   }
   writeShard(out, ids, vocabSize);
+  if (each !== null) {
+    mkdirSync(each, { recursive: true });
+    perFile.forEach((f, i) =>
+      writeShard(join(each, basename(files[i]).replace(/\.[^.]*$/, "") + ".bin"), eos ? [...f, eosId] : f, vocabSize),
+    );
+  }
   if (list !== null)
     writeFileSync(list, perFile.map((f, i) => `${f.length + (eos ? 1 : 0)}\t${files[i]}\n`).join(""));
   if (time) {
