@@ -372,6 +372,38 @@ static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device
     return rc;
 }
 
+/* The fewest significant digits (6 at least) that read back to v. */
+static int shortest_digits(double v)
+{
+    char buf[40];
+    int p = 6;
+    for (; p < 17; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    return p;
+}
+
+/* The model's hyper-parameters as built, "name=value ..." (rt_manifest.hypers). */
+static int hypers_text(const ir_graph *g, char *out, size_t size, struct diag *err)
+{
+    size_t k = 0;
+    out[0] = 0;
+    for (int32_t i = 0; i < g->n_hypers; i++) {
+        const ir_hyper *h = &g->hypers[i];
+        int n = h->is_float
+                    ? snprintf(out + k, size - k, "%s%s=%.*g", k ? " " : "", ir_str(g, h->name), shortest_digits(h->f),
+                               h->f)
+                    : snprintf(out + k, size - k, "%s%s=%lld", k ? " " : "", ir_str(g, h->name), (long long)h->i);
+        if (n < 0 || (size_t)n >= size - k)
+            return diag_set(err, ir_str(g, g->name), 0,
+                            "the model's hyper-parameters take more than %zu bytes written out", size - 1);
+        k += (size_t)n;
+    }
+    return 0;
+}
+
 int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char *object_path, struct diag *err)
 {
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
@@ -429,6 +461,8 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     snprintf(manifest.device, sizeof manifest.device, "%s", dev->name);
     manifest.build_id = dev->build_id ? dev->build_id : llvm_graph_build_id(g);
     manifest.model_id = llvm_graph_model_id(g);
+    if ((rc = hypers_text(g, manifest.hypers, sizeof manifest.hypers, err)) != 0)
+        goto done;
     manifest.arena_bytes = dev->arena_bytes;
     manifest.n_ops = n_ops;
     manifest.n_tensors = n_tensors;

@@ -170,6 +170,8 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
                                step_text,
                                "fusion.seed",
                                seed_text,
+                               "fusion.hypers",
+                               mf->hypers,
                                mf->loss_scaling ? "fusion.loss_scaler" : NULL,
                                scale,
                                NULL };

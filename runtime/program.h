@@ -106,6 +106,10 @@ typedef struct {
     uint64_t model_id;       /* hash of the whole model's parameters (names, shapes): a
                                   checkpoint of another model is refused on it, whatever
                                   the plan (checkpoint.c)                                 */
+    char hypers[2048];       /* the model's hyper-parameters as built, "name=value ..." (floats
+                                  in the fewest digits that read back exactly):
+                                  checkpoints record them (fusion.hypers), so that `fusionc
+                                  export` writes a config.json from a checkpoint alone    */
 } rt_manifest;
 
 enum { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };

@@ -37,6 +37,7 @@
 #include "profile.h"
 #include "report.h"
 #include "tokenize.h"
+#include "export.h"
 #include "simulate.h"
 
 #ifndef FUSION_VERSION
@@ -761,76 +762,6 @@ static int cmd_plan(int argc, char **argv)
     return rc ? 1 : 0;
 }
 
-/* The simulated steps, the bubble, each stage's busy time, the links'
- * bytes (each link's with verbose). */
-static void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *plan, const sim_result *r,
-                           int verbose)
-{
-    const double ms = 1e3;
-    fprintf(out,
-            "simulate: %s on %s, scheduler %s, %d stage%s x %d replica%s, %d micro-batch%s, %d step%s, "
-            "precision %s%s\n",
-            ir_str(g, g->name), c->name, plan->scheduler ? plan->scheduler : "opfence", plan->n_stages,
-            plan->n_stages == 1 ? "" : "s", plan->n_replicas, plan->n_replicas == 1 ? "" : "s", plan->micro_batches,
-            plan->micro_batches == 1 ? "" : "es", r->n_steps, r->n_steps == 1 ? "" : "s", ir_dtype_name(g->precision),
-            g->tf32 ? " (tf32 products)" : "");
-    for (int32_t k = 0; k < r->n_steps; k++)
-        fprintf(out, "step %d: %.3f ms\n", k + 1, (r->step_end[k] - (k ? r->step_end[k - 1] : 0.0)) * ms);
-    double step = sim_steady_step(r);
-    const char *unit;
-    double items = baseline_step_items(g, &unit);
-    fprintf(out, "simulated step: %.3f ms\n", step * ms);
-    fprintf(out, "throughput: %.0f %s/s (%.0f %s a step, every device's)\n", step > 0 ? items / step : 0.0, unit, items,
-            unit);
-    fprintf(out, "plan estimate: %.3f ms\n", plan->step_seconds * ms);
-    /* The estimate pass's time of every op (est_time, on its stage's first
-     * device): what one device alone would be busy for, a step's worth. */
-    double ops = 0.0;
-    for (int32_t i = 0; i < g->n_nodes; i++) /* (nodes the comm pass added have none: -1) */
-        if (g->nodes[i].est_time > 0)
-            ops += g->nodes[i].est_time * (g->nodes[i].phase == PHASE_UPDATE ? 1 : plan->micro_batches);
-    fprintf(out, "op estimates: %.3f ms\n", ops * ms);
-    fprintf(out, "bubble: %.4f\n", r->bubble);
-    fprintf(out, "%-5s %-24s %12s\n", "stage", "devices", "busy");
-    for (int32_t s = 0; s < plan->n_stages; s++) {
-        double busy = 0.0;
-        char devices[256] = "";
-        for (int32_t i = 0; i < r->n_workers; i++)
-            if (r->stage[i] == s) {
-                size_t used = strlen(devices);
-                snprintf(devices + used, sizeof devices - used, "%s%s", used ? "," : "", c->devices[r->device[i]].name);
-                busy = busy > r->busy[i] / r->n_steps ? busy : r->busy[i] / r->n_steps; /* a step's */
-            }
-        fprintf(out, "%-5d %-24s %9.3f ms\n", s, devices, busy * ms);
-    }
-    /* A summary; every link's row with -v (48 devices make hundreds). */
-    double total = 0.0, busiest = -1.0;
-    int32_t used = 0, top = -1;
-    for (int32_t l = 0; l < r->n_links; l++) {
-        const sim_link *k = &r->links[l];
-        double bytes = k->bytes[PHASE_FORWARD] + k->bytes[PHASE_BACKWARD] + k->bytes[PHASE_UPDATE];
-        total += bytes;
-        used += bytes > 0;
-        if (bytes > busiest)
-            busiest = bytes, top = l;
-    }
-    fprintf(out, "links: %d carry traffic, %.2f MiB a step in all", used, total / (1024.0 * 1024.0));
-    if (top >= 0)
-        fprintf(out, "; the most: %s->%s, %.2f MiB", c->devices[r->links[top].from].name,
-                c->devices[r->links[top].to].name, busiest / (1024.0 * 1024.0));
-    fprintf(out, "%s\n", verbose ? "" : " (-v: every link)");
-    if (!verbose)
-        return;
-    fprintf(out, "%-30s %12s %12s %12s %12s\n", "link (bytes per step)", "forward", "backward", "update", "total");
-    for (int32_t l = 0; l < r->n_links; l++) {
-        const sim_link *k = &r->links[l];
-        char name[300];
-        snprintf(name, sizeof name, "%s->%s", c->devices[k->from].name, c->devices[k->to].name);
-        fprintf(out, "%-30s %12.0f %12.0f %12.0f %12.0f\n", name, k->bytes[PHASE_FORWARD], k->bytes[PHASE_BACKWARD],
-                k->bytes[PHASE_UPDATE], k->bytes[PHASE_FORWARD] + k->bytes[PHASE_BACKWARD] + k->bytes[PHASE_UPDATE]);
-    }
-}
-
 static int cmd_simulate(int argc, char **argv)
 {
     options o;
@@ -927,6 +858,8 @@ static const command commands[] = {
     { "launch", "OUT ARGS", "start every device on its host over ssh, gather the logs, wait for the end",
       &launch_usage, launch_main },
     { "stop", "OUT", "stop the devices of OUT on their hosts", &stop_usage, stop_main },
+    { "export", "CHECKPOINT -o DIR", "a checkpoint as a Hugging Face model folder (config.json, safetensors)",
+      &export_usage, export_main },
     { "tokenize", "TOKENIZER FILE... -o OUT", "text files to one token shard with a Hugging Face tokenizer.json\n"
                                               "(and back: --decode)",
       &tokenize_usage, tokenize_main },

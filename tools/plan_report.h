@@ -9,10 +9,16 @@
 
 #include "../frontend/cluster.h"
 #include "../passes/passes.h"
+#include "simulate.h"
 
 void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *p);
 /* DIR/plan.txt and DIR/plan.svg, each written under a temporary name and
  * renamed. */
 int plan_report_write(const ir_graph *g, const cluster *c, const fence_plan *p, const char *dir, struct diag *err);
+
+/* The simulated steps, the bubble, each stage's busy time, the links'
+ * bytes (each link's with verbose), as `fusionc simulate` prints them. */
+void simulate_print(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *plan, const sim_result *r,
+                    int verbose);
 
 #endif

@@ -28,6 +28,7 @@ names them, so no mapping table stands between the two.  Exits 1 (printing
 the tensor, the difference and its bound) on any mismatch.
 """
 import json
+import os
 import math
 import struct
 import sys
@@ -40,6 +41,16 @@ TOL = 1e-4
 # ---- safetensors with the standard library ------------------------------------
 
 def st_read(path):
+    """A safetensors file, or a Hugging Face folder: model.safetensors, or
+    the shards model.safetensors.index.json names (every one of them)."""
+    if os.path.isdir(path):
+        index = os.path.join(path, "model.safetensors.index.json")
+        if not os.path.exists(index):
+            return st_read(os.path.join(path, "model.safetensors"))
+        out = {}
+        for shard in sorted(set(json.load(open(index))["weight_map"].values())):
+            out.update(st_read(os.path.join(path, shard)))
+        return out
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
