@@ -23,18 +23,30 @@ model=()
 IFS=, read -ra kv <<<"$cfg"
 for s in "${kv[@]}"; do model+=(--set "$s"); done
 claim_ports
+# A byte tokenizer (256 ids, <0x00> .. <0xFF>: the model's vocab) and its config.
+mkdir -p "$work/tok"
+"$py" - "$work/tok" <<'PYEOF'
+import json, sys
+vocab = {f"<0x{b:02X}>": b for b in range(256)}
+json.dump({"model": {"type": "BPE", "byte_fallback": True, "vocab": vocab, "merges": []},
+           "decoder": {"type": "ByteFallback"}}, open(sys.argv[1] + "/tokenizer.json", "w"))
+json.dump({"model_max_length": 32}, open(sys.argv[1] + "/tokenizer_config.json", "w"))
+PYEOF
 
 "$FUSIONC" compile models/llama.xml clusters/local-1.xml -o "$work/one" "${model[@]}" >"$work/c1" 2>&1 &&
   pass || fail "one-device compile: $(cat "$work/c1")"
 "$FUSIONC" compile models/llama.xml clusters/local-4.xml -o "$work/pipe" "${model[@]}" --stages 2 --replicas 1 \
-  --micro-batches 2 --port-base "$ports" >"$work/c2" 2>&1 && pass || fail "pipeline compile: $(cat "$work/c2")"
-"$work/pipe/launch-local.sh" --data "$work/corpus.txt" --steps 5 --seed 3 --save "$work/ckpt" >"$work/train" 2>&1 &&
+  --micro-batches 2 --port-base "$ports" --tokenizer "$work/tok" >"$work/c2" 2>&1 && pass || fail "pipeline compile: $(cat "$work/c2")"
+cmp -s "$work/tok/tokenizer_config.json" "$work/pipe/tokenizer/tokenizer_config.json" && pass ||
+  fail "compile --tokenizer did not copy the tokenizer's files to OUT/tokenizer"
+"$work/pipe/launch-local.sh" --data "$work/corpus.txt" --steps 5 --seed 3 --save "$work/pipe/ckpt" >"$work/train" 2>&1 &&
   pass || fail "pipeline training: $(tail -5 "$work/train")"
+ln -s "$work/pipe/ckpt" "$work/ckpt"
 expect_eq "checkpoint parts" 2 "$(ls "$work"/ckpt/step-5/checkpoint-*.safetensors | wc -l)"
 
 # ---- one file, fp32 ----
 "$FUSIONC" export "$work/ckpt" -o "$work/hf" >"$work/e1" 2>&1 && pass || fail "export: $(cat "$work/e1")"
-expect_eq "files" "config.json model.safetensors" "$(ls "$work/hf" | tr '\n' ' ' | sed 's/ $//')"
+expect_eq "files" "config.json model.safetensors tokenizer.json tokenizer_config.json" "$(ls "$work/hf" | tr '\n' ' ' | sed 's/ $//')"
 "$py" "$parity" names llama "$cfg" "$work/hf" >"$work/names" 2>&1 && pass || fail "export names: $(cat "$work/names")"
 "$py" - "$work/hf" <<'PYEOF' && pass || fail "export contents: see above"
 import json, os, sys
@@ -56,6 +68,9 @@ PYEOF
 
 # PyTorch on the exported folder against fusion on the same weights.
 "$py" "$parity" make llama "$cfg" "$work/w.st" "$work/in.st" 9 || fail "making inputs"
+mkdir -p "$work/else" && cp -a "$work/pipe/ckpt" "$work/else/ckpt" # a checkpoint outside OUT: no tokenizer found
+"$FUSIONC" export "$work/else/ckpt" -o "$work/hf-elsewhere" >/dev/null 2>&1 && pass || fail "export from a copy"
+[ ! -e "$work/hf-elsewhere/tokenizer.json" ] && pass || fail "a tokenizer came from nowhere"
 "$work/one/cpu0/fusion-cpu0" --init "$work/hf/model.safetensors" --inputs "$work/in.st" --steps 1 \
   --dump-grads "$work/dump.st" >"$work/init.run" 2>&1 && pass || fail "--init from the export: $(tail -2 "$work/init.run")"
 "$py" "$parity" grads llama "$cfg" "$work/hf" "$work/dump.st" >"$work/cmp" 2>&1 && pass ||
@@ -88,6 +103,12 @@ PYEOF
   fail "PyTorch on the bf16 export: $(cat "$work/cmp16")"
 
 # ---- refusals ----
+# A tokenizer with more ids than the model's vocab: refused at compile.
+"$py" -c 'import json, sys; json.dump({"model": {"type": "BPE", "byte_fallback": True, "merges": [],
+  "vocab": {**{f"<0x{b:02X}>": b for b in range(256)}, "<extra>": 300}}}, open(sys.argv[1], "w"))' "$work/big.json"
+"$FUSIONC" compile models/llama.xml clusters/local-1.xml -o "$work/big" "${model[@]}" --tokenizer "$work/big.json" >"$work/big.out" 2>&1
+expect_eq "a tokenizer too big: exit" 1 $?
+grep -qF "the tokenizer's 301 ids do not fit the model's vocab of 256" "$work/big.out" && pass || fail "too big: $(cat "$work/big.out")"
 refused() { # WHAT NEEDLE ARGS...
   local what=$1 needle=$2
   shift 2

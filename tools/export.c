@@ -384,7 +384,7 @@ static int copy_file(const char *from, const char *to, char *err, size_t n)
 }
 
 /* PATH a tokenizer.json, or a folder whose tokenizer files all go. */
-static int copy_tokenizer(const char *path, const char *dir, char *err, size_t n)
+int export_copy_tokenizer(const char *path, const char *dir, char *err, size_t n)
 {
     static const char *const names[] = { "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                          "generation_config.json" };
@@ -407,6 +407,25 @@ static int copy_tokenizer(const char *path, const char *dir, char *err, size_t n
         copied++;
     }
     return copied ? 0 : (snprintf(err, n, "%s: no tokenizer.json in the folder", path), -1);
+}
+
+/* The tokenizer `fusionc compile --tokenizer` put beside the run: OUT/tokenizer,
+ * for a checkpoint in OUT/checkpoints (the broker's) or any folder of OUT
+ * (--save OUT/ckpt).  1 and its folder in found, or 0. */
+static int compiled_tokenizer(const char *source, const char *step_dir, char *found, size_t n)
+{
+    const char *const candidates[] = { "%s/../tokenizer", "%s/../../tokenizer" };
+    const char *const bases[] = { source, step_dir };
+    struct stat st;
+    char json[FU_PATH_BYTES + 64];
+    for (int b = 0; b < 2; b++)
+        for (int k = 0; k < 2; k++) {
+            snprintf(found, n, candidates[k], bases[b]);
+            snprintf(json, sizeof json, "%s/tokenizer.json", found);
+            if (stat(json, &st) == 0)
+                return 1;
+        }
+    return 0;
 }
 
 /* ---- the command ------------------------------------------------------------ */
@@ -461,8 +480,11 @@ int export_main(int argc, char **argv)
         rc = write_weights(&c, o.output, as, (int64_t)max_shard, why, sizeof why);
     if (rc == 0)
         rc = write_json(o.output, "config.json", config, why, sizeof why);
+    char found[FU_PATH_BYTES + 32];
+    if (rc == 0 && !o.tokenizer && compiled_tokenizer(source, c.step_dir, found, sizeof found))
+        o.tokenizer = found;
     if (rc == 0 && o.tokenizer)
-        rc = copy_tokenizer(o.tokenizer, o.output, why, sizeof why);
+        rc = export_copy_tokenizer(o.tokenizer, o.output, why, sizeof why);
     if (rc == 0)
         printf("export: %s: %d tensors (%s) to %s\n", c.step_dir, c.n_weights, o.dtype, o.output);
     else

@@ -12,4 +12,10 @@ extern const cli_usage export_usage;
  * a write that failed) or 2 (usage). */
 int export_main(int argc, char **argv);
 
+/* PATH a tokenizer.json (copied as DIR/tokenizer.json), or a folder whose
+ * tokenizer files (tokenizer.json, tokenizer_config.json,
+ * special_tokens_map.json, generation_config.json) go into DIR.  0, or -1
+ * with err. */
+int export_copy_tokenizer(const char *path, const char *dir, char *err, size_t n);
+
 #endif

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../runtime/atomic_file.h"
@@ -38,6 +39,7 @@
 #include "report.h"
 #include "tokenize.h"
 #include "export.h"
+#include "../tokenizer/tokenizer.h"
 #include "simulate.h"
 
 #ifndef FUSION_VERSION
@@ -90,7 +92,7 @@ static const cli_use compile_uses[] = {
     { OPT_OUTPUT, "OUT", "the output folder (created if needed)" },
     { OPT_SET, NULL, "override a hyper-parameter (repeatable); `batch` is the global batch" },
     PLACEMENT_USES, SYNC_USES,
-    CLI_USE(OPT_PORT_BASE), CLI_USE(OPT_RUN_KEY), CLI_USE(OPT_CUBLAS), CLI_USE(OPT_DUMP_IR),
+    CLI_USE(OPT_PORT_BASE), CLI_USE(OPT_RUN_KEY), CLI_USE(OPT_CUBLAS), CLI_USE(OPT_TOKENIZER), CLI_USE(OPT_DUMP_IR),
 };
 static const cli_usage compile_usage = USAGE(
     "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--scheduler S] [--micro-batches M]\n"
@@ -679,6 +681,34 @@ static int print_best_site(const options *o, const cluster *c, int sim_steps, do
     return 0;
 }
 
+/* --tokenizer: its ids must fit the model's vocab (the hyper-parameter, when
+ * the model has one); its files go to OUT/tokenizer/ (fusionc export). */
+static int compile_tokenizer(const options *o, const ir_graph *g, struct diag *err)
+{
+    if (!o->tokenizer)
+        return 0;
+    char why[2 * FU_PATH_BYTES], json[FU_PATH_BYTES + 32], dir[FU_PATH_BYTES + 32];
+    struct stat st;
+    if (stat(o->tokenizer, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(json, sizeof json, "%s/tokenizer.json", o->tokenizer);
+    else
+        snprintf(json, sizeof json, "%s", o->tokenizer);
+    tk_tokenizer *tk = tk_load(json, why, sizeof why);
+    if (!tk)
+        return diag_set(err, o->tokenizer, 0, "%s", why);
+    int32_t ids = tk_vocab_size(tk);
+    tk_free(tk);
+    for (int32_t i = 0; i < g->n_hypers; i++)
+        if (strcmp(ir_str(g, g->hypers[i].name), "vocab") == 0 && !g->hypers[i].is_float && g->hypers[i].i < ids)
+            return diag_set(err, o->tokenizer, 0,
+                            "the tokenizer's %d ids do not fit the model's vocab of %lld (--set vocab=%d)", ids,
+                            (long long)g->hypers[i].i, ids);
+    snprintf(dir, sizeof dir, "%s/tokenizer", o->output);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return diag_set(err, dir, 0, "cannot make the folder: %s", strerror(errno));
+    return export_copy_tokenizer(o->tokenizer, dir, why, sizeof why) ? diag_set(err, dir, 0, "%s", why) : 0;
+}
+
 static int cmd_compile(int argc, char **argv)
 {
     options o;
@@ -698,7 +728,7 @@ static int cmd_compile(int argc, char **argv)
     diloco_plan dp;
     if (diloco_applies(&o, 0, &whole, &dp, &rc, &err)) {
         if (rc == 0)
-            rc = diloco_write(&dp, &whole, o.output, &tc, o.port_base, &err);
+            rc = diloco_write(&dp, &whole, o.output, &tc, o.port_base, &err) || compile_tokenizer(&o, &dp.g[0], &err);
         if (rc)
             diag_print(&err);
         else
@@ -709,7 +739,7 @@ static int cmd_compile(int argc, char **argv)
         return rc ? 1 : 0;
     }
     rc = placed_load(&m, &o, &err) || bundle_write(&m.g, &m.c, o.output, &tc, o.port_base, &err) ||
-         plan_report_write(&m.g, &m.c, &m.plan, o.output, &err);
+         plan_report_write(&m.g, &m.c, &m.plan, o.output, &err) || compile_tokenizer(&o, &m.g, &err);
     if (rc == 0 && broker_write_compile_args(o.output, argc, argv, o.files[0], o.files[1]))
         rc = diag_set(&err, o.output, 0, "cannot write %s/compile.args", o.output);
     const fence_plan *plan = &m.plan;

@@ -196,6 +196,11 @@ const cli_option fusionc_options[OPT_COUNT] = {
                      .help = "bundle (default: a CUDA device's bundle carries cuBLAS, libcublas and\n"
                              "libcublasLt from $CUDA_HOME/lib64, hard-linked where possible) or system\n"
                              "(left out: the hosts that run it have the CUDA toolkit's cuBLAS)" },
+    [OPT_TOKENIZER] = { .name = "--tokenizer", .metavar = "PATH", CLI_NONEMPTY(options, tokenizer),
+                        .expects = "a tokenizer.json or a folder with one",
+                        .help = "a Hugging Face tokenizer.json (or a folder with one and its config):\n"
+                                "its ids must fit the model's vocab; copied to OUT/tokenizer/, where\n"
+                                "fusionc export finds it" },
     [OPT_STEPS] = { .name = "--steps", .metavar = "N", CLI_INT(options, steps), A_COUNT,
                     .help = "simulate N consecutive steps (default 3)" },
     [OPT_TRACE] = { .name = "--trace", .metavar = "FILE", CLI_STRING(options, trace),

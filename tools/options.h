@@ -50,6 +50,7 @@ typedef struct {
     const char *recompute; /* --recompute auto|on|off                      */
     const char *cublas;    /* --cublas bundle|system (compile)             */
     const char *run_key;   /* --run-key FILE: this run secret, not a new one (compile) */
+    const char *tokenizer; /* --tokenizer PATH: checked and copied to OUT/tokenizer (compile) */
     int replicas;          /* --replicas R (0: the scheduler's choice)     */
     int steps;             /* --steps N (simulate; 0: 3)                   */
     int64_t seed;          /* --seed N (--scheduler random; 0: 1)          */
@@ -100,6 +101,7 @@ enum {
     OPT_PORT_BASE,
     OPT_RUN_KEY,
     OPT_CUBLAS,
+    OPT_TOKENIZER,
     OPT_STEPS,
     OPT_TRACE,
     OPT_NO_OVERLAP,
