@@ -143,7 +143,7 @@ static int check_architecture(reader *r, int *mistral)
 /* What fusion's Llama does not compute, by name. */
 static int check_unsupported(reader *r, long long dim, long long heads)
 {
-    int bias;
+    int bias = 0;
     if (flag(r, r->root, "attention_bias", 0, &bias))
         return -1;
     if (bias)
@@ -202,7 +202,7 @@ static int read_rope_scaling(reader *r)
 
 static int read_config(reader *r)
 {
-    int mistral = 0, tie;
+    int mistral = 0, tie = 0;
     long long layers, dim, heads, kv, ffn, vocab, ctx;
     double base, eps;
     if (check_architecture(r, &mistral) || count(r, r->root, "num_hidden_layers", 0, &layers) ||
