@@ -5,7 +5,8 @@
 # `fusionc compile --hf-config DIR/config.json` and trained one plain-SGD
 # step with `--init DIR`: the loss and every gradient equal an independent
 # PyTorch Llama's within 1e-4 of each tensor's largest magnitude; the same
-# with the rope scaling left off differs (the comparison sees it).  A
+# with the rope scaling left off differs (the comparison sees it); as 2
+# pipeline stages its losses equal one device's.  A
 # folder holding model.safetensors loads too, and a tied checkpoint loads
 # with lm_head.weight or without it.  Refused, naming the file, exit 1: a
 # config.json of another architecture, an unsupported rope_scaling,
@@ -63,6 +64,26 @@ for f in sorted(glob.glob(sys.argv[1] + "/model-*.safetensors")):
 st_write(sys.argv[2], t)
 PYEOF
 step single tied "$work/single" && pass || fail "single: $(cat "$work/single.cmp" "$work/single.run" 2>/dev/null | tail -5)"
+
+# As 2 pipeline stages (the tied embedding at both ends, each device
+# reading only its stage's shards), the losses equal one device's.
+claim_ports
+cat /usr/share/common-licenses/* >"$work/corpus.txt"
+losses() { sed 's/^\[[^]]*\] //' "$1" | awk '/^step /{print $4}'; }
+"$work/tied/cpu0/fusion-cpu0" --init "$work/ckpt" --data "$work/corpus.txt" --steps 5 --seed 3 >"$work/one.out" 2>&1 \
+  && pass || fail "one device from the folder: $(tail -3 "$work/one.out")"
+if "$FUSIONC" compile models/llama.xml clusters/local-4.xml -o "$work/pp" --hf-config "$work/ckpt/config.json" \
+     "${sets[@]}" --stages 2 --replicas 1 --micro-batches 2 --compress none --port-base "$ports" >"$work/pp.log" 2>&1 \
+   && "$work/pp/launch-local.sh" --init "$work/ckpt" --data "$work/corpus.txt" --steps 5 --seed 3 >"$work/pp.out" 2>&1; then
+  pass
+  losses "$work/one.out" >"$work/one.loss"
+  losses "$work/pp.out" >"$work/pp.loss"
+  expect_eq "pipeline steps" 5 "$(wc -l <"$work/pp.loss")"
+  losses_within "tied hf llama, 2 stages" "$work/one.loss" "$work/pp.loss"
+else
+  fail "2 stages: $(tail -3 "$work/pp.log" "$work/pp.out")"
+fi
+release_ports
 
 # The comparison sees the rope scaling: left off, the gradients differ.
 compile unscaled --set rope_factor=0
