@@ -98,6 +98,23 @@ grep -Eq '^  layers +1$' "$work/stats" && grep -Eq '^  tie +1$' "$work/stats" &&
 "$FUSIONC" simulate models/llama.xml clusters/local-4.xml --hf-config "$work/ckpt/config.json" --set seq=24 \
   -o "$work/sim" >"$work/sim.out" 2>&1 && pass || fail "simulate --hf-config: $(tail -3 "$work/sim.out")"
 
+# Taken: what Hugging Face defaults (no num_key_value_heads: as many as
+# heads; rope_scaling null: none), the older "type" key, Mistral without a
+# sliding window.
+# taken NAME EDIT HYPER VALUE: stats with the edited config shows HYPER VALUE.
+taken() {
+  local name=$1 edit=$2 hyper=$3 value=$4
+  mkdir -p "$work/ok-$name"
+  "$py" -c "import json, sys; c = json.load(open(sys.argv[1])); $edit; json.dump(c, open(sys.argv[2], 'w'))" \
+    "$work/ckpt/config.json" "$work/ok-$name/config.json"
+  "$FUSIONC" stats models/llama.xml --hf-config "$work/ok-$name/config.json" >"$work/ok-$name.out" 2>&1
+  grep -Eq "^  $hyper +$value\$" "$work/ok-$name.out" && pass || fail "$name: expected $hyper $value: $(head -20 "$work/ok-$name.out")"
+}
+taken no-kv 'del c["num_key_value_heads"]' kv_heads 4
+taken no-scaling 'c["rope_scaling"] = None' rope_factor 0
+taken old-type 'c["rope_scaling"]["type"] = c["rope_scaling"].pop("rope_type")' rope_factor 8
+taken mistral 'c["model_type"] = "mistral"; c["architectures"] = ["MistralForCausalLM"]; c["sliding_window"] = None' tie 1
+
 # ---- refused, naming the file ----
 # refused NAME JQ-LIKE-EDIT EXPECTED: config.json edited by python, compile exits 1 with EXPECTED.
 refused() {
