@@ -31,7 +31,7 @@ static double load_once(const char *path, int layers, const char *last_pass, siz
 {
     char text[32];
     snprintf(text, sizeof text, "%d", layers);
-    model_setting sets[] = { { "layers", text }, { "dim", "1600" }, { "heads", "25" } };
+    model_setting sets[] = { { "layers", text, NULL }, { "dim", "1600", NULL }, { "heads", "25", NULL } };
     struct diag err = { 0 };
     ir_graph g;
     size_t before = mallinfo2().uordblks;

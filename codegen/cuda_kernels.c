@@ -7,6 +7,7 @@
  * cuda_kernels_attention.c's; cuda_lowering.c picks each op's. */
 #include "cuda_kernels_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,25 +153,41 @@ int lower_merge_heads(cuda_plan *p, const rt_op *op)
 /* ---- rope, split and concat ------------------------------------------------------ */
 
 /* x (R,T,H·D) -> y, each head's pairs (c, c + D/2) turned by the angle
- * sign·t·base^(-2c/D) (sign -1: the backward), as runtime/cpu/rope.c's
- * rope_rotate: the angle, its cosine and sine in double, rounded to float.
- * A thread per pair, reading both before it writes (y may be x). */
+ * sign·t·θ_c (sign -1: the backward), θ_c = base^(-2c/D) scaled as Llama 3
+ * does when scale_factor > 0, as runtime/cpu/rope.c's rope_inv_freq and
+ * rope_rotate: the same double operations in the same order, then cosine
+ * and sine in double, rounded to float.  A thread per pair, reading both
+ * before it writes (y may be x). */
 int lower_rope(cuda_plan *p, const rt_op *op)
 {
     int sign = op->op == OP_ROPE ? 1 : -1;
     const rt_tensor *x = &op->in[0];
     int64_t C = x->dim[x->rank - 1], T = x->dim[x->rank - 2], H = op->ints[ATTR_HEADS], D = C / H, half = D / 2;
-    char body[1024];
+    double factor = op->floats[ATTR_SCALE_FACTOR], low = op->floats[ATTR_LOW_FREQ], high = op->floats[ATTR_HIGH_FREQ],
+           old_ctx = op->floats[ATTR_OLD_CTX];
+    char scaling[640] = "";
+    if (factor > 0.0)
+        snprintf(scaling, sizeof scaling,
+                 "        double wavelen = %.17g / f;\n"
+                 "        if (wavelen > %.17g / %.17g) f = f / %.17g;\n"
+                 "        else if (!(wavelen < %.17g / %.17g)) {\n"
+                 "            double smooth = (%.17g / wavelen - %.17g) / (%.17g - %.17g);\n"
+                 "            f = (1.0 - smooth) * f / %.17g + smooth * f;\n"
+                 "        }\n",
+                 2.0 * M_PI, old_ctx, low, factor, old_ctx, high, old_ctx, low, high, low, factor);
+    char body[1536];
     snprintf(
         body, sizeof body,
         "        long long c = i %% %lldLL, rest = i / %lldLL, t = (rest / %lldLL) %% %lldLL, at = rest * %lldLL + c;\n"
-        "        double angle = %d.0 * (double)t * pow((double)%.17g, -2.0 * (double)c / %lld.0);\n"
+        "        double f = pow((double)%.17g, -2.0 * (double)c / %lld.0);\n"
+        "%s"
+        "        double angle = %d.0 * (double)t * f;\n"
         "        float co = (float)cos(angle), si = (float)sin(angle);\n"
         "        float lo = LD(x[at]), hi = LD(x[at + %lldLL]);\n"
         "        ST(y[at], lo * co - hi * si);\n"
         "        ST(y[at + %lldLL], hi * co + lo * si);\n",
-        (long long)half, (long long)half, (long long)H, (long long)T, (long long)D, sign, op->floats[ATTR_BASE],
-        (long long)D, (long long)half, (long long)half);
+        (long long)half, (long long)half, (long long)H, (long long)T, (long long)D, op->floats[ATTR_BASE], (long long)D,
+        scaling, sign, (long long)half, (long long)half);
     return elementwise(p, sign > 0 ? "rope_fwd" : "rope_bwd", rt_tensor_numel(x) / 2, "y! x", body, out_arg(op, 0),
                        in_arg(op, 0), ARG_END);
 }

@@ -727,13 +727,16 @@ static int read_hypers(builder *b, xmlNodePtr root, const model_setting *sets, i
             return fail(b, line, "hyper-parameter '%s' is defined twice: first at line %d", name, first);
         }
         const char *source = text;
-        char what[128];
+        char what[640];
         snprintf(what, sizeof what, "hyper-parameter '%s'", name);
         for (int i = n_sets - 1; i >= 0; i--) /* the last --set of a name wins */
             if (strcmp(sets[i].name, name) == 0) {
                 source = sets[i].value;
                 used[i] = 1;
-                snprintf(what, sizeof what, "--set %s=%s", name, sets[i].value);
+                if (sets[i].from)
+                    snprintf(what, sizeof what, "%s: %s=%s", sets[i].from, name, sets[i].value);
+                else
+                    snprintf(what, sizeof what, "--set %s=%s", name, sets[i].value);
                 break;
             }
         for (int i = 0; i < n_sets; i++)
@@ -751,6 +754,9 @@ static int read_hypers(builder *b, xmlNodePtr root, const model_setting *sets, i
             for (int h = 0; h < b->g->n_hypers; h++)
                 snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", h ? ", " : "",
                          ir_str(b->g, b->g->hypers[h].name));
+            if (sets[i].from)
+                return fail(b, 0, "%s gives %s, but the model has no hyper-parameter '%s' (it has: %s)", sets[i].from,
+                            sets[i].name, sets[i].name, known[0] ? known : "none");
             return fail(b, 0, "--set %s: the model has no hyper-parameter '%s' (it has: %s)", sets[i].name,
                         sets[i].name, known[0] ? known : "none");
         }
@@ -950,6 +956,7 @@ int model_setting_parse(const char *text, char *buf, size_t size, model_setting 
     memcpy(buf, text, strlen(text) + 1);
     buf[eq - text] = '\0';
     out->name = buf;
+    out->from = NULL;
     out->value = buf + (eq - text) + 1;
     return 0;
 }

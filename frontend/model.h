@@ -31,6 +31,8 @@
 typedef struct {
     const char *name;  /* hyper-parameter name                        */
     const char *value; /* expression text, e.g. "24" or "6e-4"         */
+    const char *from;  /* where it came from, for messages: NULL for --set,
+                          else e.g. "config.json: num_key_value_heads" */
 } model_setting;
 
 int model_load(const char *path, const model_setting *sets, int n_sets, ir_graph *g, struct diag *err);

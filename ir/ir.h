@@ -33,7 +33,7 @@
 #define IR_MAX_RANK  8
 #define IR_MAX_IN    8
 #define IR_MAX_OUT   4
-#define IR_MAX_ATTR  6
+#define IR_MAX_ATTR  8                  /* rope_backward: grads, heads, base and Llama 3's four */
 #define IR_DIM_MAX   ((int64_t)1 << 31) /* one dimension */
 #define IR_NUMEL_MAX ((int64_t)1 << 40) /* one tensor: 4 TiB of fp32 is absurd */
 

@@ -28,7 +28,8 @@ typedef enum {
     OP_RMSNORM,         /* (x[..,C], w[C]) eps -> x / sqrt(mean(x^2) + eps) * w  */
     OP_ROPE,            /* (x[..,T,C]) heads base -> each head's D = C/heads
                            rotated by position t, its two halves as pairs
-                           (Hugging Face Llama's rotate_half)                  */
+                           (Hugging Face Llama's rotate_half); scale_factor
+                           low_freq high_freq old_ctx: Llama 3's scaling     */
     OP_SPLIT,           /* (x) axis -> n equal parts along axis (torch.chunk)  */
     OP_CONCAT,          /* (a, b, ...) axis -> one tensor along axis           */
     /* gelu (tanh form), relu, silu, add, mul: pointwise.h's rows */
@@ -136,6 +137,14 @@ typedef enum {
     ATTR_KV_HEADS,   /* attention on (q, k, v): key/value heads (0: as many as heads)  */
     ATTR_BASE,       /* rope: theta_i = base^(-2i/D)                                   */
     ATTR_AXIS,       /* split, concat: the axis (negative: from the end)              */
+    /* rope: Llama 3's frequency scaling (Hugging Face's rope_type "llama3"):
+       each theta_i's wavelength 2π/theta_i against old_ctx/low_freq and
+       old_ctx/high_freq; longer: theta_i/factor; shorter: kept; between: a
+       blend (runtime/cpu/rope.c: rope_inv_freq) */
+    ATTR_SCALE_FACTOR, /* rope: the factor (0: no scaling)                            */
+    ATTR_LOW_FREQ,     /* rope: low_freq_factor                                       */
+    ATTR_HIGH_FREQ,    /* rope: high_freq_factor                                      */
+    ATTR_OLD_CTX,      /* rope: original_max_position_embeddings                      */
     ATTR_KEY_COUNT
 } attr_key;
 

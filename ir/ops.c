@@ -21,6 +21,8 @@ static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_ACCUMULATE] = "accumulate", [ATTR_LOSS_SCALE] = "loss_scale",
     [ATTR_GROUPS] = "groups",   [ATTR_BUCKET] = "bucket", [ATTR_READY] = "ready",
     [ATTR_KV_HEADS] = "kv_heads", [ATTR_BASE] = "base",   [ATTR_AXIS] = "axis",
+    [ATTR_SCALE_FACTOR] = "scale_factor", [ATTR_LOW_FREQ] = "low_freq", [ATTR_HIGH_FREQ] = "high_freq",
+    [ATTR_OLD_CTX] = "old_ctx",
 };
 
 static const attr_type attr_types[ATTR_KEY_COUNT] = {
@@ -34,13 +36,18 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
     [ATTR_DENSITY] = ATTR_FLOAT, [ATTR_FEEDBACK] = ATTR_INT, [ATTR_BITS] = ATTR_INT,
     [ATTR_ACCUMULATE] = ATTR_INT, [ATTR_LOSS_SCALE] = ATTR_INT, [ATTR_GROUPS] = ATTR_INT,
     [ATTR_BUCKET] = ATTR_INT, [ATTR_READY] = ATTR_INT, [ATTR_KV_HEADS] = ATTR_INT, [ATTR_BASE] = ATTR_FLOAT,
-    [ATTR_AXIS] = ATTR_INT,
+    [ATTR_AXIS] = ATTR_INT, [ATTR_SCALE_FACTOR] = ATTR_FLOAT, [ATTR_LOW_FREQ] = ATTR_FLOAT,
+    [ATTR_HIGH_FREQ] = ATTR_FLOAT, [ATTR_OLD_CTX] = ATTR_FLOAT,
 };
 
 #define REQ_INT(k)          { k, ATTR_INT, 1, 0, 0 }
 #define OPT_INT(k, d)       { k, ATTR_INT, 0, d, 0 }
 #define OPT_FLOAT(k, d)     { k, ATTR_FLOAT, 0, 0, d }
 #define REQ_FLOAT(k)        { k, ATTR_FLOAT, 1, 0, 0 }
+/* rope's Llama 3 scaling, off by default (op_kinds.h: ATTR_SCALE_FACTOR). */
+#define ROPE_SCALING_SPECS                                                                     \
+    OPT_FLOAT(ATTR_SCALE_FACTOR, 0.0), OPT_FLOAT(ATTR_LOW_FREQ, 1.0), OPT_FLOAT(ATTR_HIGH_FREQ, 4.0), \
+    OPT_FLOAT(ATTR_OLD_CTX, 8192.0)
 
 /* A forward op: name, inputs, outputs, shape rule, costs, backward op and
  * what the backward rule reads. */
@@ -149,8 +156,9 @@ const op_def op_table[OP_COUNT] = {
                      .elem_flops = { 4, 10 } },
     [OP_ROPE] = { FORWARD("rope", 1, 1, 1, shape_rope, flops_per_element, flops_per_element_bwd,
                           OP_ROPE_BACKWARD, 0, 0),
-                  .in_names = { "x" }, .n_attr_specs = 2,
-                  .attr_specs = { REQ_INT(ATTR_HEADS), OPT_FLOAT(ATTR_BASE, 10000.0) }, .elem_flops = { 3, 3 } },
+                  .in_names = { "x" }, .n_attr_specs = 6,
+                  .attr_specs = { REQ_INT(ATTR_HEADS), OPT_FLOAT(ATTR_BASE, 10000.0), ROPE_SCALING_SPECS },
+                  .elem_flops = { 3, 3 } },
     [OP_SPLIT] = { FORWARD_OUTS("split", 1, 1, 2, IR_MAX_OUT, shape_split, flops_zero, flops_zero,
                                 OP_SPLIT_BACKWARD, 0, 0),
                    .in_names = { "x" }, .n_attr_specs = 1,
@@ -205,8 +213,9 @@ const op_def op_table[OP_COUNT] = {
                               .in_names = { "x", "w", "dy" }, .n_attr_specs = 2,
                               .attr_specs = { REQ_INT(ATTR_GRADS), OPT_FLOAT(ATTR_EPS, 1e-6) } },
     [OP_ROPE_BACKWARD] = { BACKWARD("rope_backward", OP_ROPE, 1, 1, 1, flops_per_dy_element),
-                           .in_names = { "dy" }, .n_attr_specs = 3,
-                           .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_HEADS), OPT_FLOAT(ATTR_BASE, 10000.0) } },
+                           .in_names = { "dy" }, .n_attr_specs = 7,
+                           .attr_specs = { REQ_INT(ATTR_GRADS), REQ_INT(ATTR_HEADS), OPT_FLOAT(ATTR_BASE, 10000.0),
+                                           ROPE_SCALING_SPECS } },
     [OP_SPLIT_BACKWARD] = { BACKWARD("split_backward", OP_SPLIT, 2, IR_MAX_OUT, 1, flops_zero),
                             .in_names = { "dy0", "dy1", "dy2", "dy3" }, .n_attr_specs = 2,
                             .attr_specs = { REQ_INT(ATTR_GRADS), OPT_INT(ATTR_AXIS, -1) } },

@@ -268,6 +268,15 @@ int shape_rope(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[
                     (long long)ir_node_int(n, ATTR_HEADS, 1));
     if (!(ir_node_float(n, ATTR_BASE, 10000.0) > 1.0))
         return fail(err, "base=%g: the rotary base must be greater than 1", ir_node_float(n, ATTR_BASE, 10000.0));
+    double factor = ir_node_float(n, ATTR_SCALE_FACTOR, 0.0), low = ir_node_float(n, ATTR_LOW_FREQ, 1.0),
+           high = ir_node_float(n, ATTR_HIGH_FREQ, 4.0), old_ctx = ir_node_float(n, ATTR_OLD_CTX, 8192.0);
+    if (!(factor >= 0.0))
+        return fail(err, "scale_factor=%g: Llama 3's rope scaling factor must be positive (0: no scaling)", factor);
+    if (factor > 0.0 && !(low > 0.0 && high > low && old_ctx > 0.0))
+        return fail(err,
+                    "low_freq=%g high_freq=%g old_ctx=%g: Llama 3's rope scaling needs 0 < low_freq < high_freq "
+                    "and old_ctx > 0",
+                    low, high, old_ctx);
     return shape_same_as_first(g, n, out, dt, err);
 }
 

@@ -158,8 +158,10 @@ static const cli_option device_options[] = {
       .help = "fp32 (default), bf16 or fp16: the checkpoint's parameters in T (half the\n"
               "size; AdamW's moments stay fp32; a run resumed from it starts from the\n"
               "rounded weights, so it is no longer bit for bit)" },
-    { .name = "--init", .metavar = "FILE", CLI_STRING(run_options, init),
-      .help = "initial parameters from a safetensors file, by name" },
+    { .name = "--init", .metavar = "PATH", CLI_STRING(run_options, init),
+      .help = "initial parameters, by name, from a safetensors file or a Hugging Face\n"
+              "model folder (model.safetensors, or model.safetensors.index.json and\n"
+              "its shards); F32, BF16 or F16" },
     { .name = "--inputs", .metavar = "FILE", CLI_STRING(run_options, inputs),
       .help = "the model's inputs, by name, from a safetensors file (the same every step)" },
     { .name = "--dump-grads", .metavar = "FILE", CLI_STRING(run_options, dump_grads),

@@ -63,7 +63,7 @@
 
 static const cli_use check_uses[] = {
     { OPT_SET, NULL, "override a model hyper-parameter (repeatable)" },
-    PRECISION_USES,
+    CLI_USE(OPT_HF_CONFIG), PRECISION_USES,
     { OPT_DUMP_IR, NULL, "print a model's IR after PASS to standard error" },
     { OPT_VERBOSE, NULL, "also print a cluster's devices and links" },
 };
@@ -77,7 +77,7 @@ static const cli_usage check_usage = USAGE(
 
 static const cli_use dump_uses[] = {
     CLI_USE(OPT_AFTER), CLI_USE(OPT_FORMAT), CLI_USE(OPT_EXPAND), CLI_USE(OPT_STAGE), CLI_USE(OPT_DEVICE),
-    CLI_USE(OPT_OUTPUT), CLI_USE(OPT_SET), PLACEMENT_USES,
+    CLI_USE(OPT_OUTPUT), CLI_USE(OPT_SET), CLI_USE(OPT_HF_CONFIG), PLACEMENT_USES,
 };
 static const cli_usage dump_usage = USAGE(
     "usage: fusionc dump MODEL [CLUSTER] [--set name=value]... [--after PASS] [--format text|dot|html] [-o FILE]\n"
@@ -91,11 +91,12 @@ static const cli_usage dump_usage = USAGE(
 static const cli_use compile_uses[] = {
     { OPT_OUTPUT, "OUT", "the output folder (created if needed)" },
     { OPT_SET, NULL, "override a hyper-parameter (repeatable); `batch` is the global batch" },
-    PLACEMENT_USES, SYNC_USES,
+    CLI_USE(OPT_HF_CONFIG), PLACEMENT_USES, SYNC_USES,
     CLI_USE(OPT_PORT_BASE), CLI_USE(OPT_RUN_KEY), CLI_USE(OPT_CUBLAS), CLI_USE(OPT_TOKENIZER), CLI_USE(OPT_DUMP_IR),
 };
 static const cli_usage compile_usage = USAGE(
-    "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--scheduler S] [--micro-batches M]\n"
+    "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--hf-config FILE] [--scheduler S]\n"
+    "                       [--micro-batches M]\n"
     "\n"
     "Compiles MODEL for the devices of CLUSTER: runs every pass (placing the\n"
     "model on the devices: stages, replicas, send/recv), emits each device's host\n"
@@ -106,7 +107,7 @@ static const cli_usage compile_usage = USAGE(
     compile_uses);
 
 static const cli_use plan_uses[] = {
-    CLI_USE(OPT_SET), PLACEMENT_USES, SYNC_USES,
+    CLI_USE(OPT_SET), CLI_USE(OPT_HF_CONFIG), PLACEMENT_USES, SYNC_USES,
     { OPT_OUTPUT, "DIR", "where plan.txt and plan.svg go (default: the current folder; made if missing)" },
     CLI_USE(OPT_DUMP_IR),
 };
@@ -120,7 +121,7 @@ static const cli_usage plan_usage = USAGE(
     plan_uses);
 
 static const cli_use simulate_uses[] = {
-    CLI_USE(OPT_SET), CLI_USE(OPT_STEPS),
+    CLI_USE(OPT_SET), CLI_USE(OPT_HF_CONFIG), CLI_USE(OPT_STEPS),
     { OPT_VERBOSE, NULL, "also print every link's bytes a step (forward, backward, update)" },
     CLI_USE(OPT_TRACE), CLI_USE(OPT_NO_OVERLAP), PLACEMENT_USES, SYNC_USES,
     { OPT_OUTPUT, "DIR", "where gantt.svg goes (default: the current folder; made if missing)" },
@@ -139,7 +140,7 @@ static const cli_usage simulate_usage = USAGE(
     "the timeline (default DIR: the current folder; made if missing).\n",
     simulate_uses);
 
-static const cli_use stats_uses[] = { CLI_USE(OPT_SET), PRECISION_USES, CLI_USE(OPT_DUMP_IR) };
+static const cli_use stats_uses[] = { CLI_USE(OPT_SET), CLI_USE(OPT_HF_CONFIG), PRECISION_USES, CLI_USE(OPT_DUMP_IR) };
 static const cli_usage stats_usage = USAGE(
     "usage: fusionc stats MODEL [--set name=value]...\n"
     "\n"
@@ -249,7 +250,7 @@ static int cmd_check(int argc, char **argv)
     options o;
     int rc = parse_options(argc, argv, &check_usage, &o);
     if (rc)
-        return rc == 1 ? 0 : rc;
+        return options_exit(rc);
     if (o.n_files == 0)
         return usage_error(&check_usage, "%s", "no files to check");
     int failures = 0;
@@ -313,7 +314,7 @@ static int cmd_stats(int argc, char **argv)
     options o;
     int rc = parse_options(argc, argv, &stats_usage, &o);
     if (rc)
-        return rc == 1 ? 0 : rc;
+        return options_exit(rc);
     if (o.n_files != 1)
         return usage_error(&stats_usage, "%s", "expected exactly one MODEL");
     struct diag err = { 0 };
@@ -528,7 +529,7 @@ static int cmd_dump(int argc, char **argv)
     options o;
     int rc = parse_options(argc, argv, &dump_usage, &o);
     if (rc)
-        return rc == 1 ? 0 : rc;
+        return options_exit(rc);
     if (o.n_files != 1 && o.n_files != 2)
         return usage_error(&dump_usage, "%s", "expected a MODEL, and a CLUSTER to place it on if you like");
     if (o.n_files == 1 && (o.view_stage >= 0 || o.view_device))
@@ -714,7 +715,7 @@ static int cmd_compile(int argc, char **argv)
     options o;
     int rc = parse_options(argc, argv, &compile_usage, &o);
     if (rc)
-        return rc == 1 ? 0 : rc;
+        return options_exit(rc);
     if (o.n_files != 2)
         return usage_error(&compile_usage, "%s", "expected a MODEL and a CLUSTER");
     if (!o.output)
@@ -760,7 +761,7 @@ static int cmd_plan(int argc, char **argv)
     options o;
     int rc = parse_options(argc, argv, &plan_usage, &o);
     if (rc)
-        return rc == 1 ? 0 : rc;
+        return options_exit(rc);
     if (o.n_files != 2)
         return usage_error(&plan_usage, "%s", "expected a MODEL and a CLUSTER");
     struct diag err = { 0 };
@@ -797,7 +798,7 @@ static int cmd_simulate(int argc, char **argv)
     options o;
     int rc = parse_options(argc, argv, &simulate_usage, &o);
     if (rc)
-        return rc == 1 ? 0 : rc;
+        return options_exit(rc);
     if (o.n_files != 2)
         return usage_error(&simulate_usage, "%s", "expected a MODEL and a CLUSTER");
     struct diag err = { 0 };

@@ -2,6 +2,8 @@
  * (options.h), and their parser. */
 #include "options.h"
 
+#include "hf_config.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +101,9 @@ static const int codec_bits[] = { 8, 4, 0 };
 const cli_option fusionc_options[OPT_COUNT] = {
     [OPT_SET] = { .name = "--set", .metavar = "name=value", CLI_CUSTOM(parse_setting, setting_list, options, sets),
                   .expects = "name=value", .help = "override a hyper-parameter (repeatable)" },
+    [OPT_HF_CONFIG] = { .name = "--hf-config", .metavar = "FILE", CLI_STRING(options, hf_config),
+                        .help = "a Hugging Face config.json of a Llama model: its hyper-parameters, as\n"
+                                "--set would give them (a --set of the same name wins)" },
     [OPT_AFTER] = { .name = "--after", .metavar = "PASS", CLI_CUSTOM(parse_pass, const char *, options, after),
                     .help = "frontend (as built, before any pass) or a pass name" },
     [OPT_FORMAT] = { .name = "--format", .metavar = "FORMAT", CLI_CHOICE(options, format), .choices = formats,
@@ -212,6 +217,41 @@ const cli_option fusionc_options[OPT_COUNT] = {
 };
 /* clang-format on */
 
+/* --hf-config's settings into o->sets, before the --set ones already there
+ * (they win: the last setting of a name does).  0, or -1 printed. */
+static int apply_hf_config(options *o)
+{
+    hf_setting hf[HF_CONFIG_MAX];
+    char why[FU_PATH_BYTES + 256];
+    int n = hf_config_read(o->hf_config, hf, why, sizeof why);
+    if (n < 0) {
+        fprintf(stderr, "fusionc: %s\n", why);
+        return -1;
+    }
+    if (n + o->sets.n > MAX_SETS) {
+        fprintf(stderr, "fusionc: %s: too many settings with the --set options (the limit is %d)\n", o->hf_config,
+                MAX_SETS);
+        return -1;
+    }
+    static char given[MAX_SETS][512]; /* the --set texts, while the list is rebuilt */
+    int n_given = o->sets.n;
+    for (int i = 0; i < n_given; i++)
+        snprintf(given[i], sizeof given[i], "%s=%s", o->sets.v[i].name, o->sets.v[i].value);
+    o->sets.n = 0;
+    for (int i = 0; i < n; i++) {
+        int k = o->sets.n;
+        if (settings_add(&o->sets, hf[i].text)) {
+            fprintf(stderr, "fusionc: %s: %s: not a setting\n", o->hf_config, hf[i].text);
+            return -1;
+        }
+        snprintf(o->sets.from[k], sizeof o->sets.from[k], "%s: %s", o->hf_config, hf[i].field);
+        o->sets.v[k].from = o->sets.from[k];
+    }
+    for (int i = 0; i < n_given; i++)
+        settings_add(&o->sets, given[i]); /* they fitted before */
+    return 0;
+}
+
 int usage_error(const cli_usage *u, const char *fmt, const char *arg)
 {
     fprintf(stderr, "fusionc: ");
@@ -245,5 +285,7 @@ int parse_options(int argc, char **argv, const cli_usage *u, options *o)
             return usage_error(u, "too many files (the limit is %s)", "256");
         o->files[o->n_files++] = a;
     }
+    if (o->hf_config && apply_hf_config(o))
+        return 3;
     return 0;
 }

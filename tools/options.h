@@ -20,6 +20,7 @@
 typedef struct {
     model_setting v[MAX_SETS];
     char text[MAX_SETS][512]; /* what v's names and values point into */
+    char from[MAX_SETS][256]; /* what v's from points into (--hf-config's) */
     int n;
 } setting_list;
 
@@ -32,7 +33,8 @@ typedef struct {
 typedef struct {
     const char *files[256];
     int n_files;
-    setting_list sets;
+    setting_list sets;     /* --hf-config's settings first, then --set's (the last of a name wins) */
+    const char *hf_config; /* --hf-config FILE: a Hugging Face config.json (hf_config.h) */
     const char *after;
     const char *dump_ir; /* --dump-ir=PASS: the IR after PASS to stderr */
     const char *format;
@@ -72,6 +74,7 @@ typedef struct {
 /* The options, each an index of fusionc_options. */
 enum {
     OPT_SET,
+    OPT_HF_CONFIG,
     OPT_AFTER,
     OPT_FORMAT,
     OPT_EXPAND,
@@ -115,8 +118,12 @@ int settings_add(setting_list *s, const char *text);
 
 /* "fusionc: <fmt with arg>" and u's usage on standard error; returns 2. */
 int usage_error(const cli_usage *u, const char *fmt, const char *arg);
-/* Parse argv[0, argc) into o: the options u lists, and files.  Returns 0,
- * 1 for --help (printed), or 2 for a usage error (printed). */
+/* Parse argv[0, argc) into o: the options u lists, and files; with
+ * --hf-config, its settings go into o->sets before --set's.  Returns 0,
+ * 1 for --help (printed), 2 for a usage error (printed), or 3 for a
+ * config.json that is refused (printed). */
 int parse_options(int argc, char **argv, const cli_usage *u, options *o);
+/* The exit status for parse_options' non-zero answer: 0 (help), 2 or 1. */
+static inline int options_exit(int rc) { return rc == 1 ? 0 : rc == 3 ? 1 : rc; }
 
 #endif

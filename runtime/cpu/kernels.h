@@ -169,8 +169,16 @@ void copy_forward(float *y, const float *x, int64_t n);
 
 /* ---- rotary embedding, split and concat (rope.c) ----------------------- */
 
-/* x, y (R,T,H,D): each head's halves (i, i + D/2) turned by sign·t·base^(-2i/D). */
-void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int64_t D, double base, int sign);
+/* Llama 3's frequency scaling (ir/op_kinds.h: ATTR_SCALE_FACTOR); factor 0: none. */
+typedef struct {
+    double factor, low_freq, high_freq, old_ctx;
+} rope_scaling;
+/* θ_i = base^(-2i/D), scaled by s (NULL: not). */
+double rope_inv_freq(double base, int64_t i, int64_t D, const rope_scaling *s);
+/* x, y (R,T,H,D): each head's halves (i, i + D/2) turned by sign·t·θ_i,
+ * θ_i = rope_inv_freq(base, i, D, scaling). */
+void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int64_t D, double base,
+                 const rope_scaling *scaling, int sign);
 /* y (outer, Σ sizes, inner) from n parts (outer, sizes[k], inner), and back
  * (a NULL part skipped). */
 void concat_forward(float *y, const float *const *parts, const int64_t *sizes, int n, int64_t outer, int64_t inner);

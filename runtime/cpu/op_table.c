@@ -257,7 +257,9 @@ RUN(run_rope) /* x or dy (R,T,H*D): rotated by +t, or back */
 {
     const rt_tensor *x = &op->in[0];
     int64_t C = last_dim(x), T = x->dim[x->rank - 2], H = op->ints[ATTR_HEADS];
-    rope_rotate(OUT(0), IN(0), rt_tensor_numel(x) / (T * C), T, H, C / H, op->floats[ATTR_BASE],
+    rope_scaling s = { op->floats[ATTR_SCALE_FACTOR], op->floats[ATTR_LOW_FREQ], op->floats[ATTR_HIGH_FREQ],
+                       op->floats[ATTR_OLD_CTX] };
+    rope_rotate(OUT(0), IN(0), rt_tensor_numel(x) / (T * C), T, H, C / H, op->floats[ATTR_BASE], &s,
                 op->op == OP_ROPE ? 1 : -1);
     return 0;
 }

@@ -6,24 +6,49 @@
  * turned by the angle t·θ_i, θ_i = base^(-2i/D): Llama's rotate_half, the
  * two halves of a head paired, not neighbouring elements.  The angle and
  * its cosine and sine are computed in double, once per (t, i), and applied
- * to every row and head; the backward turns by -t·θ_i.
+ * to every row and head; the backward turns by -t·θ_i.  Llama 3.1's
+ * long-context frequencies (rope_scaling, rope_type "llama3") rescale θ_i
+ * (rope_inv_freq).
  */
 #include <math.h>
 #include <string.h>
 
 #include "cpu/kernels_internal.h"
 
+// θ_i = base^(-2i/D), scaled as Hugging Face's _compute_llama3_parameters
+// (modeling_rope_utils.py) when s is not NULL and s->factor > 0: with the
+// wavelength λ = 2π/θ_i, λ > old_ctx/low_freq (a low frequency): θ_i/factor;
+// λ < old_ctx/high_freq (a high one): θ_i; between, with
+// smooth = (old_ctx/λ - low_freq)/(high_freq - low_freq):
+// (1 - smooth)·θ_i/factor + smooth·θ_i.  In double; the CUDA kernel's text
+// (codegen/cuda_kernels.c: lower_rope) is these lines.
+double rope_inv_freq(double base, int64_t i, int64_t D, const rope_scaling *s)
+{
+    double f = pow(base, -2.0 * (double)i / (double)D);
+    if (!s || !(s->factor > 0.0))
+        return f;
+    double wavelen = 2.0 * M_PI / f;
+    if (wavelen > s->old_ctx / s->low_freq)
+        return f / s->factor;
+    if (wavelen < s->old_ctx / s->high_freq)
+        return f;
+    double smooth = (s->old_ctx / wavelen - s->low_freq) / (s->high_freq - s->low_freq);
+    return (1.0 - smooth) * f / s->factor + smooth * f;
+}
+
 // x, y are (R,T,H,D), D even; sign +1 (forward) or -1 (backward: the
-// transpose of a rotation is the rotation back). With c, s = cos, sin(sign·t·θ_i):
+// transpose of a rotation is the rotation back, by the same frequencies).
+// With c, s = cos, sin(sign·t·θ_i):
 //   y[.., i] = x[.., i]·c - x[.., i + D/2]·s
 //   y[.., i + D/2] = x[.., i + D/2]·c + x[.., i]·s        (y may be x)
-void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int64_t D, double base, int sign)
+void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int64_t D, double base,
+                 const rope_scaling *scaling, int sign)
 {
     int64_t half = D / 2, C = H * D;
 #pragma omp parallel for schedule(static) if (R * T * C >= KERNEL_PAR_MIN)
     for (int64_t t = 0; t < T; t++) {
         for (int64_t i = 0; i < half; i++) {
-            double angle = (double)sign * (double)t * pow(base, -2.0 * (double)i / (double)D);
+            double angle = (double)sign * (double)t * rope_inv_freq(base, i, D, scaling);
             float c = (float)cos(angle), s = (float)sin(angle);
             for (int64_t r = 0; r < R; r++) {
                 const float *xr = x + (r * T + t) * C + i;

@@ -444,6 +444,16 @@ static void conv_cases(case_list *l)
     c->op.ints[ATTR_GRADS] = 1;
 }
 
+/* rope's Llama 3 scaling on c: H heads, factor, low_freq, high_freq, old_ctx. */
+static void rope_llama3(cuda_case *c, int H, double factor, double low, double high, double old_ctx)
+{
+    c->op.ints[ATTR_HEADS] = H;
+    c->op.floats[ATTR_SCALE_FACTOR] = factor;
+    c->op.floats[ATTR_LOW_FREQ] = low;
+    c->op.floats[ATTR_HIGH_FREQ] = high;
+    c->op.floats[ATTR_OLD_CTX] = old_ctx;
+}
+
 /* Llama's ops.  rope rotates pairs half a head apart (odd T, odd heads, a
  * large base at T = 300); split and concat along the last, a middle and
  * the first axis, negative axes too; attention on q, k, v apart with
@@ -494,6 +504,23 @@ static void llama_cases(case_list *l)
     in(c, S3(1, 300, 12));
     out(c, S3(1, 300, 12));
     c->op.ints[ATTR_HEADS] = 1;
+    c->op.floats[ATTR_BASE] = 500000.0;
+    /* Llama 3's scaling at small sizes: D = 20 has θ_c below, inside and
+     * above the blended band for old_ctx 32 (wavelengths 6.3 to 2.5e4: the
+     * bounds are 8 and 32). */
+    c = add(l, OP_ROPE, "rope 2x13x40 h2 llama3 8 1 4 32");
+    in(c, S3(2, 13, 40));
+    out(c, S3(2, 13, 40));
+    rope_llama3(c, 2, 8.0, 1.0, 4.0, 32.0);
+    c = add(l, OP_ROPE_BACKWARD, "rope_backward 2x13x40 h2 llama3 8 1 4 32");
+    in(c, S3(2, 13, 40));
+    out(c, S3(2, 13, 40));
+    rope_llama3(c, 2, 8.0, 1.0, 4.0, 32.0);
+    c->op.ints[ATTR_GRADS] = 1;
+    c = add(l, OP_ROPE, "rope 1x300x64 h1 base 5e5 llama3 32 1 4 8192");
+    in(c, S3(1, 300, 64));
+    out(c, S3(1, 300, 64));
+    rope_llama3(c, 1, 32.0, 1.0, 4.0, 8192.0);
     c->op.floats[ATTR_BASE] = 500000.0;
     c = add(l, OP_ROPE_BACKWARD, "rope_backward 2x13x48 h3");
     in(c, S3(2, 13, 48));

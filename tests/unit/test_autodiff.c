@@ -34,7 +34,7 @@ static void test_autodiff_every_param_gets_grad_of_its_shape(void)
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", getenv("FUSION_SOURCE_DIR") ? getenv("FUSION_SOURCE_DIR") : ".",
                  models[m]);
-        model_setting small[] = { { "layers", "2" }, { "seq", "16" } };
+        model_setting small[] = { { "layers", "2", NULL }, { "seq", "16", NULL } };
         ir_graph g;
         struct diag err = { 0 };
         int n_sets = m == 1 ? 2 : 0;
@@ -70,7 +70,7 @@ static void test_autodiff_sums_fan_out_and_tied_weights(void)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/gpt2.xml", getenv("FUSION_SOURCE_DIR") ? getenv("FUSION_SOURCE_DIR") : ".");
-    model_setting small[] = { { "layers", "1" }, { "seq", "8" }, { "batch", "2" } };
+    model_setting small[] = { { "layers", "1", NULL }, { "seq", "8", NULL }, { "batch", "2", NULL } };
     ir_graph g;
     struct diag err = { 0 };
     CHECK(model_load(path, small, 3, &g, &err) == 0 && pass_run_pipeline(&g, NULL, &err) == 0);

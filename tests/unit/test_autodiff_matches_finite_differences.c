@@ -87,17 +87,21 @@ static int check_model(const char *file, const model_setting *sets, int n_sets, 
 
 static void test_autodiff_mlp_matches_finite_differences(void)
 {
-    model_setting s[] = { { "batch", "4" }, { "in_dim", "6" }, { "hidden", "5" }, { "classes", "3" } };
+    model_setting s[] = {
+        { "batch", "4", NULL }, { "in_dim", "6", NULL }, { "hidden", "5", NULL }, { "classes", "3", NULL }
+    };
     CHECK_INT(6, check_model("models/mlp.xml", s, 4, 3, 1e-3, 1e-2, 0));
 }
 
 static void test_autodiff_gpt_matches_finite_differences(void)
 {
-    model_setting whole[] = { { "vocab", "17" }, { "ctx", "8" },   { "layers", "2" }, { "dim", "12" },
-                              { "heads", "3" },  { "batch", "2" }, { "seq", "5" } };
+    model_setting whole[] = { { "vocab", "17", NULL }, { "ctx", "8", NULL },   { "layers", "2", NULL },
+                              { "dim", "12", NULL },   { "heads", "3", NULL }, { "batch", "2", NULL },
+                              { "seq", "5", NULL } };
     CHECK_INT(2 + 12 * 2 + 2, check_model("models/gpt2.xml", whole, 7, 17, 1e-3, 2e-2, 0));
-    model_setting parts[] = { { "vocab", "17" }, { "ctx", "8" },   { "layers", "1" }, { "dim", "12" },
-                              { "heads", "1" },  { "batch", "2" }, { "seq", "7" },    { "attn_parts", "1" } };
+    model_setting parts[] = { { "vocab", "17", NULL }, { "ctx", "8", NULL },       { "layers", "1", NULL },
+                              { "dim", "12", NULL },   { "heads", "1", NULL },     { "batch", "2", NULL },
+                              { "seq", "7", NULL },    { "attn_parts", "1", NULL } };
     CHECK_INT(2 + 12 + 2, check_model("models/gpt2.xml", parts, 8, 17, 1e-3, 2e-2, 0));
 }
 
@@ -105,8 +109,9 @@ static void test_autodiff_gpt_matches_finite_differences(void)
  * concat with a part unused and an input that needs no gradient. */
 static void test_autodiff_llama_matches_finite_differences(void)
 {
-    model_setting s[] = { { "vocab", "17" },   { "ctx", "8" },  { "layers", "1" }, { "dim", "16" }, { "heads", "4" },
-                          { "kv_heads", "2" }, { "ffn", "20" }, { "batch", "2" },  { "seq", "7" } };
+    model_setting s[] = { { "vocab", "17", NULL }, { "ctx", "8", NULL },   { "layers", "1", NULL },
+                          { "dim", "16", NULL },   { "heads", "4", NULL }, { "kv_heads", "2", NULL },
+                          { "ffn", "20", NULL },   { "batch", "2", NULL }, { "seq", "7", NULL } };
     CHECK_INT(2 + 9 + 1, check_model("models/llama.xml", s, 9, 17, 1e-3, 2e-2, 0));
     CHECK_INT(2, check_model("tests/models/split_concat.xml", NULL, 0, 7, 1e-3, 2e-2, 0));
 }
@@ -122,7 +127,9 @@ static void test_adamw_first_step_follows_the_update_rule(void)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/mlp.xml", getenv("FUSION_SOURCE_DIR") ? getenv("FUSION_SOURCE_DIR") : ".");
-    model_setting s[] = { { "batch", "4" }, { "in_dim", "6" }, { "hidden", "5" }, { "classes", "3" } };
+    model_setting s[] = {
+        { "batch", "4", NULL }, { "in_dim", "6", NULL }, { "hidden", "5", NULL }, { "classes", "3", NULL }
+    };
     ir_graph g;
     struct diag err = { 0 };
     CHECK(model_load(path, s, 4, &g, &err) == 0 && pass_run_pipeline(&g, NULL, &err) == 0);

@@ -135,7 +135,7 @@ static void test_fence_opfence_schedules_1024_devices_within_10_s(void)
     if (check_failures)
         return;
     CHECK_INT(1024, c.n_devices);
-    model_setting gpt[] = { { "batch", "8" } }; /* each of the 4 micro-batches: 8 x 1024 tokens */
+    model_setting gpt[] = { { "batch", "8", NULL } }; /* each of the 4 micro-batches: 8 x 1024 tokens */
     ir_graph g;
     CHECK(load_model("gpt2", gpt, 1, &g) == 0);
     if (check_failures) {
@@ -189,7 +189,9 @@ static void plan_two_sites(double mbps, const char *compress, fence_plan *plan)
              cpu, cpu, mbps);
     cluster c;
     ir_graph g;
-    model_setting mlp[] = { { "batch", "16" }, { "hidden", "2048" }, { "layers", "8" }, { "in_dim", "2048" } };
+    model_setting mlp[] = {
+        { "batch", "16", NULL }, { "hidden", "2048", NULL }, { "layers", "8", NULL }, { "in_dim", "2048", NULL }
+    };
     CHECK(load_cluster(xml, &c) == 0);
     CHECK(load_model("mlp", mlp, 4, &g) == 0);
     if (check_failures)

@@ -525,7 +525,7 @@ static void test_ir_builder_defaults_and_attributes(void)
     for (int k = 0; k < ATTR_KEY_COUNT; k++) /* IR_MAX_ATTR is the limit */
         ir_node_set_float(&g, n, (attr_key)k, 1.0);
     CHECK_INT(IR_MAX_ATTR, g.nodes[n].n_attr);
-    CHECK_INT(-1, ir_node_set_float(&g, n, ATTR_SCALE, 1.0));
+    CHECK_INT(-1, ir_node_set_float(&g, n, (attr_key)(ATTR_KEY_COUNT - 1), 1.0));
     CHECK(ir_node_float(&g.nodes[n], ATTR_EPS, 0) == 1.0);
     CHECK_INT(-1, ir_node_add_input(&g, n, 999));
     CHECK_INT(-1, ir_node_add_output(&g, 999, 0));

@@ -74,11 +74,15 @@ static void check_plan(const char *file, const model_setting *sets, int n_sets)
 
 static void test_memory_plan_has_no_live_overlaps_and_reuses(void)
 {
-    model_setting gpt[] = { { "layers", "2" }, { "seq", "16" }, { "batch", "2" }, { "vocab", "101" } };
-    check_plan("models/gpt2.xml", gpt, 4);
-    model_setting parts[] = {
-        { "layers", "2" }, { "seq", "16" }, { "batch", "2" }, { "vocab", "101" }, { "attn_parts", "1" }
+    model_setting gpt[] = {
+        { "layers", "2", NULL }, { "seq", "16", NULL }, { "batch", "2", NULL }, { "vocab", "101", NULL }
     };
+    check_plan("models/gpt2.xml", gpt, 4);
+    model_setting parts[] = { { "layers", "2", NULL },
+                              { "seq", "16", NULL },
+                              { "batch", "2", NULL },
+                              { "vocab", "101", NULL },
+                              { "attn_parts", "1", NULL } };
     check_plan("models/gpt2.xml", parts, 5);
     check_plan("tests/models/small_resnet.xml", NULL, 0);
     check_plan("models/mlp.xml", NULL, 0);
@@ -87,9 +91,10 @@ static void test_memory_plan_has_no_live_overlaps_and_reuses(void)
 /* The same step on a private-memory arena and on the planned arena. */
 static void test_memory_plan_gives_identical_results(void)
 {
-    model_setting gpt[] = { { "vocab", "17" }, { "ctx", "8" },   { "layers", "2" }, { "dim", "12" },
-                            { "heads", "3" },  { "batch", "2" }, { "seq", "5" } };
-    const char *files[] = { "models/gpt2.xml", "tests/models/small_resnet.xml" };
+    model_setting gpt[] = { { "vocab", "17", NULL }, { "ctx", "8", NULL },   { "layers", "2", NULL },
+                            { "dim", "12", NULL },   { "heads", "3", NULL }, { "batch", "2", NULL },
+                            { "seq", "5", NULL } };
+    const char *files[] = { "models/gpt2.xml", "tests/models/small_resnet.xml", NULL };
     for (int f = 0; f < 2; f++) {
         ir_graph g;
         CHECK(load(files[f], f == 0 ? gpt : NULL, f == 0 ? 7 : 0, &g) == 0);

@@ -74,7 +74,7 @@ static void test_model_repeat_names_instances_and_chains_them(void)
     ir_graph_free(&g);
 
     /* --set n=0: the repeat vanishes and y is x itself. */
-    model_setting zero = { "n", "0" };
+    model_setting zero = { "n", "0", NULL };
     CHECK(load(xml, &zero, 1, &g, &err) == 0);
     CHECK_INT(1, forward_ops(&g));
     CHECK_STR("x", ir_value_name(&g, g.nodes[0].in[0]));
@@ -187,9 +187,9 @@ static void test_model_errors_name_file_line_and_what(void)
     const char *bad_set = HEAD "<hyper name=\"n\" value=\"3\"/>\n"
                                "<input name=\"x\" shape=\"n\"/>\n"
                                "<loss value=\"x\"/>\n</model>\n";
-    model_setting s = { "n", "3 +" };
+    model_setting s = { "n", "3 +", NULL };
     expect_error(bad_set, &s, 1, 3, "--set n=3 +");
-    model_setting neg = { "n", "-2" };
+    model_setting neg = { "n", "-2", NULL };
     expect_error(bad_set, &neg, 1, 4, "dimension 1 is -2");
 
     const char *no_heads = HEAD "<input name=\"x\" shape=\"2, 3, 12\"/>\n"

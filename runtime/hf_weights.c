@@ -1,0 +1,153 @@
+/* hf_weights.c: --init PATH, the weights a run starts from (checkpoint.h:
+ * read_init_weights): a .safetensors file, or a Hugging Face model folder,
+ * which holds either model.safetensors or model.safetensors.index.json and
+ * the shards its weight_map names:
+ *
+ *     {"metadata": {...},
+ *      "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors", ...}}
+ *
+ * Each parameter this device holds is read by name from the shard the map
+ * names (F32, BF16 or F16, widened to fp32); shards that name only other
+ * devices' parameters (or tensors the model does not have, such as a tied
+ * checkpoint's lm_head.weight) are not opened.  Every shard needed must be
+ * there before any is read; one shard is in memory at a time.
+ *
+ * What it deliberately is not: a loader of Hugging Face's other formats
+ * (pytorch_model.bin, .pt): safetensors only. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "../ir/ir.h"
+#include "checkpoint.h"
+#include "safetensors.h"
+#include "../ir/folders.h" /* FU_PATH_BYTES */
+
+#define HF_INDEX  "model.safetensors.index.json"
+#define HF_SINGLE "model.safetensors"
+
+static int is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The whole text of path (NUL-terminated), or NULL with the reason printed. */
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fail("%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *text = NULL;
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size >= 0 && size <= (1L << 28) && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)size + 1)) &&
+        fread(text, 1, (size_t)size, f) == (size_t)size)
+        text[size] = '\0';
+    else {
+        free(text);
+        text = NULL;
+        fail("%s: cannot read it", path);
+    }
+    fclose(f);
+    return text;
+}
+
+/* The parameters of p whose shard is `file`, from dir/file. */
+static int read_shard(program *p, const char *dir, const char *file, const char *const *shard_of)
+{
+    char path[FU_PATH_BYTES + 256], why[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    st_target *list = calloc((size_t)p->manifest.n_tensors + 1, sizeof *list);
+    if (!list)
+        return fail("out of memory reading %s", path);
+    int n = 0;
+    for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
+        const rt_tensor_info *ti = &p->tensors[i];
+        if (!shard_of[i] || strcmp(shard_of[i], file) != 0)
+            continue;
+        st_target *t = &list[n++];
+        t->name = ti->name;
+        t->dtype = ST_F32;
+        t->rank = ti->t.rank;
+        for (int k = 0; k < ti->t.rank; k++)
+            t->dim[k] = ti->t.dim[k];
+        t->dst = p->arena + ti->t.offset;
+    }
+    st_file *f = st_open(path, why, sizeof why);
+    int rc = f ? st_load(f, list, n, why, sizeof why) : -1;
+    st_close(f);
+    free(list);
+    return rc ? fail("%s", why) : 0;
+}
+
+/* dir/model.safetensors.index.json and its shards. */
+static int read_sharded(program *p, const char *dir, const char *index_path)
+{
+    char *text = read_text(index_path);
+    if (!text)
+        return 1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    const char **shard_of = calloc((size_t)p->manifest.n_tensors + 1, sizeof *shard_of);
+    int rc = 0;
+    if (!shard_of)
+        rc = fail("out of memory reading %s", index_path);
+    else if (!cJSON_IsObject(root))
+        rc = fail("%s: not a JSON object", index_path);
+    else if (!cJSON_IsObject(map))
+        rc = fail("%s: no weight_map (an object: each tensor's file)", index_path);
+    /* Every parameter's shard, named and there, before any is read. */
+    for (int32_t i = 0; rc == 0 && i < p->manifest.n_tensors; i++) {
+        const rt_tensor_info *ti = &p->tensors[i];
+        if (ti->role != ROLE_PARAM)
+            continue;
+        const cJSON *file = cJSON_GetObjectItemCaseSensitive(map, ti->name);
+        char path[FU_PATH_BYTES + 256];
+        if (!file)
+            rc = fail("%s: no tensor '%s' in its weight_map", index_path, ti->name);
+        else if (!cJSON_IsString(file) || !file->valuestring[0] || strchr(file->valuestring, '/'))
+            rc = fail("%s: weight_map's '%s' is not a file name in the folder", index_path, ti->name);
+        else if (snprintf(path, sizeof path, "%s/%s", dir, file->valuestring) >= (int)sizeof path)
+            rc = fail("%s/%s: the path is too long", dir, file->valuestring);
+        else if (!is_file(path))
+            rc = fail("%s: named by %s for '%s', missing", path, HF_INDEX, ti->name);
+        else
+            shard_of[i] = file->valuestring;
+    }
+    /* Each shard once, in the order the parameters first need them. */
+    for (int32_t i = 0; rc == 0 && i < p->manifest.n_tensors; i++) {
+        int first = shard_of[i] != NULL;
+        for (int32_t j = 0; first && j < i; j++)
+            first = !shard_of[j] || strcmp(shard_of[j], shard_of[i]) != 0;
+        if (first)
+            rc = read_shard(p, dir, shard_of[i], shard_of);
+    }
+    free(shard_of);
+    cJSON_Delete(root);
+    return rc ? 1 : 0;
+}
+
+int read_init_weights(program *p, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return fail("%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return read_file_tensors(p, path, role_bit(ROLE_PARAM));
+    char index[FU_PATH_BYTES + 64], single[FU_PATH_BYTES + 64];
+    snprintf(index, sizeof index, "%s/%s", path, HF_INDEX);
+    snprintf(single, sizeof single, "%s/%s", path, HF_SINGLE);
+    if (is_file(index))
+        return read_sharded(p, path, index);
+    if (is_file(single))
+        return read_file_tensors(p, single, role_bit(ROLE_PARAM));
+    return fail("%s: a folder with neither %s nor %s (a Hugging Face model folder holds one)", path, HF_SINGLE,
+                HF_INDEX);
+}
