@@ -102,6 +102,29 @@ PYEOF
 "$py" "$parity" grads llama "$cfg" "$work/hf" "$work/dump16.st" >"$work/cmp16" 2>&1 && pass ||
   fail "PyTorch on the bf16 export: $(cat "$work/cmp16")"
 
+# ---- tied, Llama 3 rope scaling: config.json round trip through --hf-config ----
+"$FUSIONC" compile models/llama.xml clusters/local-1.xml -o "$work/tied" "${model[@]}" --set tie=1 --set rope_factor=8 \
+  --set rope_low_freq=1 --set rope_high_freq=4 --set rope_old_ctx=16 >"$work/ct" 2>&1 && pass || fail "tied compile: $(cat "$work/ct")"
+"$work/tied/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 2 --save "$work/tied/ckpt" >/dev/null 2>&1 || fail "tied training"
+"$FUSIONC" export "$work/tied/ckpt" -o "$work/hf-tied" >"$work/et" 2>&1 && pass || fail "tied export: $(cat "$work/et")"
+"$py" - "$work/hf-tied" <<'PYEOF' && pass || fail "tied export's config.json"
+import json, sys
+c = json.load(open(sys.argv[1] + "/config.json"))
+want = {"tie_word_embeddings": True, "rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1,
+        "high_freq_factor": 4, "original_max_position_embeddings": 16}}
+bad = [f"{k}: {c.get(k)!r}, expected {v!r}" for k, v in want.items() if c.get(k) != v]
+print("\n".join(bad), file=sys.stderr)
+sys.exit(1 if bad else 0)
+PYEOF
+"$FUSIONC" compile models/llama.xml clusters/local-1.xml -o "$work/back" --hf-config "$work/hf-tied/config.json" \
+  --set batch=8 --set seq=32 >"$work/cb" 2>&1 && pass || fail "compile --hf-config of the export: $(cat "$work/cb")"
+"$work/back/cpu0/fusion-cpu0" --init "$work/hf-tied" --inputs "$work/in.st" --steps 1 >"$work/back.run" 2>&1 &&
+  pass || fail "--init DIR of the tied export: $(tail -2 "$work/back.run")"
+"$work/tied/cpu0/fusion-cpu0" --resume "$work/tied/ckpt" --inputs "$work/in.st" --steps 3 >"$work/tied.resume" 2>&1 ||
+  fail "resuming the tied run: $(tail -2 "$work/tied.resume")"
+expect_eq "tied: the export's loss against the resumed run's" "$(awk '/^step /{print $4}' "$work/tied.resume")" \
+  "$(awk '/^step /{print $4}' "$work/back.run")"
+
 # ---- refusals ----
 # A tokenizer with more ids than the model's vocab: refused at compile.
 "$py" -c 'import json, sys; json.dump({"model": {"type": "BPE", "byte_fallback": True, "merges": [],

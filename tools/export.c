@@ -34,6 +34,7 @@
 #include "../runtime/checkpoint_store.h"
 #include "../runtime/safetensors.h"
 #include "export.h"
+#include "hf_config.h"
 
 typedef struct {
     const char *output, *dtype, *tokenizer, *max_shard;
@@ -180,62 +181,6 @@ static void checkpoint_close(checkpoint *c)
 }
 
 /* ---- config.json ---------------------------------------------------------- */
-
-/* Hyper-parameter `name` of "name=value ..." (fusion.hypers), or NAN. */
-static double hyper(const char *hypers, const char *name)
-{
-    size_t len = strlen(name);
-    for (const char *p = hypers; p && *p;) {
-        if (strncmp(p, name, len) == 0 && p[len] == '=')
-            return strtod(p + len + 1, NULL);
-        p = strchr(p, ' ');
-        p = p ? p + 1 : NULL;
-    }
-    return NAN;
-}
-
-/* Llama's config.json (transformers' LlamaConfig) from models/llama.xml's
- * hyper-parameters. */
-static cJSON *llama_config(const char *hypers, const char *torch_dtype, char *err, size_t n)
-{
-    static const struct {
-        const char *hf, *fusion;
-        int is_int;
-    } fields[] = {
-        { "vocab_size", "vocab", 1 },
-        { "hidden_size", "dim", 1 },
-        { "intermediate_size", "ffn", 1 },
-        { "num_hidden_layers", "layers", 1 },
-        { "num_attention_heads", "heads", 1 },
-        { "num_key_value_heads", "kv_heads", 1 },
-        { "max_position_embeddings", "ctx", 1 },
-        { "rope_theta", "rope_base", 0 },
-        { "rms_norm_eps", "norm_eps", 0 },
-    };
-    cJSON *c = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(c, "model_type", "llama");
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        double v = hyper(hypers, fields[i].fusion);
-        if (isnan(v)) {
-            snprintf(err, n, "the checkpoint's fusion.hypers has no '%s' (for config.json's %s)", fields[i].fusion,
-                     fields[i].hf);
-            cJSON_Delete(c);
-            return NULL;
-        }
-        cJSON_AddNumberToObject(c, fields[i].hf, v);
-    }
-    double tie = hyper(hypers, "tie");
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", !isnan(tie) && tie != 0);
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
-    cJSON_AddBoolToObject(c, "attention_bias", 0);
-    cJSON_AddBoolToObject(c, "mlp_bias", 0);
-    cJSON_AddNullToObject(c, "rope_scaling");
-    cJSON_AddStringToObject(c, "torch_dtype", torch_dtype);
-    cJSON_AddStringToObject(c, "transformers_version", "4.44.0");
-    return c;
-}
 
 /* j as Hugging Face writes its JSON: two spaces an indent, "key": value.
  * (cJSON indents with tabs; a tab never appears raw inside a string.) */
@@ -472,7 +417,7 @@ int export_main(int argc, char **argv)
     else if (rc == 0 && strcmp(model, "llama") != 0)
         rc = -1,
         snprintf(why, sizeof why, "%s: model '%s' has no Hugging Face architecture here (llama)", c.step_dir, model);
-    if (rc == 0 && !(config = llama_config(hypers, torch_dtype, why, sizeof why)))
+    if (rc == 0 && !(config = hf_config_llama(hypers, torch_dtype, why, sizeof why)))
         rc = -1;
     if (rc == 0 && mkdir(o.output, 0755) != 0 && errno != EEXIST)
         rc = -1, snprintf(why, sizeof why, "%s: cannot make the folder: %s", o.output, strerror(errno));

@@ -250,3 +250,70 @@ int hf_config_read(const char *path, hf_setting out[HF_CONFIG_MAX], char *why, s
     cJSON_Delete(root);
     return rc < 0 ? -1 : r.n;
 }
+
+/* ---- the other way: config.json from the hyper-parameters (fusionc export) ---- */
+
+/* Hyper-parameter `name` of "name=value ..." (fusion.hypers), or NAN. */
+static double hyper(const char *hypers, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = hypers; p && *p;) {
+        if (strncmp(p, name, len) == 0 && p[len] == '=')
+            return strtod(p + len + 1, NULL);
+        p = strchr(p, ' ');
+        p = p ? p + 1 : NULL;
+    }
+    return NAN;
+}
+
+cJSON *hf_config_llama(const char *hypers, const char *torch_dtype, char *err, size_t n)
+{
+    static const struct {
+        const char *hf, *fusion;
+        int is_int;
+    } fields[] = {
+        { "vocab_size", "vocab", 1 },
+        { "hidden_size", "dim", 1 },
+        { "intermediate_size", "ffn", 1 },
+        { "num_hidden_layers", "layers", 1 },
+        { "num_attention_heads", "heads", 1 },
+        { "num_key_value_heads", "kv_heads", 1 },
+        { "max_position_embeddings", "ctx", 1 },
+        { "rope_theta", "rope_base", 0 },
+        { "rms_norm_eps", "norm_eps", 0 },
+    };
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "llama");
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        double v = hyper(hypers, fields[i].fusion);
+        if (isnan(v)) {
+            snprintf(err, n, "the checkpoint's fusion.hypers has no '%s' (for config.json's %s)", fields[i].fusion,
+                     fields[i].hf);
+            cJSON_Delete(c);
+            return NULL;
+        }
+        cJSON_AddNumberToObject(c, fields[i].hf, v);
+    }
+    double tie = hyper(hypers, "tie");
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", !isnan(tie) && tie != 0);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddBoolToObject(c, "attention_bias", 0);
+    cJSON_AddBoolToObject(c, "mlp_bias", 0);
+    double factor = hyper(hypers, "rope_factor");
+    if (isnan(factor) || factor == 0) {
+        cJSON_AddNullToObject(c, "rope_scaling");
+    } else {
+        static const char *const names[4] = { "factor", "low_freq_factor", "high_freq_factor",
+                                              "original_max_position_embeddings" };
+        static const char *const hypers_of[4] = { "rope_factor", "rope_low_freq", "rope_high_freq", "rope_old_ctx" };
+        cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "llama3");
+        for (int k = 0; k < 4; k++)
+            cJSON_AddNumberToObject(rs, names[k], hyper(hypers, hypers_of[k]));
+    }
+    cJSON_AddStringToObject(c, "torch_dtype", torch_dtype);
+    cJSON_AddStringToObject(c, "transformers_version", "4.44.0");
+    return c;
+}

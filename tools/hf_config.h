@@ -42,4 +42,12 @@ typedef struct {
  *   "config.json: rope_scaling type 'yarn' is not supported (llama3 only)" */
 int hf_config_read(const char *path, hf_setting out[HF_CONFIG_MAX], char *why, size_t n);
 
+/* The other way (fusionc export): Llama's config.json (transformers'
+ * LlamaConfig) from models/llama.xml's hyper-parameters as a checkpoint
+ * records them ("name=value ...", fusion.hypers), by the same names as
+ * above, the weights in torch_dtype ("float32", "bfloat16", "float16").
+ * NULL with why when a hyper-parameter is missing. */
+struct cJSON;
+struct cJSON *hf_config_llama(const char *hypers, const char *torch_dtype, char *why, size_t n);
+
 #endif
