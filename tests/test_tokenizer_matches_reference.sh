@@ -96,6 +96,8 @@ check_refused() { # WHAT EXPECTED-MESSAGE ARGS...
 }
 check_refused "WordPiece" "wordpiece.json: model.type 'WordPiece' is not supported" "$work/wordpiece.json" "$work/latin1.txt"
 check_refused "not UTF-8" "latin1.txt: not UTF-8 at byte 3" "$gpt2_tok" "${files[0]}" "$work/latin1.txt"
+check_refused "not UTF-8, among many files on two threads" "latin1.txt: not UTF-8 at byte 3" "$gpt2_tok" \
+  "${files[@]:0:10}" "$work/latin1.txt" "${files[@]:10:10}" --threads 2
 check_refused "--eos without one" "no_eos.json: --eos, but the tokenizer has none" "$work/no_eos.json" "${files[0]}" --eos
 check_refused "a missing file" "nofile.txt: cannot open" "$gpt2_tok" "$work/nofile.txt"
 finish

@@ -18,14 +18,15 @@ uint32_t tk_byte_to_char(uint8_t b)
 
 int tk_char_to_byte(uint32_t c)
 {
+    /* U+0100 + k stands for the k-th byte that does not stand for itself */
+    static const uint8_t others[68] = { 0,   1,   2,   3,   4,   5,   6,   7,   8,   9,   10,  11,  12,  13,
+                                        14,  15,  16,  17,  18,  19,  20,  21,  22,  23,  24,  25,  26,  27,
+                                        28,  29,  30,  31,  32,  127, 128, 129, 130, 131, 132, 133, 134, 135,
+                                        136, 137, 138, 139, 140, 141, 142, 143, 144, 145, 146, 147, 148, 149,
+                                        150, 151, 152, 153, 154, 155, 156, 157, 158, 159, 160, 173 };
     if (c < 256)
         return stands_for_itself((int)c) ? (int)c : -1;
-    if (c >= 256 + 68)
-        return -1;
-    for (int b = 0, k = 0; b < 256; b++)
-        if (!stands_for_itself(b) && k++ == (int)(c - 256))
-            return b;
-    return -1;
+    return c < 256 + 68 ? others[c - 256] : -1;
 }
 
 int tk_utf8_decode(const unsigned char *s, int64_t n, uint32_t *cp)

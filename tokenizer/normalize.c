@@ -36,6 +36,24 @@ static utf8proc_option_t form_options(tk_norm_kind kind)
                                   : UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
 }
 
+/* s[0 .. n) in a normal form, appended to out: through a buffer on the
+ * stack when it is short (the common case: a word between two pairs of
+ * ASCII characters), else utf8proc_map's. */
+static int normalize_span(const char *s, int64_t n, utf8proc_option_t options, tk_bytes *out)
+{
+    utf8proc_int32_t buf[512];
+    utf8proc_ssize_t len = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, buf, 512, options);
+    if (len >= 0 && len <= 512) {
+        len = utf8proc_reencode(buf, len, options); /* composes, and writes UTF-8 over buf */
+        return len < 0 ? -1 : tk_bytes_append(out, (const char *)buf, len);
+    }
+    utf8proc_uint8_t *norm = NULL;
+    len = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &norm, options);
+    int rc = len < 0 ? -1 : tk_bytes_append(out, (const char *)norm, len);
+    free(norm);
+    return rc;
+}
+
 static int normal_form(tk_norm_kind kind, const char *s, int64_t n, tk_bytes *out)
 {
     for (int64_t i = 0; i < n;) {
@@ -51,12 +69,7 @@ static int normal_form(tk_norm_kind kind, const char *s, int64_t n, tk_bytes *ou
             end++;
         if (tk_bytes_append(out, s + i, start - i))
             return -1;
-        utf8proc_uint8_t *norm = NULL;
-        utf8proc_ssize_t len = utf8proc_map((const utf8proc_uint8_t *)s + start, (utf8proc_ssize_t)(end - start), &norm,
-                                            form_options(kind));
-        int rc = len < 0 ? -1 : tk_bytes_append(out, (const char *)norm, len);
-        free(norm);
-        if (rc)
+        if (normalize_span(s + start, end - start, form_options(kind), out))
             return -1;
         i = end;
     }

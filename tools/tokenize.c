@@ -6,11 +6,12 @@
  * 65,536), [2] = the id count, the rest 0; the ids from byte 1024.  It is
  * written whole or not at all (runtime/atomic_file.h).
  *
- * Threads: each file's text is prepared and cut into pieces by the main
- * thread (the added tokens, the normalizer and the pre-tokenizer's
- * regexes: fast, and in order); the pieces, a batch at a time, are merged
- * by every thread, each a contiguous share with an encoder of its own, and
- * their ids written in order.  Merging is most of the work. */
+ * Threads: with at least two files a thread, a file a thread (below:
+ * encode_files_apart).  Otherwise each file's text is prepared and cut into
+ * pieces by the main thread (the added tokens, the normalizer and the
+ * pre-tokenizer's regexes, in order); the pieces, a batch at a time, are
+ * merged by every thread, each a contiguous share with an encoder of its
+ * own, and their ids written in order. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -128,11 +129,16 @@ typedef struct {
 
 static int write_ids(encoder_run *r, const int32_t *ids, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t v = (uint32_t)ids[i];
-        unsigned char le[4] = { (unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-                                (unsigned char)(v >> 24) };
-        if (fwrite(le, r->wide ? 4 : 2, 1, r->out) != 1)
+    unsigned char le[4 * 4096];
+    int width = r->wide ? 4 : 2;
+    for (int64_t i = 0; i < n;) {
+        int64_t k = 0;
+        for (; k < 4096 && i < n; k++, i++) {
+            uint32_t v = (uint32_t)ids[i];
+            for (int b = 0; b < width; b++)
+                le[width * k + b] = (unsigned char)(v >> (8 * b));
+        }
+        if (fwrite(le, (size_t)width, (size_t)k, r->out) != (size_t)k)
             return -1;
     }
     r->count += n;
@@ -219,6 +225,124 @@ static int encode_file(encoder_run *r, const char *path, int32_t eos, tk_piece *
     return rc;
 }
 
+/* ---- many files: a file a thread --------------------------------------------
+ *
+ * With at least two files a thread, each thread takes the next file and
+ * encodes it whole with its own encoder; the main thread writes the files'
+ * ids in argument order as they are done.  A thread runs at most
+ * FILES_AHEAD files ahead of the writer, so memory stays bounded. */
+
+#define FILES_AHEAD 4
+
+typedef struct {
+    encoder_run *r;
+    char **files;
+    int n_files, next, written, failed;
+    tk_ids *ids;  /* [n_files] */
+    int8_t *done; /* [n_files] 1 encoded, -1 failed */
+    int64_t *bytes;
+    char err[1024];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} file_pool;
+
+typedef struct {
+    file_pool *pool;
+    tk_encoder *enc;
+} file_worker;
+
+static void *file_worker_run(void *arg)
+{
+    file_worker *w = arg;
+    file_pool *p = w->pool;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->failed && p->next < p->n_files && p->next - p->written >= FILES_AHEAD * p->r->threads)
+            pthread_cond_wait(&p->cv, &p->mu);
+        int i = p->failed ? p->n_files : p->next++;
+        pthread_mutex_unlock(&p->mu);
+        if (i >= p->n_files)
+            return NULL;
+        char why[512] = "", err[1024] = "";
+        size_t size = 0;
+        char *text = read_whole(p->files[i], &size, err, sizeof err);
+        int rc = text ? tk_encode(w->enc, text, size, &p->ids[i], why, sizeof why) : -1;
+        if (text && rc)
+            snprintf(err, sizeof err, "%s: %s", p->files[i], why);
+        free(text);
+        pthread_mutex_lock(&p->mu);
+        p->done[i] = rc ? -1 : 1;
+        p->bytes[i] = (int64_t)size;
+        if (rc && !p->failed) {
+            p->failed = 1;
+            snprintf(p->err, sizeof p->err, "%s", err);
+        }
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static int encode_files_apart(encoder_run *r, char **files, int n_files, int32_t eos, char *err, size_t err_size)
+{
+    file_pool p = { .r = r, .files = files, .n_files = n_files };
+    p.ids = calloc((size_t)n_files, sizeof *p.ids);
+    p.done = calloc((size_t)n_files, 1);
+    p.bytes = calloc((size_t)n_files, sizeof *p.bytes);
+    file_worker *w = calloc((size_t)r->threads, sizeof *w);
+    pthread_t *tid = calloc((size_t)r->threads, sizeof *tid);
+    if (!p.ids || !p.done || !p.bytes || !w || !tid) {
+        free(p.ids), free(p.done), free(p.bytes), free(w), free(tid);
+        return snprintf(err, err_size, "out of memory"), -1;
+    }
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv, NULL);
+    int started = 0, rc = 0;
+    for (int t = 0; t < r->threads; t++) {
+        w[t] = (file_worker){ &p, r->share[t].enc };
+        if (pthread_create(&tid[t], NULL, file_worker_run, &w[t]) == 0)
+            started++;
+        else
+            break;
+    }
+    if (started == 0) /* no thread to be had: this one does it */
+        file_worker_run(&w[0]);
+    for (int i = 0; i < n_files && rc == 0; i++) {
+        pthread_mutex_lock(&p.mu);
+        while (p.done[i] == 0 && !p.failed)
+            pthread_cond_wait(&p.cv, &p.mu);
+        int ok = p.done[i] == 1;
+        pthread_mutex_unlock(&p.mu);
+        if (!ok) {
+            snprintf(err, err_size, "%s", p.err);
+            rc = -1;
+            break;
+        }
+        if (write_ids(r, p.ids[i].v, p.ids[i].n) || (eos >= 0 && write_ids(r, &eos, 1))) {
+            snprintf(err, err_size, "writing the shard: %s", strerror(errno));
+            rc = -1;
+        }
+        free(p.ids[i].v);
+        p.ids[i].v = NULL;
+        r->bytes_done += p.bytes[i];
+        r->files_done++;
+        progress(r, 0);
+        pthread_mutex_lock(&p.mu);
+        p.written = i + 1;
+        if (rc)
+            p.failed = 1;
+        pthread_cond_broadcast(&p.cv);
+        pthread_mutex_unlock(&p.mu);
+    }
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    for (int i = 0; i < n_files; i++)
+        free(p.ids[i].v);
+    pthread_mutex_destroy(&p.mu);
+    pthread_cond_destroy(&p.cv);
+    free(p.ids), free(p.done), free(p.bytes), free(w), free(tid);
+    return rc;
+}
+
 static int shard_header(FILE *f, int wide, int64_t count)
 {
     int32_t header[256] = { SHARD_MAGIC, wide ? 2 : 1, (int32_t)count };
@@ -273,8 +397,11 @@ static int cmd_encode(const tokenize_options *o, const char *tokenizer, char **f
     rc = r.out && shard_header(r.out, r.wide, 0) == 0 ? 0 : -1;
     tk_piece *pieces = NULL;
     int64_t cap = 0;
-    for (int i = 0; i < n_files && rc == 0; i++)
-        rc = encode_file(&r, files[i], eos, &pieces, &cap, err, sizeof err);
+    if (rc == 0 && r.threads > 1 && n_files >= 2 * r.threads)
+        rc = encode_files_apart(&r, files, n_files, eos, err, sizeof err);
+    else
+        for (int i = 0; i < n_files && rc == 0; i++)
+            rc = encode_file(&r, files[i], eos, &pieces, &cap, err, sizeof err);
     if (rc == 0 && r.count > INT32_MAX) {
         snprintf(err, sizeof err, "%lld ids: more than a shard's header counts (2^31 - 1); split the files over shards",
                  (long long)r.count);
