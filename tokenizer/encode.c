@@ -50,20 +50,6 @@ struct tk_encoder {
     tk_ids cache_ids;
 };
 
-int tk_ids_push(tk_ids *a, int32_t id)
-{
-    if (a->n == a->cap) {
-        int64_t cap = a->cap ? 2 * a->cap : 1024;
-        int32_t *v = realloc(a->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return -1;
-        a->v = v;
-        a->cap = cap;
-    }
-    a->v[a->n++] = id;
-    return 0;
-}
-
 tk_encoder *tk_encoder_new(const tk_tokenizer *tk)
 {
     tk_encoder *e = calloc(1, sizeof *e);

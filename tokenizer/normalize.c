@@ -9,25 +9,6 @@
 
 #include "tokenizer_internal.h"
 
-int tk_bytes_append(tk_bytes *b, const char *s, int64_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        int64_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *v = realloc(b->v, (size_t)cap);
-        if (!v)
-            return -1;
-        b->v = v;
-        b->cap = cap;
-    }
-    if (n > 0)
-        memcpy(b->v + b->n, s, (size_t)n);
-    b->n += n;
-    b->v[b->n] = 0;
-    return 0;
-}
-
 static utf8proc_option_t form_options(tk_norm_kind kind)
 {
     return kind == TK_NORM_NFC    ? UTF8PROC_STABLE | UTF8PROC_COMPOSE
