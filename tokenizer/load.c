@@ -287,11 +287,14 @@ tk_tokenizer *tk_load(const char *path, char *err, size_t n)
     if (!json)
         return NULL;
     cJSON *root = cJSON_ParseWithLength(json, size);
+    char near[24] = ""; /* where the parse stopped: a pointer into json, copied before json goes */
+    const char *at = root ? NULL : cJSON_GetErrorPtr();
+    if (at && at >= json && at < json + size)
+        snprintf(near, sizeof near, "%.20s", at);
     free(json);
     tk_tokenizer *tk = calloc(1, sizeof *tk);
     if (!root || !tk) {
-        const char *at = cJSON_GetErrorPtr();
-        tk_error(err, n, "%s: not JSON%s%.20s", path, at ? " near: " : "", at ? at : "");
+        tk_error(err, n, "%s: not JSON%s%s", path, near[0] ? " near: " : "", near);
         cJSON_Delete(root);
         free(tk);
         return NULL;
