@@ -52,6 +52,19 @@ expect_eq "with norm_eps 0.5, torch's gradients (1e-5) differ: exit" 1 $?
 grep -Eq '^  ctx +32$' "$work/stats" && grep -Eq '^  dim +64$' "$work/stats" && grep -Eq '^  norm_eps +1e-05$' "$work/stats" &&
   grep -Eq '^parameters +[0-9,]+' "$work/stats" && pass || fail "stats with --hf-config: $(head -24 "$work/stats")"
 
+# Taken: an older config's n_ctx (no n_positions); gelu_pytorch_tanh (the same tanh form).
+# taken NAME EDIT HYPER VALUE: stats with the edited config shows HYPER VALUE.
+taken() {
+  local name=$1 edit=$2 hyper=$3 value=$4
+  mkdir -p "$work/ok-$name"
+  "$py" -c "import json, sys; c = json.load(open(sys.argv[1])); $edit; json.dump(c, open(sys.argv[2], 'w'))" \
+    "$work/ckpt/config.json" "$work/ok-$name/config.json"
+  "$FUSIONC" stats models/gpt2.xml --hf-config "$work/ok-$name/config.json" >"$work/ok-$name.out" 2>&1
+  grep -Eq "^  $hyper +$value\$" "$work/ok-$name.out" && pass || fail "$name: expected $hyper $value: $(head -20 "$work/ok-$name.out")"
+}
+taken n-ctx 'del c["n_positions"]; c["n_ctx"] = 48' ctx 48
+taken pytorch-tanh 'c["activation_function"] = "gelu_pytorch_tanh"; c["layer_norm_epsilon"] = 1e-6' norm_eps 1e-06
+
 # ---- out: a trained GPT-2 exported, and PyTorch on it ----
 cat /usr/share/common-licenses/* >"$work/corpus.txt"
 "$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/bytes" --set vocab=256 --set ctx=32 --set layers=2 \

@@ -254,7 +254,7 @@ static int read_gpt2(reader *r)
     }
     long long layers, dim, heads, vocab, ctx;
     double eps;
-    const char *ctx_field = field(r->root, "n_positions") ? "n_positions" : "n_ctx";
+    const char *ctx_field = !field(r->root, "n_positions") && field(r->root, "n_ctx") ? "n_ctx" : "n_positions";
     if (count(r, r->root, "n_layer", 0, &layers) || count(r, r->root, "n_embd", 0, &dim) ||
         count(r, r->root, "n_head", 0, &heads) || count(r, r->root, "vocab_size", 0, &vocab) ||
         count(r, r->root, ctx_field, 0, &ctx) || number(r, r->root, "layer_norm_epsilon", 1e-5, &eps))
