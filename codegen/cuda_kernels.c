@@ -270,16 +270,17 @@ int product_operand(cuda_plan *p, const rt_op *op, int i, rt_cuda_arg *operand)
     return 0;
 }
 
-/* x (M,K), w (N,K), b (N)? -> y (M,N) = x·wᵀ + b: the bias broadcast, then
- * one product accumulating onto it. */
+/* x (M,K), w (N,K), b (N)? -> y (M,N) = x·wᵀ + b (transpose_w: w (K,N),
+ * y = x·w + b): the bias broadcast, then one product accumulating onto it. */
 int lower_linear(cuda_plan *p, const rt_op *op)
 {
-    int64_t K = op->in[1].dim[1], N = op->in[1].dim[0], M = rt_tensor_numel(&op->in[0]) / K;
+    int tw = op->ints[ATTR_TRANSPOSE_W] != 0;
+    int64_t K = op->in[1].dim[tw ? 0 : 1], N = op->in[1].dim[tw ? 1 : 0], M = rt_tensor_numel(&op->in[0]) / K;
     rt_cuda_arg x, w;
     int rc = product_operand(p, op, 0, &x);
     if (rc || (rc = product_operand(p, op, 1, &w)))
         return rc;
-    if (step_gemm(p, 0, 1, M, N, K, 1.0f, x, K, 0, w, K, 0, 0.0f, out_arg(op, 0), N, 0, 1))
+    if (step_gemm(p, 0, !tw, M, N, K, 1.0f, x, K, 0, w, tw ? N : K, 0, 0.0f, out_arg(op, 0), N, 0, 1))
         return -1;
     if (op->n_in < 3)
         return 0;
@@ -288,17 +289,21 @@ int lower_linear(cuda_plan *p, const rt_op *op)
     return elementwise_bias_rows_add(p, M, N, out_arg(op, 0), in_arg(op, 2));
 }
 
-/* x, w, dy -> dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = Σ_rows dy. */
+/* x, w, dy -> dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = Σ_rows dy.
+ * transpose_w: dx = dy·wᵀ ; dw (K,N) = xᵀ·dy. */
 int lower_linear_backward(cuda_plan *p, const rt_op *op)
 {
-    int64_t K = op->in[1].dim[1], N = op->in[1].dim[0], M = rt_tensor_numel(&op->in[0]) / K;
+    int tw = op->ints[ATTR_TRANSPOSE_W] != 0;
+    int64_t K = op->in[1].dim[tw ? 0 : 1], N = op->in[1].dim[tw ? 1 : 0], M = rt_tensor_numel(&op->in[0]) / K;
     rt_cuda_arg dx = grad_arg(op, 0), dw = grad_arg(op, 1), db = grad_arg(op, 2), x, w, dy;
     int rc = product_operand(p, op, 0, &x);
     if (rc || (rc = product_operand(p, op, 1, &w)) || (rc = product_operand(p, op, 2, &dy)))
         return rc;
-    if (dx.kind && step_gemm(p, 0, 0, M, K, N, 1.0f, dy, N, 0, w, K, 0, 0.0f, dx, K, 0, 1))
+    if (dx.kind && step_gemm(p, 0, tw, M, K, N, 1.0f, dy, N, 0, w, tw ? N : K, 0, 0.0f, dx, K, 0, 1))
         return -1;
-    if (dw.kind && step_gemm(p, 1, 0, N, K, M, 1.0f, dy, N, 0, x, K, 0, 0.0f, dw, K, 0, 1))
+    if (dw.kind && !tw && step_gemm(p, 1, 0, N, K, M, 1.0f, dy, N, 0, x, K, 0, 0.0f, dw, K, 0, 1))
+        return -1;
+    if (dw.kind && tw && step_gemm(p, 1, 0, K, N, M, 1.0f, x, K, 0, dy, N, 0, 0.0f, dw, N, 0, 1))
         return -1;
     if (db.kind && lower_column_sums(p, db, in_arg(op, 2), M, N))
         return -1;

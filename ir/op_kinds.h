@@ -145,6 +145,7 @@ typedef enum {
     ATTR_LOW_FREQ,     /* rope: low_freq_factor                                       */
     ATTR_HIGH_FREQ,    /* rope: high_freq_factor                                      */
     ATTR_OLD_CTX,      /* rope: original_max_position_embeddings                      */
+    ATTR_TRANSPOSE_W,  /* linear: 1 = w is [in, out] (GPT-2's Conv1D: y = x·w + b), not [out, in] */
     ATTR_KEY_COUNT
 } attr_key;
 

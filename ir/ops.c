@@ -22,7 +22,7 @@ static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_GROUPS] = "groups",   [ATTR_BUCKET] = "bucket", [ATTR_READY] = "ready",
     [ATTR_KV_HEADS] = "kv_heads", [ATTR_BASE] = "base",   [ATTR_AXIS] = "axis",
     [ATTR_SCALE_FACTOR] = "scale_factor", [ATTR_LOW_FREQ] = "low_freq", [ATTR_HIGH_FREQ] = "high_freq",
-    [ATTR_OLD_CTX] = "old_ctx",
+    [ATTR_OLD_CTX] = "old_ctx", [ATTR_TRANSPOSE_W] = "transpose_w",
 };
 
 static const attr_type attr_types[ATTR_KEY_COUNT] = {
@@ -37,7 +37,7 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
     [ATTR_ACCUMULATE] = ATTR_INT, [ATTR_LOSS_SCALE] = ATTR_INT, [ATTR_GROUPS] = ATTR_INT,
     [ATTR_BUCKET] = ATTR_INT, [ATTR_READY] = ATTR_INT, [ATTR_KV_HEADS] = ATTR_INT, [ATTR_BASE] = ATTR_FLOAT,
     [ATTR_AXIS] = ATTR_INT, [ATTR_SCALE_FACTOR] = ATTR_FLOAT, [ATTR_LOW_FREQ] = ATTR_FLOAT,
-    [ATTR_HIGH_FREQ] = ATTR_FLOAT, [ATTR_OLD_CTX] = ATTR_FLOAT,
+    [ATTR_HIGH_FREQ] = ATTR_FLOAT, [ATTR_OLD_CTX] = ATTR_FLOAT, [ATTR_TRANSPOSE_W] = ATTR_INT,
 };
 
 #define REQ_INT(k)          { k, ATTR_INT, 1, 0, 0 }
@@ -105,7 +105,7 @@ const op_def op_table[OP_COUNT] = {
                        .in_names = { "idx" } },
     [OP_LINEAR] = { FORWARD("linear", 2, 3, 1, shape_linear, flops_linear, flops_linear_bwd,
                             OP_LINEAR_BACKWARD, OP_IN(0) | OP_IN(1), 0),
-                    .in_names = { "x", "w", "b" } },
+                    .in_names = { "x", "w", "b" }, .n_attr_specs = 1, .attr_specs = { OPT_INT(ATTR_TRANSPOSE_W, 0) } },
     [OP_MATMUL] = { FORWARD("matmul", 2, 2, 1, shape_matmul, flops_matmul, flops_matmul_bwd,
                             OP_MATMUL_BACKWARD, OP_IN(0) | OP_IN(1), 0),
                     .in_names = { "a", "b" }, .n_attr_specs = 2,
@@ -172,7 +172,8 @@ const op_def op_table[OP_COUNT] = {
     [OP_EMBEDDING_BACKWARD] = { BACKWARD("embedding_backward", OP_EMBEDDING, 2, 2, 1, flops_output_elements),
                                 .in_names = { "idx", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
     [OP_LINEAR_BACKWARD] = { BACKWARD("linear_backward", OP_LINEAR, 3, 3, 3, flops_linear_backward),
-                             .in_names = { "x", "w", "dy" }, .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_GRADS) } },
+                             .in_names = { "x", "w", "dy" }, .n_attr_specs = 2,
+                             .attr_specs = { REQ_INT(ATTR_GRADS), OPT_INT(ATTR_TRANSPOSE_W, 0) } },
     [OP_MATMUL_BACKWARD] = { BACKWARD("matmul_backward", OP_MATMUL, 3, 3, 2, flops_matmul_backward),
                              .in_names = { "a", "b", "dy" }, .n_attr_specs = 3,
                              .attr_specs = { REQ_INT(ATTR_GRADS), OPT_INT(ATTR_TRANSPOSE_B, 0), OPT_FLOAT(ATTR_SCALE, 1.0) } },

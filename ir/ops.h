@@ -8,6 +8,7 @@
  *
  * Conventions (PyTorch's, so weights load unchanged):
  *   linear(x[..,K], w[N,K], b[N]?) -> [..,N]           y = x w^T + b
+ *                                     transpose_w: w is [K,N], y = x w + b (GPT-2's Conv1D)
  *   matmul(a[..,M,K], b[..,K,N])   -> [..,M,N]          transpose_b: b is [..,N,K]
  *   conv2d(x[N,C,H,W], w[OC,C,KH,KW], b[OC]?) -> [N,OC,OH,OW]
  */

@@ -31,20 +31,25 @@ double flops_input_elements(const ir_graph *g, const ir_node *n) { return in_num
 double flops_embedding(const ir_graph *g, const ir_node *n) { return 0.0; }
 double flops_embedding_bwd(const ir_graph *g, const ir_node *n) { return out_numel(g, n, 0); }
 
+/* linear's K: w is [N,K], or [K,N] under transpose_w. */
+static double linear_k(const ir_graph *g, const ir_node *n)
+{
+    const ir_shape *w = &g->values[n->in[1]].shape;
+    return (double)w->dim[ir_node_int(n, ATTR_TRANSPOSE_W, 0) ? 0 : 1];
+}
+
 /* x[M,K] w[N,K]: 2MKN, + MN for the bias. */
 double flops_linear(const ir_graph *g, const ir_node *n)
 {
-    const ir_shape *w = &g->values[n->in[1]].shape;
     double mn = out_numel(g, n, 0);
-    return 2.0 * mn * (double)w->dim[1] + (n->n_in == 3 ? mn : 0.0);
+    return 2.0 * mn * linear_k(g, n) + (n->n_in == 3 ? mn : 0.0);
 }
 
 /* dx = dy w (2MNK), dw = dy^T x (2MNK), db = sum dy (MN). */
 double flops_linear_bwd(const ir_graph *g, const ir_node *n)
 {
-    const ir_shape *w = &g->values[n->in[1]].shape;
     double mn = out_numel(g, n, 0);
-    return 4.0 * mn * (double)w->dim[1] + (n->n_in == 3 ? mn : 0.0);
+    return 4.0 * mn * linear_k(g, n) + (n->n_in == 3 ? mn : 0.0);
 }
 
 double flops_matmul(const ir_graph *g, const ir_node *n)
@@ -139,8 +144,7 @@ double flops_dy_elements_16(const ir_graph *g, const ir_node *n) { return 16.0 *
 /* (x[M,K], w[N,K], dy[M,N]): dx and dw 2MKN each, db MN. */
 double flops_linear_backward(const ir_graph *g, const ir_node *n)
 {
-    const ir_shape *w = &g->values[n->in[1]].shape;
-    double mn = dy_numel(g, n), k = (double)w->dim[1];
+    double mn = dy_numel(g, n), k = linear_k(g, n);
     return (grad_wanted(n, 0) + grad_wanted(n, 1)) * 2.0 * mn * k + grad_wanted(n, 2) * mn;
 }
 

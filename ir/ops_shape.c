@@ -113,23 +113,25 @@ int shape_positions(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtyp
     return 0;
 }
 
-/* (x[..,K], w[N,K], b[N]?) -> [..,N] */
+/* (x[..,K], w[N,K], b[N]?) -> [..,N]; transpose_w: w is [K,N] */
 int shape_linear(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
 {
     if (need_dtype(g, n, 0, 1, err) || need_dtype(g, n, 1, 1, err) || need_rank(g, n, 0, 1, IR_MAX_RANK, err) ||
         need_rank(g, n, 1, 2, 2, err))
         return -1;
     const ir_shape *x = in_shape(g, n, 0), *w = in_shape(g, n, 1);
-    if (last_dim(x) != w->dim[1]) {
+    int tw = ir_node_int(n, ATTR_TRANSPOSE_W, 0) != 0;
+    int64_t k = w->dim[tw ? 0 : 1], nout = w->dim[tw ? 1 : 0];
+    if (last_dim(x) != k) {
         char a[256], b[256];
-        return fail(err, "%s has %lld input features but %s expects %lld (w is [out,in])",
+        return fail(err, "%s has %lld input features but %s expects %lld (w is %s)",
                     describe_input(g, n, 0, a, sizeof a), (long long)last_dim(x), describe_input(g, n, 1, b, sizeof b),
-                    (long long)w->dim[1]);
+                    (long long)k, tw ? "[in,out]: transpose_w" : "[out,in]");
     }
-    if (n->n_in == 3 && need_vector(g, n, 2, w->dim[0], err))
+    if (n->n_in == 3 && need_vector(g, n, 2, nout, err))
         return -1;
     out[0] = *x;
-    out[0].dim[x->rank - 1] = w->dim[0];
+    out[0].dim[x->rank - 1] = nout;
     dt[0] = float_out(g, n, 0);
     return 0;
 }

@@ -42,7 +42,7 @@ typedef struct {
     double *link_bw, *link_lat;     /* [n_devices^2] bytes/s and s (NULL without a cluster) */
     double max_cut_tensor;          /* the largest activation (or input) crossing any cut, and */
     double max_cut_param;           /* the largest parameter: what compression could shrink    */
-    double shared_bytes;            /* params read by more than one forward op (GPT-2's tied wte):
+    double shared_bytes;            /* params read by more than one forward op (GPT-2's tied wte.weight):
                                       * a stage may hold a copy of them and its gradient        */
     int64_t batch;                  /* rows of the micro-batch (leading dim of the first input) */
     int clip;                       /* the optimizer clips: stages agree on a norm each step */

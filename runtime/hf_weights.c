@@ -12,6 +12,12 @@
  * checkpoint's lm_head.weight) are not opened.  Every shard needed must be
  * there before any is read; one shard is in memory at a time.
  *
+ * A parameter is found by its name, or by its name after "transformer."
+ * (GPT-2 checkpoints saved from GPT2LMHeadModel prefix every name so); the
+ * tensors the model does not have (a tied lm_head.weight, GPT-2's
+ * attn.bias and attn.masked_bias buffers) are not read.  A parameter found
+ * by neither name is an error naming it.
+ *
  * What it deliberately is not: a loader of Hugging Face's other formats
  * (pytorch_model.bin, .pt): safetensors only. */
 #include <errno.h>
@@ -29,6 +35,7 @@
 
 #define HF_INDEX  "model.safetensors.index.json"
 #define HF_SINGLE "model.safetensors"
+#define HF_PREFIX "transformer." /* GPT2LMHeadModel's names of GPT2Model's tensors */
 
 static int is_file(const char *path)
 {
@@ -58,31 +65,42 @@ static char *read_text(const char *path)
     return text;
 }
 
-/* The parameters of p whose shard is `file`, from dir/file. */
-static int read_shard(program *p, const char *dir, const char *file, const char *const *shard_of)
+/* The parameters of p whose shard is `file` (shard_of NULL: all of them),
+ * from path, each by its name or HF_PREFIX and its name. */
+static int read_params(program *p, const char *path, const char *file, const char *const *shard_of)
 {
-    char path[FU_PATH_BYTES + 256], why[512];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
+    char why[512];
+    st_file *f = st_open(path, why, sizeof why);
+    if (!f)
+        return fail("%s", why);
     st_target *list = calloc((size_t)p->manifest.n_tensors + 1, sizeof *list);
-    if (!list)
+    char(*names)[ST_NAME_MAX] = calloc((size_t)p->manifest.n_tensors + 1, sizeof *names);
+    if (!list || !names) {
+        st_close(f);
+        free(list);
+        free(names);
         return fail("out of memory reading %s", path);
+    }
     int n = 0;
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
-        if (!shard_of[i] || strcmp(shard_of[i], file) != 0)
+        if (ti->role != ROLE_PARAM || (shard_of && (!shard_of[i] || strcmp(shard_of[i], file) != 0)))
             continue;
-        st_target *t = &list[n++];
-        t->name = ti->name;
+        st_tensor found;
+        snprintf(names[n], sizeof names[n], "%s%s", HF_PREFIX, ti->name);
+        st_target *t = &list[n];
+        t->name = st_find(f, ti->name, &found) == 0 && st_find(f, names[n], &found) != 0 ? names[n] : ti->name;
         t->dtype = ST_F32;
         t->rank = ti->t.rank;
         for (int k = 0; k < ti->t.rank; k++)
             t->dim[k] = ti->t.dim[k];
         t->dst = p->arena + ti->t.offset;
+        n++;
     }
-    st_file *f = st_open(path, why, sizeof why);
-    int rc = f ? st_load(f, list, n, why, sizeof why) : -1;
+    int rc = st_load(f, list, n, why, sizeof why);
     st_close(f);
     free(list);
+    free(names);
     return rc ? fail("%s", why) : 0;
 }
 
@@ -109,7 +127,10 @@ static int read_sharded(program *p, const char *dir, const char *index_path)
         if (ti->role != ROLE_PARAM)
             continue;
         const cJSON *file = cJSON_GetObjectItemCaseSensitive(map, ti->name);
-        char path[FU_PATH_BYTES + 256];
+        char path[FU_PATH_BYTES + 256], prefixed[ST_NAME_MAX + 16];
+        snprintf(prefixed, sizeof prefixed, "%s%s", HF_PREFIX, ti->name);
+        if (!file)
+            file = cJSON_GetObjectItemCaseSensitive(map, prefixed);
         if (!file)
             rc = fail("%s: no tensor '%s' in its weight_map", index_path, ti->name);
         else if (!cJSON_IsString(file) || !file->valuestring[0] || strchr(file->valuestring, '/'))
@@ -126,8 +147,11 @@ static int read_sharded(program *p, const char *dir, const char *index_path)
         int first = shard_of[i] != NULL;
         for (int32_t j = 0; first && j < i; j++)
             first = !shard_of[j] || strcmp(shard_of[j], shard_of[i]) != 0;
-        if (first)
-            rc = read_shard(p, dir, shard_of[i], shard_of);
+        if (!first)
+            continue;
+        char path[FU_PATH_BYTES + 256];
+        snprintf(path, sizeof path, "%s/%s", dir, shard_of[i]);
+        rc = read_params(p, path, shard_of[i], shard_of);
     }
     free(shard_of);
     cJSON_Delete(root);
@@ -140,14 +164,14 @@ int read_init_weights(program *p, const char *path)
     if (stat(path, &st) != 0)
         return fail("%s: cannot open: %s", path, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return read_file_tensors(p, path, role_bit(ROLE_PARAM));
+        return read_params(p, path, NULL, NULL);
     char index[FU_PATH_BYTES + 64], single[FU_PATH_BYTES + 64];
     snprintf(index, sizeof index, "%s/%s", path, HF_INDEX);
     snprintf(single, sizeof single, "%s/%s", path, HF_SINGLE);
     if (is_file(index))
         return read_sharded(p, path, index);
     if (is_file(single))
-        return read_file_tensors(p, single, role_bit(ROLE_PARAM));
+        return read_params(p, single, NULL, NULL);
     return fail("%s: a folder with neither %s nor %s (a Hugging Face model folder holds one)", path, HF_SINGLE,
                 HF_INDEX);
 }

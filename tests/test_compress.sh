@@ -1,8 +1,8 @@
 # The compress pass (AdaTopK): on a 4-stage pipeline across local-4's slow
 # links, the activation, the activation gradient and the tied embedding's
-# partial gradient (grad.wte.1, last stage -> first) that cross them are
+# partial gradient (grad.wte.weight.1, last stage -> first) that cross them are
 # compressed, nothing else is (not the fast links).  topk:RHO gives all
-# three a top-k density; adatopk gives grad.wte.1 (a parameter's partial
+# three a top-k density; adatopk gives grad.wte.weight.1 (a parameter's partial
 # gradient) a top-k density with error feedback (feedback=1) and the other
 # two rows of 8 or 4 bits (bits=, runtime/comm/quant.h); every recv matches
 # its send; the summed gradient is its stage's last backward node; without
@@ -31,17 +31,17 @@ done
 sends() { grep '^node .*= send(' "$1" | grep 'density=' | sed 's/^node \([^ ]*\) = .*density=\([0-9.e-]*\).*/\1 \2/'; }
 expect_eq "none: compressed sends" "" "$(sends "$work/none.ir")"
 expect_eq "topk:0.05: compressed sends" "h.1.out:send2 0.05
-grad.wte.1:send0 0.05
+grad.wte.weight.1:send0 0.05
 grad.h.1.out:send1 0.05" "$(sends "$work/topk:0.05.ir")"
 feedback() { grep '^node .*= send(' "$1" | grep 'feedback=1' | sed 's/^node \([^ ]*\) = .*/\1/'; }
 for c in topk:0.05 adatopk; do
-  expect_eq "$c: sends with error feedback" "grad.wte.1:send0" "$(feedback "$work/$c.ir")"
+  expect_eq "$c: sends with error feedback" "grad.wte.weight.1:send0" "$(feedback "$work/$c.ir")"
 done
 expect_eq "recvs with error feedback (the sender's business)" "" "$(grep '= recv(' "$work/topk:0.05.ir" | grep feedback)"
-# adatopk: grad.wte.1 at beta T* / (2 S), below 1/2 and above 0.1%; the
+# adatopk: grad.wte.weight.1 at beta T* / (2 S), below 1/2 and above 0.1%; the
 # activation and its gradient as rows of 8 or 4 bits.
 sends "$work/adatopk.ir" | awk '{ n++; if (!($2 > 0.001 && $2 < 0.5)) bad = 1 } END { exit !(n == 1 && !bad) }' \
-  && pass || fail "adatopk densities (grad.wte.1:send0 in (0.001, 0.5)): $(sends "$work/adatopk.ir")"
+  && pass || fail "adatopk densities (grad.wte.weight.1:send0 in (0.001, 0.5)): $(sends "$work/adatopk.ir")"
 bits() { grep '^node .*= send(' "$1" | grep 'bits=' | sed 's/^node \([^ ]*\) = .*bits=\([0-9]*\).*/\1 \2/'; }
 bits "$work/adatopk.ir" | awk '{ n++; names = names $1 " "; if ($2 != 8 && $2 != 4) bad = 1 }
   END { exit !(n == 2 && !bad && names ~ /^h.1.out:send2 grad.h.1.out:send1 $/) }' \
@@ -50,7 +50,7 @@ expect_eq "topk:0.05: rows of bits" "" "$(bits "$work/topk:0.05.ir")"
 # The summed gradient leaves last in its stage's backward (the comm pass):
 # its codec must not hold up the activation gradient the stages before
 # wait for, and it is due only at the update.
-expect_eq "adatopk: stage 3's last backward node" "grad.wte.1:send0" \
+expect_eq "adatopk: stage 3's last backward node" "grad.wte.weight.1:send0" \
   "$(grep '^node .* stage=3 phase=backward' "$work/adatopk.ir" | tail -1 | sed 's/^node \([^ ]*\) .*/\1/')"
 # Without --compress a cluster of several regions gets adatopk.
 "$FUSIONC" compile models/gpt2.xml clusters/local-4.xml -o "$work/default" "${model[@]}" --scheduler uniform \
@@ -90,7 +90,7 @@ echo "loss after 20 steps: uncompressed $dense, top 5% on the slow link $last, a
 # The JSONL log carries the same densities.
 expect_eq "cpu-b1's JSONL lines with a rho list" 8 "$(grep -c '"rho": \[0\.[0-9]*\][,}]' "$work/adapt.jsonl.cpu-b1")"
 rho=$(grep '^\[cpu-b1\] step ' "$work/adapt.train" | sed 's/.*rho \([0-9.]*\).*/\1/')
-expect_eq "cpu-b1 (sends grad.wte.1) logs rho every step" 8 "$(grep -c . <<<"$rho")"
+expect_eq "cpu-b1 (sends grad.wte.weight.1) logs rho every step" 8 "$(grep -c . <<<"$rho")"
 expect_eq "first step at the compiled density" 0.0500 "$(head -1 <<<"$rho")"
 awk '{ if ($1 != 0.05) moved = 1; if (!($1 >= 0.001 && $1 <= 1)) bad = 1 } END { exit !(moved && !bad) }' <<<"$rho" \
   && pass || fail "adapted densities: $(echo $rho), expected a change from 0.0500, each within [0.001, 1]"

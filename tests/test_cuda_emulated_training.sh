@@ -123,12 +123,12 @@ base=$((base + 20))
 # The tied embedding reaches the last (CUDA) stage in bf16: its product
 # rounds the weight so anyway (passes.h: comm_param_may_cross_half); on
 # local-mixed's own 10 Gbps the casts cost more than the bytes save.
-grep -q "^parameter wte crosses from stage 0 to 3 in bf16" "$work/mixed-bf16/plan.txt" && pass \
-  || fail "mixed, bf16: plan.txt does not send wte in bf16: $(grep -i 'wte\|^link' "$work/mixed-bf16/plan.txt")"
+grep -q "^parameter wte.weight crosses from stage 0 to 3 in bf16" "$work/mixed-bf16/plan.txt" && pass \
+  || fail "mixed, bf16: plan.txt does not send wte.weight in bf16: $(grep -i 'wte\|^link' "$work/mixed-bf16/plan.txt")"
 "$FUSIONC" plan models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-fast" "${model[@]}" --scheduler uniform \
   --micro-batches 4 --precision bf16 >"$work/log" 2>&1 && pass || fail "mixed plan --precision bf16: $(tail -3 "$work/log")"
 grep -q "crosses from stage" "$work/mixed-fast/plan.txt" \
-  && fail "mixed, bf16, 10 Gbps: wte crosses in bf16: $(grep crosses "$work/mixed-fast/plan.txt")" || pass
+  && fail "mixed, bf16, 10 Gbps: wte.weight crosses in bf16: $(grep crosses "$work/mixed-fast/plan.txt")" || pass
 for r in off on; do
   "$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-$r" "${model[@]}" --scheduler uniform \
     --micro-batches 4 --recompute $r --port-base "$base" --cublas system >"$work/log" 2>&1 \

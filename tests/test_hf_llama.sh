@@ -130,7 +130,7 @@ refused() {
   [ ! -e "$work/bad-$name/out" ] && pass || fail "$name: an output folder was made"
 }
 refused neox 'c["model_type"] = "gpt_neox"; c["architectures"] = ["GPTNeoXForCausalLM"]' \
-  "model_type 'gpt_neox' is not supported (llama; gpt2 coming)"
+  "model_type 'gpt_neox' is not supported (llama, mistral, gpt2)"
 refused yarn 'c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}' \
   "rope_scaling type 'yarn' is not supported (llama3 only)"
 refused bias 'c["attention_bias"] = True' "attention_bias true is not supported"

@@ -106,7 +106,7 @@ st=$(status "$work/sel.dom")
 case "$st" in *'data-ready="1"'*'data-collapsed="6"'*) pass ;; *) fail "#select=h.3.qkv did not expand one block: '$st'" ;; esac
 details=$(sed -n 's/.*<section id="details">\(.*\)<\/section>.*/\1/p' "$work/sel.dom" | sed 's/<[^>]*>/ /g' | tr -s ' ')
 for want in "h.3.qkv op linear" "f32[4,1024,2304]" "FLOPs 14.50 GFLOP" "bytes 54.76 MiB" "device device 0" "stage 0" \
-            "phase forward" "gpt2.xml:56" "made by frontend"; do
+            "phase forward" "gpt2.xml:76" "made by frontend"; do
   case "$details" in *"$want"*) pass ;; *) fail "#select=h.3.qkv: no '$want' in the side panel: $details" ;; esac
 done
 browse --dump-dom "file://$page#select=logits.backward" >"$work/sel.dom"

@@ -218,8 +218,8 @@ import json, struct
 t = st_read(sys.argv[1])
 header, blobs, off = {}, [], 0
 for n, v in t.items():
-    raw = v.double().numpy().tobytes() if n == "wte" else v.numpy().tobytes()
-    header[n] = {"dtype": "F64" if n == "wte" else "F32", "shape": list(v.shape), "data_offsets": [off, off + len(raw)]}
+    raw = v.double().numpy().tobytes() if n == "wte.weight" else v.numpy().tobytes()
+    header[n] = {"dtype": "F64" if n == "wte.weight" else "F32", "shape": list(v.shape), "data_offsets": [off, off + len(raw)]}
     blobs.append(raw)
     off += len(raw)
 text = json.dumps(header).encode()
@@ -228,6 +228,6 @@ open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + b"".join(blo
 EOF
 "$work/par-bf16/cpu0/fusion-cpu0" --init "$work/f64.st" --inputs "$work/in.st" --steps 1 >"$work/f64.out" 2>&1
 expect_eq "--init with an F64 tensor: exit" 1 "$?"
-grep -q "f64.st: tensor 'wte': dtype F64 is not supported (fusion reads F32, F16, BF16, I32)" "$work/f64.out" && pass ||
+grep -q "f64.st: tensor 'wte.weight': dtype F64 is not supported (fusion reads F32, F16, BF16, I32)" "$work/f64.out" && pass ||
   fail "--init with an F64 tensor: $(tail -2 "$work/f64.out")"
 finish

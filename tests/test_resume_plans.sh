@@ -110,7 +110,7 @@ compressed() {   # compressed NAME DEVICES-WITH-FEEDBACK OPTIONS...
 compressed quantised 4 --stages 1 --replicas 4 --micro-batches 2
 grep -q "all-reduce: stage 0 quantised to 8 bits" "$work/quantised/plan.txt" && pass \
   || fail "quantised: the plan does not quantise its all-reduce: $(cat "$work/quantised/plan.txt")"
-compressed adatopk 1 --scheduler uniform --micro-batches 4   # the last stage sends wte's gradient back
+compressed adatopk 1 --scheduler uniform --micro-batches 4   # the last stage sends wte.weight's gradient back
 grep -q "density=" <("$FUSIONC" compile models/gpt2.xml clusters/local-4.xml -o "$work/adatopk-ir" "${model[@]}" \
   --compress adatopk --scheduler uniform --micro-batches 4 --dump-ir=compress 2>&1 >/dev/null) && pass \
   || fail "adatopk: the plan compresses no send"

@@ -17,8 +17,10 @@
  * moments (adamw.m.*, adamw.v.*) and fusion's own state (fusion.*) stay.
  * Every file is written whole or not at all (atomic_file.h, st_write_as).
  *
- * Architectures: Llama (models/llama.xml: its parameters already carry
- * Hugging Face's names).  Another model is refused, naming it. */
+ * Architectures: Llama (models/llama.xml) and GPT-2 (models/gpt2.xml,
+ * GPT2LMHeadModel): their parameters already carry Hugging Face's names
+ * and layouts, so the weights go out as they are (hf_config.h writes
+ * config.json).  Another model is refused, naming it. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -168,6 +170,14 @@ static int checkpoint_open(checkpoint *c, const char *path, char *err, size_t n)
     c->n_weights = kept;
     if (kept == 0)
         return snprintf(err, n, "%s: no parameters in the checkpoint", c->step_dir), -1;
+    return 0;
+}
+
+static int has_weight(const checkpoint *c, const char *name)
+{
+    for (int i = 0; i < c->n_weights; i++)
+        if (strcmp(c->weights[i].name, name) == 0)
+            return 1;
     return 0;
 }
 
@@ -414,11 +424,14 @@ int export_main(int argc, char **argv)
                           "%s: a checkpoint without fusion.model and fusion.hypers (saved before "
                           "they were recorded): compile and save it again",
                           c.step_dir);
-    else if (rc == 0 && strcmp(model, "llama") != 0)
-        rc = -1,
-        snprintf(why, sizeof why, "%s: model '%s' has no Hugging Face architecture here (llama)", c.step_dir, model);
-    if (rc == 0 && !(config = hf_config_llama(hypers, torch_dtype, why, sizeof why)))
-        rc = -1;
+    else if (rc == 0 && strcmp(model, "gpt2") == 0 && !has_weight(&c, "wte.weight"))
+        rc = -1, snprintf(why, sizeof why,
+                          "%s: a GPT-2 checkpoint without wte.weight (saved before models/gpt2.xml took Hugging "
+                          "Face's names): compile and save it again",
+                          c.step_dir);
+    char config_why[512];
+    if (rc == 0 && !(config = hf_config_write(model, hypers, torch_dtype, config_why, sizeof config_why)))
+        rc = -1, snprintf(why, sizeof why, "%s: %s", c.step_dir, config_why);
     if (rc == 0 && mkdir(o.output, 0755) != 0 && errno != EEXIST)
         rc = -1, snprintf(why, sizeof why, "%s: cannot make the folder: %s", o.output, strerror(errno));
     if (rc == 0)

@@ -1,5 +1,5 @@
-/* hf_config.c: a Hugging Face config.json as Llama's hyper-parameters
- * (hf_config.h). */
+/* hf_config.c: a Hugging Face config.json as the hyper-parameters of
+ * models/llama.xml or models/gpt2.xml (hf_config.h). */
 #include "hf_config.h"
 
 #include <errno.h>
@@ -13,6 +13,8 @@
 
 typedef struct {
     const char *path;
+    const char *model_file, *model; /* what the config is for: its path and <model name=...>, or NULL */
+    const char *family;             /* what the config says it is: "llama" or "gpt2"                  */
     const cJSON *root;
     hf_setting *out;
     int n;
@@ -61,7 +63,7 @@ static int count(reader *r, const cJSON *obj, const char *name, long long def, l
             *v = def;
             return 0;
         }
-        return refuse(r, "no '%s' (a Llama config.json has it)", name);
+        return refuse(r, "no '%s' (a %s config.json has it)", name, strcmp(r->family, "gpt2") == 0 ? "GPT-2" : "Llama");
     }
     double d = cJSON_IsNumber(x) ? x->valuedouble : NAN;
     if (!(d >= 1 && d <= 1e12 && d == floor(d)))
@@ -108,10 +110,10 @@ static int check_architecture(reader *r, int *mistral)
         return refuse(r, "model_type must be a string");
     *mistral = t && strcmp(t, "mistral") == 0;
     if (t && strcmp(t, "qwen2") == 0)
-        return refuse(r, "model_type 'qwen2' is not supported: its q, k and v projections have biases (llama; gpt2 "
-                         "coming)");
+        return refuse(r, "model_type 'qwen2' is not supported: its q, k and v projections have biases (llama, "
+                         "mistral, gpt2)");
     if (t && strcmp(t, "llama") != 0 && !*mistral)
-        return refuse(r, "model_type '%s' is not supported (llama; gpt2 coming)", t);
+        return refuse(r, "model_type '%s' is not supported (llama, mistral, gpt2)", t);
     if (archs && !cJSON_IsArray(archs))
         return refuse(r, "architectures must be a list of names");
     int n_arch = archs ? cJSON_GetArraySize(archs) : 0;
@@ -120,12 +122,13 @@ static int check_architecture(reader *r, int *mistral)
         const char *name = cJSON_IsString(a) ? a->valuestring : "?";
         int llama = strcmp(name, "LlamaForCausalLM") == 0, mis = strcmp(name, "MistralForCausalLM") == 0;
         if (!llama && !mis)
-            return refuse(r, "architecture '%s' is not supported (LlamaForCausalLM; gpt2 coming)", name);
+            return refuse(
+                r, "architecture '%s' is not supported (LlamaForCausalLM, MistralForCausalLM, GPT2LMHeadModel)", name);
         if (!t)
             *mistral = mis;
     }
     if (!t && n_arch == 0)
-        return refuse(r, "neither model_type nor architectures says what model it is (llama)");
+        return refuse(r, "neither model_type nor architectures says what model it is (llama, mistral, gpt2)");
     if (*mistral) { /* Mistral is Llama with a sliding window: the same when there is none */
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(r->root, "sliding_window");
         if (!w)
@@ -200,7 +203,7 @@ static int read_rope_scaling(reader *r)
     return 0;
 }
 
-static int read_config(reader *r)
+static int read_llama(reader *r)
 {
     int mistral = 0, tie = 0;
     long long layers, dim, heads, kv, ffn, vocab, ctx;
@@ -221,9 +224,113 @@ static int read_config(reader *r)
     return read_rope_scaling(r);
 }
 
-int hf_config_read(const char *path, hf_setting out[HF_CONFIG_MAX], char *why, size_t n)
+/* ---- GPT-2 --------------------------------------------------------------- */
+
+/* name: absent (def), or exactly `want`; else refused naming what it is. */
+static int must_be(reader *r, const char *name, int want, int def)
 {
-    reader r = { .path = path, .out = out, .why = why, .why_size = n };
+    int v = def;
+    if (flag(r, r->root, name, def, &v))
+        return -1;
+    if (v != want)
+        return refuse(r, "%s %s is not supported (models/gpt2.xml: %s only)", name, v ? "true" : "false",
+                      want ? "true" : "false");
+    return 0;
+}
+
+/* GPT2Config: n_layer, n_embd, n_head, vocab_size, n_positions (n_ctx in
+ * older configs) and layer_norm_epsilon; what models/gpt2.xml does not
+ * compute refused by name. */
+static int read_gpt2(reader *r)
+{
+    const cJSON *archs = field(r->root, "architectures");
+    if (archs && !cJSON_IsArray(archs))
+        return refuse(r, "architectures must be a list of names");
+    for (int i = 0; archs && i < cJSON_GetArraySize(archs); i++) {
+        const cJSON *a = cJSON_GetArrayItem(archs, i);
+        const char *name = cJSON_IsString(a) ? a->valuestring : "?";
+        if (strcmp(name, "GPT2LMHeadModel") != 0)
+            return refuse(r, "architecture '%s' is not supported (GPT2LMHeadModel)", name);
+    }
+    long long layers, dim, heads, vocab, ctx;
+    double eps;
+    const char *ctx_field = !field(r->root, "n_positions") && field(r->root, "n_ctx") ? "n_ctx" : "n_positions";
+    if (count(r, r->root, "n_layer", 0, &layers) || count(r, r->root, "n_embd", 0, &dim) ||
+        count(r, r->root, "n_head", 0, &heads) || count(r, r->root, "vocab_size", 0, &vocab) ||
+        count(r, r->root, ctx_field, 0, &ctx) || number(r, r->root, "layer_norm_epsilon", 1e-5, &eps))
+        return -1;
+    const cJSON *act = field(r->root, "activation_function");
+    const char *a = act && cJSON_IsString(act) ? act->valuestring : act ? "(not a string)" : "gelu_new";
+    if (strcmp(a, "gelu_new") != 0 && strcmp(a, "gelu_pytorch_tanh") != 0)
+        return refuse(r, "activation_function '%s' is not supported (gelu_new: gelu's tanh form)", a);
+    const cJSON *inner = field(r->root, "n_inner");
+    if (inner && !(cJSON_IsNumber(inner) && inner->valuedouble == 4.0 * (double)dim))
+        return refuse(r,
+                      "n_inner %g is not supported (null or 4 * n_embd = %lld: models/gpt2.xml's MLP is 4 * dim wide)",
+                      cJSON_IsNumber(inner) ? inner->valuedouble : NAN, 4 * dim);
+    if (must_be(r, "tie_word_embeddings", 1, 1) || must_be(r, "scale_attn_weights", 1, 1) ||
+        must_be(r, "scale_attn_by_inverse_layer_idx", 0, 0) || must_be(r, "reorder_and_upcast_attn", 0, 0) ||
+        must_be(r, "add_cross_attention", 0, 0))
+        return -1;
+    if (add(r, "n_layer", "layers=%lld", layers) || add(r, "n_embd", "dim=%lld", dim) ||
+        add(r, "n_head", "heads=%lld", heads) || add(r, "vocab_size", "vocab=%lld", vocab) ||
+        add(r, ctx_field, "ctx=%lld", ctx) || add(r, "layer_norm_epsilon", "norm_eps=%.17g", eps))
+        return -1;
+    return 0;
+}
+
+/* ---- which model ------------------------------------------------------------ */
+
+/* "gpt2" when model_type or an architecture says GPT-2, else "llama" (the
+ * Llama reader refuses what is neither). */
+static const char *config_family(const cJSON *root)
+{
+    const cJSON *type = field(root, "model_type"), *archs = field(root, "architectures");
+    if (cJSON_IsString(type))
+        return strcmp(type->valuestring, "gpt2") == 0 ? "gpt2" : "llama";
+    for (int i = 0; cJSON_IsArray(archs) && i < cJSON_GetArraySize(archs); i++) {
+        const cJSON *a = cJSON_GetArrayItem(archs, i);
+        if (cJSON_IsString(a) && strncmp(a->valuestring, "GPT2", 4) == 0)
+            return "gpt2";
+    }
+    return "llama";
+}
+
+static int read_config(reader *r)
+{
+    const char *family = r->family = config_family(r->root);
+    int gpt2 = strcmp(family, "gpt2") == 0;
+    if (r->model && strcmp(r->model, "gpt2") != 0 && strcmp(r->model, "llama") != 0)
+        return refuse(r,
+                      "%s is model '%s': a Hugging Face config.json sets the hyper-parameters of models/llama.xml "
+                      "or models/gpt2.xml only",
+                      r->model_file, r->model);
+    if (!gpt2) { /* another model_type is refused by name first */
+        reader probe = *r;
+        char why[8];
+        int mistral;
+        probe.why = why, probe.why_size = sizeof why;
+        if (check_architecture(&probe, &mistral))
+            return check_architecture(r, &mistral);
+    }
+    if (r->model && strcmp(r->model, family) != 0) {
+        const cJSON *type = field(r->root, "model_type"),
+                    *arch = cJSON_GetArrayItem(field(r->root, "architectures"), 0);
+        char said[128];
+        if (cJSON_IsString(type))
+            snprintf(said, sizeof said, "model_type '%s'", type->valuestring);
+        else
+            snprintf(said, sizeof said, "architecture '%s'", cJSON_IsString(arch) ? arch->valuestring : "?");
+        return refuse(r, "a %s config (%s) given to %s, which is model '%s' (use models/%s.xml)", family, said,
+                      r->model_file, r->model, family);
+    }
+    return gpt2 ? read_gpt2(r) : read_llama(r);
+}
+
+int hf_config_read(const char *path, const char *model_file, const char *model, hf_setting out[HF_CONFIG_MAX],
+                   char *why, size_t n)
+{
+    reader r = { .path = path, .model_file = model_file, .model = model, .out = out, .why = why, .why_size = n };
     FILE *f = fopen(path, "rb");
     if (!f)
         return refuse(&r, "cannot open: %s", strerror(errno));
@@ -266,7 +373,7 @@ static double hyper(const char *hypers, const char *name)
     return NAN;
 }
 
-cJSON *hf_config_llama(const char *hypers, const char *torch_dtype, char *err, size_t n)
+static cJSON *config_llama(const char *hypers, const char *torch_dtype, char *err, size_t n)
 {
     static const struct {
         const char *hf, *fusion;
@@ -316,4 +423,55 @@ cJSON *hf_config_llama(const char *hypers, const char *torch_dtype, char *err, s
     cJSON_AddStringToObject(c, "torch_dtype", torch_dtype);
     cJSON_AddStringToObject(c, "transformers_version", "4.44.0");
     return c;
+}
+
+/* GPT2LMHeadModel's config.json (transformers' GPT2Config).  norm_eps is
+ * 1e-5 for a checkpoint saved before models/gpt2.xml had it (it was fixed
+ * there).  Dropout is 0: fusion trains without it. */
+static cJSON *config_gpt2(const char *hypers, const char *torch_dtype, char *err, size_t n)
+{
+    static const struct {
+        const char *hf, *fusion;
+    } fields[] = {
+        { "vocab_size", "vocab" }, { "n_positions", "ctx" }, { "n_ctx", "ctx" },
+        { "n_embd", "dim" },       { "n_layer", "layers" },  { "n_head", "heads" },
+    };
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "architectures"), cJSON_CreateString("GPT2LMHeadModel"));
+    cJSON_AddStringToObject(c, "model_type", "gpt2");
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        double v = hyper(hypers, fields[i].fusion);
+        if (isnan(v)) {
+            snprintf(err, n, "the checkpoint's fusion.hypers has no '%s' (for config.json's %s)", fields[i].fusion,
+                     fields[i].hf);
+            cJSON_Delete(c);
+            return NULL;
+        }
+        cJSON_AddNumberToObject(c, fields[i].hf, v);
+    }
+    double eps = hyper(hypers, "norm_eps");
+    cJSON_AddNumberToObject(c, "layer_norm_epsilon", isnan(eps) ? 1e-5 : eps);
+    cJSON_AddStringToObject(c, "activation_function", "gelu_new");
+    cJSON_AddNullToObject(c, "n_inner");
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", 1);
+    cJSON_AddBoolToObject(c, "scale_attn_weights", 1);
+    cJSON_AddBoolToObject(c, "scale_attn_by_inverse_layer_idx", 0);
+    cJSON_AddBoolToObject(c, "reorder_and_upcast_attn", 0);
+    cJSON_AddBoolToObject(c, "add_cross_attention", 0);
+    cJSON_AddNumberToObject(c, "attn_pdrop", 0.0);
+    cJSON_AddNumberToObject(c, "embd_pdrop", 0.0);
+    cJSON_AddNumberToObject(c, "resid_pdrop", 0.0);
+    cJSON_AddStringToObject(c, "torch_dtype", torch_dtype);
+    cJSON_AddStringToObject(c, "transformers_version", "4.44.0");
+    return c;
+}
+
+cJSON *hf_config_write(const char *model, const char *hypers, const char *torch_dtype, char *err, size_t n)
+{
+    if (strcmp(model, "llama") == 0)
+        return config_llama(hypers, torch_dtype, err, n);
+    if (strcmp(model, "gpt2") == 0)
+        return config_gpt2(hypers, torch_dtype, err, n);
+    snprintf(err, n, "model '%s' has no Hugging Face architecture here (llama, gpt2)", model);
+    return NULL;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../frontend/xml_util.h"
 #include "../passes/passes.h"
 #include "../runtime/program.h"
 #include "../ir/folders.h" /* FU_PATH_BYTES */
@@ -102,8 +103,9 @@ const cli_option fusionc_options[OPT_COUNT] = {
     [OPT_SET] = { .name = "--set", .metavar = "name=value", CLI_CUSTOM(parse_setting, setting_list, options, sets),
                   .expects = "name=value", .help = "override a hyper-parameter (repeatable)" },
     [OPT_HF_CONFIG] = { .name = "--hf-config", .metavar = "FILE", CLI_STRING(options, hf_config),
-                        .help = "a Hugging Face config.json of a Llama model: its hyper-parameters, as\n"
-                                "--set would give them (a --set of the same name wins)" },
+                        .help = "a Hugging Face config.json of a Llama or GPT-2 model (for models/llama.xml\n"
+                                "or models/gpt2.xml): its hyper-parameters, as --set would give them (a\n"
+                                "--set of the same name wins)" },
     [OPT_AFTER] = { .name = "--after", .metavar = "PASS", CLI_CUSTOM(parse_pass, const char *, options, after),
                     .help = "frontend (as built, before any pass) or a pass name" },
     [OPT_FORMAT] = { .name = "--format", .metavar = "FORMAT", CLI_CHOICE(options, format), .choices = formats,
@@ -219,11 +221,31 @@ const cli_option fusionc_options[OPT_COUNT] = {
 
 /* --hf-config's settings into o->sets, before the --set ones already there
  * (they win: the last setting of a name does).  0, or -1 printed. */
+/* The first of the files that is a model (<model name=...>): its path and
+ * name in model (NULL, "" when none is). */
+static const char *model_among(const options *o, char *model, size_t size)
+{
+    model[0] = '\0';
+    for (int i = 0; i < o->n_files; i++) {
+        struct diag err = { 0 };
+        xmlDocPtr doc = xml_read(o->files[i], NULL, 0, &err);
+        xmlNodePtr root = doc ? xmlDocGetRootElement(doc) : NULL;
+        int is_model = root && xml_element_name(root) && strcmp(xml_element_name(root), "model") == 0 &&
+                       xml_attr(root, "name", model, size, o->files[i], &err) == 1;
+        xmlFreeDoc(doc);
+        if (is_model)
+            return o->files[i];
+        model[0] = '\0';
+    }
+    return NULL;
+}
+
 static int apply_hf_config(options *o)
 {
     hf_setting hf[HF_CONFIG_MAX];
-    char why[FU_PATH_BYTES + 256];
-    int n = hf_config_read(o->hf_config, hf, why, sizeof why);
+    char why[2 * FU_PATH_BYTES + 256], model[128];
+    const char *model_file = model_among(o, model, sizeof model);
+    int n = hf_config_read(o->hf_config, model_file, model_file ? model : NULL, hf, why, sizeof why);
     if (n < 0) {
         fprintf(stderr, "fusionc: %s\n", why);
         return -1;

@@ -50,26 +50,31 @@ void kernel_column_sums(float *out, const float *a, int64_t rows, int64_t cols)
 
 /* ---- linear ----------------------------------------------------------- */
 
-// x is (M,K), w is (N,K) (torch.nn.Linear's layout), b is (N) or NULL,
-// y is (M,N): y = x·wᵀ + b, one sgemm with w transposed.
-void linear_forward(float *y, const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N)
+// x is (M,K), w is (N,K) (torch.nn.Linear's layout), or (K,N) when
+// transpose_w (GPT-2's Conv1D), b is (N) or NULL, y is (M,N):
+// y = x·wᵀ + b (x·w + b), one sgemm.
+void linear_forward(float *y, const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
+                    int transpose_w)
 {
     if (b) {
 #pragma omp parallel for schedule(static) if (M * N >= KERNEL_PAR_MIN)
         for (int64_t i = 0; i < M; i++)
             memcpy(y + i * N, b, (size_t)N * sizeof *b);
     }
-    kernel_sgemm(0, 1, M, N, K, 1.0f, x, K, w, K, b ? 1.0f : 0.0f, y, N);
+    kernel_sgemm(0, !transpose_w, M, N, K, 1.0f, x, K, w, transpose_w ? N : K, b ? 1.0f : 0.0f, y, N);
 }
 
 // dy is (M,N); dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = column sums of dy.
+// transpose_w: dx = dy·wᵀ ; dw (K,N) = xᵀ·dy.
 void linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int64_t M,
-                     int64_t K, int64_t N)
+                     int64_t K, int64_t N, int transpose_w)
 {
     if (dx)
-        kernel_sgemm(0, 0, M, K, N, 1.0f, dy, N, w, K, 0.0f, dx, K);
-    if (dw)
+        kernel_sgemm(0, transpose_w, M, K, N, 1.0f, dy, N, w, transpose_w ? N : K, 0.0f, dx, K);
+    if (dw && !transpose_w)
         kernel_sgemm(1, 0, N, K, M, 1.0f, dy, N, x, K, 0.0f, dw, K);
+    if (dw && transpose_w)
+        kernel_sgemm(1, 0, K, N, M, 1.0f, x, K, dy, N, 0.0f, dw, N);
     if (db)
         kernel_column_sums(db, dy, M, N);
 }

@@ -90,11 +90,14 @@ void positions_forward(int32_t *out, int64_t B, int64_t T);
 /* ---- dense: linear and batched matmul (dense.c) ----------------------- */
 
 /* y (M,N) = x (M,K) · w (N,K)ᵀ + b (N) ; b may be NULL (no bias).
- * w is stored (out_features, in_features) like torch.nn.Linear. */
-void linear_forward(float *y, const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N);
-/* dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = Σ_rows dy. Any may be NULL. */
+ * w is stored (out_features, in_features) like torch.nn.Linear; with
+ * transpose_w, (in_features, out_features) like GPT-2's Conv1D: y = x·w + b. */
+void linear_forward(float *y, const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
+                    int transpose_w);
+/* dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = Σ_rows dy. Any may be NULL.
+ * transpose_w: w and dw are (K,N), dx = dy·wᵀ, dw = xᵀ·dy. */
 void linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int64_t M,
-                     int64_t K, int64_t N);
+                     int64_t K, int64_t N, int transpose_w);
 
 /* c (Bt,M,N) = scale · a (Bt,M,K) · b, for each of the Bt batch entries,
  * where b is (Bt,K,N), or (Bt,N,K) used transposed when transpose_b != 0

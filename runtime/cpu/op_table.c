@@ -67,18 +67,20 @@ RUN(run_positions)
 
 /* ---- matrix products --------------------------------------------------------- */
 
-RUN(run_linear) /* x (M,K), w (N,K), b (N)? */
+RUN(run_linear) /* x (M,K), w (N,K) or (K,N) under transpose_w, b (N)? */
 {
-    int64_t K = op->in[1].dim[1], N = op->in[1].dim[0], M = rt_tensor_numel(&op->in[0]) / K;
-    linear_forward(OUT(0), IN(0), IN(1), op->n_in == 3 ? IN(2) : NULL, M, K, N);
+    int tw = op->ints[ATTR_TRANSPOSE_W] != 0;
+    int64_t K = op->in[1].dim[tw ? 0 : 1], N = op->in[1].dim[tw ? 1 : 0], M = rt_tensor_numel(&op->in[0]) / K;
+    linear_forward(OUT(0), IN(0), IN(1), op->n_in == 3 ? IN(2) : NULL, M, K, N, tw);
     return 0;
 }
 
 RUN(run_linear_backward) /* x, w, dy -> dx, dw, db */
 {
-    int64_t K = op->in[1].dim[1], N = op->in[1].dim[0], M = rt_tensor_numel(&op->in[0]) / K;
+    int tw = op->ints[ATTR_TRANSPOSE_W] != 0;
+    int64_t K = op->in[1].dim[tw ? 0 : 1], N = op->in[1].dim[tw ? 1 : 0], M = rt_tensor_numel(&op->in[0]) / K;
     linear_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(2), IN(0), IN(1), M, K,
-                    N);
+                    N, tw);
     return 0;
 }
 

@@ -84,14 +84,16 @@ def st_write(path, tensors):
 # ---- the models, functionally over fusion's parameter names --------------------
 
 def gpt2_params(c):
+    """GPT-2 by Hugging Face's names; the projections are Conv1D, [in, out]."""
     d, L, V = c["dim"], c["layers"], c["vocab"]
-    shapes = {"wte": (V, d), "wpe": (c["ctx"], d), "ln_f.w": (d,), "ln_f.b": (d,)}
+    shapes = {"wte.weight": (V, d), "wpe.weight": (c["ctx"], d), "ln_f.weight": (d,), "ln_f.bias": (d,)}
     for i in range(L):
         p = f"h.{i}."
-        shapes.update({p + "ln_1.w": (d,), p + "ln_1.b": (d,), p + "attn.c_attn.w": (3 * d, d),
-                       p + "attn.c_attn.b": (3 * d,), p + "attn.c_proj.w": (d, d), p + "attn.c_proj.b": (d,),
-                       p + "ln_2.w": (d,), p + "ln_2.b": (d,), p + "mlp.c_fc.w": (4 * d, d),
-                       p + "mlp.c_fc.b": (4 * d,), p + "mlp.c_proj.w": (d, 4 * d), p + "mlp.c_proj.b": (d,)})
+        shapes.update({p + "ln_1.weight": (d,), p + "ln_1.bias": (d,), p + "attn.c_attn.weight": (d, 3 * d),
+                       p + "attn.c_attn.bias": (3 * d,), p + "attn.c_proj.weight": (d, d),
+                       p + "attn.c_proj.bias": (d,), p + "ln_2.weight": (d,), p + "ln_2.bias": (d,),
+                       p + "mlp.c_fc.weight": (d, 4 * d), p + "mlp.c_fc.bias": (4 * d,),
+                       p + "mlp.c_proj.weight": (4 * d, d), p + "mlp.c_proj.bias": (d,)})
     return shapes
 
 
@@ -104,21 +106,22 @@ def gpt2_inputs(c, g):
 def gpt2_loss(c, P, I):
     idx, targets = I["idx"].long(), I["targets"].long()
     B, T = idx.shape
-    d, H = c["dim"], c["heads"]
-    x = P["wte"][idx] + P["wpe"][torch.arange(T)]
+    d, H, eps = c["dim"], c["heads"], c.get("norm_eps", 1e-5)
+    conv1d = lambda h, name: h @ P[name + ".weight"] + P[name + ".bias"]   # Hugging Face's Conv1D: [in, out]
+    x = P["wte.weight"][idx] + P["wpe.weight"][torch.arange(T)]
     for i in range(c["layers"]):
         p = f"h.{i}."
-        h = F.layer_norm(x, (d,), P[p + "ln_1.w"], P[p + "ln_1.b"], 1e-5)
-        q, k, v = F.linear(h, P[p + "attn.c_attn.w"], P[p + "attn.c_attn.b"]).split(d, dim=2)
+        h = F.layer_norm(x, (d,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
+        q, k, v = conv1d(h, p + "attn.c_attn").split(d, dim=2)
         q, k, v = (t.view(B, T, H, d // H).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(d // H)
         att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, d)
-        x = x + F.linear(y, P[p + "attn.c_proj.w"], P[p + "attn.c_proj.b"])
-        h = F.layer_norm(x, (d,), P[p + "ln_2.w"], P[p + "ln_2.b"], 1e-5)
-        h = F.gelu(F.linear(h, P[p + "mlp.c_fc.w"], P[p + "mlp.c_fc.b"]), approximate="tanh")
-        x = x + F.linear(h, P[p + "mlp.c_proj.w"], P[p + "mlp.c_proj.b"])
-    logits = F.linear(F.layer_norm(x, (d,), P["ln_f.w"], P["ln_f.b"], 1e-5), P["wte"])
+        x = x + conv1d(y, p + "attn.c_proj")
+        h = F.layer_norm(x, (d,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
+        h = F.gelu(conv1d(h, p + "mlp.c_fc"), approximate="tanh")
+        x = x + conv1d(h, p + "mlp.c_proj")
+    logits = F.linear(F.layer_norm(x, (d,), P["ln_f.weight"], P["ln_f.bias"], eps), P["wte.weight"])
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
@@ -340,7 +343,7 @@ def main():
         weights, inputs, seed = sys.argv[4], sys.argv[5], int(sys.argv[6])
         g = torch.Generator().manual_seed(seed)
         P = {n: torch.randn(*s, generator=g) * (0.3 if len(s) < 2 else 1.0 / math.sqrt(s[1] * (s[2] * s[3] if len(s) == 4 else 1)))
-             + (1.0 if (n.endswith(".w") or n.endswith("norm.weight")) and len(s) == 1 else 0.0)
+             + (1.0 if (n.endswith(".w") or n.endswith(".weight")) and len(s) == 1 else 0.0)
              for n, s in make_params(c).items()}
         st_write(weights, P)
         st_write(inputs, make_inputs(c, g))

@@ -74,14 +74,14 @@ static void test_autodiff_sums_fan_out_and_tied_weights(void)
     ir_graph g;
     struct diag err = { 0 };
     CHECK(model_load(path, small, 3, &g, &err) == 0 && pass_run_pipeline(&g, NULL, &err) == 0);
-    /* wte is the token table and the output projection: two contributions. */
-    const ir_node *sum = producer_of(&g, "grad.wte");
+    /* wte.weight is the token table and the output projection: two contributions. */
+    const ir_node *sum = producer_of(&g, "grad.wte.weight");
     CHECK(sum && sum->op == OP_ADD);
     if (sum) {
-        CHECK_STR("grad.wte.1", ir_value_name(&g, sum->in[0]));
-        CHECK_STR("grad.wte.2", ir_value_name(&g, sum->in[1]));
+        CHECK_STR("grad.wte.weight.1", ir_value_name(&g, sum->in[0]));
+        CHECK_STR("grad.wte.weight.2", ir_value_name(&g, sum->in[1]));
     }
-    const ir_node *lin = producer_of(&g, "grad.wte.1");
+    const ir_node *lin = producer_of(&g, "grad.wte.weight.1");
     CHECK(lin && lin->op == OP_LINEAR_BACKWARD && lin->loc.line > 0);
     /* The backward op carries its forward op's location and attributes. */
     const ir_node *att = producer_of(&g, "grad.h.0.qkv");

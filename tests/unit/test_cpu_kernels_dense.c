@@ -58,12 +58,12 @@ static void check_linear(int64_t M, int64_t K, int64_t N, int bias)
 {
     linear_case c = linear_case_new(M, K, N, bias);
     float *y = grad_buffer(M * N);
-    linear_forward(y, c.x.f, c.w.f, bias ? c.b.f : NULL, M, K, N);
+    linear_forward(y, c.x.f, c.w.f, bias ? c.b.f : NULL, M, K, N, 0);
     linear_objective(&c);
     CHECK_FORWARD("linear", y, c.y, M * N);
 
     float *dx = grad_buffer(M * K), *dw = grad_buffer(N * K), *db = grad_buffer(N);
-    linear_backward(dx, dw, db, c.r.f, c.x.f, c.w.f, M, K, N);
+    linear_backward(dx, dw, db, c.r.f, c.x.f, c.w.f, M, K, N, 0);
     check_grad("linear dx", dx, c.x.d, M * K, linear_objective, &c);
     check_grad("linear dw", dw, c.w.d, N * K, linear_objective, &c);
     if (bias)
@@ -71,7 +71,7 @@ static void check_linear(int64_t M, int64_t K, int64_t N, int bias)
 
     /* NULL gradients are skipped; the others come out the same alone. */
     float *db2 = grad_buffer(N);
-    linear_backward(NULL, NULL, db2, c.r.f, c.x.f, c.w.f, M, K, N);
+    linear_backward(NULL, NULL, db2, c.r.f, c.x.f, c.w.f, M, K, N, 0);
     CHECK(memcmp(db, db2, (size_t)N * sizeof *db) == 0);
     free(y);
     free(dx);
@@ -87,11 +87,11 @@ static void test_linear_forward_matches_naive_loops(void)
     int64_t M = 7, K = 12, N = 36;
     linear_case c = linear_case_new(M, K, N, 1);
     float *y = floats_new(M * N), *y0 = floats_new(M * N);
-    linear_forward(y, c.x.f, c.w.f, c.b.f, M, K, N);
+    linear_forward(y, c.x.f, c.w.f, c.b.f, M, K, N, 0);
     linear_objective(&c);
     CHECK_FORWARD("linear with bias", y, c.y, M * N);
     /* Without bias: y - b. */
-    linear_forward(y0, c.x.f, c.w.f, NULL, M, K, N);
+    linear_forward(y0, c.x.f, c.w.f, NULL, M, K, N, 0);
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++)
             c.y[i * N + j] -= c.b.d[j];
@@ -110,13 +110,53 @@ static void test_linear_backward_matches_finite_differences(void)
     check_linear(13, 65, 3, 1);
 }
 
+/* transpose_w (GPT-2's Conv1D layout): w stored (K,N) gives the product,
+ * and the gradients, of the same w stored (N,K), transposed. */
+static void check_linear_transpose_w(int64_t M, int64_t K, int64_t N)
+{
+    linear_case c = linear_case_new(M, K, N, 1);
+    float *wt = floats_new(K * N), *y = floats_new(M * N), *yt = floats_new(M * N);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++)
+            wt[k * N + n] = c.w.f[n * K + k];
+    linear_forward(y, c.x.f, c.w.f, c.b.f, M, K, N, 0);
+    linear_forward(yt, c.x.f, wt, c.b.f, M, K, N, 1);
+    float *dx = floats_new(M * K), *dw = floats_new(N * K), *db = floats_new(N);
+    float *dxt = floats_new(M * K), *dwt = floats_new(K * N), *dbt = floats_new(N);
+    linear_backward(dx, dw, db, c.r.f, c.x.f, c.w.f, M, K, N, 0);
+    linear_backward(dxt, dwt, dbt, c.r.f, c.x.f, wt, M, K, N, 1);
+    double worst = 0;
+    for (int64_t i = 0; i < M * N; i++)
+        worst = fmax(worst, fabs((double)y[i] - yt[i]));
+    for (int64_t i = 0; i < M * K; i++)
+        worst = fmax(worst, fabs((double)dx[i] - dxt[i]));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++)
+            worst = fmax(worst, fabs((double)dw[n * K + k] - dwt[k * N + n]));
+    CHECK(memcmp(db, dbt, (size_t)N * sizeof *db) == 0);
+    if (worst > 1e-5)
+        fprintf(stderr, "linear transpose_w %lldx%lldx%lld: differs from the (N,K) layout by %g (bound 1e-5)\n",
+                (long long)M, (long long)K, (long long)N, worst);
+    CHECK(worst <= 1e-5);
+    free(wt), free(y), free(yt), free(dx), free(dw), free(db), free(dxt), free(dwt), free(dbt);
+    linear_case_free(&c);
+}
+
+static void test_linear_transpose_w_is_the_transposed_weight(void)
+{
+    rng_seed(4);
+    check_linear_transpose_w(7, 12, 36);
+    check_linear_transpose_w(33, 65, 3);
+    check_linear_transpose_w(1, 1, 1);
+}
+
 static void test_perturbed_linear_gradient_is_detected(void)
 {
     rng_seed(3);
     int64_t M = 7, K = 12, N = 9;
     linear_case c = linear_case_new(M, K, N, 1);
     float *dw = floats_new(N * K);
-    linear_backward(NULL, dw, NULL, c.r.f, c.x.f, c.w.f, M, K, N);
+    linear_backward(NULL, dw, NULL, c.r.f, c.x.f, c.w.f, M, K, N, 0);
     check_perturbed_grad_is_detected(dw, c.w.d, N * K, linear_objective, &c);
     free(dw);
     linear_case_free(&c);
@@ -208,6 +248,7 @@ int main(void)
 {
     test_linear_forward_matches_naive_loops();
     test_linear_backward_matches_finite_differences();
+    test_linear_transpose_w_is_the_transposed_weight();
     test_perturbed_linear_gradient_is_detected();
     test_matmul_forward_and_backward_match_finite_differences();
     CHECK_DONE();
