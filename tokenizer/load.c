@@ -57,34 +57,48 @@ static char *byte_level_bytes(const char *s, int32_t n, int32_t *out_len)
     return out;
 }
 
+/* Room for ids below n_ids: the arrays grow to twice their size at least
+ * (ids come in rising order: one realloc a token would copy them n times). */
 static int grow_ids(tk_tokenizer *tk, int32_t n_ids)
 {
     if (n_ids <= tk->n_ids)
         return 0;
-    char ***arrays[] = { &tk->text, &tk->out, &tk->name };
-    for (int a = 0; a < 3; a++) {
-        char **p = realloc(*arrays[a], (size_t)n_ids * sizeof *p);
-        if (!p)
-            return -1;
-        memset(p + tk->n_ids, 0, (size_t)(n_ids - tk->n_ids) * sizeof *p);
-        *arrays[a] = p;
+    if (n_ids > tk->cap_ids) {
+        int64_t cap = tk->cap_ids ? 2 * (int64_t)tk->cap_ids : 1024;
+        cap = cap < n_ids ? n_ids : cap > INT32_MAX ? INT32_MAX : cap;
+        char ***arrays[] = { &tk->text, &tk->out, &tk->name };
+        for (int a = 0; a < 3; a++) {
+            char **p = realloc(*arrays[a], (size_t)cap * sizeof *p);
+            if (!p)
+                return -1;
+            *arrays[a] = p;
+        }
+        int32_t **lens[] = { &tk->text_len, &tk->out_len, &tk->name_len };
+        for (int a = 0; a < 3; a++) {
+            int32_t *p = realloc(*lens[a], (size_t)cap * sizeof *p);
+            if (!p)
+                return -1;
+            *lens[a] = p;
+        }
+        uint8_t **flags[] = { &tk->is_added, &tk->mergeable, &tk->in_model };
+        for (int a = 0; a < 3; a++) {
+            uint8_t *p = realloc(*flags[a], (size_t)cap);
+            if (!p)
+                return -1;
+            *flags[a] = p;
+        }
+        tk->cap_ids = (int32_t)cap;
     }
-    int32_t **lens[] = { &tk->text_len, &tk->out_len, &tk->name_len };
-    for (int a = 0; a < 3; a++) {
-        int32_t *p = realloc(*lens[a], (size_t)n_ids * sizeof *p);
-        if (!p)
-            return -1;
-        memset(p + tk->n_ids, 0, (size_t)(n_ids - tk->n_ids) * sizeof *p);
-        *lens[a] = p;
-    }
-    uint8_t **flags[] = { &tk->is_added, &tk->mergeable, &tk->in_model };
-    for (int a = 0; a < 3; a++) {
-        uint8_t *p = realloc(*flags[a], (size_t)n_ids);
-        if (!p)
-            return -1;
-        memset(p + tk->n_ids, 0, (size_t)(n_ids - tk->n_ids));
-        *flags[a] = p;
-    }
+    size_t more = (size_t)(n_ids - tk->n_ids);
+    memset(tk->text + tk->n_ids, 0, more * sizeof *tk->text);
+    memset(tk->out + tk->n_ids, 0, more * sizeof *tk->out);
+    memset(tk->name + tk->n_ids, 0, more * sizeof *tk->name);
+    memset(tk->text_len + tk->n_ids, 0, more * sizeof *tk->text_len);
+    memset(tk->out_len + tk->n_ids, 0, more * sizeof *tk->out_len);
+    memset(tk->name_len + tk->n_ids, 0, more * sizeof *tk->name_len);
+    memset(tk->is_added + tk->n_ids, 0, more);
+    memset(tk->mergeable + tk->n_ids, 0, more);
+    memset(tk->in_model + tk->n_ids, 0, more);
     tk->n_ids = n_ids;
     return 0;
 }

@@ -107,9 +107,10 @@ struct tk_tokenizer {
     int byte_fallback; /* unknown characters as <0xXX> tokens */
     int ignore_merges; /* a piece that is a token is that token, merges or not */
     int fuse_unk;
-    int32_t unk;   /* -1: none */
-    int32_t n_ids; /* one more than the largest id */
-    char **text;   /* [n_ids] the token as the model matches it (raw bytes when byte_level), or NULL */
+    int32_t unk;     /* -1: none */
+    int32_t n_ids;   /* one more than the largest id */
+    int32_t cap_ids; /* the arrays' room */
+    char **text;     /* [n_ids] the token as the model matches it (raw bytes when byte_level), or NULL */
     int32_t *text_len;
     char **out; /* [n_ids] what decoding writes for it */
     int32_t *out_len;

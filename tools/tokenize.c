@@ -167,7 +167,7 @@ static int merge_batch(encoder_run *r, const char *text, const tk_piece *pieces,
     for (int t = 0; t < r->threads; t++) {
         merge_share *s = &r->share[t];
         int64_t from = n * t / r->threads, to = n * (t + 1) / r->threads;
-        s->text = text, s->pieces = pieces + from, s->n = to - from, s->rc = 0;
+        s->text = text, s->pieces = pieces ? pieces + from : NULL, s->n = to - from, s->rc = 0;
         if (t > 0 && s->n > 0 && pthread_create(&tid[t], NULL, merge_share_run, s) == 0)
             used = t + 1;
         else if (t > 0 && s->n > 0)
