@@ -20,9 +20,11 @@
 # (tests/tokenizer/compare_shards.py): a figure for wrong ids would mean
 # nothing, so the script exits 1 after printing when any differ.
 #
-# Hugging Face's own tokenizers (Rust) would be the anchor that matters;
-# their published figures go here, with their source, machine and text,
-# once someone has them: not measured or invented here.
+# Hugging Face's own tokenizers (Rust) are measured beside them, on the same
+# files in the same run, through their Node binding (npm's `tokenizers`,
+# tests/tokenizer/hf_encode.js: one await a file, as a user of the binding
+# would call it; the binding's per-call cost is in the figure), per CPU
+# second.
 #
 # Prints one line a figure: what, value, unit, anchor, ratio.  Needs node
 # and npm (the registry, the first time), and fusionc with `tokenize`
@@ -89,8 +91,14 @@ for k in 0 1 2; do
   c1=$(mb_per_s "$cpu1" "$load_cpu")
   cN=$(mb_per_s "$wallN" "$load_wall")
 
+  node tests/tokenizer/hf_encode.js "$tj" "$work/$name-hf.bin" "${files[@]}" 2>"$work/hf.err"
+  hf=$(sed -n 's/^hf_encode: \([0-9.]*\) MB\/s per CPU second.*/\1/p' "$work/hf.err")
+  [ -n "$hf" ] || { echo "bench_tokenizer: no figure from hf_encode.js:" >&2; cat "$work/hf.err" >&2; exit 1; }
+
   row "$name encode, js reference, 1 thread" "$js" "MB/s" "-" "-"
+  row "$name encode, hf tokenizers (Rust, node)" "$hf" "MB/s" "-" "-"
   row "$name encode, fusionc, 1 thread, per CPU second" "$c1" "MB/s" "js reference $js MB/s" "$(ratio "$c1" "$js")"
+  row "$name encode, fusionc, 1 thread, per CPU second" "$c1" "MB/s" "hf tokenizers $hf MB/s" "$(ratio "$c1" "$hf")"
   row "$name encode, fusionc, $threads threads, per wall second" "$cN" "MB/s" "fusionc 1 thread $c1 MB/s" \
       "$(ratio "$cN" "$c1")"
   for t in 1 n; do

