@@ -11,7 +11,8 @@
  * when the file is loaded, naming the type.
  *
  * What it is not: a trainer of tokenizers, nor a post-processor (no
- * special token is added unless the caller adds it: tk_special_id).
+ * special token is added unless the caller adds it: tk_end_of_text,
+ * tk_token_id).
  *
  * It encodes as Hugging Face's tokenizers does: added tokens split out of
  * the raw text first (longest match first), then each stretch between them

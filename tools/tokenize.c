@@ -152,9 +152,9 @@ static void progress(encoder_run *r, int final)
         return;
     r->last_print = t;
     double mb = (double)r->bytes_done / 1e6, rate = mb / (t - r->start > 1e-9 ? t - r->start : 1e-9);
-    fprintf(stderr, "%stokenize: %d/%d files, %.1f of %.1f MB, %lld ids, %.1f MB/s on %d threads%s", r->tty ? "\r" : "",
-            r->files_done, r->files_total, mb, (double)r->bytes_total / 1e6, (long long)r->count, rate, r->threads,
-            final ? "\n" : "");
+    fprintf(stderr, "%stokenize: %d/%d files, %.1f of %.1f MB, %lld ids, %.1f MB/s on %d thread%s%s",
+            r->tty ? "\r" : "", r->files_done, r->files_total, mb, (double)r->bytes_total / 1e6, (long long)r->count,
+            rate, r->threads, r->threads == 1 ? "" : "s", final ? "\n" : "");
     fflush(stderr);
 }
 
