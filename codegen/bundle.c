@@ -486,7 +486,9 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
         build_id = XXH3_64bits(ids, (size_t)set->n * sizeof *ids);
     int rc = 0;
     bundle_libs libs = { 0 };
-    int64_t row = 0;
+    int64_t row = 0, global_rows = 0;
+    for (int32_t k = 0; outer && k < set->n; k++)
+        global_rows += site_rows[k];
     for (int32_t k = 0; k < set->n && rc == 0; k++) {
         rt_diloco_info site;
         if (outer) {
@@ -494,6 +496,9 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
             site.site = k;
             site.n_sites = set->n;
             site.row_offset = row;
+            site.global_rows = global_rows;
+            for (int32_t j = 0; j < set->n && j < RT_MAX_SITES; j++)
+                site.site_rows[j] = site_rows[j];
             site.local_steps = outer->site_steps[k];
             site.n_params = set->n_params;
             row += site_rows[k];

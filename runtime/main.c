@@ -39,7 +39,7 @@
  * (the next-token targets).  Batches depend only on (seed, step): a rerun,
  * or a resumed run, sees the same data.  With --val-data and --val-every,
  * every device runs the forward alone of fixed held-out batches after
- * every N steps (run_validation), the training untouched.
+ * every N steps (stepper_validate in stepper.c), the training untouched.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -328,6 +328,18 @@ static int64_t diloco_most_h(const rt_manifest *mf)
     return most;
 }
 
+/* --sync diloco: exchange the parameters this device holds with the ones
+ * the sites agree on (and back), around a validation. */
+static int swap_agreed(program *p, rt_diloco *outer, char *why, size_t n)
+{
+    if (p->cuda && rt_cuda_pull_state(p->cuda, p->arena, why, n))
+        return -1;
+    rt_diloco_swap_agreed(outer);
+    if (p->cuda)
+        rt_cuda_host_wrote(p->cuda);
+    return 0;
+}
+
 static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data, rt_data *val, rt_broker *broker)
 {
     const rt_manifest *mf = &p->manifest;
@@ -390,9 +402,13 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     memset(&outer, 0, sizeof outer);
     int diloco = mf->diloco.sync == RT_SYNC_DILOCO;
     char why_outer[512];
-    if (rc == 0 && diloco && validating)
-        rc = fail("--val-data under --sync diloco is not supported: the sites train different plans on their own "
-                  "shares of the batch");
+    /* --sync diloco: site 0's replica 0 chain validates the agreed parameters alone (stepper_validate). */
+    int64_t site0_rows = mf->diloco.site_rows[0];
+    int val_here = validating && (!diloco || (mf->diloco.site == 0 && mf->replica == 0));
+    if (rc == 0 && diloco && validating && (site0_rows < 1 || mf->diloco.global_rows % site0_rows != 0))
+        rc = fail("--val-data under --sync diloco: site 0 validates the global batch's %lld rows as passes of its own "
+                  "%lld, which do not divide them; compile with a batch whose rows site 0's divide",
+                  (long long)mf->diloco.global_rows, (long long)site0_rows);
     else if (rc == 0 && diloco && o->resume)
         rc = fail("--resume under --sync diloco is not supported: the outer optimizer's state (anchor, momentum, "
                   "error feedback) is not in the checkpoint; start again, or --init from the checkpoint's parameters");
@@ -514,9 +530,16 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         /* --val-every: after every N steps and the last (dt is the training's alone). */
         float val_loss = NAN;
         char val_text[64] = "", val_json[64] = "";
-        if (validating && (step % o->val_every == 0 || step == o->steps)) {
+        if (val_here && (step % o->val_every == 0 || step == o->steps)) {
             char why[700];
-            if (stepper_validate(&st, &ctx, step, &val_loss, why, sizeof why) != 0) {
+            if (diloco && swap_agreed(p, &outer, why, sizeof why) != 0) {
+                rc = stop(comm, mf->device, "step %lld: %s", (long long)step, why);
+                break;
+            }
+            int validated = stepper_validate(&st, &ctx, step, &val_loss, why, sizeof why);
+            if (diloco && validated == 0 && swap_agreed(p, &outer, why, sizeof why) != 0)
+                validated = -1;
+            if (validated != 0) {
                 rc = stop(comm, mf->device, "step %lld: %s", (long long)step, why);
                 break;
             }

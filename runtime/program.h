@@ -66,6 +66,8 @@ typedef struct {
                                   its transfer overlapping that round's steps; 0: at once */
     double outer_lr, outer_momentum;
     int64_t row_offset;               /* this site's first row of the global batch               */
+    int64_t site_rows[RT_MAX_SITES];  /* each site's rows of the global batch a step              */
+    int64_t global_rows;              /* the global batch's rows a step (all sites)               */
     double site_weight[RT_MAX_SITES]; /* each site's share of a round's rows (sum 1)      */
     int32_t n_params;                 /* entries of fusion_diloco_blob                           */
 } rt_diloco_info;

@@ -214,10 +214,17 @@ int stepper_step(stepper *st, rt_context *ctx, float *loss)
  * --dump-grads see the training step's.  Every device of the run calls it
  * after the same steps, a pipeline's stages passing the activations on:
  * its messages are tagged step -step (no training message has a step below
- * 1), micro-batches 0 .. K*M-1; micro-batch 0 sends the parameters a stage
+ * 1), micro-batches 0 .. K*M-1 (K*P*R*M-1 below); micro-batch 0 sends the parameters a stage
  * lends another (ATTR_ONCE), so a stage reads this step's updated copy.
  * The training's RNG is never drawn from (batches are functions of their
- * seed): the training goes on bit for bit as without validation. */
+ * seed): the training goes on bit for bit as without validation.
+ *
+ * --sync diloco: the sites agree on the anchor bit for bit, and only
+ * replica 0 of each stage holds it (main.c swaps it in), so site 0's
+ * replica 0 chain validates alone, running the whole global batch's rows
+ * as P = global_rows / site_rows passes of every replica's micro-batches:
+ * the same windows as an exact plan of the same global batch, and no mean
+ * over replicas. */
 int stepper_validate(stepper *st, const rt_context *train_ctx, int64_t step, float *val_loss, char *err,
                      size_t err_size)
 {
@@ -236,23 +243,28 @@ int stepper_validate(stepper *st, const rt_context *train_ctx, int64_t step, flo
     double recv_wait = st->comm ? st->comm->recv_wait : 0.0; /* AdaTopK measures the training's waits */
     double sum = 0.0, t0 = ctx.trace ? rt_trace_clock() : 0.0;
     int rc = 0;
+    int diloco = mf->diloco.sync == RT_SYNC_DILOCO;
+    int64_t R = diloco ? mf->n_replicas : 1; /* the replicas whose rows run here */
+    int64_t site_rows = diloco ? mf->diloco.site_rows[mf->diloco.site] : 0;
+    int64_t per_batch = (diloco ? mf->diloco.global_rows / site_rows : 1) * R * M; /* micro-batches of a batch */
     for (int64_t k = 0; k < K && rc == 0; k++) {
-        for (int32_t m = 0; m < M && rc == 0; m++) {
+        for (int64_t j = 0; j < per_batch && rc == 0; j++) {
             if (st->val) {
-                int64_t row0 = ((int64_t)mf->replica * M + m) * st->b;
+                int64_t pass = j / (R * M), r = diloco ? j / M % R : mf->replica, m = j % M;
+                int64_t row0 = pass * site_rows + (r * M + m) * st->b;
                 int32_t *tok = st->tokens_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->tokens_at].t.offset) : NULL;
                 int32_t *tgt = st->targets_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->targets_at].t.offset) : NULL;
                 rt_data_batch(st->val, VAL_SEED, k, row0, tok, tgt, st->b, st->T);
             }
-            ctx.micro_batch = (int32_t)(k * M + m);
+            ctx.micro_batch = (int32_t)(k * per_batch + j);
             ctx.phase = PHASE_FORWARD;
             rc = fusion_forward(p->arena, &ctx);
             if (rc == 0 && loss_at)
                 sum += *loss_at;
         }
     }
-    *val_loss = loss_at ? (float)(sum / (double)(K * M)) : NAN;
-    if (rc == 0 && loss_at && mf->n_replicas > 1 &&
+    *val_loss = loss_at ? (float)(sum / (double)(K * per_batch)) : NAN;
+    if (rc == 0 && loss_at && mf->n_replicas > 1 && !diloco &&
         (!st->comm || rt_comm_mean_over_replicas(st->comm, val_loss, 1, -1, &ctx)))
         rc = -1;
     if (loss_at)

@@ -3,6 +3,12 @@
 #    and momentum 0, and plain SGD inside, the two sites' per-step losses,
 #    weighted by their shares of the batch, equal exact data parallelism's
 #    (4 replicas, SGD) within 1e-5 relative for 20 steps;
+#  - validation measures the parameters the sites agree on: in that mode
+#    they are exact data parallelism's, so site 0's val_loss every 5 steps
+#    equals the exact plan's within 1e-5 relative (the same windows); no
+#    other device reports one; with --outer-lr 1e-9 the agreed parameters
+#    never leave their start, and every val_loss is the same while the
+#    sites' own training loss falls;
 #  - the default mode (H from the links, 8-bit rows with error feedback,
 #    one round of delay) trains, and after the last step the two sites hold
 #    bit-identical parameters;
@@ -15,6 +21,7 @@
 no_leak_scan_in_threaded_programs
 
 cat /usr/share/common-licenses/* > "$work/corpus.txt"
+cat docs/*.md > "$work/held-out.txt"
 model=(models/gpt2.xml --set vocab=256 --set ctx=32 --set layers=4 --set dim=48 --set heads=4 --set batch=8
        --set seq=32 --set grad_clip=0)
 sgd=(--set sgd=1 --set lr=0.5)
@@ -41,8 +48,9 @@ grep -q "1 stage x 4 replicas" "$work/exact.compile" && pass || fail "exact: $(c
 compile math "${model[@]}" "${sgd[@]}" clusters/local-4.xml --sync diloco --local-steps 1 --outer-delay 0 \
   --outer-codec f32 --outer-lr 1 --outer-momentum 0
 grep -q "with --sync diloco: 2 sites, H = 1" "$work/math.compile" && pass || fail "math: $(cat "$work/math.compile")"
-train exact --steps 20
-train math --steps 20
+val=(--val-data "$work/held-out.txt" --val-every 5 --val-batches 2)
+train exact --steps 20 "${val[@]}"
+train math --steps 20 "${val[@]}"
 exact_reporter=$(sed -n 's/^reporter=//p' "$work/exact/launch-local.sh")
 losses "$work/exact/logs/$exact_reporter.log" >"$work/exact.loss"
 # Each site's reporter logs its site's mean loss; the sites split the batch 4 + 4.
@@ -57,13 +65,33 @@ paste "$work/exact.loss" "$work/a.loss" "$work/b.loss" | awk '
   END { if (worst > 1e-5) { printf "FAIL: diloco H=1 step %d differs from exact by %.2g relative\n", at, worst > "/dev/stderr"; exit 1 }
         printf "diloco H=1 vs exact data parallelism: worst relative loss difference %.2g over %d steps\n", worst, NR > "/dev/stderr" }' \
   && pass || fail "diloco with H = 1 is not exact data parallelism"
+val_losses() { sed -n 's/^step .*val_loss \([0-9.]*\)$/\1/p' "$1"; }
+val_losses "$work/exact/logs/$exact_reporter.log" >"$work/exact.val"
+val_losses "$work/math/logs/cpu-a1.log" >"$work/math.val"
+expect_eq "exact validations" 4 "$(wc -l <"$work/exact.val")"
+expect_eq "diloco validations on site 0's reporter" 4 "$(wc -l <"$work/math.val")"
+expect_eq "val_loss on site 1 (site 0 reports the agreed model's)" 0 "$(cat "$work"/math/logs/cpu-b*.log | grep -c val_loss)"
+paste "$work/exact.val" "$work/math.val" | awk '
+  { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r }
+  END { if (NR != 4 || worst > 1e-5) { printf "FAIL: diloco val_loss differs from exact by %.2g relative\n", worst > "/dev/stderr"; exit 1 }
+        printf "diloco H=1 vs exact: worst relative val_loss difference %.2g over %d validations\n", worst, NR > "/dev/stderr" }' \
+  && pass || fail "diloco's validation does not measure the agreed parameters on exact's windows"
+compile frozen "${model[@]}" --set lr=3e-3 clusters/local-4.xml --sync diloco --local-steps 2 --outer-lr 1e-9
+train frozen --steps 20 "${val[@]}"
+val_losses "$work/frozen/logs/cpu-a1.log" | awk '
+  NR == 1 { first = $1 } { d = $1 - first; if (d < 0) d = -d; if (d / first > worst) worst = d / first }
+  END { if (NR != 4 || worst > 1e-6) { printf "FAIL: %d validations, moving by %.2g relative\n", NR, worst > "/dev/stderr"; exit 1 } }' \
+  && pass || fail "--outer-lr 1e-9: the validations did not all measure the start: $(val_losses "$work/frozen/logs/cpu-a1.log" | xargs)"
+first=$(losses "$work/frozen/logs/cpu-a1.log" | head -1); last=$(losses "$work/frozen/logs/cpu-a1.log" | tail -1)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' && pass || fail "frozen: the sites' loss $first -> $last did not fall"
 
 # ---- the default mode: trains, and the sites end with the same parameters
 compile dl "${model[@]}" --set lr=3e-3 clusters/local-4.xml --sync diloco
 grep -q "^diloco: 2 sites" "$work/dl/plan.txt" && pass || fail "dl: no diloco summary in plan.txt"
 grep -q "8-bit rows with error feedback on the wire, applied one round late" "$work/dl/plan.txt" && pass \
   || fail "dl: the default is not int8 with a round of delay: $(head -2 "$work/dl/plan.txt")"
-train dl --steps 50 --save "$work/ck"
+train dl --steps 50 --save "$work/ck" --val-data "$work/held-out.txt" --val-every 25 --val-batches 2
+expect_eq "dl: validations on site 0's reporter" 2 "$(grep -c 'val_loss' "$work/dl/logs/cpu-a1.log")"
 grep -q "outer step 1 (site 0 of 2" "$work/dl/logs/cpu-a0.log" && pass || fail "dl: no outer step on cpu-a0"
 grep -q "the sites now hold the same parameters" "$work/dl/logs/cpu-b1.log" && pass || fail "dl: no final outer step"
 first=$(losses "$work/dl/logs/cpu-a1.log" | head -1); last=$(losses "$work/dl/logs/cpu-a1.log" | tail -5 | sort -g | head -1)

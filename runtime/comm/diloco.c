@@ -320,3 +320,15 @@ int rt_diloco_round(rt_diloco *d, rt_comm *c, int64_t step, int final, rt_contex
                                    : "");
     return 0;
 }
+
+void rt_diloco_swap_agreed(rt_diloco *d)
+{
+    for (int32_t i = 0; i < d->n && d->replica == 0; i++) {
+        rt_outer_param *q = &d->params[i];
+        for (int64_t j = 0; j < q->n; j++) {
+            float t = q->param[j];
+            q->param[j] = q->anchor[j];
+            q->anchor[j] = t;
+        }
+    }
+}

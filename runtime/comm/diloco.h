@@ -90,5 +90,11 @@ int rt_diloco_due(const rt_diloco *d, int64_t step, int64_t last_step);
  * sites count alike); final: the last one, which applies everything in
  * flight.  Errors in ctx->msg; a one-line summary in line. */
 int rt_diloco_round(rt_diloco *d, rt_comm *c, int64_t step, int final, rt_context *ctx, char *line, size_t n);
+/* Exchange each parameter this device holds (replica 0) with the anchor,
+ * the value the sites agree on after the last outer step applied; a
+ * second call undoes it.  Validation measures the agreed model this way
+ * (with outer_delay 1 it lags the sites' own progress by a round or two;
+ * after the last step the two are equal). */
+void rt_diloco_swap_agreed(rt_diloco *d);
 
 #endif
