@@ -75,15 +75,15 @@ cat /usr/share/common-licenses/* >"$work/corpus.txt"
 "$py" - "$work/hf" <<'PYEOF' && pass || fail "the export's config.json and names: see above"
 import json, sys
 sys.path.insert(0, "tests/parity")
-from torch_parity import st_read
-from hf_gpt2 import names_and_shapes
+from torch_parity import gpt2_params, st_read
+from hf_gpt2 import model_config
 c = json.load(open(sys.argv[1] + "/config.json"))
 want = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
         "n_positions": 32, "n_ctx": 32, "vocab_size": 256, "layer_norm_epsilon": 1e-5,
         "activation_function": "gelu_new", "tie_word_embeddings": True, "torch_dtype": "float32"}
 bad = [f"{k}: {c.get(k)!r}, expected {v!r}" for k, v in want.items() if c.get(k) != v]
 t = st_read(sys.argv[1])
-names = names_and_shapes(c)
+names = gpt2_params(model_config(c))
 bad += [f"{n}: {list(t[n].shape) if n in t else 'absent'}, expected {list(s)}" for n, s in names.items()
         if n not in t or tuple(t[n].shape) != s]
 bad += [f"not GPT-2's: {n}" for n in t if n not in names]

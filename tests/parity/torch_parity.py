@@ -81,6 +81,44 @@ def st_write(path, tensors):
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
+
+def hf_write_shards(folder, tensors, shard_of):
+    """tensors as Hugging Face shards them: model-0000K-of-0000N.safetensors
+    for K = shard_of(name) in 1..N, and model.safetensors.index.json
+    naming each tensor's file."""
+    n = max(shard_of(name) for name in tensors)
+    files = {k: f"model-{k:05d}-of-{n:05d}.safetensors" for k in range(1, n + 1)}
+    for k, file in files.items():
+        st_write(os.path.join(folder, file), {name: t for name, t in tensors.items() if shard_of(name) == k})
+    index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
+             "weight_map": {name: files[shard_of(name)] for name in sorted(tensors)}}
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=2)
+
+
+def check_step(label, loss, P, dump):
+    """The loss and every gradient of P (after loss.backward()) against
+    fusion's --dump-grads file, per tensor max |fusion - torch| <= TOL *
+    max |torch|; a gradient fusion has that P lacks (an untied copy) is a
+    failure too.  Prints a line; 0 or 1."""
+    ok, worst_rel, worst_abs = True, 0.0, 0.0
+    for name, ours, ref in [("loss", dump["loss"].reshape(()), loss.detach())] + \
+                           [("grad." + n, dump["grad." + n], p.grad) for n, p in P.items()]:
+        scale = max(ref.abs().max().item(), 1e-30)
+        diff = (ours - ref).abs().max().item()
+        worst_rel, worst_abs = max(worst_rel, diff / scale), max(worst_abs, diff)
+        if diff > TOL * scale:
+            print(f"FAIL: {name}: max |fusion - torch| = {diff:.3g}, bound {TOL * scale:.3g} (max |torch| {scale:.3g})")
+            ok = False
+    extra = sorted(k for k in dump if k.startswith("grad.") and k[5:] not in P)
+    if extra:
+        print(f"FAIL: fusion has gradients the tied model does not: {extra}")
+        ok = False
+    print(f"{label}: loss {loss.item():.6f} (fusion {dump['loss'].item():.6f}), {len(P)} gradients: "
+          f"max |fusion - torch| {worst_abs:.2e}, {worst_rel:.2e} of the tensor's largest: "
+          f"{'match' if ok else 'DIFFER'}")
+    return 0 if ok else 1
+
 # ---- the models, functionally over fusion's parameter names --------------------
 
 def gpt2_params(c):
@@ -128,7 +166,9 @@ def gpt2_loss(c, P, I):
 def llama_params(c):
     d, L, V, H, KV = c["dim"], c["layers"], c["vocab"], c["heads"], c["kv_heads"]
     hd, f = d // H, c["ffn"]
-    shapes = {"model.embed_tokens.weight": (V, d), "model.norm.weight": (d,), "lm_head.weight": (V, d)}
+    shapes = {"model.embed_tokens.weight": (V, d), "model.norm.weight": (d,)}
+    if not c.get("tie"):          # tied: the head is the embedding, one parameter used twice
+        shapes["lm_head.weight"] = (V, d)
     for i in range(L):
         p = f"model.layers.{i}."
         shapes.update({p + "input_layernorm.weight": (d,), p + "self_attn.q_proj.weight": (H * hd, d),
@@ -139,18 +179,37 @@ def llama_params(c):
     return shapes
 
 
+def rope_inv_freq(theta, hd, scaling=None):
+    """theta^(-2i/hd), i < hd/2, in float64; with Hugging Face's llama3
+    rope_scaling (modeling_rope_utils.py's _compute_llama3_parameters):
+    wavelengths above old/low divided by the factor, below old/high kept,
+    the band between blended."""
+    inv_freq = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    if not scaling:
+        return inv_freq
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+    return torch.where(medium, smoothed, scaled)
+
+
 def llama_loss(c, P, I):
     """Llama written from the paper and Hugging Face's modeling_llama.py's
     equations, not with the transformers library: RMSNorm, rotary
-    embedding with rotate_half (cos and sin of t * base^(-2i/D) in float64,
-    then float32), grouped-query attention by repeating each key/value head
-    for its heads/kv_heads query heads, and SwiGLU."""
+    embedding with rotate_half (cos and sin of t * inv_freq in float64,
+    then float32; c["rope_scaling"]: Hugging Face's llama3 dict),
+    grouped-query attention by repeating each key/value head for its
+    heads/kv_heads query heads, SwiGLU, the head tied to the embedding
+    when c["tie"]."""
     idx, targets = I["idx"].long(), I["targets"].long()
     B, T = idx.shape
     d, H, KV, eps = c["dim"], c["heads"], c["kv_heads"], c["norm_eps"]
     hd = d // H
-    inv_freq = c["rope_base"] ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), rope_inv_freq(c["rope_base"], hd, c.get("rope_scaling")))
     cos = torch.cat([angles.cos(), angles.cos()], -1).float()
     sin = torch.cat([angles.sin(), angles.sin()], -1).float()
 
@@ -176,7 +235,8 @@ def llama_loss(c, P, I):
         h = rms(x, P[p + "post_attention_layernorm.weight"])
         gate, up = F.linear(h, P[p + "mlp.gate_proj.weight"]), F.linear(h, P[p + "mlp.up_proj.weight"])
         x = x + F.linear(gate * torch.sigmoid(gate) * up, P[p + "mlp.down_proj.weight"])
-    logits = F.linear(rms(x, P["model.norm.weight"]), P["lm_head.weight"])
+    head = P["model.embed_tokens.weight"] if c.get("tie") else P["lm_head.weight"]
+    logits = F.linear(rms(x, P["model.norm.weight"]), head)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
