@@ -546,14 +546,14 @@ int bundle_write_sites(const bundle_sites *s, const cluster *c, const char *out_
     /* The parameters in the first site's order, each site's holder of each. */
     const ir_graph *g0 = s->graphs[0];
     for (int32_t v = 0; v < g0->n_values; v++)
-        set.n_params += g0->values[v].role == ROLE_PARAM;
+        set.n_params += ir_value_trained(&g0->values[v]); /* a frozen one never changes */
     rt_diloco_param *params = calloc((size_t)s->n_sites * (size_t)set.n_params + 1, sizeof *params);
     if (!params)
         return diag_set(err, out_dir, 0, "out of memory");
     int32_t i = 0;
     int rc = 0;
     for (int32_t v = 0; v < g0->n_values && rc == 0; v++) {
-        if (g0->values[v].role != ROLE_PARAM)
+        if (!ir_value_trained(&g0->values[v]))
             continue;
         const char *name = ir_value_name(g0, v);
         int32_t owner[RT_MAX_SITES], stage[RT_MAX_SITES];

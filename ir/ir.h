@@ -79,8 +79,14 @@ typedef struct {
     int32_t producer; /* node index, -1 for sources                */
     int64_t offset;   /* bytes into its device's arena (memory pass); -1: not placed */
     ir_init init;     /* params and state                          */
+    int frozen;       /* a param that is never trained (--freeze, LoRA's base weights):
+                         no gradient, no optimizer state, no all-reduce; loaded or
+                         initialised like any other                                */
     ir_loc loc;
 } ir_value;
+
+/* A param the optimizer updates: role param and not frozen. */
+static inline int ir_value_trained(const ir_value *v) { return v->role == ROLE_PARAM && !v->frozen; }
 
 typedef struct {
     attr_key key;

@@ -412,7 +412,7 @@ static int32_t define_value(parser *ps, const char *name, ir_dtype dt, ir_role r
 
 /* ---- lines ------------------------------------------------------------------ */
 
-/* input NAME : TYPE @LOC   |   param/state NAME : TYPE init=INIT @LOC */
+/* input NAME : TYPE @LOC   |   param/state NAME : TYPE init=INIT [frozen] @LOC */
 static int parse_source(parser *ps, ir_role role)
 {
     char name[TOKEN_MAX], word[TOKEN_MAX];
@@ -436,6 +436,9 @@ static int parse_source(parser *ps, ir_role role)
                 expect_char(ps, ')', "')'") != 0)
                 return -1;
     }
+    int frozen = role == ROLE_PARAM && word_len(ps) == 6 && strncmp(ps->p, "frozen", 6) == 0;
+    if (frozen)
+        ps->p += 6;
     int64_t offset = -1;
     if (read_offset(ps, &offset) != 0 || read_loc(ps, &loc) != 0 ||
         expect_end(ps, "'at=OFFSET', '@FILE:LINE' or end of line") != 0)
@@ -445,6 +448,7 @@ static int parse_source(parser *ps, ir_role role)
         return -1;
     ps->g->values[v].offset = offset;
     ps->g->values[v].init = init;
+    ps->g->values[v].frozen = frozen;
     ps->g->values[v].loc = loc;
     return 0;
 }

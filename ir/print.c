@@ -17,7 +17,7 @@
  *                               when it has a stage run its forward again
  *   hyper NAME = VALUE                               one per hyper, in order
  *   input NAME : DTYPE[SHAPE] @FILE:LINE             every source, in value order
- *   param NAME : DTYPE[SHAPE] init=INIT @FILE:LINE
+ *   param NAME : DTYPE[SHAPE] init=INIT [frozen] @FILE:LINE
  *   state NAME : DTYPE[SHAPE] init=INIT @FILE:LINE
  *   node NAME = OP(IN, IN, ...) ATTRS -> OUT : DTYPE[SHAPE] ROLE?, ... ANNOT @FILE:LINE
  *   node NAME = OP(IN, IN, ...) ATTRS : DTYPE[SHAPE] ROLE? ANNOT @FILE:LINE
@@ -121,6 +121,8 @@ static void put_source(FILE *out, const ir_graph *g, int32_t v)
         if (val->init.kind == INIT_NORMAL || val->init.kind == INIT_UNIFORM)
             fprintf(out, "(%.9g)", val->init.a);
     }
+    if (val->role == ROLE_PARAM && val->frozen)
+        fputs(" frozen", out);
     if (val->offset >= 0)
         fprintf(out, " at=%lld", (long long)val->offset);
     put_loc(out, g, val->loc);

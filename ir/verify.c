@@ -104,6 +104,8 @@ static int verify_value(verifier *vf, int32_t v)
     if (val->role == ROLE_PARAM && !is_float_dtype(val->dtype))
         return fail_at(vf, val->loc, "param '%s' has dtype %s, expected a floating type (f32, f16, bf16)", name,
                        ir_dtype_name(val->dtype));
+    if (val->frozen && val->role != ROLE_PARAM)
+        return fail_at(vf, val->loc, "%s '%s' is marked frozen: only a param can be", ir_role_name(val->role), name);
     if ((val->role == ROLE_PARAM || val->role == ROLE_STATE) && (unsigned)val->init.kind >= INIT_COUNT)
         return fail_at(vf, val->loc, "%s '%s': init kind %d is out of range", ir_role_name(val->role), name,
                        (int)val->init.kind);

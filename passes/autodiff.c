@@ -13,7 +13,8 @@
  *   - add passes its output's gradient through to both inputs (no op).
  *
  * Every parameter ends with a gradient value named grad.<param>, which the
- * optimizer pass looks up by that name.  Integer inputs (token ids,
+ * optimizer pass looks up by that name; a frozen one (ir_value.frozen) is
+ * a constant here: no gradient, and none flows into it.  Integer inputs (token ids,
  * targets) and values that do not depend on a parameter get no gradient.
  * Backward ops carry their forward op's attributes and source location, so
  * an error in one names the XML line of the op it differentiates.
@@ -131,7 +132,7 @@ static void mark(autodiff *ad, int32_t n_forward)
 {
     ir_graph *g = ad->g;
     for (int32_t v = 0; v < g->n_values; v++)
-        ad->needs_grad[v] = g->values[v].role == ROLE_PARAM;
+        ad->needs_grad[v] = ir_value_trained(&g->values[v]);
     for (int32_t i = 0; i < n_forward; i++) {
         const ir_node *n = &g->nodes[i];
         int any = 0;
@@ -226,7 +227,14 @@ int pass_autodiff(ir_graph *g, struct diag *err)
     if (loss->shape.rank != 0 || loss->dtype != DT_F32)
         return diag_set(err, ir_loc_file(g, loss->loc), loss->loc.line,
                         "loss '%s' must be an f32 scalar to differentiate", ir_value_name(g, g->loss));
-    int32_t n_forward = g->n_nodes, n_values = g->n_values;
+    int32_t n_forward = g->n_nodes, n_values = g->n_values, trained = 0, frozen = 0;
+    for (int32_t v = 0; v < n_values; v++) {
+        trained += ir_value_trained(&g->values[v]);
+        frozen += g->values[v].frozen;
+    }
+    if (trained == 0 && frozen > 0)
+        return diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0,
+                        "every parameter of the model is frozen: nothing to train");
     for (int32_t i = 0; i < n_forward; i++)
         if (g->nodes[i].phase == PHASE_NONE)
             g->nodes[i].phase = PHASE_FORWARD;
@@ -277,7 +285,7 @@ int pass_autodiff(ir_graph *g, struct diag *err)
      * or a copy where its only gradient is another value's (a parameter
      * added directly). */
     for (int32_t v = 0; v < n_values && rc == 0; v++) {
-        if (g->values[v].role != ROLE_PARAM)
+        if (!ir_value_trained(&g->values[v]))
             continue;
         int32_t total = total_grad(&ad, v);
         if (total < 0) {

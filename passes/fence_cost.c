@@ -139,7 +139,7 @@ static void tensor_traffic(const fence_model *m, int32_t v, int32_t R, int32_t M
                            double t_star, double *f, double *b, double *cf, double *cb, int *each_mb)
 {
     const ir_value *val = &m->g->values[v];
-    int param = val->role == ROLE_PARAM, grad = fence_is_float(val->dtype) && val->role != ROLE_INPUT;
+    int param = val->role == ROLE_PARAM, grad = fence_is_float(val->dtype) && val->role != ROLE_INPUT && !val->frozen;
     int on = m->compress != 0.0 && t_star > 0 && fence_is_float(val->dtype);
     double size = (double)ir_dtype_size(val->dtype);
     double elements = (double)ir_shape_numel(&val->shape) / (param ? 1 : R);
@@ -163,7 +163,7 @@ static void cut_bytes(const fence_model *m, int32_t R, int32_t M, int32_t k, dou
 {
     if (m->compress == 0.0 || !(t_star > 0)) {
         *fwd = m->cut_fwd[k] / R + m->cut_param[k] / M;
-        *bwd = m->cut_bwd[k] / R + m->cut_param[k] / M;
+        *bwd = m->cut_bwd[k] / R + (m->cut_param[k] - m->cut_frozen[k]) / M;
         return;
     }
     *fwd = *bwd = 0.0;
@@ -457,7 +457,8 @@ static void stage_memory(const fence_model *m, const candidate *cd, const int32_
     for (int32_t h = 0; h < S; h++)
         received += tr->held_once[(size_t)h * S + s];
     double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
-    *state = (bits[s] ? 5.0 + 1.0 / cd->R : 4.0) * grads + 2.0 * received;
+    double frozen = m->frozen_bytes[end[s] + 1] - m->frozen_bytes[j];
+    *state = (bits[s] ? 5.0 + 1.0 / cd->R : 4.0) * grads + frozen + 2.0 * received;
     *stash = (m->act_bytes[end[s] + 1] - m->act_bytes[j]) / cd->R;
     *replay = s > 0 ? m->cut_fwd[end[s - 1]] / cd->R : 0.0;
     *memory = INFINITY;
@@ -683,9 +684,10 @@ void fence_dp_free(fence_dp *dp)
  * several stages)?  Only more so as j falls. */
 static int stage_too_big(const fence_model *m, int32_t R, double in_flight, double have, int32_t j, int32_t k)
 {
-    return have < INFINITY &&
-           4.0 * (m->param_bytes[k + 1] - m->param_bytes[j]) + in_flight * (m->act_bytes[k + 1] - m->act_bytes[j]) / R >
-               have - 2.0 * m->shared_bytes;
+    return have < INFINITY && 4.0 * (m->param_bytes[k + 1] - m->param_bytes[j]) +
+                                      (m->frozen_bytes[k + 1] - m->frozen_bytes[j]) +
+                                      in_flight * (m->act_bytes[k + 1] - m->act_bytes[j]) / R >
+                                  have - 2.0 * m->shared_bytes;
 }
 
 /* Row s >= 1 of a stage of alike replicas (its seconds the prefix t) by
@@ -703,7 +705,8 @@ static int dp_row_fast(const fence_dp *dp, int32_t s, const double *t, const dou
         if (!isfinite(t[k]) || (k > 0 && !(t[k] >= t[k - 1])))
             return 1;
     for (int32_t k = 1; k <= n && have < INFINITY; k++)
-        if (!(m->param_bytes[k] >= m->param_bytes[k - 1]) || !(m->act_bytes[k] >= m->act_bytes[k - 1]))
+        if (!(m->param_bytes[k] >= m->param_bytes[k - 1]) || !(m->frozen_bytes[k] >= m->frozen_bytes[k - 1]) ||
+            !(m->act_bytes[k] >= m->act_bytes[k - 1]))
             return 1;
     double *b = malloc(((size_t)n + 1) * sizeof *b);
     int32_t *lo = malloc(((size_t)n + 1) * sizeof *lo);
@@ -755,8 +758,9 @@ static void dp_fill_row(fence_dp *dp, int32_t s)
             have = fmin(have, m->devices[dp->cd_dev[s * l->R + r]].memory_bytes);
     if (s == 0) {
         for (int32_t k = 0; k < n; k++) {
-            int fits = !(have < INFINITY) || 4.0 * m->param_bytes[k + 1] + in_flight * m->act_bytes[k + 1] / l->R <=
-                                                 have - 2.0 * m->shared_bytes;
+            int fits = !(have < INFINITY) ||
+                       4.0 * m->param_bytes[k + 1] + m->frozen_bytes[k + 1] + in_flight * m->act_bytes[k + 1] / l->R <=
+                           have - 2.0 * m->shared_bytes;
             best[k] = !fits ? INFINITY : t ? t[k + 1] - t[0] : stage_seconds(m, l, m->time, m->n_ops, 0, 0, k);
             from[k] = -1;
         }

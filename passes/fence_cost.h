@@ -26,13 +26,16 @@ typedef struct {
     int32_t *n_ops, *n_ops_fwd;     /* [n_fwd + 1] prefix counts of the ops in time and time_fwd:
                                       * a replica's 1/R of the micro-batch costs (t - ops launch) / R
                                       * + ops launch, the launches not shrinking with it */
-    double *param_bytes;            /* [n_fwd + 1] prefix sums of the params each op owns */
+    double *param_bytes;            /* [n_fwd + 1] prefix sums of the trained params each op owns:
+                                      * each with a gradient, two moments and an all-reduce */
+    double *frozen_bytes;           /* [n_fwd + 1] the same of the frozen params: stored alone */
     double *act_bytes;              /* [n_fwd + 1] prefix sums of the forward outputs a backward op
                                       * reads: what a micro-batch in flight keeps (all replicas)  */
     double *cut_fwd, *cut_bwd;      /* [n_fwd] activation (and input) bytes crossing the cut after
                                       * position k each micro-batch, forward and back (params apart) */
     double *cut_param;              /* [n_fwd] parameter bytes crossing it (once a step, and their
                                       * gradient back once a step)                           */
+    double *cut_frozen;             /* [n_fwd] the frozen ones among them: no gradient back  */
     int32_t *cut_start, *cut_vals;  /* the values crossing the cut after k:
                                       * cut_vals[cut_start[k] .. cut_start[k + 1])           */
     int32_t *read_start, *read_pos; /* the forward positions reading value v after its first:

@@ -6,7 +6,7 @@
  * Sizes, for the planner's reader: n = forward ops, V = values, N = devices.
  *   time, time_fwd, update   [n_rows][n + 1] prefix sums (n_rows <= N:
  *                            devices whose op times are all equal share a row)
- *   cut_fwd, cut_bwd, cut_param   [n]      per cut position
+ *   cut_fwd, cut_bwd, cut_param, cut_frozen   [n]   per cut position
  *   cut_start/cut_vals       CSR, the values crossing each cut (sum over
  *                            values of the positions they live across)
  *   read_start/read_pos      CSR, the forward positions reading each value
@@ -53,10 +53,12 @@ void fence_model_free(fence_model *m)
     free(m->n_ops);
     free(m->n_ops_fwd);
     free(m->param_bytes);
+    free(m->frozen_bytes);
     free(m->act_bytes);
     free(m->cut_fwd);
     free(m->cut_bwd);
     free(m->cut_param);
+    free(m->cut_frozen);
     free(m->cut_start);
     free(m->cut_vals);
     free(m->read_start);
@@ -249,10 +251,12 @@ int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struc
     m->time_fwd = calloc(row * (size_t)m->n_devices, sizeof *m->time_fwd);
     m->update = calloc(row * (size_t)m->n_devices, sizeof *m->update);
     m->param_bytes = calloc(row, sizeof *m->param_bytes);
+    m->frozen_bytes = calloc(row, sizeof *m->frozen_bytes);
     m->act_bytes = calloc(row, sizeof *m->act_bytes);
     m->cut_fwd = calloc(row, sizeof *m->cut_fwd);
     m->cut_bwd = calloc(row, sizeof *m->cut_bwd);
     m->cut_param = calloc(row, sizeof *m->cut_param);
+    m->cut_frozen = calloc(row, sizeof *m->cut_frozen);
     m->cut_start = calloc(row + 1, sizeof *m->cut_start);
     m->layer_ops = calloc(row, sizeof *m->layer_ops);
     m->launch = calloc((size_t)m->n_devices + 1, sizeof *m->launch);
@@ -260,8 +264,8 @@ int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struc
     m->n_ops_fwd = calloc(row, sizeof *m->n_ops_fwd);
     if (!m->launch || !m->n_ops || !m->n_ops_fwd)
         goto done;
-    if (!m->time || !m->time_fwd || !m->update || !m->param_bytes || !m->act_bytes || !m->cut_fwd || !m->cut_bwd ||
-        !m->cut_param || !m->cut_start || !m->layer_ops)
+    if (!m->time || !m->time_fwd || !m->update || !m->param_bytes || !m->frozen_bytes || !m->act_bytes || !m->cut_fwd ||
+        !m->cut_bwd || !m->cut_param || !m->cut_frozen || !m->cut_start || !m->layer_ops)
         goto done;
 
     /* Where each value is first made or read, and last read, among forward ops. */
@@ -299,7 +303,7 @@ int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struc
     /* Params each forward op owns (its first reader), and its layer count. */
     for (int32_t v = 0; v < V; v++)
         if (g->values[v].role == ROLE_PARAM && first_fwd[v] >= 0)
-            m->param_bytes[first_fwd[v] + 1] += (double)ir_value_bytes(g, v);
+            (g->values[v].frozen ? m->frozen_bytes : m->param_bytes)[first_fwd[v] + 1] += (double)ir_value_bytes(g, v);
     for (int32_t k = 0; k < m->n_fwd; k++) {
         const ir_node *node = &g->nodes[m->fwd[k]];
         int has_param = 0;
@@ -307,6 +311,7 @@ int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struc
             has_param |= g->values[node->in[i]].role == ROLE_PARAM && first_fwd[node->in[i]] == k;
         m->layer_ops[k + 1] = m->layer_ops[k] + has_param;
         m->param_bytes[k + 1] += m->param_bytes[k];
+        m->frozen_bytes[k + 1] += m->frozen_bytes[k];
         m->act_bytes[k + 1] += m->act_bytes[k];
     }
     /* What crosses the cut after position k: values made (or first read) at
@@ -314,7 +319,7 @@ int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struc
      * micro-batch, its gradient back (integers, token ids, have none); a
      * parameter crosses once a step, its gradient back once a step (the
      * comm pass's `once` and `accumulate`). */
-    double *diff_f = m->cut_fwd, *diff_b = m->cut_bwd, *diff_p = m->cut_param;
+    double *diff_f = m->cut_fwd, *diff_b = m->cut_bwd, *diff_p = m->cut_param, *diff_z = m->cut_frozen;
     for (int32_t v = 0; v < V; v++) {
         if (first_fwd[v] < 0 || last_fwd[v] <= first_fwd[v] || g->values[v].role == ROLE_STATE)
             continue;
@@ -324,6 +329,10 @@ int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struc
         if (g->values[v].role == ROLE_PARAM) {
             diff_p[first_fwd[v]] += bytes;
             diff_p[last_fwd[v]] -= bytes;
+            if (g->values[v].frozen) {
+                diff_z[first_fwd[v]] += bytes;
+                diff_z[last_fwd[v]] -= bytes;
+            }
             continue;
         }
         diff_f[first_fwd[v]] += bytes;
@@ -337,6 +346,7 @@ int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struc
         diff_f[k] += diff_f[k - 1];
         diff_b[k] += diff_b[k - 1];
         diff_p[k] += diff_p[k - 1];
+        diff_z[k] += diff_z[k - 1];
     }
     /* The crossing values themselves, per cut (the compressed cost prices
      * each tensor alone): counts first, then prefix offsets, then fill. */

@@ -25,6 +25,8 @@
  * grad_clip > 0, and is NaN when a gradient overflowed, which makes every
  * adamw skip the step (torch.cuda.amp.GradScaler's rule; runtime/exec.c).
  *
+ * A frozen parameter (ir_value.frozen) has no gradient and gets no update.
+ *
  * Weight decay applies to matrices and kernels (rank >= 2) and not to
  * biases and norm scales, the convention of GPT-2 and llm.c training.
  */
@@ -120,7 +122,7 @@ int pass_optimizer(ir_graph *g, struct diag *err)
     int rc = 0, scaled = g->precision == DT_F16;
     for (int32_t p = 0; p < n_values && rc == 0; p++) {
         grad_of[p] = -1;
-        if (g->values[p].role != ROLE_PARAM)
+        if (!ir_value_trained(&g->values[p]))
             continue;
         char name[OPT_NAME_MAX];
         snprintf(name, sizeof name, "grad.%s", ir_value_name(g, p));
@@ -147,7 +149,7 @@ int pass_optimizer(ir_graph *g, struct diag *err)
             rc = oom(g, err);
     }
     for (int32_t p = 0; p < n_values && rc == 0; p++) {
-        if (g->values[p].role != ROLE_PARAM)
+        if (!ir_value_trained(&g->values[p]))
             continue;
         char name[OPT_NAME_MAX];
         double decay = g->values[p].shape.rank >= 2 ? wd : 0.0;

@@ -14,6 +14,7 @@ static int run_memory(ir_graph *g, const pass_options *o, struct diag *e) { retu
 
 const pass pass_pipeline[] = {
     { "shapes", "infer and check the shape and dtype of every value", run_shapes },
+    { "adapters", "--freeze: mark the parameters that do not train (no gradient, no optimizer state)", pass_adapters },
     { "precision", "store activations and their gradients in --precision (f32, bf16, f16)", pass_precision },
     { "autodiff", "append the backward ops: the gradient of the loss for every param", run_autodiff },
     { "optimizer", "append the AdamW update of every param (schedule, clipping, moments)", run_optimizer },

@@ -5,7 +5,7 @@
  * its XML file:line).  "frontend" is not a pass but names the graph as the
  * frontend built it, so `--after frontend` shows the IR before any pass.
  *
- * Today's pipeline:  shapes, precision, autodiff, optimizer, estimate, fence, comm,
+ * Today's pipeline:  shapes, adapters, precision, autodiff, optimizer, estimate, fence, comm,
  * compress, schedule, memory.  The passes that place the graph on a cluster
  * (estimate, fence, comm, compress, schedule) read the cluster and the
  * scheduler's choices from pass_options; without a cluster they place
@@ -71,6 +71,9 @@ typedef struct {
     const char *recompute;  /* "auto" (NULL: the schedule pass decides), "on" or "off" */
     ir_dtype precision;     /* what activations and their gradients are stored in (0: f32) */
     int tf32;               /* 1: f32 products may run on TF32 tensor cores           */
+    /* Which parameters train (the adapters pass). */
+    const char *const *freeze; /* --freeze globs on parameter names                  */
+    int n_freeze;
 } pass_options;
 
 /* A pass reads the options it needs (most read none). */
@@ -94,6 +97,7 @@ int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err);
 
 /* ---- the passes ---- */
 int pass_shapes(ir_graph *g, struct diag *err);
+int pass_adapters(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_autodiff(ir_graph *g, struct diag *err);
 int pass_optimizer(ir_graph *g, struct diag *err);
@@ -219,7 +223,8 @@ double estimate_transfer_seconds(double bytes, double bandwidth, double latency)
 /* ---- analyses (read-only) ---- */
 typedef struct {
     int64_t n_ops;
-    int64_t params; /* elements of role param                  */
+    int64_t params;  /* elements of role param                  */
+    int64_t trained; /* ... of them not frozen                  */
     int64_t param_bytes;
     int64_t batch;            /* samples per step: leading dim of the first input */
     double flops_forward;     /* per step                                */

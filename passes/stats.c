@@ -19,6 +19,7 @@ int model_stats_compute(const ir_graph *g, model_stats *s, struct diag *err)
         switch (val->role) {
         case ROLE_PARAM:
             s->params += ir_shape_numel(&val->shape);
+            s->trained += val->frozen ? 0 : ir_shape_numel(&val->shape);
             s->param_bytes += bytes;
             break;
         case ROLE_INPUT:

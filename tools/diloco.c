@@ -57,7 +57,7 @@ static void price_exchange(diloco_plan *dp, const cluster *c)
     const ir_graph *g0 = &dp->g[0];
     for (int32_t v = 0; v < g0->n_values; v++) {
         const ir_value *x = &g0->values[v];
-        if (x->role != ROLE_PARAM)
+        if (!ir_value_trained(x)) /* a frozen one never changes: nothing to exchange */
             continue;
         int64_t n = ir_shape_numel(&x->shape), cols = x->shape.rank > 0 ? x->shape.dim[x->shape.rank - 1] : 1;
         double wire =

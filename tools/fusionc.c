@@ -51,19 +51,19 @@
 
 /* fusionc_options (options.h) as each command lists them, in the order its
  * --help shows them; a command takes exactly those. */
-#define PRECISION_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32)
+#define BUILD_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32), CLI_USE(OPT_FREEZE)
 #define SYNC_USES                                                                                     \
     CLI_USE(OPT_SYNC), CLI_USE(OPT_LOCAL_STEPS), CLI_USE(OPT_SITE_BATCH), CLI_USE(OPT_OUTER_LR),       \
     CLI_USE(OPT_OUTER_MOMENTUM), CLI_USE(OPT_OUTER_CODEC), CLI_USE(OPT_OUTER_DELAY)
 #define PLACEMENT_USES                                                                                \
-    PRECISION_USES, CLI_USE(OPT_SCHEDULER), CLI_USE(OPT_SEED), CLI_USE(OPT_MICRO_BATCHES),             \
+    BUILD_USES, CLI_USE(OPT_SCHEDULER), CLI_USE(OPT_SEED), CLI_USE(OPT_MICRO_BATCHES),             \
     CLI_USE(OPT_STAGES), CLI_USE(OPT_REPLICAS), CLI_USE(OPT_WITHOUT), CLI_USE(OPT_WITH),               \
     CLI_USE(OPT_COMPRESS), CLI_USE(OPT_RECOMPUTE)
 #define USAGE(head, uses) { head, fusionc_options, uses, (int)(sizeof uses / sizeof uses[0]), 18, NULL }
 
 static const cli_use check_uses[] = {
     { OPT_SET, NULL, "override a model hyper-parameter (repeatable)" },
-    CLI_USE(OPT_HF_CONFIG), PRECISION_USES,
+    CLI_USE(OPT_HF_CONFIG), BUILD_USES,
     { OPT_DUMP_IR, NULL, "print a model's IR after PASS to standard error" },
     { OPT_VERBOSE, NULL, "also print a cluster's devices and links" },
 };
@@ -140,7 +140,7 @@ static const cli_usage simulate_usage = USAGE(
     "the timeline (default DIR: the current folder; made if missing).\n",
     simulate_uses);
 
-static const cli_use stats_uses[] = { CLI_USE(OPT_SET), CLI_USE(OPT_HF_CONFIG), PRECISION_USES, CLI_USE(OPT_DUMP_IR) };
+static const cli_use stats_uses[] = { CLI_USE(OPT_SET), CLI_USE(OPT_HF_CONFIG), BUILD_USES, CLI_USE(OPT_DUMP_IR) };
 static const cli_usage stats_usage = USAGE(
     "usage: fusionc stats MODEL [--set name=value]...\n"
     "\n"
@@ -238,10 +238,15 @@ static int commit_output(FILE *f, const char *path, atomic_file *af, int ok, cha
 
 /* ---- commands ------------------------------------------------------------ */
 
-/* Pipeline options: the precision, and --dump-ir when asked for. */
+/* Pipeline options: the precision, --freeze, and --dump-ir when asked for. */
 static const pass_options *dump_ir_options(const options *o, pass_options *buf)
 {
-    *buf = (pass_options){ .dump_after = o->dump_ir, .dump_out = stderr, .precision = o->precision, .tf32 = o->tf32 };
+    *buf = (pass_options){ .dump_after = o->dump_ir,
+                           .dump_out = stderr,
+                           .precision = o->precision,
+                           .tf32 = o->tf32,
+                           .freeze = o->freeze.name,
+                           .n_freeze = o->freeze.n };
     return buf;
 }
 
@@ -339,6 +344,9 @@ static int cmd_stats(int argc, char **argv)
     }
     printf("ops               %lld\n", (long long)s.n_ops);
     printf("parameters        %s (%.1f MiB)\n", with_commas(s.params, a, sizeof a), (double)s.param_bytes / mib);
+    if (s.trained < s.params)
+        printf("trained           %s (%.2f%%; the rest frozen)\n", with_commas(s.trained, a, sizeof a),
+               100.0 * (double)s.trained / (double)s.params);
     printf("batch             %lld samples per step\n", (long long)s.batch);
     printf("forward           %.4g GFLOP per sample (%.4g per step)\n", s.flops_forward / per / 1e9,
            s.flops_forward / 1e9);
@@ -400,6 +408,8 @@ static int build_placed(const options *o, const char *model_path, const cluster 
     popt.seed = (uint64_t)o->seed;
     popt.precision = o->precision;
     popt.tf32 = o->tf32;
+    popt.freeze = o->freeze.name;
+    popt.n_freeze = o->freeze.n;
     if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
         return diag_set(err, model_path, 0,
                         "--stages and --replicas choose among opfence's plans; uniform always "
@@ -573,7 +583,9 @@ static int cmd_dump(int argc, char **argv)
                               .dump_html = picture_format(&o, "html"),
                               .stop_after = 1,
                               .precision = o.precision,
-                              .tf32 = o.tf32 };
+                              .tf32 = o.tf32,
+                              .freeze = o.freeze.name,
+                              .n_freeze = o.freeze.n };
         rc = pass_run_pipeline(&g, &popt, &err);
     }
     if (commit_output(out, o.output, &af, rc == 0, why, sizeof why) && rc == 0) {

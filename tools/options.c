@@ -152,6 +152,9 @@ const cli_option fusionc_options[OPT_COUNT] = {
                       .help = "plan without device NAME (repeatable): the broker's re-plan after a loss" },
     [OPT_WITH] = { .name = "--with", .metavar = "NAME", CLI_CUSTOM(parse_name, name_list, options, with),
                    .help = "plan with standby NAME as a device (repeatable): a device that joined" },
+    [OPT_FREEZE] = { .name = "--freeze", .metavar = "PATTERN", CLI_CUSTOM(parse_name, name_list, options, freeze),
+                     .help = "do not train the parameters whose names match the glob (repeatable):\n"
+                             "no gradient, no optimizer state, no all-reduce" },
     [OPT_COMPRESS] = { .name = "--compress", .metavar = "C",
                        CLI_CUSTOM(parse_compress, const char *, options, compress),
                        .expects = "none, topk:RHO (0 < RHO <= 1) or adatopk",

@@ -61,6 +61,7 @@ typedef struct {
     int no_overlap;        /* --no-overlap (simulate): the gradient buckets after the backward */
     name_list without;     /* --without NAME: devices left out of the cluster (a re-plan) */
     name_list with;        /* --with NAME: standbys taken in as devices (a device joined) */
+    name_list freeze;      /* --freeze PATTERN: parameters that do not train (passes/adapters.c) */
     /* How the sites agree (tools/diloco.h): --sync exact|diloco and the outer step's settings. */
     int sync;              /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
     int local_steps;       /* --local-steps H (0: the planner's)           */
@@ -92,6 +93,7 @@ enum {
     OPT_REPLICAS,
     OPT_WITHOUT,
     OPT_WITH,
+    OPT_FREEZE,
     OPT_COMPRESS,
     OPT_RECOMPUTE,
     OPT_SYNC,
