@@ -147,6 +147,7 @@ static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *read
         ti->feed = val->role == ROLE_INPUT ? feed_of(g, v) : -1;
         snprintf(ti->name, sizeof ti->name, "%s", ir_value_name(g, v));
         ti->role = val->role;
+        ti->frozen = val->frozen;
         ti->dtype = val->dtype;
         ti->init_kind = val->init.kind;
         ti->init_a = val->init.a;

@@ -22,6 +22,18 @@
 #include "../frontend/cluster.h"
 #include "../ir/ir.h"
 
+/* --lora rank=R,alpha=A,targets=T1,T2,... (the adapters pass): LoRA
+ * adapters on every linear whose weight's name, less ".weight", ends with
+ * a target (PEFT's target_modules). */
+#define LORA_MAX_TARGETS 32
+typedef struct {
+    int32_t rank;                          /* R >= 1 (0: no LoRA)            */
+    double alpha;                          /* the update is scaled by alpha/R */
+    double dropout;                        /* on the adapter's input: 0 only, today */
+    const char *targets[LORA_MAX_TARGETS]; /* pointing into the option's text */
+    int32_t n_targets;
+} lora_spec;
+
 /* The plan the fence pass chooses (see fence.c): S pipeline stages, each
  * replicated on R devices, over M micro-batches; which forward node runs
  * on which stage; and what the cost model expects of it.  Made on one
@@ -74,6 +86,7 @@ typedef struct {
     /* Which parameters train (the adapters pass). */
     const char *const *freeze; /* --freeze globs on parameter names                  */
     int n_freeze;
+    const lora_spec *lora; /* --lora: NULL or rank 0 for none                   */
 } pass_options;
 
 /* A pass reads the options it needs (most read none). */

@@ -43,10 +43,11 @@ int write_tensors(const program *p, const char *path, unsigned roles, const char
 
 /* Every tensor of the given roles, by name, from the safetensors file at path. */
 int read_file_tensors(program *p, const char *path, unsigned roles);
-/* --init PATH: every parameter, by name, from a safetensors file or a
- * Hugging Face model folder (model.safetensors, or the shards
- * model.safetensors.index.json names; hf_weights.c). */
-int read_init_weights(program *p, const char *path);
+/* --init PATH (repeatable): the parameters, by name, from safetensors
+ * files or Hugging Face model folders (model.safetensors, or the shards
+ * model.safetensors.index.json names; hf_weights.c), a later one's over an
+ * earlier one's. */
+int read_init_weights(program *p, const char *const *paths, int n_paths);
 
 /* This device's part's file name in a step folder: checkpoint.safetensors
  * for a one-device program, checkpoint-<device>.safetensors otherwise. */

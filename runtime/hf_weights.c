@@ -15,8 +15,14 @@
  * A parameter is found by its name, or by its name after "transformer."
  * (GPT-2 checkpoints saved from GPT2LMHeadModel prefix every name so); the
  * tensors the model does not have (a tied lm_head.weight, GPT-2's
- * attn.bias and attn.masked_bias buffers) are not read.  A parameter found
- * by neither name is an error naming it.
+ * attn.bias and attn.masked_bias buffers) are not read.
+ *
+ * --init may be given several times (a base model, then adapters): each
+ * source gives the parameters it holds, a later one's over an earlier
+ * one's.  A parameter in none of them is an error naming it, except, when
+ * the model has frozen parameters (--freeze, --lora: a fine-tune), a
+ * trained one, which starts from its initialiser (LoRA's A random, B
+ * zero) and is counted in a line; a frozen one must always be found.
  *
  * What it deliberately is not: a loader of Hugging Face's other formats
  * (pytorch_model.bin, .pt): safetensors only. */
@@ -65,9 +71,10 @@ static char *read_text(const char *path)
     return text;
 }
 
-/* The parameters of p whose shard is `file` (shard_of NULL: all of them),
- * from path, each by its name or HF_PREFIX and its name. */
-static int read_params(program *p, const char *path, const char *file, const char *const *shard_of)
+/* The parameters of p whose shard is `file` (shard_of NULL: all of them)
+ * that path holds, each by its name or HF_PREFIX and its name; found[i]
+ * set for each. */
+static int read_params(program *p, const char *path, const char *file, const char *const *shard_of, char *found)
 {
     char why[512];
     st_file *f = st_open(path, why, sizeof why);
@@ -86,10 +93,14 @@ static int read_params(program *p, const char *path, const char *file, const cha
         const rt_tensor_info *ti = &p->tensors[i];
         if (ti->role != ROLE_PARAM || (shard_of && (!shard_of[i] || strcmp(shard_of[i], file) != 0)))
             continue;
-        st_tensor found;
+        st_tensor there;
         snprintf(names[n], sizeof names[n], "%s%s", HF_PREFIX, ti->name);
+        int plain = st_find(f, ti->name, &there) != 0, prefixed = st_find(f, names[n], &there) != 0;
+        if (!plain && !prefixed)
+            continue; /* not in this source */
+        found[i] = 1;
         st_target *t = &list[n];
-        t->name = st_find(f, ti->name, &found) == 0 && st_find(f, names[n], &found) != 0 ? names[n] : ti->name;
+        t->name = plain ? ti->name : names[n];
         t->dtype = ST_F32;
         t->rank = ti->t.rank;
         for (int k = 0; k < ti->t.rank; k++)
@@ -105,7 +116,7 @@ static int read_params(program *p, const char *path, const char *file, const cha
 }
 
 /* dir/model.safetensors.index.json and its shards. */
-static int read_sharded(program *p, const char *dir, const char *index_path)
+static int read_sharded(program *p, const char *dir, const char *index_path, char *found)
 {
     char *text = read_text(index_path);
     if (!text)
@@ -132,8 +143,8 @@ static int read_sharded(program *p, const char *dir, const char *index_path)
         if (!file)
             file = cJSON_GetObjectItemCaseSensitive(map, prefixed);
         if (!file)
-            rc = fail("%s: no tensor '%s' in its weight_map", index_path, ti->name);
-        else if (!cJSON_IsString(file) || !file->valuestring[0] || strchr(file->valuestring, '/'))
+            continue; /* not in this source */
+        if (!cJSON_IsString(file) || !file->valuestring[0] || strchr(file->valuestring, '/'))
             rc = fail("%s: weight_map's '%s' is not a file name in the folder", index_path, ti->name);
         else if (snprintf(path, sizeof path, "%s/%s", dir, file->valuestring) >= (int)sizeof path)
             rc = fail("%s/%s: the path is too long", dir, file->valuestring);
@@ -151,27 +162,61 @@ static int read_sharded(program *p, const char *dir, const char *index_path)
             continue;
         char path[FU_PATH_BYTES + 256];
         snprintf(path, sizeof path, "%s/%s", dir, shard_of[i]);
-        rc = read_params(p, path, shard_of[i], shard_of);
+        rc = read_params(p, path, shard_of[i], shard_of, found);
     }
     free(shard_of);
     cJSON_Delete(root);
     return rc ? 1 : 0;
 }
 
-int read_init_weights(program *p, const char *path)
+/* One --init source: a file or a folder. */
+static int read_source(program *p, const char *path, char *found)
 {
     struct stat st;
     if (stat(path, &st) != 0)
         return fail("%s: cannot open: %s", path, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return read_params(p, path, NULL, NULL);
+        return read_params(p, path, NULL, NULL, found);
     char index[FU_PATH_BYTES + 64], single[FU_PATH_BYTES + 64];
     snprintf(index, sizeof index, "%s/%s", path, HF_INDEX);
     snprintf(single, sizeof single, "%s/%s", path, HF_SINGLE);
     if (is_file(index))
-        return read_sharded(p, path, index);
+        return read_sharded(p, path, index, found);
     if (is_file(single))
-        return read_params(p, single, NULL, NULL);
+        return read_params(p, single, NULL, NULL, found);
     return fail("%s: a folder with neither %s nor %s (a Hugging Face model folder holds one)", path, HF_SINGLE,
                 HF_INDEX);
+}
+
+int read_init_weights(program *p, const char *const *paths, int n_paths)
+{
+    int32_t n = p->manifest.n_tensors, frozen = 0, kept = 0;
+    char *found = calloc((size_t)n + 1, 1);
+    if (!found)
+        return fail("out of memory reading --init");
+    int rc = 0;
+    for (int k = 0; k < n_paths && rc == 0; k++)
+        rc = read_source(p, paths[k], found);
+    for (int32_t i = 0; i < n; i++)
+        frozen += p->tensors[i].role == ROLE_PARAM && p->tensors[i].frozen;
+    const char *first_kept = NULL;
+    for (int32_t i = 0; i < n && rc == 0; i++) {
+        const rt_tensor_info *ti = &p->tensors[i];
+        if (ti->role != ROLE_PARAM || found[i])
+            continue;
+        if (ti->frozen || frozen == 0) {
+            rc = n_paths == 1 ? fail("%s: has no parameter '%s'%s", paths[0], ti->name,
+                                     ti->frozen ? " (frozen: it must come from --init)" : "")
+                              : fail("--init: parameter '%s' is in none of the %d sources (%s, ...)%s", ti->name,
+                                     n_paths, paths[0], ti->frozen ? "; frozen, it must come from --init" : "");
+        } else if (kept++ == 0) {
+            first_kept = ti->name;
+        }
+    }
+    if (rc == 0 && kept > 0)
+        printf("fusion: --init: %d trained parameter%s in none of the sources start%s from %s initialiser (%s%s)\n",
+               kept, kept == 1 ? "" : "s", kept == 1 ? "s" : "", kept == 1 ? "its" : "their", first_kept,
+               kept > 1 ? ", ..." : "");
+    free(found);
+    return rc;
 }

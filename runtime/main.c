@@ -396,7 +396,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         init_params(p, o->seed);
     }
     rt_feedback_arrays_free(&resumed.feedback);
-    if (rc == 0 && o->init && read_init_weights(p, o->init))
+    if (rc == 0 && o->n_init > 0 && read_init_weights(p, o->init, o->n_init))
         rc = 1;
     rt_diloco outer;
     memset(&outer, 0, sizeof outer);

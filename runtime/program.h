@@ -133,6 +133,7 @@ typedef struct {
     int32_t dtype;     /* ir_dtype                                       */
     int32_t init_kind; /* ir_init_kind                                   */
     int32_t feed;      /* inputs: 0 token ids, 1 targets, -1 neither     */
+    int32_t frozen;    /* params: never trained (ir_value.frozen)        */
     double init_a;
     rt_tensor t; /* dims and place in the arena                    */
 } rt_tensor_info;

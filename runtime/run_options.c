@@ -37,6 +37,17 @@ static int parse_val_data(const cli_option *opt, const char *value, void *field,
     return 0;
 }
 
+/* --init PATH, repeatable: the sources, a later one's over an earlier one's. */
+static int parse_init(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    run_options *o = field;
+    if (o->n_init == (int)(sizeof o->init / sizeof o->init[0]))
+        return rt_error(why, n, "too many %s options (the limit is %d)", opt->name,
+                        (int)(sizeof o->init / sizeof o->init[0]));
+    o->init[o->n_init++] = value;
+    return 0;
+}
+
 /* --seed S: any unsigned 64-bit number; the program knows it was given. */
 static int parse_seed(const cli_option *opt, const char *value, void *field, char *why, size_t n)
 {
@@ -158,10 +169,11 @@ static const cli_option device_options[] = {
       .help = "fp32 (default), bf16 or fp16: the checkpoint's parameters in T (half the\n"
               "size; AdamW's moments stay fp32; a run resumed from it starts from the\n"
               "rounded weights, so it is no longer bit for bit)" },
-    { .name = "--init", .metavar = "PATH", CLI_STRING(run_options, init),
+    { .name = "--init", .metavar = "PATH", CLI_WHOLE(parse_init),
       .help = "initial parameters, by name, from a safetensors file or a Hugging Face\n"
               "model folder (model.safetensors, or model.safetensors.index.json and\n"
-              "its shards); F32, BF16 or F16" },
+              "its shards); F32, BF16 or F16.  Repeatable (a base model, then\n"
+              "adapters): a later one's over an earlier one's" },
     { .name = "--inputs", .metavar = "FILE", CLI_STRING(run_options, inputs),
       .help = "the model's inputs, by name, from a safetensors file (the same every step)" },
     { .name = "--dump-grads", .metavar = "FILE", CLI_STRING(run_options, dump_grads),

@@ -17,7 +17,9 @@ typedef struct {
     const char *val_data[16]; /* --val-data: held-out data, concatenated           */
     int n_val_data;
     int64_t val_every, val_batches; /* --val-every N (0: none), --val-batches K */
-    const char *log, *save, *resume, *init, *dump_grads, *inputs, *broker, *standby, *key, *trace;
+    const char *init[8];            /* --init: the weights to start from, a later one's over an earlier one's */
+    int n_init;
+    const char *log, *save, *resume, *dump_grads, *inputs, *broker, *standby, *key, *trace;
     int64_t steps, save_every, keep;
     double loss_scale;
     st_dtype save_dtype;

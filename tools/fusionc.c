@@ -51,7 +51,7 @@
 
 /* fusionc_options (options.h) as each command lists them, in the order its
  * --help shows them; a command takes exactly those. */
-#define BUILD_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32), CLI_USE(OPT_FREEZE)
+#define BUILD_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32), CLI_USE(OPT_FREEZE), CLI_USE(OPT_LORA)
 #define SYNC_USES                                                                                     \
     CLI_USE(OPT_SYNC), CLI_USE(OPT_LOCAL_STEPS), CLI_USE(OPT_SITE_BATCH), CLI_USE(OPT_OUTER_LR),       \
     CLI_USE(OPT_OUTER_MOMENTUM), CLI_USE(OPT_OUTER_CODEC), CLI_USE(OPT_OUTER_DELAY)
@@ -246,7 +246,8 @@ static const pass_options *dump_ir_options(const options *o, pass_options *buf)
                            .precision = o->precision,
                            .tf32 = o->tf32,
                            .freeze = o->freeze.name,
-                           .n_freeze = o->freeze.n };
+                           .n_freeze = o->freeze.n,
+                           .lora = &o->lora.spec };
     return buf;
 }
 
@@ -410,6 +411,7 @@ static int build_placed(const options *o, const char *model_path, const cluster 
     popt.tf32 = o->tf32;
     popt.freeze = o->freeze.name;
     popt.n_freeze = o->freeze.n;
+    popt.lora = &o->lora.spec;
     if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
         return diag_set(err, model_path, 0,
                         "--stages and --replicas choose among opfence's plans; uniform always "
@@ -585,7 +587,8 @@ static int cmd_dump(int argc, char **argv)
                               .precision = o.precision,
                               .tf32 = o.tf32,
                               .freeze = o.freeze.name,
-                              .n_freeze = o.freeze.n };
+                              .n_freeze = o.freeze.n,
+                              .lora = &o.lora.spec };
         rc = pass_run_pipeline(&g, &popt, &err);
     }
     if (commit_output(out, o.output, &af, rc == 0, why, sizeof why) && rc == 0) {

@@ -64,6 +64,52 @@ static int parse_compress(const cli_option *opt, const char *value, void *field,
     return 0;
 }
 
+/* rank=R,alpha=A,targets=T1,T2,...[,dropout=P]: a word without '=' is
+ * one more target.  alpha defaults to PEFT's 8. */
+static int parse_lora(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    lora_option *l = field;
+    memset(l, 0, sizeof *l);
+    l->spec.alpha = 8.0;
+    if (strlen(value) >= sizeof l->text)
+        return cli_bad_value(opt, value, why, n);
+    strcpy(l->text, value);
+    int in_targets = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(l->text, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '='), *end = NULL;
+        if (!eq) {
+            if (!in_targets || l->spec.n_targets == LORA_MAX_TARGETS || !tok[0])
+                return cli_bad_value(opt, value, why, n);
+            l->spec.targets[l->spec.n_targets++] = tok;
+            continue;
+        }
+        *eq = '\0';
+        const char *val = eq + 1;
+        in_targets = strcmp(tok, "targets") == 0;
+        if (in_targets) {
+            if (val[0])
+                l->spec.targets[l->spec.n_targets++] = val;
+        } else if (strcmp(tok, "rank") == 0) {
+            long r = strtol(val, &end, 10);
+            if (!end || *end || r < 1 || r > 65536)
+                return cli_bad_value(opt, value, why, n);
+            l->spec.rank = (int32_t)r;
+        } else if (strcmp(tok, "alpha") == 0 || strcmp(tok, "dropout") == 0) {
+            double x = strtod(val, &end);
+            int alpha = tok[0] == 'a';
+            if (!end || *end || (alpha ? !(x > 0) : !(x >= 0 && x < 1)))
+                return cli_bad_value(opt, value, why, n);
+            *(alpha ? &l->spec.alpha : &l->spec.dropout) = x;
+        } else {
+            return cli_bad_value(opt, value, why, n);
+        }
+    }
+    if (l->spec.rank < 1 || l->spec.n_targets < 1)
+        return cli_bad_value(opt, value, why, n);
+    return 0;
+}
+
 static int parse_recompute(const cli_option *opt, const char *value, void *field, char *why, size_t n)
 {
     if (schedule_recompute_mode(value) < 0)
@@ -155,6 +201,11 @@ const cli_option fusionc_options[OPT_COUNT] = {
     [OPT_FREEZE] = { .name = "--freeze", .metavar = "PATTERN", CLI_CUSTOM(parse_name, name_list, options, freeze),
                      .help = "do not train the parameters whose names match the glob (repeatable):\n"
                              "no gradient, no optimizer state, no all-reduce" },
+    [OPT_LORA] = { .name = "--lora", .metavar = "SPEC", CLI_CUSTOM(parse_lora, lora_option, options, lora),
+                   .expects = "rank=R,alpha=A,targets=NAME,NAME...[,dropout=0] (rank >= 1, alpha > 0)",
+                   .help = "LoRA adapters on the linears named by targets (PEFT's target_modules,\n"
+                           "e.g. q_proj,v_proj): y = Wx + (alpha/R) B A x, A [R, in], B [out, R]\n"
+                           "zeros; every other parameter frozen (alpha default 8)" },
     [OPT_COMPRESS] = { .name = "--compress", .metavar = "C",
                        CLI_CUSTOM(parse_compress, const char *, options, compress),
                        .expects = "none, topk:RHO (0 < RHO <= 1) or adatopk",

@@ -12,6 +12,7 @@
 
 #include "../frontend/model.h"
 #include "../ir/ir.h"
+#include "../passes/passes.h"
 #include "../runtime/cli_option.h"
 
 #define MAX_SETS 64
@@ -23,6 +24,12 @@ typedef struct {
     char from[MAX_SETS][256]; /* what v's from points into (--hf-config's) */
     int n;
 } setting_list;
+
+/* --lora rank=R,alpha=A,targets=T,...: the spec, its targets in text. */
+typedef struct {
+    lora_spec spec;
+    char text[512];
+} lora_option;
 
 /* A repeatable option's values: --without NAME, --with NAME. */
 typedef struct {
@@ -62,6 +69,7 @@ typedef struct {
     name_list without;     /* --without NAME: devices left out of the cluster (a re-plan) */
     name_list with;        /* --with NAME: standbys taken in as devices (a device joined) */
     name_list freeze;      /* --freeze PATTERN: parameters that do not train (passes/adapters.c) */
+    lora_option lora;      /* --lora SPEC: LoRA adapters, the rest frozen (passes/adapters.c) */
     /* How the sites agree (tools/diloco.h): --sync exact|diloco and the outer step's settings. */
     int sync;              /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
     int local_steps;       /* --local-steps H (0: the planner's)           */
@@ -94,6 +102,7 @@ enum {
     OPT_WITHOUT,
     OPT_WITH,
     OPT_FREEZE,
+    OPT_LORA,
     OPT_COMPRESS,
     OPT_RECOMPUTE,
     OPT_SYNC,
