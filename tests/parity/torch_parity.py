@@ -204,7 +204,8 @@ def llama_loss(c, P, I):
     then float32; c["rope_scaling"]: Hugging Face's llama3 dict),
     grouped-query attention by repeating each key/value head for its
     heads/kv_heads query heads, SwiGLU, the head tied to the embedding
-    when c["tie"]."""
+    when c["tie"].  A projection whose LoRA adapters P holds adds them as
+    PEFT's LoRA Linear does: W h + c["lora_scale"] * B (A h)."""
     idx, targets = I["idx"].long(), I["targets"].long()
     B, T = idx.shape
     d, H, KV, eps = c["dim"], c["heads"], c["kv_heads"], c["norm_eps"]
@@ -219,22 +220,28 @@ def llama_loss(c, P, I):
     def rotate_half(x):
         return torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], -1)
 
+    def proj(h, name):
+        y = F.linear(h, P[name + ".weight"])
+        if name + ".lora_A.weight" in P:
+            y = y + c["lora_scale"] * F.linear(F.linear(h, P[name + ".lora_A.weight"]), P[name + ".lora_B.weight"])
+        return y
+
     x = P["model.embed_tokens.weight"][idx]
     for i in range(c["layers"]):
         p = f"model.layers.{i}."
         h = rms(x, P[p + "input_layernorm.weight"])
-        q = F.linear(h, P[p + "self_attn.q_proj.weight"]).view(B, T, H, hd).transpose(1, 2)
-        k = F.linear(h, P[p + "self_attn.k_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
-        v = F.linear(h, P[p + "self_attn.v_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+        q = proj(h, p + "self_attn.q_proj").view(B, T, H, hd).transpose(1, 2)
+        k = proj(h, p + "self_attn.k_proj").view(B, T, KV, hd).transpose(1, 2)
+        v = proj(h, p + "self_attn.v_proj").view(B, T, KV, hd).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
         att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, H * hd)
-        x = x + F.linear(y, P[p + "self_attn.o_proj.weight"])
+        x = x + proj(y, p + "self_attn.o_proj")
         h = rms(x, P[p + "post_attention_layernorm.weight"])
-        gate, up = F.linear(h, P[p + "mlp.gate_proj.weight"]), F.linear(h, P[p + "mlp.up_proj.weight"])
-        x = x + F.linear(gate * torch.sigmoid(gate) * up, P[p + "mlp.down_proj.weight"])
+        gate, up = proj(h, p + "mlp.gate_proj"), proj(h, p + "mlp.up_proj")
+        x = x + proj(gate * torch.sigmoid(gate) * up, p + "mlp.down_proj")
     head = P["model.embed_tokens.weight"] if c.get("tie") else P["lm_head.weight"]
     logits = F.linear(rms(x, P["model.norm.weight"]), head)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

@@ -1,0 +1,95 @@
+# --lora (passes/adapters.c): LoRA adapters as a graph rewrite.
+#  - parity: a tiny Llama with adapters on q_proj, v_proj and down_proj,
+#    from given base weights and adapters (B non-zero, so both gradients
+#    count; --init twice): the loss and every adapter's gradient within
+#    1e-4 of PyTorch's LoRA (tests/parity/lora.py), no base weight with a
+#    gradient;
+#  - 20 steps from the base: every base weight bit-identical to the one it
+#    started from; the adapters trained; no moments for the base;
+#  - a fresh LoRA (B zero) starts at the base model's loss exactly;
+#  - 2 stages x 2 replicas on local-4: one device's losses within 1e-5;
+#  - bad input: a target that wraps no linear, a malformed --lora, a
+#    frozen weight missing from --init.
+. "$(dirname "$0")/lib.sh"
+no_leak_scan_in_threaded_programs
+
+py=/usr/bin/python3
+cfg="vocab=256,ctx=32,layers=2,dim=64,heads=4,kv_heads=2,ffn=172,batch=4,seq=24"
+model=(models/llama.xml)
+IFS=, read -ra kv <<<"$cfg"
+for s in "${kv[@]}"; do model+=(--set "$s"); done
+lora=(--lora rank=4,alpha=8,targets=q_proj,v_proj,down_proj)   # scale alpha/rank = 2
+claim_ports
+losses() { awk '/^step .*loss/{print $4}' "$1"; }
+cat /usr/share/common-licenses/* >"$work/corpus.txt"
+
+"$py" tests/parity/torch_parity.py make llama "$cfg" "$work/base.st" "$work/in.st" 7 || fail "making the base"
+"$py" tests/parity/lora.py adapters "$cfg" "$work/adapters.st" 4 8 q_proj v_proj down_proj || fail "making adapters"
+"$FUSIONC" compile "${model[@]}" "${lora[@]}" clusters/local-1.xml -o "$work/one" >"$work/one.compile" 2>&1 && pass ||
+  fail "compile: $(cat "$work/one.compile")"
+prog=$work/one/cpu0/fusion-cpu0
+
+# ---- parity with PyTorch's LoRA
+"$prog" --init "$work/base.st" --init "$work/adapters.st" --inputs "$work/in.st" --steps 1 \
+  --dump-grads "$work/dump.st" >"$work/parity.run" 2>&1 && pass || fail "parity run: $(tail -3 "$work/parity.run")"
+"$py" tests/parity/lora.py grads "$cfg" "$work/base.st" "$work/adapters.st" "$work/in.st" "$work/dump.st" 2 \
+  >"$work/parity" 2>&1 && pass || fail "LoRA against PyTorch: $(cat "$work/parity")"
+echo "  $(tail -1 "$work/parity")" >&2
+
+# ---- 20 steps from the base: the base never moves
+"$prog" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 20 --save "$work/ck" >"$work/train" 2>&1 &&
+  pass || fail "training: $(tail -3 "$work/train")"
+grep -q "^fusion: --init: 12 trained parameters in none of the sources start from their initialiser" "$work/train" &&
+  pass || fail "no line about the adapters' start: $(head -5 "$work/train")"
+"$py" - "$work" <<'PYEOF' && pass || fail "the base moved, or the adapters did not: see above"
+import sys
+sys.path.insert(0, "tests/parity")
+from torch_parity import st_read
+w = sys.argv[1]
+base, ck = st_read(w + "/base.st"), st_read(w + "/ck/step-20/checkpoint.safetensors")
+import torch
+bad = [f"base weight {n} changed" for n in base if not torch.equal(base[n], ck[n])]
+adapters = [n for n in ck if ".lora_" in n and not n.startswith("adamw.")]
+bad += [f"adapter {n} is still zero" for n in adapters if n.endswith("lora_B.weight") and not ck[n].abs().max() > 0]
+bad += [f"moments of a base weight: {n}" for n in ck if n.startswith("adamw.") and ".lora_" not in n]
+if len(adapters) != 12:
+    bad.append(f"{len(adapters)} adapters in the checkpoint, expected 12")
+print("\n".join(bad) if bad else f"lora: {len(base)} base weights bit-identical after 20 steps, 12 adapters trained",
+      file=sys.stderr)
+sys.exit(1 if bad else 0)
+PYEOF
+"$FUSIONC" compile "${model[@]}" clusters/local-1.xml -o "$work/plain" >/dev/null 2>&1 || fail "compile plain"
+"$work/plain/cpu0/fusion-cpu0" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 1 >"$work/plain.1" 2>&1 ||
+  fail "plain run: $(tail -2 "$work/plain.1")"
+expect_eq "a fresh LoRA's first loss is the base model's" "$(losses "$work/plain.1")" "$(losses "$work/train" | head -1)"
+
+# ---- a pipeline of replicas
+"$FUSIONC" compile "${model[@]}" "${lora[@]}" clusters/local-4.xml -o "$work/pipe" --stages 2 --replicas 2 \
+  --micro-batches 2 --compress none --port-base $((ports + 20)) >"$work/pipe.compile" 2>&1 && pass ||
+  fail "pipe compile: $(cat "$work/pipe.compile")"
+"$work/pipe/launch-local.sh" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 20 >"$work/pipe.out" 2>&1 &&
+  pass || fail "pipeline: $(tail -5 "$work/pipe.out")"
+reporter=$(sed -n 's/^reporter=//p' "$work/pipe/launch-local.sh")
+paste <(losses "$work/train") <(losses "$work/pipe/logs/$reporter.log") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; if (d / $1 > w) w = d / $1 }
+  END { if (NR != 20 || w > 1e-5) { printf "FAIL: %d steps, worst %.2g\n", NR, w > "/dev/stderr"; exit 1 } }' && pass ||
+  fail "2 x 2 with LoRA is not one device's mathematics"
+
+# ---- bad input
+"$FUSIONC" plan "${model[@]}" clusters/local-1.xml --lora rank=4,targets=qproj -o "$work/bad" >"$work/bad.out" 2>&1
+expect_eq "a target matching no linear: exit status" 1 $?
+grep -q "error: adapters: --lora target 'qproj' matches no linear of the model; its linears: model.layers.0.self_attn.q_proj," \
+  "$work/bad.out" && pass || fail "no target error: $(cat "$work/bad.out")"
+"$FUSIONC" plan "${model[@]}" clusters/local-1.xml --lora rank=0,targets=q_proj -o "$work/bad" >"$work/bad.out" 2>&1
+expect_eq "rank 0: exit status" 2 $?
+grep -q -- "--lora expects rank=R,alpha=A,targets=NAME,NAME...\[,dropout=0\] (rank >= 1, alpha > 0), found 'rank=0,targets=q_proj'" \
+  "$work/bad.out" && pass || fail "no --lora syntax error: $(cat "$work/bad.out")"
+"$py" -c "
+import sys; sys.path.insert(0, 'tests/parity')
+from torch_parity import st_read, st_write
+t = st_read('$work/base.st'); del t['model.layers.1.mlp.up_proj.weight']; st_write('$work/short.st', t)"
+"$prog" --init "$work/short.st" --data "$work/corpus.txt" --steps 1 >"$work/short.out" 2>&1
+expect_eq "a frozen weight missing: exit status" 1 $?
+grep -q "short.st: has no parameter 'model.layers.1.mlp.up_proj.weight' (frozen: it must come from --init)" \
+  "$work/short.out" && pass || fail "no missing-frozen error: $(cat "$work/short.out")"
+finish
