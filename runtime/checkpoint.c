@@ -38,6 +38,70 @@ static int is_loss(const program *p, const rt_tensor_info *ti)
     return p->manifest.loss >= 0 && ti == &p->tensors[p->manifest.loss];
 }
 
+static int is_frozen(const rt_tensor_info *ti) { return ti->role == ROLE_PARAM && ti->frozen; }
+
+/* "HASH NAME\n" for each frozen parameter of p (XXH3-64 of its f32
+ * values, 16 hex digits); "" when none.  Malloc'd, or NULL. */
+static char *frozen_record(const program *p)
+{
+    size_t size = 1, at = 0;
+    for (int32_t i = 0; i < p->manifest.n_tensors; i++)
+        size += is_frozen(&p->tensors[i]) ? strlen(p->tensors[i].name) + 18 : 0;
+    char *out = malloc(size);
+    for (int32_t i = 0; out && i < p->manifest.n_tensors; i++) {
+        const rt_tensor_info *ti = &p->tensors[i];
+        if (!is_frozen(ti))
+            continue;
+        uint64_t h = XXH3_64bits(p->arena + ti->t.offset, (size_t)rt_tensor_numel(&ti->t) * sizeof(float));
+        at += (size_t)snprintf(out + at, size - at, "%016llx %s\n", (unsigned long long)h, ti->name);
+    }
+    if (out)
+        out[at] = '\0';
+    return out;
+}
+
+int checkpoint_check_frozen(const program *p, const char *recorded, char *err, size_t n)
+{
+    char *mine = frozen_record(p);
+    if (!mine)
+        return rt_error(err, n, "out of memory hashing the frozen parameters");
+    int rc = 0;
+    for (const char *line = mine; *line && rc == 0; line = strchr(line, '\n') + 1) {
+        const char *name = line + 17, *end = strchr(line, '\n');
+        int len = (int)(end - name);
+        const char *at = recorded;
+        while (at && *at && !(strncmp(at + 17, name, (size_t)len) == 0 && at[17 + len] == '\n'))
+            at = strchr(at, '\n') ? strchr(at, '\n') + 1 : NULL;
+        if (!at || !*at)
+            rc = rt_error(err, n,
+                          "the checkpoint does not record frozen parameter '%.*s': it was not a fine-tune with it "
+                          "frozen (start one from it with --init instead)",
+                          len, name);
+        else if (strncmp(at, line, 16) != 0)
+            rc = rt_error(err, n,
+                          "frozen parameter '%.*s' is not the one the checkpoint was trained on (its values hash to "
+                          "%.16s, the checkpoint's to %.16s): give --init the base the run started from",
+                          len, name, line, at);
+    }
+    free(mine);
+    return rc;
+}
+
+/* Append f's fusion.frozen to out->frozen. */
+static int keep_frozen_record(const st_file *f, checkpoint_state *out, char *err, size_t n)
+{
+    const char *rec = st_metadata(f, "fusion.frozen");
+    if (!rec || !*rec)
+        return 0;
+    size_t had = out->frozen ? strlen(out->frozen) : 0;
+    char *grown = realloc(out->frozen, had + strlen(rec) + 1);
+    if (!grown)
+        return rt_error(err, n, "out of memory");
+    memcpy(grown + had, rec, strlen(rec) + 1);
+    out->frozen = grown;
+    return 0;
+}
+
 static st_tensor as_st(const program *p, const rt_tensor_info *ti)
 {
     st_tensor t;
@@ -56,7 +120,7 @@ static st_tensor as_st(const program *p, const rt_tensor_info *ti)
  * the parameters in param_dtype (ST_F32: as they are; ST_BF16, ST_F16:
  * rounded, for a file half the size), everything else as it is. */
 static int write_tensors_and(const program *p, const char *path, unsigned roles, const char *const *metadata,
-                             st_dtype param_dtype, const rt_feedback_arrays *feedback)
+                             st_dtype param_dtype, const rt_feedback_arrays *feedback, int skip_frozen)
 {
     int n_extra = feedback ? feedback->n : 0;
     st_tensor *list = calloc((size_t)p->manifest.n_tensors + n_extra + 1, sizeof *list);
@@ -68,7 +132,9 @@ static int write_tensors_and(const program *p, const char *path, unsigned roles,
         return fail("out of memory writing %s", path);
     }
     for (int32_t i = 0; i < p->manifest.n_tensors; i++)
-        if (((roles >> p->tensors[i].role) & 1) || ((roles & LOSS_ROLE) && is_loss(p, &p->tensors[i]))) {
+        if (skip_frozen && is_frozen(&p->tensors[i]))
+            continue;
+        else if (((roles >> p->tensors[i].role) & 1) || ((roles & LOSS_ROLE) && is_loss(p, &p->tensors[i]))) {
             list[n] = as_st(p, &p->tensors[i]);
             as[n] = p->tensors[i].role == ROLE_PARAM ? param_dtype : list[n].dtype;
             n++;
@@ -89,7 +155,7 @@ static int write_tensors_and(const program *p, const char *path, unsigned roles,
 
 int write_tensors(const program *p, const char *path, unsigned roles, const char *const *metadata, st_dtype param_dtype)
 {
-    return write_tensors_and(p, path, roles, metadata, param_dtype, NULL);
+    return write_tensors_and(p, path, roles, metadata, param_dtype, NULL, 0);
 }
 
 /* Read every tensor of the given roles from f by name into the arena; the
@@ -156,6 +222,9 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
     snprintf(plan, sizeof plan, "stage %d of %d, replica %d of %d", mf->stage, mf->n_stages, mf->replica,
              mf->n_replicas);
     snprintf(scale, sizeof scale, "%.9g %lld %lld", (double)ls->scale, (long long)ls->good, (long long)ls->skipped);
+    char *frozen = frozen_record(p);
+    if (!frozen)
+        return fail("%s: out of memory", mf->device);
     const char *metadata[] = { "fusion.model",
                                mf->model,
                                "fusion.model_id",
@@ -172,10 +241,14 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
                                seed_text,
                                "fusion.hypers",
                                mf->hypers,
+                               "fusion.frozen",
+                               frozen,
                                mf->loss_scaling ? "fusion.loss_scaler" : NULL,
                                scale,
                                NULL };
-    return write_tensors_and(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype, feedback);
+    int rc = write_tensors_and(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype, feedback, 1);
+    free(frozen);
+    return rc;
 }
 
 static int is_feedback(const char *name) { return strncmp(name, RT_FEEDBACK_PREFIX, strlen(RT_FEEDBACK_PREFIX)) == 0; }
@@ -336,8 +409,11 @@ static int load_own(program *p, const st_file *f, const char *path, checkpoint_s
                         list);
     }
     for (int32_t i = 0; i < mf->n_tensors; i++)
-        if ((p->tensors[i].role == ROLE_PARAM || p->tensors[i].role == ROLE_STATE) && load_one(p, f, i, err, n))
+        if ((p->tensors[i].role == ROLE_PARAM || p->tensors[i].role == ROLE_STATE) && !is_frozen(&p->tensors[i]) &&
+            load_one(p, f, i, err, n))
             return -1;
+    if (keep_frozen_record(f, out, err, n))
+        return -1;
     return read_feedback(f, path, &out->feedback, err, n);
 }
 
@@ -408,6 +484,10 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
             break;
         }
         *out = seen;
+        if (keep_frozen_record(f, out, err, n)) {
+            rc = -1;
+            break;
+        }
         for (int i = 0; i < st_count(f) && !feedback; i++) {
             st_tensor t;
             feedback = st_get(f, i, &t) == 0 && is_feedback(t.name);
@@ -419,8 +499,8 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
     }
     for (int32_t i = 0; i < p->manifest.n_tensors && rc == 0; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
-        if (ti->role != ROLE_PARAM && ti->role != ROLE_STATE)
-            continue;
+        if ((ti->role != ROLE_PARAM && ti->role != ROLE_STATE) || is_frozen(ti))
+            continue; /* a frozen one: recorded, checked after its --init (checkpoint_check_frozen) */
         int k = 0;
         st_tensor found;
         while (k < n_open && st_find(parts[k], ti->name, &found) == 0) /* 1 found; -1 found, a dtype st_load names */

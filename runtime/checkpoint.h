@@ -46,8 +46,9 @@ int read_file_tensors(program *p, const char *path, unsigned roles);
 /* --init PATH (repeatable): the parameters, by name, from safetensors
  * files or Hugging Face model folders (model.safetensors, or the shards
  * model.safetensors.index.json names; hf_weights.c), a later one's over an
- * earlier one's. */
-int read_init_weights(program *p, const char *const *paths, int n_paths);
+ * earlier one's.  frozen_only: the frozen parameters alone (a resumed
+ * fine-tune's base). */
+int read_init_weights(program *p, const char *const *paths, int n_paths, int frozen_only);
 
 /* This device's part's file name in a step folder: checkpoint.safetensors
  * for a one-device program, checkpoint-<device>.safetensors otherwise. */
@@ -69,7 +70,16 @@ typedef struct {
     uint64_t seed;
     rt_loss_scaler scaler;
     rt_feedback_arrays feedback;
+    char *frozen; /* the parts' fusion.frozen records, "HASH NAME" lines (malloc'd; NULL none) */
 } checkpoint_state;
+
+/* A fine-tune's checkpoint holds no frozen parameter (its base): each part
+ * records "HASH NAME" a line (fusion.frozen; XXH3-64 of the f32 values)
+ * for the frozen parameters of its device.  After a resume the base is
+ * initialised or loaded again (--init) and checked here: each frozen
+ * parameter of this device against the record.  0, or -1 with err naming
+ * the first that differs or is not recorded. */
+int checkpoint_check_frozen(const program *p, const char *recorded, char *err, size_t n);
 
 /* Parameters and optimizer state from one complete step folder (see the
  * top), every part it reads verified against the MANIFEST and its

@@ -139,12 +139,15 @@ static int64_t newest_loading(program *p, const char *dir, int single, const int
         step_folder(dir, single, steps[i], folder, sizeof folder);
         checkpoint_state s = *state;
         memset(&s.feedback, 0, sizeof s.feedback);
+        s.frozen = NULL;
         if (load_checkpoint_step(p, folder, &s, why, sizeof why) == 0) {
             rt_feedback_arrays_free(&state->feedback);
+            free(state->frozen);
             *state = s;
             return steps[i];
         }
         rt_feedback_arrays_free(&s.feedback);
+        free(s.frozen);
         if (i + 1 < count)
             printf("fusion: %s does not verify: %s; trying step-%lld\n", folder, why, (long long)steps[i + 1]);
         else
@@ -189,6 +192,7 @@ static int resume(program *p, rt_comm *comm, const char *dir, checkpoint_state *
         char why[1200];
         checkpoint_state s = *state;
         memset(&s.feedback, 0, sizeof s.feedback);
+        s.frozen = NULL;
         if (!held) {
             snprintf(err, n, "%s's newest checkpoint that verifies is step %lld, which %s does not hold complete",
                      p->peers[by].name, (long long)agreed, dir);
@@ -197,9 +201,11 @@ static int resume(program *p, rt_comm *comm, const char *dir, checkpoint_state *
             snprintf(err, n, "%s's newest checkpoint that verifies is step %lld, and here %s does not verify: %s",
                      p->peers[by].name, (long long)agreed, folder, why);
             rt_feedback_arrays_free(&s.feedback);
+            free(s.frozen);
             rc = -1;
         } else {
             rt_feedback_arrays_free(&state->feedback);
+            free(state->frozen);
             *state = s;
             printf("fusion: step %lld verifies here, but %s's newest that verifies is step %lld: the run resumes "
                    "from that\n",

@@ -74,7 +74,8 @@ static char *read_text(const char *path)
 /* The parameters of p whose shard is `file` (shard_of NULL: all of them)
  * that path holds, each by its name or HF_PREFIX and its name; found[i]
  * set for each. */
-static int read_params(program *p, const char *path, const char *file, const char *const *shard_of, char *found)
+static int read_params(program *p, const char *path, const char *file, const char *const *shard_of, char *found,
+                       int frozen_only)
 {
     char why[512];
     st_file *f = st_open(path, why, sizeof why);
@@ -91,7 +92,8 @@ static int read_params(program *p, const char *path, const char *file, const cha
     int n = 0;
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
-        if (ti->role != ROLE_PARAM || (shard_of && (!shard_of[i] || strcmp(shard_of[i], file) != 0)))
+        if (ti->role != ROLE_PARAM || (frozen_only && !ti->frozen) ||
+            (shard_of && (!shard_of[i] || strcmp(shard_of[i], file) != 0)))
             continue;
         st_tensor there;
         snprintf(names[n], sizeof names[n], "%s%s", HF_PREFIX, ti->name);
@@ -116,7 +118,7 @@ static int read_params(program *p, const char *path, const char *file, const cha
 }
 
 /* dir/model.safetensors.index.json and its shards. */
-static int read_sharded(program *p, const char *dir, const char *index_path, char *found)
+static int read_sharded(program *p, const char *dir, const char *index_path, char *found, int frozen_only)
 {
     char *text = read_text(index_path);
     if (!text)
@@ -135,7 +137,7 @@ static int read_sharded(program *p, const char *dir, const char *index_path, cha
     /* Every parameter's shard, named and there, before any is read. */
     for (int32_t i = 0; rc == 0 && i < p->manifest.n_tensors; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
-        if (ti->role != ROLE_PARAM)
+        if (ti->role != ROLE_PARAM || (frozen_only && !ti->frozen))
             continue;
         const cJSON *file = cJSON_GetObjectItemCaseSensitive(map, ti->name);
         char path[FU_PATH_BYTES + 256], prefixed[ST_NAME_MAX + 16];
@@ -162,7 +164,7 @@ static int read_sharded(program *p, const char *dir, const char *index_path, cha
             continue;
         char path[FU_PATH_BYTES + 256];
         snprintf(path, sizeof path, "%s/%s", dir, shard_of[i]);
-        rc = read_params(p, path, shard_of[i], shard_of, found);
+        rc = read_params(p, path, shard_of[i], shard_of, found, frozen_only);
     }
     free(shard_of);
     cJSON_Delete(root);
@@ -170,25 +172,25 @@ static int read_sharded(program *p, const char *dir, const char *index_path, cha
 }
 
 /* One --init source: a file or a folder. */
-static int read_source(program *p, const char *path, char *found)
+static int read_source(program *p, const char *path, char *found, int frozen_only)
 {
     struct stat st;
     if (stat(path, &st) != 0)
         return fail("%s: cannot open: %s", path, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return read_params(p, path, NULL, NULL, found);
+        return read_params(p, path, NULL, NULL, found, frozen_only);
     char index[FU_PATH_BYTES + 64], single[FU_PATH_BYTES + 64];
     snprintf(index, sizeof index, "%s/%s", path, HF_INDEX);
     snprintf(single, sizeof single, "%s/%s", path, HF_SINGLE);
     if (is_file(index))
-        return read_sharded(p, path, index, found);
+        return read_sharded(p, path, index, found, frozen_only);
     if (is_file(single))
-        return read_params(p, single, NULL, NULL, found);
+        return read_params(p, single, NULL, NULL, found, frozen_only);
     return fail("%s: a folder with neither %s nor %s (a Hugging Face model folder holds one)", path, HF_SINGLE,
                 HF_INDEX);
 }
 
-int read_init_weights(program *p, const char *const *paths, int n_paths)
+int read_init_weights(program *p, const char *const *paths, int n_paths, int frozen_only)
 {
     int32_t n = p->manifest.n_tensors, frozen = 0, kept = 0;
     char *found = calloc((size_t)n + 1, 1);
@@ -196,13 +198,13 @@ int read_init_weights(program *p, const char *const *paths, int n_paths)
         return fail("out of memory reading --init");
     int rc = 0;
     for (int k = 0; k < n_paths && rc == 0; k++)
-        rc = read_source(p, paths[k], found);
+        rc = read_source(p, paths[k], found, frozen_only);
     for (int32_t i = 0; i < n; i++)
         frozen += p->tensors[i].role == ROLE_PARAM && p->tensors[i].frozen;
     const char *first_kept = NULL;
     for (int32_t i = 0; i < n && rc == 0; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
-        if (ti->role != ROLE_PARAM || found[i])
+        if (ti->role != ROLE_PARAM || found[i] || (frozen_only && !ti->frozen))
             continue;
         if (ti->frozen || frozen == 0) {
             rc = n_paths == 1 ? fail("%s: has no parameter '%s'%s", paths[0], ti->name,

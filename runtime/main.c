@@ -93,12 +93,13 @@ static int64_t numel(const rt_tensor *t) { return rt_tensor_numel(t); }
 
 /* Params and state from their init specs, each from its own stream of
  * (seed, hash of its name): a tensor gets the same values whichever device
- * holds it and whatever else that device holds. */
-static void init_params(program *p, uint64_t seed)
+ * holds it and whatever else that device holds.  frozen_only: the frozen
+ * parameters alone (a resumed fine-tune's base). */
+static void init_params(program *p, uint64_t seed, int frozen_only)
 {
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
-        if (ti->role != ROLE_PARAM && ti->role != ROLE_STATE)
+        if ((ti->role != ROLE_PARAM && ti->role != ROLE_STATE) || (frozen_only && !ti->frozen))
             continue;
         float *x = (float *)(p->arena + ti->t.offset);
         rt_rng r = rt_rng_seeded(seed, XXH3_64bits(ti->name, strlen(ti->name)), 0x1417);
@@ -393,11 +394,26 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                       "%lld)",
                       o->resume, (long long)done, (long long)o->steps, (long long)done);
     } else if (rc == 0) {
-        init_params(p, o->seed);
+        init_params(p, o->seed, 0);
     }
     rt_feedback_arrays_free(&resumed.feedback);
-    if (rc == 0 && o->n_init > 0 && read_init_weights(p, o->init, o->n_init))
+    /* A resumed fine-tune: its base (the frozen parameters) is not in the
+     * checkpoint: initialised and loaded again, then checked against what
+     * the checkpoint recorded of it. */
+    int frozen = 0;
+    for (int32_t i = 0; i < mf->n_tensors; i++)
+        frozen += p->tensors[i].role == ROLE_PARAM && p->tensors[i].frozen;
+    char why_frozen[600];
+    if (rc == 0 && from_checkpoint && frozen > 0) {
+        init_params(p, seed, 1);
+        if (o->n_init > 0 && read_init_weights(p, o->init, o->n_init, 1))
+            rc = 1;
+        else if (checkpoint_check_frozen(p, resumed.frozen, why_frozen, sizeof why_frozen))
+            rc = fail("%s: %s", o->resume ? o->resume : "the checkpoint", why_frozen);
+    } else if (rc == 0 && o->n_init > 0 && read_init_weights(p, o->init, o->n_init, 0)) {
         rc = 1;
+    }
+    free(resumed.frozen);
     rt_diloco outer;
     memset(&outer, 0, sizeof outer);
     int diloco = mf->diloco.sync == RT_SYNC_DILOCO;

@@ -6,6 +6,10 @@
 #    gradient;
 #  - 20 steps from the base: every base weight bit-identical to the one it
 #    started from; the adapters trained; no moments for the base;
+#  - the checkpoint holds the adapters and their moments alone, and a hash
+#    of each base weight; resumed at 10 with the base again, steps 11-20
+#    are the straight run's; resumed without it, or on another base, it is
+#    refused naming the weight;
 #  - a fresh LoRA (B zero) starts at the base model's loss exactly;
 #  - 2 stages x 2 replicas on local-4: one device's losses within 1e-5;
 #  - bad input: a target that wraps no linear, a malformed --lora, a
@@ -45,19 +49,45 @@ grep -q "^fusion: --init: 12 trained parameters in none of the sources start fro
 import sys
 sys.path.insert(0, "tests/parity")
 from torch_parity import st_read
+import json, re, struct
 w = sys.argv[1]
 base, ck = st_read(w + "/base.st"), st_read(w + "/ck/step-20/checkpoint.safetensors")
-import torch
-bad = [f"base weight {n} changed" for n in base if not torch.equal(base[n], ck[n])]
+bad = [f"base weight {n} in the checkpoint" for n in base if n in ck]
+raw = open(w + "/ck/step-20/checkpoint.safetensors", "rb").read()
+meta = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]
+recorded = dict(line.split(" ")[::-1] for line in meta["fusion.frozen"].splitlines())
+bad += [f"base weight {n} not recorded by a hash" for n in base if not re.fullmatch("[0-9a-f]{16}", recorded.get(n, ""))]
 adapters = [n for n in ck if ".lora_" in n and not n.startswith("adamw.")]
 bad += [f"adapter {n} is still zero" for n in adapters if n.endswith("lora_B.weight") and not ck[n].abs().max() > 0]
 bad += [f"moments of a base weight: {n}" for n in ck if n.startswith("adamw.") and ".lora_" not in n]
 if len(adapters) != 12:
     bad.append(f"{len(adapters)} adapters in the checkpoint, expected 12")
-print("\n".join(bad) if bad else f"lora: {len(base)} base weights bit-identical after 20 steps, 12 adapters trained",
+print("\n".join(bad) if bad else f"lora: {len(base)} base weights recorded by hash, 12 adapters trained",
       file=sys.stderr)
 sys.exit(1 if bad else 0)
 PYEOF
+# resume: with the base again, as the straight run; without it, or another, refused
+"$prog" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 10 --save "$work/ck10" >/dev/null 2>&1 ||
+  fail "10 steps"
+"$prog" --init "$work/base.st" --data "$work/corpus.txt" --steps 20 --resume "$work/ck10" >"$work/resumed" 2>&1 && pass ||
+  fail "resume: $(tail -3 "$work/resumed")"
+expect_eq "resumed steps 11-20" "$(losses "$work/train" | tail -10 | xargs)" "$(losses "$work/resumed" | xargs)"
+# the step-20 record matches the base it started from: every base weight bit for bit after 20 steps
+"$prog" --init "$work/base.st" --data "$work/corpus.txt" --steps 21 --resume "$work/ck" >"$work/at20" 2>&1 && pass ||
+  fail "the base after 20 steps is not the one it started from: $(tail -2 "$work/at20")"
+"$prog" --data "$work/corpus.txt" --steps 20 --resume "$work/ck10" >"$work/nobase" 2>&1
+expect_eq "resumed without the base: exit status" 1 $?
+grep -q "error: .*ck10: frozen parameter 'model.embed_tokens.weight' is not the one the checkpoint was trained on" \
+  "$work/nobase" && pass || fail "no other-base error: $(tail -2 "$work/nobase")"
+"$py" -c "
+import sys; sys.path.insert(0, 'tests/parity')
+from torch_parity import st_read, st_write
+t = st_read('$work/base.st'); t['model.layers.1.mlp.up_proj.weight'][0, 0] += 1e-3; st_write('$work/other.st', t)"
+"$prog" --init "$work/other.st" --data "$work/corpus.txt" --steps 20 --resume "$work/ck10" >"$work/other" 2>&1
+expect_eq "resumed on another base: exit status" 1 $?
+grep -q "frozen parameter 'model.layers.1.mlp.up_proj.weight' is not the one the checkpoint was trained on (its values hash to [0-9a-f]*, the checkpoint's to [0-9a-f]*): give --init the base the run started from" \
+  "$work/other" && pass || fail "no other-base error: $(tail -2 "$work/other")"
+
 "$FUSIONC" compile "${model[@]}" clusters/local-1.xml -o "$work/plain" >/dev/null 2>&1 || fail "compile plain"
 "$work/plain/cpu0/fusion-cpu0" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 1 >"$work/plain.1" 2>&1 ||
   fail "plain run: $(tail -2 "$work/plain.1")"
