@@ -160,6 +160,9 @@ static int lora_wrap(ir_graph *g, const lora_spec *l, struct diag *err)
     if (l->dropout != 0.0)
         return diag_set(err, file, 0, "--lora dropout=%g: dropout on the adapters is not supported yet (use 0)",
                         l->dropout);
+    /* In the checkpoint's fusion.hypers: what fusionc export --adapter and --merge need. */
+    if (ir_add_hyper_int(g, "lora_rank", l->rank) < 0 || ir_add_hyper_float(g, "lora_alpha", l->alpha) < 0)
+        return diag_set(err, file, 0, "out of memory");
     for (int32_t v = 0; v < g->n_values; v++) /* PEFT: only the adapters train */
         if (g->values[v].role == ROLE_PARAM)
             g->values[v].frozen = 1;

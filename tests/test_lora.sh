@@ -10,6 +10,10 @@
 #    of each base weight; resumed at 10 with the base again, steps 11-20
 #    are the straight run's; resumed without it, or on another base, it is
 #    refused naming the weight;
+#  - export --adapter: PEFT's adapter_config.json and adapter model by
+#    PEFT's names; --merge --base: PyTorch's merge (W + 2 B A) within 1e-6,
+#    the rest of the base bit for bit, and the merged model's loss the
+#    LoRA model's; another base, or a plain export, refused;
 #  - a fresh LoRA (B zero) starts at the base model's loss exactly;
 #  - 2 stages x 2 replicas on local-4: one device's losses within 1e-5;
 #  - bad input: a target that wraps no linear, a malformed --lora, a
@@ -88,7 +92,50 @@ expect_eq "resumed on another base: exit status" 1 $?
 grep -q "frozen parameter 'model.layers.1.mlp.up_proj.weight' is not the one the checkpoint was trained on (its values hash to [0-9a-f]*, the checkpoint's to [0-9a-f]*): give --init the base the run started from" \
   "$work/other" && pass || fail "no other-base error: $(tail -2 "$work/other")"
 
+# ---- export: PEFT's adapter folder, and the merge
+"$FUSIONC" export "$work/ck" -o "$work/peft" --adapter >"$work/peft.out" 2>&1 && pass || fail "--adapter: $(cat "$work/peft.out")"
+"$py" - "$work" <<'PYEOF' && pass || fail "the adapter folder: see above"
+import json, sys
+sys.path.insert(0, "tests/parity")
+from torch_parity import st_read
+w = sys.argv[1]
+c = json.load(open(w + "/peft/adapter_config.json"))
+want = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "bias": "none",
+        "fan_in_fan_out": False}
+bad = [f"{k}: {c.get(k)!r}, expected {v!r}" for k, v in want.items() if c.get(k) != v]
+if sorted(c.get("target_modules", [])) != ["down_proj", "q_proj", "v_proj"]:
+    bad.append(f"target_modules {c.get('target_modules')}")
+a, ck = st_read(w + "/peft/adapter_model.safetensors"), st_read(w + "/ck/step-20/checkpoint.safetensors")
+pre = "base_model.model."
+bad += [f"not PEFT's name: {n}" for n in a if not n.startswith(pre)]
+bad += [f"{n}: not the checkpoint's" for n in a if n.startswith(pre) and not a[n].equal(ck[n[len(pre):]])]
+if len(a) != 12:
+    bad.append(f"{len(a)} tensors, expected 12")
+print("\n".join(bad) if bad else "lora: --adapter: PEFT's config and 12 tensors by PEFT's names", file=sys.stderr)
+sys.exit(1 if bad else 0)
+PYEOF
+"$FUSIONC" export "$work/ck" -o "$work/merged" --merge --base "$work/base.st" >"$work/merged.out" 2>&1 && pass ||
+  fail "--merge: $(cat "$work/merged.out")"
+"$py" tests/parity/lora.py merge "$cfg" "$work/base.st" "$work/ck/step-20/checkpoint.safetensors" 2 "$work/merged" \
+  >"$work/merge.cmp" 2>&1 && pass || fail "the merge against PyTorch's: $(cat "$work/merge.cmp")"
+echo "  $(tail -1 "$work/merge.cmp")" >&2
 "$FUSIONC" compile "${model[@]}" clusters/local-1.xml -o "$work/plain" >/dev/null 2>&1 || fail "compile plain"
+"$work/plain/cpu0/fusion-cpu0" --init "$work/merged" --inputs "$work/in.st" --steps 1 >"$work/merged.run" 2>&1 ||
+  fail "the merged model: $(tail -2 "$work/merged.run")"
+"$prog" --init "$work/base.st" --init "$work/ck/step-20/checkpoint.safetensors" --inputs "$work/in.st" --steps 1 \
+  >"$work/lora.run" 2>&1 || fail "the LoRA model on the inputs: $(tail -2 "$work/lora.run")"
+awk -v a="$(losses "$work/merged.run")" -v b="$(losses "$work/lora.run")" \
+  'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-4 * b) }' && pass ||
+  fail "the merged model's loss $(losses "$work/merged.run") is not the LoRA model's $(losses "$work/lora.run")"
+"$FUSIONC" export "$work/ck" -o "$work/merged2" --merge --base "$work/other.st" >"$work/merged2.out" 2>&1
+expect_eq "--merge on another base: exit status" 1 $?
+grep -q "'model.layers.1.mlp.up_proj.weight' is not the weight the adapters were trained on" "$work/merged2.out" && pass ||
+  fail "no other-base error: $(cat "$work/merged2.out")"
+"$FUSIONC" export "$work/ck" -o "$work/plainexp" >"$work/plainexp.out" 2>&1
+expect_eq "a plain export of a fine-tune: exit status" 1 $?
+grep -q "a fine-tune's checkpoint, which records its frozen base weights but does not hold them: export --merge --base PATH" \
+  "$work/plainexp.out" && pass || fail "no plain-export error: $(cat "$work/plainexp.out")"
+
 "$work/plain/cpu0/fusion-cpu0" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 1 >"$work/plain.1" 2>&1 ||
   fail "plain run: $(tail -2 "$work/plain.1")"
 expect_eq "a fresh LoRA's first loss is the base model's" "$(losses "$work/plain.1")" "$(losses "$work/train" | head -1)"

@@ -36,10 +36,12 @@
 #include "../runtime/checkpoint_store.h"
 #include "../runtime/safetensors.h"
 #include "export.h"
+#include "export_lora.h"
 #include "hf_config.h"
 
 typedef struct {
-    const char *output, *dtype, *tokenizer, *max_shard;
+    const char *output, *dtype, *tokenizer, *max_shard, *base;
+    int adapter, merge;
 } export_options;
 
 static const char *const dtypes[] = { "fp32", "bf16", "fp16", NULL };
@@ -54,17 +56,27 @@ static const cli_option export_options_table[] = {
       .expects = "a size (5GB, 500MB)", .help = "above it, shards and an index (default 5GB, as Hugging Face's)" },
     { .name = "--tokenizer", .metavar = "PATH", CLI_NONEMPTY(export_options, tokenizer), .expects = "a file or folder",
       .help = "a tokenizer.json, or a folder: its tokenizer files go into DIR too" },
+    { .name = "--adapter", CLI_FLAG(export_options, adapter),
+      .help = "a LoRA fine-tune's adapters as PEFT reads them: adapter_config.json and\n"
+              "adapter_model.safetensors" },
+    { .name = "--merge", CLI_FLAG(export_options, merge),
+      .help = "a LoRA fine-tune folded into its base (--base): the full model folder" },
+    { .name = "--base", .metavar = "PATH", CLI_NONEMPTY(export_options, base), .expects = "a file or folder",
+      .help = "with --merge: the base weights the run started from (--init), checked\n"
+              "against the checkpoint's record of them" },
 };
 
 const cli_usage export_usage = {
     "usage: fusionc export CHECKPOINT -o DIR [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]\n"
-    "                      [--tokenizer PATH]\n"
+    "                      [--tokenizer PATH] [--adapter | --merge --base PATH]\n"
     "\n"
     "Writes a Hugging Face model folder from a checkpoint (a --save folder: its newest\n"
     "complete step; or one step-N folder), verified first against its MANIFEST:\n"
     "config.json, and the parameters (not the optimizer's state) in model.safetensors,\n"
     "or shards with model.safetensors.index.json above --max-shard-size.  A pipeline's\n"
-    "parts are merged.  Loads back with --init DIR, and with Hugging Face's loaders.\n",
+    "parts are merged.  Loads back with --init DIR, and with Hugging Face's loaders.\n"
+    "A LoRA fine-tune (compile --lora): --adapter writes PEFT's adapter folder, --merge\n"
+    "the model with the adapters folded into the base it was trained on.\n",
     export_options_table, NULL, sizeof export_options_table / sizeof export_options_table[0], 22, NULL
 };
 /* clang-format on */
@@ -173,6 +185,25 @@ static int checkpoint_open(checkpoint *c, const char *path, char *err, size_t n)
     return 0;
 }
 
+/* Every part's fusion.frozen, one after another (malloc'd; "" none). */
+static char *frozen_records(const checkpoint *c)
+{
+    size_t size = 1;
+    for (int i = 0; i < c->n_parts; i++) {
+        const char *r = st_metadata(c->parts[i], "fusion.frozen");
+        size += r ? strlen(r) : 0;
+    }
+    char *out = malloc(size);
+    if (out)
+        out[0] = '\0';
+    for (int i = 0; out && i < c->n_parts; i++) {
+        const char *r = st_metadata(c->parts[i], "fusion.frozen");
+        if (r)
+            strcat(out, r);
+    }
+    return out;
+}
+
 static int has_weight(const checkpoint *c, const char *name)
 {
     for (int i = 0; i < c->n_weights; i++)
@@ -212,7 +243,7 @@ static char *json_text(const cJSON *j)
     return out;
 }
 
-static int write_json(const char *dir, const char *name, const cJSON *j, char *err, size_t n)
+int export_write_json(const char *dir, const char *name, const cJSON *j, char *err, size_t n)
 {
     char path[FU_PATH_BYTES + 64], *text = json_text(j);
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -264,24 +295,25 @@ static int remove_stale(const char *dir, int n_shards, char *err, size_t n)
 
 /* The weights in shards of at most max_bytes (a tensor bigger than that
  * alone in its own), model.safetensors when one. */
-static int write_weights(const checkpoint *c, const char *dir, st_dtype as, int64_t max_bytes, char *err, size_t n)
+static int write_weights(const st_tensor *weights, int n_weights, const char *dir, st_dtype as, int64_t max_bytes,
+                         char *err, size_t n)
 {
     int width = st_dtype_size(as);
-    int *shard = calloc((size_t)c->n_weights, sizeof *shard), n_shards = 0;
-    st_dtype *dtypes_as = calloc((size_t)c->n_weights, sizeof *dtypes_as);
+    int *shard = calloc((size_t)n_weights, sizeof *shard), n_shards = 0;
+    st_dtype *dtypes_as = calloc((size_t)n_weights, sizeof *dtypes_as);
     if (!shard || !dtypes_as) {
         free(shard), free(dtypes_as);
         return snprintf(err, n, "out of memory"), -1;
     }
     int64_t in_shard = 0, total = 0;
-    for (int i = 0; i < c->n_weights; i++) {
-        int64_t bytes = tensor_elements(&c->weights[i]) * (c->weights[i].dtype == ST_I32 ? 4 : width);
+    for (int i = 0; i < n_weights; i++) {
+        int64_t bytes = tensor_elements(&weights[i]) * (weights[i].dtype == ST_I32 ? 4 : width);
         if (i == 0 || (in_shard > 0 && in_shard + bytes > max_bytes))
             n_shards++, in_shard = 0;
         shard[i] = n_shards - 1;
         in_shard += bytes;
         total += bytes;
-        dtypes_as[i] = c->weights[i].dtype == ST_I32 ? ST_I32 : as;
+        dtypes_as[i] = weights[i].dtype == ST_I32 ? ST_I32 : as;
     }
     static const char *const metadata[] = { "format", "pt", NULL };
     cJSON *index = cJSON_CreateObject(), *map = cJSON_CreateObject();
@@ -290,7 +322,7 @@ static int write_weights(const checkpoint *c, const char *dir, st_dtype as, int6
     int rc = 0;
     for (int s = 0, first = 0; s < n_shards && rc == 0; s++) {
         int last = first;
-        while (last < c->n_weights && shard[last] == s)
+        while (last < n_weights && shard[last] == s)
             last++;
         char name[64], path[FU_PATH_BYTES + 64];
         if (n_shards == 1)
@@ -298,13 +330,13 @@ static int write_weights(const checkpoint *c, const char *dir, st_dtype as, int6
         else
             snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        rc = st_write_as(path, c->weights + first, last - first, dtypes_as + first, metadata, err, n);
+        rc = st_write_as(path, weights + first, last - first, dtypes_as + first, metadata, err, n);
         for (int i = first; i < last; i++)
-            cJSON_AddStringToObject(map, c->weights[i].name, name);
+            cJSON_AddStringToObject(map, weights[i].name, name);
         first = last;
     }
     if (rc == 0 && n_shards > 1)
-        rc = write_json(dir, "model.safetensors.index.json", index, err, n);
+        rc = export_write_json(dir, "model.safetensors.index.json", index, err, n);
     if (rc == 0)
         rc = remove_stale(dir, n_shards, err, n);
     cJSON_Delete(index);
@@ -408,6 +440,11 @@ int export_main(int argc, char **argv)
     }
     if (!source || !o.output)
         return usage_fail("%s is required", !source ? "a CHECKPOINT" : "-o DIR");
+    if (o.adapter && o.merge)
+        return usage_fail("%s", "--adapter or --merge, not both");
+    if (o.merge != (o.base != NULL))
+        return usage_fail("%s", o.merge ? "--merge needs --base PATH, the weights the run started from"
+                                        : "--base goes with --merge");
     double max_shard;
     if (units_parse(o.max_shard, UNIT_SIZE, &max_shard, why, sizeof why) || max_shard < 1)
         return usage_fail("--max-shard-size: %s", why);
@@ -434,17 +471,49 @@ int export_main(int argc, char **argv)
         rc = -1, snprintf(why, sizeof why, "%s: %s", c.step_dir, config_why);
     if (rc == 0 && mkdir(o.output, 0755) != 0 && errno != EEXIST)
         rc = -1, snprintf(why, sizeof why, "%s: cannot make the folder: %s", o.output, strerror(errno));
-    if (rc == 0)
-        rc = write_weights(&c, o.output, as, (int64_t)max_shard, why, sizeof why);
-    if (rc == 0)
-        rc = write_json(o.output, "config.json", config, why, sizeof why);
+    char *records = rc == 0 ? frozen_records(&c) : NULL;
+    if (rc == 0 && !o.adapter && !o.merge && records && records[0])
+        rc = -1, snprintf(why, sizeof why,
+                          "%s: a fine-tune's checkpoint, which records its frozen base weights but does not hold "
+                          "them: export --merge --base PATH (the base it started from)%s",
+                          c.step_dir, export_lora_count(c.weights, c.n_weights) ? ", or --adapter (PEFT)" : "");
+    free(records);
+    if (rc == 0 && o.adapter) {
+        rc = export_lora_adapter(c.weights, c.n_weights, model, hypers, o.output, as, why, sizeof why);
+    } else if (rc == 0 && o.merge) {
+        st_tensor *merged = NULL;
+        float **owned = NULL;
+        int n_merged = 0;
+        char *frozen = frozen_records(&c);
+        rc = !frozen ? (snprintf(why, sizeof why, "out of memory"), -1)
+                     : export_lora_merge(c.weights, c.n_weights, model, hypers, frozen, o.base, &merged, &n_merged,
+                                         &owned, why, sizeof why);
+        if (rc == 0) {
+            qsort(merged, (size_t)n_merged, sizeof *merged, by_name);
+            rc = write_weights(merged, n_merged, o.output, as, (int64_t)max_shard, why, sizeof why);
+        }
+        for (int i = 0; owned && owned[i]; i++)
+            free(owned[i]);
+        free(owned);
+        free(merged);
+        free(frozen);
+        c.n_weights = n_merged;
+    } else if (rc == 0) {
+        rc = write_weights(c.weights, c.n_weights, o.output, as, (int64_t)max_shard, why, sizeof why);
+    }
+    if (rc == 0 && !o.adapter)
+        rc = export_write_json(o.output, "config.json", config, why, sizeof why);
     char found[FU_PATH_BYTES + 32];
     if (rc == 0 && !o.tokenizer && compiled_tokenizer(source, c.step_dir, found, sizeof found))
         o.tokenizer = found;
     if (rc == 0 && o.tokenizer)
         rc = export_copy_tokenizer(o.tokenizer, o.output, why, sizeof why);
     if (rc == 0)
-        printf("export: %s: %d tensors (%s) to %s\n", c.step_dir, c.n_weights, o.dtype, o.output);
+        printf("export: %s: %d tensors (%s%s) to %s\n", c.step_dir, c.n_weights, o.dtype,
+               o.adapter ? ", PEFT's adapter layout"
+               : o.merge ? ", the adapters merged into the base"
+                         : "",
+               o.output);
     else
         fprintf(stderr, "fusionc export: %s\n", why);
     cJSON_Delete(config);

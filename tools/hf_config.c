@@ -360,8 +360,7 @@ int hf_config_read(const char *path, const char *model_file, const char *model, 
 
 /* ---- the other way: config.json from the hyper-parameters (fusionc export) ---- */
 
-/* Hyper-parameter `name` of "name=value ..." (fusion.hypers), or NAN. */
-static double hyper(const char *hypers, const char *name)
+double hf_config_hyper(const char *hypers, const char *name)
 {
     size_t len = strlen(name);
     for (const char *p = hypers; p && *p;) {
@@ -394,7 +393,7 @@ static cJSON *config_llama(const char *hypers, const char *torch_dtype, char *er
     cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
     cJSON_AddStringToObject(c, "model_type", "llama");
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        double v = hyper(hypers, fields[i].fusion);
+        double v = hf_config_hyper(hypers, fields[i].fusion);
         if (isnan(v)) {
             snprintf(err, n, "the checkpoint's fusion.hypers has no '%s' (for config.json's %s)", fields[i].fusion,
                      fields[i].hf);
@@ -403,12 +402,12 @@ static cJSON *config_llama(const char *hypers, const char *torch_dtype, char *er
         }
         cJSON_AddNumberToObject(c, fields[i].hf, v);
     }
-    double tie = hyper(hypers, "tie");
+    double tie = hf_config_hyper(hypers, "tie");
     cJSON_AddBoolToObject(c, "tie_word_embeddings", !isnan(tie) && tie != 0);
     cJSON_AddStringToObject(c, "hidden_act", "silu");
     cJSON_AddBoolToObject(c, "attention_bias", 0);
     cJSON_AddBoolToObject(c, "mlp_bias", 0);
-    double factor = hyper(hypers, "rope_factor");
+    double factor = hf_config_hyper(hypers, "rope_factor");
     if (isnan(factor) || factor == 0) {
         cJSON_AddNullToObject(c, "rope_scaling");
     } else {
@@ -418,7 +417,7 @@ static cJSON *config_llama(const char *hypers, const char *torch_dtype, char *er
         cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
         cJSON_AddStringToObject(rs, "rope_type", "llama3");
         for (int k = 0; k < 4; k++)
-            cJSON_AddNumberToObject(rs, names[k], hyper(hypers, hypers_of[k]));
+            cJSON_AddNumberToObject(rs, names[k], hf_config_hyper(hypers, hypers_of[k]));
     }
     cJSON_AddStringToObject(c, "torch_dtype", torch_dtype);
     cJSON_AddStringToObject(c, "transformers_version", "4.44.0");
@@ -440,7 +439,7 @@ static cJSON *config_gpt2(const char *hypers, const char *torch_dtype, char *err
     cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "architectures"), cJSON_CreateString("GPT2LMHeadModel"));
     cJSON_AddStringToObject(c, "model_type", "gpt2");
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        double v = hyper(hypers, fields[i].fusion);
+        double v = hf_config_hyper(hypers, fields[i].fusion);
         if (isnan(v)) {
             snprintf(err, n, "the checkpoint's fusion.hypers has no '%s' (for config.json's %s)", fields[i].fusion,
                      fields[i].hf);
@@ -449,7 +448,7 @@ static cJSON *config_gpt2(const char *hypers, const char *torch_dtype, char *err
         }
         cJSON_AddNumberToObject(c, fields[i].hf, v);
     }
-    double eps = hyper(hypers, "norm_eps");
+    double eps = hf_config_hyper(hypers, "norm_eps");
     cJSON_AddNumberToObject(c, "layer_norm_epsilon", isnan(eps) ? 1e-5 : eps);
     cJSON_AddStringToObject(c, "activation_function", "gelu_new");
     cJSON_AddNullToObject(c, "n_inner");

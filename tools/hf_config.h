@@ -74,6 +74,8 @@ int hf_config_read(const char *path, const char *model_file, const char *model, 
  * hyper-parameter is missing or the model has no Hugging Face
  * architecture. */
 struct cJSON;
+/* Hyper-parameter `name` of "name=value ..." (fusion.hypers), or NAN. */
+double hf_config_hyper(const char *hypers, const char *name);
 struct cJSON *hf_config_write(const char *model, const char *hypers, const char *torch_dtype, char *why, size_t n);
 
 #endif
