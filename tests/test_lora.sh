@@ -15,6 +15,8 @@
 #    the rest of the base bit for bit, and the merged model's loss the
 #    LoRA model's; another base, or a plain export, refused;
 #  - a fresh LoRA (B zero) starts at the base model's loss exactly;
+#  - quality: a base trained on the licences, fine-tuned with LoRA on this
+#    repository's docs, lowers its validation loss on held-out docs;
 #  - 2 stages x 2 replicas on local-4: one device's losses within 1e-5;
 #  - bad input: a target that wraps no linear, a malformed --lora, a
 #    frozen weight missing from --init.
@@ -139,6 +141,20 @@ grep -q "a fine-tune's checkpoint, which records its frozen base weights but doe
 "$work/plain/cpu0/fusion-cpu0" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 1 >"$work/plain.1" 2>&1 ||
   fail "plain run: $(tail -2 "$work/plain.1")"
 expect_eq "a fresh LoRA's first loss is the base model's" "$(losses "$work/plain.1")" "$(losses "$work/train" | head -1)"
+
+# ---- quality: LoRA on a second text lowers the validation loss on it
+"$work/plain/cpu0/fusion-cpu0" --data "$work/corpus.txt" --seed 3 --steps 60 --save "$work/pre" >/dev/null 2>&1 ||
+  fail "pre-training"
+ls docs/*.md | grep -v testing.md | xargs cat >"$work/docs.txt"
+"$FUSIONC" compile "${model[@]}" --set lr=1e-2 "${lora[@]}" clusters/local-1.xml -o "$work/ft" >/dev/null 2>&1 ||
+  fail "compile the fine-tune"
+"$work/ft/cpu0/fusion-cpu0" --init "$work/pre/step-60/checkpoint.safetensors" --data "$work/docs.txt" --val-data docs/testing.md --val-every 1 \
+  --val-batches 8 --seed 3 --steps 60 >"$work/ft.out" 2>&1 && pass || fail "the fine-tune: $(tail -3 "$work/ft.out")"
+first=$(sed -n 's/^step  *1\/60 .*val_loss \([0-9.]*\)$/\1/p' "$work/ft.out")
+last=$(sed -n 's/^step  *60\/60 .*val_loss \([0-9.]*\)$/\1/p' "$work/ft.out")
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(a != "" && b != "" && b < a - 0.05) }' && pass ||
+  fail "LoRA on the docs did not lower their validation loss: $first after step 1, $last after 60"
+echo "  lora quality: held-out docs' val_loss $first after step 1, $last after 60" >&2
 
 # ---- a pipeline of replicas
 "$FUSIONC" compile "${model[@]}" "${lora[@]}" clusters/local-4.xml -o "$work/pipe" --stages 2 --replicas 2 \
