@@ -194,7 +194,7 @@ const op_def op_table[OP_COUNT] = {
     [OP_CROSS_ENTROPY_BACKWARD] = { BACKWARD("cross_entropy_backward", OP_CROSS_ENTROPY, 3, 3, 1,
                                              flops_output_elements_4),
                                     .in_names = { "logits", "targets", "dloss" }, .n_attr_specs = 1,
-                                    .attr_specs = { REQ_INT(ATTR_GRADS) } },
+                                    .attr_specs = { REQ_INT(ATTR_GRADS) }, .in_place = 1 + 0 },
     [OP_CONV2D_BACKWARD] = { BACKWARD("conv2d_backward", OP_CONV2D, 3, 3, 3, flops_conv2d_backward),
                              .in_names = { "x", "w", "dy" }, .n_attr_specs = 3,
                              .attr_specs = { REQ_INT(ATTR_GRADS), OPT_INT(ATTR_STRIDE, 1), OPT_INT(ATTR_PAD, 0) } },

@@ -62,6 +62,12 @@ typedef struct {
     /* 1: the backward writes the gradient of every float input, wanted or
      * not (concat: its slices' offsets need every input's size). */
     int bwd_all_inputs;
+    /* 1 + k: output 0 may be written over input k when this op is its last
+     * reader (same size; the kernels read each element before they write
+     * it, on both back ends); 0: no.  The memory pass then gives both one
+     * place: cross_entropy_backward's logits gradient over the logits,
+     * the largest activation of a language model. */
+    int in_place;
     /* Ops whose cost is a constant per element (flops_per_element below):
      * FLOPs per output element forward, and per output element for all of
      * the input gradients backward.  A new elementwise or normalising op

@@ -8,6 +8,10 @@
  *     what a recomputing stage's forward receives (it is put back before
  *     the forward runs again);
  *   - an op's scratch (attention, convolution) lives only while it runs;
+ *   - an op that may write its output over an input (op_def.in_place:
+ *     cross_entropy_backward's logits gradient over the logits) gets one
+ *     buffer for both when it is that input's last reader: the logits'
+ *     place, living until the gradient's last reader;
  *   - buffers are placed largest first, each at the lowest 64-byte-aligned
  *     offset that overlaps no buffer whose lifetime overlaps its own (the
  *     greedy-by-size plan of TensorFlow Lite and llm.c's arenas), in
@@ -58,8 +62,10 @@ int pass_memory(ir_graph *g, struct diag *err)
     int32_t *last_reader = malloc(((size_t)n_values + 1) * sizeof *last_reader);
     mem_buffer *buffers = malloc(((size_t)n_values + (size_t)n_nodes + 1) * sizeof *buffers);
     int64_t *no_offsets = calloc((size_t)n_values + 1, sizeof *no_offsets);
+    int32_t *over = malloc(((size_t)n_values + 1) * sizeof *over),
+            *under = malloc(((size_t)n_values + 1) * sizeof *under);
     int rc = 0;
-    if (!first_reader || !last_reader || !buffers || !no_offsets) {
+    if (!first_reader || !last_reader || !buffers || !no_offsets || !over || !under) {
         rc = diag_set(err, ir_loc_file(g, (ir_loc){ 0, 0 }), 0, "out of memory planning the arena");
         goto done;
     }
@@ -72,6 +78,23 @@ int pass_memory(ir_graph *g, struct diag *err)
                 first_reader[v] = i;
             last_reader[v] = i;
         }
+    /* over[out] = in when out is written over in (op_def.in_place), and under[in] = out. */
+    for (int32_t v = 0; v < n_values; v++)
+        over[v] = under[v] = -1;
+    for (int32_t i = 0; i < n_nodes; i++) {
+        const ir_node *node = &g->nodes[i];
+        int k = op_table[node->op].in_place - 1;
+        if (k < 0 || k >= node->n_in || node->n_out < 1)
+            continue;
+        int32_t in = node->in[k], out = node->out[0];
+        const ir_value *x = &g->values[in];
+        if (last_reader[in] == i && x->producer >= 0 && in != g->loss && under[in] < 0 &&
+            ir_value_bytes(g, in) == ir_value_bytes(g, out) && value_device(g, in, first_reader) == device_of(node) &&
+            !(g->nodes[x->producer].op == OP_RECV)) {
+            over[out] = in;
+            under[in] = out;
+        }
+    }
     int32_t n_devices = 1;
     for (int32_t i = 0; i < n_nodes; i++)
         if (device_of(&g->nodes[i]) + 1 > n_devices)
@@ -93,11 +116,15 @@ int pass_memory(ir_graph *g, struct diag *err)
             int replayed = producer && producer->op == OP_RECV && producer->phase != PHASE_BACKWARD &&
                            producer->phase != PHASE_UPDATE && ir_placement_recompute(&g->placement, producer->stage);
             int whole_step = val->producer < 0 || v == g->loss || once || replayed;
+            if (over[v] >= 0)
+                continue; /* placed with the input it is written over */
             mem_buffer *b = &buffers[n++];
             b->bytes = align_up(ir_value_bytes(g, v) > 0 ? ir_value_bytes(g, v) : 1);
             b->start = whole_step ? 0 : val->producer;
             b->end = whole_step ? last : (last_reader[v] > val->producer ? last_reader[v] : val->producer);
             b->owner = v;
+            for (int32_t w = under[v]; w >= 0 && !whole_step; w = -1) /* w written over v: v's place lives on */
+                b->end = last_reader[w] > b->end ? last_reader[w] : b->end;
         }
         for (int32_t i = 0; i < n_nodes; i++) {
             if (device_of(&g->nodes[i]) != d)
@@ -127,12 +154,17 @@ int pass_memory(ir_graph *g, struct diag *err)
             else
                 g->nodes[-buffers[j].owner - 1].ws_offset = buffers[j].offset;
         }
+        for (int32_t v = 0; v < n_values; v++)
+            if (over[v] >= 0 && value_device(g, v, first_reader) == d)
+                g->values[v].offset = g->values[over[v]].offset;
     }
 done:
     free(first_reader);
     free(last_reader);
     free(buffers);
     free(no_offsets);
+    free(over);
+    free(under);
     return rc;
 }
 
