@@ -24,6 +24,10 @@
  * trained one, which starts from its initialiser (LoRA's A random, B
  * zero) and is counted in a line; a frozen one must always be found.
  *
+ * A fusion checkpoint (a --save folder, its newest complete step; or one
+ * step-N folder) is a source too: each of its parts, verified against its
+ * MANIFEST, read by name.
+ *
  * What it deliberately is not: a loader of Hugging Face's other formats
  * (pytorch_model.bin, .pt): safetensors only. */
 #include <errno.h>
@@ -36,6 +40,7 @@
 
 #include "../ir/ir.h"
 #include "checkpoint.h"
+#include "checkpoint_store.h"
 #include "safetensors.h"
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 
@@ -171,7 +176,40 @@ static int read_sharded(program *p, const char *dir, const char *index_path, cha
     return rc ? 1 : 0;
 }
 
-/* One --init source: a file or a folder. */
+/* A fusion checkpoint as a source: a step folder (it has a MANIFEST), or a
+ * --save folder's newest complete step; each part, verified, read by name. */
+static int read_checkpoint(program *p, const char *path, char *found, int frozen_only, int *was)
+{
+    char step_dir[FU_PATH_BYTES + 64], manifest[FU_PATH_BYTES + 80], why[FU_PATH_BYTES + 300];
+    int64_t *steps = NULL;
+    snprintf(manifest, sizeof manifest, "%s/%s", path, CKPT_MANIFEST);
+    *was = 1;
+    if (is_file(manifest))
+        snprintf(step_dir, sizeof step_dir, "%s", path);
+    else if (ckpt_list_steps(path, 1, &steps, why, sizeof why) > 0)
+        ckpt_step_dir(path, steps[0], step_dir, sizeof step_dir);
+    else
+        *was = 0;
+    free(steps);
+    if (!*was)
+        return 0;
+    ckpt_manifest m;
+    if (ckpt_manifest_read(step_dir, &m, why, sizeof why) != 0)
+        return fail("%s", why);
+    int rc = 0;
+    for (int32_t k = 0; k < m.n_parts && rc == 0; k++) {
+        char part[2 * FU_PATH_BYTES];
+        snprintf(part, sizeof part, "%s/%s", step_dir, m.parts[k].name);
+        if (ckpt_verify_part(step_dir, &m, m.parts[k].name, why, sizeof why) != 0)
+            rc = fail("%s", why);
+        else
+            rc = read_params(p, part, NULL, NULL, found, frozen_only);
+    }
+    ckpt_manifest_free(&m);
+    return rc;
+}
+
+/* One --init source: a file, a Hugging Face folder or a fusion checkpoint. */
 static int read_source(program *p, const char *path, char *found, int frozen_only)
 {
     struct stat st;
@@ -186,8 +224,12 @@ static int read_source(program *p, const char *path, char *found, int frozen_onl
         return read_sharded(p, path, index, found, frozen_only);
     if (is_file(single))
         return read_params(p, single, NULL, NULL, found, frozen_only);
-    return fail("%s: a folder with neither %s nor %s (a Hugging Face model folder holds one)", path, HF_SINGLE,
-                HF_INDEX);
+    int was = 0, rc = read_checkpoint(p, path, found, frozen_only, &was);
+    if (was)
+        return rc;
+    return fail("%s: a folder with neither %s nor %s (a Hugging Face model folder holds one), nor a fusion "
+                "checkpoint (a MANIFEST, or step-N folders with one)",
+                path, HF_SINGLE, HF_INDEX);
 }
 
 int read_init_weights(program *p, const char *const *paths, int n_paths, int frozen_only)

@@ -170,10 +170,10 @@ static const cli_option device_options[] = {
               "size; AdamW's moments stay fp32; a run resumed from it starts from the\n"
               "rounded weights, so it is no longer bit for bit)" },
     { .name = "--init", .metavar = "PATH", CLI_WHOLE(parse_init),
-      .help = "initial parameters, by name, from a safetensors file or a Hugging Face\n"
+      .help = "initial parameters, by name, from a safetensors file, a Hugging Face\n"
               "model folder (model.safetensors, or model.safetensors.index.json and\n"
-              "its shards); F32, BF16 or F16.  Repeatable (a base model, then\n"
-              "adapters): a later one's over an earlier one's" },
+              "its shards) or a fusion checkpoint (--save's folder); F32, BF16 or F16.\n"
+              "Repeatable (a base model, then adapters): a later one's over an earlier one's" },
     { .name = "--inputs", .metavar = "FILE", CLI_STRING(run_options, inputs),
       .help = "the model's inputs, by name, from a safetensors file (the same every step)" },
     { .name = "--dump-grads", .metavar = "FILE", CLI_STRING(run_options, dump_grads),

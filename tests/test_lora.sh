@@ -15,8 +15,9 @@
 #    the rest of the base bit for bit, and the merged model's loss the
 #    LoRA model's; another base, or a plain export, refused;
 #  - a fresh LoRA (B zero) starts at the base model's loss exactly;
-#  - quality: a base trained on the licences, fine-tuned with LoRA on this
-#    repository's docs, lowers its validation loss on held-out docs;
+#  - quality: a base trained on the licences (--init of its --save
+#    folder), fine-tuned with LoRA on this repository's docs, lowers its
+#    validation loss on held-out docs;
 #  - 2 stages x 2 replicas on local-4: one device's losses within 1e-5;
 #  - bad input: a target that wraps no linear, a malformed --lora, a
 #    frozen weight missing from --init.
@@ -148,7 +149,7 @@ expect_eq "a fresh LoRA's first loss is the base model's" "$(losses "$work/plain
 ls docs/*.md | grep -v testing.md | xargs cat >"$work/docs.txt"
 "$FUSIONC" compile "${model[@]}" --set lr=1e-2 "${lora[@]}" clusters/local-1.xml -o "$work/ft" >/dev/null 2>&1 ||
   fail "compile the fine-tune"
-"$work/ft/cpu0/fusion-cpu0" --init "$work/pre/step-60/checkpoint.safetensors" --data "$work/docs.txt" --val-data docs/testing.md --val-every 1 \
+"$work/ft/cpu0/fusion-cpu0" --init "$work/pre" --data "$work/docs.txt" --val-data docs/testing.md --val-every 1 \
   --val-batches 8 --seed 3 --steps 60 >"$work/ft.out" 2>&1 && pass || fail "the fine-tune: $(tail -3 "$work/ft.out")"
 first=$(sed -n 's/^step  *1\/60 .*val_loss \([0-9.]*\)$/\1/p' "$work/ft.out")
 last=$(sed -n 's/^step  *60\/60 .*val_loss \([0-9.]*\)$/\1/p' "$work/ft.out")
