@@ -37,6 +37,7 @@
 #include "../runtime/safetensors.h"
 #include "export.h"
 #include "export_lora.h"
+#include "hf_json.h"
 #include "hf_config.h"
 
 typedef struct {
@@ -223,35 +224,6 @@ static void checkpoint_close(checkpoint *c)
 
 /* ---- config.json ---------------------------------------------------------- */
 
-/* j as Hugging Face writes its JSON: two spaces an indent, "key": value.
- * (cJSON indents with tabs; a tab never appears raw inside a string.) */
-static char *json_text(const cJSON *j)
-{
-    char *tabs = cJSON_Print(j), *out = tabs ? malloc(2 * strlen(tabs) + 2) : NULL;
-    size_t k = 0;
-    for (const char *p = tabs; out && *p; p++) {
-        if (*p != '\t')
-            out[k++] = *p;
-        else if (p > tabs && p[-1] == ':')
-            out[k++] = ' ';
-        else
-            out[k++] = ' ', out[k++] = ' ';
-    }
-    if (out)
-        out[k++] = '\n', out[k] = 0;
-    free(tabs);
-    return out;
-}
-
-int export_write_json(const char *dir, const char *name, const cJSON *j, char *err, size_t n)
-{
-    char path[FU_PATH_BYTES + 64], *text = json_text(j);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    int rc = text ? atomic_write_file(path, text, strlen(text), err, n) : (snprintf(err, n, "out of memory"), -1);
-    free(text);
-    return rc;
-}
-
 /* ---- the weights ---------------------------------------------------------- */
 
 static int64_t tensor_elements(const st_tensor *t)
@@ -336,7 +308,7 @@ static int write_weights(const st_tensor *weights, int n_weights, const char *di
         first = last;
     }
     if (rc == 0 && n_shards > 1)
-        rc = export_write_json(dir, "model.safetensors.index.json", index, err, n);
+        rc = hf_json_write(dir, "model.safetensors.index.json", index, err, n);
     if (rc == 0)
         rc = remove_stale(dir, n_shards, err, n);
     cJSON_Delete(index);
@@ -502,7 +474,7 @@ int export_main(int argc, char **argv)
         rc = write_weights(c.weights, c.n_weights, o.output, as, (int64_t)max_shard, why, sizeof why);
     }
     if (rc == 0 && !o.adapter)
-        rc = export_write_json(o.output, "config.json", config, why, sizeof why);
+        rc = hf_json_write(o.output, "config.json", config, why, sizeof why);
     char found[FU_PATH_BYTES + 32];
     if (rc == 0 && !o.tokenizer && compiled_tokenizer(source, c.step_dir, found, sizeof found))
         o.tokenizer = found;

@@ -35,6 +35,7 @@
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 #include "export_lora.h"
 #include "hf_config.h"
+#include "hf_json.h"
 
 #define LORA_A   ".lora_A.weight"
 #define LORA_B   ".lora_B.weight"
@@ -137,7 +138,7 @@ int export_lora_adapter(const st_tensor *w, int n, const char *model, const char
         snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
         rc = st_write_as(path, out, k, types, metadata, err, size);
         if (rc == 0)
-            rc = export_write_json(dir, "adapter_config.json", cfg, err, size);
+            rc = hf_json_write(dir, "adapter_config.json", cfg, err, size);
     } else {
         snprintf(err, size, "out of memory, or a name too long for PEFT's prefix");
     }

@@ -5,11 +5,6 @@
 
 #include "../runtime/safetensors.h"
 
-struct cJSON;
-
-/* DIR/NAME as Hugging Face writes JSON, whole or not at all (export.c). */
-int export_write_json(const char *dir, const char *name, const struct cJSON *j, char *err, size_t n);
-
 /* How many adapters (<linear>.lora_A.weight) the weights w[0..n) hold. */
 int export_lora_count(const st_tensor *w, int n);
 
