@@ -69,10 +69,17 @@ int checkpoint_check_frozen(const program *p, const char *recorded, char *err, s
     for (const char *line = mine; *line && rc == 0; line = strchr(line, '\n') + 1) {
         const char *name = line + 17, *end = strchr(line, '\n');
         int len = (int)(end - name);
-        const char *at = recorded;
-        while (at && *at && !(strncmp(at + 17, name, (size_t)len) == 0 && at[17 + len] == '\n'))
-            at = strchr(at, '\n') ? strchr(at, '\n') + 1 : NULL;
-        if (!at || !*at)
+        /* The record's line "HASH NAME" for this name (a malformed line matches nothing). */
+        const char *at = recorded, *found = NULL;
+        while (at && *at && !found) {
+            const char *eol = strchr(at, '\n');
+            size_t line_len = eol ? (size_t)(eol - at) : strlen(at);
+            if (line_len == (size_t)len + 17 && at[16] == ' ' && strncmp(at + 17, name, (size_t)len) == 0)
+                found = at;
+            at = eol ? eol + 1 : NULL;
+        }
+        at = found;
+        if (!at)
             rc = rt_error(err, n,
                           "the checkpoint does not record frozen parameter '%.*s': it was not a fine-tune with it "
                           "frozen (start one from it with --init instead)",

@@ -255,13 +255,14 @@ int export_lora_merge(const st_tensor *w, int n, const char *model, const char *
     int n_files = 0, lines = 0;
     for (const char *p = frozen; *p; p++)
         lines += *p == '\n';
-    st_tensor *out = calloc((size_t)(lines + n) + 1, sizeof *out);
-    float **data = calloc((size_t)lines + 1, sizeof *data);
+    st_tensor *out = calloc((size_t)(lines + 1 + n) + 1, sizeof *out); /* a last line may lack its newline */
+    float **data = calloc((size_t)lines + 2, sizeof *data);
     int k = 0, rc = out && data ? open_base(base, &files, &n_files, err, size) : -1;
-    for (const char *line = frozen; rc == 0 && *line; line = strchr(line, '\n') + 1) {
+    for (const char *line = frozen, *eol; rc == 0 && line && *line; line = eol ? eol + 1 : NULL) {
         char name[ST_NAME_MAX], hash[17];
-        int len = (int)(strchr(line, '\n') - line) - 17;
-        if (len <= 0 || len >= (int)sizeof name || line[16] != ' ') {
+        eol = strchr(line, '\n');
+        int len = (int)(eol ? (size_t)(eol - line) : strlen(line)) - 17;
+        if (len <= 0 || len >= (int)sizeof name || line[16] != ' ' || strspn(line, "0123456789abcdef") != 16) {
             rc = -1, snprintf(err, size, "fusion.frozen: a line that is not \"HASH NAME\"");
             break;
         }
