@@ -364,8 +364,12 @@ static void kb_row_logsumexp(kbuf *kb, int64_t V)
               LL(V), LL(V));
 }
 
+/* A target the loss skips (runtime/cpu/kernels.h's KERNEL_IGNORE_TARGET). */
+#define CE_IGNORE (-100)
+
 /* logits (N,V), targets (N) -> loss: a block per row writes its loss (double)
- * to scratch, one block sums them.  A bad target is reported. */
+ * to scratch (0 for an ignored target), one block sums them, times the
+ * step's loss weight (fusion_args).  A bad target is reported. */
 int lower_cross_entropy(cuda_plan *p, const rt_op *op)
 {
     int64_t V = op->in[0].dim[op->in[0].rank - 1], N = rt_tensor_numel(&op->in[0]) / V;
@@ -378,9 +382,10 @@ int lower_cross_entropy(cuda_plan *p, const rt_op *op)
     kb_printf(&kb,
               "    int t = ((const int *)a.p[2])[r];\n"
               "    double *rows = (double *)a.p[3];\n"
+              "    if (t == %d) { if (threadIdx.x == 0) rows[r] = 0; return; }\n"
               "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) { fusion_report_bad(a.p[4], r); rows[r] = 0; } "
               "return; }\n",
-              LL(V));
+              CE_IGNORE, LL(V));
     kb_row_logsumexp(&kb, V);
     kb_printf(&kb, "    if (threadIdx.x == 0) rows[r] = (double)mx + log(s) - (double)LD(x[t]);\n");
     if (step_kernel(p, kb_finish(p, &kb, "cross_entropy_rows"), N, 0, 1, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
@@ -388,13 +393,14 @@ int lower_cross_entropy(cuda_plan *p, const rt_op *op)
         return -1;
     kb_printf(&kb, "%s", RED_DECLS);
     kb_ptr(&kb, "loss", 0, out_arg(op, 0), 1, NULL);
-    kb_printf(&kb,
-              "    const double *rows = (const double *)a.p[1];\n"
-              "    double s = 0;\n"
-              "    for (long long r = threadIdx.x; r < %lldLL; r += blockDim.x) s += rows[r];\n"
-              "    s = fusion_block_sum(s, red);\n"
-              "    if (threadIdx.x == 0) ST(*loss, (float)(s / %lld.0));\n",
-              LL(N), LL(N));
+    kb_printf(
+        &kb,
+        "    const double *rows = (const double *)a.p[1];\n"
+        "    double s = 0;\n"
+        "    for (long long r = threadIdx.x; r < %lldLL; r += blockDim.x) s += rows[r];\n"
+        "    s = fusion_block_sum(s, red);\n"
+        "    if (threadIdx.x == 0) ST(*loss, (float)(s / %lld.0) * (a.loss_weight > 0 ? a.loss_weight : 1.0f));\n",
+        LL(N), LL(N));
     return step_kernel(p, kb_finish(p, &kb, "mean_rows"), 1, 0, 0, out_arg(op, 0), arg_scratch(0), ARG_END);
 }
 
@@ -411,11 +417,13 @@ int lower_cross_entropy_backward(cuda_plan *p, const rt_op *op)
     kb_ptr(&kb, "x", 1, in_arg(op, 0), 0, row_offset(row, "r", V));
     kb_ptr(&kb, "dx", 0, out_arg(op, 0), 1, row);
     kb_ptr(&kb, "dloss", 3, in_arg(op, 2), 0, NULL);
-    kb_printf(&kb,
-              "    int t = ((const int *)a.p[2])[r];\n"
-              "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) fusion_report_bad(a.p[4], r); return; }\n"
-              "    float g = (float)((double)LD(*dloss) / %lld.0);\n",
-              LL(V), LL(N));
+    kb_printf(
+        &kb,
+        "    int t = ((const int *)a.p[2])[r];\n"
+        "    if (t == %d) { for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(dx[j], 0.0f); return; }\n"
+        "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) fusion_report_bad(a.p[4], r); return; }\n"
+        "    float g = (float)((double)LD(*dloss) * (a.loss_weight > 0 ? a.loss_weight : 1.0f) / %lld.0);\n",
+        CE_IGNORE, LL(V), LL(V), LL(N));
     kb_row_logsumexp(&kb, V);
     kb_printf(&kb,
               "    float inv = (float)(1.0 / s);\n"

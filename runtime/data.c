@@ -59,6 +59,12 @@ static int grow(rt_data *d, int64_t more)
     if (!p)
         return -1;
     d->tokens = p;
+    if (d->mask) {
+        uint8_t *m = realloc(d->mask, (size_t)cap);
+        if (!m)
+            return -1;
+        d->mask = m;
+    }
     d->cap = cap;
     return 0;
 }
@@ -79,6 +85,8 @@ static int load_text(rt_data *d, FILE *f, const unsigned char *head, size_t got,
             return rt_error(err, n, "%s: out of memory reading the data", path);
         for (size_t i = 0; i < len; i++)
             d->tokens[d->n + (int64_t)i] = bytes[i];
+        if (d->mask)
+            memset(d->mask + d->n, 1, len);
         d->n += (int64_t)len;
         bytes = buf;
     } while ((len = fread(buf, 1, sizeof buf, f)) > 0);
@@ -91,14 +99,17 @@ static int load_text(rt_data *d, FILE *f, const unsigned char *head, size_t got,
  * count and size checked, then its ids. */
 static int load_shard(rt_data *d, FILE *f, const unsigned char *head, const char *path, char *err, size_t n)
 {
-    int32_t version = le32(head + 4), count = le32(head + 8);
+    int32_t version = le32(head + 4), count = le32(head + 8), flags = le32(head + 12);
     if (version != RT_SHARD_VERSION_U16 && version != RT_SHARD_VERSION_U32)
         return rt_error(err, n, "%s: token shard version %d, expected %d (uint16 ids) or %d (uint32 ids)", path,
                         (int)version, RT_SHARD_VERSION_U16, RT_SHARD_VERSION_U32);
     if (count <= 0)
         return rt_error(err, n, "%s: token shard claims %d tokens (the count must be above 0)", path, (int)count);
-    int width = version == RT_SHARD_VERSION_U16 ? 2 : 4;
-    int64_t want = RT_SHARD_HEADER_BYTES + (int64_t)count * width;
+    if (flags & ~RT_SHARD_FLAG_MASK)
+        return rt_error(err, n, "%s: token shard flags %d (header[3]): only %d (a loss mask) is known", path,
+                        (int)flags, RT_SHARD_FLAG_MASK);
+    int width = version == RT_SHARD_VERSION_U16 ? 2 : 4, masked = (flags & RT_SHARD_FLAG_MASK) != 0;
+    int64_t want = RT_SHARD_HEADER_BYTES + (int64_t)count * (width + masked);
     struct stat sb;
     if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (int64_t)sb.st_size != want) {
         int64_t size = (int64_t)sb.st_size;
@@ -108,9 +119,16 @@ static int load_shard(rt_data *d, FILE *f, const unsigned char *head, const char
         else
             snprintf(what, sizeof what, "has %lld trailing bytes", (long long)(size - want));
         return rt_error(err, n,
-                        "%s: token shard %s: its header counts %d tokens of %d bytes (%lld bytes with the "
+                        "%s: token shard %s: its header counts %d tokens of %d bytes%s (%lld bytes with the "
                         "header), the file has %lld",
-                        path, what, (int)count, width, (long long)want, (long long)size);
+                        path, what, (int)count, width, masked ? " and a mask byte each" : "", (long long)want,
+                        (long long)size);
+    }
+    if (masked && !d->mask) { /* the tokens before this file are all trained on */
+        d->mask = malloc((size_t)(d->cap > 0 ? d->cap : 1));
+        if (!d->mask)
+            return rt_error(err, n, "%s: out of memory for the mask", path);
+        memset(d->mask, 1, (size_t)d->n);
     }
     if (grow(d, count))
         return rt_error(err, n, "%s: out of memory for the shard's %d tokens", path, (int)count);
@@ -128,6 +146,15 @@ static int load_shard(rt_data *d, FILE *f, const unsigned char *head, const char
                             "%s: token shard is too short: it ends after %lld of the %d tokens its header counts", path,
                             (long long)done, (int)count);
     }
+    if (masked && fread(d->mask + d->n, 1, (size_t)count, f) != (size_t)count)
+        return rt_error(err, n, "%s: token shard is too short: its mask ends before its %d tokens' bytes", path,
+                        (int)count);
+    for (int64_t i = 0; masked && i < count; i++)
+        if (d->mask[d->n + i] > 1)
+            return rt_error(err, n, "%s: mask byte %d at token %lld: 0 (not a target) or 1 only", path,
+                            (int)d->mask[d->n + i], (long long)i);
+    if (!masked && d->mask)
+        memset(d->mask + d->n, 1, (size_t)count);
     if (fgetc(f) != EOF) /* a pipe: its size was not known before */
         return rt_error(err, n, "%s: token shard has trailing bytes after the %d tokens its header counts", path,
                         (int)count);
@@ -203,13 +230,29 @@ void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, 
             if (tokens)
                 tokens[b * T + t] = (int32_t)d->tokens[start + t];
             if (targets)
-                targets[b * T + t] = (int32_t)d->tokens[start + t + 1];
+                targets[b * T + t] =
+                    d->mask && !d->mask[start + t + 1] ? RT_IGNORE_TARGET : (int32_t)d->tokens[start + t + 1];
         }
     }
+}
+
+double rt_data_loss_weight(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, int64_t rows, int64_t T)
+{
+    if (!d || !d->mask || rows < 1 || T < 1)
+        return 1.0;
+    int64_t trained = 0;
+    for (int64_t b = 0; b < rows; b++) { /* the windows rt_data_batch draws */
+        rt_rng r = rt_rng_seeded(seed, (uint64_t)step, (uint64_t)(row0 + b) + 0x5EED);
+        int64_t start = (int64_t)(rt_rng_next(&r) % (uint64_t)(d->n - T - 1));
+        for (int64_t t = 0; t < T; t++)
+            trained += d->mask[start + t + 1];
+    }
+    return trained > 0 ? (double)(rows * T) / (double)trained : 0.0;
 }
 
 void rt_data_free(rt_data *d)
 {
     free(d->tokens);
+    free(d->mask);
     memset(d, 0, sizeof *d);
 }

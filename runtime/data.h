@@ -2,9 +2,13 @@
  *
  * Two formats:
  *   - llm.c token shards: a 256-int32 little-endian header ([0] the magic
- *     20240520, [1] the version, [2] the token count, the rest 0), then the
- *     tokens: version 1 as uint16 (vocabularies up to 65,536), version 2 as
- *     uint32 (larger ones), little-endian;
+ *     20240520, [1] the version, [2] the token count, [3] fusion's flags,
+ *     the rest 0), then the tokens: version 1 as uint16 (vocabularies up to
+ *     65,536), version 2 as uint32 (larger ones), little-endian; with flag
+ *     RT_SHARD_FLAG_MASK (fusionc tokenize --jsonl), one byte a token
+ *     after them: 1 the token is trained on as a target, 0 not (a prompt).
+ *     llm.c's readers leave [3] at 0 and read `count` ids: a masked
+ *     shard's ids read the same there, its mask ignored;
  *   - text, read as bytes (tokens 0..255).
  * Several files may be given; their tokens are concatenated in order.
  *
@@ -36,6 +40,11 @@
 #define RT_SHARD_HEADER_BYTES 1024
 #define RT_SHARD_VERSION_U16  1 /* uint16 ids */
 #define RT_SHARD_VERSION_U32  2 /* uint32 ids */
+#define RT_SHARD_FLAG_MASK    1 /* header[3]: a loss mask, a byte a token, after the ids */
+/* A target the loss skips (PyTorch's ignore_index and Hugging Face's label
+ * for a prompt token): cross_entropy counts it neither in its sum nor, by
+ * the step's loss weight (rt_data_loss_weight), in its mean. */
+#define RT_IGNORE_TARGET (-100)
 
 /* --data-format: how a file is read (above). */
 typedef enum { RT_DATA_AUTO = 0, RT_DATA_SHARD = 1, RT_DATA_TEXT = 2 } rt_data_format;
@@ -44,6 +53,7 @@ typedef struct {
     uint32_t *tokens;
     int64_t n, cap;
     int from_shards; /* 1: token shards, 0: bytes of text */
+    uint8_t *mask;   /* [cap] 1: trained on as a target; NULL: every token is (no file had a mask) */
 } rt_data;
 
 /* Append the tokens of `path`, read as `format`, to d (d zeroed before the
@@ -59,6 +69,12 @@ int rt_data_load(rt_data *d, const char *path, rt_data_format format, int64_t vo
  * that holds only one of them). */
 void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, int32_t *tokens, int32_t *targets,
                    int64_t B, int64_t T);
+/* With a mask, a target whose token it marks 0 is RT_IGNORE_TARGET. */
+/* The factor that makes cross_entropy's mean over all of a step's targets
+ * (the ignored ones counting 0) the mean over the ones it trains on: the
+ * rows row0 .. row0+rows-1 of (seed, step)'s batch, T targets each, over how
+ * many of them are not ignored (1 without a mask; 0 when every one is). */
+double rt_data_loss_weight(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, int64_t rows, int64_t T);
 void rt_data_free(rt_data *d);
 
 /* Deterministic random numbers: xoshiro256** seeded through splitmix64

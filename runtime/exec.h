@@ -62,6 +62,10 @@ typedef struct rt_context_s {
      * as they were and sets overflowed.  AdamW's bias correction counts the
      * steps taken: step - skipped. */
     float loss_scale;
+    /* cross_entropy's mean over all its targets times loss_weight is the
+     * mean over the ones it trains on (masked data: data.h's
+     * rt_data_loss_weight); 0 or 1: no mask. */
+    float loss_weight;
     int32_t inject_overflow;
     int32_t overflowed;
     int64_t skipped;

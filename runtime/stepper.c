@@ -113,6 +113,33 @@ void stepper_trace(const rt_context *ctx, const char *what, double t0)
     rt_trace_span(ctx->trace, 0, "micro-batch", name, t0, rt_trace_clock(), args);
 }
 
+/* cross_entropy's loss weight (exec.h) for the batch of (seed, step) on a
+ * device that feeds the targets: the whole batch's targets (its site's
+ * under diloco, all of it validating there) over the ones not masked, so
+ * that every plan's loss is the mean over the same trained targets; with
+ * --inputs, this device's targets alone.  1 elsewhere. */
+static float loss_weight(const stepper *st, const rt_data *d, uint64_t seed, int64_t step, int validating)
+{
+    const program *p = st->p;
+    const rt_manifest *mf = &p->manifest;
+    if (st->targets_at < 0)
+        return 1.0f;
+    if (st->o->inputs) {
+        const int32_t *t = (const int32_t *)(p->arena + p->tensors[st->targets_at].t.offset);
+        int64_t n = rt_tensor_numel(&p->tensors[st->targets_at].t), trained = 0;
+        for (int64_t i = 0; i < n; i++)
+            trained += t[i] != RT_IGNORE_TARGET;
+        return trained > 0 ? (float)((double)n / (double)trained) : 0.0f;
+    }
+    int diloco = mf->diloco.sync == RT_SYNC_DILOCO;
+    int64_t rows = st->b * mf->micro_batches * mf->n_replicas, row0 = 0;
+    if (diloco)
+        rows = validating ? mf->diloco.global_rows : mf->diloco.site_rows[mf->diloco.site];
+    if (diloco && !validating)
+        row0 = mf->diloco.row_offset;
+    return (float)rt_data_loss_weight(d, seed, step, row0, rows, st->T);
+}
+
 static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
 {
     program *p = st->p;
@@ -180,6 +207,7 @@ int stepper_step(stepper *st, rt_context *ctx, float *loss)
     /* The order: +m a forward, -(m+1) a backward. */
     int32_t *order = st->order, n = pipeline_order(M, mf->warmup, order);
     st->loss_sum = 0.0;
+    ctx->loss_weight = loss_weight(st, st->data, st->o->seed, ctx->step, 0);
     rt_overlap_begin_step(st->overlap, ctx->step);
     for (int32_t i = 0; i < n; i++) {
         int32_t m = order[i] >= 0 ? order[i] : -order[i] - 1;
@@ -248,6 +276,7 @@ int stepper_validate(stepper *st, const rt_context *train_ctx, int64_t step, flo
     int64_t site_rows = diloco ? mf->diloco.site_rows[mf->diloco.site] : 0;
     int64_t per_batch = (diloco ? mf->diloco.global_rows / site_rows : 1) * R * M; /* micro-batches of a batch */
     for (int64_t k = 0; k < K && rc == 0; k++) {
+        ctx.loss_weight = st->val ? loss_weight(st, st->val, VAL_SEED, k, 1) : 1.0f;
         for (int64_t j = 0; j < per_batch && rc == 0; j++) {
             if (st->val) {
                 int64_t pass = j / (R * M), r = diloco ? j / M % R : mf->replica, m = j % M;

@@ -30,7 +30,7 @@
 
 typedef struct {
     const char *output;
-    int eos, decode, threads;
+    int eos, decode, threads, jsonl;
 } tokenize_options;
 
 /* clang-format off */
@@ -41,12 +41,16 @@ static const cli_option tokenize_options_table[] = {
       .help = "the tokenizer's end of text after each file's ids (<|endoftext|>,\n"
               "<|end_of_text|> or </s>, the first it has)" },
     { .name = "--decode", CLI_FLAG(tokenize_options, decode), .help = "a shard back to text: TOKENIZER.json SHARD -o OUT.txt" },
+    { .name = "--jsonl", CLI_FLAG(tokenize_options, jsonl),
+      .help = "each FILE a JSON line an example, {\"prompt\": ..., \"completion\": ...}:\n"
+              "the shard gets a loss mask, the loss trains on the completions alone" },
     { .name = "--threads", .metavar = "N", CLI_INT(tokenize_options, threads), .lo = 1, .hi = 1024,
       .expects = "a thread count in [1, 1024]", .help = "threads that merge (default: every core)" },
 };
 
 const cli_usage tokenize_usage = {
     "usage: fusionc tokenize TOKENIZER.json FILE... -o OUT.bin [--eos] [--threads N]\n"
+    "       fusionc tokenize --jsonl TOKENIZER.json FILE.jsonl... -o OUT.bin [--eos]\n"
     "       fusionc tokenize --decode TOKENIZER.json SHARD -o OUT.txt\n"
     "\n"
     "Encodes each FILE (UTF-8 text) with a Hugging Face tokenizer.json (BPE: byte-level\n"
@@ -56,7 +60,8 @@ const cli_usage tokenize_usage = {
     "count), the ids from byte 1024.  Each file is encoded on its own and no special\n"
     "token is added (--eos: the end of text after each).  Text that holds an added\n"
     "token (\"<|endoftext|>\") encodes to it, as Hugging Face's tokenizers do.  A\n"
-    "progress line on standard error.\n",
+    "progress line on standard error.  --jsonl: supervised examples, the prompt's\n"
+    "tokens masked out of the loss (header[3] = 1, a mask byte an id after the ids).\n",
     tokenize_options_table, NULL, sizeof tokenize_options_table / sizeof tokenize_options_table[0], 12, NULL
 };
 /* clang-format on */
@@ -515,9 +520,11 @@ int tokenize_main(int argc, char **argv)
     else if (o.decode)
         rc =
             n == 2 ? cmd_decode(&o, args[0], args[1]) : usage_fail("--decode takes TOKENIZER.json and one SHARD%s", "");
+    else if (n < 2)
+        rc = usage_fail("a TOKENIZER.json and at least one FILE are required%s", "");
     else
-        rc = n < 2 ? usage_fail("a TOKENIZER.json and at least one FILE are required%s", "")
-                   : cmd_encode(&o, args[0], args + 1, n - 1);
+        rc = o.jsonl ? tokenize_jsonl(args[0], args + 1, n - 1, o.output, o.eos)
+                     : cmd_encode(&o, args[0], args + 1, n - 1);
 done:
     free(args);
     return rc;

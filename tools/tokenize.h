@@ -12,4 +12,8 @@ extern const cli_usage tokenize_usage;
  * tokenizer, a write that failed) or 2 (usage). */
 int tokenize_main(int argc, char **argv);
 
+/* --jsonl: FILEs of {"prompt": ..., "completion": ...} lines to a shard
+ * with a loss mask (tokenize_jsonl.c).  0, or 1 with the error printed. */
+int tokenize_jsonl(const char *tokenizer, char **files, int n_files, const char *output, int with_eos);
+
 #endif

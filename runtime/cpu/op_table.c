@@ -351,13 +351,15 @@ RUN(run_cross_entropy) /* logits (N,V), targets (N) -> mean loss */
     int64_t V = last_dim(&op->in[0]), N = rt_tensor_numel(&op->in[0]) / V, bad = 0;
     if (cross_entropy_forward(OUT(0), IN(0), IN32(1), N, V, &bad))
         return bad_index(op, ctx, "target", IN32(1), bad, V);
+    *OUT(0) *= ctx->loss_weight > 0 ? ctx->loss_weight : 1.0f; /* the mean over the trained targets */
     return 0;
 }
 
 RUN(run_cross_entropy_backward) /* logits, targets, dloss -> dlogits */
 {
     int64_t V = last_dim(&op->in[0]), N = rt_tensor_numel(&op->in[0]) / V, bad = 0;
-    if (cross_entropy_backward(OUT(0), IN(2), IN(0), IN32(1), N, V, &bad))
+    float dloss = *IN(2) * (ctx->loss_weight > 0 ? ctx->loss_weight : 1.0f);
+    if (cross_entropy_backward(OUT(0), &dloss, IN(0), IN32(1), N, V, &bad))
         return bad_index(op, ctx, "target", IN32(1), bad, V);
     return 0;
 }

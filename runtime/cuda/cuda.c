@@ -747,6 +747,8 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
             args.adam_step = ctx->step - ctx->skipped;
             args.loss_scale = ctx->loss_scale > 0 ? ctx->loss_scale : 1.0f;
             args.inject_overflow = ctx->inject_overflow;
+            args.loss_weight = ctx->loss_weight > 0 ? ctx->loss_weight : 1.0f;
+            args.unused = 0;
             void *params[] = { &args };
             cu_result r = c->api.launch(c->functions[s->kernel], s->grid[0], s->grid[1], s->grid[2], s->block[0],
                                         s->block[1], s->block[2], s->shared_bytes, c->stream, params, NULL);
