@@ -3,7 +3,8 @@
 #  - the shard: header[3] = 1, the ids of prompt then completion then the
 #    end of text, one mask byte an id (0 prompt, 1 completion and end of
 #    text); a line that is not JSON, or has no completion, refused naming
-#    the file and line, no shard written;
+#    the file and line, no shard written; a mask byte other than 0 or 1,
+#    or an unknown flag, refused when the data is opened;
 #  - the loss: targets of -100 (a masked token) against PyTorch's
 #    cross_entropy with ignore_index (the mean over the others): the loss
 #    and every gradient within 1e-4; every target masked: loss 0, every
@@ -81,6 +82,18 @@ done
 grep -q "bad1.jsonl:2: not a JSON object" "$work/bad1.out" && pass || fail "bad1: $(cat "$work/bad1.out")"
 grep -q "bad2.jsonl:3: no \"completion\" string" "$work/bad2.out" && pass || fail "bad2: $(cat "$work/bad2.out")"
 
+# A damaged mask or flag is refused when the data is opened.
+"$py" - "$work" <<'PYEOF' || fail "making damaged shards"
+import struct, sys
+w = sys.argv[1]
+raw = bytearray(open(w + "/sft.bin", "rb").read())
+n = struct.unpack("<i", raw[8:12])[0]
+bad_mask = bytearray(raw); bad_mask[1024 + 2 * n + 7] = 2
+open(w + "/badmask.bin", "wb").write(bad_mask)
+bad_flag = bytearray(raw); bad_flag[12:16] = struct.pack("<i", 3)
+open(w + "/badflag.bin", "wb").write(bad_flag)
+PYEOF
+
 # ---- the loss against PyTorch's ignore_index
 cfg="vocab=257,ctx=32,layers=2,dim=64,heads=4,kv_heads=2,ffn=172,batch=4,seq=24"
 model=(models/llama.xml)
@@ -116,6 +129,15 @@ d = st_read(sys.argv[1])
 worst = max(t.abs().max().item() for k, t in d.items() if k.startswith("grad."))
 sys.exit(0 if d["loss"].item() == 0 and worst == 0 else 1)
 PYEOF
+
+for k in mask flag; do
+  "$work/one/cpu0/fusion-cpu0" --data "$work/bad$k.bin" --steps 1 >"$work/bad$k.run" 2>&1
+  expect_eq "a damaged $k: exit status" 1 $?
+done
+grep -q "badmask.bin: mask byte 2 at token 7: 0 (not a target) or 1 only" "$work/badmask.run" && pass ||
+  fail "bad mask: $(tail -1 "$work/badmask.run")"
+grep -q "badflag.bin: token shard flags 3 (header\[3\]): only 1 (a loss mask) is known" "$work/badflag.run" && pass ||
+  fail "bad flag: $(tail -1 "$work/badflag.run")"
 
 # ---- the same mathematics on the masked shard
 "$work/one/cpu0/fusion-cpu0" --data "$work/sft.bin" --seed 2 --steps 20 >"$work/one.out" 2>&1 && pass ||
