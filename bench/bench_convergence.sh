@@ -36,7 +36,10 @@
 # SIZE 20m (the issue's): vocab 50,257, tied, dim 256, 8 layers, 8 query
 #   heads over 4, ffn 688: 18.7M parameters; 4 x 128 tokens a step, AdamW
 #   lr 1e-3, 100 steps of warm-up.  On two cores: exact 0.5 s a step, the
-#   others 0.9-1.0 s: about 2 hours for the four.
+#   others 0.9-1.0 s: about 2 hours for the four alone (session 18's run,
+#   with other work beside it, 2.4 hours).  Measured there, val_loss at
+#   2,000 steps against exact's 4.3028: quant 1.0021x, diloco (DiLoCo's
+#   defaults) 1.3718x, adatopk 0.9807x (docs/results.md).
 # SIZE tiny: dim 64, 2 layers, 8 x 64 tokens (a few minutes in all; to check
 #   the script, not a result).
 #
