@@ -220,12 +220,18 @@ int rt_data_load(rt_data *d, const char *path, rt_data_format format, int64_t vo
     return rc;
 }
 
+/* Where row `row` of (seed, step)'s batch starts: drawn from its own stream. */
+static int64_t window_start(const rt_data *d, uint64_t seed, int64_t step, int64_t row, int64_t T)
+{
+    rt_rng r = rt_rng_seeded(seed, (uint64_t)step, (uint64_t)row + 0x5EED);
+    return (int64_t)(rt_rng_next(&r) % (uint64_t)(d->n - T - 1));
+}
+
 void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, int32_t *tokens, int32_t *targets,
                    int64_t B, int64_t T)
 {
     for (int64_t b = 0; b < B; b++) {
-        rt_rng r = rt_rng_seeded(seed, (uint64_t)step, (uint64_t)(row0 + b) + 0x5EED);
-        int64_t start = (int64_t)(rt_rng_next(&r) % (uint64_t)(d->n - T - 1));
+        int64_t start = window_start(d, seed, step, row0 + b, T);
         for (int64_t t = 0; t < T; t++) {
             if (tokens)
                 tokens[b * T + t] = (int32_t)d->tokens[start + t];
@@ -242,8 +248,7 @@ double rt_data_loss_weight(const rt_data *d, uint64_t seed, int64_t step, int64_
         return 1.0;
     int64_t trained = 0;
     for (int64_t b = 0; b < rows; b++) { /* the windows rt_data_batch draws */
-        rt_rng r = rt_rng_seeded(seed, (uint64_t)step, (uint64_t)(row0 + b) + 0x5EED);
-        int64_t start = (int64_t)(rt_rng_next(&r) % (uint64_t)(d->n - T - 1));
+        int64_t start = window_start(d, seed, step, row0 + b, T);
         for (int64_t t = 0; t < T; t++)
             trained += d->mask[start + t + 1];
     }
