@@ -110,10 +110,12 @@ static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int
             "arena      %lld bytes\n",
             ir_str(g, g->name), dev->name, dev->kind == DEVICE_CPU ? "cpu" : "cuda", dev->threads, stage,
             g->placement.n_stages, g->placement.n_replicas, g->placement.micro_batches, (long long)arena);
-    fprintf(f, "precision  %s%s\n", ir_dtype_name(g->precision),
+    ir_dtype frozen = ir_frozen_dtype(g);
+    fprintf(f, "precision  %s%s%s%s\n", ir_dtype_name(g->precision),
             g->tf32                  ? " (f32 products may use TF32 tensor cores)"
             : g->precision != DT_F32 ? " activations (parameters, their gradients, AdamW's state: f32)"
-                                     : "");
+                                     : "",
+            frozen != DT_F32 ? "; frozen parameters " : "", frozen != DT_F32 ? ir_dtype_name(frozen) : "");
     if (g->placement.n_stages > 0)
         fprintf(f, "schedule   %d warm-up forwards%s\n", (int)ir_placement_warmup(&g->placement, stage),
                 ir_placement_recompute(&g->placement, stage)

@@ -149,6 +149,7 @@ static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *read
         ti->role = val->role;
         ti->frozen = val->frozen;
         ti->dtype = val->dtype;
+        ti->t.dtype = val->dtype;
         ti->init_kind = val->init.kind;
         ti->init_a = val->init.a;
         ti->t.rank = val->shape.rank;

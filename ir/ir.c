@@ -432,6 +432,14 @@ double ir_node_float(const ir_node *n, attr_key key, double fallback)
     return a && a->n == 0 ? a->f : fallback;
 }
 
+ir_dtype ir_frozen_dtype(const ir_graph *g)
+{
+    for (int32_t v = 0; v < g->n_values; v++)
+        if (g->values[v].role == ROLE_PARAM && g->values[v].frozen && g->values[v].dtype != DT_F32)
+            return g->values[v].dtype;
+    return DT_F32;
+}
+
 int32_t ir_find_value(const ir_graph *g, const char *name)
 {
     if (!name)

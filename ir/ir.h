@@ -223,6 +223,9 @@ const ir_attr *ir_node_attr(const ir_node *n, attr_key key); /* NULL if absent *
 int64_t ir_node_int(const ir_node *n, attr_key key, int64_t fallback);
 double ir_node_float(const ir_node *n, attr_key key, double fallback);
 int32_t ir_find_value(const ir_graph *g, const char *name); /* -1 if absent */
+/* What the frozen parameters are stored in (--frozen-dtype): f32 when
+ * there are none, or none stored otherwise. */
+ir_dtype ir_frozen_dtype(const ir_graph *g);
 /* The file to name in a message about something at `loc`: its own file, else
  * the graph's source file, else the model name, else "<ir>". */
 const char *ir_loc_file(const ir_graph *g, ir_loc loc);

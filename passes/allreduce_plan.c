@@ -153,11 +153,33 @@ double allreduce_quant_seconds(const int32_t *dev, int32_t R, double bytes, int 
     return fmax(round, acked) + round;
 }
 
+double allreduce_direct_seconds(const int32_t *dev, int32_t R, double bytes, allreduce_link_fn link, const void *ctx)
+{
+    if (R < 2)
+        return 0.0;
+    double chunk = ceil(bytes / 4.0 / R) * 4.0, phase = 0.0, lat_max = 0.0;
+    for (int32_t a = 0; a < R; a++) {
+        double sends = 0.0, lat_a = 0.0;
+        for (int32_t b = 0; b < R; b++) {
+            double bw, lat;
+            if (a == b)
+                continue;
+            link(ctx, dev[a], dev[b], &bw, &lat);
+            sends += chunk / bw;
+            lat_a = fmax(lat_a, lat);
+        }
+        phase = fmax(phase, sends + lat_a);
+        lat_max = fmax(lat_max, lat_a);
+    }
+    return 2.0 * phase + lat_max; /* round 2 after round 1's acks */
+}
+
 double allreduce_way_seconds(const int32_t *dev, int32_t R, double bytes, int64_t groups, int bits,
                              allreduce_link_fn link, const void *ctx)
 {
-    return bits ? allreduce_quant_seconds(dev, R, bytes, bits, link, ctx)
-                : allreduce_seconds_for(dev, R, bytes, groups, link, ctx);
+    return bits == ALLREDUCE_DIRECT_BITS ? allreduce_direct_seconds(dev, R, bytes, link, ctx)
+           : bits                        ? allreduce_quant_seconds(dev, R, bytes, bits, link, ctx)
+                                         : allreduce_seconds_for(dev, R, bytes, groups, link, ctx);
 }
 
 double allreduce_choose(const cluster *regions, const int32_t *dev, int32_t R, double bytes, int quantise,
@@ -165,20 +187,25 @@ double allreduce_choose(const cluster *regions, const int32_t *dev, int32_t R, d
 {
     double t = allreduce_plan(regions, dev, R, bytes, link, ctx, groups);
     *bits = 0;
-    if (!quantise || !regions || R < 2 || bytes <= 0)
+    if (!regions || R < 3 || bytes <= 0)
         return t;
-    int spans = 0; /* the slow links are between regions: inside one, the sums stay exact */
+    int spans = 0; /* the slow links are between regions: inside one, the ring (and the sums stay exact) */
     for (int32_t r = 1; r < R && !spans; r++)
         spans = region_of(regions, dev[r]) != region_of(regions, dev[0]);
     if (!spans)
         return t;
+    double direct = allreduce_direct_seconds(dev, R, bytes, link, ctx);
+    if (direct < ALLREDUCE_DIRECT_GAIN * t)
+        t = direct, *bits = ALLREDUCE_DIRECT_BITS;
+    if (!quantise)
+        return *bits && groups ? (*groups = 0, t) : t;
     double q8 = allreduce_quant_seconds(dev, R, bytes, 8, link, ctx);
     double q4 = allreduce_quant_seconds(dev, R, bytes, 4, link, ctx);
     if (q8 < t)
         t = q8, *bits = 8;
     if (q4 < ALLREDUCE_QUANT_4BIT_GAIN * t)
         t = q4, *bits = 4;
-    if (*bits)
+    if (*bits && groups)
         *groups = 0;
     return t;
 }

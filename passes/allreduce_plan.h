@@ -52,6 +52,25 @@ double allreduce_seconds_for(const int32_t *dev, int32_t R, double bytes, int64_
  * marked used[min * N + max] = 1 (codegen/bundle.c's link list). */
 void allreduce_mark_links(int64_t groups, const int32_t *dev, int32_t R, char *used, int32_t N);
 
+/* The direct exchange (bits ALLREDUCE_DIRECT_BITS, 32): the quantised
+ * exchange below with its chunks and means sent as they are, f32: exact,
+ * no codec, no feedback.  Each round pays the slowest pair's latency once,
+ * where the ring pays 2 (R-1) of its slowest link's: the way for small
+ * gradients over far replicas (rank-16 LoRA of an 8B Llama over
+ * dtfm-worldwide, 13.6 MB a stage over 16 replicas in 8 cities: the ring
+ * 2.49 s, 2.02 of it latency).  Priced as if a replica's R-1 sends of a
+ * round went one after the other (they share its network interface,
+ * whatever the cluster file says of each pair), plus the slowest pair's
+ * latency, twice, and once more for round 1's acks:
+ *   round = max_a (max_b lat(a, b) + sum_b chunk / bw(a, b)),
+ *   total = 2 round + max lat,   chunk = bytes / R.
+ * Chosen, with or without --compress, for replicas in several regions
+ * when ALLREDUCE_DIRECT_GAIN times faster than the ring or the hierarchy
+ * (a margin, so that near ties keep the bandwidth-optimal ring); R >= 3
+ * (for two replicas the ring is it). */
+#define ALLREDUCE_DIRECT_GAIN 0.9
+double allreduce_direct_seconds(const int32_t *dev, int32_t R, double bytes, allreduce_link_fn link, const void *ctx);
+
 /* The quantised exchange (bits 8 or 4; the comm pass's `bits` on a
  * stage's allreduce ops; runtime/comm/quant_allreduce.h does it): for a
  * stage whose replicas sit in different regions under --compress.  Each
@@ -91,12 +110,14 @@ double allreduce_quant_wire_bytes(double floats, int bits);
 /* The exchange's seconds for `bytes` of fp32 gradients over dev[0, R). */
 double allreduce_quant_seconds(const int32_t *dev, int32_t R, double bytes, int bits, allreduce_link_fn link,
                                const void *ctx);
-/* The seconds of the way (groups, bits) names: bits 0 = dense. */
+/* The seconds of the way (groups, bits) names: bits 0 = the ring or the
+ * hierarchy, 32 the direct exchange, 8 or 4 the quantised one. */
 double allreduce_way_seconds(const int32_t *dev, int32_t R, double bytes, int64_t groups, int bits,
                              allreduce_link_fn link, const void *ctx);
-/* allreduce_plan's choice, and the quantised exchange where `quantise`
- * (--compress), the replicas span regions and it is faster: *bits 8, or 4
- * by the rule above (with *groups 0); else *bits 0. */
+/* allreduce_plan's choice; the direct exchange where it is faster by the
+ * rule above (*bits 32); and the quantised exchange where `quantise`
+ * (--compress), the replicas span regions and it is faster still: *bits 8,
+ * or 4 by the rule above.  *groups 0 with any bits. */
 double allreduce_choose(const cluster *regions, const int32_t *dev, int32_t R, double bytes, int quantise,
                         allreduce_link_fn link, const void *ctx, int64_t *groups, int *bits);
 

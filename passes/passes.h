@@ -87,6 +87,7 @@ typedef struct {
     const char *const *freeze; /* --freeze globs on parameter names                  */
     int n_freeze;
     const lora_spec *lora; /* --lora: NULL or rank 0 for none                   */
+    ir_dtype frozen_dtype; /* the frozen parameters' storage (0: f32; the precision pass) */
 } pass_options;
 
 /* A pass reads the options it needs (most read none). */

@@ -57,6 +57,38 @@ static int infer(ir_graph *g, int retype, struct diag *err)
 
 int pass_shapes(ir_graph *g, struct diag *err) { return infer(g, 0, err); }
 
+/* --frozen-dtype: the frozen parameters (the adapters pass marked them)
+ * stored in `dtype`.  They need no f32 master copy, as nothing updates
+ * them; a product reads a 16-bit one as it is (a 16-bit operand makes a
+ * 16-bit product, runtime/op_layout.c), every other op widens it.  One
+ * 16-bit type per graph: cuBLAS multiplies two operands of one type, so a
+ * 16-bit dtype must be the precision's when that is 16-bit. */
+static const char *cli_dtype_name(ir_dtype dt) { return dt == DT_F16 ? "fp16" : dt == DT_BF16 ? "bf16" : "fp32"; }
+
+static int store_frozen(ir_graph *g, ir_dtype dtype, struct diag *err)
+{
+    const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
+    if (dtype == DT_F32)
+        return 0;
+    if (dtype != DT_BF16 && dtype != DT_F16)
+        return diag_set(err, file, 0, "--frozen-dtype %s: expected fp32, bf16 or fp16", ir_dtype_name(dtype));
+    if (g->precision != DT_F32 && g->precision != dtype)
+        return diag_set(err, file, 0,
+                        "--frozen-dtype %s with --precision %s: a matrix product cannot mix two 16-bit types "
+                        "(give --frozen-dtype %s)",
+                        cli_dtype_name(dtype), cli_dtype_name(g->precision), cli_dtype_name(g->precision));
+    int32_t frozen = 0;
+    for (int32_t v = 0; v < g->n_values; v++)
+        if (g->values[v].role == ROLE_PARAM && g->values[v].frozen) {
+            g->values[v].dtype = dtype;
+            frozen++;
+        }
+    if (frozen == 0)
+        return diag_set(err, file, 0, "--frozen-dtype %s: no parameter is frozen (give --freeze or --lora)",
+                        cli_dtype_name(dtype));
+    return 0;
+}
+
 /* The precision pass: the graph's precision from --precision, then every
  * value a model op makes is stored in it (the shape rules say so, see
  * ops_shape.c's float_out), except the loss, which cross-entropy makes in
@@ -65,7 +97,7 @@ int pass_shapes(ir_graph *g, struct diag *err) { return infer(g, 0, err); }
  * and the optimizer pass make in the dtype of the parameter; a matrix
  * product rounds its f32 weight to the precision as it reads it (the
  * runtime, as autocast does).  The gradients of activations take the
- * activations' dtype. */
+ * activations' dtype.  Frozen parameters: store_frozen. */
 int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err)
 {
     if (opt->precision != DT_F32 && opt->precision != DT_BF16 && opt->precision != DT_F16)
@@ -76,5 +108,7 @@ int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err)
                         ir_dtype_name(opt->precision));
     g->precision = opt->precision;
     g->tf32 = opt->tf32;
+    if (store_frozen(g, opt->frozen_dtype, err))
+        return -1;
     return infer(g, 1, err);
 }

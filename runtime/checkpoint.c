@@ -17,6 +17,7 @@
 
 #include "../ir/ir.h"
 #include "checkpoint_store.h"
+#include "cpu/half.h"
 #include "safetensors.h"
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 #include "rt_error.h"
@@ -40,8 +41,9 @@ static int is_loss(const program *p, const rt_tensor_info *ti)
 
 static int is_frozen(const rt_tensor_info *ti) { return ti->role == ROLE_PARAM && ti->frozen; }
 
-/* "HASH NAME\n" for each frozen parameter of p (XXH3-64 of its f32
- * values, 16 hex digits); "" when none.  Malloc'd, or NULL. */
+/* "HASH NAME\n" for each frozen parameter of p (XXH3-64 of its values as
+ * stored, f32 or --frozen-dtype's 16 bits; 16 hex digits); "" when none.
+ * Malloc'd, or NULL. */
 static char *frozen_record(const program *p)
 {
     size_t size = 1, at = 0;
@@ -52,7 +54,8 @@ static char *frozen_record(const program *p)
         const rt_tensor_info *ti = &p->tensors[i];
         if (!is_frozen(ti))
             continue;
-        uint64_t h = XXH3_64bits(p->arena + ti->t.offset, (size_t)rt_tensor_numel(&ti->t) * sizeof(float));
+        uint64_t h =
+            XXH3_64bits(p->arena + ti->t.offset, (size_t)rt_tensor_numel(&ti->t) * (size_t)half_dtype_bytes(ti->dtype));
         at += (size_t)snprintf(out + at, size - at, "%016llx %s\n", (unsigned long long)h, ti->name);
     }
     if (out)
@@ -114,7 +117,7 @@ static st_tensor as_st(const program *p, const rt_tensor_info *ti)
     st_tensor t;
     memset(&t, 0, sizeof t);
     snprintf(t.name, sizeof t.name, "%s", ti->name);
-    t.dtype = ti->dtype == DT_I32 ? ST_I32 : ST_F32;
+    t.dtype = (st_dtype)ti->dtype; /* ST_* == DT_* (hf_weights.c) */
     t.rank = ti->t.rank;
     for (int i = 0; i < ti->t.rank; i++)
         t.dim[i] = ti->t.dim[i];

@@ -44,6 +44,10 @@
 #include "safetensors.h"
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 
+/* A tensor's ir_dtype is its safetensors dtype (as_st in checkpoint.c relies on it too). */
+_Static_assert((int)ST_F32 == DT_F32 && (int)ST_I32 == DT_I32 && (int)ST_F16 == DT_F16 && (int)ST_BF16 == DT_BF16,
+               "st_dtype and ir_dtype number the dtypes alike");
+
 #define HF_INDEX  "model.safetensors.index.json"
 #define HF_SINGLE "model.safetensors"
 #define HF_PREFIX "transformer." /* GPT2LMHeadModel's names of GPT2Model's tensors */
@@ -108,7 +112,7 @@ static int read_params(program *p, const char *path, const char *file, const cha
         found[i] = 1;
         st_target *t = &list[n];
         t->name = plain ? ti->name : names[n];
-        t->dtype = ST_F32;
+        t->dtype = (st_dtype)ti->dtype; /* f32, or a frozen parameter's 16 bits */
         t->rank = ti->t.rank;
         for (int k = 0; k < ti->t.rank; k++)
             t->dim[k] = ti->t.dim[k];

@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "../ir/ir.h"
+#include "cpu/half.h"
 #include "cpu/kernels.h"
 #include "data.h"
 #include "loss_scale.h"
@@ -94,30 +95,41 @@ static int64_t numel(const rt_tensor *t) { return rt_tensor_numel(t); }
 /* Params and state from their init specs, each from its own stream of
  * (seed, hash of its name): a tensor gets the same values whichever device
  * holds it and whatever else that device holds.  frozen_only: the frozen
- * parameters alone (a resumed fine-tune's base). */
+ * parameters alone (a resumed fine-tune's base).  A 16-bit tensor (a
+ * frozen parameter under --frozen-dtype) gets the f32 values rounded. */
 static void init_params(program *p, uint64_t seed, int frozen_only)
 {
+    enum { CHUNK = 4096 };
+    float x[CHUNK];
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
         const rt_tensor_info *ti = &p->tensors[i];
         if ((ti->role != ROLE_PARAM && ti->role != ROLE_STATE) || (frozen_only && !ti->frozen))
             continue;
-        float *x = (float *)(p->arena + ti->t.offset);
+        char *to = p->arena + ti->t.offset;
+        int bytes = half_dtype_bytes(ti->dtype);
         rt_rng r = rt_rng_seeded(seed, XXH3_64bits(ti->name, strlen(ti->name)), 0x1417);
-        for (int64_t k = 0, n = numel(&ti->t); k < n; k++) {
-            switch (ti->init_kind) {
-            case INIT_ONES:
-                x[k] = 1.0f;
-                break;
-            case INIT_NORMAL:
-                x[k] = (float)(ti->init_a * rt_rng_normal(&r));
-                break;
-            case INIT_UNIFORM:
-                x[k] = (float)(ti->init_a * (2.0 * rt_rng_uniform(&r) - 1.0));
-                break;
-            default:
-                x[k] = 0.0f;
-                break;
+        for (int64_t at = 0, n = numel(&ti->t); at < n; at += CHUNK) {
+            int64_t len = n - at < CHUNK ? n - at : CHUNK;
+            for (int64_t k = 0; k < len; k++) {
+                switch (ti->init_kind) {
+                case INIT_ONES:
+                    x[k] = 1.0f;
+                    break;
+                case INIT_NORMAL:
+                    x[k] = (float)(ti->init_a * rt_rng_normal(&r));
+                    break;
+                case INIT_UNIFORM:
+                    x[k] = (float)(ti->init_a * (2.0 * rt_rng_uniform(&r) - 1.0));
+                    break;
+                default:
+                    x[k] = 0.0f;
+                    break;
+                }
             }
+            if (bytes == 2)
+                half_from_f32(to + at * 2, x, len, ti->dtype);
+            else
+                memcpy(to + at * 4, x, (size_t)len * sizeof *x);
         }
     }
 }

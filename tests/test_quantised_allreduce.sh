@@ -10,6 +10,11 @@
 # parameters and moments bit for bit the same (checkpoints; each replica's
 # error feedback is its own), and its losses stay within
 # 1% (8 bits) / 4% (4 bits) of the dense run's, step for step, over 30 steps.
+# The direct exchange (the same two rounds in f32: exact), on
+# tests/four-regions.xml's one replica in each of four sites 30 ms apart
+# with --compress none: plan.txt says so, the replicas end with the same
+# bits, and the losses are local-4's dense run's within 1e-5 (only the
+# order of the sums differs).
 # (4 bits was 3% until GPT-2's parameters took Hugging Face's names: each
 # parameter's initial values are drawn from a stream seeded by its name, so
 # seed 5 now starts from other weights, and the 4-bit run's losses reach
@@ -80,4 +85,9 @@ check q8 d8 8 0.01
 run q4 tests/clusters/two-regions-slow.xml adatopk
 run d4 tests/clusters/two-regions-slow.xml none
 check q4 d4 4 0.04
+run direct tests/clusters/four-regions.xml none
+grep -q "all-reduce: stage 0 by the direct exchange, f32" "$work/direct/plan.txt" && pass ||
+  fail "four-regions: plan.txt does not say the direct exchange: $(grep all-reduce "$work/direct/plan.txt")"
+expect_eq "direct: the replicas' final parameters and moments are the same bits" 1 "$(state_hashes "$work/direct/save")"
+losses_within "the direct exchange against local-4's dense all-reduce" "$work/d8.loss" "$work/direct.loss" 1e-5
 finish

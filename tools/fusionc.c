@@ -51,7 +51,7 @@
 
 /* fusionc_options (options.h) as each command lists them, in the order its
  * --help shows them; a command takes exactly those. */
-#define BUILD_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32), CLI_USE(OPT_FREEZE), CLI_USE(OPT_LORA)
+#define BUILD_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32), CLI_USE(OPT_FREEZE), CLI_USE(OPT_LORA), CLI_USE(OPT_FROZEN_DTYPE)
 #define SYNC_USES                                                                                     \
     CLI_USE(OPT_SYNC), CLI_USE(OPT_LOCAL_STEPS), CLI_USE(OPT_SITE_BATCH), CLI_USE(OPT_OUTER_LR),       \
     CLI_USE(OPT_OUTER_MOMENTUM), CLI_USE(OPT_OUTER_CODEC), CLI_USE(OPT_OUTER_DELAY)
@@ -238,16 +238,23 @@ static int commit_output(FILE *f, const char *path, atomic_file *af, int ok, cha
 
 /* ---- commands ------------------------------------------------------------ */
 
-/* Pipeline options: the precision, --freeze, and --dump-ir when asked for. */
+/* What is trained and in which precision: --precision, --tf32, --freeze,
+ * --lora, --frozen-dtype, into the pipeline's options. */
+static void set_training_options(pass_options *p, const options *o)
+{
+    p->precision = o->precision;
+    p->tf32 = o->tf32;
+    p->freeze = o->freeze.name;
+    p->n_freeze = o->freeze.n;
+    p->lora = &o->lora.spec;
+    p->frozen_dtype = o->frozen_dtype;
+}
+
+/* Pipeline options: the training options, and --dump-ir when asked for. */
 static const pass_options *dump_ir_options(const options *o, pass_options *buf)
 {
-    *buf = (pass_options){ .dump_after = o->dump_ir,
-                           .dump_out = stderr,
-                           .precision = o->precision,
-                           .tf32 = o->tf32,
-                           .freeze = o->freeze.name,
-                           .n_freeze = o->freeze.n,
-                           .lora = &o->lora.spec };
+    *buf = (pass_options){ .dump_after = o->dump_ir, .dump_out = stderr };
+    set_training_options(buf, o);
     return buf;
 }
 
@@ -407,11 +414,7 @@ static int build_placed(const options *o, const char *model_path, const cluster 
     popt.recompute = o->recompute;
     popt.replicas = o->replicas;
     popt.seed = (uint64_t)o->seed;
-    popt.precision = o->precision;
-    popt.tf32 = o->tf32;
-    popt.freeze = o->freeze.name;
-    popt.n_freeze = o->freeze.n;
-    popt.lora = &o->lora.spec;
+    set_training_options(&popt, o);
     if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
         return diag_set(err, model_path, 0,
                         "--stages and --replicas choose among opfence's plans; uniform always "
@@ -583,12 +586,8 @@ static int cmd_dump(int argc, char **argv)
                               .dump_out = out,
                               .dump_view = o.format && strcmp(o.format, "text") ? &view : NULL,
                               .dump_html = picture_format(&o, "html"),
-                              .stop_after = 1,
-                              .precision = o.precision,
-                              .tf32 = o.tf32,
-                              .freeze = o.freeze.name,
-                              .n_freeze = o.freeze.n,
-                              .lora = &o.lora.spec };
+                              .stop_after = 1 };
+        set_training_options(&popt, &o);
         rc = pass_run_pipeline(&g, &popt, &err);
     }
     if (commit_output(out, o.output, &af, rc == 0, why, sizeof why) && rc == 0) {

@@ -206,6 +206,12 @@ const cli_option fusionc_options[OPT_COUNT] = {
                    .help = "LoRA adapters on the linears named by targets (PEFT's target_modules,\n"
                            "e.g. q_proj,v_proj): y = Wx + (alpha/R) B A x, A [R, in], B [out, R]\n"
                            "zeros; every other parameter frozen (alpha default 8)" },
+    [OPT_FROZEN_DTYPE] = { .name = "--frozen-dtype", .metavar = "D",
+                           CLI_CUSTOM(parse_precision, ir_dtype, options, frozen_dtype),
+                           .expects = "fp32, bf16 or fp16",
+                           .help = "store the frozen parameters (--freeze, --lora's base) in D: fp32\n"
+                                   "(default), bf16 or fp16 (half their memory; a 16-bit D must be\n"
+                                   "--precision's when that is 16-bit)" },
     [OPT_COMPRESS] = { .name = "--compress", .metavar = "C",
                        CLI_CUSTOM(parse_compress, const char *, options, compress),
                        .expects = "none, topk:RHO (0 < RHO <= 1) or adatopk",

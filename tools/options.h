@@ -70,6 +70,7 @@ typedef struct {
     name_list with;        /* --with NAME: standbys taken in as devices (a device joined) */
     name_list freeze;      /* --freeze PATTERN: parameters that do not train (passes/adapters.c) */
     lora_option lora;      /* --lora SPEC: LoRA adapters, the rest frozen (passes/adapters.c) */
+    ir_dtype frozen_dtype; /* --frozen-dtype fp32|bf16|fp16: frozen parameters' storage (0: fp32) */
     /* How the sites agree (tools/diloco.h): --sync exact|diloco and the outer step's settings. */
     int sync;              /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
     int local_steps;       /* --local-steps H (0: the planner's)           */
@@ -103,6 +104,7 @@ enum {
     OPT_WITH,
     OPT_FREEZE,
     OPT_LORA,
+    OPT_FROZEN_DTYPE,
     OPT_COMPRESS,
     OPT_RECOMPUTE,
     OPT_SYNC,

@@ -15,6 +15,7 @@
 #include "../runtime/atomic_file.h"
 #include "../ir/folders.h"
 #include "../ir/ops.h"
+#include "../runtime/comm/allreduce_wire.h" /* ALLREDUCE_DIRECT_BITS */
 
 #include <errno.h>
 #include <stdlib.h>
@@ -82,10 +83,13 @@ static const char *size_text(double bytes, char *buf, size_t size)
 
 static void print_links(FILE *out, const ir_graph *g, const cluster *c, const fence_plan *p)
 {
-    fprintf(out, "precision: %s (%s)\n", ir_dtype_name(g->precision),
-            g->precision == DT_F32 ? "everything f32"
-                                   : "activations and their gradients, on the wire too; "
-                                     "parameters, their gradients and AdamW's state f32");
+    ir_dtype frozen = ir_frozen_dtype(g);
+    fprintf(out, "precision: %s (%s)%s%s\n", ir_dtype_name(g->precision),
+            g->precision == DT_F32 && frozen == DT_F32 ? "everything f32"
+            : g->precision == DT_F32                   ? "all but the frozen parameters"
+                                                       : "activations and their gradients, on the wire too; "
+                                                         "parameters, their gradients and AdamW's state f32",
+            frozen != DT_F32 ? "; frozen parameters " : "", frozen != DT_F32 ? ir_dtype_name(frozen) : "");
     if (g->placement.n_stages != p->n_stages)
         return;
     for (int32_t a = 0; a < p->n_stages; a++)
@@ -155,6 +159,14 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
         if ((!groups && !bits) || g->nodes[i].stage == said)
             continue;
         said = g->nodes[i].stage;
+        if (bits == ALLREDUCE_DIRECT_BITS) {
+            fprintf(out,
+                    "all-reduce: stage %d by the direct exchange, f32 (each replica a chunk's owner: every chunk "
+                    "sent to its owner, the mean sent back: two rounds, a latency each, where a ring pays %d; "
+                    "passes/allreduce_plan.h)\n",
+                    said, 2 * (p->n_replicas - 1));
+            continue;
+        }
         if (bits) {
             fprintf(out,
                     "all-reduce: stage %d quantised to %d bits with error feedback (each replica a chunk's "

@@ -12,7 +12,9 @@
  * replicas can be grouped; more always ring.
  *
  * The quantised exchange (bits 8 or 4) sends rows of ALLREDUCE_QUANT_COLS
- * values, each row its own scale (quant.h). */
+ * values, each row its own scale (quant.h); at bits ALLREDUCE_DIRECT_BITS
+ * the same exchange sends its chunks as they are, f32: exact, two rounds
+ * of latency where a ring pays 2 (R - 1) (passes/allreduce_plan.h). */
 #ifndef FUSION_RT_ALLREDUCE_WIRE_H
 #define FUSION_RT_ALLREDUCE_WIRE_H
 
@@ -20,6 +22,7 @@
 
 #define ALLREDUCE_MAX_GROUPED 63
 #define ALLREDUCE_QUANT_COLS  512
+#define ALLREDUCE_DIRECT_BITS 32
 
 /* Replica r's group: its first replica (its leader), from the mask. */
 static inline int32_t allreduce_leader_of(int64_t groups, int32_t r)

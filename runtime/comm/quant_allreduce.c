@@ -16,9 +16,17 @@
 static int64_t chunk_lo(int64_t n, int32_t R, int32_t q) { return n * q / R; }
 static int64_t rows_of(int64_t len) { return (len + COLS - 1) / COLS; }
 
+static int direct(int bits) { return bits == ALLREDUCE_DIRECT_BITS; }
+
+/* A chunk of len values on the wire. */
+static uint64_t wire_bytes(int64_t len, int bits)
+{
+    return direct(bits) ? (uint64_t)len * sizeof(float) : quant_encoded_bytes(rows_of(len), COLS, bits);
+}
+
 int rt_quant_feedback_prepare(rt_quant_feedback *fb, int64_t n, int32_t R, int bits, char *err, size_t err_size)
 {
-    if (fb->mine) {
+    if (fb->wire) {
         if (fb->n == n)
             return 0;
         return rt_error(err, err_size, "quantised all-reduce: the bucket held %lld floats, now %lld", (long long)fb->n,
@@ -27,14 +35,16 @@ int rt_quant_feedback_prepare(rt_quant_feedback *fb, int64_t n, int32_t R, int b
     int64_t chunk = n / R + 1, padded = rows_of(chunk) * COLS;
     fb->n = n;
     fb->chunk = chunk;
-    fb->mine = calloc((size_t)n + 1, sizeof *fb->mine);
-    fb->owned = calloc((size_t)chunk, sizeof *fb->owned);
+    if (!direct(bits)) { /* the direct exchange drops nothing: no feedback */
+        fb->mine = calloc((size_t)n + 1, sizeof *fb->mine);
+        fb->owned = calloc((size_t)chunk, sizeof *fb->owned);
+    }
     fb->sum = malloc((size_t)chunk * sizeof *fb->sum);
     fb->pad = malloc((size_t)padded * sizeof *fb->pad);
     fb->dec = malloc((size_t)padded * sizeof *fb->dec);
-    fb->wire_cap = quant_encoded_bytes(rows_of(chunk), COLS, bits);
+    fb->wire_cap = wire_bytes(chunk, bits);
     fb->wire = malloc(fb->wire_cap + 1);
-    if (fb->mine && fb->owned && fb->sum && fb->pad && fb->dec && fb->wire)
+    if ((direct(bits) || (fb->mine && fb->owned)) && fb->sum && fb->pad && fb->dec && fb->wire)
         return 0;
     rt_quant_feedback_free(fb);
     return rt_error(err, err_size, "out of memory for a quantised all-reduce of %lld floats", (long long)n);
@@ -60,6 +70,8 @@ int rt_quant_feedback_list(rt_quant_feedback *fb, int32_t tag, rt_feedback_array
 void rt_quant_feedback_restore(rt_quant_feedback *fb, int32_t tag, const rt_feedback_arrays *l)
 {
     char name[96];
+    if (!fb->mine)
+        return; /* the direct exchange: no feedback */
     feedback_name(name, sizeof name, tag, "mine");
     if (!rt_feedback_restore(l, name, fb->mine, fb->n))
         return; /* none, or another bucket's: both ends start at zero */
@@ -84,6 +96,11 @@ void rt_quant_feedback_free(rt_quant_feedback *fb)
 static int64_t encode_with_feedback(rt_quant_feedback *fb, const float *v, float *carry, int64_t len, int bits,
                                     char *err, size_t err_size)
 {
+    if (direct(bits)) { /* as it is: nothing dropped */
+        memcpy(fb->wire, v, (size_t)len * sizeof *v);
+        memcpy(fb->dec, v, (size_t)len * sizeof *v);
+        return len * (int64_t)sizeof *v;
+    }
     int64_t rows = rows_of(len);
     for (int64_t i = 0; i < len; i++)
         fb->pad[i] = v[i] + carry[i];
@@ -102,12 +119,12 @@ static int64_t encode_with_feedback(rt_quant_feedback *fb, const float *v, float
 }
 
 /* Receive replica q's encoding of a chunk of len values into fb->dec. */
-static int receive(struct fu_hub *hub, int32_t device, fu_msg_info *want, rt_quant_feedback *fb, int64_t len, char *err,
-                   size_t err_size)
+static int receive(struct fu_hub *hub, int32_t device, fu_msg_info *want, rt_quant_feedback *fb, int64_t len, int bits,
+                   char *err, size_t err_size)
 {
     char why[400];
-    if (fu_hub_recv(hub, device, want, fb->wire, want->length, why, sizeof why) != 0 ||
-        quant_decode(fb->wire, want->length, fb->dec, rows_of(len) * COLS, why, sizeof why) != 0) {
+    if (fu_hub_recv(hub, device, want, direct(bits) ? (void *)fb->dec : fb->wire, want->length, why, sizeof why) != 0 ||
+        (!direct(bits) && quant_decode(fb->wire, want->length, fb->dec, rows_of(len) * COLS, why, sizeof why) != 0)) {
         snprintf(err, err_size, "quantised all-reduce of tensor %d, from device %d: %.300s", want->tensor, device, why);
         return -1;
     }
@@ -119,19 +136,24 @@ int rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t
 {
     if (R < 2)
         return 0;
-    if (bits != 8 && bits != 4) {
-        snprintf(err, err_size, "quantised all-reduce of tensor %d at %d bits (8 or 4)", tag, bits);
+    if (bits != 8 && bits != 4 && !direct(bits)) {
+        snprintf(err, err_size, "quantised all-reduce of tensor %d at %d bits (8, 4 or %d)", tag, bits,
+                 ALLREDUCE_DIRECT_BITS);
         return -1;
     }
     if (rt_quant_feedback_prepare(fb, n, R, bits, err, err_size))
         return -1;
-    fu_msg_info m = { .kind = MSG_GRADIENT, .step = step, .micro_batch = -2, .tensor = tag, .codec = FU_CODEC_QUANT };
+    fu_msg_info m = { .kind = MSG_GRADIENT,
+                      .step = step,
+                      .micro_batch = -2,
+                      .tensor = tag,
+                      .codec = direct(bits) ? FU_CODEC_RAW_F32 : FU_CODEC_QUANT };
     char why[400];
     /* Round 1: each other replica's chunk, from the next replica on. */
     for (int32_t k = 1; k < R; k++) {
         int32_t q = (me + k) % R;
         int64_t lo = chunk_lo(n, R, q), len = chunk_lo(n, R, q + 1) - lo;
-        int64_t bytes = encode_with_feedback(fb, x + lo, fb->mine + lo, len, bits, why, sizeof why);
+        int64_t bytes = encode_with_feedback(fb, x + lo, fb->mine ? fb->mine + lo : NULL, len, bits, why, sizeof why);
         m.length = (uint64_t)(bytes > 0 ? bytes : 0);
         if (bytes < 0 || fu_hub_send(hub, devices[q], &m, fb->wire, why, sizeof why) != 0) {
             snprintf(err, err_size, "quantised all-reduce of tensor %d, to device %d: %.300s", tag, devices[q], why);
@@ -141,12 +163,12 @@ int rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t
     /* Our chunk: the R contributions summed in replica order, then the mean. */
     int64_t lo = chunk_lo(n, R, me), len = chunk_lo(n, R, me + 1) - lo;
     fu_msg_info want = m;
-    want.length = quant_encoded_bytes(rows_of(len), COLS, bits);
+    want.length = wire_bytes(len, bits);
     memset(fb->sum, 0, (size_t)len * sizeof *fb->sum);
     for (int32_t q = 0; q < R; q++) {
         const float *from = x + lo;
         if (q != me) {
-            if (receive(hub, devices[q], &want, fb, len, err, err_size))
+            if (receive(hub, devices[q], &want, fb, len, bits, err, err_size))
                 return -1;
             from = fb->dec;
         }
@@ -174,8 +196,8 @@ int rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t
         if (q == me)
             continue;
         int64_t qlo = chunk_lo(n, R, q), qlen = chunk_lo(n, R, q + 1) - qlo;
-        want.length = quant_encoded_bytes(rows_of(qlen), COLS, bits);
-        if (receive(hub, devices[q], &want, fb, qlen, err, err_size))
+        want.length = wire_bytes(qlen, bits);
+        if (receive(hub, devices[q], &want, fb, qlen, bits, err, err_size))
             return -1;
         memcpy(x + qlo, fb->dec, (size_t)qlen * sizeof *x);
     }

@@ -13,11 +13,14 @@
  *      sends the encoding to every other replica; each replica, the owner
  *      too, takes the decoded mean for that chunk.
  * So every replica ends with the same bits, and what a step's rounding
- * dropped goes into the next step's (error feedback at both ends).  A
+ * dropped goes into the next step's (error feedback at both ends).
+ * At bits ALLREDUCE_DIRECT_BITS (32) the chunks and means go as f32, as
+ * they are: nothing is dropped, nothing fed back (the direct exchange:
+ * exact, for small gradients over far replicas).  A
  * value that is not finite drops nothing (a step with an overflowed
  * fp16 gradient is skipped; its NaNs must not stay in the feedback).
  * Messages: micro_batch -2 (round 1) and -3 (round 2), tensor = the
- * bucket's tag, codec FU_CODEC_QUANT.
+ * bucket's tag, codec FU_CODEC_QUANT (FU_CODEC_RAW_F32 at 32 bits).
  *
  * Use (one state per bucket, kept across steps; one thread at a time):
  *
@@ -48,8 +51,8 @@ typedef struct {
 } rt_quant_feedback;
 
 /* x[n] := the mean over R replicas (devices[q]: replica q's device; this
- * is replica me) by the quantised exchange at `bits` (8 or 4), message id
- * tag, this step's number.  0, or -1 with err naming the peer and why. */
+ * is replica me) by the exchange at `bits` (8, 4 or 32), message id tag,
+ * this step's number.  0, or -1 with err naming the peer and why. */
 int rt_quant_mean(struct fu_hub *hub, const int32_t *devices, int32_t R, int32_t me, float *x, int64_t n, int32_t tag,
                   int bits, int64_t step, rt_quant_feedback *fb, char *err, size_t err_size);
 void rt_quant_feedback_free(rt_quant_feedback *fb);

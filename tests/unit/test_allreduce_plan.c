@@ -15,7 +15,15 @@
  *     chosen on local-4's 4 replicas at 4 bits for 1M floats, at 8 for
  *     100,000 (4 bits save under 10%), not at all for 10,000 (the
  *     hierarchy's bytes cost less than a third latency), never without
- *     --compress nor inside one region.
+ *     --compress nor inside one region;
+ *   - the direct exchange (bits 32, exact): priced as two rounds of a
+ *     replica's R-1 chunks one after the other plus the slowest latency,
+ *     and once more that latency; chosen without --compress for
+ *     four-regions' one replica a site 30 ms apart at 100,000 floats (3
+ *     latencies against the ring's 6; with it, 8 bits are faster still),
+ *     not for local-4's 1M floats (the
+ *     hierarchy crosses the slow link with fewer bytes) nor inside one
+ *     region.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -115,7 +123,34 @@ int main(void)
     allreduce_choose(&c4, dev, 4, 4e4, 1, link_of, &c4, &groups, &bits);
     CHECK_INT(0, bits);
     CHECK_INT((int64_t)1 << 2, groups);
+
+    /* The direct exchange on four-regions: 4e5 bytes, chunks of 1e5. */
+    cluster c44 = { 0 };
+    if (load("tests/clusters/four-regions.xml", &c44))
+        return 1;
+    double chunk = 1e5, slow = 100e6 / 8;
+    double round_d = 3 * chunk / slow + 0.030, direct = 2 * round_d + 0.030;
+    CHECK_NEAR(direct, allreduce_direct_seconds(dev, 4, 4e5, link_of, &c44), 1e-9);
+    CHECK_NEAR(direct, allreduce_way_seconds(dev, 4, 4e5, 0, ALLREDUCE_DIRECT_BITS, link_of, &c44), 1e-9);
+    double ring4 = estimate_transfer_seconds(1.5 * 4e5, slow, 6 * 0.030);
+    CHECK_NEAR(ring4, allreduce_plan(&c44, dev, 4, 4e5, link_of, &c44, &groups), 1e-9);
+    t = allreduce_choose(&c44, dev, 4, 4e5, 0, link_of, &c44, &groups, &bits);
+    CHECK_INT(ALLREDUCE_DIRECT_BITS, bits);
+    CHECK_INT(0, groups);
+    CHECK_NEAR(direct, t, 1e-9);
+    /* Under --compress the quantised exchange, a quarter of the bytes, is faster still. */
+    t = allreduce_choose(&c44, dev, 4, 4e5, 1, link_of, &c44, &groups, &bits);
+    CHECK_INT(8, bits);
+    CHECK(t < direct);
+    /* local-4, 1M floats, no --compress: the hierarchy (2 leaders, 2 latencies) stays. */
+    allreduce_choose(&c4, dev, 4, B, 0, link_of, &c4, &groups, &bits);
+    CHECK_INT(0, bits);
+    CHECK(allreduce_direct_seconds(dev, 4, B, link_of, &c4) > allreduce_plan(&c4, dev, 4, B, link_of, &c4, NULL));
+    /* One region: the ring, however small. */
+    allreduce_choose(&c31, dev, 3, 4e3, 0, link_of, &c31, &groups, &bits);
+    CHECK_INT(0, bits);
     cluster_free(&c4);
     cluster_free(&c31);
+    cluster_free(&c44);
     CHECK_DONE();
 }
