@@ -2,32 +2,42 @@
 # bench_lora_far: what LoRA changes for far devices (simulated; fp16 at the
 # V100s' datasheet peaks, 125 TFLOPS fp16, as the cluster files declare;
 # no lossy compression).  A Llama of 8B shape (32 layers, dim 4096, 32
-# heads over 8, ffn 14,336, vocab 128,256; 64 x 2,048 tokens a step) on
-# DT-FM's 8 cities x 8 V100 (clusters/dtfm-worldwide.xml) against the same
-# 64 GPUs in one data centre (dtfm-datacenter-ondemand.xml), each with the
-# plan OP-Fence chooses: full fine-tuning, and rank-16 LoRA on the
-# attention projections (q, k, v, o).  The issue's goal: LoRA world-wide
-# within 1.2x of the data centre.  Prints what, value, unit, anchor,
-# ratio, and each plan's first line.  A few seconds.
-# usage: bench/bench_lora_far.sh [BUILD_DIR] [MICRO_BATCHES]
+# heads over 8, ffn 14,336, vocab 128,256; 2,048 tokens a row) on DT-FM's
+# 8 cities x 8 V100 (clusters/dtfm-worldwide.xml) against the same 64 GPUs
+# in one data centre (dtfm-datacenter-ondemand.xml), each with the plan
+# OP-Fence chooses:
+#   full        full fine-tuning, 64 rows a step, 4 micro-batches;
+#   lora        rank-16 LoRA on q, k, v and o, the frozen base stored fp16
+#               (--frozen-dtype fp16), 64 rows, 4 micro-batches;
+#   lora-1024   the same at DT-FM's own batch, 1,024 rows, 64 micro-batches
+#               (a micro-batch a row a replica of 16).
+# The issue's goal: LoRA world-wide within 1.2x of the data centre.
+# Prints what, value, unit, anchor, ratio, each plan's first line and how
+# its replicas average.  About half a minute.
+# usage: bench/bench_lora_far.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-M=${2:-4}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 row() { printf '%-52s %10s %-8s %-28s %s\n' "$@"; }
 llama=(--set vocab=128256 --set dim=4096 --set layers=32 --set heads=32 --set kv_heads=8 --set ffn=14336
-       --set ctx=2048 --set seq=2048 --set batch=64 --precision fp16 --compress none --micro-batches "$M")
-declare -A flags=([full]="" [lora]="--lora rank=16,alpha=32,targets=q_proj,k_proj,v_proj,o_proj")
+       --set ctx=2048 --set seq=2048 --precision fp16 --compress none)
+lora="--lora rank=16,alpha=32,targets=q_proj,k_proj,v_proj,o_proj --frozen-dtype fp16"
+declare -A flags=([full]="--set batch=64 --micro-batches 4" [lora]="$lora --set batch=64 --micro-batches 4"
+                  [lora-1024]="$lora --set batch=1024 --micro-batches 64")
 declare -A step
-for mode in full lora; do
+for mode in full lora lora-1024; do
   for c in dtfm-datacenter-ondemand dtfm-worldwide; do
     # shellcheck disable=SC2086
     "$build/fusionc" simulate models/llama.xml "clusters/$c.xml" "${llama[@]}" ${flags[$mode]} -o "$work/$mode-$c" \
       >"$work/$mode-$c.out" 2>&1 || { cat "$work/$mode-$c.out" >&2; exit 1; }
+    # shellcheck disable=SC2086
+    "$build/fusionc" plan models/llama.xml "clusters/$c.xml" "${llama[@]}" ${flags[$mode]} -o "$work/$mode-$c.plan" \
+      >/dev/null 2>&1 || { echo "plan $mode on $c failed" >&2; exit 1; }
     step[$mode-$c]=$(sed -n 's/^simulated step: \([0-9.]*\) ms$/\1/p' "$work/$mode-$c.out")
     echo "  $mode on $c: $(head -1 "$work/$mode-$c.out")"
+    echo "    $(grep -m1 '^all-reduce:' "$work/$mode-$c.plan/plan.txt" | cut -c1-60 || echo 'all-reduce: the ring')"
   done
   dc=${step[$mode-dtfm-datacenter-ondemand]} ww=${step[$mode-dtfm-worldwide]}
   row "$mode: step in one data centre" "$dc" "ms" "-" "-"

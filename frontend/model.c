@@ -223,7 +223,7 @@ static int eval_init(builder *b, int line, const char *name, const char *text, i
     memcpy(kind, text, n);
     kind[n] = '\0';
     ir_init_kind k;
-    if (ir_init_parse(kind, &k) || k == INIT_NONE)
+    if (ir_init_parse(kind, &k) || k == INIT_NONE || k == INIT_DROPOUT)
         return fail(b, line, "'%s': unknown init '%s': expected zeros, ones, normal(std) or uniform(bound)", name,
                     text);
     out->kind = k;

@@ -63,9 +63,12 @@ typedef struct {
     int32_t line;
 } ir_loc;
 
-typedef enum { INIT_NONE, INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_COUNT } ir_init_kind;
+typedef enum { INIT_NONE, INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_DROPOUT, INIT_COUNT } ir_init_kind;
 
-/* normal(std): N(0, a^2).  uniform(bound): U(-a, a).  zeros, ones: no args. */
+/* normal(std): N(0, a^2).  uniform(bound): U(-a, a).  zeros, ones: no args.
+ * dropout(p): an input only (LoRA's dropout, passes/adapters.c), that the
+ * runtime fills each micro-batch with 0 (probability p) or 1/(1-p) while
+ * training, 1 while validating (runtime/data.h: rt_dropout_mask). */
 typedef struct {
     ir_init_kind kind;
     double a;

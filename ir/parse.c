@@ -412,7 +412,7 @@ static int32_t define_value(parser *ps, const char *name, ir_dtype dt, ir_role r
 
 /* ---- lines ------------------------------------------------------------------ */
 
-/* input NAME : TYPE @LOC   |   param/state NAME : TYPE init=INIT [frozen] @LOC */
+/* input NAME : TYPE [init=dropout(P)] @LOC   |   param/state NAME : TYPE init=INIT [frozen] @LOC */
 static int parse_source(parser *ps, ir_role role)
 {
     char name[TOKEN_MAX], word[TOKEN_MAX];
@@ -423,15 +423,18 @@ static int parse_source(parser *ps, ir_role role)
     if (read_name(ps, name, "a value name") != 0 || expect_char(ps, ':', "':' and a type") != 0 ||
         read_type(ps, &dt, &shape) != 0)
         return -1;
-    if (role != ROLE_INPUT) {
-        if (!peek_key(ps, word, sizeof word) || strcmp(word, "init") != 0)
-            return expected(ps, "'init='");
+    int has_init = peek_key(ps, word, sizeof word) && strcmp(word, "init") == 0;
+    if (role != ROLE_INPUT && !has_init)
+        return expected(ps, "'init='");
+    if (has_init) {
+        const char *kinds =
+            role == ROLE_INPUT ? "an input's init (dropout)" : "an init (none, zeros, ones, normal, uniform)";
         ps->p += 4;
-        if (expect_char(ps, '=', "'='") != 0 || read_word(ps, word, "an init (none, zeros, ones, normal, uniform)"))
+        if (expect_char(ps, '=', "'='") != 0 || read_word(ps, word, kinds))
             return -1;
-        if (ir_init_parse(word, &init.kind) != 0)
-            return expected_tok(ps, "an init (none, zeros, ones, normal, uniform)", word);
-        if (init.kind == INIT_NORMAL || init.kind == INIT_UNIFORM)
+        if (ir_init_parse(word, &init.kind) != 0 || (role == ROLE_INPUT) != (init.kind == INIT_DROPOUT))
+            return expected_tok(ps, kinds, word);
+        if (init.kind == INIT_NORMAL || init.kind == INIT_UNIFORM || init.kind == INIT_DROPOUT)
             if (expect_char(ps, '(', "'(' and a number") != 0 || read_float(ps, "a number", &init.a) != 0 ||
                 expect_char(ps, ')', "')'") != 0)
                 return -1;

@@ -116,9 +116,9 @@ static void put_source(FILE *out, const ir_graph *g, int32_t v)
     put_value_name(out, g, v);
     fputs(" : ", out);
     put_type(out, val->dtype, &val->shape);
-    if (val->role != ROLE_INPUT) {
+    if (val->role != ROLE_INPUT || val->init.kind == INIT_DROPOUT) {
         fprintf(out, " init=%s", ir_init_name(val->init.kind));
-        if (val->init.kind == INIT_NORMAL || val->init.kind == INIT_UNIFORM)
+        if (val->init.kind == INIT_NORMAL || val->init.kind == INIT_UNIFORM || val->init.kind == INIT_DROPOUT)
             fprintf(out, "(%.9g)", val->init.a);
     }
     if (val->role == ROLE_PARAM && val->frozen)

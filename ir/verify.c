@@ -106,9 +106,13 @@ static int verify_value(verifier *vf, int32_t v)
                        ir_dtype_name(val->dtype));
     if (val->frozen && val->role != ROLE_PARAM)
         return fail_at(vf, val->loc, "%s '%s' is marked frozen: only a param can be", ir_role_name(val->role), name);
-    if ((val->role == ROLE_PARAM || val->role == ROLE_STATE) && (unsigned)val->init.kind >= INIT_COUNT)
+    if ((val->role == ROLE_PARAM || val->role == ROLE_STATE) &&
+        ((unsigned)val->init.kind >= INIT_COUNT || val->init.kind == INIT_DROPOUT))
         return fail_at(vf, val->loc, "%s '%s': init kind %d is out of range", ir_role_name(val->role), name,
                        (int)val->init.kind);
+    if (val->role == ROLE_INPUT && val->init.kind != INIT_NONE &&
+        (val->init.kind != INIT_DROPOUT || !(val->init.a >= 0.0 && val->init.a < 1.0) || !is_float_dtype(val->dtype)))
+        return fail_at(vf, val->loc, "input '%s': an input's init is none or dropout(p), 0 <= p < 1, a float", name);
     if (val->producer < -1 || val->producer >= g->n_nodes)
         return fail_at(vf, val->loc, "value '%s': producer %d is not a node (the graph has %d)", name, val->producer,
                        g->n_nodes);

@@ -5,7 +5,8 @@
  * with <linear> ending in a target (".q_proj", or the whole name) in
  * Hu et al.'s low-rank update, as PEFT computes it:
  *
- *   a = linear(x, <linear>.lora_A.weight)             A [R, in]: (.., R)
+ *   x' = mul(x, <linear>.lora_dropout.mask)           with dropout=P > 0 only
+ *   a = linear(x', <linear>.lora_A.weight)            A [R, in]: (.., R)
  *   d = matmul(a, <linear>.lora_B.weight) transpose_b scale=alpha/R
  *                                                     B [out, R]: (.., out)
  *   y' = y + d                                        every reader of y reads y'
@@ -16,6 +17,15 @@
  * in the node order, so placement and the views see them in their layer.
  * A target that wraps no linear is an error listing the model's linears.
  * (GPT-2's Conv1D, transpose_w, has W [in, out]; A and B are the same.)
+ *
+ * Dropout (PEFT's lora_dropout: lora_B(lora_A(dropout(x)))): the mask is
+ * an input of x's shape, init dropout(P), that the runtime fills each
+ * micro-batch from (seed, step, the row's place in the global batch, the
+ * mask's name): 0 with probability P, else 1/(1-P), so every plan draws
+ * the same masks; 1 while validating (runtime/data.h, rt_dropout_mask).
+ * A `mul` applies it; its backward multiplies the gradient by the same
+ * mask, which the 1F1B stash keeps as it keeps the tokens.  Each adapter
+ * its own mask, as each PEFT module has its own nn.Dropout.
  *
  * --freeze PATTERN (repeatable; pass_options.freeze) marks every parameter
  * whose name matches the glob (fnmatch(3): `*` and `?` match any
@@ -157,16 +167,16 @@ static int lora_wrap(ir_graph *g, const lora_spec *l, struct diag *err)
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
     if (l->rank < 1 || !(l->alpha > 0) || l->n_targets < 1)
         return diag_set(err, file, 0, "--lora needs rank >= 1, alpha > 0 and at least one target");
-    if (l->dropout != 0.0)
-        return diag_set(err, file, 0, "--lora dropout=%g: dropout on the adapters is not supported yet (use 0)",
-                        l->dropout);
+    if (!(l->dropout >= 0.0 && l->dropout < 1.0))
+        return diag_set(err, file, 0, "--lora dropout=%g: expected 0 <= dropout < 1", l->dropout);
     /* In the checkpoint's fusion.hypers: what fusionc export --adapter and --merge need. */
-    if (ir_add_hyper_int(g, "lora_rank", l->rank) < 0 || ir_add_hyper_float(g, "lora_alpha", l->alpha) < 0)
+    if (ir_add_hyper_int(g, "lora_rank", l->rank) < 0 || ir_add_hyper_float(g, "lora_alpha", l->alpha) < 0 ||
+        ir_add_hyper_float(g, "lora_dropout", l->dropout) < 0)
         return diag_set(err, file, 0, "out of memory");
     for (int32_t v = 0; v < g->n_values; v++) /* PEFT: only the adapters train */
         if (g->values[v].role == ROLE_PARAM)
             g->values[v].frozen = 1;
-    int32_t n_old = g->n_nodes, *anchor = malloc(((size_t)3 * n_old + 1) * sizeof *anchor);
+    int32_t n_old = g->n_nodes, *anchor = malloc(((size_t)4 * n_old + 1) * sizeof *anchor);
     int32_t wrapped[LORA_MAX_TARGETS] = { 0 };
     if (!anchor)
         return diag_set(err, file, 0, "out of memory");
@@ -198,9 +208,22 @@ static int lora_wrap(ir_graph *g, const lora_spec *l, struct diag *err)
             rc = diag_set(err, file, 0, "out of memory");
             break;
         }
-        int32_t k0 = g->n_nodes - n_old;
+        int32_t k0 = g->n_nodes - n_old, xa = x; /* what A reads: x, or x dropped */
+        if (l->dropout > 0.0) {
+            ir_shape xs = g->values[x].shape;
+            snprintf(name, sizeof name, "%s.lora_dropout.mask", lin);
+            int32_t mask = ir_add_value(g, name, DT_F32, ROLE_INPUT, &xs, base.loc);
+            snprintf(name, sizeof name, "%s.lora_dropout", lin);
+            int32_t nd = mask < 0 ? -1 : new_op(g, OP_MUL, name, base.loc, (int32_t[]){ x, mask }, 2, &xs);
+            if (nd < 0) {
+                rc = diag_set(err, file, 0, "out of memory");
+                break;
+            }
+            g->values[mask].init = (ir_init){ INIT_DROPOUT, l->dropout };
+            xa = g->nodes[nd].out[0];
+        }
         snprintf(name, sizeof name, "%s.lora_A", lin);
-        int32_t na = new_op(g, OP_LINEAR, name, base.loc, (int32_t[]){ x, A }, 2, &mid);
+        int32_t na = new_op(g, OP_LINEAR, name, base.loc, (int32_t[]){ xa, A }, 2, &mid);
         snprintf(name, sizeof name, "%s.lora_B", lin);
         int32_t nb =
             na < 0 ? -1 : new_op(g, OP_MATMUL, name, base.loc, (int32_t[]){ g->nodes[na].out[0], B }, 2, &full);

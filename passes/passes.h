@@ -29,7 +29,7 @@
 typedef struct {
     int32_t rank;                          /* R >= 1 (0: no LoRA)            */
     double alpha;                          /* the update is scaled by alpha/R */
-    double dropout;                        /* on the adapter's input: 0 only, today */
+    double dropout;                        /* on the adapter's input, in [0, 1)  */
     const char *targets[LORA_MAX_TARGETS]; /* pointing into the option's text */
     int32_t n_targets;
 } lora_spec;

@@ -97,7 +97,8 @@ static int store_frozen(ir_graph *g, ir_dtype dtype, struct diag *err)
  * and the optimizer pass make in the dtype of the parameter; a matrix
  * product rounds its f32 weight to the precision as it reads it (the
  * runtime, as autocast does).  The gradients of activations take the
- * activations' dtype.  Frozen parameters: store_frozen. */
+ * activations' dtype, and so do the dropout masks (inputs of init
+ * dropout) that multiply activations.  Frozen parameters: store_frozen. */
 int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err)
 {
     if (opt->precision != DT_F32 && opt->precision != DT_BF16 && opt->precision != DT_F16)
@@ -110,5 +111,8 @@ int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err)
     g->tf32 = opt->tf32;
     if (store_frozen(g, opt->frozen_dtype, err))
         return -1;
+    for (int32_t v = 0; v < g->n_values; v++) /* LoRA's dropout masks: as the activations they multiply */
+        if (g->values[v].role == ROLE_INPUT && g->values[v].init.kind == INIT_DROPOUT)
+            g->values[v].dtype = g->precision;
     return infer(g, 1, err);
 }

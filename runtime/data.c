@@ -227,6 +227,17 @@ static int64_t window_start(const rt_data *d, uint64_t seed, int64_t step, int64
     return (int64_t)(rt_rng_next(&r) % (uint64_t)(d->n - T - 1));
 }
 
+void rt_dropout_mask(float *mask, double p, uint64_t seed, int64_t step, uint64_t tag, int64_t row0, int64_t B,
+                     int64_t n)
+{
+    float keep = (float)(1.0 / (1.0 - p));
+    for (int64_t b = 0; b < B; b++) {
+        rt_rng r = rt_rng_seeded(seed ^ tag, (uint64_t)step, (uint64_t)(row0 + b) + 0xD809);
+        for (int64_t i = 0; i < n; i++)
+            mask[b * n + i] = rt_rng_uniform(&r) < p ? 0.0f : keep;
+    }
+}
+
 void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, int32_t *tokens, int32_t *targets,
                    int64_t B, int64_t T)
 {

@@ -75,6 +75,13 @@ void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, 
  * rows row0 .. row0+rows-1 of (seed, step)'s batch, T targets each, over how
  * many of them are not ignored (1 without a mask; 0 when every one is). */
 double rt_data_loss_weight(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, int64_t rows, int64_t T);
+/* A dropout mask (an input of init dropout(p): LoRA's, passes/adapters.c)
+ * for rows row0 .. row0+B-1 of (seed, step)'s batch, n values a row: each
+ * 0 with probability p, else 1/(1-p), drawn from a stream of its own for
+ * (seed, step, row, tag) (tag: a hash of the mask's name), so that a row's
+ * mask is the same whichever replica or micro-batch holds it. */
+void rt_dropout_mask(float *mask, double p, uint64_t seed, int64_t step, uint64_t tag, int64_t row0, int64_t B,
+                     int64_t n);
 void rt_data_free(rt_data *d);
 
 /* Deterministic random numbers: xoshiro256** seeded through splitmix64

@@ -761,7 +761,7 @@ int main(int argc, char **argv)
     } else {
         /* A stage with no inputs of the model: the model's inputs are made elsewhere. */
         for (int32_t i = 0; i < p.manifest.n_tensors && rc == 0; i++)
-            if (p.tensors[i].role == ROLE_INPUT)
+            if (p.tensors[i].role == ROLE_INPUT && p.tensors[i].init_kind != INIT_DROPOUT) /* masks: the stepper's */
                 rc = fail("the data loader feeds only two i32 inputs of shape (B,T) (tokens, targets); '%s' needs "
                           "--inputs FILE",
                           p.tensors[i].name);

@@ -8,8 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "../ir/ir.h"
 #include "../ir/pipeline_order.h"
+#include "cpu/half.h"
+#include "data.h"
+#include "rt_error.h"
 #include "stepper.h"
 #include "trace.h"
 
@@ -140,10 +145,43 @@ static float loss_weight(const stepper *st, const rt_data *d, uint64_t seed, int
     return (float)rt_data_loss_weight(d, seed, step, row0, rows, st->T);
 }
 
+/* Each dropout mask on this device (an input of init dropout(p), in the
+ * graph's precision) for the rows from row0 of (seed, step)'s batch;
+ * validating: ones (no dropout).  0, or -1 out of memory. */
+static int fill_dropout_masks(const program *p, uint64_t seed, int64_t step, int64_t row0, int validating)
+{
+    for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
+        const rt_tensor_info *ti = &p->tensors[i];
+        if (ti->role != ROLE_INPUT || ti->init_kind != INIT_DROPOUT)
+            continue;
+        int64_t rows = ti->t.dim[0], n = rt_tensor_numel(&ti->t) / (rows > 0 ? rows : 1);
+        int half = half_dtype_bytes(ti->dtype) == 2;
+        float *mask = half ? malloc((size_t)(rows * n + 1) * sizeof *mask) : (float *)(p->arena + ti->t.offset);
+        if (!mask)
+            return -1;
+        if (validating)
+            for (int64_t k = 0; k < rows * n; k++)
+                mask[k] = 1.0f;
+        else
+            rt_dropout_mask(mask, ti->init_a, seed, step, XXH3_64bits(ti->name, strlen(ti->name)), row0, rows, n);
+        if (half) {
+            half_from_f32(p->arena + ti->t.offset, mask, rows * n, ti->dtype);
+            free(mask);
+        }
+    }
+    return 0;
+}
+
 static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
 {
     program *p = st->p;
     const rt_manifest *mf = &p->manifest;
+    if (!st->o->inputs && /* this replica's rows of the global batch, as the tokens' */
+        fill_dropout_masks(p, st->o->seed, ctx->step,
+                           mf->diloco.row_offset + ((int64_t)mf->replica * mf->micro_batches + m) * st->b, 0)) {
+        snprintf(ctx->msg, sizeof ctx->msg, "out of memory for a dropout mask");
+        return -1;
+    }
     if (!st->o->inputs && (st->tokens_at >= 0 || st->targets_at >= 0)) {
         /* This replica's rows of the global batch (under diloco, of its site's share). */
         int64_t row0 = mf->diloco.row_offset + ((int64_t)mf->replica * mf->micro_batches + m) * st->b;
@@ -275,6 +313,8 @@ int stepper_validate(stepper *st, const rt_context *train_ctx, int64_t step, flo
     int64_t R = diloco ? mf->n_replicas : 1; /* the replicas whose rows run here */
     int64_t site_rows = diloco ? mf->diloco.site_rows[mf->diloco.site] : 0;
     int64_t per_batch = (diloco ? mf->diloco.global_rows / site_rows : 1) * R * M; /* micro-batches of a batch */
+    if (!st->o->inputs && fill_dropout_masks(p, 0, 0, 0, 1))                       /* validation drops nothing */
+        return rt_error(err, err_size, "out of memory for a dropout mask");
     for (int64_t k = 0; k < K && rc == 0; k++) {
         ctx.loss_weight = st->val ? loss_weight(st, st->val, VAL_SEED, k, 1) : 1.0f;
         for (int64_t j = 0; j < per_batch && rc == 0; j++) {

@@ -44,8 +44,9 @@
 #     magnitude in f32 and 4 unit roundoffs in 16 bits (measured: 4.4e-7,
 #     2.4 and 2.5 unit roundoffs, the worst in k_proj, whose gradient sums
 #     over the two query heads of each key/value head);
-#   - the same Llama fine-tuned with LoRA on q_proj and v_proj in bf16,
-#     its frozen base stored bf16 (--frozen-dtype): to bf16's bounds;
+#   - the same Llama fine-tuned with LoRA on q_proj and v_proj (dropout
+#     0.1) in bf16, its frozen base stored bf16 (--frozen-dtype): to
+#     bf16's bounds;
 #   - bf16 on the 4-stage pipeline of two CPU and two CUDA devices (bf16
 #     activations and their gradients cross the links, to and from the
 #     CUDA devices' host steps, and, with the links declared at 10 Mbps,
@@ -108,12 +109,13 @@ done
 # a CPU and a CUDA bundle in each precision; heads 4 over kv_heads 2.
 llama=(--set vocab=256 --set ctx=16 --set layers=2 --set dim=32 --set heads=4 --set kv_heads=2 --set ffn=48 --set batch=4
        --set seq=16)
-# lora-bf16: LoRA on q_proj and v_proj, bf16, the frozen base stored bf16
-# (--frozen-dtype): the base's products read it as it is, the other ops
-# (embedding, rmsnorm) widen it.
+# lora-bf16: LoRA on q_proj and v_proj with dropout 0.1, bf16, the frozen
+# base stored bf16 (--frozen-dtype): the base's products read it as it is,
+# the other ops (embedding, rmsnorm) widen it; the host draws the dropout
+# masks (f32 inputs) and the device multiplies its bf16 activations by them.
 llama_flags() {
   case $1 in
-  lora-bf16) echo --precision bf16 --lora rank=4,alpha=8,targets=q_proj,v_proj --frozen-dtype bf16 ;;
+  lora-bf16) echo --precision bf16 --lora rank=4,alpha=8,targets=q_proj,v_proj,dropout=0.1 --frozen-dtype bf16 ;;
   *) echo --precision "$1" ;;
   esac
 }

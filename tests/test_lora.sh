@@ -15,6 +15,13 @@
 #    the rest of the base bit for bit, and the merged model's loss the
 #    LoRA model's; another base, or a plain export, refused;
 #  - a fresh LoRA (B zero) starts at the base model's loss exactly;
+#  - dropout=0.25 (PEFT's lora_dropout): the loss and the adapters'
+#    gradients within 1e-4 of the PyTorch LoRA given the masks the run drew
+#    (--dump-grads writes them with the inputs); each mask 0 or 4/3, about a
+#    quarter 0, every one its own; 2 stages x 2 replicas, recomputing,
+#    draw the same masks (one device's losses within 1e-6); validation
+#    drops nothing (at lr 1e-30, the val_loss of the model without
+#    dropout); export --adapter says lora_dropout 0.25;
 #  - quality: a base trained on the licences (--init of its --save
 #    folder), fine-tuned with LoRA on this repository's docs, lowers its
 #    validation loss on held-out docs;
@@ -46,6 +53,60 @@ prog=$work/one/cpu0/fusion-cpu0
 "$py" tests/parity/lora.py grads "$cfg" "$work/base.st" "$work/adapters.st" "$work/in.st" "$work/dump.st" 2 \
   >"$work/parity" 2>&1 && pass || fail "LoRA against PyTorch: $(cat "$work/parity")"
 echo "  $(tail -1 "$work/parity")" >&2
+
+# ---- dropout on the adapters
+dlora=(--lora rank=4,alpha=8,targets=q_proj,v_proj,down_proj,dropout=0.25)
+"$FUSIONC" compile "${model[@]}" "${dlora[@]}" clusters/local-1.xml -o "$work/drop" >"$work/drop.compile" 2>&1 && pass ||
+  fail "compile with dropout: $(cat "$work/drop.compile")"
+"$work/drop/cpu0/fusion-cpu0" --init "$work/base.st" --init "$work/adapters.st" --data "$work/corpus.txt" --seed 3 \
+  --steps 1 --dump-grads "$work/drop.st" >"$work/drop.run" 2>&1 && pass || fail "dropout run: $(tail -3 "$work/drop.run")"
+"$py" tests/parity/lora.py grads "$cfg" "$work/base.st" "$work/adapters.st" "$work/drop.st" "$work/drop.st" 2 \
+  >"$work/drop.parity" 2>&1 && pass || fail "LoRA with dropout against PyTorch: $(cat "$work/drop.parity")"
+echo "  dropout: $(tail -1 "$work/drop.parity")" >&2
+"$py" - "$work/drop.st" <<'PYEOF' && pass || fail "the dropout masks: see above"
+import sys
+sys.path.insert(0, "tests/parity")
+from torch_parity import st_read
+d = st_read(sys.argv[1])
+masks = {n: t for n, t in d.items() if n.endswith(".lora_dropout.mask")}
+bad = [] if len(masks) == 6 else [f"{len(masks)} masks, expected 6"]
+for n, t in masks.items():
+    zero = (t == 0).float().mean().item()
+    if not ((t == 0) | (t == 4.0 / 3.0)).all():
+        bad.append(f"{n}: a value neither 0 nor 4/3")
+    if not 0.2 < zero < 0.3:
+        bad.append(f"{n}: {zero:.3f} of it 0, expected about 0.25")
+flat = [t.flatten() for t in masks.values() if t.shape[-1] == 64]
+bad += ["two masks are the same"] if any(a.equal(b) for i, a in enumerate(flat) for b in flat[i + 1:]) else []
+print("\n".join(bad) if bad else f"dropout: {len(masks)} masks of 0 and 4/3, each its own", file=sys.stderr)
+sys.exit(1 if bad else 0)
+PYEOF
+"$FUSIONC" compile "${model[@]}" "${dlora[@]}" clusters/local-4.xml -o "$work/drop4" --stages 2 --replicas 2 \
+  --micro-batches 2 --compress none --recompute on --port-base $((ports + 40)) >"$work/drop4.compile" 2>&1 && pass ||
+  fail "dropout 2 x 2 compile: $(cat "$work/drop4.compile")"
+"$work/drop/cpu0/fusion-cpu0" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 8 >"$work/drop1.out" 2>&1 ||
+  fail "dropout, one device: $(tail -3 "$work/drop1.out")"
+"$work/drop4/launch-local.sh" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 8 >"$work/drop4.out" 2>&1 &&
+  pass || fail "dropout, 2 x 2: $(tail -5 "$work/drop4.out")"
+reporter=$(sed -n 's/^reporter=//p' "$work/drop4/launch-local.sh")
+expect_eq "dropout, 2 x 2: steps logged" 8 "$(losses "$work/drop4/logs/$reporter.log" | wc -l)"
+losses_within "dropout: 2 x 2 recomputing against one device" <(losses "$work/drop1.out") \
+  <(losses "$work/drop4/logs/$reporter.log") 1e-6
+for d in 0 0.25; do # validation drops nothing: lr 1e-30 leaves the weights as they are
+  "$FUSIONC" compile "${model[@]}" --set lr=1e-30 --lora "rank=4,alpha=8,targets=q_proj,v_proj,down_proj,dropout=$d" \
+    clusters/local-1.xml -o "$work/val$d" >/dev/null 2>&1 || fail "compile dropout=$d"
+  "$work/val$d/cpu0/fusion-cpu0" --init "$work/base.st" --init "$work/adapters.st" --data "$work/corpus.txt" --seed 3 \
+    --val-data docs/testing.md --val-every 1 --val-batches 2 --steps 1 >"$work/val$d.out" 2>&1 || fail "validation, dropout=$d"
+done
+expect_eq "validation with dropout: the val_loss without" "$(sed -n 's/.*val_loss //p' "$work/val0.out")" \
+  "$(sed -n 's/.*val_loss //p' "$work/val0.25.out")"
+[ "$(losses "$work/val0.out")" != "$(losses "$work/val0.25.out")" ] && pass ||
+  fail "dropout changed nothing in training: $(losses "$work/val0.out")"
+"$work/drop/cpu0/fusion-cpu0" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 2 --save "$work/dropck" \
+  >/dev/null 2>&1 || fail "dropout: save"
+"$FUSIONC" export "$work/dropck" -o "$work/droppeft" --adapter >/dev/null 2>&1 || fail "dropout: export --adapter"
+"$py" -c "import json, sys; sys.exit(json.load(open('$work/droppeft/adapter_config.json'))['lora_dropout'] != 0.25)" &&
+  pass || fail "adapter_config.json: lora_dropout is not 0.25: $(cat "$work/droppeft/adapter_config.json")"
 
 # ---- 20 steps from the base: the base never moves
 "$prog" --init "$work/base.st" --data "$work/corpus.txt" --seed 3 --steps 20 --save "$work/ck" >"$work/train" 2>&1 &&
@@ -176,7 +237,7 @@ grep -q "error: adapters: --lora target 'qproj' matches no linear of the model; 
   "$work/bad.out" && pass || fail "no target error: $(cat "$work/bad.out")"
 "$FUSIONC" plan "${model[@]}" clusters/local-1.xml --lora rank=0,targets=q_proj -o "$work/bad" >"$work/bad.out" 2>&1
 expect_eq "rank 0: exit status" 2 $?
-grep -q -- "--lora expects rank=R,alpha=A,targets=NAME,NAME...\[,dropout=0\] (rank >= 1, alpha > 0), found 'rank=0,targets=q_proj'" \
+grep -q -- "--lora expects rank=R,alpha=A,targets=NAME,NAME...\[,dropout=P\] (rank >= 1, alpha > 0, 0 <= P < 1), found 'rank=0,targets=q_proj'" \
   "$work/bad.out" && pass || fail "no --lora syntax error: $(cat "$work/bad.out")"
 "$py" -c "
 import sys; sys.path.insert(0, 'tests/parity')

@@ -8,11 +8,11 @@
  * B [out, r]) and
  *
  *     {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": R,
- *      "lora_alpha": A, "target_modules": [...], "lora_dropout": 0.0,
+ *      "lora_alpha": A, "target_modules": [...], "lora_dropout": P,
  *      "bias": "none", "fan_in_fan_out": false, ...}
  *
- * r from A's shape, lora_alpha from the checkpoint's fusion.hypers (the
- * adapters pass records it), target_modules the last names of the
+ * r from A's shape, lora_alpha and lora_dropout from the checkpoint's
+ * fusion.hypers (the adapters pass records them), target_modules the last names of the
  * wrapped linears; fan_in_fan_out true for GPT-2, whose Conv1D weights
  * are [in, out].
  *
@@ -127,7 +127,8 @@ int export_lora_adapter(const st_tensor *w, int n, const char *model, const char
         cJSON_AddNumberToObject(cfg, "lora_alpha", alpha);
         cJSON_AddItemToObject(cfg, "target_modules", targets);
         targets = NULL;
-        cJSON_AddNumberToObject(cfg, "lora_dropout", 0.0);
+        double dropout = hf_config_hyper(hypers, "lora_dropout"); /* absent before dropout was built: 0 */
+        cJSON_AddNumberToObject(cfg, "lora_dropout", isnan(dropout) ? 0.0 : dropout);
         cJSON_AddStringToObject(cfg, "bias", "none");
         cJSON_AddBoolToObject(cfg, "fan_in_fan_out", strcmp(model, "gpt2") == 0);
         cJSON_AddBoolToObject(cfg, "inference_mode", 1);

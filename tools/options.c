@@ -202,10 +202,11 @@ const cli_option fusionc_options[OPT_COUNT] = {
                      .help = "do not train the parameters whose names match the glob (repeatable):\n"
                              "no gradient, no optimizer state, no all-reduce" },
     [OPT_LORA] = { .name = "--lora", .metavar = "SPEC", CLI_CUSTOM(parse_lora, lora_option, options, lora),
-                   .expects = "rank=R,alpha=A,targets=NAME,NAME...[,dropout=0] (rank >= 1, alpha > 0)",
+                   .expects = "rank=R,alpha=A,targets=NAME,NAME...[,dropout=P] (rank >= 1, alpha > 0, 0 <= P < 1)",
                    .help = "LoRA adapters on the linears named by targets (PEFT's target_modules,\n"
                            "e.g. q_proj,v_proj): y = Wx + (alpha/R) B A x, A [R, in], B [out, R]\n"
-                           "zeros; every other parameter frozen (alpha default 8)" },
+                           "zeros; every other parameter frozen (alpha default 8); dropout=P drops\n"
+                           "the adapters' input while training, as PEFT's lora_dropout" },
     [OPT_FROZEN_DTYPE] = { .name = "--frozen-dtype", .metavar = "D",
                            CLI_CUSTOM(parse_precision, ir_dtype, options, frozen_dtype),
                            .expects = "fp32, bf16 or fp16",

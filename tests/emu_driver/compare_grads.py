@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """compare_grads.py REF.safetensors FOUND.safetensors [BOUND]: every tensor
-of REF (a --dump-grads file: grad.<param>, the inputs, the loss) must be in
+of REF (a --dump-grads file: grad.<param>, the inputs, the loss; F32, I32,
+BF16 or F16) must be in
 FOUND with the same shape, and agree within BOUND (default 1e-4) x the
 largest magnitude of REF's tensor.  Prints the worst tensor; exit 1 on any
 difference.  Standard library only."""
@@ -20,8 +21,15 @@ def read(path):
             continue
         begin, end = t["data_offsets"]
         raw = data[8 + n + begin:8 + n + end]
-        values = array({"F32": "f", "I32": "i"}[t["dtype"]])
-        values.frombytes(raw)
+        if t["dtype"] == "BF16":  # the upper half of an f32 (a 16-bit dropout mask, say)
+            bits = array("H")
+            bits.frombytes(raw)
+            values = array("f", struct.unpack(f"<{len(bits)}f", struct.pack(f"<{len(bits)}I", *(h << 16 for h in bits))))
+        elif t["dtype"] == "F16":
+            values = array("f", struct.unpack(f"<{len(raw) // 2}e", raw))
+        else:
+            values = array({"F32": "f", "I32": "i"}[t["dtype"]])
+            values.frombytes(raw)
         out[name] = (t["shape"], values)
     return out
 

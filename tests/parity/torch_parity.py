@@ -205,7 +205,9 @@ def llama_loss(c, P, I):
     grouped-query attention by repeating each key/value head for its
     heads/kv_heads query heads, SwiGLU, the head tied to the embedding
     when c["tie"].  A projection whose LoRA adapters P holds adds them as
-    PEFT's LoRA Linear does: W h + c["lora_scale"] * B (A h)."""
+    PEFT's LoRA Linear does: W h + c["lora_scale"] * B (A h), with h times
+    I["<name>.lora_dropout.mask"] when I holds it (PEFT's lora_dropout, the
+    mask fusion drew: --dump-grads writes it with the inputs)."""
     idx, targets = I["idx"].long(), I["targets"].long()
     B, T = idx.shape
     d, H, KV, eps = c["dim"], c["heads"], c["kv_heads"], c["norm_eps"]
@@ -223,7 +225,9 @@ def llama_loss(c, P, I):
     def proj(h, name):
         y = F.linear(h, P[name + ".weight"])
         if name + ".lora_A.weight" in P:
-            y = y + c["lora_scale"] * F.linear(F.linear(h, P[name + ".lora_A.weight"]), P[name + ".lora_B.weight"])
+            mask = I.get(name + ".lora_dropout.mask")
+            ha = h if mask is None else h * mask
+            y = y + c["lora_scale"] * F.linear(F.linear(ha, P[name + ".lora_A.weight"]), P[name + ".lora_B.weight"])
         return y
 
     x = P["model.embed_tokens.weight"][idx]
