@@ -364,9 +364,6 @@ static void kb_row_logsumexp(kbuf *kb, int64_t V)
               LL(V), LL(V));
 }
 
-/* A target the loss skips (runtime/cpu/kernels.h's KERNEL_IGNORE_TARGET). */
-#define CE_IGNORE (-100)
-
 /* logits (N,V), targets (N) -> loss: a block per row writes its loss (double)
  * to scratch (0 for an ignored target), one block sums them, times the
  * step's loss weight (fusion_args).  A bad target is reported. */
@@ -385,7 +382,7 @@ int lower_cross_entropy(cuda_plan *p, const rt_op *op)
               "    if (t == %d) { if (threadIdx.x == 0) rows[r] = 0; return; }\n"
               "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) { fusion_report_bad(a.p[4], r); rows[r] = 0; } "
               "return; }\n",
-              CE_IGNORE, LL(V));
+              OP_IGNORE_TARGET, LL(V));
     kb_row_logsumexp(&kb, V);
     kb_printf(&kb, "    if (threadIdx.x == 0) rows[r] = (double)mx + log(s) - (double)LD(x[t]);\n");
     if (step_kernel(p, kb_finish(p, &kb, "cross_entropy_rows"), N, 0, 1, out_arg(op, 0), in_arg(op, 0), in_arg(op, 1),
@@ -423,7 +420,7 @@ int lower_cross_entropy_backward(cuda_plan *p, const rt_op *op)
         "    if (t == %d) { for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) ST(dx[j], 0.0f); return; }\n"
         "    if (t < 0 || t >= %lld) { if (threadIdx.x == 0) fusion_report_bad(a.p[4], r); return; }\n"
         "    float g = (float)((double)LD(*dloss) * (a.loss_weight > 0 ? a.loss_weight : 1.0f) / %lld.0);\n",
-        CE_IGNORE, LL(V), LL(V), LL(N));
+        OP_IGNORE_TARGET, LL(V), LL(V), LL(N));
     kb_row_logsumexp(&kb, V);
     kb_printf(&kb,
               "    float inv = (float)(1.0 / s);\n"

@@ -5,6 +5,12 @@
 
 #include "pointwise.h"
 
+/* A target cross_entropy skips (PyTorch's ignore_index, Hugging Face's
+ * label of a prompt token): its row adds nothing to the loss and gets no
+ * gradient, on every back end (runtime/cpu/loss.c, codegen's CUDA kernel);
+ * the loader writes it for a masked token (runtime/data.h). */
+#define OP_IGNORE_TARGET (-100)
+
 /* clang-format off */
 typedef enum {
     OP_EMBEDDING,       /* (idx i32[..], table[V,C]) -> [..,C]                 */

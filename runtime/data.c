@@ -1,6 +1,7 @@
 /* data.c: token data and the deterministic random numbers (see data.h). */
 #include "data.h"
 #include "rt_error.h"
+#include "../ir/op_kinds.h" /* OP_IGNORE_TARGET */
 
 #include <errno.h>
 #include <math.h>
@@ -248,7 +249,7 @@ void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, 
                 tokens[b * T + t] = (int32_t)d->tokens[start + t];
             if (targets)
                 targets[b * T + t] =
-                    d->mask && !d->mask[start + t + 1] ? RT_IGNORE_TARGET : (int32_t)d->tokens[start + t + 1];
+                    d->mask && !d->mask[start + t + 1] ? OP_IGNORE_TARGET : (int32_t)d->tokens[start + t + 1];
         }
     }
 }

@@ -41,10 +41,9 @@
 #define RT_SHARD_VERSION_U16  1 /* uint16 ids */
 #define RT_SHARD_VERSION_U32  2 /* uint32 ids */
 #define RT_SHARD_FLAG_MASK    1 /* header[3]: a loss mask, a byte a token, after the ids */
-/* A target the loss skips (PyTorch's ignore_index and Hugging Face's label
- * for a prompt token): cross_entropy counts it neither in its sum nor, by
- * the step's loss weight (rt_data_loss_weight), in its mean. */
-#define RT_IGNORE_TARGET (-100)
+/* A masked token's target is OP_IGNORE_TARGET (ir/op_kinds.h):
+ * cross_entropy counts it neither in its sum nor, by the step's loss
+ * weight (rt_data_loss_weight), in its mean. */
 
 /* --data-format: how a file is read (above). */
 typedef enum { RT_DATA_AUTO = 0, RT_DATA_SHARD = 1, RT_DATA_TEXT = 2 } rt_data_format;
@@ -69,7 +68,7 @@ int rt_data_load(rt_data *d, const char *path, rt_data_format format, int64_t vo
  * that holds only one of them). */
 void rt_data_batch(const rt_data *d, uint64_t seed, int64_t step, int64_t row0, int32_t *tokens, int32_t *targets,
                    int64_t B, int64_t T);
-/* With a mask, a target whose token it marks 0 is RT_IGNORE_TARGET. */
+/* With a mask, a target whose token it marks 0 is OP_IGNORE_TARGET. */
 /* The factor that makes cross_entropy's mean over all of a step's targets
  * (the ignored ones counting 0) the mean over the ones it trains on: the
  * rows row0 .. row0+rows-1 of (seed, step)'s batch, T targets each, over how

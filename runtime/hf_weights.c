@@ -238,15 +238,13 @@ static int read_source(program *p, const char *path, char *found, int frozen_onl
 
 int read_init_weights(program *p, const char *const *paths, int n_paths, int frozen_only)
 {
-    int32_t n = p->manifest.n_tensors, frozen = 0, kept = 0;
+    int32_t n = p->manifest.n_tensors, frozen = program_frozen_count(p), kept = 0;
     char *found = calloc((size_t)n + 1, 1);
     if (!found)
         return fail("out of memory reading --init");
     int rc = 0;
     for (int k = 0; k < n_paths && rc == 0; k++)
         rc = read_source(p, paths[k], found, frozen_only);
-    for (int32_t i = 0; i < n; i++)
-        frozen += p->tensors[i].role == ROLE_PARAM && p->tensors[i].frozen;
     const char *first_kept = NULL;
     for (int32_t i = 0; i < n && rc == 0; i++) {
         const rt_tensor_info *ti = &p->tensors[i];

@@ -412,9 +412,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     /* A resumed fine-tune: its base (the frozen parameters) is not in the
      * checkpoint: initialised and loaded again, then checked against what
      * the checkpoint recorded of it. */
-    int frozen = 0;
-    for (int32_t i = 0; i < mf->n_tensors; i++)
-        frozen += p->tensors[i].role == ROLE_PARAM && p->tensors[i].frozen;
+    int32_t frozen = program_frozen_count(p);
     char why_frozen[600];
     if (rc == 0 && from_checkpoint && frozen > 0) {
         init_params(p, seed, 1);

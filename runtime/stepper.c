@@ -133,7 +133,7 @@ static float loss_weight(const stepper *st, const rt_data *d, uint64_t seed, int
         const int32_t *t = (const int32_t *)(p->arena + p->tensors[st->targets_at].t.offset);
         int64_t n = rt_tensor_numel(&p->tensors[st->targets_at].t), trained = 0;
         for (int64_t i = 0; i < n; i++)
-            trained += t[i] != RT_IGNORE_TARGET;
+            trained += t[i] != OP_IGNORE_TARGET;
         return trained > 0 ? (float)((double)n / (double)trained) : 0.0f;
     }
     int diloco = mf->diloco.sync == RT_SYNC_DILOCO;

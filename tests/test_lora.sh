@@ -14,6 +14,9 @@
 #    PEFT's names; --merge --base: PyTorch's merge (W + 2 B A) within 1e-6,
 #    the rest of the base bit for bit, and the merged model's loss the
 #    LoRA model's; another base, or a plain export, refused;
+#  - GPT-2 (Conv1D weights, [in, out]): a LoRA on c_attn from a trained
+#    base exports --merge as W + 2 (B A)ᵀ within 1e-6, every other
+#    weight bit for bit, and --adapter with fan_in_fan_out true;
 #  - a fresh LoRA (B zero) starts at the base model's loss exactly;
 #  - dropout=0.25 (PEFT's lora_dropout): the loss and the adapters'
 #    gradients within 1e-4 of the PyTorch LoRA given the masks the run drew
@@ -53,6 +56,39 @@ prog=$work/one/cpu0/fusion-cpu0
 "$py" tests/parity/lora.py grads "$cfg" "$work/base.st" "$work/adapters.st" "$work/in.st" "$work/dump.st" 2 \
   >"$work/parity" 2>&1 && pass || fail "LoRA against PyTorch: $(cat "$work/parity")"
 echo "  $(tail -1 "$work/parity")" >&2
+
+# ---- GPT-2's transposed weights: the merge and the adapter config
+g2=(models/gpt2.xml --set vocab=256 --set ctx=16 --set layers=1 --set dim=32 --set heads=2 --set batch=2 --set seq=16)
+"$FUSIONC" compile "${g2[@]}" clusters/local-1.xml -o "$work/g2" >/dev/null 2>&1 || fail "GPT-2 compile"
+"$FUSIONC" compile "${g2[@]}" --lora rank=2,alpha=4,targets=c_attn clusters/local-1.xml -o "$work/g2l" >/dev/null 2>&1 ||
+  fail "GPT-2 LoRA compile"
+"$work/g2/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 2 --save "$work/g2base" >/dev/null 2>&1 || fail "GPT-2 base"
+"$FUSIONC" export "$work/g2base" -o "$work/g2hf" >/dev/null 2>&1 || fail "GPT-2 base export"
+"$work/g2l/cpu0/fusion-cpu0" --init "$work/g2base" --data "$work/corpus.txt" --steps 3 --save "$work/g2ck" >/dev/null 2>&1 ||
+  fail "GPT-2 LoRA training"
+"$FUSIONC" export "$work/g2ck" -o "$work/g2m" --merge --base "$work/g2hf" >"$work/g2m.out" 2>&1 && pass ||
+  fail "GPT-2 --merge: $(cat "$work/g2m.out")"
+"$FUSIONC" export "$work/g2ck" -o "$work/g2p" --adapter >"$work/g2p.out" 2>&1 && pass ||
+  fail "GPT-2 --adapter: $(cat "$work/g2p.out")"
+"$py" - "$work" <<'PYEOF' && pass || fail "GPT-2's merge: see above"
+import glob, json, sys
+sys.path.insert(0, "tests/parity")
+from torch_parity import st_read
+w = sys.argv[1]
+base, merged = st_read(w + "/g2hf"), st_read(w + "/g2m")
+ck = st_read(sorted(glob.glob(w + "/g2ck/step-*/checkpoint.safetensors"))[-1])
+lin = "h.0.attn.c_attn"
+A, B, W = ck[lin + ".lora_A.weight"], ck[lin + ".lora_B.weight"], base[lin + ".weight"]
+want = W + 2 * (B @ A).T
+d = (merged[lin + ".weight"] - want).abs().max().item() / want.abs().max().item()
+bad = [f"{lin}.weight: merged differs by {d:.3g} of its largest"] if d > 1e-6 else []
+bad += ["B A is zero: the adapters did not train"] if not (B @ A).abs().max() > 0 else []
+bad += [f"{n}: not the base's" for n in base if n != lin + ".weight" and not merged[n].equal(base[n])]
+if not json.load(open(w + "/g2p/adapter_config.json"))["fan_in_fan_out"]:
+    bad.append("adapter_config.json: fan_in_fan_out is not true for GPT-2")
+print("\n".join(bad) if bad else f"lora: GPT-2's merge W + 2 (B A)^T within {d:.2g}", file=sys.stderr)
+sys.exit(1 if bad else 0)
+PYEOF
 
 # ---- dropout on the adapters
 dlora=(--lora rank=4,alpha=8,targets=q_proj,v_proj,down_proj,dropout=0.25)

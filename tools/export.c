@@ -433,7 +433,9 @@ int export_main(int argc, char **argv)
                           "%s: a checkpoint without fusion.model and fusion.hypers (saved before "
                           "they were recorded): compile and save it again",
                           c.step_dir);
-    else if (rc == 0 && strcmp(model, "gpt2") == 0 && !has_weight(&c, "wte.weight"))
+    char *records = rc == 0 ? frozen_records(&c) : NULL; /* "HASH NAME\n": a fine-tune's base */
+    if (rc == 0 && strcmp(model, "gpt2") == 0 && !has_weight(&c, "wte.weight") &&
+        !(records && strstr(records, " wte.weight\n")))
         rc = -1, snprintf(why, sizeof why,
                           "%s: a GPT-2 checkpoint without wte.weight (saved before models/gpt2.xml took Hugging "
                           "Face's names): compile and save it again",
@@ -443,7 +445,6 @@ int export_main(int argc, char **argv)
         rc = -1, snprintf(why, sizeof why, "%s: %s", c.step_dir, config_why);
     if (rc == 0 && mkdir(o.output, 0755) != 0 && errno != EEXIST)
         rc = -1, snprintf(why, sizeof why, "%s: cannot make the folder: %s", o.output, strerror(errno));
-    char *records = rc == 0 ? frozen_records(&c) : NULL;
     if (rc == 0 && !o.adapter && !o.merge && records && records[0])
         rc = -1, snprintf(why, sizeof why,
                           "%s: a fine-tune's checkpoint, which records its frozen base weights but does not hold "

@@ -24,6 +24,7 @@
  * (fusion.frozen): merging onto another base is refused, naming the
  * weight.  The result is the model folder `fusionc export` writes. */
 #include <cjson/cJSON.h>
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,13 +305,12 @@ int export_lora_merge(const st_tensor *w, int n, const char *model, const char *
                 break;
             }
             const float *a = (const float *)A->data, *b = (const float *)B->data;
-            for (int64_t o = 0; o < out_f; o++)
-                for (int64_t i = 0; i < in_f; i++) {
-                    float s = 0.0f;
-                    for (int64_t j = 0; j < r; j++)
-                        s += b[o * r + j] * a[j * in_f + i];
-                    x[transposed ? i * out_f + o : o * in_f + i] += scale * s;
-                }
+            if (transposed) /* x [in, out] += scale · Aᵀ Bᵀ */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (blasint)in_f, (blasint)out_f, (blasint)r,
+                            (float)scale, a, (blasint)in_f, b, (blasint)r, 1.0f, x, (blasint)out_f);
+            else /* x [out, in] += scale · B A */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)out_f, (blasint)in_f, (blasint)r,
+                            (float)scale, b, (blasint)r, a, (blasint)in_f, 1.0f, x, (blasint)in_f);
         }
         t.data = x;
         t.dtype = ST_F32;

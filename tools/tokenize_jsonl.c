@@ -12,7 +12,7 @@
  * them as across any text.  The mask marks what the loss trains on: the
  * completion's tokens and the end of text, 1; the prompt's, 0.  A window's
  * target whose token is masked 0 is skipped by the loss (runtime/data.h:
- * RT_IGNORE_TARGET), so a prompt adds no gradient.
+ * OP_IGNORE_TARGET), so a prompt adds no gradient.
  *
  * The shard (runtime/data.h): llm.c's header with [3] = 1 (the mask
  * flag), the ids (uint16, or uint32 over 65,536), then one mask byte an

@@ -64,7 +64,7 @@
 
 #include <stdint.h>
 
-#include "../../ir/pointwise.h"
+#include "../../ir/op_kinds.h" /* OP_IGNORE_TARGET; the pointwise rows */
 
 /* ---- threads (threads.c) --------------------------------------------- */
 
@@ -233,12 +233,8 @@ void softmax_backward(float *dx, const float *dy, const float *y, int64_t R, int
 
 /* ---- loss (loss.c) ---------------------------------------------------- */
 
-/* A target the loss skips: its row adds 0 to the loss and gets a zero
- * gradient (PyTorch's ignore_index; data.h's RT_IGNORE_TARGET). */
-#define KERNEL_IGNORE_TARGET (-100)
-
 /* loss (one float) = mean over the N rows of -log softmax(logits (N,V))[target],
- * targets (N) in [0,V) or KERNEL_IGNORE_TARGET (the row counts 0; the
+ * targets (N) in [0,V) or OP_IGNORE_TARGET (the row counts 0; the
  * caller's loss weight makes the mean one over the others).  Returns -1
  * (loss untouched) on a target out of range. */
 int cross_entropy_forward(float *loss, const float *logits, const int32_t *targets, int64_t N, int64_t V,

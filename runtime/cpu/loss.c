@@ -4,7 +4,7 @@
  * The backward recomputes each row's softmax from the logits rather than
  * keeping the (N,V) probabilities: for a GPT-2 vocabulary that is the
  * largest activation of the model. Targets out of range return -1, as in
- * embedding.c. A target of KERNEL_IGNORE_TARGET (-100) is PyTorch's
+ * embedding.c. A target of OP_IGNORE_TARGET (-100) is PyTorch's
  * ignore_index: the row adds nothing; no label smoothing.
  */
 #include <math.h>
@@ -15,7 +15,7 @@
 static int check_targets(const int32_t *targets, int64_t N, int64_t V, int64_t *bad_pos)
 {
     for (int64_t i = 0; i < N; i++) {
-        if ((targets[i] < 0 || targets[i] >= V) && targets[i] != KERNEL_IGNORE_TARGET) {
+        if ((targets[i] < 0 || targets[i] >= V) && targets[i] != OP_IGNORE_TARGET) {
             if (bad_pos)
                 *bad_pos = i;
             return -1;
@@ -46,7 +46,7 @@ int cross_entropy_forward(float *loss, const float *logits, const int32_t *targe
     double total = 0;
 #pragma omp parallel for schedule(static) reduction(+ : total) if (N * V >= KERNEL_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
-        if (targets[i] == KERNEL_IGNORE_TARGET)
+        if (targets[i] == OP_IGNORE_TARGET)
             continue;
         const float *x = logits + i * V;
         float m;
@@ -69,7 +69,7 @@ int cross_entropy_backward(float *dlogits, const float *dloss, const float *logi
 #pragma omp parallel for schedule(static) if (N * V >= KERNEL_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         float *dx = dlogits + i * V;
-        if (targets[i] == KERNEL_IGNORE_TARGET) { /* no gradient (written over the logits: every element) */
+        if (targets[i] == OP_IGNORE_TARGET) { /* no gradient (written over the logits: every element) */
             memset(dx, 0, (size_t)V * sizeof *dx);
             continue;
         }

@@ -125,7 +125,8 @@ static void build_gpt_like(ir_graph *g)
     CHECK_INT(0, ir_graph_set_placement(g, 2, 2, 4, (int32_t[]){ 0, 1, 13, 2 }));
 }
 
-/* A small CNN: int-list attributes, quoted model, file and hyper names. */
+/* A small CNN: int-list attributes, quoted model, file and hyper names, a
+ * dropout mask (an input with an init). */
 static void build_cnn(ir_graph *g)
 {
     ir_graph_init(g);
@@ -157,7 +158,11 @@ static void build_cnn(ir_graph *g)
     int32_t gap = out(g, n, "gap.out", DT_F32, SHAPE(8, 16));
     n = node(g, OP_FLATTEN, "flat", gap, -1, -1, nowhere);
     int32_t f = out(g, n, "flat.out", DT_F32, SHAPE(8, 16));
-    n = node(g, OP_LINEAR, "fc", f, fw, fb, nowhere);
+    int32_t dm = source(g, "drop/mask", DT_F32, ROLE_INPUT, SHAPE(8, 16), nowhere); /* LoRA's dropout's kind */
+    g->values[dm].init = (ir_init){ INIT_DROPOUT, 0.25 };
+    n = node(g, OP_MUL, "drop", f, dm, -1, nowhere);
+    int32_t fd = out(g, n, "drop.out", DT_F32, SHAPE(8, 16));
+    n = node(g, OP_LINEAR, "fc", fd, fw, fb, nowhere);
     int32_t lg = out(g, n, "logits", DT_F32, SHAPE(8, 10));
     n = node(g, OP_CROSS_ENTROPY, "ce", lg, lbl, -1, nowhere);
     g->loss = out(g, n, "loss", DT_F32, ir_shape_unknown());
