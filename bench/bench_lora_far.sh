@@ -9,8 +9,9 @@
 #   full        full fine-tuning, 64 rows a step, 4 micro-batches;
 #   lora        rank-16 LoRA on q, k, v and o, the frozen base stored fp16
 #               (--frozen-dtype fp16), 64 rows, 4 micro-batches;
-#   lora-1024   the same at DT-FM's own batch, 1,024 rows, 64 micro-batches
-#               (a micro-batch a row a replica of 16).
+#   lora-1024   the same at DT-FM's own batch, 1,024 rows, each cluster at
+#               its better micro-batch count of 64 and 128 (as a user would
+#               tune it; 32 is slower on both).
 # The issue's goal: LoRA world-wide within 1.2x of the data centre.
 # Prints what, value, unit, anchor, ratio, each plan's first line and how
 # its replicas average.  About half a minute.
@@ -24,20 +25,29 @@ row() { printf '%-52s %10s %-8s %-28s %s\n' "$@"; }
 llama=(--set vocab=128256 --set dim=4096 --set layers=32 --set heads=32 --set kv_heads=8 --set ffn=14336
        --set ctx=2048 --set seq=2048 --precision fp16 --compress none)
 lora="--lora rank=16,alpha=32,targets=q_proj,k_proj,v_proj,o_proj --frozen-dtype fp16"
-declare -A flags=([full]="--set batch=64 --micro-batches 4" [lora]="$lora --set batch=64 --micro-batches 4"
-                  [lora-1024]="$lora --set batch=1024 --micro-batches 64")
+declare -A flags=([full]="--set batch=64" [lora]="$lora --set batch=64" [lora-1024]="$lora --set batch=1024")
+declare -A counts=([full]="4" [lora]="4" [lora-1024]="64 128")
 declare -A step
 for mode in full lora lora-1024; do
   for c in dtfm-datacenter-ondemand dtfm-worldwide; do
+    best=""
+    for M in ${counts[$mode]}; do
+      out=$work/$mode-$c-$M
+      # shellcheck disable=SC2086
+      "$build/fusionc" simulate models/llama.xml "clusters/$c.xml" "${llama[@]}" ${flags[$mode]} --micro-batches "$M" \
+        -o "$out" >"$out.out" 2>&1 || { cat "$out.out" >&2; exit 1; }
+      t=$(sed -n 's/^simulated step: \([0-9.]*\) ms$/\1/p' "$out.out")
+      if [ -z "$best" ] || awk -v a="$t" -v b="${step[$mode-$c]}" 'BEGIN { exit !(a < b) }'; then
+        best=$M step[$mode-$c]=$t
+      fi
+    done
+    out=$work/$mode-$c-$best
     # shellcheck disable=SC2086
-    "$build/fusionc" simulate models/llama.xml "clusters/$c.xml" "${llama[@]}" ${flags[$mode]} -o "$work/$mode-$c" \
-      >"$work/$mode-$c.out" 2>&1 || { cat "$work/$mode-$c.out" >&2; exit 1; }
-    # shellcheck disable=SC2086
-    "$build/fusionc" plan models/llama.xml "clusters/$c.xml" "${llama[@]}" ${flags[$mode]} -o "$work/$mode-$c.plan" \
-      >/dev/null 2>&1 || { echo "plan $mode on $c failed" >&2; exit 1; }
-    step[$mode-$c]=$(sed -n 's/^simulated step: \([0-9.]*\) ms$/\1/p' "$work/$mode-$c.out")
-    echo "  $mode on $c: $(head -1 "$work/$mode-$c.out")"
-    echo "    $(grep -m1 '^all-reduce:' "$work/$mode-$c.plan/plan.txt" | cut -c1-60 || echo 'all-reduce: the ring')"
+    "$build/fusionc" plan models/llama.xml "clusters/$c.xml" "${llama[@]}" ${flags[$mode]} --micro-batches "$best" \
+      -o "$out.plan" >/dev/null 2>&1 || { echo "plan $mode on $c failed" >&2; exit 1; }
+    echo "  $mode on $c: $(head -1 "$out.out")"
+    echo "    $(grep -m1 '^all-reduce:' "$out.plan/plan.txt" | cut -c1-60 || echo 'all-reduce: the ring')"
+    echo "    $(grep -m1 '^recompute:' "$out.plan/plan.txt" | cut -c1-60 || echo 'recompute: none')"
   done
   dc=${step[$mode-dtfm-datacenter-ondemand]} ww=${step[$mode-dtfm-worldwide]}
   row "$mode: step in one data centre" "$dc" "ms" "-" "-"

@@ -50,24 +50,36 @@
 
 #define LORA_NAME_MAX 320
 
-/* "a, b, c, ... (N in all)": the first few parameter names, for a message. */
-static void some_param_names(const ir_graph *g, char *buf, size_t n)
+/* Item i's name for a list in a message (into scratch or the graph's), or
+ * NULL when item i is not one to list. */
+typedef const char *(*item_name_fn)(const ir_graph *g, int32_t i, char *scratch, size_t size);
+
+/* "a, b, c, ... (N in all)": the first `most` of the n items' names. */
+static void some_names(const ir_graph *g, int32_t n_items, item_name_fn name_of, int32_t most, char *buf, size_t n)
 {
     int32_t shown = 0, total = 0;
     size_t at = 0;
+    char scratch[LORA_NAME_MAX];
     buf[0] = '\0';
-    for (int32_t v = 0; v < g->n_values; v++) {
-        if (g->values[v].role != ROLE_PARAM)
+    for (int32_t i = 0; i < n_items; i++) {
+        const char *name = name_of(g, i, scratch, sizeof scratch);
+        if (!name)
             continue;
         total++;
-        if (shown < 6 && at < n) {
-            int w = snprintf(buf + at, n - at, "%s%s", shown ? ", " : "", ir_value_name(g, v));
+        if (shown < most && at < n) {
+            int w = snprintf(buf + at, n - at, "%s%s", shown ? ", " : "", name);
             at += w > 0 ? (size_t)w : 0;
             shown++;
         }
     }
     if (at < n)
         snprintf(buf + at, n - at, "%s (%d in all)", total > shown ? ", ..." : "", total);
+}
+
+static const char *param_name(const ir_graph *g, int32_t v, char *scratch, size_t size)
+{
+    (void)scratch, (void)size;
+    return g->values[v].role == ROLE_PARAM ? ir_value_name(g, v) : NULL;
 }
 
 /* The linear (no ".weight") of forward node n when it is a linear whose
@@ -140,26 +152,11 @@ static int place_after_anchors(ir_graph *g, int32_t n_old, const int32_t *anchor
     return 0;
 }
 
-/* "a, b, ... (N in all)": the model's linears, for a message. */
-static void some_linear_names(const ir_graph *g, char *buf, size_t n)
+/* Node i's linear, unless it is an adapter's. */
+static const char *model_linear_name(const ir_graph *g, int32_t i, char *scratch, size_t size)
 {
-    int32_t shown = 0, total = 0;
-    size_t at = 0;
-    char name[LORA_NAME_MAX];
-    buf[0] = '\0';
-    for (int32_t i = 0; i < g->n_nodes; i++) {
-        size_t len = linear_name(g, i, name, sizeof name) ? strlen(name) : 0;
-        if (len == 0 || (len > 7 && strcmp(name + len - 7, ".lora_A") == 0))
-            continue;
-        total++;
-        if (shown < 8 && at < n) {
-            int w = snprintf(buf + at, n - at, "%s%s", shown ? ", " : "", name);
-            at += w > 0 ? (size_t)w : 0;
-            shown++;
-        }
-    }
-    if (at < n)
-        snprintf(buf + at, n - at, "%s (%d in all)", total > shown ? ", ..." : "", total);
+    size_t len = linear_name(g, i, scratch, size) ? strlen(scratch) : 0;
+    return len == 0 || (len > 7 && strcmp(scratch + len - 7, ".lora_A") == 0) ? NULL : scratch;
 }
 
 static int lora_wrap(ir_graph *g, const lora_spec *l, struct diag *err)
@@ -250,7 +247,7 @@ static int lora_wrap(ir_graph *g, const lora_spec *l, struct diag *err)
     for (int32_t t = 0; t < l->n_targets && rc == 0; t++)
         if (wrapped[t] == 0) {
             char names[768];
-            some_linear_names(g, names, sizeof names);
+            some_names(g, g->n_nodes, model_linear_name, 8, names, sizeof names);
             rc = diag_set(err, file, 0, "--lora target '%s' matches no linear of the model; its linears: %s",
                           l->targets[t], names);
         }
@@ -272,7 +269,7 @@ int pass_adapters(ir_graph *g, const pass_options *opt, struct diag *err)
         }
         if (matched == 0) {
             char names[512];
-            some_param_names(g, names, sizeof names);
+            some_names(g, g->n_values, param_name, 6, names, sizeof names);
             return diag_set(err, file, 0, "--freeze '%s' matches no parameter of the model; its parameters: %s",
                             opt->freeze[i], names);
         }
