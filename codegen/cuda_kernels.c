@@ -160,7 +160,7 @@ int lower_merge_heads(cuda_plan *p, const rt_op *op)
  * before it writes (y may be x). */
 int lower_rope(cuda_plan *p, const rt_op *op)
 {
-    int sign = op->op == OP_ROPE ? 1 : -1;
+    int sign = op->op == OP_ROPE ? 1 : -1, at_pos = op->op == OP_ROPE && op->n_in == 2;
     const rt_tensor *x = &op->in[0];
     int64_t C = x->dim[x->rank - 1], T = x->dim[x->rank - 2], H = op->ints[ATTR_HEADS], D = C / H, half = D / 2;
     double factor = op->floats[ATTR_SCALE_FACTOR], low = op->floats[ATTR_LOW_FREQ], high = op->floats[ATTR_HIGH_FREQ],
@@ -181,13 +181,19 @@ int lower_rope(cuda_plan *p, const rt_op *op)
         "        long long c = i %% %lldLL, rest = i / %lldLL, t = (rest / %lldLL) %% %lldLL, at = rest * %lldLL + c;\n"
         "        double f = pow((double)%.17g, -2.0 * (double)c / %lld.0);\n"
         "%s"
-        "        double angle = %d.0 * (double)t * f;\n"
+        "        double angle = %d.0 * (double)%s * f;\n"
         "        float co = (float)cos(angle), si = (float)sin(angle);\n"
         "        float lo = LD(x[at]), hi = LD(x[at + %lldLL]);\n"
         "        ST(y[at], lo * co - hi * si);\n"
         "        ST(y[at + %lldLL], hi * co + lo * si);\n",
         (long long)half, (long long)half, (long long)H, (long long)T, (long long)D, op->floats[ATTR_BASE], (long long)D,
-        scaling, sign, (long long)half, (long long)half);
+        scaling, sign, at_pos ? "pos[rest / H_]" : "t", (long long)half, (long long)half);
+    if (at_pos) { /* each token at its own position (the decode pass's rope: x, pos (R,T)) */
+        char with_h[1600];
+        snprintf(with_h, sizeof with_h, "        const long long H_ = %lldLL;\n%s", (long long)H, body);
+        return elementwise(p, "rope_at", rt_tensor_numel(x) / 2, "y! x pos", with_h, out_arg(op, 0), in_arg(op, 0),
+                           in_arg(op, 1), ARG_END);
+    }
     return elementwise(p, sign > 0 ? "rope_fwd" : "rope_bwd", rt_tensor_numel(x) / 2, "y! x", body, out_arg(op, 0),
                        in_arg(op, 0), ARG_END);
 }

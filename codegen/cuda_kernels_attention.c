@@ -232,3 +232,71 @@ int lower_attention_backward(cuda_plan *p, const rt_op *op)
     return step_kernel(p, kb_finish(p, &kb, "attention_bwd_kv"), g.B * g.KV * g.T, (uint32_t)(2 * g.T * 4), 0, g.dk,
                        g.dv, g.q, g.k, g.v, dout, arg_scratch(0), ARG_END);
 }
+
+/* ---- attention against a key/value cache (inference) ---------------------------- */
+
+/* q (B,T,H·D), k, v (B,T,KV·D), k_cache, v_cache (B,CTX,KV·D) f32, pos
+ * (B,T) -> out (B,T,H·D), as runtime/cpu/attention_cached.c.  Launch 1,
+ * a thread per element of the new k and v: into the caches' rows at their
+ * positions (a position outside [0, CTX) writes nothing: the runtime gave
+ * it, and the CPU kernel would have refused it).  Launch 2, a block per
+ * query row t of head h of sequence b: its scores against the cache's rows
+ * 0..pos in shared memory, the softmax, then P·v; the CPU kernel's float
+ * expressions, the sum of the exponentials in double. */
+int lower_attention_cached(cuda_plan *p, const rt_op *op)
+{
+    const rt_tensor *q = &op->in[0];
+    int64_t B = q->dim[0], T = q->dim[1], H = op->ints[ATTR_HEADS], CTX = op->in[3].dim[1];
+    int64_t KV = op->ints[ATTR_KV_HEADS] ? op->ints[ATTR_KV_HEADS] : H, D = q->dim[2] / H, KC = KV * D;
+    if (CTX > ATTENTION_MAX_T)
+        return -2;
+    char body[768], scale[32];
+    snprintf(body, sizeof body,
+             "        long long c = i %% %lldLL, bt = i / %lldLL, b = bt / %lldLL, at = pos[bt];\n"
+             "        if (at >= 0 && at < %lldLL) {\n"
+             "            kc[(b * %lldLL + at) * %lldLL + c] = LD(k[i]);\n"
+             "            vc[(b * %lldLL + at) * %lldLL + c] = LD(v[i]);\n"
+             "        }\n",
+             LL(KC), LL(KC), LL(T), LL(CTX), LL(CTX), LL(KC), LL(CTX), LL(KC));
+    if (elementwise(p, "cache_write", B * T * KC, "kc! vc! k v pos", body, in_arg(op, 3), in_arg(op, 4), in_arg(op, 1),
+                    in_arg(op, 2), in_arg(op, 5), ARG_END))
+        return -1;
+    kbuf kb = { 0 };
+    kb_printf(&kb, "%s", RED_DECLS);
+    kb_printf(&kb,
+              "    const long long T = %lldLL, D = %lldLL, H = %lldLL, HD = %lldLL, KC = %lldLL, CTX = %lldLL;\n"
+              "    const long long G = %lldLL;   /* query heads a kv head serves */\n"
+              "    const float scale = %s;\n"
+              "    const long long i = blockIdx.x %% T, bh = blockIdx.x / T, h = bh %% H, b = bh / H, g = h / G;\n",
+              LL(T), LL(D), LL(H), LL(H * D), LL(KC), LL(CTX), LL(H / KV), flit(scale, 1.0 / sqrt((double)D)));
+    kb_ptr(&kb, "q", 1, in_arg(op, 0), 0, " + (b * T + i) * HD + h * D");
+    kb_ptr(&kb, "kc", 2, in_arg(op, 3), 0, " + b * CTX * KC + g * D");
+    kb_ptr(&kb, "vc", 3, in_arg(op, 4), 0, " + b * CTX * KC + g * D");
+    kb_ptr(&kb, "pos", 4, in_arg(op, 5), 0, NULL);
+    kb_ptr(&kb, "out", 0, out_arg(op, 0), 1, " + (b * T + i) * HD + h * D");
+    kb_printf(
+        &kb,
+        "    long long n = (long long)pos[b * T + i] + 1;\n"
+        "    n = n < 1 ? 1 : n > CTX ? CTX : n;\n"
+        "    FUSION_DYN_SHARED(float, P);\n"
+        "    float mx = -FUSION_INF;\n"
+        "    for (long long j = threadIdx.x; j < n; j += blockDim.x) {\n"
+        "        float sc = 0.0f;\n"
+        "        for (long long d = 0; d < D; d++) sc += LD(q[d]) * kc[j * KC + d];\n"
+        "        sc = sc * scale;\n"
+        "        P[j] = sc;\n"
+        "        mx = sc > mx ? sc : mx;\n"
+        "    }\n"
+        "    mx = fusion_block_max(mx, redf);\n"
+        "    double s = 0;\n"
+        "    for (long long j = threadIdx.x; j < n; j += blockDim.x) { float e = expf(P[j] - mx); P[j] = e; s += e; "
+        "}\n"
+        "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n"
+        "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
+        "        float acc = 0.0f;\n"
+        "        for (long long j = 0; j < n; j++) acc += (P[j] * inv) * vc[j * KC + d];\n"
+        "        ST(out[d], acc);\n"
+        "    }\n");
+    return step_kernel(p, kb_finish(p, &kb, "attention_cached"), B * H * T, (uint32_t)(CTX * 4), 0, out_arg(op, 0),
+                       in_arg(op, 0), in_arg(op, 3), in_arg(op, 4), in_arg(op, 5), ARG_END);
+}

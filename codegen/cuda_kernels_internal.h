@@ -145,6 +145,7 @@ int lower_batchnorm_backward(cuda_plan *p, const rt_op *op);
 int lower_softmax(cuda_plan *p, const rt_op *op);
 int lower_softmax_backward(cuda_plan *p, const rt_op *op);
 int lower_attention(cuda_plan *p, const rt_op *op);
+int lower_attention_cached(cuda_plan *p, const rt_op *op);
 int lower_attention_backward(cuda_plan *p, const rt_op *op);
 int lower_cross_entropy(cuda_plan *p, const rt_op *op);
 int lower_cross_entropy_backward(cuda_plan *p, const rt_op *op);

@@ -40,6 +40,7 @@ static const cuda_lowering cuda_lowerings[] = {
     [OP_SOFTMAX]                 = { lower_softmax, 0 },
     [OP_SOFTMAX_BACKWARD]        = { lower_softmax_backward, 0 },
     [OP_ATTENTION]               = { lower_attention, 0 },
+    [OP_ATTENTION_CACHED]        = { lower_attention_cached, 0 },
     [OP_ATTENTION_BACKWARD]      = { lower_attention_backward, 0 },
     [OP_ROPE]                    = { lower_rope, 0 },
     [OP_ROPE_BACKWARD]           = { lower_rope, 0 },

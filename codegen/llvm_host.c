@@ -110,9 +110,12 @@ static int32_t value_stage(const ir_graph *g, int32_t v, const int32_t *reader_s
 }
 
 /* The data loader's feeds: the model's first two i32 inputs of rank 2
- * (B,T) are the token ids and the targets. */
+ * (B,T) are the token ids and the targets; in an inference graph the
+ * first is the token ids and decode.pos their positions. */
 static int32_t feed_of(const ir_graph *g, int32_t v)
 {
+    if (g->output >= 0 && strcmp(ir_value_name(g, v), "decode.pos") == 0)
+        return RT_FEED_POSITIONS;
     int32_t k = 0;
     for (int32_t u = 0; u < g->n_values; u++) {
         const ir_value *val = &g->values[u];
@@ -128,21 +131,23 @@ static int32_t feed_of(const ir_graph *g, int32_t v)
 /* The tensors main needs to find on this stage: sources (inputs, params,
  * state), the loss, and each param's gradient. */
 static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *reader_stage, rt_tensor_info **out,
-                           int32_t *count, int32_t *loss)
+                           int32_t *count, int32_t *loss, int32_t *output)
 {
     rt_tensor_info *t = calloc((size_t)g->n_values + 1, sizeof *t);
     if (!t)
         return -1;
     int32_t n = 0;
-    *loss = -1;
+    *loss = *output = -1;
     for (int32_t v = 0; v < g->n_values; v++) {
         const ir_value *val = &g->values[v];
-        if (val->producer >= 0 && v != g->loss && !is_param_gradient(g, v))
+        if (val->producer >= 0 && v != g->loss && v != g->output && !is_param_gradient(g, v))
             continue;
         if (value_stage(g, v, reader_stage) != stage)
             continue;
         if (v == g->loss)
             *loss = n;
+        if (v == g->output)
+            *output = n;
         rt_tensor_info *ti = &t[n++];
         ti->feed = val->role == ROLE_INPUT ? feed_of(g, v) : -1;
         snprintf(ti->name, sizeof ti->name, "%s", ir_value_name(g, v));
@@ -418,7 +423,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     int32_t *reader_stage = malloc(((size_t)g->n_values + 1) * sizeof *reader_stage);
     rt_tensor_info *tensors = NULL;
     rt_tensor *stash = NULL;
-    int32_t n_tensors = 0, loss = -1, k = 0, n_stash = 0;
+    int32_t n_tensors = 0, loss = -1, output = -1, k = 0, n_stash = 0;
     int rc = 0;
     if (!ops || !ops_phase || !offsets || !reader_stage) {
         rc = diag_set(err, file, 0, "out of memory generating code");
@@ -430,7 +435,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
         for (int j = 0; j < g->nodes[i].n_in; j++)
             if (reader_stage[g->nodes[i].in[j]] < 0)
                 reader_stage[g->nodes[i].in[j]] = stage_of(&g->nodes[i]);
-    if (collect_tensors(g, dev->stage, reader_stage, &tensors, &n_tensors, &loss) ||
+    if (collect_tensors(g, dev->stage, reader_stage, &tensors, &n_tensors, &loss, &output) ||
         collect_stash(g, dev->stage, &stash, &n_stash)) {
         rc = diag_set(err, file, 0, "out of memory generating code");
         goto done;
@@ -470,6 +475,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     manifest.n_tensors = n_tensors;
     manifest.threads = dev->threads;
     manifest.loss = loss;
+    manifest.output = output;
     manifest.slowdown = dev->slowdown;
     manifest.device_index = dev->index;
     manifest.stage = dev->stage;

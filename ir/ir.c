@@ -47,6 +47,7 @@ void ir_graph_init(ir_graph *g)
 {
     memset(g, 0, sizeof *g);
     g->loss = -1;
+    g->output = -1;
 }
 
 void ir_graph_free(ir_graph *g)

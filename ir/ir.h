@@ -168,6 +168,8 @@ typedef struct ir_graph {
     ir_hyper *hypers;
     int32_t n_hypers, cap_hypers;
     int32_t loss;           /* value index of the scalar loss, or -1       */
+    int32_t output;         /* an inference graph's result (the decode pass: the
+                               logits), or -1; a graph has a loss or an output  */
     ir_placement placement; /* stages -> devices (fence pass); n_stages 0: none */
     char *strings;
     size_t n_strings, cap_strings; /* NUL-separated; 0 = "" */

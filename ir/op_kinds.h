@@ -32,12 +32,18 @@ typedef enum {
     OP_AVGPOOL_GLOBAL,  /* [N,C,H,W] -> [N,C]                                  */
     OP_FLATTEN,         /* [N,...] -> [N,prod(...)]                            */
     OP_RMSNORM,         /* (x[..,C], w[C]) eps -> x / sqrt(mean(x^2) + eps) * w  */
-    OP_ROPE,            /* (x[..,T,C]) heads base -> each head's D = C/heads
-                           rotated by position t, its two halves as pairs
+    OP_ROPE,            /* (x[..,T,C][, pos i32[..,T]]) heads base -> each head's
+                           D = C/heads rotated by position t (pos[..,t] when
+                           given: the decode pass's), its two halves as pairs
                            (Hugging Face Llama's rotate_half); scale_factor
                            low_freq high_freq old_ctx: Llama 3's scaling     */
     OP_SPLIT,           /* (x) axis -> n equal parts along axis (torch.chunk)  */
     OP_CONCAT,          /* (a, b, ...) axis -> one tensor along axis           */
+    OP_ATTENTION_CACHED, /* inference (the decode pass): (q[B,T,H*D], k[B,T,KV*D],
+                           v, k_cache[B,CTX,KV*D], v_cache, pos i32[B,T]) heads
+                           kv_heads -> [B,T,H*D]: writes k, v into the caches at
+                           their positions, then each query attends to the
+                           cache's rows up to its own position; no backward   */
     /* gelu (tanh form), relu, silu, add, mul: pointwise.h's rows */
 #define FU_POINTWISE_ENUM(ENUM, ...) OP_##ENUM,
     FU_POINTWISE_OPS(FU_POINTWISE_ENUM)

@@ -154,9 +154,9 @@ const op_def op_table[OP_COUNT] = {
                              OP_RMSNORM_BACKWARD, OP_IN(0) | OP_IN(1), 0),
                      .in_names = { "x", "w" }, .n_attr_specs = 1, .attr_specs = { OPT_FLOAT(ATTR_EPS, 1e-6) },
                      .elem_flops = { 4, 10 } },
-    [OP_ROPE] = { FORWARD("rope", 1, 1, 1, shape_rope, flops_per_element, flops_per_element_bwd,
+    [OP_ROPE] = { FORWARD("rope", 1, 2, 1, shape_rope, flops_per_element, flops_per_element_bwd,
                           OP_ROPE_BACKWARD, 0, 0),
-                  .in_names = { "x" }, .n_attr_specs = 6,
+                  .in_names = { "x", "pos" }, .n_attr_specs = 6,
                   .attr_specs = { REQ_INT(ATTR_HEADS), OPT_FLOAT(ATTR_BASE, 10000.0), ROPE_SCALING_SPECS },
                   .elem_flops = { 3, 3 } },
     [OP_SPLIT] = { FORWARD_OUTS("split", 1, 1, 2, IR_MAX_OUT, shape_split, flops_zero, flops_zero,
@@ -167,6 +167,11 @@ const op_def op_table[OP_COUNT] = {
                             OP_CONCAT_BACKWARD, 0, 0),
                     .in_names = { "a", "b", "c", "d" }, .n_attr_specs = 1, .attr_specs = { OPT_INT(ATTR_AXIS, -1) },
                     .bwd_all_inputs = 1 },
+    /* Inference only (passes/decode.c): no backward. */
+    [OP_ATTENTION_CACHED] = { FORWARD("attention_cached", 6, 6, 1, shape_attention_cached, flops_attention_cached,
+                                      flops_zero, OP_COUNT, 0, 0),
+                              .in_names = { "q", "k", "v", "k_cache", "v_cache", "pos" }, .n_attr_specs = 2,
+                              .attr_specs = { REQ_INT(ATTR_HEADS), OPT_INT(ATTR_KV_HEADS, 0) } },
 
     /*                         name                  forward            in   out  own FLOPs            */
     [OP_EMBEDDING_BACKWARD] = { BACKWARD("embedding_backward", OP_EMBEDDING, 2, 2, 1, flops_output_elements),

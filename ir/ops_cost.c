@@ -89,6 +89,17 @@ double flops_attention(const ir_graph *g, const ir_node *n)
     return 4.0 * b * t * t * c + 5.0 * b * h * t * t;
 }
 
+/* A query against a cache of CTX rows: 4 T CTX H D for the scores and the
+ * weighted sum, 5 H T CTX for the softmax, as though every row were in use
+ * (the longest a step can take). */
+double flops_attention_cached(const ir_graph *g, const ir_node *n)
+{
+    const ir_shape *q = &g->values[n->in[0]].shape, *cache = &g->values[n->in[3]].shape;
+    double b = (double)q->dim[0], t = (double)q->dim[1], c = (double)q->dim[2], ctx = (double)cache->dim[1];
+    double h = (double)ir_node_int(n, ATTR_HEADS, 1);
+    return 4.0 * b * t * ctx * c + 5.0 * b * h * t * ctx;
+}
+
 double flops_attention_bwd(const ir_graph *g, const ir_node *n)
 {
     double b, t, c, h = (double)ir_node_int(n, ATTR_HEADS, 1);

@@ -252,7 +252,25 @@ int shape_rmsnorm(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype 
     return shape_same_as_first(g, n, out, dt, err);
 }
 
-/* (x[..,T,C]) heads -> [..,T,C]: C = heads*D with D even (pairs i, i+D/2). */
+/* Input i: the positions of x's tokens, i32 of x's shape less its last dim. */
+static int need_positions(const ir_graph *g, const ir_node *n, int i, const ir_shape *x, struct diag *err)
+{
+    const ir_shape *p = in_shape(g, n, i);
+    int same = p->rank == x->rank - 1;
+    for (int k = 0; same && k < p->rank; k++)
+        same = p->dim[k] == x->dim[k];
+    char d[256], want[128];
+    ir_shape w = *x;
+    w.rank--;
+    if (need_dtype(g, n, i, 0, err))
+        return -1;
+    if (!same)
+        return fail(err, "%s: expected i32%s, a position for each token", describe_input(g, n, i, d, sizeof d),
+                    ir_shape_str(&w, want, sizeof want));
+    return 0;
+}
+
+/* (x[..,T,C][, pos i32[..,T]]) heads -> [..,T,C]: C = heads*D with D even (pairs i, i+D/2). */
 int shape_rope(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
 {
     if (need_dtype(g, n, 0, 1, err) || need_rank(g, n, 0, 2, IR_MAX_RANK, err))
@@ -279,7 +297,45 @@ int shape_rope(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[
                     "low_freq=%g high_freq=%g old_ctx=%g: Llama 3's rope scaling needs 0 < low_freq < high_freq "
                     "and old_ctx > 0",
                     low, high, old_ctx);
-    return shape_same_as_first(g, n, out, dt, err);
+    if (n->n_in == 2 && need_positions(g, n, 1, in_shape(g, n, 0), err))
+        return -1;
+    out[0] = *in_shape(g, n, 0);
+    dt[0] = float_out(g, n, 0);
+    return 0;
+}
+
+/* (q[B,T,H*D], k[B,T,KV*D], v[B,T,KV*D], k_cache[B,CTX,KV*D],
+ * v_cache[B,CTX,KV*D], pos i32[B,T]) heads kv_heads -> [B,T,H*D]; the
+ * caches f32 (the kernel writes them as it reads them). */
+int shape_attention_cached(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtype dt[], struct diag *err)
+{
+    const ir_shape *q = in_shape(g, n, 0);
+    char d[256], a[256];
+    for (int i = 0; i < 5; i++)
+        if (need_dtype(g, n, i, 1, err) || need_rank(g, n, i, 3, 3, err))
+            return -1;
+    int64_t heads = ir_node_int(n, ATTR_HEADS, 0), kv = ir_node_int(n, ATTR_KV_HEADS, 0);
+    kv = kv ? kv : heads;
+    if (check_heads(g, n, q->dim[2], err))
+        return -1;
+    if (kv < 1 || heads % kv != 0)
+        return fail(err, "kv_heads=%lld does not divide heads=%lld", (long long)kv, (long long)heads);
+    int64_t D = q->dim[2] / heads, ctx = in_shape(g, n, 3)->dim[1];
+    for (int i = 1; i < 5; i++) {
+        const ir_shape *s = in_shape(g, n, i);
+        int64_t rows = i < 3 ? q->dim[1] : ctx;
+        if (s->dim[0] != q->dim[0] || s->dim[1] != rows || s->dim[2] != kv * D)
+            return fail(err, "%s: expected [%lld,%lld,%lld] (kv_heads=%lld times the head dimension %lld of %s)",
+                        describe_input(g, n, i, d, sizeof d), (long long)q->dim[0], (long long)rows,
+                        (long long)(kv * D), (long long)kv, (long long)D, describe_input(g, n, 0, a, sizeof a));
+        if (i >= 3 && g->values[n->in[i]].dtype != DT_F32)
+            return fail(err, "%s: a cache is f32", describe_input(g, n, i, d, sizeof d));
+    }
+    if (need_positions(g, n, 5, q, err))
+        return -1;
+    out[0] = *q;
+    dt[0] = float_out(g, n, 0);
+    return 0;
 }
 
 /* The axis attribute of split or concat for rank r, from the end when

@@ -853,7 +853,8 @@ static int parse_line(parser *ps, int *stage)
         *stage = 1;
         return expect_end(ps, "end of line after the version");
     }
-    if (read_word(ps, word, *stage == 1 ? "'model'" : "'hyper', 'input', 'param', 'state', 'node' or 'loss'") != 0)
+    if (read_word(ps, word,
+                  *stage == 1 ? "'model'" : "'hyper', 'input', 'param', 'state', 'node', 'loss' or 'output'") != 0)
         return -1;
     if (*stage == 1) {
         if (strcmp(word, "model") != 0)
@@ -897,7 +898,16 @@ static int parse_line(parser *ps, int *stage)
         ps->g->loss = v;
         return expect_end(ps, "end of line after the loss name");
     }
-    return expected_tok(ps, "'hyper', 'input', 'param', 'state', 'node' or 'loss'", word);
+    if (strcmp(word, "output") == 0) {
+        if (ps->g->output >= 0)
+            return expected_tok(ps, "one 'output' line", "output");
+        int32_t v;
+        if (read_name(ps, word, "the output value name") != 0 || (v = lookup_value(ps, word)) < 0)
+            return -1;
+        ps->g->output = v;
+        return expect_end(ps, "end of line after the output name");
+    }
+    return expected_tok(ps, "'hyper', 'input', 'param', 'state', 'node', 'loss' or 'output'", word);
 }
 
 int ir_graph_parse(const char *text, size_t len, const char *filename, ir_graph *g, struct diag *err)

@@ -23,6 +23,7 @@
  *   node NAME = OP(IN, IN, ...) ATTRS : DTYPE[SHAPE] ROLE? ANNOT @FILE:LINE
  *     (the second form: one output, named like the node; the usual case)
  *   loss NAME                                        when the graph has one
+ *   output NAME                                      an inference graph's result
  *
  *   SHAPE   dims joined by ',' ("4,64,768"), empty for a scalar, '?' unknown
  *   INIT    none | zeros | ones | normal(A) | uniform(A)
@@ -249,6 +250,11 @@ int ir_graph_print(const ir_graph *g, FILE *out)
     if (g->loss >= 0) {
         fputs("loss ", out);
         put_value_name(out, g, g->loss);
+        putc('\n', out);
+    }
+    if (g->output >= 0) {
+        fputs("output ", out);
+        put_value_name(out, g, g->output);
         putc('\n', out);
     }
     return ferror(out) ? -1 : 0;

@@ -292,6 +292,9 @@ static int verify_whole(verifier *vf)
             return fail_at(vf, val->loc, "loss '%s' has shape %s, expected a scalar []", vname(g, g->loss),
                            ir_shape_str(&val->shape, buf, sizeof buf));
     }
+    if (g->output < -1 || g->output >= g->n_values || (g->output >= 0 && g->loss >= 0))
+        return fail_at(vf, (ir_loc){ 0, 0 }, "output is value #%d: out of range, or beside a loss (a graph has one)",
+                       g->output);
     if (verify_placement(vf) != 0)
         return -1;
     for (int32_t n = 0; n < g->n_nodes && g->placement.n_stages > 0; n++) {

@@ -8,14 +8,23 @@
 
 /* The passes that need no options. */
 static int run_shapes(ir_graph *g, const pass_options *o, struct diag *e) { return pass_shapes(g, e); }
-static int run_autodiff(ir_graph *g, const pass_options *o, struct diag *e) { return pass_autodiff(g, e); }
-static int run_optimizer(ir_graph *g, const pass_options *o, struct diag *e) { return pass_optimizer(g, e); }
+/* An inference graph (the decode pass's: an output, no loss) trains nothing. */
+static int run_autodiff(ir_graph *g, const pass_options *o, struct diag *e)
+{
+    return g->output >= 0 ? 0 : pass_autodiff(g, e);
+}
+static int run_optimizer(ir_graph *g, const pass_options *o, struct diag *e)
+{
+    return g->output >= 0 ? 0 : pass_optimizer(g, e);
+}
 static int run_memory(ir_graph *g, const pass_options *o, struct diag *e) { return pass_memory(g, e); }
 
 const pass pass_pipeline[] = {
     { "shapes", "infer and check the shape and dtype of every value", run_shapes },
     { "adapters", "--freeze: mark the parameters that do not train (no gradient, no optimizer state)", pass_adapters },
     { "precision", "store activations and their gradients in --precision (f32, bf16, f16)", pass_precision },
+    { "decode", "inference: the logits as the result, token positions, attention against a key/value cache",
+      pass_decode },
     { "autodiff", "append the backward ops: the gradient of the loss for every param", run_autodiff },
     { "optimizer", "append the AdamW update of every param (schedule, clipping, moments)", run_optimizer },
     { "estimate", "workload estimator: each op's time on the cluster's devices", pass_estimate },

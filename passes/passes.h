@@ -5,7 +5,7 @@
  * its XML file:line).  "frontend" is not a pass but names the graph as the
  * frontend built it, so `--after frontend` shows the IR before any pass.
  *
- * Today's pipeline:  shapes, adapters, precision, autodiff, optimizer, estimate, fence, comm,
+ * Today's pipeline:  shapes, adapters, precision, decode, autodiff, optimizer, estimate, fence, comm,
  * compress, schedule, memory.  The passes that place the graph on a cluster
  * (estimate, fence, comm, compress, schedule) read the cluster and the
  * scheduler's choices from pass_options; without a cluster they place
@@ -88,6 +88,7 @@ typedef struct {
     int n_freeze;
     const lora_spec *lora; /* --lora: NULL or rank 0 for none                   */
     ir_dtype frozen_dtype; /* the frozen parameters' storage (0: f32; the precision pass) */
+    int inference;         /* 1: an inference step (the decode pass): no training */
 } pass_options;
 
 /* A pass reads the options it needs (most read none). */
@@ -113,6 +114,8 @@ int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_shapes(ir_graph *g, struct diag *err);
 int pass_adapters(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err);
+/* The decode pass (decode.c): with opt->inference, the graph as an inference step against a key/value cache. */
+int pass_decode(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_autodiff(ir_graph *g, struct diag *err);
 int pass_optimizer(ir_graph *g, struct diag *err);
 /* The stage whose optimizer op updates the parameter named name (0 when

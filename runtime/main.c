@@ -74,6 +74,7 @@
 #include "stepper.h"
 #include "checkpoint_store.h"
 #include "device_program.h"
+#include "generate.h"
 #include "cuda/cuda.h"
 
 #include <xxhash.h>
@@ -693,6 +694,37 @@ static int load_secret(const run_options *o, uint8_t secret[FU_SECRET_BYTES], co
                 device, why);
 }
 
+/* An inference program: its own command line (generate.h), the program
+ * loaded as for training, then the generation loop. */
+static int inference_main(program *p, int argc, char **argv)
+{
+    rt_generate_options o = { .max_tokens = 64,
+                              .temperature = 1.0,
+                              .top_p = 1.0,
+                              .seed = 1,
+                              .threads = p->manifest.threads > 0 ? p->manifest.threads : 1 };
+    int rc = rt_generate_options_parse(argc, argv, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    char why[512];
+    if (p->manifest.backend == RT_BACKEND_CUDA && rt_cuda_open(&p->cuda, &p->manifest, why, sizeof why))
+        return fail("%s: %s", p->manifest.device, why);
+    if (program_load(p) ||
+        (p->cuda && rt_cuda_attach_host_arena(p->cuda, p->arena, why, sizeof why) &&
+         fail("%s: %s", p->manifest.device, why)) ||
+        (p->cuda &&
+         rt_cuda_set_host_tensors(p->cuda, p->tensors, p->manifest.n_tensors, p->stash, p->manifest.n_stash,
+                                  p->manifest.output) &&
+         fail("%s: out of memory", p->manifest.device))) {
+        program_free(p);
+        return 1;
+    }
+    kernel_threads_set(o.threads);
+    rc = rt_generate(p, &o);
+    program_free(p);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     /* libgomp reads its wait policy only at start: idle OpenMP threads must
@@ -704,6 +736,8 @@ int main(int argc, char **argv)
     program p;
     memset(&p, 0, sizeof p);
     memcpy(&p.manifest, fusion_manifest_blob, sizeof p.manifest);
+    if (p.manifest.output >= 0) /* an inference program (fusionc compile --inference) */
+        return inference_main(&p, argc, argv);
     run_options o = { .steps = 100,
                       .seed = 1,
                       .keep = CKPT_DEFAULT_KEEP,

@@ -87,6 +87,7 @@ typedef struct {
     int32_t n_ops, n_tensors;
     int32_t threads; /* the device's CPU threads                      */
     int32_t loss;    /* index into the tensors of the loss, -1 none   */
+    int32_t output;  /* an inference program's result (the logits: generate.h), -1 none */
     double slowdown; /* >= 1: run this many times slower (emulation)  */
     /* Placement (the fence pass): this device runs replica `replica` of
      * stage `stage` of n_stages, over micro_batches micro-batches a step. */
@@ -115,6 +116,8 @@ typedef struct {
 } rt_manifest;
 
 enum { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
+/* What an input is fed: token ids, targets (training), positions (inference: decode.pos). */
+enum { RT_FEED_TOKENS = 0, RT_FEED_TARGETS = 1, RT_FEED_POSITIONS = 2 };
 
 typedef struct {
     char name[64];
@@ -132,7 +135,7 @@ typedef struct {
     int32_t role;      /* ir_role                                        */
     int32_t dtype;     /* ir_dtype                                       */
     int32_t init_kind; /* ir_init_kind                                   */
-    int32_t feed;      /* inputs: 0 token ids, 1 targets, -1 neither     */
+    int32_t feed;      /* inputs: RT_FEED_TOKENS, _TARGETS, _POSITIONS, -1 none */
     int32_t frozen;    /* params: never trained (ir_value.frozen)        */
     double init_a;
     rt_tensor t; /* dims and place in the arena                    */

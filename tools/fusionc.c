@@ -29,6 +29,7 @@
 #include "../ir/view.h"
 #include "../passes/passes.h"
 #include "deploy.h"
+#include "generate.h"
 #include "launch.h"
 #include "baseline.h"
 #include "broker.h"
@@ -51,7 +52,7 @@
 
 /* fusionc_options (options.h) as each command lists them, in the order its
  * --help shows them; a command takes exactly those. */
-#define BUILD_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32), CLI_USE(OPT_FREEZE), CLI_USE(OPT_LORA), CLI_USE(OPT_FROZEN_DTYPE)
+#define BUILD_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32), CLI_USE(OPT_FREEZE), CLI_USE(OPT_LORA), CLI_USE(OPT_FROZEN_DTYPE), CLI_USE(OPT_INFERENCE)
 #define SYNC_USES                                                                                     \
     CLI_USE(OPT_SYNC), CLI_USE(OPT_LOCAL_STEPS), CLI_USE(OPT_SITE_BATCH), CLI_USE(OPT_OUTER_LR),       \
     CLI_USE(OPT_OUTER_MOMENTUM), CLI_USE(OPT_OUTER_CODEC), CLI_USE(OPT_OUTER_DELAY)
@@ -248,6 +249,7 @@ static void set_training_options(pass_options *p, const options *o)
     p->n_freeze = o->freeze.n;
     p->lora = &o->lora.spec;
     p->frozen_dtype = o->frozen_dtype;
+    p->inference = o->inference;
 }
 
 /* Pipeline options: the training options, and --dump-ir when asked for. */
@@ -905,6 +907,9 @@ static const command commands[] = {
     { "stop", "OUT", "stop the devices of OUT on their hosts", &stop_usage, stop_main },
     { "export", "CHECKPOINT -o DIR", "a checkpoint as a Hugging Face model folder (config.json, safetensors)",
       &export_usage, export_main },
+    { "generate", "MODEL CLUSTER --init W", "compile an inference program (cached), run it on a prompt and\n"
+                                            "stream the text it generates",
+      &generate_usage, generate_main },
     { "tokenize", "TOKENIZER FILE... -o OUT", "text files to one token shard with a Hugging Face tokenizer.json\n"
                                               "(and back: --decode)",
       &tokenize_usage, tokenize_main },

@@ -213,6 +213,9 @@ const cli_option fusionc_options[OPT_COUNT] = {
                            .help = "store the frozen parameters (--freeze, --lora's base) in D: fp32\n"
                                    "(default), bf16 or fp16 (half their memory; a 16-bit D must be\n"
                                    "--precision's when that is 16-bit)" },
+    [OPT_INFERENCE] = { .name = "--inference", CLI_FLAG(options, inference),
+                        .help = "an inference program: the logits of each step's tokens, a key/value\n"
+                                "cache of ctx rows, no training (fusionc generate builds one)" },
     [OPT_COMPRESS] = { .name = "--compress", .metavar = "C",
                        CLI_CUSTOM(parse_compress, const char *, options, compress),
                        .expects = "none, topk:RHO (0 < RHO <= 1) or adatopk",

@@ -71,6 +71,7 @@ typedef struct {
     name_list freeze;      /* --freeze PATTERN: parameters that do not train (passes/adapters.c) */
     lora_option lora;      /* --lora SPEC: LoRA adapters, the rest frozen (passes/adapters.c) */
     ir_dtype frozen_dtype; /* --frozen-dtype fp32|bf16|fp16: frozen parameters' storage (0: fp32) */
+    int inference;         /* --inference: an inference program (passes/decode.c) */
     /* How the sites agree (tools/diloco.h): --sync exact|diloco and the outer step's settings. */
     int sync;              /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
     int local_steps;       /* --local-steps H (0: the planner's)           */
@@ -105,6 +106,7 @@ enum {
     OPT_FREEZE,
     OPT_LORA,
     OPT_FROZEN_DTYPE,
+    OPT_INFERENCE,
     OPT_COMPRESS,
     OPT_RECOMPUTE,
     OPT_SYNC,

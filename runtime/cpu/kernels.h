@@ -180,6 +180,9 @@ typedef struct {
 double rope_inv_freq(double base, int64_t i, int64_t D, const rope_scaling *s);
 /* x, y (R,T,H,D): each head's halves (i, i + D/2) turned by sign·t·θ_i,
  * θ_i = rope_inv_freq(base, i, D, scaling). */
+/* rope_rotate's forward with token t of row r at position pos[r·T + t]. */
+void rope_rotate_at(float *y, const float *x, const int32_t *pos, int64_t R, int64_t T, int64_t H, int64_t D,
+                    double base, const rope_scaling *scaling);
 void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int64_t D, double base,
                  const rope_scaling *scaling, int sign);
 /* y (outer, Σ sizes, inner) from n parts (outer, sizes[k], inner), and back
@@ -211,6 +214,17 @@ void attention_forward_heads(float *out, const float *q, const float *k, const f
 void attention_backward_heads(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                               const float *v, float *ws, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                               int64_t q_ld, int64_t kv_ld);
+
+/* An inference step's attention (attention_cached.c): q (B,T,H·D), k, v
+ * (B,T,KV·D) of T new tokens at positions pos (B,T); their k, v rows go
+ * into k_cache, v_cache (B,CTX,KV·D) at those positions, then y (B,T,H·D)
+ * = softmax(q·kᵀ/sqrt(D)) · v over the cache's rows 0..pos.  ws:
+ * attention_cached_workspace_floats.  -1 with *bad the first position
+ * outside [0, CTX) (nothing written). */
+int64_t attention_cached_workspace_floats(int64_t B, int64_t H, int64_t CTX);
+int attention_cached_forward(float *y, const float *q, const float *k, const float *v, float *k_cache, float *v_cache,
+                             const int32_t *pos, float *ws, int64_t B, int64_t T, int64_t CTX, int64_t H, int64_t KV,
+                             int64_t D, int64_t *bad);
 
 /* q, k, v (B,H,T,D) from qkv (B,T,3C), C = H·D, same column layout as above. */
 void qkv_split_forward(float *q, float *k, float *v, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t H);

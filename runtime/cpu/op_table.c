@@ -255,15 +255,33 @@ RUN(run_attention) /* qkv (B,T,3C), or q (B,T,H*D), k, v (B,T,KV*D); and the bac
 
 static int64_t workspace_attention(const rt_op *op) { return attention_workspace_floats(op->in[0].dim[1]); }
 
-RUN(run_rope) /* x or dy (R,T,H*D): rotated by +t, or back */
+RUN(run_rope) /* x or dy (R,T,H*D): rotated by +t (by pos (R,T) when given), or back */
 {
     const rt_tensor *x = &op->in[0];
     int64_t C = last_dim(x), T = x->dim[x->rank - 2], H = op->ints[ATTR_HEADS];
     rope_scaling s = { op->floats[ATTR_SCALE_FACTOR], op->floats[ATTR_LOW_FREQ], op->floats[ATTR_HIGH_FREQ],
                        op->floats[ATTR_OLD_CTX] };
-    rope_rotate(OUT(0), IN(0), rt_tensor_numel(x) / (T * C), T, H, C / H, op->floats[ATTR_BASE], &s,
-                op->op == OP_ROPE ? 1 : -1);
+    if (op->op == OP_ROPE && op->n_in == 2)
+        rope_rotate_at(OUT(0), IN(0), IN32(1), rt_tensor_numel(x) / (T * C), T, H, C / H, op->floats[ATTR_BASE], &s);
+    else
+        rope_rotate(OUT(0), IN(0), rt_tensor_numel(x) / (T * C), T, H, C / H, op->floats[ATTR_BASE], &s,
+                    op->op == OP_ROPE ? 1 : -1);
     return 0;
+}
+
+RUN(run_attention_cached) /* q (B,T,H*D), k, v (B,T,KV*D), k_cache, v_cache (B,CTX,KV*D), pos (B,T) */
+{
+    const rt_tensor *q = &op->in[0];
+    int64_t B = q->dim[0], T = q->dim[1], H = op->ints[ATTR_HEADS], CTX = op->in[3].dim[1], bad = 0;
+    int64_t KV = op->ints[ATTR_KV_HEADS] ? op->ints[ATTR_KV_HEADS] : H, D = q->dim[2] / H;
+    if (attention_cached_forward(OUT(0), IN(0), IN(1), IN(2), IN(3), IN(4), IN32(5), WS, B, T, CTX, H, KV, D, &bad))
+        return bad_index(op, ctx, "position", IN32(5), bad, CTX);
+    return 0;
+}
+
+static int64_t workspace_attention_cached(const rt_op *op)
+{
+    return attention_cached_workspace_floats(op->in[0].dim[0], op->ints[ATTR_HEADS], op->in[3].dim[1]);
 }
 
 RUN(run_qkv_split) /* qkv (B,T,3C) -> q, k, v (B,H,T,D) */
@@ -477,6 +495,7 @@ const rt_cpu_kernel rt_cpu_kernels[] = {
     [OP_ATTENTION]              = { run_attention,               workspace_attention, NULL,                   0 },
     [OP_ATTENTION_BACKWARD]     = { run_attention,               workspace_attention, NULL,                   0 },
     [OP_ROPE]                   = { run_rope,                    NULL,                NULL,                   0 },
+    [OP_ATTENTION_CACHED]       = { run_attention_cached,        workspace_attention_cached, NULL,            0 },
     [OP_ROPE_BACKWARD]          = { run_rope,                    NULL,                NULL,                   0 },
     [OP_QKV_SPLIT]              = { run_qkv_split,               NULL,                NULL,                   0 },
     [OP_QKV_SPLIT_BACKWARD]     = { run_qkv_split_backward,      NULL,                NULL,                   0 },

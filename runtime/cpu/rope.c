@@ -63,6 +63,29 @@ void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int6
     }
 }
 
+// The same forward turn with each token at its own position: token t of
+// row r by pos[r·T + t]·θ_i (the decode pass's rope, each sequence of a
+// step at its own place in its cache).
+void rope_rotate_at(float *y, const float *x, const int32_t *pos, int64_t R, int64_t T, int64_t H, int64_t D,
+                    double base, const rope_scaling *scaling)
+{
+    int64_t half = D / 2, C = H * D;
+#pragma omp parallel for collapse(2) schedule(static) if (R * T * C >= KERNEL_PAR_MIN)
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t i = 0; i < half; i++) {
+                double angle = (double)pos[r * T + t] * rope_inv_freq(base, i, D, scaling);
+                float c = (float)cos(angle), s = (float)sin(angle);
+                const float *xr = x + (r * T + t) * C + i;
+                float *yr = y + (r * T + t) * C + i;
+                for (int64_t h = 0; h < H; h++) {
+                    float a = xr[h * D], b = xr[h * D + half];
+                    yr[h * D] = a * c - b * s;
+                    yr[h * D + half] = b * c + a * s;
+                }
+            }
+}
+
 /* ---- split and concat along an axis --------------------------------- */
 
 // y is (outer, Σ sizes, inner), part k is (outer, sizes[k], inner):

@@ -142,7 +142,14 @@ def gpt2_inputs(c, g):
 
 
 def gpt2_loss(c, P, I):
-    idx, targets = I["idx"].long(), I["targets"].long()
+    """GPT-2's mean cross-entropy over I's targets (gpt2_logits)."""
+    logits = gpt2_logits(c, P, I["idx"])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), I["targets"].long().reshape(-1))
+
+
+def gpt2_logits(c, P, idx):
+    """GPT-2's logits (B, T, vocab) of the ids idx (B, T)."""
+    idx = idx.long()
     B, T = idx.shape
     d, H, eps = c["dim"], c["heads"], c.get("norm_eps", 1e-5)
     conv1d = lambda h, name: h @ P[name + ".weight"] + P[name + ".bias"]   # Hugging Face's Conv1D: [in, out]
@@ -159,8 +166,7 @@ def gpt2_loss(c, P, I):
         h = F.layer_norm(x, (d,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
         h = F.gelu(conv1d(h, p + "mlp.c_fc"), approximate="tanh")
         x = x + conv1d(h, p + "mlp.c_proj")
-    logits = F.linear(F.layer_norm(x, (d,), P["ln_f.weight"], P["ln_f.bias"], eps), P["wte.weight"])
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return F.linear(F.layer_norm(x, (d,), P["ln_f.weight"], P["ln_f.bias"], eps), P["wte.weight"])
 
 
 def llama_params(c):
@@ -198,6 +204,12 @@ def rope_inv_freq(theta, hd, scaling=None):
 
 
 def llama_loss(c, P, I):
+    """Llama's mean cross-entropy over I's targets (llama_logits)."""
+    logits = llama_logits(c, P, I["idx"], I)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), I["targets"].long().reshape(-1))
+
+
+def llama_logits(c, P, idx, I=None):
     """Llama written from the paper and Hugging Face's modeling_llama.py's
     equations, not with the transformers library: RMSNorm, rotary
     embedding with rotate_half (cos and sin of t * inv_freq in float64,
@@ -208,7 +220,8 @@ def llama_loss(c, P, I):
     PEFT's LoRA Linear does: W h + c["lora_scale"] * B (A h), with h times
     I["<name>.lora_dropout.mask"] when I holds it (PEFT's lora_dropout, the
     mask fusion drew: --dump-grads writes it with the inputs)."""
-    idx, targets = I["idx"].long(), I["targets"].long()
+    I = I or {}
+    idx = idx.long()
     B, T = idx.shape
     d, H, KV, eps = c["dim"], c["heads"], c["kv_heads"], c["norm_eps"]
     hd = d // H
@@ -247,8 +260,7 @@ def llama_loss(c, P, I):
         gate, up = proj(h, p + "mlp.gate_proj"), proj(h, p + "mlp.up_proj")
         x = x + proj(gate * torch.sigmoid(gate) * up, p + "mlp.down_proj")
     head = P["model.embed_tokens.weight"] if c.get("tie") else P["lm_head.weight"]
-    logits = F.linear(rms(x, P["model.norm.weight"]), head)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return F.linear(rms(x, P["model.norm.weight"]), head)
 
 
 def mlp_params(c):

@@ -509,6 +509,24 @@ static void llama_cases(case_list *l)
     out(c, S2(5, 37));
     c->op.ints[ATTR_GRADS] = 1;
 
+    /* Inference (passes/decode.c): rope at given positions; attention
+     * against a key/value cache, one new token a sequence (T = 1: no two
+     * tokens of a sequence write one row), the caches f32. */
+    c = add(l, OP_ROPE, "rope 2x5x24 h2 at positions");
+    in(c, S3(2, 5, 24));
+    ids(c, S2(2, 5), 50);
+    out(c, S3(2, 5, 24));
+    c->op.ints[ATTR_HEADS] = 2;
+    c = add(l, OP_ATTENTION_CACHED, "attention_cached 2x1x24 h4 kv2 ctx37");
+    in(c, S3(2, 1, 24));
+    in(c, S3(2, 1, 12));
+    in(c, S3(2, 1, 12));
+    param(c, S3(2, 37, 12));
+    param(c, S3(2, 37, 12));
+    ids(c, S2(2, 1), 37);
+    out(c, S3(2, 1, 24));
+    c->op.ints[ATTR_HEADS] = 4;
+    c->op.ints[ATTR_KV_HEADS] = 2;
     c = add(l, OP_ROPE, "rope 2x13x48 h3");
     in(c, S3(2, 13, 48));
     out(c, S3(2, 13, 48));

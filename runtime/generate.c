@@ -1,0 +1,283 @@
+/* generate.c: an inference program's main loop (generate.h). */
+#include "generate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../ir/ir.h"
+#include "checkpoint.h"
+#include "cli_option.h"
+#include "cpu/half.h"
+#include "program.h"
+#include "rt_error.h"
+
+/* ---- the command line --------------------------------------------------------- */
+
+static int parse_init(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    rt_generate_options *o = field;
+    if (o->n_init == RT_GENERATE_MAX_INIT)
+        return rt_error(why, n, "too many %s options (the limit is %d)", opt->name, RT_GENERATE_MAX_INIT);
+    o->init[o->n_init++] = value;
+    return 0;
+}
+
+/* clang-format off */
+static const cli_option generate_options[] = {
+    { .name = "--init", .metavar = "PATH", CLI_WHOLE(parse_init),
+      .help = "the weights: a safetensors file, a Hugging Face folder or a fusion checkpoint\n"
+              "(repeatable: a later source's tensors over an earlier one's); every parameter\n"
+              "must be found" },
+    { .name = "--prompt-ids", .metavar = "IDS", CLI_NONEMPTY(rt_generate_options, prompt_ids),
+      .help = "the prompt's token ids, comma-separated (required)" },
+    { .name = "--max-tokens", .metavar = "N", CLI_INT64(rt_generate_options, max_tokens), .lo = 0, .hi = 1e9,
+      .expects = "a count in [0, 1e9]", .help = "tokens to generate at most (default 64)" },
+    { .name = "--temperature", .metavar = "T", CLI_DOUBLE(rt_generate_options, temperature), .lo = 0, .hi = 100,
+      .expects = "a number in [0, 100]", .help = "softmax temperature (default 1; 0: greedy, the largest logit)" },
+    { .name = "--top-k", .metavar = "K", CLI_INT(rt_generate_options, top_k), .lo = 0, .hi = 1e9,
+      .expects = "a count in [0, 1e9]", .help = "draw among the K likeliest tokens only (default 0: all)" },
+    { .name = "--top-p", .metavar = "P", CLI_DOUBLE(rt_generate_options, top_p), .lo = 0, .hi = 1,
+      .open = CLI_OPEN_LO, .expects = "a number in (0, 1]",
+      .help = "draw among the likeliest tokens whose probabilities sum to P (default 1)" },
+    { .name = "--seed", .metavar = "S", CLI_INT64(rt_generate_options, seed), .lo = 0, .hi = 9.2e18,
+      .expects = "a non-negative integer", .help = "the draws' seed (default 1)" },
+    { .name = "--stop-ids", .metavar = "IDS", CLI_NONEMPTY(rt_generate_options, stop_ids),
+      .help = "end when one of these ids (comma-separated) is generated (it is printed)" },
+    { .name = "--threads", .metavar = "N", CLI_INT(rt_generate_options, threads), .lo = 1, .hi = 1024,
+      .expects = "a count in [1, 1024]", .help = "CPU threads (default: the cluster file's)" },
+};
+/* clang-format on */
+
+static const cli_usage usage = { NULL, generate_options, NULL, sizeof generate_options / sizeof generate_options[0], 20,
+                                 NULL };
+
+static void print_usage(FILE *f, const char *program)
+{
+    fprintf(f,
+            "usage: %s --init PATH --prompt-ids IDS [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
+            "       [--seed S] [--stop-ids IDS] [--threads N]\n\n"
+            "An inference program (fusionc compile --inference): prints each generated token id on a line\n"
+            "of its own as it comes, then the speed on standard error.\n",
+            program);
+    cli_usage_print(f, &usage);
+}
+
+int rt_generate_options_parse(int argc, char **argv, rt_generate_options *o)
+{
+    char why[512];
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            print_usage(stdout, argv[0]);
+            return 1;
+        }
+        int took = cli_take(&usage, argc, argv, &i, o, why, sizeof why);
+        if (took == 0)
+            snprintf(why, sizeof why, "%s '%s'", argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
+        if (took <= 0) {
+            fprintf(stderr, "%s: %s\n\n", argv[0], why);
+            print_usage(stderr, argv[0]);
+            return 2;
+        }
+    }
+    const char *missing = o->n_init == 0 ? "--init PATH (the weights)" : !o->prompt_ids ? "--prompt-ids IDS" : NULL;
+    if (missing) {
+        fprintf(stderr, "%s: %s is required\n\n", argv[0], missing);
+        print_usage(stderr, argv[0]);
+        return 2;
+    }
+    return 0;
+}
+
+/* "1,2,3" into ids[] (each in [0, vocab)); the count, or -1 with why. */
+static int64_t parse_ids(const char *text, const char *what, int64_t vocab, int32_t *ids, int64_t cap, char *why,
+                         size_t n)
+{
+    int64_t k = 0;
+    for (const char *p = text; *p;) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v >= vocab || (*end && *end != ','))
+            return rt_error(why, n, "%s '%s': item %lld is not a token id in [0, %lld)", what, text, (long long)k + 1,
+                            (long long)vocab);
+        if (k == cap)
+            return rt_error(why, n, "%s: more than %lld ids", what, (long long)cap);
+        ids[k++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    return k;
+}
+
+/* ---- drawing the next token --------------------------------------------------- */
+
+static const float *sort_by;
+static int by_logit_desc(const void *a, const void *b)
+{
+    float x = sort_by[*(const int32_t *)a], y = sort_by[*(const int32_t *)b];
+    if (x != y)
+        return x < y ? 1 : -1;
+    return (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b);
+}
+
+int32_t rt_generate_pick(const float *logits, int64_t V, const rt_generate_options *o, rt_rng *r, float *probs,
+                         int32_t *order)
+{
+    int32_t best = 0;
+    for (int64_t i = 1; i < V; i++)
+        if (logits[i] > logits[best])
+            best = (int32_t)i;
+    if (!(o->temperature > 0))
+        return best;
+    /* The candidates, likeliest first: all, or the top k. */
+    for (int64_t i = 0; i < V; i++)
+        order[i] = (int32_t)i;
+    sort_by = logits;
+    qsort(order, (size_t)V, sizeof *order, by_logit_desc);
+    int64_t n = o->top_k > 0 && o->top_k < V ? o->top_k : V;
+    double sum = 0.0, mx = logits[order[0]];
+    for (int64_t i = 0; i < n; i++) {
+        probs[i] = (float)exp(((double)logits[order[i]] - mx) / o->temperature);
+        sum += probs[i];
+    }
+    /* The nucleus: the fewest likeliest whose probabilities reach top_p. */
+    if (o->top_p < 1.0) {
+        double kept = 0.0;
+        int64_t m = 0;
+        while (m < n && (m == 0 || kept < o->top_p * sum))
+            kept += probs[m++];
+        n = m, sum = kept;
+    }
+    double u = rt_rng_uniform(r) * sum, acc = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        acc += probs[i];
+        if (u < acc)
+            return order[i];
+    }
+    return order[n - 1];
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The inputs a step feeds: the tokens (feed RT_FEED_TOKENS) and their
+ * positions (RT_FEED_POSITIONS); -1 when absent. */
+static void find_inputs(const program *p, int32_t *tokens, int32_t *positions)
+{
+    *tokens = *positions = -1;
+    for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
+        if (p->tensors[i].role != ROLE_INPUT)
+            continue;
+        if (p->tensors[i].feed == RT_FEED_TOKENS)
+            *tokens = i;
+        else if (p->tensors[i].feed == RT_FEED_POSITIONS)
+            *positions = i;
+    }
+}
+
+/* One step: token `id` at position `at` of row 0; the logits of its last
+ * row into out (f32).  0, or 1 with the reason said. */
+static int step(program *p, int32_t tokens, int32_t positions, int32_t id, int64_t at, float *out)
+{
+    const rt_manifest *m = &p->manifest;
+    int32_t *tok = (int32_t *)(p->arena + p->tensors[tokens].t.offset);
+    int32_t *pos = (int32_t *)(p->arena + p->tensors[positions].t.offset);
+    int64_t rows = rt_tensor_numel(&p->tensors[tokens].t);
+    for (int64_t i = 0; i < rows; i++) /* every row the same token: row 0 is read */
+        tok[i] = id, pos[i] = (int32_t)at;
+    rt_context ctx = { .step = at + 1, .micro_batch = 0, .phase = PHASE_FORWARD, .cuda = p->cuda, .loss_weight = 1.0f };
+    if (fusion_forward(p->arena, &ctx) != 0)
+        return fail("%s: step at position %lld: %s", m->device, (long long)at, ctx.msg);
+    const rt_tensor_info *o = &p->tensors[m->output];
+    int64_t V = o->t.dim[o->t.rank - 1];
+    const char *row = p->arena + o->t.offset; /* row 0's last token: the first row's last V */
+    int64_t per_row = rt_tensor_numel(&o->t) / (o->t.dim[0] > 0 ? o->t.dim[0] : 1), last = per_row - V;
+    if (half_dtype_bytes(o->dtype) == 2)
+        half_to_f32(out, row + last * 2, V, o->dtype);
+    else
+        memcpy(out, row + last * 4, (size_t)V * sizeof *out);
+    return 0;
+}
+
+int rt_generate(program *p, const rt_generate_options *o)
+{
+    const rt_manifest *m = &p->manifest;
+    int32_t tokens, positions;
+    find_inputs(p, &tokens, &positions);
+    if (m->output < 0 || tokens < 0 || positions < 0)
+        return fail("%s: not a whole inference program on one device (its tokens, positions or logits are elsewhere)",
+                    m->device);
+    const rt_tensor_info *out = &p->tensors[m->output];
+    int64_t V = out->t.dim[out->t.rank - 1], ctx_rows = 0;
+    for (int32_t i = 0; i < m->n_tensors; i++) /* the caches' rows: the longest sequence */
+        if (p->tensors[i].role == ROLE_STATE && p->tensors[i].t.rank == 3)
+            ctx_rows = p->tensors[i].t.dim[1];
+    for (int32_t i = 0; i < m->n_tensors; i++) /* the caches start empty */
+        if (p->tensors[i].role == ROLE_STATE)
+            memset(p->arena + p->tensors[i].t.offset, 0,
+                   (size_t)rt_tensor_numel(&p->tensors[i].t) * (size_t)half_dtype_bytes(p->tensors[i].dtype));
+    if (read_init_weights(p, o->init, o->n_init, 0))
+        return 1;
+    char why[512];
+    int32_t *prompt = malloc(((size_t)ctx_rows + 1) * sizeof *prompt), stop[RT_GENERATE_MAX_STOP];
+    float *logits = malloc((size_t)V * 2 * sizeof *logits);
+    int32_t *order = malloc((size_t)V * sizeof *order);
+    int64_t n_prompt = prompt ? parse_ids(o->prompt_ids, "--prompt-ids", V, prompt, ctx_rows, why, sizeof why) : -1;
+    int64_t n_stop =
+        o->stop_ids ? parse_ids(o->stop_ids, "--stop-ids", V, stop, RT_GENERATE_MAX_STOP, why, sizeof why) : 0;
+    int rc = 0;
+    if (!prompt || !logits || !order)
+        rc = fail("out of memory for the generation's %lld logits", (long long)V);
+    else if (n_prompt < 0 || n_stop < 0)
+        rc = fail("%s", why);
+    else if (n_prompt == 0)
+        rc = fail("--prompt-ids: the prompt needs at least one token");
+    rt_rng r = rt_rng_seeded((uint64_t)o->seed, 0x6E17, 0);
+    double t0 = now(), t_prompt = t0;
+    int64_t made = 0, at = 0;
+    int32_t next = -1;
+    for (; rc == 0 && at < n_prompt; at++) /* the prompt, a token a step */
+        rc = step(p, tokens, positions, prompt[at], at, logits);
+    t_prompt = now();
+    const char *ended = "--max-tokens";
+    while (rc == 0 && made < o->max_tokens) {
+        next = rt_generate_pick(logits, V, o, &r, logits + V, order);
+        printf("%d\n", (int)next);
+        fflush(stdout);
+        made++;
+        int stopped = 0;
+        for (int64_t k = 0; k < n_stop; k++)
+            stopped |= stop[k] == next;
+        if (stopped) {
+            ended = "a stop id";
+            break;
+        }
+        if (made == o->max_tokens)
+            break;
+        if (at >= ctx_rows) {
+            ended = "the context's end";
+            break;
+        }
+        rc = step(p, tokens, positions, next, at++, logits);
+    }
+    double t1 = now();
+    if (rc == 0)
+        fprintf(stderr,
+                "fusion: prompt %lld tokens in %.3f s (%.1f tok/s); generated %lld tokens in %.3f s (%.1f tok/s); "
+                "ended by %s\n",
+                (long long)n_prompt, t_prompt - t0, (double)n_prompt / fmax(t_prompt - t0, 1e-9), (long long)made,
+                t1 - t_prompt, (double)made / fmax(t1 - t_prompt, 1e-9), ended);
+    free(prompt);
+    free(logits);
+    free(order);
+    return rc;
+}

@@ -1,0 +1,115 @@
+# fusionc generate and the inference programs (passes/decode.c,
+# runtime/generate.c, tools/generate.c), on one CPU device:
+#  - greedy parity: a tiny Llama and a tiny GPT-2 trained 300 steps on the
+#    licences and exported as Hugging Face folders; 40 tokens greedy from
+#    a prompt equal an independent PyTorch loop that runs the whole
+#    sequence every step (tests/parity/generate.py: no cache);
+#  - the same on a CUDA device, its bundle run through the emulated driver;
+#  - the text: --prompt without a tokenizer is bytes in and out, streamed;
+#    --print-ids ends standard output with the ids; the last line on
+#    standard error is "generated N tokens in S s (X tok/s)";
+#  - drawing: --top-k 1 and --top-p 1e-6 are greedy; a seed draws the same tokens again,
+#    another seed others; --stop ends the text before the stop text;
+#  - the cache: a second run compiles nothing (its folder is reused);
+#  - the IR: an inference graph prints `output logits` and reads back;
+#  - bad input: no --init; both prompts; an id outside the vocabulary; a
+#    prompt longer than ctx; a model without the weights' tensors.
+. "$(dirname "$0")/lib.sh"
+
+py=/usr/bin/python3
+export FUSION_CACHE_DIR=$work/cache
+cat /usr/share/common-licenses/* >"$work/corpus.txt"
+llama=(--set vocab=256 --set ctx=64 --set layers=2 --set dim=64 --set heads=4 --set kv_heads=2 --set ffn=172)
+gpt2=(--set vocab=256 --set ctx=64 --set layers=2 --set dim=64 --set heads=4)
+ids() { printf '%s' "$1" | od -An -tu1 | tr -s ' \n' ',,' | sed 's/^,//;s/,$//'; }
+prompt="The GNU General"
+
+train() { # NAME MODEL SETTINGS...: 300 steps, exported as a Hugging Face folder
+  local name=$1 model=$2
+  shift 2
+  "$FUSIONC" compile "$model" "$@" --set batch=8 --set seq=32 --set lr=3e-3 clusters/local-1.xml -o "$work/$name.train" \
+    >"$work/$name.compile" 2>&1 || fail "$name: compile for training: $(cat "$work/$name.compile")"
+  "$work/$name.train/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 300 --save "$work/$name.ck" >"$work/$name.run" 2>&1 ||
+    fail "$name: training: $(tail -3 "$work/$name.run")"
+  "$FUSIONC" export "$work/$name.ck" -o "$work/$name.hf" >"$work/$name.export" 2>&1 ||
+    fail "$name: export: $(cat "$work/$name.export")"
+}
+train llama models/llama.xml "${llama[@]}"
+train gpt2 models/gpt2.xml "${gpt2[@]}"
+
+# ---- greedy parity with PyTorch
+for m in llama gpt2; do
+  if [ $m = llama ]; then set -- models/llama.xml "${llama[@]}"; cfg="vocab=256,ctx=64,layers=2,dim=64,heads=4,kv_heads=2,ffn=172"
+  else set -- models/gpt2.xml "${gpt2[@]}"; cfg="vocab=256,ctx=64,layers=2,dim=64,heads=4"; fi
+  "$FUSIONC" generate "$@" clusters/local-1.xml --init "$work/$m.hf" --prompt-ids "$(ids "$prompt")" --max-tokens 40 \
+    --temperature 0 --print-ids >"$work/$m.gen" 2>"$work/$m.gen.err" && pass ||
+    fail "$m: generate: $(cat "$work/$m.gen.err")"
+  "$py" tests/parity/generate.py $m "$cfg,batch=1,seq=1" "$work/$m.hf" "$(ids "$prompt")" 40 >"$work/$m.torch" \
+    2>&1 || fail "$m: the PyTorch loop: $(cat "$work/$m.torch")"
+  expect_eq "$m: 40 greedy tokens against PyTorch's" "$(cat "$work/$m.torch")" "$(tail -1 "$work/$m.gen")"
+  [ "$(tr ',' '\n' <"$work/$m.torch" | sort -u | wc -l)" -ge 4 ] && pass ||
+    fail "$m: the greedy tokens are too few different ones to test the cache: $(cat "$work/$m.torch")"
+  grep -q "^generated 40 tokens in [0-9.]* s ([0-9.]* tok/s)$" "$work/$m.gen.err" && pass ||
+    fail "$m: no speed line: $(cat "$work/$m.gen.err")"
+done
+echo "  generate: greedy llama $(cat "$work/llama.torch" | cut -c1-60)..." >&2
+
+# ---- a CUDA device through the emulated driver (tests/emu_driver: the
+# bundle's own kernels, compiled as C++): the same greedy tokens
+"$FUSIONC" compile models/llama.xml "${llama[@]}" --set batch=1 --set seq=1 --inference --cublas system \
+  tests/clusters/one-gpu.xml -o "$work/gpu" >"$work/gpu.compile" 2>&1 && pass ||
+  fail "the CUDA inference bundle: $(tail -c 1500 "$work/gpu.compile")"
+build_emulated_cuda_driver "$work/lib" "$work/gpu/gpu/kernels.cu" && pass || fail "the emulated driver (above)"
+LD_LIBRARY_PATH="$work/lib" "$work/gpu/gpu/fusion-gpu" --init "$work/llama.hf" --prompt-ids "$(ids "$prompt")" \
+  --max-tokens 40 --temperature 0 2>"$work/gpu.err" | paste -sd, >"$work/gpu.ids"
+expect_eq "a CUDA device (emulated): 40 greedy tokens against PyTorch's" "$(cat "$work/llama.torch")" \
+  "$(cat "$work/gpu.ids")"
+
+# ---- text, drawing, the cache
+run() { "$FUSIONC" generate models/llama.xml "${llama[@]}" clusters/local-1.xml --init "$work/llama.hf" "$@"; }
+run --prompt "$prompt" --max-tokens 40 --temperature 0 >"$work/text" 2>/dev/null && pass || fail "generate --prompt"
+want=$("$py" -c "import sys; print(''.join(chr(int(i)) for i in open('$work/llama.torch').read().split(',')))")
+expect_eq "--prompt: the text is the greedy ids' bytes" "$want" "$(cat "$work/text")"
+ls "$work/cache/generate" >"$work/cache.before"
+run --prompt "$prompt" --max-tokens 10 --temperature 0.8 --top-k 1 --print-ids >"$work/topk1" 2>/dev/null ||
+  fail "--top-k 1"
+expect_eq "--top-k 1 is greedy" "$(cut -d, -f1-10 "$work/llama.torch")" "$(tail -1 "$work/topk1")"
+run --prompt "$prompt" --max-tokens 10 --temperature 1 --top-p 1e-6 --seed 9 --print-ids >"$work/topp" 2>/dev/null ||
+  fail "--top-p"
+expect_eq "--top-p 1e-6 is greedy" "$(cut -d, -f1-10 "$work/llama.torch")" "$(tail -1 "$work/topp")"
+expect_eq "the cache: no second compile" "$(cat "$work/cache.before")" "$(ls "$work/cache/generate")"
+for s in 1 1 2; do
+  run --prompt "$prompt" --max-tokens 30 --temperature 1 --seed $s --print-ids 2>/dev/null | tail -1 >>"$work/draws"
+done
+[ "$(sed -n 1p "$work/draws")" = "$(sed -n 2p "$work/draws")" ] && pass || fail "seed 1 drew differently twice"
+[ "$(sed -n 1p "$work/draws")" != "$(sed -n 3p "$work/draws")" ] && pass || fail "seeds 1 and 2 drew the same"
+stop=$(cut -c28-29 "$work/text")
+run --prompt "$prompt" --max-tokens 40 --temperature 0 --stop "$stop" >"$work/stopped" 2>/dev/null || fail "--stop"
+expect_eq "--stop '$stop': the text before it" "$("$py" -c "import sys; print(open(sys.argv[1]).read().split(sys.argv[2])[0])" \
+  "$work/text" "$stop")" "$(cat "$work/stopped")"
+
+# ---- the IR
+"$FUSIONC" dump models/gpt2.xml "${gpt2[@]}" --set batch=1 --set seq=1 --inference -o "$work/inf.fir" >/dev/null 2>&1 ||
+  fail "dump --inference"
+grep -q "^output logits$" "$work/inf.fir" && grep -q "attention_cached(" "$work/inf.fir" && pass ||
+  fail "the inference IR has no output line or cached attention"
+"$FUSIONC" dump "$work/inf.fir" -o "$work/inf2.fir" >/dev/null 2>&1 && cmp -s "$work/inf.fir" "$work/inf2.fir" && pass ||
+  fail "the inference IR does not read back byte for byte"
+
+# ---- bad input
+run --prompt "$prompt" --prompt-ids 1,2 >"$work/bad" 2>&1
+expect_eq "both prompts: exit status" 2 $?
+grep -q "expected one of --prompt TEXT and --prompt-ids IDS" "$work/bad" && pass || fail "no both-prompts error: $(cat "$work/bad")"
+"$FUSIONC" generate models/llama.xml "${llama[@]}" clusters/local-1.xml --prompt x >"$work/bad" 2>&1
+expect_eq "no --init: exit status" 2 $?
+run --prompt-ids 1,256 >"$work/bad" 2>&1
+expect_eq "an id outside the vocabulary: exit status" 1 $?
+grep -q "prompt-ids '1,256': item 2 is not a token id in \[0, 256)" "$work/bad" && pass ||
+  fail "no bad-id error: $(cat "$work/bad")"
+run --prompt-ids "$(seq -s, 1 70)" >"$work/bad" 2>&1
+expect_eq "a prompt longer than ctx: exit status" 1 $?
+grep -q -- "--prompt-ids: more than 64 ids" "$work/bad" && pass || fail "no too-long error: $(cat "$work/bad")"
+"$FUSIONC" generate models/llama.xml "${llama[@]}" clusters/local-1.xml --init "$work/gpt2.hf" --prompt x >"$work/bad" 2>&1
+expect_eq "another model's weights: exit status" 1 $?
+grep -q "has no parameter 'model.embed_tokens.weight'" "$work/bad" && pass || fail "no missing-weight error: $(cat "$work/bad")"
+finish
