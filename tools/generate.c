@@ -18,6 +18,7 @@
  *      text; at a stop text the program is stopped and the text ends
  *      before it.  --print-ids: the last line of standard output is the
  *      generated ids, comma-separated.  On standard error at the end:
+ *      `prompt P tokens in S s (X tok/s)`, then
  *      `generated N tokens in S s (X tok/s)`.
  *
  * The cache: $FUSION_CACHE_DIR, else $XDG_CACHE_HOME/fusion, else
@@ -35,6 +36,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -130,6 +132,13 @@ const cli_usage generate_usage = {
 static int usage_fail(const char *fmt, const char *arg)
 {
     return cli_usage_fail(&generate_usage, "fusionc generate", fmt, arg);
+}
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* ---- the cache ------------------------------------------------------------------ */
@@ -455,7 +464,11 @@ int generate_main(int argc, char **argv)
     close(out[1]);
     FILE *from = pid > 0 ? fdopen(out[0], "r") : NULL;
     char line[64];
+    double t_first = 0.0, t_last = 0.0; /* our own clock, for a run stopped before it reports */
     while (from && !s.stopped && fgets(line, sizeof line, from)) {
+        t_last = seconds_now();
+        if (s.ids.n == 0)
+            t_first = t_last;
         if (tk_ids_push(&s.ids, atoi(line)) != 0 || stream_advance(&s, 0, why, sizeof why) != 0) {
             fprintf(stderr, "\nfusionc generate: %s\n", why);
             rc = 1;
@@ -482,11 +495,12 @@ int generate_main(int argc, char **argv)
     /* The device program's word: its speed, or its error. */
     FILE *err = fopen(errlog, "r");
     char msg[1024];
-    double took = 0.0;
-    long long n_tok = 0;
+    double took = 0.0, prompt_took = 0.0;
+    long long n_tok = 0, n_prompt = 0;
     while (err && fgets(msg, sizeof msg, err)) {
-        const char *g = strstr(msg, "generated ");
-        if (ok && g && sscanf(g, "generated %lld tokens in %lf s", &n_tok, &took) == 2)
+        const char *g = strstr(msg, "generated "), *pr = strstr(msg, "prompt ");
+        if (ok && g && pr && sscanf(g, "generated %lld tokens in %lf s", &n_tok, &took) == 2 &&
+            sscanf(pr, "prompt %lld tokens in %lf s", &n_prompt, &prompt_took) == 2)
             continue;
         if (!ok)
             fputs(msg, stderr);
@@ -496,6 +510,11 @@ int generate_main(int argc, char **argv)
     unlink(errlog);
     if (!ok && rc == 0)
         rc = 1;
+    if (n_tok == 0 && s.ids.n > 1) /* stopped early: the steps after the first token, as we saw them */
+        n_tok = s.ids.n - 1, took = t_last - t_first;
+    if (rc == 0 && n_prompt > 0)
+        fprintf(stderr, "prompt %lld tokens in %.3f s (%.1f tok/s)\n", n_prompt, prompt_took,
+                prompt_took > 0 ? (double)n_prompt / prompt_took : 0.0);
     if (rc == 0)
         fprintf(stderr, "generated %lld tokens in %.3f s (%.1f tok/s)\n", (long long)s.ids.n, took,
                 took > 0 ? (double)n_tok / took : 0.0);
