@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_edit.h"
 #include "passes.h"
 
 #define LORA_NAME_MAX 320
@@ -128,28 +129,6 @@ static int32_t new_op(ir_graph *g, ir_op op, const char *name, ir_loc loc, const
     if (out < 0 || ir_node_add_output(g, n, out))
         return -1;
     return n;
-}
-
-/* Put the nodes from n_old on after their anchors (anchor[k] for node
- * n_old + k, in the order they were made); fix every value's producer. */
-static int place_after_anchors(ir_graph *g, int32_t n_old, const int32_t *anchor)
-{
-    int32_t n = g->n_nodes, k = 0;
-    ir_node *sorted = malloc(((size_t)n + 1) * sizeof *sorted);
-    if (!sorted)
-        return -1;
-    for (int32_t i = 0; i < n_old; i++) {
-        sorted[k++] = g->nodes[i];
-        for (int32_t j = n_old; j < n; j++)
-            if (anchor[j - n_old] == i)
-                sorted[k++] = g->nodes[j];
-    }
-    memcpy(g->nodes, sorted, (size_t)n * sizeof *sorted);
-    free(sorted);
-    for (int32_t i = 0; i < n; i++)
-        for (int o = 0; o < g->nodes[i].n_out; o++)
-            g->values[g->nodes[i].out[o]].producer = i;
-    return 0;
 }
 
 /* Node i's linear, unless it is an adapter's. */
@@ -241,7 +220,7 @@ static int lora_wrap(ir_graph *g, const lora_spec *l, struct diag *err)
         if (g->loss == y)
             g->loss = sum;
     }
-    if (rc == 0 && place_after_anchors(g, n_old, anchor))
+    if (rc == 0 && graph_place_new_nodes(g, n_old, anchor, 1))
         rc = diag_set(err, file, 0, "out of memory");
     free(anchor);
     for (int32_t t = 0; t < l->n_targets && rc == 0; t++)

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_edit.h"
 #include "passes.h"
 
 #define DECODE_NAME_MAX 320
@@ -149,28 +150,6 @@ static int split_qkv(ir_graph *g, int32_t n, int32_t *split, int32_t qkv_out[3])
     return 0;
 }
 
-/* The nodes from `first` on (the splits) each moved before the node
- * before[k] names; producers fixed.  0, or -1 out of memory. */
-static int place_before(ir_graph *g, int32_t first, const int32_t *before)
-{
-    int32_t n = g->n_nodes, k = 0;
-    ir_node *sorted = malloc(((size_t)n + 1) * sizeof *sorted);
-    if (!sorted)
-        return -1;
-    for (int32_t i = 0; i < first; i++) {
-        for (int32_t j = first; j < n; j++)
-            if (before[j - first] == i)
-                sorted[k++] = g->nodes[j];
-        sorted[k++] = g->nodes[i];
-    }
-    memcpy(g->nodes, sorted, (size_t)n * sizeof *sorted);
-    free(sorted);
-    for (int32_t i = 0; i < n; i++)
-        for (int o = 0; o < g->nodes[i].n_out; o++)
-            g->values[g->nodes[i].out[o]].producer = i;
-    return 0;
-}
-
 int pass_decode(ir_graph *g, const pass_options *opt, struct diag *err)
 {
     if (!opt || !opt->inference)
@@ -229,7 +208,7 @@ int pass_decode(ir_graph *g, const pass_options *opt, struct diag *err)
         }
     }
     if (rc == 0 && n_split > 0)
-        rc = place_before(g, n_old, before);
+        rc = graph_place_new_nodes(g, n_old, before, 0);
     free(before);
     if (rc != 0)
         return diag_set(err, file, 0, "out of memory");

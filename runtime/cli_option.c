@@ -165,6 +165,27 @@ static void label(const cli_option *o, const char *metavar, char *out, size_t n)
              metavar ? metavar : "");
 }
 
+int cli_parse_program(const cli_usage *u, int argc, char **argv, void *opts,
+                      void (*print_usage)(FILE *f, const char *program))
+{
+    char why[512];
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            print_usage(stdout, argv[0]);
+            return 1;
+        }
+        int took = cli_take(u, argc, argv, &i, opts, why, sizeof why);
+        if (took == 0)
+            snprintf(why, sizeof why, "%s '%s'", argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
+        if (took <= 0) {
+            fprintf(stderr, "%s: %s\n\n", argv[0], why);
+            print_usage(stderr, argv[0]);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 int cli_usage_fail(const cli_usage *u, const char *who, const char *fmt, const char *arg)
 {
     fprintf(stderr, "%s: ", who);

@@ -118,6 +118,13 @@ int cli_take(const cli_usage *u, int argc, char **argv, int *i, void *opts, char
 int cli_is_help(const char *arg);
 /* u's head, its options (name, alias, metavar, help in a column) and tail. */
 void cli_usage_print(FILE *f, const cli_usage *u);
+/* A program's whole command line argv[1..] against u's options, each
+ * argument one of them: 0; 1 after --help or -h (print_usage's text on
+ * standard output); 2 when one is unknown or bad ("argv[0]: why", a blank
+ * line and print_usage's text on standard error).  print_usage(f, argv[0])
+ * prints the program's usage (its own first line, then u's). */
+int cli_parse_program(const cli_usage *u, int argc, char **argv, void *opts,
+                      void (*print_usage)(FILE *f, const char *program));
 /* "<who>: <fmt with arg>", a blank line and u's usage, on standard error;
  * returns 2, the exit status of a command line refused. */
 int cli_usage_fail(const cli_usage *u, const char *who, const char *fmt, const char *arg);

@@ -49,6 +49,9 @@ static const cli_option generate_options[] = {
       .help = "end when one of these ids (comma-separated) is generated (it is printed)" },
     { .name = "--threads", .metavar = "N", CLI_INT(rt_generate_options, threads), .lo = 1, .hi = 1024,
       .expects = "a count in [1, 1024]", .help = "CPU threads (default: the cluster file's)" },
+    { .name = "--serve", CLI_FLAG(rt_generate_options, serve),
+      .help = "a server's worker: JSON requests a line on standard input, tokens a line out,\n"
+              "the program's rows shared by the requests (runtime/serve_worker.c; fusionc serve)" },
 };
 /* clang-format on */
 
@@ -68,22 +71,12 @@ static void print_usage(FILE *f, const char *program)
 
 int rt_generate_options_parse(int argc, char **argv, rt_generate_options *o)
 {
-    char why[512];
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
-            print_usage(stdout, argv[0]);
-            return 1;
-        }
-        int took = cli_take(&usage, argc, argv, &i, o, why, sizeof why);
-        if (took == 0)
-            snprintf(why, sizeof why, "%s '%s'", argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
-        if (took <= 0) {
-            fprintf(stderr, "%s: %s\n\n", argv[0], why);
-            print_usage(stderr, argv[0]);
-            return 2;
-        }
-    }
-    const char *missing = o->n_init == 0 ? "--init PATH (the weights)" : !o->prompt_ids ? "--prompt-ids IDS" : NULL;
+    int rc = cli_parse_program(&usage, argc, argv, o, print_usage);
+    if (rc)
+        return rc;
+    const char *missing = o->n_init == 0                ? "--init PATH (the weights)"
+                          : !o->prompt_ids && !o->serve ? "--prompt-ids IDS (or --serve)"
+                                                        : NULL;
     if (missing) {
         fprintf(stderr, "%s: %s is required\n\n", argv[0], missing);
         print_usage(stderr, argv[0]);

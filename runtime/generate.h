@@ -38,6 +38,7 @@ typedef struct {
     int64_t seed;           /* --seed S (default 1)                   */
     const char *stop_ids;   /* --stop-ids 2,7: end at any of them     */
     int threads;            /* --threads N                            */
+    int serve;              /* --serve: requests on standard input (serve_worker.c) */
 } rt_generate_options;
 
 /* Parse an inference program's command line into o (defaults first).  0,
@@ -47,6 +48,8 @@ int rt_generate_options_parse(int argc, char **argv, rt_generate_options *o);
 /* Generate with p (loaded, its weights not yet read).  0, or 1 with the
  * reason on stderr. */
 int rt_generate(program *p, const rt_generate_options *o);
+/* --serve: requests in, tokens out, every row a request (serve_worker.c). */
+int rt_serve_worker(program *p, const rt_generate_options *o);
 
 /* The next token from logits[V] (f32) by o's rule, drawing from r when
  * sampling; probs: V floats and order: V ints of scratch. */

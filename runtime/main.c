@@ -720,7 +720,7 @@ static int inference_main(program *p, int argc, char **argv)
         return 1;
     }
     kernel_threads_set(o.threads);
-    rc = rt_generate(p, &o);
+    rc = o.serve ? rt_serve_worker(p, &o) : rt_generate(p, &o);
     program_free(p);
     return rc;
 }

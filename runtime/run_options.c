@@ -241,21 +241,9 @@ static void print_usage(FILE *f, const char *program)
 
 int run_options_parse(int argc, char **argv, run_options *o)
 {
-    char why[512];
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0) {
-            print_usage(stdout, argv[0]);
-            return 1;
-        }
-        int took = cli_take(&usage, argc, argv, &i, o, why, sizeof why);
-        if (took == 0)
-            snprintf(why, sizeof why, "%s '%s'", argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
-        if (took <= 0) {
-            fprintf(stderr, "%s: %s\n\n", argv[0], why);
-            print_usage(stderr, argv[0]);
-            return 2;
-        }
-    }
+    int rc = cli_parse_program(&usage, argc, argv, o, print_usage);
+    if (rc)
+        return rc;
     if ((o->n_val_data > 0) != (o->val_every > 0)) {
         fprintf(stderr, "%s: %s\n\n", argv[0],
                 o->n_val_data > 0 ? "--val-data FILE needs --val-every N (how often to validate)"

@@ -15,6 +15,7 @@ packages=(
   libpcre2-dev libutf8proc-dev       # the tokenizer: pre-tokenizer regexes (Unicode properties), normalization
   libnanomsg-dev                     # device-to-device transport
   libsqlite3-dev                     # the broker's state (fusionc broker), kept across restarts
+  libmicrohttpd-dev                  # fusionc serve's HTTP (an OpenAI-compatible server)
   libsodium-dev                      # run secrets, the link handshake and sealed frames
   tcpdump                            # the test that no plaintext crosses a sealed link
   libopenblas-dev                    # CPU matrix products

@@ -30,6 +30,7 @@
 #include "../passes/passes.h"
 #include "deploy.h"
 #include "generate.h"
+#include "serve.h"
 #include "launch.h"
 #include "baseline.h"
 #include "broker.h"
@@ -726,6 +727,13 @@ static int compile_tokenizer(const options *o, const ir_graph *g, struct diag *e
     return export_copy_tokenizer(o->tokenizer, dir, why, sizeof why) ? diag_set(err, dir, 0, "%s", why) : 0;
 }
 
+int compile_option_take(int argc, char **argv, int *i, char *why, size_t n)
+{
+    static options scratch;
+    memset(&scratch, 0, sizeof scratch);
+    return cli_take(&compile_usage, argc, argv, i, &scratch, why, n);
+}
+
 static int cmd_compile(int argc, char **argv)
 {
     options o;
@@ -910,6 +918,9 @@ static const command commands[] = {
     { "generate", "MODEL CLUSTER --init W", "compile an inference program (cached), run it on a prompt and\n"
                                             "stream the text it generates",
       &generate_usage, generate_main },
+    { "serve", "MODEL CLUSTER --init W", "an OpenAI-compatible HTTP server in front of the model's inference\n"
+                                         "program (/v1/completions, /v1/chat/completions, streaming)",
+      &serve_usage, serve_main },
     { "tokenize", "TOKENIZER FILE... -o OUT", "text files to one token shard with a Hugging Face tokenizer.json\n"
                                               "(and back: --decode)",
       &tokenize_usage, tokenize_main },

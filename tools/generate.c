@@ -27,26 +27,23 @@
 #define _GNU_SOURCE
 #include "generate.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <xxhash.h>
-
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 #include "../tokenizer/tokenizer.h"
+#include "inference_bundle.h"
 
 #define GEN_MAX_INIT    8
 #define GEN_MAX_STOP    8
-#define GEN_MAX_FORWARD 256
+#define GEN_MAX_FORWARD INFERENCE_MAX_FORWARD
 
 typedef struct {
     const char *init[GEN_MAX_INIT];
@@ -141,181 +138,7 @@ static double seconds_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* ---- the cache ------------------------------------------------------------------ */
-
-/* The cache's root folder into buf. */
-static void cache_root(char *buf, size_t n)
-{
-    const char *dir = getenv("FUSION_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (dir && *dir)
-        snprintf(buf, n, "%s", dir);
-    else if (xdg && *xdg)
-        snprintf(buf, n, "%s/fusion", xdg);
-    else
-        snprintf(buf, n, "%s/.cache/fusion", home && *home ? home : "/tmp");
-}
-
-static int make_dirs(const char *path)
-{
-    char tmp[FU_PATH_BYTES];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-static void hash_file(XXH3_state_t *s, const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char buf[65536];
-    size_t got;
-    while (f && (got = fread(buf, 1, sizeof buf, f)) > 0)
-        XXH3_64bits_update(s, buf, got);
-    if (f)
-        fclose(f);
-}
-
-/* The compile's key: its arguments, the files they name, this fusionc. */
-static uint64_t compile_key(const gen_options *o)
-{
-    XXH3_state_t *s = XXH3_createState();
-    if (!s || XXH3_64bits_reset(s) != XXH_OK) {
-        XXH3_freeState(s);
-        return 0;
-    }
-    struct stat st;
-    for (int i = 0; i < o->n_forward; i++) {
-        XXH3_64bits_update(s, o->forward[i], strlen(o->forward[i]) + 1);
-        if (stat(o->forward[i], &st) == 0 && S_ISREG(st.st_mode))
-            hash_file(s, o->forward[i]);
-    }
-    if (stat("/proc/self/exe", &st) == 0) {
-        int64_t id[2] = { (int64_t)st.st_size, (int64_t)st.st_mtime };
-        XXH3_64bits_update(s, id, sizeof id);
-    }
-    uint64_t h = XXH3_64bits_digest(s);
-    XXH3_freeState(s);
-    return h;
-}
-
-/* Run argv[0] with argv, its output into log; its exit status (-1: not run). */
-static int run_logged(char *const *argv, const char *log)
-{
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static void print_file(FILE *to, const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char line[4096];
-    while (f && fgets(line, sizeof line, f))
-        fputs(line, to);
-    if (f)
-        fclose(f);
-}
-
-/* The compiled inference program for o into dir (made, or found made). 0, or 1 said. */
-static int compile_cached(const gen_options *o, char *dir, size_t n)
-{
-    char root[FU_PATH_BYTES - 64], tmp[FU_PATH_BYTES + 32], log[FU_PATH_BYTES + 48];
-    cache_root(root, sizeof root);
-    snprintf(dir, n, "%s/generate/%016llx", root, (unsigned long long)compile_key(o));
-    struct stat st;
-    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
-        return 0;
-    snprintf(tmp, sizeof tmp, "%s.%d", dir, (int)getpid());
-    snprintf(log, sizeof log, "%s.log", tmp);
-    char parent[FU_PATH_BYTES];
-    snprintf(parent, sizeof parent, "%s/generate", root);
-    if (make_dirs(parent) != 0) {
-        fprintf(stderr, "fusionc generate: cannot make the cache folder %s: %s\n", parent, strerror(errno));
-        return 1;
-    }
-    char *argv[GEN_MAX_FORWARD + 16];
-    int k = 0;
-    argv[k++] = "/proc/self/exe";
-    argv[k++] = "compile";
-    for (int i = 0; i < o->n_forward; i++)
-        argv[k++] = (char *)o->forward[i];
-    const char *extra[] = { "--inference", "--set", "batch=1", "--set", "seq=1", "-o", tmp };
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-        argv[k++] = (char *)extra[i];
-    argv[k] = NULL;
-    int rc = run_logged(argv, log);
-    if (rc != 0) {
-        fprintf(stderr, "fusionc generate: compiling the inference program failed:\n");
-        print_file(stderr, log);
-        unlink(log);
-        return rc == 2 ? 2 : 1;
-    }
-    unlink(log);
-    if (rename(tmp, dir) != 0 && !(errno == ENOTEMPTY || errno == EEXIST)) { /* another run's may be there first */
-        fprintf(stderr, "fusionc generate: cannot move %s to %s: %s\n", tmp, dir, strerror(errno));
-        return 1;
-    }
-    return 0;
-}
-
-/* The one device program in dir into prog; 0, or 1 said. */
-static int find_program(const char *dir, char *prog, size_t n)
-{
-    DIR *d = opendir(dir);
-    int found = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        char path[FU_PATH_BYTES + 600];
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s/fusion-%s", dir, e->d_name, e->d_name);
-        if (e->d_name[0] != '.' && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            if (found++ == 0)
-                snprintf(prog, n, "%s", path);
-        }
-    }
-    if (d)
-        closedir(d);
-    if (found == 1)
-        return 0;
-    fprintf(stderr,
-            "fusionc generate: %s: %d device programs; generating over several devices is not built yet "
-            "(give a cluster of one device, or --stages 1 --replicas 1)\n",
-            dir, found);
-    return 1;
-}
-
 /* ---- streaming ------------------------------------------------------------------- */
-
-/* How many bytes at the end of s[0, n) begin a UTF-8 character not yet whole. */
-static size_t utf8_unfinished(const char *s, size_t n)
-{
-    for (size_t back = 1; back <= 3 && back <= n; back++) {
-        unsigned char c = (unsigned char)s[n - back];
-        if ((c & 0xC0) == 0x80)
-            continue; /* a continuation byte: look further back */
-        size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        return need > back ? back : 0;
-    }
-    return 0;
-}
 
 typedef struct {
     const gen_options *o;
@@ -344,27 +167,11 @@ static int stream_advance(stream *s, int final, char *why, size_t n)
                 return snprintf(why, n, "out of memory"), -1;
         }
     }
-    size_t end = (size_t)s->text.n, hold = 0;
-    for (int k = 0; k < s->o->n_stop; k++) {
-        const char *at = memmem(s->text.v, end, s->o->stop[k], strlen(s->o->stop[k]));
-        if (at && (size_t)(at - s->text.v) < end) {
-            end = (size_t)(at - s->text.v);
-            s->stopped = 1;
-        }
-    }
-    if (!s->stopped && !final) {
-        hold = utf8_unfinished(s->text.v, end);
-        for (int k = 0; k < s->o->n_stop; k++) /* a stop text's beginning at the end: wait */
-            for (size_t m = strlen(s->o->stop[k]) - 1; m > hold && m > 0; m--)
-                if (m <= end && memcmp(s->text.v + end - m, s->o->stop[k], m) == 0) {
-                    hold = m;
-                    break;
-                }
-    }
-    if (end - hold > s->printed) {
-        fwrite(s->text.v + s->printed, 1, end - hold - s->printed, stdout);
+    size_t end = inference_text_end(s->text.v, (size_t)s->text.n, s->o->stop, s->o->n_stop, final, &s->stopped);
+    if (end > s->printed) {
+        fwrite(s->text.v + s->printed, 1, end - s->printed, stdout);
         fflush(stdout);
-        s->printed = end - hold;
+        s->printed = end;
     }
     return 0;
 }
@@ -383,11 +190,8 @@ int generate_main(int argc, char **argv)
         int took = cli_take(&generate_usage, argc, argv, &i, &o, why, sizeof why);
         if (took < 0)
             return usage_fail("%s", why);
-        if (took == 0) {
-            if (o.n_forward == GEN_MAX_FORWARD)
-                return usage_fail("%s", "too many arguments");
-            o.forward[o.n_forward++] = argv[i];
-        }
+        if (took == 0 && inference_forward_arg(argc, argv, &i, o.forward, &o.n_forward, why, sizeof why) != 0)
+            return usage_fail("%s", why);
     }
     if (o.n_init == 0)
         return usage_fail("%s", "expected --init WEIGHTS");
@@ -420,7 +224,8 @@ int generate_main(int argc, char **argv)
         goto done;
     }
     char dir[FU_PATH_BYTES], prog[FU_PATH_BYTES + 700];
-    if ((rc = compile_cached(&o, dir, sizeof dir)) != 0 || (rc = find_program(dir, prog, sizeof prog)) != 0)
+    if ((rc = inference_compile_cached(o.forward, o.n_forward, 1, "fusionc generate", dir, sizeof dir)) != 0 ||
+        (rc = inference_find_program(dir, "fusionc generate", prog, sizeof prog)) != 0)
         goto done;
     /* The device program, its ids on a pipe, its errors in a file. */
     char num[6][32], errlog[FU_PATH_BYTES + 32];

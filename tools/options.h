@@ -138,6 +138,10 @@ int usage_error(const cli_usage *u, const char *fmt, const char *arg);
  * 1 for --help (printed), 2 for a usage error (printed), or 3 for a
  * config.json that is refused (printed). */
 int parse_options(int argc, char **argv, const cli_usage *u, options *o);
+/* argv[*i] against `fusionc compile`'s options (fusionc.c), its value
+ * checked into scratch options: cli_take's 1 (*i on its last argument),
+ * 0 (none of them) or -1 (why says). */
+int compile_option_take(int argc, char **argv, int *i, char *why, size_t n);
 /* The exit status for parse_options' non-zero answer: 0 (help), 2 or 1. */
 static inline int options_exit(int rc) { return rc == 1 ? 0 : rc == 3 ? 1 : rc; }
 

@@ -1,0 +1,268 @@
+/* serve_worker.c: an inference program as a server's worker (--serve;
+ * generate.h): requests in on standard input, tokens out on standard
+ * output, a JSON object a line each way, and every step a forward of all
+ * the program's B rows at once (continuous batching).
+ *
+ *   in   {"id": N, "prompt": [ids], "max_tokens": M, "temperature": T,
+ *         "top_k": K, "top_p": P, "seed": S, "stop": [ids]}  a request
+ *        {"cancel": N}                                       drop one
+ *   out  {"id": N, "token": ID}                a generated token
+ *        {"id": N, "done": "length"|"stop"|"context", "prompt": P, "tokens": G}
+ *        {"id": N, "error": "..."}             refused (the worker goes on)
+ *
+ * A request takes a free row; each step feeds every busy row its next
+ * token at its own position (a prompt's next, or the last drawn), so rows
+ * at different places of different sequences share the step; a row whose
+ * prompt is in draws its next token from its logits.  A row's cache rows
+ * beyond its position are never read (each token attends to positions up
+ * to its own), so a finished row is reused without clearing.  An idle row
+ * is fed token 0 at position 0 (it writes only its own cache row 0).
+ * Requests wait in arrival order while every row is busy.  Standard input
+ * closed: the worker finishes what it has and exits 0.
+ *
+ * What it deliberately is not: an HTTP server or a tokenizer (fusionc
+ * serve is both, tools/serve.c). */
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "../ir/ir.h"
+#include "checkpoint.h"
+#include "cpu/half.h"
+#include "generate.h"
+#include "program.h"
+
+typedef struct {
+    int busy;
+    long long id;
+    int32_t *prompt;
+    int64_t n_prompt, at, made, max_tokens;
+    int32_t last, stop[RT_GENERATE_MAX_STOP];
+    int n_stop;
+    rt_generate_options draw;
+    rt_rng r;
+} row;
+
+static void say_error(long long id, const char *msg)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddStringToObject(o, "error", msg);
+    char *s = cJSON_PrintUnformatted(o);
+    if (s)
+        printf("%s\n", s);
+    fflush(stdout);
+    free(s);
+    cJSON_Delete(o);
+}
+
+static void say_done(const row *w, const char *why)
+{
+    printf("{\"id\":%lld,\"done\":\"%s\",\"prompt\":%lld,\"tokens\":%lld}\n", w->id, why, (long long)w->n_prompt,
+           (long long)w->made);
+    fflush(stdout);
+}
+
+static double number(const cJSON *o, const char *key, double fallback)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : fallback;
+}
+
+/* Start request `text` (a JSON line) on row w: 0, or -1 said as an error. */
+static int start(row *w, const char *text, int64_t vocab, int64_t ctx, const rt_generate_options *defaults)
+{
+    cJSON *o = cJSON_Parse(text);
+    long long id = (long long)number(o, "id", -1);
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(o, "prompt"),
+                *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    const char *bad = !cJSON_IsObject(o)                                          ? "not a JSON object"
+                      : id < 0                                                    ? "no id"
+                      : !cJSON_IsArray(prompt) || cJSON_GetArraySize(prompt) == 0 ? "no prompt ids"
+                      : cJSON_GetArraySize(prompt) > ctx ? "the prompt is longer than the context"
+                      : stop && (!cJSON_IsArray(stop) || cJSON_GetArraySize(stop) > RT_GENERATE_MAX_STOP)
+                          ? "stop is not a list of at most 16 ids"
+                          : NULL;
+    int64_t n = bad ? 0 : cJSON_GetArraySize(prompt);
+    int32_t *ids = bad ? NULL : malloc((size_t)n * sizeof *ids);
+    if (!bad && !ids)
+        bad = "out of memory";
+    for (int64_t i = 0; !bad && i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(prompt, (int)i);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)vocab)
+            bad = "a prompt id is outside the vocabulary";
+        else
+            ids[i] = (int32_t)v->valuedouble;
+    }
+    if (bad) {
+        say_error(id, bad);
+        free(ids);
+        cJSON_Delete(o);
+        return -1;
+    }
+    memset(w, 0, sizeof *w);
+    w->busy = 1, w->id = id, w->prompt = ids, w->n_prompt = n;
+    w->max_tokens = (int64_t)number(o, "max_tokens", (double)defaults->max_tokens);
+    w->draw = *defaults;
+    w->draw.temperature = number(o, "temperature", defaults->temperature);
+    w->draw.top_k = (int)number(o, "top_k", defaults->top_k);
+    w->draw.top_p = number(o, "top_p", defaults->top_p);
+    w->r = rt_rng_seeded((uint64_t)number(o, "seed", (double)defaults->seed), 0x6E17, 0);
+    for (int k = 0; stop && k < cJSON_GetArraySize(stop); k++) {
+        const cJSON *s = cJSON_GetArrayItem(stop, k);
+        if (cJSON_IsNumber(s))
+            w->stop[w->n_stop++] = (int32_t)s->valuedouble;
+    }
+    cJSON_Delete(o);
+    return 0;
+}
+
+static void finish(row *w, const char *why)
+{
+    say_done(w, why);
+    free(w->prompt);
+    w->prompt = NULL;
+    w->busy = 0;
+}
+
+/* A line from standard input into *line (malloc'd), without blocking when
+ * wait is 0: 1 a line, 0 none yet, -1 end of input. */
+static int read_line(int wait, char **line)
+{
+    struct pollfd pfd = { .fd = 0, .events = POLLIN };
+    if (!wait && poll(&pfd, 1, 0) <= 0)
+        return 0;
+    size_t cap = 0;
+    ssize_t got = getline(line, &cap, stdin);
+    return got < 0 ? -1 : 1;
+}
+
+int rt_serve_worker(program *p, const rt_generate_options *o)
+{
+    const rt_manifest *m = &p->manifest;
+    int32_t tokens = -1, positions = -1;
+    for (int32_t i = 0; i < m->n_tensors; i++)
+        if (p->tensors[i].role == ROLE_INPUT && p->tensors[i].feed == RT_FEED_TOKENS)
+            tokens = i;
+        else if (p->tensors[i].role == ROLE_INPUT && p->tensors[i].feed == RT_FEED_POSITIONS)
+            positions = i;
+    if (m->output < 0 || tokens < 0 || positions < 0)
+        return fail("%s: not a whole inference program on one device", m->device);
+    const rt_tensor_info *out = &p->tensors[m->output];
+    int64_t B = p->tensors[tokens].t.dim[0], V = out->t.dim[out->t.rank - 1], ctx = 0;
+    for (int32_t i = 0; i < m->n_tensors; i++)
+        if (p->tensors[i].role == ROLE_STATE && p->tensors[i].t.rank == 3)
+            ctx = p->tensors[i].t.dim[1];
+    if (read_init_weights(p, o->init, o->n_init, 0))
+        return 1;
+    row *rows = calloc((size_t)B, sizeof *rows);
+    float *logits = malloc((size_t)V * 2 * sizeof *logits);
+    int32_t *order = malloc((size_t)V * sizeof *order);
+    char **queue = NULL, *line = NULL;
+    size_t n_queue = 0, cap_queue = 0;
+    if (!rows || !logits || !order)
+        return fail("out of memory for %lld rows of %lld logits", (long long)B, (long long)V);
+    fprintf(stderr, "fusion: serving: %lld rows, a context of %lld tokens, %lld ids\n", (long long)B, (long long)ctx,
+            (long long)V);
+    int ended = 0, rc = 0;
+    int32_t *tok = (int32_t *)(p->arena + p->tensors[tokens].t.offset);
+    int32_t *pos = (int32_t *)(p->arena + p->tensors[positions].t.offset);
+    int64_t per_row = rt_tensor_numel(&out->t) / B;
+    while (rc == 0) {
+        int64_t busy = 0;
+        for (int64_t b = 0; b < B; b++)
+            busy += rows[b].busy;
+        /* Take what has come (waiting only when there is nothing to do). */
+        int got;
+        while (!ended && (got = read_line(busy == 0 && n_queue == 0, &line)) != 0) {
+            if (got < 0) {
+                ended = 1;
+                break;
+            }
+            cJSON *c = cJSON_Parse(line);
+            const cJSON *cancel = cJSON_GetObjectItemCaseSensitive(c, "cancel");
+            if (cJSON_IsNumber(cancel)) {
+                for (int64_t b = 0; b < B; b++)
+                    if (rows[b].busy && rows[b].id == (long long)cancel->valuedouble)
+                        finish(&rows[b], "cancelled");
+                free(line);
+            } else if (n_queue == cap_queue &&
+                       !(queue = realloc(queue, (cap_queue = cap_queue * 2 + 8) * sizeof *queue))) {
+                rc = fail("out of memory queueing requests");
+            } else {
+                queue[n_queue++] = line;
+            }
+            line = NULL;
+            cJSON_Delete(c);
+            if (busy + (int64_t)n_queue >= B)
+                break; /* the rows are full: run */
+        }
+        for (int64_t b = 0; b < B && n_queue > 0; b++)
+            if (!rows[b].busy) {
+                start(&rows[b], queue[0], V, ctx, o);
+                free(queue[0]);
+                memmove(queue, queue + 1, --n_queue * sizeof *queue);
+            }
+        busy = 0;
+        for (int64_t b = 0; b < B; b++)
+            busy += rows[b].busy;
+        if (busy == 0) {
+            if (ended && n_queue == 0)
+                break;
+            continue;
+        }
+        for (int64_t b = 0; b < B; b++) {
+            row *w = &rows[b];
+            tok[b] = !w->busy ? 0 : w->at < w->n_prompt ? w->prompt[w->at] : w->last;
+            pos[b] = w->busy ? (int32_t)w->at : 0;
+        }
+        rt_context cx = { .step = 1, .micro_batch = 0, .phase = PHASE_FORWARD, .cuda = p->cuda, .loss_weight = 1.0f };
+        if (fusion_forward(p->arena, &cx) != 0) {
+            rc = fail("%s: a serving step: %s", m->device, cx.msg);
+            break;
+        }
+        for (int64_t b = 0; b < B; b++) {
+            row *w = &rows[b];
+            if (!w->busy)
+                continue;
+            w->at++;
+            if (w->at < w->n_prompt)
+                continue; /* still reading its prompt */
+            const char *row_out =
+                p->arena + out->t.offset + (size_t)(b * per_row + per_row - V) * (size_t)half_dtype_bytes(out->dtype);
+            if (half_dtype_bytes(out->dtype) == 2)
+                half_to_f32(logits, row_out, V, out->dtype);
+            else
+                memcpy(logits, row_out, (size_t)V * sizeof *logits);
+            w->last = rt_generate_pick(logits, V, &w->draw, &w->r, logits + V, order);
+            w->made++;
+            printf("{\"id\":%lld,\"token\":%d}\n", w->id, (int)w->last);
+            int stopped = 0;
+            for (int k = 0; k < w->n_stop; k++)
+                stopped |= w->stop[k] == w->last;
+            if (stopped)
+                finish(w, "stop");
+            else if (w->made >= w->max_tokens)
+                finish(w, "length");
+            else if (w->at >= ctx)
+                finish(w, "context");
+        }
+        fflush(stdout);
+    }
+    for (int64_t b = 0; b < B; b++)
+        free(rows[b].prompt);
+    for (size_t k = 0; k < n_queue; k++)
+        free(queue[k]);
+    free(queue);
+    free(line);
+    free(rows);
+    free(logits);
+    free(order);
+    return rc;
+}
