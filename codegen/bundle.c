@@ -180,6 +180,9 @@ static int collect_links(const graph_set *set, const cluster *c, rt_link **out, 
         for (int32_t s = 0; s < S && R > 1; s++)
             for (int32_t r = 0; r < R; r++)
                 mark_pair(used, N, p->device[s * R + r], p->device[s * R + (r + 1) % R]);
+        for (int32_t s = 0; g->output >= 0 && s + 1 < S; s++) /* inference: the drawn token, last stage to each */
+            for (int32_t r = 0; r < R; r++)
+                mark_pair(used, N, p->device[(S - 1) * R + r], p->device[s * R + r]);
         for (int32_t i = 0; i < g->n_nodes; i++) /* a hierarchical all-reduce's rings and leaders */
             if (g->nodes[i].op == OP_ALLREDUCE && ir_node_int(&g->nodes[i], ATTR_GROUPS, 0))
                 allreduce_mark_links(ir_node_int(&g->nodes[i], ATTR_GROUPS, 0),

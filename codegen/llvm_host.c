@@ -476,6 +476,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     manifest.threads = dev->threads;
     manifest.loss = loss;
     manifest.output = output;
+    manifest.inference = g->output >= 0;
     manifest.slowdown = dev->slowdown;
     manifest.device_index = dev->index;
     manifest.stage = dev->stage;

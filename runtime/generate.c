@@ -10,6 +10,8 @@
 
 #include "../ir/ir.h"
 #include "checkpoint.h"
+#include "comm/comm.h"
+#include "comm/hub.h"
 #include "cli_option.h"
 #include "cpu/half.h"
 #include "program.h"
@@ -177,19 +179,26 @@ static void find_inputs(const program *p, int32_t *tokens, int32_t *positions)
     }
 }
 
-/* One step: token `id` at position `at` of row 0; the logits of its last
- * row into out (f32).  0, or 1 with the reason said. */
-static int step(program *p, int32_t tokens, int32_t positions, int32_t id, int64_t at, float *out)
+/* One step: token `id` at position `at` of row 0 (a first stage feeds
+ * them; a later one receives what it needs); on the stage with the
+ * logits, those of row 0's last token into out (f32).  0, or 1 said. */
+static int step(program *p, struct rt_comm *comm, int32_t tokens, int32_t positions, int32_t id, int64_t at, float *out)
 {
     const rt_manifest *m = &p->manifest;
-    int32_t *tok = (int32_t *)(p->arena + p->tensors[tokens].t.offset);
-    int32_t *pos = (int32_t *)(p->arena + p->tensors[positions].t.offset);
-    int64_t rows = rt_tensor_numel(&p->tensors[tokens].t);
-    for (int64_t i = 0; i < rows; i++) /* every row the same token: row 0 is read */
-        tok[i] = id, pos[i] = (int32_t)at;
-    rt_context ctx = { .step = at + 1, .micro_batch = 0, .phase = PHASE_FORWARD, .cuda = p->cuda, .loss_weight = 1.0f };
+    if (tokens >= 0) {
+        int32_t *tok = (int32_t *)(p->arena + p->tensors[tokens].t.offset);
+        int32_t *pos = (int32_t *)(p->arena + p->tensors[positions].t.offset);
+        int64_t rows = rt_tensor_numel(&p->tensors[tokens].t);
+        for (int64_t i = 0; i < rows; i++) /* every row the same token: row 0 is read */
+            tok[i] = id, pos[i] = (int32_t)at;
+    }
+    rt_context ctx = {
+        .step = at + 1, .micro_batch = 0, .phase = PHASE_FORWARD, .comm = comm, .cuda = p->cuda, .loss_weight = 1.0f
+    };
     if (fusion_forward(p->arena, &ctx) != 0)
         return fail("%s: step at position %lld: %s", m->device, (long long)at, ctx.msg);
+    if (m->output < 0)
+        return 0;
     const rt_tensor_info *o = &p->tensors[m->output];
     int64_t V = o->t.dim[o->t.rank - 1];
     const char *row = p->arena + o->t.offset; /* row 0's last token: the first row's last V */
@@ -201,16 +210,46 @@ static int step(program *p, int32_t tokens, int32_t positions, int32_t id, int64
     return 0;
 }
 
-int rt_generate(program *p, const rt_generate_options *o)
+/* The drawn token (or GENERATE_END), from the last stage to every other
+ * after each step that draws one: tensor GENERATE_TOKEN_TAG, the step's
+ * number.  0, or 1 said. */
+#define GENERATE_TOKEN_TAG (-2001)
+#define GENERATE_END       (-1)
+static int pass_token(program *p, struct rt_comm *comm, int64_t at, int32_t *token)
 {
     const rt_manifest *m = &p->manifest;
+    int32_t S = m->n_stages, R = m->n_replicas, last = S - 1;
+    fu_msg_info info = { .kind = MSG_ACTIVATION,
+                         .step = at + 1,
+                         .micro_batch = 0,
+                         .tensor = GENERATE_TOKEN_TAG,
+                         .codec = FU_CODEC_RAW_F32,
+                         .length = sizeof *token };
+    char why[400];
+    if (m->stage == last) {
+        for (int32_t s = 0; s < last; s++)
+            if (fu_hub_send(comm->hub, p->placement[s * R + m->replica], &info, token, why, sizeof why) != 0)
+                return fail("%s: sending the drawn token: %s", m->device, why);
+        return 0;
+    }
+    if (fu_hub_recv(comm->hub, p->placement[last * R + m->replica], &info, token, sizeof *token, why, sizeof why) != 0)
+        return fail("%s: receiving the drawn token: %s", m->device, why);
+    return 0;
+}
+
+int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm)
+{
+    const rt_manifest *m = &p->manifest;
+    int first = m->stage == 0, last = m->stage == m->n_stages - 1;
     int32_t tokens, positions;
     find_inputs(p, &tokens, &positions);
-    if (m->output < 0 || tokens < 0 || positions < 0)
-        return fail("%s: not a whole inference program on one device (its tokens, positions or logits are elsewhere)",
+    if ((first && (tokens < 0 || positions < 0)) || (last && m->output < 0) || (m->n_stages > 1 && !comm))
+        return fail("%s: not an inference program this loop runs (its first stage feeds the tokens, its last has "
+                    "the logits)",
                     m->device);
-    const rt_tensor_info *out = &p->tensors[m->output];
-    int64_t V = out->t.dim[out->t.rank - 1], ctx_rows = 0;
+    /* The vocabulary: the logits' on the last stage; the others leave the ids to it and to the embedding. */
+    const rt_tensor_info *out = last ? &p->tensors[m->output] : NULL;
+    int64_t V = out ? out->t.dim[out->t.rank - 1] : INT32_MAX, ctx_rows = 0;
     for (int32_t i = 0; i < m->n_tensors; i++) /* the caches' rows: the longest sequence */
         if (p->tensors[i].role == ROLE_STATE && p->tensors[i].t.rank == 3)
             ctx_rows = p->tensors[i].t.dim[1];
@@ -222,13 +261,13 @@ int rt_generate(program *p, const rt_generate_options *o)
         return 1;
     char why[512];
     int32_t *prompt = malloc(((size_t)ctx_rows + 1) * sizeof *prompt), stop[RT_GENERATE_MAX_STOP];
-    float *logits = malloc((size_t)V * 2 * sizeof *logits);
-    int32_t *order = malloc((size_t)V * sizeof *order);
+    float *logits = last ? malloc((size_t)V * 2 * sizeof *logits) : NULL;
+    int32_t *order = last ? malloc((size_t)V * sizeof *order) : NULL;
     int64_t n_prompt = prompt ? parse_ids(o->prompt_ids, "--prompt-ids", V, prompt, ctx_rows, why, sizeof why) : -1;
     int64_t n_stop =
         o->stop_ids ? parse_ids(o->stop_ids, "--stop-ids", V, stop, RT_GENERATE_MAX_STOP, why, sizeof why) : 0;
     int rc = 0;
-    if (!prompt || !logits || !order)
+    if (!prompt || (last && (!logits || !order)))
         rc = fail("out of memory for the generation's %lld logits", (long long)V);
     else if (n_prompt < 0 || n_stop < 0)
         rc = fail("%s", why);
@@ -236,39 +275,48 @@ int rt_generate(program *p, const rt_generate_options *o)
         rc = fail("--prompt-ids: the prompt needs at least one token");
     rt_rng r = rt_rng_seeded((uint64_t)o->seed, 0x6E17, 0);
     double t0 = now(), t_prompt = t0;
-    int64_t made = 0, at = 0;
-    int32_t next = -1;
-    for (; rc == 0 && at < n_prompt; at++) /* the prompt, a token a step */
-        rc = step(p, tokens, positions, prompt[at], at, logits);
-    t_prompt = now();
+    int64_t made = 0;
+    int32_t next = GENERATE_END;
     const char *ended = "--max-tokens";
-    while (rc == 0 && made < o->max_tokens) {
-        next = rt_generate_pick(logits, V, o, &r, logits + V, order);
-        printf("%d\n", (int)next);
-        fflush(stdout);
-        made++;
-        int stopped = 0;
-        for (int64_t k = 0; k < n_stop; k++)
-            stopped |= stop[k] == next;
-        if (stopped) {
-            ended = "a stop id";
-            break;
+    /* A step a token: the prompt's, then each drawn one.  The last stage
+     * draws after the prompt's last step and after each later one, and
+     * decides the end; the other stages learn both from its message. */
+    for (int64_t at = 0; rc == 0 && o->max_tokens > 0; at++) {
+        rc = step(p, comm, tokens, positions, at < n_prompt ? prompt[at] : next, at, logits);
+        if (rc || at + 1 < n_prompt)
+            continue;
+        if (at + 1 == n_prompt)
+            t_prompt = now();
+        if (last) {
+            next = rt_generate_pick(logits, V, o, &r, logits + V, order);
+            printf("%d\n", (int)next);
+            fflush(stdout);
+            made++;
+            int stopped = 0;
+            for (int64_t k = 0; k < n_stop; k++)
+                stopped |= stop[k] == next;
+            ended = stopped ? "a stop id" : made == o->max_tokens ? "--max-tokens" : "the context's end";
+            int32_t say = stopped || made == o->max_tokens || at + 1 >= ctx_rows ? GENERATE_END : next;
+            if (m->n_stages > 1)
+                rc = pass_token(p, comm, at, &say);
+            if (say == GENERATE_END)
+                break;
+        } else {
+            rc = pass_token(p, comm, at, &next);
+            if (rc == 0 && next == GENERATE_END)
+                break;
+            made++;
         }
-        if (made == o->max_tokens)
-            break;
-        if (at >= ctx_rows) {
-            ended = "the context's end";
-            break;
-        }
-        rc = step(p, tokens, positions, next, at++, logits);
     }
     double t1 = now();
-    if (rc == 0)
+    if (rc == 0 && last)
         fprintf(stderr,
                 "fusion: prompt %lld tokens in %.3f s (%.1f tok/s); generated %lld tokens in %.3f s (%.1f tok/s); "
                 "ended by %s\n",
                 (long long)n_prompt, t_prompt - t0, (double)n_prompt / fmax(t_prompt - t0, 1e-9), (long long)made,
                 t1 - t_prompt, (double)made / fmax(t1 - t_prompt, 1e-9), ended);
+    if (rc == 0 && comm && fu_hub_flush(comm->hub, why, sizeof why) != 0)
+        rc = fail("%s: %s", m->device, why);
     free(prompt);
     free(logits);
     free(order);

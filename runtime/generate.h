@@ -47,7 +47,9 @@ int rt_generate_options_parse(int argc, char **argv, rt_generate_options *o);
 
 /* Generate with p (loaded, its weights not yet read).  0, or 1 with the
  * reason on stderr. */
-int rt_generate(program *p, const rt_generate_options *o);
+struct rt_comm;
+/* comm: the links of a program of several stages (NULL on one device). */
+int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm);
 /* --serve: requests in, tokens out, every row a request (serve_worker.c). */
 int rt_serve_worker(program *p, const rt_generate_options *o);
 

@@ -676,15 +676,15 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
 }
 
 /* The run secret (comm/seal.h): --key FILE, else run.key beside this program. */
-static int load_secret(const run_options *o, uint8_t secret[FU_SECRET_BYTES], const char *device)
+static int load_secret(const char *key, uint8_t secret[FU_SECRET_BYTES], const char *device)
 {
     char path[FU_PATH_BYTES + 104], why[FU_PATH_BYTES + 504], exe[FU_PATH_BYTES];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[len > 0 ? len : 0] = '\0';
     if (strrchr(exe, '/'))
         *strrchr(exe, '/') = '\0';
-    if (o->key)
-        snprintf(path, sizeof path, "%s", o->key);
+    if (key)
+        snprintf(path, sizeof path, "%s", key);
     else
         snprintf(path, sizeof path, "%s/run.key", exe);
     if (fu_secret_load(path, secret, why, sizeof why) == 0)
@@ -720,7 +720,24 @@ static int inference_main(program *p, int argc, char **argv)
         return 1;
     }
     kernel_threads_set(o.threads);
-    rc = o.serve ? rt_serve_worker(p, &o) : rt_generate(p, &o);
+    /* Several stages: their links, sealed with the run's secret, as training's. */
+    uint8_t secret[FU_SECRET_BYTES];
+    rt_comm comm, *peers = NULL;
+    rt_comm_options co = { .secret = secret };
+    if (p->manifest.n_links > 0) {
+        if (load_secret(NULL, secret, p->manifest.device)) {
+            program_free(p);
+            return 1;
+        }
+        if (rt_comm_open(&comm, &p->manifest, p->placement, p->peers, p->links, &co, why, sizeof why)) {
+            program_free(p);
+            return fail("%s: %s", p->manifest.device, why);
+        }
+        peers = &comm;
+    }
+    rc = o.serve ? rt_serve_worker(p, &o) : rt_generate(p, &o, peers);
+    if (peers)
+        rt_comm_close(peers);
     program_free(p);
     return rc;
 }
@@ -736,7 +753,7 @@ int main(int argc, char **argv)
     program p;
     memset(&p, 0, sizeof p);
     memcpy(&p.manifest, fusion_manifest_blob, sizeof p.manifest);
-    if (p.manifest.output >= 0) /* an inference program (fusionc compile --inference) */
+    if (p.manifest.inference) /* an inference program (fusionc compile --inference) */
         return inference_main(&p, argc, argv);
     run_options o = { .steps = 100,
                       .seed = 1,
@@ -750,7 +767,7 @@ int main(int argc, char **argv)
         return fail("--standby %s: a standby waits for a broker: give --broker URL", o.standby);
     if (o.standby) {
         uint8_t key[FU_SECRET_BYTES];
-        return load_secret(&o, key, o.standby) ? 1 : rt_broker_standby(o.broker, o.standby, key);
+        return load_secret(o.key, key, o.standby) ? 1 : rt_broker_standby(o.broker, o.standby, key);
     }
     /* A CUDA device: the driver first, so a machine without one says so at
      * once (one line, exit 1), before the arena is allocated. */
@@ -800,7 +817,7 @@ int main(int argc, char **argv)
     }
     uint8_t secret[FU_SECRET_BYTES];
     if (rc == 0 && (p.manifest.n_links > 0 || o.broker)) {
-        rc = load_secret(&o, secret, p.manifest.device);
+        rc = load_secret(o.key, secret, p.manifest.device);
         o.comm.secret = secret;
         /* What sealing costs is measured against plain links (bench/): both
          * ends must be started so, and each says so. */

@@ -85,10 +85,11 @@ typedef struct {
     uint64_t build_id; /* hash of the compiled graph: peers must match */
     int64_t arena_bytes;
     int32_t n_ops, n_tensors;
-    int32_t threads; /* the device's CPU threads                      */
-    int32_t loss;    /* index into the tensors of the loss, -1 none   */
-    int32_t output;  /* an inference program's result (the logits: generate.h), -1 none */
-    double slowdown; /* >= 1: run this many times slower (emulation)  */
+    int32_t threads;   /* the device's CPU threads                      */
+    int32_t loss;      /* index into the tensors of the loss, -1 none   */
+    int32_t output;    /* an inference program's result (the logits: generate.h), -1 none */
+    int32_t inference; /* 1: an inference program (every stage of one; --inference) */
+    double slowdown;   /* >= 1: run this many times slower (emulation)  */
     /* Placement (the fence pass): this device runs replica `replica` of
      * stage `stage` of n_stages, over micro_batches micro-batches a step. */
     int32_t device_index; /* in the cluster                                */

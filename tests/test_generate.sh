@@ -1,9 +1,11 @@
 # fusionc generate and the inference programs (passes/decode.c,
-# runtime/generate.c, tools/generate.c), on one CPU device:
+# runtime/generate.c, tools/generate.c):
 #  - greedy parity: a tiny Llama and a tiny GPT-2 trained 300 steps on the
 #    licences and exported as Hugging Face folders; 40 tokens greedy from
 #    a prompt equal an independent PyTorch loop that runs the whole
-#    sequence every step (tests/parity/generate.py: no cache);
+#    sequence every step (tests/parity/generate.py: no cache); on one
+#    device and over two stages of local-4 (two processes: the activations
+#    over a sealed link, the drawn token back to the first stage);
 #  - the same on a CUDA device, its bundle run through the emulated driver;
 #  - the text: --prompt without a tokenizer is bytes in and out, streamed;
 #    --print-ids ends standard output with the ids; the last line on
@@ -15,6 +17,7 @@
 #  - bad input: no --init; both prompts; an id outside the vocabulary; a
 #    prompt longer than ctx; a model without the weights' tensors.
 . "$(dirname "$0")/lib.sh"
+claim_ports
 
 py=/usr/bin/python3
 export FUSION_CACHE_DIR=$work/cache
@@ -47,6 +50,11 @@ for m in llama gpt2; do
   "$py" tests/parity/generate.py $m "$cfg,batch=1,seq=1" "$work/$m.hf" "$(ids "$prompt")" 40 >"$work/$m.torch" \
     2>&1 || fail "$m: the PyTorch loop: $(cat "$work/$m.torch")"
   expect_eq "$m: 40 greedy tokens against PyTorch's" "$(cat "$work/$m.torch")" "$(tail -1 "$work/$m.gen")"
+  # Two stages of local-4: two processes, the activations over a sealed link, the token back.
+  "$FUSIONC" generate "$@" clusters/local-4.xml --stages 2 --replicas 1 --compress none --port-base $((ports + 10)) \
+    --init "$work/$m.hf" --prompt-ids "$(ids "$prompt")" --max-tokens 40 --temperature 0 --print-ids \
+    >"$work/$m.gen2" 2>"$work/$m.gen2.err" && pass || fail "$m: generate over two stages: $(cat "$work/$m.gen2.err")"
+  expect_eq "$m: over two stages of local-4, PyTorch's 40 tokens" "$(cat "$work/$m.torch")" "$(tail -1 "$work/$m.gen2")"
   [ "$(tr ',' '\n' <"$work/$m.torch" | sort -u | wc -l)" -ge 4 ] && pass ||
     fail "$m: the greedy tokens are too few different ones to test the cache: $(cat "$work/$m.torch")"
   grep -q "^generated 40 tokens in [0-9.]* s ([0-9.]* tok/s)$" "$work/$m.gen.err" && pass ||

@@ -44,6 +44,7 @@
 #define GEN_MAX_INIT    8
 #define GEN_MAX_STOP    8
 #define GEN_MAX_FORWARD INFERENCE_MAX_FORWARD
+#define GEN_MAX_DEVICES 64
 
 typedef struct {
     const char *init[GEN_MAX_INIT];
@@ -223,13 +224,19 @@ int generate_main(int argc, char **argv)
         fprintf(stderr, "fusionc generate: %s\n", why);
         goto done;
     }
-    char dir[FU_PATH_BYTES], prog[FU_PATH_BYTES + 700];
+    char dir[FU_PATH_BYTES];
+    inference_program progs[GEN_MAX_DEVICES];
+    int n_progs = 0, last = 0;
     if ((rc = inference_compile_cached(o.forward, o.n_forward, 1, "fusionc generate", dir, sizeof dir)) != 0 ||
-        (rc = inference_find_program(dir, "fusionc generate", prog, sizeof prog)) != 0)
+        (rc = inference_find_programs(dir, "fusionc generate", progs, GEN_MAX_DEVICES, &n_progs)) != 0)
         goto done;
-    /* The device program, its ids on a pipe, its errors in a file. */
-    char num[6][32], errlog[FU_PATH_BYTES + 32];
-    snprintf(errlog, sizeof errlog, "%s.err.%d", dir, (int)getpid());
+    for (int d = 0; d < n_progs; d++) /* the stage that draws, and says the ids */
+        if (progs[d].stage == progs[d].stages - 1)
+            last = d;
+    /* Every device program (the stages of a pipeline talk over their
+     * links, sealed with the compile's key): the last stage's ids on a
+     * pipe, every one's errors in a file of its own. */
+    char num[6][32], errlog[GEN_MAX_DEVICES][FU_PATH_BYTES + 48];
     snprintf(num[0], sizeof num[0], "%lld", (long long)o.max_tokens);
     snprintf(num[1], sizeof num[1], "%.17g", o.temperature);
     snprintf(num[2], sizeof num[2], "%d", o.top_k);
@@ -237,8 +244,7 @@ int generate_main(int argc, char **argv)
     snprintf(num[4], sizeof num[4], "%lld", (long long)o.seed);
     snprintf(num[5], sizeof num[5], "%d", o.threads);
     char *args[2 * GEN_MAX_INIT + 20];
-    int k = 0;
-    args[k++] = prog;
+    int k = 1;
     for (int i = 0; i < o.n_init; i++)
         args[k++] = "--init", args[k++] = (char *)o.init[i];
     args[k++] = "--prompt-ids", args[k++] = o.prompt ? ids_text : (char *)o.prompt_ids;
@@ -256,18 +262,23 @@ int generate_main(int argc, char **argv)
         fprintf(stderr, "fusionc generate: pipe: %s\n", strerror(errno));
         goto done;
     }
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(errlog, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(out[1], 1);
-        if (fd >= 0)
-            dup2(fd, 2);
-        close(out[0]);
-        execv(prog, args);
-        _exit(127);
+    pid_t pids[GEN_MAX_DEVICES];
+    for (int d = 0; d < n_progs; d++) {
+        snprintf(errlog[d], sizeof errlog[d], "%s.err.%d.%d", dir, (int)getpid(), d);
+        args[0] = progs[d].path;
+        pids[d] = fork();
+        if (pids[d] == 0) {
+            int fd = open(errlog[d], O_WRONLY | O_CREAT | O_TRUNC, 0644), null = open("/dev/null", O_WRONLY);
+            dup2(d == last ? out[1] : null, 1);
+            if (fd >= 0)
+                dup2(fd, 2);
+            close(out[0]);
+            execv(progs[d].path, args);
+            _exit(127);
+        }
     }
     close(out[1]);
-    FILE *from = pid > 0 ? fdopen(out[0], "r") : NULL;
+    FILE *from = pids[last] > 0 ? fdopen(out[0], "r") : NULL;
     char line[64];
     double t_first = 0.0, t_last = 0.0; /* our own clock, for a run stopped before it reports */
     while (from && !s.stopped && fgets(line, sizeof line, from)) {
@@ -280,16 +291,20 @@ int generate_main(int argc, char **argv)
             break;
         }
     }
-    if (pid > 0 && (s.stopped || rc))
-        kill(pid, SIGTERM);
+    for (int d = 0; d < n_progs && (s.stopped || rc); d++)
+        if (pids[d] > 0)
+            kill(pids[d], SIGTERM);
     if (rc == 0 && stream_advance(&s, 1, why, sizeof why) != 0)
         rc = 1, fprintf(stderr, "fusionc generate: %s\n", why);
     if (from)
         fclose(from);
-    int status = 0;
-    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    int ok = pid > 0 && ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || s.stopped);
+    int ok = 1;
+    for (int d = 0; d < n_progs; d++) {
+        int status = 0;
+        while (pids[d] > 0 && waitpid(pids[d], &status, 0) < 0 && errno == EINTR)
+            ;
+        ok &= pids[d] > 0 && ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || s.stopped);
+    }
     putchar('\n');
     if (ok && rc == 0 && o.print_ids) {
         for (int64_t i = 0; i < s.ids.n; i++)
@@ -297,22 +312,24 @@ int generate_main(int argc, char **argv)
         putchar('\n');
     }
     fflush(stdout);
-    /* The device program's word: its speed, or its error. */
-    FILE *err = fopen(errlog, "r");
+    /* The device programs' word: the last stage's speed, or their errors. */
     char msg[1024];
     double took = 0.0, prompt_took = 0.0;
     long long n_tok = 0, n_prompt = 0;
-    while (err && fgets(msg, sizeof msg, err)) {
-        const char *g = strstr(msg, "generated "), *pr = strstr(msg, "prompt ");
-        if (ok && g && pr && sscanf(g, "generated %lld tokens in %lf s", &n_tok, &took) == 2 &&
-            sscanf(pr, "prompt %lld tokens in %lf s", &n_prompt, &prompt_took) == 2)
-            continue;
-        if (!ok)
-            fputs(msg, stderr);
+    for (int d = 0; d < n_progs; d++) {
+        FILE *err = fopen(errlog[d], "r");
+        while (err && fgets(msg, sizeof msg, err)) {
+            const char *g = strstr(msg, "generated "), *pr = strstr(msg, "prompt ");
+            if (ok && g && pr && sscanf(g, "generated %lld tokens in %lf s", &n_tok, &took) == 2 &&
+                sscanf(pr, "prompt %lld tokens in %lf s", &n_prompt, &prompt_took) == 2)
+                continue;
+            if (!ok)
+                fputs(msg, stderr);
+        }
+        if (err)
+            fclose(err);
+        unlink(errlog[d]);
     }
-    if (err)
-        fclose(err);
-    unlink(errlog);
     if (!ok && rc == 0)
         rc = 1;
     if (n_tok == 0 && s.ids.n > 1) /* stopped early: the steps after the first token, as we saw them */

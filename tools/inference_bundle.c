@@ -157,28 +157,33 @@ int inference_compile_cached(const char *const *forward, int n_forward, int64_t 
 }
 
 /* The one device program in dir into prog; 0, or 1 said. */
-int inference_find_program(const char *dir, const char *who, char *prog, size_t n)
+int inference_find_programs(const char *dir, const char *who, inference_program *out, int max, int *n)
 {
     DIR *d = opendir(dir);
-    int found = 0;
     struct dirent *e;
+    *n = 0;
     while (d && (e = readdir(d))) {
-        char path[FU_PATH_BYTES + 600];
+        char path[FU_PATH_BYTES + 600], manifest[FU_PATH_BYTES + 600], line[256];
         struct stat st;
         snprintf(path, sizeof path, "%s/%s/fusion-%s", dir, e->d_name, e->d_name);
-        if (e->d_name[0] != '.' && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            if (found++ == 0)
-                snprintf(prog, n, "%s", path);
-        }
+        snprintf(manifest, sizeof manifest, "%s/%s/manifest.txt", dir, e->d_name);
+        if (e->d_name[0] == '.' || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || *n == max)
+            continue;
+        inference_program *p = &out[(*n)++];
+        snprintf(p->path, sizeof p->path, "%s", path);
+        p->stage = 0, p->stages = 1;
+        FILE *f = fopen(manifest, "r");
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "stage %d of %d", &p->stage, &p->stages) == 2)
+                break;
+        if (f)
+            fclose(f);
     }
     if (d)
         closedir(d);
-    if (found == 1)
+    if (*n > 0)
         return 0;
-    fprintf(stderr,
-            "%s: %s: %d device programs; generating over several devices is not built yet "
-            "(give a cluster of one device, or --stages 1 --replicas 1)\n",
-            who, dir, found);
+    fprintf(stderr, "%s: %s holds no device program\n", who, dir);
     return 1;
 }
 

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../ir/folders.h" /* FU_PATH_BYTES */
+
 #define INFERENCE_MAX_FORWARD 256
 
 /* `fusionc compile FORWARD... --inference --set batch=ROWS --set seq=1`
@@ -27,9 +29,13 @@ int inference_compile_cached(const char *const *forward, int n_forward, int64_t 
  * forward[*n_forward].  0, or -1 with why (an unknown option, a bad value,
  * too many arguments). */
 int inference_forward_arg(int argc, char **argv, int *i, const char **forward, int *n_forward, char *why, size_t n);
-/* The one device program in dir into prog.  0, or 1 (said: several
- * devices are not served yet). */
-int inference_find_program(const char *dir, const char *who, char *prog, size_t n);
+/* A device program of an inference bundle: where, and its stage of how many. */
+typedef struct {
+    char path[FU_PATH_BYTES + 640];
+    int stage, stages;
+} inference_program;
+/* The device programs in dir (at most max) into out[*n].  0, or 1 (said). */
+int inference_find_programs(const char *dir, const char *who, inference_program *out, int max, int *n);
 
 /* How far text[0, n) can be released: before the first of the stop texts
  * (*stopped set), else all but an unfinished UTF-8 character and what may

@@ -665,8 +665,19 @@ int serve_main(int argc, char **argv)
     }
     char dir[FU_PATH_BYTES], prog[FU_PATH_BYTES + 700], name[256] = "model";
     int rc = inference_compile_cached(o.forward, o.n_forward, o.rows, "fusionc serve", dir, sizeof dir);
+    inference_program found[2];
+    int n_found = 0;
     if (rc == 0)
-        rc = inference_find_program(dir, "fusionc serve", prog, sizeof prog);
+        rc = inference_find_programs(dir, "fusionc serve", found, 2, &n_found);
+    if (rc == 0 && n_found != 1) {
+        fprintf(stderr,
+                "fusionc serve: %s: a plan of several devices; serving over several is not built yet "
+                "(give a cluster of one device, or --stages 1 --replicas 1)\n",
+                dir);
+        rc = 1;
+    }
+    if (rc == 0)
+        snprintf(prog, sizeof prog, "%s", found[0].path);
     if (rc) {
         tk_free(S.tk);
         return rc;
