@@ -6,7 +6,8 @@ token a step), from the weights fusion reads (Hugging Face's names).
 Prints one line: prefill tok/s (the prompt in one forward), decode tok/s
 (each new token a forward of one position), and the generated ids.
 
-usage: /usr/bin/python3 torch_generate.py WEIGHTS.safetensors LAYERS DIM HEADS KV_HEADS CTX PROMPT_IDS N THREADS
+usage: /usr/bin/python3 torch_generate.py WEIGHTS.safetensors LAYERS DIM HEADS KV_HEADS CTX PROMPT_IDS N THREADS [bf16]
+(bf16: the weights, activations and caches in bfloat16, as torch computes them)
 """
 import math
 import os
@@ -23,15 +24,16 @@ from torch_parity import st_read  # noqa: E402
 def main():
     path, layers, dim, H, KV, ctx = sys.argv[1], *map(int, sys.argv[2:7])
     prompt, n, threads = [int(x) for x in sys.argv[7].split(",")], int(sys.argv[8]), int(sys.argv[9])
+    dt = torch.bfloat16 if len(sys.argv) > 10 and sys.argv[10] == "bf16" else torch.float32
     torch.set_num_threads(threads)
-    W = st_read(path)
+    W = {k: v.to(dt) for k, v in st_read(path).items()}
     hd, eps = dim // H, 1e-6
     inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
     ang = torch.outer(torch.arange(ctx, dtype=torch.float64), inv)
-    cos = torch.cat([ang.cos(), ang.cos()], -1).float()
-    sin = torch.cat([ang.sin(), ang.sin()], -1).float()
-    kc = [torch.zeros(1, KV, ctx, hd) for _ in range(layers)]
-    vc = [torch.zeros(1, KV, ctx, hd) for _ in range(layers)]
+    cos = torch.cat([ang.cos(), ang.cos()], -1).to(dt)
+    sin = torch.cat([ang.sin(), ang.sin()], -1).to(dt)
+    kc = [torch.zeros(1, KV, ctx, hd, dtype=dt) for _ in range(layers)]
+    vc = [torch.zeros(1, KV, ctx, hd, dtype=dt) for _ in range(layers)]
 
     def rms(x, w):
         return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
@@ -43,7 +45,7 @@ def main():
         T = len(ids)
         x = W["model.embed_tokens.weight"][torch.tensor(ids)].unsqueeze(0)
         c, s = cos[at:at + T], sin[at:at + T]
-        mask = torch.full((T, at + T), float("-inf")).triu(at + 1)
+        mask = torch.full((T, at + T), float("-inf"), dtype=dt).triu(at + 1)
         for i in range(layers):
             p = f"model.layers.{i}."
             h = rms(x, W[p + "input_layernorm.weight"])

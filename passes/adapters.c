@@ -38,6 +38,8 @@
  *
  * A pattern that matches no parameter is an error listing some of the
  * model's parameter names: a typo must not silently train everything.
+ * An inference program (pass_options.inference) freezes every parameter:
+ * nothing trains, and --frozen-dtype stores all the weights in 16 bits.
  * Runs after shapes, so the names are the model's as built.
  */
 #include <fnmatch.h>
@@ -236,6 +238,10 @@ static int lora_wrap(ir_graph *g, const lora_spec *l, struct diag *err)
 int pass_adapters(ir_graph *g, const pass_options *opt, struct diag *err)
 {
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
+    for (int32_t v = 0; opt && opt->inference && v < g->n_values;
+         v++) /* nothing trains: --frozen-dtype stores them all */
+        if (g->values[v].role == ROLE_PARAM)
+            g->values[v].frozen = 1;
     if (opt && opt->lora && opt->lora->rank > 0 && lora_wrap(g, opt->lora, err))
         return -1;
     for (int32_t i = 0; opt && i < opt->n_freeze; i++) {

@@ -26,8 +26,9 @@ static int run_kernel_widened(const rt_op *op, char *arena, rt_context *ctx)
 {
     rt_op wide = *op;
     int64_t at = op->ws_offset + rt_op_copies_at_floats(op) * (int64_t)sizeof(float);
+    uint32_t native = rt_cpu_native_half_inputs(op);
     for (int i = 0; i < op->n_in; i++) {
-        if (!rt_tensor_is_half(&op->in[i]))
+        if (!rt_tensor_is_half(&op->in[i]) || (native >> i & 1))
             continue;
         half_to_f32((float *)(arena + at), arena + op->in[i].offset, rt_tensor_numel(&op->in[i]), op->in[i].dtype);
         wide.in[i].offset = at;
@@ -52,8 +53,10 @@ static int run_kernel_widened(const rt_op *op, char *arena, rt_context *ctx)
 
 int rt_cpu_run(const rt_op *op, char *arena, rt_context *ctx)
 {
+    uint32_t native = rt_cpu_native_half_inputs(op);
     for (int i = 0; i < op->n_in + op->n_out; i++)
-        if (rt_tensor_is_half(i < op->n_in ? &op->in[i] : &op->out[i - op->n_in])) {
+        if (rt_tensor_is_half(i < op->n_in ? &op->in[i] : &op->out[i - op->n_in]) &&
+            !(i < op->n_in && (native >> i & 1))) {
             if (op->ws_offset < 0) {
                 snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): 16-bit tensors but no scratch to widen them in",
                          op->name, (int)op->line);

@@ -36,8 +36,9 @@ static int64_t half_copy_floats(const rt_tensor *t) { return (rt_tensor_numel(t)
 static int64_t half_copies_floats(const rt_op *op)
 {
     int64_t floats = 0;
+    uint32_t native = rt_cpu_native_half_inputs(op); /* read as they are: no copy */
     for (int i = 0; i < op->n_in; i++)
-        floats += rt_tensor_is_half(&op->in[i]) ? rt_tensor_copy_floats(&op->in[i]) : 0;
+        floats += rt_tensor_is_half(&op->in[i]) && !(native >> i & 1) ? rt_tensor_copy_floats(&op->in[i]) : 0;
     for (int i = 0; i < op->n_out; i++)
         floats += rt_tensor_is_half(&op->out[i]) ? rt_tensor_copy_floats(&op->out[i]) : 0;
     return floats;

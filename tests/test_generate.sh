@@ -7,6 +7,8 @@
 #    device and over two stages of local-4 (two processes: the activations
 #    over a sealed link, the drawn token back to the first stage);
 #  - the same on a CUDA device, its bundle run through the emulated driver;
+#  - the weights stored bf16 (--frozen-dtype bf16): PyTorch's greedy tokens
+#    on the weights rounded to bf16;
 #  - the text: --prompt without a tokenizer is bytes in and out, streamed;
 #    --print-ids ends standard output with the ids; the last line on
 #    standard error is "generated N tokens in S s (X tok/s)";
@@ -61,6 +63,24 @@ for m in llama gpt2; do
     fail "$m: no speed line: $(cat "$work/$m.gen.err")"
 done
 echo "  generate: greedy llama $(cat "$work/llama.torch" | cut -c1-60)..." >&2
+
+# ---- the weights stored bf16 (--frozen-dtype: an inference program's
+# weights are all frozen), its products reading them as they are: the
+# greedy tokens of PyTorch's loop on the weights rounded to bf16
+"$py" - "$work" <<'PYEOF' || fail "rounding the weights"
+import sys, torch
+sys.path.insert(0, "tests/parity")
+from torch_parity import st_read, st_write
+w = sys.argv[1]
+st_write(w + "/llama_bf16.st", {k: v.to(torch.bfloat16).float() for k, v in st_read(w + "/llama.hf").items()})
+PYEOF
+"$py" tests/parity/generate.py llama "vocab=256,ctx=64,layers=2,dim=64,heads=4,kv_heads=2,ffn=172,batch=1,seq=1" \
+  "$work/llama_bf16.st" "$(ids "$prompt")" 40 >"$work/bf16.torch" 2>&1 || fail "the PyTorch loop, bf16: $(cat "$work/bf16.torch")"
+"$FUSIONC" generate models/llama.xml "${llama[@]}" clusters/local-1.xml --frozen-dtype bf16 --init "$work/llama.hf" \
+  --prompt-ids "$(ids "$prompt")" --max-tokens 40 --temperature 0 --print-ids >"$work/bf16.gen" 2>"$work/bf16.err" &&
+  pass || fail "generate with bf16 weights: $(cat "$work/bf16.err")"
+expect_eq "bf16 weights: PyTorch's 40 tokens on the rounded weights" "$(cat "$work/bf16.torch")" \
+  "$(tail -1 "$work/bf16.gen")"
 
 # ---- a CUDA device through the emulated driver (tests/emu_driver: the
 # bundle's own kernels, compiled as C++): the same greedy tokens

@@ -8,6 +8,7 @@
 
 #include <cblas.h>
 
+#include "cpu/half.h"
 #include "cpu/kernels_internal.h"
 
 void kernel_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
@@ -62,6 +63,66 @@ void linear_forward(float *y, const float *x, const float *w, const float *b, in
             memcpy(y + i * N, b, (size_t)N * sizeof *b);
     }
     kernel_sgemm(0, !transpose_w, M, N, K, 1.0f, x, K, w, transpose_w ? N : K, b ? 1.0f : 0.0f, y, N);
+}
+
+// y (M,N) = x (M,K)·wᵀ (+ b), w (N,K) 16-bit; transpose_w: w (K,N), y = x·w.
+// Memory-bound on w: every weight is read once a row of x (M is small).
+// One body a format (WIDEN: bf16_to_f32 or fp16_to_f32), so that the
+// compiler vectorises the widening with the products: 16 partial sums a
+// row and column, in lanes, summed at the end.
+// clang-format off
+#define LINEAR_HALF_W(NAME, WIDEN)                                                                                  \
+    static void NAME(float *y, const float *x, const uint16_t *w, const float *b, int64_t M, int64_t K, int64_t N,  \
+                     int transpose_w)                                                                                \
+    {                                                                                                                \
+        enum { L = 16, COLS = 256 };                                                                                 \
+        if (!transpose_w) {                                                                                          \
+            _Pragma("omp parallel for schedule(static) if (M * N * K >= KERNEL_PAR_MIN)")                            \
+            for (int64_t n = 0; n < N; n++) {                                                                        \
+                const uint16_t *wr = w + n * K;                                                                      \
+                for (int64_t m = 0; m < M; m++) {                                                                    \
+                    const float *xr = x + m * K;                                                                     \
+                    float part[L] = { 0 };                                                                           \
+                    int64_t k = 0;                                                                                   \
+                    for (; k + L <= K; k += L)                                                                       \
+                        for (int j = 0; j < L; j++)                                                                  \
+                            part[j] += xr[k + j] * WIDEN(wr[k + j]);                                                 \
+                    float acc = 0.0f;                                                                                \
+                    for (; k < K; k++)                                                                               \
+                        acc += xr[k] * WIDEN(wr[k]);                                                                 \
+                    for (int j = 0; j < L; j++)                                                                      \
+                        acc += part[j];                                                                              \
+                    y[m * N + n] = acc + (b ? b[n] : 0.0f);                                                          \
+                }                                                                                                    \
+            }                                                                                                        \
+            return;                                                                                                  \
+        }                                                                                                            \
+        /* w (K,N): a block of COLS columns a task, every k, rows of w read in order. */                             \
+        _Pragma("omp parallel for schedule(static) if (M * N * K >= KERNEL_PAR_MIN)")                                \
+        for (int64_t n0 = 0; n0 < N; n0 += COLS) {                                                                   \
+            int64_t cols = N - n0 < COLS ? N - n0 : COLS;                                                            \
+            for (int64_t m = 0; m < M; m++) {                                                                        \
+                float acc[COLS];                                                                                     \
+                for (int64_t j = 0; j < cols; j++)                                                                   \
+                    acc[j] = b ? b[n0 + j] : 0.0f;                                                                   \
+                for (int64_t k = 0; k < K; k++) {                                                                    \
+                    float xv = x[m * K + k];                                                                         \
+                    const uint16_t *wr = w + k * N + n0;                                                             \
+                    for (int64_t j = 0; j < cols; j++)                                                               \
+                        acc[j] += xv * WIDEN(wr[j]);                                                                 \
+                }                                                                                                    \
+                memcpy(y + m * N + n0, acc, (size_t)cols * sizeof *acc);                                             \
+            }                                                                                                        \
+        }                                                                                                            \
+    }
+// clang-format on
+LINEAR_HALF_W(linear_bf16_w, bf16_to_f32)
+LINEAR_HALF_W(linear_fp16_w, fp16_to_f32)
+
+void linear_forward_half_w(float *y, const float *x, const uint16_t *w, const float *b, int64_t M, int64_t K, int64_t N,
+                           int transpose_w, int dtype)
+{
+    (dtype == HALF_DT_BF16 ? linear_bf16_w : linear_fp16_w)(y, x, w, b, M, K, N, transpose_w);
 }
 
 // dy is (M,N); dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = column sums of dy.

@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "cpu/half.h"
 #include "cpu/kernels_internal.h"
 
 /* 0 when every idx[i] is in [0,V); else -1 and *bad_pos = first bad i. */
@@ -19,6 +20,17 @@ static int check_indices(const int32_t *idx, int64_t N, int64_t V, int64_t *bad_
             return -1;
         }
     }
+    return 0;
+}
+
+// The same from a 16-bit table: only the N rows read are widened
+int embedding_forward_half(float *out, const int32_t *idx, const uint16_t *table, int64_t N, int64_t V, int64_t C,
+                           int dtype, int64_t *bad_pos)
+{
+    if (check_indices(idx, N, V, bad_pos))
+        return -1;
+    for (int64_t i = 0; i < N; i++)
+        half_to_f32(out + i * C, table + (int64_t)idx[i] * C, C, dtype);
     return 0;
 }
 

@@ -77,6 +77,9 @@ int kernel_threads_get(void);
 
 /* out (N,C) = table[idx] ; idx (N) ; table (V,C).
  * Returns -1 (out untouched) when some idx is outside [0,V). */
+/* The same from a 16-bit table (dtype: HALF_DT_BF16 or HALF_DT_F16), its rows widened as read. */
+int embedding_forward_half(float *out, const int32_t *idx, const uint16_t *table, int64_t N, int64_t V, int64_t C,
+                           int dtype, int64_t *bad_pos);
 int embedding_forward(float *out, const int32_t *idx, const float *table, int64_t N, int64_t V, int64_t C,
                       int64_t *bad_pos);
 /* dtable (V,C): zeroed, then dout (N,C) rows scatter-added at idx (N).
@@ -92,6 +95,11 @@ void positions_forward(int32_t *out, int64_t B, int64_t T);
 /* y (M,N) = x (M,K) · w (N,K)ᵀ + b (N) ; b may be NULL (no bias).
  * w is stored (out_features, in_features) like torch.nn.Linear; with
  * transpose_w, (in_features, out_features) like GPT-2's Conv1D: y = x·w + b. */
+/* The same with w of 16 bits (dtype HALF_DT_BF16 or HALF_DT_F16) read as
+ * it is, for few rows M (an inference step's): each weight widened as it
+ * is read, 16 partial sums a row and column, summed at the end. */
+void linear_forward_half_w(float *y, const float *x, const uint16_t *w, const float *b, int64_t M, int64_t K, int64_t N,
+                           int transpose_w, int dtype);
 void linear_forward(float *y, const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
                     int transpose_w);
 /* dx (M,K) = dy·w ; dw (N,K) = dyᵀ·x ; db (N) = Σ_rows dy. Any may be NULL.

@@ -42,13 +42,18 @@ static int bad_index(const rt_op *op, rt_context *ctx, const char *what, const i
 
 /* ---- embedding, positions ------------------------------------------------ */
 
-RUN(run_embedding) /* idx (N), table (V,C) -> (N,C) */
+RUN(run_embedding) /* idx (N), table (V,C) -> (N,C); a 16-bit table read as it is (native_half_table) */
 {
     int64_t V = op->in[1].dim[0], C = op->in[1].dim[1], N = rt_tensor_numel(&op->in[0]), bad = 0;
-    if (embedding_forward(OUT(0), IN32(0), IN(1), N, V, C, &bad))
+    int half = rt_tensor_is_half(&op->in[1]);
+    if (half ? embedding_forward_half(OUT(0), IN32(0), (const uint16_t *)IN(1), N, V, C, op->in[1].dtype, &bad)
+             : embedding_forward(OUT(0), IN32(0), IN(1), N, V, C, &bad))
         return bad_index(op, ctx, "token id", IN32(0), bad, V);
     return 0;
 }
+
+/* An embedding reads only its rows of a 16-bit table: never the whole table widened. */
+static uint32_t native_half_table(const rt_op *op) { return rt_tensor_is_half(&op->in[1]) ? 1u << 1 : 0; }
 
 RUN(run_embedding_backward) /* idx (N), dy (N,C) -> dtable (V,C) */
 {
@@ -67,11 +72,26 @@ RUN(run_positions)
 
 /* ---- matrix products --------------------------------------------------------- */
 
+/* A product of few rows (an inference step's) reads a 16-bit weight as it
+ * is: it is bound by the weight's bytes, which a widened copy would make
+ * three times as many; more rows are sgemm's, on the copy. */
+#define NATIVE_HALF_MAX_ROWS 16
+static uint32_t native_half_weight(const rt_op *op)
+{
+    int tw = op->ints[ATTR_TRANSPOSE_W] != 0;
+    int64_t K = op->in[1].dim[tw ? 0 : 1], M = rt_tensor_numel(&op->in[0]) / (K > 0 ? K : 1);
+    return rt_tensor_is_half(&op->in[1]) && M <= NATIVE_HALF_MAX_ROWS ? 1u << 1 : 0;
+}
+
 RUN(run_linear) /* x (M,K), w (N,K) or (K,N) under transpose_w, b (N)? */
 {
     int tw = op->ints[ATTR_TRANSPOSE_W] != 0;
     int64_t K = op->in[1].dim[tw ? 0 : 1], N = op->in[1].dim[tw ? 1 : 0], M = rt_tensor_numel(&op->in[0]) / K;
-    linear_forward(OUT(0), IN(0), IN(1), op->n_in == 3 ? IN(2) : NULL, M, K, N, tw);
+    if (rt_tensor_is_half(&op->in[1])) /* native_half_weight's few rows */
+        linear_forward_half_w(OUT(0), IN(0), (const uint16_t *)IN(1), op->n_in == 3 ? IN(2) : NULL, M, K, N, tw,
+                              op->in[1].dtype);
+    else
+        linear_forward(OUT(0), IN(0), IN(1), op->n_in == 3 ? IN(2) : NULL, M, K, N, tw);
     return 0;
 }
 
@@ -471,10 +491,10 @@ RUN(run_sgd) /* p, g, lr, scale? */
 
 const rt_cpu_kernel rt_cpu_kernels[] = {
     /*                              run                          scratch (floats)     product inputs          step loop's */
-    [OP_EMBEDDING]              = { run_embedding,               NULL,                NULL,                   0 },
+    [OP_EMBEDDING]              = { run_embedding,               NULL,                NULL,                   0, native_half_table },
     [OP_EMBEDDING_BACKWARD]     = { run_embedding_backward,      NULL,                NULL,                   0 },
     [OP_POSITIONS]              = { run_positions,               NULL,                NULL,                   0 },
-    [OP_LINEAR]                 = { run_linear,                  NULL,                product_inputs_dense,   0 },
+    [OP_LINEAR]                 = { run_linear,                  NULL,                product_inputs_dense,   0, native_half_weight },
     [OP_LINEAR_BACKWARD]        = { run_linear_backward,         NULL,                product_inputs_dense,   0 },
     [OP_MATMUL]                 = { run_matmul,                  NULL,                product_inputs_dense,   0 },
     [OP_MATMUL_BACKWARD]        = { run_matmul,                  NULL,                product_inputs_dense,   0 },
@@ -533,4 +553,10 @@ const rt_cpu_kernel *rt_cpu_kernel_of(int32_t op)
         return NULL;
     const rt_cpu_kernel *k = &rt_cpu_kernels[op];
     return k->run || k->step_loop ? k : NULL;
+}
+
+uint32_t rt_cpu_native_half_inputs(const rt_op *op)
+{
+    const rt_cpu_kernel *k = rt_cpu_kernel_of(op->op);
+    return k && k->native_half ? k->native_half(op) : 0;
 }

@@ -20,6 +20,8 @@ typedef struct {
     uint32_t (*product_inputs)(const rt_op *op);  /* bit i: input i a product operand;
                                                         NULL: no products                 */
     int step_loop;                                /* 1: a message, run by the step loop */
+    uint32_t (*native_half)(const rt_op *op);     /* bit i: 16-bit input i read as it is, no f32
+                                                        copy (an inference step's weights); NULL: none */
 } rt_cpu_kernel;
 
 extern const rt_cpu_kernel rt_cpu_kernels[];
@@ -27,5 +29,8 @@ extern const rt_cpu_kernel rt_cpu_kernels[];
 /* op's row, or NULL when it has none (an op kind out of range, or a row
  * left empty: the completeness test's business). */
 const rt_cpu_kernel *rt_cpu_kernel_of(int32_t op);
+/* The inputs of op its kernel reads in 16 bits as they are (bits); the
+ * others of 16 bits it gets as f32 copies (exec.c). */
+uint32_t rt_cpu_native_half_inputs(const rt_op *op);
 
 #endif
