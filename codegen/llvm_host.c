@@ -131,16 +131,20 @@ static int32_t feed_of(const ir_graph *g, int32_t v)
 /* The tensors main needs to find on this stage: sources (inputs, params,
  * state), the loss, and each param's gradient. */
 static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *reader_stage, rt_tensor_info **out,
-                           int32_t *count, int32_t *loss, int32_t *output)
+                           int32_t *count, int32_t *loss, int32_t *output, int32_t *logits)
 {
     rt_tensor_info *t = calloc((size_t)g->n_values + 1, sizeof *t);
     if (!t)
         return -1;
     int32_t n = 0;
-    *loss = *output = -1;
+    *loss = *output = *logits = -1;
+    int32_t ce_logits =
+        g->loss >= 0 && g->values[g->loss].producer >= 0 && g->nodes[g->values[g->loss].producer].op == OP_CROSS_ENTROPY
+            ? g->nodes[g->values[g->loss].producer].in[0]
+            : -1;
     for (int32_t v = 0; v < g->n_values; v++) {
         const ir_value *val = &g->values[v];
-        if (val->producer >= 0 && v != g->loss && v != g->output && !is_param_gradient(g, v))
+        if (val->producer >= 0 && v != g->loss && v != g->output && v != ce_logits && !is_param_gradient(g, v))
             continue;
         if (value_stage(g, v, reader_stage) != stage)
             continue;
@@ -148,6 +152,8 @@ static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *read
             *loss = n;
         if (v == g->output)
             *output = n;
+        if (v == ce_logits)
+            *logits = n;
         rt_tensor_info *ti = &t[n++];
         ti->feed = val->role == ROLE_INPUT ? feed_of(g, v) : -1;
         snprintf(ti->name, sizeof ti->name, "%s", ir_value_name(g, v));
@@ -423,7 +429,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     int32_t *reader_stage = malloc(((size_t)g->n_values + 1) * sizeof *reader_stage);
     rt_tensor_info *tensors = NULL;
     rt_tensor *stash = NULL;
-    int32_t n_tensors = 0, loss = -1, output = -1, k = 0, n_stash = 0;
+    int32_t n_tensors = 0, loss = -1, output = -1, logits = -1, k = 0, n_stash = 0;
     int rc = 0;
     if (!ops || !ops_phase || !offsets || !reader_stage) {
         rc = diag_set(err, file, 0, "out of memory generating code");
@@ -435,7 +441,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
         for (int j = 0; j < g->nodes[i].n_in; j++)
             if (reader_stage[g->nodes[i].in[j]] < 0)
                 reader_stage[g->nodes[i].in[j]] = stage_of(&g->nodes[i]);
-    if (collect_tensors(g, dev->stage, reader_stage, &tensors, &n_tensors, &loss, &output) ||
+    if (collect_tensors(g, dev->stage, reader_stage, &tensors, &n_tensors, &loss, &output, &logits) ||
         collect_stash(g, dev->stage, &stash, &n_stash)) {
         rc = diag_set(err, file, 0, "out of memory generating code");
         goto done;
@@ -477,6 +483,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     manifest.loss = loss;
     manifest.output = output;
     manifest.inference = g->output >= 0;
+    manifest.logits = logits;
     manifest.slowdown = dev->slowdown;
     manifest.device_index = dev->index;
     manifest.stage = dev->stage;

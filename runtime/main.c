@@ -383,6 +383,9 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     int rc = stepper_init(&st, p, comm, data, o);
     st.val = val && val->n > 0 ? val : NULL;
     int validating = o->val_every > 0;
+    if (rc == 0 && o->sample_every > 0 && (mf->logits < 0 || mf->n_stages != 1 || mf->n_replicas != 1 || p->cuda))
+        rc = fail("%s: --sample-every: a program of one CPU device only (this one has %d stages x %d replicas%s)",
+                  mf->device, (int)mf->n_stages, (int)mf->n_replicas, p->cuda ? ", on CUDA" : "");
     int64_t done = 0;
     uint64_t seed = o->seed;
     rt_loss_scaler scaler;
@@ -601,6 +604,14 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                    (double)tokens / dt, dt * 1e3, rho);
         if (outer_line[0])
             printf("step %5lld: %s\n", (long long)step, outer_line);
+        if (o->sample_every > 0 && (step % o->sample_every == 0 || step == o->steps)) {
+            char sample[4096], why_sample[600];
+            if (stepper_sample(&st, &ctx, step, sample, sizeof sample, why_sample, sizeof why_sample) != 0) {
+                rc = stop(comm, mf->device, "step %lld: %s", (long long)step, why_sample);
+                break;
+            }
+            printf("step %5lld: sample: %s\n", (long long)step, sample);
+        }
         fflush(stdout);
         if (log) { /* flushed each step: the log is read while training runs */
             size_t used = strlen(step_extra_json);

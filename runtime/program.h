@@ -89,6 +89,7 @@ typedef struct {
     int32_t loss;      /* index into the tensors of the loss, -1 none   */
     int32_t output;    /* an inference program's result (the logits: generate.h), -1 none */
     int32_t inference; /* 1: an inference program (every stage of one; --inference) */
+    int32_t logits;    /* a training program's: the tensor cross_entropy reads its logits from, -1 none */
     double slowdown;   /* >= 1: run this many times slower (emulation)  */
     /* Placement (the fence pass): this device runs replica `replica` of
      * stage `stage` of n_stages, over micro_batches micro-batches a step. */

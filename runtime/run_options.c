@@ -136,6 +136,13 @@ static const cli_option device_options[] = {
     { .name = "--val-every", .metavar = "N", CLI_INT64(run_options, val_every), COUNT("a positive number of steps"),
       .help = "with --val-data: validate after every N steps and after the last; the mean\n"
               "loss goes to the step's line and the log (\"val_loss\")" },
+    { .name = "--sample-every", .metavar = "N", CLI_INT64(run_options, sample_every),
+      COUNT("a positive number of steps"),
+      .help = "after every N steps, print a sample: the model's continuation of the data's\n"
+              "first token, drawn at temperature 1 (bytes for a 256-token vocabulary, else ids;\n"
+              "one CPU device)" },
+    { .name = "--sample-tokens", .metavar = "K", CLI_INT64(run_options, sample_tokens), .lo = 2, .hi = 1e6,
+      .expects = "a count in [2, 1e6]", .help = "the sample's tokens (default 32; at most the sequence length)" },
     { .name = "--val-batches", .metavar = "K", CLI_INT64(run_options, val_batches), .lo = 1, .hi = 1000000,
       .expects = "a count in [1, 1000000]",
       .help = "batches of the training batch's shape in the validation set (default 8):\n"

@@ -16,8 +16,9 @@ typedef struct {
     int data_format;          /* --data-format: an rt_data_format (auto, shard or text) */
     const char *val_data[16]; /* --val-data: held-out data, concatenated           */
     int n_val_data;
-    int64_t val_every, val_batches; /* --val-every N (0: none), --val-batches K */
-    const char *init[8];            /* --init: the weights to start from, a later one's over an earlier one's */
+    int64_t val_every, val_batches;      /* --val-every N (0: none), --val-batches K */
+    int64_t sample_every, sample_tokens; /* --sample-every N (0: none), --sample-tokens K */
+    const char *init[8];                 /* --init: the weights to start from, a later one's over an earlier one's */
     int n_init;
     const char *log, *save, *resume, *dump_grads, *inputs, *broker, *standby, *key, *trace;
     int64_t steps, save_every, keep;

@@ -47,6 +47,14 @@ int stepper_step(stepper *st, rt_context *ctx, float *loss);
 /* The validation loss after `step` (stepper.c says how): 0, or -1 with err. */
 int stepper_validate(stepper *st, const rt_context *train_ctx, int64_t step, float *val_loss, char *err,
                      size_t err_size);
+/* --sample-every (train_sample.c): the model's continuation of the data's
+ * first token after `step`, up to o->sample_tokens tokens, each drawn at
+ * temperature 1 from the logits of the training graph's forward (its row
+ * 0; the step's stream of (seed, step)); into text (bytes for a vocabulary
+ * of at most 256, ids otherwise).  The loss tensor is put back.  A program
+ * of one CPU device.  0, or -1 with err. */
+int stepper_sample(stepper *st, const rt_context *train_ctx, int64_t step, char *text, size_t size, char *err,
+                   size_t err_size);
 /* --trace: a micro-batch's forward or backward ("forward", "backward"),
  * or the update, as one span from t0 around its ops'. */
 void stepper_trace(const rt_context *ctx, const char *what, double t0);

@@ -16,6 +16,8 @@
 #    another seed others; --stop ends the text before the stop text;
 #  - the cache: a second run compiles nothing (its folder is reused);
 #  - the IR: an inference graph prints `output logits` and reads back;
+#  - --sample-every during training: a sample of 24 tokens every 10 steps,
+#    the losses those of the run without it;
 #  - bad input: no --init; both prompts; an id outside the vocabulary; a
 #    prompt longer than ctx; a model without the weights' tensors.
 . "$(dirname "$0")/lib.sh"
@@ -41,6 +43,24 @@ train() { # NAME MODEL SETTINGS...: 300 steps, exported as a Hugging Face folder
 }
 train llama models/llama.xml "${llama[@]}"
 train gpt2 models/gpt2.xml "${gpt2[@]}"
+
+# ---- --sample-every during training: a sample every 10 steps, the losses untouched
+losses() { awk '/^step .*loss/{print $4}' "$1"; }
+for s in 0 10; do
+  extra=()
+  [ $s -gt 0 ] && extra=(--sample-every $s --sample-tokens 24)
+  "$work/llama.train/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps 20 "${extra[@]}" >"$work/sample$s" 2>&1 ||
+    fail "training with --sample-every $s: $(tail -3 "$work/sample$s")"
+done
+expect_eq "--sample-every: two samples" 2 "$(grep -c '^step  *[12]0: sample: ' "$work/sample10")"
+"$py" - "$work/sample10" <<'PYEOF' && pass || fail "a sample is not 24 byte tokens: $(grep sample "$work/sample10")"
+import re, sys
+samples = [l.split("sample: ", 1)[1].rstrip("\n") for l in open(sys.argv[1]) if " sample: " in l]
+count = lambda s: len(re.findall(r"\\x[0-9a-f]{2}|\\n|.", s))
+sys.exit(0 if samples and all(count(s) == 24 for s in samples) else 1)
+PYEOF
+expect_eq "--sample-every leaves the training as it was" "$(losses "$work/sample0" | xargs)" \
+  "$(losses "$work/sample10" | xargs)"
 
 # ---- greedy parity with PyTorch
 for m in llama gpt2; do

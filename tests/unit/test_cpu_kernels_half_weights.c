@@ -46,8 +46,8 @@ static void check_linear(int dtype, int transpose_w, int bias, int64_t M, int64_
         largest = fmax(largest, fabs((double)want[i]));
     }
     if (!(worst <= 2e-6 * largest))
-        fprintf(stderr, "linear_forward_half_w dtype %d tw %d bias %d M %lld: worst %.3g of %.3g\n", dtype,
-                transpose_w, bias, (long long)M, worst, largest);
+        fprintf(stderr, "linear_forward_half_w dtype %d tw %d bias %d M %lld: worst %.3g of %.3g\n", dtype, transpose_w,
+                bias, (long long)M, worst, largest);
     CHECK(worst <= 2e-6 * largest);
     free(x), free(wf), free(b), free(want), free(got), free(wh);
 }
