@@ -131,16 +131,50 @@ static void finish(row *w, const char *why)
     w->busy = 0;
 }
 
-/* A line from standard input into *line (malloc'd), without blocking when
- * wait is 0: 1 a line, 0 none yet, -1 end of input. */
+/* Standard input as lines, read with read(2) into a buffer of our own
+ * (stdio's would hide lines already read from poll). */
+static struct {
+    char *buf;
+    size_t n, cap;
+    int eof;
+} in;
+
+/* The next whole line into *line (malloc'd, without its newline), without
+ * blocking when wait is 0: 1 a line, 0 none yet, -1 end of input. */
 static int read_line(int wait, char **line)
 {
-    struct pollfd pfd = { .fd = 0, .events = POLLIN };
-    if (!wait && poll(&pfd, 1, 0) <= 0)
-        return 0;
-    size_t cap = 0;
-    ssize_t got = getline(line, &cap, stdin);
-    return got < 0 ? -1 : 1;
+    for (;;) {
+        char *nl = in.n ? memchr(in.buf, '\n', in.n) : NULL;
+        if (nl) {
+            size_t len = (size_t)(nl - in.buf);
+            *line = malloc(len + 1);
+            if (!*line)
+                return -1;
+            memcpy(*line, in.buf, len);
+            (*line)[len] = '\0';
+            memmove(in.buf, nl + 1, in.n - len - 1);
+            in.n -= len + 1;
+            return 1;
+        }
+        if (in.eof)
+            return -1;
+        struct pollfd pfd = { .fd = 0, .events = POLLIN };
+        if (!wait && poll(&pfd, 1, 0) <= 0)
+            return 0;
+        if (in.n + 4096 > in.cap) {
+            char *grown = realloc(in.buf, in.cap * 2 + 8192);
+            if (!grown)
+                return -1;
+            in.buf = grown, in.cap = in.cap * 2 + 8192;
+        }
+        ssize_t got = read(0, in.buf + in.n, in.cap - in.n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            in.eof = 1;
+        else
+            in.n += (size_t)got;
+    }
 }
 
 int rt_serve_worker(program *p, const rt_generate_options *o)
@@ -200,8 +234,6 @@ int rt_serve_worker(program *p, const rt_generate_options *o)
             }
             line = NULL;
             cJSON_Delete(c);
-            if (busy + (int64_t)n_queue >= B)
-                break; /* the rows are full: run */
         }
         for (int64_t b = 0; b < B && n_queue > 0; b++)
             if (!rows[b].busy) {
@@ -261,6 +293,8 @@ int rt_serve_worker(program *p, const rt_generate_options *o)
         free(queue[k]);
     free(queue);
     free(line);
+    free(in.buf);
+    memset(&in, 0, sizeof in);
     free(rows);
     free(logits);
     free(order);

@@ -123,7 +123,10 @@ typedef struct request {
 } request;
 
 static struct {
-    pthread_mutex_t lock; /* the requests, every request's fields, the worker's pipe */
+    pthread_mutex_t lock;  /* the requests and every request's fields               */
+    pthread_mutex_t write; /* the worker's standard input (never held with lock: the
+                              reader thread must always deliver, or the worker,
+                              blocked on its output, would stop reading its input) */
     request *requests;
     long long next_id;
     FILE *to_worker;
@@ -133,7 +136,7 @@ static struct {
     const serve_options *o;
     int64_t ctx;
     const char *model;
-} S = { .lock = PTHREAD_MUTEX_INITIALIZER, .next_id = 1 };
+} S = { .lock = PTHREAD_MUTEX_INITIALIZER, .write = PTHREAD_MUTEX_INITIALIZER, .next_id = 1 };
 
 static request *find_request(long long id)
 {
@@ -202,10 +205,17 @@ static request *submit(const tk_ids *prompt, int64_t max_tokens, double temperat
     cJSON_AddNumberToObject(o, "temperature", temperature);
     cJSON_AddNumberToObject(o, "top_p", top_p);
     cJSON_AddNumberToObject(o, "seed", (double)seed);
-    char *text = cJSON_PrintUnformatted(o);
-    if (!text || S.worker_gone || fprintf(S.to_worker, "%s\n", text) < 0 || fflush(S.to_worker) != 0)
-        r->done = 1, snprintf(r->error, sizeof r->error, "the inference program stopped");
+    int gone = S.worker_gone;
     pthread_mutex_unlock(&S.lock);
+    char *text = cJSON_PrintUnformatted(o);
+    pthread_mutex_lock(&S.write);
+    int sent = text && !gone && fprintf(S.to_worker, "%s\n", text) >= 0 && fflush(S.to_worker) == 0;
+    pthread_mutex_unlock(&S.write);
+    if (!sent) {
+        pthread_mutex_lock(&S.lock);
+        r->done = 1, snprintf(r->error, sizeof r->error, "the inference program stopped");
+        pthread_mutex_unlock(&S.lock);
+    }
     free(text);
     cJSON_Delete(o);
     return r;
@@ -214,11 +224,14 @@ static request *submit(const tk_ids *prompt, int64_t max_tokens, double temperat
 static void cancel(request *r)
 {
     pthread_mutex_lock(&S.lock);
-    if (!r->done && !S.worker_gone) {
-        fprintf(S.to_worker, "{\"cancel\":%lld}\n", r->id);
-        fflush(S.to_worker);
-    }
+    int live = !r->done && !S.worker_gone;
     pthread_mutex_unlock(&S.lock);
+    if (!live)
+        return;
+    pthread_mutex_lock(&S.write);
+    fprintf(S.to_worker, "{\"cancel\":%lld}\n", r->id);
+    fflush(S.to_worker);
+    pthread_mutex_unlock(&S.write);
 }
 
 static void forget(request *r)
@@ -759,7 +772,10 @@ int serve_main(int argc, char **argv)
     while (!stopping && !S.worker_gone)
         usleep(100000);
     MHD_stop_daemon(d);
+    pthread_mutex_lock(&S.write);
     fclose(S.to_worker); /* the worker finishes and exits */
+    S.to_worker = NULL;
+    pthread_mutex_unlock(&S.write);
     int status = 0;
     waitpid(S.worker, &status, 0);
     pthread_join(reader, NULL);
