@@ -3,9 +3,10 @@
 # side by side in one run, one CPU device, THREADS threads.  A Llama of
 # 72M parameters (vocab 32,000 untied, dim 576, 10 layers, 9 query heads
 # over 3, ffn 1,536; ctx 512) with random weights (the speed does not
-# depend on them); a 16-token prompt, N tokens greedy.
-#   fusion   fusionc compile --inference (batch 1, seq 1: the prompt a
-#            token a step), the device program run directly: weights f32,
+# depend on them); a 128-token prompt, N tokens greedy.
+#   fusion   fusionc compile --inference --prefill 64 (batch 1, seq 1; the
+#            prompt in two steps of 64 tokens, passes/prefill.c), the
+#            device program run directly: weights f32,
 #            and stored bf16 (--frozen-dtype bf16: an inference program's
 #            weights are all frozen; its products read them as they are);
 #   PyTorch  bench/torch_generate.py: a loop with a key/value cache
@@ -37,12 +38,12 @@ cfg="vocab=$V,ctx=$CTX,layers=$L,dim=$D,heads=$H,kv_heads=$KV,ffn=$F,batch=1,seq
 sets=()
 IFS=, read -ra kv <<<"$cfg"
 for s in "${kv[@]}"; do sets+=(--set "$s"); done
-prompt=$(seq -s, 100 115)
+prompt=$(seq -s, 100 227)
 declare -A f_decode f_prefill t_decode t_prefill
 for p in f32 bf16; do
   extra=()
   [ $p = bf16 ] && extra=(--frozen-dtype bf16)
-  "$build/fusionc" compile models/llama.xml "${sets[@]}" --inference "${extra[@]}" clusters/local-1.xml -o "$work/$p" \
+  "$build/fusionc" compile models/llama.xml "${sets[@]}" --inference --prefill 64 "${extra[@]}" clusters/local-1.xml -o "$work/$p" \
     >/dev/null
   OMP_WAIT_POLICY=passive "$work/$p/cpu0/fusion-cpu0" --init "$work/w.st" --prompt-ids "$prompt" --max-tokens "$N" \
     --temperature 0 --threads "$threads" >"$work/$p.ids" 2>"$work/$p.err" || { cat "$work/$p.err" >&2; exit 1; }
@@ -78,9 +79,9 @@ row "decode, fusion bf16 weights" "${f_decode[bf16]}" "tok/s" "PyTorch bf16 ${t_
   "$(ratio "${f_decode[bf16]}" "${t_decode[bf16]}")"
 row "decode, fusion bf16 weights against PyTorch f32" "${f_decode[bf16]}" "tok/s" "PyTorch f32 ${t_decode[f32]} tok/s" \
   "$(ratio "${f_decode[bf16]}" "${t_decode[f32]}")"
-row "prefill, fusion f32 (a token a step)" "${f_prefill[f32]}" "tok/s" "PyTorch f32 ${t_prefill[f32]} (one pass)" \
+row "prefill, fusion f32 (steps of 64 tokens)" "${f_prefill[f32]}" "tok/s" "PyTorch f32 ${t_prefill[f32]} (one pass)" \
   "$(ratio "${f_prefill[f32]}" "${t_prefill[f32]}")"
-row "prefill, fusion bf16 (a token a step)" "${f_prefill[bf16]}" "tok/s" "PyTorch bf16 ${t_prefill[bf16]} (one pass)" \
+row "prefill, fusion bf16 (steps of 64 tokens)" "${f_prefill[bf16]}" "tok/s" "PyTorch bf16 ${t_prefill[bf16]} (one pass)" \
   "$(ratio "${f_prefill[bf16]}" "${t_prefill[bf16]}")"
 row "copy bandwidth (numpy, reads + writes)" "$(awk -v b="$bw" 'BEGIN { printf "%.2f", b / 1e9 }')" "GB/s" "-" "-"
 for p in f32 bf16; do

@@ -111,11 +111,17 @@ static int32_t value_stage(const ir_graph *g, int32_t v, const int32_t *reader_s
 
 /* The data loader's feeds: the model's first two i32 inputs of rank 2
  * (B,T) are the token ids and the targets; in an inference graph the
- * first is the token ids and decode.pos their positions. */
+ * first is the token ids and decode.pos their positions, and the prefill
+ * pass's copies prefill.<ids> and prefill.decode.pos the prompt step's. */
 static int32_t feed_of(const ir_graph *g, int32_t v)
 {
-    if (g->output >= 0 && strcmp(ir_value_name(g, v), "decode.pos") == 0)
+    const char *name = ir_value_name(g, v);
+    if (g->output >= 0 && strcmp(name, "decode.pos") == 0)
         return RT_FEED_POSITIONS;
+    if (g->prefill_output >= 0 && strcmp(name, "prefill.decode.pos") == 0)
+        return RT_FEED_PREFILL_POSITIONS;
+    if (g->prefill_output >= 0 && strncmp(name, "prefill.", 8) == 0)
+        return RT_FEED_PREFILL_TOKENS; /* the prefill pass's copy of the token ids */
     int32_t k = 0;
     for (int32_t u = 0; u < g->n_values; u++) {
         const ir_value *val = &g->values[u];
@@ -131,20 +137,21 @@ static int32_t feed_of(const ir_graph *g, int32_t v)
 /* The tensors main needs to find on this stage: sources (inputs, params,
  * state), the loss, and each param's gradient. */
 static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *reader_stage, rt_tensor_info **out,
-                           int32_t *count, int32_t *loss, int32_t *output, int32_t *logits)
+                           int32_t *count, int32_t *loss, int32_t *output, int32_t *logits, int32_t *prefill_output)
 {
     rt_tensor_info *t = calloc((size_t)g->n_values + 1, sizeof *t);
     if (!t)
         return -1;
     int32_t n = 0;
-    *loss = *output = *logits = -1;
+    *loss = *output = *logits = *prefill_output = -1;
     int32_t ce_logits =
         g->loss >= 0 && g->values[g->loss].producer >= 0 && g->nodes[g->values[g->loss].producer].op == OP_CROSS_ENTROPY
             ? g->nodes[g->values[g->loss].producer].in[0]
             : -1;
     for (int32_t v = 0; v < g->n_values; v++) {
         const ir_value *val = &g->values[v];
-        if (val->producer >= 0 && v != g->loss && v != g->output && v != ce_logits && !is_param_gradient(g, v))
+        if (val->producer >= 0 && v != g->loss && v != g->output && v != g->prefill_output && v != ce_logits &&
+            !is_param_gradient(g, v))
             continue;
         if (value_stage(g, v, reader_stage) != stage)
             continue;
@@ -152,6 +159,8 @@ static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *read
             *loss = n;
         if (v == g->output)
             *output = n;
+        if (v == g->prefill_output)
+            *prefill_output = n;
         if (v == ce_logits)
             *logits = n;
         rt_tensor_info *ti = &t[n++];
@@ -429,7 +438,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     int32_t *reader_stage = malloc(((size_t)g->n_values + 1) * sizeof *reader_stage);
     rt_tensor_info *tensors = NULL;
     rt_tensor *stash = NULL;
-    int32_t n_tensors = 0, loss = -1, output = -1, logits = -1, k = 0, n_stash = 0;
+    int32_t n_tensors = 0, loss = -1, output = -1, logits = -1, prefill_output = -1, k = 0, n_stash = 0;
     int rc = 0;
     if (!ops || !ops_phase || !offsets || !reader_stage) {
         rc = diag_set(err, file, 0, "out of memory generating code");
@@ -441,7 +450,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
         for (int j = 0; j < g->nodes[i].n_in; j++)
             if (reader_stage[g->nodes[i].in[j]] < 0)
                 reader_stage[g->nodes[i].in[j]] = stage_of(&g->nodes[i]);
-    if (collect_tensors(g, dev->stage, reader_stage, &tensors, &n_tensors, &loss, &output, &logits) ||
+    if (collect_tensors(g, dev->stage, reader_stage, &tensors, &n_tensors, &loss, &output, &logits, &prefill_output) ||
         collect_stash(g, dev->stage, &stash, &n_stash)) {
         rc = diag_set(err, file, 0, "out of memory generating code");
         goto done;
@@ -484,6 +493,10 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     manifest.output = output;
     manifest.inference = g->output >= 0;
     manifest.logits = logits;
+    manifest.prefill_output = prefill_output;
+    for (int32_t v = 0; v < g->n_values && g->prefill_output >= 0; v++) /* P: the prompt step's tokens a sequence */
+        if (feed_of(g, v) == RT_FEED_PREFILL_TOKENS && g->values[v].role == ROLE_INPUT)
+            manifest.prefill = (int32_t)g->values[v].shape.dim[1];
     manifest.slowdown = dev->slowdown;
     manifest.device_index = dev->index;
     manifest.stage = dev->stage;
@@ -539,6 +552,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     add_step_function(m, cx, "fusion_forward", ops_phase, n_ops, PHASE_FORWARD, blob_len, cuda_ops_len);
     add_step_function(m, cx, "fusion_backward", ops_phase, n_ops, PHASE_BACKWARD, blob_len, cuda_ops_len);
     add_step_function(m, cx, "fusion_update", ops_phase, n_ops, PHASE_UPDATE, blob_len, cuda_ops_len);
+    add_step_function(m, cx, "fusion_prefill", ops_phase, n_ops, PHASE_PREFILL, blob_len, cuda_ops_len);
 
     char *message = NULL;
     LLVMTargetRef target;

@@ -48,6 +48,7 @@ void ir_graph_init(ir_graph *g)
     memset(g, 0, sizeof *g);
     g->loss = -1;
     g->output = -1;
+    g->prefill_output = -1;
 }
 
 void ir_graph_free(ir_graph *g)
@@ -537,7 +538,7 @@ const char *ir_shape_str(const ir_shape *s, char *buf, size_t size)
 static const char *const dtype_names[DT_COUNT] = { "f32", "i32", "f16", "bf16" };
 static const size_t dtype_sizes[DT_COUNT] = { 4, 4, 2, 2 };
 static const char *const role_names[ROLE_COUNT] = { "input", "param", "state", "activation", "gradient" };
-static const char *const phase_names[PHASE_COUNT] = { "none", "forward", "backward", "update" };
+static const char *const phase_names[PHASE_COUNT] = { "none", "forward", "backward", "update", "prefill" };
 static const char *const init_names[INIT_COUNT] = { "none", "zeros", "ones", "normal", "uniform", "dropout" };
 
 static int name_lookup(const char *const *names, int count, const char *s)

@@ -49,7 +49,9 @@ typedef enum {
     ROLE_COUNT
 } ir_role;
 
-typedef enum { PHASE_NONE, PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE, PHASE_COUNT } ir_phase;
+/* PHASE_PREFILL: an inference program's prompt chunk (the prefill pass's
+ * copy of the forward), run apart from the one-token forward. */
+typedef enum { PHASE_NONE, PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE, PHASE_PREFILL, PHASE_COUNT } ir_phase;
 
 /* rank -1: not yet inferred (before the shapes pass).  rank 0: a scalar. */
 typedef struct {
@@ -170,6 +172,7 @@ typedef struct ir_graph {
     int32_t loss;           /* value index of the scalar loss, or -1       */
     int32_t output;         /* an inference graph's result (the decode pass: the
                                logits), or -1; a graph has a loss or an output  */
+    int32_t prefill_output; /* its copy for a prompt chunk (the prefill pass), or -1 */
     ir_placement placement; /* stages -> devices (fence pass); n_stages 0: none */
     char *strings;
     size_t n_strings, cap_strings; /* NUL-separated; 0 = "" */

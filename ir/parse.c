@@ -854,7 +854,9 @@ static int parse_line(parser *ps, int *stage)
         return expect_end(ps, "end of line after the version");
     }
     if (read_word(ps, word,
-                  *stage == 1 ? "'model'" : "'hyper', 'input', 'param', 'state', 'node', 'loss' or 'output'") != 0)
+                  *stage == 1
+                      ? "'model'"
+                      : "'hyper', 'input', 'param', 'state', 'node', 'loss', 'output' or 'prefill_output'") != 0)
         return -1;
     if (*stage == 1) {
         if (strcmp(word, "model") != 0)
@@ -907,7 +909,16 @@ static int parse_line(parser *ps, int *stage)
         ps->g->output = v;
         return expect_end(ps, "end of line after the output name");
     }
-    return expected_tok(ps, "'hyper', 'input', 'param', 'state', 'node', 'loss' or 'output'", word);
+    if (strcmp(word, "prefill_output") == 0) {
+        if (ps->g->prefill_output >= 0)
+            return expected_tok(ps, "one 'prefill_output' line", "prefill_output");
+        int32_t v;
+        if (read_name(ps, word, "the prefill output value name") != 0 || (v = lookup_value(ps, word)) < 0)
+            return -1;
+        ps->g->prefill_output = v;
+        return expect_end(ps, "end of line after the prefill output name");
+    }
+    return expected_tok(ps, "'hyper', 'input', 'param', 'state', 'node', 'loss', 'output' or 'prefill_output'", word);
 }
 
 int ir_graph_parse(const char *text, size_t len, const char *filename, ir_graph *g, struct diag *err)

@@ -24,6 +24,7 @@
  *     (the second form: one output, named like the node; the usual case)
  *   loss NAME                                        when the graph has one
  *   output NAME                                      an inference graph's result
+ *   prefill_output NAME                              ... and its prompt chunk's (the prefill pass)
  *
  *   SHAPE   dims joined by ',' ("4,64,768"), empty for a scalar, '?' unknown
  *   INIT    none | zeros | ones | normal(A) | uniform(A)
@@ -255,6 +256,11 @@ int ir_graph_print(const ir_graph *g, FILE *out)
     if (g->output >= 0) {
         fputs("output ", out);
         put_value_name(out, g, g->output);
+        putc('\n', out);
+    }
+    if (g->prefill_output >= 0) {
+        fputs("prefill_output ", out);
+        put_value_name(out, g, g->prefill_output);
         putc('\n', out);
     }
     return ferror(out) ? -1 : 0;

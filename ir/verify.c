@@ -295,6 +295,9 @@ static int verify_whole(verifier *vf)
     if (g->output < -1 || g->output >= g->n_values || (g->output >= 0 && g->loss >= 0))
         return fail_at(vf, (ir_loc){ 0, 0 }, "output is value #%d: out of range, or beside a loss (a graph has one)",
                        g->output);
+    if (g->prefill_output < -1 || g->prefill_output >= g->n_values || (g->prefill_output >= 0 && g->output < 0))
+        return fail_at(vf, (ir_loc){ 0, 0 }, "prefill_output is value #%d: out of range, or without an output",
+                       g->prefill_output);
     if (verify_placement(vf) != 0)
         return -1;
     for (int32_t n = 0; n < g->n_nodes && g->placement.n_stages > 0; n++) {

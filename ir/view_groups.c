@@ -18,7 +18,11 @@ const char *ir_view_device_colour(int32_t d) { return d >= 0 ? device_colours[d 
 
 const char *ir_view_phase_name(ir_phase p)
 {
-    return p == PHASE_FORWARD ? "forward" : p == PHASE_BACKWARD ? "backward" : p == PHASE_UPDATE ? "update" : "ops";
+    return p == PHASE_FORWARD    ? "forward"
+           : p == PHASE_BACKWARD ? "backward"
+           : p == PHASE_UPDATE   ? "update"
+           : p == PHASE_PREFILL  ? "prefill"
+                                 : "ops";
 }
 
 int ir_view_visible(const ir_view_groups *w, int32_t n)

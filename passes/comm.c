@@ -532,22 +532,24 @@ static void cut_index_free(cut_index *x)
     free(x->last_in);
 }
 
-/* Value v, at home on stage `home`, read on other stages: a send/recv pair
- * each, in the order of the stages. */
-static int cut_value(comm_state *cs, cut_index *x, int32_t v, int32_t home, int32_t S)
+/* cut_value for the readers in PHASE_PREFILL (prompt = 1) or in the
+ * other phases (prompt = 0). */
+static int cut_value_for(comm_state *cs, cut_index *x, int32_t v, int32_t home, int32_t S, int prompt)
 {
     ir_graph *g = cs->g;
     const ir_readers *rd = &x->rd;
-    int32_t producer = g->values[v].producer;
+    int32_t producer = g->values[v].producer, mark = 2 * v + prompt;
     for (int32_t r = rd->start[v]; r < rd->start[v + 1]; r++) { /* v's first reader on each stage */
         int32_t t = g->nodes[rd->at[r]].stage;
-        if (x->seen[t] != v) {
-            x->seen[t] = v;
+        if ((g->nodes[rd->at[r]].phase == PHASE_PREFILL) != prompt)
+            continue;
+        if (x->seen[t] != mark) {
+            x->seen[t] = mark;
             x->first_on[t] = rd->at[r];
         }
     }
     for (int32_t t = 0; t < S; t++) {
-        if (t == home || x->seen[t] != v)
+        if (t == home || x->seen[t] != mark)
             continue;
         int32_t first = x->first_on[t];
         ir_phase phase = g->nodes[first].phase;
@@ -556,7 +558,7 @@ static int cut_value(comm_state *cs, cut_index *x, int32_t v, int32_t home, int3
         int send_after_producer = producer >= 0 && producer < cs->n_old && g->nodes[producer].phase == phase;
         /* A parameter does not change within a step: sent in micro-batch 0
          * only, its copy kept (the memory pass keeps it all step). */
-        int once = g->values[v].role == ROLE_PARAM && phase == PHASE_FORWARD;
+        int once = g->values[v].role == ROLE_PARAM && (phase == PHASE_FORWARD || phase == PHASE_PREFILL);
         /* A parameter's partial gradient is only needed summed, at the
          * update: it crosses once a step, summed over the micro-batches.
          * It leaves last in its stage's backward: it is due only at the
@@ -566,7 +568,8 @@ static int cut_value(comm_state *cs, cut_index *x, int32_t v, int32_t home, int3
         int32_t anchor = send_after_producer ? producer : first;
         if (accumulate && send_after_producer && x->last_in[home * PHASE_COUNT + (int)phase] > producer)
             anchor = x->last_in[home * PHASE_COUNT + (int)phase]; /* the last of home's phase after it */
-        snprintf(name, sizeof name, "%s:send%d", ir_value_name(g, v), t);
+        const char *prefix = prompt ? "prefill." : "";            /* names stay unique */
+        snprintf(name, sizeof name, "%s%s:send%d", prefix, ir_value_name(g, v), t);
         int32_t s = new_node(cs, OP_SEND, name, anchor, send_after_producer ? 1 + accumulate : 0, home, phase);
         int half = once && crosses_half(cs, rd, v, home, t);
         if (s < 0 || ir_node_add_input(g, s, v) || ir_node_set_int(g, s, ATTR_PEER, t) ||
@@ -574,7 +577,7 @@ static int cut_value(comm_state *cs, cut_index *x, int32_t v, int32_t home, int3
             (accumulate && ir_node_set_int(g, s, ATTR_ACCUMULATE, 1)) ||
             (half && ir_node_set_int(g, s, ATTR_BITS, ATTR_BITS_HALF)))
             return oom(cs);
-        snprintf(name, sizeof name, "%s:s%d", ir_value_name(g, v), t);
+        snprintf(name, sizeof name, "%s%s:s%d", prefix, ir_value_name(g, v), t);
         ir_shape shape = g->values[v].shape;
         ir_role role = g->values[v].role == ROLE_GRADIENT ? ROLE_GRADIENT : ROLE_ACTIVATION;
         int32_t r = new_node(cs, OP_RECV, name, first, 0, t, phase);
@@ -585,9 +588,21 @@ static int cut_value(comm_state *cs, cut_index *x, int32_t v, int32_t home, int3
             (half && ir_node_set_int(g, r, ATTR_BITS, ATTR_BITS_HALF)))
             return oom(cs);
         for (int32_t r = rd->start[v]; r < rd->start[v + 1]; r++)
-            if (g->nodes[rd->at[r]].stage == t)
+            if (g->nodes[rd->at[r]].stage == t && (g->nodes[rd->at[r]].phase == PHASE_PREFILL) == prompt)
                 replace_input(&g->nodes[rd->at[r]], v, copy);
     }
+    return 0;
+}
+
+/* Value v, at home on stage `home`, read on other stages: a send/recv pair
+ * each, in the order of the stages; the prefill pass's copy (PHASE_PREFILL,
+ * a step of its own) gets pairs of its own for what it reads (a shared
+ * parameter: the tied embedding). */
+static int cut_value(comm_state *cs, cut_index *x, int32_t v, int32_t home, int32_t S)
+{
+    for (int prompt = 0; prompt < 2; prompt++)
+        if (cut_value_for(cs, x, v, home, S, prompt))
+            return -1;
     return 0;
 }
 

@@ -29,6 +29,8 @@ const pass pass_pipeline[] = {
     { "optimizer", "append the AdamW update of every param (schedule, clipping, moments)", run_optimizer },
     { "estimate", "workload estimator: each op's time on the cluster's devices", pass_estimate },
     { "fence", "OP-Fence: fences of similar bandwidth, stages, replicas, micro-batches", pass_fence },
+    { "prefill", "inference: the step again for a prompt's chunk of --prefill tokens, on the same devices",
+      pass_prefill },
     { "comm", "cut edges become send/recv pairs (remote autodiff); replicas all-reduce", pass_comm },
     { "compress", "AdaTopK: top-k or row quantisation for the send/recv pairs on links the pipeline waits for",
       pass_compress },

@@ -89,6 +89,7 @@ typedef struct {
     const lora_spec *lora; /* --lora: NULL or rank 0 for none                   */
     ir_dtype frozen_dtype; /* the frozen parameters' storage (0: f32; the precision pass) */
     int inference;         /* 1: an inference step (the decode pass): no training */
+    int64_t prefill;       /* > 0: with inference, a copy of the step for P prompt tokens (the prefill pass) */
 } pass_options;
 
 /* A pass reads the options it needs (most read none). */
@@ -116,6 +117,8 @@ int pass_adapters(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err);
 /* The decode pass (decode.c): with opt->inference, the graph as an inference step against a key/value cache. */
 int pass_decode(ir_graph *g, const pass_options *opt, struct diag *err);
+/* The prefill pass (prefill.c): with opt->prefill = P, the decode step again for P tokens a sequence. */
+int pass_prefill(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_autodiff(ir_graph *g, struct diag *err);
 int pass_optimizer(ir_graph *g, struct diag *err);
 /* The stage whose optimizer op updates the parameter named name (0 when

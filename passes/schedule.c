@@ -230,7 +230,8 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
     }
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const ir_node *n = &g->nodes[i];
-        if (n->phase == PHASE_UPDATE || n->stage < 0 || n->stage >= S || n->device < 0 || n->device >= c->n_devices)
+        if (n->phase == PHASE_UPDATE || n->phase == PHASE_PREFILL || n->stage < 0 || n->stage >= S || n->device < 0 ||
+            n->device >= c->n_devices)
             continue;
         double seconds = estimate_node_seconds(g, i, &c->devices[n->device]);
         t[n->stage] += seconds;

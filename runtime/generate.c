@@ -164,31 +164,55 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The inputs a step feeds: the tokens (feed RT_FEED_TOKENS) and their
- * positions (RT_FEED_POSITIONS); -1 when absent. */
-static void find_inputs(const program *p, int32_t *tokens, int32_t *positions)
+/* The inputs a step feeds: the tokens and their positions, for the
+ * one-token step (RT_FEED_TOKENS, _POSITIONS) and the prompt step
+ * (RT_FEED_PREFILL_*, passes/prefill.c); -1 when absent. */
+typedef struct {
+    int32_t tokens, positions, prefill_tokens, prefill_positions;
+} feeds;
+
+static feeds find_inputs(const program *p)
 {
-    *tokens = *positions = -1;
+    feeds f = { -1, -1, -1, -1 };
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
         if (p->tensors[i].role != ROLE_INPUT)
             continue;
-        if (p->tensors[i].feed == RT_FEED_TOKENS)
-            *tokens = i;
-        else if (p->tensors[i].feed == RT_FEED_POSITIONS)
-            *positions = i;
+        int32_t feed = p->tensors[i].feed;
+        if (feed == RT_FEED_TOKENS)
+            f.tokens = i;
+        else if (feed == RT_FEED_POSITIONS)
+            f.positions = i;
+        else if (feed == RT_FEED_PREFILL_TOKENS)
+            f.prefill_tokens = i;
+        else if (feed == RT_FEED_PREFILL_POSITIONS)
+            f.prefill_positions = i;
     }
+    return f;
+}
+
+/* Row 0's logits of its token `t` (of the output tensor `out`) into x (f32). */
+static void read_logits(const program *p, int32_t out, int64_t t, float *x)
+{
+    const rt_tensor_info *o = &p->tensors[out];
+    int64_t V = o->t.dim[o->t.rank - 1];
+    int bytes = half_dtype_bytes(o->dtype);
+    const char *row = p->arena + o->t.offset + (size_t)(t * V) * (size_t)bytes;
+    if (bytes == 2)
+        half_to_f32(x, row, V, o->dtype);
+    else
+        memcpy(x, row, (size_t)V * sizeof *x);
 }
 
 /* One step: token `id` at position `at` of row 0 (a first stage feeds
  * them; a later one receives what it needs); on the stage with the
- * logits, those of row 0's last token into out (f32).  0, or 1 said. */
-static int step(program *p, struct rt_comm *comm, int32_t tokens, int32_t positions, int32_t id, int64_t at, float *out)
+ * logits, those of row 0's token into out (f32).  0, or 1 said. */
+static int step(program *p, struct rt_comm *comm, const feeds *f, int32_t id, int64_t at, float *out)
 {
     const rt_manifest *m = &p->manifest;
-    if (tokens >= 0) {
-        int32_t *tok = (int32_t *)(p->arena + p->tensors[tokens].t.offset);
-        int32_t *pos = (int32_t *)(p->arena + p->tensors[positions].t.offset);
-        int64_t rows = rt_tensor_numel(&p->tensors[tokens].t);
+    if (f->tokens >= 0) {
+        int32_t *tok = (int32_t *)(p->arena + p->tensors[f->tokens].t.offset);
+        int32_t *pos = (int32_t *)(p->arena + p->tensors[f->positions].t.offset);
+        int64_t rows = rt_tensor_numel(&p->tensors[f->tokens].t);
         for (int64_t i = 0; i < rows; i++) /* every row the same token: row 0 is read */
             tok[i] = id, pos[i] = (int32_t)at;
     }
@@ -197,16 +221,37 @@ static int step(program *p, struct rt_comm *comm, int32_t tokens, int32_t positi
     };
     if (fusion_forward(p->arena, &ctx) != 0)
         return fail("%s: step at position %lld: %s", m->device, (long long)at, ctx.msg);
-    if (m->output < 0)
-        return 0;
-    const rt_tensor_info *o = &p->tensors[m->output];
-    int64_t V = o->t.dim[o->t.rank - 1];
-    const char *row = p->arena + o->t.offset; /* row 0's last token: the first row's last V */
-    int64_t per_row = rt_tensor_numel(&o->t) / (o->t.dim[0] > 0 ? o->t.dim[0] : 1), last = per_row - V;
-    if (half_dtype_bytes(o->dtype) == 2)
-        half_to_f32(out, row + last * 2, V, o->dtype);
-    else
-        memcpy(out, row + last * 4, (size_t)V * sizeof *out);
+    if (m->output >= 0)
+        read_logits(p, m->output, 0, out);
+    return 0;
+}
+
+/* The prompt step (passes/prefill.c): its n <= P tokens ids[] at
+ * positions at.., every row the same; a short chunk repeats its last
+ * token at its position (the same key and value written again).  The
+ * logits of the last into out, on the stage with them.  0, or 1 said. */
+static int prefill(program *p, struct rt_comm *comm, const feeds *f, const int32_t *ids, int64_t n, int64_t at,
+                   float *out)
+{
+    const rt_manifest *m = &p->manifest;
+    int64_t P = m->prefill;
+    if (f->prefill_tokens >= 0) {
+        int32_t *tok = (int32_t *)(p->arena + p->tensors[f->prefill_tokens].t.offset);
+        int32_t *pos = (int32_t *)(p->arena + p->tensors[f->prefill_positions].t.offset);
+        int64_t rows = rt_tensor_numel(&p->tensors[f->prefill_tokens].t) / P;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < P; j++) {
+                int64_t k = j < n ? j : n - 1;
+                tok[r * P + j] = ids[k], pos[r * P + j] = (int32_t)(at + k);
+            }
+    }
+    rt_context ctx = {
+        .step = at + 1, .micro_batch = 0, .phase = PHASE_PREFILL, .comm = comm, .cuda = p->cuda, .loss_weight = 1.0f
+    };
+    if (fusion_prefill(p->arena, &ctx) != 0)
+        return fail("%s: the prompt's step at position %lld: %s", m->device, (long long)at, ctx.msg);
+    if (m->prefill_output >= 0)
+        read_logits(p, m->prefill_output, n - 1, out);
     return 0;
 }
 
@@ -241,9 +286,9 @@ int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm)
 {
     const rt_manifest *m = &p->manifest;
     int first = m->stage == 0, last = m->stage == m->n_stages - 1;
-    int32_t tokens, positions;
-    find_inputs(p, &tokens, &positions);
-    if ((first && (tokens < 0 || positions < 0)) || (last && m->output < 0) || (m->n_stages > 1 && !comm))
+    feeds in = find_inputs(p);
+    if ((first && (in.tokens < 0 || in.positions < 0 || (m->prefill > 0 && in.prefill_tokens < 0))) ||
+        (last && (m->output < 0 || (m->prefill > 0 && m->prefill_output < 0))) || (m->n_stages > 1 && !comm))
         return fail("%s: not an inference program this loop runs (its first stage feeds the tokens, its last has "
                     "the logits)",
                     m->device);
@@ -274,19 +319,22 @@ int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm)
     else if (n_prompt == 0)
         rc = fail("--prompt-ids: the prompt needs at least one token");
     rt_rng r = rt_rng_seeded((uint64_t)o->seed, 0x6E17, 0);
-    double t0 = now(), t_prompt = t0;
-    int64_t made = 0;
+    double t0 = now();
+    int64_t made = 0, at = 0;
     int32_t next = GENERATE_END;
     const char *ended = "--max-tokens";
-    /* A step a token: the prompt's, then each drawn one.  The last stage
-     * draws after the prompt's last step and after each later one, and
-     * decides the end; the other stages learn both from its message. */
-    for (int64_t at = 0; rc == 0 && o->max_tokens > 0; at++) {
-        rc = step(p, comm, tokens, positions, at < n_prompt ? prompt[at] : next, at, logits);
-        if (rc || at + 1 < n_prompt)
-            continue;
-        if (at + 1 == n_prompt)
-            t_prompt = now();
+    /* The prompt: chunks of P in the prompt step where the program has
+     * one (a lone token in the one-token step), else a token a step. */
+    while (rc == 0 && o->max_tokens > 0 && at < n_prompt) {
+        int64_t n = m->prefill < n_prompt - at ? m->prefill : n_prompt - at;
+        rc = n > 1 ? prefill(p, comm, &in, prompt + at, n, at, logits) : step(p, comm, &in, prompt[at], at, logits);
+        at += n > 1 ? n : 1;
+    }
+    double t_prompt = now();
+    /* Then a step a drawn token.  The last stage draws from the logits of
+     * the token before `at` and decides the end; the other stages learn
+     * both from its message. */
+    for (; rc == 0 && o->max_tokens > 0; at++) {
         if (last) {
             next = rt_generate_pick(logits, V, o, &r, logits + V, order);
             printf("%d\n", (int)next);
@@ -296,17 +344,18 @@ int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm)
             for (int64_t k = 0; k < n_stop; k++)
                 stopped |= stop[k] == next;
             ended = stopped ? "a stop id" : made == o->max_tokens ? "--max-tokens" : "the context's end";
-            int32_t say = stopped || made == o->max_tokens || at + 1 >= ctx_rows ? GENERATE_END : next;
+            int32_t say = stopped || made == o->max_tokens || at >= ctx_rows ? GENERATE_END : next;
             if (m->n_stages > 1)
-                rc = pass_token(p, comm, at, &say);
-            if (say == GENERATE_END)
+                rc = pass_token(p, comm, at - 1, &say);
+            if (rc || say == GENERATE_END)
                 break;
         } else {
-            rc = pass_token(p, comm, at, &next);
-            if (rc == 0 && next == GENERATE_END)
+            rc = pass_token(p, comm, at - 1, &next);
+            if (rc || next == GENERATE_END)
                 break;
             made++;
         }
+        rc = step(p, comm, &in, next, at, logits);
     }
     double t1 = now();
     if (rc == 0 && last)

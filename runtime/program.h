@@ -27,11 +27,12 @@
  *                         exact mode)
  *   fusion_cuda_*_blob    a CUDA device's kernels and steps (below)
  *   fusion_forward(arena, ctx), fusion_backward(arena, ctx),
- *   fusion_update(arena, ctx)
+ *   fusion_update(arena, ctx), fusion_prefill(arena, ctx)
  *                         the stage's ops by phase: straight lines of
  *                         rt_op_run(&ops[i], arena, ctx) calls; forward and
  *                         backward run once per micro-batch, update once a
- *                         step
+ *                         step; prefill: an inference program's prompt
+ *                         chunk (passes/prefill.c), empty elsewhere
  *
  * The blobs are the C structs' bytes (compiler and runtime are built
  * together, for the same ABI); main copies them out before use.
@@ -85,12 +86,14 @@ typedef struct {
     uint64_t build_id; /* hash of the compiled graph: peers must match */
     int64_t arena_bytes;
     int32_t n_ops, n_tensors;
-    int32_t threads;   /* the device's CPU threads                      */
-    int32_t loss;      /* index into the tensors of the loss, -1 none   */
-    int32_t output;    /* an inference program's result (the logits: generate.h), -1 none */
-    int32_t inference; /* 1: an inference program (every stage of one; --inference) */
-    int32_t logits;    /* a training program's: the tensor cross_entropy reads its logits from, -1 none */
-    double slowdown;   /* >= 1: run this many times slower (emulation)  */
+    int32_t threads;        /* the device's CPU threads                      */
+    int32_t loss;           /* index into the tensors of the loss, -1 none   */
+    int32_t output;         /* an inference program's result (the logits: generate.h), -1 none */
+    int32_t inference;      /* 1: an inference program (every stage of one; --inference) */
+    int32_t logits;         /* a training program's: the tensor cross_entropy reads its logits from, -1 none */
+    int32_t prefill_output; /* an inference program's prompt step's result (fusion_prefill), -1 none */
+    int32_t prefill;        /* the tokens a sequence that step takes (--prefill P), 0 none */
+    double slowdown;        /* >= 1: run this many times slower (emulation)  */
     /* Placement (the fence pass): this device runs replica `replica` of
      * stage `stage` of n_stages, over micro_batches micro-batches a step. */
     int32_t device_index; /* in the cluster                                */
@@ -118,8 +121,15 @@ typedef struct {
 } rt_manifest;
 
 enum { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
-/* What an input is fed: token ids, targets (training), positions (inference: decode.pos). */
-enum { RT_FEED_TOKENS = 0, RT_FEED_TARGETS = 1, RT_FEED_POSITIONS = 2 };
+/* What an input is fed: token ids, targets (training), positions (inference: decode.pos),
+ * and the prompt step's tokens and positions (passes/prefill.c). */
+enum {
+    RT_FEED_TOKENS = 0,
+    RT_FEED_TARGETS = 1,
+    RT_FEED_POSITIONS = 2,
+    RT_FEED_PREFILL_TOKENS = 3,
+    RT_FEED_PREFILL_POSITIONS = 4
+};
 
 typedef struct {
     char name[64];
@@ -162,5 +172,6 @@ extern const unsigned char fusion_cuda_fatbin_blob[]; /* the fat binary, in .nv_
 int fusion_forward(char *arena, rt_context *ctx);
 int fusion_backward(char *arena, rt_context *ctx);
 int fusion_update(char *arena, rt_context *ctx);
+int fusion_prefill(char *arena, rt_context *ctx);
 
 #endif

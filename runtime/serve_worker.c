@@ -17,6 +17,9 @@
  * beyond its position are never read (each token attends to positions up
  * to its own), so a finished row is reused without clearing.  An idle row
  * is fed token 0 at position 0 (it writes only its own cache row 0).
+ * Where the program has a prompt step (--prefill P), rows with long
+ * prompts take them P tokens at a time (prefill_rows) whenever that
+ * costs less than the one-token steps it saves.
  * Requests wait in arrival order while every row is busy.  Standard input
  * closed: the worker finishes what it has and exits 0.
  *
@@ -28,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -48,6 +52,13 @@ typedef struct {
     rt_generate_options draw;
     rt_rng r;
 } row;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void say_error(long long id, const char *msg)
 {
@@ -177,15 +188,74 @@ static int read_line(int wait, char **line)
     }
 }
 
+/* The prompt step (passes/prefill.c: P tokens a row at once), for the
+ * rows with two or more prompt tokens before their last: up to P of them
+ * each, at their positions (a short chunk repeats its last token at its
+ * position).  Every other row is fed token 0 at position ctx - 1, a cache
+ * row it writes itself before it ever reads it (a token attends to rows
+ * up to its own position).  A row's last prompt token is left to the
+ * one-token step, which draws from it.  Returns the rows it advanced, or
+ * -1 said. */
+static int64_t prefill_rows(program *p, row *rows, int64_t B, int64_t ctx, int32_t tokens, int32_t positions)
+{
+    int64_t P = p->manifest.prefill, advanced = 0;
+    int32_t *tok = (int32_t *)(p->arena + p->tensors[tokens].t.offset);
+    int32_t *pos = (int32_t *)(p->arena + p->tensors[positions].t.offset);
+    for (int64_t b = 0; b < B; b++) {
+        row *w = &rows[b];
+        int64_t n = w->busy ? w->n_prompt - 1 - w->at : 0;
+        n = n < 2 ? 0 : n < P ? n : P;
+        for (int64_t j = 0; j < P; j++) {
+            int64_t k = j < n ? j : n - 1;
+            tok[b * P + j] = n > 0 ? w->prompt[w->at + k] : 0;
+            pos[b * P + j] = n > 0 ? (int32_t)(w->at + k) : (int32_t)(ctx - 1);
+        }
+    }
+    rt_context cx = { .step = 1, .micro_batch = 0, .phase = PHASE_PREFILL, .cuda = p->cuda, .loss_weight = 1.0f };
+    if (fusion_prefill(p->arena, &cx) != 0) {
+        fail("%s: a serving prompt step: %s", p->manifest.device, cx.msg);
+        return -1;
+    }
+    for (int64_t b = 0; b < B; b++) {
+        row *w = &rows[b];
+        int64_t n = w->busy ? w->n_prompt - 1 - w->at : 0;
+        if (n >= 2)
+            w->at += n < P ? n : P, advanced++;
+    }
+    return advanced;
+}
+
+/* Whether the prompt step pays now: it costs t_prefill (measured; 0
+ * before the first) and saves the one-token steps (t_step each) that the
+ * longest waiting prompt would take. */
+static int prefill_pays(const row *rows, int64_t B, int64_t P, double t_step, double t_prefill)
+{
+    int64_t most = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t n = rows[b].busy ? rows[b].n_prompt - 1 - rows[b].at : 0;
+        most = n > most ? n : most;
+    }
+    most = most < P ? most : P;
+    return most >= 2 && (double)most * t_step >= t_prefill;
+}
+
 int rt_serve_worker(program *p, const rt_generate_options *o)
 {
     const rt_manifest *m = &p->manifest;
-    int32_t tokens = -1, positions = -1;
-    for (int32_t i = 0; i < m->n_tensors; i++)
-        if (p->tensors[i].role == ROLE_INPUT && p->tensors[i].feed == RT_FEED_TOKENS)
+    int32_t tokens = -1, positions = -1, prefill_tokens = -1, prefill_positions = -1;
+    for (int32_t i = 0; i < m->n_tensors; i++) {
+        if (p->tensors[i].role != ROLE_INPUT)
+            continue;
+        int32_t feed = p->tensors[i].feed;
+        if (feed == RT_FEED_TOKENS)
             tokens = i;
-        else if (p->tensors[i].role == ROLE_INPUT && p->tensors[i].feed == RT_FEED_POSITIONS)
+        else if (feed == RT_FEED_POSITIONS)
             positions = i;
+        else if (feed == RT_FEED_PREFILL_TOKENS)
+            prefill_tokens = i;
+        else if (feed == RT_FEED_PREFILL_POSITIONS)
+            prefill_positions = i;
+    }
     if (m->output < 0 || tokens < 0 || positions < 0)
         return fail("%s: not a whole inference program on one device", m->device);
     const rt_tensor_info *out = &p->tensors[m->output];
@@ -205,6 +275,7 @@ int rt_serve_worker(program *p, const rt_generate_options *o)
     fprintf(stderr, "fusion: serving: %lld rows, a context of %lld tokens, %lld ids\n", (long long)B, (long long)ctx,
             (long long)V);
     int ended = 0, rc = 0;
+    double t_step = 0.0, t_prefill = 0.0; /* seconds: what prefill_pays weighs */
     int32_t *tok = (int32_t *)(p->arena + p->tensors[tokens].t.offset);
     int32_t *pos = (int32_t *)(p->arena + p->tensors[positions].t.offset);
     int64_t per_row = rt_tensor_numel(&out->t) / B;
@@ -249,6 +320,15 @@ int rt_serve_worker(program *p, const rt_generate_options *o)
                 break;
             continue;
         }
+        if (prefill_tokens >= 0 && prefill_pays(rows, B, m->prefill, t_step, t_prefill)) {
+            double t0 = now();
+            if (prefill_rows(p, rows, B, ctx, prefill_tokens, prefill_positions) < 0) {
+                rc = 1;
+                break;
+            }
+            t_prefill = now() - t0;
+        }
+        double t0 = now();
         for (int64_t b = 0; b < B; b++) {
             row *w = &rows[b];
             tok[b] = !w->busy ? 0 : w->at < w->n_prompt ? w->prompt[w->at] : w->last;
@@ -259,6 +339,7 @@ int rt_serve_worker(program *p, const rt_generate_options *o)
             rc = fail("%s: a serving step: %s", m->device, cx.msg);
             break;
         }
+        t_step = t_step > 0 ? 0.8 * t_step + 0.2 * (now() - t0) : now() - t0; /* the one-token step's recent cost */
         for (int64_t b = 0; b < B; b++) {
             row *w = &rows[b];
             if (!w->busy)

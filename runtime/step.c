@@ -113,11 +113,11 @@ static int run_scheduled(const rt_op *op, char *arena, rt_context *ctx)
  * gradient's before the last) draw no flow. */
 static void trace_op(const rt_op *op, const rt_context *ctx, double t0, double t1)
 {
-    static const char *const phases[] = { "none", "forward", "backward", "update" };
+    static const char *const phases[] = { "none", "forward", "backward", "update", "prefill" };
     int message = op->op == OP_SEND || op->op == OP_RECV;
     const char *cat = message                             ? (op->op == OP_SEND ? "send" : "recv")
                       : op->op == OP_ALLREDUCE            ? "allreduce"
-                      : ctx->phase >= 0 && ctx->phase < 4 ? phases[ctx->phase]
+                      : ctx->phase >= 0 && ctx->phase < 5 ? phases[ctx->phase]
                                                           : "op";
     char args[256];
     const rt_tensor *t = op->op == OP_RECV ? &op->out[0] : &op->in[0];

@@ -15,7 +15,11 @@
 #  - drawing: --top-k 1 and --top-p 1e-6 are greedy; a seed draws the same tokens again,
 #    another seed others; --stop ends the text before the stop text;
 #  - the cache: a second run compiles nothing (its folder is reused);
-#  - the IR: an inference graph prints `output logits` and reads back;
+#  - the prompt step (--prefill P, passes/prefill.c): one device takes the
+#    15-token prompt in one step of 64 (generate's default), two stages in
+#    steps of 4 (the last one short), the CUDA device in steps of 8;
+#  - the IR: an inference graph prints `output logits` (and with --prefill
+#    `prefill_output`, its ops in phase prefill) and reads back;
 #  - --sample-every during training: a sample of 24 tokens every 10 steps,
 #    the losses those of the run without it;
 #  - bad input: no --init; both prompts; an id outside the vocabulary; a
@@ -72,8 +76,10 @@ for m in llama gpt2; do
   "$py" tests/parity/generate.py $m "$cfg,batch=1,seq=1" "$work/$m.hf" "$(ids "$prompt")" 40 >"$work/$m.torch" \
     2>&1 || fail "$m: the PyTorch loop: $(cat "$work/$m.torch")"
   expect_eq "$m: 40 greedy tokens against PyTorch's" "$(cat "$work/$m.torch")" "$(tail -1 "$work/$m.gen")"
-  # Two stages of local-4: two processes, the activations over a sealed link, the token back.
+  # Two stages of local-4: two processes, the activations over a sealed link, the token back;
+  # the prompt in steps of 4 tokens (4 + 4 + 4 + 3, the last padded) where one device took it whole.
   "$FUSIONC" generate "$@" clusters/local-4.xml --stages 2 --replicas 1 --compress none --port-base $((ports + 10)) \
+    --prefill 4 \
     --init "$work/$m.hf" --prompt-ids "$(ids "$prompt")" --max-tokens 40 --temperature 0 --print-ids \
     >"$work/$m.gen2" 2>"$work/$m.gen2.err" && pass || fail "$m: generate over two stages: $(cat "$work/$m.gen2.err")"
   expect_eq "$m: over two stages of local-4, PyTorch's 40 tokens" "$(cat "$work/$m.torch")" "$(tail -1 "$work/$m.gen2")"
@@ -104,7 +110,7 @@ expect_eq "bf16 weights: PyTorch's 40 tokens on the rounded weights" "$(cat "$wo
 
 # ---- a CUDA device through the emulated driver (tests/emu_driver: the
 # bundle's own kernels, compiled as C++): the same greedy tokens
-"$FUSIONC" compile models/llama.xml "${llama[@]}" --set batch=1 --set seq=1 --inference --cublas system \
+"$FUSIONC" compile models/llama.xml "${llama[@]}" --set batch=1 --set seq=1 --inference --prefill 8 --cublas system \
   tests/clusters/one-gpu.xml -o "$work/gpu" >"$work/gpu.compile" 2>&1 && pass ||
   fail "the CUDA inference bundle: $(tail -c 1500 "$work/gpu.compile")"
 build_emulated_cuda_driver "$work/lib" "$work/gpu/gpu/kernels.cu" && pass || fail "the emulated driver (above)"
@@ -137,14 +143,20 @@ expect_eq "--stop '$stop': the text before it" "$("$py" -c "import sys; print(op
   "$work/text" "$stop")" "$(cat "$work/stopped")"
 
 # ---- the IR
-"$FUSIONC" dump models/gpt2.xml "${gpt2[@]}" --set batch=1 --set seq=1 --inference -o "$work/inf.fir" >/dev/null 2>&1 ||
-  fail "dump --inference"
+"$FUSIONC" dump models/gpt2.xml "${gpt2[@]}" --set batch=1 --set seq=1 --inference --prefill 8 -o "$work/inf.fir" \
+  >/dev/null 2>&1 || fail "dump --inference"
 grep -q "^output logits$" "$work/inf.fir" && grep -q "attention_cached(" "$work/inf.fir" && pass ||
   fail "the inference IR has no output line or cached attention"
+grep -q "^prefill_output prefill.logits$" "$work/inf.fir" &&
+  grep -q "^node prefill.logits = .* : f32\[1,8,256\] .*phase=prefill" "$work/inf.fir" && pass ||
+  fail "the inference IR has no prompt step of 8 tokens: $(grep prefill.logits "$work/inf.fir")"
 "$FUSIONC" dump "$work/inf.fir" -o "$work/inf2.fir" >/dev/null 2>&1 && cmp -s "$work/inf.fir" "$work/inf2.fir" && pass ||
   fail "the inference IR does not read back byte for byte"
 
 # ---- bad input
+"$FUSIONC" compile models/llama.xml "${llama[@]}" clusters/local-1.xml --prefill 8 -o "$work/bad.out" >"$work/bad" 2>&1
+expect_eq "--prefill without --inference: exit status" 1 $?
+grep -q -- "--prefill needs an inference program (--inference)" "$work/bad" && pass || fail "no --prefill error: $(cat "$work/bad")"
 run --prompt "$prompt" --prompt-ids 1,2 >"$work/bad" 2>&1
 expect_eq "both prompts: exit status" 2 $?
 grep -q "expected one of --prompt TEXT and --prompt-ids IDS" "$work/bad" && pass || fail "no both-prompts error: $(cat "$work/bad")"

@@ -53,7 +53,7 @@
 
 /* fusionc_options (options.h) as each command lists them, in the order its
  * --help shows them; a command takes exactly those. */
-#define BUILD_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32), CLI_USE(OPT_FREEZE), CLI_USE(OPT_LORA), CLI_USE(OPT_FROZEN_DTYPE), CLI_USE(OPT_INFERENCE)
+#define BUILD_USES CLI_USE(OPT_PRECISION), CLI_USE(OPT_TF32), CLI_USE(OPT_FREEZE), CLI_USE(OPT_LORA), CLI_USE(OPT_FROZEN_DTYPE), CLI_USE(OPT_INFERENCE), CLI_USE(OPT_PREFILL)
 #define SYNC_USES                                                                                     \
     CLI_USE(OPT_SYNC), CLI_USE(OPT_LOCAL_STEPS), CLI_USE(OPT_SITE_BATCH), CLI_USE(OPT_OUTER_LR),       \
     CLI_USE(OPT_OUTER_MOMENTUM), CLI_USE(OPT_OUTER_CODEC), CLI_USE(OPT_OUTER_DELAY)
@@ -251,6 +251,7 @@ static void set_training_options(pass_options *p, const options *o)
     p->lora = &o->lora.spec;
     p->frozen_dtype = o->frozen_dtype;
     p->inference = o->inference;
+    p->prefill = o->prefill;
 }
 
 /* Pipeline options: the training options, and --dump-ir when asked for. */

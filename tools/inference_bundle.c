@@ -140,6 +140,11 @@ int inference_compile_cached(const char *const *forward, int n_forward, int64_t 
     const char *extra[] = { "--inference", "--set", batch, "--set", "seq=1", "-o", tmp };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         argv[k++] = (char *)extra[i];
+    int prefill_given = 0; /* else a prompt step of 64 tokens (at most ctx: passes/prefill.c) */
+    for (int i = 0; i < n_forward; i++)
+        prefill_given |= strcmp(forward[i], "--prefill") == 0 || strncmp(forward[i], "--prefill=", 10) == 0;
+    if (!prefill_given)
+        argv[k++] = "--prefill", argv[k++] = INFERENCE_DEFAULT_PREFILL;
     argv[k] = NULL;
     int rc = run_logged(argv, log);
     if (rc != 0) {

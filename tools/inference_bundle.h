@@ -17,6 +17,8 @@
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 
 #define INFERENCE_MAX_FORWARD 256
+/* The prompt step's tokens a sequence unless --prefill says (passes/prefill.c). */
+#define INFERENCE_DEFAULT_PREFILL "64"
 
 /* `fusionc compile FORWARD... --inference --set batch=ROWS --set seq=1`
  * into the cache, or the folder already there, into dir.  who names the

@@ -216,6 +216,11 @@ const cli_option fusionc_options[OPT_COUNT] = {
     [OPT_INFERENCE] = { .name = "--inference", CLI_FLAG(options, inference),
                         .help = "an inference program: the logits of each step's tokens, a key/value\n"
                                 "cache of ctx rows, no training (fusionc generate builds one)" },
+    [OPT_PREFILL] = { .name = "--prefill", .metavar = "P", CLI_INT64(options, prefill), .lo = 1, .hi = 65536,
+                      .expects = "a count in [1, 65536]",
+                      .help = "with --inference (seq=1): the step again for P tokens a sequence, a\n"
+                              "prompt's chunk (at most ctx), over the same weights and cache (fusionc\n"
+                              "generate and serve: 64)" },
     [OPT_COMPRESS] = { .name = "--compress", .metavar = "C",
                        CLI_CUSTOM(parse_compress, const char *, options, compress),
                        .expects = "none, topk:RHO (0 < RHO <= 1) or adatopk",

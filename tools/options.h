@@ -72,6 +72,7 @@ typedef struct {
     lora_option lora;      /* --lora SPEC: LoRA adapters, the rest frozen (passes/adapters.c) */
     ir_dtype frozen_dtype; /* --frozen-dtype fp32|bf16|fp16: frozen parameters' storage (0: fp32) */
     int inference;         /* --inference: an inference program (passes/decode.c) */
+    int64_t prefill;       /* --prefill P: its prompt step of P tokens (passes/prefill.c), 0 none */
     /* How the sites agree (tools/diloco.h): --sync exact|diloco and the outer step's settings. */
     int sync;              /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
     int local_steps;       /* --local-steps H (0: the planner's)           */
@@ -107,6 +108,7 @@ enum {
     OPT_LORA,
     OPT_FROZEN_DTYPE,
     OPT_INFERENCE,
+    OPT_PREFILL,
     OPT_COMPRESS,
     OPT_RECOMPUTE,
     OPT_SYNC,

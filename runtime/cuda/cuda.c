@@ -111,7 +111,7 @@ struct rt_cuda {
     char *host_arena; /* page-locked while attached */
     int cc_major, cc_minor;
     /* What the host touches between phases (rt_cuda_set_host_tensors). */
-    rt_cuda_range *inputs, *stash, *grads, *state, loss;
+    rt_cuda_range *inputs, *stash, *grads, *state, loss, prefill_output;
     int32_t n_inputs, n_stash, n_grads, n_state;
     uint8_t *grad_fetched; /* [n_grads] 1: a bucket brought it down this backward */
     int device_current;    /* 0: the next phase copies the whole arena up */
@@ -397,7 +397,7 @@ static int take_ranges(rt_cuda_range **out, int32_t *n, const rt_tensor *t, int3
 }
 
 int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t n_tensors, const rt_tensor *stash,
-                             int32_t n_stash, int32_t loss)
+                             int32_t n_stash, int32_t loss, int32_t prefill_output)
 {
     rt_tensor *by_role[ROLE_COUNT];
     int32_t count[ROLE_COUNT] = { 0 };
@@ -419,6 +419,9 @@ int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t 
         rc = -1;
     if (rc == 0 && loss >= 0 && loss < n_tensors)
         c->loss = (rt_cuda_range){ tensors[loss].t.offset, rt_tensor_bytes(&tensors[loss].t) };
+    if (rc == 0 && prefill_output >= 0 && prefill_output < n_tensors)
+        c->prefill_output =
+            (rt_cuda_range){ tensors[prefill_output].t.offset, rt_tensor_bytes(&tensors[prefill_output].t) };
     for (int r = 0; r < ROLE_COUNT; r++)
         free(by_role[r]);
     return rc;
@@ -431,7 +434,7 @@ int rt_cuda_phase_begin(char *arena, rt_context *ctx)
     if (!c->device_current) { /* the first phase, or the host wrote the parameters */
         r = c->api.htod(c->arena, arena, c->arena_bytes, c->stream);
         c->device_current = r == 0;
-    } else if (ctx->phase == PHASE_FORWARD) {
+    } else if (ctx->phase == PHASE_FORWARD || ctx->phase == PHASE_PREFILL) {
         r = push(c, arena, c->inputs, c->n_inputs);
         if (r == 0 && ctx->replay) /* what main put back for the forward to run again */
             r = push(c, arena, c->stash, c->n_stash);
@@ -452,6 +455,8 @@ int rt_cuda_phase_end(char *arena, rt_context *ctx)
         r = pull(c, arena, &c->loss, 1);
         if (r == 0)
             r = pull(c, arena, c->stash, c->n_stash); /* main keeps it if the backward waits */
+    } else if (ctx->phase == PHASE_PREFILL) {
+        r = pull(c, arena, &c->prefill_output, 1);
     } else if (ctx->phase == PHASE_BACKWARD) {
         /* main sums them over micro-batches; what a bucket fetched is on
          * the host already, and there main may have replaced it by the

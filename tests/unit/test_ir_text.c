@@ -449,8 +449,9 @@ static void test_text_parse_errors_name_line_expected_and_found(void)
     PARSE_ERROR(HEAD "hyper h = 1e999\n", 4, "expected a number, found '1e999'");
     PARSE_ERROR(HEAD "hyper h = 9223372036854775808\n", 4, "found '9223372036854775808'");
     PARSE_ERROR(HEAD "loss nope\n", 4, "unknown value 'nope'");
-    PARSE_ERROR(HEAD "model again\n", 4,
-                "expected 'hyper', 'input', 'param', 'state', 'node', 'loss' or 'output', found 'model'");
+    PARSE_ERROR(
+        HEAD "model again\n", 4,
+        "expected 'hyper', 'input', 'param', 'state', 'node', 'loss', 'output' or 'prefill_output', found 'model'");
     PARSE_ERROR(HEAD "input z : f32[2] extra\n", 4, "expected 'at=OFFSET', '@FILE:LINE' or end of line, found 'extra'");
     /* Garbage bytes, NULs included, and no terminating NUL. */
     PARSE_ERROR("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 1,
