@@ -50,8 +50,9 @@ int rt_generate_options_parse(int argc, char **argv, rt_generate_options *o);
 struct rt_comm;
 /* comm: the links of a program of several stages (NULL on one device). */
 int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm);
-/* --serve: requests in, tokens out, every row a request (serve_worker.c). */
-int rt_serve_worker(program *p, const rt_generate_options *o);
+/* --serve: requests in, tokens out, every row a request (serve_worker.c);
+ * comm as rt_generate's. */
+int rt_serve_worker(program *p, const rt_generate_options *o, struct rt_comm *comm);
 
 /* The next token from logits[V] (f32) by o's rule, drawing from r when
  * sampling; probs: V floats and order: V ints of scratch. */

@@ -746,7 +746,7 @@ static int inference_main(program *p, int argc, char **argv)
         }
         peers = &comm;
     }
-    rc = o.serve ? rt_serve_worker(p, &o) : rt_generate(p, &o, peers);
+    rc = o.serve ? rt_serve_worker(p, &o, peers) : rt_generate(p, &o, peers);
     if (peers)
         rt_comm_close(peers);
     program_free(p);

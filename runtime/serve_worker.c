@@ -23,6 +23,12 @@
  * Requests wait in arrival order while every row is busy.  Standard input
  * closed: the worker finishes what it has and exits 0.
  *
+ * Over several devices (a pipeline's stages, fusionc serve starting each)
+ * the last stage leads: it reads the requests, draws and writes the
+ * tokens, and sends every step's command (its phase, and the rows' tokens
+ * and positions) to the other stages, which run it (serve_steps below);
+ * the activations cross the sealed links as in training.
+ *
  * What it deliberately is not: an HTTP server or a tokenizer (fusionc
  * serve is both, tools/serve.c). */
 #include <errno.h>
@@ -38,6 +44,8 @@
 
 #include "../ir/ir.h"
 #include "checkpoint.h"
+#include "comm/comm.h"
+#include "comm/hub.h"
 #include "cpu/half.h"
 #include "generate.h"
 #include "program.h"
@@ -150,9 +158,10 @@ static struct {
     int eof;
 } in;
 
-/* The next whole line into *line (malloc'd, without its newline), without
- * blocking when wait is 0: 1 a line, 0 none yet, -1 end of input. */
-static int read_line(int wait, char **line)
+/* The next whole line into *line (malloc'd, without its newline), waiting
+ * up to wait_ms for one (-1: as long as it takes): 1 a line, 0 none yet,
+ * -1 end of input. */
+static int read_line(int wait_ms, char **line)
 {
     for (;;) {
         char *nl = in.n ? memchr(in.buf, '\n', in.n) : NULL;
@@ -170,7 +179,10 @@ static int read_line(int wait, char **line)
         if (in.eof)
             return -1;
         struct pollfd pfd = { .fd = 0, .events = POLLIN };
-        if (!wait && poll(&pfd, 1, 0) <= 0)
+        int ready = poll(&pfd, 1, wait_ms);
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready == 0)
             return 0;
         if (in.n + 4096 > in.cap) {
             char *grown = realloc(in.buf, in.cap * 2 + 8192);
@@ -188,21 +200,120 @@ static int read_line(int wait, char **line)
     }
 }
 
-/* The prompt step (passes/prefill.c: P tokens a row at once), for the
- * rows with two or more prompt tokens before their last: up to P of them
- * each, at their positions (a short chunk repeats its last token at its
- * position).  Every other row is fed token 0 at position ctx - 1, a cache
- * row it writes itself before it ever reads it (a token attends to rows
- * up to its own position).  A row's last prompt token is left to the
- * one-token step, which draws from it.  Returns the rows it advanced, or
- * -1 said. */
-static int64_t prefill_rows(program *p, row *rows, int64_t B, int64_t ctx, int32_t tokens, int32_t positions)
+/* ---- the steps, on one device or over a pipeline ------------------------------- */
+
+/* A step's command.  The leader (the last stage: it has the logits and
+ * reads the requests) fills it, sends it to every other stage of the
+ * pipeline, and each stage runs it: the first feeds its tokens and
+ * positions, every one runs its phase (the activations and positions
+ * cross the links as in training).
+ *   cmd[0]           PHASE_FORWARD (k = B tokens), PHASE_PREFILL (k = B P),
+ *                    SERVE_IDLE (nothing: the leader has waited a while, and
+ *                    the others must not take the silence for a stall) or
+ *                    SERVE_END
+ *   cmd[1, 1 + k)    the tokens, row-major (B, 1) or (B, P)
+ *   cmd[1 + k, ...)  their positions */
+enum { SERVE_END = -1, SERVE_IDLE = 0 };
+#define SERVE_COMMAND_TAG (-2002)
+#define SERVE_IDLE_MS     60000 /* well inside the links' stall timeout */
+
+typedef struct {
+    program *p;
+    struct rt_comm *comm;                                         /* NULL on one device */
+    int32_t tokens, positions, prefill_tokens, prefill_positions; /* the first stage's inputs; -1 elsewhere */
+    int64_t B, P;
+    int32_t *cmd;  /* 1 + 2 B max(P, 1) */
+    int64_t steps; /* commands so far: each one's messages carry its number */
+} serve_steps;
+
+static int64_t command_tokens(const serve_steps *s, int32_t phase)
 {
-    int64_t P = p->manifest.prefill, advanced = 0;
-    int32_t *tok = (int32_t *)(p->arena + p->tensors[tokens].t.offset);
-    int32_t *pos = (int32_t *)(p->arena + p->tensors[positions].t.offset);
+    return phase == PHASE_PREFILL ? s->B * s->P : phase == PHASE_FORWARD ? s->B : 0;
+}
+
+static uint64_t command_bytes(const serve_steps *s, int32_t phase)
+{
+    return (uint64_t)(1 + 2 * command_tokens(s, phase)) * sizeof *s->cmd;
+}
+
+/* Run s->cmd on this stage.  0, or 1 said. */
+static int run_command(serve_steps *s)
+{
+    program *p = s->p;
+    int32_t phase = s->cmd[0];
+    if (phase != PHASE_FORWARD && phase != PHASE_PREFILL)
+        return 0;
+    int64_t k = command_tokens(s, phase);
+    int32_t tokens = phase == PHASE_PREFILL ? s->prefill_tokens : s->tokens;
+    int32_t positions = phase == PHASE_PREFILL ? s->prefill_positions : s->positions;
+    if (tokens >= 0) {
+        memcpy(p->arena + p->tensors[tokens].t.offset, s->cmd + 1, (size_t)k * sizeof *s->cmd);
+        memcpy(p->arena + p->tensors[positions].t.offset, s->cmd + 1 + k, (size_t)k * sizeof *s->cmd);
+    }
+    rt_context cx = {
+        .step = s->steps, .micro_batch = 0, .phase = phase, .comm = s->comm, .cuda = p->cuda, .loss_weight = 1.0f
+    };
+    if ((phase == PHASE_PREFILL ? fusion_prefill : fusion_forward)(p->arena, &cx) != 0)
+        return fail("%s: a serving %sstep: %s", p->manifest.device, phase == PHASE_PREFILL ? "prompt " : "", cx.msg);
+    return 0;
+}
+
+/* The leader: s->cmd to every other stage, then run here.  0, or 1 said. */
+static int lead(serve_steps *s)
+{
+    const rt_manifest *m = &s->p->manifest;
+    s->steps++;
+    fu_msg_info info = { .kind = MSG_ACTIVATION,
+                         .step = s->steps,
+                         .micro_batch = 0,
+                         .tensor = SERVE_COMMAND_TAG,
+                         .codec = FU_CODEC_RAW_F32,
+                         .length = command_bytes(s, s->cmd[0]) };
+    char why[400];
+    for (int32_t st = 0; st + 1 < m->n_stages; st++)
+        if (fu_hub_send(s->comm->hub, s->p->placement[st * m->n_replicas + m->replica], &info, s->cmd, why,
+                        sizeof why) != 0)
+            return fail("%s: sending a serving step: %s", m->device, why);
+    return run_command(s);
+}
+
+/* A stage other than the leader: run the leader's commands until its
+ * end.  0, or 1 said. */
+static int follow(serve_steps *s)
+{
+    const rt_manifest *m = &s->p->manifest;
+    int32_t leader = s->p->placement[(m->n_stages - 1) * m->n_replicas + m->replica];
+    char why[400];
+    for (;;) {
+        s->steps++;
+        fu_msg_info want = { .kind = MSG_ACTIVATION, .step = s->steps, .micro_batch = 0, .tensor = SERVE_COMMAND_TAG };
+        uint64_t length = 0;
+        if (fu_hub_recv_upto(s->comm->hub, leader, &want, s->cmd, command_bytes(s, PHASE_PREFILL), &length, why,
+                             sizeof why) != 0)
+            return fail("%s: receiving a serving step: %s", m->device, why);
+        if (length < sizeof *s->cmd || length != command_bytes(s, s->cmd[0]))
+            return fail("%s: a serving step of %llu bytes, not a command", m->device, (unsigned long long)length);
+        if (s->cmd[0] == SERVE_END)
+            return 0;
+        if (run_command(s))
+            return 1;
+    }
+}
+
+/* The prompt step (passes/prefill.c: P tokens a row at once) into
+ * s->cmd, for the rows with two or more prompt tokens before their last:
+ * up to P of them each, at their positions (a short chunk repeats its
+ * last token at its position).  Every other row is fed token 0 at
+ * position ctx - 1, a cache row it writes itself before it ever reads it
+ * (a token attends to rows up to its own position).  A row's last prompt
+ * token is left to the one-token step, which draws from it. */
+static void prefill_command(serve_steps *s, const row *rows, int64_t ctx)
+{
+    int64_t B = s->B, P = s->P;
+    int32_t *tok = s->cmd + 1, *pos = s->cmd + 1 + B * P;
+    s->cmd[0] = PHASE_PREFILL;
     for (int64_t b = 0; b < B; b++) {
-        row *w = &rows[b];
+        const row *w = &rows[b];
         int64_t n = w->busy ? w->n_prompt - 1 - w->at : 0;
         n = n < 2 ? 0 : n < P ? n : P;
         for (int64_t j = 0; j < P; j++) {
@@ -211,18 +322,16 @@ static int64_t prefill_rows(program *p, row *rows, int64_t B, int64_t ctx, int32
             pos[b * P + j] = n > 0 ? (int32_t)(w->at + k) : (int32_t)(ctx - 1);
         }
     }
-    rt_context cx = { .step = 1, .micro_batch = 0, .phase = PHASE_PREFILL, .cuda = p->cuda, .loss_weight = 1.0f };
-    if (fusion_prefill(p->arena, &cx) != 0) {
-        fail("%s: a serving prompt step: %s", p->manifest.device, cx.msg);
-        return -1;
-    }
+}
+
+/* After the prompt step: each row it fed is that much further. */
+static void prefill_advance(row *rows, int64_t B, int64_t P)
+{
     for (int64_t b = 0; b < B; b++) {
-        row *w = &rows[b];
-        int64_t n = w->busy ? w->n_prompt - 1 - w->at : 0;
+        int64_t n = rows[b].busy ? rows[b].n_prompt - 1 - rows[b].at : 0;
         if (n >= 2)
-            w->at += n < P ? n : P, advanced++;
+            rows[b].at += n < P ? n : P;
     }
-    return advanced;
 }
 
 /* Whether the prompt step pays now: it costs t_prefill (measured; 0
@@ -239,53 +348,36 @@ static int prefill_pays(const row *rows, int64_t B, int64_t P, double t_step, do
     return most >= 2 && (double)most * t_step >= t_prefill;
 }
 
-int rt_serve_worker(program *p, const rt_generate_options *o)
+/* The leader's loop: requests in, tokens out (the file's comment). */
+static int serve_requests(serve_steps *s, const rt_generate_options *o, int64_t ctx)
 {
+    program *p = s->p;
     const rt_manifest *m = &p->manifest;
-    int32_t tokens = -1, positions = -1, prefill_tokens = -1, prefill_positions = -1;
-    for (int32_t i = 0; i < m->n_tensors; i++) {
-        if (p->tensors[i].role != ROLE_INPUT)
-            continue;
-        int32_t feed = p->tensors[i].feed;
-        if (feed == RT_FEED_TOKENS)
-            tokens = i;
-        else if (feed == RT_FEED_POSITIONS)
-            positions = i;
-        else if (feed == RT_FEED_PREFILL_TOKENS)
-            prefill_tokens = i;
-        else if (feed == RT_FEED_PREFILL_POSITIONS)
-            prefill_positions = i;
-    }
-    if (m->output < 0 || tokens < 0 || positions < 0)
-        return fail("%s: not a whole inference program on one device", m->device);
     const rt_tensor_info *out = &p->tensors[m->output];
-    int64_t B = p->tensors[tokens].t.dim[0], V = out->t.dim[out->t.rank - 1], ctx = 0;
-    for (int32_t i = 0; i < m->n_tensors; i++)
-        if (p->tensors[i].role == ROLE_STATE && p->tensors[i].t.rank == 3)
-            ctx = p->tensors[i].t.dim[1];
-    if (read_init_weights(p, o->init, o->n_init, 0))
-        return 1;
+    int64_t B = s->B, V = out->t.dim[out->t.rank - 1], per_row = rt_tensor_numel(&out->t) / B;
     row *rows = calloc((size_t)B, sizeof *rows);
     float *logits = malloc((size_t)V * 2 * sizeof *logits);
     int32_t *order = malloc((size_t)V * sizeof *order);
     char **queue = NULL, *line = NULL;
     size_t n_queue = 0, cap_queue = 0;
-    if (!rows || !logits || !order)
+    if (!rows || !logits || !order) {
+        free(rows), free(logits), free(order);
         return fail("out of memory for %lld rows of %lld logits", (long long)B, (long long)V);
-    fprintf(stderr, "fusion: serving: %lld rows, a context of %lld tokens, %lld ids\n", (long long)B, (long long)ctx,
-            (long long)V);
+    }
+    fprintf(stderr, "fusion: serving: %lld rows, a context of %lld tokens, %lld ids, %d stage%s\n", (long long)B,
+            (long long)ctx, (long long)V, (int)m->n_stages, m->n_stages > 1 ? "s" : "");
     int ended = 0, rc = 0;
     double t_step = 0.0, t_prefill = 0.0; /* seconds: what prefill_pays weighs */
-    int32_t *tok = (int32_t *)(p->arena + p->tensors[tokens].t.offset);
-    int32_t *pos = (int32_t *)(p->arena + p->tensors[positions].t.offset);
-    int64_t per_row = rt_tensor_numel(&out->t) / B;
     while (rc == 0) {
         int64_t busy = 0;
         for (int64_t b = 0; b < B; b++)
             busy += rows[b].busy;
-        /* Take what has come (waiting only when there is nothing to do). */
-        int got;
-        while (!ended && (got = read_line(busy == 0 && n_queue == 0, &line)) != 0) {
+        /* Take what has come (waiting only when there is nothing to do:
+         * over several devices, a while, then an idle step). */
+        int idle = busy == 0 && n_queue == 0, got;
+        int wait_ms = !idle ? 0 : m->n_stages > 1 ? SERVE_IDLE_MS : -1;
+        while (!ended && (got = read_line(wait_ms, &line)) != 0) {
+            wait_ms = 0;
             if (got < 0) {
                 ended = 1;
                 break;
@@ -318,27 +410,29 @@ int rt_serve_worker(program *p, const rt_generate_options *o)
         if (busy == 0) {
             if (ended && n_queue == 0)
                 break;
+            if (idle && !ended && m->n_stages > 1) {
+                s->cmd[0] = SERVE_IDLE;
+                rc = lead(s);
+            }
             continue;
         }
-        if (prefill_tokens >= 0 && prefill_pays(rows, B, m->prefill, t_step, t_prefill)) {
+        if (s->P > 0 && prefill_pays(rows, B, s->P, t_step, t_prefill)) {
             double t0 = now();
-            if (prefill_rows(p, rows, B, ctx, prefill_tokens, prefill_positions) < 0) {
-                rc = 1;
+            prefill_command(s, rows, ctx);
+            if ((rc = lead(s)) != 0)
                 break;
-            }
+            prefill_advance(rows, B, s->P);
             t_prefill = now() - t0;
         }
         double t0 = now();
+        s->cmd[0] = PHASE_FORWARD;
         for (int64_t b = 0; b < B; b++) {
             row *w = &rows[b];
-            tok[b] = !w->busy ? 0 : w->at < w->n_prompt ? w->prompt[w->at] : w->last;
-            pos[b] = w->busy ? (int32_t)w->at : 0;
+            s->cmd[1 + b] = !w->busy ? 0 : w->at < w->n_prompt ? w->prompt[w->at] : w->last;
+            s->cmd[1 + B + b] = w->busy ? (int32_t)w->at : 0;
         }
-        rt_context cx = { .step = 1, .micro_batch = 0, .phase = PHASE_FORWARD, .cuda = p->cuda, .loss_weight = 1.0f };
-        if (fusion_forward(p->arena, &cx) != 0) {
-            rc = fail("%s: a serving step: %s", m->device, cx.msg);
+        if ((rc = lead(s)) != 0)
             break;
-        }
         t_step = t_step > 0 ? 0.8 * t_step + 0.2 * (now() - t0) : now() - t0; /* the one-token step's recent cost */
         for (int64_t b = 0; b < B; b++) {
             row *w = &rows[b];
@@ -368,16 +462,70 @@ int rt_serve_worker(program *p, const rt_generate_options *o)
         }
         fflush(stdout);
     }
+    if (m->n_stages > 1) { /* the others end too (after an error, the links' abort tells them) */
+        s->cmd[0] = SERVE_END;
+        if (rc == 0)
+            rc = lead(s);
+    }
     for (int64_t b = 0; b < B; b++)
         free(rows[b].prompt);
     for (size_t k = 0; k < n_queue; k++)
         free(queue[k]);
     free(queue);
     free(line);
-    free(in.buf);
-    memset(&in, 0, sizeof in);
     free(rows);
     free(logits);
     free(order);
+    return rc;
+}
+
+int rt_serve_worker(program *p, const rt_generate_options *o, struct rt_comm *comm)
+{
+    const rt_manifest *m = &p->manifest;
+    int leader = m->stage == m->n_stages - 1;
+    serve_steps s = { .p = p,
+                      .comm = comm,
+                      .tokens = -1,
+                      .positions = -1,
+                      .prefill_tokens = -1,
+                      .prefill_positions = -1,
+                      .P = m->prefill };
+    for (int32_t i = 0; i < m->n_tensors; i++) {
+        if (p->tensors[i].role != ROLE_INPUT)
+            continue;
+        int32_t feed = p->tensors[i].feed;
+        if (feed == RT_FEED_TOKENS)
+            s.tokens = i;
+        else if (feed == RT_FEED_POSITIONS)
+            s.positions = i;
+        else if (feed == RT_FEED_PREFILL_TOKENS)
+            s.prefill_tokens = i;
+        else if (feed == RT_FEED_PREFILL_POSITIONS)
+            s.prefill_positions = i;
+    }
+    /* B: the rows of a step (every stage's manifest counts the tokens a step: B, one a row). */
+    s.B = m->tokens_per_step / (m->micro_batches > 0 ? m->micro_batches : 1) / (m->n_replicas > 0 ? m->n_replicas : 1);
+    int64_t ctx = 0;
+    for (int32_t i = 0; i < m->n_tensors; i++)
+        if (p->tensors[i].role == ROLE_STATE && p->tensors[i].t.rank == 3)
+            ctx = p->tensors[i].t.dim[1];
+    if ((m->stage == 0 && (s.tokens < 0 || s.positions < 0 || (s.P > 0 && s.prefill_tokens < 0))) ||
+        (leader && m->output < 0) || s.B < 1 || (m->n_stages > 1 && !comm))
+        return fail("%s: not an inference program a server runs", m->device);
+    if (m->n_replicas > 1)
+        return fail("%s: a plan of %d replicas a stage; a server runs one (compile with --replicas 1)", m->device,
+                    (int)m->n_replicas);
+    if (read_init_weights(p, o->init, o->n_init, 0))
+        return 1;
+    s.cmd = malloc((size_t)command_bytes(&s, PHASE_PREFILL) + (size_t)command_bytes(&s, PHASE_FORWARD));
+    if (!s.cmd)
+        return fail("out of memory for a step of %lld rows", (long long)s.B);
+    int rc = leader ? serve_requests(&s, o, ctx) : follow(&s);
+    char why[400];
+    if (rc == 0 && comm && fu_hub_flush(comm->hub, why, sizeof why) != 0)
+        rc = fail("%s: %s", m->device, why);
+    free(s.cmd);
+    free(in.buf);
+    memset(&in, 0, sizeof in);
     return rc;
 }

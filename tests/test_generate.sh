@@ -157,6 +157,11 @@ grep -q "^prefill_output prefill.logits$" "$work/inf.fir" &&
 "$FUSIONC" compile models/llama.xml "${llama[@]}" clusters/local-1.xml --prefill 8 -o "$work/bad.out" >"$work/bad" 2>&1
 expect_eq "--prefill without --inference: exit status" 1 $?
 grep -q -- "--prefill needs an inference program (--inference)" "$work/bad" && pass || fail "no --prefill error: $(cat "$work/bad")"
+"$FUSIONC" compile models/llama.xml "${llama[@]}" --set batch=4 --set seq=1 clusters/local-4.xml --inference \
+  --replicas 2 -o "$work/bad.out" >"$work/bad" 2>&1
+expect_eq "--inference with --replicas 2: exit status" 1 $?
+grep -q "an inference program runs its rows as one micro-batch on one replica a stage" "$work/bad" && pass ||
+  fail "no replicas error: $(cat "$work/bad")"
 run --prompt "$prompt" --prompt-ids 1,2 >"$work/bad" 2>&1
 expect_eq "both prompts: exit status" 2 $?
 grep -q "expected one of --prompt TEXT and --prompt-ids IDS" "$work/bad" && pass || fail "no both-prompts error: $(cat "$work/bad")"

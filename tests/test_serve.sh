@@ -14,7 +14,11 @@
 #  - bad input gets its 4xx with a JSON error and the next request is
 #    answered: bad JSON (400), a field of the wrong type (400), a body over
 #    --max-body (413), a prompt longer than the context (400), an unknown
-#    route (404); with --api-key, 401 without the bearer and 200 with it.
+#    route (404);
+#  - over two stages of local-4 (the last one the worker, the first taking
+#    its steps over a sealed link), with --api-key: 401 without the bearer
+#    and 200 with it; five concurrent completions, each generate's text;
+#    no device program left when the server stops.
 . "$(dirname "$0")/lib.sh"
 build=${FUSION_BUILD_DIR:?}
 claim_ports
@@ -121,13 +125,14 @@ grep -q "the prompt is 100 tokens: it must be 1 to the context's 64" "$work/err"
 expect_eq "an unknown route: status" 404 "$(status "$url/embeddings" -d '{}')"
 expect_eq "the next request is answered" 200 "$(status "$url/completions" -d '{"prompt": "GNU", "max_tokens": 3}')"
 
-# ---- a bearer key
+# ---- over two stages of local-4 (two processes, the activations over a
+# sealed link), with a bearer key
 kill $server 2>/dev/null
 wait $server 2>/dev/null
 port=$((ports + 2))
 url=http://127.0.0.1:$port/v1
-"$FUSIONC" serve "${llama[@]}" clusters/local-1.xml --init "$work/hf" --port $port --api-key s3cret \
-  >"$work/serve2.log" 2>&1 &
+"$FUSIONC" serve "${llama[@]}" clusters/local-4.xml --stages 2 --compress none --port-base $((ports + 10)) \
+  --init "$work/hf" --port $port --api-key s3cret >"$work/serve2.log" 2>&1 &
 server=$!
 up_key() { for _ in $(seq 100); do curl -sf -H "Authorization: Bearer s3cret" "$url/models" >/dev/null 2>&1 && return 0
   sleep 0.1; done; return 1; }
@@ -135,4 +140,22 @@ up_key && pass || fail "the keyed server did not come up: $(cat "$work/serve2.lo
 expect_eq "no bearer key: status" 401 "$(status "$url/completions" -d '{"prompt": "GNU", "max_tokens": 2}')"
 expect_eq "the bearer key: status" 200 \
   "$(status -H "Authorization: Bearer s3cret" "$url/completions" -d '{"prompt": "GNU", "max_tokens": 2}')"
+grep -q "fusion: serving: 4 rows, a context of 64 tokens, 256 ids, 2 stages" "$work/serve2.log" && pass ||
+  fail "the worker is not the last of two stages: $(cat "$work/serve2.log")"
+clients=()
+for i in 1 2 3 4 5; do
+  curl -s -H "Authorization: Bearer s3cret" "$url/completions" -d "$body" >"$work/two$i" &
+  clients+=($!)
+done
+wait "${clients[@]}"
+for i in 1 2 3 4 5; do
+  "$py" -c "import json, sys; print(json.load(open(sys.argv[1]))['choices'][0]['text'])" "$work/two$i" \
+    >"$work/two$i.text" 2>&1
+done
+expect_eq "two stages: five concurrent completions, each generate's text" \
+  "$(for i in 1 2 3 4 5; do echo "$want"; done)" "$(cat "$work"/two[1-5].text)"
+kill $server 2>/dev/null
+wait $server 2>/dev/null
+[ -z "$(pgrep -f "$work/cache/generate/.*/fusion-cpu[0-9]")" ] && pass ||
+  fail "device programs left running after the server: $(pgrep -fa "$work/cache/generate")"
 finish

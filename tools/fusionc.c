@@ -35,6 +35,7 @@
 #include "baseline.h"
 #include "broker.h"
 #include "diloco.h"
+#include "model_input.h"
 #include "options.h"
 #include "plan_report.h"
 #include "profile.h"
@@ -158,67 +159,6 @@ static const cli_usage passes_usage = {
 };
 /* clang-format on */
 
-/* ---- reading inputs ------------------------------------------------------ */
-
-typedef enum { INPUT_MODEL, INPUT_CLUSTER, INPUT_IR } input_kind;
-
-/* Text IR is a .fir file or starts with "fusion-ir" (after blank and
- * '#' comment lines); XML documents are told apart by their root element. */
-static int classify(const char *path, const char *buf, size_t len, input_kind *kind, struct diag *err)
-{
-    size_t skip = 0, path_len = strlen(path);
-    for (;;) {
-        while (skip < len && (buf[skip] == ' ' || buf[skip] == '\n' || buf[skip] == '\t' || buf[skip] == '\r'))
-            skip++;
-        if (skip >= len || buf[skip] != '#')
-            break;
-        while (skip < len && buf[skip] != '\n')
-            skip++;
-    }
-    if ((len - skip >= 9 && memcmp(buf + skip, "fusion-ir", 9) == 0) ||
-        (path_len > 4 && strcmp(path + path_len - 4, ".fir") == 0)) {
-        *kind = INPUT_IR;
-        return 0;
-    }
-    xmlDocPtr doc = xml_read(path, buf, len, err);
-    if (!doc)
-        return -1;
-    xmlNodePtr root = xmlDocGetRootElement(doc);
-    const char *name = root ? (const char *)root->name : "";
-    int rc = 0;
-    if (strcmp(name, "model") == 0)
-        *kind = INPUT_MODEL;
-    else if (strcmp(name, "cluster") == 0)
-        *kind = INPUT_CLUSTER;
-    else
-        rc = diag_set(err, path, root ? xml_line(root) : 1, "expected a <model> or a <cluster> document, found <%s>",
-                      name);
-    xmlFreeDoc(doc);
-    return rc;
-}
-
-/* Load a model XML or text IR into g (frontend only, no passes). */
-static int load_graph(const char *path, const options *o, ir_graph *g, struct diag *err)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    input_kind kind;
-    ir_graph_init(g);
-    if (xml_read_file(path, &buf, &len, err))
-        return -1;
-    int rc = classify(path, buf, len, &kind, err);
-    if (rc == 0 && kind == INPUT_CLUSTER)
-        rc = diag_set(err, path, 0, "this is a cluster file; expected a model");
-    if (rc == 0 && kind == INPUT_IR && o->sets.n > 0)
-        rc = diag_set(err, path, 0, "--set applies to model XML files, not to text IR");
-    if (rc == 0 && kind == INPUT_IR)
-        rc = ir_graph_parse(buf, len, path, g, err);
-    if (rc == 0 && kind == INPUT_MODEL)
-        rc = model_load_memory(buf, len, path, o->sets.v, o->sets.n, g, err);
-    free(buf);
-    return rc;
-}
-
 /* ---- output -------------------------------------------------------------- */
 
 /* `path` (whole or not at all: atomic_file.h), or stdout when path is NULL. */
@@ -278,7 +218,7 @@ static int cmd_check(int argc, char **argv)
         char *buf = NULL;
         size_t len = 0;
         input_kind kind;
-        int ok = xml_read_file(path, &buf, &len, &err) == 0 && classify(path, buf, len, &kind, &err) == 0;
+        int ok = xml_read_file(path, &buf, &len, &err) == 0 && model_input_classify(path, buf, len, &kind, &err) == 0;
         if (ok && kind == INPUT_CLUSTER) {
             cluster c;
             ok = cluster_load_memory(buf, (int)len, path, &c, &err) == 0;
@@ -338,7 +278,7 @@ static int cmd_stats(int argc, char **argv)
     ir_graph g;
     model_stats s;
     pass_options dump;
-    if (load_graph(o.files[0], &o, &g, &err) || pass_run_pipeline(&g, dump_ir_options(&o, &dump), &err) ||
+    if (model_input_load(o.files[0], &o, &g, &err) || pass_run_pipeline(&g, dump_ir_options(&o, &dump), &err) ||
         model_stats_compute(&g, &s, &err)) {
         diag_print(&err);
         ir_graph_free(&g);
@@ -391,7 +331,7 @@ static int load_with_batch(const char *path, const options *o, int64_t rows, ir_
     snprintf(batch, sizeof batch, "batch=%lld", (long long)rows);
     if (rows > 0 && settings_add(&with.sets, batch))
         return diag_set(err, path, 0, "too many --set options to add the micro-batch size");
-    return load_graph(path, &with, g, err);
+    return model_input_load(path, &with, g, err);
 }
 
 /* Build, place and compile-ready (every pass) the model for cluster c.
@@ -424,13 +364,19 @@ static int build_placed(const options *o, const char *model_path, const cluster 
                         "--stages and --replicas choose among opfence's plans; uniform always "
                         "uses every device as one stage");
     ir_graph_init(g);
-    if (load_graph(model_path, o, g, err))
+    if (model_input_load(model_path, o, g, err))
         return -1;
     int64_t B = global_batch(g);
     int M = o->micro_batches;
+    /* An inference step is all its rows at once, on one pipeline (the
+     * runtime draws from each row's logits after every step). */
+    if (o->inference && (M > 1 || o->replicas > 1))
+        return diag_set(err, model_path, 0,
+                        "an inference program runs its rows as one micro-batch on one replica a stage "
+                        "(leave out --micro-batches and --replicas, or give 1)");
     if (M == 0) {
         M = 1;
-        for (int k = 4; B > 0 && k > 1 && c->n_devices > 1 && M == 1; k--)
+        for (int k = 4; B > 0 && k > 1 && c->n_devices > 1 && M == 1 && !o->inference; k--)
             if (B % k == 0)
                 M = k;
     }
@@ -439,7 +385,7 @@ static int build_placed(const options *o, const char *model_path, const cluster 
     if (B > 0 && B % M != 0)
         return diag_set(err, model_path, 0, "the batch (%lld) does not split into %d micro-batches", (long long)B, M);
     popt.micro_batches = M;
-    popt.max_replicas = B > 0 ? 0 : 1;
+    popt.max_replicas = B > 0 && !o->inference ? 0 : 1;
     popt.plan_out = plan;
     popt.last_pass = "fence";
     ir_graph_free(g);
@@ -566,7 +512,7 @@ static int cmd_dump(int argc, char **argv)
     struct diag err = { 0 };
     ir_graph g;
     ir_graph_init(&g);
-    if (o.n_files == 1 && load_graph(o.files[0], &o, &g, &err)) {
+    if (o.n_files == 1 && model_input_load(o.files[0], &o, &g, &err)) {
         diag_print(&err);
         return 1;
     }
@@ -663,7 +609,7 @@ static int diloco_applies(const options *o, int simulated, cluster *c, diloco_pl
     ir_graph_init(&g);
     peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
     *rc = cluster_require_peak(c, kind, err) || cluster_require_peak(c, PEAK_FP32, err) ||
-                  load_graph(o->files[0], o, &g, err) ||
+                  model_input_load(o->files[0], o, &g, err) ||
                   diloco_plan_make(c, o, global_batch(&g), place_rows_on_site, (void *)o,
                                    simulated ? simulated_step : estimated_step, simulated ? "simulated" : "estimated",
                                    dp, err)

@@ -24,14 +24,18 @@
  *   the reader   one thread reads the worker's lines and hands each
  *                token to its request (a mutex and a condition each).
  *
+ * Over several devices (--stages) it starts every device program: the
+ * last stage is the worker, the others take its steps over their links.
+ *
  * What it deliberately is not: Jinja (a tokenizer's chat_template is not
- * evaluated: the plain template serves every model), several workers, or
+ * evaluated: the plain template serves every model), several replicas, or
  * a process that outlives its worker (a worker that dies ends the server).
  */
 #define _GNU_SOURCE
 #include "serve.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -50,8 +54,9 @@
 #include "../tokenizer/tokenizer.h"
 #include "inference_bundle.h"
 
-#define SERVE_MAX_INIT 8
-#define SERVE_MAX_STOP 4
+#define SERVE_MAX_INIT    8
+#define SERVE_MAX_STOP    4
+#define SERVE_MAX_DEVICES 64
 
 typedef struct {
     const char *init[SERVE_MAX_INIT];
@@ -678,19 +683,15 @@ int serve_main(int argc, char **argv)
     }
     char dir[FU_PATH_BYTES], prog[FU_PATH_BYTES + 700], name[256] = "model";
     int rc = inference_compile_cached(o.forward, o.n_forward, o.rows, "fusionc serve", dir, sizeof dir);
-    inference_program found[2];
-    int n_found = 0;
+    static inference_program found[SERVE_MAX_DEVICES];
+    int n_found = 0, leader = 0;
     if (rc == 0)
-        rc = inference_find_programs(dir, "fusionc serve", found, 2, &n_found);
-    if (rc == 0 && n_found != 1) {
-        fprintf(stderr,
-                "fusionc serve: %s: a plan of several devices; serving over several is not built yet "
-                "(give a cluster of one device, or --stages 1 --replicas 1)\n",
-                dir);
-        rc = 1;
-    }
+        rc = inference_find_programs(dir, "fusionc serve", found, SERVE_MAX_DEVICES, &n_found);
+    for (int d = 0; d < n_found; d++) /* the last stage leads: the worker (runtime/serve_worker.c) */
+        if (found[d].stage == found[d].stages - 1)
+            leader = d;
     if (rc == 0)
-        snprintf(prog, sizeof prog, "%s", found[0].path);
+        snprintf(prog, sizeof prog, "%s", found[leader].path);
     if (rc) {
         tk_free(S.tk);
         return rc;
@@ -728,6 +729,21 @@ int serve_main(int argc, char **argv)
         close(to[1]), close(from[0]);
         execv(prog, args);
         _exit(127);
+    }
+    /* The other stages of a pipeline: they take the leader's steps over their links. */
+    pid_t others[SERVE_MAX_DEVICES];
+    for (int d = 0; d < n_found; d++) {
+        others[d] = -1;
+        if (d == leader)
+            continue;
+        args[0] = found[d].path;
+        if ((others[d] = fork()) == 0) {
+            int null = open("/dev/null", O_RDWR);
+            dup2(null, 0), dup2(null, 1);
+            close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+            execv(found[d].path, args);
+            _exit(127);
+        }
     }
     close(to[0]), close(from[1]);
     S.to_worker = fdopen(to[1], "w");
@@ -778,6 +794,16 @@ int serve_main(int argc, char **argv)
     pthread_mutex_unlock(&S.write);
     int status = 0;
     waitpid(S.worker, &status, 0);
+    for (int d = 0; d < n_found; d++) /* they end with the leader; one stuck is stopped */
+        if (others[d] > 0) {
+            int st, reaped = 0;
+            for (int k = 0; k < 50 && !(reaped = waitpid(others[d], &st, WNOHANG) != 0); k++)
+                usleep(100000);
+            if (!reaped) {
+                kill(others[d], SIGTERM);
+                waitpid(others[d], &st, 0);
+            }
+        }
     pthread_join(reader, NULL);
     fclose(from_worker);
     tk_free(S.tk);
