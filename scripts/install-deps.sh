@@ -22,6 +22,7 @@ packages=(
   graphviz                           # rendering `fusionc dump --format dot` in tests
   chromium                           # opening `fusionc dump --format html` headless in tests
   python3-torch                      # independent reference in tests and benchmarks
+  python3-jinja2                     # the chat-template test's reference (the engine transformers renders with)
   perl time                          # tests write token shards; benchmarks measure peak memory
   gnuplot-nox                        # bench/bench_adatopk.sh's loss curves (PNG)
   openssh-client rsync               # fusionc deploy and launch (ssh, rsync, scp)

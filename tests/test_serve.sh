@@ -18,6 +18,8 @@
 #  - over two stages of local-4 (the last one the worker, the first taking
 #    its steps over a sealed link), with --api-key: 401 without the bearer
 #    and 200 with it; five concurrent completions, each generate's text;
+#    with --chat-template, a chat answered as generate answers the
+#    template's text;
 #    no device program left when the server stops.
 . "$(dirname "$0")/lib.sh"
 build=${FUSION_BUILD_DIR:?}
@@ -132,7 +134,8 @@ wait $server 2>/dev/null
 port=$((ports + 2))
 url=http://127.0.0.1:$port/v1
 "$FUSIONC" serve "${llama[@]}" clusters/local-4.xml --stages 2 --compress none --port-base $((ports + 10)) \
-  --init "$work/hf" --port $port --api-key s3cret >"$work/serve2.log" 2>&1 &
+  --init "$work/hf" --port $port --api-key s3cret --chat-template tests/chat/templates/chatml.jinja \
+  >"$work/serve2.log" 2>&1 &
 server=$!
 up_key() { for _ in $(seq 100); do curl -sf -H "Authorization: Bearer s3cret" "$url/models" >/dev/null 2>&1 && return 0
   sleep 0.1; done; return 1; }
@@ -154,6 +157,17 @@ for i in 1 2 3 4 5; do
 done
 expect_eq "two stages: five concurrent completions, each generate's text" \
   "$(for i in 1 2 3 4 5; do echo "$want"; done)" "$(cat "$work"/two[1-5].text)"
+# --chat-template: a chat's prompt is the template's text (fusionc chat-template's)
+printf '[{"role": "user", "content": "GNU"}]' >"$work/chat.json"
+"$FUSIONC" chat-template --template tests/chat/templates/chatml.jinja --messages "$work/chat.json" >"$work/chat.prompt" ||
+  fail "chat-template"
+chat_ids=$(od -An -tu1 <"$work/chat.prompt" | tr -s ' \n' ',,' | sed 's/^,//;s/,$//') # its trailing newline too
+"$FUSIONC" generate "${llama[@]}" clusters/local-1.xml --init "$work/hf" --prompt-ids "$chat_ids" \
+  --max-tokens 8 --temperature 0 >"$work/chat.want" 2>/dev/null || fail "generate on the chat's prompt"
+curl -s -H "Authorization: Bearer s3cret" "$url/chat/completions" \
+  -d '{"messages": [{"role": "user", "content": "GNU"}], "max_tokens": 8, "temperature": 0}' >"$work/chat.got"
+expect_eq "--chat-template: the answer is generate's on the template's text" "$(cat "$work/chat.want")" \
+  "$("$py" -c "import json, sys; print(json.load(open(sys.argv[1]))['choices'][0]['message']['content'])" "$work/chat.got")"
 kill $server 2>/dev/null
 wait $server 2>/dev/null
 [ -z "$(pgrep -f "$work/cache/generate/.*/fusion-cpu[0-9]")" ] && pass ||

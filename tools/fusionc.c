@@ -35,6 +35,7 @@
 #include "baseline.h"
 #include "broker.h"
 #include "diloco.h"
+#include "chat_cmd.h"
 #include "model_input.h"
 #include "options.h"
 #include "plan_report.h"
@@ -868,6 +869,9 @@ static const command commands[] = {
     { "serve", "MODEL CLUSTER --init W", "an OpenAI-compatible HTTP server in front of the model's inference\n"
                                          "program (/v1/completions, /v1/chat/completions, streaming)",
       &serve_usage, serve_main },
+    { "chat-template", "TOKENIZER --messages F", "a conversation as the text a chat model is given (the tokenizer's\n"
+                                                 "Jinja chat template, as fusionc serve renders it)",
+      &chat_usage, chat_template_main },
     { "tokenize", "TOKENIZER FILE... -o OUT", "text files to one token shard with a Hugging Face tokenizer.json\n"
                                               "(and back: --decode)",
       &tokenize_usage, tokenize_main },

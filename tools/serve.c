@@ -13,22 +13,25 @@
  *                (--api-key); bodies up to --max-body bytes (413 above);
  *   the API      GET /v1/models; POST /v1/completions (prompt: a string)
  *                and /v1/chat/completions (messages: role and content,
- *                in a plain template, "role: content" lines and then
- *                "assistant:"), with max_tokens, temperature, top_p,
- *                seed, stop (a string or a list), stream (server-sent
+ *                through the chat template: --chat-template's, else the
+ *                tokenizer's tokenizer_config.json's, rendered as Hugging
+ *                Face renders it (tools/chat_template.c); else a plain one,
+ *                "role: content" lines and then "assistant:"), with
+ *                max_tokens, temperature, top_p, seed, stop (a string or
+ *                a list), stream (server-sent
  *                events, "data: [DONE]" at the end); the answers and
  *                chunks in OpenAI's shapes, usage counted in tokens.
  *                Bad JSON, a field of the wrong type, a prompt longer
- *                than the context: 400 with {"error": {"message", "type"}},
- *                and the server goes on.
+ *                than the context, a conversation the template refuses:
+ *                400 with {"error": {"message", "type"}}, and the server
+ *                goes on.
  *   the reader   one thread reads the worker's lines and hands each
  *                token to its request (a mutex and a condition each).
  *
  * Over several devices (--stages) it starts every device program: the
  * last stage is the worker, the others take its steps over their links.
  *
- * What it deliberately is not: Jinja (a tokenizer's chat_template is not
- * evaluated: the plain template serves every model), several replicas, or
+ * What it deliberately is not: a server of several replicas, or
  * a process that outlives its worker (a worker that dies ends the server).
  */
 #define _GNU_SOURCE
@@ -52,6 +55,7 @@
 
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 #include "../tokenizer/tokenizer.h"
+#include "chat_template.h"
 #include "inference_bundle.h"
 
 #define SERVE_MAX_INIT    8
@@ -61,7 +65,7 @@
 typedef struct {
     const char *init[SERVE_MAX_INIT];
     int n_init;
-    const char *host, *api_key, *tokenizer, *model_name;
+    const char *host, *api_key, *tokenizer, *model_name, *chat_template;
     int port, rows, threads;
     int64_t max_body;
     const char *forward[INFERENCE_MAX_FORWARD];
@@ -89,6 +93,9 @@ static const cli_option serve_table[] = {
       .help = "require \"Authorization: Bearer KEY\" (401 without it)" },
     { .name = "--tokenizer", .metavar = "PATH", CLI_NONEMPTY(serve_options, tokenizer),
       .help = "a Hugging Face tokenizer.json (or its folder); without one, bytes are ids" },
+    { .name = "--chat-template", .metavar = "FILE", CLI_NONEMPTY(serve_options, chat_template),
+      .help = "a Jinja chat template for /v1/chat/completions (default: the tokenizer's\n"
+              "tokenizer_config.json's, else \"role: content\" lines and \"assistant:\")" },
     { .name = "--model-name", .metavar = "NAME", CLI_NONEMPTY(serve_options, model_name),
       .help = "the model's id in the API (default: the model file's name)" },
     { .name = "--rows", .metavar = "B", CLI_INT(serve_options, rows), .lo = 1, .hi = 256,
@@ -138,6 +145,8 @@ static struct {
     pid_t worker;
     int worker_gone;
     tk_tokenizer *tk;
+    char *chat_template; /* --chat-template's, or the tokenizer's; NULL: the plain one */
+    cJSON *chat_context; /* the special tokens it sees (bos_token, ...) */
     const serve_options *o;
     int64_t ctx;
     const char *model;
@@ -485,16 +494,30 @@ static char *prompt_of(const cJSON *body, int chat, char *why, size_t n)
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
     if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
         return snprintf(why, n, "'messages' must be a non-empty list of {role, content}"), NULL;
-    tk_bytes t = { 0 };
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs)
     {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"),
                     *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
-            free(t.v);
+        if (!cJSON_IsString(role) || !cJSON_IsString(content))
             return snprintf(why, n, "each message needs a string 'role' and a string 'content'"), NULL;
-        }
+    }
+    if (S.chat_template) { /* the model's own template (tools/chat_template.c) */
+        cJSON *context = cJSON_Duplicate(S.chat_context, 1);
+        char *text = NULL;
+        if (!context || !cJSON_AddItemReferenceToObject(context, "messages", (cJSON *)msgs) ||
+            !cJSON_AddBoolToObject(context, "add_generation_prompt", 1))
+            snprintf(why, n, "out of memory");
+        else /* NULL: why says (the template's refusal, or its error) */
+            text = chat_template_render(S.chat_template, context, why, n);
+        cJSON_Delete(context);
+        return text;
+    }
+    tk_bytes t = { 0 };
+    cJSON_ArrayForEach(m, msgs)
+    {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"),
+                    *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         tk_bytes_append(&t, role->valuestring, (int64_t)strlen(role->valuestring));
         tk_bytes_append(&t, ": ", 2);
         tk_bytes_append(&t, content->valuestring, (int64_t)strlen(content->valuestring));
@@ -656,6 +679,49 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
 
 /* ---- the command ------------------------------------------------------------------------ */
 
+/* The chat template: --chat-template's file, else the tokenizer's (and
+ * its special tokens either way).  0, or -1 with why. */
+static int load_chat_template(const serve_options *o, char *why, size_t n)
+{
+    if (!(S.chat_context = cJSON_CreateObject()))
+        return snprintf(why, n, "out of memory"), -1;
+    if (o->tokenizer && chat_template_load(o->tokenizer, &S.chat_template, S.chat_context, why, n) != 0)
+        return -1;
+    if (o->chat_template) {
+        free(S.chat_template);
+        FILE *f = fopen(o->chat_template, "rb");
+        tk_bytes t = { 0 };
+        char buf[4096];
+        size_t got;
+        while (f && (got = fread(buf, 1, sizeof buf, f)) > 0)
+            tk_bytes_append(&t, buf, (int64_t)got);
+        if (f)
+            fclose(f);
+        tk_bytes_append(&t, "", 1);
+        S.chat_template = t.v;
+        if (!f || !t.v)
+            return snprintf(why, n, "--chat-template %s: cannot read it", o->chat_template), -1;
+    }
+    if (!S.chat_template)
+        return 0;
+    /* A template that fails on a lone user message (not one that refuses
+     * it) is refused now, not at the first request. */
+    cJSON *probe = cJSON_Duplicate(S.chat_context, 1);
+    cJSON *one = cJSON_Parse("[{\"role\": \"user\", \"content\": \"hi\"}]");
+    char *text = NULL, err[400] = "out of memory";
+    if (probe && one && cJSON_AddItemToObject(probe, "messages", one)) {
+        one = NULL; /* the probe's now */
+        text = chat_template_render(S.chat_template, probe, err, sizeof err);
+    }
+    cJSON_Delete(one);
+    cJSON_Delete(probe);
+    if (!text && strstr(err, "refused the conversation") == NULL)
+        return snprintf(why, n, "the chat template (%s): %s", o->chat_template ? o->chat_template : o->tokenizer, err),
+               -1;
+    free(text);
+    return 0;
+}
+
 static volatile sig_atomic_t stopping;
 static void on_signal(int sig) { stopping = sig; }
 
@@ -679,6 +745,11 @@ int serve_main(int argc, char **argv)
     S.o = &o;
     if (o.tokenizer && !(S.tk = tk_load(o.tokenizer, why, sizeof why))) {
         fprintf(stderr, "fusionc serve: %s\n", why);
+        return 1;
+    }
+    if (load_chat_template(&o, why, sizeof why) != 0) {
+        fprintf(stderr, "fusionc serve: %s\n", why);
+        tk_free(S.tk);
         return 1;
     }
     char dir[FU_PATH_BYTES], prog[FU_PATH_BYTES + 700], name[256] = "model";
@@ -807,6 +878,8 @@ int serve_main(int argc, char **argv)
     pthread_join(reader, NULL);
     fclose(from_worker);
     tk_free(S.tk);
+    free(S.chat_template);
+    cJSON_Delete(S.chat_context);
     if (S.worker_gone && !stopping) {
         fprintf(stderr, "fusionc serve: the inference program stopped (exit %d)\n",
                 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
