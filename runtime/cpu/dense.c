@@ -1,8 +1,11 @@
 /* dense.c: linear (x·wᵀ + b) and batched matmul, forward and backward.
  *
- * Every product is one cblas_sgemm (or one per batch entry when each entry
- * has its own right-hand matrix); nothing here multiplies matrices by hand.
- * Row-major throughout: an (M,K) matrix has leading dimension K.
+ * Every f32 product is one cblas_sgemm (or one per batch entry when each
+ * entry has its own right-hand matrix), or one cblas_sgemv for a single
+ * row (decoding's: sgemm would pack the whole matrix to use it once); a
+ * 16-bit weight times a few rows is multiplied here, reading the weight
+ * as it is (linear_forward_half_w).  Row-major throughout: an (M,K)
+ * matrix has leading dimension K.
  */
 #include <string.h>
 
@@ -20,6 +23,13 @@ void kernel_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++)
                 C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+        return;
+    }
+    if (M == 1 && !trans_a) { /* a row times a matrix (decoding's products): sgemv reads B once, unpacked */
+        if (trans_b)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)N, (int)K, alpha, B, (int)ldb, A, 1, beta, C, 1);
+        else
+            cblas_sgemv(CblasRowMajor, CblasTrans, (int)K, (int)N, alpha, B, (int)ldb, A, 1, beta, C, 1);
         return;
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N,
@@ -69,11 +79,12 @@ void linear_forward(float *y, const float *x, const float *w, const float *b, in
 // Memory-bound on w: every weight is read once a row of x (M is small).
 // One body a format (WIDEN: bf16_to_f32 or fp16_to_f32), so that the
 // compiler vectorises the widening with the products: 16 partial sums a
-// row and column, in lanes, summed at the end.
+// row and column, in lanes, summed at the end; compiled for AVX-512 and
+// AVX2 beside the baseline (KERNEL_CLONES), the CPU's best chosen at load.
 // clang-format off
 #define LINEAR_HALF_W(NAME, WIDEN)                                                                                  \
-    static void NAME(float *y, const float *x, const uint16_t *w, const float *b, int64_t M, int64_t K, int64_t N,  \
-                     int transpose_w)                                                                                \
+    KERNEL_CLONES static void NAME(float *y, const float *x, const uint16_t *w, const float *b, int64_t M, int64_t K,\
+                                   int64_t N, int transpose_w)                                                       \
     {                                                                                                                \
         enum { L = 16, COLS = 256 };                                                                                 \
         if (!transpose_w) {                                                                                          \
