@@ -164,16 +164,9 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The inputs a step feeds: the tokens and their positions, for the
- * one-token step (RT_FEED_TOKENS, _POSITIONS) and the prompt step
- * (RT_FEED_PREFILL_*, passes/prefill.c); -1 when absent. */
-typedef struct {
-    int32_t tokens, positions, prefill_tokens, prefill_positions;
-} feeds;
-
-static feeds find_inputs(const program *p)
+rt_inference_feeds rt_inference_feeds_find(const program *p)
 {
-    feeds f = { -1, -1, -1, -1 };
+    rt_inference_feeds f = { -1, -1, -1, -1 };
     for (int32_t i = 0; i < p->manifest.n_tensors; i++) {
         if (p->tensors[i].role != ROLE_INPUT)
             continue;
@@ -206,7 +199,7 @@ static void read_logits(const program *p, int32_t out, int64_t t, float *x)
 /* One step: token `id` at position `at` of row 0 (a first stage feeds
  * them; a later one receives what it needs); on the stage with the
  * logits, those of row 0's token into out (f32).  0, or 1 said. */
-static int step(program *p, struct rt_comm *comm, const feeds *f, int32_t id, int64_t at, float *out)
+static int step(program *p, struct rt_comm *comm, const rt_inference_feeds *f, int32_t id, int64_t at, float *out)
 {
     const rt_manifest *m = &p->manifest;
     if (f->tokens >= 0) {
@@ -230,8 +223,8 @@ static int step(program *p, struct rt_comm *comm, const feeds *f, int32_t id, in
  * positions at.., every row the same; a short chunk repeats its last
  * token at its position (the same key and value written again).  The
  * logits of the last into out, on the stage with them.  0, or 1 said. */
-static int prefill(program *p, struct rt_comm *comm, const feeds *f, const int32_t *ids, int64_t n, int64_t at,
-                   float *out)
+static int prefill(program *p, struct rt_comm *comm, const rt_inference_feeds *f, const int32_t *ids, int64_t n,
+                   int64_t at, float *out)
 {
     const rt_manifest *m = &p->manifest;
     int64_t P = m->prefill;
@@ -286,7 +279,7 @@ int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm)
 {
     const rt_manifest *m = &p->manifest;
     int first = m->stage == 0, last = m->stage == m->n_stages - 1;
-    feeds in = find_inputs(p);
+    rt_inference_feeds in = rt_inference_feeds_find(p);
     if ((first && (in.tokens < 0 || in.positions < 0 || (m->prefill > 0 && in.prefill_tokens < 0))) ||
         (last && (m->output < 0 || (m->prefill > 0 && m->prefill_output < 0))) || (m->n_stages > 1 && !comm))
         return fail("%s: not an inference program this loop runs (its first stage feeds the tokens, its last has "

@@ -54,6 +54,14 @@ int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm);
  * comm as rt_generate's. */
 int rt_serve_worker(program *p, const rt_generate_options *o, struct rt_comm *comm);
 
+/* Where an inference program's steps are fed (tensor indices, -1 where
+ * this stage has none: only the first feeds): the one-token step's tokens
+ * and positions, and the prompt step's (passes/prefill.c). */
+typedef struct {
+    int32_t tokens, positions, prefill_tokens, prefill_positions;
+} rt_inference_feeds;
+rt_inference_feeds rt_inference_feeds_find(const program *p);
+
 /* The next token from logits[V] (f32) by o's rule, drawing from r when
  * sampling; probs: V floats and order: V ints of scratch. */
 int32_t rt_generate_pick(const float *logits, int64_t V, const rt_generate_options *o, rt_rng *r, float *probs,

@@ -219,8 +219,8 @@ enum { SERVE_END = -1, SERVE_IDLE = 0 };
 
 typedef struct {
     program *p;
-    struct rt_comm *comm;                                         /* NULL on one device */
-    int32_t tokens, positions, prefill_tokens, prefill_positions; /* the first stage's inputs; -1 elsewhere */
+    struct rt_comm *comm;  /* NULL on one device */
+    rt_inference_feeds in; /* the first stage's inputs; -1 elsewhere */
     int64_t B, P;
     int32_t *cmd;  /* 1 + 2 B max(P, 1) */
     int64_t steps; /* commands so far: each one's messages carry its number */
@@ -244,8 +244,8 @@ static int run_command(serve_steps *s)
     if (phase != PHASE_FORWARD && phase != PHASE_PREFILL)
         return 0;
     int64_t k = command_tokens(s, phase);
-    int32_t tokens = phase == PHASE_PREFILL ? s->prefill_tokens : s->tokens;
-    int32_t positions = phase == PHASE_PREFILL ? s->prefill_positions : s->positions;
+    int32_t tokens = phase == PHASE_PREFILL ? s->in.prefill_tokens : s->in.tokens;
+    int32_t positions = phase == PHASE_PREFILL ? s->in.prefill_positions : s->in.positions;
     if (tokens >= 0) {
         memcpy(p->arena + p->tensors[tokens].t.offset, s->cmd + 1, (size_t)k * sizeof *s->cmd);
         memcpy(p->arena + p->tensors[positions].t.offset, s->cmd + 1 + k, (size_t)k * sizeof *s->cmd);
@@ -483,33 +483,14 @@ int rt_serve_worker(program *p, const rt_generate_options *o, struct rt_comm *co
 {
     const rt_manifest *m = &p->manifest;
     int leader = m->stage == m->n_stages - 1;
-    serve_steps s = { .p = p,
-                      .comm = comm,
-                      .tokens = -1,
-                      .positions = -1,
-                      .prefill_tokens = -1,
-                      .prefill_positions = -1,
-                      .P = m->prefill };
-    for (int32_t i = 0; i < m->n_tensors; i++) {
-        if (p->tensors[i].role != ROLE_INPUT)
-            continue;
-        int32_t feed = p->tensors[i].feed;
-        if (feed == RT_FEED_TOKENS)
-            s.tokens = i;
-        else if (feed == RT_FEED_POSITIONS)
-            s.positions = i;
-        else if (feed == RT_FEED_PREFILL_TOKENS)
-            s.prefill_tokens = i;
-        else if (feed == RT_FEED_PREFILL_POSITIONS)
-            s.prefill_positions = i;
-    }
+    serve_steps s = { .p = p, .comm = comm, .in = rt_inference_feeds_find(p), .P = m->prefill };
     /* B: the rows of a step (every stage's manifest counts the tokens a step: B, one a row). */
     s.B = m->tokens_per_step / (m->micro_batches > 0 ? m->micro_batches : 1) / (m->n_replicas > 0 ? m->n_replicas : 1);
     int64_t ctx = 0;
     for (int32_t i = 0; i < m->n_tensors; i++)
         if (p->tensors[i].role == ROLE_STATE && p->tensors[i].t.rank == 3)
             ctx = p->tensors[i].t.dim[1];
-    if ((m->stage == 0 && (s.tokens < 0 || s.positions < 0 || (s.P > 0 && s.prefill_tokens < 0))) ||
+    if ((m->stage == 0 && (s.in.tokens < 0 || s.in.positions < 0 || (s.P > 0 && s.in.prefill_tokens < 0))) ||
         (leader && m->output < 0) || s.B < 1 || (m->n_stages > 1 && !comm))
         return fail("%s: not an inference program a server runs", m->device);
     if (m->n_replicas > 1)

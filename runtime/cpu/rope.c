@@ -36,6 +36,18 @@ double rope_inv_freq(double base, int64_t i, int64_t D, const rope_scaling *s)
     return (1.0 - smooth) * f / s->factor + smooth * f;
 }
 
+/* Pair i of every head of one token, (x_i, x_{i+D/2}), turned by the
+ * angle whose cosine and sine are c and s. */
+static inline void rotate_pairs(float *yr, const float *xr, int64_t H, int64_t D, float c, float s)
+{
+    int64_t half = D / 2;
+    for (int64_t h = 0; h < H; h++) {
+        float a = xr[h * D], b = xr[h * D + half];
+        yr[h * D] = a * c - b * s;
+        yr[h * D + half] = b * c + a * s;
+    }
+}
+
 // x, y are (R,T,H,D), D even; sign +1 (forward) or -1 (backward: the
 // transpose of a rotation is the rotation back, by the same frequencies).
 // With c, s = cos, sin(sign·t·θ_i):
@@ -53,11 +65,7 @@ void rope_rotate(float *y, const float *x, int64_t R, int64_t T, int64_t H, int6
             for (int64_t r = 0; r < R; r++) {
                 const float *xr = x + (r * T + t) * C + i;
                 float *yr = y + (r * T + t) * C + i;
-                for (int64_t h = 0; h < H; h++) {
-                    float a = xr[h * D], b = xr[h * D + half];
-                    yr[h * D] = a * c - b * s;
-                    yr[h * D + half] = b * c + a * s;
-                }
+                rotate_pairs(yr, xr, H, D, c, s);
             }
         }
     }
@@ -78,11 +86,7 @@ void rope_rotate_at(float *y, const float *x, const int32_t *pos, int64_t R, int
                 float c = (float)cos(angle), s = (float)sin(angle);
                 const float *xr = x + (r * T + t) * C + i;
                 float *yr = y + (r * T + t) * C + i;
-                for (int64_t h = 0; h < H; h++) {
-                    float a = xr[h * D], b = xr[h * D + half];
-                    yr[h * D] = a * c - b * s;
-                    yr[h * D + half] = b * c + a * s;
-                }
+                rotate_pairs(yr, xr, H, D, c, s);
             }
 }
 
