@@ -237,7 +237,7 @@ static uint64_t command_bytes(const serve_steps *s, int32_t phase)
 }
 
 /* Run s->cmd on this stage.  0, or 1 said. */
-static int run_command(serve_steps *s)
+static int command_run(serve_steps *s)
 {
     program *p = s->p;
     int32_t phase = s->cmd[0];
@@ -274,7 +274,7 @@ static int lead(serve_steps *s)
         if (fu_hub_send(s->comm->hub, s->p->placement[st * m->n_replicas + m->replica], &info, s->cmd, why,
                         sizeof why) != 0)
             return fail("%s: sending a serving step: %s", m->device, why);
-    return run_command(s);
+    return command_run(s);
 }
 
 /* A stage other than the leader: run the leader's commands until its
@@ -295,7 +295,7 @@ static int follow(serve_steps *s)
             return fail("%s: a serving step of %llu bytes, not a command", m->device, (unsigned long long)length);
         if (s->cmd[0] == SERVE_END)
             return 0;
-        if (run_command(s))
+        if (command_run(s))
             return 1;
     }
 }

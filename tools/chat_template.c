@@ -11,131 +11,12 @@
  * shared freely and never freed one by one. */
 #include "chat_template.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "chat_template_internal.h"
-
-/* ---- values and errors -------------------------------------------------------- */
-
-cJSON ct_undefined_node = { .type = cJSON_Invalid };
-
-cJSON *ct_keep(ct_render *r, cJSON *v)
-{
-    if (!v || r->failed)
-        return v ? (cJSON_Delete(v), NULL) : (ct_fail(r, "out of memory"), NULL);
-    if (r->n_pool == r->cap_pool) {
-        size_t cap = r->cap_pool * 2 + 64;
-        cJSON **grown = realloc(r->pool, cap * sizeof *grown);
-        if (!grown) {
-            cJSON_Delete(v);
-            ct_fail(r, "out of memory");
-            return NULL;
-        }
-        r->pool = grown, r->cap_pool = cap;
-    }
-    r->pool[r->n_pool++] = v;
-    return v;
-}
-
-cJSON *ct_fail(ct_render *r, const char *fmt, ...)
-{
-    if (!r->failed) {
-        char msg[400];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
-        if (r->raised)
-            snprintf(r->why, sizeof r->why, "%s", msg);
-        else
-            snprintf(r->why, sizeof r->why, "line %d: %s", r->line, msg);
-        r->failed = 1;
-    }
-    return NULL;
-}
-
-int ct_truthy(const cJSON *v)
-{
-    if (cJSON_IsString(v))
-        return v->valuestring[0] != '\0';
-    if (cJSON_IsNumber(v))
-        return v->valuedouble != 0.0;
-    if (cJSON_IsArray(v) || cJSON_IsObject(v))
-        return v->child != NULL;
-    return cJSON_IsTrue(v);
-}
-
-void ct_buf_add(ct_buf *b, const char *s, size_t n)
-{
-    if (b->failed)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = (b->n + n + 1) * 2;
-        char *grown = realloc(b->v, cap);
-        if (!grown) {
-            b->failed = 1;
-            return;
-        }
-        b->v = grown, b->cap = cap;
-    }
-    memcpy(b->v + b->n, s, n);
-    b->n += n;
-    b->v[b->n] = '\0';
-}
-
-/* A number as Python prints it: an integer without a point, else the
- * shortest form that reads back. */
-static void add_number(ct_buf *b, double x)
-{
-    char s[40];
-    if (x == (double)(long long)x && x > -1e16 && x < 1e16)
-        snprintf(s, sizeof s, "%lld", (long long)x);
-    else
-        for (int digits = 15; digits <= 17; digits++) {
-            snprintf(s, sizeof s, "%.*g", digits, x);
-            if (strtod(s, NULL) == x)
-                break;
-        }
-    ct_buf_add(b, s, strlen(s));
-}
-
-/* str(v) as Python gives it (repr for the items of a list or a dict). */
-static void add_str(ct_buf *b, const cJSON *v, int repr)
-{
-    if (cJSON_IsString(v)) {
-        if (repr)
-            ct_buf_add(b, "'", 1);
-        ct_buf_add(b, v->valuestring, strlen(v->valuestring));
-        if (repr)
-            ct_buf_add(b, "'", 1);
-    } else if (cJSON_IsNumber(v)) {
-        add_number(b, v->valuedouble);
-    } else if (cJSON_IsBool(v)) {
-        ct_buf_add(b, cJSON_IsTrue(v) ? "True" : "False", cJSON_IsTrue(v) ? 4 : 5);
-    } else if (cJSON_IsNull(v)) {
-        ct_buf_add(b, "None", 4);
-    } else if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
-        int obj = cJSON_IsObject(v);
-        ct_buf_add(b, obj ? "{" : "[", 1);
-        for (const cJSON *c = v->child; c; c = c->next) {
-            if (obj) {
-                ct_buf_add(b, "'", 1);
-                ct_buf_add(b, c->string, strlen(c->string));
-                ct_buf_add(b, "': ", 3);
-            }
-            add_str(b, c, 1);
-            if (c->next)
-                ct_buf_add(b, ", ", 2);
-        }
-        ct_buf_add(b, obj ? "}" : "]", 1);
-    } /* undefined: nothing */
-}
-
-void ct_add_str(ct_buf *b, const cJSON *v) { add_str(b, v, 0); }
 
 /* ---- the pieces ----------------------------------------------------------------- */
 
@@ -242,14 +123,6 @@ static int cut(const char *text, size_t len, ct_template *t, char *why, size_t n
         }
     }
     return 0;
-}
-
-size_t ct_tag_rest(const ct_piece *pc)
-{
-    size_t i = 0;
-    while (i < pc->len && is_space(pc->s[i]))
-        i++;
-    return i + strlen(pc->word);
 }
 
 /* A tag's first word into word[] (empty for none). */

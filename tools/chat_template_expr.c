@@ -556,6 +556,14 @@ const cJSON *ct_eval(ct_render *r, const char *s, size_t len)
 
 /* ---- for and set ---------------------------------------------------------------- */
 
+size_t ct_tag_rest(const ct_piece *pc)
+{
+    size_t i = 0;
+    while (i < pc->len && (pc->s[i] == ' ' || pc->s[i] == '\t' || pc->s[i] == '\n' || pc->s[i] == '\r'))
+        i++;
+    return i + strlen(pc->word);
+}
+
 static int set_var(ct_render *r, const char *name, const cJSON *v, int here)
 {
     for (size_t i = r->n_vars; here && i-- > r->scope;)
