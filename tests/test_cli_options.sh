@@ -69,7 +69,7 @@ check_program() {
 # fusionc's commands: each with no positional arguments, so that it stops
 # at its usage once the options are read (profile: a bad --seconds at the
 # end stops it before it measures).
-commands=$("$FUSIONC" --help | sed -n '/^commands:/,/^$/p' | grep -oE '^  [a-z]+' | tr -d ' ')
+commands=$("$FUSIONC" --help | sed -n '/^commands:/,/^$/p' | grep -oE '^  [a-z][a-z-]*' | tr -d ' ')
 for cmd in $commands standby; do
   "$FUSIONC" "$cmd" --help >"$work/help.$cmd" 2>&1
   expect_eq "fusionc $cmd --help: exit status" 0 $?
