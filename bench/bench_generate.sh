@@ -9,6 +9,8 @@
 #            device program run directly: weights f32,
 #            and stored bf16 (--frozen-dtype bf16: an inference program's
 #            weights are all frozen; its products read them as they are);
+#            with its own thread policy (an inference program's OpenMP
+#            threads spin 1,000 turns before they sleep: runtime/main.c);
 #   PyTorch  bench/torch_generate.py: a loop with a key/value cache
 #            (preallocated, written in place), the prompt in one forward,
 #            in f32 and in bf16; each run with OMP_WAIT_POLICY passive and
@@ -45,7 +47,7 @@ for p in f32 bf16; do
   [ $p = bf16 ] && extra=(--frozen-dtype bf16)
   "$build/fusionc" compile models/llama.xml "${sets[@]}" --inference --prefill 64 "${extra[@]}" clusters/local-1.xml -o "$work/$p" \
     >/dev/null
-  OMP_WAIT_POLICY=passive "$work/$p/cpu0/fusion-cpu0" --init "$work/w.st" --prompt-ids "$prompt" --max-tokens "$N" \
+  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$work/$p/cpu0/fusion-cpu0" --init "$work/w.st" --prompt-ids "$prompt" --max-tokens "$N" \
     --temperature 0 --threads "$threads" >"$work/$p.ids" 2>"$work/$p.err" || { cat "$work/$p.err" >&2; exit 1; }
   read -r p_tok p_s d_tok d_s < <(sed -n \
     's/^fusion: prompt \([0-9]*\) tokens in \([0-9.]*\) s.*generated \([0-9]*\) tokens in \([0-9.]*\) s.*/\1 \2 \3 \4/p' \

@@ -61,36 +61,23 @@ void kernel_column_sums(float *out, const float *a, int64_t rows, int64_t cols)
 
 /* ---- linear ----------------------------------------------------------- */
 
-// x is (M,K), w is (N,K) (torch.nn.Linear's layout), or (K,N) when
-// transpose_w (GPT-2's Conv1D), b is (N) or NULL, y is (M,N):
-// y = x·wᵀ + b (x·w + b), one sgemm.
-void linear_forward(float *y, const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
-                    int transpose_w)
-{
-    if (b) {
-#pragma omp parallel for schedule(static) if (M * N >= KERNEL_PAR_MIN)
-        for (int64_t i = 0; i < M; i++)
-            memcpy(y + i * N, b, (size_t)N * sizeof *b);
-    }
-    kernel_sgemm(0, !transpose_w, M, N, K, 1.0f, x, K, w, transpose_w ? N : K, b ? 1.0f : 0.0f, y, N);
-}
-
-// y (M,N) = x (M,K)·wᵀ (+ b), w (N,K) 16-bit; transpose_w: w (K,N), y = x·w.
-// Memory-bound on w: every weight is read once a row of x (M is small).
-// One body a format (WIDEN: bf16_to_f32 or fp16_to_f32), so that the
+// y (M,N) = x (M,K)·wᵀ (+ b), w (N,K) 16-bit or f32 (WTYPE); transpose_w:
+// w (K,N), y = x·w.  Memory-bound on w: every weight is read once a row
+// of x (M is small), on the OpenMP threads (no BLAS pool to hand over to).
+// One body a format (WIDEN: bf16_to_f32, fp16_to_f32 or as_is), so that the
 // compiler vectorises the widening with the products: 16 partial sums a
 // row and column, in lanes, summed at the end; compiled for AVX-512 and
 // AVX2 beside the baseline (KERNEL_CLONES), the CPU's best chosen at load.
 // clang-format off
-#define LINEAR_HALF_W(NAME, WIDEN)                                                                                  \
-    KERNEL_CLONES static void NAME(float *y, const float *x, const uint16_t *w, const float *b, int64_t M, int64_t K,\
+#define LINEAR_FEW_ROWS(NAME, WTYPE, WIDEN)                                                                         \
+    KERNEL_CLONES static void NAME(float *y, const float *x, const WTYPE *w, const float *b, int64_t M, int64_t K,   \
                                    int64_t N, int transpose_w)                                                       \
     {                                                                                                                \
         enum { L = 16, COLS = 256 };                                                                                 \
         if (!transpose_w) {                                                                                          \
             _Pragma("omp parallel for schedule(static) if (M * N * K >= KERNEL_PAR_MIN)")                            \
             for (int64_t n = 0; n < N; n++) {                                                                        \
-                const uint16_t *wr = w + n * K;                                                                      \
+                const WTYPE *wr = w + n * K;                                                                         \
                 for (int64_t m = 0; m < M; m++) {                                                                    \
                     const float *xr = x + m * K;                                                                     \
                     float part[L] = { 0 };                                                                           \
@@ -118,7 +105,7 @@ void linear_forward(float *y, const float *x, const float *w, const float *b, in
                     acc[j] = b ? b[n0 + j] : 0.0f;                                                                   \
                 for (int64_t k = 0; k < K; k++) {                                                                    \
                     float xv = x[m * K + k];                                                                         \
-                    const uint16_t *wr = w + k * N + n0;                                                             \
+                    const WTYPE *wr = w + k * N + n0;                                                                \
                     for (int64_t j = 0; j < cols; j++)                                                               \
                         acc[j] += xv * WIDEN(wr[j]);                                                                 \
                 }                                                                                                    \
@@ -127,8 +114,29 @@ void linear_forward(float *y, const float *x, const float *w, const float *b, in
         }                                                                                                            \
     }
 // clang-format on
-LINEAR_HALF_W(linear_bf16_w, bf16_to_f32)
-LINEAR_HALF_W(linear_fp16_w, fp16_to_f32)
+static inline float as_is(float v) { return v; }
+LINEAR_FEW_ROWS(linear_bf16_w, uint16_t, bf16_to_f32)
+LINEAR_FEW_ROWS(linear_fp16_w, uint16_t, fp16_to_f32)
+LINEAR_FEW_ROWS(linear_f32_one_row, float, as_is)
+
+// x is (M,K), w is (N,K) (torch.nn.Linear's layout), or (K,N) when
+// transpose_w (GPT-2's Conv1D), b is (N) or NULL, y is (M,N):
+// y = x·wᵀ + b (x·w + b), one sgemm; a single row (M = 1) by the few-row
+// kernel below, f32 (sgemm would pack all of w to use it once).
+void linear_forward(float *y, const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
+                    int transpose_w)
+{
+    if (M == 1) { /* a decoding step's: each weight read once, on the kernels' own threads */
+        linear_f32_one_row(y, x, w, b, M, K, N, transpose_w);
+        return;
+    }
+    if (b) {
+#pragma omp parallel for schedule(static) if (M * N >= KERNEL_PAR_MIN)
+        for (int64_t i = 0; i < M; i++)
+            memcpy(y + i * N, b, (size_t)N * sizeof *b);
+    }
+    kernel_sgemm(0, !transpose_w, M, N, K, 1.0f, x, K, w, transpose_w ? N : K, b ? 1.0f : 0.0f, y, N);
+}
 
 void linear_forward_half_w(float *y, const float *x, const uint16_t *w, const float *b, int64_t M, int64_t K, int64_t N,
                            int transpose_w, int dtype)

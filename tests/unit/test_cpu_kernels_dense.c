@@ -108,6 +108,8 @@ static void test_linear_backward_matches_finite_differences(void)
     check_linear(1, 1, 1, 1);
     check_linear(5, 36, 257, 0);
     check_linear(13, 65, 3, 1);
+    check_linear(1, 300, 70, 1); /* a single row: the few-row kernel (decoding's), K not a multiple of its 16 lanes */
+    check_linear(1, 16, 5, 0);
 }
 
 /* transpose_w (GPT-2's Conv1D layout): w stored (K,N) gives the product,
@@ -148,6 +150,7 @@ static void test_linear_transpose_w_is_the_transposed_weight(void)
     check_linear_transpose_w(7, 12, 36);
     check_linear_transpose_w(33, 65, 3);
     check_linear_transpose_w(1, 1, 1);
+    check_linear_transpose_w(1, 40, 300); /* a single row over more than one block of 256 columns */
 }
 
 static void test_perturbed_linear_gradient_is_detected(void)
