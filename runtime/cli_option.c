@@ -105,6 +105,65 @@ int cli_choice_int(const cli_option *opt, const char *value, void *field, char *
     return 0;
 }
 
+/* The edit distance of a and b (Levenshtein's: insertions, deletions and
+ * substitutions), up to CLI_NAME_MAX characters of each. */
+#define CLI_NAME_MAX 64
+static int edit_distance(const char *a, const char *b)
+{
+    int n = (int)strnlen(a, CLI_NAME_MAX), m = (int)strnlen(b, CLI_NAME_MAX), row[CLI_NAME_MAX + 1];
+    for (int j = 0; j <= m; j++)
+        row[j] = j;
+    for (int i = 1; i <= n; i++) {
+        int diagonal = row[0];
+        row[0] = i;
+        for (int j = 1; j <= m; j++) {
+            int up = row[j], best = diagonal + (a[i - 1] != b[j - 1]);
+            best = up + 1 < best ? up + 1 : best;
+            best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+            diagonal = up, row[j] = best;
+        }
+    }
+    return row[m];
+}
+
+void cli_suggest(const char *given, const char *const *names, int n_names, char *out, size_t n)
+{
+    out[0] = '\0';
+    char bare[CLI_NAME_MAX + 1]; /* "--stpes=3": "--stpes" */
+    snprintf(bare, sizeof bare, "%.*s", (int)strcspn(given, "="), given);
+    int best = -1, best_d = 0, limit = (int)strlen(bare) / 3 > 2 ? 2 : (int)strlen(bare) / 3;
+    for (int k = 0; k < n_names; k++) {
+        int d = names[k] ? edit_distance(bare, names[k]) : CLI_NAME_MAX;
+        if (d <= (limit > 0 ? limit : 1) && (best < 0 || d < best_d))
+            best = k, best_d = d;
+    }
+    if (best >= 0)
+        snprintf(out, n, "; did you mean '%s'?", names[best]);
+}
+
+/* "; did you mean '--x'?" when message says an option of u's is unknown
+ * ("unknown option '--stpes'") and one of u's is near it. */
+static void suggest_option(const cli_usage *u, const char *message, char *out, size_t n)
+{
+    out[0] = '\0';
+    const char *at = strstr(message, "unknown option '");
+    if (!at)
+        return;
+    char given[CLI_NAME_MAX + 1];
+    snprintf(given, sizeof given, "%.*s", (int)strcspn(at + 16, "'"), at + 16);
+    const char *names[2 * 128];
+    int k = 0;
+    for (int i = 0; i < u->n && k + 2 <= (int)(sizeof names / sizeof names[0]); i++) {
+        const char *metavar, *help;
+        const cli_option *o = shown(u, i, &metavar, &help);
+        if (o->name)
+            names[k++] = o->name;
+        if (o->alias)
+            names[k++] = o->alias;
+    }
+    cli_suggest(given, names, k, out, n);
+}
+
 int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
 
 /* Whether arg names o: 0 no; 1 as itself; 2 as "--name=value" (*value
@@ -178,8 +237,9 @@ int cli_parse_program(const cli_usage *u, int argc, char **argv, void *opts,
         if (took == 0)
             snprintf(why, sizeof why, "%s '%s'", argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
         if (took <= 0) {
-            fprintf(stderr, "%s: %s\n\n", argv[0], why);
-            print_usage(stderr, argv[0]);
+            char suggestion[128];
+            suggest_option(u, why, suggestion, sizeof suggestion);
+            fprintf(stderr, "%s: %s%s\nsee '%s --help'\n", argv[0], why, suggestion, argv[0]);
             return 2;
         }
     }
@@ -188,10 +248,10 @@ int cli_parse_program(const cli_usage *u, int argc, char **argv, void *opts,
 
 int cli_usage_fail(const cli_usage *u, const char *who, const char *fmt, const char *arg)
 {
-    fprintf(stderr, "%s: ", who);
-    fprintf(stderr, fmt, arg);
-    fputs("\n\n", stderr);
-    cli_usage_print(stderr, u);
+    char message[1024], suggestion[128];
+    snprintf(message, sizeof message, fmt, arg);
+    suggest_option(u, message, suggestion, sizeof suggestion);
+    fprintf(stderr, "%s: %s%s\nsee '%s --help'\n", who, message, suggestion, who);
     return 2;
 }
 

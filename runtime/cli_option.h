@@ -120,14 +120,21 @@ int cli_is_help(const char *arg);
 void cli_usage_print(FILE *f, const cli_usage *u);
 /* A program's whole command line argv[1..] against u's options, each
  * argument one of them: 0; 1 after --help or -h (print_usage's text on
- * standard output); 2 when one is unknown or bad ("argv[0]: why", a blank
- * line and print_usage's text on standard error).  print_usage(f, argv[0])
- * prints the program's usage (its own first line, then u's). */
+ * standard output); 2 when one is unknown or bad ("argv[0]: why", with a
+ * "did you mean" for a mistyped option, and "see 'argv[0] --help'" on
+ * standard error).  print_usage(f, argv[0]) prints the program's usage
+ * (its own first line, then u's). */
 int cli_parse_program(const cli_usage *u, int argc, char **argv, void *opts,
                       void (*print_usage)(FILE *f, const char *program));
-/* "<who>: <fmt with arg>", a blank line and u's usage, on standard error;
- * returns 2, the exit status of a command line refused. */
+/* "<who>: <fmt with arg>" (with "; did you mean '--x'?" when it says an
+ * option is unknown and one of u's is a typo away) and "see '<who>
+ * --help'", on standard error; returns 2, the exit status of a command
+ * line refused. */
 int cli_usage_fail(const cli_usage *u, const char *who, const char *fmt, const char *arg);
+/* "; did you mean 'NAME'?" into out for the one of names[] nearest to
+ * given (its "=value" left out) when it is a typo away (an edit distance
+ * of at most a third of its length, and at most 2), else "". */
+void cli_suggest(const char *given, const char *const *names, int n_names, char *out, size_t n);
 /* Whether the table is sound: every name starts with '-', no two share a
  * name, a value's option has a parser and a flag none, and an option
  * described with the next one is followed by one.  0, or -1 with why. */

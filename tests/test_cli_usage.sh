@@ -15,6 +15,21 @@ for c in deploy launch stop; do
 done
 "$FUSIONC" deploy "$work" --copier ftp >/dev/null 2>&1; expect_eq "deploy --copier ftp: exit" 2 $?
 "$FUSIONC" frobnicate >/dev/null 2>&1; expect_eq "unknown command exit" 2 $?
+# A usage error is one line and where the help is, with the nearest name for a typo.
+"$FUSIONC" compiel >/dev/null 2>"$work/err"; expect_eq "a mistyped command: exit" 2 $?
+expect_eq "a mistyped command: the two lines" "fusionc: unknown command 'compiel'; did you mean 'compile'?
+see 'fusionc --help'" "$(cat "$work/err")"
+"$FUSIONC" plan models/mlp.xml clusters/local-4.xml --micro-bathces 2 >/dev/null 2>"$work/err"
+expect_eq "a mistyped option: exit" 2 $?
+expect_eq "a mistyped option: the two lines" "fusionc plan: unknown option '--micro-bathces'; did you mean '--micro-batches'?
+see 'fusionc plan --help'" "$(cat "$work/err")"
+"$FUSIONC" dump models/mlp.xml --zzzzzzzz >/dev/null 2>"$work/err"
+expect_eq "an option near none: no suggestion" "fusionc dump: unknown option '--zzzzzzzz'
+see 'fusionc dump --help'" "$(cat "$work/err")"
+"$FUSIONC" compile models/mlp.xml clusters/local-1.xml -o "$work/typo" >/dev/null 2>&1 || fail "compile for the typo"
+"$work/typo/cpu0/fusion-cpu0" --stpes 3 >/dev/null 2>"$work/err"; expect_eq "a device program's typo: exit" 2 $?
+expect_eq "a device program's typo: the two lines" "$work/typo/cpu0/fusion-cpu0: unknown option '--stpes'; did you mean '--steps'?
+see '$work/typo/cpu0/fusion-cpu0 --help'" "$(cat "$work/err")"
 "$FUSIONC" dump >/dev/null 2>&1; expect_eq "dump without a model exit" 2 $?
 "$FUSIONC" dump models/mlp.xml --bogus >/dev/null 2>&1; expect_eq "unknown option exit" 2 $?
 "$FUSIONC" dump models/mlp.xml --after nopass >/dev/null 2>"$work/err"; expect_eq "unknown pass exit" 2 $?

@@ -164,17 +164,11 @@ int cmd_standby(int argc, char **argv)
         int took = cli_take(&standby_usage, argc, argv, &i, &o, why, sizeof why);
         if (took == 0)
             snprintf(why, sizeof why, "unexpected argument '%s'", argv[i]);
-        if (took <= 0) {
-            fprintf(stderr, "fusionc standby: %s\n\n", why);
-            cli_usage_print(stderr, &standby_usage);
-            return 2;
-        }
+        if (took <= 0)
+            return cli_usage_fail(&standby_usage, "fusionc standby", "%s", why);
     }
-    if (!o.url || !o.device || !o.key) {
-        fprintf(stderr, "fusionc standby: expected --broker, --device and --key\n\n");
-        cli_usage_print(stderr, &standby_usage);
-        return 2;
-    }
+    if (!o.url || !o.device || !o.key)
+        return cli_usage_fail(&standby_usage, "fusionc standby", "%s", "expected --broker, --device and --key");
     uint8_t secret[FU_SECRET_BYTES];
     if (fu_secret_load(o.key, secret, why, sizeof why)) {
         fprintf(stderr, "fusionc standby: %s\n", why);

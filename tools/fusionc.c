@@ -941,7 +941,11 @@ int main(int argc, char **argv)
         }
         return c->run(argc - 2, argv + 2);
     }
-    fprintf(stderr, "fusionc: unknown command '%s'\n\n", name);
-    print_usage(stderr);
+    const char *names[sizeof commands / sizeof commands[0]];
+    for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++)
+        names[k] = commands[k].summary ? commands[k].name : NULL; /* the listed ones */
+    char suggestion[128];
+    cli_suggest(name, names, (int)(sizeof names / sizeof names[0]), suggestion, sizeof suggestion);
+    fprintf(stderr, "fusionc: unknown command '%s'%s\nsee 'fusionc --help'\n", name, suggestion);
     return 2;
 }

@@ -125,14 +125,12 @@ const cli_usage stop_usage = { "usage: fusionc stop OUT [--cluster FILE] [--ssh-
                                19,
                                NULL };
 
-/* "fusionc CMD: <fmt with arg>" and the usage on standard error; 2. */
+/* "fusionc CMD: <fmt with arg>" and where its usage is, on standard error; 2. */
 static int usage_fail(const cli_usage *u, const char *cmd, const char *fmt, const char *arg)
 {
-    fprintf(stderr, "fusionc %s: ", cmd);
-    fprintf(stderr, fmt, arg);
-    fputs("\n\n", stderr);
-    cli_usage_print(stderr, u);
-    return 2;
+    char who[64];
+    snprintf(who, sizeof who, "fusionc %s", cmd);
+    return cli_usage_fail(u, who, fmt, arg);
 }
 
 /* 0, 1 after --help (printed), 2 on a usage error (printed).  launch's

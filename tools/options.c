@@ -345,11 +345,14 @@ static int apply_hf_config(options *o)
 
 int usage_error(const cli_usage *u, const char *fmt, const char *arg)
 {
-    fprintf(stderr, "fusionc: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n");
-    cli_usage_print(stderr, u);
-    return 2;
+    /* Who: "fusionc CMD", the first two words after the usage's "usage: ". */
+    char who[64] = "fusionc";
+    const char *h = u->head && strncmp(u->head, "usage: ", 7) == 0 ? u->head + 7 : NULL;
+    if (h) {
+        size_t first = strcspn(h, " \n"), second = h[first] == ' ' ? strcspn(h + first + 1, " \n") : 0;
+        snprintf(who, sizeof who, "%.*s", (int)(first + (second ? 1 + second : 0)), h);
+    }
+    return cli_usage_fail(u, who, fmt, arg);
 }
 
 int parse_options(int argc, char **argv, const cli_usage *u, options *o)

@@ -203,6 +203,23 @@ static void test_cli_option_check_finds_unsound_tables(void)
     }
 }
 
+/* A typo gets the nearest name; a name far from all gets none. */
+static void test_cli_option_suggests_the_nearest_name(void)
+{
+    const char *names[] = { "--steps", "--seed", "--save", "--save-every", NULL, "--micro-batches" };
+    char out[128];
+    cli_suggest("--stpes", names, 6, out, sizeof out);
+    CHECK(strcmp(out, "; did you mean '--steps'?") == 0);
+    cli_suggest("--micro-bathces=4", names, 6, out, sizeof out); /* its value left out */
+    CHECK(strcmp(out, "; did you mean '--micro-batches'?") == 0);
+    cli_suggest("--save-evry", names, 6, out, sizeof out);
+    CHECK(strcmp(out, "; did you mean '--save-every'?") == 0);
+    cli_suggest("--zzzzzzzz", names, 6, out, sizeof out);
+    CHECK(strcmp(out, "") == 0);
+    cli_suggest("-x", names, 6, out, sizeof out); /* short: one edit at most, and none is that near */
+    CHECK(strcmp(out, "") == 0);
+}
+
 int main(void)
 {
     test_cli_option_every_value_option_takes_both_forms();
@@ -210,5 +227,6 @@ int main(void)
     test_cli_option_others_are_left_to_the_program();
     test_cli_option_usage_is_printed_from_the_table();
     test_cli_option_check_finds_unsound_tables();
+    test_cli_option_suggests_the_nearest_name();
     CHECK_DONE();
 }
