@@ -122,7 +122,7 @@ LINEAR_FEW_ROWS(linear_f32_one_row, float, as_is)
 // x is (M,K), w is (N,K) (torch.nn.Linear's layout), or (K,N) when
 // transpose_w (GPT-2's Conv1D), b is (N) or NULL, y is (M,N):
 // y = x·wᵀ + b (x·w + b), one sgemm; a single row (M = 1) by the few-row
-// kernel below, f32 (sgemm would pack all of w to use it once).
+// kernel above, f32 (sgemm would pack all of w to use it once).
 void linear_forward(float *y, const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
                     int transpose_w)
 {
