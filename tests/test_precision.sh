@@ -208,7 +208,7 @@ grep -q "clusters/dtfm-datacenter-ondemand.xml:[0-9]*: error: device 'node0-g0' 
 grep -q "^precision f16$" "$work/g.fir" && pass || fail "no 'precision f16' line in the IR"
 "$FUSIONC" compile models/gpt2.xml clusters/local-1.xml -o "$work/x" --precision int3 >"$work/bad" 2>&1
 expect_eq "--precision int3: exit" 2 "$?"
-grep -q "fusionc: --precision expects fp32, bf16 or fp16, found 'int3'" "$work/bad" && pass || fail "int3: $(head -2 "$work/bad")"
+grep -q "fusionc compile: --precision expects fp32, bf16 or fp16, found 'int3'" "$work/bad" && pass || fail "int3: $(head -2 "$work/bad")"
 [ ! -e "$work/x" ] && pass || fail "--precision int3 left an output folder"
 "$py" - "$work/w.st" "$work/f64.st" <<'EOF' || fail "making an F64 file"
 import sys
