@@ -26,13 +26,6 @@ typedef struct {
     uint64_t xxh3;
 } part_report;
 
-static double seconds_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Every device's record (rec_bytes each) into all[n_peers], present[d]
  * where device d took part; without links, this device's alone. */
 static int exchange(const program *p, rt_comm *comm, int64_t step, int32_t tag, const void *mine, size_t rec_bytes,
@@ -308,7 +301,7 @@ int checkpoint_save(program *p, rt_comm *comm, const checkpoint_options *o, int6
                     const rt_loss_scaler *ls, const rt_feedback_arrays *feedback, char *part_path, size_t path_size,
                     int64_t *size, uint64_t *xxh3, char *err, size_t n)
 {
-    double t0 = seconds_now();
+    double t0 = rt_seconds_now();
     char step_dir[FU_PATH_BYTES + 304], name[CKPT_PART_MAX];
     ckpt_step_dir(o->save_dir, step, step_dir, sizeof step_dir);
     checkpoint_part_name(p, name, sizeof name);
@@ -338,7 +331,7 @@ int checkpoint_save(program *p, rt_comm *comm, const checkpoint_options *o, int6
     int reporter = p->manifest.loss >= 0 ? p->manifest.replica == 0 : (!comm || rt_comm_tree_root(comm));
     if (rc == 0 && reporter) {
         printf("fusion: checkpoint of step %lld: %s, %d part%s, %.1f MB, %.2f s\n", (long long)step, step_dir, parts,
-               parts == 1 ? "" : "s", (double)total / 1e6, seconds_now() - t0);
+               parts == 1 ? "" : "s", (double)total / 1e6, rt_seconds_now() - t0);
         fflush(stdout);
     }
     free(all);

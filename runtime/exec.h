@@ -103,6 +103,8 @@ void rt_pace_op(rt_context *ctx, double est_seconds, double took);
  * other op on its CPU kernel.  Returns 0, or -1 with ctx->msg set (a token
  * id or target out of range: bad input data, not a compiler bug; a peer
  * lost). */
+/* Seconds of CLOCK_MONOTONIC: what the runtime times its steps and ops by. */
+double rt_seconds_now(void);
 int rt_op_run(const rt_op *op, char *arena, rt_context *ctx);
 
 /* The CPU executor (exec.c): op, not a message, on its kernel of
@@ -150,5 +152,8 @@ int64_t rt_tensor_numel(const rt_tensor *t);
 int64_t rt_tensor_bytes(const rt_tensor *t);
 /* Is it stored in 16 bits (bf16 or fp16)? */
 int rt_tensor_is_half(const rt_tensor *t);
+/* Row `row` of t (its last dimension, rows counted over all the others), in
+ * the arena, as f32 into x: the logits of one token. */
+void rt_tensor_row_f32(const rt_tensor *t, const char *arena, int64_t row, float *x);
 
 #endif

@@ -157,13 +157,6 @@ int32_t rt_generate_pick(const float *logits, int64_t V, const rt_generate_optio
 
 /* ---- the loop ------------------------------------------------------------------ */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 rt_inference_feeds rt_inference_feeds_find(const program *p)
 {
     rt_inference_feeds f = { -1, -1, -1, -1 };
@@ -181,19 +174,6 @@ rt_inference_feeds rt_inference_feeds_find(const program *p)
             f.prefill_positions = i;
     }
     return f;
-}
-
-/* Row 0's logits of its token `t` (of the output tensor `out`) into x (f32). */
-static void read_logits(const program *p, int32_t out, int64_t t, float *x)
-{
-    const rt_tensor_info *o = &p->tensors[out];
-    int64_t V = o->t.dim[o->t.rank - 1];
-    int bytes = half_dtype_bytes(o->dtype);
-    const char *row = p->arena + o->t.offset + (size_t)(t * V) * (size_t)bytes;
-    if (bytes == 2)
-        half_to_f32(x, row, V, o->dtype);
-    else
-        memcpy(x, row, (size_t)V * sizeof *x);
 }
 
 /* One step: token `id` at position `at` of row 0 (a first stage feeds
@@ -215,7 +195,7 @@ static int step(program *p, struct rt_comm *comm, const rt_inference_feeds *f, i
     if (fusion_forward(p->arena, &ctx) != 0)
         return fail("%s: step at position %lld: %s", m->device, (long long)at, ctx.msg);
     if (m->output >= 0)
-        read_logits(p, m->output, 0, out);
+        rt_tensor_row_f32(&p->tensors[m->output].t, p->arena, 0, out);
     return 0;
 }
 
@@ -244,7 +224,7 @@ static int prefill(program *p, struct rt_comm *comm, const rt_inference_feeds *f
     if (fusion_prefill(p->arena, &ctx) != 0)
         return fail("%s: the prompt's step at position %lld: %s", m->device, (long long)at, ctx.msg);
     if (m->prefill_output >= 0)
-        read_logits(p, m->prefill_output, n - 1, out);
+        rt_tensor_row_f32(&p->tensors[m->prefill_output].t, p->arena, n - 1, out); /* row 0's token n - 1 */
     return 0;
 }
 
@@ -312,7 +292,7 @@ int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm)
     else if (n_prompt == 0)
         rc = fail("--prompt-ids: the prompt needs at least one token");
     rt_rng r = rt_rng_seeded((uint64_t)o->seed, 0x6E17, 0);
-    double t0 = now();
+    double t0 = rt_seconds_now();
     int64_t made = 0, at = 0;
     int32_t next = GENERATE_END;
     const char *ended = "--max-tokens";
@@ -323,7 +303,7 @@ int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm)
         rc = n > 1 ? prefill(p, comm, &in, prompt + at, n, at, logits) : step(p, comm, &in, prompt[at], at, logits);
         at += n > 1 ? n : 1;
     }
-    double t_prompt = now();
+    double t_prompt = rt_seconds_now();
     /* Then a step a drawn token.  The last stage draws from the logits of
      * the token before `at` and decides the end; the other stages learn
      * both from its message. */
@@ -350,7 +330,7 @@ int rt_generate(program *p, const rt_generate_options *o, struct rt_comm *comm)
         }
         rc = step(p, comm, &in, next, at, logits);
     }
-    double t1 = now();
+    double t1 = rt_seconds_now();
     if (rc == 0 && last)
         fprintf(stderr,
                 "fusion: prompt %lld tokens in %.3f s (%.1f tok/s); generated %lld tokens in %.3f s (%.1f tok/s); "

@@ -135,13 +135,6 @@ static void init_params(program *p, uint64_t seed, int frozen_only)
     }
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Copy the embedded tables out of the program (program.h). */
 static int program_load(program *p)
 {
@@ -507,7 +500,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                            .inject_overflow = o->inject_overflow == step,
                            .emulate_devices = o->emulate_devices,
                            .trace = trace };
-        double t0 = now();
+        double t0 = rt_seconds_now();
         float loss = NAN;
         if (stepper_step(&st, &ctx, &loss) != 0) {
             save_live_state(p, o, step - 1, seed, &scaler, broker, ctx.msg);
@@ -547,7 +540,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             if (p->cuda)
                 rt_cuda_host_wrote(p->cuda);
         }
-        double dt = now() - t0;
+        double dt = rt_seconds_now() - t0;
         paced += ctx.paced;
         stepping += dt;
         /* AdaTopK: this step's compressed sends' densities, then the next step's;

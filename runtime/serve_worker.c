@@ -61,13 +61,6 @@ typedef struct {
     rt_rng r;
 } row;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void say_error(long long id, const char *msg)
 {
     cJSON *o = cJSON_CreateObject();
@@ -417,14 +410,14 @@ static int serve_requests(serve_steps *s, const rt_generate_options *o, int64_t 
             continue;
         }
         if (s->P > 0 && prefill_pays(rows, B, s->P, t_step, t_prefill)) {
-            double t0 = now();
+            double t0 = rt_seconds_now();
             prefill_command(s, rows, ctx);
             if ((rc = lead(s)) != 0)
                 break;
             prefill_advance(rows, B, s->P);
-            t_prefill = now() - t0;
+            t_prefill = rt_seconds_now() - t0;
         }
-        double t0 = now();
+        double t0 = rt_seconds_now();
         s->cmd[0] = PHASE_FORWARD;
         for (int64_t b = 0; b < B; b++) {
             row *w = &rows[b];
@@ -433,20 +426,16 @@ static int serve_requests(serve_steps *s, const rt_generate_options *o, int64_t 
         }
         if ((rc = lead(s)) != 0)
             break;
-        t_step = t_step > 0 ? 0.8 * t_step + 0.2 * (now() - t0) : now() - t0; /* the one-token step's recent cost */
+        t_step = t_step > 0 ? 0.8 * t_step + 0.2 * (rt_seconds_now() - t0)
+                            : rt_seconds_now() - t0; /* the one-token step's recent cost */
         for (int64_t b = 0; b < B; b++) {
             row *w = &rows[b];
             if (!w->busy)
                 continue;
             w->at++;
             if (w->at < w->n_prompt)
-                continue; /* still reading its prompt */
-            const char *row_out =
-                p->arena + out->t.offset + (size_t)(b * per_row + per_row - V) * (size_t)half_dtype_bytes(out->dtype);
-            if (half_dtype_bytes(out->dtype) == 2)
-                half_to_f32(logits, row_out, V, out->dtype);
-            else
-                memcpy(logits, row_out, (size_t)V * sizeof *logits);
+                continue;                                                              /* still reading its prompt */
+            rt_tensor_row_f32(&out->t, p->arena, (b + 1) * (per_row / V) - 1, logits); /* row b's last token */
             w->last = rt_generate_pick(logits, V, &w->draw, &w->r, logits + V, order);
             w->made++;
             printf("{\"id\":%lld,\"token\":%d}\n", w->id, (int)w->last);

@@ -14,18 +14,18 @@
 #include "comm/comm.h"
 #include "trace.h"
 
+double rt_seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void sleep_seconds(double wait)
 {
     struct timespec ts = { (time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9) };
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-}
-
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Sleep off at least `least` seconds of what is owed; the sleep's
@@ -34,9 +34,9 @@ static void pay_owed(rt_context *ctx, double least)
 {
     if (!(ctx->owed >= least) || !(ctx->owed > 0))
         return;
-    double t0 = seconds_now();
+    double t0 = rt_seconds_now();
     sleep_seconds(ctx->owed);
-    double slept = seconds_now() - t0;
+    double slept = rt_seconds_now() - t0;
     ctx->paced += slept;
     ctx->owed -= slept;
 }
@@ -89,10 +89,10 @@ static int run_scheduled(const rt_op *op, char *arena, rt_context *ctx)
     if (is_message(op))
         return run_message(op, arena, ctx);
     if (ctx->emulate_devices && op->est_seconds > 0) {
-        double t0 = seconds_now();
+        double t0 = rt_seconds_now();
         int rc = rt_cpu_run(op, arena, ctx);
         if (rc == 0)
-            rt_pace_op(ctx, op->est_seconds, seconds_now() - t0);
+            rt_pace_op(ctx, op->est_seconds, rt_seconds_now() - t0);
         return rc;
     }
     if (!(ctx->slowdown > 1.0))
@@ -100,9 +100,9 @@ static int run_scheduled(const rt_op *op, char *arena, rt_context *ctx)
     /* An emulated slower device: the op, then (slowdown - 1) times as long
      * again asleep, so the device takes `slowdown` times as long and the
      * idle time is free for the other devices on this machine. */
-    double t0 = seconds_now();
+    double t0 = rt_seconds_now();
     int rc = rt_cpu_run(op, arena, ctx);
-    sleep_seconds((seconds_now() - t0) * (ctx->slowdown - 1.0));
+    sleep_seconds((rt_seconds_now() - t0) * (ctx->slowdown - 1.0));
     return rc;
 }
 

@@ -61,11 +61,7 @@ int stepper_sample(stepper *st, const rt_context *train_ctx, int64_t step, char 
             rc = rt_error(err, err_size, "--sample-every: %s", ctx.msg);
             break;
         }
-        const char *at = p->arena + lg->t.offset + (size_t)((t - 1) * V) * (size_t)half_dtype_bytes(lg->dtype);
-        if (half_dtype_bytes(lg->dtype) == 2)
-            half_to_f32(row, at, V, lg->dtype);
-        else
-            memcpy(row, at, (size_t)V * sizeof *row);
+        rt_tensor_row_f32(&lg->t, p->arena, t - 1, row); /* row 0's token t - 1 */
         double mx = row[0], sum = 0.0;
         for (int64_t v = 1; v < V; v++)
             mx = row[v] > mx ? row[v] : mx;
