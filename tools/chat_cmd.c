@@ -40,29 +40,6 @@ const cli_usage chat_usage = {
     NULL,
 };
 
-static char *slurp(const char *path)
-{
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t n = 0, cap = 65536, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (n + 1 == cap) {
-            char *grown = realloc(buf, cap *= 2);
-            if (!grown)
-                free(buf);
-            buf = grown;
-        }
-    }
-    if (f != stdin)
-        fclose(f);
-    if (buf)
-        buf[n] = '\0';
-    return buf;
-}
-
 /* The template text `fresh` in place of `old` (freed). */
 static char *replace_text(char *old, char *fresh)
 {
@@ -93,7 +70,7 @@ int chat_template_main(int argc, char **argv)
                               !o.messages ? "expected --messages FILE"
                                           : "expected a TOKENIZER (a tokenizer.json or its folder) or --template FILE");
     cJSON *context = cJSON_CreateObject();
-    char *template_text = NULL, *messages_text = slurp(o.messages), *out = NULL;
+    char *template_text = NULL, *messages_text = chat_template_read_file(o.messages), *out = NULL;
     cJSON *messages = messages_text ? cJSON_Parse(messages_text) : NULL;
     int rc = 1;
     if (!context)
@@ -104,7 +81,8 @@ int chat_template_main(int argc, char **argv)
         fprintf(stderr, "fusionc chat-template: %s: not a JSON list of messages\n", o.messages);
     else if (tokenizer && chat_template_load(tokenizer, &template_text, context, why, sizeof why) != 0)
         fprintf(stderr, "fusionc chat-template: %s\n", why);
-    else if (o.template_file && !(template_text = replace_text(template_text, slurp(o.template_file))))
+    else if (o.template_file &&
+             !(template_text = replace_text(template_text, chat_template_read_file(o.template_file))))
         fprintf(stderr, "fusionc chat-template: cannot read --template %s\n", o.template_file);
     else if (!template_text)
         fprintf(stderr, "fusionc chat-template: %s: no chat_template in its tokenizer_config.json (give --template)\n",

@@ -274,11 +274,11 @@ char *chat_template_render(const char *template_text, const cJSON *context, char
     return out;
 }
 
-/* ---- the tokenizer's config ----------------------------------------------------- */
+/* ---- files: a template, a conversation, the tokenizer's config ---------------- */
 
-static char *read_text(const char *path)
+char *chat_template_read_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
     if (!f)
         return NULL;
     char *buf = NULL;
@@ -287,7 +287,9 @@ static char *read_text(const char *path)
         if (n + 65536 + 1 > cap) {
             char *grown = realloc(buf, cap = n + 65536 * 2 + 1);
             if (!grown) {
-                free(buf), fclose(f);
+                free(buf);
+                if (f != stdin)
+                    fclose(f);
                 return NULL;
             }
             buf = grown;
@@ -295,7 +297,8 @@ static char *read_text(const char *path)
         got = fread(buf + n, 1, cap - n - 1, f);
         n += got;
     } while (got > 0);
-    fclose(f);
+    if (f != stdin)
+        fclose(f);
     buf[n] = '\0';
     return buf;
 }
@@ -312,7 +315,7 @@ int chat_template_load(const char *path, char **template_text, cJSON *context, c
         snprintf(config, sizeof config, "%s/tokenizer_config.json", path);
     else
         snprintf(config, sizeof config, "%.*stokenizer_config.json", slash ? (int)(slash - path + 1) : 0, path);
-    char *text = read_text(config);
+    char *text = chat_template_read_file(config);
     if (!text)
         return 0; /* no config: no template, no special tokens */
     cJSON *c = cJSON_Parse(text);

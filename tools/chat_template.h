@@ -28,6 +28,10 @@
  * NULL with why ("line N: ...", or the template's raise_exception). */
 char *chat_template_render(const char *template_text, const cJSON *context, char *why, size_t why_len);
 
+/* The whole of file `path` (- for standard input), malloc'd and
+ * NUL-ended, or NULL when it cannot be read. */
+char *chat_template_read_file(const char *path);
+
 /* The chat template and special tokens of the tokenizer at `path` (a
  * tokenizer.json or its folder: tokenizer_config.json beside it) into
  * *template_text (malloc'd; NULL when the config has none) and the

@@ -44,6 +44,19 @@ static size_t peek_name(parser *ps, char *name)
     return n;
 }
 
+/* The name at the cursor, taken, into name[]: 1; 0, the render failed
+ * ("expected <what>"), when there is none. */
+static int take_name(parser *ps, char *name, const char *what)
+{
+    size_t n = peek_name(ps, name);
+    if (n == 0) {
+        ct_fail(ps->r, "expected %s", what);
+        return 0;
+    }
+    ps->p += n;
+    return 1;
+}
+
 static int take_word(parser *ps, const char *word)
 {
     char name[CT_NAME_MAX];
@@ -283,10 +296,8 @@ static const cJSON *postfix(parser *ps)
     while (v) {
         if (take(ps, ".")) {
             char name[CT_NAME_MAX];
-            size_t n = peek_name(ps, name);
-            if (n == 0)
-                return ct_fail(r, "expected a name after '.'");
-            ps->p += n;
+            if (!take_name(ps, name, "a name after '.'"))
+                return NULL;
             if (take(ps, "(")) {
                 ct_args a;
                 if (call_args(ps, &a) != 0)
@@ -315,10 +326,8 @@ static const cJSON *postfix(parser *ps)
                 v = sliced ? slice(r, v, part[0], part[1], part[2]) : subscript(r, v, part[0] ? part[0] : CT_UNDEFINED);
         } else if (take(ps, "|")) {
             char name[CT_NAME_MAX];
-            size_t n = peek_name(ps, name);
-            if (n == 0)
-                return ct_fail(r, "expected a filter's name after '|'");
-            ps->p += n;
+            if (!take_name(ps, name, "a filter's name after '|'"))
+                return NULL;
             ct_args a = { .n = 0 };
             if (take(ps, "(") && call_args(ps, &a) != 0)
                 return NULL;
@@ -472,10 +481,8 @@ static const cJSON *comparison(parser *ps)
         } else if (take_word(ps, "is")) {
             int negate = take_word(ps, "not");
             char name[CT_NAME_MAX];
-            size_t n = peek_name(ps, name);
-            if (n == 0)
-                return ct_fail(r, "expected a test's name after 'is'");
-            ps->p += n;
+            if (!take_name(ps, name, "a test's name after 'is'"))
+                return NULL;
             ct_args a = { .n = 0 };
             if (take(ps, "(")) {
                 if (call_args(ps, &a) != 0)
@@ -587,17 +594,12 @@ int ct_run_set(ct_render *r, const ct_piece *pc)
 {
     size_t at = ct_tag_rest(pc);
     parser ps = { .r = r, .p = pc->s + at, .end = pc->s + pc->len, .live = 1 };
-    char name[CT_NAME_MAX], attr[CT_NAME_MAX] = "";
-    size_t n = peek_name(&ps, name);
-    if (n == 0)
-        return ct_fail(r, "expected a name after 'set'"), -1;
-    ps.p += n;
-    if (take(&ps, ".")) {
-        size_t m = peek_name(&ps, attr);
-        if (m == 0)
-            return ct_fail(r, "expected an attribute after '%s.'", name), -1;
-        ps.p += m;
-    }
+    char name[CT_NAME_MAX], attr[CT_NAME_MAX] = "", what[CT_NAME_MAX + 32];
+    if (!take_name(&ps, name, "a name after 'set'"))
+        return -1;
+    snprintf(what, sizeof what, "an attribute after '%s.'", name);
+    if (take(&ps, ".") && !take_name(&ps, attr, what))
+        return -1;
     if (!take(&ps, "="))
         return ct_fail(r, "expected '=' in 'set' (a block set is not supported)"), -1;
     const cJSON *v = ct_eval(r, ps.p, (size_t)(ps.end - ps.p));

@@ -689,17 +689,7 @@ static int load_chat_template(const serve_options *o, char *why, size_t n)
         return -1;
     if (o->chat_template) {
         free(S.chat_template);
-        FILE *f = fopen(o->chat_template, "rb");
-        tk_bytes t = { 0 };
-        char buf[4096];
-        size_t got;
-        while (f && (got = fread(buf, 1, sizeof buf, f)) > 0)
-            tk_bytes_append(&t, buf, (int64_t)got);
-        if (f)
-            fclose(f);
-        tk_bytes_append(&t, "", 1);
-        S.chat_template = t.v;
-        if (!f || !t.v)
+        if (!(S.chat_template = chat_template_read_file(o->chat_template)))
             return snprintf(why, n, "--chat-template %s: cannot read it", o->chat_template), -1;
     }
     if (!S.chat_template)
