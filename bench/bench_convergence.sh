@@ -107,7 +107,7 @@ emulate=()
 [ "${EMULATE:-0}" = 1 ] && emulate=(--emulate-links)
 read -ra modes <<<"${MODES:-exact quant diloco adatopk}"
 # The reporter's JSONL (the device that computes the loss): step val_loss.
-curve() { cat "$out/$1".jsonl* 2>/dev/null | grep -h '"val_loss"' |
+curve() { cat "$out/$1".*jsonl 2>/dev/null | grep -h '"val_loss"' |
   sed 's/.*"step": *\([0-9]*\).*"val_loss": *\([0-9.eE+-]*\).*/\1 \2/' | sort -n -u; }
 done_mode() { [ -s "$out/$1.val" ] && [ "$(tail -1 "$out/$1.val" | awk '{print $1}')" = "$2" ]; }
 # Every mode is compiled before any trains: the programs do not change
@@ -118,10 +118,10 @@ for mode in exact4 "${modes[@]}"; do
     >"$out/$mode.compile"
   base=$((base + 20))
 done
-# train MODE STEPS [ARGS...]: the mode's run into OUT_DIR/MODE.{out,jsonl.*,val}.
+# train MODE STEPS [ARGS...]: the mode's run into OUT_DIR/MODE.{out,*.jsonl,val}.
 train() {
   local mode=$1 n=$2; shift 2
-  rm -f "$out/$mode".jsonl*
+  rm -f "$out/$mode".*jsonl
   "$out/$mode/launch-local.sh" --data "$out/train.bin" --steps "$n" --seed 7 "${emulate[@]}" \
     --log "$out/$mode.jsonl" "$@" >"$out/$mode.out" 2>&1 || { tail -5 "$out/$mode.out" >&2; exit 1; }
 }
@@ -136,7 +136,7 @@ done
 # exact on one device stands for local-4's dense plan: check it.
 if [[ " ${modes[*]} " == *" exact "* ]] && [ ! -s "$out/exact4.check" ]; then
   train exact4 "$check"
-  losses() { grep -h '"loss"' "$out/$1".jsonl* | sed 's/.*"step": *\([0-9]*\), "loss": *\([0-9.eE+-]*\).*/\1 \2/' |
+  losses() { grep -h '"loss"' "$out/$1".*jsonl | sed 's/.*"step": *\([0-9]*\), "loss": *\([0-9.eE+-]*\).*/\1 \2/' |
     sort -n -u | head -"$check"; }
   join <(losses exact4) <(losses exact) | awk -v n="$check" '
     { d = $2 - $3; if (d < 0) d = -d; if (d / $3 > w) w = d / $3 }

@@ -25,7 +25,7 @@ flops=$("$build/fusionc" stats models/gpt2.xml "${gpt[@]}" |
 
 /usr/bin/time -f "%M" -o "$work/fusion.rss" "$work/out/cpu0/fusion-cpu0" --data "$work/corpus.txt" \
   --steps "$steps" --threads "$threads" >"$work/fusion.out"
-fusion_ms=$(awk '/^step/ { n++; if (n > 2) print $(NF-1) }' "$work/fusion.out" | sort -n |
+fusion_ms=$(awk '/^step/ { n++; if (n > 2) for (i = 2; i <= NF; i++) if ($i == "ms/step") print $(i - 1) }' "$work/fusion.out" | sort -n |
   awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
 fusion_mib=$(awk '{ printf "%.1f", $1 / 1024 }' "$work/fusion.rss")
 read -r torch_ms torch_mib < <(/usr/bin/python3 bench/torch_gpt2.py 12 768 12 50257 1024 4 64 "$threads" "$steps")

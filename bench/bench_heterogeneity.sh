@@ -36,7 +36,7 @@ for s in uniform opfence; do
   "$work/$s/launch-local.sh" --data "$work/corpus.txt" --steps "$steps" --emulate-links >"$work/$s.out"
   sed 's/^\[[^]]*\] //' "$work/$s.out" | awk '/^step/ { print $4 }' >"$work/$s.loss"
   # The median step after the first two (connections, caches).
-  sed 's/^\[[^]]*\] //' "$work/$s.out" | awk '/^step/ { n++; if (n > 2) print $(NF-1) }' | median >"$work/$s.ms"
+  sed 's/^\[[^]]*\] //' "$work/$s.out" | awk '/^step/ { n++; if (n > 2) for (i = 2; i <= NF; i++) if ($i == "ms/step") print $(i - 1) }' | median >"$work/$s.ms"
   awk '/^estimated step/ { print $3 }' "$work/$s/plan.txt" >"$work/$s.est"
 done
 tokens=$((16 * 64))

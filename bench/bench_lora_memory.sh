@@ -47,6 +47,6 @@ row "full fine-tuning: arena (plan.txt)" "$(arena full)" "MiB" "-" "-"
 row "lora rank 8: arena (plan.txt)" "$(arena lora)" "MiB" "full $(arena full) MiB" \
   "$(awk -v a="$(arena lora)" -v b="$(arena full)" 'BEGIN { printf "%.3f", a / b }')"
 for mode in full lora; do
-  row "$mode: ms a step (median of $steps)" "$(awk '/^step /{print $(NF-1)}' "$work/$mode.out" | sort -g |
+  row "$mode: ms a step (median of $steps)" "$(awk '/^step /{for (i = 2; i <= NF; i++) if ($i == "ms/step") print $(i - 1)}' "$work/$mode.out" | sort -g |
     awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')" "ms" "-" "-"
 done

@@ -36,7 +36,7 @@ for p in fp32 bf16 fp16; do
     --precision $p >/dev/null
   /usr/bin/time -f "%M" -o "$work/$p.rss" "$work/$p/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps "$steps" \
     --threads $threads >"$work/$p.out"
-  ms[$p]=$(awk '/^step +[0-9]+\// { n++; if (n > 2) print $(NF-1) }' "$work/$p.out" | median)
+  ms[$p]=$(awk '/^step +[0-9]+\// { n++; if (n > 2) for (i = 2; i <= NF; i++) if ($i == "ms/step") print $(i - 1) }' "$work/$p.out" | median)
   mib[$p]=$(awk '{ printf "%.1f", $1 / 1024 }' "$work/$p.rss")
 done
 read -r t32 tm32 < <(/usr/bin/python3 bench/torch_gpt2.py 12 768 12 50257 1024 4 64 $threads "$steps")
@@ -61,7 +61,7 @@ for p in fp32 bf16 fp16; do
   "$work/demo-$p/launch-local.sh" --data "$work/corpus.txt" --steps 600 --log "$work/demo-$p.jsonl" --emulate-links \
     >"$work/demo-$p.out" 2>&1
   reporter=$(sed -n 's/^reporter=//p' "$work/demo-$p/launch-local.sh")
-  final[$p]=$(tail -n 20 "$work/demo-$p.jsonl.$reporter" | sed 's/.*"loss": \([0-9.]*\).*/\1/' |
+  final[$p]=$(tail -n 20 "$work/demo-$p.$reporter.jsonl" | sed 's/.*"loss": \([0-9.]*\).*/\1/' |
     awk '{ s += $1 } END { printf "%.4f", s / NR }')
 done
 for p in bf16 fp16; do

@@ -76,9 +76,13 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
     long long step;
     double loss;
     char file[FU_PATH_BYTES], hash[32];
-    if (strcmp(verb, "step") == 0 && sscanf(rest, "%lld %lf", &step, &loss) >= 1) {
+    int line_at = 0; /* "STEP LOSS LINE": the device's own step line follows its two numbers */
+    if (strcmp(verb, "step") == 0 && sscanf(rest, "%lld %lf %n", &step, &loss, &line_at) >= 1) {
         if (strcmp(device, b->reporter) == 0) {
-            printf("step %5lld/%lld  loss %.6f\n", step, (long long)b->steps, loss);
+            if (line_at > 0 && rest[line_at])
+                printf("step %5lld/%lld  %s\n", step, (long long)b->steps, rest + line_at);
+            else
+                printf("step %5lld/%lld  loss %.6f\n", step, (long long)b->steps, loss);
             if (b->recovering) {
                 b->recovering = 0;
                 broker_say(b, "resumed", device,

@@ -119,6 +119,7 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
     snprintf(key, sizeof key, "%s/run.key", b->out);
     argv[n++] = "--run-key";
     argv[n++] = key;
+    argv[n++] = "--force"; /* a shape tried before in this folder (the loop below) is replaced */
     argv[n++] = "-o";
     argv[n++] = (char *)dir;
     const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;

@@ -290,50 +290,37 @@ int remote_stop_device(const remote_plan *p, const remote_device *d, const char 
     return status;
 }
 
-int remote_push_dir(const remote_plan *p, const remote_device *d, const char *local_dir, int log_fd)
+/* A local tar and a remote script joined by a pipe over ssh: push, the
+ * local tar's output into the script's input; else the script's output
+ * into the local tar's input.  Errors to log_fd.  0 when both exit 0. */
+static int tar_over_ssh(const remote_plan *p, const remote_device *d, const char *script, char *const local_tar[],
+                        int push, int log_fd)
 {
-    char parent[FU_PATH_BYTES], script[2048];
-    snprintf(parent, sizeof parent, "%s", local_dir);
-    char *slash = strrchr(parent, '/');
-    const char *base = slash ? slash + 1 : parent;
-    if (slash)
-        *slash = '\0';
-    char checkpoints[600];
-    snprintf(checkpoints, sizeof checkpoints, "%s/checkpoints", d->path);
-    char target[1200];
-    snprintf(target, sizeof target, "%s/%.590s", checkpoints, base);
-    size_t at = (size_t)snprintf(script, sizeof script, "rm -rf "); /* no part of another plan left beside it */
-    if (remote_quote(script, sizeof script, &at, target))
-        return -1;
-    at += (size_t)snprintf(script + at, sizeof script - at, " && mkdir -p ");
-    if (at >= sizeof script || remote_quote(script, sizeof script, &at, checkpoints))
-        return -1;
-    at += (size_t)snprintf(script + at, sizeof script - at, " && tar -C ");
-    if (at >= sizeof script || remote_quote(script, sizeof script, &at, checkpoints))
-        return -1;
-    snprintf(script + at, sizeof script - at, " -xf -");
     int pipe_fd[2];
     if (pipe(pipe_fd) != 0)
         return -1;
     pid_t tar = fork();
     if (tar == 0) {
-        close(pipe_fd[0]);
-        dup2(pipe_fd[1], STDOUT_FILENO);
+        close(pipe_fd[push ? 0 : 1]);
+        dup2(pipe_fd[push ? 1 : 0], push ? STDOUT_FILENO : STDIN_FILENO);
+        if (!push)
+            dup2(log_fd, STDOUT_FILENO);
         dup2(log_fd, STDERR_FILENO);
-        execlp("tar", "tar", "-C", slash ? parent : ".", "-cf", "-", base, (char *)NULL);
+        execvp("tar", local_tar);
         _exit(127);
     }
     char *argv[40], store[FU_PATH_BYTES];
     int n = remote_ssh_argv(p, d, argv, 36, store, sizeof store);
     pid_t ssh = -1;
     if (tar > 0 && n > 0) {
-        argv[n++] = script;
+        argv[n++] = (char *)script;
         argv[n] = NULL;
         ssh = fork();
         if (ssh == 0) {
-            close(pipe_fd[1]);
-            dup2(pipe_fd[0], STDIN_FILENO);
-            dup2(log_fd, STDOUT_FILENO);
+            close(pipe_fd[push ? 1 : 0]);
+            dup2(pipe_fd[push ? 0 : 1], push ? STDIN_FILENO : STDOUT_FILENO);
+            if (push)
+                dup2(log_fd, STDOUT_FILENO);
             dup2(log_fd, STDERR_FILENO);
             execvp(argv[0], argv);
             _exit(127);
@@ -350,4 +337,43 @@ int remote_push_dir(const remote_plan *p, const remote_device *d, const char *lo
                    WEXITSTATUS(st_ssh) == 0
                ? 0
                : -1;
+}
+
+int remote_push_dir(const remote_plan *p, const remote_device *d, const char *local_dir, int log_fd)
+{
+    char parent[FU_PATH_BYTES], script[2048];
+    snprintf(parent, sizeof parent, "%s", local_dir);
+    char *slash = strrchr(parent, '/');
+    char *base = slash ? slash + 1 : parent;
+    if (slash)
+        *slash = '\0';
+    char checkpoints[600];
+    snprintf(checkpoints, sizeof checkpoints, "%s/checkpoints", d->path);
+    char target[1200];
+    snprintf(target, sizeof target, "%s/%.590s", checkpoints, base);
+    size_t at = (size_t)snprintf(script, sizeof script, "rm -rf "); /* no part of another plan left beside it */
+    if (remote_quote(script, sizeof script, &at, target))
+        return -1;
+    at += (size_t)snprintf(script + at, sizeof script - at, " && mkdir -p ");
+    if (at >= sizeof script || remote_quote(script, sizeof script, &at, checkpoints))
+        return -1;
+    at += (size_t)snprintf(script + at, sizeof script - at, " && tar -C ");
+    if (at >= sizeof script || remote_quote(script, sizeof script, &at, checkpoints))
+        return -1;
+    snprintf(script + at, sizeof script - at, " -xf -");
+    char *local_tar[] = { "tar", "-C", slash ? parent : ".", "-cf", "-", base, NULL };
+    return tar_over_ssh(p, d, script, local_tar, 1, log_fd);
+}
+
+int remote_pull_dir(const remote_plan *p, const remote_device *d, const char *remote_dir, const char *local_dir,
+                    int log_fd)
+{
+    char script[2048], from[600];
+    snprintf(from, sizeof from, "%s/%s", d->path, remote_dir);
+    size_t at = (size_t)snprintf(script, sizeof script, "tar -C ");
+    if (remote_quote(script, sizeof script, &at, from))
+        return -1;
+    snprintf(script + at, sizeof script - at, " -cf - .");
+    char *local_tar[] = { "tar", "-C", (char *)local_dir, "-xf", "-", NULL };
+    return tar_over_ssh(p, d, script, local_tar, 0, log_fd);
 }

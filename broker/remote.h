@@ -108,6 +108,11 @@ int remote_stop_device(const remote_plan *p, const remote_device *d, const char 
  * in place of what was there (tar over ssh; errors to log_fd).  0, or -1. */
 int remote_push_dir(const remote_plan *p, const remote_device *d, const char *local_dir, int log_fd);
 
+/* PATH/remote_dir on d's host copied into local_dir (made by the caller;
+ * what is there stays beside it: the parts of other hosts), tar over ssh;
+ * errors to log_fd.  0, or -1. */
+int remote_pull_dir(const remote_plan *p, const remote_device *d, const char *remote_dir, const char *local_dir,
+                    int log_fd);
 /* The last non-empty line of text, trimmed, in out (for messages). */
 void remote_last_line(const char *text, char *out, size_t len);
 

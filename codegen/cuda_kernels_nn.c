@@ -703,51 +703,46 @@ int lower_sum_squares(cuda_plan *p, const rt_op *op)
                        op->n_in == 2 ? in_arg(op, 1) : arg_none(), ARG_END);
 }
 
-/* sumsq -> min(1, max_norm / (sqrt(sumsq) + 1e-6)), as clip_grad_norm_.
- * loss_scale=1 (fp16): the gradients are the loss scale times the true
- * ones, so the norm is divided by it and so is the result; a norm that is
- * not finite (they overflowed) gives NaN, and every adamw skips the step
- * (runtime/exec.h). */
+/* sumsq -> min(1, max_norm / (sqrt(sumsq) + 1e-6)), as clip_grad_norm_,
+ * max_norm the run's (a.max_norm; 0: no clipping).  loss_scale=1 (fp16):
+ * the gradients are the loss scale times the true ones, so the norm is
+ * divided by it and so is the result; a norm that is not finite (they
+ * overflowed) gives NaN, and every adamw skips the step (runtime/exec.h).
+ * The norm goes to the word after the flags word, for the step's line. */
 int lower_clip_scale(cuda_plan *p, const rt_op *op)
 {
     if (!all_f32(op))
         return -4;
     kbuf kb = { 0 };
-    kb_printf(&kb,
-              "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
-              "    double norm = sqrt((double)*(const float *)a.p[1]), unscale = 1.0, max_norm = %.17g;\n",
-              op->floats[ATTR_MAX_NORM]);
+    kb_printf(&kb, "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
+                   "    double norm = sqrt((double)*(const float *)a.p[1]), unscale = 1.0, max_norm = a.max_norm;\n");
     if (op->ints[ATTR_LOSS_SCALE])
-        kb_printf(&kb, "    if (!fusion_finite(norm)) { *(float *)a.p[0] = FUSION_NAN; return; }\n"
-                       "    unscale = a.loss_scale > 0 ? 1.0 / a.loss_scale : 1.0;\n"
-                       "    norm *= unscale;\n");
-    kb_printf(&kb, "    double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;\n"
+        kb_printf(&kb,
+                  "    if (!fusion_finite(norm)) { ((float *)a.p[2])[1] = (float)norm; *(float *)a.p[0] = FUSION_NAN; "
+                  "return; }\n"
+                  "    unscale = a.loss_scale > 0 ? 1.0 / a.loss_scale : 1.0;\n"
+                  "    norm *= unscale;\n");
+    kb_printf(&kb, "    ((float *)a.p[2])[1] = (float)norm;\n"
+                   "    double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;\n"
                    "    *(float *)a.p[0] = (float)((coef < 1.0 ? coef : 1.0) * unscale);\n");
-    return step_kernel(p, kb_finish(p, &kb, "clip_scale"), 1, 0, 0, out_arg(op, 0), in_arg(op, 0), ARG_END);
+    return step_kernel(p, kb_finish(p, &kb, "clip_scale"), 1, 0, 0, out_arg(op, 0), in_arg(op, 0), arg_flags(),
+                       ARG_END);
 }
 
-/* -> this step's learning rate (a.step): warm-up, then cosine decay to min_lr. */
+/* -> this step's learning rate: the run's schedule, which the host works
+ * out once a step (train_settings.h) and hands over as a.lr. */
 int lower_lr_schedule(cuda_plan *p, const rt_op *op)
 {
     if (!all_f32(op))
         return -4;
     kbuf kb = { 0 };
-    kb_printf(&kb,
-              "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n"
-              "    const double lr = %.17g, min_lr = %.17g;\n"
-              "    const long long warmup = %lldLL, steps = %lldLL, t = a.step;\n"
-              "    double r;\n"
-              "    if (warmup > 0 && t <= warmup) r = lr * (double)t / (double)warmup;\n"
-              "    else if (steps <= 0) r = lr;\n"
-              "    else {\n"
-              "        double ratio = (double)(t - warmup) / (double)(steps - warmup);\n"
-              "        if (ratio > 1.0) ratio = 1.0;\n"
-              "        r = min_lr + 0.5 * (1.0 + cos(3.14159265358979323846 * ratio)) * (lr - min_lr);\n"
-              "    }\n"
-              "    *(float *)a.p[0] = (float)r;\n",
-              op->floats[ATTR_LR], op->floats[ATTR_MIN_LR], LL(op->ints[ATTR_WARMUP]), LL(op->ints[ATTR_STEPS]));
+    kb_printf(&kb, "    if (blockIdx.x == 0 && threadIdx.x == 0) *(float *)a.p[0] = a.lr;\n");
     return step_kernel(p, kb_finish(p, &kb, "lr_schedule"), 1, 0, 0, out_arg(op, 0), ARG_END);
 }
+
+/* The weight decay an update kernel reads: the run's (a.weight_decay) on a
+ * matrix or kernel, none on a bias or norm scale (the optimizer pass's rule). */
+static const char *decay(const rt_op *op) { return op->in[0].rank >= 2 ? "a.weight_decay" : "0.0"; }
 
 /* p, g, lr, scale? -> p updated in place, torch.optim.SGD without momentum
  * as runtime/cpu/optim.c spells it; a scale that is not finite skips the
@@ -761,12 +756,12 @@ int lower_sgd(cuda_plan *p, const rt_op *op)
     snprintf(body, sizeof body,
              "        float sc = a.p[3] ? *(const float *)a.p[3] : 1.0f;\n"
              "        if (!fusion_finite(sc)) { if (i == 0) *(int *)a.p[4] |= %d; return; }\n"
-             "        float step = (float)-(double)*(const float *)a.p[2], wd = (float)%.17g;\n"
+             "        float step = (float)-(double)*(const float *)a.p[2], wd = (float)%s;\n"
              "        float gi = grad[i];\n"
              "        if (sc != 1.0f) { gi = gi * sc; grad[i] = gi; }\n"
              "        float d = wd != 0.0f ? gi + wd * param[i] : gi;\n"
              "        param[i] = param[i] + step * d;\n",
-             RT_CUDA_FLAG_SKIPPED, op->floats[ATTR_WEIGHT_DECAY]);
+             RT_CUDA_FLAG_SKIPPED, decay(op));
     return elementwise(p, "sgd", n, "param! grad! - - -", body, in_arg(op, 0), in_arg(op, 1), in_arg(op, 2),
                        op->n_in == 4 ? in_arg(op, 3) : arg_none(), arg_flags(), ARG_END);
 }
@@ -787,7 +782,7 @@ int lower_adamw(cuda_plan *p, const rt_op *op)
         body, sizeof body,
         "        float sc = a.p[5] ? *(const float *)a.p[5] : 1.0f;\n"
         "        if (!fusion_finite(sc)) { if (i == 0) *(int *)a.p[6] |= %d; return; }\n"
-        "        const double beta1 = %.17g, beta2 = %.17g, eps = %.17g, wd = %.17g;\n"
+        "        const double beta1 = %.17g, beta2 = %.17g, eps = %.17g, wd = %s;\n"
         "        double lr = (double)*(const float *)a.p[4];\n"
         "        double bc1 = 1.0 - pow(beta1, (double)a.adam_step), bc2 = 1.0 - pow(beta2, (double)a.adam_step);\n"
         "        float decay = (float)(1.0 - lr * wd), w1 = (float)(1.0 - beta1);\n"
@@ -802,8 +797,7 @@ int lower_adamw(cuda_plan *p, const rt_op *op)
         "        param[i] = pi + step * mi / denom;\n"
         "        m[i] = mi;\n"
         "        v[i] = vi;\n",
-        RT_CUDA_FLAG_SKIPPED, op->floats[ATTR_BETA1], op->floats[ATTR_BETA2], op->floats[ATTR_EPS],
-        op->floats[ATTR_WEIGHT_DECAY]);
+        RT_CUDA_FLAG_SKIPPED, op->floats[ATTR_BETA1], op->floats[ATTR_BETA2], op->floats[ATTR_EPS], decay(op));
     return elementwise(p, "adamw", n, "param! grad! m! v! - - -", body, in_arg(op, 0), in_arg(op, 1), in_arg(op, 2),
                        in_arg(op, 3), in_arg(op, 4), op->n_in == 6 ? in_arg(op, 5) : arg_none(), arg_flags(), ARG_END);
 }

@@ -34,8 +34,10 @@
  */
 #include "cluster.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -280,6 +282,38 @@ static int read_device(loader *ld, xmlNodePtr node, int host, cluster_device *d)
     return 0;
 }
 
+/* A host's address: an IPv4 address (four numbers 0-255), an IPv6 one
+ * (brackets allowed) or a host name (RFC 1123 labels).  A name of digits
+ * and dots only must be an IPv4 address: "127.0.123456789012" is a typo,
+ * and it used to be found only when the run's connect timed out. */
+static int address_valid(const char *address)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    char bare[256];
+    size_t n = strlen(address);
+    if (n == 0 || n >= sizeof bare)
+        return 0;
+    if (strspn(address, "0123456789.") == n)
+        return inet_pton(AF_INET, address, buf) == 1;
+    if (strchr(address, ':')) {
+        int bracketed = address[0] == '[' && address[n - 1] == ']';
+        snprintf(bare, sizeof bare, "%.*s", (int)(bracketed ? n - 2 : n), address + bracketed);
+        return inet_pton(AF_INET6, bare, buf) == 1;
+    }
+    if (n > 253)
+        return 0;
+    for (const char *label = address; *label;) {
+        size_t len = strcspn(label, ".");
+        if (len == 0 || len > 63 || label[0] == '-' || label[len - 1] == '-' ||
+            strspn(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") < len)
+            return 0;
+        label += len;
+        if (*label == '.' && *++label == '\0')
+            return 0; /* a trailing dot */
+    }
+    return 1;
+}
+
 static int read_host(loader *ld, xmlNodePtr node, int region, cluster_host *h)
 {
     h->region = region;
@@ -293,6 +327,11 @@ static int read_host(loader *ld, xmlNodePtr node, int region, cluster_host *h)
             0 ||
         attr_quantity(ld, node, "link-latency", UNIT_TIME, CLUSTER_DEFAULT_HOST_LATENCY, &h->link_latency) != 0)
         return -1;
+    if (!address_valid(h->address))
+        return diag_set(ld->err, ld->path, h->line,
+                        "host '%s': address '%s' is not an IPv4 address (four numbers 0-255), an IPv6 address or "
+                        "a host name",
+                        h->name, h->address);
     if (h->path[0] == '\0')
         snprintf(h->path, sizeof h->path, "fusion");
     return 0;

@@ -22,6 +22,7 @@
 #include "../ir/name_map.h"
 #include "../ir/ops.h"
 #include "expr.h"
+#include "hyper_check.h"
 #include "xml_util.h"
 
 extern const unsigned char model_xsd[];
@@ -918,6 +919,9 @@ static int model_build(builder *b, xmlDocPtr doc, const model_setting *sets, int
     if (v < 0)
         return fail(b, loss_line, "loss '%s' is not defined", loss);
     b->g->loss = v;
+    /* after the body: an expression's own error names its line first */
+    if (hyper_check_read(root, b->path, b->err) < 0)
+        return -1;
     return ir_graph_verify(b->g, b->err);
 }
 

@@ -1,9 +1,13 @@
 /* folders.c: see folders.h. */
 #include "folders.h"
 
+#define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "diag.h"
 
@@ -53,4 +57,30 @@ int folders_make_for_file(const char *file, struct diag *err)
     memcpy(dir, file, n);
     dir[n] = '\0';
     return folders_make(dir, err);
+}
+
+/* nftw's visit: every entry below the root, children first (FTW_DEPTH),
+ * links as links (FTW_PHYS: a link to a folder elsewhere is unlinked, not
+ * followed). */
+static const char *stuck_entry;
+static int remove_below_root(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    if (ftw->level == 0)
+        return 0;
+    if (remove(path) != 0) {
+        stuck_entry = path; /* the entry that would not go */
+        return -1;
+    }
+    return 0;
+}
+
+int folders_empty(const char *path, struct diag *err)
+{
+    stuck_entry = NULL;
+    if (nftw(path, remove_below_root, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return diag_set(err, stuck_entry ? stuck_entry : path, 0, "cannot remove it to empty %s: %s", path,
+                        strerror(errno));
+    return 0;
 }

@@ -16,4 +16,8 @@ int folders_make(const char *path, struct diag *err);
 /* The same for the folder a file goes in ("out/plan.txt" -> "out"). */
 int folders_make_for_file(const char *file, struct diag *err);
 
+/* Remove everything in the folder (it stays, empty); 0, or -1 with err
+ * naming the entry that would not go.  Not thread-safe (nftw). */
+int folders_empty(const char *path, struct diag *err);
+
 #endif

@@ -3,7 +3,7 @@
  * (phase=update), after autodiff:
  *
  *   optimizer.lr   = lr_schedule() lr warmup steps min_lr      this step's rate
- *   sumsq.<p>      = sum_squares(grad.<p>, previous sumsq)     when grad_clip > 0 or fp16
+ *   sumsq.<p>      = sum_squares(grad.<p>, previous sumsq)
  *   clip_scale     = clip_scale(last sumsq) max_norm loss_scale
  *   adamw.<p>      : adamw(p, grad.<p>, adamw.m.<p>, adamw.v.<p>, optimizer.lr, clip_scale)
  *
@@ -24,6 +24,12 @@
  * (autodiff's seed): clip_scale (loss_scale=1) divides it out, clips when
  * grad_clip > 0, and is NaN when a gradient overflowed, which makes every
  * adamw skip the step (torch.cuda.amp.GradScaler's rule; runtime/exec.c).
+ *
+ * The gradient norm is always summed, clipping or not: every step's line
+ * reports it, and a run may turn clipping on (--grad-clip) without a
+ * compile.  What the ops hold (lr, warmup, steps, min_lr, max_norm, the
+ * decay) are the run's defaults: the device programs read them back and
+ * let their options override them (runtime/train_settings.h).
  *
  * A frozen parameter (ir_value.frozen) has no gradient and gets no update.
  *
@@ -132,7 +138,7 @@ int pass_optimizer(ir_graph *g, struct diag *err)
             rc = diag_set(err, ir_loc_file(g, g->values[p].loc), g->values[p].loc.line,
                           "param '%s' has no gradient '%s': the optimizer runs after autodiff", ir_value_name(g, p),
                           name);
-        } else if (clip > 0 || scaled) {
+        } else {
             snprintf(name, sizeof name, "sumsq.%s", ir_value_name(g, p));
             int32_t acc;
             n = scalar_node(g, OP_SUM_SQUARES, name, g->values[p].loc, &acc);
@@ -142,7 +148,7 @@ int pass_optimizer(ir_graph *g, struct diag *err)
         }
     }
     name_map_free(by_name);
-    if (rc == 0 && (clip > 0 || scaled) && sumsq >= 0) {
+    if (rc == 0 && sumsq >= 0) {
         n = scalar_node(g, OP_CLIP_SCALE, "clip_scale", (ir_loc){ 0, 0 }, &scale);
         if (n < 0 || ir_node_add_input(g, n, sumsq) || ir_node_set_float(g, n, ATTR_MAX_NORM, clip) ||
             (scaled && ir_node_set_int(g, n, ATTR_LOSS_SCALE, 1)))

@@ -40,12 +40,21 @@ static int exchange(const program *p, rt_comm *comm, int64_t step, int32_t tag, 
     return 0;
 }
 
+/* dir and the folders above it that are missing, as mkdir -p (fusionc
+ * launch names a folder under its host's PATH/checkpoints/). */
 static int make_dir(const char *dir, char *err, size_t n)
 {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        return rt_error(err, n, "%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
+    char path[FU_PATH_BYTES];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *slash = strchr(path + 1, '/');; slash = strchr(slash + 1, '/')) {
+        if (slash)
+            *slash = '\0';
+        if (path[0] && mkdir(path, 0755) != 0 && errno != EEXIST)
+            return rt_error(err, n, "%s: cannot create the checkpoint folder: %s", path, strerror(errno));
+        if (!slash)
+            return 0;
+        *slash = '/';
     }
-    return 0;
 }
 
 static int same_folder(const char *a, const char *b)

@@ -1,5 +1,7 @@
 /* cli_option.c: command-line options from one table (cli_option.h). */
 #include "cli_option.h"
+
+#include "../ir/suggest.h"
 #include "rt_error.h"
 
 #include <errno.h>
@@ -108,37 +110,11 @@ int cli_choice_int(const cli_option *opt, const char *value, void *field, char *
 /* The edit distance of a and b (Levenshtein's: insertions, deletions and
  * substitutions), up to CLI_NAME_MAX characters of each. */
 #define CLI_NAME_MAX 64
-static int edit_distance(const char *a, const char *b)
-{
-    int n = (int)strnlen(a, CLI_NAME_MAX), m = (int)strnlen(b, CLI_NAME_MAX), row[CLI_NAME_MAX + 1];
-    for (int j = 0; j <= m; j++)
-        row[j] = j;
-    for (int i = 1; i <= n; i++) {
-        int diagonal = row[0];
-        row[0] = i;
-        for (int j = 1; j <= m; j++) {
-            int up = row[j], best = diagonal + (a[i - 1] != b[j - 1]);
-            best = up + 1 < best ? up + 1 : best;
-            best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
-            diagonal = up, row[j] = best;
-        }
-    }
-    return row[m];
-}
-
 void cli_suggest(const char *given, const char *const *names, int n_names, char *out, size_t n)
 {
-    out[0] = '\0';
     char bare[CLI_NAME_MAX + 1]; /* "--stpes=3": "--stpes" */
     snprintf(bare, sizeof bare, "%.*s", (int)strcspn(given, "="), given);
-    int best = -1, best_d = 0, limit = (int)strlen(bare) / 3 > 2 ? 2 : (int)strlen(bare) / 3;
-    for (int k = 0; k < n_names; k++) {
-        int d = names[k] ? edit_distance(bare, names[k]) : CLI_NAME_MAX;
-        if (d <= (limit > 0 ? limit : 1) && (best < 0 || d < best_d))
-            best = k, best_d = d;
-    }
-    if (best >= 0)
-        snprintf(out, n, "; did you mean '%s'?", names[best]);
+    suggest_nearest(bare, names, n_names, out, n);
 }
 
 /* "; did you mean '--x'?" when message says an option of u's is unknown

@@ -43,7 +43,8 @@ typedef struct {
                                   --emulate-devices paces it to; 0: not paced  */
 } rt_op;                /* position-independent: bundles embed rt_ops as bytes */
 
-struct rt_comm; /* runtime/comm/comm.h: the device's peers     */
+struct rt_comm;             /* runtime/comm/comm.h: the device's peers     */
+struct rt_train_settings_s; /* train_settings.h: the run's lr, decay, clip  */
 
 typedef struct rt_context_s {
     int64_t step;         /* the update about to be made, from 1        */
@@ -85,6 +86,10 @@ typedef struct rt_context_s {
     /* --trace FILE (trace.h): every op a span, every message a flow from
      * its send to its receive; NULL: nothing recorded. */
     struct rt_trace *trace;
+    /* The run's learning-rate schedule, weight decay and clipping bound
+     * (train_settings.h); NULL: the values compiled into the ops. */
+    const struct rt_train_settings_s *train;
+    double grad_norm; /* the step's global gradient norm: clip_scale sets it where it runs */
 } rt_context;
 
 #define RT_PACE_MIN_SLEEP 1e-3 /* seconds */

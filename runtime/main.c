@@ -71,6 +71,9 @@
 #include "checkpoint.h"
 #include "checkpoint_run.h"
 #include "run_options.h"
+#include "per_device_path.h"
+#include "step_line.h"
+#include "train_settings.h"
 #include "stepper.h"
 #include "checkpoint_store.h"
 #include "device_program.h"
@@ -191,11 +194,12 @@ static int stop(rt_comm *comm, const char *device, const char *fmt, ...)
 }
 
 /* Several devices share their arguments (launch-local.sh gives every
- * device the same): a file each program writes is FILE.<device> then. */
+ * device the same): a file each program writes names its device then
+ * (per_device_path.h). */
 static void per_device_path(const program *p, const char *file, char *path, size_t size)
 {
     if (file && p->manifest.n_stages * p->manifest.n_replicas > 1)
-        snprintf(path, size, "%s.%s", file, p->manifest.device);
+        per_device_path_of(file, p->manifest.device, path, size);
     else
         snprintf(path, size, "%s", file ? file : "");
 }
@@ -347,6 +351,30 @@ static int swap_agreed(program *p, rt_diloco *outer, char *why, size_t n)
     return 0;
 }
 
+/* The run's training settings: the ones compiled into this device's ops,
+ * with its options over them (train_settings.h), said in one line; and
+ * whether this device sums the gradient norm.  0, or 1 (said). */
+static int settings_of_run(const program *p, const run_options *o, rt_train_settings *s, int *clip_here)
+{
+    const rt_op *ops = (const rt_op *)fusion_ops_blob;
+    rt_train_settings_from_ops(ops, p->manifest.n_ops, s);
+    *clip_here = 0;
+    for (int32_t i = 0; i < p->manifest.n_ops; i++)
+        *clip_here |= ops[i].op == OP_CLIP_SCALE;
+    char why[400], line[400];
+    if (rt_train_settings_apply(s, &o->train, o->steps, why, sizeof why))
+        return fail("%s: %s", p->manifest.device, why);
+    if (!s->has_optimizer)
+        return 0;
+    rt_train_settings_describe(s, line, sizeof line);
+    printf("fusion: %s\n", line);
+    if (s->schedule != RT_LR_CONSTANT && s->length < o->steps)
+        printf("fusion: the schedule ends at step %lld, before the run's %lld: the rate stays at %g after it "
+               "(--schedule-steps sets its length)\n",
+               (long long)s->length, (long long)o->steps, s->min_lr);
+    return 0;
+}
+
 static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data, rt_data *val, rt_broker *broker)
 {
     const rt_manifest *mf = &p->manifest;
@@ -454,6 +482,18 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     seeded.seed = seed;
     st.o = &seeded;
     int64_t tokens = mf->tokens_per_step > 0 ? mf->tokens_per_step : 1;
+    rt_train_settings settings;
+    int clip_here = 0; /* this device sums the gradient norm (clip_scale): its lines report it */
+    if (settings_of_run(p, o, &settings, &clip_here)) {
+        if (comm)
+            rt_comm_abort(comm, "could not start (see its log)");
+        stepper_free(&st);
+        rt_diloco_free(&outer);
+        if (log)
+            fclose(log);
+        rt_trace_close(trace);
+        return 1;
+    }
     printf("fusion: model %s on device %s: stage %d of %d, replica %d of %d, %d micro-batch%s; %lld-byte arena, "
            "%d threads, %lld steps of %lld %s\n",
            mf->model, mf->device, mf->stage, mf->n_stages, mf->replica, mf->n_replicas, mf->micro_batches,
@@ -499,7 +539,9 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                            .skipped = scaler.skipped,
                            .inject_overflow = o->inject_overflow == step,
                            .emulate_devices = o->emulate_devices,
-                           .trace = trace };
+                           .trace = trace,
+                           .train = &settings,
+                           .grad_norm = NAN };
         double t0 = rt_seconds_now();
         float loss = NAN;
         if (stepper_step(&st, &ctx, &loss) != 0) {
@@ -589,12 +631,24 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             rc = stop(comm, mf->device, "step %lld: the loss is %f: training diverged", (long long)step, (double)loss);
             break;
         }
+        step_line figures = { .lr = settings.has_optimizer ? rt_train_lr(&settings, step) : NAN,
+                              .grad_norm = clip_here ? ctx.grad_norm : NAN,
+                              .tokens_seen = step * tokens,
+                              .wall_time = step_line_wall_time(),
+                              .eta_seconds = stepping / (double)(step - done) * (double)(o->steps - step) };
+        char extra_text[160], extra_json[200];
+        step_line_console(&figures, extra_text, sizeof extra_text);
+        step_line_json(&figures, extra_json, sizeof extra_json);
+        /* the line after "step N/M": printed, and the broker prints it as it is (an elastic run's lines
+         * are a run's lines) */
+        char line[1024];
         if (mf->loss >= 0)
-            printf("step %5lld/%lld  loss %.6f  %8.0f tok/s  %7.1f ms/step%s%s\n", (long long)step, (long long)o->steps,
-                   (double)loss, (double)tokens / dt, dt * 1e3, rho, val_text);
+            snprintf(line, sizeof line, "loss %.6f  %8.0f tok/s  %7.1f ms/step%s%s%s", (double)loss,
+                     (double)tokens / dt, dt * 1e3, extra_text, rho, val_text);
         else
-            printf("step %5lld/%lld  %8.0f tok/s  %7.1f ms/step%s\n", (long long)step, (long long)o->steps,
-                   (double)tokens / dt, dt * 1e3, rho);
+            snprintf(line, sizeof line, "%8.0f tok/s  %7.1f ms/step%s%s", (double)tokens / dt, dt * 1e3, extra_text,
+                     rho);
+        printf("step %5lld/%lld  %s\n", (long long)step, (long long)o->steps, line);
         if (outer_line[0])
             printf("step %5lld: %s\n", (long long)step, outer_line);
         if (o->sample_every > 0 && (step % o->sample_every == 0 || step == o->steps)) {
@@ -610,14 +664,15 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             size_t used = strlen(step_extra_json);
             rt_comm_links_json(comm, step_extra_json + used, sizeof step_extra_json - used);
             if (mf->loss >= 0)
-                fprintf(log, "{\"step\": %lld, \"loss\": %.6f%s, \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n",
-                        (long long)step, (double)loss, val_json, (double)tokens / dt, dt * 1e3, step_extra_json);
+                fprintf(log, "{\"step\": %lld, \"loss\": %.6f%s, \"tokens_per_s\": %.1f, \"ms\": %.3f%s%s}\n",
+                        (long long)step, (double)loss, val_json, (double)tokens / dt, dt * 1e3, extra_json,
+                        step_extra_json);
             else
-                fprintf(log, "{\"step\": %lld, \"tokens_per_s\": %.1f, \"ms\": %.3f%s}\n", (long long)step,
-                        (double)tokens / dt, dt * 1e3, step_extra_json);
+                fprintf(log, "{\"step\": %lld, \"tokens_per_s\": %.1f, \"ms\": %.3f%s%s}\n", (long long)step,
+                        (double)tokens / dt, dt * 1e3, extra_json, step_extra_json);
             fflush(log);
         }
-        rt_broker_report(broker, "step", "%lld %.6f", (long long)step, (double)loss);
+        rt_broker_report(broker, "step", "%lld %.6f %.700s", (long long)step, (double)loss, line);
         /* Under --sync diloco the sites count their own steps (each its own
          * H): their common clock is the outer round, so a stop is agreed
          * in rounds, at a round's end. */
@@ -774,6 +829,13 @@ int main(int argc, char **argv)
                       .seed = 1,
                       .keep = CKPT_DEFAULT_KEEP,
                       .val_batches = 8,
+                      .train = { .lr = NAN,
+                                 .min_lr = NAN,
+                                 .weight_decay = NAN,
+                                 .grad_clip = NAN,
+                                 .warmup = RT_UNSET,
+                                 .schedule_steps = RT_UNSET,
+                                 .schedule = RT_UNSET },
                       .threads = p.manifest.threads > 0 ? p.manifest.threads : 1 };
     int rc = run_options_parse(argc, argv, &o);
     if (rc)

@@ -9,6 +9,7 @@
 
 #include "cli_option.h"
 #include "rt_error.h"
+#include "train_settings.h"
 
 /* ---- the options that set more than one field (CLI_WHOLE: the parser gets
  * the whole run_options) or convert their value ---------------------------- */
@@ -111,6 +112,9 @@ static int parse_crash(const cli_option *opt, const char *value, void *field, ch
     return 0;
 }
 
+static const char *const lr_schedules[] = { "constant", "cosine", "linear", NULL };
+static const int lr_schedule_values[] = { RT_LR_CONSTANT, RT_LR_COSINE, RT_LR_LINEAR };
+
 static const char *const data_formats[] = { "auto", "shard", "text", NULL };
 static const int data_format_values[] = { RT_DATA_AUTO, RT_DATA_SHARD, RT_DATA_TEXT };
 
@@ -151,11 +155,32 @@ static const cli_option device_options[] = {
       .expects = "a count of steps, 0 or more", .help = "training steps (default 100)" },
     { .name = "--seed", .metavar = "S", CLI_WHOLE(parse_seed), .expects = "an unsigned integer",
       .help = "seeds the parameters and the batches (default 1)" },
+    { .name = NULL, .help = "training settings (default: the model's, as compiled; every device must get the same):" },
+    { .name = "--lr", .metavar = "X", CLI_DOUBLE(run_options, train.lr), .lo = 0, .hi = 1e6, .open = CLI_OPEN_LO,
+      .expects = "a learning rate above 0", .help = "the peak learning rate" },
+    { .name = "--min-lr", .metavar = "X", CLI_DOUBLE(run_options, train.min_lr), .lo = 0, .hi = 1e6,
+      .expects = "a learning rate, 0 or more", .help = "where a cosine or linear schedule ends (at most --lr)" },
+    { .name = "--warmup", .metavar = "N", CLI_INT64(run_options, train.warmup), .lo = 0, .hi = (double)INT64_MAX,
+      .expects = "a count of steps, 0 or more", .help = "steps of linear warm-up from 0 to --lr" },
+    { .name = "--lr-schedule", .metavar = "S", CLI_CHOICE_INT(run_options, train.schedule),
+      .choices = lr_schedules, .values = lr_schedule_values, .expects = "constant, cosine or linear",
+      .help = "constant, cosine or linear (from --lr down to --min-lr after the warm-up;\n"
+              "default: cosine when the model declares `steps`, else constant)" },
+    { .name = "--schedule-steps", .metavar = "N", CLI_INT64(run_options, train.schedule_steps),
+      COUNT("a positive number of steps"),
+      .help = "the schedule's length, warm-up included (default: the model's `steps`,\n"
+              "else this run's --steps)" },
+    { .name = "--weight-decay", .metavar = "X", CLI_DOUBLE(run_options, train.weight_decay), .lo = 0, .hi = 1e6,
+      .expects = "a decay, 0 or more", .help = "AdamW's decoupled weight decay, on matrices and kernels only" },
+    { .name = "--grad-clip", .metavar = "X", CLI_DOUBLE(run_options, train.grad_clip), .lo = 0, .hi = 1e30,
+      .expects = "a norm, 0 or more", .help = "clip the global gradient norm to X (0: off)" },
+    { .name = NULL, .help = "output:" },
     { .name = "--log", .metavar = "FILE", CLI_STRING(run_options, log),
-      .help = "also write one JSON object per step to FILE (FILE.<device> on several devices)" },
+      .help = "also write one JSON object per step to FILE: loss, lr, grad_norm, tokens, time,\n"
+              "tokens/s, ms (train.jsonl: train.<device>.jsonl on several devices)" },
     { .name = "--trace", .metavar = "FILE", CLI_STRING(run_options, trace),
       .help = "write the run's timeline (each op, message, micro-batch, update, checkpoint) in\n"
-              "the Chrome trace-event format, for Perfetto (FILE.<device> on several devices;\n"
+              "the Chrome trace-event format, for Perfetto (trace.json: trace.<device>.json on several devices;\n"
               "launch-local.sh merges them into FILE)" },
     { .name = "--threads", .metavar = "N", CLI_INT(run_options, threads), .lo = 1, .hi = 1 << 20,
       .expects = "a positive count", .help = "CPU threads (default: the device's, from the cluster file)" },
@@ -185,7 +210,7 @@ static const cli_option device_options[] = {
       .help = "the model's inputs, by name, from a safetensors file (the same every step)" },
     { .name = "--dump-grads", .metavar = "FILE", CLI_STRING(run_options, dump_grads),
       .help = "write the first step's inputs, loss and every parameter's gradient\n"
-              "(FILE.<device> for each device of a program of several)" },
+              "(g.safetensors: g.<device>.safetensors for each device of a program of several)" },
     { .name = "--emulate-devices", CLI_FLAG(run_options, emulate_devices),
       .help = "make every op take at least as long as the cluster file's peaks and\n"
               "memory bandwidth say (the workload estimator's time; a CUDA device\n"

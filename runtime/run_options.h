@@ -9,6 +9,7 @@
 #include "comm/comm.h"
 #include "data.h"
 #include "safetensors.h"
+#include "train_settings.h"
 
 typedef struct {
     const char *data[64];
@@ -30,6 +31,7 @@ typedef struct {
     int no_overlap;
     uint64_t seed;
     int seed_given;
+    rt_train_overrides train; /* --lr, --lr-schedule, ...: NaN or RT_UNSET where not given */
     int threads;
     rt_comm_options comm;
 } run_options;

@@ -12,8 +12,14 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
 
 scripts/install-deps.sh
+echo "== building fusion in build/ (the first build takes about a minute on 2 cores) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$jobs" --target fusionc -- --no-print-directory >/dev/null
+# cmake's "[ 45%] Building ..." lines, shown every 10% (and any error in full)
+cmake --build build -j"$jobs" --target fusionc -- --no-print-directory 2>&1 |
+  awk '/[Ee]rror/ { print; next }
+       /^\[ *[0-9]+%\]/ { s = $0; sub(/^\[ */, "", s); p = s + 0
+                          if (p >= next_shown) { printf "  %d%%\n", p; fflush(); next_shown = p - p % 10 + 10 } }'
+echo "  built build/fusionc"
 fusionc=build/fusionc
 
 echo "== fusionc check: every shipped model and cluster =="
@@ -50,11 +56,11 @@ out/demo/launch-local.sh --data out/data/corpus.txt --steps 600 --log out/demo/t
 entropy=$(od -An -v -tu1 out/data/corpus.txt | tr -s ' ' '\n' |
   awk 'NF { c[$1]++; n++ } END { for (k in c) { p = c[k] / n; h -= p * log(p) }; printf "%.3f", h }')
 reporter=$(sed -n 's/^reporter=//p' out/demo/launch-local.sh)
-last=$(tail -n 1 "out/demo/train.jsonl.$reporter" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+last=$(tail -n 1 "out/demo/train.$reporter.jsonl" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
 echo
 echo "final loss ${last} nats/byte; the text's byte unigram entropy is ${entropy} nats/byte"
 echo "(a model that only knew byte frequencies could not go below ${entropy})"
 
 echo
 echo "== fusionc report: the step logs as plots (loss, tokens/s, the links' bytes and busy time) =="
-$fusionc report out/demo/train.jsonl.* -o out/demo/report
+$fusionc report out/demo/train.*.jsonl -o out/demo/report

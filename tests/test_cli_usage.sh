@@ -2,7 +2,7 @@
 # and output files that are never left half-written.
 . "$(dirname "$0")/lib.sh"
 
-"$FUSIONC" --version | grep -Eq '^fusionc [0-9]+\.[0-9]+\.[0-9]+$' && pass || fail "--version: $("$FUSIONC" --version)"
+"$FUSIONC" --version | head -1 | grep -Eq '^fusionc [0-9]+\.[0-9]+\.[0-9]+ \(commit ' && pass || fail "--version: $("$FUSIONC" --version)"
 for c in "" check dump stats; do
   # shellcheck disable=SC2086
   "$FUSIONC" $c --help >"$work/out" 2>&1 && grep -q "usage: fusionc" "$work/out" && pass || fail "fusionc $c --help"

@@ -88,7 +88,7 @@ echo "loss after 20 steps: uncompressed $dense, top 5% on the slow link $last, a
 "$work/topk:0.05/launch-local.sh" --data "$work/corpus.txt" --steps 8 --seed 2 --adapt-density \
   --log "$work/adapt.jsonl" >"$work/adapt.train" 2>&1 && pass || fail "train --adapt-density: $(tail -3 "$work/adapt.train")"
 # The JSONL log carries the same densities.
-expect_eq "cpu-b1's JSONL lines with a rho list" 8 "$(grep -c '"rho": \[0\.[0-9]*\][,}]' "$work/adapt.jsonl.cpu-b1")"
+expect_eq "cpu-b1's JSONL lines with a rho list" 8 "$(grep -c '"rho": \[0\.[0-9]*\][,}]' "$work/adapt.cpu-b1.jsonl")"
 rho=$(grep '^\[cpu-b1\] step ' "$work/adapt.train" | sed 's/.*rho \([0-9.]*\).*/\1/')
 expect_eq "cpu-b1 (sends grad.wte.weight.1) logs rho every step" 8 "$(grep -c . <<<"$rho")"
 expect_eq "first step at the compiled density" 0.0500 "$(head -1 <<<"$rho")"

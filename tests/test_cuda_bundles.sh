@@ -163,7 +163,7 @@ CUDA_HOME="$work/no-cublas" "$FUSIONC" compile models/gpt2.xml tests/clusters/on
 
 # The cache: a recompile of the same kernels reads them back (no new entries).
 before=$(ls "$FUSION_CACHE_DIR" | wc -l)
-"$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpt2" >"$work/log" 2>&1 || fail "recompile: $(tail -c 800 "$work/log")"
+"$FUSIONC" compile models/gpt2.xml tests/clusters/one-gpu.xml -o "$work/gpt2" --force >"$work/log" 2>&1 || fail "recompile: $(tail -c 800 "$work/log")"
 expect_eq "cache entries after a recompile" "$before" "$(ls "$FUSION_CACHE_DIR" | wc -l)"
 cmp -s "$work/gpt2/gpu/kernels.cu" "$work/gpt2/gpu/kernels.cu" && pass
 

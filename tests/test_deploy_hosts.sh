@@ -101,7 +101,21 @@ echo "deploy: $(grep -c . "$work/deploy1.out") lines first, then: $(tail -1 "$wo
 # --- train across the hosts, site B behind a 20 Mbit/s tbf --------------------------
 shape_host 2 20mbit && pass || fail "tc tbf on host 2's link"
 on_controller "$FUSIONC" launch "$out" --ssh-config "$ssh_config" --data "$work/corpus.txt" --steps 20 --seed 3 \
-  --trace "$work/hosts-trace.json" >"$work/launch.out" 2>"$work/launch.err" && pass || fail "launch: $(cat "$work/launch.err")"
+  --trace "$work/hosts-trace.json" --log "$work/back/train.jsonl" --save "$work/back/ck" --save-every 10 \
+  >"$work/launch.out" 2>"$work/launch.err" && pass || fail "launch: $(cat "$work/launch.err")"
+# --log and --save name this machine's files: each host's log and its part of every checkpoint come back.
+for d in "${devices[@]}"; do
+  expect_eq "$d's log brought back: its steps" 20 "$(grep -c '"step"' "$work/back/train.$d.jsonl" 2>/dev/null)"
+  grep -q "^launch: $d's log is in $work/back/train.$d.jsonl$" "$work/launch.out" && pass || fail "$d's log not named"
+done
+for k in 10 20; do
+  [ -s "$work/back/ck/step-$k/MANIFEST" ] && pass || fail "no step-$k/MANIFEST brought back: $(ls -R "$work/back/ck" | head)"
+  expect_eq "step $k's parts brought back" 3 "$(ls "$work/back/ck/step-$k/" | grep -c '\.safetensors$')"
+done
+grep -q "^launch: the checkpoints of 3 devices are in $work/back/ck" "$work/launch.out" && pass \
+  || fail "the checkpoints' place not named: $(tail -5 "$work/launch.out")"
+[ -s "$work/hosts/h2/fusion/checkpoints/ck/step-20/MANIFEST" ] && pass \
+  || fail "host h2 does not keep its own checkpoints in PATH/checkpoints/ck"
 # --trace: each host's timeline comes back, merged: one JSON file with all three devices, messages matched.
 grep -q "the timeline of 3 devices is in $work/hosts-trace.json" "$work/launch.out" && pass || fail "no trace line: $(tail -3 "$work/launch.out")"
 /usr/bin/python3 - "$work/hosts-trace.json" <<'PYEOF' && pass || fail "the gathered trace"

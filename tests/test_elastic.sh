@@ -91,6 +91,9 @@ grep -q "lost cpu-a1: its process was killed (signal 9)" "$work/standby.out" && 
 grep -q "standby cpu-s0 takes cpu-a1's place" "$work/standby.out" && pass \
   || fail "replacement: the standby did not take the place: $(grep broker: "$work/standby.out")"
 grep -q "the run finished: 4 devices, 1 recovery" "$work/standby.out" && pass || fail "replacement: $(tail -3 "$work/standby.out")"
+# The broker's step lines are the reporter's own, as a run without a broker prints them.
+grep -Eq '^step +[0-9]+/[0-9]+  loss [0-9.]+ +[0-9]+ tok/s +[0-9.]+ ms/step  lr [0-9.e+-]+  gnorm [0-9.e+-]+  eta ' \
+  "$work/standby.out" && pass || fail "an elastic step line lacks tok/s, ms, lr, gnorm or eta: $(grep -m1 '^step ' "$work/standby.out")"
 secs=$(sed -n 's/.*first step after the recovery: step [0-9]*, \([0-9.]*\) s after.*/\1/p' "$work/standby.out" | head -1)
 awk -v s="${secs:-999}" 'BEGIN { exit !(s <= 30) }' && pass || fail "replacement: recovery took ${secs:-?} s (limit 30)"
 echo "replacement: the first step after the recovery came ${secs:-?} s after the lost device's last word" >&2

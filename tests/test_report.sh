@@ -13,7 +13,7 @@ base=$ports
   --port-base "$base" >"$work/c.out" 2>&1 && pass || fail "compile: $(cat "$work/c.out")"
 "$work/out/launch-local.sh" --data "$work/corpus.txt" --steps 12 --log "$work/log.jsonl" --emulate-links \
   >"$work/run.out" 2>&1 && pass || fail "run: $(tail -3 "$work/run.out")"
-logs=("$work"/log.jsonl.*)
+logs=("$work"/log.cpu-*.jsonl)
 expect_eq "logs" 2 "${#logs[@]}"
 "$FUSIONC" report "${logs[@]}" -o "$work/report/new" >"$work/report.out" 2>&1 && pass || fail "report: $(cat "$work/report.out")"
 for png in loss throughput links; do
@@ -21,7 +21,7 @@ for png in loss throughput links; do
     || fail "$png.png is not a PNG"
   [ "$(stat -c %s "$work/report/new/$png.png" 2>/dev/null || echo 0)" -gt 5000 ] && pass || fail "$png.png is nearly empty"
 done
-grep -Eq "^log.jsonl.cpu-a1: 12 steps \(1 to 12\); loss [0-9.]+ first, [0-9.]+ last" "$work/report.out" && pass \
+grep -Eq "^log.cpu-a1.jsonl: 12 steps \(1 to 12\); loss [0-9.]+ first, [0-9.]+ last" "$work/report.out" && pass \
   || fail "summary of the reporter: $(cat "$work/report.out")"
 # the activations cross cpu-a0 -> cpu-a1 each micro-batch: a link with bytes
 awk '/link to cpu-a1:/ { if ($4 + 0 > 0.01) found = 1 } END { exit !found }' "$work/report.out" && pass \

@@ -70,8 +70,8 @@ PYEOF
 check_trace "$work/run.json" 2 run >"$work/check" 2>&1 && pass || fail "$(cat "$work/check")"
 cat "$work/check" >&2
 for d in cpu-a0 cpu-a1 cpu-b0 cpu-b1; do
-  [ -f "$work/run.json.$d" ] || continue
-  "$py" -c 'import json, sys; json.load(open(sys.argv[1]))' "$work/run.json.$d" && pass || fail "$d's own trace is not JSON"
+  [ -f "$work/run.$d.json" ] || continue
+  "$py" -c 'import json, sys; json.load(open(sys.argv[1]))' "$work/run.$d.json" && pass || fail "$d's own trace is not JSON"
 done
 
 # The simulator: the same format and span names.

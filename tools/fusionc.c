@@ -38,10 +38,13 @@
 #include "chat_cmd.h"
 #include "model_input.h"
 #include "options.h"
+#include "placed.h"
+#include "plan_idle.h"
 #include "plan_report.h"
 #include "profile.h"
 #include "report.h"
 #include "tokenize.h"
+#include "version.h"
 #include "export.h"
 #include "../tokenizer/tokenizer.h"
 #include "simulate.h"
@@ -96,7 +99,8 @@ static const cli_use compile_uses[] = {
     { OPT_OUTPUT, "OUT", "the output folder (created if needed)" },
     { OPT_SET, NULL, "override a hyper-parameter (repeatable); `batch` is the global batch" },
     CLI_USE(OPT_HF_CONFIG), PLACEMENT_USES, SYNC_USES,
-    CLI_USE(OPT_PORT_BASE), CLI_USE(OPT_RUN_KEY), CLI_USE(OPT_CUBLAS), CLI_USE(OPT_TOKENIZER), CLI_USE(OPT_DUMP_IR),
+    CLI_USE(OPT_FORCE), CLI_USE(OPT_PORT_BASE), CLI_USE(OPT_RUN_KEY), CLI_USE(OPT_CUBLAS), CLI_USE(OPT_TOKENIZER),
+    CLI_USE(OPT_DUMP_IR),
 };
 static const cli_usage compile_usage = USAGE(
     "usage: fusionc compile MODEL CLUSTER -o OUT [--set name=value]... [--hf-config FILE] [--scheduler S]\n"
@@ -112,7 +116,7 @@ static const cli_usage compile_usage = USAGE(
 
 static const cli_use plan_uses[] = {
     CLI_USE(OPT_SET), CLI_USE(OPT_HF_CONFIG), PLACEMENT_USES, SYNC_USES,
-    { OPT_OUTPUT, "DIR", "where plan.txt and plan.svg go (default: the current folder; made if missing)" },
+    { OPT_OUTPUT, "DIR", "also write plan.txt and plan.svg to DIR (made if missing; without -o, nothing is written)" },
     CLI_USE(OPT_DUMP_IR),
 };
 static const cli_usage plan_usage = USAGE(
@@ -121,14 +125,14 @@ static const cli_usage plan_usage = USAGE(
     "Prints how MODEL would be placed on CLUSTER: the fences, each stage's devices,\n"
     "ops, estimated compute and transfer, the bottleneck, the estimated step time\n"
     "and each device's memory; writes DIR/plan.txt and DIR/plan.svg (the graph\n"
-    "coloured by stage; default DIR: the current folder).\n",
+    "coloured by stage) with -o DIR; without it, nothing is written.\n",
     plan_uses);
 
 static const cli_use simulate_uses[] = {
     CLI_USE(OPT_SET), CLI_USE(OPT_HF_CONFIG), CLI_USE(OPT_STEPS),
     { OPT_VERBOSE, NULL, "also print every link's bytes a step (forward, backward, update)" },
     CLI_USE(OPT_TRACE), CLI_USE(OPT_NO_OVERLAP), PLACEMENT_USES, SYNC_USES,
-    { OPT_OUTPUT, "DIR", "where gantt.svg goes (default: the current folder; made if missing)" },
+    { OPT_OUTPUT, "DIR", "also write gantt.svg to DIR (made if missing; without -o, nothing is written)" },
     CLI_USE(OPT_DUMP_IR),
 };
 static const cli_usage simulate_usage = USAGE(
@@ -141,7 +145,7 @@ static const cli_usage simulate_usage = USAGE(
     "state: stages start the next step as soon as their update is done, so step 1\n"
     "also holds the pipeline's start), the bubble fraction, each stage's busy time\n"
     "and the links' bytes a step, with the plan's estimate; writes DIR/gantt.svg,\n"
-    "the timeline (default DIR: the current folder; made if missing).\n",
+    "the timeline, with -o DIR (made if missing); without it, nothing is written.\n",
     simulate_uses);
 
 static const cli_use stats_uses[] = { CLI_USE(OPT_SET), CLI_USE(OPT_HF_CONFIG), BUILD_USES, CLI_USE(OPT_DUMP_IR) };
@@ -180,20 +184,6 @@ static int commit_output(FILE *f, const char *path, atomic_file *af, int ok, cha
 }
 
 /* ---- commands ------------------------------------------------------------ */
-
-/* What is trained and in which precision: --precision, --tf32, --freeze,
- * --lora, --frozen-dtype, into the pipeline's options. */
-static void set_training_options(pass_options *p, const options *o)
-{
-    p->precision = o->precision;
-    p->tf32 = o->tf32;
-    p->freeze = o->freeze.name;
-    p->n_freeze = o->freeze.n;
-    p->lora = &o->lora.spec;
-    p->frozen_dtype = o->frozen_dtype;
-    p->inference = o->inference;
-    p->prefill = o->prefill;
-}
 
 /* Pipeline options: the training options, and --dump-ir when asked for. */
 static const pass_options *dump_ir_options(const options *o, pass_options *buf)
@@ -315,138 +305,6 @@ static int cmd_stats(int argc, char **argv)
     return 0;
 }
 
-/* The model's global batch: its `batch` hyper-parameter, 0 if it has none. */
-static int64_t global_batch(const ir_graph *g)
-{
-    for (int32_t i = 0; i < g->n_hypers; i++)
-        if (!g->hypers[i].is_float && strcmp(ir_str(g, g->hypers[i].name), "batch") == 0)
-            return g->hypers[i].i;
-    return 0;
-}
-
-/* Load the model with `batch` set to `rows` (after the user's --set). */
-static int load_with_batch(const char *path, const options *o, int64_t rows, ir_graph *g, struct diag *err)
-{
-    options with = *o;
-    char batch[64];
-    snprintf(batch, sizeof batch, "batch=%lld", (long long)rows);
-    if (rows > 0 && settings_add(&with.sets, batch))
-        return diag_set(err, path, 0, "too many --set options to add the micro-batch size");
-    return model_input_load(path, &with, g, err);
-}
-
-/* Build, place and compile-ready (every pass) the model for cluster c.
- *
- * The model's `batch` is the global batch B of a step.  It is split into
- * M micro-batches (--micro-batches; by default the largest divisor of B up
- * to 4 on a cluster of several devices, else 1), and by the plan into R
- * replicas: each device's program works on B / (M R) rows at a time.  The
- * fence pass plans on the graph built at B / M; when its plan replicates,
- * the graph is built again at B / (M R) and the same plan applied to it
- * (same ops, smaller shapes). */
-static int build_placed(const options *o, const char *model_path, const cluster *c, ir_graph *g, fence_plan *plan,
-                        struct diag *err)
-{
-    pass_options popt = { 0 };
-    if (o->dump_ir) {
-        popt.dump_after = o->dump_ir;
-        popt.dump_out = stderr;
-    }
-    popt.cluster = c;
-    popt.scheduler = o->scheduler;
-    popt.stages = o->stages;
-    popt.compress = o->compress;
-    popt.recompute = o->recompute;
-    popt.replicas = o->replicas;
-    popt.seed = (uint64_t)o->seed;
-    set_training_options(&popt, o);
-    if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
-        return diag_set(err, model_path, 0,
-                        "--stages and --replicas choose among opfence's plans; uniform always "
-                        "uses every device as one stage");
-    ir_graph_init(g);
-    if (model_input_load(model_path, o, g, err))
-        return -1;
-    int64_t B = global_batch(g);
-    int M = o->micro_batches;
-    /* An inference step is all its rows at once, on one pipeline (the
-     * runtime draws from each row's logits after every step). */
-    if (o->inference && (M > 1 || o->replicas > 1))
-        return diag_set(err, model_path, 0,
-                        "an inference program runs its rows as one micro-batch on one replica a stage "
-                        "(leave out --micro-batches and --replicas, or give 1)");
-    if (M == 0) {
-        M = 1;
-        for (int k = 4; B > 0 && k > 1 && c->n_devices > 1 && M == 1 && !o->inference; k--)
-            if (B % k == 0)
-                M = k;
-    }
-    if (B == 0 && M > 1)
-        return diag_set(err, model_path, 0, "--micro-batches %d needs a model with a `batch` hyper-parameter", M);
-    if (B > 0 && B % M != 0)
-        return diag_set(err, model_path, 0, "the batch (%lld) does not split into %d micro-batches", (long long)B, M);
-    popt.micro_batches = M;
-    popt.max_replicas = B > 0 && !o->inference ? 0 : 1;
-    popt.plan_out = plan;
-    popt.last_pass = "fence";
-    ir_graph_free(g);
-    if (load_with_batch(model_path, o, B > 0 ? B / M : 0, g, err) || pass_run_pipeline(g, &popt, err))
-        return -1;
-    popt.last_pass = NULL;
-    popt.plan_out = NULL;
-    if (plan->n_replicas > 1) {
-        ir_graph_free(g);
-        popt.plan = plan;
-        if (load_with_batch(model_path, o, B / M / plan->n_replicas, g, err))
-            return -1;
-    }
-    return pass_run_pipeline(g, &popt, err);
-}
-
-/* A model built and placed on a cluster (compile, plan and simulate start
- * from one).  placed_load fills p (err on failure); placed_free always. */
-typedef struct {
-    ir_graph g;
-    cluster c;
-    fence_plan plan;
-} placed_model;
-
-static int placed_load(placed_model *p, const options *o, struct diag *err)
-{
-    memset(p, 0, sizeof *p);
-    ir_graph_init(&p->g);
-    /* Every device must state the peak of the arithmetic it will run (and
-     * fp32's, for the optimizer): a plan made on another one's is a lie. */
-    peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
-    if (cluster_load(o->files[1], &p->c, err))
-        return -1;
-    if (o->with.n > 0) { /* --with: standbys taken in */
-        cluster joined;
-        if (cluster_with(&p->c, o->with.name, o->with.n, &joined, err))
-            return -1;
-        cluster_free(&p->c);
-        p->c = joined;
-    }
-    if (o->without.n > 0) { /* --without: the survivors of a lost device */
-        cluster survivors;
-        if (cluster_without(&p->c, o->without.name, o->without.n, &survivors, err))
-            return -1;
-        cluster_free(&p->c);
-        p->c = survivors;
-    }
-    return cluster_require_peak(&p->c, kind, err) || cluster_require_peak(&p->c, PEAK_FP32, err) ||
-                   build_placed(o, o->files[0], &p->c, &p->g, &p->plan, err)
-               ? -1
-               : 0;
-}
-
-static void placed_free(placed_model *p)
-{
-    ir_graph_free(&p->g);
-    cluster_free(&p->c);
-    fence_plan_free(&p->plan);
-}
-
 /* Is --format this picture (dot or html)? */
 static int picture_format(const options *o, const char *format) { return o->format && strcmp(o->format, format) == 0; }
 
@@ -559,7 +417,7 @@ static int place_on_site(void *arg, const cluster *c, ir_graph *g, fence_plan *p
     options site = *(const options *)arg;
     site.stages = site.replicas = 0;
     site.dump_ir = NULL;
-    return build_placed(&site, site.files[0], c, g, plan, err);
+    return placed_build(&site, site.files[0], c, g, plan, err);
 }
 
 /* diloco.h's place callback: the same on a site, with `batch` rows. */
@@ -682,6 +540,30 @@ int compile_option_take(int argc, char **argv, int *i, char *why, size_t n)
     return cli_take(&compile_usage, argc, argv, i, &scratch, why, n);
 }
 
+/* compile -o OUT over an earlier compile (its compile.args, plan.txt or
+ * launch-local.sh there: what a compile writes once its programs are;
+ * a failed one's leftovers do not count): refused without --force, which
+ * empties the folder first, since the old programs (an old run key, an
+ * old plan) would stay beside the new ones.  A folder without one is
+ * written into as it is, and never emptied. */
+static int output_folder_ready(const char *out, int force, struct diag *err)
+{
+    static const char *const marks[] = { "compile.args", "plan.txt", "launch-local.sh" };
+    int earlier = 0;
+    char path[FU_PATH_BYTES + 32];
+    for (size_t k = 0; k < sizeof marks / sizeof marks[0] && !earlier; k++) {
+        snprintf(path, sizeof path, "%s/%s", out, marks[k]);
+        earlier = access(path, F_OK) == 0;
+    }
+    if (!earlier)
+        return 0;
+    if (!force)
+        return diag_set(err, out, 0,
+                        "the output folder holds an earlier compile: give --force to empty it first (everything "
+                        "in it goes), or choose another -o");
+    return folders_empty(out, err);
+}
+
 static int cmd_compile(int argc, char **argv)
 {
     options o;
@@ -693,6 +575,10 @@ static int cmd_compile(int argc, char **argv)
     if (!o.output)
         return usage_error(&compile_usage, "%s", "expected -o OUT, the output folder");
     struct diag err = { 0 };
+    if (output_folder_ready(o.output, o.force, &err)) {
+        diag_print(&err);
+        return 1;
+    }
     placed_model m;
     bundle_toolchain tc = *bundle_default_toolchain();
     tc.cublas_system = o.cublas && strcmp(o.cublas, "system") == 0;
@@ -724,6 +610,8 @@ static int cmd_compile(int argc, char **argv)
                plan->n_stages * plan->n_replicas == 1 ? "" : "s", plan->n_stages, plan->n_stages == 1 ? "" : "s",
                plan->n_replicas, plan->n_replicas == 1 ? "" : "s", plan->micro_batches,
                plan->micro_batches == 1 ? "" : "es", o.output);
+    if (rc == 0)
+        plan_explain_idle(stdout, &o, &m);
     placed_free(&m);
     return rc ? 1 : 0;
 }
@@ -756,8 +644,9 @@ static int cmd_plan(int argc, char **argv)
     rc = placed_load(&m, &o, &err);
     if (rc == 0) {
         plan_report_print(stdout, &m.g, &m.c, &m.plan);
+        plan_explain_idle(stdout, &o, &m);
         rc = print_best_site(&o, &m.c, 0, m.plan.step_seconds, &err) ||
-             plan_report_write(&m.g, &m.c, &m.plan, o.output ? o.output : ".", &err);
+             (o.output && plan_report_write(&m.g, &m.c, &m.plan, o.output, &err));
     }
     if (rc)
         diag_print(&err);
@@ -795,7 +684,7 @@ static int cmd_simulate(int argc, char **argv)
     if (rc == 0) {
         simulate_print(stdout, &m.g, &m.c, &m.plan, &r, o.verbose);
         rc = print_best_site(&o, &m.c, r.n_steps, sim_steady_step(&r), &err) ||
-             simulate_write_gantt(&r, &m.c, o.output ? o.output : ".", &err) ||
+             (o.output && simulate_write_gantt(&r, &m.c, o.output, &err)) ||
              (o.trace && simulate_write_trace(&r, &m.c, o.trace, &err));
         if (rc == 0 && o.trace)
             printf("trace: %s (the device programs' --trace format; ui.perfetto.dev opens it)\n", o.trace);
@@ -912,7 +801,7 @@ static void print_usage(FILE *f)
     fputs("\n"
           "options:\n"
           "  --help          this text; `fusionc COMMAND --help` for a command's\n"
-          "  --version       print the version\n",
+          "  --version       the version, the commit and the libraries' versions\n",
           f);
 }
 
@@ -927,8 +816,8 @@ int main(int argc, char **argv)
         print_usage(stdout);
         return 0;
     }
-    if (strcmp(name, "--version") == 0) {
-        printf("fusionc %s\n", FUSION_VERSION);
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        version_print(stdout);
         return 0;
     }
     for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++) {

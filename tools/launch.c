@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include "launch.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -35,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../runtime/per_device_path.h"
 #include "../runtime/trace.h"
 #include "broker.h"
 #include "../broker/remote.h"
@@ -172,11 +174,11 @@ static int parse(int argc, char **argv, launch_options *o, int for_launch, const
 
 /* The remote command that starts device k (see the file's comment). */
 static int start_command(const remote_plan *plan, const remote_plan *compiled, int k, const launch_options *o,
-                         char *cmd, size_t len)
+                         const char *save_tail, char *cmd, size_t len)
 {
     const remote_device *d = &plan->devices[k];
     char tail[2 * FU_PATH_BYTES] = "";
-    size_t at = 0;
+    size_t at = (size_t)snprintf(tail, sizeof tail, "%s", save_tail);
     for (int j = 0; j < plan->n_devices; j++) {
         const remote_device *p = &plan->devices[j];
         if (j == k || strcmp(p->address, compiled->devices[j].address) == 0)
@@ -266,7 +268,7 @@ static int stop_devices(const remote_plan *plan, const int *which, int quiet)
     return failed;
 }
 
-/* --trace FILE: each device wrote trace.json.<device> in its bundle folder
+/* --trace FILE: each device wrote trace.<device>.json in its bundle folder
  * (its own path there, not FILE, which names this machine's file); fetch
  * them beside FILE and merge.  0, or the number of devices whose part could
  * not be had (said on stderr). */
@@ -279,7 +281,7 @@ static int gather_traces(const remote_plan *plan, const char *trace)
         const remote_device *d = &plan->devices[k];
         char command[FU_PATH_BYTES + 904], there[FU_PATH_BYTES + 304];
         size_t at = (size_t)snprintf(command, sizeof command, "cat ");
-        snprintf(there, sizeof there, "%s/%s/trace.json%s%s", d->path, d->device, n > 1 ? "." : "",
+        snprintf(there, sizeof there, "%s/%s/trace%s%s.json", d->path, d->device, n > 1 ? "." : "",
                  n > 1 ? d->device : "");
         char *out = NULL;
         FILE *f = NULL;
@@ -307,6 +309,140 @@ static int gather_traces(const remote_plan *plan, const char *trace)
     }
     free(local);
     free(parts);
+    return missing;
+}
+
+/* What the devices write that launch brings back: --trace FILE, --log
+ * FILE and --save DIR name this machine's files; on the hosts they become
+ * trace.json and train.jsonl in each bundle folder and PATH/checkpoints/
+ * <DIR's name> (save_tail, the start command's `--save "$s/NAME"`; a
+ * --resume of the same DIR resumes from there). */
+typedef struct {
+    const char *trace, *log, *save;
+    char save_tail[FU_PATH_BYTES]; /* raw, for the remote shell */
+    char save_name[256];
+} launch_outputs;
+
+/* Whether args[*i] is `name VALUE` or `name=VALUE`: *value set, *i past it. */
+static int option_value(char **args, int n, int *i, const char *name, const char **value)
+{
+    size_t len = strlen(name);
+    if (strcmp(args[*i], name) == 0 && *i + 1 < n) {
+        *value = args[++*i];
+        return 1;
+    }
+    if (strncmp(args[*i], name, len) == 0 && args[*i][len] == '=') {
+        *value = args[*i] + len + 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Takes --trace, --log, --save and --resume out of o's device arguments
+ * (kept: the host's names in their place).  0, or 2 (said). */
+static int take_outputs(launch_options *o, launch_outputs *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *resume = NULL;
+    int kept = 0;
+    char **args = o->device_args;
+    for (int i = 0; i < o->n_device_args; i++) {
+        const char *v;
+        if (option_value(args, o->n_device_args, &i, "--trace", &v))
+            out->trace = v, args[kept++] = "--trace=trace.json";
+        else if (option_value(args, o->n_device_args, &i, "--log", &v))
+            out->log = v, args[kept++] = "--log=train.jsonl";
+        else if (option_value(args, o->n_device_args, &i, "--save", &v))
+            out->save = v;
+        else if (option_value(args, o->n_device_args, &i, "--resume", &v))
+            resume = v;
+        else
+            args[kept++] = args[i];
+    }
+    o->n_device_args = kept;
+    if (out->save) {
+        char bare[FU_PATH_BYTES];
+        snprintf(bare, sizeof bare, "%s", out->save);
+        for (size_t n = strlen(bare); n > 1 && bare[n - 1] == '/'; n--)
+            bare[n - 1] = '\0';
+        const char *base = strrchr(bare, '/') ? strrchr(bare, '/') + 1 : bare;
+        snprintf(out->save_name, sizeof out->save_name, "%s", base);
+        for (char *c = out->save_name; *c; c++) /* a name the remote shell takes in double quotes */
+            if (!(isalnum((unsigned char)*c) || *c == '-' || *c == '_' || *c == '.'))
+                *c = '_';
+        if (!out->save_name[0] || strcmp(out->save_name, ".") == 0 || strcmp(out->save_name, "..") == 0)
+            snprintf(out->save_name, sizeof out->save_name, "run");
+        snprintf(out->save_tail, sizeof out->save_tail, "--save \"$s/%s\"%s%s%s", out->save_name,
+                 resume ? " --resume \"$s/" : "", resume ? out->save_name : "", resume ? "\"" : "");
+    }
+    if (resume && (!out->save || strcmp(resume, out->save) != 0)) {
+        fprintf(stderr,
+                "fusionc launch: --resume %s: launch resumes the run's own --save folder (give --save %s "
+                "too); the hosts keep their parts of it\n",
+                resume, resume);
+        return 2;
+    }
+    return 0;
+}
+
+/* After the run: each device's --log and its part of --save, fetched from
+ * its host into the files named here (a log a device: FILE as the device
+ * programs name theirs, train.cpu-a0.jsonl).  The number that could not be
+ * had (said). */
+static int gather_outputs(const remote_plan *plan, const launch_outputs *out, const char *logs)
+{
+    int missing = 0, n = plan->n_devices;
+    struct diag err = { 0 };
+    if (out->save && folders_make(out->save, &err)) {
+        diag_print(&err);
+        return 1;
+    }
+    for (int k = 0; k < n && (out->log || out->save); k++) {
+        const remote_device *d = &plan->devices[k];
+        char host[500];
+        remote_describe(d, host, sizeof host);
+        if (out->log) {
+            char there[FU_PATH_BYTES + 304], here[FU_PATH_BYTES + 304], command[FU_PATH_BYTES + 904];
+            snprintf(there, sizeof there, "%s/%s/train%s%s.jsonl", d->path, d->device, n > 1 ? "." : "",
+                     n > 1 ? d->device : "");
+            if (n <= 1)
+                snprintf(here, sizeof here, "%s", out->log);
+            else
+                per_device_path_of(out->log, d->device, here, sizeof here);
+            size_t at = (size_t)snprintf(command, sizeof command, "cat ");
+            char *text = NULL;
+            FILE *f = NULL;
+            if (remote_quote(command, sizeof command, &at, there) || remote_run(plan, d, command, &text) != 0 ||
+                !text || folders_make_for_file(here, &err) || !(f = fopen(here, "w")) || fputs(text, f) == EOF) {
+                fprintf(stderr, "fusionc launch: device %s on %s: cannot bring its log %s back to %s\n", d->device,
+                        host, there, here);
+                missing++;
+            } else {
+                printf("launch: %s's log is in %s\n", d->device, here);
+            }
+            if (f && fclose(f) != 0)
+                missing++;
+            free(text);
+        }
+        if (out->save) {
+            char there[600], log_path[FU_PATH_BYTES + 304];
+            snprintf(there, sizeof there, "checkpoints/%s", out->save_name);
+            snprintf(log_path, sizeof log_path, "%s/%s.fetch.log", logs, d->device);
+            int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (fd < 0 || remote_pull_dir(plan, d, there, out->save, fd) != 0) {
+                fprintf(stderr,
+                        "fusionc launch: device %s on %s: cannot bring its checkpoints %s/%s back to %s (see %s)\n",
+                        d->device, host, d->path, there, out->save, log_path);
+                missing++;
+            }
+            if (fd >= 0)
+                close(fd);
+        }
+    }
+    if (out->save && missing == 0)
+        printf(
+            "launch: the checkpoints of %d device%s are in %s (each host keeps its own too, in PATH/checkpoints/%s)\n",
+            n, n == 1 ? "" : "s", out->save, out->save_name);
     return missing;
 }
 
@@ -353,17 +489,16 @@ int launch_main(int argc, char **argv)
         free(o.device_args);
         return 1;
     }
-    /* --trace FILE (or --trace=FILE): written on each host in its bundle
-     * folder, gathered into FILE here */
-    const char *trace = NULL;
-    for (int i = 0; i < o.n_device_args; i++)
-        if (strcmp(o.device_args[i], "--trace") == 0 && i + 1 < o.n_device_args) {
-            trace = o.device_args[i + 1];
-            o.device_args[i + 1] = "trace.json";
-        } else if (strncmp(o.device_args[i], "--trace=", 8) == 0) {
-            trace = o.device_args[i] + 8;
-            o.device_args[i] = "--trace=trace.json";
-        }
+    /* --trace, --log, --save (and --resume of the same folder): written on
+     * each host, brought back here after the run (gather_outputs) */
+    launch_outputs outputs;
+    if (take_outputs(&o, &outputs)) {
+        remote_plan_free(&plan);
+        remote_plan_free(&compiled);
+        free(o.device_args);
+        return 2;
+    }
+    const char *trace = outputs.trace;
     char logs[FU_PATH_BYTES + 104];
     snprintf(logs, sizeof logs, "%s/logs", o.out_dir);
     mkdir(logs, 0755);
@@ -381,7 +516,7 @@ int launch_main(int argc, char **argv)
         snprintf(log[k], sizeof log[k], "%s/%s.log", logs, d->device);
         if (strcmp(d->device, plan.reporter) == 0)
             reporter = k;
-        if (start_command(&plan, &compiled, k, &o, command, sizeof command) ||
+        if (start_command(&plan, &compiled, k, &o, outputs.save_tail, command, sizeof command) ||
             (pids[k] = spawn_device(&plan, d, command, log[k])) < 0) {
             fprintf(stderr, "fusionc launch: cannot start device %s (arguments too long, or no ssh)\n", d->device);
             status[k] = 127;
@@ -422,6 +557,7 @@ int launch_main(int argc, char **argv)
     follow(log[reporter], plan.reporter, &offset);
     /* the traces of the devices that ran; one that is missing fails the launch (it was asked for) */
     int trace_missing = trace && !interrupted ? gather_traces(&plan, trace) : 0;
+    trace_missing += gather_outputs(&plan, &outputs, logs);
     int failed = 0;
     for (int k = 0; status && k < n; k++) {
         if (status[k] == 0)

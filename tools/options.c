@@ -267,6 +267,9 @@ const cli_option fusionc_options[OPT_COUNT] = {
     [OPT_RUN_KEY] = { .name = "--run-key", .metavar = "FILE", CLI_STRING(options, run_key),
                       .help = "the run secret to put in the bundles (default: a new one, OUT/run.key,\n"
                               "mode 0600; every link and the broker are sealed with it)" },
+    [OPT_FORCE] = { .name = "--force", CLI_FLAG(options, force),
+                    .help = "OUT holds an earlier compile: empty it first (without --force, refused:\n"
+                            "an old program beside new ones would keep an old run key)" },
     [OPT_CUBLAS] = { .name = "--cublas", .metavar = "C", CLI_CHOICE(options, cublas), .choices = cublas_modes,
                      .expects = "bundle or system",
                      .help = "bundle (default: a CUDA device's bundle carries cuBLAS, libcublas and\n"

@@ -59,6 +59,7 @@ typedef struct {
     const char *recompute; /* --recompute auto|on|off                      */
     const char *cublas;    /* --cublas bundle|system (compile)             */
     const char *run_key;   /* --run-key FILE: this run secret, not a new one (compile) */
+    int force;             /* --force: empty OUT of an earlier compile first (compile) */
     const char *tokenizer; /* --tokenizer PATH: checked and copied to OUT/tokenizer (compile) */
     int replicas;          /* --replicas R (0: the scheduler's choice)     */
     int steps;             /* --steps N (simulate; 0: 3)                   */
@@ -120,6 +121,7 @@ enum {
     OPT_OUTER_DELAY,
     OPT_PORT_BASE,
     OPT_RUN_KEY,
+    OPT_FORCE,
     OPT_CUBLAS,
     OPT_TOKENIZER,
     OPT_STEPS,

@@ -118,6 +118,11 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
             ir_str(g, g->name), c->name, p->scheduler ? p->scheduler : "opfence", p->n_fences,
             p->n_fences == 1 ? "" : "s", p->n_stages, p->n_stages == 1 ? "" : "s", p->n_replicas,
             p->n_replicas == 1 ? "" : "s", p->micro_batches, p->micro_batches == 1 ? "" : "es");
+    /* the words, once: the plan is read by people who do not know OP-Fence's */
+    fputs("  (a fence: devices with like links, grouped; a stage: a slice of the layers, the stages a pipeline;\n"
+          "   a replica: a copy of a stage that takes part of its batch; a micro-batch (mb): a piece of the step's\n"
+          "   batch, so that the stages work at once)\n",
+          out);
     for (int32_t f = 0; f < p->n_fences && p->fence_of_device; f++) {
         fprintf(out, "fence %d:", f);
         for (int32_t d = 0; d < c->n_devices; d++)

@@ -259,13 +259,16 @@ static int write_script(const step_log *logs, int n, const char *dir, const char
         fprintf(f, "%s'%s/%d.dat' using 1:3 with lines title '%s'", i ? ", " : "", dir, i, logs[i].label);
     fputc('\n', f);
     if (with_links) {
-        fprintf(f, "set output '%s/links.png'\nset multiplot layout 2,1 title 'links'\nset ylabel 'MiB a step'\nplot ",
+        /* each panel its own title: a title set before stays (the two were both 'throughput') */
+        fprintf(f,
+                "set output '%s/links.png'\nset multiplot layout 2,1 title 'links'\nset title 'sent a step'\n"
+                "set ylabel 'MiB a step'\nplot ",
                 dir);
         for (int i = 0, first = 1; i < n; i++)
             for (int k = 0; k < logs[i].n_links; k++, first = 0)
                 fprintf(f, "%s'%s/%d.dat' using 1:%d with lines title '%s to %s'", first ? "" : ", ", dir, i, 6 + 2 * k,
                         logs[i].label, logs[i].link[k]);
-        fprintf(f, "\nset ylabel 'busy (%% of the step)'\nplot ");
+        fprintf(f, "\nset title 'time busy sending'\nset ylabel 'busy (%% of the step)'\nplot ");
         for (int i = 0, first = 1; i < n; i++)
             for (int k = 0; k < logs[i].n_links; k++, first = 0)
                 fprintf(f, "%s'%s/%d.dat' using 1:%d with lines title '%s to %s'", first ? "" : ", ", dir, i, 7 + 2 * k,
@@ -305,19 +308,21 @@ static const cli_option report_options_table[] = {
       .help = "where the plots go (default: report; made if missing)" },
 };
 
-const cli_usage report_usage = { "usage: fusionc report LOG... [-o DIR]\n"
-                                 "\n"
-                                 "Reads the JSONL step logs that the device programs write with --log FILE (one\n"
-                                 "a device: FILE.<device>; or logs of several runs to compare) and writes, with\n"
-                                 "gnuplot, DIR/loss.png (the loss a step, and the validation loss where the\n"
-                                 "log has it: --val-every), DIR/throughput.png (tokens a second)\n"
-                                 "and DIR/links.png (each link's MiB a step and how much of the step its wire was\n"
-                                 "busy), with the data beside them (DIR/N.dat); prints a summary of each log.\n",
-                                 report_options_table,
-                                 NULL,
-                                 1,
-                                 8,
-                                 NULL };
+const cli_usage report_usage = {
+    "usage: fusionc report LOG... [-o DIR]\n"
+    "\n"
+    "Reads the JSONL step logs that the device programs write with --log FILE (one\n"
+    "a device: train.<device>.jsonl; or logs of several runs to compare) and writes, with\n"
+    "gnuplot, DIR/loss.png (the loss a step, and the validation loss where the\n"
+    "log has it: --val-every), DIR/throughput.png (tokens a second)\n"
+    "and DIR/links.png (each link's MiB a step and how much of the step its wire was\n"
+    "busy), with the data beside them (DIR/N.dat); prints a summary of each log.\n",
+    report_options_table,
+    NULL,
+    1,
+    8,
+    NULL
+};
 
 /* "fusionc report: <fmt with arg>" and the usage on standard error; 2. */
 static int usage_fail(const char *fmt, const char *arg)

@@ -118,6 +118,8 @@ static void wake_all(fu_hub *h)
         wake(&h->links[i]);
 }
 
+#define HUB_WAIT_NOTICE_MS 10000 /* how often a device waiting for its peers says so */
+
 /* Waits on the hub's condition until until_ms (monotonic); mutex held. */
 static void wait_until(fu_hub *h, int64_t until_ms)
 {
@@ -655,7 +657,8 @@ fu_hub *fu_hub_open(const fu_hub_link_spec *links, int n_links, const fu_hub_opt
     }
     /* Every I/O thread ends its open within connect_timeout_ms plus its
      * hello within timeout_ms; the guard only keeps this wait finite. */
-    int64_t guard = now_ms() + h->opt.connect_timeout_ms + h->opt.timeout_ms + 5000;
+    int64_t start = now_ms(), guard = start + h->opt.connect_timeout_ms + h->opt.timeout_ms + 5000;
+    int64_t notice = start + HUB_WAIT_NOTICE_MS; /* a device waiting for its peers says for whom */
     pthread_mutex_lock(&h->mu);
     for (;;) {
         int ready = 0;
@@ -663,6 +666,30 @@ fu_hub *fu_hub_open(const fu_hub_link_spec *links, int n_links, const fu_hub_opt
             ready += ks[i].ready;
         if (h->failed || ready == n_links)
             break;
+        if (now_ms() >= notice) {
+            char waiting[512] = "";
+            for (int i = 0, shown = 0; i < n_links; i++) {
+                if (ks[i].ready || shown++ >= 4)
+                    continue;
+                const char *port = strrchr(ks[i].spec.url, ':'); /* a listening link's url ends in :PORT */
+                if (ks[i].spec.listen)
+                    snprintf(waiting + strlen(waiting), sizeof waiting - strlen(waiting),
+                             "%s%s (to connect to port %s here)", shown > 1 ? ", " : "", ks[i].spec.name,
+                             port ? port + 1 : ks[i].spec.url);
+                else
+                    snprintf(waiting + strlen(waiting), sizeof waiting - strlen(waiting), "%s%s (at %s)",
+                             shown > 1 ? ", " : "", ks[i].spec.name, ks[i].spec.url);
+            }
+            printf("fusion: %s: waiting %lld s for %s%s (gives up after %d s)\n", h->self,
+                   (long long)((now_ms() - start) / 1000), waiting, n_links - ready > 4 ? " and more" : "",
+                   h->opt.connect_timeout_ms / 1000);
+            fflush(stdout);
+            notice += HUB_WAIT_NOTICE_MS;
+        }
+        if (now_ms() < guard && notice < guard) {
+            wait_until(h, notice);
+            continue;
+        }
         if (now_ms() >= guard) {
             pthread_mutex_unlock(&h->mu);
             hub_fail(h, "fu_hub_open: the links did not open within %d ms",

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "cpu/kernels.h"
+#include "train_settings.h"
 
 static int64_t last_dim(const rt_tensor *t) { return t->rank > 0 ? t->dim[t->rank - 1] : 1; }
 
@@ -414,22 +415,28 @@ RUN(run_fill) /* the loss seed, or a constant */
 
 /* ---- the optimizer ------------------------------------------------------------------- */
 
-/* This step's learning rate: linear warm-up, then cosine decay to min_lr
- * over `steps` (constant when steps is 0), as llm.c schedules it. */
+/* This step's learning rate: the run's settings (train_settings.h: the
+ * compiled ones, or what the run's options made of them); a caller
+ * without settings (a unit test) gets the compiled schedule. */
 RUN(run_lr_schedule)
 {
-    double lr = op->floats[ATTR_LR], min_lr = op->floats[ATTR_MIN_LR], rate = lr;
-    int64_t warmup = op->ints[ATTR_WARMUP], steps = op->ints[ATTR_STEPS], t = ctx->step;
-    if (warmup > 0 && t <= warmup) {
-        rate = lr * (double)t / (double)warmup;
-    } else if (steps > 0) {
-        double ratio = (double)(t - warmup) / (double)(steps - warmup);
-        if (ratio > 1.0)
-            ratio = 1.0;
-        rate = min_lr + 0.5 * (1.0 + cos(M_PI * ratio)) * (lr - min_lr);
+    rt_train_settings compiled;
+    const rt_train_settings *s = ctx->train;
+    if (!s) {
+        rt_train_settings_from_ops(op, 1, &compiled);
+        s = &compiled;
     }
-    *OUT(0) = (float)rate;
+    *OUT(0) = (float)rt_train_lr(s, ctx->step);
     return 0;
+}
+
+/* The decay of an update op's parameter: the run's on a matrix or kernel
+ * (rank >= 2, the optimizer pass's rule), none on a bias or norm scale. */
+static double weight_decay(const rt_op *op, const rt_context *ctx)
+{
+    if (!ctx->train)
+        return op->floats[ATTR_WEIGHT_DECAY];
+    return op->in[0].rank >= 2 ? ctx->train->weight_decay : 0.0;
 }
 
 RUN(run_sum_squares) /* g, acc? -> acc + sum(g^2) */
@@ -450,7 +457,9 @@ RUN(run_clip_scale) /* as torch.nn.utils.clip_grad_norm_ */
         unscale = ctx->loss_scale > 0 ? 1.0 / ctx->loss_scale : 1.0;
         norm *= unscale;
     }
-    double max_norm = op->floats[ATTR_MAX_NORM], coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+    ctx->grad_norm = norm; /* the step line's */
+    double max_norm = ctx->train ? ctx->train->grad_clip : op->floats[ATTR_MAX_NORM];
+    double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
     *OUT(0) = (float)((coef < 1.0 ? coef : 1.0) * unscale);
     return 0;
 }
@@ -465,7 +474,7 @@ RUN(run_adamw) /* p, g, m, v, lr, scale? */
     if (op->n_in == 6 && *IN(5) != 1.0f)
         grad_scale(IN(1), n, *IN(5)); /* the gradient dies here: scaled in place */
     adamw_update(IN(0), IN(1), IN(2), IN(3), n, (double)*IN(4), op->floats[ATTR_BETA1], op->floats[ATTR_BETA2],
-                 op->floats[ATTR_EPS], op->floats[ATTR_WEIGHT_DECAY], ctx->step - ctx->skipped);
+                 op->floats[ATTR_EPS], weight_decay(op, ctx), ctx->step - ctx->skipped);
     return 0;
 }
 
@@ -478,7 +487,7 @@ RUN(run_sgd) /* p, g, lr, scale? */
     }
     if (op->n_in == 4 && *IN(3) != 1.0f)
         grad_scale(IN(1), n, *IN(3));
-    sgd_update(IN(0), IN(1), n, (double)*IN(2), op->floats[ATTR_WEIGHT_DECAY]);
+    sgd_update(IN(0), IN(1), n, (double)*IN(2), weight_decay(op, ctx));
     return 0;
 }
 

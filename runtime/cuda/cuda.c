@@ -19,6 +19,7 @@
 
 #include "../../ir/ir.h"
 #include "../comm/comm.h"
+#include "../train_settings.h"
 #include "cuda_gemm.h"
 #include "../../ir/folders.h" /* FU_PATH_BYTES */
 #include "../rt_error.h"
@@ -105,7 +106,8 @@ struct rt_cuda {
     cublas_handle blas;
     cu_function *functions; /* [n_kernels] */
     const rt_cuda_step *steps;
-    cu_deviceptr arena, scratch, status; /* status: the status word (int64), then the flags word (int32) */
+    cu_deviceptr arena, scratch, status; /* status: the status word (int64), the flags word (int32), the
+                                            gradient norm (float, clip_scale's) */
     int loss_scaling;                    /* the manifest's: read the flags word after an update */
     size_t arena_bytes;
     char *host_arena; /* page-locked while attached */
@@ -450,7 +452,7 @@ int rt_cuda_phase_end(char *arena, rt_context *ctx)
 {
     rt_cuda *c = ctx->cuda;
     cu_result r = 0;
-    int32_t flags = 0;
+    int32_t flags = 0, words[2] = { 0, 0 }; /* the flags word and the gradient norm's (a float) */
     if (ctx->phase == PHASE_FORWARD && !ctx->replay) {
         r = pull(c, arena, &c->loss, 1);
         if (r == 0)
@@ -466,13 +468,22 @@ int rt_cuda_phase_end(char *arena, rt_context *ctx)
                 r = pull(c, arena, &c->grads[i], 1);
             c->grad_fetched[i] = 0;
         }
-    } else if (ctx->phase == PHASE_UPDATE && c->loss_scaling) {
+    } else if (ctx->phase == PHASE_UPDATE) {
         /* Did an adamw skip the step (fp16's overflow)?  The flags word
-         * says so; main's loss scaler reads ctx->overflowed. */
-        r = c->api.dtoh(&flags, c->status + 8, sizeof flags, c->stream);
+         * says so (main's loss scaler reads ctx->overflowed); clip_scale
+         * left the gradient norm in the word after it. */
+        r = c->api.dtoh(words, c->status + 8, sizeof words, c->stream);
     }
     if (r == 0)
         r = c->api.stream_sync(c->stream);
+    if (r == 0 && ctx->phase == PHASE_UPDATE) {
+        memcpy(&flags, &words[0], sizeof flags);
+        float norm;
+        memcpy(&norm, &words[1], sizeof norm);
+        ctx->grad_norm = norm;
+        if (!c->loss_scaling)
+            flags = 0;
+    }
     if (r == 0 && (flags & RT_CUDA_FLAG_SKIPPED)) {
         int32_t zero = 0;
         ctx->overflowed = 1;
@@ -736,6 +747,13 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
     paced = paced && ctx->emulate_devices && op->est_seconds > 0;
     if (paced)
         t0 = seconds_now();
+    /* The run's settings; a caller without them (a test) gets the op's own. */
+    rt_train_settings compiled;
+    const rt_train_settings *train = ctx->train;
+    if (!train) {
+        rt_train_settings_from_ops(op, 1, &compiled);
+        train = &compiled;
+    }
     for (int32_t i = cop->first; i < cop->first + cop->count; i++) {
         const rt_cuda_step *s = &c->steps[i];
         if (s->kind == RT_CUDA_STEP_HOST) {
@@ -753,7 +771,9 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
             args.loss_scale = ctx->loss_scale > 0 ? ctx->loss_scale : 1.0f;
             args.inject_overflow = ctx->inject_overflow;
             args.loss_weight = ctx->loss_weight > 0 ? ctx->loss_weight : 1.0f;
-            args.unused = 0;
+            args.lr = (float)rt_train_lr(train, ctx->step);
+            args.max_norm = train->grad_clip;
+            args.weight_decay = train->weight_decay;
             void *params[] = { &args };
             cu_result r = c->api.launch(c->functions[s->kernel], s->grid[0], s->grid[1], s->grid[2], s->block[0],
                                         s->block[1], s->block[2], s->shared_bytes, c->stream, params, NULL);

@@ -68,25 +68,29 @@ typedef struct {
 } rt_cuda_arg;
 
 /* A launch's one parameter, the generated prelude's fusion_args: the
- * pointers, this step's number (lr_schedule), the steps taken (AdamW's
- * bias correction: step - skipped), fp16's loss scale (runtime/exec.h:
- * the seed is loss_scale, infinite when inject_overflow; clip_scale
- * divides it out), and cross_entropy's loss weight (exec.h; 0 reads as 1). */
+ * pointers, this step's number, the steps taken (AdamW's bias correction:
+ * step - skipped), fp16's loss scale (runtime/exec.h: the seed is
+ * loss_scale, infinite when inject_overflow; clip_scale divides it out),
+ * cross_entropy's loss weight (exec.h; 0 reads as 1), and the run's
+ * training settings (train_settings.h): this step's learning rate (what
+ * lr_schedule writes), the gradient norm's bound (clip_scale; 0: none) and
+ * the weight decay of matrices and kernels (adamw, sgd). */
 typedef struct {
     uint64_t p[RT_CUDA_MAX_ARGS]; /* device addresses                       */
     int64_t step, adam_step;
     float loss_scale; /* 1 when the program does not scale       */
     int32_t inject_overflow;
     float loss_weight;
-    int32_t unused;
+    float lr;
+    double max_norm, weight_decay;
 } rt_cuda_args;
 /* The prelude spells it { char *p[8]; long long step, adam_step; float
- * loss_scale; int inject_overflow; float loss_weight; int unused; }
- * (codegen/cuda_plan.c): 96 bytes. */
+ * loss_scale; int inject_overflow; float loss_weight, lr; double max_norm,
+ * weight_decay; } (codegen/cuda_plan.c): 112 bytes. */
 #ifdef __cplusplus
-static_assert(sizeof(rt_cuda_args) == 96, "rt_cuda_args is the kernels' fusion_args");
+static_assert(sizeof(rt_cuda_args) == 112, "rt_cuda_args is the kernels' fusion_args");
 #else
-_Static_assert(sizeof(rt_cuda_args) == 96, "rt_cuda_args is the kernels' fusion_args");
+_Static_assert(sizeof(rt_cuda_args) == 112, "rt_cuda_args is the kernels' fusion_args");
 #endif
 
 typedef enum { RT_CUDA_STEP_KERNEL, RT_CUDA_STEP_GEMM, RT_CUDA_STEP_HOST } rt_cuda_step_kind;

@@ -30,6 +30,7 @@ extern "C" {
 #include "../../runtime/cpu/half.h"
 #include "../../runtime/cuda/cuda_gemm.h"
 #include "../../runtime/exec.h"
+#include "../../runtime/train_settings.h"
 }
 #include "cuda_cases.h"
 #include "cuda_emu.h"
@@ -66,6 +67,7 @@ struct device { /* the emulated device's memory */
     std::vector<unsigned char> scratch;
     unsigned long long status;
     int32_t flags;
+    float grad_norm; /* the word after the flags word: clip_scale's norm */
 };
 
 char *place(device &d, const rt_cuda_arg &a)
@@ -156,11 +158,18 @@ const char *reference_gemm(device &d, const rt_cuda_step &s)
     return nullptr;
 }
 
-/* Run steps [first, end) on d, with the loss scale a launch carries.
- * Returns a message, or nullptr. */
+/* Run steps [first, end) on d, with the loss scale a launch carries and
+ * the training settings compiled into op (the rate, bound and decay the
+ * runtime hands its launches; none when op is null).  Returns a message,
+ * or nullptr. */
 const char *run_step_range(const cuda_plan &plan, int32_t first, int32_t end, device &d,
-                           const std::vector<int> &kernel_of, float loss_scale, int inject_overflow, int *launches)
+                           const std::vector<int> &kernel_of, float loss_scale, int inject_overflow, int *launches,
+                           const rt_op *op)
 {
+    rt_train_settings train;
+    memset(&train, 0, sizeof train);
+    if (op)
+        rt_train_settings_from_ops(op, 1, &train);
     for (int32_t i = first; i < end; i++) {
         const rt_cuda_step &s = plan.steps[i];
         if (s.kind == RT_CUDA_STEP_GEMM) {
@@ -177,6 +186,9 @@ const char *run_step_range(const cuda_plan &plan, int32_t first, int32_t end, de
             a.adam_step = kStep;
             a.loss_scale = loss_scale;
             a.inject_overflow = inject_overflow;
+            a.lr = op ? (float)rt_train_lr(&train, kStep) : 0.0f;
+            a.max_norm = train.grad_clip;
+            a.weight_decay = train.weight_decay;
             cuda_emu_launch(&cuda_emu_kernels[kernel_of[s.kernel]], dim3{ s.grid[0], s.grid[1], s.grid[2] },
                             dim3{ s.block[0], s.block[1], s.block[2] }, s.shared_bytes, &a);
         } else {
@@ -189,10 +201,11 @@ const char *run_step_range(const cuda_plan &plan, int32_t first, int32_t end, de
 
 /* Run op `index`'s steps on d. */
 const char *run_steps(const cuda_plan &plan, int index, device &d, const std::vector<int> &kernel_of, float loss_scale,
-                      int inject_overflow, int *launches)
+                      int inject_overflow, int *launches, const rt_op &op)
 {
     const rt_cuda_op &cop = plan.ops[index];
-    return run_step_range(plan, cop.first, cop.first + cop.count, d, kernel_of, loss_scale, inject_overflow, launches);
+    return run_step_range(plan, cop.first, cop.first + cop.count, d, kernel_of, loss_scale, inject_overflow, launches,
+                          &op);
 }
 
 /* A NaN in every float format: f32 0x7fff7fff, and each half 0x7fff. */
@@ -412,10 +425,10 @@ void loss_scaling_checks(const cuda_case *cases, int n_cases, const cuda_plan &p
         ctx.inject_overflow = seed;
         char label[128], msg[256];
         const char *why = rt_op_run(&c.op, cpu, &ctx) != 0 ? "the CPU kernel failed" : nullptr;
-        device d{ gpu, std::vector<unsigned char>((size_t)plan.scratch_bytes + 64, 0xA5), RT_CUDA_STATUS_OK, 0 };
+        device d{ gpu, std::vector<unsigned char>((size_t)plan.scratch_bytes + 64, 0xA5), RT_CUDA_STATUS_OK, 0, 0.0f };
         int launches = 0;
         if (!why)
-            why = run_steps(plan, i, d, kernel_of, kLossScale, seed, &launches);
+            why = run_steps(plan, i, d, kernel_of, kLossScale, seed, &launches, c.op);
         if (!why && seed) {
             snprintf(label, sizeof label, "%s: an injected overflow", c.label);
             float a = load(cpu + c.op.out[0].offset, DT_F32, 0), b = load(gpu + c.op.out[0].offset, DT_F32, 0);
@@ -502,9 +515,9 @@ int main()
             free(gpu);
             continue;
         }
-        device d{ gpu, std::vector<unsigned char>((size_t)plan.scratch_bytes + 64, 0xA5), RT_CUDA_STATUS_OK, 0 };
+        device d{ gpu, std::vector<unsigned char>((size_t)plan.scratch_bytes + 64, 0xA5), RT_CUDA_STATUS_OK, 0, 0.0f };
         int launches = 0;
-        const char *why = run_steps(plan, i, d, kernel_of, loss_scale, 0, &launches);
+        const char *why = run_steps(plan, i, d, kernel_of, loss_scale, 0, &launches, c.op);
         if (!why && d.status != (unsigned long long)RT_CUDA_STATUS_OK)
             why = "the status word reports a bad index on good input";
         if (!why && d.flags != 0)
@@ -576,9 +589,9 @@ int main()
         int32_t bad = c.int_range[bad_in] + 5;
         memcpy(gpu + c.op.in[bad_in].offset + 5 * 4, &bad, 4);
         memcpy(gpu + c.op.in[bad_in].offset + 9 * 4, &bad, 4);
-        device d{ gpu, std::vector<unsigned char>((size_t)plan.scratch_bytes + 64, 0), RT_CUDA_STATUS_OK, 0 };
+        device d{ gpu, std::vector<unsigned char>((size_t)plan.scratch_bytes + 64, 0), RT_CUDA_STATUS_OK, 0, 0.0f };
         int launches = 0;
-        const char *why = run_steps(plan, i, d, kernel_of, 1.0f, 0, &launches);
+        const char *why = run_steps(plan, i, d, kernel_of, 1.0f, 0, &launches, c.op);
         char label[128], msg[128];
         snprintf(label, sizeof label, "%s: a bad id at position 5", c.label);
         if (!why && d.status != 5) {
@@ -615,10 +628,10 @@ int main()
         for (int i = 0; i < ch.n_ops && !why; i++)
             if (rt_op_run(&ch.ops[i], cpu, &ctx) != 0)
                 why = "a CPU kernel failed";
-        device d{ gpu, std::vector<unsigned char>((size_t)plan.scratch_bytes + 64, 0xA5), RT_CUDA_STATUS_OK, 0 };
+        device d{ gpu, std::vector<unsigned char>((size_t)plan.scratch_bytes + 64, 0xA5), RT_CUDA_STATUS_OK, 0, 0.0f };
         int launches = 0;
         if (!why)
-            why = run_step_range(plan, first.first, first.first + steps, d, kernel_of, 1.0f, 0, &launches);
+            why = run_step_range(plan, first.first, first.first + steps, d, kernel_of, 1.0f, 0, &launches, nullptr);
         static char msg[256];
         if (!why && steps != ch.steps) {
             snprintf(msg, sizeof msg, "%d steps, expected %d", (int)steps, ch.steps);

@@ -39,7 +39,7 @@ static void test_optimizer_defaults_one_adamw_per_param(void)
     const ir_node *w = node_named(&g, "adamw.w"), *b = node_named(&g, "adamw.b");
     CHECK(w && b);
     if (w && b) {
-        CHECK_INT(5, w->n_in); /* no clipping by default: no scale input */
+        CHECK_INT(6, w->n_in); /* the scale input: clip_scale is always there (max_norm 0: 1) */
         CHECK_STR("grad.w", ir_value_name(&g, w->in[1]));
         CHECK_STR("adamw.m.w", ir_value_name(&g, w->in[2]));
         CHECK_INT(ROLE_STATE, g.values[w->in[3]].role);
@@ -49,7 +49,9 @@ static void test_optimizer_defaults_one_adamw_per_param(void)
     }
     const ir_node *lr = node_named(&g, "optimizer.lr");
     CHECK(lr && ir_node_float(lr, ATTR_LR, 0) == 6e-4 && ir_node_int(lr, ATTR_STEPS, -1) == 0);
-    CHECK(node_named(&g, "clip_scale") == NULL);
+    /* no clipping by default, but the norm is summed (the step's line, --grad-clip at run time) */
+    const ir_node *clip = node_named(&g, "clip_scale");
+    CHECK(clip && ir_node_float(clip, ATTR_MAX_NORM, -1) == 0);
     ir_graph_free(&g);
 }
 

@@ -1,0 +1,145 @@
+/* placed.c: a model built and placed on a cluster (placed.h). */
+#include "placed.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "model_input.h"
+
+/* What is trained and in which precision: --precision, --tf32, --freeze,
+ * --lora, --frozen-dtype, into the pipeline's options. */
+void set_training_options(pass_options *p, const options *o)
+{
+    p->precision = o->precision;
+    p->tf32 = o->tf32;
+    p->freeze = o->freeze.name;
+    p->n_freeze = o->freeze.n;
+    p->lora = &o->lora.spec;
+    p->frozen_dtype = o->frozen_dtype;
+    p->inference = o->inference;
+    p->prefill = o->prefill;
+}
+
+/* The model's global batch: its `batch` hyper-parameter, 0 if it has none. */
+int64_t global_batch(const ir_graph *g)
+{
+    for (int32_t i = 0; i < g->n_hypers; i++)
+        if (!g->hypers[i].is_float && strcmp(ir_str(g, g->hypers[i].name), "batch") == 0)
+            return g->hypers[i].i;
+    return 0;
+}
+
+/* Load the model with `batch` set to `rows` (after the user's --set). */
+static int load_with_batch(const char *path, const options *o, int64_t rows, ir_graph *g, struct diag *err)
+{
+    options with = *o;
+    char batch[64];
+    snprintf(batch, sizeof batch, "batch=%lld", (long long)rows);
+    if (rows > 0 && settings_add(&with.sets, batch))
+        return diag_set(err, path, 0, "too many --set options to add the micro-batch size");
+    return model_input_load(path, &with, g, err);
+}
+
+/* Build, place and compile-ready (every pass) the model for cluster c.
+ *
+ * The model's `batch` is the global batch B of a step.  It is split into
+ * M micro-batches (--micro-batches; by default the largest divisor of B up
+ * to 4 on a cluster of several devices, else 1), and by the plan into R
+ * replicas: each device's program works on B / (M R) rows at a time.  The
+ * fence pass plans on the graph built at B / M; when its plan replicates,
+ * the graph is built again at B / (M R) and the same plan applied to it
+ * (same ops, smaller shapes). */
+int placed_build(const options *o, const char *model_path, const cluster *c, ir_graph *g, fence_plan *plan,
+                 struct diag *err)
+{
+    pass_options popt = { 0 };
+    if (o->dump_ir) {
+        popt.dump_after = o->dump_ir;
+        popt.dump_out = stderr;
+    }
+    popt.cluster = c;
+    popt.scheduler = o->scheduler;
+    popt.stages = o->stages;
+    popt.compress = o->compress;
+    popt.recompute = o->recompute;
+    popt.replicas = o->replicas;
+    popt.seed = (uint64_t)o->seed;
+    set_training_options(&popt, o);
+    if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
+        return diag_set(err, model_path, 0,
+                        "--stages and --replicas choose among opfence's plans; uniform always "
+                        "uses every device as one stage");
+    ir_graph_init(g);
+    if (model_input_load(model_path, o, g, err))
+        return -1;
+    int64_t B = global_batch(g);
+    int M = o->micro_batches;
+    /* An inference step is all its rows at once, on one pipeline (the
+     * runtime draws from each row's logits after every step). */
+    if (o->inference && (M > 1 || o->replicas > 1))
+        return diag_set(err, model_path, 0,
+                        "an inference program runs its rows as one micro-batch on one replica a stage "
+                        "(leave out --micro-batches and --replicas, or give 1)");
+    if (M == 0) {
+        M = 1;
+        for (int k = 4; B > 0 && k > 1 && c->n_devices > 1 && M == 1 && !o->inference; k--)
+            if (B % k == 0)
+                M = k;
+    }
+    if (B == 0 && M > 1)
+        return diag_set(err, model_path, 0, "--micro-batches %d needs a model with a `batch` hyper-parameter", M);
+    if (B > 0 && B % M != 0)
+        return diag_set(err, model_path, 0, "the batch (%lld) does not split into %d micro-batches", (long long)B, M);
+    popt.micro_batches = M;
+    popt.max_replicas = B > 0 && !o->inference ? 0 : 1;
+    popt.plan_out = plan;
+    popt.last_pass = "fence";
+    ir_graph_free(g);
+    if (load_with_batch(model_path, o, B > 0 ? B / M : 0, g, err) || pass_run_pipeline(g, &popt, err))
+        return -1;
+    popt.last_pass = NULL;
+    popt.plan_out = NULL;
+    if (plan->n_replicas > 1) {
+        ir_graph_free(g);
+        popt.plan = plan;
+        if (load_with_batch(model_path, o, B / M / plan->n_replicas, g, err))
+            return -1;
+    }
+    return pass_run_pipeline(g, &popt, err);
+}
+
+int placed_load(placed_model *p, const options *o, struct diag *err)
+{
+    memset(p, 0, sizeof *p);
+    ir_graph_init(&p->g);
+    /* Every device must state the peak of the arithmetic it will run (and
+     * fp32's, for the optimizer): a plan made on another one's is a lie. */
+    peak_kind kind = estimate_peak_kind(o->precision, o->tf32);
+    if (cluster_load(o->files[1], &p->c, err))
+        return -1;
+    if (o->with.n > 0) { /* --with: standbys taken in */
+        cluster joined;
+        if (cluster_with(&p->c, o->with.name, o->with.n, &joined, err))
+            return -1;
+        cluster_free(&p->c);
+        p->c = joined;
+    }
+    if (o->without.n > 0) { /* --without: the survivors of a lost device */
+        cluster survivors;
+        if (cluster_without(&p->c, o->without.name, o->without.n, &survivors, err))
+            return -1;
+        cluster_free(&p->c);
+        p->c = survivors;
+    }
+    return cluster_require_peak(&p->c, kind, err) || cluster_require_peak(&p->c, PEAK_FP32, err) ||
+                   placed_build(o, o->files[0], &p->c, &p->g, &p->plan, err)
+               ? -1
+               : 0;
+}
+
+void placed_free(placed_model *p)
+{
+    ir_graph_free(&p->g);
+    cluster_free(&p->c);
+    fence_plan_free(&p->plan);
+}
