@@ -181,6 +181,21 @@ whole=$((steps * 3 * arena))   # forward, backward, update: the whole arena each
   || fail "one-GPU run: copied ${up:-?} bytes up and ${down:-?} down; the whole arena a phase would be $whole each way"
 echo "one CUDA device: ${up:-?} bytes up, ${down:-?} down over $steps steps (the whole arena each phase: $whole each way)" >&2
 echo "one CUDA device, $steps steps: $(cat "$work/gpu.counts")" >&2
+# The run's training settings (runtime/train_settings.h) reach the kernels
+# through the launch's arguments: the same overrides on both devices give
+# the same losses, and other losses than the defaults.
+settings=(--lr 1e-3 --min-lr 1e-4 --warmup 1 --lr-schedule cosine --weight-decay 0.02 --grad-clip 0.3)
+"$work/cpu/cpu0/fusion-cpu0" --data "$work/corpus.txt" --steps $steps --seed 5 "${settings[@]}" >"$work/cpu-set.out" 2>&1 \
+  && pass || fail "CPU run with settings: $(tail -3 "$work/cpu-set.out")"
+"$work/gpu/gpu/fusion-gpu" --data "$work/corpus.txt" --steps $steps --seed 5 "${settings[@]}" >"$work/gpu-set.out" 2>&1 \
+  && pass || fail "one-GPU run with settings: $(tail -5 "$work/gpu-set.out")"
+losses "$work/cpu-set.out" >"$work/cpu-set.loss"
+losses "$work/gpu-set.out" >"$work/gpu-set.loss"
+close "one CUDA device, run-time settings" "$work/cpu-set.loss" "$work/gpu-set.loss"
+[ "$(tail -1 "$work/cpu-set.loss")" != "$(tail -1 "$work/cpu.loss")" ] && pass || fail "the settings changed no loss"
+paste <(grep -o 'gnorm [0-9.e+-]*' "$work/cpu-set.out" | cut -d' ' -f2) <(grep -o 'gnorm [0-9.e+-]*' "$work/gpu-set.out" | cut -d' ' -f2) |
+  awk -v steps=$steps '{ d = $1 - $2; if (d < 0) d = -d; if (!($1 > 0) || d > 0.01 * $1) bad = 1 } END { exit bad || NR != steps }' \
+  && pass || fail "one CUDA device: gradient norms $(grep -o 'gnorm [0-9.e+-]*' "$work/gpu-set.out" | xargs), CPU $(grep -o 'gnorm [0-9.e+-]*' "$work/cpu-set.out" | xargs)"
 # No communication: nothing crosses on the copy stream.
 expect_eq "one CUDA device: copies on the second stream" "second-stream htod 0 dtoh 0" \
   "$(grep -o 'second-stream htod [0-9]* dtoh [0-9]*' "$work/gpu.counts")"
