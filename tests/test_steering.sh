@@ -98,8 +98,10 @@ grep -q "^compiled gpt2 for local-4: 2 device programs" "$work/compile.out" && g
   -o "$work/two" >/dev/null 2>&1 && pass || fail "compile two stages"
 head -c 20000 /usr/share/common-licenses/GPL-3 >"$work/corpus.txt"
 timeout 30 "$work/two/cpu-a0/fusion-cpu-a0" --data "$work/corpus.txt" --steps 1 --connect-timeout 12 >"$work/wait.out" 2>&1
-grep -q "^fusion: cpu-a0: waiting 10 s for cpu-a1 (to connect to port $ports here) (gives up after 12 s)$" "$work/wait.out" \
-  && pass || fail "no word while waiting: $(cat "$work/wait.out")"
+grep -q "^fusion: cpu-a0: waiting 10 s for cpu-a1 (at 127.0.0.1, to connect to port $ports here) (gives up after 12 s)$" \
+  "$work/wait.out" && pass || fail "no word while waiting: $(cat "$work/wait.out")"
+grep -q "error: cpu-a0: peer cpu-a1 (at 127.0.0.1, to connect to port $ports here) did not connect within 12000 ms" \
+  "$work/wait.out" && pass || fail "the peer that never came is not named with its address: $(cat "$work/wait.out")"
 "$work/two/launch-local.sh" --data "$work/corpus.txt" --steps 100000 >"$work/kill.out" 2>&1 &
 launcher=$!
 for _ in $(seq 1 100); do grep -q "^\[cpu-a1\] step " "$work/kill.out" && break; sleep 0.2; done

@@ -73,6 +73,7 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
         fu_hub_link_spec *s = &specs[count++];
         s->peer = other;
         snprintf(s->name, sizeof s->name, "%s", peers[other].name);
+        snprintf(s->address, sizeof s->address, "%.199s", peer_address(o, &peers[other]));
         s->listen = l->a == self;
         /* The lower-numbered device listens on every interface; the other
          * connects to its host's address. */

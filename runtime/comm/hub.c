@@ -120,6 +120,19 @@ static void wake_all(fu_hub *h)
 
 #define HUB_WAIT_NOTICE_MS 10000 /* how often a device waiting for its peers says so */
 
+/* "cpu-a1 (at 10.0.0.2, to connect to port 29501 here)" for a link this end
+ * listens on, "cpu-a1 (at tcp://10.0.0.2:29501)" for one it connects on:
+ * the peer's name and where it should be, for a message. */
+static void describe_peer(const fu_hub_link_spec *s, char *out, size_t n)
+{
+    const char *port = strrchr(s->url, ':');
+    if (s->listen)
+        snprintf(out, n, "%.63s (at %.199s, to connect to port %.15s here)", s->name, s->address[0] ? s->address : "?",
+                 port ? port + 1 : s->url);
+    else
+        snprintf(out, n, "%.63s (at %.255s)", s->name, s->url);
+}
+
 /* Waits on the hub's condition until until_ms (monotonic); mutex held. */
 static void wait_until(fu_hub *h, int64_t until_ms)
 {
@@ -522,9 +535,10 @@ static void *link_main(void *arg)
                                      h->opt.secret ? &k->auth : NULL, err, sizeof err);
     if (!l) {
         int e = errno;
+        char who[400]; /* describe_peer: at most 63 + 199 + 15 + 40 bytes */
+        describe_peer(&k->spec, who, sizeof who);
         if (e == ETIMEDOUT)
-            hub_fail(h, "peer %s (%s) did not connect within %d ms", k->spec.name, k->spec.url,
-                     h->opt.connect_timeout_ms);
+            hub_fail(h, "peer %s did not connect within %d ms", who, h->opt.connect_timeout_ms);
         else if (e != ECANCELED)
             hub_fail(h, "peer %s (%s): %s", k->spec.name, k->spec.url, err);
         pthread_mutex_lock(&h->mu);
@@ -669,16 +683,12 @@ fu_hub *fu_hub_open(const fu_hub_link_spec *links, int n_links, const fu_hub_opt
         if (now_ms() >= notice) {
             char waiting[512] = "";
             for (int i = 0, shown = 0; i < n_links; i++) {
+                char who[400]; /* describe_peer: at most 63 + 199 + 15 + 40 bytes */
                 if (ks[i].ready || shown++ >= 4)
                     continue;
-                const char *port = strrchr(ks[i].spec.url, ':'); /* a listening link's url ends in :PORT */
-                if (ks[i].spec.listen)
-                    snprintf(waiting + strlen(waiting), sizeof waiting - strlen(waiting),
-                             "%s%s (to connect to port %s here)", shown > 1 ? ", " : "", ks[i].spec.name,
-                             port ? port + 1 : ks[i].spec.url);
-                else
-                    snprintf(waiting + strlen(waiting), sizeof waiting - strlen(waiting), "%s%s (at %s)",
-                             shown > 1 ? ", " : "", ks[i].spec.name, ks[i].spec.url);
+                describe_peer(&ks[i].spec, who, sizeof who);
+                snprintf(waiting + strlen(waiting), sizeof waiting - strlen(waiting), "%s%s", shown > 1 ? ", " : "",
+                         who);
             }
             printf("fusion: %s: waiting %lld s for %s%s (gives up after %d s)\n", h->self,
                    (long long)((now_ms() - start) / 1000), waiting, n_links - ready > 4 ? " and more" : "",

@@ -133,9 +133,10 @@
 typedef struct fu_hub fu_hub;
 
 typedef struct {
-    int32_t peer;  /* the peer's device index (the caller's numbering)              */
-    char name[64]; /* the peer's device name, for messages                          */
-    char url[256]; /* "tcp://127.0.0.1:29501": bound if listen, else connected to   */
+    int32_t peer;      /* the peer's device index (the caller's numbering)              */
+    char name[64];     /* the peer's device name, for messages                          */
+    char url[256];     /* "tcp://127.0.0.1:29501": bound if listen, else connected to   */
+    char address[200]; /* the peer's host, for messages ("127.0.0.1"; "" unknown)   */
     int listen;
     double bandwidth; /* bytes/s to emulate on what this end sends; 0 = unshaped       */
     double latency;   /* seconds to emulate; 0 = none                                  */

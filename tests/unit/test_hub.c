@@ -400,7 +400,7 @@ static void test_hub_names_a_peer_that_never_connects(void)
     pid_t a = spawn(lonely_device, 0, 20);
     CHECK_INT(0, reap(a, now_s() + 6));
     char want[ERR];
-    snprintf(want, sizeof want, "peer cpu-z (tcp://127.0.0.1:%d) did not connect within 400 ms", B->ports[0]);
+    snprintf(want, sizeof want, "peer cpu-z (at tcp://127.0.0.1:%d) did not connect within 400 ms", B->ports[0]);
     CHECK_INT(0, B->d[0].opened);
     CHECK_STR(want, B->d[0].err[0]);
     double took = B->d[0].t[2] - B->d[0].t[1];
