@@ -41,6 +41,14 @@ const cluster_device *estimate_default_device(void)
     return &cpu;
 }
 
+double estimate_usable_memory(const cluster_device *d)
+{
+    if (d->memory_bytes <= 0)
+        return 0.0;
+    double usable = d->memory_bytes - (d->kind == DEVICE_CUDA ? ESTIMATE_CUDA_CONTEXT_BYTES : 0.0);
+    return usable > 0 ? usable : 1.0; /* a device smaller than its context fits nothing */
+}
+
 peak_kind estimate_peak_kind(ir_dtype precision, int tf32)
 {
     return precision == DT_BF16 ? PEAK_BF16 : precision == DT_F16 ? PEAK_FP16 : tf32 ? PEAK_TF32 : PEAK_FP32;

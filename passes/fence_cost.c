@@ -463,7 +463,7 @@ static void stage_memory(const fence_model *m, const candidate *cd, const int32_
     *replay = s > 0 ? m->cut_fwd[end[s - 1]] / cd->R : 0.0;
     *memory = INFINITY;
     for (int32_t r = 0; r < cd->R; r++) {
-        double have = m->devices[cd->dev[s * cd->R + r]].memory_bytes;
+        double have = estimate_usable_memory(&m->devices[cd->dev[s * cd->R + r]]);
         if (have > 0)
             *memory = fmin(*memory, have);
     }
@@ -755,7 +755,7 @@ static void dp_fill_row(fence_dp *dp, int32_t s)
     double have = INFINITY, in_flight = dp->S_max - s < dp->M ? dp->S_max - s : dp->M;
     for (int32_t r = 0; dp->memory && r < l->R; r++)
         if (m->devices[dp->cd_dev[s * l->R + r]].memory_bytes > 0)
-            have = fmin(have, m->devices[dp->cd_dev[s * l->R + r]].memory_bytes);
+            have = fmin(have, estimate_usable_memory(&m->devices[dp->cd_dev[s * l->R + r]]));
     if (s == 0) {
         for (int32_t k = 0; k < n; k++) {
             int fits = !(have < INFINITY) ||

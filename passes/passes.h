@@ -237,6 +237,12 @@ double estimate_node_seconds(const ir_graph *g, int32_t n, const cluster_device 
  * the op's size (a launch, a kernel call): what a replica's smaller
  * micro-batch still pays per op. */
 double estimate_launch_seconds(const cluster_device *d);
+/* What of device d's memory a plan may use: a CUDA device's less
+ * ESTIMATE_CUDA_CONTEXT_BYTES (the driver's context, the loaded kernels,
+ * cuBLAS's workspace: about 300-500 MiB on Ampere and Hopper, as PyTorch
+ * reports it before its first tensor); a CPU's as stated.  0: not stated. */
+#define ESTIMATE_CUDA_CONTEXT_BYTES (512.0 * 1024 * 1024)
+double estimate_usable_memory(const cluster_device *d);
 /* Seconds to move `bytes` over a link: latency + bytes / bandwidth. */
 double estimate_transfer_seconds(double bytes, double bandwidth, double latency);
 

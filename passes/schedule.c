@@ -224,7 +224,7 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
         }
         for (int32_t r = 0; r < R; r++)
             if (p->device[s * R + r] >= 0 && p->device[s * R + r] < c->n_devices)
-                memory = fmin(memory, c->devices[p->device[s * R + r]].memory_bytes);
+                memory = fmin(memory, estimate_usable_memory(&c->devices[p->device[s * R + r]]));
         most[s] = schedule_warmup_most(memory, state[s], kept);
         most_replay[s] = schedule_warmup_most(memory, state[s], inputs);
     }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "plan_memory.h"
 #include "simulate.h"
 
 double baseline_simulated_step(const ir_graph *g, const cluster *c, int steps, struct diag *err)
@@ -32,7 +33,9 @@ int baseline_best_site(const cluster *c, baseline_place_fn place, void *arg, int
         memset(&plan, 0, sizeof plan);
         ir_graph_init(&g);
         double t = -1.0;
-        if (site.n_devices > 0 && place(arg, &site, &g, &plan, &why) == 0)
+        /* a site counts when it can hold the model (plan_memory_check), as a user's own plan must */
+        if (site.n_devices > 0 && place(arg, &site, &g, &plan, &why) == 0 &&
+            plan_memory_check(&g, &site, &plan, c->file, &why) == 0)
             t = sim_steps > 0 ? baseline_simulated_step(&g, &site, sim_steps, &why) : plan.step_seconds;
         if (t > 0 && isfinite(t)) {
             out->placed++;

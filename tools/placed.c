@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model_input.h"
+#include "plan_memory.h"
 
 /* What is trained and in which precision: --precision, --tf32, --freeze,
  * --lora, --frozen-dtype, into the pipeline's options. */
@@ -132,7 +133,8 @@ int placed_load(placed_model *p, const options *o, struct diag *err)
         p->c = survivors;
     }
     return cluster_require_peak(&p->c, kind, err) || cluster_require_peak(&p->c, PEAK_FP32, err) ||
-                   placed_build(o, o->files[0], &p->c, &p->g, &p->plan, err)
+                   placed_build(o, o->files[0], &p->c, &p->g, &p->plan, err) ||
+                   plan_memory_check(&p->g, &p->c, &p->plan, o->files[0], err)
                ? -1
                : 0;
 }

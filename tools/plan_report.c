@@ -10,6 +10,7 @@
  *   link stage 1 <-> 2 (cpu-a1 <-> cpu-b0): 1.50 MiB a step forward, 1.50 MiB back (a replica lane)
  */
 #include "plan_report.h"
+#include "plan_memory.h"
 #include "baseline.h"
 
 #include "../runtime/atomic_file.h"
@@ -28,27 +29,6 @@ static int32_t forward_ops_on(const ir_graph *g, int32_t stage)
     for (int32_t i = 0; i < g->n_nodes; i++)
         n += g->nodes[i].stage == stage && (g->nodes[i].phase == PHASE_FORWARD || g->nodes[i].phase == PHASE_NONE);
     return n;
-}
-
-/* The arena, plus the stashed activations of the micro-batches 1F1B keeps
- * waiting for their backward on this stage: its warm-up forwards (the
- * schedule pass's; plain 1F1B's S - s - 1 before it ran), at most M; on a
- * stage that recomputes, only its forward's inputs (memory_stash_values). */
-static double stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
-{
-    int32_t *ids = malloc(((size_t)g->n_values + 1) * sizeof *ids);
-    int32_t n = ids ? memory_stash_values(g, s, ids) : 0;
-    double stash = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        stash += (double)ir_value_bytes(g, ids[i]);
-    free(ids);
-    int32_t waiting =
-        g->placement.n_stages == p->n_stages ? ir_placement_warmup(&g->placement, s) : p->n_stages - s - 1;
-    if (waiting > p->micro_batches)
-        waiting = p->micro_batches;
-    if (waiting < 0 || p->micro_batches <= 1)
-        waiting = 0;
-    return (double)memory_arena_bytes(g, p->devices[s * p->n_replicas]) + waiting * stash;
 }
 
 /* Bytes a step between stages a < b on one replica lane, as the sends
@@ -146,7 +126,7 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
         }
         fprintf(out, "%-5d %-24s %5d %9.2f ms %12s %12s %7.2f ms %7.2f ms %6.1f MiB\n", s, devices,
                 forward_ops_on(g, s), p->stage_compute[s] * ms, sent, link, p->stage_update[s] * ms,
-                p->allreduce[s] * ms, stage_memory(g, p, s) / mib);
+                p->allreduce[s] * ms, plan_stage_memory(g, p, s) / mib);
     }
     int32_t placed = g->placement.n_stages == p->n_stages, any = 0;
     for (int32_t s = 0; placed && s < p->n_stages; s++)

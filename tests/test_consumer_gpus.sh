@@ -1,0 +1,35 @@
+# Consumer GPUs (issue 34): plans that fit.
+#   - GPT-2 XL in fp16 on one 10 GiB RTX 3080 is refused by plan, compile
+#     and simulate, naming the device, what it needs against what it has
+#     (its CUDA context taken out), what the need is made of and what would
+#     help; nothing is written;
+#   - on eight RTX 3080s the plan's every device needs at most its 10 GiB
+#     (the plan's memory column), and it compiles;
+#   - the best single site is only a site that can hold the model.
+. "$(dirname "$0")/lib.sh"
+xl=(--set layers=48 --set dim=1600 --set heads=25 --precision fp16)
+
+for cmd in plan simulate compile; do
+  args=()
+  [ $cmd = compile ] && args=(-o "$work/one")
+  "$FUSIONC" $cmd models/gpt2.xml tests/clusters/one-3080.xml "${xl[@]}" "${args[@]}" >"$work/out" 2>"$work/err"
+  expect_eq "$cmd GPT-2 XL on one RTX 3080: exit" 1 $?
+  grep -Eq "^models/gpt2.xml:0: error: the plan \(1 stage x 1 replica\) does not fit: rtx3080-0 \(stage 0\) needs [0-9.]+ GiB and has 9.5 GiB once its CUDA context \(0.5 GiB\) is made \(parameters [0-9.]+ GiB, their gradients [0-9.]+ GiB, AdamW's moments [0-9.]+ GiB, activations and scratch [0-9.]+ GiB\). What would help: more devices as pipeline stages" \
+    "$work/err" && pass || fail "$cmd on one RTX 3080: $(cat "$work/err")"
+done
+[ ! -e "$work/one" ] && pass || fail "the refused compile left $work/one"
+need=$(sed -n 's/.* needs \([0-9.]*\) GiB and has.*/\1/p' "$work/err")
+awk -v n="$need" 'BEGIN { exit !(n > 20 && n < 40) }' && pass || fail "GPT-2 XL's need on one card: $need GiB"
+
+# Eight cards: every device within its memory, compiled.
+"$FUSIONC" plan models/gpt2.xml tests/clusters/eight-3080.xml "${xl[@]}" >"$work/plan8" 2>&1 && pass \
+  || fail "plan on eight RTX 3080s: $(tail -3 "$work/plan8")"
+awk '/^stage devices/ { on = 1; next } on && /^[0-9]+ / { n++; mib = $(NF-1); if (mib + 0 > 10 * 1024 - 512) bad = bad " " $2 "=" mib }
+     on && !/^[0-9]+ / { on = 0 } END { if (n == 0) print "no stages"; else if (bad) print "over:" bad; exit n == 0 || bad != "" }' \
+  "$work/plan8" >"$work/over" && pass || fail "a device over its memory on eight RTX 3080s: $(cat "$work/over")"
+echo "GPT-2 XL fp16 on eight RTX 3080s: $(grep '^plan:' "$work/plan8"); largest stage $(awk '/^[0-9]+ / { if ($(NF-1) + 0 > m) m = $(NF-1) } END { print m }' "$work/plan8") MiB" >&2
+grep -q "^best single site: none of its 8 hosts can train the model alone$" "$work/plan8" && pass \
+  || fail "a single RTX 3080 was taken as a site that trains GPT-2 XL: $(grep 'best single' "$work/plan8")"
+"$FUSIONC" compile models/gpt2.xml tests/clusters/eight-3080.xml "${xl[@]}" -o "$work/eight" --cublas system \
+  >"$work/c8" 2>&1 && pass || fail "compile on eight RTX 3080s: $(tail -3 "$work/c8")"
+finish

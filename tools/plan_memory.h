@@ -1,0 +1,23 @@
+/* plan_memory.h: each device's memory in a placed plan, and the check that
+ * refuses a plan some device cannot hold (compile, plan, simulate). */
+#ifndef FUSION_TOOLS_PLAN_MEMORY_H
+#define FUSION_TOOLS_PLAN_MEMORY_H
+
+#include "../frontend/cluster.h"
+#include "../ir/ir.h"
+#include "../passes/passes.h"
+
+/* Stage s's need on each of its devices: the arena, plus the stashed
+ * activations of the micro-batches 1F1B keeps waiting for their backward
+ * (the schedule pass's warm-up forwards, at most M; on a stage that
+ * recomputes, only its forward's inputs). */
+double plan_stage_memory(const ir_graph *g, const fence_plan *p, int32_t s);
+
+/* 0 when every device of p holds its stage (estimate_usable_memory: a
+ * CUDA device's less its context); else -1 with err naming the first that
+ * does not, what it needs against what it has, what the need is made of,
+ * and what would help. */
+int plan_memory_check(const ir_graph *g, const cluster *c, const fence_plan *p, const char *model_path,
+                      struct diag *err);
+
+#endif
