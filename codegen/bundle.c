@@ -27,6 +27,7 @@
 #include "../passes/passes.h"
 #include "bundle_libs.h"
 #include "llvm_host.h"
+#include "nvrtc.h"
 #include "process.h"
 
 #include <xxhash.h>
@@ -392,6 +393,8 @@ typedef struct {
     const rt_diloco_info *diloco;  /* NULL: exact */
     const rt_diloco_param *params; /* the device's site's table */
     uint64_t build_id;             /* 0: the graph's own */
+    const int *cuda_sms;           /* bundle_cuda_sms: what CUDA bundles are compiled for */
+    int n_cuda_sms;
 } device_job;
 
 /* This compile's run secret (write_set makes it; write_device copies it). */
@@ -430,6 +433,8 @@ static int write_device(const ir_graph *g, const cluster *c, int32_t d, int32_t 
                               .port_base = job->port_base,
                               .cuda_dump_dir = dev->kind == DEVICE_CUDA ? dir : NULL,
                               .arch = dev->arch,
+                              .cuda_sms = job->cuda_sms,
+                              .n_cuda_sms = job->n_cuda_sms,
                               .diloco = job->diloco,
                               .diloco_params = job->params,
                               .build_id = job->build_id,
@@ -469,6 +474,61 @@ static int check_placed(const ir_graph *g, const cluster *c, struct diag *err)
     return 0;
 }
 
+/* "sm_86" -> 86; 0 when the arch names no SM. */
+static int sm_of(const char *arch)
+{
+    int sm = 0, used = 0;
+    return sscanf(arch, "sm_%d%n", &sm, &used) == 1 && arch[used] == '\0' && sm > 0 ? sm : 0;
+}
+
+/* What the CUDA bundles are compiled for: every distinct arch of c's CUDA
+ * devices, standbys too (one may take any device's place), a CUBIN each
+ * and PTX for the newest (codegen/nvrtc.h).  An arch this toolkit's NVRTC
+ * cannot target, or bf16 on a GPU older than sm_80, is refused here,
+ * before anything is written, naming the device.  How many SMs (0: no CUDA
+ * device), or -1 with err. */
+static int bundle_cuda_sms(const graph_set *set, const cluster *c, int *sms, struct diag *err)
+{
+    int n = 0, supported[128], n_supported = -1;
+    for (int32_t i = 0; i < c->n_devices + c->n_standbys; i++) {
+        const cluster_device *d = i < c->n_devices ? &c->devices[i] : &c->standbys[i - c->n_devices];
+        if (d->kind != DEVICE_CUDA)
+            continue;
+        int sm = d->arch[0] ? sm_of(d->arch) : NVRTC_DEFAULT_SM;
+        if (sm == 0)
+            return diag_set(err, c->file, d->line, "device %s: arch '%s' names no GPU architecture (sm_75, sm_86, ...)",
+                            d->name, d->arch);
+        if (n_supported < 0 && (n_supported = nvrtc_supported_sms(supported, 128, err)) < 0)
+            return -1;
+        int known = 0;
+        for (int k = 0; k < n_supported && !known; k++)
+            known = supported[k] == sm;
+        if (!known) {
+            struct diag ignored;
+            const char *version = nvrtc_version_string(&ignored);
+            return diag_set(err, c->file, d->line,
+                            "device %s: arch sm_%d cannot be compiled for by this toolkit's NVRTC %s, which targets "
+                            "sm_%d to sm_%d%s: build with a toolkit that has it (CUDA_HOME), or leave the device out",
+                            d->name, sm, version ? version : "?", supported[0], supported[n_supported - 1],
+                            sm < supported[0] ? " (newer toolkits drop old GPUs: CUDA 13 dropped Volta's sm_70)" : "");
+        }
+        for (int32_t k = 0; k < set->n; k++)
+            if (set->g[k]->precision == DT_BF16 && sm < 80)
+                return diag_set(err, c->file, d->line,
+                                "device %s is sm_%d: bf16 needs sm_80 (Ampere) or newer (cuBLAS has no bf16 products "
+                                "before it); --precision fp16 runs on it",
+                                d->name, sm);
+        int seen = 0;
+        for (int k = 0; k < n && !seen; k++)
+            seen = sms[k] == sm;
+        if (!seen && n == NVRTC_MAX_ARCHS)
+            return diag_set(err, c->file, d->line, "the cluster names more than %d GPU architectures", NVRTC_MAX_ARCHS);
+        if (!seen)
+            sms[n++] = sm;
+    }
+    return n;
+}
+
 /* Every device of every graph of the set, then the scripts. */
 static int write_set(const graph_set *set, const rt_diloco_info *outer, const int64_t *site_rows, const cluster *c,
                      const char *out_dir, const bundle_toolchain *tc, int32_t port_base, struct diag *err)
@@ -476,6 +536,9 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
     for (int32_t k = 0; k < set->n; k++)
         if (check_placed(set->g[k], c, err))
             return -1;
+    int cuda_sms[NVRTC_MAX_ARCHS], n_cuda_sms = bundle_cuda_sms(set, c, cuda_sms, err);
+    if (n_cuda_sms < 0)
+        return -1;
     if (folders_make(out_dir, err)) /* -o a/b: every folder it needs */
         return -1;
     /* The run secret: new, or the running run's (a re-plan); never printed. */
@@ -531,7 +594,9 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
                            &libs,
                            outer ? &site : NULL,
                            set->params ? set->params + (size_t)k * set->n_params : NULL,
-                           build_id };
+                           build_id,
+                           cuda_sms,
+                           n_cuda_sms };
         const ir_placement *p = &set->g[k]->placement;
         for (int32_t s = 0; s < p->n_stages && rc == 0; s++)
             for (int32_t r = 0; r < p->n_replicas && rc == 0; r++)

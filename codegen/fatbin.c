@@ -73,29 +73,31 @@ int fatbin_pack(const nvrtc_images *im, const char *module_name, unsigned char *
                 struct diag *err)
 {
     const char *tmp_root = getenv("TMPDIR");
-    char dir[FU_PATH_BYTES], sm80[FU_PATH_BYTES + 104], sm90[FU_PATH_BYTES + 104], ptx[FU_PATH_BYTES + 104],
-        fat[FU_PATH_BYTES + 104], tool[FU_PATH_BYTES];
+    char dir[FU_PATH_BYTES], files[NVRTC_MAX_ARCHS + 1][FU_PATH_BYTES + 104], fat[FU_PATH_BYTES + 104],
+        tool[FU_PATH_BYTES], images[NVRTC_MAX_ARCHS + 1][FU_PATH_BYTES + 204], create[FU_PATH_BYTES + 204];
     snprintf(dir, sizeof dir, "%s/fusion-fatbin-XXXXXX", tmp_root && *tmp_root ? tmp_root : "/tmp");
     if (!mkdtemp(dir))
         return diag_set(err, module_name, 0, "cannot make a temporary folder for fatbinary: %s", strerror(errno));
-    snprintf(sm80, sizeof sm80, "%s/sm_80.cubin", dir);
-    snprintf(sm90, sizeof sm90, "%s/sm_90.cubin", dir);
-    snprintf(ptx, sizeof ptx, "%s/compute_80.ptx", dir);
+    int n = im->n_cubins, rc = 0;
+    for (int k = 0; k <= n && rc == 0; k++) { /* the CUBINs, then the PTX (without its NUL) */
+        snprintf(files[k], sizeof files[k], k < n ? "%s/sm_%d.cubin" : "%s/compute_%d.ptx", dir,
+                 k < n ? im->sm[k] : im->ptx_sm);
+        snprintf(images[k], sizeof images[k], "--image3=kind=%s,sm=%d,file=%.4200s", k < n ? "elf" : "ptx",
+                 k < n ? im->sm[k] : im->ptx_sm, files[k]);
+        if (k < n ? write_whole(files[k], im->cubin[k], im->cubin_bytes[k])
+                  : write_whole(files[k], im->ptx, im->ptx_bytes - 1))
+            rc = diag_set(err, dir, 0, "cannot write the images for fatbinary: %s", strerror(errno));
+    }
     snprintf(fat, sizeof fat, "%s/module.fatbin", dir);
-    int rc = 0;
-    if (write_whole(sm80, im->cubin_sm80, im->cubin_sm80_bytes) ||
-        write_whole(sm90, im->cubin_sm90, im->cubin_sm90_bytes) ||
-        write_whole(ptx, im->ptx, im->ptx_bytes - 1)) /* without its NUL */
-        rc = diag_set(err, dir, 0, "cannot write the images for fatbinary: %s", strerror(errno));
     if (rc == 0) {
         find_fatbinary(tool, sizeof tool);
-        char create[FU_PATH_BYTES + 204], image80[FU_PATH_BYTES + 204], image90[FU_PATH_BYTES + 204],
-            image_ptx[FU_PATH_BYTES + 204];
         snprintf(create, sizeof create, "--create=%s", fat);
-        snprintf(image80, sizeof image80, "--image3=kind=elf,sm=80,file=%s", sm80);
-        snprintf(image90, sizeof image90, "--image3=kind=elf,sm=90,file=%s", sm90);
-        snprintf(image_ptx, sizeof image_ptx, "--image3=kind=ptx,sm=80,file=%s", ptx);
-        char *argv[] = { tool, "--64", "--compress=false", create, image80, image90, image_ptx, NULL };
+        char *argv[NVRTC_MAX_ARCHS + 6];
+        int a = 0;
+        argv[a++] = tool, argv[a++] = "--64", argv[a++] = "--compress=false", argv[a++] = create;
+        for (int k = 0; k <= n; k++)
+            argv[a++] = images[k];
+        argv[a] = NULL;
         struct diag why;
         if (run_command(argv, &why, module_name))
             rc = diag_set(err, module_name, 0,
@@ -113,6 +115,8 @@ int fatbin_pack(const nvrtc_images *im, const char *module_name, unsigned char *
         *out = NULL;
         rc = diag_set(err, fat, 0, "fatbinary's output does not start with the fat binary magic 0x%08x", FATBIN_MAGIC);
     }
-    unlink(sm80), unlink(sm90), unlink(ptx), unlink(fat), rmdir(dir);
+    for (int k = 0; k <= n; k++)
+        unlink(files[k]);
+    unlink(fat), rmdir(dir);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* fatbin.h: the three images of a CUDA module (nvrtc.h) packed into one
+/* fatbin.h: the images of a CUDA module (nvrtc.h: a CUBIN an arch, PTX) packed into one
  * fat binary by the toolkit's `fatbinary`, the container nvcc embeds in an
  * executable's .nv_fatbin section: cuobjdump lists what is inside it, and
  * the driver's cuModuleLoadData takes it whole, choosing the CUBIN built
@@ -24,7 +24,7 @@
 
 #define FATBIN_MAGIC 0xBA55ED50u
 
-/* Pack im's sm_80 and sm_90 CUBINs and compute_80 PTX; *out is malloc'd.
+/* Pack im's CUBINs and its PTX; *out is malloc'd.
  * 0, or -1 with err saying what failed (fatbinary not found, or its
  * failure, naming `module_name`). */
 int fatbin_pack(const nvrtc_images *im, const char *module_name, unsigned char **out, size_t *out_bytes,

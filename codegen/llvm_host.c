@@ -348,7 +348,7 @@ static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device
     if (rc == 0)
         rc = write_file(dev->cuda_dump_dir, "kernels.cu", plan.source, plan.source_len, err);
     if (rc == 0)
-        rc = nvrtc_compile(plan.source, dev->name, &im, err);
+        rc = nvrtc_compile(plan.source, dev->name, dev->cuda_sms, dev->n_cuda_sms, &im, err);
     if (rc == 0)
         rc = write_file(dev->cuda_dump_dir, "kernels.ptx", im.ptx, im.ptx_bytes - 1, err);
     unsigned char *fat = NULL;
@@ -374,7 +374,11 @@ static int add_cuda_module(LLVMModuleRef m, LLVMContextRef cx, const llvm_device
         info.scratch_bytes = plan.scratch_bytes;
         info.fatbin_bytes = (int64_t)fat_bytes;
         info.names_bytes = (int64_t)names_len;
-        snprintf(info.ptx_arch, sizeof info.ptx_arch, "compute_80");
+        snprintf(info.ptx_arch, sizeof info.ptx_arch, "compute_%d", im.ptx_sm);
+        info.n_cubins = im.n_cubins;
+        for (int k = 0; k < im.n_cubins && k < 8; k++)
+            info.cubin_sm[k] = im.sm[k];
+        info.ptx_sm = im.ptx_sm;
         add_blob(m, cx, "fusion_cuda_info_blob", &info, sizeof info);
         add_blob(m, cx, "fusion_cuda_steps_blob", plan.steps, (size_t)plan.n_steps * sizeof *plan.steps);
         add_blob(m, cx, "fusion_cuda_ops_blob", plan.ops, (size_t)plan.n_ops * sizeof *plan.ops);

@@ -24,6 +24,11 @@ typedef struct {
      * NULL: a CPU device. */
     const char *cuda_dump_dir;
     const char *arch; /* the cluster file's arch, for the manifest        */
+    /* The SMs its kernels are compiled for (a CUBIN each, PTX for the
+     * newest): every distinct arch of the cluster's CUDA devices, so a
+     * bundle runs on any of them (codegen/bundle.c: bundle_cuda_sms). */
+    const int *cuda_sms;
+    int n_cuda_sms;
     /* --sync diloco (runtime/program.h): the run's outer synchronisation and
      * every parameter's holder in each site; NULL: exact.  build_id, when
      * not 0, replaces the graph's: the sites' graphs differ, and their

@@ -1,8 +1,8 @@
 /* nvrtc.c: NVRTC through dlopen, and the kernel cache (see nvrtc.h).
  *
- * The three compiles of a module (sm_80 CUBIN, sm_90 CUBIN, compute_80
- * PTX) run on three threads: NVRTC allows concurrent calls on distinct
- * programs, and a cold GPT-2 compile is mostly this.  The kernels include
+ * The compiles of a module (a CUBIN an arch, the newest's PTX) run on a
+ * thread each: NVRTC allows concurrent calls on distinct programs, and a
+ * cold GPT-2 compile is mostly this.  The kernels include
  * the toolkit's cuda_bf16.h and cuda_fp16.h (find_include).
  */
 #define _GNU_SOURCE
@@ -42,6 +42,8 @@ typedef struct {
     int (*ptx_size)(nvrtc_program prog, size_t *size);
     int (*ptx)(nvrtc_program prog, char *ptx);
     const char *(*error_string)(int result);
+    int (*n_archs)(int *n);   /* nvrtcGetNumSupportedArchs (NVRTC 11.2+; NULL before) */
+    int (*archs)(int *archs); /* nvrtcGetSupportedArchs                                   */
     int major, minor;
     char version_text[32];
     char where[FU_PATH_BYTES];
@@ -147,6 +149,8 @@ static void load_api(void)
             return;
         }
     }
+    api.n_archs = (int (*)(int *))dlsym(h, "nvrtcGetNumSupportedArchs");
+    api.archs = (int (*)(int *))dlsym(h, "nvrtcGetSupportedArchs");
     if (api.version(&api.major, &api.minor) != 0) {
         snprintf(api_error, sizeof api_error, "%s: nvrtcVersion failed", api.where);
         api_state = -1;
@@ -174,10 +178,25 @@ static int api_ready(struct diag *err)
 
 const char *nvrtc_version_string(struct diag *err) { return api_ready(err) ? NULL : api.version_text; }
 
+int nvrtc_supported_sms(int *sms, int max, struct diag *err)
+{
+    if (api_ready(err))
+        return -1;
+    int n = 0, all[128];
+    if (!api.n_archs || !api.archs || api.n_archs(&n) != 0 || n <= 0 || n > 128 || api.archs(all) != 0)
+        return diag_set(err, api.where, 0, "NVRTC %s does not say which GPUs it compiles for (11.2 or later does)",
+                        api.version_text);
+    int k = 0;
+    for (int i = 0; i < n && k < max; i++)
+        sms[k++] = all[i];
+    return k;
+}
+
 /* ---- one compile ---------------------------------------------------------- */
 
 typedef struct {
-    const char *source, *name, *arch; /* "sm_80" (CUBIN) or "compute_80" (PTX) */
+    const char *source, *name;
+    char arch[16]; /* "sm_80" (CUBIN) or "compute_80" (PTX) */
     int want_ptx;
     char *image;
     size_t bytes;
@@ -228,7 +247,7 @@ static void *compile_one(void *arg)
 
 /* ---- the cache -------------------------------------------------------------- */
 
-#define CACHE_MAGIC "fusion-kernels-1"
+#define CACHE_MAGIC "fusion-kernels-2" /* 2: any archs (1: sm_80, sm_90, compute_80) */
 
 static int cache_dir(char *dir, size_t len)
 {
@@ -253,25 +272,32 @@ static int cache_dir(char *dir, size_t len)
     return mkdir(dir, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
 
+/* A cache file: the magic, n (the CUBINs), then n pairs (sm, bytes), the
+ * PTX's (sm, bytes), all u64, then the images in that order. */
 static int cache_read(const char *path, nvrtc_images *im)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return -1;
     char magic[16];
-    uint64_t len[3];
-    int ok = fread(magic, 1, 16, f) == 16 && memcmp(magic, CACHE_MAGIC, 16) == 0 && fread(len, 8, 3, f) == 3 &&
-             len[0] < (1u << 30) && len[1] < (1u << 30) && len[2] < (1u << 30) && len[2] > 0;
+    uint64_t n = 0, head[2 * (NVRTC_MAX_ARCHS + 1)];
+    int ok = fread(magic, 1, 16, f) == 16 && memcmp(magic, CACHE_MAGIC, 16) == 0 && fread(&n, 8, 1, f) == 1 &&
+             n <= NVRTC_MAX_ARCHS && fread(head, 8, 2 * (n + 1), f) == 2 * (n + 1);
+    for (uint64_t k = 0; ok && k <= n; k++)
+        ok = head[2 * k] < 1000 && head[2 * k + 1] < (1u << 30) && head[2 * k + 1] > 0;
     if (ok) {
-        im->cubin_sm80 = malloc(len[0] + 1);
-        im->cubin_sm90 = malloc(len[1] + 1);
-        im->ptx = malloc(len[2] + 1);
-        ok = im->cubin_sm80 && im->cubin_sm90 && im->ptx && fread(im->cubin_sm80, 1, len[0], f) == len[0] &&
-             fread(im->cubin_sm90, 1, len[1], f) == len[1] && fread(im->ptx, 1, len[2], f) == len[2] &&
-             fgetc(f) == EOF && im->ptx[len[2] - 1] == '\0';
-        im->cubin_sm80_bytes = len[0];
-        im->cubin_sm90_bytes = len[1];
-        im->ptx_bytes = len[2];
+        im->n_cubins = (int)n;
+        for (uint64_t k = 0; ok && k < n; k++) {
+            im->sm[k] = (int)head[2 * k];
+            im->cubin_bytes[k] = head[2 * k + 1];
+            ok = (im->cubin[k] = malloc(head[2 * k + 1] + 1)) != NULL &&
+                 fread(im->cubin[k], 1, head[2 * k + 1], f) == head[2 * k + 1];
+        }
+        im->ptx_sm = (int)head[2 * n];
+        im->ptx_bytes = head[2 * n + 1];
+        ok = ok && (im->ptx = malloc(im->ptx_bytes + 1)) != NULL &&
+             fread(im->ptx, 1, im->ptx_bytes, f) == im->ptx_bytes && fgetc(f) == EOF &&
+             im->ptx[im->ptx_bytes - 1] == '\0';
     }
     fclose(f);
     if (!ok)
@@ -286,10 +312,15 @@ static void cache_write(const char *path, const nvrtc_images *im)
     FILE *f = atomic_open(&af, path, why, sizeof why);
     if (!f)
         return; /* a cache: the next compile makes it again */
-    uint64_t len[3] = { im->cubin_sm80_bytes, im->cubin_sm90_bytes, im->ptx_bytes };
-    int ok = fwrite(CACHE_MAGIC, 1, 16, f) == 16 && fwrite(len, 8, 3, f) == 3 &&
-             fwrite(im->cubin_sm80, 1, len[0], f) == len[0] && fwrite(im->cubin_sm90, 1, len[1], f) == len[1] &&
-             fwrite(im->ptx, 1, len[2], f) == len[2];
+    uint64_t n = (uint64_t)im->n_cubins, head[2 * (NVRTC_MAX_ARCHS + 1)];
+    for (int k = 0; k < im->n_cubins; k++)
+        head[2 * k] = (uint64_t)im->sm[k], head[2 * k + 1] = im->cubin_bytes[k];
+    head[2 * n] = (uint64_t)im->ptx_sm, head[2 * n + 1] = im->ptx_bytes;
+    int ok = fwrite(CACHE_MAGIC, 1, 16, f) == 16 && fwrite(&n, 8, 1, f) == 1 &&
+             fwrite(head, 8, 2 * (n + 1), f) == 2 * (n + 1);
+    for (int k = 0; ok && k < im->n_cubins; k++)
+        ok = fwrite(im->cubin[k], 1, im->cubin_bytes[k], f) == im->cubin_bytes[k];
+    ok = ok && fwrite(im->ptx, 1, im->ptx_bytes, f) == im->ptx_bytes;
     if (!ok)
         atomic_abort(&af);
     else
@@ -300,20 +331,35 @@ static void cache_write(const char *path, const nvrtc_images *im)
 
 void nvrtc_images_free(nvrtc_images *im)
 {
-    free(im->cubin_sm80);
-    free(im->cubin_sm90);
+    for (int k = 0; k < NVRTC_MAX_ARCHS; k++)
+        free(im->cubin[k]);
     free(im->ptx);
     memset(im, 0, sizeof *im);
 }
 
-int nvrtc_compile(const char *source, const char *module_name, nvrtc_images *out, struct diag *err)
+static int ascending(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+int nvrtc_compile(const char *source, const char *module_name, const int *sms_in, int n_sms, nvrtc_images *out,
+                  struct diag *err)
 {
     memset(out, 0, sizeof *out);
+    if (n_sms < 1 || n_sms > NVRTC_MAX_ARCHS)
+        return diag_set(err, module_name, 0, "%d GPU architectures asked for: 1 to %d can be", n_sms, NVRTC_MAX_ARCHS);
     if (api_ready(err))
         return -1;
+    int sms[NVRTC_MAX_ARCHS];
+    memcpy(sms, sms_in, (size_t)n_sms * sizeof *sms);
+    qsort(sms, (size_t)n_sms, sizeof *sms, ascending);
+    int distinct = 0;
+    for (int k = 0; k < n_sms; k++)
+        if (distinct == 0 || sms[k] != sms[distinct - 1])
+            sms[distinct++] = sms[k];
+    n_sms = distinct;
     /* The key: the source, what it is compiled for, and by which NVRTC. */
-    char salt[128], dir[FU_PATH_BYTES], path[FU_PATH_BYTES + 204];
-    snprintf(salt, sizeof salt, "%s|nvrtc %s|sm_80 sm_90 compute_80|c++17", CACHE_MAGIC, api.version_text);
+    char salt[256], dir[FU_PATH_BYTES], path[FU_PATH_BYTES + 204];
+    int at = snprintf(salt, sizeof salt, "%s|nvrtc %s|c++17|", CACHE_MAGIC, api.version_text);
+    for (int k = 0; k < n_sms && at > 0 && (size_t)at < sizeof salt; k++)
+        at += snprintf(salt + at, sizeof salt - (size_t)at, "sm_%d ", sms[k]);
     XXH3_state_t *st = XXH3_createState();
     if (!st)
         return diag_set(err, module_name, 0, "out of memory");
@@ -332,36 +378,42 @@ int nvrtc_compile(const char *source, const char *module_name, nvrtc_images *out
             return 0;
         }
     }
-    compile_job jobs[3] = {
-        { source, module_name, "sm_80", 0, NULL, 0, "" },
-        { source, module_name, "sm_90", 0, NULL, 0, "" },
-        { source, module_name, "compute_80", 1, NULL, 0, "" },
-    };
-    pthread_t threads[3];
-    int started[3] = { 0 };
-    for (int i = 0; i < 3; i++)
+    /* a CUBIN an arch, then the newest arch's PTX: a thread each */
+    compile_job jobs[NVRTC_MAX_ARCHS + 1];
+    pthread_t threads[NVRTC_MAX_ARCHS + 1];
+    int started[NVRTC_MAX_ARCHS + 1] = { 0 }, n_jobs = n_sms + 1;
+    memset(jobs, 0, sizeof jobs);
+    for (int k = 0; k < n_jobs; k++) {
+        jobs[k].source = source, jobs[k].name = module_name, jobs[k].want_ptx = k == n_sms;
+        snprintf(jobs[k].arch, sizeof jobs[k].arch, "%s_%d", k == n_sms ? "compute" : "sm",
+                 k == n_sms ? sms[n_sms - 1] : sms[k]);
+    }
+    for (int i = 0; i < n_jobs; i++)
         started[i] = pthread_create(&threads[i], NULL, compile_one, &jobs[i]) == 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < n_jobs; i++) {
         if (started[i])
             pthread_join(threads[i], NULL);
         else
             compile_one(&jobs[i]);
     }
     int rc = 0;
-    for (int i = 0; i < 3 && rc == 0; i++)
+    for (int i = 0; i < n_jobs && rc == 0; i++)
         if (jobs[i].error[0])
             rc = diag_set(err, module_name, 0, "%s", jobs[i].error);
     if (rc) {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < n_jobs; i++)
             free(jobs[i].image);
         return -1;
     }
-    out->cubin_sm80 = (unsigned char *)jobs[0].image;
-    out->cubin_sm80_bytes = jobs[0].bytes;
-    out->cubin_sm90 = (unsigned char *)jobs[1].image;
-    out->cubin_sm90_bytes = jobs[1].bytes;
-    out->ptx = jobs[2].image;
-    out->ptx_bytes = jobs[2].bytes; /* nvrtcGetPTXSize counts the NUL */
+    out->n_cubins = n_sms;
+    for (int k = 0; k < n_sms; k++) {
+        out->sm[k] = sms[k];
+        out->cubin[k] = (unsigned char *)jobs[k].image;
+        out->cubin_bytes[k] = jobs[k].bytes;
+    }
+    out->ptx_sm = sms[n_sms - 1];
+    out->ptx = jobs[n_sms].image;
+    out->ptx_bytes = jobs[n_sms].bytes; /* nvrtcGetPTXSize counts the NUL */
     if (out->ptx_bytes == 0 || out->ptx[out->ptx_bytes - 1] != '\0') {
         out->ptx[out->ptx_bytes] = '\0';
         out->ptx_bytes++;

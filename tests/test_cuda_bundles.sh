@@ -3,11 +3,15 @@
 #   - every kernel of GPT-2 small (fused attention, and attention from its
 #     parts; in f32, bf16 and fp16), of ResNet-50 (f32 and bf16) and of
 #     Llama (the four stages of clusters/local-gpu-4.xml, f32 and bf16)
-#     compiles with NVRTC into CUBIN for sm_80 and sm_90, and its PTX
-#     assembles with ptxas for both;
-#   - the bundle's .nv_fatbin section holds a fat binary with both CUBINs,
+#     compiles with NVRTC into a CUBIN for each arch of the cluster (sm_80;
+#     sm_80 and sm_90 for local-gpu-4), and its PTX (the newest arch's)
+#     assembles with ptxas;
+#   - the bundle's .nv_fatbin section holds a fat binary with those CUBINs,
 #     every kernel in each, and the PTX (tests/cuda_cubins.py, standing in
 #     for cuobjdump, which this machine lacks);
+#   - a Turing GPU (sm_75) gets sm_75 code; a consumer mix (sm_75, sm_86,
+#     sm_89) a CUBIN each; bf16 on Turing and a V100 (sm_70, which CUDA 13
+#     cannot target) are refused, naming the device;
 #   - the bundle started here exits 1 with one line: no CUDA driver found;
 #   - a cluster mixing CPU and CUDA devices compiles, each bundle with its
 #     backend, and the kernel cache makes the recompile a cache hit;
@@ -30,22 +34,21 @@ export FUSION_CACHE_DIR="$work/cache"
 printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 400) >"$work/data.txt"
 
 
-# check_cuda_bundle LABEL DIR: ptxas, the CUBINs in the executable, the start without a driver.
+# check_cuda_bundle LABEL DIR [SMS]: ptxas, the CUBINs in the executable (one for each of SMS, default
+# "80": the cluster's archs, and PTX for the newest), the start without a driver.
 check_cuda_bundle() {
-  local label=$1 dir=$2 exe
+  local label=$1 dir=$2 sms=${3:-80} exe
   exe=$(ls "$dir"/fusion-*)
-  local kernels entries
+  local kernels entries newest want=""
   kernels=$(grep -c '^extern "C" __global__' "$dir/kernels.cu")
   entries=$(grep -c '^\.visible \.entry' "$dir/kernels.ptx")
   expect_eq "$label: kernels in the PTX" "$kernels" "$entries"
-  for arch in sm_80 sm_90; do
-    if "$ptxas" -arch=$arch "$dir/kernels.ptx" -o "$work/ptxas.cubin" 2>"$work/ptxas.err"; then pass
-    else fail "$label: ptxas -arch=$arch: $(head -c 600 "$work/ptxas.err")"; fi
-  done
+  for sm in $sms; do newest=$sm; want="${want}cubin sm_$sm $kernels kernels|"; done
+  if "$ptxas" -arch=sm_$newest "$dir/kernels.ptx" -o "$work/ptxas.cubin" 2>"$work/ptxas.err"; then pass
+  else fail "$label: ptxas -arch=sm_$newest: $(head -c 600 "$work/ptxas.err")"; fi
   if python3 tests/cuda_cubins.py "$exe" >"$work/cubins.txt" 2>&1; then pass
   else fail "$label: no CUBIN inside $exe"; fi
-  expect_eq "$label: images in the bundle's fat binary" \
-    "cubin sm_80 $kernels kernels|cubin sm_90 $kernels kernels|ptx sm_80" \
+  expect_eq "$label: images in the bundle's fat binary" "${want}ptx sm_$newest" \
     "$(grep -E '^(cubin|ptx)' "$work/cubins.txt" | sed 's/ [0-9]* bytes//' | paste -sd'|')"
   # Started here: no driver, one line, exit 1, no crash.
   "$exe" --data "$work/data.txt" --steps 1 >"$work/run.out" 2>"$work/run.err"
@@ -97,7 +100,7 @@ for p in fp32 bf16; do
   if "$FUSIONC" compile models/llama.xml clusters/local-gpu-4.xml -o "$work/llama-$p" --precision $p >"$work/log" 2>&1
   then pass; else fail "compile Llama --precision $p for local-gpu-4: $(tail -c 1500 "$work/log")"; fi
   for d in a100-0 a100-1 h100-0 h100-1; do
-    [ -d "$work/llama-$p/$d" ] && check_cuda_bundle "llama $p $d" "$work/llama-$p/$d"
+    [ -d "$work/llama-$p/$d" ] && check_cuda_bundle "llama $p $d" "$work/llama-$p/$d" "80 90"
   done
   echo "llama $p: $(cat "$work/llama-$p"/*/kernels.cu 2>/dev/null | grep -c '^extern') kernels over 4 stages" >&2
 done
@@ -114,12 +117,53 @@ for d in cpu-0 cpu-1 gpu-0 gpu-1; do
   expect_eq "mixed: $d's manifest" "$kind" "$(sed -n 's/^device *[^ ]* (\([a-z]*\),.*/\1/p' "$work/mixed/$d/manifest.txt" 2>/dev/null)"
   if [ $kind = cuda ]; then
     [ -s "$work/mixed/$d/kernels.cu" ] && pass || fail "mixed: $d has no kernels.cu"
-    [ -d "$work/mixed/$d" ] && check_cuda_bundle "mixed $d" "$work/mixed/$d"
+    [ -d "$work/mixed/$d" ] && check_cuda_bundle "mixed $d" "$work/mixed/$d" "80 90"
   else
     [ ! -e "$work/mixed/$d/kernels.cu" ] && pass || fail "mixed: CPU device $d got CUDA kernels"
     python3 tests/cuda_cubins.py "$work/mixed/$d/fusion-$d" >/dev/null 2>&1 && fail "mixed: CPU bundle $d holds a CUBIN" || pass
   fi
 done
+
+# The cluster's own GPUs: a Turing card gets sm_75 code, a consumer mix a
+# CUBIN for each of its archs; bf16 on Turing and a V100 (sm_70, which the
+# CUDA 13 toolkit here cannot target) are refused at compile, naming the
+# device and the arch, with nothing written.
+tiny=(--set layers=1 --set dim=32 --set heads=2 --set vocab=256 --set ctx=16 --set batch=2 --set seq=16)
+gpu_cluster() { # gpu_cluster FILE NAME ARCH...: a host of one GPU a given arch
+  local file=$1 name=$2 i=0
+  shift 2
+  { echo "<cluster name=\"$name\"><region name=\"r\" bandwidth=\"10Gbps\" latency=\"50us\"><host name=\"h\" address=\"127.0.0.1\">"
+    for a in "$@"; do
+      echo "<device name=\"gpu-$i\" kind=\"cuda\" arch=\"$a\" peak-fp32=\"13TFLOPS\" peak-tf32=\"13TFLOPS\" peak-fp16=\"26TFLOPS\" peak-bf16=\"26TFLOPS\" memory=\"11GiB\" memory-bandwidth=\"616GB/s\"/>"
+      i=$((i + 1))
+    done
+    echo "</host></region></cluster>"; } >"$file"
+}
+gpu_cluster "$work/turing.xml" turing sm_75
+"$FUSIONC" compile models/gpt2.xml "$work/turing.xml" -o "$work/turing" "${tiny[@]}" --cublas system >"$work/log" 2>&1 \
+  && pass || fail "compile for a Turing GPU: $(tail -c 1500 "$work/log")"
+[ -d "$work/turing/gpu-0" ] && check_cuda_bundle "turing (sm_75)" "$work/turing/gpu-0" "75"
+gpu_cluster "$work/consumer.xml" consumer sm_75 sm_86 sm_89
+"$FUSIONC" compile models/gpt2.xml "$work/consumer.xml" -o "$work/consumer" "${tiny[@]}" --stages 1 --cublas system \
+  --precision fp16 >"$work/log" 2>&1 && pass || fail "compile for sm_75, sm_86 and sm_89: $(tail -c 1500 "$work/log")"
+[ -d "$work/consumer/gpu-0" ] && check_cuda_bundle "consumer mix" "$work/consumer/gpu-0" "75 86 89"
+"$FUSIONC" compile models/gpt2.xml "$work/turing.xml" -o "$work/turing-bf16" "${tiny[@]}" --precision bf16 >/dev/null 2>"$work/err"
+expect_eq "bf16 on Turing: exit" 1 $?
+grep -q "turing.xml:[0-9]*: error: device gpu-0 is sm_75: bf16 needs sm_80 (Ampere) or newer" "$work/err" && pass \
+  || fail "bf16 on Turing: $(cat "$work/err")"
+[ ! -e "$work/turing-bf16" ] && pass || fail "a refused compile wrote $work/turing-bf16"
+gpu_cluster "$work/volta.xml" volta sm_70
+"$FUSIONC" compile models/gpt2.xml "$work/volta.xml" -o "$work/volta" "${tiny[@]}" >"$work/log" 2>"$work/err"
+status=$?
+if "$FUSIONC" --version | grep -q "NVRTC     1[3-9]"; then  # this machine's toolkit: sm_70 is gone
+  expect_eq "a V100 under CUDA 13: exit" 1 $status
+  grep -q "volta.xml:[0-9]*: error: device gpu-0: arch sm_70 cannot be compiled for by this toolkit's NVRTC 1[0-9.]*, which targets sm_75 to sm_[0-9]*" \
+    "$work/err" && pass || fail "a V100 under CUDA 13: $(cat "$work/err")"
+  [ ! -e "$work/volta" ] && pass || fail "a refused compile wrote $work/volta"
+else  # an older toolkit compiles Volta: its bundle holds sm_70 code
+  expect_eq "a V100: compile" 0 $status
+  check_cuda_bundle "volta (sm_70)" "$work/volta/gpu-0" "70"
+fi
 
 # cuBLAS travels with a CUDA bundle (default --cublas bundle): libcublas and
 # libcublasLt in lib/, hard links (to the toolkit's files, or to the first

@@ -212,13 +212,13 @@ static int load_libraries(rt_cuda *c, char *why, size_t len)
 }
 
 /* The fat binary (codegen/fatbin.h): the driver takes the CUBIN built for
- * the device's architecture (sm_80 serves every 8.x, sm_90 the 9.0), else
- * compiles the PTX for it (a newer GPU). */
+ * the device's architecture (sm_80's serves every 8.x), else compiles the
+ * PTX for it (a GPU newer than the cluster's newest arch). */
 static int load_module(rt_cuda *c, const rt_cuda_module_info *info, char *why, size_t len)
 {
     cu_result r = info->fatbin_bytes > 0 ? c->api.module_load(&c->module, fusion_cuda_fatbin_blob) : 1;
     if (r != 0)
-        return fail_cu(c, r, "loading the kernels (fat binary: sm_80 and sm_90 CUBIN, compute_80 PTX)", why, len);
+        return fail_cu(c, r, "loading the kernels (the bundle's fat binary)", why, len);
     c->functions = calloc((size_t)info->n_kernels + 1, sizeof *c->functions);
     if (!c->functions) {
         return rt_error(why, len, "out of memory");
@@ -253,9 +253,14 @@ int rt_cuda_open(rt_cuda **out, const rt_manifest *m, char *why, size_t len)
     if (rc == 0 && ((r = c->api.device_attribute(&c->cc_major, CU_ATTR_CC_MAJOR, c->device)) != 0 ||
                     (r = c->api.device_attribute(&c->cc_minor, CU_ATTR_CC_MINOR, c->device)) != 0))
         rc = fail_cu(c, r, "cuDeviceGetAttribute", why, len);
-    if (rc == 0 && c->cc_major < 8) { /* the oldest image is compute_80 PTX */
-        snprintf(why, len, "GPU %d has compute capability %d.%d; this bundle's kernels need 8.0 or newer", ordinal,
-                 c->cc_major, c->cc_minor);
+    if (rc == 0 && !rt_cuda_module_runs_on(&info, c->cc_major, c->cc_minor)) {
+        char held[160] = "";
+        for (int32_t k = 0; k < info.n_cubins && k < 8; k++)
+            snprintf(held + strlen(held), sizeof held - strlen(held), "sm_%d CUBIN, ", info.cubin_sm[k]);
+        snprintf(why, len,
+                 "GPU %d has compute capability %d.%d, and this bundle holds %s%s PTX: compile it for a cluster "
+                 "that names this GPU's arch (sm_%d%d)",
+                 ordinal, c->cc_major, c->cc_minor, held, info.ptx_arch, c->cc_major, c->cc_minor);
         rc = -1;
     }
     if (rc == 0 && ((r = c->api.ctx_retain(&c->context, c->device)) != 0 || (r = c->api.ctx_set(c->context)) != 0))

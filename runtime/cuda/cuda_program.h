@@ -119,9 +119,26 @@ typedef struct {
     int32_t n_kernels; /* names: n_kernels NUL-terminated strings        */
     int32_t n_steps;
     int64_t scratch_bytes;             /* the scratch area's size (device memory)        */
-    int64_t fatbin_bytes, names_bytes; /* the fat binary: CUBIN for sm_80 and sm_90,
-                                            PTX for compute_80 (codegen/fatbin.h) */
-    char ptx_arch[16];                 /* "compute_80": the PTX's virtual architecture   */
+    int64_t fatbin_bytes, names_bytes; /* the fat binary: a CUBIN for each arch of the
+                                            cluster, PTX for the newest (codegen/fatbin.h) */
+    char ptx_arch[16];                 /* "compute_90": the PTX's virtual architecture   */
+    int32_t n_cubins;                  /* cubin_sm[0..n_cubins): 75, 80, 86, ... ascending */
+    int32_t cubin_sm[8];
+    int32_t ptx_sm; /* 90: the PTX runs (compiled by the driver) on 9.0 and newer */
+    int32_t unused;
 } rt_cuda_module_info;
+
+/* Whether a GPU of compute capability major.minor can run a module with
+ * these images: a CUBIN of its major version and a minor at most its own
+ * (sm_80's runs on 8.6, sm_86's not on 8.0), or PTX of at most its
+ * capability (the driver compiles it). */
+static inline int rt_cuda_module_runs_on(const rt_cuda_module_info *m, int major, int minor)
+{
+    int cc = major * 10 + minor;
+    for (int32_t k = 0; k < m->n_cubins && k < 8; k++)
+        if (m->cubin_sm[k] / 10 == major && m->cubin_sm[k] <= cc)
+            return 1;
+    return m->ptx_sm > 0 && m->ptx_sm <= cc;
+}
 
 #endif

@@ -30,7 +30,9 @@ int main(void)
         return 1;
     }
     nvrtc_images im;
-    if (nvrtc_compile(plan.source, "cuda_cases", &im, &err)) {
+    /* Turing, Ampere (data centre and consumer), Ada, Hopper: every kernel on each */
+    static const int sms[] = { 75, 80, 86, 89, 90 };
+    if (nvrtc_compile(plan.source, "cuda_cases", sms, 5, &im, &err)) {
         printf("FAIL: NVRTC: %s\n", err.msg);
         return 1;
     }
@@ -48,14 +50,22 @@ int main(void)
         const char *b = strstr(at, "__nv_bfloat16 *"), *h = strstr(at, "__half *");
         half += (b && (!end || b < end)) || (h && (!end || h < end));
     }
-    if (im.cubin_sm80_bytes == 0 || im.cubin_sm90_bytes == 0) {
-        printf("FAIL: an empty CUBIN (sm_80 %zu bytes, sm_90 %zu bytes)\n", im.cubin_sm80_bytes, im.cubin_sm90_bytes);
+    char sizes[300] = "";
+    for (int k = 0; k < im.n_cubins; k++) {
+        snprintf(sizes + strlen(sizes), sizeof sizes - strlen(sizes), "%ssm_%d (%zu bytes)", k ? ", " : "", im.sm[k],
+                 im.cubin_bytes[k]);
+        if (im.cubin_bytes[k] == 0) {
+            printf("FAIL: an empty CUBIN for sm_%d\n", im.sm[k]);
+            failed++;
+        }
+    }
+    if (im.n_cubins != 5 || im.ptx_sm != 90) {
+        printf("FAIL: %d CUBINs and compute_%d PTX, expected 5 and compute_90\n", im.n_cubins, im.ptx_sm);
         failed++;
     }
-    printf("%d cases and %d chains: %d kernels (%d of them on bf16 or fp16 tensors), compiled for sm_80 (%zu bytes), "
-           "sm_90 (%zu bytes) and compute_80 (%zu bytes of PTX)%s\n",
-           n, n_chains, plan.n_kernels, half, im.cubin_sm80_bytes, im.cubin_sm90_bytes, im.ptx_bytes,
-           im.from_cache ? ", from the cache" : "");
+    printf("%d cases and %d chains: %d kernels (%d of them on bf16 or fp16 tensors), compiled for %s and compute_%d "
+           "(%zu bytes of PTX)%s\n",
+           n, n_chains, plan.n_kernels, half, sizes, im.ptx_sm, im.ptx_bytes, im.from_cache ? ", from the cache" : "");
     printf("%s\n", failed ? "FAILED" : "ok");
     nvrtc_images_free(&im);
     cuda_plan_free(&plan);
