@@ -40,6 +40,7 @@
 #include "options.h"
 #include "placed.h"
 #include "plan_idle.h"
+#include "plan_memory.h"
 #include "plan_report.h"
 #include "profile.h"
 #include "report.h"
@@ -314,7 +315,7 @@ static int picture_format(const options *o, const char *format) { return o->form
 static int dump_placed(const options *o, ir_view_options *view, FILE *out, struct diag *err)
 {
     placed_model m;
-    if (placed_load(&m, o, err))
+    if (placed_load(&m, o, 0, err))
         return -1;
     const char *names[IR_MAX_STAGE_DEVICES];
     view->device_names = names;
@@ -411,13 +412,16 @@ static int cmd_dump(int argc, char **argv)
 
 /* baseline.h's place callback: the model of the user's options on one
  * site, by the same scheduler, without --stages / --replicas (which were
- * asked of the whole cluster) and quietly. */
+ * asked of the whole cluster), quietly, in a plan the site's devices hold
+ * (the remedies as for the whole cluster's). */
 static int place_on_site(void *arg, const cluster *c, ir_graph *g, fence_plan *plan, struct diag *err)
 {
     options site = *(const options *)arg;
     site.stages = site.replicas = 0;
     site.dump_ir = NULL;
-    return placed_build(&site, site.files[0], c, g, plan, err);
+    char note[400];
+    int rc = placed_build_fitting(&site, c, g, plan, note, sizeof note, err);
+    return rc == 0 || (rc == -2 && site.study) ? 0 : -1; /* simulate studies a site that does not fit */
 }
 
 /* diloco.h's place callback: the same on a site, with `batch` rows. */
@@ -597,7 +601,7 @@ static int cmd_compile(int argc, char **argv)
         cluster_free(&whole);
         return rc ? 1 : 0;
     }
-    rc = placed_load(&m, &o, &err) || bundle_write(&m.g, &m.c, o.output, &tc, o.port_base, &err) ||
+    rc = placed_load(&m, &o, 1, &err) || bundle_write(&m.g, &m.c, o.output, &tc, o.port_base, &err) ||
          plan_report_write(&m.g, &m.c, &m.plan, o.output, &err) || compile_tokenizer(&o, &m.g, &err);
     if (rc == 0 && broker_write_compile_args(o.output, argc, argv, o.files[0], o.files[1]))
         rc = diag_set(&err, o.output, 0, "cannot write %s/compile.args", o.output);
@@ -610,6 +614,8 @@ static int cmd_compile(int argc, char **argv)
                plan->n_stages * plan->n_replicas == 1 ? "" : "s", plan->n_stages, plan->n_stages == 1 ? "" : "s",
                plan->n_replicas, plan->n_replicas == 1 ? "" : "s", plan->micro_batches,
                plan->micro_batches == 1 ? "" : "es", o.output);
+    if (rc == 0 && m.note[0])
+        printf("%s\n", m.note);
     if (rc == 0)
         plan_explain_idle(stdout, &o, &m);
     placed_free(&m);
@@ -641,8 +647,10 @@ static int cmd_plan(int argc, char **argv)
         return rc ? 1 : 0;
     }
     placed_model m;
-    rc = placed_load(&m, &o, &err);
+    rc = placed_load(&m, &o, 1, &err);
     if (rc == 0) {
+        if (m.note[0])
+            printf("%s\n", m.note);
         plan_report_print(stdout, &m.g, &m.c, &m.plan);
         plan_explain_idle(stdout, &o, &m);
         rc = print_best_site(&o, &m.c, 0, m.plan.step_seconds, &err) ||
@@ -662,6 +670,7 @@ static int cmd_simulate(int argc, char **argv)
         return options_exit(rc);
     if (o.n_files != 2)
         return usage_error(&simulate_usage, "%s", "expected a MODEL and a CLUSTER");
+    o.study = 1;
     struct diag err = { 0 };
     cluster whole;
     diloco_plan dp;
@@ -669,6 +678,11 @@ static int cmd_simulate(int argc, char **argv)
         if (rc == 0)
             printf("simulate: %s on %s, --sync diloco, precision %s\n", ir_str(&dp.g[0], dp.g[0].name), whole.name,
                    ir_dtype_name(dp.g[0].precision));
+        for (int32_t k = 0; rc == 0 && k < dp.n_sites; k++) { /* studied, but said */
+            struct diag unfit = { 0 };
+            if (plan_memory_check(&dp.g[k], &dp.site[k], &dp.plan[k], o.files[0], &unfit))
+                printf("warning: site %d (region %s): %s\n", k, dp.site[k].name, unfit.msg);
+        }
         if (rc == 0)
             rc = diloco_report(&o, &dp, &whole, 3, &err);
         if (rc)
@@ -680,8 +694,10 @@ static int cmd_simulate(int argc, char **argv)
     placed_model m;
     sim_result r;
     memset(&r, 0, sizeof r);
-    rc = placed_load(&m, &o, &err) || simulate_steps(&m.g, &m.c, o.steps > 0 ? o.steps : 3, !o.no_overlap, &r, &err);
+    rc = placed_load(&m, &o, 0, &err) || simulate_steps(&m.g, &m.c, o.steps > 0 ? o.steps : 3, !o.no_overlap, &r, &err);
     if (rc == 0) {
+        if (m.note[0])
+            printf("%s\n", m.note);
         simulate_print(stdout, &m.g, &m.c, &m.plan, &r, o.verbose);
         rc = print_best_site(&o, &m.c, r.n_steps, sim_steady_step(&r), &err) ||
              (o.output && simulate_write_gantt(&r, &m.c, o.output, &err)) ||

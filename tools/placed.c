@@ -109,7 +109,54 @@ int placed_build(const options *o, const char *model_path, const cluster *c, ir_
     return pass_run_pipeline(g, &popt, err);
 }
 
-int placed_load(placed_model *p, const options *o, struct diag *err)
+int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_plan *plan, char *note, size_t note_n,
+                         struct diag *err)
+{
+    if (note_n > 0)
+        note[0] = '\0';
+    if (placed_build(o, o->files[0], c, g, plan, err))
+        return -1;
+    if (plan_memory_check(g, c, plan, o->files[0], err) == 0)
+        return 0;
+    int M0 = plan->micro_batches;
+    int64_t B = global_batch(g) * (plan->n_replicas > 0 ? plan->n_replicas : 1) * M0;
+    int can_recompute = !o->recompute || strcmp(o->recompute, "auto") == 0, can_split = o->micro_batches == 0 && B > 0;
+    for (int64_t M = M0; M <= (B > 0 ? B : M0); M++) {
+        if (M != M0 && (!can_split || B % M != 0))
+            continue; /* the next divisor of the batch's rows */
+        for (int on = 0; on <= 1; on++) {
+            if ((M == M0 && !on) || (on && !can_recompute))
+                continue; /* the plan that did not fit; a recompute the user chose against */
+            options fix = *o;
+            fix.recompute = on ? "on" : o->recompute;
+            fix.micro_batches = (int)M;
+            fix.dump_ir = NULL;
+            ir_graph g2;
+            fence_plan plan2;
+            struct diag why = { 0 };
+            memset(&plan2, 0, sizeof plan2);
+            if (placed_build(&fix, fix.files[0], c, &g2, &plan2, &why) == 0 &&
+                plan_memory_check(&g2, c, &plan2, fix.files[0], &why) == 0) {
+                snprintf(note, note_n,
+                         "note: the first plan (%d stage%s x %d replica%s, %d micro-batch%s) did not fit its devices' "
+                         "memory; planned with %s%lld micro-batches instead",
+                         plan->n_stages, plan->n_stages == 1 ? "" : "s", plan->n_replicas,
+                         plan->n_replicas == 1 ? "" : "s", M0, M0 == 1 ? "" : "es", on ? "--recompute on and " : "",
+                         (long long)M);
+                ir_graph_free(g);
+                fence_plan_free(plan);
+                *g = g2;
+                *plan = plan2;
+                return 0;
+            }
+            ir_graph_free(&g2);
+            fence_plan_free(&plan2);
+        }
+    }
+    return -2; /* the first plan, kept in g and plan, does not fit */
+}
+
+int placed_load(placed_model *p, const options *o, int must_fit, struct diag *err)
 {
     memset(p, 0, sizeof *p);
     ir_graph_init(&p->g);
@@ -132,11 +179,16 @@ int placed_load(placed_model *p, const options *o, struct diag *err)
         cluster_free(&p->c);
         p->c = survivors;
     }
-    return cluster_require_peak(&p->c, kind, err) || cluster_require_peak(&p->c, PEAK_FP32, err) ||
-                   placed_build(o, o->files[0], &p->c, &p->g, &p->plan, err) ||
-                   plan_memory_check(&p->g, &p->c, &p->plan, o->files[0], err)
-               ? -1
-               : 0;
+    if (cluster_require_peak(&p->c, kind, err) || cluster_require_peak(&p->c, PEAK_FP32, err))
+        return -1;
+    int rc = placed_build_fitting(o, &p->c, &p->g, &p->plan, p->note, sizeof p->note, err);
+    if (rc == 0)
+        return 0;
+    if (must_fit || rc != -2)
+        return -1;
+    /* simulate and dump study a plan that does not fit: kept, and said */
+    snprintf(p->note, sizeof p->note, "warning: %.380s", err->msg);
+    return 0;
 }
 
 void placed_free(placed_model *p)

@@ -17,12 +17,26 @@ typedef struct {
     ir_graph g;
     cluster c;
     fence_plan plan;
+    char note[400]; /* "note: the first plan ... did not fit ...": said by the command; "" none */
 } placed_model;
 
 /* Build and place o's model (o->files[0]) on o's cluster (o->files[1],
- * with --with and --without), every pass run.  0, or -1 with err. */
-int placed_load(placed_model *p, const options *o, struct diag *err);
+ * with --with and --without), every pass run, in a plan every device
+ * holds (placed_build_fitting; a remedy said in p->note).  must_fit 0
+ * (simulate, dump: studies): a plan that does not fit is kept, with a
+ * warning in p->note.  0, or -1 with err. */
+int placed_load(placed_model *p, const options *o, int must_fit, struct diag *err);
 void placed_free(placed_model *p);
+
+/* placed_build (below) on cluster c, into a plan every device holds
+ * (plan_memory.h): when the planner's first does not fit, the remedies the
+ * user left to fusion are tried in turn, --recompute on and more
+ * micro-batches (each divisor of the batch's rows, smaller pieces); the
+ * first that fits is taken, with a line in note ("" when the first plan
+ * fit).  0; -1 with err when it cannot be built; -2 with err saying what
+ * the first plan needed when no plan fits (g and plan then hold it). */
+int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_plan *plan, char *note, size_t note_n,
+                         struct diag *err);
 
 /* The same on cluster c (a site of o's, a cluster with --with/--without
  * applied), model_path's graph into g and the fence pass's plan into plan:

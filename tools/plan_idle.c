@@ -67,7 +67,7 @@ int plan_explain_idle(FILE *out, const options *o, const placed_model *m)
         every.dump_ir = NULL;
         placed_model alt;
         struct diag err = { 0 };
-        if (placed_load(&alt, &every, &err) == 0) {
+        if (placed_load(&alt, &every, 1, &err) == 0) {
             if (alt.plan.step_seconds < best)
                 best = alt.plan.step_seconds, best_s = S;
         } else if (!why_none[0]) {
