@@ -23,8 +23,11 @@
  * prices fastest (or --stages / --replicas), as a user tuning it would.
  *
  * gcma (DT-FM's scheduler, the second baseline; gcma.c): S x R and the
- * devices' groups from DT-FM's own cost model and genetic search, equal
- * layers per stage; fence_evaluate then costs it like the others.
+ * devices' groups from DT-FM's own cost model and genetic search (seeded
+ * with Megatron's file order), equal layers per stage; fence_evaluate
+ * then costs it like the others, and the megatron and opfence plans
+ * too: the best is gcma's answer, never worse than either.  gcma-alone:
+ * the search's own answer, not weighed (what DT-FM's scheduler picks).
  *
  * random (the random placement of DT-FM's end-to-end comparison): the
  * same S x R as gcma, the devices in slots drawn at random (--seed), equal
@@ -103,19 +106,51 @@ static int plan_megatron(const fence_model *m, int32_t M, const pass_options *op
     return rc;
 }
 
+/* DT-FM's run of Megatron-LM, as its paper ran it: every device in the
+ * order the cluster lists them, a pipeline of 8 stages (--stages: another)
+ * times N/8 replicas, equal layers, dense; where 8 does not divide the
+ * devices, the largest pipeline under 8 that does. */
+static int plan_megatron_paper(const fence_model *m, int32_t M, const pass_options *opt, fence_best *b)
+{
+    int32_t N = m->n_devices, S = 0;
+    for (int32_t s = opt->stages > 0 ? opt->stages : 8; s >= 1 && S == 0; s--)
+        if (N % s == 0 && s <= m->n_fwd && (m->batch > 0 ? m->batch % (N / s) == 0 : N / s == 1))
+            S = s;
+    if (S == 0 || (opt->stages > 0 && S != opt->stages))
+        return 0; /* no plan: reported by the caller */
+    int32_t *dev = malloc(((size_t)N + 1) * sizeof *dev), *end = malloc(((size_t)S + 1) * sizeof *end);
+    int rc = -1;
+    if (dev && end && fence_uniform_cuts(m, S, end) == 0) {
+        for (int32_t d = 0; d < N; d++)
+            dev[d] = d;
+        candidate cd = { S, N / S, M, dev };
+        rc = fence_keep_if_better(b, m, &cd, end, 0, NULL, NULL) < 0 ? -1 : 0;
+    }
+    free(dev);
+    free(end);
+    return rc;
+}
+
 /* DT-FM's scheduler (gcma.c): its S x R, device order and equal layers;
- * or its random-placement baseline on the same S x R. */
-static int plan_gcma(const fence_model *m, int32_t M, const pass_options *opt, int random, fence_best *b)
+ * or its random-placement baseline on the same S x R.  gcma's search is
+ * seeded with Megatron's plans (gcma.c) and what it returns is weighed
+ * against them and OP-Fence's by this cost model, the best kept: DT-FM's
+ * scheduler, run as a user of this compiler would, never returns a plan
+ * worse than the baselines it is compared with (issue 34). */
+static int plan_gcma(const fence_model *m, int32_t M, const pass_options *opt, int random, int weigh,
+                     const int32_t *fence_of, int32_t F, fence_best *b)
 {
     int32_t S = 0, R = 0, *dev = NULL, *end = NULL;
     double cost;
     int rc = gcma_schedule(m, opt, random, &S, &R, &dev, &end, &cost);
     if (rc == 0) {
         candidate cd = { S, R, M, dev };
-        rc = fence_keep_if_better(b, m, &cd, end, 0, NULL, NULL);
+        rc = fence_keep_if_better(b, m, &cd, end, weigh, NULL, NULL);
     }
     free(dev);
     free(end);
+    if (rc >= 0 && weigh && plan_megatron(m, M, opt, b) == 0)
+        rc = fence_search(m, M, opt, fence_of, F, b);
     return rc < 0 ? -1 : 0; /* no shape fits: no plan, reported by the caller */
 }
 
@@ -265,9 +300,12 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
     const char *scheduler = opt->scheduler ? opt->scheduler : "opfence";
     if (strcmp(scheduler, "opfence") != 0 && strcmp(scheduler, "uniform") != 0 && strcmp(scheduler, "gcma") != 0 &&
-        strcmp(scheduler, "random") != 0 && strcmp(scheduler, "megatron") != 0)
+        strcmp(scheduler, "random") != 0 && strcmp(scheduler, "megatron") != 0 &&
+        strcmp(scheduler, "megatron-paper") != 0 && strcmp(scheduler, "gcma-alone") != 0)
         return diag_set(err, file, 0,
-                        "unknown scheduler '%s' (the schedulers: opfence, uniform, megatron, gcma, random)", scheduler);
+                        "unknown scheduler '%s' (the schedulers: opfence, uniform, megatron, megatron-paper, gcma, "
+                        "gcma-alone, random)",
+                        scheduler);
     double compress;
     if (compress_parse(opt->compress, opt->cluster, &compress))
         return diag_set(err, file, 0, "--compress expects none, topk:RHO (0 < RHO <= 1) or adatopk, found '%s'",
@@ -307,11 +345,13 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
             rc = diag_set(err, file, 0, "the model has no forward ops to place");
             goto done;
         }
-        rc = strcmp(scheduler, "uniform") == 0    ? plan_uniform(&m, M, &b)
-             : strcmp(scheduler, "megatron") == 0 ? plan_megatron(&m, M, opt, &b)
-             : strcmp(scheduler, "gcma") == 0     ? plan_gcma(&m, M, opt, 0, &b)
-             : strcmp(scheduler, "random") == 0   ? plan_gcma(&m, M, opt, 1, &b)
-                                                  : fence_search(&m, M, opt, fence_of, F, &b);
+        rc = strcmp(scheduler, "uniform") == 0          ? plan_uniform(&m, M, &b)
+             : strcmp(scheduler, "megatron") == 0       ? plan_megatron(&m, M, opt, &b)
+             : strcmp(scheduler, "megatron-paper") == 0 ? plan_megatron_paper(&m, M, opt, &b)
+             : strcmp(scheduler, "gcma") == 0           ? plan_gcma(&m, M, opt, 0, 1, fence_of, F, &b)
+             : strcmp(scheduler, "gcma-alone") == 0     ? plan_gcma(&m, M, opt, 0, 0, fence_of, F, &b)
+             : strcmp(scheduler, "random") == 0         ? plan_gcma(&m, M, opt, 1, 0, fence_of, F, &b)
+                                                        : fence_search(&m, M, opt, fence_of, F, &b);
         if (rc || !b.dev) {
             if (opt->stages > 0 || opt->replicas > 0)
                 rc = diag_set(err, file, 0,
@@ -328,11 +368,13 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
         plan.n_replicas = R;
         plan.micro_batches = M;
         plan.n_nodes = g->n_nodes;
-        plan.scheduler = strcmp(scheduler, "uniform") == 0    ? "uniform"
-                         : strcmp(scheduler, "megatron") == 0 ? "megatron"
-                         : strcmp(scheduler, "gcma") == 0     ? "gcma"
-                         : strcmp(scheduler, "random") == 0   ? "random"
-                                                              : "opfence";
+        plan.scheduler = strcmp(scheduler, "uniform") == 0          ? "uniform"
+                         : strcmp(scheduler, "megatron") == 0       ? "megatron"
+                         : strcmp(scheduler, "megatron-paper") == 0 ? "megatron-paper"
+                         : strcmp(scheduler, "gcma") == 0           ? "gcma"
+                         : strcmp(scheduler, "gcma-alone") == 0     ? "gcma-alone"
+                         : strcmp(scheduler, "random") == 0         ? "random"
+                                                                    : "opfence";
         plan.devices = malloc((size_t)S * (size_t)R * sizeof *plan.devices);
         plan.stage_of_node = malloc(((size_t)g->n_nodes + 1) * sizeof *plan.stage_of_node);
         plan.stage_compute = calloc((size_t)S, sizeof(double));

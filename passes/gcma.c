@@ -141,6 +141,8 @@ void gcma_config_default(gcma_config *cfg)
     cfg->crossover_copy = 5;
     cfg->seed = GCMA_SEED;
     cfg->work_budget = GCMA_WORK_BUDGET;
+    cfg->seeds = NULL;
+    cfg->n_seeds = 0;
 }
 
 void gcma_result_free(gcma_result *r)
@@ -729,7 +731,9 @@ int gcma_search(const gcma_problem *p, const gcma_config *cfg, gcma_result *out)
     rng r = { cfg->seed };
     int32_t best = 0, copy = cfg->crossover_copy > 0 ? cfg->crossover_copy : 1;
     for (int32_t i = 0; i < P; i++) {
-        random_assignment(p, &r, w.perm, pop + (size_t)i * (size_t)n);
+        random_assignment(p, &r, w.perm, pop + (size_t)i * (size_t)n); /* drawn for each, so seeds change no other */
+        if (i < cfg->n_seeds && cfg->seeds)
+            memcpy(pop + (size_t)i * (size_t)n, cfg->seeds + (size_t)i * (size_t)n, (size_t)n * sizeof *pop);
         cost[i] = evaluate(p, &w, pop + (size_t)i * (size_t)n, NULL, NULL, NULL);
         if (cost[i] < cost[best])
             best = i;
@@ -844,9 +848,24 @@ int gcma_schedule(const fence_model *m, const pass_options *opt, int random, int
                 c_a = fmax(c_a, m->cut_fwd[end[s]] / R);
             c_g = fmax(c_g, m->param_bytes[end[s] + 1] - m->param_bytes[s > 0 ? end[s - 1] + 1 : 0]);
         }
+        /* Megatron's placement of this shape (device d in stage d / R, file
+         * order) seeds the population: the search then never returns what
+         * its own model prices worse (the random baseline draws its own). */
+        int32_t *megatron = malloc(((size_t)N + 1) * sizeof *megatron);
+        if (!megatron) {
+            free(end);
+            rc = -1;
+            break;
+        }
+        for (int32_t d = 0; d < N; d++)
+            megatron[d] = d / R;
+        cfg.seeds = random ? NULL : megatron;
+        cfg.n_seeds = random ? 0 : 1;
         gcma_problem p;
         gcma_result res;
-        if (gcma_problem_init(&p, &links, S, R, c_a, c_g) || gcma_search(&p, &cfg, &res)) {
+        int failed = gcma_problem_init(&p, &links, S, R, c_a, c_g) || gcma_search(&p, &cfg, &res);
+        free(megatron);
+        if (failed) {
             gcma_problem_free(&p);
             free(end);
             rc = -1;

@@ -69,6 +69,11 @@ typedef struct {
      * population, the rest trials.  Deterministic, unlike a time limit.
      * 0: no cap.  DT-FM's 64 devices in 8 x 8 fit whole. */
     double work_budget;
+    /* Assignments (group_of, n each) put in the population in place of
+     * random ones (gcma_schedule: Megatron's file order for the shape), so
+     * the search never returns one its own cost model prices worse. */
+    const int32_t *seeds;
+    int32_t n_seeds;
 } gcma_config;
 
 void gcma_config_default(gcma_config *cfg);

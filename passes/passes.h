@@ -45,7 +45,7 @@ typedef struct {
     int32_t *devices;       /* [n_stages * n_replicas]: cluster device of (stage, replica) */
     int32_t *stage_of_node; /* [n_nodes]: forward nodes' stages (others: -1)               */
     int32_t n_nodes;
-    const char *scheduler; /* "opfence", "uniform", "megatron", "gcma" or "random"        */
+    const char *scheduler; /* "opfence", "uniform", "megatron", "megatron-paper", "gcma" or "random" */
     /* The cost model's figures (seconds; per micro-batch unless said). */
     double *stage_compute;    /* [n_stages] forward + backward on the stage's slowest replica */
     double *stage_update;     /* [n_stages] the optimizer, once a step                       */
@@ -71,11 +71,12 @@ typedef struct {
     const char *last_pass;                     /* NULL, or run no pass after this one        */
     /* Placement (estimate, fence, comm). */
     const cluster *cluster; /* NULL: one default CPU device               */
-    const char *scheduler;  /* "opfence" (NULL: the default), "uniform", "megatron", "gcma" or "random" */
-    int micro_batches;      /* M >= 1 (0: 1)                              */
-    int max_replicas;       /* 0: any; 1: no data parallelism (a model without a `batch`) */
-    int stages;             /* > 0: opfence considers only this many stages   */
-    int replicas;           /* > 0: ... and this many replicas per stage      */
+    const char
+        *scheduler;    /* "opfence" (NULL: the default), "uniform", "megatron", "megatron-paper", "gcma", "random" */
+    int micro_batches; /* M >= 1 (0: 1)                              */
+    int max_replicas;  /* 0: any; 1: no data parallelism (a model without a `batch`) */
+    int stages;        /* > 0: opfence considers only this many stages   */
+    int replicas;      /* > 0: ... and this many replicas per stage      */
     const fence_plan *plan; /* apply this plan rather than search         */
     fence_plan *plan_out;   /* when not NULL, the fence pass's plan is copied here */
     const char *compress;   /* none, topk:RHO or adatopk (NULL: adatopk on several regions, else none) */

@@ -50,7 +50,7 @@ grep -qE "^0 +cpu-a0,cpu-a1 " "$work/mega2.txt" && pass || fail "megatron's stag
 # Bad requests: one line, the right exit status.
 "$FUSIONC" plan models/gpt2.xml "$hetero" "${model[@]}" --scheduler nonsense >/dev/null 2>"$work/err"
 expect_eq "unknown scheduler exit" 2 $?
-grep -q "expects opfence, uniform, megatron, gcma or random" "$work/err" && pass ||
+grep -q "expects opfence, uniform, megatron, megatron-paper, gcma, gcma-alone or random" "$work/err" && pass ||
   fail "unknown scheduler message: $(head -1 "$work/err")"
 "$FUSIONC" plan models/gpt2.xml "$hetero" "${model[@]}" --stages 3 --replicas 2 >/dev/null 2>"$work/err"
 expect_eq "impossible grid exit" 1 $?

@@ -131,7 +131,8 @@ static int parse_precision(const cli_option *opt, const char *value, void *field
 
 /* ---- the table ------------------------------------------------------------ */
 
-static const char *const schedulers[] = { "opfence", "uniform", "megatron", "gcma", "random", NULL };
+static const char *const schedulers[] = { "opfence", "uniform",    "megatron", "megatron-paper",
+                                          "gcma",    "gcma-alone", "random",   NULL };
 static const char *const formats[] = { "text", "dot", "html", NULL };
 static const char *const cublas_modes[] = { "bundle", "system", NULL };
 static const char *const syncs[] = { "exact", "diloco", NULL };
@@ -179,13 +180,16 @@ const cli_option fusionc_options[OPT_COUNT] = {
     [OPT_TF32] = { .name = "--tf32", CLI_FLAG(options, tf32),
                    .help = "fp32 matrix products may use TF32 tensor cores (CUDA; peak-tf32)" },
     [OPT_SCHEDULER] = { .name = "--scheduler", .metavar = "S", CLI_CHOICE(options, scheduler), .choices = schedulers,
-                        .expects = "opfence, uniform, megatron, gcma or random",
+                        .expects = "opfence, uniform, megatron, megatron-paper, gcma, gcma-alone or random",
                         .help = "opfence (default: bandwidth- and speed-aware), uniform (equal layers\n"
                                 "per device in file order, Megatron's default placement), megatron\n"
                                 "(every device in file order as the fastest stages x replicas, equal\n"
-                                "layers, dense: a tuned Megatron-LM run), gcma\n"
-                                "(DT-FM's genetic scheduler on its own cost model, equal layers per stage)\n"
-                                "or random (DT-FM's random-placement baseline on gcma's stages x replicas)" },
+                                "layers, dense: a tuned Megatron-LM run), megatron-paper (the same as\n"
+                                "DT-FM ran it: a pipeline of 8, or --stages, times the rest as replicas),\n"
+                                "gcma (DT-FM's genetic scheduler on its own cost model, equal layers per\n"
+                                "stage, seeded with Megatron's order and never worse than megatron or\n"
+                                "opfence), gcma-alone (its search's own answer, not weighed against\n"
+                                "them) or random (DT-FM's random-placement baseline on gcma's shape)" },
     [OPT_SEED] = { .name = "--seed", .metavar = "N", CLI_INT64(options, seed), .lo = 1, .hi = (double)INT64_MAX,
                    .expects = "a positive integer", .help = "the random scheduler's draw (default 1)" },
     [OPT_MICRO_BATCHES] = { .name = "--micro-batches", .metavar = "M", CLI_INT(options, micro_batches), A_COUNT,

@@ -205,6 +205,22 @@ static void test_gcma_worldwide_beats_random_placement(void)
     for (int32_t s = 1; s < 8; s++)
         for (int32_t l = 0; l < 8; l++)
             CHECK(p.pp[(size_t)ga.dev[(s - 1) * 8 + l] * 64 + (size_t)ga.dev[s * 8 + l]] <= ga.pp_cost + 1e-12);
+    /* Seeded with Megatron's file order (device d in group d / 8), the
+     * search never returns what its model prices worse than the seed. */
+    int32_t megatron[64];
+    for (int32_t d = 0; d < 64; d++)
+        megatron[d] = d / 8;
+    gcma_result seeded;
+    gcma_config with_seed = cfg;
+    with_seed.seeds = megatron;
+    with_seed.n_seeds = 1;
+    CHECK_INT(0, gcma_search(&p, &with_seed, &seeded));
+    double megatron_cost = gcma_cost(&p, megatron, NULL, NULL, NULL);
+    printf("dtfm-worldwide 8x8: Megatron's file order %.3f s in gcma's model; seeded gcma %.3f s\n", megatron_cost,
+           seeded.cost);
+    CHECK(seeded.cost <= megatron_cost + 1e-12);
+    check_plan_shape(&p, &seeded);
+    gcma_result_free(&seeded);
     /* Another seed gives a valid plan, too. */
     gcma_result other;
     cfg.seed = 99;
