@@ -468,6 +468,10 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     else if (rc == 0 && diloco &&
              rt_diloco_init(&outer, mf, p->diloco, p->tensors, mf->n_tensors, p->arena, why_outer, sizeof why_outer))
         rc = fail("%s", why_outer);
+    rt_train_settings settings;
+    int clip_here = 0; /* this device sums the gradient norm (clip_scale): its lines report it */
+    if (rc == 0 && settings_of_run(p, o, &settings, &clip_here))
+        rc = 1;
     if (rc) {
         if (comm)
             rt_comm_abort(comm, "could not start (see its log)");
@@ -482,18 +486,6 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     seeded.seed = seed;
     st.o = &seeded;
     int64_t tokens = mf->tokens_per_step > 0 ? mf->tokens_per_step : 1;
-    rt_train_settings settings;
-    int clip_here = 0; /* this device sums the gradient norm (clip_scale): its lines report it */
-    if (settings_of_run(p, o, &settings, &clip_here)) {
-        if (comm)
-            rt_comm_abort(comm, "could not start (see its log)");
-        stepper_free(&st);
-        rt_diloco_free(&outer);
-        if (log)
-            fclose(log);
-        rt_trace_close(trace);
-        return 1;
-    }
     printf("fusion: model %s on device %s: stage %d of %d, replica %d of %d, %d micro-batch%s; %lld-byte arena, "
            "%d threads, %lld steps of %lld %s\n",
            mf->model, mf->device, mf->stage, mf->n_stages, mf->replica, mf->n_replicas, mf->micro_batches,
