@@ -68,6 +68,7 @@ static const cuda_lowering cuda_lowerings[] = {
     [OP_SEND]                    = { lower_host, 0 },
     [OP_RECV]                    = { lower_host, 0 },
     [OP_ALLREDUCE]               = { lower_host, 0 },
+    [OP_ALLGATHER]               = { lower_host, 0 },
 };
 /* clang-format on */
 /* The last op has its row (one appended without a row fails here); that

@@ -30,6 +30,7 @@
 #include "../passes/passes.h"
 #include "cuda_kernels.h"
 #include "../passes/lower.h"
+#include "../runtime/shard.h"
 #include "nvrtc.h"
 #include "fatbin.h"
 
@@ -180,6 +181,27 @@ static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *read
     *out = t;
     *count = n;
     return 0;
+}
+
+/* --shard-optimizer: a sharded adamw's moments are this replica's piece
+ * of its parameter (runtime/shard.h): their tensors get the piece's size
+ * and where it lies in the whole (checkpoints read and write by it). */
+static void mark_moment_pieces(const rt_op *op, rt_tensor_info *tensors, int32_t n_tensors, int32_t replica, int32_t R)
+{
+    if (op->op != OP_ADAMW || !op->ints[ATTR_SHARD] || R < 2)
+        return;
+    int64_t whole = rt_tensor_numel(&op->in[0]);
+    int32_t q = shard_piece_of(replica, R);
+    for (int32_t i = 0; i < n_tensors; i++) {
+        rt_tensor_info *ti = &tensors[i];
+        if (ti->t.offset != op->in[2].offset && ti->t.offset != op->in[3].offset)
+            continue;
+        ti->whole = whole;
+        ti->whole_lo = shard_piece_lo(whole, q, R);
+        memset(ti->t.dim, 0, sizeof ti->t.dim);
+        ti->t.rank = 1;
+        ti->t.dim[0] = shard_piece_size(whole, q, R);
+    }
 }
 
 /* Each all-reduce's `ready` (ATTR_READY): the index in ops of the backward
@@ -479,6 +501,10 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
 
     const ir_placement *pl = &g->placement;
     int32_t S = pl->n_stages > 0 ? pl->n_stages : 1, R = pl->n_stages > 0 ? pl->n_replicas : 1;
+    for (int32_t i = 0; i < n_ops; i++) {
+        mark_moment_pieces(&ops[i], tensors, n_tensors, dev->replica, R);
+        lower_for_replica(&ops[i], dev->replica, R);
+    }
     int32_t single = 0;
     const int32_t *placement = pl->n_stages > 0 ? pl->device : &single;
     rt_manifest manifest;

@@ -84,6 +84,7 @@ static const char *made_by(const ir_node *n)
     case OP_RECV:
         return ir_node_attr(n, ATTR_DENSITY) || ir_node_attr(n, ATTR_BITS) ? "comm, compress" : "comm";
     case OP_ALLREDUCE:
+    case OP_ALLGATHER:
         return "comm";
     default:
         return (unsigned)n->op < OP_COUNT && op_table[n->op].forward_of != OP_COUNT ? "autodiff" : "frontend";

@@ -94,6 +94,8 @@ typedef enum {
     OP_SEND,            /* (x) peer tensor once -> nothing: x goes to stage `peer` */
     OP_RECV,            /* () peer tensor once -> x as sent by stage `peer`     */
     OP_ALLREDUCE,       /* (g) tensor -> the mean of g over the stage's replicas */
+    OP_ALLGATHER,       /* (p) tensor -> nothing: p's pieces, each updated on one replica
+                           (--shard-optimizer), gathered from them into p in place */
     OP_COUNT
 } ir_op;
 /* clang-format on */
@@ -158,6 +160,12 @@ typedef enum {
     ATTR_HIGH_FREQ,    /* rope: high_freq_factor                                      */
     ATTR_OLD_CTX,      /* rope: original_max_position_embeddings                      */
     ATTR_TRANSPOSE_W,  /* linear: 1 = w is [in, out] (GPT-2's Conv1D: y = x·w + b), not [out, in] */
+    ATTR_SHARD,        /* --shard-optimizer (runtime/shard.h): allreduce: 1 = reduce-scatter, the
+                          mean is kept of this replica's piece of each gradient only;
+                          sum_squares, adamw: 1 = over this replica's piece of p and g
+                          (its m and v are that piece's)                                */
+    ATTR_SUM,          /* allreduce: 1 = the sum over the replicas, not the mean (a sharded
+                          run's partial gradient-norm squares)                          */
     ATTR_KEY_COUNT
 } attr_key;
 

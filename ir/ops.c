@@ -22,7 +22,8 @@ static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_GROUPS] = "groups",   [ATTR_BUCKET] = "bucket", [ATTR_READY] = "ready",
     [ATTR_KV_HEADS] = "kv_heads", [ATTR_BASE] = "base",   [ATTR_AXIS] = "axis",
     [ATTR_SCALE_FACTOR] = "scale_factor", [ATTR_LOW_FREQ] = "low_freq", [ATTR_HIGH_FREQ] = "high_freq",
-    [ATTR_OLD_CTX] = "old_ctx", [ATTR_TRANSPOSE_W] = "transpose_w",
+    [ATTR_OLD_CTX] = "old_ctx", [ATTR_TRANSPOSE_W] = "transpose_w", [ATTR_SHARD] = "shard",
+    [ATTR_SUM] = "sum",
 };
 
 static const attr_type attr_types[ATTR_KEY_COUNT] = {
@@ -38,6 +39,7 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
     [ATTR_BUCKET] = ATTR_INT, [ATTR_READY] = ATTR_INT, [ATTR_KV_HEADS] = ATTR_INT, [ATTR_BASE] = ATTR_FLOAT,
     [ATTR_AXIS] = ATTR_INT, [ATTR_SCALE_FACTOR] = ATTR_FLOAT, [ATTR_LOW_FREQ] = ATTR_FLOAT,
     [ATTR_HIGH_FREQ] = ATTR_FLOAT, [ATTR_OLD_CTX] = ATTR_FLOAT, [ATTR_TRANSPOSE_W] = ATTR_INT,
+    [ATTR_SHARD] = ATTR_INT, [ATTR_SUM] = ATTR_INT,
 };
 
 #define REQ_INT(k)          { k, ATTR_INT, 1, 0, 0 }
@@ -235,14 +237,14 @@ const op_def op_table[OP_COUNT] = {
                          .n_attr_specs = 4, .attr_specs = { REQ_FLOAT(ATTR_LR), OPT_INT(ATTR_WARMUP, 0),
                                                             OPT_INT(ATTR_STEPS, 0), OPT_FLOAT(ATTR_MIN_LR, 0.0) } },
     [OP_SUM_SQUARES] = { OPTIMIZER("sum_squares", 1, 2, 1, shape_scalar, flops_input_elements_2),
-                         .in_names = { "g", "acc" } },
+                         .in_names = { "g", "acc" }, .n_attr_specs = 1, .attr_specs = { OPT_INT(ATTR_SHARD, 0) } },
     [OP_CLIP_SCALE] = { OPTIMIZER("clip_scale", 1, 1, 1, shape_scalar, flops_zero),
                         .in_names = { "sumsq" }, .n_attr_specs = 2,
                         .attr_specs = { REQ_FLOAT(ATTR_MAX_NORM), OPT_INT(ATTR_LOSS_SCALE, 0) } },
     [OP_ADAMW] = { OPTIMIZER("adamw", 5, 6, 0, shape_scalar, flops_input_elements_12),
-                   .in_names = { "p", "g", "m", "v", "lr", "scale" }, .n_attr_specs = 4,
+                   .in_names = { "p", "g", "m", "v", "lr", "scale" }, .n_attr_specs = 5,
                    .attr_specs = { OPT_FLOAT(ATTR_BETA1, 0.9), OPT_FLOAT(ATTR_BETA2, 0.999), OPT_FLOAT(ATTR_EPS, 1e-8),
-                                   OPT_FLOAT(ATTR_WEIGHT_DECAY, 0.0) } },
+                                   OPT_FLOAT(ATTR_WEIGHT_DECAY, 0.0), OPT_INT(ATTR_SHARD, 0) } },
     [OP_SGD] = { OPTIMIZER("sgd", 3, 4, 0, shape_scalar, flops_input_elements_2),
                  .in_names = { "p", "g", "lr", "scale" }, .n_attr_specs = 1,
                  .attr_specs = { OPT_FLOAT(ATTR_WEIGHT_DECAY, 0.0) } },
@@ -267,8 +269,13 @@ const op_def op_table[OP_COUNT] = {
                        .shape = shape_same_as_first, .flops_forward = flops_input_elements,
                        .flops_backward = flops_zero, .bytes_forward = bytes_io, .backward = OP_COUNT,
                        .forward_of = OP_COUNT, .internal = 1,
-                       .n_attr_specs = 4, .attr_specs = { REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_GROUPS, 0),
-                                                          OPT_INT(ATTR_BUCKET, -1), OPT_INT(ATTR_BITS, 0) } },
+                       .n_attr_specs = 6, .attr_specs = { REQ_INT(ATTR_TENSOR), OPT_INT(ATTR_GROUPS, 0),
+                                                          OPT_INT(ATTR_BUCKET, -1), OPT_INT(ATTR_BITS, 0),
+                                                          OPT_INT(ATTR_SHARD, 0), OPT_INT(ATTR_SUM, 0) } },
+    [OP_ALLGATHER] = { .name = "allgather", .min_in = 1, .max_in = 1, .min_out = 0, .max_out = 0, .in_names = { "p" },
+                       .shape = shape_scalar, .flops_forward = flops_zero, .flops_backward = flops_zero,
+                       .bytes_forward = bytes_io, .backward = OP_COUNT, .forward_of = OP_COUNT, .internal = 1,
+                       .n_attr_specs = 1, .attr_specs = { REQ_INT(ATTR_TENSOR) } },
 };
 /* clang-format on */
 

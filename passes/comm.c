@@ -27,7 +27,15 @@
  *     still runs (assign_buckets), on CPU and CUDA devices alike; when the
  *     stage's replicas span
  *     regions and it is cheaper, `groups` says to reduce inside each
- *     region first, then among one leader a region (allreduce_plan.h).
+ *     region first, then among one leader a region (allreduce_plan.h);
+ *   - under --shard-optimizer (ZeRO-1, runtime/shard.h), with R > 1: each
+ *     replica keeps the AdamW moments of its piece of every parameter (m
+ *     and v shrink to ceil(n / R) elements); the all-reduces become the
+ *     ring's reduce-scatter (`shard`), each replica's sum_squares and
+ *     adamw run on its piece (`shard`), the partial norm squares are
+ *     summed over the replicas (an allreduce with `sum`) before the clip,
+ *     and the stage's update ends with an allgather of every parameter it
+ *     updated (one bucket: the ring's all-gather half).
  *
  * With one stage and one replica the pass changes nothing.
  */
@@ -37,6 +45,7 @@
 
 #include "../ir/ops.h"
 #include "../ir/readers.h"
+#include "../runtime/shard.h"
 #include "allreduce_plan.h"
 #include "passes.h"
 
@@ -169,12 +178,13 @@ static int allreduce_ways(const ir_graph *g, const cluster *c, int quantise, int
     return 0;
 }
 
-static int add_allreduces(comm_state *cs, const cluster *c, int quantise)
+static int add_allreduces(comm_state *cs, const cluster *c, int quantise, int shard)
 {
     ir_graph *g = cs->g;
     int64_t *groups = calloc((size_t)g->placement.n_stages + 1, sizeof *groups);
     int *bits = calloc((size_t)g->placement.n_stages + 1, sizeof *bits);
-    if (!groups || !bits || allreduce_ways(g, c, quantise, groups, bits)) {
+    /* sharded: the ring alone (its reduce-scatter leaves each replica its pieces) */
+    if (!groups || !bits || (!shard && allreduce_ways(g, c, quantise, groups, bits))) {
         free(groups);
         free(bits);
         return oom(cs);
@@ -208,6 +218,7 @@ static int add_allreduces(comm_state *cs, const cluster *c, int quantise)
             n < 0 ? -1 : ir_add_value(g, name, g->values[grad].dtype, ROLE_GRADIENT, &shape, g->values[grad].loc);
         if (v < 0 || ir_node_add_input(g, n, grad) || ir_node_add_output(g, n, v) ||
             ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++) ||
+            (shard && ir_node_set_int(g, n, ATTR_SHARD, 1)) ||
             (groups[stage] && ir_node_set_int(g, n, ATTR_GROUPS, groups[stage])) ||
             (bits[stage] && ir_node_set_int(g, n, ATTR_BITS, bits[stage]))) {
             rc = oom(cs);
@@ -399,6 +410,76 @@ static int clip_norm_per_stage(comm_state *cs, int32_t S)
                 replace_input(&g->nodes[j], scale, v);
     }
     free(part);
+    return rc;
+}
+
+/* --shard-optimizer (the header's last point): the moments to pieces, the
+ * norm's partial sums summed over the replicas, the all-gathers. */
+static int shard_update(comm_state *cs)
+{
+    ir_graph *g = cs->g;
+    int32_t R = g->placement.n_replicas, S = g->placement.n_stages;
+    int32_t *last_update = malloc(((size_t)S + 1) * sizeof *last_update);
+    ir_readers rd;
+    if (!last_update || ir_readers_build(g, cs->n_old, g->n_values, &rd) != 0) {
+        free(last_update);
+        return oom(cs);
+    }
+    for (int32_t s = 0; s < S; s++)
+        last_update[s] = -1;
+    int rc = 0;
+    for (int32_t i = 0; i < cs->n_old && rc == 0; i++) {
+        ir_node *n = &g->nodes[i];
+        if (n->phase == PHASE_UPDATE)
+            last_update[n->stage] = i;
+        if (n->op == OP_ADAMW && n->n_in >= 4) {
+            int64_t piece = shard_piece_max(ir_shape_numel(&g->values[n->in[0]].shape), R);
+            g->values[n->in[2]].shape = ir_shape_make(1, &piece);
+            g->values[n->in[3]].shape = ir_shape_make(1, &piece);
+        }
+        if ((n->op == OP_ADAMW && n->n_in >= 4) || n->op == OP_SUM_SQUARES)
+            rc = ir_node_set_int(g, i, ATTR_SHARD, 1) ? oom(cs) : 0;
+    }
+    /* A partial sum of squares that leaves its stage's chain (to the clip,
+     * or to the next stage's run): its sum over the replicas instead. */
+    for (int32_t i = 0; i < cs->n_old && rc == 0; i++) {
+        if (g->nodes[i].op != OP_SUM_SQUARES)
+            continue;
+        int32_t acc = g->nodes[i].out[0], stage = g->nodes[i].stage, leaves = 0;
+        for (int32_t r = rd.start[acc]; r < rd.start[acc + 1]; r++) {
+            const ir_node *reader = &g->nodes[rd.at[r]];
+            leaves |= reader->op == OP_CLIP_SCALE || (reader->op == OP_SUM_SQUARES && reader->stage != stage);
+        }
+        if (!leaves)
+            continue;
+        char name[COMM_NAME_MAX];
+        snprintf(name, sizeof name, "%s:sum", ir_value_name(g, acc));
+        ir_shape scalar = { 0 };
+        int32_t n = new_node(cs, OP_ALLREDUCE, name, i, 1, stage, PHASE_UPDATE);
+        int32_t v = n < 0 ? -1 : ir_add_value(g, name, DT_F32, g->values[acc].role, &scalar, g->values[acc].loc);
+        if (v < 0 || ir_node_add_input(g, n, acc) || ir_node_add_output(g, n, v) ||
+            ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++) || ir_node_set_int(g, n, ATTR_SUM, 1)) {
+            rc = oom(cs);
+            break;
+        }
+        for (int32_t r = rd.start[acc]; r < rd.start[acc + 1]; r++)
+            if (g->nodes[rd.at[r]].op == OP_CLIP_SCALE || g->nodes[rd.at[r]].stage != stage)
+                replace_input(&g->nodes[rd.at[r]], acc, v);
+    }
+    /* Every updated parameter's pieces back to every replica, at the end
+     * of its stage's update, back to back (one bucket). */
+    for (int32_t i = 0; i < cs->n_old && rc == 0; i++) {
+        if (g->nodes[i].op != OP_ADAMW || g->nodes[i].n_in < 4)
+            continue;
+        int32_t param = g->nodes[i].in[0], stage = g->nodes[i].stage;
+        char name[COMM_NAME_MAX];
+        snprintf(name, sizeof name, "%s:gather", ir_value_name(g, param));
+        int32_t n = new_node(cs, OP_ALLGATHER, name, last_update[stage], 2, stage, PHASE_UPDATE);
+        if (n < 0 || ir_node_add_input(g, n, param) || ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++))
+            rc = oom(cs);
+    }
+    ir_readers_free(&rd);
+    free(last_update);
     return rc;
 }
 
@@ -623,20 +704,28 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
     /* First the clip's partial sums, placed among the old nodes; then the
      * cut edges of the graph that makes, the new adds read included. */
     comm_state pre = { g, err, g->n_nodes, NULL, NULL, 0, 0, NULL };
-    int rc = S > 1 ? clip_norm_per_stage(&pre, S) : 0;
+    int shard = opt && opt->shard_optimizer && p->n_replicas > 1, rc = 0;
+    if (shard) { /* its sums first: the clip's per-stage runs then read them */
+        rc = shard_update(&pre);
+        if (rc == 0 && g->n_nodes > pre.n_old)
+            rc = reorder(&pre);
+        pre.n_old = g->n_nodes;
+    }
+    if (rc == 0 && S > 1)
+        rc = clip_norm_per_stage(&pre, S);
     if (rc == 0 && g->n_nodes > pre.n_old)
         rc = reorder(&pre);
     free(pre.anchor);
     free(pre.after);
     if (rc)
         return rc;
-    comm_state cs = { g, err, g->n_nodes, NULL, NULL, 0, 0, opt ? opt->cluster : NULL };
+    comm_state cs = { g, err, g->n_nodes, NULL, NULL, 0, pre.next_tensor, opt ? opt->cluster : NULL };
     int32_t n_values = g->n_values;
     double compress = 0.0; /* --compress also quantises an all-reduce across regions (allreduce_plan.h) */
     if (opt && compress_parse(opt->compress, opt->cluster, &compress))
         compress = 0.0; /* the fence pass has refused a bad spec already */
     if (p->n_replicas > 1)
-        rc = add_allreduces(&cs, opt ? opt->cluster : NULL, compress != 0.0);
+        rc = add_allreduces(&cs, opt ? opt->cluster : NULL, compress != 0.0, shard);
     for (int32_t i = 0; i < cs.n_old && rc == 0; i++)
         rc = duplicate_sourceless(&cs, i, S);
     /* Each value's home: its producer's stage, or its first reader's. */

@@ -315,6 +315,7 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
     if (fence_model_build(&m, g, opt->cluster, err))
         return -1;
     m.compress = compress;
+    m.shard = opt->shard_optimizer;
     m.recompute = schedule_recompute_mode(opt->recompute);
     if (m.recompute < 0) {
         fence_model_free(&m);

@@ -425,6 +425,10 @@ static double allreduce_seconds(const fence_model *m, const candidate *cd, int32
         return 0.0;
     int64_t groups = 0;
     const int32_t *dev = cd->dev + (size_t)s * cd->R;
+    if (m->shard) { /* the ring alone (the comm pass) */
+        *latency = allreduce_seconds_for(dev, cd->R, 1.0, 0, model_link, m);
+        return allreduce_seconds_for(dev, cd->R, grad_bytes, 0, model_link, m);
+    }
     double t = allreduce_choose(m->c, dev, cd->R, grad_bytes, m->compress != 0.0, model_link, m, &groups, bits);
     /* What one more bucket adds: the same way's latencies (a byte's worth). */
     *latency = allreduce_way_seconds(dev, cd->R, 1.0, groups, *bits, model_link, m);
@@ -444,7 +448,7 @@ double fence_t_star(const fence_model *m, const candidate *cd, const int32_t *en
 }
 
 /* A stage's memory (fence_cost.h): its state (parameters, gradients and
- * AdamW's moments, 4 x; a parameter received once a step and its summed
+ * AdamW's moments, 4 x; 2 + 2/R x when sharded; a parameter received once a step and its summed
  * gradient, 2 x; under the quantised exchange, bits[s] != 0, its feedback:
  * the gradients and a chunk), what one micro-batch in flight adds (its
  * forward outputs, a lane's share; recomputing, what it receives, the
@@ -458,7 +462,8 @@ static void stage_memory(const fence_model *m, const candidate *cd, const int32_
         received += tr->held_once[(size_t)h * S + s];
     double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
     double frozen = m->frozen_bytes[end[s] + 1] - m->frozen_bytes[j];
-    *state = (bits[s] ? 5.0 + 1.0 / cd->R : 4.0) * grads + frozen + 2.0 * received;
+    double moments = m->shard && cd->R > 1 ? 2.0 / cd->R : 2.0; /* --shard-optimizer: a 1/R piece */
+    *state = (bits[s] ? 3.0 + moments + 1.0 / cd->R : 2.0 + moments) * grads + frozen + 2.0 * received;
     *stash = (m->act_bytes[end[s] + 1] - m->act_bytes[j]) / cd->R;
     *replay = s > 0 ? m->cut_fwd[end[s - 1]] / cd->R : 0.0;
     *memory = INFINITY;
@@ -534,8 +539,16 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
         double grads = m->param_bytes[end[s] + 1] - m->param_bytes[j];
         double upd = stage_seconds(m, &l, m->update, NULL, s, j, end[s]);
         double latency, ar = allreduce_seconds(m, cd, s, grads, &latency, &bits[s]);
-        if (ar > 0.0) /* the buckets go during the last backward (the comm pass's assign_buckets) */
+        if (ar > 0.0 && m->shard && cd->R > 1) {
+            /* ZeRO-1: the buckets' reduce-scatter (half the ring) during the
+             * last backward; after it, the partial norms' sum (R - 1 ring
+             * steps), each replica's update of its 1/R, and the all-gather
+             * of the parameters (the other half) */
+            ar = allreduce_exposed_seconds(0.5 * ar, 0.5 * latency, b[s], grads) + 0.5 * latency + 0.5 * ar;
+            upd /= cd->R;
+        } else if (ar > 0.0) { /* the buckets go during the last backward (the comm pass's assign_buckets) */
             ar = allreduce_exposed_seconds(ar, latency, b[s], grads);
+        }
         sum += cs;
         if (cs > bottleneck)
             bottleneck = cs, where = s, is_link = 0;

@@ -52,6 +52,8 @@ typedef struct {
     double compress;                /* what the compress pass will do (compress_parse): 0 none,
                                       * -1 adatopk, else topk's density; the fence pass sets it */
     int recompute;                  /* schedule_plan's mode (--recompute); the fence pass sets it */
+    int shard;                      /* --shard-optimizer: replicas split the moments (the comm pass's
+                                      * shard_update); the fence pass sets it */
 } fence_model;
 
 /* A candidate: S stages of R devices each (dev[s * R + r]), M micro-batches. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../ir/ops.h"
+#include "../runtime/shard.h"
 
 static void lower_tensor(const ir_graph *g, int32_t v, const int64_t *value_offset, rt_tensor *t)
 {
@@ -49,4 +50,35 @@ int lower_node(const ir_graph *g, int32_t n, const int64_t *value_offset, int64_
             op->floats[a->key] = a->f;
     }
     return 0;
+}
+
+/* t (f32, numel n) narrowed to elements [lo, lo + k). */
+static void narrow(rt_tensor *t, int64_t lo, int64_t k)
+{
+    int keep_matrix = t->rank >= 2;
+    t->offset += lo * (int64_t)sizeof(float);
+    memset(t->dim, 0, sizeof t->dim);
+    t->rank = keep_matrix ? 2 : 1;
+    t->dim[0] = keep_matrix ? 1 : k;
+    t->dim[keep_matrix] = k;
+}
+
+void lower_for_replica(rt_op *op, int32_t replica, int32_t R)
+{
+    if (op->op == OP_ALLGATHER && op->n_in == 1) {
+        op->n_out = 1;
+        op->out[0] = op->in[0];
+        return;
+    }
+    if (!op->ints[ATTR_SHARD] || R < 2 || (op->op != OP_SUM_SQUARES && op->op != OP_ADAMW))
+        return;
+    int64_t n = rt_tensor_numel(&op->in[0]);
+    int32_t q = shard_piece_of(replica, R);
+    int64_t lo = shard_piece_lo(n, q, R), k = shard_piece_size(n, q, R);
+    narrow(&op->in[0], lo, k);
+    if (op->op == OP_ADAMW) {
+        narrow(&op->in[1], lo, k);
+        narrow(&op->in[2], 0, k); /* the moments hold the piece alone */
+        narrow(&op->in[3], 0, k);
+    }
 }

@@ -19,4 +19,13 @@
 int lower_node(const ir_graph *g, int32_t n, const int64_t *value_offset, int64_t ws_offset, rt_op *op,
                struct diag *err);
 
+/* A device program's op for replica `replica` of its stage's R
+ * (--shard-optimizer, runtime/shard.h): a sum_squares or adamw marked
+ * `shard` narrowed to the replica's piece of its parameter and gradient
+ * (their offsets moved to the piece, a matrix's rank kept as [1, piece]:
+ * the decay's rule reads it), its moments the piece's size; an allgather
+ * given its parameter as its output too (a CUDA device uploads what a host
+ * step writes).  Other ops as they are. */
+void lower_for_replica(rt_op *op, int32_t replica, int32_t R);
+
 #endif

@@ -89,6 +89,8 @@ typedef struct {
     int n_freeze;
     const lora_spec *lora; /* --lora: NULL or rank 0 for none                   */
     ir_dtype frozen_dtype; /* the frozen parameters' storage (0: f32; the precision pass) */
+    int shard_optimizer;   /* 1: --shard-optimizer: a stage's replicas split the AdamW moments
+                              (ZeRO-1, runtime/shard.h; the comm pass)            */
     int inference;         /* 1: an inference step (the decode pass): no training */
     int64_t prefill;       /* > 0: with inference, a copy of the step for P prompt tokens (the prefill pass) */
 } pass_options;

@@ -4,6 +4,7 @@
  * (checkpoint.h). */
 #define _GNU_SOURCE
 #include "checkpoint.h"
+#include "checkpoint_pieces.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -235,7 +236,7 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
     char *frozen = frozen_record(p);
     if (!frozen)
         return fail("%s: out of memory", mf->device);
-    const char *metadata[] = { "fusion.model",
+    const char *metadata[] = { "fusion.model", /* [18, 22): the optional ones below */
                                mf->model,
                                "fusion.model_id",
                                model_id,
@@ -253,11 +254,24 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
                                mf->hypers,
                                "fusion.frozen",
                                frozen,
-                               mf->loss_scaling ? "fusion.loss_scaler" : NULL,
-                               scale,
+                               NULL, /* the two optional ones, when there */
+                               NULL,
+                               NULL,
+                               NULL,
                                NULL };
+    char *pieces = pieces_record(p);
+    if (!pieces) {
+        free(frozen);
+        return fail("%s: out of memory", mf->device);
+    }
+    int at = 18;
+    if (*pieces)
+        metadata[at++] = "fusion.pieces", metadata[at++] = pieces;
+    if (mf->loss_scaling)
+        metadata[at++] = "fusion.loss_scaler", metadata[at++] = scale;
     int rc = write_tensors_and(p, path, role_bit(ROLE_PARAM) | role_bit(ROLE_STATE), metadata, save_dtype, feedback, 1);
     free(frozen);
+    free(pieces);
     return rc;
 }
 
@@ -521,6 +535,11 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
                      "another host?",
                      step_dir, ti->name, n_open);
             rc = -1;
+        } else if (ti->whole || pieces_find(parts[k], ti->name, &(int64_t){ 0 }, &(int64_t){ 0 })) {
+            /* sharded moments, here or there (checkpoint_pieces.h) */
+            int64_t size = rt_tensor_numel(&ti->t);
+            rc = pieces_load(parts, n_open, ti->name, ti->whole ? ti->whole : size, ti->whole_lo, size,
+                             (float *)(p->arena + ti->t.offset), step_dir, err, n);
         } else {
             rc = load_one(p, parts[k], i, err, n);
         }

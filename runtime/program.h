@@ -150,6 +150,11 @@ typedef struct {
     int32_t feed;      /* inputs: RT_FEED_TOKENS, _TARGETS, _POSITIONS, -1 none */
     int32_t frozen;    /* params: never trained (ir_value.frozen)        */
     double init_a;
+    /* A piece (--shard-optimizer's moments, runtime/shard.h): this tensor
+     * holds elements [whole_lo, whole_lo + numel) of a tensor of `whole`
+     * elements; whole 0: the tensor itself (checkpoints read and write
+     * pieces by these). */
+    int64_t whole, whole_lo;
     rt_tensor t; /* dims and place in the arena                    */
 } rt_tensor_info;
 

@@ -56,19 +56,23 @@ void rt_pace_op(rt_context *ctx, double est_seconds, double took)
     }
 }
 
-/* send, recv, allreduce: the comm layer's. */
+/* An all-reduce or all-gather: its tensor joins the comm layer's bucket. */
+static int is_bucketed(const rt_op *op) { return op->op == OP_ALLREDUCE || op->op == OP_ALLGATHER; }
+
+/* send, recv, allreduce, allgather: the comm layer's. */
 static int run_message(const rt_op *op, char *arena, rt_context *ctx)
 {
-    if (ctx->replay && op->op != OP_ALLREDUCE) /* sent already; received and put back by the stepper */
+    if (ctx->replay && !is_bucketed(op)) /* sent already; received and put back by the stepper */
         return 0;
     if (!ctx->comm) {
         snprintf(ctx->msg, sizeof ctx->msg, "op '%s' (line %d): this program has no peers to talk to", op->name,
                  (int)op->line);
         return -1;
     }
-    return op->op == OP_SEND   ? rt_comm_send(ctx->comm, op, arena, ctx)
-           : op->op == OP_RECV ? rt_comm_recv(ctx->comm, op, arena, ctx)
-                               : rt_comm_allreduce(ctx->comm, op, arena, ctx);
+    return op->op == OP_SEND        ? rt_comm_send(ctx->comm, op, arena, ctx)
+           : op->op == OP_RECV      ? rt_comm_recv(ctx->comm, op, arena, ctx)
+           : op->op == OP_ALLGATHER ? rt_comm_gather_pieces(ctx->comm, op, arena, ctx)
+                                    : rt_comm_allreduce(ctx->comm, op, arena, ctx);
 }
 
 int rt_step_flush_buckets(rt_context *ctx)
@@ -76,7 +80,7 @@ int rt_step_flush_buckets(rt_context *ctx)
     return ctx->comm && ctx->comm->bucket_count > 0 ? rt_comm_flush_bucket(ctx->comm, ctx) : 0;
 }
 
-static int is_message(const rt_op *op) { return op->op == OP_SEND || op->op == OP_RECV || op->op == OP_ALLREDUCE; }
+static int is_message(const rt_op *op) { return op->op == OP_SEND || op->op == OP_RECV || is_bucketed(op); }
 
 static int run_scheduled(const rt_op *op, char *arena, rt_context *ctx)
 {
@@ -84,7 +88,7 @@ static int run_scheduled(const rt_op *op, char *arena, rt_context *ctx)
         return -1;
     if (ctx->emulate_devices && is_message(op))
         rt_pace_settle(ctx); /* the device's compute is done before it talks */
-    if (op->op != OP_ALLREDUCE && rt_step_flush_buckets(ctx))
+    if (!is_bucketed(op) && rt_step_flush_buckets(ctx))
         return -1;
     if (is_message(op))
         return run_message(op, arena, ctx);
@@ -116,14 +120,14 @@ static void trace_op(const rt_op *op, const rt_context *ctx, double t0, double t
     static const char *const phases[] = { "none", "forward", "backward", "update", "prefill" };
     int message = op->op == OP_SEND || op->op == OP_RECV;
     const char *cat = message                             ? (op->op == OP_SEND ? "send" : "recv")
-                      : op->op == OP_ALLREDUCE            ? "allreduce"
+                      : is_bucketed(op)                   ? "allreduce"
                       : ctx->phase >= 0 && ctx->phase < 5 ? phases[ctx->phase]
                                                           : "op";
     char args[256];
     const rt_tensor *t = op->op == OP_RECV ? &op->out[0] : &op->in[0];
     snprintf(args, sizeof args, "{\"step\":%lld,\"micro_batch\":%d%s", (long long)ctx->step, (int)ctx->micro_batch,
              ctx->replay ? ",\"recomputed\":true" : "");
-    if (message || op->op == OP_ALLREDUCE) {
+    if (message || is_bucketed(op)) {
         size_t n = strlen(args);
         snprintf(args + n, sizeof args - n, ",\"tensor\":%lld,\"bytes\":%lld", (long long)op->ints[ATTR_TENSOR],
                  (long long)rt_tensor_bytes(t));

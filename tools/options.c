@@ -237,6 +237,10 @@ const cli_option fusionc_options[OPT_COUNT] = {
                         .help = "auto (default: a stage whose memory caps the micro-batches it keeps\n"
                                 "in flight keeps only its forward's inputs and runs the forward again\n"
                                 "before each waiting backward, when that shortens the step), on or off" },
+    [OPT_SHARD_OPTIMIZER] = { .name = "--shard-optimizer", CLI_FLAG(options, shard_optimizer),
+                              .help = "ZeRO-1: a stage's replicas split the AdamW moments, each keeping 1/R\n"
+                                      "(the gradients reduce-scattered, each replica updating its piece,\n"
+                                      "the parameters all-gathered: the same mathematics, the ring alone)" },
     [OPT_SYNC] = { .name = "--sync", .metavar = "S", CLI_CHOICE_INT(options, sync), .choices = syncs,
                    .values = sync_values, .expects = "exact or diloco",
                    .help = "exact (default: one global batch a step, every gradient averaged) or\n"

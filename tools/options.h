@@ -57,6 +57,7 @@ typedef struct {
     int stages;            /* --stages S (0: the scheduler's choice)       */
     const char *compress;  /* --compress none|topk:RHO|adatopk             */
     const char *recompute; /* --recompute auto|on|off                      */
+    int shard_optimizer;   /* --shard-optimizer: ZeRO-1 over each stage's replicas */
     const char *cublas;    /* --cublas bundle|system (compile)             */
     const char *run_key;   /* --run-key FILE: this run secret, not a new one (compile) */
     int force;             /* --force: empty OUT of an earlier compile first (compile) */
@@ -113,6 +114,7 @@ enum {
     OPT_PREFILL,
     OPT_COMPRESS,
     OPT_RECOMPUTE,
+    OPT_SHARD_OPTIMIZER,
     OPT_SYNC,
     OPT_LOCAL_STEPS,
     OPT_SITE_BATCH,

@@ -63,6 +63,7 @@ int placed_build(const options *o, const char *model_path, const cluster *c, ir_
     popt.stages = o->stages;
     popt.compress = o->compress;
     popt.recompute = o->recompute;
+    popt.shard_optimizer = o->shard_optimizer;
     popt.replicas = o->replicas;
     popt.seed = (uint64_t)o->seed;
     set_training_options(&popt, o);
@@ -124,11 +125,14 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
     for (int64_t M = M0; M <= (B > 0 ? B : M0); M++) {
         if (M != M0 && (!can_split || B % M != 0))
             continue; /* the next divisor of the batch's rows */
-        for (int on = 0; on <= 1; on++) {
-            if ((M == M0 && !on) || (on && !can_recompute))
-                continue; /* the plan that did not fit; a recompute the user chose against */
+        for (int tried = 0; tried < 4; tried++) {
+            /* the cheapest first: sharded moments, recomputation, both */
+            int shard = tried & 1, on = tried >> 1;
+            if ((M == M0 && !on && !shard) || (on && !can_recompute) || (shard && (o->shard_optimizer || o->inference)))
+                continue; /* the plan that did not fit; what the user chose against or has already */
             options fix = *o;
             fix.recompute = on ? "on" : o->recompute;
+            fix.shard_optimizer = o->shard_optimizer || shard;
             fix.micro_batches = (int)M;
             fix.dump_ir = NULL;
             ir_graph g2;
@@ -139,10 +143,10 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
                 plan_memory_check(&g2, c, &plan2, fix.files[0], &why) == 0) {
                 snprintf(note, note_n,
                          "note: the first plan (%d stage%s x %d replica%s, %d micro-batch%s) did not fit its devices' "
-                         "memory; planned with %s%lld micro-batches instead",
+                         "memory; planned with %s%s%lld micro-batches instead",
                          plan->n_stages, plan->n_stages == 1 ? "" : "s", plan->n_replicas,
-                         plan->n_replicas == 1 ? "" : "s", M0, M0 == 1 ? "" : "es", on ? "--recompute on and " : "",
-                         (long long)M);
+                         plan->n_replicas == 1 ? "" : "s", M0, M0 == 1 ? "" : "es",
+                         shard ? "--shard-optimizer, " : "", on ? "--recompute on and " : "", (long long)M);
                 ir_graph_free(g);
                 fence_plan_free(plan);
                 *g = g2;

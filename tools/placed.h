@@ -30,8 +30,9 @@ void placed_free(placed_model *p);
 
 /* placed_build (below) on cluster c, into a plan every device holds
  * (plan_memory.h): when the planner's first does not fit, the remedies the
- * user left to fusion are tried in turn, --recompute on and more
- * micro-batches (each divisor of the batch's rows, smaller pieces); the
+ * user left to fusion are tried in turn, cheapest first: --shard-optimizer
+ * (replicas split the moments), --recompute on, both, then the same with
+ * more micro-batches (each divisor of the batch's rows, smaller pieces); the
  * first that fits is taken, with a line in note ("" when the first plan
  * fit).  0; -1 with err when it cannot be built; -2 with err saying what
  * the first plan needed when no plan fits (g and plan then hold it). */

@@ -65,6 +65,15 @@ static void state_bytes(const ir_graph *g, int32_t d, double *params, double *gr
     free(seen);
 }
 
+/* Whether device d's updates run on sharded moments (--shard-optimizer). */
+static int stage_sharded(const ir_graph *g, int32_t d)
+{
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].device == d && g->nodes[i].op == OP_ADAMW && ir_node_int(&g->nodes[i], ATTR_SHARD, 0))
+            return 1;
+    return 0;
+}
+
 /* "; what" appended to help (no "; " before the first). */
 static void add_help(char *help, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void add_help(char *help, size_t n, const char *fmt, ...)
@@ -101,6 +110,9 @@ int plan_memory_check(const ir_graph *g, const cluster *c, const fence_plan *p, 
                          "more devices as pipeline stages (its parameters, gradients and AdamW's moments alone need "
                          "%.1f GiB: %d stages of this card at the least)",
                          state / GIB, stages_needed * p->n_stages);
+            if (p->n_replicas > 1 && !stage_sharded(g, d))
+                add_help(help, sizeof help, "--shard-optimizer (the %d replicas split AdamW's moments)",
+                         p->n_replicas);
             if (!ir_placement_recompute(&g->placement, s))
                 add_help(help, sizeof help, "--recompute on (a stage keeps only what its forward receives)");
             add_help(help, sizeof help, "a smaller micro-batch (--micro-batches %d, or a smaller --set batch=)",

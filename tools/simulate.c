@@ -79,6 +79,7 @@ typedef struct {
     double *bucket_bytes;   /* [S][B]                                                  */
     int64_t *bucket_groups; /* [S] the ring (0) or the hierarchy                       */
     int *bucket_bits;       /* [S] 0 dense, else the quantised exchange's bits        */
+    int *bucket_shard;      /* [S] 1: --shard-optimizer's reduce-scatter (shard.h)    */
     int32_t *bucket_count;  /* [S][B] replicas past its ready op this step             */
     double *bucket_at;      /* [S][B] the last of them                                 */
     int32_t *bucket_next;   /* [S] the next bucket to start this step                  */
@@ -189,7 +190,8 @@ static void sim_cluster_link(const void *ctx, int32_t a, int32_t b, double *bw, 
     cluster_link_between(ctx, a, b, bw, lat);
 }
 
-static double stage_allreduce_seconds(const sim *s, int32_t st, double bytes, int64_t groups, int bits)
+/* groups -1: the ring, whatever the stage's buckets do. */
+static double way_seconds(const sim *s, int32_t st, double bytes, int64_t groups, int bits)
 {
     int32_t *dev = malloc((size_t)s->R * sizeof *dev);
     if (!dev)
@@ -201,19 +203,34 @@ static double stage_allreduce_seconds(const sim *s, int32_t st, double bytes, in
     return t;
 }
 
-/* The update's all-reduces from its node k on: those in no bucket (the
- * buckets went during the backward). */
+static double stage_allreduce_seconds(const sim *s, int32_t st, double bytes, int64_t groups, int bits)
+{
+    if (s->bucket_shard && s->bucket_shard[st]) /* the reduce-scatter alone: half the ring */
+        return 0.5 * way_seconds(s, st, bytes, 0, 0);
+    return way_seconds(s, st, bytes, groups, bits);
+}
+
+/* The update's all-reduces (or all-gathers) from its node k on: those in
+ * no bucket (the buckets went during the backward).  Under
+ * --shard-optimizer (runtime/shard.h) a stage's gradient buckets are the
+ * ring's reduce-scatter alone, its all-gathers the other half, and the
+ * partial norms' sum a vector that goes round the ring: R - 1 steps, half
+ * the latencies of an all-reduce. */
 static double allreduce_seconds(const sim *s, int32_t st, int32_t k)
 {
     const ir_graph *g = s->g;
     const int32_t *ops = s->ops[PHASE_UPDATE] + (size_t)st * g->n_nodes;
     int32_t n = s->n_ops[st * PHASE_COUNT + PHASE_UPDATE];
+    int32_t kind = k < n ? (int32_t)g->nodes[ops[k]].op : (int32_t)OP_ALLREDUCE;
     int64_t groups = k < n ? ir_node_int(&g->nodes[ops[k]], ATTR_GROUPS, 0) : 0;
     int bits = k < n ? (int)ir_node_int(&g->nodes[ops[k]], ATTR_BITS, 0) : 0;
+    int half = kind == OP_ALLGATHER || (k < n && ir_node_int(&g->nodes[ops[k]], ATTR_SUM, 0));
     double bytes = 0.0, buckets = 0.0;
-    for (; k < n && g->nodes[ops[k]].op == OP_ALLREDUCE; k++)
+    for (; k < n && (int32_t)g->nodes[ops[k]].op == kind; k++)
         if (ir_node_int(&g->nodes[ops[k]], ATTR_BUCKET, -1) < 0)
             bytes += (double)ir_value_bytes(g, g->nodes[ops[k]].in[0]);
+    if (half)
+        return bytes > 0.0 ? 0.5 * way_seconds(s, st, bytes, 0, 0) : 0.0;
     for (int32_t b = 0; !s->overlap && b < s->n_buckets[st]; b++) /* --no-overlap: each now, in turn */
         buckets += stage_allreduce_seconds(s, st, s->bucket_bytes[(size_t)st * s->B + b], s->bucket_groups[st],
                                            s->bucket_bits[st]);
@@ -253,11 +270,12 @@ static int find_buckets(sim *s)
     s->bucket_bytes = calloc(SB, sizeof *s->bucket_bytes);
     s->bucket_groups = calloc((size_t)s->S, sizeof *s->bucket_groups);
     s->bucket_bits = calloc((size_t)s->S, sizeof *s->bucket_bits);
+    s->bucket_shard = calloc((size_t)s->S, sizeof *s->bucket_shard);
     s->bucket_count = calloc(SB, sizeof *s->bucket_count);
     s->bucket_at = calloc(SB, sizeof *s->bucket_at);
     s->bucket_next = calloc((size_t)s->S, sizeof *s->bucket_next);
     s->bucket_end = calloc((size_t)s->S, sizeof *s->bucket_end);
-    if (!s->n_buckets || !s->bucket_ready || !s->bucket_bytes || !s->bucket_groups || !s->bucket_bits ||
+    if (!s->n_buckets || !s->bucket_ready || !s->bucket_bytes || !s->bucket_groups || !s->bucket_bits || !s->bucket_shard ||
         !s->bucket_count || !s->bucket_at || !s->bucket_next || !s->bucket_end)
         return -1;
     for (size_t k = 0; k < SB; k++)
@@ -276,6 +294,7 @@ static int find_buckets(sim *s)
             s->bucket_bytes[(size_t)st * s->B + b] += (double)ir_value_bytes(g, ar->in[0]);
             s->bucket_groups[st] = ir_node_int(ar, ATTR_GROUPS, 0);
             s->bucket_bits[st] = (int)ir_node_int(ar, ATTR_BITS, 0);
+            s->bucket_shard[st] = (int)ir_node_int(ar, ATTR_SHARD, 0);
             s->n_buckets[st] = (int32_t)fmax(s->n_buckets[st], (double)b + 1);
         }
     }
@@ -357,8 +376,8 @@ static int advance(sim *s, int32_t wi, double now)
                      ir_node_int(node, ATTR_BITS, 0) > 0)
                 dur = 4.0 * (double)ir_shape_numel(&g->values[node->out[0]].shape) / SIM_CODEC_BYTES_PER_SECOND;
             w->t_free = fmax(w->t_free, arrive);
-        } else if (node->op == OP_ALLREDUCE) {
-            if (w->op > 0 && g->nodes[ops[w->op - 1]].op == OP_ALLREDUCE) { /* in the bucket */
+        } else if (node->op == OP_ALLREDUCE || node->op == OP_ALLGATHER) {
+            if (w->op > 0 && g->nodes[ops[w->op - 1]].op == node->op) { /* in the bucket */
                 w->op++;
                 continue;
             }
@@ -549,6 +568,7 @@ done:
     free(s.bucket_bytes);
     free(s.bucket_groups);
     free(s.bucket_bits);
+    free(s.bucket_shard);
     free(s.bucket_count);
     free(s.bucket_at);
     free(s.bucket_next);

@@ -11,6 +11,7 @@
 #include "../../ir/op_kinds.h"
 #include "../../ir/ir.h"
 #include "allreduce_wire.h"
+#include "../shard.h"
 #include "../cpu/half.h"
 #include "hub.h"
 #include "quant.h"
@@ -28,6 +29,7 @@ static double seconds_now(void)
 }
 static rt_topk_send *topk_send_state(rt_comm *c, const rt_op *op, int32_t to, rt_context *ctx);
 static float *accumulator(rt_comm *c, const rt_op *op, rt_context *ctx);
+static int bucket_add(rt_comm *c, const rt_op *op, float *y, int64_t n, rt_context *ctx);
 
 static const char *peer_address(const rt_comm_options *o, const rt_peer *p)
 {
@@ -640,11 +642,42 @@ static int ring_step(rt_comm *c, const ring *rg, int32_t tensor, int32_t k, cons
     return 0;
 }
 
+/* The ring's two halves over chunks lo[q] .. lo[q + 1] of x (q < R):
+ * the reduce-scatter (phases & RING_SCATTER; messages k0 .. k0 + R - 2)
+ * leaves member r chunk (r + 1) % R summed over all, divided by `divide`
+ * (0: not divided); the all-gather (phases & RING_GATHER; messages k0 +
+ * R - 1 ..) copies each member's chunk to the others, so every member
+ * ends with the same bits.  The scratch must hold the largest chunk. */
+enum { RING_SCATTER = 1, RING_GATHER = 2 };
+
+static int ring_phases(rt_comm *c, const ring *rg, float *x, const int64_t *lo, int32_t tensor, int32_t k0,
+                       int32_t divide, int phases, rt_context *ctx)
+{
+    int32_t R = rg->n, r = rg->me;
+    for (int32_t k = 0; (phases & RING_SCATTER) && k < R - 1; k++) {
+        int32_t s = (r - k + R) % R, g = (r - k - 1 + R) % R;
+        if (ring_step(c, rg, tensor, k0 + k, x + lo[s], lo[s + 1] - lo[s], lo[g + 1] - lo[g], ctx))
+            return -1;
+        for (int64_t i = lo[g]; i < lo[g + 1]; i++)
+            x[i] += c->scratch[i - lo[g]];
+    }
+    int32_t own = (r + 1) % R;
+    for (int64_t i = lo[own]; (phases & RING_SCATTER) && divide && i < lo[own + 1]; i++)
+        x[i] /= (float)divide;
+    for (int32_t k = 0; (phases & RING_GATHER) && k < R - 1; k++) {
+        int32_t s = (r + 1 - k + R) % R, g = (r - k + R) % R;
+        if (ring_step(c, rg, tensor, k0 + R - 1 + k, x + lo[s], lo[s + 1] - lo[s], lo[g + 1] - lo[g], ctx))
+            return -1;
+        memcpy(x + lo[g], c->scratch, (size_t)(lo[g + 1] - lo[g]) * sizeof *x);
+    }
+    return 0;
+}
+
 /* x := its sum over the ring's members, divided by `divide` (0: not
  * divided); messages k0, k0 + 1, ...  Large tensors: reduce-scatter then
- * all-gather (each chunk summed at one member, then copied, so every
- * member has the same bits).  Tensors smaller than the ring: every vector
- * goes round, and each member sums them in ring order. */
+ * all-gather over R equal chunks (each chunk summed at one member, then
+ * copied, so every member has the same bits).  Tensors smaller than the
+ * ring: every vector goes round, and each member sums them in ring order. */
 static int ring_allreduce(rt_comm *c, const ring *rg, float *x, int64_t n, int32_t tensor, int32_t k0, int32_t divide,
                           rt_context *ctx)
 {
@@ -670,30 +703,77 @@ static int ring_allreduce(rt_comm *c, const ring *rg, float *x, int64_t n, int32
         }
         return 0;
     }
-#define CHUNK_LO(q) (n * (int64_t)(q) / R)
-    if (ensure_scratch(c, (size_t)(n / R + 1), ctx))
+    int64_t *lo = malloc(((size_t)R + 1) * sizeof *lo);
+    if (!lo || ensure_scratch(c, (size_t)(n / R + 1), ctx)) {
+        free(lo);
+        snprintf(ctx->msg, sizeof ctx->msg, "out of memory for the all-reduce of tensor %d", tensor);
         return -1;
-    for (int32_t k = 0; k < R - 1; k++) { /* reduce-scatter */
-        int32_t s = (r - k + R) % R, g = (r - k - 1 + R) % R;
-        if (ring_step(c, rg, tensor, k0 + k, x + CHUNK_LO(s), CHUNK_LO(s + 1) - CHUNK_LO(s),
-                      CHUNK_LO(g + 1) - CHUNK_LO(g), ctx))
-            return -1;
-        for (int64_t i = CHUNK_LO(g); i < CHUNK_LO(g + 1); i++)
-            x[i] += c->scratch[i - CHUNK_LO(g)];
     }
-    /* Member r now holds chunk (r + 1) % R summed over all; scale it once. */
-    int32_t own = (r + 1) % R;
-    for (int64_t i = CHUNK_LO(own); divide && i < CHUNK_LO(own + 1); i++)
-        x[i] /= (float)divide;
-    for (int32_t k = 0; k < R - 1; k++) { /* all-gather */
-        int32_t s = (r + 1 - k + R) % R, g = (r - k + R) % R;
-        if (ring_step(c, rg, tensor, k0 + R - 1 + k, x + CHUNK_LO(s), CHUNK_LO(s + 1) - CHUNK_LO(s),
-                      CHUNK_LO(g + 1) - CHUNK_LO(g), ctx))
-            return -1;
-        memcpy(x + CHUNK_LO(g), c->scratch, (size_t)(CHUNK_LO(g + 1) - CHUNK_LO(g)) * sizeof *x);
+    for (int32_t q = 0; q <= R; q++)
+        lo[q] = n * (int64_t)q / R;
+    int rc = ring_phases(c, rg, x, lo, tensor, k0, divide, RING_SCATTER | RING_GATHER, ctx);
+    free(lo);
+    return rc;
+}
+
+int rt_bucket_in_pieces(int mode, int64_t groups, int bits, int32_t R)
+{
+    if (R < 2 || mode == RT_BUCKET_SUM)
+        return 0;
+    return mode != RT_BUCKET_MEAN || (bits == 0 && !(groups != 0 && R <= ALLREDUCE_MAX_GROUPED));
+}
+
+void rt_bucket_lay_out(float *buf, float *const *member, const int64_t *sizes, int32_t count, int32_t R, int pieces,
+                       int to_buf)
+{
+    int64_t at = 0;
+    for (int32_t q = 0; q < (pieces ? R : 1); q++)
+        for (int32_t i = 0; i < count; i++) {
+            int64_t lo = pieces ? shard_piece_lo(sizes[i], q, R) : 0;
+            int64_t k = pieces ? shard_piece_size(sizes[i], q, R) : sizes[i];
+            if (to_buf)
+                memcpy(buf + at, member[i] + lo, (size_t)k * sizeof *buf);
+            else
+                memcpy(member[i] + lo, buf + at, (size_t)k * sizeof *buf);
+            at += k;
+        }
+}
+
+/* A bucket of count tensors (sizes[]) laid out piece by piece in x[n]
+ * (rt_bucket_lay_out) over the ring of all the stage's replicas: chunk q
+ * is piece q of every tensor, so that the reduce-scatter leaves each
+ * replica its own pieces (shard.h): MEAN both halves, SCATTER the first,
+ * GATHER the second.  Unsharded and sharded runs so sum every element in
+ * the same order: the same gradients to the bit.  A bucket smaller than
+ * the ring (MEAN, SCATTER) goes round whole. */
+static int ring_pieces(rt_comm *c, float *x, int64_t n, const int64_t *sizes, int32_t count, int32_t tensor, int mode,
+                       rt_context *ctx)
+{
+    const rt_manifest *m = c->manifest;
+    int32_t R = m->n_replicas;
+    ring all = { NULL, R, m->replica };
+    if (mode != RT_BUCKET_GATHER && n < R)
+        return ring_allreduce(c, &all, x, n, tensor, 0, R, ctx);
+    int64_t *lo = calloc((size_t)R + 1, sizeof *lo), largest = 0;
+    if (!lo) {
+        snprintf(ctx->msg, sizeof ctx->msg, "out of memory for the all-reduce of tensor %d", tensor);
+        return -1;
     }
-#undef CHUNK_LO
-    return 0;
+    for (int32_t q = 0; q < R; q++) {
+        int64_t chunk = 0;
+        for (int32_t i = 0; i < count; i++)
+            chunk += shard_piece_size(sizes[i], q, R);
+        lo[q + 1] = lo[q] + chunk;
+        largest = chunk > largest ? chunk : largest;
+    }
+    int phases = mode == RT_BUCKET_MEAN ? RING_SCATTER | RING_GATHER
+                 : mode == RT_BUCKET_SCATTER ? RING_SCATTER
+                                             : RING_GATHER;
+    int rc = ensure_scratch(c, (size_t)largest + 1, ctx);
+    if (rc == 0)
+        rc = ring_phases(c, &all, x, lo, tensor, 0, mode == RT_BUCKET_GATHER ? 0 : R, phases, ctx);
+    free(lo);
+    return rc;
 }
 
 /* The hierarchy (allreduce_wire.h): groups' bit q set = replica q
@@ -771,11 +851,13 @@ static int mean_quantised(rt_comm *c, float *x, int64_t n, int32_t tensor, int b
     return rc;
 }
 
-/* x := mean over the stage's replicas: one ring over them all (groups 0),
- * the hierarchy, or the quantised exchange (bits 8 or 4, with fb its
- * feedback). */
-static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, int64_t groups, int bits,
-                              rt_quant_feedback *fb, rt_context *ctx)
+/* x[n] (count tensors of sizes[] end to end) := what `mode` makes of it
+ * over the stage's replicas (comm.h's RT_BUCKET_*): the mean by one ring
+ * over them all, piece by piece (groups 0), the hierarchy, or the
+ * quantised exchange (bits 8 or 4, with fb its feedback); the ring's
+ * reduce-scatter or all-gather alone; or the sum. */
+static int mean_over_replicas(rt_comm *c, float *x, int64_t n, const int64_t *sizes, int32_t count, int32_t tensor,
+                              int64_t groups, int bits, int mode, rt_quant_feedback *fb, rt_context *ctx)
 {
     const rt_manifest *m = c->manifest;
     int32_t R = m->n_replicas;
@@ -785,12 +867,15 @@ static int mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tensor, i
         snprintf(ctx->msg, sizeof ctx->msg, "all-reduce of tensor %d: no links to the other replicas", tensor);
         return -1;
     }
-    if (bits)
+    if (mode == RT_BUCKET_SUM) {
+        ring all = { NULL, R, m->replica };
+        return ring_allreduce(c, &all, x, n, tensor, 0, 0, ctx);
+    }
+    if (mode == RT_BUCKET_MEAN && bits)
         return mean_quantised(c, x, n, tensor, bits, fb, ctx);
-    if (groups != 0 && R <= ALLREDUCE_MAX_GROUPED)
+    if (mode == RT_BUCKET_MEAN && groups != 0 && R <= ALLREDUCE_MAX_GROUPED)
         return mean_hierarchical(c, x, n, tensor, groups, ctx);
-    ring all = { NULL, R, m->replica };
-    return ring_allreduce(c, &all, x, n, tensor, 0, R, ctx);
+    return ring_pieces(c, x, n, sizes, count, tensor, mode, ctx);
 }
 
 /* The feedback of the update's quantised bucket with message id tag,
@@ -826,6 +911,32 @@ int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         memmove(y, arena + op->in[0].offset, (size_t)n * sizeof *y);
     if (c->manifest->n_replicas == 1 || (c->overlap && op->ints[ATTR_BUCKET] >= 0))
         return 0;
+    return bucket_add(c, op, y, n, ctx);
+}
+
+int rt_comm_bucket_mode(const rt_op *op)
+{
+    if (op->op == OP_ALLGATHER)
+        return RT_BUCKET_GATHER;
+    return op->ints[ATTR_SUM] ? RT_BUCKET_SUM : op->ints[ATTR_SHARD] ? RT_BUCKET_SCATTER : RT_BUCKET_MEAN;
+}
+
+int rt_comm_gather_pieces(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
+{
+    if (rt_tensor_is_half(&op->in[0])) { /* parameters are f32 (the precision pass) */
+        snprintf(ctx->msg, sizeof ctx->msg, "op '%s': all-gather of a 16-bit tensor", op->name);
+        return -1;
+    }
+    if (c->manifest->n_replicas == 1)
+        return 0;
+    return bucket_add(c, op, (float *)(arena + op->in[0].offset), rt_tensor_numel(&op->in[0]), ctx);
+}
+
+/* y[n] joins the bucket (an op of another mode flushes it first). */
+static int bucket_add(rt_comm *c, const rt_op *op, float *y, int64_t n, rt_context *ctx)
+{
+    if (c->bucket_count > 0 && c->bucket_mode != rt_comm_bucket_mode(op) && rt_comm_flush_bucket(c, ctx))
+        return -1;
     if (c->bucket_count == c->bucket_cap) {
         int32_t cap = c->bucket_cap ? 2 * c->bucket_cap : 64;
         float **d = realloc(c->bucket_data, (size_t)cap * sizeof *d);
@@ -843,6 +954,7 @@ int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx)
         c->bucket_tag = (int32_t)op->ints[ATTR_TENSOR];
         c->bucket_groups = op->ints[ATTR_GROUPS];
         c->bucket_bits = (int)op->ints[ATTR_BITS];
+        c->bucket_mode = rt_comm_bucket_mode(op);
     }
     c->bucket_data[c->bucket_count] = y;
     c->bucket_floats[c->bucket_count++] = n;
@@ -866,25 +978,21 @@ int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx)
         c->bucket_buf = b;
         c->bucket_buf_floats = (size_t)total;
     }
-    float *at = c->bucket_buf;
-    for (int32_t i = 0; i < c->bucket_count; i++, at += c->bucket_floats[i - 1])
-        memcpy(at, c->bucket_data[i], (size_t)c->bucket_floats[i] * sizeof *at);
-    int32_t count = c->bucket_count;
+    int32_t count = c->bucket_count, R = c->manifest->n_replicas;
+    int pieces = rt_bucket_in_pieces(c->bucket_mode, c->bucket_groups, c->bucket_bits, R);
+    rt_bucket_lay_out(c->bucket_buf, c->bucket_data, c->bucket_floats, count, R, pieces, 1);
     c->bucket_count = 0;
     rt_quant_feedback *fb = c->bucket_bits ? update_feedback(c, c->bucket_tag, ctx) : NULL;
-    if ((c->bucket_bits && !fb) ||
-        mean_over_replicas(c, c->bucket_buf, total, c->bucket_tag, c->bucket_groups, c->bucket_bits, fb, ctx))
+    if ((c->bucket_bits && !fb) || mean_over_replicas(c, c->bucket_buf, total, c->bucket_floats, count, c->bucket_tag,
+                                                      c->bucket_groups, c->bucket_bits, c->bucket_mode, fb, ctx))
         return -1;
-    at = c->bucket_buf;
-    for (int32_t i = 0; i < count; i++) {
-        memcpy(c->bucket_data[i], at, (size_t)c->bucket_floats[i] * sizeof *at);
-        at += c->bucket_floats[i];
-    }
+    rt_bucket_lay_out(c->bucket_buf, c->bucket_data, c->bucket_floats, count, R, pieces, 0);
     return 0;
 }
 
-int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, float *x, int64_t n, int32_t tensor,
-                        int64_t groups, int bits, rt_quant_feedback *fb, rt_context *ctx)
+int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, float *x, const int64_t *sizes,
+                        int32_t count, int32_t tensor, int64_t groups, int bits, int mode, rt_quant_feedback *fb,
+                        rt_context *ctx)
 {
     /* Only what the ring reads, all set at open and never changed (the
      * main thread keeps changing the rest): the hub is thread-safe; the
@@ -898,7 +1006,10 @@ int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, flo
     own.scratch = *scratch;
     own.scratch_floats = *scratch_floats;
     own.restored = c->restored; /* read only, and never freed through own */
-    int rc = mean_over_replicas(&own, x, n, tensor, groups, bits, fb, ctx);
+    int64_t n = 0;
+    for (int32_t i = 0; i < count; i++)
+        n += sizes[i];
+    int rc = mean_over_replicas(&own, x, n, sizes, count, tensor, groups, bits, mode, fb, ctx);
     *scratch = own.scratch;
     *scratch_floats = own.scratch_floats;
     return rc;
@@ -906,5 +1017,5 @@ int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, flo
 
 int rt_comm_mean_over_replicas(rt_comm *c, float *x, int64_t n, int32_t tag, rt_context *ctx)
 {
-    return mean_over_replicas(c, x, n, tag, 0, 0, NULL, ctx);
+    return mean_over_replicas(c, x, n, &n, 1, tag, 0, 0, RT_BUCKET_MEAN, NULL, ctx);
 }

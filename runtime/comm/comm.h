@@ -64,6 +64,26 @@ typedef struct {
     float *sum; /* (n,) */
 } rt_accumulator;
 
+/* What a bucket does over the stage's replicas (its ops: allreduce with
+ * its `shard` and `sum`, or allgather; runtime/shard.h's pieces):
+ *   MEAN     each tensor := its mean (the ring, the hierarchy or the
+ *            quantised exchange);
+ *   SCATTER  the ring's reduce-scatter alone: the mean of this replica's
+ *            piece of each tensor (the rest is left partial);
+ *   SUM      each tensor := its sum (a sharded run's partial norm squares);
+ *   GATHER   the ring's all-gather alone: each tensor's pieces from the
+ *            replicas that own them, this replica's sent to the others. */
+enum { RT_BUCKET_MEAN, RT_BUCKET_SCATTER, RT_BUCKET_SUM, RT_BUCKET_GATHER };
+
+/* Whether a bucket of this mode, `groups` and `bits` over R replicas
+ * travels piece by piece (the ring's: chunk q = piece q of each tensor in
+ * turn, shard.h) rather than its tensors end to end. */
+int rt_bucket_in_pieces(int mode, int64_t groups, int bits, int32_t R);
+/* A bucket's count tensors (member[i]: sizes[i] floats) into buf (to_buf)
+ * or back, end to end or piece by piece (pieces). */
+void rt_bucket_lay_out(float *buf, float *const *member, const int64_t *sizes, int32_t count, int32_t R, int pieces,
+                       int to_buf);
+
 typedef struct rt_comm {
     struct fu_hub *hub;
     const rt_manifest *manifest;
@@ -82,6 +102,7 @@ typedef struct rt_comm {
     int32_t bucket_count, bucket_cap, bucket_tag;
     int64_t bucket_groups;        /* its ops' `groups`: 0 the ring, else the hierarchy */
     int bucket_bits;              /* its ops' `bits`: 0 dense, else the quantised exchange */
+    int bucket_mode;              /* RT_BUCKET_MEAN, _SCATTER, _SUM or _GATHER: its ops' kind */
     rt_quant_feedback *update_fb; /* [n_update_fb] that exchange's feedback, a bucket each */
     int32_t *update_fb_tag;       /* [n_update_fb] the bucket's message id */
     int32_t n_update_fb;
@@ -135,14 +156,22 @@ int rt_comm_recv(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
  * (`accumulate`) with the last (--trace draws only those). */
 int rt_comm_moves(const rt_comm *c, const rt_op *op, const rt_context *ctx);
 int rt_comm_allreduce(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
+/* The allgather op: its parameter joins the bucket of pieces to gather. */
+int rt_comm_gather_pieces(rt_comm *c, const rt_op *op, char *arena, rt_context *ctx);
+/* The bucket mode of an allreduce or allgather op. */
+int rt_comm_bucket_mode(const rt_op *op);
 
-/* x[n] := its mean over the stage's replicas, as an allreduce op with
- * message id `tensor`, `groups` and `bits` makes it (fb: the bucket's
- * feedback when bits is not 0, quant_allreduce.h), with the caller's scratch
- * (*scratch, *scratch_floats: grown as needed; comm/overlap.h's thread
- * reduces while the main thread talks).  0, or -1 with ctx->msg set. */
-int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, float *x, int64_t n, int32_t tensor,
-                        int64_t groups, int bits, rt_quant_feedback *fb, rt_context *ctx);
+/* x[n], the bucket's `count` tensors of sizes[] laid out as
+ * rt_bucket_in_pieces says (rt_bucket_lay_out), := what its
+ * mode makes of them over the stage's replicas (MEAN or SCATTER), as an
+ * allreduce op with message id `tensor`, `groups` and `bits` makes it (fb:
+ * the bucket's feedback when bits is not 0, quant_allreduce.h), with the
+ * caller's scratch (*scratch, *scratch_floats: grown as needed;
+ * comm/overlap.h's thread reduces while the main thread talks).  0, or -1
+ * with ctx->msg set. */
+int rt_comm_mean_bucket(rt_comm *c, float **scratch, size_t *scratch_floats, float *x, const int64_t *sizes,
+                        int32_t count, int32_t tensor, int64_t groups, int bits, int mode, rt_quant_feedback *fb,
+                        rt_context *ctx);
 
 /* Run the bucketed all-reduces (rt_op_run calls it before any other op). */
 int rt_comm_flush_bucket(rt_comm *c, rt_context *ctx);

@@ -31,8 +31,12 @@ typedef struct {
     int64_t groups;       /* the ring (0) or the hierarchy (allreduce_wire.h) */
     int bits;             /* 0, or the quantised exchange's bits ...          */
     rt_quant_feedback fb; /* ... and its feedback, kept across steps           */
+    int mode;             /* RT_BUCKET_MEAN, or _SCATTER (--shard-optimizer) */
     int64_t floats;
-    float *buf; /* [floats]: the members end to end              */
+    float *buf;     /* [floats]: the members end to end              */
+    int64_t *sizes; /* [count]: each member's floats                 */
+    float **member; /* [count]: each member's gradient in the arena   */
+    int pieces;     /* buf is laid out piece by piece (comm.h)        */
 } ov_bucket;
 
 struct rt_overlap {
@@ -89,8 +93,8 @@ static void *reduce_thread(void *arg)
         pthread_mutex_unlock(&o->mu);
         double t0 = rt_trace_clock();
         int rc = failed ? -1
-                        : rt_comm_mean_bucket(o->comm, &o->scratch, &o->scratch_floats, b->buf, b->floats, b->tag,
-                                              b->groups, b->bits, &b->fb, &ctx);
+                        : rt_comm_mean_bucket(o->comm, &o->scratch, &o->scratch_floats, b->buf, b->sizes, b->count,
+                                              b->tag, b->groups, b->bits, b->mode, &b->fb, &ctx);
         if (rc == 0 && ctx.trace) {
             char name[64], args[128];
             snprintf(name, sizeof name, "allreduce bucket %d", (int)(b - o->buckets));
@@ -190,7 +194,7 @@ int rt_overlap_open(rt_overlap **out, rt_comm *c, const rt_op *ops, int32_t n_op
             int64_t ready = op->ints[ATTR_READY];
             if (bk->tag < 0)
                 bk->tag = (int32_t)op->ints[ATTR_TENSOR], bk->groups = op->ints[ATTR_GROUPS], bk->ready = -1,
-                bk->bits = (int)op->ints[ATTR_BITS];
+                bk->bits = (int)op->ints[ATTR_BITS], bk->mode = rt_comm_bucket_mode(op);
             bk->ready = ready < 0 || bk->ready == INT32_MAX ? INT32_MAX
                         : ready > bk->ready                 ? (int32_t)ready
                                                             : bk->ready;
@@ -199,7 +203,15 @@ int rt_overlap_open(rt_overlap **out, rt_comm *c, const rt_op *ops, int32_t n_op
             bk->floats += rt_tensor_numel(&op->in[0]);
         }
         bk->count = o->n_members - bk->first;
-        if (bk->count == 0 || !(bk->buf = malloc((size_t)bk->floats * sizeof *bk->buf + 1))) {
+        bk->sizes = bk->count > 0 ? malloc((size_t)bk->count * sizeof *bk->sizes) : NULL;
+        bk->member = bk->count > 0 ? malloc((size_t)bk->count * sizeof *bk->member) : NULL;
+        for (int32_t k = 0; bk->sizes && bk->member && k < bk->count; k++) {
+            bk->sizes[k] = o->members[bk->first + k].floats;
+            bk->member[k] = (float *)(arena + o->members[bk->first + k].offset);
+        }
+        bk->pieces = rt_bucket_in_pieces(bk->mode, bk->groups, bk->bits, c->manifest->n_replicas);
+        if (bk->count == 0 || !bk->sizes || !bk->member ||
+            !(bk->buf = malloc((size_t)bk->floats * sizeof *bk->buf + 1))) {
             snprintf(err, n,
                      bk->count == 0 ? "gradient bucket %d has no all-reduce: the program is inconsistent"
                                     : "out of memory for gradient bucket %d",
@@ -277,11 +289,7 @@ static void launch(rt_overlap *o, int32_t b, int finalise)
             o->final[o->entries[e].tensor] = 1;
         }
     }
-    float *at = bk->buf;
-    for (int32_t k = bk->first; k < bk->first + bk->count; k++) {
-        memcpy(at, o->arena + o->members[k].offset, (size_t)o->members[k].floats * sizeof *at);
-        at += o->members[k].floats;
-    }
+    rt_bucket_lay_out(bk->buf, bk->member, bk->sizes, bk->count, o->comm->manifest->n_replicas, bk->pieces, 1);
     pthread_mutex_lock(&o->mu);
     o->queued = b + 1;
     pthread_cond_broadcast(&o->cv);
@@ -324,11 +332,8 @@ int rt_overlap_finish(rt_overlap *o, rt_context *ctx)
     if (failed)
         return -1;
     for (int32_t b = 0; b < o->n_buckets; b++) {
-        const float *at = o->buckets[b].buf;
-        for (int32_t k = o->buckets[b].first; k < o->buckets[b].first + o->buckets[b].count; k++) {
-            memcpy(o->arena + o->members[k].offset, at, (size_t)o->members[k].floats * sizeof *at);
-            at += o->members[k].floats;
-        }
+        ov_bucket *bk = &o->buckets[b];
+        rt_bucket_lay_out(bk->buf, bk->member, bk->sizes, bk->count, o->comm->manifest->n_replicas, bk->pieces, 0);
     }
     return 0;
 }
@@ -365,6 +370,8 @@ void rt_overlap_close(rt_overlap *o)
     }
     for (int32_t b = 0; b < o->n_buckets && o->buckets; b++) {
         free(o->buckets[b].buf);
+        free(o->buckets[b].sizes);
+        free(o->buckets[b].member);
         rt_quant_feedback_free(&o->buckets[b].fb);
     }
     free(o->buckets);

@@ -550,6 +550,7 @@ const rt_cpu_kernel rt_cpu_kernels[] = {
     [OP_SEND]                   = { NULL,                        NULL,                NULL,                   1, NULL },
     [OP_RECV]                   = { NULL,                        NULL,                NULL,                   1, NULL },
     [OP_ALLREDUCE]              = { NULL,                        NULL,                NULL,                   1, NULL },
+    [OP_ALLGATHER]              = { NULL,                        NULL,                NULL,                   1, NULL },
 };
 /* clang-format on */
 /* The last op has its row (an op appended without one fails here); that

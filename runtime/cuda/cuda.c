@@ -628,7 +628,7 @@ static int run_on_host(rt_cuda *c, const rt_op *op, char *arena, rt_context *ctx
     ctx->before_op = NULL;
     int rc = rt_op_run(op, arena, ctx);
     ctx->before_op = before_op;
-    if (rc != 0 || (op->op == OP_ALLREDUCE && rt_step_flush_buckets(ctx)))
+    if (rc != 0 || ((op->op == OP_ALLREDUCE || op->op == OP_ALLGATHER) && rt_step_flush_buckets(ctx)))
         return -1;
     if (op->n_out == 0)
         return 0;
