@@ -135,15 +135,24 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
     if (any)
         fputs(" keep only what their forward receives a micro-batch and run it again before its backward\n", out);
     /* The comm pass's choice of how each stage averages its gradients
-     * (passes/allreduce_plan.h): said only where it is the hierarchy or
-     * the quantised exchange. */
+     * (passes/allreduce_plan.h): said only where it is the hierarchy, the
+     * quantised exchange or sharded. */
     for (int32_t i = 0, said = -1; i < g->n_nodes; i++) {
         int is_ar = g->nodes[i].op == OP_ALLREDUCE;
         int64_t groups = is_ar ? ir_node_int(&g->nodes[i], ATTR_GROUPS, 0) : 0;
         int64_t bits = is_ar ? ir_node_int(&g->nodes[i], ATTR_BITS, 0) : 0;
-        if ((!groups && !bits) || g->nodes[i].stage == said)
+        int shard = is_ar && ir_node_int(&g->nodes[i], ATTR_SHARD, 0);
+        if ((!groups && !bits && !shard) || g->nodes[i].stage == said)
             continue;
         said = g->nodes[i].stage;
+        if (shard) {
+            fprintf(out,
+                    "sharded optimizer: stage %d's %d replicas each keep 1/%d of AdamW's moments (ZeRO-1: the "
+                    "ring's reduce-scatter while the backward runs, each replica's update of its piece, an "
+                    "all-gather of the parameters after it; runtime/shard.h)\n",
+                    said, p->n_replicas, p->n_replicas);
+            continue;
+        }
         if (bits == ALLREDUCE_DIRECT_BITS) {
             fprintf(out,
                     "all-reduce: stage %d by the direct exchange, f32 (each replica a chunk's owner: every chunk "
