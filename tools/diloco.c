@@ -299,6 +299,19 @@ static void proportional_split(const diloco_plan *dp, int64_t units, int64_t q, 
  * small as units of q allow).  That split and one in proportion to the
  * sites' speeds are then each improved by moving rows between sites, and
  * the faster kept. */
+/* The rows a site's share is a multiple of when --micro-batches leaves it
+ * open: the largest power of two that still cuts the batch into at least
+ * 16 pieces a site.  A share of 1-row units can be a prime (97 of 512 over
+ * five sites), which only 1 or 97 micro-batches divide, and neither may
+ * give a plan that fits the site; a multiple of 4 has many divisors. */
+static int64_t row_granule(int64_t global_batch, int32_t n_sites)
+{
+    int64_t q = 1;
+    while (global_batch / (2 * q) >= 16 * (int64_t)n_sites)
+        q *= 2;
+    return q;
+}
+
 static int share_batch(diloco_plan *dp, int64_t q, diloco_place_fn place, void *arg, diloco_time_fn time,
                        const char *file, struct diag *err)
 {
@@ -392,7 +405,8 @@ int diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, d
         dp->alone[k] = dp->step[k]; /* (under --site-batch each, also its plan) */
     dp->each = o->site_batch;
     if (!dp->each &&
-        (share_batch(dp, o->micro_batches > 0 ? o->micro_batches : 1, place, arg, time, o->files[0], err) ||
+        (share_batch(dp, o->micro_batches > 0 ? o->micro_batches : row_granule(global_batch, dp->n_sites), place,
+                     arg, time, o->files[0], err) ||
          place_shares(dp, place, arg, time, err)))
         return -1;
     price_exchange(dp, c);
