@@ -178,4 +178,13 @@ static inline double allreduce_exposed_seconds(double ar, double latency, double
     return allreduce_exposed_with((double)allreduce_bucket_count(ar, latency, backward, bytes), ar, latency, backward);
 }
 
+/* --shard-optimizer's all-gather of a stage's `bytes` of parameters goes in
+ * buckets of at most RT_GATHER_BUCKET_FLOATS (runtime/comm/comm.h), each
+ * a ring of its own: how many. */
+static inline double allgather_buckets(double bytes)
+{
+    double cap = 4.0 * RT_GATHER_BUCKET_FLOATS;
+    return bytes > cap ? ceil(bytes / cap) : 1.0;
+}
+
 #endif

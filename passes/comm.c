@@ -217,8 +217,7 @@ static int add_allreduces(comm_state *cs, const cluster *c, int quantise, int sh
         int32_t v =
             n < 0 ? -1 : ir_add_value(g, name, g->values[grad].dtype, ROLE_GRADIENT, &shape, g->values[grad].loc);
         if (v < 0 || ir_node_add_input(g, n, grad) || ir_node_add_output(g, n, v) ||
-            ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++) ||
-            (shard && ir_node_set_int(g, n, ATTR_SHARD, 1)) ||
+            ir_node_set_int(g, n, ATTR_TENSOR, cs->next_tensor++) || (shard && ir_node_set_int(g, n, ATTR_SHARD, 1)) ||
             (groups[stage] && ir_node_set_int(g, n, ATTR_GROUPS, groups[stage])) ||
             (bits[stage] && ir_node_set_int(g, n, ATTR_BITS, bits[stage]))) {
             rc = oom(cs);

@@ -543,8 +543,9 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
             /* ZeRO-1: the buckets' reduce-scatter (half the ring) during the
              * last backward; after it, the partial norms' sum (R - 1 ring
              * steps), each replica's update of its 1/R, and the all-gather
-             * of the parameters (the other half) */
-            ar = allreduce_exposed_seconds(0.5 * ar, 0.5 * latency, b[s], grads) + 0.5 * latency + 0.5 * ar;
+             * of the parameters (the other half, in buckets of 25 MiB) */
+            ar = allreduce_exposed_seconds(0.5 * ar, 0.5 * latency, b[s], grads) + 0.5 * latency + 0.5 * ar +
+                 (allgather_buckets(grads) - 1) * 0.5 * latency;
             upd /= cd->R;
         } else if (ar > 0.0) { /* the buckets go during the last backward (the comm pass's assign_buckets) */
             ar = allreduce_exposed_seconds(ar, latency, b[s], grads);

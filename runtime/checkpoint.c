@@ -237,28 +237,17 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
     if (!frozen)
         return fail("%s: out of memory", mf->device);
     const char *metadata[] = { "fusion.model", /* [18, 22): the optional ones below */
-                               mf->model,
-                               "fusion.model_id",
-                               model_id,
-                               "fusion.build_id",
-                               build,
-                               "fusion.device",
-                               mf->device,
-                               "fusion.plan",
-                               plan,
-                               "fusion.step",
-                               step_text,
-                               "fusion.seed",
-                               seed_text,
-                               "fusion.hypers",
-                               mf->hypers,
-                               "fusion.frozen",
-                               frozen,
-                               NULL, /* the two optional ones, when there */
-                               NULL,
-                               NULL,
-                               NULL,
-                               NULL };
+                               mf->model,      "fusion.model_id",
+                               model_id,       "fusion.build_id",
+                               build,          "fusion.device",
+                               mf->device,     "fusion.plan",
+                               plan,           "fusion.step",
+                               step_text,      "fusion.seed",
+                               seed_text,      "fusion.hypers",
+                               mf->hypers,     "fusion.frozen",
+                               frozen,         NULL, /* the two optional ones, when there */
+                               NULL,           NULL,
+                               NULL,           NULL };
     char *pieces = pieces_record(p);
     if (!pieces) {
         free(frozen);

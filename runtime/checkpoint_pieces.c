@@ -35,8 +35,8 @@ int pieces_find(const st_file *f, const char *name, int64_t *lo, int64_t *whole)
         int used = 0;
         if (sscanf(line, "%lld %lld %n", &a, &b, &used) == 2 && used > 0)
             space = line + used;
-        if (space && (end ? (size_t)(end - space) : strlen(space)) == len && strncmp(space, name, len) == 0 &&
-            a >= 0 && b > 0) {
+        if (space && (end ? (size_t)(end - space) : strlen(space)) == len && strncmp(space, name, len) == 0 && a >= 0 &&
+            b > 0) {
             *lo = a;
             *whole = b;
             return 1;
@@ -68,7 +68,7 @@ int pieces_load(st_file *const *parts, int n_parts, const char *name, int64_t wh
             continue;
         memcpy(dst + (from - lo), (const float *)t.data + (from - at), (size_t)(to - from) * sizeof *dst);
         if (size == whole)
-            return 0; /* a whole copy: all of it */
+            return 0;         /* a whole copy: all of it */
         covered += to - from; /* the pieces of one stage's replicas are disjoint */
     }
     if (covered == n)

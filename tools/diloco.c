@@ -404,10 +404,9 @@ int diloco_plan_make(const cluster *c, const options *o, int64_t global_batch, d
     for (int32_t k = 0; k < dp->n_sites; k++)
         dp->alone[k] = dp->step[k]; /* (under --site-batch each, also its plan) */
     dp->each = o->site_batch;
-    if (!dp->each &&
-        (share_batch(dp, o->micro_batches > 0 ? o->micro_batches : row_granule(global_batch, dp->n_sites), place,
-                     arg, time, o->files[0], err) ||
-         place_shares(dp, place, arg, time, err)))
+    if (!dp->each && (share_batch(dp, o->micro_batches > 0 ? o->micro_batches : row_granule(global_batch, dp->n_sites),
+                                  place, arg, time, o->files[0], err) ||
+                      place_shares(dp, place, arg, time, err)))
         return -1;
     price_exchange(dp, c);
     choose_h(dp, o->local_steps, dp->each);

@@ -145,8 +145,8 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
                          "note: the first plan (%d stage%s x %d replica%s, %d micro-batch%s) did not fit its devices' "
                          "memory; planned with %s%s%lld micro-batches instead",
                          plan->n_stages, plan->n_stages == 1 ? "" : "s", plan->n_replicas,
-                         plan->n_replicas == 1 ? "" : "s", M0, M0 == 1 ? "" : "es",
-                         shard ? "--shard-optimizer, " : "", on ? "--recompute on and " : "", (long long)M);
+                         plan->n_replicas == 1 ? "" : "s", M0, M0 == 1 ? "" : "es", shard ? "--shard-optimizer, " : "",
+                         on ? "--recompute on and " : "", (long long)M);
                 ir_graph_free(g);
                 fence_plan_free(plan);
                 *g = g2;

@@ -111,8 +111,7 @@ int plan_memory_check(const ir_graph *g, const cluster *c, const fence_plan *p, 
                          "%.1f GiB: %d stages of this card at the least)",
                          state / GIB, stages_needed * p->n_stages);
             if (p->n_replicas > 1 && !stage_sharded(g, d))
-                add_help(help, sizeof help, "--shard-optimizer (the %d replicas split AdamW's moments)",
-                         p->n_replicas);
+                add_help(help, sizeof help, "--shard-optimizer (the %d replicas split AdamW's moments)", p->n_replicas);
             if (!ir_placement_recompute(&g->placement, s))
                 add_help(help, sizeof help, "--recompute on (a stage keeps only what its forward receives)");
             add_help(help, sizeof help, "a smaller micro-batch (--micro-batches %d, or a smaller --set batch=)",

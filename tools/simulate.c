@@ -229,6 +229,10 @@ static double allreduce_seconds(const sim *s, int32_t st, int32_t k)
     for (; k < n && (int32_t)g->nodes[ops[k]].op == kind; k++)
         if (ir_node_int(&g->nodes[ops[k]], ATTR_BUCKET, -1) < 0)
             bytes += (double)ir_value_bytes(g, g->nodes[ops[k]].in[0]);
+    if (half && kind == OP_ALLGATHER) /* in buckets of RT_GATHER_BUCKET_FLOATS, a ring's latencies each */
+        return bytes > 0.0 ? 0.5 * way_seconds(s, st, bytes, 0, 0) +
+                                 (allgather_buckets(bytes) - 1) * 0.5 * way_seconds(s, st, 1.0, 0, 0)
+                           : 0.0;
     if (half)
         return bytes > 0.0 ? 0.5 * way_seconds(s, st, bytes, 0, 0) : 0.0;
     for (int32_t b = 0; !s->overlap && b < s->n_buckets[st]; b++) /* --no-overlap: each now, in turn */
@@ -275,8 +279,8 @@ static int find_buckets(sim *s)
     s->bucket_at = calloc(SB, sizeof *s->bucket_at);
     s->bucket_next = calloc((size_t)s->S, sizeof *s->bucket_next);
     s->bucket_end = calloc((size_t)s->S, sizeof *s->bucket_end);
-    if (!s->n_buckets || !s->bucket_ready || !s->bucket_bytes || !s->bucket_groups || !s->bucket_bits || !s->bucket_shard ||
-        !s->bucket_count || !s->bucket_at || !s->bucket_next || !s->bucket_end)
+    if (!s->n_buckets || !s->bucket_ready || !s->bucket_bytes || !s->bucket_groups || !s->bucket_bits ||
+        !s->bucket_shard || !s->bucket_count || !s->bucket_at || !s->bucket_next || !s->bucket_end)
         return -1;
     for (size_t k = 0; k < SB; k++)
         s->bucket_ready[k] = -1;

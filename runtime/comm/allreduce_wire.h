@@ -32,4 +32,9 @@ static inline int32_t allreduce_leader_of(int64_t groups, int32_t r)
     return r;
 }
 
+/* --shard-optimizer's all-gather (comm.c): its buckets at most this many
+ * floats (25 MiB, DDP's bucket cap), so that the buffer it is laid out in
+ * stays small (allreduce_plan.h prices the rings). */
+#define RT_GATHER_BUCKET_FLOATS (25 * 1024 * 1024 / 4)
+
 #endif

@@ -766,7 +766,7 @@ static int ring_pieces(rt_comm *c, float *x, int64_t n, const int64_t *sizes, in
         lo[q + 1] = lo[q] + chunk;
         largest = chunk > largest ? chunk : largest;
     }
-    int phases = mode == RT_BUCKET_MEAN ? RING_SCATTER | RING_GATHER
+    int phases = mode == RT_BUCKET_MEAN      ? RING_SCATTER | RING_GATHER
                  : mode == RT_BUCKET_SCATTER ? RING_SCATTER
                                              : RING_GATHER;
     int rc = ensure_scratch(c, (size_t)largest + 1, ctx);
@@ -935,7 +935,13 @@ int rt_comm_gather_pieces(rt_comm *c, const rt_op *op, char *arena, rt_context *
 /* y[n] joins the bucket (an op of another mode flushes it first). */
 static int bucket_add(rt_comm *c, const rt_op *op, float *y, int64_t n, rt_context *ctx)
 {
-    if (c->bucket_count > 0 && c->bucket_mode != rt_comm_bucket_mode(op) && rt_comm_flush_bucket(c, ctx))
+    int64_t held = 0;
+    for (int32_t i = 0; i < c->bucket_count; i++)
+        held += c->bucket_floats[i];
+    /* The all-gather's bucket is the whole stage's parameters: in pieces
+     * of RT_GATHER_BUCKET_FLOATS at most, so that its buffer stays small. */
+    int full = rt_comm_bucket_mode(op) == RT_BUCKET_GATHER && held > 0 && held + n > RT_GATHER_BUCKET_FLOATS;
+    if (c->bucket_count > 0 && (full || c->bucket_mode != rt_comm_bucket_mode(op)) && rt_comm_flush_bucket(c, ctx))
         return -1;
     if (c->bucket_count == c->bucket_cap) {
         int32_t cap = c->bucket_cap ? 2 * c->bucket_cap : 64;
