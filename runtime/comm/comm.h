@@ -130,6 +130,9 @@ typedef struct rt_comm {
                                          feedback state when it is made (feedback.h)   */
 } rt_comm;
 
+/* The device of replica lane `replica` of stage `stage`. */
+int32_t rt_comm_device_at(const rt_comm *c, int32_t stage, int32_t replica);
+
 /* Connect to every peer this device has a link with (runtime/program.h's
  * links) and check they run the same compile.  0, or -1 with err set. */
 int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, const rt_peer *peers, const rt_link *links,
