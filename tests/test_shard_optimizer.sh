@@ -4,7 +4,9 @@
 #   - GPT-2 small (124M) on 4 replicas of clusters/local-4.xml: the planned
 #     memory of a device sharded is at most 0.75x unsharded (the plan's
 #     memory column), the plan says so, and the simulator's step agrees
-#     with the planner's within 5%;
+#     with the planner's within 5%; the planner takes sharding on its own
+#     where its estimated step is shorter (devices with slow memory on fast
+#     links), not on local-4;
 #   - the same mathematics: on one site (a ring either way) sharded and
 #     unsharded runs end 10 steps with every parameter bit-identical
 #     without clipping, and losses within 1e-6 with it (the norm's partial
@@ -68,6 +70,18 @@ sed -e '/<link from="siteA"/d' -e 's/<cluster name="local-4"/<cluster name="one-
   awk '/<\/region>/ && !done { getline nxt; if (nxt ~ /<region name="siteB"/) { done = 1; next } print; print nxt; next } { print }' \
   >"$work/one-site.xml"
 [ "$(grep -c '<region' "$work/one-site.xml")" = 1 ] && pass || fail "one-site.xml: $(cat "$work/one-site.xml")"
+
+# The planner takes it on its own when its step is faster: devices with a
+# slow memory (the update reads and writes 16 bytes a parameter) on 100 Gbps.
+sed -e 's/memory-bandwidth="10GB\/s"/memory-bandwidth="0.5GB\/s"/g' \
+  -e 's/bandwidth="10Gbps" latency="50us"/bandwidth="100Gbps" latency="5us"/' "$work/one-site.xml" >"$work/slowmem.xml"
+"$FUSIONC" plan models/gpt2.xml "$work/slowmem.xml" --stages 1 --replicas 4 --micro-batches 1 --set batch=4 \
+  >"$work/auto.txt" 2>&1 && pass || fail "plan on slow memory: $(cat "$work/auto.txt")"
+grep -q "^note: --shard-optimizer taken: .* makes the estimated step [0-9.]* ms, against [0-9.]* ms unsharded" \
+  "$work/auto.txt" && grep -q "^sharded optimizer: stage 0" "$work/auto.txt" && pass \
+  || fail "the planner did not take --shard-optimizer where it is faster: $(cat "$work/auto.txt")"
+# ... and not where it is slower (local-4's unsharded all-reduce is the hierarchy)
+! grep -q "shard" "$work/plan0.txt" && pass || fail "local-4 took sharding on its own: $(cat "$work/plan0.txt")"
 
 # build NAME CLUSTER OPTIONS...
 build() {

@@ -34,7 +34,9 @@ void placed_free(placed_model *p);
  * (replicas split the moments), --recompute on, both, then the same with
  * more micro-batches (each divisor of the batch's rows, smaller pieces); the
  * first that fits is taken, with a line in note ("" when the first plan
- * fit).  0; -1 with err when it cannot be built; -2 with err saying what
+ * fit).  A first plan that fits, with replicas, is sharded instead when
+ * that makes its estimated step shorter and the user left
+ * --shard-optimizer to fusion (said in note too).  0; -1 with err when it cannot be built; -2 with err saying what
  * the first plan needed when no plan fits (g and plan then hold it). */
 int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_plan *plan, char *note, size_t note_n,
                          struct diag *err);
