@@ -704,6 +704,11 @@ int pass_comm(ir_graph *g, const pass_options *opt, struct diag *err)
      * cut edges of the graph that makes, the new adds read included. */
     comm_state pre = { g, err, g->n_nodes, NULL, NULL, 0, 0, NULL };
     int shard = opt && opt->shard_optimizer && p->n_replicas > 1, rc = 0;
+    for (int32_t i = 0; shard && i < g->n_nodes; i++)
+        if (g->nodes[i].op == OP_SGD) /* its update reads the whole gradient, which a reduce-scatter does not leave */
+            return diag_set(err, file, 0,
+                            "--shard-optimizer splits AdamW's moments over the replicas; this model trains with "
+                            "plain SGD (sgd = 1), which keeps none");
     if (shard) { /* its sums first: the clip's per-stage runs then read them */
         rc = shard_update(&pre);
         if (rc == 0 && g->n_nodes > pre.n_old)

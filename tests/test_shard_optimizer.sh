@@ -19,7 +19,7 @@
 #     unsharded (bit-identical to the uninterrupted run, no clipping) and
 #     as 2 stages x 2 sharded replicas (losses within 1e-5);
 #   - a sharded checkpoint with a replica's part gone is refused, naming
-#     the moment and the range missing;
+#     the moment and the range missing; SGD (no moments) is refused;
 #   - on emulated CUDA replicas (tests/emu_driver/) sharded and unsharded
 #     parameters are bit-identical after 4 steps.
 . "$(dirname "$0")/lib.sh"
@@ -64,6 +64,12 @@ simulated=$("$FUSIONC" simulate models/gpt2.xml clusters/local-4.xml --stages 1 
   --set batch=4 --compress none --shard-optimizer 2>&1 | sed -n 's/^step 2: \([0-9.]*\) ms.*/\1/p')
 awk -v p="$planned" -v s="$simulated" 'BEGIN { d = (s - p) / p; if (d < 0) d = -d; exit !(p > 0 && d <= 0.05) }' \
   && pass || fail "simulated step $simulated ms is not within 5% of the planned $planned ms"
+
+# SGD keeps no moments: refused, saying why.
+"$FUSIONC" plan models/gpt2.xml clusters/local-4.xml --set sgd=1 --set batch=8 --shard-optimizer >"$work/sgd" 2>&1 \
+  && fail "--shard-optimizer with SGD was planned" || pass
+grep -q "error: comm: --shard-optimizer splits AdamW's moments over the replicas; this model trains with plain SGD" \
+  "$work/sgd" && pass || fail "SGD: $(cat "$work/sgd")"
 
 # 2. The same mathematics.  A one-site copy of local-4: a ring either way.
 sed -e '/<link from="siteA"/d' -e 's/<cluster name="local-4"/<cluster name="one-site"/' clusters/local-4.xml |
