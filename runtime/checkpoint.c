@@ -236,18 +236,19 @@ int save_checkpoint(const program *p, const char *step_dir, int64_t step, uint64
     char *frozen = frozen_record(p);
     if (!frozen)
         return fail("%s: out of memory", mf->device);
-    const char *metadata[] = { "fusion.model", /* [18, 22): the optional ones below */
-                               mf->model,      "fusion.model_id",
-                               model_id,       "fusion.build_id",
-                               build,          "fusion.device",
-                               mf->device,     "fusion.plan",
-                               plan,           "fusion.step",
-                               step_text,      "fusion.seed",
-                               seed_text,      "fusion.hypers",
-                               mf->hypers,     "fusion.frozen",
-                               frozen,         NULL, /* the two optional ones, when there */
-                               NULL,           NULL,
-                               NULL,           NULL };
+    /* clang-format off */
+    const char *metadata[] = { "fusion.model",    mf->model,
+                               "fusion.model_id", model_id,
+                               "fusion.build_id", build,
+                               "fusion.device",   mf->device,
+                               "fusion.plan",     plan,
+                               "fusion.step",     step_text,
+                               "fusion.seed",     seed_text,
+                               "fusion.hypers",   mf->hypers,
+                               "fusion.frozen",   frozen,
+                               NULL, NULL, NULL, NULL, /* [18, 22): the optional ones below, when there */
+                               NULL };
+    /* clang-format on */
     char *pieces = pieces_record(p);
     if (!pieces) {
         free(frozen);
