@@ -50,16 +50,17 @@ EOF
 }
 
 # 1. Planned memory of GPT-2 small, 4 replicas.
-plan_memory() { "$FUSIONC" plan models/gpt2.xml clusters/local-4.xml --stages 1 --replicas 4 --micro-batches 1 \
-  --set batch=4 --compress none "$@" 2>&1 | tee "$work/plan$#.txt" | awk '$1 == "0" && /MiB$/{print $(NF-1)}'; }
-whole=$(plan_memory)
-sharded=$(plan_memory --shard-optimizer)
+# plan_memory NAME OPTIONS...: the plan into NAME.txt; stage 0's planned memory (MiB)
+plan_memory() { local name=$1; shift; "$FUSIONC" plan models/gpt2.xml clusters/local-4.xml --stages 1 --replicas 4 \
+  --micro-batches 1 --set batch=4 --compress none "$@" 2>&1 | tee "$work/$name.txt" | awk '$1 == "0" && /MiB$/{print $(NF-1)}'; }
+whole=$(plan_memory whole --no-shard-optimizer)
+sharded=$(plan_memory sharded --shard-optimizer)
 echo "GPT-2 small, 4 replicas: planned memory ${whole} MiB unsharded, ${sharded} MiB sharded" >&2
 awk -v a="$whole" -v b="$sharded" 'BEGIN { exit !(a > 0 && b > 0 && b <= 0.75 * a) }' && pass \
-  || fail "sharded planned memory $sharded MiB is not at most 0.75x of $whole MiB: $(cat "$work"/plan*.txt)"
-grep -q "^sharded optimizer: stage 0's 4 replicas each keep 1/4 of AdamW's moments" "$work/plan1.txt" && pass \
-  || fail "the sharded plan does not say so: $(cat "$work/plan1.txt")"
-planned=$(sed -n 's/^estimated step: \([0-9.]*\) ms.*/\1/p' "$work/plan1.txt")
+  || fail "sharded planned memory $sharded MiB is not at most 0.75x of $whole MiB: $(cat "$work"/whole.txt "$work"/sharded.txt)"
+grep -q "^sharded optimizer: stage 0's 4 replicas each keep 1/4 of AdamW's moments" "$work/sharded.txt" && pass \
+  || fail "the sharded plan does not say so: $(cat "$work/sharded.txt")"
+planned=$(sed -n 's/^estimated step: \([0-9.]*\) ms.*/\1/p' "$work/sharded.txt")
 simulated=$("$FUSIONC" simulate models/gpt2.xml clusters/local-4.xml --stages 1 --replicas 4 --micro-batches 1 \
   --set batch=4 --compress none --shard-optimizer 2>&1 | sed -n 's/^step 2: \([0-9.]*\) ms.*/\1/p')
 awk -v p="$planned" -v s="$simulated" 'BEGIN { d = (s - p) / p; if (d < 0) d = -d; exit !(p > 0 && d <= 0.05) }' \
@@ -86,8 +87,17 @@ sed -e 's/memory-bandwidth="10GB\/s"/memory-bandwidth="0.5GB\/s"/g' \
 grep -q "^note: --shard-optimizer taken: .* makes the estimated step [0-9.]* ms, against [0-9.]* ms unsharded" \
   "$work/auto.txt" && grep -q "^sharded optimizer: stage 0" "$work/auto.txt" && pass \
   || fail "the planner did not take --shard-optimizer where it is faster: $(cat "$work/auto.txt")"
-# ... and not where it is slower (local-4's unsharded all-reduce is the hierarchy)
-! grep -q "shard" "$work/plan0.txt" && pass || fail "local-4 took sharding on its own: $(cat "$work/plan0.txt")"
+# ... and not where it is slower (local-4's unsharded all-reduce is the hierarchy), nor when told not to
+"$FUSIONC" plan models/gpt2.xml clusters/local-4.xml --stages 1 --replicas 4 --micro-batches 1 --set batch=4 \
+  >"$work/local4.txt" 2>&1 && ! grep -q "shard" "$work/local4.txt" && pass \
+  || fail "local-4 took sharding on its own: $(cat "$work/local4.txt")"
+"$FUSIONC" plan models/gpt2.xml "$work/slowmem.xml" --stages 1 --replicas 4 --micro-batches 1 --set batch=4 \
+  --no-shard-optimizer >"$work/never.txt" 2>&1 && ! grep -q "shard" "$work/never.txt" && pass \
+  || fail "--no-shard-optimizer sharded: $(cat "$work/never.txt")"
+"$FUSIONC" plan models/gpt2.xml clusters/local-4.xml --shard-optimizer --no-shard-optimizer >"$work/both" 2>&1 \
+  && fail "both --shard-optimizer and --no-shard-optimizer were taken" || pass
+grep -q "error: --shard-optimizer and --no-shard-optimizer: give one of them" "$work/both" && pass \
+  || fail "both: $(cat "$work/both")"
 
 # build NAME CLUSTER OPTIONS...
 build() {
@@ -106,7 +116,7 @@ train() {
   expect_eq "$name $run steps" "$steps" "$(wc -l <"$work/$name.$run.loss")"
 }
 
-build plain1 "$work/one-site.xml" --stages 1 --replicas 4 --micro-batches 2
+build plain1 "$work/one-site.xml" --stages 1 --replicas 4 --micro-batches 2 --no-shard-optimizer
 build shard1 "$work/one-site.xml" --stages 1 --replicas 4 --micro-batches 2 --shard-optimizer
 for name in plain1 shard1; do
   train $name noclip 10 --grad-clip 0 --save-every 5
@@ -136,7 +146,7 @@ sys.exit(0 if pieces[m] == (n * 2 // 4, n) and size(m) == n * 3 // 4 - n * 2 // 
 EOF
 
 # Two regions (the unsharded all-reduce is the hierarchy there), and a pipeline.
-build plain4 clusters/local-4.xml --stages 1 --replicas 4 --micro-batches 2
+build plain4 clusters/local-4.xml --stages 1 --replicas 4 --micro-batches 2 --no-shard-optimizer
 build shard4 clusters/local-4.xml --stages 1 --replicas 4 --micro-batches 2 --shard-optimizer
 build grid clusters/local-4.xml --stages 2 --replicas 2 --micro-batches 2 --shard-optimizer
 grep -q "2 stages x 2 replicas" "$work/grid.compile" && pass || fail "grid: $(cat "$work/grid.compile")"
@@ -172,7 +182,7 @@ grep -q "the parts here hold [0-9]* of elements \[0, [0-9]*) of 'adamw\.[mv]\..*
 # 4. Emulated CUDA replicas: the sharded update runs on the device's piece.
 cmodel=(--set vocab=256 --set ctx=16 --set layers=2 --set dim=32 --set heads=2 --set batch=4 --set seq=16)
 for v in plain shard; do
-  extra=(); [ $v = shard ] && extra=(--shard-optimizer)
+  extra=(--no-shard-optimizer); [ $v = shard ] && extra=(--shard-optimizer)
   "$FUSIONC" compile models/gpt2.xml tests/clusters/two-gpu.xml -o "$work/cuda.$v" "${cmodel[@]}" --stages 1 \
     --replicas 2 --micro-batches 2 --compress none --cublas system --port-base "$base" "${extra[@]}" \
     >"$work/log" 2>&1 && pass || fail "CUDA $v compile: $(tail -c 1500 "$work/log")"

@@ -66,7 +66,8 @@
 #define PLACEMENT_USES                                                                                \
     BUILD_USES, CLI_USE(OPT_SCHEDULER), CLI_USE(OPT_SEED), CLI_USE(OPT_MICRO_BATCHES),             \
     CLI_USE(OPT_STAGES), CLI_USE(OPT_REPLICAS), CLI_USE(OPT_WITHOUT), CLI_USE(OPT_WITH),               \
-    CLI_USE(OPT_COMPRESS), CLI_USE(OPT_RECOMPUTE), CLI_USE(OPT_SHARD_OPTIMIZER)
+    CLI_USE(OPT_COMPRESS), CLI_USE(OPT_RECOMPUTE), CLI_USE(OPT_SHARD_OPTIMIZER),  \
+    CLI_USE(OPT_NO_SHARD_OPTIMIZER)
 #define USAGE(head, uses) { head, fusionc_options, uses, (int)(sizeof uses / sizeof uses[0]), 18, NULL }
 
 static const cli_use check_uses[] = {

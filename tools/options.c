@@ -241,6 +241,9 @@ const cli_option fusionc_options[OPT_COUNT] = {
                               .help = "ZeRO-1: a stage's replicas split the AdamW moments, each keeping 1/R\n"
                                       "(the gradients reduce-scattered, each replica updating its piece,\n"
                                       "the parameters all-gathered: the same mathematics, the ring alone)" },
+    [OPT_NO_SHARD_OPTIMIZER] = { .name = "--no-shard-optimizer", CLI_FLAG(options, no_shard_optimizer),
+                                 .help = "never shard (by default the planner shards where that makes a plan\n"
+                                         "fit, or its estimated step 2% shorter, and says so)" },
     [OPT_SYNC] = { .name = "--sync", .metavar = "S", CLI_CHOICE_INT(options, sync), .choices = syncs,
                    .values = sync_values, .expects = "exact or diloco",
                    .help = "exact (default: one global batch a step, every gradient averaged) or\n"

@@ -51,31 +51,32 @@ typedef struct {
     int view_stage;          /* dump --stage N (-1: every stage)            */
     const char *view_device; /* dump --device NAME: that device's stage     */
     int verbose;
-    const char *scheduler; /* --scheduler opfence|uniform|gcma|random      */
-    int micro_batches;     /* --micro-batches M (0: the default)           */
-    int port_base;         /* --port-base P (0: 29500)                     */
-    int stages;            /* --stages S (0: the scheduler's choice)       */
-    const char *compress;  /* --compress none|topk:RHO|adatopk             */
-    const char *recompute; /* --recompute auto|on|off                      */
-    int shard_optimizer;   /* --shard-optimizer: ZeRO-1 over each stage's replicas */
-    const char *cublas;    /* --cublas bundle|system (compile)             */
-    const char *run_key;   /* --run-key FILE: this run secret, not a new one (compile) */
-    int force;             /* --force: empty OUT of an earlier compile first (compile) */
-    int study;             /* simulate (not an option): a plan that does not fit is kept, with a warning */
-    const char *tokenizer; /* --tokenizer PATH: checked and copied to OUT/tokenizer (compile) */
-    int replicas;          /* --replicas R (0: the scheduler's choice)     */
-    int steps;             /* --steps N (simulate; 0: 3)                   */
-    int64_t seed;          /* --seed N (--scheduler random; 0: 1)          */
-    ir_dtype precision;    /* --precision fp32|bf16|fp16 (DT_F32 = 0: fp32)  */
-    int tf32;              /* --tf32                                       */
-    int no_overlap;        /* --no-overlap (simulate): the gradient buckets after the backward */
-    name_list without;     /* --without NAME: devices left out of the cluster (a re-plan) */
-    name_list with;        /* --with NAME: standbys taken in as devices (a device joined) */
-    name_list freeze;      /* --freeze PATTERN: parameters that do not train (passes/adapters.c) */
-    lora_option lora;      /* --lora SPEC: LoRA adapters, the rest frozen (passes/adapters.c) */
-    ir_dtype frozen_dtype; /* --frozen-dtype fp32|bf16|fp16: frozen parameters' storage (0: fp32) */
-    int inference;         /* --inference: an inference program (passes/decode.c) */
-    int64_t prefill;       /* --prefill P: its prompt step of P tokens (passes/prefill.c), 0 none */
+    const char *scheduler;  /* --scheduler opfence|uniform|gcma|random      */
+    int micro_batches;      /* --micro-batches M (0: the default)           */
+    int port_base;          /* --port-base P (0: 29500)                     */
+    int stages;             /* --stages S (0: the scheduler's choice)       */
+    const char *compress;   /* --compress none|topk:RHO|adatopk             */
+    const char *recompute;  /* --recompute auto|on|off                      */
+    int shard_optimizer;    /* --shard-optimizer: ZeRO-1 over each stage's replicas */
+    int no_shard_optimizer; /* --no-shard-optimizer: never, not even where the planner finds it pays */
+    const char *cublas;     /* --cublas bundle|system (compile)             */
+    const char *run_key;    /* --run-key FILE: this run secret, not a new one (compile) */
+    int force;              /* --force: empty OUT of an earlier compile first (compile) */
+    int study;              /* simulate (not an option): a plan that does not fit is kept, with a warning */
+    const char *tokenizer;  /* --tokenizer PATH: checked and copied to OUT/tokenizer (compile) */
+    int replicas;           /* --replicas R (0: the scheduler's choice)     */
+    int steps;              /* --steps N (simulate; 0: 3)                   */
+    int64_t seed;           /* --seed N (--scheduler random; 0: 1)          */
+    ir_dtype precision;     /* --precision fp32|bf16|fp16 (DT_F32 = 0: fp32)  */
+    int tf32;               /* --tf32                                       */
+    int no_overlap;         /* --no-overlap (simulate): the gradient buckets after the backward */
+    name_list without;      /* --without NAME: devices left out of the cluster (a re-plan) */
+    name_list with;         /* --with NAME: standbys taken in as devices (a device joined) */
+    name_list freeze;       /* --freeze PATTERN: parameters that do not train (passes/adapters.c) */
+    lora_option lora;       /* --lora SPEC: LoRA adapters, the rest frozen (passes/adapters.c) */
+    ir_dtype frozen_dtype;  /* --frozen-dtype fp32|bf16|fp16: frozen parameters' storage (0: fp32) */
+    int inference;          /* --inference: an inference program (passes/decode.c) */
+    int64_t prefill;        /* --prefill P: its prompt step of P tokens (passes/prefill.c), 0 none */
     /* How the sites agree (tools/diloco.h): --sync exact|diloco and the outer step's settings. */
     int sync;              /* RT_SYNC_EXACT (0) or RT_SYNC_DILOCO          */
     int local_steps;       /* --local-steps H (0: the planner's)           */
@@ -115,6 +116,7 @@ enum {
     OPT_COMPRESS,
     OPT_RECOMPUTE,
     OPT_SHARD_OPTIMIZER,
+    OPT_NO_SHARD_OPTIMIZER,
     OPT_SYNC,
     OPT_LOCAL_STEPS,
     OPT_SITE_BATCH,

@@ -72,6 +72,8 @@ int placed_build(const options *o, const char *model_path, const cluster *c, ir_
                         "--stages and --replicas choose among opfence's plans; uniform always "
                         "uses every device as one stage");
     ir_graph_init(g);
+    if (o->shard_optimizer && o->no_shard_optimizer)
+        return diag_set(err, model_path, 0, "--shard-optimizer and --no-shard-optimizer: give one of them");
     if (model_input_load(model_path, o, g, err))
         return -1;
     int64_t B = global_batch(g);
@@ -117,7 +119,7 @@ int placed_build(const options *o, const char *model_path, const cluster *c, ir_
 #define SHARD_GAIN 0.98
 static int try_sharded(const options *o, const cluster *c, ir_graph *g, fence_plan *plan, char *note, size_t note_n)
 {
-    if (o->shard_optimizer || o->inference || plan->n_replicas < 2)
+    if (o->shard_optimizer || o->no_shard_optimizer || o->inference || plan->n_replicas < 2)
         return 0;
     options fix = *o;
     fix.shard_optimizer = 1;
@@ -159,10 +161,16 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
     for (int64_t M = M0; M <= (B > 0 ? B : M0); M++) {
         if (M != M0 && (!can_split || B % M != 0))
             continue; /* the next divisor of the batch's rows */
+        /* As it is (with more micro-batches), sharded moments,
+         * recomputation, both: the fastest that fits (by the cost model's
+         * step) at the fewest micro-batches. */
+        ir_graph best_g;
+        fence_plan best_plan;
+        int best = -1;
         for (int tried = 0; tried < 4; tried++) {
-            /* the cheapest first: sharded moments, recomputation, both */
             int shard = tried & 1, on = tried >> 1;
-            if ((M == M0 && !on && !shard) || (on && !can_recompute) || (shard && (o->shard_optimizer || o->inference)))
+            if ((M == M0 && tried == 0) || (on && !can_recompute) ||
+                (shard && (o->shard_optimizer || o->no_shard_optimizer || o->inference)))
                 continue; /* the plan that did not fit; what the user chose against or has already */
             options fix = *o;
             fix.recompute = on ? "on" : o->recompute;
@@ -174,22 +182,31 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
             struct diag why = { 0 };
             memset(&plan2, 0, sizeof plan2);
             if (placed_build(&fix, fix.files[0], c, &g2, &plan2, &why) == 0 &&
-                plan_memory_check(&g2, c, &plan2, fix.files[0], &why) == 0) {
-                snprintf(note, note_n,
-                         "note: the first plan (%d stage%s x %d replica%s, %d micro-batch%s) did not fit its devices' "
-                         "memory; planned with %s%s%lld micro-batches instead",
-                         plan->n_stages, plan->n_stages == 1 ? "" : "s", plan->n_replicas,
-                         plan->n_replicas == 1 ? "" : "s", M0, M0 == 1 ? "" : "es", shard ? "--shard-optimizer, " : "",
-                         on ? "--recompute on and " : "", (long long)M);
-                ir_graph_free(g);
-                fence_plan_free(plan);
-                *g = g2;
-                *plan = plan2;
-                return 0;
+                plan_memory_check(&g2, c, &plan2, fix.files[0], &why) == 0 &&
+                (best < 0 || plan2.step_seconds < best_plan.step_seconds)) {
+                if (best >= 0) {
+                    ir_graph_free(&best_g);
+                    fence_plan_free(&best_plan);
+                }
+                best_g = g2, best_plan = plan2, best = tried;
+                continue;
             }
             ir_graph_free(&g2);
             fence_plan_free(&plan2);
         }
+        if (best < 0)
+            continue;
+        snprintf(note, note_n,
+                 "note: the first plan (%d stage%s x %d replica%s, %d micro-batch%s) did not fit its devices' "
+                 "memory; planned with %s%s%lld micro-batches instead",
+                 plan->n_stages, plan->n_stages == 1 ? "" : "s", plan->n_replicas, plan->n_replicas == 1 ? "" : "s", M0,
+                 M0 == 1 ? "" : "es", best & 1 ? "--shard-optimizer, " : "", best & 2 ? "--recompute on and " : "",
+                 (long long)M);
+        ir_graph_free(g);
+        fence_plan_free(plan);
+        *g = best_g;
+        *plan = best_plan;
+        return 0;
     }
     return -2; /* the first plan, kept in g and plan, does not fit */
 }
