@@ -26,7 +26,9 @@ llama=(--set vocab=128256 --set dim=4096 --set layers=32 --set heads=32 --set kv
        --set ctx=2048 --set seq=2048 --precision fp16 --compress none)
 lora="--lora rank=16,alpha=32,targets=q_proj,k_proj,v_proj,o_proj --frozen-dtype fp16"
 declare -A flags=([full]="--set batch=64" [lora]="$lora --set batch=64" [lora-1024]="$lora --set batch=1024")
-declare -A counts=([full]="4" [lora]="4" [lora-1024]="64 128")
+# auto: the planner's micro-batches (full fine-tuning of 8B fits 16 GiB
+# cards only with more than 4, recomputation or sharded moments)
+declare -A counts=([full]="auto" [lora]="4" [lora-1024]="64 128")
 declare -A step
 for mode in full lora lora-1024; do
   for c in dtfm-datacenter-ondemand dtfm-worldwide; do
@@ -34,7 +36,8 @@ for mode in full lora lora-1024; do
     for M in ${counts[$mode]}; do
       out=$work/$mode-$c-$M
       # shellcheck disable=SC2086
-      "$build/fusionc" simulate models/llama.xml "clusters/$c.xml" "${llama[@]}" ${flags[$mode]} --micro-batches "$M" \
+      mb=(--micro-batches "$M"); [ "$M" = auto ] && mb=()
+      "$build/fusionc" simulate models/llama.xml "clusters/$c.xml" "${llama[@]}" ${flags[$mode]} "${mb[@]}" \
         -o "$out" >"$out.out" 2>&1 || { cat "$out.out" >&2; exit 1; }
       t=$(sed -n 's/^simulated step: \([0-9.]*\) ms$/\1/p' "$out.out")
       if [ -z "$best" ] || awk -v a="$t" -v b="${step[$mode-$c]}" 'BEGIN { exit !(a < b) }'; then
@@ -43,7 +46,8 @@ for mode in full lora lora-1024; do
     done
     out=$work/$mode-$c-$best
     # shellcheck disable=SC2086
-    "$build/fusionc" plan models/llama.xml "clusters/$c.xml" "${llama[@]}" ${flags[$mode]} --micro-batches "$best" \
+    mb=(--micro-batches "$best"); [ "$best" = auto ] && mb=()
+    "$build/fusionc" plan models/llama.xml "clusters/$c.xml" "${llama[@]}" ${flags[$mode]} "${mb[@]}" \
       -o "$out.plan" >/dev/null 2>&1 || { echo "plan $mode on $c failed" >&2; exit 1; }
     echo "  $mode on $c: $(head -1 "$out.out")"
     echo "    $(grep -m1 '^all-reduce:' "$out.plan/plan.txt" | cut -c1-60 || echo 'all-reduce: the ring')"
