@@ -112,38 +112,58 @@ int placed_build(const options *o, const char *model_path, const cluster *c, ir_
     return pass_run_pipeline(g, &popt, err);
 }
 
+/* Whether fusion may shard on its own: the user chose neither way, and it trains. */
+static int may_shard(const options *o) { return !o->shard_optimizer && !o->no_shard_optimizer && !o->inference; }
+
+/* placed_build with fix into *g and *plan when that plan also fits its
+ * devices: 1; else 0, with nothing kept. */
+static int build_if_fits(const options *fix, const cluster *c, ir_graph *g, fence_plan *plan)
+{
+    struct diag why = { 0 };
+    memset(plan, 0, sizeof *plan);
+    if (placed_build(fix, fix->files[0], c, g, plan, &why) == 0 &&
+        plan_memory_check(g, c, plan, fix->files[0], &why) == 0)
+        return 1;
+    ir_graph_free(g);
+    fence_plan_free(plan);
+    return 0;
+}
+
+/* g and plan give way to g2 and plan2. */
+static void take_plan(ir_graph *g, fence_plan *plan, ir_graph *g2, fence_plan *plan2)
+{
+    ir_graph_free(g);
+    fence_plan_free(plan);
+    *g = *g2;
+    *plan = *plan2;
+}
+
 /* A plan that fits, with replicas, and the user left --shard-optimizer
  * to fusion: the sharded plan (the same mathematics) instead when the
  * cost model finds its step at least SHARD_GAIN times shorter and it fits
- * too (said in note).  Returns 0. */
+ * too (said in note). */
 #define SHARD_GAIN 0.98
-static int try_sharded(const options *o, const cluster *c, ir_graph *g, fence_plan *plan, char *note, size_t note_n)
+static void try_sharded(const options *o, const cluster *c, ir_graph *g, fence_plan *plan, char *note, size_t note_n)
 {
-    if (o->shard_optimizer || o->no_shard_optimizer || o->inference || plan->n_replicas < 2)
-        return 0;
+    if (!may_shard(o) || plan->n_replicas < 2)
+        return;
     options fix = *o;
     fix.shard_optimizer = 1;
     fix.dump_ir = NULL;
     ir_graph g2;
     fence_plan plan2;
-    struct diag why = { 0 };
-    memset(&plan2, 0, sizeof plan2);
-    if (placed_build(&fix, fix.files[0], c, &g2, &plan2, &why) == 0 &&
-        plan_memory_check(&g2, c, &plan2, fix.files[0], &why) == 0 &&
-        plan2.step_seconds < SHARD_GAIN * plan->step_seconds) {
-        snprintf(note, note_n,
-                 "note: --shard-optimizer taken: the replicas' update on 1/%d of the parameters each makes the "
-                 "estimated step %.2f ms, against %.2f ms unsharded",
-                 plan2.n_replicas, plan2.step_seconds * 1e3, plan->step_seconds * 1e3);
-        ir_graph_free(g);
-        fence_plan_free(plan);
-        *g = g2;
-        *plan = plan2;
-        return 0;
+    if (!build_if_fits(&fix, c, &g2, &plan2))
+        return;
+    if (!(plan2.step_seconds < SHARD_GAIN * plan->step_seconds)) {
+        ir_graph_free(&g2);
+        fence_plan_free(&plan2);
+        return;
     }
-    ir_graph_free(&g2);
-    fence_plan_free(&plan2);
-    return 0;
+    snprintf(note, note_n,
+             "note: --shard-optimizer taken: the replicas' update on 1/%d of the parameters each makes the "
+             "estimated step %.2f ms, against %.2f ms unsharded",
+             plan2.n_replicas, plan2.step_seconds * 1e3, plan->step_seconds * 1e3);
+    take_plan(g, plan, &g2, &plan2);
 }
 
 int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_plan *plan, char *note, size_t note_n,
@@ -153,8 +173,10 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
         note[0] = '\0';
     if (placed_build(o, o->files[0], c, g, plan, err))
         return -1;
-    if (plan_memory_check(g, c, plan, o->files[0], err) == 0)
-        return try_sharded(o, c, g, plan, note, note_n);
+    if (plan_memory_check(g, c, plan, o->files[0], err) == 0) {
+        try_sharded(o, c, g, plan, note, note_n);
+        return 0;
+    }
     int M0 = plan->micro_batches;
     int64_t B = global_batch(g) * (plan->n_replicas > 0 ? plan->n_replicas : 1) * M0;
     int can_recompute = !o->recompute || strcmp(o->recompute, "auto") == 0, can_split = o->micro_batches == 0 && B > 0;
@@ -169,8 +191,7 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
         int best = -1;
         for (int tried = 0; tried < 4; tried++) {
             int shard = tried & 1, on = tried >> 1;
-            if ((M == M0 && tried == 0) || (on && !can_recompute) ||
-                (shard && (o->shard_optimizer || o->no_shard_optimizer || o->inference)))
+            if ((M == M0 && tried == 0) || (on && !can_recompute) || (shard && !may_shard(o)))
                 continue; /* the plan that did not fit; what the user chose against or has already */
             options fix = *o;
             fix.recompute = on ? "on" : o->recompute;
@@ -179,20 +200,18 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
             fix.dump_ir = NULL;
             ir_graph g2;
             fence_plan plan2;
-            struct diag why = { 0 };
-            memset(&plan2, 0, sizeof plan2);
-            if (placed_build(&fix, fix.files[0], c, &g2, &plan2, &why) == 0 &&
-                plan_memory_check(&g2, c, &plan2, fix.files[0], &why) == 0 &&
-                (best < 0 || plan2.step_seconds < best_plan.step_seconds)) {
-                if (best >= 0) {
-                    ir_graph_free(&best_g);
-                    fence_plan_free(&best_plan);
-                }
-                best_g = g2, best_plan = plan2, best = tried;
+            if (!build_if_fits(&fix, c, &g2, &plan2))
+                continue;
+            if (best >= 0 && !(plan2.step_seconds < best_plan.step_seconds)) {
+                ir_graph_free(&g2);
+                fence_plan_free(&plan2);
                 continue;
             }
-            ir_graph_free(&g2);
-            fence_plan_free(&plan2);
+            if (best >= 0)
+                take_plan(&best_g, &best_plan, &g2, &plan2);
+            else
+                best_g = g2, best_plan = plan2;
+            best = tried;
         }
         if (best < 0)
             continue;
@@ -202,10 +221,7 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
                  plan->n_stages, plan->n_stages == 1 ? "" : "s", plan->n_replicas, plan->n_replicas == 1 ? "" : "s", M0,
                  M0 == 1 ? "" : "es", best & 1 ? "--shard-optimizer, " : "", best & 2 ? "--recompute on and " : "",
                  (long long)M);
-        ir_graph_free(g);
-        fence_plan_free(plan);
-        *g = best_g;
-        *plan = best_plan;
+        take_plan(g, plan, &best_g, &best_plan);
         return 0;
     }
     return -2; /* the first plan, kept in g and plan, does not fit */
