@@ -24,9 +24,11 @@
 #include "broker_again.h"
 #include "broker_checkpoint.h"
 #include "broker_plan.h"
+#include "broker_provider.h"
 #include "broker_remote.h"
 #include "broker_start.h"
 #include "broker_state.h"
+#include "invite.h"
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 
 /* ---- what the devices say ------------------------------------------------------ */
@@ -94,7 +96,9 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
         }
     } else if (strcmp(verb, "part") == 0 && sscanf(rest, "%lld %4095s %31s", &step, file, hash) == 3) {
         int stage = 0, n_stages = 0, live = sscanf(rest, "%*s %*s %*s live %d %d", &stage, &n_stages) == 2;
-        if (b->remote) {
+        if (m->agent[0]) {
+            broker_provider_part(b, m, step, file, hash, live, stage, n_stages);
+        } else if (b->remote) {
             broker_remote_fetch(b, m, step, file, hash, live, stage, n_stages);
         } else if (live) {
             broker_add_live(b, step, stage, n_stages, file, hash);
@@ -106,37 +110,10 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
         int status = atoi(rest);
         snprintf(m->m.status, sizeof m->m.status, status == 0 ? "done" : "failed");
         broker_save_member(b, m);
-    } else if (strcmp(verb, "hello") == 0 && !b->remote) { /* (on a host: the pid is its ssh's, here) */
+    } else if (strcmp(verb, "hello") == 0 && !b->remote && !m->agent[0]) { /* (on a host: its ssh's pid, here) */
         m->m.pid = atoll(rest);
         broker_save_member(b, m);
     }
-}
-
-/* A request's stamp (broker_client.h): above the last taken from its
- * sender, and within a minute of this clock; else a replay: 0. */
-static int fresh(broker *b, const char *text, uint64_t stamp)
-{
-    char who[128];
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    double off = (double)stamp / 1e6 - ((double)t.tv_sec + 1e-9 * (double)t.tv_nsec);
-    if (sscanf(text, "%*s %127s", who) != 1 || off > 60 || off < -60)
-        return 0;
-    int k = 0;
-    while (k < b->n_stamps && strcmp(b->stamps[k].device, who) != 0)
-        k++;
-    if (k == b->n_stamps) {
-        if (k == (int)(sizeof b->stamps / sizeof b->stamps[0]))
-            k = 0; /* full: the oldest entry's place (the freshness window still holds) */
-        else
-            b->n_stamps++;
-        snprintf(b->stamps[k].device, sizeof b->stamps[k].device, "%s", who);
-        b->stamps[k].last = 0;
-    }
-    if (stamp <= b->stamps[k].last)
-        return 0;
-    b->stamps[k].last = stamp;
-    return 1;
 }
 
 static void serve(broker *b, int wait_ms)
@@ -149,6 +126,16 @@ static void serve(broker *b, int wait_ms)
         if (got < 0)
             break;
         wait_ms = 0;
+        uint32_t invite_id;
+        if (invite_frame_id((const uint8_t *)req, (size_t)got, &invite_id)) { /* a provider's (invite.h) */
+            uint8_t *out = NULL;
+            size_t out_len = 0;
+            broker_provider_request(b, (const uint8_t *)req, (size_t)got, &out, &out_len);
+            nn_freemsg(req);
+            nn_send(b->sock, out ? (const void *)out : "", out_len, 0);
+            free(out);
+            continue;
+        }
         /* Sealed under the run secret (broker_client.h); anything else is dropped, unanswered. */
         unsigned long long stamp = 0;
         int at = 0, opens = got >= FU_BOX_OVERHEAD && got - FU_BOX_OVERHEAD < (int)sizeof text &&
@@ -157,7 +144,7 @@ static void serve(broker *b, int wait_ms)
         nn_freemsg(req);
         if (opens)
             text[got - FU_BOX_OVERHEAD] = '\0';
-        if (!opens || sscanf(text, "%llu %n", &stamp, &at) != 1 || !fresh(b, text + at, stamp)) {
+        if (!opens || sscanf(text, "%llu %n", &stamp, &at) != 1 || !broker_fresh(b, text + at, stamp)) {
             /* Said for the first ten, then every hundredth: a stranger's
              * flood must not fill the log. */
             if (++b->dropped <= 10 || b->dropped % 100 == 0)
@@ -211,38 +198,50 @@ static int blame_from_log(broker *b, member *m)
     return named;
 }
 
+/* Member m's program ended with wait status `status` (reaped here, or
+ * said by its provider's agent): done, failed, or lost. */
+static void ended(broker *b, member *m, int status)
+{
+    m->ended = 1;
+    if (b->switching && strcmp(m->m.role, "device") == 0) { /* stopped for the new plan */
+        snprintf(m->m.status, sizeof m->m.status, "stopped");
+    } else if (strcmp(m->m.role, "standby") == 0) {
+        if (strcmp(m->m.status, "standby") == 0)
+            snprintf(m->m.status, sizeof m->m.status, "gone");
+    } else if (WIFSIGNALED(status)) {
+        m->lost = 1;
+        snprintf(m->why, sizeof m->why, "its process was killed (signal %d)", WTERMSIG(status));
+    } else if (WEXITSTATUS(status) == 0) {
+        snprintf(m->m.status, sizeof m->m.status, "done");
+    } else if (b->remote && WEXITSTATUS(status) == 255) {
+        m->lost = 1;
+        snprintf(m->why, sizeof m->why,
+                 "its ssh connection ended (255): the program was killed, or its host "
+                 "or the link to it is gone");
+    } else {
+        snprintf(m->m.status, sizeof m->m.status, "failed");
+        snprintf(m->why, sizeof m->why, "it exited with status %d", WEXITSTATUS(status));
+        blame_from_log(b, m);
+    }
+    broker_save_member(b, m);
+}
+
 /* Reaps ended children and finds the silent: marks them ended or lost. */
 static void watch(broker *b)
 {
     int status;
     pid_t pid;
+    for (int i = 0; i < b->n; i++) /* a provider's program: its agent said how it ended */
+        if (b->mem[i].agent_ended && !b->mem[i].ended) {
+            b->mem[i].agent_ended = 0;
+            ended(b, &b->mem[i], b->mem[i].agent_status);
+        }
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
         for (int i = 0; !broker_remote_reaped(b, pid, status) && i < b->n; i++) {
             member *m = &b->mem[i];
             if (m->m.pid != pid || m->ended)
                 continue;
-            m->ended = 1;
-            if (b->switching && strcmp(m->m.role, "device") == 0) { /* stopped for the new plan */
-                snprintf(m->m.status, sizeof m->m.status, "stopped");
-            } else if (strcmp(m->m.role, "standby") == 0) {
-                if (strcmp(m->m.status, "standby") == 0)
-                    snprintf(m->m.status, sizeof m->m.status, "gone");
-            } else if (WIFSIGNALED(status)) {
-                m->lost = 1;
-                snprintf(m->why, sizeof m->why, "its process was killed (signal %d)", WTERMSIG(status));
-            } else if (WEXITSTATUS(status) == 0) {
-                snprintf(m->m.status, sizeof m->m.status, "done");
-            } else if (b->remote && WEXITSTATUS(status) == 255) {
-                m->lost = 1;
-                snprintf(m->why, sizeof m->why,
-                         "its ssh connection ended (255): the program was killed, or its host "
-                         "or the link to it is gone");
-            } else {
-                snprintf(m->m.status, sizeof m->m.status, "failed");
-                snprintf(m->why, sizeof m->why, "it exited with status %d", WEXITSTATUS(status));
-                blame_from_log(b, m);
-            }
-            broker_save_member(b, m);
+            ended(b, m, status);
         }
     /* Reaping can take long (a fetched part completes a checkpoint: its
      * MANIFEST and the database fsynced): read the requests that came in
@@ -314,9 +313,21 @@ static void weigh_joiners(broker *b)
             broker_weigh_joiner(b, &b->mem[i], step);
 }
 
+/* The run is over: the providers' agents are told so when they next ask
+ * (every half second), for a few seconds. */
+static void farewell(broker *b)
+{
+    b->finished = 1;
+    double t0 = broker_now();
+    while (broker_provider_untold(b) > 0 && broker_now() - t0 < 3.0)
+        serve(b, 100);
+}
+
 static int run(broker *b)
 {
-    double since_loss = 0, since_switch = 0;
+    double since_loss = 0, since_switch = 0, since_done = 0;
+    if (broker_provider_invite(b))
+        return 1;
     while (!interrupted) {
         serve(b, 100);
         watch(b);
@@ -353,19 +364,29 @@ static int run(broker *b)
                 running++;
         }
         if (devices > 0 && done == devices) {
+            if (b->n_up + b->n_fetch > 0) { /* the last parts still coming from hosts or providers */
+                if (since_done == 0)
+                    since_done = broker_now();
+                if (broker_now() - since_done < 2 * b->peer_timeout + 10)
+                    continue;
+                broker_say(b, "checkpoint", NULL, "%d part%s never came from %s: the last checkpoint is not whole",
+                           b->n_up + b->n_fetch, b->n_up + b->n_fetch == 1 ? "" : "s", b->n_up ? "providers" : "hosts");
+            }
             broker_say(b, "finished", NULL, "the run finished: %d device%s, %d recover%s", devices,
                        devices == 1 ? "" : "s", b->recoveries, b->recoveries == 1 ? "y" : "ies");
             broker_db_set(b->db, "state", "finished");
+            farewell(b);
             return 0;
         }
         if (lost > 0) {
             if (since_loss == 0)
                 since_loss = broker_now();
             /* (their live parts fetched first, when on hosts) */
-            if ((running == 0 && b->n_fetch == 0) || broker_now() - since_loss > 2 * b->peer_timeout + 10) {
+            if ((running == 0 && b->n_fetch == 0 && b->n_up == 0) ||
+                broker_now() - since_loss > 2 * b->peer_timeout + 10) {
                 for (int i = 0; i < b->n; i++) /* survivors still going: stop them */
                     if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].lost && !b->mem[i].ended &&
-                        b->mem[i].m.pid > 0)
+                        (b->mem[i].m.pid > 0 || b->mem[i].agent[0]))
                         broker_signal_member(b, &b->mem[i], SIGKILL);
                 if (broker_recover(b))
                     return 1;
@@ -435,14 +456,16 @@ int broker_run(const broker_options *o)
     snprintf(b->url, sizeof b->url, "tcp://127.0.0.1:%d", port);
     char bind_url[64];
     snprintf(bind_url, sizeof bind_url, "tcp://*:%d", port);
-    int rc = 1;
+    int rc = 1, max_request = 2 * PROVIDER_CHUNK; /* a provider's upload */
     if (b->remote && broker_remote_setup(b, port)) {
         ;
     } else if (broker_db_open(&b->db, path, err, sizeof err)) {
         fprintf(stderr, "fusionc broker: %s\n", err);
-    } else if ((b->sock = nn_socket(AF_SP, NN_REP)) < 0 || nn_bind(b->sock, bind_url) < 0) {
+    } else if ((b->sock = nn_socket(AF_SP, NN_REP)) < 0 ||
+               nn_setsockopt(b->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max_request, sizeof max_request) < 0 ||
+               nn_bind(b->sock, bind_url) < 0) {
         fprintf(stderr, "fusionc broker: cannot listen on %s: %s\n", bind_url, nn_strerror(nn_errno()));
-    } else {
+    } else if (broker_provider_setup(b) == 0) {
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
         char state[64] = "";

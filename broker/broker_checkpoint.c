@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,4 +277,54 @@ void broker_adopt_live(broker *b)
                "the survivors' state of step %lld, saved while no broker ran, covers every stage: a "
                "checkpoint with no finished step lost (%s)",
                (long long)best, best_dir);
+}
+
+int broker_part_here(broker *b, const member *m, const char *file, char *here, size_t n)
+{
+    /* OUT/checkpoints/<its folder>/<its name>: step-N/checkpoint-D.safetensors */
+    char folder[FU_PATH_BYTES], dir[FU_PATH_BYTES + 304];
+    snprintf(folder, sizeof folder, "%s", file);
+    char *name = strrchr(folder, '/');
+    if (!name || name == folder || !name[1]) {
+        broker_say(b, "checkpoint", m->m.device, "%s reported a part with no folder: %s", m->m.device, file);
+        return -1;
+    }
+    *name++ = '\0';
+    const char *parent = strrchr(folder, '/') ? strrchr(folder, '/') + 1 : folder;
+    if (strcmp(parent, "..") == 0 || strcmp(parent, ".") == 0) {
+        broker_say(b, "checkpoint", m->m.device, "%s reported a part outside a checkpoint folder: %s", m->m.device,
+                   file);
+        return -1;
+    }
+    snprintf(dir, sizeof dir, "%s/checkpoints", b->out);
+    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/checkpoints/%s", b->out, parent);
+    mkdir(dir, 0755);
+    snprintf(here, n, "%s/%.190s", dir, name);
+    return 0;
+}
+
+int broker_take_part(broker *b, const char *tmp, const char *file, const char *device, int64_t step, const char *xxh3,
+                     int live, int stage, int n_stages)
+{
+    uint64_t have = 0;
+    int64_t size = 0;
+    char hex[32] = "", why[600];
+    if (ckpt_measure(tmp, &size, &have, why, sizeof why) != 0 || (snprintf(hex, sizeof hex, "%016" PRIx64, have), 0) ||
+        strcmp(hex, xxh3) != 0) {
+        broker_say(b, "checkpoint", device,
+                   "%s's part of step %lld arrived with XXH3 %s, not the %s its device reported: refused", device,
+                   (long long)step, hex[0] ? hex : "(unreadable)", xxh3);
+    } else if (rename(tmp, file) != 0) {
+        broker_say(b, "checkpoint", device, "%s: %s", file, strerror(errno));
+    } else if (live) {
+        broker_add_live(b, step, stage, n_stages, file, xxh3);
+        return 0;
+    } else {
+        broker_db_part(b->db, step, device, b->epoch, file, xxh3);
+        broker_check_complete(b, step);
+        return 0;
+    }
+    unlink(tmp);
+    return -1;
 }

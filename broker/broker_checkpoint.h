@@ -31,4 +31,13 @@ void broker_adopt_parts(broker *b);
  * when it covers every stage (local runs). */
 void broker_adopt_live(broker *b);
 
+/* Where a part a device reported as `file` (its path on its own host:
+ * .../<folder>/<name>) goes here: OUT/checkpoints/<folder>/<name>, the
+ * folder made.  0, or -1 (said). */
+int broker_part_here(broker *b, const member *m, const char *file, char *here, size_t n);
+/* A part copied here into tmp (from a host, or a provider's upload): its
+ * XXH3 checked against its device's word, renamed to file, recorded.  0,
+ * or -1 (refused and said; tmp removed). */
+int broker_take_part(broker *b, const char *tmp, const char *file, const char *device, int64_t step, const char *xxh3,
+                     int live, int stage, int n_stages);
 #endif

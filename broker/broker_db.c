@@ -16,7 +16,8 @@ static const char schema[] =
     " PRIMARY KEY(step, device));"
     "CREATE TABLE IF NOT EXISTS checkpoints(step INTEGER PRIMARY KEY, epoch INTEGER, dir TEXT);"
     "CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, t REAL, epoch INTEGER, kind TEXT, device TEXT,"
-    " text TEXT);";
+    " text TEXT);"
+    "CREATE TABLE IF NOT EXISTS invites(id INTEGER PRIMARY KEY, revoked INTEGER NOT NULL DEFAULT 0);";
 
 int broker_db_open(sqlite3 **db, const char *path, char *err, int n)
 {
@@ -206,4 +207,35 @@ int broker_db_event(sqlite3 *db, int64_t epoch, const char *kind, const char *de
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int64_t broker_db_invite(sqlite3 *db, int64_t id)
+{
+    const void *args[] = { &id };
+    if (id > 0)
+        return run_sql(db, "INSERT OR IGNORE INTO invites(id) VALUES (?)", "i", args) == 0 ? id : -1;
+    if (sqlite3_exec(db, "INSERT INTO invites(revoked) VALUES (0)", NULL, NULL, NULL) != SQLITE_OK)
+        return -1;
+    return sqlite3_last_insert_rowid(db);
+}
+
+int broker_db_invite_state(sqlite3 *db, int64_t id)
+{
+    sqlite3_stmt *st;
+    int state = -1;
+    if (sqlite3_prepare_v2(db, "SELECT revoked FROM invites WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        state = sqlite3_column_int(st, 0) ? 0 : 1;
+    sqlite3_finalize(st);
+    return state;
+}
+
+int broker_db_invite_revoke(sqlite3 *db, int64_t id)
+{
+    if (broker_db_invite_state(db, id) < 0)
+        return -1;
+    const void *args[] = { &id };
+    return run_sql(db, "UPDATE invites SET revoked = 1 WHERE id = ?", "i", args);
 }

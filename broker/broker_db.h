@@ -12,6 +12,8 @@
  *   checkpoints(step, epoch, dir)   the complete ones (every part in)
  *   events(id, t, epoch, kind,      joined, lost, replaced, re-planned, resumed,
  *          device, text)            checkpoint, finished: the run's log
+ *   invites(id, revoked)            the providers' invites (invite.h): kept
+ *                                   across runs in the same OUT
  */
 #ifndef FUSION_TOOLS_BROKER_DB_H
 #define FUSION_TOOLS_BROKER_DB_H
@@ -59,4 +61,11 @@ int broker_db_reset(sqlite3 *db);
 /* An event of the run's log (also printed by the caller). */
 int broker_db_event(sqlite3 *db, int64_t epoch, const char *kind, const char *device, const char *text);
 
+/* Invite id recorded (id > 0; kept as it was when there), or a new one
+ * (id 0).  Its id, or -1. */
+int64_t broker_db_invite(sqlite3 *db, int64_t id);
+/* 1 valid, 0 revoked, -1 no such invite. */
+int broker_db_invite_state(sqlite3 *db, int64_t id);
+/* 0, or -1 when there is no such invite. */
+int broker_db_invite_revoke(sqlite3 *db, int64_t id);
 #endif

@@ -67,7 +67,7 @@ void broker_weigh_joiner(broker *b, member *j, int64_t step)
     broker_save_member(b, j);
     b->switching = 1;
     for (int i = 0; i < b->n; i++)
-        if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended && b->mem[i].m.pid > 0)
+        if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended && (b->mem[i].m.pid > 0 || b->mem[i].agent[0]))
             broker_signal_member(b, &b->mem[i], SIGTERM);
 }
 
@@ -79,7 +79,7 @@ void broker_weigh_joiner(broker *b, member *j, int64_t step)
  * chooses.  0, or -1 (the compiler's output in OUT/logs/compile-*.log). */
 static int compile_plan(broker *b, const char *dir, int devices, const char *also_with)
 {
-    char path[FU_PATH_BYTES + 204], line[FU_PATH_BYTES], log[FU_PATH_BYTES + 304], cluster_file[FU_PATH_BYTES + 204],
+    char path[FU_PATH_BYTES + 204], line[FU_PATH_BYTES], log[FU_PATH_BYTES + 304], cluster_file[sizeof b->cluster_path],
         stages[16], replicas[16];
     static char words[MAX_ARGS][FU_PATH_BYTES];
     char *argv[MAX_ARGS + 4 * 64 + 16];
@@ -104,7 +104,7 @@ static int compile_plan(broker *b, const char *dir, int devices, const char *als
         snprintf(words[w], sizeof words[w], "%s", line);
         argv[n++] = words[w++];
         if (n == 3) { /* after the model: the cluster file the compile kept */
-            snprintf(cluster_file, sizeof cluster_file, "%s/cluster.xml", b->out);
+            snprintf(cluster_file, sizeof cluster_file, "%s", b->cluster_path);
             argv[n++] = cluster_file;
         }
     }
@@ -181,8 +181,8 @@ static int replan(broker *b)
     int devices = 0;
     for (int i = 0; i < b->n; i++)
         devices += strcmp(b->mem[i].m.role, "device") == 0;
-    broker_say(b, "re-planned", NULL, "re-planned on %d devices in %.2f s: %s (its plan.txt says how)", devices,
-               broker_now() - t0, dir);
+    broker_say(b, "re-planned", NULL, "re-planned on %d device%s in %.2f s: %s (its plan.txt says how)", devices,
+               devices == 1 ? "" : "s", broker_now() - t0, dir);
     return 0;
 }
 
@@ -202,6 +202,19 @@ static member *standby_for(broker *b, const member *lost)
             return s;
     }
     return NULL;
+}
+
+/* A joined device (a standby of the cluster file, or a provider's) lost:
+ * no longer taken in.  1 when it was one. */
+static int forget_joined(broker *b, const char *device)
+{
+    int kept = 0;
+    for (int k = 0; k < b->n_joined; k++)
+        if (strcmp(b->joined[k], device) != 0)
+            memmove(b->joined[kept++], b->joined[k], sizeof b->joined[0]);
+    int was = kept < b->n_joined;
+    b->n_joined = kept;
+    return was;
 }
 
 int broker_recover(broker *b)
@@ -224,6 +237,9 @@ int broker_recover(broker *b)
     for (int i = 0; i < b->n; i++)
         if (b->mem[i].lost) {
             broker_say(b, "lost", b->mem[i].m.device, "lost %s: %s", b->mem[i].m.device, b->mem[i].why);
+            for (int k = 0; k < b->n_prov; k++) /* a provider's device lost: the provider is out */
+                if (strcmp(b->prov[k].name, b->mem[i].agent) == 0)
+                    b->prov[k].gone = 1;
             if ((pick[i] = standby_for(b, &b->mem[i])) != NULL)
                 snprintf(pick[i]->m.status, sizeof pick[i]->m.status, "picked");
             else
@@ -246,10 +262,11 @@ int broker_recover(broker *b)
             broker_save_member(b, s);
             snprintf(l->m.address, sizeof l->m.address, "%s", s->m.address);
             snprintf(l->m.host, sizeof l->m.host, "%s", s->m.host);
+            snprintf(l->agent, sizeof l->agent, "%s", s->agent); /* a provider's: its agent runs it */
         }
     } else {
         for (int i = 0; i < b->n && b->n_left_out < 64; i++)
-            if (b->mem[i].lost)
+            if (b->mem[i].lost && !forget_joined(b, b->mem[i].m.bundle_device)) /* (a joiner: a standby again) */
                 snprintf(b->left_out[b->n_left_out++], sizeof b->left_out[0], "%s", b->mem[i].m.bundle_device);
         if (replan(b))
             return -1;
@@ -271,7 +288,8 @@ int broker_recover(broker *b)
             return -1;
         started++;
     }
-    broker_say(b, "resumed", NULL, "%d devices start again %s", started,
+    broker_say(b, "resumed", NULL, "%d device%s start%s again %s", started, started == 1 ? "" : "s",
+               started == 1 ? "s" : "",
                step > 0 ? "from the last complete checkpoint" : "from the start (no checkpoint was complete)");
     if (step > 0)
         broker_say(b, "resumed", NULL, "the last complete checkpoint: step %lld, %s", (long long)step, dir);

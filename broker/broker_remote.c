@@ -150,24 +150,11 @@ void broker_remote_fetch(broker *b, member *m, int64_t step, const char *file, c
                    m->m.device, (long long)step);
         return;
     }
-    /* OUT/checkpoints/<its folder>/<its name>: step-N/checkpoint-D.safetensors */
-    char folder[FU_PATH_BYTES], dir[FU_PATH_BYTES + 304];
-    snprintf(folder, sizeof folder, "%s", file);
-    char *name = strrchr(folder, '/');
-    if (!name || name == folder) {
-        broker_say(b, "checkpoint", m->m.device, "%s reported a part with no folder: %s", m->m.device, file);
+    char file_here[FU_PATH_BYTES + 504];
+    if (broker_part_here(b, m, file, file_here, sizeof file_here))
         return;
-    }
-    *name++ = '\0';
-    const char *parent = strrchr(folder, '/') ? strrchr(folder, '/') + 1 : folder;
-    snprintf(dir, sizeof dir, "%s/checkpoints", b->out);
-    mkdir(dir, 0755);
-    snprintf(dir, sizeof dir, "%s/checkpoints/%s", b->out, parent);
-    mkdir(dir, 0755);
     __typeof__(b->fetch[0]) *f = &b->fetch[b->n_fetch];
     memset(f, 0, sizeof *f);
-    char file_here[FU_PATH_BYTES + 504];
-    snprintf(file_here, sizeof file_here, "%s/%.190s", dir, name);
     snprintf(f->file, sizeof f->file, "%s", file_here);
     snprintf(f->tmp, sizeof f->tmp, "%s.fetch", file_here);
     snprintf(f->device, sizeof f->device, "%s", m->m.bundle_device);
@@ -199,31 +186,15 @@ int broker_remote_reaped(broker *b, pid_t pid, int status)
         return 0;
     __typeof__(b->fetch[0]) f = b->fetch[k];
     b->fetch[k] = b->fetch[--b->n_fetch];
-    uint64_t have = 0;
-    int64_t size = 0;
-    char hex[32] = "", why[600];
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         broker_say(b, "checkpoint", f.device,
                    "%s's part of step %lld could not be fetched from its host (ssh status %d): "
                    "that checkpoint will not be complete",
                    f.device, (long long)f.step, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-    } else if (ckpt_measure(f.tmp, &size, &have, why, sizeof why) != 0 ||
-               (snprintf(hex, sizeof hex, "%016" PRIx64, have), 0) || strcmp(hex, f.xxh3) != 0) {
-        broker_say(b, "checkpoint", f.device,
-                   "%s's part of step %lld arrived with XXH3 %s, not the %s its device reported: "
-                   "refused",
-                   f.device, (long long)f.step, hex[0] ? hex : "(unreadable)", f.xxh3);
-    } else if (rename(f.tmp, f.file) != 0) {
-        broker_say(b, "checkpoint", f.device, "%s: %s", f.file, strerror(errno));
-    } else if (f.live) {
-        broker_add_live(b, f.step, f.stage, f.n_stages, f.file, f.xxh3);
-        return 1;
-    } else {
-        broker_db_part(b->db, f.step, f.device, b->epoch, f.file, f.xxh3);
-        broker_check_complete(b, f.step);
+        unlink(f.tmp);
         return 1;
     }
-    unlink(f.tmp);
+    broker_take_part(b, f.tmp, f.file, f.device, f.step, f.xxh3, f.live, f.stage, f.n_stages);
     return 1;
 }
 
@@ -238,7 +209,7 @@ int broker_remote_prepare(broker *b, const char *resume)
     for (int i = 0; i < b->n && rc == 0; i++) {
         member *m = &b->mem[i];
         remote_device rd;
-        if (strcmp(m->m.role, "device") != 0)
+        if (strcmp(m->m.role, "device") != 0 || m->agent[0]) /* (a provider fetches its own) */
             continue;
         if (host_of(b, m, m->m.bundle_device, &rd))
             return -1;

@@ -44,29 +44,55 @@ static int started(broker *b, member *m, pid_t pid, const char *status)
     return 0;
 }
 
+void broker_device_args(broker *b, device_args *a)
+{
+    a->n = 0;
+    snprintf(a->epoch, sizeof a->epoch, "%lld", (long long)b->epoch);
+    snprintf(a->every, sizeof a->every, "%d", b->save_every);
+    snprintf(a->timeout, sizeof a->timeout, "%g", b->peer_timeout);
+    snprintf(a->ports, sizeof a->ports, "%lld", (long long)(b->port_base + (b->epoch - 1) * PORT_STRIDE));
+    for (int i = 0; i < b->n_args; i++)
+        a->argv[a->n++] = b->args[i];
+    const char *fixed[] = { "--broker", b->url,           "--epoch",  a->epoch,      "--save-every",
+                            a->every,   "--peer-timeout", a->timeout, "--port-base", a->ports };
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        a->argv[a->n++] = (char *)fixed[i];
+    for (int i = 0; i < b->n; i++) {
+        if (strcmp(b->mem[i].m.role, "device") != 0)
+            continue;
+        snprintf(a->peers[i], sizeof a->peers[i], "%s=%s", b->mem[i].m.bundle_device, b->mem[i].m.address);
+        a->argv[a->n++] = "--peer";
+        a->argv[a->n++] = a->peers[i];
+    }
+    a->argv[a->n] = NULL;
+}
+
 /* Starts member m (the program of m->bundle_device) in this epoch, resuming
- * from `resume` when not empty; every member's address goes to it as --peer. */
+ * from `resume` when not empty; every member's address goes to it as --peer.
+ * A provider's program is not started here: its agent is told to. */
 int broker_start_device(broker *b, member *m, const char *resume)
 {
-    char prog[FU_PATH_BYTES + 704], log[FU_PATH_BYTES + 304], epoch[32], save[FU_PATH_BYTES + 104], every[32],
-        timeout[32], ports[32];
-    char peers[MAX_MEMBERS][400];
+    static device_args a; /* (large: every member's --peer) */
+    char prog[FU_PATH_BYTES + 704], log[FU_PATH_BYTES + 304], save[FU_PATH_BYTES + 104];
     char *argv[MAX_ARGS + 2 * MAX_MEMBERS + 32];
     int n = 0;
     snprintf(prog, sizeof prog, "%s/%s/fusion-%s", b->bundles, m->m.bundle_device, m->m.bundle_device);
     snprintf(log, sizeof log, "%s/logs/%s.log", b->out, m->m.bundle_device);
-    snprintf(epoch, sizeof epoch, "%lld", (long long)b->epoch);
     snprintf(save, sizeof save, "%s/checkpoints", b->out);
-    snprintf(every, sizeof every, "%d", b->save_every);
-    snprintf(timeout, sizeof timeout, "%g", b->peer_timeout);
-    snprintf(ports, sizeof ports, "%lld", (long long)(b->port_base + (b->epoch - 1) * PORT_STRIDE));
+    if (m->agent[0]) {
+        snprintf(m->resume, sizeof m->resume, "%s", resume ? resume : "");
+        m->run_epoch = b->epoch, m->fetched = 0, m->kill_sig = 0;
+        if (started(b, m, 0, "running"))
+            return -1;
+        m->child = 0;
+        broker_say(b, "joined", m->m.device, "%s is to start on provider %s, at %s (its agent is told)", m->m.device,
+                   m->agent, m->m.address);
+        return 0;
+    }
+    broker_device_args(b, &a);
     argv[n++] = prog; /* argv + 1: the arguments (--over-ssh: --save and --resume are the host's) */
-    for (int i = 0; i < b->n_args; i++)
-        argv[n++] = b->args[i];
-    const char *fixed[] = { "--broker", b->url,           "--epoch", epoch,         "--save-every",
-                            every,      "--peer-timeout", timeout,   "--port-base", ports };
-    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
-        argv[n++] = (char *)fixed[i];
+    for (int i = 0; i < a.n; i++)
+        argv[n++] = a.argv[i];
     if (!b->remote) {
         argv[n++] = "--save";
         argv[n++] = save;
@@ -74,13 +100,6 @@ int broker_start_device(broker *b, member *m, const char *resume)
     if (resume && resume[0] && !b->remote) {
         argv[n++] = "--resume";
         argv[n++] = (char *)resume;
-    }
-    for (int i = 0; i < b->n; i++) {
-        if (strcmp(b->mem[i].m.role, "device") != 0)
-            continue;
-        snprintf(peers[i], sizeof peers[i], "%s=%s", b->mem[i].m.bundle_device, b->mem[i].m.address);
-        argv[n++] = "--peer";
-        argv[n++] = peers[i];
     }
     argv[n] = NULL;
     FILE *f = fopen(log, "a");
@@ -108,6 +127,10 @@ int broker_start_standby(broker *b, member *m)
 
 void broker_signal_member(broker *b, member *m, int sig)
 {
+    if (m->agent[0]) { /* its agent sends it, when it next asks */
+        m->kill_sig = sig;
+        return;
+    }
     if (m->m.pid > 0)
         kill((pid_t)m->m.pid, sig);
     if (b->remote) /* its ssh, killed, does not stop the program on the host */
@@ -117,6 +140,6 @@ void broker_signal_member(broker *b, member *m, int sig)
 void broker_stop_all(broker *b, int sig)
 {
     for (int i = 0; i < b->n; i++)
-        if (!b->mem[i].ended && b->mem[i].m.pid > 0)
+        if (!b->mem[i].ended && (b->mem[i].m.pid > 0 || b->mem[i].agent[0]))
             broker_signal_member(b, &b->mem[i], sig);
 }

@@ -8,6 +8,17 @@
 
 /* fork and exec argv, its output appended to log; the child's pid, or -1. */
 pid_t broker_spawn(const char *log, char *const *argv);
+/* A device's arguments in this epoch, after its program: the run's (as
+ * the broker was given them), the broker's (--broker, --epoch, ...), and
+ * every device's address as --peer; not --save nor --resume (paths where
+ * the program runs).  argv[n] is NULL. */
+typedef struct {
+    char epoch[32], every[32], timeout[32], ports[32];
+    char peers[MAX_MEMBERS][400];
+    char *argv[MAX_ARGS + 2 * MAX_MEMBERS + 16];
+    int n;
+} device_args;
+void broker_device_args(broker *b, device_args *a);
 /* Starts member m's program in this epoch (resume: a checkpoint folder or ""). */
 int broker_start_device(broker *b, member *m, const char *resume);
 /* A standby's agent (fusionc standby here; on its host, a bundle of its kind with --standby). */

@@ -9,6 +9,31 @@
 #include <time.h>
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 
+int broker_fresh(broker *b, const char *text, uint64_t stamp)
+{
+    char who[128];
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    double off = (double)stamp / 1e6 - ((double)t.tv_sec + 1e-9 * (double)t.tv_nsec);
+    if (sscanf(text, "%*s %127s", who) != 1 || off > 60 || off < -60)
+        return 0;
+    int k = 0;
+    while (k < b->n_stamps && strcmp(b->stamps[k].device, who) != 0)
+        k++;
+    if (k == b->n_stamps) {
+        if (k == (int)(sizeof b->stamps / sizeof b->stamps[0]))
+            k = 0; /* full: the oldest entry's place (the freshness window still holds) */
+        else
+            b->n_stamps++;
+        snprintf(b->stamps[k].device, sizeof b->stamps[k].device, "%s", who);
+        b->stamps[k].last = 0;
+    }
+    if (stamp <= b->stamps[k].last)
+        return 0;
+    b->stamps[k].last = stamp;
+    return 1;
+}
+
 double broker_now(void)
 {
     struct timespec t;
@@ -69,6 +94,9 @@ int broker_read_plan(broker *b, const char *bundles)
         snprintf(m->m.address, sizeof m->m.address, "%s",
                  d >= 0 ? b->c.hosts[b->c.devices[d].host].address : "127.0.0.1");
         snprintf(m->m.host, sizeof m->m.host, "%s", d >= 0 ? b->c.hosts[b->c.devices[d].host].name : "");
+        for (int k = 0; k < b->n_prov; k++) /* a provider's device: its agent runs the program */
+            if (strcmp(b->prov[k].name, name) == 0 && !b->prov[k].gone)
+                snprintf(m->agent, sizeof m->agent, "%s", name);
     }
     fclose(f);
     return 0;

@@ -4,6 +4,7 @@
  * The bottom of the broker's files: it calls none of the others.
  *
  *   broker.c             the run loop: requests, who is lost, what follows
+ *   broker_provider.c    providers that join with an invite (fusionc provide)
  *   broker_plan.c        after a loss or a join: a standby, a new plan
  *   broker_again.c       a broker started again on an OUT that holds a run
  *   broker_start.c       the members' programs started and stopped
@@ -42,7 +43,39 @@ typedef struct {
     int joining;   /* a standby that registered itself mid-run: weighed at
                                  the next complete checkpoint                        */
     char why[512]; /* how it ended                                        */
+    /* A program a provider's agent runs (fusionc provide), not this broker:
+     * the agent asks for its orders (broker_provider.c). */
+    char agent[128];            /* the provider's name; "" for the broker's own      */
+    int64_t run_epoch;          /* its program is to start in this epoch (0: not)    */
+    int fetched;                /* the agent has taken its program and arguments     */
+    int kill_sig;               /* the agent is to send its program this signal      */
+    int agent_ended;            /* the agent said its program ended, with this wait  */
+    int agent_status;           /*   status (watch in broker.c takes it as a child's) */
+    char resume[FU_PATH_BYTES]; /* the checkpoint it resumes from ("": none)         */
 } member;
+
+#define MAX_PROVIDERS 64
+#define MAX_UPLOADS   64
+
+/* A provider that offered its device with an invite. */
+typedef struct {
+    char name[128], kind[16], arch[32], address[256];
+    uint32_t invite;
+    double heard; /* its agent's last request (monotonic seconds)        */
+    int gone;     /* declared lost, or left: its orders are "stop"         */
+    int told;     /* it was answered "stop"                               */
+} provider;
+
+/* A checkpoint part a provider's program wrote, asked of its agent. */
+typedef struct {
+    int id, asked;
+    char agent[128], device[128], xxh3[32];
+    char remote[FU_PATH_BYTES];     /* the part's path on the provider's machine */
+    char file[FU_PATH_BYTES + 504]; /* where it goes here                        */
+    char tmp[FU_PATH_BYTES + 604];
+    int64_t step, got;
+    int live, stage, n_stages;
+} upload;
 
 typedef struct {
     const char *out;
@@ -101,8 +134,19 @@ typedef struct {
         uint64_t last;
     } stamps[2 * MAX_MEMBERS]; /* the last stamp taken from each */
     int n_stamps;
+    /* Providers (broker_provider.c). */
+    provider prov[MAX_PROVIDERS];
+    int n_prov;
+    upload up[MAX_UPLOADS];
+    int n_up, up_ids;
+    char cluster_path[FU_PATH_BYTES + 304]; /* OUT/cluster.xml; OUT/providers/cluster.xml once one offered */
+    int finished;                           /* the run is over: the providers are told to stop          */
 } broker;
 
+/* A request's stamp (broker_client.h) from the sender named by text's
+ * second word: above the last taken from it, and within a minute of this
+ * clock; else a replay: 0. */
+int broker_fresh(broker *b, const char *text, uint64_t stamp);
 /* Monotonic seconds. */
 double broker_now(void);
 /* Prints "broker: [epoch E] TEXT" and logs it as an event of `kind`. */

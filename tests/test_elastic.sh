@@ -80,7 +80,7 @@ resumed_reference() {   # resumed_reference NAME DIR: NAME's bundles, launched, 
 }
 
 # after NAME: the steps the broker printed after its last recovery.
-after() { awk '/^broker: .*devices start again/{n = NR} {line[NR] = $0} END {for (i = n + 1; i <= NR; i++) print line[i]}' "$work/$1.out" | losses /dev/stdin; }
+after() { awk '/^broker: .*devices? starts? again/{n = NR} {line[NR] = $0} END {for (i = n + 1; i <= NR; i++) print line[i]}' "$work/$1.out" | losses /dev/stdin; }
 
 # ---- replacement by the standby ----
 compile standby "$work/four-standby.xml"
@@ -129,7 +129,7 @@ join "$work/replan.after" "$work/replan.ref.loss" | awk '{ d = $2 - $3; if (d < 
 compile stopped "$work/four-standby.xml"
 elastic stopped STOP cpu-b0 &
 waiter=$!
-for _ in $(seq 1 400); do grep -q "devices start again" "$work/stopped.out" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 1 400); do grep -Eq "devices? starts? again" "$work/stopped.out" 2>/dev/null && break; sleep 0.05; done
 victim=$(cat "$work/stopped.victim" 2>/dev/null)
 [ -n "$victim" ] && kill -CONT "$victim"
 wait "$waiter"

@@ -82,7 +82,7 @@ elastic() {
 }
 
 # The steps the broker printed after its last recovery.
-after() { awk '/^broker: .*devices start again/{n = NR} {line[NR] = $0} END {for (i = n + 1; i <= NR; i++) print line[i]}' "$work/$1.out" | losses /dev/stdin; }
+after() { awk '/^broker: .*devices? starts? again/{n = NR} {line[NR] = $0} END {for (i = n + 1; i <= NR; i++) print line[i]}' "$work/$1.out" | losses /dev/stdin; }
 
 # ---- replacement by the standby ----
 compile standby 1
@@ -130,7 +130,7 @@ pgrep -f "fusion-cpu-a[01] .*(--save-every 10|--standby cpu-s0 --broker tcp://19
 compile replan 0
 elastic replan
 expect_eq "re-plan: the broker's exit status" 0 "$(cat "$work/replan.rc")"
-grep -q "re-planned on 1 devices" "$work/replan.out" && pass || fail "re-plan: $(grep broker: "$work/replan.out" | tail -8)"
+grep -q "re-planned on 1 device in" "$work/replan.out" && pass || fail "re-plan: $(grep broker: "$work/replan.out" | tail -8)"
 grep -q "the run finished: 1 device, 1 recovery" "$work/replan.out" && pass || fail "re-plan: $(tail -5 "$work/replan.out")"
 real=$(readlink -f "$work/hosts/h0/fusion/cpu-a0")
 cmp -s "$real/fusion-cpu-a0" "$work/replan/epoch-2/cpu-a0/fusion-cpu-a0" && pass \

@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "../broker/broker_db.h"
+#include "../broker/invite.h"
 #include "../runtime/broker_client.h"
 #include "../runtime/checkpoint_store.h"
 #include "../runtime/comm/seal.h"
@@ -43,8 +46,9 @@ static const cli_option broker_options_table[] = {
     { .name = "--ssh-config", .metavar = "FILE", CLI_STRING(broker_options, ssh_config),
       .help = "with --over-ssh: passed to ssh as -F FILE" },
     { .name = "--address", .metavar = "A", CLI_STRING(broker_options, address),
-      .help = "with --over-ssh: the hosts reach the broker at A (default: this machine's\n"
-              "address on the route to the first host)" },
+      .help = "the hosts (--over-ssh) and providers (its invite) reach the broker at A\n"
+              "(default: this machine's address on the route to the first host; without\n"
+              "--over-ssh, 127.0.0.1)" },
     { .name = "--ssh-timeout", .metavar = "S", CLI_INT(broker_options, ssh_timeout), .lo = 1, .hi = INT_MAX,
       .expects = "a positive number of seconds",
       .help = "with --over-ssh: give up on a host that does not answer in S s (default 10;\n"
@@ -71,8 +75,9 @@ const cli_usage broker_usage = {
     "finished when it covers every stage, else the last complete checkpoint.  State in\n"
     "OUT/broker.db (SQLite): started again on a running OUT, it takes over; on an OUT whose run\n"
     "finished, failed or was stopped, it resumes that run from its newest complete checkpoint\n"
-    "(up to --steps) and never overwrites it.  Arguments that are none of its options\n"
-    "go to the devices as they are.\n",
+    "(up to --steps) and never overwrites it.  It writes OUT/invite.key, with which a machine\n"
+    "offers its device (fusionc provide): weighed, like a standby that registers, at the next\n"
+    "complete checkpoint.  Arguments that are none of its options go to the devices as they are.\n",
     broker_options_table, NULL, sizeof broker_options_table / sizeof broker_options_table[0], 19, NULL
 };
 /* clang-format on */
@@ -175,4 +180,91 @@ int cmd_standby(int argc, char **argv)
         return 1;
     }
     return rt_broker_standby(o.url, o.device, secret);
+}
+
+/* ---- fusionc invite ---------------------------------------------------------------- */
+
+typedef struct {
+    int revoke;
+    const char *out_file;
+} invite_options;
+
+/* clang-format off */
+static const cli_option invite_options_table[] = {
+    { .name = "--revoke", .metavar = "N", CLI_INT(invite_options, revoke), .lo = 1, .hi = INT_MAX,
+      .expects = "an invite's number", .help = "revoke invite N: the broker refuses every request under it" },
+    { .name = "-o", .metavar = "FILE", CLI_NONEMPTY(invite_options, out_file), .expects = "a file",
+      .help = "write the new invite to FILE (default OUT/invite-N.key; mode 0600)" },
+};
+
+const cli_usage invite_usage = {
+    "usage: fusionc invite OUT [-o FILE] | fusionc invite OUT --revoke N\n"
+    "\n"
+    "Makes another invite for providers to join the run in OUT (fusionc provide --invite FILE), or\n"
+    "revokes one.  The broker writes invite 1 itself, to OUT/invite.key, when it starts.\n",
+    invite_options_table, NULL, sizeof invite_options_table / sizeof invite_options_table[0], 12, NULL
+};
+/* clang-format on */
+
+int cmd_invite(int argc, char **argv)
+{
+    invite_options o = { 0 };
+    const char *out = NULL;
+    char why[FU_PATH_BYTES + 504], path[FU_PATH_BYTES + 104];
+    for (int i = 0; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            cli_usage_print(stdout, &invite_usage);
+            return 0;
+        }
+        int took = cli_take(&invite_usage, argc, argv, &i, &o, why, sizeof why);
+        if (took < 0)
+            return cli_usage_fail(&invite_usage, "fusionc invite", "%s", why);
+        if (took == 0 && !out && argv[i][0] != '-')
+            out = argv[i];
+        else if (took == 0)
+            return cli_usage_fail(&invite_usage, "fusionc invite", "unexpected argument '%s'", argv[i]);
+    }
+    if (!out)
+        return cli_usage_fail(&invite_usage, "fusionc invite", "%s", "expected OUT (a run's folder)");
+    snprintf(path, sizeof path, "%s/broker.db", out);
+    sqlite3 *db = NULL;
+    invite v = { 0 };
+    uint8_t secret[FU_SECRET_BYTES];
+    if (access(path, F_OK) != 0) {
+        fprintf(stderr, "fusionc invite: %s: no such file: start the run with fusionc broker first\n", path);
+        return 1;
+    }
+    if (broker_db_open(&db, path, why, sizeof why)) {
+        fprintf(stderr, "fusionc invite: %s\n", why);
+        return 1;
+    }
+    int rc = 1;
+    if (o.revoke) {
+        if (broker_db_invite_revoke(db, o.revoke) == 0) {
+            printf("invite %d of %s revoked: the broker refuses it from its next request\n", o.revoke, out);
+            rc = 0;
+        } else {
+            fprintf(stderr, "fusionc invite: %s: no invite %d\n", path, o.revoke);
+        }
+    } else {
+        snprintf(path, sizeof path, "%s/run.key", out);
+        int64_t id = -1;
+        if (fu_secret_load(path, secret, why, sizeof why) == 0 &&
+            broker_db_get(db, "invite_url", v.url, sizeof v.url) == 0 && (id = broker_db_invite(db, 0)) > 0) {
+            v.id = (uint32_t)id;
+            invite_token(secret, v.id, v.token);
+            snprintf(path, sizeof path, "%s/invite-%u.key", out, v.id);
+            if (invite_write(o.out_file ? o.out_file : path, &v, why, sizeof why) == 0) {
+                printf("invite %u: %s (fusionc provide --invite it; revoke with fusionc invite %s --revoke %u)\n", v.id,
+                       o.out_file ? o.out_file : path, out, v.id);
+                rc = 0;
+            }
+        } else if (id < 0 && !why[0]) {
+            snprintf(why, sizeof why, "%s/broker.db: the broker has not recorded its address yet", out);
+        }
+        if (rc)
+            fprintf(stderr, "fusionc invite: %s\n", why);
+    }
+    broker_db_close(db);
+    return rc;
 }

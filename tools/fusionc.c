@@ -34,6 +34,7 @@
 #include "launch.h"
 #include "baseline.h"
 #include "broker.h"
+#include "provide.h"
 #include "diloco.h"
 #include "chat_cmd.h"
 #include "model_input.h"
@@ -786,6 +787,11 @@ static const command commands[] = {
     { "broker", "OUT ARGS", "run OUT's devices on this machine and keep the run going when devices are\n"
                             "lost (standbys, re-plans, coordinated checkpoints; state in SQLite)",
       &broker_usage, cmd_broker },
+    { "provide", "--invite FILE", "offer this machine's device to a run (outbound only): measured, joined\n"
+                                  "when the plan with it is faster, its program fetched through the broker",
+      &provide_usage, cmd_provide },
+    { "invite", "OUT", "another invite for providers to join the run in OUT, or one revoked",
+      &invite_usage, cmd_invite },
     /* started by the broker on a standby's host (or by hand there): not listed */
     { "standby", NULL, NULL, &standby_usage, cmd_standby },
 };

@@ -547,6 +547,65 @@ static int cannot_write(const output *out)
     return 1;
 }
 
+int profile_measure(int threads, double seconds, int with_gemm, profile_result *r, int verbose)
+{
+    memset(r, 0, sizeof *r);
+    kernel_threads_set(threads);
+    r->threads = threads;
+    void *blas = NULL;
+    sbgemm_fn sbgemm = with_gemm ? find_sbgemm(&blas) : NULL;
+    double memory = memory_bytes(), stream = triad_bytes(memory);
+    /* 30% fp32; 30% the 16-bit ways, shared; 40% the triad. */
+    const double share16 = 0.3 * seconds / (sbgemm ? 3 : 2);
+    double rate[GEMM_COUNT] = { 0 };
+    int oom = 0;
+    for (int w = 0; with_gemm && w < GEMM_COUNT && !oom; w++)
+        if (w != GEMM_SBGEMM || sbgemm)
+            oom = (rate[w] = measure_gemm((gemm_way)w, sbgemm, w == GEMM_F32 ? 0.3 * seconds : share16, verbose)) < 0;
+    double bandwidth = oom ? -1 : measure_triad(0.4 * seconds, threads, stream, verbose);
+    if (blas)
+        dlclose(blas);
+    if (bandwidth < 0) {
+        fprintf(stderr, "fusionc profile: error: out of memory for the measurement buffers (%.0f MiB)\n",
+                stream / (1 << 20));
+        return -1;
+    }
+    int measured = 1;
+    for (int w = 0; with_gemm && w < GEMM_COUNT; w++)
+        if (w != GEMM_SBGEMM || sbgemm)
+            measured = measured && rate[w] > 0 && isfinite(rate[w]);
+    if (!measured || !(bandwidth > 0) || !isfinite(bandwidth) || !(memory > 0)) {
+        fprintf(stderr,
+                "fusionc profile: error: a measurement failed (fp32 %g, bf16 %g, fp16 %g, cblas_sbgemm %g "
+                "FLOP/s, bandwidth %g B/s, memory %g B)\n",
+                rate[GEMM_F32], rate[GEMM_BF16], rate[GEMM_FP16], rate[GEMM_SBGEMM], bandwidth, memory);
+        return -1;
+    }
+    /* bf16: the faster of widening and cblas_sbgemm, when this OpenBLAS has it. */
+    const int use_sbgemm = sbgemm && rate[GEMM_SBGEMM] > rate[GEMM_BF16];
+    r->fp32 = rate[GEMM_F32];
+    r->bf16 = rate[use_sbgemm ? GEMM_SBGEMM : GEMM_BF16];
+    r->fp16 = rate[GEMM_FP16];
+    r->bf16_other = rate[use_sbgemm ? GEMM_BF16 : GEMM_SBGEMM];
+    r->has_sbgemm = sbgemm != NULL, r->use_sbgemm = use_sbgemm;
+    r->memory = memory, r->bandwidth = bandwidth;
+    machine_arch(r->arch, sizeof r->arch);
+    return 0;
+}
+
+void profile_quantity(char *buf, size_t size, double value, int what)
+{
+    static const char *const flop_units[] = { "FLOPS", "KFLOPS", "MFLOPS", "GFLOPS", "TFLOPS", "PFLOPS" };
+    static const char *const size_units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    static const char *const rate_units[] = { "B/s", "KB/s", "MB/s", "GB/s", "TB/s" };
+    if (what == PROFILE_FLOPS)
+        put_quantity(buf, size, value, flop_units, 6, 1000.0, 0);
+    else if (what == PROFILE_BYTES)
+        put_quantity(buf, size, value, size_units, 5, 1024.0, 1);
+    else
+        put_quantity(buf, size, value, rate_units, 5, 1000.0, 0);
+}
+
 int profile_main(int argc, char **argv)
 {
     profile_options o;
@@ -556,62 +615,26 @@ int profile_main(int argc, char **argv)
     output out;
     if (output_open(&out, o.out) != 0)
         return cannot_write(&out);
-
-    kernel_threads_set(o.threads);
-    void *blas = NULL;
-    sbgemm_fn sbgemm = find_sbgemm(&blas);
-    double memory = memory_bytes(), stream = triad_bytes(memory);
-    /* 30% fp32; 30% the 16-bit ways, shared; 40% the triad. */
-    const double share16 = 0.3 * o.seconds / (sbgemm ? 3 : 2);
-    double rate[GEMM_COUNT] = { 0 };
-    int oom = 0;
-    for (int w = 0; w < GEMM_COUNT && !oom; w++)
-        if (w != GEMM_SBGEMM || sbgemm)
-            oom =
-                (rate[w] = measure_gemm((gemm_way)w, sbgemm, w == GEMM_F32 ? 0.3 * o.seconds : share16, o.verbose)) < 0;
-    double bandwidth = oom ? -1 : measure_triad(0.4 * o.seconds, o.threads, stream, o.verbose);
-    if (blas)
-        dlclose(blas);
-    if (bandwidth < 0) {
-        fprintf(stderr, "fusionc profile: error: out of memory for the measurement buffers (%.0f MiB)\n",
-                stream / (1 << 20));
+    profile_result r;
+    if (profile_measure(o.threads, o.seconds, 1, &r, o.verbose)) {
         output_commit(&out, NULL);
         return 1;
     }
-    int measured = 1;
-    for (int w = 0; w < GEMM_COUNT; w++)
-        if (w != GEMM_SBGEMM || sbgemm)
-            measured = measured && rate[w] > 0 && isfinite(rate[w]);
-    if (!measured || !(bandwidth > 0) || !isfinite(bandwidth) || !(memory > 0)) {
-        fprintf(stderr,
-                "fusionc profile: error: a measurement failed (fp32 %g, bf16 %g, fp16 %g, cblas_sbgemm %g "
-                "FLOP/s, bandwidth %g B/s, memory %g B)\n",
-                rate[GEMM_F32], rate[GEMM_BF16], rate[GEMM_FP16], rate[GEMM_SBGEMM], bandwidth, memory);
-        output_commit(&out, NULL);
-        return 1;
-    }
-
-    static const char *const flop_units[] = { "FLOPS", "KFLOPS", "MFLOPS", "GFLOPS", "TFLOPS", "PFLOPS" };
-    static const char *const size_units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-    static const char *const rate_units[] = { "B/s", "KB/s", "MB/s", "GB/s", "TB/s" };
-    char p32[32], pbf16[32], pfp16[32], pother[32], mem[32], bw[32], arch[40], arch_attr[64] = "", how[256], line[1024];
-    /* bf16: the faster of widening and cblas_sbgemm, when this OpenBLAS has it. */
-    const int use_sbgemm = sbgemm && rate[GEMM_SBGEMM] > rate[GEMM_BF16];
-    put_quantity(p32, sizeof p32, rate[GEMM_F32], flop_units, 6, 1000.0, 0);
-    put_quantity(pbf16, sizeof pbf16, rate[use_sbgemm ? GEMM_SBGEMM : GEMM_BF16], flop_units, 6, 1000.0, 0);
-    put_quantity(pfp16, sizeof pfp16, rate[GEMM_FP16], flop_units, 6, 1000.0, 0);
-    put_quantity(pother, sizeof pother, rate[use_sbgemm ? GEMM_BF16 : GEMM_SBGEMM], flop_units, 6, 1000.0, 0);
-    put_quantity(mem, sizeof mem, memory, size_units, 5, 1024.0, 1);
-    put_quantity(bw, sizeof bw, bandwidth, rate_units, 5, 1000.0, 0);
-    if (!sbgemm)
+    char p32[32], pbf16[32], pfp16[32], pother[32], mem[32], bw[32], arch_attr[64] = "", how[256], line[1024];
+    profile_quantity(p32, sizeof p32, r.fp32, PROFILE_FLOPS);
+    profile_quantity(pbf16, sizeof pbf16, r.bf16, PROFILE_FLOPS);
+    profile_quantity(pfp16, sizeof pfp16, r.fp16, PROFILE_FLOPS);
+    profile_quantity(pother, sizeof pother, r.bf16_other, PROFILE_FLOPS);
+    profile_quantity(mem, sizeof mem, r.memory, PROFILE_BYTES);
+    profile_quantity(bw, sizeof bw, r.bandwidth, PROFILE_RATE);
+    if (!r.has_sbgemm)
         snprintf(how, sizeof how, "widens to fp32, runs cblas_sgemm and rounds (this OpenBLAS has no cblas_sbgemm)");
-    else if (use_sbgemm)
+    else if (r.use_sbgemm)
         snprintf(how, sizeof how, "is cblas_sbgemm, rounded (widening for cblas_sgemm: %s)", pother);
     else
         snprintf(how, sizeof how, "widens to fp32, runs cblas_sgemm and rounds (cblas_sbgemm: %s)", pother);
-    machine_arch(arch, sizeof arch);
-    if (arch[0])
-        snprintf(arch_attr, sizeof arch_attr, " arch=\"%s\"", arch);
+    if (r.arch[0])
+        snprintf(arch_attr, sizeof arch_attr, " arch=\"%s\"", r.arch);
     /* The comment says how the 16-bit figures were had; no two hyphens in a
      * row inside it, which XML forbids there. */
     snprintf(line, sizeof line,

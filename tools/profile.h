@@ -47,4 +47,25 @@ extern const cli_usage profile_usage;
  * (one line on stderr), 2 bad arguments (one line on stderr). */
 int profile_main(int argc, char **argv);
 
+/* What profile_measure found: FLOP/s, bytes, bytes/s. */
+typedef struct {
+    double fp32, bf16, fp16; /* the peaks (bf16: the faster way)                */
+    double bf16_other;       /* bf16 the other way (0 without cblas_sbgemm)      */
+    int has_sbgemm, use_sbgemm;
+    double memory, bandwidth;
+    int threads;
+    char arch[40]; /* uname's machine, "" when no valid arch              */
+} profile_result;
+
+/* The measurements above on `threads` threads in about `seconds`; without
+ * with_gemm only the memory and its bandwidth (the peaks stay 0: a caller
+ * that states them, as fusionc provide --emulate-peak does).  0, or -1
+ * (said on stderr). */
+int profile_measure(int threads, double seconds, int with_gemm, profile_result *r, int verbose);
+
+/* A figure as the cluster file writes it ("41.2GFLOPS", "23.5GiB",
+ * "9.8GB/s"; memory rounded down). */
+enum { PROFILE_FLOPS, PROFILE_BYTES, PROFILE_RATE };
+void profile_quantity(char *buf, size_t size, double value, int what);
+
 #endif

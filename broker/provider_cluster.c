@@ -1,0 +1,80 @@
+/* provider_cluster.c: a provider's device added to the run's cluster file
+ * (provider_cluster.h). */
+#include "provider_cluster.h"
+
+#include <libxml/tree.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../frontend/cluster.h"
+#include "../frontend/xml_util.h"
+#include "../runtime/atomic_file.h"
+
+static xmlNodePtr child_element(xmlNodePtr parent, const char *name, const char *const *attrs, int n)
+{
+    xmlNodePtr e = xmlNewNode(NULL, (const xmlChar *)name);
+    for (int i = 0; i + 1 < n; i += 2)
+        xmlNewProp(e, (const xmlChar *)attrs[i], (const xmlChar *)attrs[i + 1]);
+    if (parent)
+        xmlAddChild(parent, e);
+    return e;
+}
+
+int provider_cluster_add(const char *from, const char *to, const char *name, const char *address,
+                         const char *link_bandwidth, const char *link_latency, const provider_attr *attrs, int n_attrs,
+                         char *err, size_t n)
+{
+    struct diag d = { 0 };
+    xmlDocPtr doc = xml_read(from, NULL, 0, &d);
+    if (!doc) {
+        snprintf(err, n, "%s:%d: %s", d.file, d.line, d.msg);
+        return -1;
+    }
+    xmlNodePtr root = xmlDocGetRootElement(doc), first_link = NULL;
+    char region[160], regions[256][CLUSTER_NAME_MAX];
+    int n_regions = 0;
+    for (xmlNodePtr e = root ? root->children : NULL; e; e = e->next) {
+        const char *tag = xml_element_name(e);
+        if (tag && strcmp(tag, "link") == 0 && !first_link)
+            first_link = e;
+        xmlChar *rn = tag && strcmp(tag, "region") == 0 ? xmlGetProp(e, (const xmlChar *)"name") : NULL;
+        if (rn && n_regions < 256)
+            snprintf(regions[n_regions++], sizeof regions[0], "%s", (const char *)rn);
+        xmlFree(rn);
+    }
+    snprintf(region, sizeof region, "provider-%s", name);
+    const char *region_attrs[] = { "name", region, "bandwidth", link_bandwidth, "latency", link_latency };
+    const char *host_attrs[] = { "name", name, "address", address };
+    xmlNodePtr r = child_element(NULL, "region", region_attrs, 6);
+    xmlNodePtr h = child_element(r, "host", host_attrs, 4);
+    const char *device_attrs[] = { "name", name };
+    xmlNodePtr dev = child_element(h, "device", device_attrs, 2);
+    for (int i = 0; i < n_attrs; i++)
+        xmlNewProp(dev, (const xmlChar *)attrs[i].name, (const xmlChar *)attrs[i].value);
+    xmlNewProp(dev, (const xmlChar *)"standby", (const xmlChar *)"true");
+    if (first_link)
+        xmlAddPrevSibling(first_link, r);
+    else
+        xmlAddChild(root, r);
+    for (int i = 0; i < n_regions; i++) {
+        const char *link_attrs[] = { "from",      region,         "to",      regions[i],
+                                     "bandwidth", link_bandwidth, "latency", link_latency };
+        child_element(root, "link", link_attrs, 8);
+    }
+    xmlChar *text = NULL;
+    int len = 0;
+    xmlDocDumpFormatMemory(doc, &text, &len, 1);
+    xmlFreeDoc(doc);
+    cluster check;
+    int rc = -1;
+    if (!text) {
+        snprintf(err, n, "%s: cannot write the cluster with provider %s", to, name);
+    } else if (cluster_load_memory((const char *)text, len, to, &check, &d) != 0) {
+        snprintf(err, n, "its device does not make a valid cluster: %s", d.msg);
+    } else {
+        cluster_free(&check);
+        rc = atomic_write_file(to, text, (size_t)len, err, n);
+    }
+    xmlFree(text);
+    return rc;
+}

@@ -1,0 +1,30 @@
+/* provider_cluster.h: the run's cluster file with a provider's device added,
+ * so the planner can weigh it (broker_provider.c calls it).
+ *
+ * The provider gets a region of its own, "provider-NAME", holding one host
+ * NAME at the address it reported, holding its device NAME, standby="true"
+ * (so `fusionc compile --with NAME` takes it in); the region is joined to
+ * every other region by a link of the bandwidth and latency the provider
+ * measured to the broker.  Why that link for every region: the provider
+ * measured one path, the one to the broker's host; the devices it will
+ * talk to sit in the run's regions, which the broker's host is near or in.
+ * (Issue 35's measured links, `fusionc probe`, refine it.) */
+#ifndef FUSION_BROKER_PROVIDER_CLUSTER_H
+#define FUSION_BROKER_PROVIDER_CLUSTER_H
+#include <stddef.h>
+
+/* A device attribute the provider stated, as the cluster file writes it. */
+typedef struct {
+    const char *name, *value;
+} provider_attr;
+
+/* from (a cluster file) with the provider's region, host and device added,
+ * written atomically to to, then loaded to check it (cluster.xsd and
+ * cluster.c's rules: a bad figure from a provider is refused here).
+ * attrs: its device's attributes (kind, arch, peaks, memory, ...), each
+ * name one of cluster.xsd's device attributes.  0, or -1 with err. */
+int provider_cluster_add(const char *from, const char *to, const char *name, const char *address,
+                         const char *link_bandwidth, const char *link_latency, const provider_attr *attrs, int n_attrs,
+                         char *err, size_t n);
+
+#endif
