@@ -25,6 +25,7 @@
 #include "broker_checkpoint.h"
 #include "broker_plan.h"
 #include "broker_provider.h"
+#include "broker_speed.h"
 #include "broker_remote.h"
 #include "broker_start.h"
 #include "broker_state.h"
@@ -76,11 +77,20 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
     m->heard = broker_now();
     snprintf(reply, n, "ok");
     long long step;
-    double loss;
+    double loss, compute = 0, planned = 0;
     char file[FU_PATH_BYTES], hash[32];
-    int line_at = 0; /* "STEP LOSS LINE": the device's own step line follows its two numbers */
-    if (strcmp(verb, "step") == 0 && sscanf(rest, "%lld %lf %n", &step, &loss, &line_at) >= 1) {
-        if (strcmp(device, b->reporter) == 0) {
+    int line_at = 0; /* "STEP LOSS COMPUTE PLANNED LINE": the device's own step line follows its numbers */
+    if (strcmp(verb, "step") == 0 &&
+        sscanf(rest, "%lld %lf %lf %lf %n", &step, &loss, &compute, &planned, &line_at) >= 1) {
+        /* A report sent again (the broker was busy past the client's wait:
+         * a compile) is the one taken already: once. */
+        int again = m->ratio_step == step && m->step_epoch == b->epoch;
+        m->step_epoch = b->epoch;
+        if (!again)
+            broker_speed_step(b, m, step, compute, planned);
+        if (strcmp(device, b->reporter) == 0 && !again) {
+            if (line_at > 0 && rest[line_at])
+                broker_speed_line(b, rest + line_at);
             if (line_at > 0 && rest[line_at])
                 printf("step %5lld/%lld  %s\n", step, (long long)b->steps, rest + line_at);
             else
@@ -303,7 +313,8 @@ static int start_run(broker *b)
 }
 
 /* A checkpoint came whole since the last look (broker_check_complete
- * notes its step): a standby that registered mid-run is weighed at it. */
+ * notes its step): a standby that registered mid-run, and a plan for a
+ * straggler's measured speed, are weighed at it. */
 static void weigh_joiners(broker *b)
 {
     int64_t step = b->weigh_step;
@@ -311,6 +322,8 @@ static void weigh_joiners(broker *b)
     for (int i = 0; step > 0 && i < b->n && !b->switching; i++)
         if (b->mem[i].joining)
             broker_weigh_joiner(b, &b->mem[i], step);
+    if (step > 0 && b->straggler[0] && !b->switching)
+        broker_replan_straggler(b, step);
 }
 
 /* The run is over: the providers' agents are told so when they next ask

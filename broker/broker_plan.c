@@ -16,17 +16,32 @@
 #include <unistd.h>
 
 #include "broker_checkpoint.h"
+#include "broker_speed.h"
+#include "cluster_edit.h"
 #include "broker_remote.h"
 #include "broker_start.h"
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 
 static int compile_plan(broker *b, const char *dir, int devices, const char *also_with);
 static double plan_estimate(const char *dir);
+static void switch_to(broker *b, const char *dir, double estimate);
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st, (void)flag, (void)ftw;
     return remove(path);
+}
+
+/* The devices stop (SIGTERM), and once they have the next epoch starts on
+ * dir's plan (broker_switch_plan), whose estimated step is `estimate` s. */
+static void switch_to(broker *b, const char *dir, double estimate)
+{
+    snprintf(b->next_bundles, sizeof b->next_bundles, "%s", dir);
+    b->next_estimate_ms = estimate * 1e3;
+    b->switching = 1;
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended && (b->mem[i].m.pid > 0 || b->mem[i].agent[0]))
+            broker_signal_member(b, &b->mem[i], SIGTERM);
 }
 
 /* A device that joined (j): a plan with it, taken when the planner's step
@@ -60,15 +75,52 @@ void broker_weigh_joiner(broker *b, member *j, int64_t step)
                "(%.1f%% faster); the devices stop and go on from the checkpoint of step %lld",
                j->m.device, with * 1e3, now * 1e3, 100 * gain, (long long)step);
     snprintf(b->joined[b->n_joined++], sizeof b->joined[0], "%s", j->m.device);
-    snprintf(b->next_bundles, sizeof b->next_bundles, "%s", dir);
     snprintf(j->m.status, sizeof j->m.status, "used");
     if (j->m.pid > 0)
         kill((pid_t)j->m.pid, SIGTERM);
     broker_save_member(b, j);
-    b->switching = 1;
+    switch_to(b, dir, with);
+}
+
+void broker_replan_straggler(broker *b, int64_t step)
+{
+    char name[128], to[FU_PATH_BYTES + 304], err[FU_PATH_BYTES + 504], dir[FU_PATH_BYTES + 304];
+    snprintf(name, sizeof name, "%s", b->straggler);
+    b->straggler[0] = '\0';
+    snprintf(to, sizeof to, "%s/measured", b->out);
+    mkdir(to, 0755);
+    snprintf(to, sizeof to, "%s/measured/cluster-epoch-%lld.xml", b->out, (long long)b->epoch + 1);
+    cluster c;
+    struct diag d = { 0 };
+    if (cluster_set_slowdown(b->cluster_path, to, name, b->straggler_slowdown, err, sizeof err) ||
+        (cluster_load(to, &c, &d) && snprintf(err, sizeof err, "%s", d.msg))) {
+        broker_say(b, "straggler", name, "cannot write %s's measured speed into the cluster: %s", name, err);
+        return;
+    }
+    cluster_free(&b->c);
+    b->c = c;
+    snprintf(b->cluster_path, sizeof b->cluster_path, "%s", to);
+    broker_db_set(b->db, "cluster", to);
+    int devices = 0;
     for (int i = 0; i < b->n; i++)
-        if (strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended && (b->mem[i].m.pid > 0 || b->mem[i].agent[0]))
-            broker_signal_member(b, &b->mem[i], SIGTERM);
+        devices += strcmp(b->mem[i].m.role, "device") == 0;
+    snprintf(dir, sizeof dir, "%s/epoch-%lld", b->out, (long long)b->epoch + 1);
+    if (compile_plan(b, dir, devices, NULL))
+        return;
+    double now = broker_speed_step_ms(b) / 1e3, with = plan_estimate(dir), gain = now > 0 ? 1.0 - with / now : 0.0;
+    if (!(with > 0 && gain >= JOIN_GAIN)) {
+        broker_say(b, "straggler", name,
+                   "the plan for %s's measured speed (slowdown %.2f, %s) estimates %.2f ms a step against %.2f ms "
+                   "measured now (%.1f%% faster; taken from %.0f%%): the run goes on as it is",
+                   name, b->straggler_slowdown, to, with * 1e3, now * 1e3, 100 * gain, 100 * JOIN_GAIN);
+        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        return;
+    }
+    broker_say(b, "straggler", name,
+               "re-planned for %s's measured speed (slowdown %.2f, %s): the plan estimates %.2f ms a step against "
+               "%.2f ms measured now (%.1f%% faster); the devices stop and go on from the checkpoint of step %lld",
+               name, b->straggler_slowdown, to, with * 1e3, now * 1e3, 100 * gain, (long long)step);
+    switch_to(b, dir, with);
 }
 
 /* fusionc compile again into dir: compile.args (how the run was compiled)
@@ -302,6 +354,8 @@ int broker_recover(broker *b)
 int broker_switch_plan(broker *b)
 {
     b->switching = 0;
+    b->n_step_ms = 0; /* the new plan's steps, measured afresh */
+    b->check_estimate_ms = b->next_estimate_ms;
     b->epoch++;
     char text[32], dir[FU_PATH_BYTES];
     snprintf(text, sizeof text, "%lld", (long long)b->epoch);

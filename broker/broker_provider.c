@@ -21,7 +21,7 @@
 #include "broker_checkpoint.h"
 #include "broker_start.h"
 #include "invite.h"
-#include "provider_cluster.h"
+#include "cluster_edit.h"
 
 #define PROVIDER_NAME_MAX 100 /* its region is "provider-NAME": cluster.xsd's 127 */
 #define ASK_AGAIN_S       10  /* a part asked and not uploaded is asked again     */
@@ -211,7 +211,7 @@ static int offer(broker *b, uint32_t id, char *args, FILE *out)
         snprintf(to, sizeof to, "%s/providers/cluster.xml", b->out);
         cluster c;
         struct diag d = { 0 };
-        if (provider_cluster_add(b->cluster_path, to, name, address, link_bw, link_lat, attrs, n_attrs, err,
+        if (cluster_add_provider(b->cluster_path, to, name, address, link_bw, link_lat, attrs, n_attrs, err,
                                  sizeof err) ||
             (cluster_load(to, &c, &d) && snprintf(err, sizeof err, "%s", d.msg))) {
             fprintf(out, "refused: %s", err);

@@ -6,7 +6,7 @@
  *                          peaks, memory, bandwidth, threads), its address
  *                          and its link to the broker: checked against the
  *                          kinds the run's bundles are for, added to the
- *                          run's cluster as a standby (provider_cluster.h)
+ *                          run's cluster as a standby (cluster_edit.h)
  *                          and weighed at the next complete checkpoint, as
  *                          a standby that registers mid-run is
  *   wait NAME              every half second: its orders, one a request:

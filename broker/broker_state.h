@@ -5,6 +5,7 @@
  *
  *   broker.c             the run loop: requests, who is lost, what follows
  *   broker_provider.c    providers that join with an invite (fusionc provide)
+ *   broker_speed.c       each device's compute against its plan's: stragglers
  *   broker_plan.c        after a loss or a join: a standby, a new plan
  *   broker_again.c       a broker started again on an OUT that holds a run
  *   broker_start.c       the members' programs started and stopped
@@ -45,10 +46,17 @@ typedef struct {
     char why[512]; /* how it ended                                        */
     /* A program a provider's agent runs (fusionc provide), not this broker:
      * the agent asks for its orders (broker_provider.c). */
-    char agent[128];            /* the provider's name; "" for the broker's own      */
-    int64_t run_epoch;          /* its program is to start in this epoch (0: not)    */
-    int fetched;                /* the agent has taken its program and arguments     */
-    int kill_sig;               /* the agent is to send its program this signal      */
+    char agent[128];   /* the provider's name; "" for the broker's own      */
+    int64_t run_epoch; /* its program is to start in this epoch (0: not)    */
+    int fetched;       /* the agent has taken its program and arguments     */
+    int kill_sig;      /* the agent is to send its program this signal      */
+    /* Its speed (broker_speed.c): the last step's compute over the plan's,
+     * and how many steps in a row it ran STRAGGLER_RATIO slower than the
+     * fastest device (their mean slowness in slow_sum / slow_steps). */
+    double ratio;
+    int64_t ratio_step, step_epoch; /* (the step last reported, and its epoch) */
+    int slow_steps, flagged;
+    double slow_sum;
     int agent_ended;            /* the agent said its program ended, with this wait  */
     int agent_status;           /*   status (watch in broker.c takes it as a child's) */
     char resume[FU_PATH_BYTES]; /* the checkpoint it resumes from ("": none)         */
@@ -141,6 +149,14 @@ typedef struct {
     int n_up, up_ids;
     char cluster_path[FU_PATH_BYTES + 304]; /* OUT/cluster.xml; OUT/providers/cluster.xml once one offered */
     int finished;                           /* the run is over: the providers are told to stop          */
+    /* A straggler found (broker_speed.c): re-planned with its measured
+     * speed at the next complete checkpoint (broker_plan.c). */
+    char straggler[128];
+    double straggler_slowdown; /* its new slowdown: measured, times the one it had */
+    double step_ms[16];        /* the reporter's last step times (a ring)          */
+    int n_step_ms;
+    double next_estimate_ms;  /* the plan switched to: its estimated step         */
+    double check_estimate_ms; /* ... checked against its steps 5-20              */
 } broker;
 
 /* A request's stamp (broker_client.h) from the sender named by text's

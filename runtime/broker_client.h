@@ -5,8 +5,12 @@
  * each checkpoint part it wrote (its file's XXH3, so the broker can mark a
  * checkpoint whole and a resume can check it) and its end; between reports
  * it sends a heartbeat every second.  Every request is one text line
- *     <verb> <device> <epoch> [<args>]       hello PID | beat | step N LOSS |
+ *     <verb> <device> <epoch> [<args>]       hello PID | beat |
+ *                                            step N LOSS COMPUTE PLANNED LINE |
  *                                            part STEP FILE XXH3 | bye STATUS
+ * (COMPUTE: the step's seconds in ops other than messages; PLANNED: the
+ * estimator's seconds for them, rt_context's compute and planned; LINE:
+ * the device's step line)
  * over a nanomsg REQ socket, answered "ok" or "refused <why>" (a device of
  * an epoch that is over: the broker declared it lost and started the run
  * again without it).

@@ -78,6 +78,11 @@ typedef struct rt_context_s {
     int32_t emulate_devices;
     double owed;
     double paced;
+    double pace_factor; /* > 1: the device is this much slower than its est_seconds say */
+    /* The step's compute: seconds of its ops other than messages (their
+     * pacing included), and the est_seconds of those ops: what the broker
+     * compares to find a straggler (broker_client.h's step report). */
+    double compute, planned;
     /* Called before each op when set (the step's last backward: gradient
      * buckets whose gradients are final go to the all-reduce thread,
      * comm/overlap.h); non-zero fails the op. */

@@ -315,6 +315,17 @@ static void catch_stop_signals(void)
  * 143): every device must finish the same step, however far apart they
  * are; the hubs agree on which (comm/hub.h).  A device without links stops
  * after this step.  -1: the agreement failed (err). */
+/* --inject-slowdown DEVICE:K:F: from step K this device runs F times
+ * slower than declared; a plan that knows it slower (its slowdown s, part
+ * of every op's est_seconds) leaves F / s to pace.  1: as declared. */
+static double slowed_from(const run_options *o, const rt_manifest *mf, int64_t step)
+{
+    if (!o->slow_device[0] || strcmp(o->slow_device, mf->device) != 0 || step < o->slow_step)
+        return 1.0;
+    double s = mf->slowdown > 1.0 ? mf->slowdown : 1.0;
+    return o->slow_factor / s > 1.0 ? o->slow_factor / s : 1.0;
+}
+
 static int stop_after(rt_comm *comm, int64_t step, int *code, char *err, size_t n)
 {
     static int asked;
@@ -531,6 +542,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                            .skipped = scaler.skipped,
                            .inject_overflow = o->inject_overflow == step,
                            .emulate_devices = o->emulate_devices,
+                           .pace_factor = slowed_from(o, mf, step),
                            .trace = trace,
                            .train = &settings,
                            .grad_norm = NAN };
@@ -664,7 +676,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
                         (double)tokens / dt, dt * 1e3, extra_json, step_extra_json);
             fflush(log);
         }
-        rt_broker_report(broker, "step", "%lld %.6f %.700s", (long long)step, (double)loss, line);
+        rt_broker_report(broker, "step", "%lld %.6f %.6f %.6f %.700s", (long long)step, (double)loss, ctx.compute,
+                         ctx.planned, line);
         /* Under --sync diloco the sites count their own steps (each its own
          * H): their common clock is the outer round, so a stop is agreed
          * in rounds, at a round's end. */

@@ -112,6 +112,21 @@ static int parse_crash(const cli_option *opt, const char *value, void *field, ch
     return 0;
 }
 
+/* --inject-slowdown DEVICE:K:F */
+static int parse_slowdown(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    run_options *o = field;
+    char device[128];
+    long long k;
+    double f;
+    int end = 0;
+    if (sscanf(value, "%127[^:]:%lld:%lf%n", device, &k, &f, &end) != 3 || value[end] || k < 1 || !(f >= 1) || f > 1000)
+        return cli_bad_value(opt, value, why, n);
+    snprintf(o->slow_device, sizeof o->slow_device, "%s", device);
+    o->slow_step = k, o->slow_factor = f;
+    return 0;
+}
+
 static const char *const lr_schedules[] = { "constant", "cosine", "linear", NULL };
 static const int lr_schedule_values[] = { RT_LR_CONSTANT, RT_LR_COSINE, RT_LR_LINEAR };
 
@@ -255,6 +270,11 @@ static const cli_option device_options[] = {
       CLI_CUSTOM(parse_crash, const char *, run_options, crash_in_save), .expects = "DEVICE:K",
       .help = "in epoch 1, DEVICE dies (SIGKILL) half-way through writing\n"
               "its part of step K's checkpoint (to test that the step before stays whole)" },
+    { .name = "--inject-slowdown", .metavar = "DEVICE:K:F", CLI_WHOLE(parse_slowdown),
+      .expects = "DEVICE:K:F (a step K >= 1, a factor F in [1, 1000])",
+      .help = "with --emulate-devices: from step K, DEVICE runs F times slower than the\n"
+              "cluster file declares it (a straggler; a plan that knows it slower, its\n"
+              "slowdown, paces it as that)" },
 };
 
 static const cli_usage usage = {

@@ -27,6 +27,9 @@ typedef struct {
     st_dtype save_dtype;
     int64_t loss_scale_window, inject_overflow;
     const char *crash_in_save; /* --inject-crash-in-save DEVICE:K (a test's fault) */
+    char slow_device[128];     /* --inject-slowdown DEVICE:K:F (a test's straggler) */
+    int64_t slow_step;
+    double slow_factor;
     int emulate_devices;
     int no_overlap;
     uint64_t seed;

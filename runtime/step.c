@@ -43,13 +43,16 @@ static void pay_owed(rt_context *ctx, double least)
 
 void rt_pace_settle(rt_context *ctx)
 {
-    if (ctx->emulate_devices)
-        pay_owed(ctx, 0.0);
+    if (!ctx->emulate_devices)
+        return;
+    double t0 = rt_seconds_now();
+    pay_owed(ctx, 0.0);
+    ctx->compute += rt_seconds_now() - t0; /* (what the compute owed) */
 }
 
 void rt_pace_op(rt_context *ctx, double est_seconds, double took)
 {
-    double faster = est_seconds - took;
+    double faster = est_seconds * (ctx->pace_factor > 1 ? ctx->pace_factor : 1) - took;
     if (faster > 0) { /* an op slower than declared earns no credit */
         ctx->owed += faster;
         pay_owed(ctx, RT_PACE_MIN_SLEEP);
@@ -92,21 +95,18 @@ static int run_scheduled(const rt_op *op, char *arena, rt_context *ctx)
         return -1;
     if (is_message(op))
         return run_message(op, arena, ctx);
-    if (ctx->emulate_devices && op->est_seconds > 0) {
-        double t0 = rt_seconds_now();
-        int rc = rt_cpu_run(op, arena, ctx);
-        if (rc == 0)
-            rt_pace_op(ctx, op->est_seconds, rt_seconds_now() - t0);
-        return rc;
-    }
-    if (!(ctx->slowdown > 1.0))
-        return rt_cpu_run(op, arena, ctx);
-    /* An emulated slower device: the op, then (slowdown - 1) times as long
-     * again asleep, so the device takes `slowdown` times as long and the
-     * idle time is free for the other devices on this machine. */
     double t0 = rt_seconds_now();
     int rc = rt_cpu_run(op, arena, ctx);
-    sleep_seconds((rt_seconds_now() - t0) * (ctx->slowdown - 1.0));
+    if (ctx->emulate_devices && op->est_seconds > 0 && rc == 0) {
+        rt_pace_op(ctx, op->est_seconds, rt_seconds_now() - t0);
+    } else if (ctx->slowdown > 1.0 && !ctx->emulate_devices) {
+        /* An emulated slower device: the op, then (slowdown - 1) times as
+         * long again asleep, so the device takes `slowdown` times as long
+         * and the idle time is free for the other devices on this machine. */
+        sleep_seconds((rt_seconds_now() - t0) * (ctx->slowdown - 1.0));
+    }
+    ctx->compute += rt_seconds_now() - t0;
+    ctx->planned += op->est_seconds;
     return rc;
 }
 

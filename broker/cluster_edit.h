@@ -1,4 +1,4 @@
-/* provider_cluster.h: the run's cluster file with a provider's device added,
+/* cluster_edit.h: the run's cluster file with a provider's device added,
  * so the planner can weigh it (broker_provider.c calls it).
  *
  * The provider gets a region of its own, "provider-NAME", holding one host
@@ -9,8 +9,8 @@
  * measured one path, the one to the broker's host; the devices it will
  * talk to sit in the run's regions, which the broker's host is near or in.
  * (Issue 35's measured links, `fusionc probe`, refine it.) */
-#ifndef FUSION_BROKER_PROVIDER_CLUSTER_H
-#define FUSION_BROKER_PROVIDER_CLUSTER_H
+#ifndef FUSION_BROKER_CLUSTER_EDIT_H
+#define FUSION_BROKER_CLUSTER_EDIT_H
 #include <stddef.h>
 
 /* A device attribute the provider stated, as the cluster file writes it. */
@@ -23,8 +23,13 @@ typedef struct {
  * cluster.c's rules: a bad figure from a provider is refused here).
  * attrs: its device's attributes (kind, arch, peaks, memory, ...), each
  * name one of cluster.xsd's device attributes.  0, or -1 with err. */
-int provider_cluster_add(const char *from, const char *to, const char *name, const char *address,
+int cluster_add_provider(const char *from, const char *to, const char *name, const char *address,
                          const char *link_bandwidth, const char *link_latency, const provider_attr *attrs, int n_attrs,
                          char *err, size_t n);
+
+/* from with device `device`'s slowdown attribute set to slowdown (its
+ * measured speed: this many times slower than its peaks say), written to
+ * to.  0, or -1 with err. */
+int cluster_set_slowdown(const char *from, const char *to, const char *device, double slowdown, char *err, size_t n);
 
 #endif

@@ -1,6 +1,6 @@
-/* provider_cluster.c: a provider's device added to the run's cluster file
- * (provider_cluster.h). */
-#include "provider_cluster.h"
+/* cluster_edit.c: a provider's device added to the run's cluster file
+ * (cluster_edit.h). */
+#include "cluster_edit.h"
 
 #include <libxml/tree.h>
 #include <stdio.h>
@@ -20,7 +20,29 @@ static xmlNodePtr child_element(xmlNodePtr parent, const char *name, const char 
     return e;
 }
 
-int provider_cluster_add(const char *from, const char *to, const char *name, const char *address,
+/* doc written to `to` (atomically) when it loads as a cluster; freed. */
+static int write_checked(xmlDocPtr doc, const char *to, char *err, size_t n)
+{
+    xmlChar *text = NULL;
+    int len = 0;
+    xmlDocDumpFormatMemory(doc, &text, &len, 1);
+    xmlFreeDoc(doc);
+    struct diag d = { 0 };
+    cluster check;
+    int rc = -1;
+    if (!text) {
+        snprintf(err, n, "%s: cannot write the cluster", to);
+    } else if (cluster_load_memory((const char *)text, len, to, &check, &d) != 0) {
+        snprintf(err, n, "not a valid cluster: %s", d.msg);
+    } else {
+        cluster_free(&check);
+        rc = atomic_write_file(to, text, (size_t)len, err, n);
+    }
+    xmlFree(text);
+    return rc;
+}
+
+int cluster_add_provider(const char *from, const char *to, const char *name, const char *address,
                          const char *link_bandwidth, const char *link_latency, const provider_attr *attrs, int n_attrs,
                          char *err, size_t n)
 {
@@ -61,20 +83,33 @@ int provider_cluster_add(const char *from, const char *to, const char *name, con
                                      "bandwidth", link_bandwidth, "latency", link_latency };
         child_element(root, "link", link_attrs, 8);
     }
-    xmlChar *text = NULL;
-    int len = 0;
-    xmlDocDumpFormatMemory(doc, &text, &len, 1);
-    xmlFreeDoc(doc);
-    cluster check;
-    int rc = -1;
-    if (!text) {
-        snprintf(err, n, "%s: cannot write the cluster with provider %s", to, name);
-    } else if (cluster_load_memory((const char *)text, len, to, &check, &d) != 0) {
-        snprintf(err, n, "its device does not make a valid cluster: %s", d.msg);
-    } else {
-        cluster_free(&check);
-        rc = atomic_write_file(to, text, (size_t)len, err, n);
+    return write_checked(doc, to, err, n);
+}
+
+int cluster_set_slowdown(const char *from, const char *to, const char *device, double slowdown, char *err, size_t n)
+{
+    struct diag d = { 0 };
+    xmlDocPtr doc = xml_read(from, NULL, 0, &d);
+    if (!doc) {
+        snprintf(err, n, "%s:%d: %s", d.file, d.line, d.msg);
+        return -1;
     }
-    xmlFree(text);
-    return rc;
+    xmlNodePtr found = NULL, root = xmlDocGetRootElement(doc);
+    for (xmlNodePtr r = root ? root->children : NULL; r && !found; r = r->next)
+        for (xmlNodePtr h = r->type == XML_ELEMENT_NODE ? r->children : NULL; h && !found; h = h->next)
+            for (xmlNodePtr e = h->type == XML_ELEMENT_NODE ? h->children : NULL; e && !found; e = e->next) {
+                xmlChar *name = e->type == XML_ELEMENT_NODE ? xmlGetProp(e, (const xmlChar *)"name") : NULL;
+                if (name && strcmp((const char *)name, device) == 0)
+                    found = e;
+                xmlFree(name);
+            }
+    if (!found) {
+        xmlFreeDoc(doc);
+        snprintf(err, n, "%s: no device '%s'", from, device);
+        return -1;
+    }
+    char value[32];
+    snprintf(value, sizeof value, "%.2f", slowdown < 1.0 ? 1.0 : slowdown);
+    xmlSetProp(found, (const xmlChar *)"slowdown", (const xmlChar *)value);
+    return write_checked(doc, to, err, n);
 }
