@@ -345,10 +345,19 @@ static int run(broker *b)
         serve(b, 100);
         watch(b);
         weigh_joiners(b);
-        if (b->switching) { /* a device joined: wait for the devices to stop */
+        if (b->switching) { /* a new plan (a joiner, a straggler): wait for the devices to stop */
             int going = 0;
-            for (int i = 0; i < b->n; i++)
-                going += strcmp(b->mem[i].m.role, "device") == 0 && !b->mem[i].ended;
+            for (int i = 0; i < b->n; i++) {
+                member *m = &b->mem[i];
+                if (strcmp(m->m.role, "device") != 0 || m->ended)
+                    continue;
+                if (m->agent[0] && broker_now() - m->heard > b->peer_timeout + 3) { /* its agent gone too */
+                    m->ended = 1;
+                    snprintf(m->m.status, sizeof m->m.status, "stopped");
+                    continue;
+                }
+                going++;
+            }
             if (since_switch == 0)
                 since_switch = broker_now();
             if (going > 0 && broker_now() - since_switch > 2 * b->peer_timeout + 10)

@@ -230,10 +230,16 @@ static int offer(broker *b, uint32_t id, char *args, FILE *out)
     snprintf(p->address, sizeof p->address, "%s", address);
     p->invite = id, p->heard = broker_now(), p->gone = p->told = 0;
     member *m = broker_find_member(b, name);
-    if (!m) {
-        m = &b->mem[b->n++];
-        memset(m, 0, sizeof *m);
+    if (m && strcmp(m->m.role, "standby") != 0 && !m->ended) {
+        fprintf(out, "refused: %s runs in the run already", name);
+        return -1;
     }
+    if (!m && b->n == MAX_MEMBERS) {
+        fprintf(out, "refused: the run has %d members, its most", MAX_MEMBERS);
+        return -1;
+    }
+    if (!m)
+        m = &b->mem[b->n++];
     memset(m, 0, sizeof *m);
     snprintf(m->m.device, sizeof m->m.device, "%s", name);
     snprintf(m->m.role, sizeof m->m.role, "standby");

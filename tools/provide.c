@@ -361,6 +361,11 @@ static int fetch(agent *a, long long epoch, const char *rel, long long size, con
         }
         fwrite(nl + 1, 1, (size_t)got, f);
         free(reply);
+        if (got == 0 && at < size) { /* (the file shrank under the broker) */
+            fclose(f);
+            unlink(tmp);
+            return -1;
+        }
         at += got;
         if (size == 0)
             break;
