@@ -311,10 +311,6 @@ static void catch_stop_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
-/* Whether `step` is the run's last because of a signal (*code := 130 or
- * 143): every device must finish the same step, however far apart they
- * are; the hubs agree on which (comm/hub.h).  A device without links stops
- * after this step.  -1: the agreement failed (err). */
 /* --inject-slowdown DEVICE:K:F: from step K this device runs F times
  * slower than declared; a plan that knows it slower (its slowdown s, part
  * of every op's est_seconds) leaves F / s to pace.  1: as declared. */
@@ -326,6 +322,10 @@ static double slowed_from(const run_options *o, const rt_manifest *mf, int64_t s
     return o->slow_factor / s > 1.0 ? o->slow_factor / s : 1.0;
 }
 
+/* Whether `step` is the run's last because of a signal (*code := 130 or
+ * 143): every device must finish the same step, however far apart they
+ * are; the hubs agree on which (comm/hub.h).  A device without links stops
+ * after this step.  -1: the agreement failed (err). */
 static int stop_after(rt_comm *comm, int64_t step, int *code, char *err, size_t n)
 {
     static int asked;
