@@ -249,8 +249,14 @@ int cmd_invite(int argc, char **argv)
     } else {
         snprintf(path, sizeof path, "%s/run.key", out);
         int64_t id = -1;
-        if (fu_secret_load(path, secret, why, sizeof why) == 0 &&
-            broker_db_get(db, "invite_url", v.url, sizeof v.url) == 0 && (id = broker_db_invite(db, 0)) > 0) {
+        why[0] = '\0';
+        if (fu_secret_load(path, secret, why, sizeof why) != 0) {
+            ; /* (said in why) */
+        } else if (broker_db_get(db, "invite_url", v.url, sizeof v.url) != 0) {
+            snprintf(why, sizeof why, "%s/broker.db: the broker has not recorded its address yet", out);
+        } else if ((id = broker_db_invite(db, 0)) <= 0) {
+            snprintf(why, sizeof why, "%s/broker.db: cannot record a new invite", out);
+        } else {
             v.id = (uint32_t)id;
             invite_token(secret, v.id, v.token);
             snprintf(path, sizeof path, "%s/invite-%u.key", out, v.id);
@@ -259,8 +265,6 @@ int cmd_invite(int argc, char **argv)
                        o.out_file ? o.out_file : path, out, v.id);
                 rc = 0;
             }
-        } else if (id < 0 && !why[0]) {
-            snprintf(why, sizeof why, "%s/broker.db: the broker has not recorded its address yet", out);
         }
         if (rc)
             fprintf(stderr, "fusionc invite: %s\n", why);
