@@ -83,16 +83,6 @@ int broker_provider_invite(broker *b)
 
 /* ---- offer --------------------------------------------------------------- */
 
-/* cluster.xsd's name, short enough for "provider-NAME". */
-static int name_valid(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > PROVIDER_NAME_MAX ||
-        !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
-        return 0;
-    return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == n;
-}
-
 /* Whether the run's bundles are for this kind of device: one of its
  * cluster file's devices (or standbys) is of the kind and arch (a CPU's
  * arch unstated: this machine's).  The kinds it has into kinds. */
@@ -165,7 +155,7 @@ static int offer(broker *b, uint32_t id, char *args, FILE *out)
     }
     struct utsname u;
     uname(&u);
-    if (!name_valid(name)) {
+    if (!cluster_name_valid(name, PROVIDER_NAME_MAX)) { /* (short enough for "provider-NAME") */
         fprintf(out, "refused: '%s' is not a device name ([A-Za-z_][A-Za-z0-9_.-]*, at most %d characters)", name,
                 PROVIDER_NAME_MAX);
         return -1;

@@ -21,6 +21,7 @@
 #ifndef FUSION_CLUSTER_H
 #define FUSION_CLUSTER_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -108,6 +109,10 @@ void cluster_free(cluster *c);
 /* Bandwidth (bytes/s) and latency (s) between two devices, per the rules above.
  * An index out of range gets bandwidth 0 and latency INFINITY. */
 void cluster_link_between(const cluster *c, int dev_a, int dev_b, double *bandwidth, double *latency);
+
+/* Whether s is a name cluster.xsd takes ([A-Za-z_][A-Za-z0-9_.-]*) of at
+ * most max characters (cluster.xsd's own bound: 127). */
+int cluster_name_valid(const char *s, size_t max);
 
 /* Index of the region / host / device with this name, or -1. */
 int cluster_find_region(const cluster *c, const char *name);

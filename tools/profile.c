@@ -62,6 +62,7 @@
 
 #include <cblas.h>
 
+#include "../frontend/cluster.h"
 #include "../frontend/units.h"
 #include "../runtime/cpu/half.h"
 #include "../runtime/cpu/kernels.h"
@@ -93,22 +94,6 @@ static int bad_usage(const char *fmt, const char *arg)
     return 2;
 }
 
-/* cluster.xsd's name: [A-Za-z_][A-Za-z0-9_.-]*, at most 127 characters. */
-static int xsd_name_valid(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > PROFILE_NAME_MAX ||
-        !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-              c == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 /* The cores this process may run on (its affinity mask), at least 1. */
 static int available_cores(void)
 {
@@ -124,7 +109,7 @@ static int available_cores(void)
 /* --name: cluster.xsd's name, so the line pastes into a cluster file. */
 static int parse_device_name(const cli_option *opt, const char *value, void *field, char *why, size_t n)
 {
-    if (!xsd_name_valid(value))
+    if (!cluster_name_valid(value, PROFILE_NAME_MAX))
         return cli_bad_value(opt, value, why, n);
     *(const char **)field = value;
     return 0;
