@@ -487,7 +487,8 @@ int broker_run(const broker_options *o)
                nn_setsockopt(b->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max_request, sizeof max_request) < 0 ||
                nn_bind(b->sock, bind_url) < 0) {
         fprintf(stderr, "fusionc broker: cannot listen on %s: %s\n", bind_url, nn_strerror(nn_errno()));
-    } else if (broker_provider_setup(b) == 0) {
+    } else {
+        broker_load_run_cluster(b);
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
         char state[64] = "";

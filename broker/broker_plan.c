@@ -91,16 +91,11 @@ void broker_replan_straggler(broker *b, int64_t step)
     mkdir(to, 0755);
     snprintf(to, sizeof to, "%s/measured/cluster-epoch-%lld.xml", b->out, (long long)b->epoch + 1);
     cluster c;
-    struct diag d = { 0 };
-    if (cluster_set_slowdown(b->cluster_path, to, name, b->straggler_slowdown, err, sizeof err) ||
-        (cluster_load(to, &c, &d) && snprintf(err, sizeof err, "%s", d.msg))) {
+    if (cluster_set_slowdown(b->cluster_path, to, name, b->straggler_slowdown, &c, err, sizeof err)) {
         broker_say(b, "straggler", name, "cannot write %s's measured speed into the cluster: %s", name, err);
         return;
     }
-    cluster_free(&b->c);
-    b->c = c;
-    snprintf(b->cluster_path, sizeof b->cluster_path, "%s", to);
-    broker_db_set(b->db, "cluster", to);
+    broker_use_cluster(b, &c, to);
     int devices = 0;
     for (int i = 0; i < b->n; i++)
         devices += strcmp(b->mem[i].m.role, "device") == 0;

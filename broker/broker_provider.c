@@ -47,21 +47,6 @@ static member *device_of(broker *b, const char *agent)
 
 /* ---- the invite ---------------------------------------------------------- */
 
-int broker_provider_setup(broker *b)
-{
-    snprintf(b->cluster_path, sizeof b->cluster_path, "%s/cluster.xml", b->out);
-    char with_providers[FU_PATH_BYTES];
-    cluster c;
-    struct diag d = { 0 };
-    if (broker_db_get(b->db, "cluster", with_providers, sizeof with_providers) == 0 &&
-        cluster_load(with_providers, &c, &d) == 0) { /* a run that providers joined, taken over */
-        cluster_free(&b->c);
-        b->c = c;
-        snprintf(b->cluster_path, sizeof b->cluster_path, "%s", with_providers);
-    }
-    return 0;
-}
-
 int broker_provider_invite(broker *b)
 {
     invite v = { .id = 1 };
@@ -200,17 +185,12 @@ static int offer(broker *b, uint32_t id, char *args, FILE *out)
         mkdir(to, 0755);
         snprintf(to, sizeof to, "%s/providers/cluster.xml", b->out);
         cluster c;
-        struct diag d = { 0 };
-        if (cluster_add_provider(b->cluster_path, to, name, address, link_bw, link_lat, attrs, n_attrs, err,
-                                 sizeof err) ||
-            (cluster_load(to, &c, &d) && snprintf(err, sizeof err, "%s", d.msg))) {
+        if (cluster_add_provider(b->cluster_path, to, name, address, link_bw, link_lat, attrs, n_attrs, &c, err,
+                                 sizeof err)) {
             fprintf(out, "refused: %s", err);
             return -1;
         }
-        cluster_free(&b->c);
-        b->c = c;
-        snprintf(b->cluster_path, sizeof b->cluster_path, "%s", to);
-        broker_db_set(b->db, "cluster", to);
+        broker_use_cluster(b, &c, to);
         p = &b->prov[b->n_prov++];
         memset(p, 0, sizeof *p);
         snprintf(p->name, sizeof p->name, "%s", name);

@@ -29,9 +29,6 @@
 
 #define PROVIDER_CHUNK (512 << 10) /* bytes of a file a get or put carries */
 
-/* The run's cluster file: OUT/cluster.xml, or the one with the providers
- * that joined (a run taken over).  0. */
-int broker_provider_setup(broker *b);
 /* OUT/invite.key: invite 1 of this run (recorded in broker.db), for the
  * broker at b->url (or --address).  0, or -1 (said). */
 int broker_provider_invite(broker *b);

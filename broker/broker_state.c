@@ -65,6 +65,24 @@ member *broker_find_member(broker *b, const char *device)
 
 void broker_save_member(broker *b, member *m) { broker_db_member(b->db, b->epoch, &m->m); }
 
+void broker_use_cluster(broker *b, cluster *c, const char *path)
+{
+    cluster_free(&b->c);
+    b->c = *c;
+    snprintf(b->cluster_path, sizeof b->cluster_path, "%s", path);
+    broker_db_set(b->db, "cluster", path);
+}
+
+void broker_load_run_cluster(broker *b)
+{
+    snprintf(b->cluster_path, sizeof b->cluster_path, "%s/cluster.xml", b->out);
+    char written[FU_PATH_BYTES];
+    cluster c;
+    struct diag d = { 0 };
+    if (broker_db_get(b->db, "cluster", written, sizeof written) == 0 && cluster_load(written, &c, &d) == 0)
+        broker_use_cluster(b, &c, written);
+}
+
 /* The members of a bundle folder's plan (its deploy.txt), at their cluster addresses. */
 int broker_read_plan(broker *b, const char *bundles)
 {

@@ -171,6 +171,13 @@ void broker_say(broker *b, const char *kind, const char *device, const char *fmt
 member *broker_find_member(broker *b, const char *device);
 /* m's row of this epoch in the database. */
 void broker_save_member(broker *b, member *m);
+/* The run's cluster becomes c (b takes it), read from path: the file the
+ * re-plans compile with, remembered in the database for a broker started
+ * again. */
+void broker_use_cluster(broker *b, cluster *c, const char *path);
+/* At the start: the run's cluster file is OUT/cluster.xml, or the one a
+ * broker of this run wrote last (providers joined, a straggler's speed). */
+void broker_load_run_cluster(broker *b);
 /* The members of a bundle folder's plan (its deploy.txt), at their cluster
  * addresses; standbys not taken in stay.  0, or -1 (said). */
 int broker_read_plan(broker *b, const char *bundles);

@@ -20,8 +20,9 @@ static xmlNodePtr child_element(xmlNodePtr parent, const char *name, const char 
     return e;
 }
 
-/* doc written to `to` (atomically) when it loads as a cluster; freed. */
-static int write_checked(xmlDocPtr doc, const char *to, char *err, size_t n)
+/* doc written to `to` (atomically) when it loads as a cluster, into *out
+ * (the caller's to cluster_free); doc freed. */
+static int write_checked(xmlDocPtr doc, const char *to, cluster *out, char *err, size_t n)
 {
     xmlChar *text = NULL;
     int len = 0;
@@ -34,9 +35,10 @@ static int write_checked(xmlDocPtr doc, const char *to, char *err, size_t n)
         snprintf(err, n, "%s: cannot write the cluster", to);
     } else if (cluster_load_memory((const char *)text, len, to, &check, &d) != 0) {
         snprintf(err, n, "not a valid cluster: %s", d.msg);
+    } else if ((rc = atomic_write_file(to, text, (size_t)len, err, n)) == 0) {
+        *out = check;
     } else {
         cluster_free(&check);
-        rc = atomic_write_file(to, text, (size_t)len, err, n);
     }
     xmlFree(text);
     return rc;
@@ -44,7 +46,7 @@ static int write_checked(xmlDocPtr doc, const char *to, char *err, size_t n)
 
 int cluster_add_provider(const char *from, const char *to, const char *name, const char *address,
                          const char *link_bandwidth, const char *link_latency, const provider_attr *attrs, int n_attrs,
-                         char *err, size_t n)
+                         cluster *out, char *err, size_t n)
 {
     struct diag d = { 0 };
     xmlDocPtr doc = xml_read(from, NULL, 0, &d);
@@ -83,10 +85,11 @@ int cluster_add_provider(const char *from, const char *to, const char *name, con
                                      "bandwidth", link_bandwidth, "latency", link_latency };
         child_element(root, "link", link_attrs, 8);
     }
-    return write_checked(doc, to, err, n);
+    return write_checked(doc, to, out, err, n);
 }
 
-int cluster_set_slowdown(const char *from, const char *to, const char *device, double slowdown, char *err, size_t n)
+int cluster_set_slowdown(const char *from, const char *to, const char *device, double slowdown, cluster *out, char *err,
+                         size_t n)
 {
     struct diag d = { 0 };
     xmlDocPtr doc = xml_read(from, NULL, 0, &d);
@@ -111,5 +114,5 @@ int cluster_set_slowdown(const char *from, const char *to, const char *device, d
     char value[32];
     snprintf(value, sizeof value, "%.2f", slowdown < 1.0 ? 1.0 : slowdown);
     xmlSetProp(found, (const xmlChar *)"slowdown", (const xmlChar *)value);
-    return write_checked(doc, to, err, n);
+    return write_checked(doc, to, out, err, n);
 }

@@ -13,23 +13,26 @@
 #define FUSION_BROKER_CLUSTER_EDIT_H
 #include <stddef.h>
 
+#include "../frontend/cluster.h"
+
 /* A device attribute the provider stated, as the cluster file writes it. */
 typedef struct {
     const char *name, *value;
 } provider_attr;
 
 /* from (a cluster file) with the provider's region, host and device added,
- * written atomically to to, then loaded to check it (cluster.xsd and
- * cluster.c's rules: a bad figure from a provider is refused here).
+ * written atomically to to (a bad figure from a provider is refused here:
+ * the file would not load).
  * attrs: its device's attributes (kind, arch, peaks, memory, ...), each
  * name one of cluster.xsd's device attributes.  0, or -1 with err. */
 int cluster_add_provider(const char *from, const char *to, const char *name, const char *address,
                          const char *link_bandwidth, const char *link_latency, const provider_attr *attrs, int n_attrs,
-                         char *err, size_t n);
+                         cluster *out, char *err, size_t n);
 
 /* from with device `device`'s slowdown attribute set to slowdown (its
  * measured speed: this many times slower than its peaks say), written to
  * to.  0, or -1 with err. */
-int cluster_set_slowdown(const char *from, const char *to, const char *device, double slowdown, char *err, size_t n);
+int cluster_set_slowdown(const char *from, const char *to, const char *device, double slowdown, cluster *out, char *err,
+                         size_t n);
 
 #endif
