@@ -155,9 +155,7 @@ static void serve(broker *b, int wait_ms)
         if (opens)
             text[got - FU_BOX_OVERHEAD] = '\0';
         if (!opens || sscanf(text, "%llu %n", &stamp, &at) != 1 || !broker_fresh(b, text + at, stamp)) {
-            /* Said for the first ten, then every hundredth: a stranger's
-             * flood must not fill the log. */
-            if (++b->dropped <= 10 || b->dropped % 100 == 0)
+            if (broker_count_dropped(b))
                 broker_say(b, "dropped", NULL,
                            "dropped a request that %s (%lld so far): not of this run, altered or "
                            "replayed",

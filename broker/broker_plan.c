@@ -24,7 +24,6 @@
 
 static int compile_plan(broker *b, const char *dir, int devices, const char *also_with);
 static double plan_estimate(const char *dir);
-static void switch_to(broker *b, const char *dir, double estimate);
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {

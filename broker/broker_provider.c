@@ -418,8 +418,8 @@ int broker_provider_untold(const broker *b)
 
 /* ---- a request ------------------------------------------------------------- */
 
-/* A refusal in clear (the request did not open), said in the log: the first
- * ten, then every hundredth. */
+/* A refusal in clear (the request did not open), said in the log
+ * (broker_count_dropped). */
 static void refuse_clear(broker *b, uint8_t **reply, size_t *len, const char *fmt, ...)
 {
     char why[400];
@@ -427,7 +427,7 @@ static void refuse_clear(broker *b, uint8_t **reply, size_t *len, const char *fm
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    if (++b->dropped <= 10 || b->dropped % 100 == 0)
+    if (broker_count_dropped(b))
         broker_say(b, "refused", NULL, "refused a provider: %s", why);
     *len = strlen(INVITE_REFUSAL) + strlen(why);
     *reply = malloc(*len + 1);

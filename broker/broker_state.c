@@ -55,6 +55,8 @@ void broker_say(broker *b, const char *kind, const char *device, const char *fmt
         broker_db_event(b->db, b->epoch, kind, device, text);
 }
 
+int broker_count_dropped(broker *b) { return ++b->dropped <= 10 || b->dropped % 100 == 0; }
+
 member *broker_find_member(broker *b, const char *device)
 {
     for (int i = 0; i < b->n; i++)

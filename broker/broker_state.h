@@ -168,6 +168,10 @@ double broker_now(void);
 /* Prints "broker: [epoch E] TEXT" and logs it as an event of `kind`. */
 void broker_say(broker *b, const char *kind, const char *device, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* A request dropped or refused, counted (b->dropped): 1 when it is to be
+ * said, the first ten and then every hundredth (a stranger's flood must
+ * not fill the log). */
+int broker_count_dropped(broker *b);
 member *broker_find_member(broker *b, const char *device);
 /* m's row of this epoch in the database. */
 void broker_save_member(broker *b, member *m);
