@@ -328,24 +328,35 @@ static void make_parents(const char *path)
     }
 }
 
+/* Whether path holds size bytes whose XXH3 is hash (16 hex digits); the
+ * XXH3 it has into hex ("" when unreadable). */
+static int holds(const char *path, long long size, const char *hash, char hex[32])
+{
+    int64_t have_size;
+    uint64_t have;
+    char why[300];
+    hex[0] = '\0';
+    if (ckpt_measure(path, &have_size, &have, why, sizeof why) != 0)
+        return 0;
+    snprintf(hex, 32, "%016llx", (unsigned long long)have);
+    return have_size == size && strcmp(hex, hash) == 0;
+}
+
 /* File REL (SIZE bytes, XXH3 hash) of epoch E into dest: from DIR/cache
  * when it holds it, else fetched through the broker into the cache. */
 static int fetch(agent *a, long long epoch, const char *rel, long long size, const char *hash, const char *dest)
 {
-    char cached[FU_PATH_BYTES + 64], tmp[FU_PATH_BYTES + 96], text[FU_PATH_BYTES + 300], why[300];
+    char cached[FU_PATH_BYTES + 64], tmp[FU_PATH_BYTES + 96], text[FU_PATH_BYTES + 300], hex[32];
     snprintf(cached, sizeof cached, "%s/cache/%s-%lld", a->dir, hash, size);
-    int64_t have_size;
-    uint64_t have;
-    char hex[32];
-    if (ckpt_measure(cached, &have_size, &have, why, sizeof why) == 0 &&
-        (snprintf(hex, sizeof hex, "%016llx", (unsigned long long)have), strcmp(hex, hash) == 0) && have_size == size)
+    if (holds(cached, size, hash, hex))
         goto place;
     snprintf(tmp, sizeof tmp, "%s.part", cached);
     make_parents(tmp);
     FILE *f = fopen(tmp, "wb");
     if (!f)
         leave(a, 1, "%s: %s", tmp, strerror(errno));
-    for (long long at = 0; at < size || (size == 0 && at == 0);) {
+    long long at = 0;
+    do { /* (an empty file: one request) */
         snprintf(text, sizeof text, "get %s %lld %s %lld", a->name, epoch, rel, at);
         size_t len;
         char *reply = ask_until(a, text, NULL, 0, &len), *nl = strchr(reply, '\n');
@@ -367,13 +378,11 @@ static int fetch(agent *a, long long epoch, const char *rel, long long size, con
             return -1;
         }
         at += got;
-        if (size == 0)
-            break;
-    }
-    if (fclose(f) != 0 || ckpt_measure(tmp, &have_size, &have, why, sizeof why) != 0 ||
-        (snprintf(hex, sizeof hex, "%016llx", (unsigned long long)have), strcmp(hex, hash) != 0) ||
-        rename(tmp, cached) != 0) {
-        fprintf(stderr, "provider %s: %s arrived with XXH3 %s, not the %s listed: refused\n", a->name, rel, hex, hash);
+    } while (at < size);
+    hex[0] = '\0'; /* (a failed close: unread) */
+    if (fclose(f) != 0 || !holds(tmp, size, hash, hex) || rename(tmp, cached) != 0) {
+        fprintf(stderr, "provider %s: %s arrived with XXH3 %s, not the %s listed: refused\n", a->name, rel,
+                hex[0] ? hex : "(unreadable)", hash);
         unlink(tmp);
         return -1;
     }
