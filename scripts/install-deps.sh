@@ -27,6 +27,7 @@ packages=(
   gnuplot-nox                        # bench/bench_adatopk.sh's loss curves (PNG)
   openssh-client rsync               # fusionc deploy and launch (ssh, rsync, scp)
   openssh-server iproute2            # the deploy test's hosts: sshd in network namespaces
+  slurmctld slurmd slurm-client munge   # fusionc launch --slurm's test: a real Slurm on this machine
 )
 
 # node and npm: only the tokenizer test's independent reference (npm

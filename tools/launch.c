@@ -39,6 +39,7 @@
 #include "../runtime/per_device_path.h"
 #include "../runtime/trace.h"
 #include "broker.h"
+#include "launch_slurm.h"
 #include "../broker/remote.h"
 #include "../ir/folders.h" /* FU_PATH_BYTES */
 
@@ -57,12 +58,26 @@ static double now_seconds(void)
 typedef struct {
     const char *out_dir, *cluster_file, *ssh_config;
     double grace;
-    int elastic; /* --elastic: the broker runs the devices (fusionc broker --over-ssh) */
+    int elastic;       /* --elastic: the broker runs the devices (fusionc broker --over-ssh) */
+    int slurm, detach; /* --slurm: one Slurm job (launch_slurm.c); --detach: submit it and return */
+    sbatch_options sbatch;
     char **device_args;
     int n_device_args;
 } launch_options;
 
-enum { LAUNCH_CLUSTER, LAUNCH_SSH_CONFIG, LAUNCH_GRACE, LAUNCH_ELASTIC };
+enum { LAUNCH_CLUSTER, LAUNCH_SSH_CONFIG, LAUNCH_GRACE, LAUNCH_ELASTIC, LAUNCH_SLURM, LAUNCH_SBATCH, LAUNCH_DETACH };
+
+/* --sbatch OPTION: one more for sbatch's command line. */
+static int take_sbatch(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    sbatch_options *s = field;
+    if (s->n >= SLURM_MAX_SBATCH)
+        return snprintf(why, n, "%s: at most %d of them", opt->name, SLURM_MAX_SBATCH), -1;
+    if (value[0] != '-')
+        return cli_bad_value(opt, value, why, n);
+    s->items[s->n++] = value;
+    return 0;
+}
 
 static const cli_option launch_options_table[] = {
     [LAUNCH_CLUSTER] = { .name = "--cluster",
@@ -88,16 +103,30 @@ static const cli_option launch_options_table[] = {
                                  "checkpoints every --save-every K steps collected here, a lost device\n"
                                  "replaced by a standby or planned away; the broker's options may be\n"
                                  "among ARGS (see fusionc broker --help)" },
+    [LAUNCH_SLURM] = { .name = "--slurm",
+                       CLI_FLAG(launch_options, slurm),
+                       .help = "run as one Slurm job (sbatch, then srun: a task a device) on a folder\n"
+                               "the nodes share: the compile's host i on the job's node i mod N,\n"
+                               "ARGS' paths as seen from here; logs in OUT/logs; fusionc stop\n"
+                               "OUT cancels it" },
+    [LAUNCH_SBATCH] = { .name = "--sbatch",
+                        .metavar = "OPTION",
+                        CLI_CUSTOM(take_sbatch, sbatch_options, launch_options, sbatch),
+                        .expects = "an sbatch option, e.g. --sbatch=--partition=gpu",
+                        .help = "with --slurm: passed to sbatch (repeatable), over the job's own\n"
+                                "--nodes (a host each), --ntasks (a device each), --cpus-per-task" },
+    [LAUNCH_DETACH] = { .name = "--detach",
+                        CLI_FLAG(launch_options, detach),
+                        .help = "with --slurm: submit the job and return (its id printed)" },
 };
 
 static const cli_use launch_uses[] = {
-    CLI_USE(LAUNCH_CLUSTER),
-    CLI_USE(LAUNCH_SSH_CONFIG),
-    CLI_USE(LAUNCH_GRACE),
-    CLI_USE(LAUNCH_ELASTIC),
+    CLI_USE(LAUNCH_CLUSTER), CLI_USE(LAUNCH_SSH_CONFIG), CLI_USE(LAUNCH_GRACE),  CLI_USE(LAUNCH_ELASTIC),
+    CLI_USE(LAUNCH_SLURM),   CLI_USE(LAUNCH_SBATCH),     CLI_USE(LAUNCH_DETACH),
 };
 const cli_usage launch_usage = {
     "usage: fusionc launch OUT [--cluster FILE] [--ssh-config FILE] [--grace S] [--elastic] [--] ARGS...\n"
+    "       fusionc launch OUT --slurm [--sbatch OPTION]... [--detach] [--] ARGS...\n"
     "\n"
     "Start every device of OUT (deployed with `fusionc deploy`) on its host over ssh, each\n"
     "with ARGS (the device program's options, e.g. --data FILE --steps N: paths are on\n"
@@ -108,7 +137,7 @@ const cli_usage launch_usage = {
     "\n",
     launch_options_table,
     launch_uses,
-    4,
+    7,
     19,
     NULL
 };
@@ -119,7 +148,8 @@ static const cli_use stop_uses[] = {
 };
 const cli_usage stop_usage = { "usage: fusionc stop OUT [--cluster FILE] [--ssh-config FILE]\n"
                                "\n"
-                               "Stop every device of OUT that runs on its host (started by `fusionc launch`).\n"
+                               "Stop every device of OUT that runs on its host (started by `fusionc launch`); a run\n"
+                               "launched with --slurm: its job cancelled (scancel), every device saving one step.\n"
                                "\n",
                                launch_options_table,
                                stop_uses,
@@ -207,8 +237,7 @@ static pid_t spawn_device(const remote_plan *plan, const remote_device *d, const
     return pid;
 }
 
-/* Print the lines the reporter's log gained since *offset, prefixed. */
-static void follow(const char *log, const char *device, long *offset)
+void launch_follow(const char *log, const char *device, long *offset)
 {
     FILE *f = fopen(log, "r");
     if (!f)
@@ -228,8 +257,7 @@ static void follow(const char *log, const char *device, long *offset)
     fclose(f);
 }
 
-/* The line of a device's log that says why it stopped. */
-static void log_reason(const char *log, char *out, size_t len)
+void launch_log_reason(const char *log, char *out, size_t len)
 {
     out[0] = '\0';
     FILE *f = fopen(log, "r");
@@ -454,6 +482,21 @@ int launch_main(int argc, char **argv)
         free(o.device_args);
         return rc == 1 ? 0 : 2;
     }
+    if ((o.sbatch.n || o.detach) && !o.slurm) {
+        free(o.device_args);
+        return usage_fail(&launch_usage, "launch", "%s", "--sbatch and --detach go with --slurm");
+    }
+    if (o.slurm) {
+        if (o.elastic || o.cluster_file || o.ssh_config) {
+            free(o.device_args);
+            return usage_fail(
+                &launch_usage, "launch", "%s",
+                "--slurm runs on the job's nodes: --elastic, --cluster and --ssh-config do not go with it");
+        }
+        rc = slurm_launch(o.out_dir, &o.sbatch, o.detach, o.device_args, o.n_device_args);
+        free(o.device_args);
+        return rc;
+    }
     if (o.elastic) {
         if (o.cluster_file) {
             fprintf(stderr, "fusionc launch: --elastic runs the hosts of OUT/cluster.xml (the compile's); "
@@ -540,7 +583,7 @@ int launch_main(int argc, char **argv)
                 if (status[k] != 0 && failures++ == 0)
                     first_failure = now_seconds();
             }
-        follow(log[reporter], plan.reporter, &offset);
+        launch_follow(log[reporter], plan.reporter, &offset);
         if (pid > 0)
             continue;
         if (!stopped && (interrupted || (failures && now_seconds() - first_failure > o.grace))) {
@@ -554,7 +597,7 @@ int launch_main(int argc, char **argv)
         }
         usleep(100 * 1000);
     }
-    follow(log[reporter], plan.reporter, &offset);
+    launch_follow(log[reporter], plan.reporter, &offset);
     /* the traces of the devices that ran; one that is missing fails the launch (it was asked for) */
     int trace_missing = trace && !interrupted ? gather_traces(&plan, trace) : 0;
     trace_missing += gather_outputs(&plan, &outputs, logs);
@@ -564,7 +607,7 @@ int launch_main(int argc, char **argv)
             continue;
         char host[500], reason[1100];
         remote_describe(&plan.devices[k], host, sizeof host);
-        log_reason(log[k], reason, sizeof reason);
+        launch_log_reason(log[k], reason, sizeof reason);
         fprintf(stderr, "fusionc launch: device %s on %s %s (exit %d): %s\n", plan.devices[k].device, host,
                 status[k] == 255 ? "lost its ssh connection or was killed" : "failed", status[k], reason);
         failed++;
@@ -589,6 +632,9 @@ int stop_main(int argc, char **argv)
     free(o.device_args);
     if (rc)
         return rc == 1 ? 0 : 2;
+    int slurm = slurm_stop(o.out_dir); /* a run launched with --slurm: its job cancelled */
+    if (slurm >= 0)
+        return slurm;
     remote_plan plan = { 0 };
     plan.ssh_config = o.ssh_config;
     struct diag err = { 0 };
