@@ -341,6 +341,12 @@ static int tar_over_ssh(const remote_plan *p, const remote_device *d, const char
 
 int remote_push_dir(const remote_plan *p, const remote_device *d, const char *local_dir, int log_fd)
 {
+    return remote_push_dir_into(p, d, local_dir, "checkpoints", 0, log_fd);
+}
+
+int remote_push_dir_into(const remote_plan *p, const remote_device *d, const char *local_dir, const char *under,
+                         int gzip, int log_fd)
+{
     char parent[FU_PATH_BYTES], script[2048];
     snprintf(parent, sizeof parent, "%s", local_dir);
     char *slash = strrchr(parent, '/');
@@ -348,7 +354,7 @@ int remote_push_dir(const remote_plan *p, const remote_device *d, const char *lo
     if (slash)
         *slash = '\0';
     char checkpoints[600];
-    snprintf(checkpoints, sizeof checkpoints, "%s/checkpoints", d->path);
+    snprintf(checkpoints, sizeof checkpoints, "%s/%s", d->path, under);
     char target[1200];
     snprintf(target, sizeof target, "%s/%.590s", checkpoints, base);
     size_t at = (size_t)snprintf(script, sizeof script, "rm -rf "); /* no part of another plan left beside it */
@@ -360,8 +366,8 @@ int remote_push_dir(const remote_plan *p, const remote_device *d, const char *lo
     at += (size_t)snprintf(script + at, sizeof script - at, " && tar -C ");
     if (at >= sizeof script || remote_quote(script, sizeof script, &at, checkpoints))
         return -1;
-    snprintf(script + at, sizeof script - at, " -xf -");
-    char *local_tar[] = { "tar", "-C", slash ? parent : ".", "-cf", "-", base, NULL };
+    snprintf(script + at, sizeof script - at, gzip ? " -xzf -" : " -xf -");
+    char *local_tar[] = { "tar", "-C", slash ? parent : ".", gzip ? "-czf" : "-cf", "-", base, NULL };
     return tar_over_ssh(p, d, script, local_tar, 1, log_fd);
 }
 

@@ -107,6 +107,10 @@ int remote_stop_device(const remote_plan *p, const remote_device *d, const char 
 /* local_dir (a folder) copied to PATH/checkpoints/<its name> on d's host,
  * in place of what was there (tar over ssh; errors to log_fd).  0, or -1. */
 int remote_push_dir(const remote_plan *p, const remote_device *d, const char *local_dir, int log_fd);
+/* The same into PATH/under/<its name> (fusionc probe: under "."), gzipped
+ * on the way when gzip (a program's libraries: a third of their size). */
+int remote_push_dir_into(const remote_plan *p, const remote_device *d, const char *local_dir, const char *under,
+                         int gzip, int log_fd);
 
 /* PATH/remote_dir on d's host copied into local_dir (made by the caller;
  * what is there stays beside it: the parts of other hosts), tar over ssh;

@@ -879,11 +879,3 @@ void cluster_print_summary(const cluster *c, FILE *out)
         fputc('\n', out);
     }
 }
-
-int cluster_name_valid(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > max || !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
-        return 0;
-    return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == n;
-}

@@ -43,6 +43,7 @@
 #include "plan_idle.h"
 #include "plan_memory.h"
 #include "plan_report.h"
+#include "probe.h"
 #include "profile.h"
 #include "report.h"
 #include "tokenize.h"
@@ -763,6 +764,9 @@ static const command commands[] = {
     { "passes", NULL, "list the compiler's passes, in the order they run", &passes_usage, cmd_passes },
     { "profile", NULL, "measure this host's CPU and print its <device> line for a cluster file", &profile_usage,
       cmd_profile },
+    { "probe", "CLUSTER -o FILE", "measure the hosts over ssh (peaks, each region's and link's bandwidth and\n"
+                                   "latency) and write the cluster file with what they measured",
+      &probe_usage, probe_main },
     { "deploy", "OUT", "copy each device's bundle to its host over ssh (checked, only what changed)", &deploy_usage,
       deploy_main },
     { "launch", "OUT ARGS", "start every device on its host over ssh, gather the logs, wait for the end",
