@@ -4,8 +4,6 @@
 #ifndef FUSION_LAUNCH_H
 #define FUSION_LAUNCH_H
 
-#include <stddef.h>
-
 #include "../runtime/cli_option.h"
 
 /* Their options and --help. */
@@ -15,11 +13,5 @@ extern const cli_usage launch_usage, stop_usage;
  * failed (or could not be stopped), 2 for a usage error. */
 int launch_main(int argc, char **argv);
 int stop_main(int argc, char **argv);
-
-/* For launch_slurm.c too: print the lines a device's log gained since
- * *offset, each prefixed "[device] "; the line of a log that says why its
- * device stopped (its first error, else its last line). */
-void launch_follow(const char *log, const char *device, long *offset);
-void launch_log_reason(const char *log, char *out, size_t len);
 
 #endif

@@ -42,7 +42,7 @@
 #include "../ir/folders.h"
 #include "../runtime/per_device_path.h"
 #include "../runtime/trace.h"
-#include "launch.h"
+#include "launch_logs.h"
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
