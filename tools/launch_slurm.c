@@ -15,13 +15,13 @@
  *   2. writes OUT/slurm/<job>/hosts (a node a device, for srun's
  *      --distribution=arbitrary) and OUT/slurm/<job>/peers (each device's
  *      node address, scontrol's NodeAddr);
- *   3. starts every device with srun, one task each: task k runs device
- *      k's program with ARGS and --peer NAME=ADDR for the others, its output
- *      in OUT/logs/<device>.log (launch's logs), and writes its exit status
- *      to OUT/slurm/<job>/<device>.status.
+ *   3. starts every device with srun, one task each: task k becomes
+ *      (exec) device k's program with ARGS and --peer NAME=ADDR for the
+ *      others, its output in OUT/logs/<device>.log (launch's logs).
  *
  * fusionc then follows the job (scontrol show job) and the reporter's log,
- * as launch follows its ssh sessions, and names each device that failed.
+ * as launch follows its ssh sessions, and names each device that failed
+ * with srun's word on how its task ended (the job's output file).
  * Ctrl-C, or `fusionc stop OUT` from anywhere, cancels the job (scancel):
  * every task gets SIGTERM and the devices finish their step, saved with
  * --save, as under launch-local.sh.  OUT/slurm/job-id names the job. */
