@@ -138,8 +138,10 @@ static int link_measure(const char *address, int port, double seconds)
         nn_close(s);
         return fail("the far end did not say what it got");
     }
-    long long got = strtoll(reply, NULL, 10);
+    char count[64]; /* the message is the digits, no NUL */
+    snprintf(count, sizeof count, "%.*s", n < 63 ? n : 63, reply);
     nn_freemsg(reply);
+    long long got = strtoll(count, NULL, 10);
     nn_send(s, "q", 1, 0);
     nn_close(s);
     if (got != sent) {
