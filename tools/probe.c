@@ -38,6 +38,7 @@
 #include "../codegen/bundle_libs.h"
 #include "../frontend/cluster.h"
 #include "../frontend/units.h"
+#include "../ir/folders.h"
 
 typedef struct {
     const char *cluster_file, *out_file, *ssh_config;
@@ -187,11 +188,15 @@ static int push_agent(const remote_plan *plan, const cluster *c, char *tmp_root)
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         remote_describe(&r, host, sizeof host);
         if (fd < 0 || remote_push_dir_into(plan, &r, dir, ".", 1, fd) != 0) {
-            char *text = NULL, last[400] = "";
-            char *cat[] = { "cat", log, NULL };
-            if (remote_capture(cat, &text) == 0 && text)
-                remote_last_line(text, last, sizeof last);
-            free(text);
+            char text[4096] = "", last[400];
+            FILE *f = fopen(log, "r"); /* its last 4 KiB: ssh's or tar's complaint */
+            if (f) {
+                if (fseek(f, -(long)(sizeof text - 1), SEEK_END) != 0)
+                    rewind(f);
+                text[fread(text, 1, sizeof text - 1, f)] = '\0';
+                fclose(f);
+            }
+            remote_last_line(text, last, sizeof last);
             fprintf(stderr, "fusionc probe: host %s: cannot copy fusion-probe there: %s\n", host,
                     last[0] ? last : "ssh failed");
             if (fd >= 0)
@@ -405,7 +410,8 @@ int probe_main(int argc, char **argv)
     int R = c.n_regions, rc = 1;
     device_figure *dev = calloc((size_t)c.n_devices + 1, sizeof *dev);
     path_figure *region = calloc((size_t)R + 1, sizeof *region), *pair = calloc((size_t)R * R + 1, sizeof *pair);
-    if (!dev || !region || !pair || !mkdtemp(tmp_root) || push_agent(&plan, &c, tmp_root))
+    int made = dev && region && pair && mkdtemp(tmp_root);
+    if (!made || push_agent(&plan, &c, tmp_root))
         goto done;
     char bw[32], lat[32], was_bw[32], was_lat[32];
     int measured = 0, links = 0, kept = 0;
@@ -467,11 +473,8 @@ int probe_main(int argc, char **argv)
         rc = 0;
     }
 done:
-    if (tmp_root[strlen(tmp_root) - 1] != 'X') {
-        char *rm[] = { "rm", "-rf", tmp_root, NULL }, *out = NULL;
-        remote_capture(rm, &out);
-        free(out);
-    }
+    if (made && (folders_empty(tmp_root, &err) != 0 || rmdir(tmp_root) != 0))
+        fprintf(stderr, "fusionc probe: warning: could not remove %s\n", tmp_root);
     free(dev), free(region), free(pair);
     cluster_free(&c);
     return rc;
