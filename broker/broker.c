@@ -25,6 +25,7 @@
 #include "broker_checkpoint.h"
 #include "broker_plan.h"
 #include "broker_provider.h"
+#include "broker_links.h"
 #include "broker_speed.h"
 #include "broker_remote.h"
 #include "broker_start.h"
@@ -104,6 +105,8 @@ static void answer(broker *b, const char *req, char *reply, size_t n)
             }
             fflush(stdout);
         }
+    } else if (strcmp(verb, "links") == 0) {
+        broker_links_report(b, m, rest);
     } else if (strcmp(verb, "part") == 0 && sscanf(rest, "%lld %4095s %31s", &step, file, hash) == 3) {
         int stage = 0, n_stages = 0, live = sscanf(rest, "%*s %*s %*s live %d %d", &stage, &n_stages) == 2;
         if (m->agent[0]) {
@@ -312,7 +315,7 @@ static int start_run(broker *b)
 
 /* A checkpoint came whole since the last look (broker_check_complete
  * notes its step): a standby that registered mid-run, and a plan for a
- * straggler's measured speed, are weighed at it. */
+ * straggler's measured speed or a drifted link's, are weighed at it. */
 static void weigh_joiners(broker *b)
 {
     int64_t step = b->weigh_step;
@@ -322,6 +325,8 @@ static void weigh_joiners(broker *b)
             broker_weigh_joiner(b, &b->mem[i], step);
     if (step > 0 && b->straggler[0] && !b->switching)
         broker_replan_straggler(b, step);
+    if (step > 0 && b->drift_from[0] && !b->switching)
+        broker_replan_link(b, step);
 }
 
 /* The run is over: the providers' agents are told so when they next ask

@@ -18,6 +18,7 @@
 #include "broker_checkpoint.h"
 #include "broker_speed.h"
 #include "cluster_edit.h"
+#include "../frontend/units.h"
 #include "broker_remote.h"
 #include "broker_start.h"
 #include "../ir/folders.h" /* FU_PATH_BYTES */
@@ -81,40 +82,76 @@ void broker_weigh_joiner(broker *b, member *j, int64_t step)
     switch_to(b, dir, with);
 }
 
-void broker_replan_straggler(broker *b, int64_t step)
+/* The run's cluster is now c, read from `to` (a figure measured: what);
+ * a plan with it is taken when it is JOIN_GAIN faster than the steps
+ * measured now.  kind and subject: the event's.  Said either way. */
+static void replan_measured(broker *b, int64_t step, const char *kind, const char *subject, const char *what,
+                            cluster *c, const char *to)
 {
-    char name[128], to[FU_PATH_BYTES + 304], err[FU_PATH_BYTES + 504], dir[FU_PATH_BYTES + 304];
-    snprintf(name, sizeof name, "%s", b->straggler);
-    b->straggler[0] = '\0';
-    snprintf(to, sizeof to, "%s/measured", b->out);
-    mkdir(to, 0755);
-    snprintf(to, sizeof to, "%s/measured/cluster-epoch-%lld.xml", b->out, (long long)b->epoch + 1);
-    cluster c;
-    if (cluster_set_slowdown(b->cluster_path, to, name, b->straggler_slowdown, &c, err, sizeof err)) {
-        broker_say(b, "straggler", name, "cannot write %s's measured speed into the cluster: %s", name, err);
-        return;
-    }
-    broker_use_cluster(b, &c, to);
+    broker_use_cluster(b, c, to);
     int devices = 0;
     for (int i = 0; i < b->n; i++)
         devices += strcmp(b->mem[i].m.role, "device") == 0;
+    char dir[FU_PATH_BYTES + 304];
     snprintf(dir, sizeof dir, "%s/epoch-%lld", b->out, (long long)b->epoch + 1);
     if (compile_plan(b, dir, devices, NULL))
         return;
     double now = broker_speed_step_ms(b) / 1e3, with = plan_estimate(dir), gain = now > 0 ? 1.0 - with / now : 0.0;
     if (!(with > 0 && gain >= JOIN_GAIN)) {
-        broker_say(b, "straggler", name,
-                   "the plan for %s's measured speed (slowdown %.2f, %s) estimates %.2f ms a step against %.2f ms "
-                   "measured now (%.1f%% faster; taken from %.0f%%): the run goes on as it is",
-                   name, b->straggler_slowdown, to, with * 1e3, now * 1e3, 100 * gain, 100 * JOIN_GAIN);
+        broker_say(b, kind, subject,
+                   "the plan for %s (%s) estimates %.2f ms a step against %.2f ms measured now (%.1f%% faster; "
+                   "taken from %.0f%%): the run goes on as it is",
+                   what, to, with * 1e3, now * 1e3, 100 * gain, 100 * JOIN_GAIN);
         nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
         return;
     }
-    broker_say(b, "straggler", name,
-               "re-planned for %s's measured speed (slowdown %.2f, %s): the plan estimates %.2f ms a step against "
-               "%.2f ms measured now (%.1f%% faster); the devices stop and go on from the checkpoint of step %lld",
-               name, b->straggler_slowdown, to, with * 1e3, now * 1e3, 100 * gain, (long long)step);
+    broker_say(b, kind, subject,
+               "re-planned for %s (%s): the plan estimates %.2f ms a step against %.2f ms measured now (%.1f%% "
+               "faster); the devices stop and go on from the checkpoint of step %lld",
+               what, to, with * 1e3, now * 1e3, 100 * gain, (long long)step);
     switch_to(b, dir, with);
+}
+
+/* Where a re-plan's measured cluster goes: OUT/measured/cluster-epoch-N.xml. */
+static void measured_path(broker *b, char *to, size_t n)
+{
+    snprintf(to, n, "%s/measured", b->out);
+    mkdir(to, 0755);
+    snprintf(to, n, "%s/measured/cluster-epoch-%lld.xml", b->out, (long long)b->epoch + 1);
+}
+
+void broker_replan_straggler(broker *b, int64_t step)
+{
+    char name[128], to[FU_PATH_BYTES + 304], err[FU_PATH_BYTES + 504], what[300];
+    snprintf(name, sizeof name, "%s", b->straggler);
+    b->straggler[0] = '\0';
+    measured_path(b, to, sizeof to);
+    cluster c;
+    if (cluster_set_slowdown(b->cluster_path, to, name, b->straggler_slowdown, &c, err, sizeof err)) {
+        broker_say(b, "straggler", name, "cannot write %s's measured speed into the cluster: %s", name, err);
+        return;
+    }
+    snprintf(what, sizeof what, "%s's measured speed (slowdown %.2f)", name, b->straggler_slowdown);
+    replan_measured(b, step, "straggler", name, what, &c, to);
+}
+
+void broker_replan_link(broker *b, int64_t step)
+{
+    char from[128], host_to[128], to[FU_PATH_BYTES + 304], err[FU_PATH_BYTES + 504], what[400], bw[32];
+    snprintf(from, sizeof from, "%s", b->drift_from);
+    snprintf(host_to, sizeof host_to, "%s", b->drift_to);
+    b->drift_from[0] = '\0';
+    measured_path(b, to, sizeof to);
+    cluster c;
+    if (cluster_set_link(b->cluster_path, to, from, host_to, b->drift_bandwidth, b->drift_latency, &c, err,
+                         sizeof err)) {
+        broker_say(b, "link", from, "cannot write the measured link %s <-> %s into the cluster: %s", from, host_to,
+                   err);
+        return;
+    }
+    units_format(b->drift_bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
+    snprintf(what, sizeof what, "the measured link %s <-> %s (%s)", from, host_to, bw);
+    replan_measured(b, step, "link", from, what, &c, to);
 }
 
 /* fusionc compile again into dir: compile.args (how the run was compiled)
@@ -368,7 +405,7 @@ int broker_switch_plan(broker *b)
                 return -1;
             started++;
         }
-    broker_say(b, "resumed", NULL, "%d devices go on under the new plan (%s) from the checkpoint of step %lld", started,
-               b->bundles, (long long)step);
+    broker_say(b, "resumed", NULL, "%d device%s go%s on under the new plan (%s) from the checkpoint of step %lld",
+               started, started == 1 ? "" : "s", started == 1 ? "es" : "", b->bundles, (long long)step);
     return 0;
 }

@@ -6,6 +6,7 @@
  *   broker.c             the run loop: requests, who is lost, what follows
  *   broker_provider.c    providers that join with an invite (fusionc provide)
  *   broker_speed.c       each device's compute against its plan's: stragglers
+ *   broker_links.c       each link's traffic against its plan's: drifted links
  *   broker_plan.c        after a loss or a join: a standby, a new plan
  *   broker_again.c       a broker started again on an OUT that holds a run
  *   broker_start.c       the members' programs started and stopped
@@ -61,6 +62,17 @@ typedef struct {
     int agent_status;           /*   status (watch in broker.c takes it as a child's) */
     char resume[FU_PATH_BYTES]; /* the checkpoint it resumes from ("": none)         */
 } member;
+
+/* A link's traffic as its sender reports it (broker_links.c): the steps
+ * in a row it drifted, and their sums. */
+typedef struct {
+    char from[128], to[128]; /* the plan's device names */
+    int64_t epoch, step;     /* (this epoch's; the step last taken) */
+    int steps, flagged;
+    double bytes_sum, net_busy_sum; /* bytes, and seconds on the wire less round trips */
+    double busy_sum, planned_sum;
+} link_watch;
+#define MAX_WATCH 512
 
 #define MAX_PROVIDERS 64
 #define MAX_UPLOADS   64
@@ -153,7 +165,13 @@ typedef struct {
      * speed at the next complete checkpoint (broker_plan.c). */
     char straggler[128];
     double straggler_slowdown; /* its new slowdown: measured, times the one it had */
-    double step_ms[16];        /* the reporter's last step times (a ring)          */
+    /* A drifted link found (broker_links.c): its hosts and measured
+     * bandwidth, re-planned with at the next complete checkpoint. */
+    link_watch watch[MAX_WATCH];
+    int n_watch;
+    char drift_from[128], drift_to[128];
+    double drift_bandwidth, drift_latency; /* bytes/s measured; s (the link's, kept) */
+    double step_ms[16];                    /* the reporter's last step times (a ring)          */
     int n_step_ms;
     double next_estimate_ms;  /* the plan switched to: its estimated step         */
     double check_estimate_ms; /* ... checked against its steps 5-20              */

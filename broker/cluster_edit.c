@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../frontend/cluster.h"
+#include "../frontend/units.h"
 #include "../frontend/xml_util.h"
 #include "../runtime/atomic_file.h"
 
@@ -114,5 +115,58 @@ int cluster_set_slowdown(const char *from, const char *to, const char *device, d
     char value[32];
     snprintf(value, sizeof value, "%.2f", slowdown < 1.0 ? 1.0 : slowdown);
     xmlSetProp(found, (const xmlChar *)"slowdown", (const xmlChar *)value);
+    return write_checked(doc, to, out, err, n);
+}
+
+/* Whether element e's attribute `attr` is value. */
+static int attr_is(xmlNodePtr e, const char *attr, const char *value)
+{
+    xmlChar *v = xmlGetProp(e, (const xmlChar *)attr);
+    int same = v && strcmp((const char *)v, value) == 0;
+    xmlFree(v);
+    return same;
+}
+
+int cluster_set_link(const char *from, const char *to, const char *host_a, const char *host_b, double bandwidth,
+                     double latency, cluster *out, char *err, size_t n)
+{
+    struct diag d = { 0 };
+    xmlDocPtr doc = xml_read(from, NULL, 0, &d);
+    if (!doc) {
+        snprintf(err, n, "%s:%d: %s", d.file, d.line, d.msg);
+        return -1;
+    }
+    char bw[32], lat[32];
+    units_attr(bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
+    units_attr(latency, UNIT_TIME, lat, sizeof lat);
+    xmlNodePtr root = xmlDocGetRootElement(doc), found = NULL;
+    int same_host = strcmp(host_a, host_b) == 0;
+    for (xmlNodePtr e = root ? root->children : NULL; e && !found; e = e->next) {
+        const char *tag = xml_element_name(e);
+        if (!tag)
+            continue;
+        if (same_host && strcmp(tag, "region") == 0) { /* the host's own link-bandwidth */
+            for (xmlNodePtr h = e->children; h && !found; h = h->next)
+                if (xml_element_name(h) && attr_is(h, "name", host_a))
+                    found = h;
+        } else if (!same_host && strcmp(tag, "link") == 0 &&
+                   ((attr_is(e, "from", host_a) && attr_is(e, "to", host_b)) ||
+                    (attr_is(e, "from", host_b) && attr_is(e, "to", host_a)))) {
+            found = e;
+        }
+    }
+    if (same_host && !found) {
+        xmlFreeDoc(doc);
+        snprintf(err, n, "%s: no host '%s'", from, host_a);
+        return -1;
+    }
+    if (same_host) {
+        xmlSetProp(found, (const xmlChar *)"link-bandwidth", (const xmlChar *)bw);
+    } else if (found) {
+        xmlSetProp(found, (const xmlChar *)"bandwidth", (const xmlChar *)bw);
+    } else { /* the pair's own link, over the region's (cluster.h: a host-host link comes first) */
+        const char *attrs[] = { "from", host_a, "to", host_b, "bandwidth", bw, "latency", lat };
+        child_element(root, "link", attrs, 8);
+    }
     return write_checked(doc, to, out, err, n);
 }

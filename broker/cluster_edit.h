@@ -1,5 +1,6 @@
-/* cluster_edit.h: the run's cluster file with a provider's device added,
- * so the planner can weigh it (broker_provider.c calls it).
+/* cluster_edit.h: the run's cluster file changed by what the broker
+ * learnt: a provider's device added, so the planner can weigh it
+ * (broker_provider.c); a straggler's speed; a link's measured bandwidth.
  *
  * The provider gets a region of its own, "provider-NAME", holding one host
  * NAME at the address it reported, holding its device NAME, standby="true"
@@ -34,5 +35,13 @@ int cluster_add_provider(const char *from, const char *to, const char *name, con
  * to.  0, or -1 with err. */
 int cluster_set_slowdown(const char *from, const char *to, const char *device, double slowdown, cluster *out, char *err,
                          size_t n);
+
+/* from with the link between hosts host_a and host_b set to bandwidth
+ * (bytes/s; its latency, for a link the file did not have: seconds), as
+ * measured from a run's traffic (broker_links.h), written to to: the
+ * hosts' <link>, added when the file joined them through their region; a
+ * host's link-bandwidth when the two are one.  0, or -1 with err. */
+int cluster_set_link(const char *from, const char *to, const char *host_a, const char *host_b, double bandwidth,
+                     double latency, cluster *out, char *err, size_t n);
 
 #endif

@@ -331,3 +331,16 @@ char *units_format(double value, unit_kind kind, char *buf, size_t size)
     snprintf(buf, size, "%.4g %s", value / t->scale, t->name);
     return buf;
 }
+
+char *units_attr(double value, unit_kind kind, char *buf, size_t size)
+{
+    char spaced[64];
+    units_format(value, kind, spaced, sizeof spaced);
+    size_t k = 0;
+    for (const char *c = spaced; *c && k + 1 < size; c++)
+        if (*c != ' ')
+            buf[k++] = *c;
+    if (size)
+        buf[k] = '\0';
+    return buf;
+}

@@ -64,5 +64,7 @@ const char *units_expected(unit_kind kind);
  * the text parses back with units_parse to within that rounding.  Infinite
  * values print as "inf".  Returns buf. */
 char *units_format(double value, unit_kind kind, char *buf, size_t size);
+/* The same without the space ("20Mbps"): as a cluster file's attribute. */
+char *units_attr(double value, unit_kind kind, char *buf, size_t size);
 
 #endif

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #define LINE_MAX_BYTES 1024
-#define QUEUE_MAX      4096 /* lines waiting; beyond, step reports are dropped (the rest are kept) */
+#define QUEUE_MAX      4096 /* lines waiting; beyond, step and links reports are dropped (the rest are kept) */
 #define BEAT_MS        1000
 #define ANSWER_MS      1000
 
@@ -218,7 +218,7 @@ void rt_broker_report(rt_broker *b, const char *verb, const char *fmt, ...)
     vsnprintf(l->text + at, sizeof l->text - (size_t)at, fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&b->mu);
-    if (b->queued >= QUEUE_MAX && strcmp(verb, "step") == 0) {
+    if (b->queued >= QUEUE_MAX && (strcmp(verb, "step") == 0 || strcmp(verb, "links") == 0)) {
         pthread_mutex_unlock(&b->mu);
         free(l);
         return;

@@ -7,10 +7,12 @@
  * it sends a heartbeat every second.  Every request is one text line
  *     <verb> <device> <epoch> [<args>]       hello PID | beat |
  *                                            step N LOSS COMPUTE PLANNED LINE |
+ *                                            links N WALL TRAFFIC |
  *                                            part STEP FILE XXH3 | bye STATUS
  * (COMPUTE: the step's seconds in ops other than messages; PLANNED: the
  * estimator's seconds for them, rt_context's compute and planned; LINE:
- * the device's step line)
+ * the device's step line; WALL: the step's seconds; TRAFFIC: what each
+ * link carried in it, rt_comm_links_report)
  * over a nanomsg REQ socket, answered "ok" or "refused <why>" (a device of
  * an epoch that is over: the broker declared it lost and started the run
  * again without it).

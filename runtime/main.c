@@ -534,6 +534,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     if (comm && comm->hub)
         fu_hub_set_step(comm->hub, diloco ? 1 : done + 1); /* diloco: in rounds (below); no resume */
     for (int64_t step = done + 1; step <= o->steps && rc == 0; step++) {
+        if (o->link_device[0] && step == (o->link_step > done + 1 ? o->link_step : done + 1) && comm)
+            rt_comm_set_link_bandwidth(comm, o->link_device, o->link_mbps * 1e6 / 8);
         rt_context ctx = { .step = step,
                            .comm = comm,
                            .slowdown = mf->slowdown,
@@ -678,6 +680,12 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         }
         rt_broker_report(broker, "step", "%lld %.6f %.6f %.6f %.700s", (long long)step, (double)loss, ctx.compute,
                          ctx.planned, line);
+        if (broker) { /* its links' traffic, for the broker's re-measuring (broker_links.h) */
+            char links[900];
+            rt_comm_links_report(comm, links, sizeof links);
+            if (links[0])
+                rt_broker_report(broker, "links", "%lld %.6f %s", (long long)step, dt, links);
+        }
         /* Under --sync diloco the sites count their own steps (each its own
          * H): their common clock is the outer round, so a stop is agreed
          * in rounds, at a round's end. */

@@ -127,6 +127,22 @@ static int parse_slowdown(const cli_option *opt, const char *value, void *field,
     return 0;
 }
 
+/* --inject-link-mbps DEVICE:K:M */
+static int parse_link_mbps(const cli_option *opt, const char *value, void *field, char *why, size_t n)
+{
+    run_options *o = field;
+    char device[128];
+    long long k;
+    double mbps;
+    int end = 0;
+    if (sscanf(value, "%127[^:]:%lld:%lf%n", device, &k, &mbps, &end) != 3 || value[end] || k < 1 || !(mbps >= 0.001) ||
+        mbps > 1e6)
+        return cli_bad_value(opt, value, why, n);
+    snprintf(o->link_device, sizeof o->link_device, "%s", device);
+    o->link_step = k, o->link_mbps = mbps;
+    return 0;
+}
+
 static const char *const lr_schedules[] = { "constant", "cosine", "linear", NULL };
 static const int lr_schedule_values[] = { RT_LR_CONSTANT, RT_LR_COSINE, RT_LR_LINEAR };
 
@@ -275,6 +291,10 @@ static const cli_option device_options[] = {
       .help = "with --emulate-devices: from step K, DEVICE runs F times slower than the\n"
               "cluster file declares it (a straggler; a plan that knows it slower, its\n"
               "slowdown, paces it as that)" },
+    { .name = "--inject-link-mbps", .metavar = "DEVICE:K:M", CLI_WHOLE(parse_link_mbps),
+      .expects = "DEVICE:K:M (a step K >= 1, M megabits/s in [0.001, 1e6])",
+      .help = "with --emulate-links: from step K, the links to and from DEVICE carry M\n"
+              "megabits/s, whatever the cluster file declares (a link that drifts)" },
 };
 
 static const cli_usage usage = {

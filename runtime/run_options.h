@@ -30,6 +30,9 @@ typedef struct {
     char slow_device[128];     /* --inject-slowdown DEVICE:K:F (a test's straggler) */
     int64_t slow_step;
     double slow_factor;
+    char link_device[128]; /* --inject-link-mbps DEVICE:K:M (a test's drifting link) */
+    int64_t link_step;
+    double link_mbps;
     int emulate_devices;
     int no_overlap;
     uint64_t seed;

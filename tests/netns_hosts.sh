@@ -20,8 +20,10 @@
 #   host_ip I               the address of host I
 #   on_controller CMD...    run CMD in the controller's namespace
 #   on_host I CMD...        run CMD in host I's namespace
-#   shape_host I RATE       the kernel's tbf at RATE (e.g. 20mbit) on both
-#                           directions of host I's link: a slow site
+#   shape_host I RATE [B]   the kernel's tbf at RATE (e.g. 20mbit) on both
+#                           directions of host I's link: a slow site (B: its
+#                           bucket, default 32kb; a message that finds it
+#                           full passes B bytes at the bridge's speed)
 #   host_sshd_stop I        stop host I's sshd (a host that refuses ssh)
 #   hosts_down              remove everything (the test's EXIT trap calls it)
 #
@@ -115,9 +117,9 @@ EOF
 }
 
 shape_host() {
-  local i=$1 rate=$2
-  on_host "$i" tc qdisc add dev eth0 root tbf rate "$rate" burst 32kb latency 400ms &&
-    ip netns exec "${ns}sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst 32kb latency 400ms
+  local i=$1 rate=$2 burst=${3:-32kb}
+  on_host "$i" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 400ms &&
+    ip netns exec "${ns}sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$burst" latency 400ms
 }
 
 host_sshd_stop() {

@@ -99,8 +99,8 @@ grep -q "provider prov1: runs prov1 of epoch 2 (.* files through the broker" "$w
   || fail "join: the provider's output: $(cat "$work/prov1.out")"
 steps "$out" >"$work/join.steps"
 expect_eq "join: steps printed once each" "120 120" "$(awk '{print $1}' "$work/join.steps" | sort -n | uniq | wc -l) $(wc -l <"$work/join.steps")"
-from=$(sed -n 's/.*go on under the new plan .* from the checkpoint of step \([0-9]*\)$/\1/p' "$out")
-first=$(awk '/go on under the new plan/{on = 1; next} on && /^step /{split($2, s, "/"); print s[1]; exit}' "$out")
+from=$(sed -n 's/.*on under the new plan .* from the checkpoint of step \([0-9]*\)$/\1/p' "$out")
+first=$(awk '/on under the new plan/{on = 1; next} on && /^step /{split($2, s, "/"); print s[1]; exit}' "$out")
 [ -n "$from" ] && [ "$first" = $((from + 1)) ] && pass || fail "join: resumed from step '$from', then printed step '$first'"
 # ms/step: the median of the steps before the join (from step 5) and after it (from 3 steps in).
 before=$(awk -v f="$from" '$1 >= 5 && $1 <= f {print $3}' "$work/join.steps" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')

@@ -57,7 +57,7 @@ else
   grep -q 'name="cpu-a2" .*slowdown="[12]\.[0-9][0-9]"' "$work/run/measured/cluster-epoch-2.xml" && pass \
     || fail "straggler: the measured cluster: $(grep cpu-a2 "$work/run/measured/cluster-epoch-2.xml")"
   estimate=$(sed -n "s/.*re-planned for cpu-a2's measured speed .*: the plan estimates \([0-9.]*\) ms a step.*/\1/p" "$out")
-  from=$(sed -n 's/.*go on under the new plan .* from the checkpoint of step \([0-9]*\)$/\1/p' "$out")
+  from=$(sed -n 's/.*on under the new plan .* from the checkpoint of step \([0-9]*\)$/\1/p' "$out")
   median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
   after=$(awk -v f="${from:-1000}" '/^step /{split($2, s, "/"); if (s[1] > f + 4) print $7}' "$out" | median)
   # The same machine's pace of the first plan (steps 5-20, before the

@@ -105,18 +105,6 @@ typedef struct {
     char peak_fp32[32], peak_bf16[32], peak_fp16[32], memory_bandwidth[32];
 } device_figure;
 
-/* A quantity as a cluster file's attribute: units_format without its space. */
-static void quantity(double value, unit_kind kind, char *out, size_t n)
-{
-    char buf[64];
-    units_format(value, kind, buf, sizeof buf);
-    size_t k = 0;
-    for (const char *c = buf; *c && k + 1 < n; c++)
-        if (*c != ' ')
-            out[k++] = *c;
-    out[k] = '\0';
-}
-
 /* The value of attribute `name` in a <device .../> line, in out. */
 static void line_attr(const char *line, const char *name, char *out, size_t n)
 {
@@ -306,8 +294,8 @@ static int write_measured(const probe_options *o, const cluster *c, const device
         if (xmlStrcmp(n->name, BAD_CAST "region") == 0) {
             for (int g = 0; g < R; g++)
                 if (name_is(n, "name", c->regions[g].name) && region[g].bandwidth > 0) {
-                    quantity(region[g].bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
-                    quantity(region[g].latency, UNIT_TIME, lat, sizeof lat);
+                    units_attr(region[g].bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
+                    units_attr(region[g].latency, UNIT_TIME, lat, sizeof lat);
                     set_attr(n, "bandwidth", bw), set_attr(n, "latency", lat);
                 }
             for (xmlNodePtr h = n->children; h; h = h->next)
@@ -326,8 +314,8 @@ static int write_measured(const probe_options *o, const cluster *c, const device
                     if (i == j || f->bandwidth <= 0 || !name_is(n, "from", c->regions[i].name) ||
                         !name_is(n, "to", c->regions[j].name))
                         continue;
-                    quantity(f->bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
-                    quantity(f->latency, UNIT_TIME, lat, sizeof lat);
+                    units_attr(f->bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
+                    units_attr(f->latency, UNIT_TIME, lat, sizeof lat);
                     set_attr(n, "bandwidth", bw), set_attr(n, "latency", lat);
                     linked[i < j ? i * R + j : j * R + i] = 1;
                 }
@@ -339,8 +327,8 @@ static int write_measured(const probe_options *o, const cluster *c, const device
             if (linked[i * R + j] || f->bandwidth <= 0)
                 continue;
             xmlNodePtr l = xmlNewChild(root, NULL, BAD_CAST "link", NULL);
-            quantity(f->bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
-            quantity(f->latency, UNIT_TIME, lat, sizeof lat);
+            units_attr(f->bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
+            units_attr(f->latency, UNIT_TIME, lat, sizeof lat);
             set_attr(l, "from", c->regions[i].name), set_attr(l, "to", c->regions[j].name);
             set_attr(l, "bandwidth", bw), set_attr(l, "latency", lat);
         }
@@ -424,7 +412,7 @@ int probe_main(int argc, char **argv)
         }
         if (measure_device(&plan, &c, d, o.seconds, &dev[d]))
             goto done;
-        quantity(c.devices[d].peak_flops[PEAK_FP32], UNIT_FLOPS, was_bw, sizeof was_bw);
+        units_attr(c.devices[d].peak_flops[PEAK_FP32], UNIT_FLOPS, was_bw, sizeof was_bw);
         printf("probe: %s on %s: peak-fp32 %s (declared %s), memory-bandwidth %s\n", c.devices[d].name,
                c.hosts[c.devices[d].host].name, dev[d].peak_fp32, was_bw, dev[d].memory_bandwidth);
         measured++;
@@ -436,10 +424,10 @@ int probe_main(int argc, char **argv)
             continue;
         if (measure_path(&plan, &c, a, b, &o, &region[g]))
             goto done;
-        quantity(region[g].bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
-        quantity(region[g].latency, UNIT_TIME, lat, sizeof lat);
-        quantity(c.regions[g].bandwidth, UNIT_BANDWIDTH, was_bw, sizeof was_bw);
-        quantity(c.regions[g].latency, UNIT_TIME, was_lat, sizeof was_lat);
+        units_attr(region[g].bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
+        units_attr(region[g].latency, UNIT_TIME, lat, sizeof lat);
+        units_attr(c.regions[g].bandwidth, UNIT_BANDWIDTH, was_bw, sizeof was_bw);
+        units_attr(c.regions[g].latency, UNIT_TIME, was_lat, sizeof was_lat);
         printf("probe: region %s (%s -> %s): %s, %s (declared %s, %s)\n", c.regions[g].name, c.hosts[a].name,
                c.hosts[b].name, bw, lat, was_bw, was_lat);
         links++;
@@ -454,12 +442,12 @@ int probe_main(int argc, char **argv)
             path_figure *f = &pair[i * R + j];
             if (measure_path(&plan, &c, a, b, &o, f))
                 goto done;
-            quantity(f->bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
-            quantity(f->latency, UNIT_TIME, lat, sizeof lat);
+            units_attr(f->bandwidth, UNIT_BANDWIDTH, bw, sizeof bw);
+            units_attr(f->latency, UNIT_TIME, lat, sizeof lat);
             double was_bandwidth = 0, was_latency = 0;
             cluster_link_between(&c, first_device(&c, a), first_device(&c, b), &was_bandwidth, &was_latency);
-            quantity(was_bandwidth, UNIT_BANDWIDTH, was_bw, sizeof was_bw);
-            quantity(was_latency, UNIT_TIME, was_lat, sizeof was_lat);
+            units_attr(was_bandwidth, UNIT_BANDWIDTH, was_bw, sizeof was_bw);
+            units_attr(was_latency, UNIT_TIME, was_lat, sizeof was_lat);
             printf("probe: link %s <-> %s (%s -> %s): %s, %s (declared %s, %s)\n", c.regions[i].name, c.regions[j].name,
                    c.hosts[a].name, c.hosts[b].name, bw, lat, was_bw, was_lat);
             links++;

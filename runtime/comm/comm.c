@@ -48,13 +48,15 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
     c->links = links;
     int32_t self = m->device_index, count = 0;
     c->adapt = o && o->adapt_density;
-    c->link_bandwidth = calloc((size_t)m->n_peers + 1, sizeof *c->link_bandwidth);
-    c->mark_bytes = calloc((size_t)m->n_peers + 1, sizeof *c->mark_bytes);
-    c->mark_busy = calloc((size_t)m->n_peers + 1, sizeof *c->mark_busy);
-    c->logged_bytes = calloc((size_t)m->n_peers + 1, sizeof *c->logged_bytes);
-    c->logged_busy = calloc((size_t)m->n_peers + 1, sizeof *c->logged_busy);
+    c->shaped = o && o->emulate_links;
+    size_t peers_n = (size_t)m->n_peers + 1;
+    c->link_bandwidth = calloc(peers_n, sizeof *c->link_bandwidth);
+    c->link_latency = calloc(peers_n, sizeof *c->link_latency);
+    c->adapted = calloc(peers_n, sizeof *c->adapted);
+    c->logged = calloc(peers_n, sizeof *c->logged);
+    c->reported = calloc(peers_n, sizeof *c->reported);
     fu_hub_link_spec *specs = calloc((size_t)m->n_links + 1, sizeof *specs);
-    if (!specs || !c->link_bandwidth || !c->mark_bytes || !c->mark_busy || !c->logged_bytes || !c->logged_busy) {
+    if (!specs || !c->link_bandwidth || !c->link_latency || !c->adapted || !c->logged || !c->reported) {
         free(specs);
         rt_comm_close(c);
         return rt_error(err, n, "out of memory opening %d links", m->n_links);
@@ -71,6 +73,7 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
             return rt_error(err, n, "link %d names device %d of %d: a damaged program", i, other, m->n_peers);
         }
         c->link_bandwidth[other] = l->bandwidth;
+        c->link_latency[other] = l->latency;
         fu_hub_link_spec *s = &specs[count++];
         s->peer = other;
         snprintf(s->name, sizeof s->name, "%s", peers[other].name);
@@ -131,10 +134,10 @@ void rt_comm_close(rt_comm *c)
     free(c->accs);
     free(c->sends);
     free(c->link_bandwidth);
-    free(c->mark_bytes);
-    free(c->mark_busy);
-    free(c->logged_bytes);
-    free(c->logged_busy);
+    free(c->link_latency);
+    free(c->adapted);
+    free(c->logged);
+    free(c->reported);
     for (int32_t i = 0; i < c->n_update_fb; i++)
         rt_quant_feedback_free(&c->update_fb[i]);
     free(c->update_fb);
@@ -503,15 +506,14 @@ void rt_comm_adapt_density(rt_comm *c, double step_seconds)
         int used = 0;
         for (int32_t i = 0; i < c->n_sends; i++)
             used |= c->sends[i].peer == p;
-        uint64_t bytes;
-        double busy;
-        if (!used || fu_hub_stats(c->hub, p, &bytes, &busy) != 0)
+        fu_hub_link_stats now;
+        if (!used || fu_hub_stats(c->hub, p, &now) != 0)
             continue;
-        double d_bytes = (double)(bytes - c->mark_bytes[p]), d_busy = busy - c->mark_busy[p];
+        double d_bytes = (double)(now.bytes - c->adapted[p].bytes),
+               d_busy = now.busy_seconds - c->adapted[p].busy_seconds;
         if (!(d_bytes > 0 && d_busy > 0))
             continue; /* nothing acked since: keep the densities, measure again next step */
-        c->mark_bytes[p] = bytes;
-        c->mark_busy[p] = busy;
+        c->adapted[p] = now;
         double throughput = d_bytes / d_busy; /* bytes/s */
         for (int32_t i = 0; i < c->n_sends; i++) {
             rt_topk_send *s = &c->sends[i];
@@ -534,23 +536,57 @@ void rt_comm_links_json(rt_comm *c, char *buf, size_t n)
     if (n)
         buf[0] = '\0';
     for (int32_t p = 0; c && c->hub && p < c->manifest->n_peers && at < n; p++) {
-        uint64_t bytes;
-        double busy;
-        if (fu_hub_stats(c->hub, p, &bytes, &busy) != 0 || (bytes == 0 && c->link_bandwidth[p] <= 0))
+        fu_hub_link_stats now;
+        if (fu_hub_stats(c->hub, p, &now) != 0 || (now.bytes == 0 && c->link_bandwidth[p] <= 0))
             continue; /* no link to it */
-        int w = snprintf(buf + at, n - at, "%s\"%s\": {\"bytes\": %llu, \"busy_ms\": %.3f}",
-                         at ? ", " : ", \"links\": {", c->peers[p].name,
-                         (unsigned long long)(bytes - c->logged_bytes[p]), (busy - c->logged_busy[p]) * 1e3);
+        int w =
+            snprintf(buf + at, n - at, "%s\"%s\": {\"bytes\": %llu, \"busy_ms\": %.3f}", at ? ", " : ", \"links\": {",
+                     c->peers[p].name, (unsigned long long)(now.bytes - c->logged[p].bytes),
+                     (now.busy_seconds - c->logged[p].busy_seconds) * 1e3);
         if (w < 0 || (size_t)w >= n - at) {
             buf[at] = '\0';
             break;
         }
         at += (size_t)w;
-        c->logged_bytes[p] = bytes;
-        c->logged_busy[p] = busy;
+        c->logged[p] = now;
     }
     if (at > 0 && at + 1 < n)
         snprintf(buf + at, n - at, "}");
+}
+
+void rt_comm_links_report(rt_comm *c, char *buf, size_t n)
+{
+    size_t at = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int32_t p = 0; c && c->hub && p < c->manifest->n_peers && at < n; p++) {
+        fu_hub_link_stats now;
+        if (!(c->link_bandwidth[p] > 0) || fu_hub_stats(c->hub, p, &now) != 0 || now.bytes == c->reported[p].bytes)
+            continue;
+        double bytes = (double)(now.bytes - c->reported[p].bytes),
+               busy = now.busy_seconds - c->reported[p].busy_seconds,
+               round_trips =
+                   c->shaped ? 0.0 : (double)(now.messages - c->reported[p].messages) * 2 * c->link_latency[p],
+               planned = bytes / c->link_bandwidth[p] + round_trips,
+               measured = busy - round_trips > 0.5 * busy ? bytes / (busy - round_trips) : 0.0;
+        int w = snprintf(buf + at, n - at, "%s%s %.0f %.6f %.6f %.6g %.6g", at ? " " : "", c->peers[p].name, bytes,
+                         busy, planned, measured, c->link_bandwidth[p]);
+        if (w < 0 || (size_t)w >= n - at) {
+            buf[at] = '\0';
+            break;
+        }
+        at += (size_t)w;
+        c->reported[p] = now;
+    }
+}
+
+int rt_comm_set_link_bandwidth(rt_comm *c, const char *device, double bandwidth)
+{
+    int changed = 0, all = strcmp(device, c->manifest->device) == 0;
+    for (int32_t p = 0; c->hub && p < c->manifest->n_peers; p++)
+        if (c->link_bandwidth[p] > 0 && (all || strcmp(c->peers[p].name, device) == 0))
+            changed += fu_hub_set_bandwidth(c->hub, p, bandwidth) == 0;
+    return changed;
 }
 
 void rt_comm_density_text(const rt_comm *c, char *buf, size_t n, int json)

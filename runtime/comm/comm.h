@@ -24,6 +24,7 @@
 #include "../exec.h"
 #include "../program.h"
 #include "feedback.h"
+#include "hub.h"
 #include "quant_allreduce.h"
 #include "topk.h"
 
@@ -115,14 +116,15 @@ typedef struct rt_comm {
     /* AdaTopK between steps (rt_comm_adapt_density). */
     rt_topk_send *sends; /* [n_sends] by first use                */
     int32_t n_sends, sends_cap;
-    int adapt;              /* rt_comm_options.adapt_density         */
-    double *link_bandwidth; /* [n_peers] bytes/s compiled, 0 no link */
-    uint64_t *mark_bytes;   /* [n_peers] fu_hub_stats at the last adaptation */
-    double *mark_busy;
-    uint64_t *logged_bytes; /* [n_peers] fu_hub_stats at the last log line (rt_comm_links_json) */
-    double *logged_busy;
-    double recv_wait;     /* seconds blocked in receives since the last adaptation */
-    rt_accumulator *accs; /* [n_accs] by first use                 */
+    int adapt;                   /* rt_comm_options.adapt_density         */
+    double *link_bandwidth;      /* [n_peers] bytes/s compiled, 0 no link */
+    double *link_latency;        /* [n_peers] seconds compiled            */
+    int shaped;                  /* rt_comm_options.emulate_links         */
+    fu_hub_link_stats *adapted;  /* [n_peers] fu_hub_stats at the last adaptation */
+    fu_hub_link_stats *logged;   /* ... at the last log line (rt_comm_links_json) */
+    fu_hub_link_stats *reported; /* ... at the last broker report (rt_comm_links_report) */
+    double recv_wait;            /* seconds blocked in receives since the last adaptation */
+    rt_accumulator *accs;        /* [n_accs] by first use                 */
     int32_t n_accs, accs_cap;
     int overlap;                 /* 1: the allreduce ops with a bucket are reduced by
                                          comm/overlap.h; their op only copies          */
@@ -203,6 +205,22 @@ void rt_comm_adapt_density(rt_comm *c, double step_seconds);
  * link was busy sending since the last call (fu_hub_stats; shaped time under
  * --emulate-links).  Nothing when there is no peer. */
 void rt_comm_links_json(rt_comm *c, char *buf, size_t n);
+/* The broker's "links" report (broker_client.h), per peer this device
+ * sent to since the last call:
+ *     PEER BYTES BUSY PLANNED MEASURED DECLARED
+ * BUSY: the seconds its link was busy sending them (fu_hub_stats);
+ * PLANNED: the seconds the compiled link takes for them, counted as BUSY
+ * is (bytes / bandwidth, plus a round trip of its latency a message
+ * when unshaped: there a message is busy from its post to its ack);
+ * DECLARED: the compiled bandwidth (bytes/s); MEASURED: the bandwidth the
+ * traffic shows, bytes / (BUSY less those round trips), 0 when the round
+ * trips are half of BUSY or more (latency-bound: no bandwidth to read).
+ * Entries separated by spaces; "" when this device sent nothing. */
+void rt_comm_links_report(rt_comm *c, char *buf, size_t n);
+/* --inject-link-mbps: every shaped link of this device with `device` at
+ * either end (this device's name: all of them) carries bandwidth bytes/s
+ * from now on.  The number of links changed. */
+int rt_comm_set_link_bandwidth(rt_comm *c, const char *device, double bandwidth);
 void rt_comm_density_text(const rt_comm *c, char *buf, size_t n, int json);
 
 /* Every device of the program ends with every device's record (tree.c):

@@ -69,8 +69,9 @@ typedef struct {
     int no_abort;               /* dead, refused, or stopped itself: no MSG_ABORT to it */
     int peer_closed;            /* it said bye: nothing more comes from it */
     uint64_t told;              /* the stop table's version last sent to the peer */
-    uint64_t bytes_sent;
+    uint64_t bytes_sent, messages_sent;
     double busy_seconds;
+    double bandwidth; /* shaped: bytes/s now (the spec's, or fu_hub_set_bandwidth's) */
 } hub_link;
 
 struct fu_hub {
@@ -362,8 +363,8 @@ static int hello(hub_link *k, fu_link *l)
 static void run(hub_link *k, fu_link *l)
 {
     fu_hub *h = k->hub;
-    const double bandwidth = k->spec.bandwidth, latency = k->spec.latency;
-    const int shaped = bandwidth > 0 || latency > 0;
+    const double latency = k->spec.latency;
+    const int shaped = k->spec.bandwidth > 0 || latency > 0;
     const int timeout = h->opt.timeout_ms;
     int heartbeat_ms = timeout / 4 < HEARTBEAT_MS ? timeout / 4 : HEARTBEAT_MS;
     if (heartbeat_ms < 10)
@@ -383,6 +384,7 @@ static void run(hub_link *k, fu_link *l)
         int64_t now = now_ms(), rt = realtime_ns();
         pthread_mutex_lock(&h->mu);
         int stopping = h->stopping, failed = h->failed, aborting = h->aborting, no_abort = k->no_abort;
+        double bandwidth = k->bandwidth;
         char why[sizeof h->why];
         if (aborting && !closing)
             memcpy(why, h->why, sizeof why);
@@ -495,6 +497,7 @@ static void run(hub_link *k, fu_link *l)
                     k->out_tail = NULL;
                 k->out_bytes -= inflight->info.length;
                 k->bytes_sent += inflight->info.length;
+                k->messages_sent++;
                 k->busy_seconds += (double)(end - inflight_start) * 1e-9;
                 pthread_cond_broadcast(&h->cv);
                 pthread_mutex_unlock(&h->mu);
@@ -642,6 +645,7 @@ fu_hub *fu_hub_open(const fu_hub_link_spec *links, int n_links, const fu_hub_opt
     for (int i = 0; i < n_links; i++) {
         ks[i].hub = h;
         ks[i].spec = links[i];
+        ks[i].bandwidth = links[i].bandwidth;
         ks[i].spec.name[sizeof ks[i].spec.name - 1] = 0;
         ks[i].spec.url[sizeof ks[i].spec.url - 1] = 0;
         ks[i].wake[0] = ks[i].wake[1] = -1;
@@ -1005,17 +1009,27 @@ void fu_hub_close(fu_hub *h)
     free(h);
 }
 
-int fu_hub_stats(const fu_hub *h, int32_t peer, uint64_t *bytes_sent, double *busy_seconds)
+int fu_hub_stats(const fu_hub *h, int32_t peer, fu_hub_link_stats *s)
 {
     fu_hub *mh = (fu_hub *)h; /* the mutex changes, the hub does not */
     hub_link *k = find(mh, peer, NULL, 0);
     if (!k)
         return -1;
     pthread_mutex_lock(&mh->mu);
-    if (bytes_sent)
-        *bytes_sent = k->bytes_sent;
-    if (busy_seconds)
-        *busy_seconds = k->busy_seconds;
+    s->bytes = k->bytes_sent;
+    s->messages = k->messages_sent;
+    s->busy_seconds = k->busy_seconds;
     pthread_mutex_unlock(&mh->mu);
+    return 0;
+}
+
+int fu_hub_set_bandwidth(fu_hub *h, int32_t peer, double bandwidth)
+{
+    hub_link *k = find(h, peer, NULL, 0);
+    if (!k || !(k->spec.bandwidth > 0 || k->spec.latency > 0) || !(bandwidth > 0))
+        return -1;
+    pthread_mutex_lock(&h->mu);
+    k->bandwidth = bandwidth;
+    pthread_mutex_unlock(&h->mu);
     return 0;
 }

@@ -194,8 +194,20 @@ void fu_hub_abort(fu_hub *h, const char *why);
 /* Stops the I/O threads and frees everything; NULL is fine. */
 void fu_hub_close(fu_hub *h);
 
-/* For `peer`: payload bytes sent and acked, and seconds the link was busy
- * sending them.  -1 for an unknown peer. */
-int fu_hub_stats(const fu_hub *h, int32_t peer, uint64_t *bytes_sent, double *busy_seconds);
+/* For `peer`, since the hub opened: the data messages sent and acked,
+ * their payload bytes, and the seconds the link was busy sending them:
+ * shaped, each message's serialization (length / bandwidth); unshaped,
+ * from its post to its ack (its bytes on the wire plus a round trip).
+ * -1 for an unknown peer. */
+typedef struct {
+    uint64_t bytes, messages;
+    double busy_seconds;
+} fu_hub_link_stats;
+int fu_hub_stats(const fu_hub *h, int32_t peer, fu_hub_link_stats *s);
+
+/* A shaped link's bandwidth (bytes/s) from its next message on: a link
+ * that drifts from what the cluster file declares (tests of the broker's
+ * re-measuring, --inject-link-mbps).  -1 for an unknown or unshaped link. */
+int fu_hub_set_bandwidth(fu_hub *h, int32_t peer, double bandwidth);
 
 #endif

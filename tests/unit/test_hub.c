@@ -531,7 +531,9 @@ static void shaped_device(int i)
         }
         d->rc[4] = fu_hub_flush(h, d->err[4], ERR);
         d->t[4] = now_s();
-        fu_hub_stats(h, 1, &d->bytes_sent, &d->busy);
+        fu_hub_link_stats st = { 0 };
+        fu_hub_stats(h, 1, &st);
+        d->bytes_sent = st.bytes, d->busy = st.busy_seconds;
     } else {
         for (int k = 1; k <= 3; k++) {
             fu_msg_info m = msg(MSG_ACTIVATION, k, 0, 1, MB1);
