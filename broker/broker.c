@@ -365,6 +365,23 @@ static int run(broker *b)
                 since_switch = broker_now();
             if (going > 0 && broker_now() - since_switch > 2 * b->peer_timeout + 10)
                 broker_stop_all(b, SIGKILL);
+            int finished = 0, devices = 0;
+            for (int i = 0; i < b->n; i++)
+                if (strcmp(b->mem[i].m.role, "device") == 0)
+                    devices++, finished += strcmp(b->mem[i].m.status, "done") == 0;
+            /* The run's last step came before the devices stopped (they
+             * finished it, or stopped after it): the run is over, and a
+             * new epoch would have nothing to do. */
+            if (going == 0 && devices > 0 && (finished == devices || b->last_complete >= b->steps)) {
+                broker_say(b, "finished", NULL,
+                           "the run finished: %d device%s, %d recover%s (it reached its last step before the new "
+                           "plan, %s, could take over: that plan is not used)",
+                           devices, devices == 1 ? "" : "s", b->recoveries, b->recoveries == 1 ? "y" : "ies",
+                           b->next_bundles);
+                broker_db_set(b->db, "state", "finished");
+                farewell(b);
+                return 0;
+            }
             if (going == 0) {
                 since_switch = 0;
                 if (broker_switch_plan(b))

@@ -76,8 +76,9 @@ void broker_links_report(broker *b, member *m, const char *rest)
             continue;
         w->step = step;
         double ratio = declared > 0 ? measured / declared : 0;
-        int mattered = (busy > planned ? busy : planned) >= LINK_SHARE * wall;
-        if (!mattered || !(measured > 0) || (ratio > 1 / LINK_DRIFT && ratio < LINK_DRIFT)) {
+        int slower = ratio <= 1 / LINK_DRIFT && busy - planned >= LINK_SHARE * wall,
+            faster = ratio >= LINK_DRIFT && planned - busy >= LINK_SHARE * wall;
+        if (!(measured > 0) || !(slower || faster)) {
             w->steps = 0, w->bytes_sum = w->net_busy_sum = w->busy_sum = w->planned_sum = 0;
             continue;
         }

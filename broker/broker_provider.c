@@ -8,10 +8,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -90,13 +93,38 @@ static int kind_has_bundles(broker *b, const char *kind, const char *arch, const
     return found;
 }
 
+/* Whether a TCP connection to address:port opens within INBOUND_WAIT_MS:
+ * the provider listens there while it offers (tools/provide.c,
+ * open_door), so a refusal or silence means that the run's devices could
+ * not connect to it either (NAT, a firewall). */
+#define INBOUND_WAIT_MS 1500
+static int reachable(const char *address, const char *port)
+{
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
+    if (!port[0] || getaddrinfo(address, port, &hints, &res) != 0 || !res)
+        return 0;
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK, 0), ok = 0;
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno == EINPROGRESS) {
+        struct pollfd p = { fd, POLLOUT, 0 };
+        int err = 0;
+        socklen_t len = sizeof err;
+        ok = poll(&p, 1, INBOUND_WAIT_MS) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    } else if (fd >= 0) {
+        ok = 1; /* connected at once (this machine) */
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    return ok;
+}
+
 /* "offer NAME k=v ...": 0 with "ok NAME" in out, or -1 with the refusal. */
 static int offer(broker *b, uint32_t id, char *args, FILE *out)
 {
     static const char *const device_keys[] = { "kind",      "arch",   "peak-fp32",        "peak-tf32", "peak-bf16",
                                                "peak-fp16", "memory", "memory-bandwidth", "threads" };
     char name[128] = "", machine[64] = "", address[256] = "", link_bw[64] = "", link_lat[64] = "", kind[16] = "",
-         arch[32] = "", kinds[512];
+         arch[32] = "", kinds[512], door[16] = "";
     provider_attr attrs[16];
     int n_attrs = 0;
     char *save = NULL;
@@ -122,6 +150,8 @@ static int offer(broker *b, uint32_t id, char *args, FILE *out)
             snprintf(link_bw, sizeof link_bw, "%s", v);
         else if (strcmp(w, "link-latency") == 0)
             snprintf(link_lat, sizeof link_lat, "%s", v);
+        else if (strcmp(w, "inbound-port") == 0)
+            snprintf(door, sizeof door, "%s", v);
         else
             known = 0;
         for (size_t k = 0; !known && k < sizeof device_keys / sizeof *device_keys; k++)
@@ -175,6 +205,7 @@ static int offer(broker *b, uint32_t id, char *args, FILE *out)
         fprintf(out, "refused: the run is over");
         return -1;
     }
+    int inbound = reachable(address, door);
     if (!p) { /* new: its device into the run's cluster */
         if (b->n_prov == MAX_PROVIDERS || b->n == MAX_MEMBERS) {
             fprintf(out, "refused: the run takes no more providers (%d)", MAX_PROVIDERS);
@@ -185,8 +216,8 @@ static int offer(broker *b, uint32_t id, char *args, FILE *out)
         mkdir(to, 0755);
         snprintf(to, sizeof to, "%s/providers/cluster.xml", b->out);
         cluster c;
-        if (cluster_add_provider(b->cluster_path, to, name, address, link_bw, link_lat, attrs, n_attrs, &c, err,
-                                 sizeof err)) {
+        if (cluster_add_provider(b->cluster_path, to, name, address, inbound, link_bw, link_lat, attrs, n_attrs, &c,
+                                 err, sizeof err)) {
             fprintf(out, "refused: %s", err);
             return -1;
         }
@@ -227,9 +258,12 @@ static int offer(broker *b, uint32_t id, char *args, FILE *out)
                                attrs[i].name, attrs[i].value, i + 1 < n_attrs ? ", " : "");
     broker_say(b, "joined", name,
                "provider %s joined with invite %u: a %s %s device at %s (%s); its link to the broker measured "
-               "%s, %s; weighed at the next complete checkpoint",
-               name, id, kind, arch, address, figures, link_bw, link_lat);
-    fprintf(out, "ok %s", name);
+               "%s, %s; %s; weighed at the next complete checkpoint",
+               name, id, kind, arch, address, figures, link_bw, link_lat,
+               inbound ? "it accepts connections"
+                       : "it accepts no connection (a connection to it did not open: behind NAT or a firewall), so "
+                         "its links are opened from it and it is linked with no other such device");
+    fprintf(out, "ok %s%s", name, inbound ? " inbound" : "");
     return 0;
 }
 

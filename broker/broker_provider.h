@@ -18,8 +18,14 @@
  *   put NAME ID AT SIZE    a checkpoint part its program wrote, + bytes
  *   ended NAME EPOCH ST    its program ended with wait status ST
  *   ping, probe NAME       answered "ok": its link measured
- * The broker never connects to a provider: its program's peers do, at the
- * address it reported (behind NAT: issue 35's relay, not yet built). */
+ * The broker never connects to a provider's agent.  While it offers, the
+ * provider listens on a TCP port it names (inbound-port=P), and the broker
+ * tries to connect there: a provider it reaches takes connections from
+ * its program's peers, at the address it reported; one it does not
+ * (behind NAT, a firewall) is written into the cluster inbound="false",
+ * so each of its program's links is opened from it, and the planner never
+ * links it with another such device (cluster.h: no path).  There is no
+ * relay. */
 #ifndef FUSION_BROKER_PROVIDER_H
 #define FUSION_BROKER_PROVIDER_H
 #include <stddef.h>

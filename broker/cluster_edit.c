@@ -45,7 +45,7 @@ static int write_checked(xmlDocPtr doc, const char *to, cluster *out, char *err,
     return rc;
 }
 
-int cluster_add_provider(const char *from, const char *to, const char *name, const char *address,
+int cluster_add_provider(const char *from, const char *to, const char *name, const char *address, int inbound,
                          const char *link_bandwidth, const char *link_latency, const provider_attr *attrs, int n_attrs,
                          cluster *out, char *err, size_t n)
 {
@@ -69,9 +69,9 @@ int cluster_add_provider(const char *from, const char *to, const char *name, con
     }
     snprintf(region, sizeof region, "provider-%s", name);
     const char *region_attrs[] = { "name", region, "bandwidth", link_bandwidth, "latency", link_latency };
-    const char *host_attrs[] = { "name", name, "address", address };
+    const char *host_attrs[] = { "name", name, "address", address, "inbound", "false" };
     xmlNodePtr r = child_element(NULL, "region", region_attrs, 6);
-    xmlNodePtr h = child_element(r, "host", host_attrs, 4);
+    xmlNodePtr h = child_element(r, "host", host_attrs, inbound ? 4 : 6);
     const char *device_attrs[] = { "name", name };
     xmlNodePtr dev = child_element(h, "device", device_attrs, 2);
     for (int i = 0; i < n_attrs; i++)

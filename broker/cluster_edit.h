@@ -6,10 +6,13 @@
  * NAME at the address it reported, holding its device NAME, standby="true"
  * (so `fusionc compile --with NAME` takes it in); the region is joined to
  * every other region by a link of the bandwidth and latency the provider
- * measured to the broker.  Why that link for every region: the provider
- * measured one path, the one to the broker's host; the devices it will
- * talk to sit in the run's regions, which the broker's host is near or in.
- * (Issue 35's measured links, `fusionc probe`, refine it.) */
+ * measured to the broker; the host is inbound="false" when the broker
+ * could not connect to it (inbound 0: its links are opened from it, and
+ * it has no path to another such host, cluster.h).  Why that link for
+ * every region: the provider measured one path, the one to the broker's
+ * host; the devices it will talk to sit in the run's regions, which the
+ * broker's host is near or in.  (A run's traffic re-measures it:
+ * broker_links.h.) */
 #ifndef FUSION_BROKER_CLUSTER_EDIT_H
 #define FUSION_BROKER_CLUSTER_EDIT_H
 #include <stddef.h>
@@ -26,7 +29,7 @@ typedef struct {
  * the file would not load).
  * attrs: its device's attributes (kind, arch, peaks, memory, ...), each
  * name one of cluster.xsd's device attributes.  0, or -1 with err. */
-int cluster_add_provider(const char *from, const char *to, const char *name, const char *address,
+int cluster_add_provider(const char *from, const char *to, const char *name, const char *address, int inbound,
                          const char *link_bandwidth, const char *link_latency, const provider_attr *attrs, int n_attrs,
                          cluster *out, char *err, size_t n);
 

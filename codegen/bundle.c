@@ -211,6 +211,8 @@ static int collect_links(const graph_set *set, const cluster *c, rt_link **out, 
             if (used[(size_t)a * N + b]) {
                 links[n].a = a;
                 links[n].b = b;
+                /* the listener: a, unless a's host takes no connection (cluster.h: inbound) */
+                links[n].b_listens = !c->hosts[c->devices[a].host].inbound;
                 cluster_link_between(c, a, b, &links[n].bandwidth, &links[n].latency);
                 n++;
             }
@@ -555,6 +557,18 @@ static int write_set(const graph_set *set, const rt_diloco_info *outer, const in
         free(peers);
         return diag_set(err, out_dir, 0, "out of memory");
     }
+    for (int32_t i = 0; i < n_links; i++)
+        if (!cluster_has_path(c, links[i].a, links[i].b)) {
+            const cluster_device *da = &c->devices[links[i].a], *db = &c->devices[links[i].b];
+            diag_set(err, c->file, 0,
+                     "devices %s and %s exchange messages in this plan, but neither host accepts a connection "
+                     "(%s and %s are inbound=\"false\"): no path joins them; leave one out, or plan so that "
+                     "each links only with a host that accepts connections",
+                     da->name, db->name, c->hosts[da->host].name, c->hosts[db->host].name);
+            free(peers);
+            free(links);
+            return -1;
+        }
     for (int32_t d = 0; d < c->n_devices; d++) {
         snprintf(peers[d].name, sizeof peers[d].name, "%.63s", c->devices[d].name);
         snprintf(peers[d].address, sizeof peers[d].address, "%s", c->hosts[c->devices[d].host].address);

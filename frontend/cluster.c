@@ -327,6 +327,10 @@ static int read_host(loader *ld, xmlNodePtr node, int region, cluster_host *h)
             0 ||
         attr_quantity(ld, node, "link-latency", UNIT_TIME, CLUSTER_DEFAULT_HOST_LATENCY, &h->link_latency) != 0)
         return -1;
+    char inbound[8] = "";
+    if (xml_attr(node, "inbound", inbound, sizeof inbound, ld->path, ld->err) < 0)
+        return -1;
+    h->inbound = !(strcmp(inbound, "false") == 0 || strcmp(inbound, "0") == 0);
     if (!address_valid(h->address))
         return diag_set(ld->err, ld->path, h->line,
                         "host '%s': address '%s' is not an IPv4 address (four numbers 0-255), an IPv6 address or "
@@ -776,6 +780,8 @@ void cluster_link_between(const cluster *c, int dev_a, int dev_b, double *bandwi
             bw = INFINITY, lat = 0.0;
         else if (ha == hb)
             bw = c->hosts[ha].link_bandwidth, lat = c->hosts[ha].link_latency;
+        else if (!c->hosts[ha].inbound && !c->hosts[hb].inbound)
+            bw = CLUSTER_NO_PATH_BANDWIDTH, lat = CLUSTER_NO_PATH_LATENCY;
         else if ((l = find_link(c, 1, ha, hb)))
             bw = l->bandwidth, lat = l->latency;
         else if (ra == rb)
@@ -787,6 +793,14 @@ void cluster_link_between(const cluster *c, int dev_a, int dev_b, double *bandwi
         *bandwidth = bw;
     if (latency)
         *latency = lat;
+}
+
+int cluster_has_path(const cluster *c, int dev_a, int dev_b)
+{
+    if (dev_a < 0 || dev_b < 0 || dev_a >= c->n_devices || dev_b >= c->n_devices)
+        return 0;
+    int ha = c->devices[dev_a].host, hb = c->devices[dev_b].host;
+    return ha == hb || c->hosts[ha].inbound || c->hosts[hb].inbound;
 }
 
 /* ---- printing --------------------------------------------------------- */

@@ -8,6 +8,10 @@
  *   same device            -> infinite bandwidth, zero latency
  *   same host              -> the host's link-bandwidth / link-latency
  *                             (default CLUSTER_DEFAULT_HOST_* below)
+ *   two hosts that accept no connection (inbound="false") -> no path:
+ *                             CLUSTER_NO_PATH_* below, a link no plan
+ *                             takes while it has another; a plan that
+ *                             needs one is refused (codegen/bundle.c)
  *   explicit host-host <link> (either direction) -> that link
  *   same region            -> the region's bandwidth / latency
  *   explicit region-region <link> (either direction) -> that link
@@ -30,6 +34,11 @@
 #define CLUSTER_NAME_MAX               128
 #define CLUSTER_DEFAULT_HOST_BANDWIDTH (256e9 / 8) /* bytes/s: 256 Gbps, PCIe/NVLink class */
 #define CLUSTER_DEFAULT_HOST_LATENCY   1e-6        /* seconds                           */
+/* No path between two devices (both hosts behind NAT, cluster_has_path):
+ * priced so that every estimate stays finite (no 0/0 in the planners'
+ * sums) and no plan uses it while it has another: 1 byte/s, an hour. */
+#define CLUSTER_NO_PATH_BANDWIDTH 1.0
+#define CLUSTER_NO_PATH_LATENCY   3600.0
 
 typedef enum { DEVICE_CPU, DEVICE_CUDA } device_kind;
 
@@ -62,6 +71,8 @@ typedef struct {
     int region;            /* index into cluster.regions          */
     double link_bandwidth; /* bytes/s between devices of this host */
     double link_latency;   /* seconds                              */
+    int inbound;           /* 0: inbound="false", behind NAT: it only
+                              connects out (its links are opened from it) */
     int line;
 } cluster_host;
 
@@ -109,6 +120,9 @@ void cluster_free(cluster *c);
 /* Bandwidth (bytes/s) and latency (s) between two devices, per the rules above.
  * An index out of range gets bandwidth 0 and latency INFINITY. */
 void cluster_link_between(const cluster *c, int dev_a, int dev_b, double *bandwidth, double *latency);
+/* Whether a link between the two devices can be opened: one of their
+ * hosts accepts connections (or they share one). */
+int cluster_has_path(const cluster *c, int dev_a, int dev_b);
 
 /* Whether s is a name cluster.xsd takes ([A-Za-z_][A-Za-z0-9_.-]*) of at
  * most max characters (cluster.xsd's own bound: 127). */

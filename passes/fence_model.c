@@ -88,8 +88,9 @@ void fence_link_of(const fence_model *m, int32_t a, int32_t b, double *bw, doubl
 /* Every pair's link, once.  cluster_link_between scans the cluster's link
  * list, and the search asks for links millions of times, so they become a
  * matrix.  Two devices on different hosts, neither host named by a
- * host-to-host link, are joined by their regions' link: one lookup per pair
- * of regions serves them all; every other pair is looked up itself. */
+ * host-to-host link and both accepting connections, are joined by their
+ * regions' link: one lookup per pair of regions serves them all; every
+ * other pair is looked up itself. */
 static int build_links(fence_model *m)
 {
     const cluster *c = m->c;
@@ -107,6 +108,8 @@ static int build_links(fence_model *m)
             host_linked[c->links[i].a] = 1;
             host_linked[c->links[i].b] = 1;
         }
+    for (int32_t h = 0; h < H; h++) /* a host behind NAT: no path to another such (cluster.h) */
+        host_linked[h] |= !c->hosts[h].inbound;
     /* A region pair's link, from two devices on different hosts; the one
      * pair that has none (a region of one host with itself) is never read. */
     for (int32_t a = 0; a < G; a++)
@@ -116,6 +119,8 @@ static int build_links(fence_model *m)
             int32_t da = -1, db = -1;
             for (int32_t d = 0; d < N && (da < 0 || db < 0); d++) {
                 int32_t r = c->hosts[c->devices[d].host].region;
+                if (!c->hosts[c->devices[d].host].inbound)
+                    continue; /* (looked up per pair, above) */
                 if (r == a && da < 0 && (db < 0 || c->devices[d].host != c->devices[db].host))
                     da = d;
                 else if (r == b && db < 0 && (da < 0 || c->devices[d].host != c->devices[da].host))

@@ -137,9 +137,12 @@ typedef struct {
 } rt_peer;
 
 typedef struct {
-    int32_t a, b;     /* device indices, a < b: a listens, b connects   */
-    double bandwidth; /* bytes/s, from the cluster file                 */
-    double latency;   /* seconds                                        */
+    int32_t a, b;      /* device indices, a < b: a listens, b connects   */
+    int32_t b_listens; /* 1: b listens, a connects (a's host takes no
+                          connection: cluster.h's inbound="false")       */
+    int32_t reserved;  /* 0 */
+    double bandwidth;  /* bytes/s, from the cluster file                 */
+    double latency;    /* seconds                                        */
 } rt_link;
 
 typedef struct {

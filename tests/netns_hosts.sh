@@ -24,6 +24,9 @@
 #                           directions of host I's link: a slow site (B: its
 #                           bucket, default 32kb; a message that finds it
 #                           full passes B bytes at the bridge's speed)
+#   block_inbound I         no connection from another host reaches host I
+#                           (the bridge drops every TCP SYN to it; its own
+#                           connections out work): a host behind NAT
 #   host_sshd_stop I        stop host I's sshd (a host that refuses ssh)
 #   hosts_down              remove everything (the test's EXIT trap calls it)
 #
@@ -120,6 +123,19 @@ shape_host() {
   local i=$1 rate=$2 burst=${3:-32kb}
   on_host "$i" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 400ms &&
     ip netns exec "${ns}sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$burst" latency 400ms
+}
+
+# (These kernels have no netfilter, so no NAT: tc's u32 classifies a SYN
+# alone, TCP flags 0x02 at byte 33 of an IPv4 packet without options, into
+# a class whose queue holds nothing.  A SYN-ACK, 0x12, passes.)
+block_inbound() {
+  local sw="ip netns exec ${ns}sw" dev="p$1"
+  $sw tc qdisc add dev "$dev" root handle 1: htb default 10 &&
+    $sw tc class add dev "$dev" parent 1: classid 1:10 htb rate 10gbit 2>/dev/null &&
+    $sw tc class add dev "$dev" parent 1: classid 1:20 htb rate 8kbit 2>/dev/null &&
+    $sw tc qdisc add dev "$dev" parent 1:20 handle 20: pfifo limit 0 &&
+    $sw tc filter add dev "$dev" parent 1: protocol ip u32 match ip protocol 6 0xff match u8 0x02 0xff at 33 \
+      classid 1:20
 }
 
 host_sshd_stop() {

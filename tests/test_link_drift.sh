@@ -12,6 +12,10 @@
 #              or more of its estimated speed (of the speed the first plan
 #              reached against its own, when this machine runs every plan
 #              slower than estimated); every step printed once;
+#   late       the same drift in a run of 31 steps: the re-plan is weighed
+#              at step 30's checkpoint and the run ends while it is made:
+#              the broker finishes the run (exit 0) and says the new plan
+#              is not used (it had started an epoch with nothing to do);
 #   steady     the same run without the drift: no link is named;
 #   real wire  the same 2 stages on two namespace hosts over ssh (launch
 #              --elastic, tests/netns_hosts.sh), not shaped by the
@@ -60,6 +64,7 @@ if [ "${FUSION_SANITIZE:-OFF}" = ON ]; then
   echo "the sanitizer build: the paced runs are left to the release stage (see above)" >&2
 else
   cp -r "$work/run" "$work/steady"
+  cp -r "$work/run" "$work/late"
   broker() {   # broker NAME STEPS ARGS...: NAME's broker run, its output NAME.out, its exit status NAME.rc
     local name=$1 steps=$2
     shift 2
@@ -95,6 +100,14 @@ else
     || fail "emulated: the new plan ran at ${after:-?} ms a step against its estimate ${estimate:-?} ms: under 90% of the speed the first plan reached against its own (${before:-?} ms against ${first_est:-?} ms)"
   expect_eq "emulated: steps printed once each" "60 60" \
     "$(awk '/^step /{split($2, s, "/"); print s[1]}' "$out" | sort -n | uniq | wc -l) $(grep -c '^step ' "$out")"
+
+  # ---- late: the run's last step comes while the new plan is made ----
+  broker late 31 --inject-link-mbps cpu-a1:11:20
+  expect_eq "late: the broker's exit status" 0 "$(cat "$work/late.rc")"
+  grep -q "the run finished: 2 devices, 0 recoveries (it reached its last step before the new plan" "$work/late.out" \
+    && pass || fail "late: $(grep broker: "$work/late.out" | tail -4)"
+  expect_eq "late: steps printed once each" "31 31" \
+    "$(awk '/^step /{split($2, s, "/"); print s[1]}' "$work/late.out" | sort -n | uniq | wc -l) $(grep -c '^step ' "$work/late.out")"
 
   # ---- steady: no drift, no link named ----
   broker steady 40

@@ -76,9 +76,17 @@ int plan_explain_idle(FILE *out, const options *o, const placed_model *m)
         placed_free(&alt);
     }
     fprintf(out, "idle: %s", idle);
-    if (from >= 0 && isfinite(bandwidth))
+    if (from >= 0 && !cluster_has_path(c, from, to))
+        fprintf(out, ": %s host %s and %s's host %s both accept no connection (inbound=\"false\"): no path joins them",
+                n_idle == 1 ? "its" : "the idle", c->hosts[c->devices[from].host].name, c->devices[to].name,
+                c->hosts[c->devices[to].host].name);
+    else if (from >= 0 && isfinite(bandwidth))
         fprintf(out, ": %s %.4g Mbps, %.4g ms link to %s costs more than %s add", n_idle == 1 ? "its" : "their",
                 bandwidth * 8.0 / 1e6, latency * 1e3, c->devices[to].name, n_idle == 1 ? "it would" : "they would");
+    if (from >= 0 && !cluster_has_path(c, from, to)) {
+        fprintf(out, "; the plans found with every device need that path\n");
+        return n_idle;
+    }
     if (!isfinite(best)) {
         fprintf(out, "; no plan with every device could be made (%s)\n", why_none[0] ? why_none : "none fits");
         return n_idle;

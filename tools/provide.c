@@ -227,6 +227,27 @@ static int route_address(const char *url, char *out, size_t n)
     return rc;
 }
 
+/* A TCP port this machine listens on, on every address, for the broker
+ * to try (broker_provider.h: whether the run's devices can connect to
+ * this one, or it must open its links itself).  The kernel completes a
+ * connection into the listen queue; nothing is accepted.  The socket, or
+ * -1 (then the offer names no port, and the broker takes the provider
+ * for one that accepts no connection). */
+static int open_door(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in any = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = 0 };
+    socklen_t len = sizeof any;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&any, sizeof any) != 0 || listen(fd, 4) != 0 ||
+        getsockname(fd, (struct sockaddr *)&any, &len) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *port = ntohs(any.sin_port);
+    return fd;
+}
+
 /* The link to the broker: latency (s) half the fastest of five round
  * trips; bandwidth (bytes/s) of eight PROBE_BYTES requests less their
  * latencies. */
@@ -288,7 +309,10 @@ static void offer(agent *a)
         leave(a, 1, "cannot tell which address the run's devices reach this machine at: give --address");
     double bw, lat;
     measure_link(a, &bw, &lat);
-    char p32[32], p16b[32], p16[32], mem[32], mbw[32], text[1400];
+    int door_port = 0, door = open_door(&door_port);
+    char p32[32], p16b[32], p16[32], mem[32], mbw[32], text[1400], door_text[32] = "";
+    if (door >= 0)
+        snprintf(door_text, sizeof door_text, " inbound-port=%d", door_port);
     profile_quantity(p32, sizeof p32, r.fp32, PROFILE_FLOPS);
     profile_quantity(p16b, sizeof p16b, r.bf16, PROFILE_FLOPS);
     profile_quantity(p16, sizeof p16, r.fp16, PROFILE_FLOPS);
@@ -296,21 +320,27 @@ static void offer(agent *a)
     profile_quantity(mbw, sizeof mbw, r.bandwidth, PROFILE_RATE);
     snprintf(text, sizeof text,
              "offer %s kind=%s arch=%s machine=%s peak-fp32=%s peak-bf16=%s peak-fp16=%s memory=%s "
-             "memory-bandwidth=%s threads=%d address=%s link-bandwidth=%.3fGbps link-latency=%.1fus",
+             "memory-bandwidth=%s threads=%d address=%s link-bandwidth=%.3fGbps link-latency=%.1fus%s",
              a->name, cuda ? "cuda" : "cpu", o->arch ? o->arch : u.machine, u.machine, p32, p16b, p16, mem, mbw,
-             cuda ? 1 : o->threads, address, bw * 8 / 1e9, lat * 1e6);
+             cuda ? 1 : o->threads, address, bw * 8 / 1e9, lat * 1e6, door_text);
     size_t len;
     char *reply = ask_until(a, text, NULL, 0, &len);
+    if (door >= 0)
+        close(door);
     if (strncmp(reply, "ok ", 3) != 0) {
         fprintf(stderr, "fusionc provide: %s: the broker at %s %s\n", a->name, a->inv.url, reply);
         free(reply);
         exit(1);
     }
+    int inbound = strstr(reply, " inbound") != NULL;
     free(reply);
     printf("provider %s: offered a %s %s device (peak-fp32 %s%s, memory %s at %s, %d thread%s) at %s; its link "
-           "to the broker %.3f Gbps, %.1f us; waits in the run's pool at %s\n",
+           "to the broker %.3f Gbps, %.1f us; %s; waits in the run's pool at %s\n",
            a->name, cuda ? "cuda" : "cpu", o->arch ? o->arch : u.machine, p32, o->peak ? ", stated" : "", mem, mbw,
-           cuda ? 1 : o->threads, cuda || o->threads == 1 ? "" : "s", address, bw * 8 / 1e9, lat * 1e6, a->inv.url);
+           cuda ? 1 : o->threads, cuda || o->threads == 1 ? "" : "s", address, bw * 8 / 1e9, lat * 1e6,
+           inbound ? "the broker reached it at that address"
+                   : "the broker could not connect to it there (behind NAT or a firewall): it opens its links itself",
+           a->inv.url);
     fflush(stdout);
 }
 

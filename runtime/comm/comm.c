@@ -78,8 +78,9 @@ int rt_comm_open(rt_comm *c, const rt_manifest *m, const int32_t *placement, con
         s->peer = other;
         snprintf(s->name, sizeof s->name, "%s", peers[other].name);
         snprintf(s->address, sizeof s->address, "%.199s", peer_address(o, &peers[other]));
-        s->listen = l->a == self;
-        /* The lower-numbered device listens on every interface; the other
+        s->listen = (l->a == self) != (l->b_listens != 0);
+        /* The lower-numbered device listens on every interface (the higher
+         * one when the lower's host takes no connection); the other
          * connects to its host's address. */
         if (s->listen)
             snprintf(s->url, sizeof s->url, "tcp://*:%d", port_base + i);

@@ -760,6 +760,44 @@ static void test_cluster_load_file_errors(void)
     CHECK_INT(-1, cluster_load_memory(NULL, 10, "x", &c, &err));
 }
 
+/* Hosts behind NAT: b0 and b1 take no connection, a0 does. */
+static const char *const nat_xml =
+    "<cluster name='nat'>\n"
+    "  <region name='A' bandwidth='1Gbps' latency='1ms'>\n"
+    "    <host name='a0' address='10.0.0.1'><device name='d0' kind='cpu' peak-fp32='1GFLOPS' memory='1GiB' "
+    "memory-bandwidth='1GB/s'/></host>\n"
+    "    <host name='b0' address='10.0.0.2' inbound='false'><device name='d1' kind='cpu' peak-fp32='1GFLOPS' "
+    "memory='1GiB' memory-bandwidth='1GB/s'/><device name='d2' kind='cpu' peak-fp32='1GFLOPS' memory='1GiB' "
+    "memory-bandwidth='1GB/s'/></host>\n"
+    "    <host name='b1' address='10.0.0.3' inbound='false'><device name='d3' kind='cpu' peak-fp32='1GFLOPS' "
+    "memory='1GiB' memory-bandwidth='1GB/s'/></host>\n"
+    "  </region>\n"
+    "</cluster>\n";
+
+static void test_cluster_behind_nat(void)
+{
+    cluster c;
+    struct diag err = { "", 0, "" };
+    int rc = cluster_load_memory(nat_xml, (int)strlen(nat_xml), "nat.xml", &c, &err);
+    CHECK_INT(0, rc);
+    if (rc != 0)
+        return;
+    CHECK_INT(1, c.hosts[0].inbound);
+    CHECK_INT(0, c.hosts[1].inbound);
+    double bw, lat;
+    link_of(&c, "d0", "d1", &bw, &lat); /* one end takes connections: the region's link */
+    CHECK_NEAR(1e9 / 8, bw, 1e-6);
+    CHECK(cluster_has_path(&c, 0, 1));
+    link_of(&c, "d1", "d2", &bw, &lat); /* one host behind NAT: its own devices reach each other */
+    CHECK_NEAR(CLUSTER_DEFAULT_HOST_BANDWIDTH, bw, 0);
+    CHECK(cluster_has_path(&c, 1, 2));
+    link_of(&c, "d1", "d3", &bw, &lat); /* two hosts behind NAT: no path, priced so */
+    CHECK_NEAR(CLUSTER_NO_PATH_BANDWIDTH, bw, 0);
+    CHECK_NEAR(CLUSTER_NO_PATH_LATENCY, lat, 0);
+    CHECK(!cluster_has_path(&c, 1, 3));
+    cluster_free(&c);
+}
+
 int main(void)
 {
     test_cluster_every_shipped_file_loads();
@@ -769,6 +807,7 @@ int main(void)
     test_cluster_shipped_peaks_are_the_datasheets();
     test_cluster_require_peak();
     test_cluster_link_rules_and_defaults();
+    test_cluster_behind_nat();
     test_cluster_refuses_bad_input();
     test_cluster_load_file_errors();
     CHECK_DONE();
