@@ -112,18 +112,28 @@ static int parse_crash(const cli_option *opt, const char *value, void *field, ch
     return 0;
 }
 
+/* DEVICE:K:X (a test's fault, from step K >= 1): 0, or -1 when value has
+ * another form. */
+static int device_step_value(const char *value, char *device, size_t n, int64_t *k, double *x)
+{
+    char name[128];
+    long long step;
+    int end = 0;
+    if (sscanf(value, "%127[^:]:%lld:%lf%n", name, &step, x, &end) != 3 || value[end] || step < 1)
+        return -1;
+    snprintf(device, n, "%s", name);
+    *k = step;
+    return 0;
+}
+
 /* --inject-slowdown DEVICE:K:F */
 static int parse_slowdown(const cli_option *opt, const char *value, void *field, char *why, size_t n)
 {
     run_options *o = field;
-    char device[128];
-    long long k;
     double f;
-    int end = 0;
-    if (sscanf(value, "%127[^:]:%lld:%lf%n", device, &k, &f, &end) != 3 || value[end] || k < 1 || !(f >= 1) || f > 1000)
+    if (device_step_value(value, o->slow_device, sizeof o->slow_device, &o->slow_step, &f) || !(f >= 1) || f > 1000)
         return cli_bad_value(opt, value, why, n);
-    snprintf(o->slow_device, sizeof o->slow_device, "%s", device);
-    o->slow_step = k, o->slow_factor = f;
+    o->slow_factor = f;
     return 0;
 }
 
@@ -131,15 +141,11 @@ static int parse_slowdown(const cli_option *opt, const char *value, void *field,
 static int parse_link_mbps(const cli_option *opt, const char *value, void *field, char *why, size_t n)
 {
     run_options *o = field;
-    char device[128];
-    long long k;
     double mbps;
-    int end = 0;
-    if (sscanf(value, "%127[^:]:%lld:%lf%n", device, &k, &mbps, &end) != 3 || value[end] || k < 1 || !(mbps >= 0.001) ||
+    if (device_step_value(value, o->link_device, sizeof o->link_device, &o->link_step, &mbps) || !(mbps >= 0.001) ||
         mbps > 1e6)
         return cli_bad_value(opt, value, why, n);
-    snprintf(o->link_device, sizeof o->link_device, "%s", device);
-    o->link_step = k, o->link_mbps = mbps;
+    o->link_mbps = mbps;
     return 0;
 }
 
