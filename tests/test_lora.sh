@@ -26,8 +26,8 @@
 #    drops nothing (at lr 1e-30, the val_loss of the model without
 #    dropout); export --adapter says lora_dropout 0.25;
 #  - quality: a base trained on the licences (--init of its --save
-#    folder), fine-tuned with LoRA on this repository's docs, lowers its
-#    validation loss on held-out docs;
+#    folder), fine-tuned with LoRA on Python's library, lowers its
+#    validation loss on a held-out module of it;
 #  - 2 stages x 2 replicas on local-4: one device's losses within 1e-5;
 #  - bad input: a target that wraps no linear, a malformed --lora, a
 #    frozen weight missing from --init.
@@ -241,18 +241,22 @@ grep -q "a fine-tune's checkpoint, which records its frozen base weights but doe
 expect_eq "a fresh LoRA's first loss is the base model's" "$(losses "$work/plain.1")" "$(losses "$work/train" | head -1)"
 
 # ---- quality: LoRA on a second text lowers the validation loss on it
+# (Python's own library, [a-s]*.py, validated on textwrap.py: text that
+# does not change with this project; the docs did, and a docs edit once
+# left the drop at 0.047.  Measured: 3.239 -> 2.833.)
 "$work/plain/cpu0/fusion-cpu0" --data "$work/corpus.txt" --seed 3 --steps 60 --save "$work/pre" >/dev/null 2>&1 ||
   fail "pre-training"
-ls docs/*.md | grep -v testing.md | xargs cat >"$work/docs.txt"
+pylib=$("$py" -c 'import os; print(os.path.dirname(os.__file__))')
+cat "$pylib"/[a-s]*.py >"$work/python.txt"
 "$FUSIONC" compile "${model[@]}" --set lr=1e-2 "${lora[@]}" clusters/local-1.xml -o "$work/ft" >/dev/null 2>&1 ||
   fail "compile the fine-tune"
-"$work/ft/cpu0/fusion-cpu0" --init "$work/pre" --data "$work/docs.txt" --val-data docs/testing.md --val-every 1 \
+"$work/ft/cpu0/fusion-cpu0" --init "$work/pre" --data "$work/python.txt" --val-data "$pylib/textwrap.py" --val-every 1 \
   --val-batches 8 --seed 3 --steps 60 >"$work/ft.out" 2>&1 && pass || fail "the fine-tune: $(tail -3 "$work/ft.out")"
 first=$(sed -n 's/^step  *1\/60 .*val_loss \([0-9.]*\)$/\1/p' "$work/ft.out")
 last=$(sed -n 's/^step  *60\/60 .*val_loss \([0-9.]*\)$/\1/p' "$work/ft.out")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a != "" && b != "" && b < a - 0.05) }' && pass ||
-  fail "LoRA on the docs did not lower their validation loss: $first after step 1, $last after 60"
-echo "  lora quality: held-out docs' val_loss $first after step 1, $last after 60" >&2
+  fail "LoRA on Python's library did not lower the validation loss on textwrap.py: $first after step 1, $last after 60"
+echo "  lora quality: textwrap.py's val_loss $first after step 1, $last after 60" >&2
 
 # ---- a pipeline of replicas
 "$FUSIONC" compile "${model[@]}" "${lora[@]}" clusters/local-4.xml -o "$work/pipe" --stages 2 --replicas 2 \
