@@ -349,26 +349,24 @@ static int run(broker *b)
         watch(b);
         weigh_joiners(b);
         if (b->switching) { /* a new plan (a joiner, a straggler): wait for the devices to stop */
-            int going = 0;
+            int going = 0, devices = 0, finished = 0; /* (finished: said bye 0, the run's end) */
             for (int i = 0; i < b->n; i++) {
                 member *m = &b->mem[i];
-                if (strcmp(m->m.role, "device") != 0 || m->ended)
+                if (strcmp(m->m.role, "device") != 0)
                     continue;
-                if (m->agent[0] && broker_now() - m->heard > b->peer_timeout + 3) { /* its agent gone too */
+                devices++;
+                if (!m->ended && m->agent[0] &&
+                    broker_now() - m->heard > b->peer_timeout + 3) { /* its agent gone too */
                     m->ended = 1;
                     snprintf(m->m.status, sizeof m->m.status, "stopped");
-                    continue;
                 }
-                going++;
+                going += !m->ended;
+                finished += strcmp(m->m.status, "done") == 0;
             }
             if (since_switch == 0)
                 since_switch = broker_now();
             if (going > 0 && broker_now() - since_switch > 2 * b->peer_timeout + 10)
                 broker_stop_all(b, SIGKILL);
-            int finished = 0, devices = 0;
-            for (int i = 0; i < b->n; i++)
-                if (strcmp(b->mem[i].m.role, "device") == 0)
-                    devices++, finished += strcmp(b->mem[i].m.status, "done") == 0;
             /* The run's last step came before the devices stopped (they
              * finished it, or stopped after it): the run is over, and a
              * new epoch would have nothing to do. */

@@ -38,7 +38,7 @@ static void drifted(broker *b, link_watch *w, int64_t step)
 {
     int da = cluster_find_device(&b->c, w->from), db = cluster_find_device(&b->c, w->to);
     if (da < 0 || db < 0)
-        return; /* (not the cluster's devices: a provider's, named otherwise) */
+        return; /* (a name the run's cluster does not hold: nothing to write) */
     w->flagged = 1;
     const cluster_host *ha = &b->c.hosts[b->c.devices[da].host], *hb = &b->c.hosts[b->c.devices[db].host];
     double declared, latency;

@@ -3,6 +3,7 @@
 #include "comm.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -531,6 +532,23 @@ void rt_comm_adapt_density(rt_comm *c, double step_seconds)
     }
 }
 
+/* printf at buf + *at (buf: n bytes), *at moved past it: 0; -1 when it
+ * did not fit (buf cut back to *at: only whole entries). */
+static int append(char *buf, size_t n, size_t *at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int append(char *buf, size_t n, size_t *at, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *at, n - *at, fmt, ap);
+    va_end(ap);
+    if (w < 0 || (size_t)w >= n - *at) {
+        buf[*at] = '\0';
+        return -1;
+    }
+    *at += (size_t)w;
+    return 0;
+}
+
 void rt_comm_links_json(rt_comm *c, char *buf, size_t n)
 {
     size_t at = 0;
@@ -540,15 +558,10 @@ void rt_comm_links_json(rt_comm *c, char *buf, size_t n)
         fu_hub_link_stats now;
         if (fu_hub_stats(c->hub, p, &now) != 0 || (now.bytes == 0 && c->link_bandwidth[p] <= 0))
             continue; /* no link to it */
-        int w =
-            snprintf(buf + at, n - at, "%s\"%s\": {\"bytes\": %llu, \"busy_ms\": %.3f}", at ? ", " : ", \"links\": {",
-                     c->peers[p].name, (unsigned long long)(now.bytes - c->logged[p].bytes),
-                     (now.busy_seconds - c->logged[p].busy_seconds) * 1e3);
-        if (w < 0 || (size_t)w >= n - at) {
-            buf[at] = '\0';
+        if (append(buf, n, &at, "%s\"%s\": {\"bytes\": %llu, \"busy_ms\": %.3f}", at ? ", " : ", \"links\": {",
+                   c->peers[p].name, (unsigned long long)(now.bytes - c->logged[p].bytes),
+                   (now.busy_seconds - c->logged[p].busy_seconds) * 1e3))
             break;
-        }
-        at += (size_t)w;
         c->logged[p] = now;
     }
     if (at > 0 && at + 1 < n)
@@ -570,13 +583,9 @@ void rt_comm_links_report(rt_comm *c, char *buf, size_t n)
                    c->shaped ? 0.0 : (double)(now.messages - c->reported[p].messages) * 2 * c->link_latency[p],
                planned = bytes / c->link_bandwidth[p] + round_trips,
                measured = busy - round_trips > 0.5 * busy ? bytes / (busy - round_trips) : 0.0;
-        int w = snprintf(buf + at, n - at, "%s%s %.0f %.6f %.6f %.6g %.6g", at ? " " : "", c->peers[p].name, bytes,
-                         busy, planned, measured, c->link_bandwidth[p]);
-        if (w < 0 || (size_t)w >= n - at) {
-            buf[at] = '\0';
+        if (append(buf, n, &at, "%s%s %.0f %.6f %.6f %.6g %.6g", at ? " " : "", c->peers[p].name, bytes, busy, planned,
+                   measured, c->link_bandwidth[p]))
             break;
-        }
-        at += (size_t)w;
         c->reported[p] = now;
     }
 }
