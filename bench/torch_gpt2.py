@@ -6,9 +6,10 @@ torch.optim.AdamW as the optimizer pass configures it (betas 0.9/0.95,
 weight decay 0.1 on matrices, global-norm clipping at 1.0), on random
 tokens.  Prints one line: median ms/step, peak resident MiB.
 
-usage: /usr/bin/python3 torch_gpt2.py LAYERS DIM HEADS VOCAB CTX BATCH SEQ THREADS STEPS [bf16]
-  bf16: the forward under torch.autocast("cpu", torch.bfloat16), as a
+usage: /usr/bin/python3 torch_gpt2.py LAYERS DIM HEADS VOCAB CTX BATCH SEQ THREADS STEPS [bf16] [cuda]
+  bf16: the forward under torch.autocast(torch.bfloat16), as a
   PyTorch user trains in mixed precision (bench_precision.sh)
+  cuda: on the GPU (bench/real_gpu_check.sh)
 """
 import math
 import sys
@@ -36,7 +37,7 @@ class Block(nn.Module):
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
-        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + self.c_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
@@ -52,7 +53,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.h:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
@@ -61,11 +62,12 @@ class GPT(nn.Module):
 
 def main():
     layers, dim, heads, vocab, ctx, batch, seq, threads, steps = map(int, sys.argv[1:10])
-    bf16 = len(sys.argv) > 10 and sys.argv[10] == "bf16"
+    bf16 = "bf16" in sys.argv[10:]
+    device = "cuda" if "cuda" in sys.argv[10:] else "cpu"
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = GPT(layers, dim, heads, vocab, ctx)
-    ms, peak_mib = time_steps(model, vocab, batch, seq, steps, bf16)
+    model = GPT(layers, dim, heads, vocab, ctx).to(device)
+    ms, peak_mib = time_steps(model, vocab, batch, seq, steps, bf16, device)
     print(f"{ms:.1f} {peak_mib:.1f}")
 
 
