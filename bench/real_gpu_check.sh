@@ -198,6 +198,23 @@ run() {
       "ratio $(awk -v a="${ms:-0}" -v b="${tms:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')"
     grep -m3 '^step' "$w/big-$p.out"
   done
+  # Where the f32 step goes: its --trace (an op's span is its time on the
+  # GPU while tracing), the ops of step 3 summed over the layers.
+  timeout 75 "$w/big-fp32/gpu/fusion-gpu" --data "$w/corpus.txt" --steps 3 --trace "$w/big-trace.json" \
+    >"$w/big-trace.out" 2>&1 || bad "GPT-2 small --trace: exit $?: $(tail -3 "$w/big-trace.out")"
+  python3 - "$w/big-trace.json" <<'PY' || bad "GPT-2 small --trace: no summary"
+import collections, json, re, sys
+events = [e for e in json.load(open(sys.argv[1])) if e.get("ph") == "X" and e["args"].get("step") == 3]
+phases = {e["name"]: e["dur"] / 1e3 for e in events if e["cat"] == "micro-batch"}
+ops = collections.Counter()
+for e in events:
+    if e["cat"] != "micro-batch":
+        ops[e["cat"] + " " + re.sub(r"^h\.\d+\.", "h.*.", e["name"])] += e["dur"] / 1e3
+print("trace, step 3: " + ", ".join(f"{k} {v:.1f} ms" for k, v in phases.items())
+      + f"; the ops' spans {sum(ops.values()):.1f} ms")
+for name, ms in ops.most_common(10):
+    print(f"trace: {ms:8.2f} ms  {name}")
+PY
 }
 
 case $verb in

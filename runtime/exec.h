@@ -56,6 +56,12 @@ typedef struct rt_context_s {
     struct rt_cuda *cuda; /* a CUDA device's backend (cuda/cuda.h); NULL on a CPU device */
     int32_t replay;       /* 1: the forward runs again for its backward (recompute):
                                   sends and recvs do nothing, what they moved is in place */
+    /* The stash (what a backward reads of its forward) crosses to the host
+     * and back only for a backward that waits (1F1B): keep_stash, main
+     * keeps this forward's (a CUDA device brings it down); stash_restored,
+     * main put a waiting micro-batch's back before this backward (a CUDA
+     * device takes it up).  Both 0: the backward is next, or none comes. */
+    int32_t keep_stash, stash_restored;
     /* fp16's dynamic loss scaling (the fill and clip_scale ops that say loss_scale=1):
      * the loss seed is loss_scale (infinite when inject_overflow, a test's way
      * to force an overflow); clip_scale divides it out, or gives NaN when the
@@ -116,6 +122,10 @@ void rt_pace_op(rt_context *ctx, double est_seconds, double took);
 /* Seconds of CLOCK_MONOTONIC: what the runtime times its steps and ops by. */
 double rt_seconds_now(void);
 int rt_op_run(const rt_op *op, char *arena, rt_context *ctx);
+/* --trace: the op's span from t0 to t1 (rt_trace_clock's microseconds) in
+ * its phase's category, and a message's flow; rt_op_run draws it, and the
+ * CUDA back end for the ops it runs on the GPU. */
+void rt_op_trace(const rt_op *op, const rt_context *ctx, double t0, double t1);
 
 /* The CPU executor (exec.c): op, not a message, on its kernel of
  * cpu/op_table.h, 16-bit tensors widened around it.  0, or -1 with ctx->msg. */

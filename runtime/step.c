@@ -115,7 +115,7 @@ static int run_scheduled(const rt_op *op, char *arena, rt_context *ctx)
  * receive's end, when the bytes are in).  Runs that move nothing (a
  * recomputed forward's, a parameter's after micro-batch 0, a partial
  * gradient's before the last) draw no flow. */
-static void trace_op(const rt_op *op, const rt_context *ctx, double t0, double t1)
+void rt_op_trace(const rt_op *op, const rt_context *ctx, double t0, double t1)
 {
     static const char *const phases[] = { "none", "forward", "backward", "update", "prefill" };
     int message = op->op == OP_SEND || op->op == OP_RECV;
@@ -150,7 +150,7 @@ int rt_op_run(const rt_op *op, char *arena, rt_context *ctx)
     double t0 = rt_trace_clock(), waited = ctx->comm ? ctx->comm->recv_wait : 0.0;
     int rc = run_scheduled(op, arena, ctx);
     if (rc == 0)
-        trace_op(op, ctx, t0, rt_trace_clock());
+        rt_op_trace(op, ctx, t0, rt_trace_clock());
     /* what a receive spent blocked for its message (comm.c counts it), drawn from its start */
     waited = ctx->comm && op->op == OP_RECV ? ctx->comm->recv_wait - waited : 0.0;
     if (rc == 0 && waited > 0) {

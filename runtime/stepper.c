@@ -192,7 +192,10 @@ static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
     ctx->micro_batch = m;
     ctx->phase = PHASE_FORWARD;
     double t0 = ctx->trace ? rt_trace_clock() : 0.0;
-    if (fusion_forward(p->arena, ctx) != 0)
+    ctx->keep_stash = keep;
+    int rc = fusion_forward(p->arena, ctx);
+    ctx->keep_stash = 0;
+    if (rc != 0)
         return -1;
     stepper_trace(ctx, "forward", t0);
     if (mf->loss >= 0)
@@ -210,6 +213,8 @@ static int run_backward(stepper *st, rt_context *ctx, int32_t m)
     if (st->stashed[m]) {
         stash_copy(st, m, 0);
         st->stashed[m] = 0;
+        /* recomputing, the forward run again takes it up (ctx->replay) */
+        ctx->stash_restored = !st->p->manifest.recompute;
         if (st->p->manifest.recompute) { /* the stash is the forward's inputs: run it again */
             ctx->phase = PHASE_FORWARD;
             ctx->replay = 1;
@@ -227,6 +232,7 @@ static int run_backward(stepper *st, rt_context *ctx, int32_t m)
     double t0 = ctx->trace ? rt_trace_clock() : 0.0;
     int rc = fusion_backward(st->p->arena, ctx);
     ctx->before_op = NULL;
+    ctx->stash_restored = 0;
     if (rc == 0)
         stepper_trace(ctx, "backward", t0);
     if (rc != 0)

@@ -304,6 +304,28 @@ for r in off on; do
   done <"$work/mixed-$r.counts"
 done
 
+# --trace on a CUDA device: a span for each op run on the GPU, which ends
+# when the stream has run it (cuda.c synchronises while tracing): its time
+# on the GPU, not its launch's.  The emulated streams run a kernel only when
+# something waits for them (a product, the phase's end): spans around the
+# launches alone would give the layer norms and attentions, kernels only,
+# a few microseconds, and their time to the product after them.
+"$work/gpu/gpu/fusion-gpu" --data "$work/corpus.txt" --steps 3 --seed 5 --trace "$work/gpu-trace.json" \
+  >"$work/gpu-trace.out" 2>&1 && pass || fail "one-GPU run with --trace: $(tail -3 "$work/gpu-trace.out")"
+if python3 - "$work/gpu-trace.json" >"$work/trace.txt" 2>&1 <<'PY'; then pass
+import json, sys
+events = json.load(open(sys.argv[1]))
+ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "forward" and e["args"]["step"] == 2]
+forward = [e for e in events if e.get("cat") == "micro-batch" and e["name"] == "forward 0" and e["args"]["step"] == 2]
+kernels = [e for e in ops if e["name"].endswith((".attn", "ln_1", "ln_2", "ln_f"))]
+share = sum(e["dur"] for e in kernels) / forward[0]["dur"]
+print(f"{len(ops)} forward op spans in step 2; its {len(kernels)} attentions and layer norms take {share:.0%} of it")
+sys.exit(0 if len(ops) >= 10 and len(kernels) == 7 and share >= 0.3 else 1)
+PY
+else fail "--trace on a CUDA device: $(cat "$work/trace.txt")"; fi
+echo "one CUDA device, --trace: $(cat "$work/trace.txt")" >&2
+expect_eq "one CUDA device: losses with --trace" "$(head -3 "$work/gpu.loss")" "$(losses "$work/gpu-trace.out")"
+
 # Validation on a CUDA device (--val-data): the forward alone, its loss the
 # CPU's within 1e-5, the training's losses the same as without it.
 tail -c 30000 /usr/share/common-licenses/GPL-3 >"$work/val.txt"

@@ -14,11 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../../ir/ir.h"
 #include "../comm/comm.h"
+#include "../trace.h"
 #include "../train_settings.h"
 #include "cuda_gemm.h"
 #include "../../ir/folders.h" /* FU_PATH_BYTES */
@@ -445,8 +445,8 @@ int rt_cuda_phase_begin(char *arena, rt_context *ctx)
         r = push(c, arena, c->inputs, c->n_inputs);
         if (r == 0 && ctx->replay) /* what main put back for the forward to run again */
             r = push(c, arena, c->stash, c->n_stash);
-    } else if (ctx->phase == PHASE_BACKWARD) {
-        r = push(c, arena, c->stash, c->n_stash); /* main may have put a waiting micro-batch's back */
+    } else if (ctx->phase == PHASE_BACKWARD && ctx->stash_restored) {
+        r = push(c, arena, c->stash, c->n_stash); /* main put a waiting micro-batch's back */
     } else if (ctx->phase == PHASE_UPDATE) {
         r = push(c, arena, c->grads, c->n_grads); /* main's mean over the micro-batches */
     }
@@ -460,8 +460,8 @@ int rt_cuda_phase_end(char *arena, rt_context *ctx)
     int32_t flags = 0, words[2] = { 0, 0 }; /* the flags word and the gradient norm's (a float) */
     if (ctx->phase == PHASE_FORWARD && !ctx->replay) {
         r = pull(c, arena, &c->loss, 1);
-        if (r == 0)
-            r = pull(c, arena, c->stash, c->n_stash); /* main keeps it if the backward waits */
+        if (r == 0 && ctx->keep_stash)
+            r = pull(c, arena, c->stash, c->n_stash); /* main keeps it: the backward waits */
     } else if (ctx->phase == PHASE_PREFILL) {
         r = pull(c, arena, &c->prefill_output, 1);
     } else if (ctx->phase == PHASE_BACKWARD) {
@@ -728,13 +728,6 @@ static int run_gemm(rt_cuda *c, const rt_op *op, const rt_cuda_step *s, rt_conte
     return 0;
 }
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_context *ctx)
 {
     rt_cuda *c = ctx->cuda;
@@ -745,13 +738,18 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
         return -1;
     if (bucket_reduced(op, ctx) && op->in[0].offset == op->out[0].offset)
         return 0; /* in place: the average is on the device already */
-    int paced = 0;
-    double t0 = 0.0;
-    for (int32_t i = cop->first; i < cop->first + cop->count; i++)
-        paced |= c->steps[i].kind != RT_CUDA_STEP_HOST;
-    paced = paced && ctx->emulate_devices && op->est_seconds > 0;
-    if (paced)
-        t0 = seconds_now();
+    int on_device = 0, on_host = 0;
+    for (int32_t i = cop->first; i < cop->first + cop->count; i++) {
+        on_device |= c->steps[i].kind != RT_CUDA_STEP_HOST;
+        on_host |= c->steps[i].kind == RT_CUDA_STEP_HOST;
+    }
+    int paced = on_device && ctx->emulate_devices && op->est_seconds > 0;
+    /* --trace: an op run on the GPU alone is a span that ends when the
+     * stream is done with it, so the span is its time on the GPU, not its
+     * launch's (the host no longer runs ahead while tracing).  A host
+     * step's message is drawn by rt_op_run. */
+    int traced = ctx->trace && on_device && !on_host;
+    double t0 = paced ? rt_seconds_now() : 0.0, span0 = traced ? rt_trace_clock() : 0.0;
     /* The run's settings; a caller without them (a test) gets the op's own. */
     rt_train_settings compiled;
     const rt_train_settings *train = ctx->train;
@@ -788,11 +786,14 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
                 return -1;
         }
     }
-    if (paced) { /* --emulate-devices: the op is done when the stream is */
+    if (paced || traced) { /* the op is done when the stream is */
         cu_result r = c->api.stream_sync(c->stream);
         if (r)
             return ctx_fail(ctx, op, "cuStreamSynchronize", r);
-        rt_pace_op(ctx, op->est_seconds, seconds_now() - t0);
+        if (paced)
+            rt_pace_op(ctx, op->est_seconds, rt_seconds_now() - t0);
+        if (traced)
+            rt_op_trace(op, ctx, span0, rt_trace_clock());
     }
     return 0;
 }
