@@ -14,7 +14,11 @@
  * double; what differs is the order of the products' sums (theirs are
  * sgemm's), which the emulation harness bounds (tests/unit/cuda_cases.c).
  * A block per query row, its causal scores in dynamic shared memory: two
- * rows of T floats at most, hence ATTENTION_MAX_T.
+ * rows of T floats at most, hence ATTENTION_MAX_T; its sums over rows, for
+ * a head of D <= 256 columns, cut among the whole block
+ * (kb_split_column_sums).  On an H200 these kernels were two thirds of
+ * GPT-2 small's step (docs/results.md): tiling keys and values through
+ * shared memory, as FlashAttention does, is what they lack.
  */
 #include "cuda_kernels_internal.h"
 
@@ -114,6 +118,41 @@ static void kb_attention_softmax_row(kbuf *kb)
               att_score);
 }
 
+/* The sums over a range of rows of D columns, as out[d] = Σ_j term(j, d):
+ * a thread a column leaves most of a block idle when D is small (GPT-2's
+ * 64 of 256), so when D <= NT the range [lo, hi) is cut in NT / D parts, a
+ * group of D threads a part (thread t: column t % D, part t / D), and the
+ * parts' f32 sums are added in order through redf (its 256 floats are free
+ * after the block reductions, which end synchronised).  `store` runs for
+ * each column d with its sum in `sum`; `loop` is the row variable's name.
+ * Returns 0, or -1 when D > NT (the caller keeps a thread a column). */
+static int kb_split_column_sums(kbuf *kb, int64_t D, const char *loop, const char *lo, const char *hi, const char *term,
+                                const char *store)
+{
+    if (D > NT)
+        return -1;
+    kb_printf(
+        kb,
+        "    {   /* %lld parts of the rows, D threads a part */\n"
+        "        const long long d = threadIdx.x %% D, part = threadIdx.x / D, parts = %lldLL;\n"
+        "        const long long first = %s, rows = (%s) - first;\n"
+        "        float acc = 0.0f;\n"
+        "        if (part < parts)\n"
+        "            for (long long %s = first + part * rows / parts; %s < first + (part + 1) * rows / parts; %s++)\n"
+        "                acc += %s;\n"
+        "        redf[threadIdx.x] = acc;\n"
+        "        __syncthreads();\n"
+        "        if (threadIdx.x < D) {\n"
+        "            float sum = 0.0f;\n"
+        "            for (long long k = 0; k < parts; k++) sum += redf[k * D + d];\n"
+        "            %s\n"
+        "        }\n"
+        "        __syncthreads();\n"
+        "    }\n",
+        LL(NT / D), LL(NT / D), lo, hi, loop, loop, loop, term, store);
+    return 0;
+}
+
 /* q, k, v -> out (B,T,H·D): a block per query row i of head h of batch b;
  * its causal scores in shared memory, softmax, then P·v. */
 int lower_attention(cuda_plan *p, const rt_op *op)
@@ -127,14 +166,70 @@ int lower_attention(cuda_plan *p, const rt_op *op)
     kb_printf(&kb, "    FUSION_DYN_SHARED(float, P);\n");
     kb_attention_softmax_row(&kb);
     kb_ptr(&kb, "out", 0, out_arg(op, 0), 1, " + (b * T + i) * HD + h * D");
-    kb_printf(&kb, "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
-                   "        float acc = 0.0f;\n"
-                   "        for (long long j = 0; j <= i; j++) acc += (P[j] * inv) * LD(V(j)[d]);\n"
-                   "        ST(out[d], acc);\n"
-                   "    }\n"
-                   "#undef Q\n#undef K\n#undef V\n");
+    if (kb_split_column_sums(&kb, g.D, "j", "0", "i + 1", "(P[j] * inv) * LD(V(j)[d])", "ST(out[d], sum);"))
+        kb_printf(&kb, "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
+                       "        float acc = 0.0f;\n"
+                       "        for (long long j = 0; j <= i; j++) acc += (P[j] * inv) * LD(V(j)[d]);\n"
+                       "        ST(out[d], acc);\n"
+                       "    }\n");
+    kb_printf(&kb, "#undef Q\n#undef K\n#undef V\n");
     return step_kernel(p, kb_finish(p, &kb, "attention_fwd"), g.B * g.H * g.T, (uint32_t)(g.T * 4), 0, out_arg(op, 0),
                        g.q, g.k, g.v, ARG_END);
+}
+
+/* The backward's launch 2 for D <= NT: as below, but each sum over the
+ * query rows i >= j is cut in NT / D parts, a group of D threads a part
+ * (thread t: column t % D, part t / D), summed over the group's query
+ * heads in registers, and the parts added in order through redf at the
+ * end (kb_split_column_sums' scheme; a thread a column would leave most of
+ * the block idle). */
+static int attention_backward_kv_split(cuda_plan *p, const rt_op *op, const att_geom *g, rt_cuda_arg dout)
+{
+    kbuf kb = { 0 };
+    kb_printf(&kb, "    FUSION_SHARED(float, redf, 256);\n");
+    kb_attention_head(&kb, g, 1, 2);
+    kb_ptr(&kb, "dk", 0, g->dk, 1, NULL);
+    kb_ptr(&kb, "dv", 1, g->dv, 1, NULL);
+    kb_ptr(&kb, "dout", 5, dout, 0, NULL);
+    kb_printf(
+        &kb,
+        "    const float *stats = (const float *)a.p[6];\n"
+        "#define DO(t) (dout + (b * T + (t)) * HD + h * D)\n"
+        "    FUSION_DYN_SHARED(float, P);\n"
+        "    float *dS = P + T;\n"
+        "    const long long d = threadIdx.x %% D, part = threadIdx.x / D, parts = %lldLL, rows = T - j;\n"
+        "    const long long lo = j + part * rows / parts, hi = j + (part + 1) * rows / parts;\n"
+        "    float ak = 0.0f, av = 0.0f;\n"
+        "    for (long long h = g * G; h < (g + 1) * G; h++) {\n"
+        "        const float *st = stats + (b * H + h) * T * 3;\n"
+        "        for (long long i = j + threadIdx.x; i < T; i += blockDim.x) {\n"
+        "%s"
+        "            float pij = expf(sc - st[i * 3]) * st[i * 3 + 1], dp = 0.0f;\n"
+        "            for (long long e = 0; e < D; e++) dp += LD(DO(i)[e]) * LD(V(j)[e]);\n"
+        "            P[i] = pij;\n"
+        "            dS[i] = pij * (dp - st[i * 3 + 2]);\n"
+        "        }\n"
+        "        __syncthreads();\n"
+        "        if (part < parts)\n"
+        "            for (long long i = lo; i < hi; i++) { ak += dS[i] * LD(Q(i)[d]); av += P[i] * LD(DO(i)[d]); }\n"
+        "        __syncthreads();   /* P and dS are the next head's */\n"
+        "    }\n"
+        "    const long long o = (b * T + j) * KVLD + g * D;\n"
+        "    float sum = 0.0f;\n"
+        "    redf[threadIdx.x] = ak;\n"
+        "    __syncthreads();\n"
+        "    for (long long k = 0; k < parts && threadIdx.x < D; k++) sum += redf[k * D + d];\n"
+        "    if (dk && threadIdx.x < D) ST(dk[o + d], scale * sum);\n"
+        "    __syncthreads();\n"
+        "    redf[threadIdx.x] = av;\n"
+        "    __syncthreads();\n"
+        "    sum = 0.0f;\n"
+        "    for (long long k = 0; k < parts && threadIdx.x < D; k++) sum += redf[k * D + d];\n"
+        "    if (dv && threadIdx.x < D) ST(dv[o + d], sum);\n"
+        "#undef Q\n#undef K\n#undef V\n#undef DO\n",
+        LL(NT / g->D), att_score_deeper);
+    return step_kernel(p, kb_finish(p, &kb, "attention_bwd_kv"), g->B * g->KV * g->T, (uint32_t)(2 * g->T * 4), 0,
+                       g->dk, g->dv, g->q, g->k, g->v, dout, arg_scratch(0), ARG_END);
 }
 
 /* q, k, v, dout -> dq, dk, dv.
@@ -178,17 +273,20 @@ int lower_attention_backward(cuda_plan *p, const rt_op *op)
                    "    __syncthreads();\n"
                    "    if (!a.p[0]) return;\n");
     kb_ptr(&kb, "dq", 0, g.dq, 1, " + (b * T + i) * QLD + h * D");
-    kb_printf(&kb, "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
-                   "        float acc = 0.0f;\n"
-                   "        for (long long j = 0; j <= i; j++) acc += dP[j] * LD(K(j)[d]);\n"
-                   "        ST(dq[d], scale * acc);\n"
-                   "    }\n"
-                   "#undef Q\n#undef K\n#undef V\n");
+    if (kb_split_column_sums(&kb, g.D, "j", "0", "i + 1", "dP[j] * LD(K(j)[d])", "ST(dq[d], scale * sum);"))
+        kb_printf(&kb, "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
+                       "        float acc = 0.0f;\n"
+                       "        for (long long j = 0; j <= i; j++) acc += dP[j] * LD(K(j)[d]);\n"
+                       "        ST(dq[d], scale * acc);\n"
+                       "    }\n");
+    kb_printf(&kb, "#undef Q\n#undef K\n#undef V\n");
     if (step_kernel(p, kb_finish(p, &kb, "attention_bwd_q"), g.B * g.H * g.T, (uint32_t)(2 * g.T * 4), 0, g.dq, g.q,
                     g.k, g.v, dout, arg_scratch(0), ARG_END))
         return -1;
     if (!g.dk.kind && !g.dv.kind)
         return 0;
+    if (g.D <= NT)
+        return attention_backward_kv_split(p, op, &g, dout);
     /* A thread's share of a row of D: columns threadIdx.x + n·NT, n < ND. */
     int64_t nd = (g.D + NT - 1) / NT;
     kb_attention_head(&kb, &g, 1, 2);
@@ -291,12 +389,13 @@ int lower_attention_cached(cuda_plan *p, const rt_op *op)
         "    double s = 0;\n"
         "    for (long long j = threadIdx.x; j < n; j += blockDim.x) { float e = expf(P[j] - mx); P[j] = e; s += e; "
         "}\n"
-        "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n"
-        "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
-        "        float acc = 0.0f;\n"
-        "        for (long long j = 0; j < n; j++) acc += (P[j] * inv) * vc[j * KC + d];\n"
-        "        ST(out[d], acc);\n"
-        "    }\n");
+        "    float inv = (float)(1.0 / fusion_block_sum(s, red));\n");
+    if (kb_split_column_sums(&kb, D, "j", "0", "n", "(P[j] * inv) * vc[j * KC + d]", "ST(out[d], sum);"))
+        kb_printf(&kb, "    for (long long d = threadIdx.x; d < D; d += blockDim.x) {\n"
+                       "        float acc = 0.0f;\n"
+                       "        for (long long j = 0; j < n; j++) acc += (P[j] * inv) * vc[j * KC + d];\n"
+                       "        ST(out[d], acc);\n"
+                       "    }\n");
     return step_kernel(p, kb_finish(p, &kb, "attention_cached"), B * H * T, (uint32_t)(CTX * 4), 0, out_arg(op, 0),
                        in_arg(op, 0), in_arg(op, 3), in_arg(op, 4), in_arg(op, 5), ARG_END);
 }
