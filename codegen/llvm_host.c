@@ -113,7 +113,9 @@ static int32_t value_stage(const ir_graph *g, int32_t v, const int32_t *reader_s
 /* The data loader's feeds: the model's first two i32 inputs of rank 2
  * (B,T) are the token ids and the targets; in an inference graph the
  * first is the token ids and decode.pos their positions, and the prefill
- * pass's copies prefill.<ids> and prefill.decode.pos the prompt step's. */
+ * pass's copies prefill.<ids> and prefill.decode.pos the prompt step's;
+ * a training graph with one f32 input of rank 4 and one i32 of rank 1 is
+ * an image classifier: its images (B,C,H,W) and labels (B). */
 static int32_t feed_of(const ir_graph *g, int32_t v)
 {
     const char *name = ir_value_name(g, v);
@@ -123,15 +125,24 @@ static int32_t feed_of(const ir_graph *g, int32_t v)
         return RT_FEED_PREFILL_POSITIONS;
     if (g->prefill_output >= 0 && strncmp(name, "prefill.", 8) == 0)
         return RT_FEED_PREFILL_TOKENS; /* the prefill pass's copy of the token ids */
-    int32_t k = 0;
+    int32_t k = 0, images = -1, labels = -1, n_images = 0, n_labels = 0;
     for (int32_t u = 0; u < g->n_values; u++) {
         const ir_value *val = &g->values[u];
-        if (val->role != ROLE_INPUT || val->dtype != DT_I32 || val->shape.rank != 2)
+        if (val->role != ROLE_INPUT)
+            continue;
+        if (val->dtype == DT_F32 && val->shape.rank == 4)
+            images = u, n_images++;
+        if (val->dtype == DT_I32 && val->shape.rank == 1)
+            labels = u, n_labels++;
+        if (val->dtype != DT_I32 || val->shape.rank != 2)
             continue;
         if (u == v)
             return k < 2 ? k : -1;
         k++;
     }
+    /* An image classifier: one (B,C,H,W) input and one (B) of labels. */
+    if (n_images == 1 && n_labels == 1 && g->output < 0)
+        return v == images ? RT_FEED_IMAGES : v == labels ? RT_FEED_LABELS : -1;
     return -1;
 }
 

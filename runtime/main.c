@@ -386,7 +386,8 @@ static int settings_of_run(const program *p, const run_options *o, rt_train_sett
     return 0;
 }
 
-static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data, rt_data *val, rt_broker *broker)
+static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data, rt_data *val, train_images *images,
+                 rt_broker *broker)
 {
     const rt_manifest *mf = &p->manifest;
     /* --sync diloco: --steps counts the steps of the site with the largest
@@ -412,7 +413,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         }
     }
     stepper st;
-    int rc = stepper_init(&st, p, comm, data, o);
+    int rc = stepper_init(&st, p, comm, data, images, o);
     st.val = val && val->n > 0 ? val : NULL;
     int validating = o->val_every > 0;
     if (rc == 0 && o->sample_every > 0 && (mf->logits < 0 || mf->n_stages != 1 || mf->n_replicas != 1 || p->cuda))
@@ -496,12 +497,18 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     run_options seeded = *o;
     seeded.seed = seed;
     st.o = &seeded;
-    int64_t tokens = mf->tokens_per_step > 0 ? mf->tokens_per_step : 1;
+    /* An image classifier counts images: the global batch's rows. */
+    int by_images = images && images->active;
+    int64_t tokens = by_images ? images->feed.global_rows : mf->tokens_per_step > 0 ? mf->tokens_per_step : 1;
+    const char *rate = by_images ? "img/s" : "tok/s";
     printf("fusion: model %s on device %s: stage %d of %d, replica %d of %d, %d micro-batch%s; %lld-byte arena, "
            "%d threads, %lld steps of %lld %s\n",
            mf->model, mf->device, mf->stage, mf->n_stages, mf->replica, mf->n_replicas, mf->micro_batches,
            mf->micro_batches == 1 ? "" : "es", (long long)mf->arena_bytes, o->threads, (long long)o->steps,
-           (long long)tokens, o->inputs ? "input values" : "tokens");
+           (long long)tokens,
+           o->inputs   ? "input values"
+           : by_images ? "images"
+                       : "tokens");
     if (mf->slowdown > 1.0)
         printf("fusion: emulating a device %.2f times slower (slowdown in the cluster file): each op is followed "
                "by a sleep\n",
@@ -649,10 +656,10 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
          * are a run's lines) */
         char line[1024];
         if (mf->loss >= 0)
-            snprintf(line, sizeof line, "loss %.6f  %8.0f tok/s  %7.1f ms/step%s%s%s", (double)loss,
-                     (double)tokens / dt, dt * 1e3, extra_text, rho, val_text);
+            snprintf(line, sizeof line, "loss %.6f  %8.0f %s  %7.1f ms/step%s%s%s", (double)loss, (double)tokens / dt,
+                     rate, dt * 1e3, extra_text, rho, val_text);
         else
-            snprintf(line, sizeof line, "%8.0f tok/s  %7.1f ms/step%s%s", (double)tokens / dt, dt * 1e3, extra_text,
+            snprintf(line, sizeof line, "%8.0f %s  %7.1f ms/step%s%s", (double)tokens / dt, rate, dt * 1e3, extra_text,
                      rho);
         printf("step %5lld/%lld  %s\n", (long long)step, (long long)o->steps, line);
         if (outer_line[0])
@@ -879,10 +886,16 @@ int main(int argc, char **argv)
     /* Inputs: token batches from --data, or fixed tensors from --inputs. */
     rt_data data = { 0 }, val = { 0 };
     char why[512];
-    int32_t tokens_at, targets_at;
+    int32_t tokens_at, targets_at, images_at, labels_at;
     program_find_feeds(&p, &tokens_at, &targets_at);
+    train_images_find(&p, &images_at, &labels_at);
+    train_images images = { .images_at = -1, .labels_at = -1 };
     if (o.inputs) {
         rc = read_file_tensors(&p, o.inputs, role_bit(ROLE_INPUT));
+    } else if (images_at >= 0 || labels_at >= 0) {
+        int64_t classes = labels_at >= 0 ? program_feed_vocabulary(&p, -1, labels_at) : 0;
+        if (train_images_open(&images, &p, &o, classes, why, sizeof why))
+            rc = fail("%s", why);
     } else if (tokens_at >= 0 || targets_at >= 0) {
         int64_t T = p.tensors[tokens_at >= 0 ? tokens_at : targets_at].t.dim[1];
         int64_t vocab = program_feed_vocabulary(&p, tokens_at, targets_at);
@@ -942,7 +955,7 @@ int main(int argc, char **argv)
     }
     pthread_sigmask(SIG_SETMASK, &before, NULL);
     if (rc == 0)
-        rc = train(&p, &o, peers, &data, &val, broker);
+        rc = train(&p, &o, peers, &data, &val, &images, broker);
     if (peers)
         rt_comm_close(peers);
     const char *refused = rt_broker_close(broker, rc, 5000);
@@ -951,6 +964,7 @@ int main(int argc, char **argv)
     rt_broker_free(broker);
     rt_data_free(&data);
     rt_data_free(&val);
+    train_images_close(&images);
     program_free(&p);
     return rc;
 }

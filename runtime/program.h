@@ -122,13 +122,17 @@ typedef struct {
 
 enum { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
 /* What an input is fed: token ids, targets (training), positions (inference: decode.pos),
- * and the prompt step's tokens and positions (passes/prefill.c). */
+ * the prompt step's tokens and positions (passes/prefill.c), and an image
+ * classifier's images (f32 (B,C,H,W)) and their labels (i32 (B)):
+ * image_data.h. */
 enum {
     RT_FEED_TOKENS = 0,
     RT_FEED_TARGETS = 1,
     RT_FEED_POSITIONS = 2,
     RT_FEED_PREFILL_TOKENS = 3,
-    RT_FEED_PREFILL_POSITIONS = 4
+    RT_FEED_PREFILL_POSITIONS = 4,
+    RT_FEED_IMAGES = 5,
+    RT_FEED_LABELS = 6
 };
 
 typedef struct {
@@ -150,7 +154,7 @@ typedef struct {
     int32_t role;      /* ir_role                                        */
     int32_t dtype;     /* ir_dtype                                       */
     int32_t init_kind; /* ir_init_kind                                   */
-    int32_t feed;      /* inputs: RT_FEED_TOKENS, _TARGETS, _POSITIONS, -1 none */
+    int32_t feed;      /* inputs: RT_FEED_TOKENS, _TARGETS, ..., -1 none */
     int32_t frozen;    /* params: never trained (ir_value.frozen)        */
     double init_a;
     /* A piece (--shard-optimizer's moments, runtime/shard.h): this tensor

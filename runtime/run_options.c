@@ -154,6 +154,8 @@ static const int lr_schedule_values[] = { RT_LR_CONSTANT, RT_LR_COSINE, RT_LR_LI
 
 static const char *const data_formats[] = { "auto", "shard", "text", NULL };
 static const int data_format_values[] = { RT_DATA_AUTO, RT_DATA_SHARD, RT_DATA_TEXT };
+static const char *const augments[] = { "none", "standard", NULL };
+static const int augment_values[] = { 0, 1 };
 
 /* ---- the table -------------------------------------------------------------- */
 
@@ -165,12 +167,19 @@ static const cli_option device_options[] = {
     { .name = "--data", .metavar = "FILE", CLI_WHOLE(parse_data),
       .help = "training data: text (bytes) or llm.c token shards (version 1: uint16 ids,\n"
               "version 2: uint32); repeat to concatenate.  Checked when opened: a shard's\n"
-              "header against its size, every id against the model's vocabulary" },
+              "header against its size, every id against the model's vocabulary.  An image\n"
+              "classifier reads an image dataset: MNIST's IDX files (gzipped or not), CIFAR's\n"
+              "binary batches or an ImageFolder (class folders of PNG or JPEG files); a\n"
+              "folder of both splits gives its training split" },
     { .name = "--data-format", .metavar = "F", CLI_CHOICE_INT(run_options, data_format),
       .choices = data_formats, .values = data_format_values, .expects = "auto, shard or text",
       .help = "auto (default: a file with the shard magic is a shard; any other is text,\n"
               "refused if its first 1024 bytes hold a NUL, as a damaged shard does),\n"
               "shard (the magic is required) or text (any file, as bytes)" },
+    { .name = "--augment", .metavar = "A", CLI_CHOICE_INT(run_options, augment), .choices = augments,
+      .values = augment_values, .expects = "none or standard",
+      .help = "image data: none (default) or standard (a random crop of the image padded by\n"
+              "4 pixels, and a horizontal flip with probability 1/2)" },
     { .name = "--val-data", .metavar = "FILE", CLI_WHOLE(parse_val_data),
       .help = "held-out data (read as --data is; repeat to concatenate): with --val-every,\n"
               "the loss on fixed windows of it, forward only, the training untouched" },

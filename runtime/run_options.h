@@ -15,6 +15,7 @@ typedef struct {
     const char *data[64];
     int n_data;
     int data_format;          /* --data-format: an rt_data_format (auto, shard or text) */
+    int augment;              /* --augment: 0 none, 1 standard (image data)       */
     const char *val_data[16]; /* --val-data: held-out data, concatenated           */
     int n_val_data;
     int64_t val_every, val_batches;      /* --val-every N (0: none), --val-batches K */

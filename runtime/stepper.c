@@ -188,6 +188,11 @@ static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
         int32_t *tok = st->tokens_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->tokens_at].t.offset) : NULL;
         int32_t *tgt = st->targets_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->targets_at].t.offset) : NULL;
         rt_data_batch(st->data, st->o->seed, ctx->step, row0, tok, tgt, st->b, st->T);
+    } else if (!st->o->inputs && st->images) {
+        int64_t row0 = mf->diloco.row_offset + ((int64_t)mf->replica * mf->micro_batches + m) * st->b;
+        float *img = st->images_at >= 0 ? (float *)(p->arena + p->tensors[st->images_at].t.offset) : NULL;
+        int32_t *lbl = st->labels_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->labels_at].t.offset) : NULL;
+        rt_image_feed_batch(st->images, ctx->step, row0, st->b, img, lbl);
     }
     ctx->micro_batch = m;
     ctx->phase = PHASE_FORWARD;
@@ -356,7 +361,7 @@ int stepper_validate(stepper *st, const rt_context *train_ctx, int64_t step, flo
     return rc;
 }
 
-int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, const run_options *o)
+int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, train_images *images, const run_options *o)
 {
     memset(st, 0, sizeof *st);
     st->p = p;
@@ -369,6 +374,12 @@ int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, const ru
     if (feed >= 0) {
         st->b = p->tensors[feed].t.dim[0];
         st->T = p->tensors[feed].t.dim[1];
+    }
+    st->images_at = st->labels_at = -1;
+    if (images && images->active) {
+        st->images = &images->feed;
+        st->images_at = images->images_at, st->labels_at = images->labels_at;
+        st->b = p->tensors[st->images_at >= 0 ? st->images_at : st->labels_at].t.dim[0];
     }
     /* At most warm-up + 1 micro-batches wait for their backward at once. */
     st->n_slots = (m->warmup < m->micro_batches ? m->warmup : m->micro_batches) + 1;

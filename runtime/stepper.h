@@ -10,6 +10,7 @@
 #include "data.h"
 #include "device_program.h"
 #include "run_options.h"
+#include "train_images.h"
 
 typedef struct {
     program *p;
@@ -18,6 +19,8 @@ typedef struct {
     rt_data *val; /* --val-data on a device with a feed; NULL none */
     const run_options *o;
     int32_t tokens_at, targets_at; /* feeds on this device, -1 none */
+    rt_image_feed *images;         /* an image classifier's batches; NULL none */
+    int32_t images_at, labels_at;  /* its feeds on this device, -1 none        */
     int64_t b, T;                  /* rows per micro-batch, tokens per row */
     int32_t n_slots;               /* stash slots                          */
     char *stash_mem;               /* [n_slots][stash_bytes]               */
@@ -37,8 +40,9 @@ void program_find_feeds(const program *p, int32_t *tokens, int32_t *targets);
  * op here reads a feed). */
 int64_t program_feed_vocabulary(const program *p, int32_t tokens_at, int32_t targets_at);
 
-/* 0, or 1 with the error printed (fail). */
-int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, const run_options *o);
+/* images: an image classifier's data (train_images.h), NULL for token
+ * data.  0, or 1 with the error printed (fail). */
+int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, train_images *images, const run_options *o);
 void stepper_free(stepper *st);
 /* Forward and backward of every micro-batch of ctx->step, in 1F1B order;
  * the step's mean loss into *loss (NAN on a device without it).  0 or -1

@@ -9,6 +9,8 @@ packages=(
   llvm-dev                           # the per-device host program (LLVM C API)
   uthash-dev                         # hash tables (name lookups)
   libcjson-dev                       # safetensors headers (JSON)
+  libstb-dev zlib1g-dev              # image datasets: PNG/JPEG decoding and resizing (stb_image), gzipped IDX files
+  dataset-fashion-mnist              # the image benchmark's dataset (bench/bench_resnet_fashion.sh)
   libxxhash-dev                      # the build id of a compiled graph (XXH3)
   clang libclang-rt-14-dev libomp-14-dev   # the sanitizer build, the fuzz target (libFuzzer), OpenMP
   clang-format                       # the tree's one layout (.clang-format; tests/test_code_format.sh)

@@ -297,7 +297,8 @@ def resnet_blocks(c):
 
 
 def resnet_params(c):
-    shapes = {"conv1.w": (64, 3, 7, 7), "bn1.w": (64,), "bn1.b": (64,)}
+    k = 3 if c["stem"] == 1 else 7   # stem=cifar: 3x3/1, no pooling
+    shapes = {"conv1.w": (64, c["channels"], k, k), "bn1.w": (64,), "bn1.b": (64,)}
     for p, width, inplanes, out, stride, expansion in resnet_blocks(c):
         if expansion == 4:
             shapes.update({p + "conv1.w": (width, inplanes, 1, 1), p + "conv2.w": (width, width, 3, 3),
@@ -314,7 +315,7 @@ def resnet_params(c):
 
 
 def resnet_inputs(c, g):
-    return {"image": torch.randn(c["batch"], 3, c["size"], c["size"], generator=g),
+    return {"image": torch.randn(c["batch"], c["channels"], c["size"], c["size"], generator=g),
             "labels": torch.randint(0, c["classes"], (c["batch"],), generator=g, dtype=torch.int32)}
 
 
@@ -323,8 +324,10 @@ def bn(x, P, name):
 
 
 def resnet_loss(c, P, I):
-    x = F.relu(bn(F.conv2d(I["image"], P["conv1.w"], stride=2, padding=3), P, "bn1"))
-    x = F.max_pool2d(x, 3, 2, 1)
+    if c["stem"] == 1:
+        x = F.relu(bn(F.conv2d(I["image"], P["conv1.w"], padding=1), P, "bn1"))
+    else:
+        x = F.max_pool2d(F.relu(bn(F.conv2d(I["image"], P["conv1.w"], stride=2, padding=3), P, "bn1")), 3, 2, 1)
     for p, width, inplanes, out, stride, expansion in resnet_blocks(c):
         if expansion == 4:
             h = F.relu(bn(F.conv2d(x, P[p + "conv1.w"]), P, p + "bn1"))
@@ -344,7 +347,7 @@ MODELS = {"gpt2": (gpt2_params, gpt2_inputs, gpt2_loss),
           "mlp": (mlp_params, mlp_inputs, mlp_loss),
           "resnet": (resnet_params, resnet_inputs, resnet_loss),
           "llama": (llama_params, gpt2_inputs, llama_loss)}
-DEFAULTS = {"gpt2": {"attn_parts": 0}, "mlp": {}, "resnet": {}, "llama": {"rope_base": 10000.0, "norm_eps": 1e-6}}
+DEFAULTS = {"gpt2": {"attn_parts": 0}, "mlp": {}, "resnet": {"stem": 0, "channels": 3}, "llama": {"rope_base": 10000.0, "norm_eps": 1e-6}}
 OPTIMIZER = {"lr": 6e-4, "beta1": 0.9, "beta2": 0.999, "adam_eps": 1e-8, "weight_decay": 0.0,
              "grad_clip": 0.0, "warmup": 0, "steps": 0, "min_lr": 0.0}
 
