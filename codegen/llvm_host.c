@@ -563,6 +563,12 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     for (int32_t v = 0; v < g->n_values && manifest.tokens_per_step == 0; v++)
         if (g->values[v].role == ROLE_INPUT && g->values[v].shape.rank > 0)
             manifest.tokens_per_step = ir_shape_numel(&g->values[v].shape) * manifest.micro_batches * R;
+    /* An image classifier counts images: its images' first dim. */
+    for (int32_t v = 0; v < g->n_values; v++)
+        if (g->values[v].role == ROLE_INPUT && feed_of(g, v) == RT_FEED_IMAGES) {
+            manifest.images = 1;
+            manifest.tokens_per_step = g->values[v].shape.dim[0] * manifest.micro_batches * R;
+        }
 
     LLVMInitializeX86TargetInfo();
     LLVMInitializeX86Target();

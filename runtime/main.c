@@ -497,9 +497,9 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     run_options seeded = *o;
     seeded.seed = seed;
     st.o = &seeded;
-    /* An image classifier counts images: the global batch's rows. */
-    int by_images = images && images->active;
-    int64_t tokens = by_images ? images->feed.global_rows : mf->tokens_per_step > 0 ? mf->tokens_per_step : 1;
+    /* An image classifier counts images. */
+    int by_images = mf->images;
+    int64_t tokens = mf->tokens_per_step > 0 ? mf->tokens_per_step : 1;
     const char *rate = by_images ? "img/s" : "tok/s";
     printf("fusion: model %s on device %s: stage %d of %d, replica %d of %d, %d micro-batch%s; %lld-byte arena, "
            "%d threads, %lld steps of %lld %s\n",
@@ -606,22 +606,28 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         if (comm)
             rt_comm_adapt_density(comm, dt);
         /* --val-every: after every N steps and the last (dt is the training's alone). */
-        float val_loss = NAN;
-        char val_text[64] = "", val_json[64] = "";
+        float val_loss = NAN, val_acc = NAN;
+        char val_text[64] = "", val_json[96] = "";
         if (val_here && (step % o->val_every == 0 || step == o->steps)) {
             char why[700];
             if (diloco && swap_agreed(p, &outer, why, sizeof why) != 0) {
                 rc = stop(comm, mf->device, "step %lld: %s", (long long)step, why);
                 break;
             }
-            int validated = stepper_validate(&st, &ctx, step, &val_loss, why, sizeof why);
+            int validated = by_images ? stepper_validate_images(&st, &images->val_feed, &ctx, step, &val_loss, &val_acc,
+                                                                why, sizeof why)
+                                      : stepper_validate(&st, &ctx, step, &val_loss, why, sizeof why);
             if (diloco && validated == 0 && swap_agreed(p, &outer, why, sizeof why) != 0)
                 validated = -1;
             if (validated != 0) {
                 rc = stop(comm, mf->device, "step %lld: %s", (long long)step, why);
                 break;
             }
-            if (mf->loss >= 0) {
+            if (mf->loss >= 0 && by_images) {
+                snprintf(val_text, sizeof val_text, "  val_loss %.6f  val_acc %.4f", (double)val_loss, (double)val_acc);
+                snprintf(val_json, sizeof val_json, ", \"val_loss\": %.6f, \"val_acc\": %.6f", (double)val_loss,
+                         (double)val_acc);
+            } else if (mf->loss >= 0) {
                 snprintf(val_text, sizeof val_text, "  val_loss %.6f", (double)val_loss);
                 snprintf(val_json, sizeof val_json, ", \"val_loss\": %.6f", (double)val_loss);
             }
@@ -892,7 +898,7 @@ int main(int argc, char **argv)
     train_images images = { .images_at = -1, .labels_at = -1 };
     if (o.inputs) {
         rc = read_file_tensors(&p, o.inputs, role_bit(ROLE_INPUT));
-    } else if (images_at >= 0 || labels_at >= 0) {
+    } else if (p.manifest.images) {
         int64_t classes = labels_at >= 0 ? program_feed_vocabulary(&p, -1, labels_at) : 0;
         if (train_images_open(&images, &p, &o, classes, why, sizeof why))
             rc = fail("%s", why);

@@ -91,6 +91,7 @@ typedef struct {
     int32_t output;         /* an inference program's result (the logits: generate.h), -1 none */
     int32_t inference;      /* 1: an inference program (every stage of one; --inference) */
     int32_t logits;         /* a training program's: the tensor cross_entropy reads its logits from, -1 none */
+    int32_t images;         /* 1: an image classifier (image_data.h); tokens_per_step counts its images */
     int32_t prefill_output; /* an inference program's prompt step's result (fusion_prefill), -1 none */
     int32_t prefill;        /* the tokens a sequence that step takes (--prefill P), 0 none */
     double slowdown;        /* >= 1: run this many times slower (emulation)  */

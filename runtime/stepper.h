@@ -51,6 +51,11 @@ int stepper_step(stepper *st, rt_context *ctx, float *loss);
 /* The validation loss after `step` (stepper.c says how): 0, or -1 with err. */
 int stepper_validate(stepper *st, const rt_context *train_ctx, int64_t step, float *val_loss, char *err,
                      size_t err_size);
+/* An image classifier's validation over the whole of `val`
+ * (validate_images.c says how): its mean loss and top-1 accuracy on the
+ * device that holds the loss (NAN elsewhere).  0, or -1 with err. */
+int stepper_validate_images(stepper *st, rt_image_feed *val, const rt_context *train_ctx, int64_t step, float *val_loss,
+                            float *val_acc, char *err, size_t err_size);
 /* --sample-every (train_sample.c): the model's continuation of the data's
  * first token after `step`, up to o->sample_tokens tokens, each drawn at
  * temperature 1 from the logits of the training graph's forward (its row

@@ -48,9 +48,8 @@ int train_images_open(train_images *ti, const program *p, const run_options *o, 
                       size_t err_size)
 {
     memset(ti, 0, sizeof *ti);
+    ti->images_at = ti->labels_at = -1;
     train_images_find(p, &ti->images_at, &ti->labels_at);
-    if (ti->images_at < 0 && ti->labels_at < 0)
-        return 0;
     const rt_manifest *mf = &p->manifest;
     if (o->n_data != 1) {
         snprintf(err, err_size, "an image classifier takes one --data (a dataset's file or folder), not %d", o->n_data);
@@ -63,16 +62,22 @@ int train_images_open(train_images *ti, const program *p, const run_options *o, 
     /* The model's image (B,C,H,W) where this device holds it; a stage of
      * labels alone reads no pixel and needs no size. */
     int32_t c = 1, h = 28, w = 28, pixels = ti->images_at >= 0;
-    int64_t b = 0;
     if (pixels) {
         const rt_tensor *t = &p->tensors[ti->images_at].t;
-        b = t->dim[0], c = (int32_t)t->dim[1], h = (int32_t)t->dim[2], w = (int32_t)t->dim[3];
-    } else {
-        b = p->tensors[ti->labels_at].t.dim[0];
+        c = (int32_t)t->dim[1], h = (int32_t)t->dim[2], w = (int32_t)t->dim[3];
     }
-    int64_t global =
-        mf->diloco.global_rows > 0 ? mf->diloco.global_rows : (int64_t)mf->n_replicas * mf->micro_batches * b;
+    int64_t global = mf->tokens_per_step; /* the global batch's images (program.h) */
     int threads = o->threads > 0 ? o->threads : 1;
+    if (ti->images_at < 0 && ti->labels_at < 0) {
+        /* A stage between the images and the labels: no training data, but
+         * the held-out set's size (its labels alone), so that it runs as
+         * many validation batches as the others. */
+        if (o->n_val_data == 1 &&
+            (rt_images_load(&ti->val, o->val_data[0], 1, c, h, w, 0, threads, err, err_size) ||
+             rt_image_feed_init(&ti->val_feed, &ti->val, NULL, c, h, w, 0, global, o->seed, err, err_size)))
+            return -1;
+        return 0;
+    }
     if (rt_images_load(&ti->train, o->data[0], 0, c, h, w, pixels, threads, err, err_size) ||
         check_labels(&ti->train, classes, err, err_size) ||
         rt_image_feed_init(&ti->feed, &ti->train, NULL, c, h, w, o->augment, global, o->seed, err, err_size))

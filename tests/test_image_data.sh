@@ -8,7 +8,10 @@
 # loss and gradients (tests/parity/torch_parity.py, stem and channels);
 # one device with 2 micro-batches and 2 replicas of 1 (the same batch-norm
 # groups) train to the same losses with --augment standard, the batches
-# being the same rows whatever the plan; and faulty sets are refused with
+# being the same rows whatever the plan; --val-data validates on the whole
+# held-out set (loss and top-1 accuracy, printed, logged, drawn by fusionc
+# report), a 3-stage pipeline (whose middle stage holds neither images nor
+# labels) to one device's losses and accuracies; and faulty sets are refused with
 # one line naming the file: an IDX file cut short, a gzip stream cut
 # short, labels of another count, a text file in a class folder, a cut
 # CIFAR batch, a label past the model's classes, a file that is no image
@@ -72,21 +75,56 @@ if "$py" tests/parity/torch_parity.py grads resnet "$cfg" "$work/w.st" "$work/du
   pass; echo "PyTorch on the same batch: $(tail -1 "$work/parity.cmp")" >&2
 else fail "PyTorch on the same batch: $(cat "$work/parity.cmp")"; fi
 
-# The same rows whatever the plan: 1 device x 2 micro-batches, and 2 replicas x 1.
-compile two-mb clusters/local-1.xml "${gray[@]}" --micro-batches 2
-compile two-replicas clusters/local-4.xml "${gray[@]}" --stages 1 --replicas 2 --micro-batches 1
-run=(--data "$work/sets/idx" --steps 4 --seed 3 --augment standard --threads 1)
-"$work/two-mb/cpu0/fusion-cpu0" "${run[@]}" >"$work/two-mb.out" 2>&1 && pass || fail "2 micro-batches: $(tail -3 "$work/two-mb.out")"
-if "$work/two-replicas/launch-local.sh" "${run[@]}" >"$work/two-replicas.out" 2>&1; then pass
-else fail "2 replicas: $(tail -5 "$work/two-replicas.out")"; fi
-reporter=$(sed -n 's/^reporter=//p' "$work/two-replicas/launch-local.sh")
-losses "$work/two-mb.out" >"$work/a.loss"
-losses "$work/two-replicas/logs/$reporter.log" >"$work/b.loss"
-expect_eq "2 replicas: steps" 4 "$(wc -l <"$work/b.loss")"
-losses_within "2 replicas against 2 micro-batches, augmented" "$work/a.loss" "$work/b.loss"
-"$work/two-mb/cpu0/fusion-cpu0" --data "$work/sets/idx" --steps 4 --seed 3 --threads 1 >"$work/plain.out" 2>&1
-[ "$(losses "$work/plain.out" | tail -1)" != "$(tail -1 "$work/a.loss")" ] && pass ||
-  fail "--augment standard changed no loss"
+# Validation on the whole held-out set (t10k: 24 images, in batches of 8): the loss and top-1
+# accuracy, printed and logged, the same on one device and on a 3-stage pipeline (its middle
+# stage holds neither images nor labels: it reads the held-out labels' count alone); drawn by
+# fusionc report.
+val=(--data "$work/sets/idx" --val-data "$work/sets/idx" --val-every 2 --steps 4 --seed 3 --threads 1)
+"$gray1" "${val[@]}" --log "$work/val.jsonl" >"$work/val.out" 2>&1 && pass || fail "validation: $(tail -3 "$work/val.out")"
+grep -q "held-out images: IDX $work/sets/idx/t10k-images-idx3-ubyte, 24 images" "$work/val.out" && pass ||
+  fail "validation: the held-out set: $(grep '^fusion: ' "$work/val.out")"
+awk '/val_loss/ { for (i = 1; i < NF; i++) if ($i == "val_acc") print $(i + 1) }' "$work/val.out" >"$work/one.acc"
+expect_eq "validations" 2 "$(wc -l <"$work/one.acc")"
+# An accuracy over 24 images is a multiple of 1/24.
+awk '{ k = $1 * 24; if (k - int(k + 0.5) > 1e-3 || int(k + 0.5) - k > 1e-3) bad = 1 } END { exit bad }' "$work/one.acc" \
+  && pass || fail "val_acc is not a count of 24: $(paste -sd' ' "$work/one.acc")"
+grep -q '"val_acc": ' "$work/val.jsonl" && pass || fail "no val_acc in the log: $(tail -1 "$work/val.jsonl")"
+"$FUSIONC" report "$work/val.jsonl" -o "$work/report" >"$work/report.out" 2>&1 && [ -s "$work/report/accuracy.png" ] &&
+  pass || fail "fusionc report drew no accuracy.png: $(cat "$work/report.out")"
+# The plans' runs (several processes; no parser or wire coverage beyond the above) run in the
+# release build only: the sanitizer build's are slow, and its stage may leave them out.
+if [ "${FUSION_SANITIZE:-OFF}" = ON ]; then
+  echo "the sanitizer build: the runs of several devices are left to the release stage" >&2
+else
+  # The same rows whatever the plan: 1 device x 2 micro-batches, and 2 replicas x 1.
+  compile two-mb clusters/local-1.xml "${gray[@]}" --micro-batches 2
+  compile two-replicas clusters/local-4.xml "${gray[@]}" --stages 1 --replicas 2 --micro-batches 1 --compress none
+  run=(--data "$work/sets/idx" --steps 4 --seed 3 --augment standard --threads 1)
+  "$work/two-mb/cpu0/fusion-cpu0" "${run[@]}" >"$work/two-mb.out" 2>&1 && pass || fail "2 micro-batches: $(tail -3 "$work/two-mb.out")"
+  if "$work/two-replicas/launch-local.sh" "${run[@]}" >"$work/two-replicas.out" 2>&1; then pass
+  else fail "2 replicas: $(tail -5 "$work/two-replicas.out")"; fi
+  reporter=$(sed -n 's/^reporter=//p' "$work/two-replicas/launch-local.sh")
+  losses "$work/two-mb.out" >"$work/a.loss"
+  losses "$work/two-replicas/logs/$reporter.log" >"$work/b.loss"
+  expect_eq "2 replicas: steps" 4 "$(wc -l <"$work/b.loss")"
+  losses_within "2 replicas against 2 micro-batches, augmented" "$work/a.loss" "$work/b.loss"
+  "$work/two-mb/cpu0/fusion-cpu0" --data "$work/sets/idx" --steps 4 --seed 3 --threads 1 >"$work/plain.out" 2>&1
+  [ "$(losses "$work/plain.out" | tail -1)" != "$(tail -1 "$work/a.loss")" ] && pass ||
+    fail "--augment standard changed no loss"
+  # The validation on a 3-stage pipeline.
+  compile three-stages clusters/local-4.xml "${gray[@]}" --stages 3 --replicas 1 --micro-batches 1 --compress none
+  if "$work/three-stages/launch-local.sh" "${val[@]}" >"$work/three.out" 2>&1; then pass
+  else fail "3 stages with validation: $(tail -5 "$work/three.out")"; fi
+  reporter=$(sed -n 's/^reporter=//p' "$work/three-stages/launch-local.sh")
+  awk '/val_loss/ { for (i = 1; i < NF; i++) if ($i == "val_loss") print $(i + 1) }' "$work/val.out" >"$work/one.val"
+  awk '/val_loss/ { for (i = 1; i < NF; i++) if ($i == "val_loss") print $(i + 1) }' "$work/three-stages/logs/$reporter.log" >"$work/three.val"
+  losses "$work/val.out" >"$work/one.loss"
+  losses "$work/three-stages/logs/$reporter.log" >"$work/three.loss"
+  losses_within "3 stages' losses against one device's" "$work/one.loss" "$work/three.loss"
+  losses_within "3 stages' val_loss against one device's" "$work/one.val" "$work/three.val"
+  awk '/val_loss/ { for (i = 1; i < NF; i++) if ($i == "val_acc") print $(i + 1) }' "$work/three-stages/logs/$reporter.log" >"$work/three.acc"
+  expect_eq "3 stages' val_acc" "$(cat "$work/one.acc")" "$(cat "$work/three.acc")"
+fi
 
 # refused NAME PROGRAM DATA MESSAGE...: exit 1 and each MESSAGE in its error line.
 refused() {

@@ -5,8 +5,10 @@
  *    "links": {"cpu-b1": {"bytes": 281860, "busy_ms": 2.9}}}
  *
  * ("val_loss": the held-out loss, after the steps that validated:
- * --val-every.)  DIR/loss.png (each log's loss a step, and its val_loss as
- * points joined), DIR/throughput.png (tokens/s),
+ * --val-every; "val_acc": an image classifier's top-1 accuracy on it.)
+ * DIR/loss.png (each log's loss a step, and its val_loss as points
+ * joined), DIR/accuracy.png (val_acc, when a log has it),
+ * DIR/throughput.png (tokens/s; an image classifier's count images),
  * DIR/links.png (each link's MiB a step, and the share of the step its
  * wire was busy), drawn by gnuplot from DIR/N.dat, and a text summary on
  * standard output.  Several logs are several curves: the devices of one
@@ -33,10 +35,10 @@
 typedef struct {
     const char *path, *label;
     int64_t *step;
-    double *loss, *val_loss, *tps, *ms; /* val_loss: NAN on a step that did not validate */
-    double *bytes, *busy_ms;            /* [n][MAX_LINKS] */
+    double *loss, *val_loss, *val_acc, *tps, *ms; /* val_*: NAN on a step that did not validate */
+    double *bytes, *busy_ms;                      /* [n][MAX_LINKS] */
     char link[MAX_LINKS][64];
-    int n_links, has_loss, has_val;
+    int n_links, has_loss, has_val, has_acc;
     int64_t n, cap;
 } step_log;
 
@@ -62,13 +64,14 @@ static int grow(step_log *l)
     if (l->n < l->cap)
         return 0;
     int64_t cap = l->cap ? 2 * l->cap : 256;
-    void *p[7] = { realloc(l->step, (size_t)cap * sizeof *l->step),
+    void *p[8] = { realloc(l->step, (size_t)cap * sizeof *l->step),
                    realloc(l->loss, (size_t)cap * sizeof *l->loss),
                    realloc(l->tps, (size_t)cap * sizeof *l->tps),
                    realloc(l->ms, (size_t)cap * sizeof *l->ms),
                    realloc(l->bytes, (size_t)cap * MAX_LINKS * sizeof *l->bytes),
                    realloc(l->busy_ms, (size_t)cap * MAX_LINKS * sizeof *l->busy_ms),
-                   realloc(l->val_loss, (size_t)cap * sizeof *l->val_loss) };
+                   realloc(l->val_loss, (size_t)cap * sizeof *l->val_loss),
+                   realloc(l->val_acc, (size_t)cap * sizeof *l->val_acc) };
     if (p[0])
         l->step = p[0];
     if (p[1])
@@ -83,7 +86,9 @@ static int grow(step_log *l)
         l->busy_ms = p[5];
     if (p[6])
         l->val_loss = p[6];
-    for (int i = 0; i < 7; i++)
+    if (p[7])
+        l->val_acc = p[7];
+    for (int i = 0; i < 8; i++)
         if (!p[i])
             return -1;
     l->cap = cap;
@@ -121,6 +126,8 @@ static int read_log(step_log *l, struct diag *err)
         l->loss[i] = number(o, "loss");
         l->val_loss[i] = number(o, "val_loss");
         l->has_val |= !isnan(l->val_loss[i]);
+        l->val_acc[i] = number(o, "val_acc");
+        l->has_acc |= !isnan(l->val_acc[i]);
         l->tps[i] = number(o, "tokens_per_s");
         l->ms[i] = number(o, "ms");
         l->has_loss |= !isnan(l->loss[i]);
@@ -196,6 +203,17 @@ static void summarise(const step_log *l)
         printf("; val_loss %.4f first, %.4f last, %.4f lowest (step %lld), %lld validations", first, last, lo,
                (long long)lo_step, (long long)n_val);
     }
+    if (l->has_acc) {
+        double hi = -INFINITY, last = NAN;
+        int64_t hi_step = 0;
+        for (int64_t i = 0; i < l->n; i++)
+            if (!isnan(l->val_acc[i])) {
+                last = l->val_acc[i];
+                if (last > hi)
+                    hi = last, hi_step = l->step[i];
+            }
+        printf("; val_acc %.4f last, %.4f best (step %lld)", last, hi, (long long)hi_step);
+    }
     printf("; median %.0f tokens/s, %.1f ms a step\n", median(l->tps, l->n), median(l->ms, l->n));
     for (int k = 0; k < l->n_links; k++) {
         double bytes = 0.0, busy = 0.0, ms = 0.0;
@@ -209,7 +227,7 @@ static void summarise(const step_log *l)
     }
 }
 
-/* DIR/<i>.dat: step loss tokens/s ms val_loss, then per link MiB and busy share (%). */
+/* DIR/<i>.dat: step loss tokens/s ms val_loss val_acc, then per link MiB and busy share (%). */
 static int write_data(const step_log *l, const char *dir, int i, struct diag *err)
 {
     char path[FU_PATH_BYTES + 104];
@@ -217,12 +235,13 @@ static int write_data(const step_log *l, const char *dir, int i, struct diag *er
     FILE *f = fopen(path, "w");
     if (!f)
         return diag_set(err, path, 0, "cannot write: %s", strerror(errno));
-    fprintf(f, "# %s: step loss tokens_per_s ms val_loss", l->path);
+    fprintf(f, "# %s: step loss tokens_per_s ms val_loss val_acc", l->path);
     for (int k = 0; k < l->n_links; k++)
         fprintf(f, " mib:%s busy%%:%s", l->link[k], l->link[k]);
     fputc('\n', f);
     for (int64_t s = 0; s < l->n; s++) {
-        fprintf(f, "%lld %.6g %.6g %.6g %.6g", (long long)l->step[s], l->loss[s], l->tps[s], l->ms[s], l->val_loss[s]);
+        fprintf(f, "%lld %.6g %.6g %.6g %.6g %.6g", (long long)l->step[s], l->loss[s], l->tps[s], l->ms[s],
+                l->val_loss[s], l->val_acc[s]);
         for (int k = 0; k < l->n_links; k++) {
             double b = l->bytes[s * MAX_LINKS + k], t = l->busy_ms[s * MAX_LINKS + k];
             fprintf(f, " %.6g %.6g", b / (1024.0 * 1024.0), l->ms[s] > 0 ? 100.0 * t / l->ms[s] : NAN);
@@ -254,6 +273,19 @@ static int write_script(const step_log *logs, int n, const char *dir, const char
                 fprintf(f, ", '%s/%d.dat' using 1:5 with linespoints title '%s, validation'", dir, i, logs[i].label);
         fputc('\n', f);
     }
+    int with_acc = 0;
+    for (int i = 0; i < n; i++)
+        with_acc |= logs[i].has_acc;
+    if (with_acc) {
+        fprintf(f, "set output '%s/accuracy.png'\nset title 'held-out accuracy'\nset ylabel 'top-1 accuracy'\nplot ",
+                dir);
+        for (int i = 0, first = 1; i < n; i++)
+            if (logs[i].has_acc)
+                fprintf(f, "%s'%s/%d.dat' using 1:6 with linespoints title '%s'", first ? "" : ", ", dir, i,
+                        logs[i].label),
+                    first = 0;
+        fputc('\n', f);
+    }
     fprintf(f, "set output '%s/throughput.png'\nset title 'throughput'\nset ylabel 'tokens a second'\nplot ", dir);
     for (int i = 0; i < n; i++)
         fprintf(f, "%s'%s/%d.dat' using 1:3 with lines title '%s'", i ? ", " : "", dir, i, logs[i].label);
@@ -266,12 +298,12 @@ static int write_script(const step_log *logs, int n, const char *dir, const char
                 dir);
         for (int i = 0, first = 1; i < n; i++)
             for (int k = 0; k < logs[i].n_links; k++, first = 0)
-                fprintf(f, "%s'%s/%d.dat' using 1:%d with lines title '%s to %s'", first ? "" : ", ", dir, i, 6 + 2 * k,
+                fprintf(f, "%s'%s/%d.dat' using 1:%d with lines title '%s to %s'", first ? "" : ", ", dir, i, 7 + 2 * k,
                         logs[i].label, logs[i].link[k]);
         fprintf(f, "\nset title 'time busy sending'\nset ylabel 'busy (%% of the step)'\nplot ");
         for (int i = 0, first = 1; i < n; i++)
             for (int k = 0; k < logs[i].n_links; k++, first = 0)
-                fprintf(f, "%s'%s/%d.dat' using 1:%d with lines title '%s to %s'", first ? "" : ", ", dir, i, 7 + 2 * k,
+                fprintf(f, "%s'%s/%d.dat' using 1:%d with lines title '%s to %s'", first ? "" : ", ", dir, i, 8 + 2 * k,
                         logs[i].label, logs[i].link[k]);
         fprintf(f, "\nunset multiplot\n");
     }
@@ -314,7 +346,8 @@ const cli_usage report_usage = {
     "Reads the JSONL step logs that the device programs write with --log FILE (one\n"
     "a device: train.<device>.jsonl; or logs of several runs to compare) and writes, with\n"
     "gnuplot, DIR/loss.png (the loss a step, and the validation loss where the\n"
-    "log has it: --val-every), DIR/throughput.png (tokens a second)\n"
+    "log has it: --val-every), DIR/accuracy.png (an image classifier's held-out top-1\n"
+    "accuracy, where the log has it), DIR/throughput.png (tokens a second)\n"
     "and DIR/links.png (each link's MiB a step and how much of the step its wire was\n"
     "busy), with the data beside them (DIR/N.dat); prints a summary of each log.\n",
     report_options_table,
@@ -373,16 +406,17 @@ int report_main(int argc, char **argv)
         rc = (i == 0 && folders_make(dir, &err)) || write_data(&logs[i], dir, i, &err);
     if (rc == 0)
         rc = write_script(logs, n, dir, script, &err) || run_gnuplot(script, &err);
-    int with_loss = 0, with_links = 0;
+    int with_loss = 0, with_links = 0, with_acc = 0;
     for (int i = 0; i < n; i++)
-        with_loss |= logs[i].has_loss, with_links |= logs[i].n_links > 0;
+        with_loss |= logs[i].has_loss, with_links |= logs[i].n_links > 0, with_acc |= logs[i].has_acc;
     if (rc == 0)
-        printf("report: %sthroughput.png%s in %s/\n", with_loss ? "loss.png, " : "", with_links ? ", links.png" : "",
-               dir);
+        printf("report: %s%sthroughput.png%s in %s/\n", with_loss ? "loss.png, " : "", with_acc ? "accuracy.png, " : "",
+               with_links ? ", links.png" : "", dir);
     if (rc)
         diag_print(&err);
     for (int i = 0; i < n; i++) {
-        free(logs[i].step), free(logs[i].loss), free(logs[i].val_loss), free(logs[i].tps), free(logs[i].ms);
+        free(logs[i].step), free(logs[i].loss), free(logs[i].val_loss), free(logs[i].val_acc), free(logs[i].tps),
+            free(logs[i].ms);
         free(logs[i].bytes), free(logs[i].busy_ms);
     }
     return rc ? 1 : 0;
