@@ -11,7 +11,8 @@
 #     sequences of 1,024 tokens in 8 micro-batches (our choice: FusionLLM
 #     does not give its batch);
 #   ResNet-101 (models/resnet.xml, depth=101): a step of 256 images of
-#     224 x 224 in 8 micro-batches (ImageNet's usual 256).
+#     224 x 224 in 8 micro-batches (ImageNet's usual 256); its images a
+#     second against the best single site's in the figures.
 # DT-FM (papers.md): GPT-3 XL's shape on its five 64-GPU scenarios
 #   (clusters/dtfm-*.xml): 24 layers, d 2048, 16 heads (d/heads = 128),
 #   sequences of 2,048 tokens, a step of 1,024 sequences in 128
@@ -112,7 +113,13 @@ for row in "${rows[@]}"; do
     fusionllm-*)
       figures+=("$(awk -v c="$cluster" -v n="$name" -v u="$u" -v a="$a" 'BEGIN {
         printf "%s %s: uniform / (opfence + adatopk), %.3g, x, FusionLLM 1.45-9.39 (target >= 1.45), %s",
-               c, n, u / a, (u / a >= 1.45 ? "met" : "MISSED") }')") ;;
+               c, n, u / a, (u / a >= 1.45 ? "met" : "MISSED") }')")
+      # ResNet-101's throughput: a step is 256 images.
+      if [ "$model" = resnet ]; then
+        figures+=("$(awk -v c="$cluster" -v a="$a" -v p="$a_plan" -v b="$b" -v s="$b_site" 'BEGIN {
+          printf "%s ResNet-101: opfence + adatopk (%s), %.0f, images/s, the best single site (%s) %.0f images/s, %.3g",
+                 c, p, 256 / a, s, (b > 0 ? 256 / b : 0), (b > 0 ? b / a : 0) }')")
+      fi ;;
     dtfm-worldwide)
       # DT-FM's run of Megatron, as its paper ran it (a pipeline of 8, file order):
       # against gcma like for like (DT-FM: Megatron 83.04 s / DT-FM 43.78 s on this
