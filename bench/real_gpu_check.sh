@@ -78,19 +78,7 @@ prepare() {
     r llama-cpu-$p "$w/llama-cpu-$p/cpu0/fusion-cpu0" "${run[@]}" --dump-grads "$w/llama-cpu-$p.grads"
   done
   # A safetensors --inputs with token ids past the vocabulary.
-  /usr/bin/python3 - "$w/cpu.grads" "$w/bad.st" <<'PY' || exit 1
-import json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-head = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
-out, data = {}, b""
-for name in ("idx", "targets"):
-    shape = head[name]["shape"]
-    n = shape[0] * shape[1]
-    out[name] = {"dtype": "I32", "shape": shape, "data_offsets": [len(data), len(data) + 4 * n]}
-    data += struct.pack(f"<{n}i", *([300] * n))
-h = json.dumps(out).encode()
-open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + data)
-PY
+  /usr/bin/python3 tests/emu_driver/bad_token_inputs.py "$w/cpu.grads" "$w/bad.st" || exit 1
   # One lib/ travels: every bundle's is the same files.
   mv "$w/cpu/cpu0/lib" "$w/lib"
   find "$w" -mindepth 3 -maxdepth 3 -type d -name lib -exec rm -rf {} +

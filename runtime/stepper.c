@@ -347,18 +347,24 @@ int stepper_validate(stepper *st, const rt_context *train_ctx, int64_t step, flo
     if (rc == 0 && loss_at && mf->n_replicas > 1 && !diloco &&
         (!st->comm || rt_comm_mean_over_replicas(st->comm, val_loss, 1, -1, &ctx)))
         rc = -1;
+    stepper_validation_end(st, &ctx, step, loss_at, kept, recv_wait, t0, rc == 0);
+    if (rc)
+        snprintf(err, err_size, "validation: %s", ctx.msg[0] ? ctx.msg : "the loss's mean over the replicas failed");
+    return rc;
+}
+
+void stepper_validation_end(stepper *st, const rt_context *ctx, int64_t step, float *loss_at, float kept,
+                            double recv_wait, double t0, int ok)
+{
     if (loss_at)
         *loss_at = kept;
     if (st->comm)
         st->comm->recv_wait = recv_wait;
-    if (rc == 0 && ctx.trace) {
+    if (ok && ctx->trace) {
         char args[64];
         snprintf(args, sizeof args, "{\"step\":%lld}", (long long)step);
-        rt_trace_span(ctx.trace, 0, "micro-batch", "validation", t0, rt_trace_clock(), args);
+        rt_trace_span(ctx->trace, 0, "micro-batch", "validation", t0, rt_trace_clock(), args);
     }
-    if (rc)
-        snprintf(err, err_size, "validation: %s", ctx.msg[0] ? ctx.msg : "the loss's mean over the replicas failed");
-    return rc;
 }
 
 int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, train_images *images, const run_options *o)

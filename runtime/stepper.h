@@ -51,6 +51,12 @@ int stepper_step(stepper *st, rt_context *ctx, float *loss);
 /* The validation loss after `step` (stepper.c says how): 0, or -1 with err. */
 int stepper_validate(stepper *st, const rt_context *train_ctx, int64_t step, float *val_loss, char *err,
                      size_t err_size);
+/* After a validation's forwards (stepper_validate, _images): the
+ * training step's loss put back (loss_at, kept), the receives' wait the
+ * training's again (AdaTopK measures it), and with --trace the validation
+ * as one span from t0. */
+void stepper_validation_end(stepper *st, const rt_context *ctx, int64_t step, float *loss_at, float kept,
+                            double recv_wait, double t0, int ok);
 /* An image classifier's validation over the whole of `val`
  * (validate_images.c says how): its mean loss and top-1 accuracy on the
  * device that holds the loss (NAN elsewhere).  0, or -1 with err. */

@@ -77,15 +77,7 @@ int stepper_validate_images(stepper *st, rt_image_feed *val, const rt_context *t
         rc = -1;
     *val_loss = logits && sums[2] > 0 ? sums[0] / sums[2] : NAN;
     *val_acc = logits && sums[2] > 0 ? sums[1] / sums[2] : NAN;
-    if (loss_at)
-        *loss_at = kept;
-    if (st->comm)
-        st->comm->recv_wait = recv_wait;
-    if (rc == 0 && ctx.trace) {
-        char args[64];
-        snprintf(args, sizeof args, "{\"step\":%lld}", (long long)step);
-        rt_trace_span(ctx.trace, 0, "micro-batch", "validation", t0, rt_trace_clock(), args);
-    }
+    stepper_validation_end(st, &ctx, step, loss_at, kept, recv_wait, t0, rc == 0);
     if (rc)
         rt_error(err, err_size, "validation: %s", ctx.msg[0] ? ctx.msg : "the sums' mean over the replicas failed");
     return rc ? -1 : 0;

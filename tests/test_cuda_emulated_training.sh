@@ -355,19 +355,7 @@ grep -q "bad.bin: token id 300 at position 0 is outside the model's vocabulary o
   || fail "bad token id in a shard: found: $(tail -3 "$work/bad.out")"
 # One that gets past the loader (--inputs): the CUDA kernel reports it
 # through the status word, the runtime names it as the CPU kernels do.
-python3 - "$work/cpu.grads" "$work/bad.st" <<'PY'
-import json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-head = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
-out, data = {}, b""
-for name in ("idx", "targets"):
-    shape = head[name]["shape"]
-    n = shape[0] * shape[1]
-    out[name] = {"dtype": "I32", "shape": shape, "data_offsets": [len(data), len(data) + 4 * n]}
-    data += struct.pack(f"<{n}i", *([300] * n))
-h = json.dumps(out).encode()
-open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + data)
-PY
+python3 tests/emu_driver/bad_token_inputs.py "$work/cpu.grads" "$work/bad.st"
 "$work/gpu/gpu/fusion-gpu" --inputs "$work/bad.st" --steps 1 --seed 5 >"$work/bad.out" 2>&1
 expect_eq "bad token id: exit status" 1 "$?"
 grep -q "token id 300 at position 0 is out of range" "$work/bad.out" && pass \
