@@ -504,6 +504,11 @@ int rt_images_load(rt_images *d, const char *path, int test, int32_t want_c, int
         snprintf(split, sizeof split, "%s/%s", path, test ? "test" : "train");
         if (test && !is_dir(split))
             snprintf(split, sizeof split, "%s/val", path);
+        char other[1024];
+        snprintf(other, sizeof other, "%s/train", path);
+        if (test && !is_dir(split) && is_dir(other))
+            return set_err(err, err_size,
+                           "%s: it has train/ but no test/ or val/ (the held-out split of an ImageFolder)", path);
         rc = load_folder(d, is_dir(split) ? split : path, want_c, want_h, want_w, pixels, threads, err, err_size);
         break;
     }

@@ -497,6 +497,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     run_options seeded = *o;
     seeded.seed = seed;
     st.o = &seeded;
+    if (st.images) /* a resumed run's epochs are the checkpoint's seed's */
+        st.images->seed = seed;
     /* An image classifier counts images. */
     int by_images = mf->images;
     int64_t tokens = mf->tokens_per_step > 0 ? mf->tokens_per_step : 1;

@@ -66,7 +66,13 @@ int train_images_open(train_images *ti, const program *p, const run_options *o, 
         const rt_tensor *t = &p->tensors[ti->images_at].t;
         c = (int32_t)t->dim[1], h = (int32_t)t->dim[2], w = (int32_t)t->dim[3];
     }
-    int64_t global = mf->tokens_per_step; /* the global batch's images (program.h) */
+    /* The global batch's images: all sites' under --sync diloco, whose rows
+     * start at this site's row_offset. */
+    int64_t global = mf->diloco.global_rows > 0 ? mf->diloco.global_rows : mf->tokens_per_step;
+    if (mf->diloco.sync == RT_SYNC_DILOCO && o->n_val_data > 0) {
+        snprintf(err, err_size, "an image classifier's --val-data under --sync diloco: not supported yet");
+        return -1;
+    }
     int threads = o->threads > 0 ? o->threads : 1;
     if (ti->images_at < 0 && ti->labels_at < 0) {
         /* A stage between the images and the labels: no training data, but

@@ -15,7 +15,9 @@
 # one line naming the file: an IDX file cut short, a gzip stream cut
 # short, labels of another count, a text file in a class folder, a cut
 # CIFAR batch, a label past the model's classes, a file that is no image
-# dataset.  (test_image_feed checks the epochs, augmentation and
+# dataset, an ImageFolder with no held-out split given to --val-data; and a
+# run resumed from a checkpoint trains on the uninterrupted run's images.
+# (test_image_feed checks the epochs, augmentation and
 # conversions row by row.)
 . "$(dirname "$0")/lib.sh"
 no_leak_scan_in_threaded_programs
@@ -74,6 +76,16 @@ cfg="depth=18,batch=8,size=28,classes=10,stem=1,channels=1"
 if "$py" tests/parity/torch_parity.py grads resnet "$cfg" "$work/w.st" "$work/dump.st" >"$work/parity.cmp" 2>&1; then
   pass; echo "PyTorch on the same batch: $(tail -1 "$work/parity.cmp")" >&2
 else fail "PyTorch on the same batch: $(cat "$work/parity.cmp")"; fi
+
+# A resumed run goes on with the same images: its epochs are the checkpoint's seed's
+# (no --seed given on resume), and its steps 3 and 4 are the uninterrupted run's.
+aug=(--data "$work/sets/idx" --augment standard --threads 1)
+"$gray1" "${aug[@]}" --steps 4 --seed 3 >"$work/full.out" 2>&1 && pass || fail "uninterrupted: $(tail -2 "$work/full.out")"
+"$gray1" "${aug[@]}" --steps 2 --seed 3 --save "$work/ckpt" >"$work/half.out" 2>&1 && pass ||
+  fail "the first half: $(tail -2 "$work/half.out")"
+"$gray1" "${aug[@]}" --steps 4 --resume "$work/ckpt" >"$work/resumed.out" 2>&1 && pass ||
+  fail "resumed: $(tail -2 "$work/resumed.out")"
+expect_eq "resumed: steps 3 and 4" "$(losses "$work/full.out" | tail -2)" "$(losses "$work/resumed.out")"
 
 # Validation on the whole held-out set (t10k: 24 images, in batches of 8): the loss and top-1
 # accuracy, printed and logged, the same on one device and on a 3-stage pipeline (its middle
@@ -143,6 +155,11 @@ refused count "$gray1" "$work/sets/bad-count" "bad-count/train-labels-idx1-ubyte
 refused folder-junk "$rgb1" "$work/sets/bad-folder" "bad-folder/train/bee/notes.txt: not an image that can be decoded"
 refused cifar-cut "$rgb1" "$work/sets/bad-cifar" "bad-cifar/data_batch_3.bin: " "not a whole number of CIFAR-10 records"
 refused classes "$work/two-classes/cpu0/fusion-cpu0" "$work/sets/idx" "outside the model's 2 classes"
+mkdir -p "$work/sets/train-only" && cp -r "$work/sets/folder/train" "$work/sets/train-only/"
+"$rgb1" --data "$work/sets/train-only" --val-data "$work/sets/train-only" --val-every 1 --steps 1 >"$work/trainonly.out" 2>&1
+expect_eq "an ImageFolder without a held-out split: exit status" 1 "$?"
+grep -q "train-only: it has train/ but no test/ or val/" "$work/trainonly.out" && pass ||
+  fail "an ImageFolder without a held-out split: $(tail -2 "$work/trainonly.out")"
 echo "some text" >"$work/sets/notes.txt"
 refused not-images "$gray1" "$work/sets/notes.txt" "sets/notes.txt: not an image dataset"
 refused missing "$gray1" "$work/sets/nothing" "sets/nothing: cannot open it: No such file or directory"
