@@ -176,20 +176,17 @@ static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
 {
     program *p = st->p;
     const rt_manifest *mf = &p->manifest;
-    if (!st->o->inputs && /* this replica's rows of the global batch, as the tokens' */
-        fill_dropout_masks(p, st->o->seed, ctx->step,
-                           mf->diloco.row_offset + ((int64_t)mf->replica * mf->micro_batches + m) * st->b, 0)) {
+    /* This micro-batch's first row of the global batch (under diloco, of its site's share). */
+    int64_t row0 = mf->diloco.row_offset + ((int64_t)mf->replica * mf->micro_batches + m) * st->b;
+    if (!st->o->inputs && fill_dropout_masks(p, st->o->seed, ctx->step, row0, 0)) {
         snprintf(ctx->msg, sizeof ctx->msg, "out of memory for a dropout mask");
         return -1;
     }
     if (!st->o->inputs && (st->tokens_at >= 0 || st->targets_at >= 0)) {
-        /* This replica's rows of the global batch (under diloco, of its site's share). */
-        int64_t row0 = mf->diloco.row_offset + ((int64_t)mf->replica * mf->micro_batches + m) * st->b;
         int32_t *tok = st->tokens_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->tokens_at].t.offset) : NULL;
         int32_t *tgt = st->targets_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->targets_at].t.offset) : NULL;
         rt_data_batch(st->data, st->o->seed, ctx->step, row0, tok, tgt, st->b, st->T);
     } else if (!st->o->inputs && st->images) {
-        int64_t row0 = mf->diloco.row_offset + ((int64_t)mf->replica * mf->micro_batches + m) * st->b;
         float *img = st->images_at >= 0 ? (float *)(p->arena + p->tensors[st->images_at].t.offset) : NULL;
         int32_t *lbl = st->labels_at >= 0 ? (int32_t *)(p->arena + p->tensors[st->labels_at].t.offset) : NULL;
         rt_image_feed_batch(st->images, ctx->step, row0, st->b, img, lbl);

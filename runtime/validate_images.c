@@ -57,17 +57,17 @@ int stepper_validate_images(stepper *st, rt_image_feed *val, const rt_context *t
             const float *z = (const float *)(p->arena + logits->offset);
             for (int64_t r = 0; r < st->b && first + r < N; r++, z += classes) {
                 int64_t best = 0;
+                int tie = 0; /* another logit equals the largest */
                 double mx = z[0], s = 0.0;
                 for (int64_t c = 1; c < classes; c++)
                     if (z[c] > mx)
-                        mx = z[c], best = c;
+                        mx = z[c], best = c, tie = 0;
+                    else if (z[c] == mx)
+                        tie = 1;
                 for (int64_t c = 0; c < classes; c++)
                     s += exp((double)z[c] - mx);
-                int unique = 1;
-                for (int64_t c = 0; c < classes; c++)
-                    unique &= c == best || z[c] < z[best];
                 loss_sum += log(s) + mx - z[lbl[r]];
-                correct += unique && best == lbl[r];
+                correct += !tie && best == lbl[r];
                 counted += 1.0;
             }
         }
