@@ -199,10 +199,15 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
         rc = diag_set(err, file, 0, "out of memory");
         goto done;
     }
-    /* Memory: each stage's parameters with their gradients and two AdamW
-     * moments (read by its ops, each once: 4 x), a parameter received once
-     * a step with its summed gradient (2 x), and what it keeps a waiting
-     * micro-batch (its stash, either way). */
+    /* Memory: each stage's trained parameters with their gradients and two
+     * AdamW moments (read by its ops, each once: 4 x; 2 + 2/R x with
+     * --shard-optimizer), its frozen ones alone (1 x: no gradient, no
+     * moments; counted 4 x, an 8B LoRA stage of 5 layers looked 6.6 GB
+     * fuller than it is and recomputed for nothing), a parameter received
+     * once a step with its summed gradient (2 x), and what it keeps a
+     * waiting micro-batch (its stash, either way).  The fence pass's cost
+     * model counts alike (fence_cost.c: stage_memory). */
+    double trained_times = opt->shard_optimizer && R > 1 ? 2.0 + 2.0 / R : 4.0;
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const ir_node *n = &g->nodes[i];
         if (n->stage < 0 || n->stage >= S)
@@ -210,7 +215,8 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
         for (int k = 0; k < n->n_in; k++)
             if (g->values[n->in[k]].role == ROLE_PARAM && !counted[n->in[k]]) {
                 counted[n->in[k]] = 1;
-                state[n->stage] += 4.0 * (double)ir_value_bytes(g, n->in[k]);
+                double times = ir_value_trained(&g->values[n->in[k]]) ? trained_times : 1.0;
+                state[n->stage] += times * (double)ir_value_bytes(g, n->in[k]);
             }
         if (n->op == OP_RECV && ir_node_int(n, ATTR_ONCE, 0) && n->phase != PHASE_BACKWARD && n->phase != PHASE_UPDATE)
             for (int k = 0; k < n->n_out; k++)
