@@ -1,16 +1,29 @@
 /* conv.c: 2-d convolution (im2col + sgemm), max pooling and global average
  * pooling, forward and backward, on NCHW tensors.
  *
- * Convolution works one image at a time: im2col unrolls the image into the
- * workspace as a (C·KH·KW, OH·OW) matrix, and one sgemm with the (OC, C·KH·KW)
- * weight gives the (OC, OH·OW) output. A 1x1, stride 1, unpadded convolution
- * is already that product on the image itself and skips the unrolling. No
- * dilation, no groups; stride and padding are the same on both axes.
+ * Convolution unrolls G images at a time (conv_group) into the workspace
+ * as a (C·KH·KW, G·OH·OW) matrix, image i in columns [i·P, (i+1)·P) with P
+ * = OH·OW, and one sgemm with the (OC, C·KH·KW) weight gives their (OC,
+ * G·P) outputs, which go to their images' planes.  G is enough images for
+ * G·P to reach CONV_COLUMNS: a ResNet's late layers have small images of
+ * many channels (at 28x28 with the small-image stem, layer 4 is 4x4 with
+ * 512 channels), and a product 16 columns wide runs far below OpenBLAS's
+ * speed.  A layer whose one image is wide enough (G = 1) takes the image
+ * alone, unrolled in place of the group, and a 1x1, stride 1, unpadded
+ * convolution is then the product on the image itself with no unrolling.
+ * No dilation, no groups; stride and padding are the same on both axes.
  */
 #include <math.h>
 #include <string.h>
 
 #include "cpu/kernels_internal.h"
+
+/* The columns a convolution's product should reach.  ResNet-18 at 28x28,
+ * batch 32, 2 threads, this project's AMD EPYC (bench_resnet_fashion.sh
+ * speed): 1,024 and 2,048 alike within the machine's noise (650-750 ms a
+ * step, against 970 an image at a time), 512 slower (1,020), 4,096 no
+ * better (790-820). */
+#define CONV_COLUMNS 2048
 
 int64_t conv_out_size(int64_t n, int64_t k, int64_t stride, int64_t pad) { return (n + 2 * pad - k) / stride + 1; }
 
@@ -19,107 +32,181 @@ static int is_pointwise(int64_t KH, int64_t KW, int64_t stride, int64_t pad)
     return KH == 1 && KW == 1 && stride == 1 && pad == 0;
 }
 
-int64_t conv2d_workspace_floats(int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t stride, int64_t pad)
+/* Images a product takes: G·P >= CONV_COLUMNS, at most N, at least 1. */
+static int64_t conv_group(int64_t N, int64_t P)
 {
-    if (is_pointwise(KH, KW, stride, pad))
-        return 0;
-    return C * KH * KW * conv_out_size(H, KH, stride, pad) * conv_out_size(W, KW, stride, pad);
+    int64_t g = P > 0 ? (CONV_COLUMNS + P - 1) / P : 1;
+    return g > N ? (N > 1 ? N : 1) : g;
 }
 
-/* x is one image (C,H,W), col is (C·KH·KW, OH·OW):
- * col[(c·KH + kh)·KW + kw][oh·OW + ow] = x[c][oh·s - p + kh][ow·s - p + kw], 0 outside. */
-static void im2col(float *col, const float *x, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t OH,
-                   int64_t OW, int64_t s, int64_t p)
+int64_t conv2d_workspace_floats(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t KH, int64_t KW,
+                                int64_t stride, int64_t pad)
 {
-    int64_t rows = C * KH * KW;
-#pragma omp parallel for schedule(static) if (rows * OH * OW >= KERNEL_PAR_MIN)
-    for (int64_t row = 0; row < rows; row++) {
-        int64_t kw = row % KW, kh = (row / KW) % KH, c = row / (KW * KH);
-        const float *xc = x + c * H * W;
-        float *out = col + row * OH * OW;
-        for (int64_t oh = 0; oh < OH; oh++) {
-            int64_t ih = oh * s - p + kh;
-            float *o = out + oh * OW;
-            if (ih < 0 || ih >= H) {
-                memset(o, 0, (size_t)OW * sizeof *o);
-                continue;
-            }
-            const float *xr = xc + ih * W;
-            for (int64_t ow = 0; ow < OW; ow++) {
-                int64_t iw = ow * s - p + kw;
-                o[ow] = iw >= 0 && iw < W ? xr[iw] : 0.0f;
+    int64_t P = conv_out_size(H, KH, stride, pad) * conv_out_size(W, KW, stride, pad), G = conv_group(N, P);
+    if (G == 1)
+        return is_pointwise(KH, KW, stride, pad) ? 0 : C * KH * KW * P;
+    return (C * KH * KW + OC) * G * P; /* the unrolled group, and its outputs (or their gradients) */
+}
+
+/* A convolution's sizes: input (C,H,W), kernel KH x KW, output OH x OW,
+ * stride s and padding p on both axes. */
+typedef struct {
+    int64_t C, H, W, KH, KW, OH, OW, s, p;
+} conv_geom;
+
+/* The outputs [*lo, *hi) of `out` along an axis of n inputs whose kernel
+ * offset k reads inside the input: 0 <= o·s - p + k < n. */
+static void inside(int64_t k, int64_t s, int64_t p, int64_t n, int64_t out, int64_t *lo, int64_t *hi)
+{
+    int64_t first = p - k, last = n - 1 + p - k;
+    *lo = first <= 0 ? 0 : (first + s - 1) / s;
+    *hi = last < 0 ? 0 : last / s + 1;
+    if (*hi > out)
+        *hi = out;
+    if (*lo > *hi)
+        *lo = *hi;
+}
+
+/* g images x (g,C,H,W) unrolled side by side, col (C·KH·KW, g·P):
+ * col[((c·KH + kh)·KW + kw)·g·P + i·P + oh·OW + ow] = x[i][c][oh·s - p + kh][ow·s - p + kw], 0 outside.
+ * One parallel loop for the group (each switch between OpenMP's threads
+ * and OpenBLAS's costs their idle-wait: threads.c), and a row's padding
+ * apart from its inside, which stride 1 copies whole. */
+static void im2col(float *col, const float *x, int64_t g, const conv_geom *d)
+{
+    int64_t rows = d->C * d->KH * d->KW, P = d->OH * d->OW, OW = d->OW;
+#pragma omp parallel for collapse(2) schedule(static) if (g * rows * P >= KERNEL_PAR_MIN)
+    for (int64_t i = 0; i < g; i++)
+        for (int64_t row = 0; row < rows; row++) {
+            int64_t kw = row % d->KW, kh = (row / d->KW) % d->KH, c = row / (d->KW * d->KH), lo, hi;
+            const float *xc = x + (i * d->C + c) * d->H * d->W;
+            float *out = col + row * g * P + i * P;
+            inside(kw, d->s, d->p, d->W, OW, &lo, &hi);
+            for (int64_t oh = 0; oh < d->OH; oh++) {
+                int64_t ih = oh * d->s - d->p + kh;
+                float *o = out + oh * OW;
+                /* Loops, not memset and memcpy: a row is 4 to 28 floats
+                 * here, shorter than those calls' set-up (perf, a ResNet-18
+                 * step at 28x28: 11% in those calls, 6% in these loops). */
+                if (ih < 0 || ih >= d->H) {
+                    for (int64_t ow = 0; ow < OW; ow++)
+                        o[ow] = 0.0f;
+                    continue;
+                }
+                const float *xr = xc + ih * d->W;
+                for (int64_t ow = 0; ow < lo; ow++)
+                    o[ow] = 0.0f;
+                if (d->s == 1) {
+                    const float *from = xr + lo - d->p + kw;
+                    for (int64_t k = 0; k < hi - lo; k++)
+                        o[lo + k] = from[k];
+                } else {
+                    for (int64_t ow = lo; ow < hi; ow++)
+                        o[ow] = xr[ow * d->s - d->p + kw];
+                }
+                for (int64_t ow = hi; ow < OW; ow++)
+                    o[ow] = 0.0f;
             }
         }
-    }
 }
 
-/* The adjoint of im2col: x (C,H,W) = 0, then every col entry added back to
- * the pixel it was read from. Parallel over channels, which own disjoint
- * planes of x. */
-static void col2im(float *x, const float *col, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t OH,
-                   int64_t OW, int64_t s, int64_t p)
+/* The adjoint of im2col (the same col layout): x (g,C,H,W) = 0, then every
+ * col entry added back to the pixel it was read from. Parallel over
+ * images and channels, which own disjoint planes of x. */
+static void col2im(float *x, const float *col, int64_t g, const conv_geom *d)
 {
-#pragma omp parallel for schedule(static) if (C * KH * KW * OH * OW >= KERNEL_PAR_MIN)
-    for (int64_t c = 0; c < C; c++) {
-        float *xc = x + c * H * W;
-        memset(xc, 0, (size_t)(H * W) * sizeof *xc);
-        for (int64_t kh = 0; kh < KH; kh++) {
-            for (int64_t kw = 0; kw < KW; kw++) {
-                const float *in = col + ((c * KH + kh) * KW + kw) * OH * OW;
-                for (int64_t oh = 0; oh < OH; oh++) {
-                    int64_t ih = oh * s - p + kh;
-                    if (ih < 0 || ih >= H)
-                        continue;
-                    float *xr = xc + ih * W;
-                    const float *i = in + oh * OW;
-                    for (int64_t ow = 0; ow < OW; ow++) {
-                        int64_t iw = ow * s - p + kw;
-                        if (iw >= 0 && iw < W)
-                            xr[iw] += i[ow];
+    int64_t P = d->OH * d->OW, OW = d->OW;
+#pragma omp parallel for collapse(2) schedule(static) if (g * d->C * d->KH * d->KW * P >= KERNEL_PAR_MIN)
+    for (int64_t i = 0; i < g; i++)
+        for (int64_t c = 0; c < d->C; c++) {
+            float *xc = x + (i * d->C + c) * d->H * d->W;
+            memset(xc, 0, (size_t)(d->H * d->W) * sizeof *xc);
+            for (int64_t kh = 0; kh < d->KH; kh++) {
+                for (int64_t kw = 0; kw < d->KW; kw++) {
+                    const float *in = col + ((c * d->KH + kh) * d->KW + kw) * g * P + i * P;
+                    int64_t lo, hi;
+                    inside(kw, d->s, d->p, d->W, OW, &lo, &hi);
+                    for (int64_t oh = 0; oh < d->OH; oh++) {
+                        int64_t ih = oh * d->s - d->p + kh;
+                        if (ih < 0 || ih >= d->H)
+                            continue;
+                        float *xr = xc + ih * d->W;
+                        const float *v = in + oh * OW;
+                        if (d->s == 1) { /* contiguous both sides: vectorised */
+                            float *to = xr + lo - d->p + kw;
+                            for (int64_t k = 0; k < hi - lo; k++)
+                                to[k] += v[lo + k];
+                        } else {
+                            for (int64_t ow = lo; ow < hi; ow++)
+                                xr[ow * d->s - d->p + kw] += v[ow];
+                        }
                     }
                 }
             }
         }
-    }
+}
+
+/* A group's matrix (R, g·P), image i in columns [i·P, (i+1)·P), from or to
+ * the images' planes t (N,R,P), image n0 on. */
+static void gather_planes(float *group, const float *t, int64_t n0, int64_t g, int64_t R, int64_t P)
+{
+#pragma omp parallel for schedule(static) if (g * R * P >= KERNEL_PAR_MIN)
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t i = 0; i < g; i++)
+            memcpy(group + (r * g + i) * P, t + ((n0 + i) * R + r) * P, (size_t)P * sizeof *t);
+}
+
+static void scatter_planes(float *t, const float *group, int64_t n0, int64_t g, int64_t R, int64_t P)
+{
+#pragma omp parallel for schedule(static) if (g * R * P >= KERNEL_PAR_MIN)
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t i = 0; i < g; i++)
+            memcpy(t + ((n0 + i) * R + r) * P, group + (r * g + i) * P, (size_t)P * sizeof *t);
 }
 
 // x is (N,C,H,W), w is (OC,C,KH,KW), b is (OC) or NULL, y is (N,OC,OH,OW).
-// Per image n: y[n] (OC, OH·OW) = w (OC, C·KH·KW) · im2col(x[n]) + b
+// Per group of g images from n0: Y (OC, g·P) = w (OC, C·KH·KW) · col + b,
+// col the g images unrolled side by side; Y goes to y[n0..n0+g).
 void conv2d_forward(float *y, const float *x, const float *w, const float *b, float *ws, int64_t N, int64_t C,
                     int64_t H, int64_t W, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t pad)
 {
     int64_t OH = conv_out_size(H, KH, stride, pad), OW = conv_out_size(W, KW, stride, pad);
-    int64_t P = OH * OW, CKK = C * KH * KW;
+    int64_t P = OH * OW, CKK = C * KH * KW, G = conv_group(N, P);
     int pointwise = is_pointwise(KH, KW, stride, pad);
-    for (int64_t n = 0; n < N; n++) {
-        const float *xn = x + n * C * H * W;
-        float *yn = y + n * OC * P;
-        const float *col = xn;
-        if (!pointwise) {
-            im2col(ws, xn, C, H, W, KH, KW, OH, OW, stride, pad);
+    conv_geom d = { C, H, W, KH, KW, OH, OW, stride, pad };
+    for (int64_t n0 = 0; n0 < N; n0 += G) {
+        int64_t g = N - n0 < G ? N - n0 : G, gP = g * P;
+        const float *col = x + n0 * C * H * W; /* one pointwise image is its own col */
+        float *out = G == 1 ? y + n0 * OC * P : ws + CKK * G * P;
+        if (!(G == 1 && pointwise)) {
+            im2col(ws, x + n0 * C * H * W, g, &d);
             col = ws;
         }
         if (b) {
-#pragma omp parallel for schedule(static) if (OC * P >= KERNEL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (OC * gP >= KERNEL_PAR_MIN)
             for (int64_t oc = 0; oc < OC; oc++)
-                for (int64_t i = 0; i < P; i++)
-                    yn[oc * P + i] = b[oc];
+                for (int64_t i = 0; i < gP; i++)
+                    out[oc * gP + i] = b[oc];
         }
-        kernel_sgemm(0, 0, OC, P, CKK, 1.0f, w, CKK, col, P, b ? 1.0f : 0.0f, yn, P);
+        kernel_sgemm(0, 0, OC, gP, CKK, 1.0f, w, CKK, col, gP, b ? 1.0f : 0.0f, out, gP);
+        if (G > 1)
+            scatter_planes(y, out, n0, g, OC, P);
     }
 }
 
-// dy is (N,OC,OH,OW). Per image n, with col = im2col(x[n]):
-//   dw (OC, C·KH·KW) += dy[n]·colᵀ       (first image overwrites)
-//   dx[n] = col2im(wᵀ·dy[n])             (the workspace reused for wᵀ·dy)
+// dy is (N,OC,OH,OW). Per group of g images from n0, with col the g images
+// unrolled side by side (C·KH·KW, g·P) and D their dy (OC, g·P):
+//   dw (OC, C·KH·KW) += D·colᵀ           (the first group overwrites)
+//   dx[n0..n0+g) = col2im(wᵀ·D)          (the workspace reused for wᵀ·D)
 //   db[oc] = Σ over n and pixels of dy[n][oc]
 void conv2d_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, float *ws,
                      int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t KH, int64_t KW, int64_t stride,
                      int64_t pad)
 {
     int64_t OH = conv_out_size(H, KH, stride, pad), OW = conv_out_size(W, KW, stride, pad);
-    int64_t P = OH * OW, CKK = C * KH * KW;
+    int64_t P = OH * OW, CKK = C * KH * KW, G = conv_group(N, P);
     int pointwise = is_pointwise(KH, KW, stride, pad);
+    conv_geom d = { C, H, W, KH, KW, OH, OW, stride, pad };
     if (db) {
 #pragma omp parallel for schedule(static) if (N * OC * P >= KERNEL_PAR_MIN)
         for (int64_t oc = 0; oc < OC; oc++) {
@@ -131,23 +218,31 @@ void conv2d_backward(float *dx, float *dw, float *db, const float *dy, const flo
     }
     if (dw && N == 0)
         memset(dw, 0, (size_t)(OC * CKK) * sizeof *dw);
-    for (int64_t n = 0; n < N; n++) {
-        const float *xn = x + n * C * H * W, *dyn = dy + n * OC * P;
-        float *dxn = dx ? dx + n * C * H * W : NULL;
+    for (int64_t n0 = 0; n0 < N; n0 += G) {
+        int64_t g = N - n0 < G ? N - n0 : G, gP = g * P;
+        const float *xn = x + n0 * C * H * W, *D = dy + n0 * OC * P;
+        float *dxn = dx ? dx + n0 * C * H * W : NULL;
+        if (G > 1) {
+            gather_planes(ws + CKK * G * P, dy, n0, g, OC, P);
+            D = ws + CKK * G * P;
+        }
         if (dw) {
             const float *col = xn;
-            if (!pointwise) {
-                im2col(ws, xn, C, H, W, KH, KW, OH, OW, stride, pad);
+            if (!(G == 1 && pointwise)) {
+                im2col(ws, xn, g, &d);
                 col = ws;
             }
-            kernel_sgemm(0, 1, OC, CKK, P, 1.0f, dyn, P, col, P, n ? 1.0f : 0.0f, dw, CKK);
+            kernel_sgemm(0, 1, OC, CKK, gP, 1.0f, D, gP, col, gP, n0 ? 1.0f : 0.0f, dw, CKK);
         }
         if (dx) {
-            if (pointwise) {
-                kernel_sgemm(1, 0, C, P, OC, 1.0f, w, CKK, dyn, P, 0.0f, dxn, P);
+            if (G == 1 && pointwise) {
+                kernel_sgemm(1, 0, C, P, OC, 1.0f, w, CKK, D, P, 0.0f, dxn, P);
             } else {
-                kernel_sgemm(1, 0, CKK, P, OC, 1.0f, w, CKK, dyn, P, 0.0f, ws, P);
-                col2im(dxn, ws, C, H, W, KH, KW, OH, OW, stride, pad);
+                kernel_sgemm(1, 0, CKK, gP, OC, 1.0f, w, CKK, D, gP, 0.0f, ws, gP);
+                if (pointwise)
+                    scatter_planes(dx, ws, n0, g, C, P);
+                else
+                    col2im(dxn, ws, g, &d);
             }
         }
     }

@@ -275,9 +275,11 @@ int64_t conv_out_size(int64_t n, int64_t k, int64_t stride, int64_t pad);
 
 /* y (N,OC,OH,OW) = x (N,C,H,W) ⋆ w (OC,C,KH,KW) + b (OC) (b may be NULL),
  * stride and zero padding on both spatial axes; OH, OW from conv_out_size.
- * ws: conv2d_workspace_floats(...) floats (0 for a 1x1, stride 1, pad 0
- * convolution, which needs none; ws may then be NULL). */
-int64_t conv2d_workspace_floats(int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t stride, int64_t pad);
+ * ws: conv2d_workspace_floats(...) floats, for the forward and the
+ * backward alike (0 for a 1x1, stride 1, pad 0 convolution whose images
+ * are large enough to go one at a time; ws may then be NULL). */
+int64_t conv2d_workspace_floats(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t KH, int64_t KW,
+                                int64_t stride, int64_t pad);
 void conv2d_forward(float *y, const float *x, const float *w, const float *b, float *ws, int64_t N, int64_t C,
                     int64_t H, int64_t W, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t pad);
 /* dx (N,C,H,W), dw (OC,C,KH,KW), db (OC) from dy (N,OC,OH,OW). Any may be NULL. */

@@ -149,8 +149,8 @@ RUN(run_conv2d) /* x (N,C,H,W), w (OC,C,KH,KW); and the backward */
 static int64_t workspace_conv2d(const rt_op *op)
 {
     const rt_tensor *x = &op->in[0], *w = &op->in[1];
-    return conv2d_workspace_floats(x->dim[1], x->dim[2], x->dim[3], w->dim[2], w->dim[3], op->ints[ATTR_STRIDE],
-                                   op->ints[ATTR_PAD]);
+    return conv2d_workspace_floats(x->dim[0], x->dim[1], x->dim[2], x->dim[3], w->dim[0], w->dim[2], w->dim[3],
+                                   op->ints[ATTR_STRIDE], op->ints[ATTR_PAD]);
 }
 
 /* w·im2col(x), x itself when 1x1; dx = col2im(wᵀ·dy), dw = dy·im2col(x)ᵀ */

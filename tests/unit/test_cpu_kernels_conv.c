@@ -87,7 +87,7 @@ static void check_conv2d(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC,
     snprintf(what, sizeof what, "conv2d %lldx%lld k%lldx%lld stride %lld pad %lld", (long long)H, (long long)W,
              (long long)KH, (long long)KW, (long long)s, (long long)p);
     int64_t ny = conv_case_out(&c), nx = N * C * H * W, nw = OC * C * KH * KW;
-    int64_t nws = conv2d_workspace_floats(C, H, W, KH, KW, s, p);
+    int64_t nws = conv2d_workspace_floats(N, C, H, W, OC, KH, KW, s, p);
     float *ws = nws ? floats_new(nws) : NULL;
     float *y = grad_buffer(ny);
     conv2d_forward(y, c.x.f, c.w.f, bias ? c.b.f : NULL, ws, N, C, H, W, OC, KH, KW, s, p);
@@ -121,13 +121,20 @@ static void test_conv2d_matches_direct_convolution_and_finite_differences(void)
     check_conv2d(3, 4, 5, 3, 6, 1, 1, 1, 0, 1);   /* 1x1: no im2col */
     check_conv2d(2, 4, 7, 7, 3, 1, 1, 2, 0, 0);   /* 1x1 stride 2 (a downsample) */
     check_conv2d(1, 3, 11, 11, 2, 7, 7, 2, 3, 1); /* a ResNet stem, small */
+    /* Images of 25x25 go two to a product (CONV_COLUMNS 1024), the third
+     * alone; one of 32x32 is a product of its own, unrolled, or for a 1x1
+     * on the image itself. */
+    check_conv2d(3, 2, 25, 25, 3, 3, 3, 1, 1, 1);
+    check_conv2d(3, 2, 25, 25, 3, 1, 1, 1, 0, 0);
+    check_conv2d(2, 1, 32, 32, 2, 3, 3, 1, 1, 0);
+    check_conv2d(2, 2, 32, 32, 3, 1, 1, 1, 0, 1);
 }
 
 static void test_perturbed_conv2d_gradient_is_detected(void)
 {
     rng_seed(32);
     conv_case c = conv_case_new(1, 2, 5, 5, 3, 3, 3, 2, 1, 1);
-    float *ws = floats_new(conv2d_workspace_floats(2, 5, 5, 3, 3, 2, 1));
+    float *ws = floats_new(conv2d_workspace_floats(1, 2, 5, 5, 3, 3, 3, 2, 1));
     float *dw = floats_new(3 * 2 * 9);
     conv2d_backward(NULL, dw, NULL, c.r.f, c.x.f, c.w.f, ws, 1, 2, 5, 5, 3, 3, 3, 2, 1);
     check_perturbed_grad_is_detected(dw, c.w.d, 3 * 2 * 9, conv_objective, &c);
