@@ -90,6 +90,20 @@ int fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end)
     return 0;
 }
 
+int32_t fence_layer_ends(const fence_model *m, int32_t *out)
+{
+    int32_t *layer = malloc(((size_t)m->n_fwd + 1) * sizeof *layer);
+    if (!layer)
+        return -1;
+    layer_of_ops(m, layer);
+    int32_t n = 0;
+    for (int32_t k = 0; k + 1 < m->n_fwd; k++)
+        if (layer[k] >= 0 && layer[k + 1] != layer[k])
+            out[n++] = k;
+    free(layer);
+    return n;
+}
+
 int fence_front_cuts(const fence_model *m, int32_t S, int32_t front, int32_t *end)
 {
     if (S < 2 || S > m->n_fwd || front < 0)

@@ -16,4 +16,11 @@ int fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end);
  * -1 when it leaves a stage empty, or no memory. */
 int fence_front_cuts(const fence_model *m, int32_t S, int32_t front, int32_t *end);
 
+/* The forward positions that end a layer (a repeat block's instance), in
+ * order, into out (room for m->n_fwd); returns their count, -1 when out
+ * of memory.  A cut there sends what a layer hands the next: the
+ * residual stream alone, where a cut inside a layer may send several
+ * tensors a micro-batch. */
+int32_t fence_layer_ends(const fence_model *m, int32_t *out);
+
 #endif
