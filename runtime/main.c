@@ -400,7 +400,10 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     FILE *log = NULL;
     char log_path[FU_PATH_BYTES + 104];
     per_device_path(p, o->log, log_path, sizeof log_path);
-    if (o->log && !(log = fopen(log_path, "w")))
+    /* A resumed run adds to its log, so the run's curves keep its first
+     * steps (steps redone after the checkpoint appear twice, the later
+     * lines this run's). */
+    if (o->log && !(log = fopen(log_path, o->resume ? "a" : "w")))
         return stop(comm, mf->device, "%s: cannot write the log: %s", log_path, strerror(errno));
     rt_trace *trace = NULL;
     if (o->trace) {

@@ -223,7 +223,8 @@ static const cli_option device_options[] = {
     { .name = NULL, .help = "output:" },
     { .name = "--log", .metavar = "FILE", CLI_STRING(run_options, log),
       .help = "also write one JSON object per step to FILE: loss, lr, grad_norm, tokens, time,\n"
-              "tokens/s, ms (train.jsonl: train.<device>.jsonl on several devices)" },
+              "tokens/s, ms (train.jsonl: train.<device>.jsonl on several devices); with --resume, added\n"
+              "to the end of FILE" },
     { .name = "--trace", .metavar = "FILE", CLI_STRING(run_options, trace),
       .help = "write the run's timeline (each op, message, micro-batch, update, checkpoint) in\n"
               "the Chrome trace-event format, for Perfetto (trace.json: trace.<device>.json on several devices;\n"
