@@ -96,7 +96,7 @@ static void im2col(float *col, const float *x, int64_t g, const conv_geom *d)
                 const float *xr = xc + ih * d->W;
                 for (int64_t ow = 0; ow < lo; ow++)
                     o[ow] = 0.0f;
-                if (d->s == 1) {
+                if (d->s == 1 && hi > lo) { /* (with no inside, lo - p + kw may be negative) */
                     const float *from = xr + lo - d->p + kw;
                     for (int64_t k = 0; k < hi - lo; k++)
                         o[lo + k] = from[k];
@@ -132,7 +132,7 @@ static void col2im(float *x, const float *col, int64_t g, const conv_geom *d)
                             continue;
                         float *xr = xc + ih * d->W;
                         const float *v = in + oh * OW;
-                        if (d->s == 1) { /* contiguous both sides: vectorised */
+                        if (d->s == 1 && hi > lo) { /* contiguous both sides: vectorised */
                             float *to = xr + lo - d->p + kw;
                             for (int64_t k = 0; k < hi - lo; k++)
                                 to[k] += v[lo + k];
@@ -176,10 +176,10 @@ void conv2d_forward(float *y, const float *x, const float *w, const float *b, fl
     conv_geom d = { C, H, W, KH, KW, OH, OW, stride, pad };
     for (int64_t n0 = 0; n0 < N; n0 += G) {
         int64_t g = N - n0 < G ? N - n0 : G, gP = g * P;
-        const float *col = x + n0 * C * H * W; /* one pointwise image is its own col */
+        const float *xn = x + n0 * C * H * W, *col = xn; /* one pointwise image is its own col */
         float *out = G == 1 ? y + n0 * OC * P : ws + CKK * G * P;
         if (!(G == 1 && pointwise)) {
-            im2col(ws, x + n0 * C * H * W, g, &d);
+            im2col(ws, xn, g, &d);
             col = ws;
         }
         if (b) {

@@ -121,13 +121,14 @@ static void test_conv2d_matches_direct_convolution_and_finite_differences(void)
     check_conv2d(3, 4, 5, 3, 6, 1, 1, 1, 0, 1);   /* 1x1: no im2col */
     check_conv2d(2, 4, 7, 7, 3, 1, 1, 2, 0, 0);   /* 1x1 stride 2 (a downsample) */
     check_conv2d(1, 3, 11, 11, 2, 7, 7, 2, 3, 1); /* a ResNet stem, small */
-    /* Images of 25x25 go two to a product (CONV_COLUMNS 1024), the third
-     * alone; one of 32x32 is a product of its own, unrolled, or for a 1x1
-     * on the image itself. */
-    check_conv2d(3, 2, 25, 25, 3, 3, 3, 1, 1, 1);
-    check_conv2d(3, 2, 25, 25, 3, 1, 1, 1, 0, 0);
-    check_conv2d(2, 1, 32, 32, 2, 3, 3, 1, 1, 0);
-    check_conv2d(2, 2, 32, 32, 3, 1, 1, 1, 0, 1);
+    /* conv.c's CONV_COLUMNS 2048: images of 33x33 (1,089 columns) go two
+     * to a product, the third alone; one of 46x46 (2,116) is a product of
+     * its own, unrolled, or for a 1x1 on the image itself; small images
+     * (above) all in one product. */
+    check_conv2d(3, 1, 33, 33, 2, 3, 3, 1, 1, 1);
+    check_conv2d(3, 2, 33, 33, 3, 1, 1, 1, 0, 0);
+    check_conv2d(2, 1, 46, 46, 2, 3, 3, 1, 1, 0);
+    check_conv2d(2, 1, 46, 46, 2, 1, 1, 1, 0, 1);
 }
 
 static void test_perturbed_conv2d_gradient_is_detected(void)
