@@ -12,9 +12,14 @@
 #   lora-1024   the same at DT-FM's own batch, 1,024 rows, each cluster at
 #               its better micro-batch count of 64 and 128 (as a user would
 #               tune it; 32 is slower on both).
+#   city        why lora-1024 misses: one city's 8 GPUs (oregon; every
+#               city has the same 2 Gbps inside) on its eighth of the
+#               batch, 128 rows at 64 micro-batches, with no far link at
+#               all (--without the other 56), against the data centre on
+#               1,024 (the same rows a GPU) and against world-wide.
 # The issue's goal: LoRA world-wide within 1.2x of the data centre.
 # Prints what, value, unit, anchor, ratio, each plan's first line and how
-# its replicas average.  About half a minute.
+# its replicas average.  About a minute.
 # usage: bench/bench_lora_far.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,3 +62,17 @@ for mode in full lora lora-1024; do
   row "$mode: step in one data centre" "$dc" "ms" "-" "-"
   row "$mode: step world-wide" "$ww" "ms" "data centre $dc ms" "$(awk -v a="$ww" -v b="$dc" 'BEGIN { printf "%.2f", a / b }')"
 done
+# One city alone: the same per-GPU work with 2 Gbps between its GPUs and
+# no far link; what is left of world-wide's ratio is the far links'.
+mapfile -t others < <(sed -n 's/.*<device name="\([a-z]*-g[0-9]*\)".*/\1/p' clusters/dtfm-worldwide.xml | grep -v '^oregon-')
+without=(); for d in "${others[@]}"; do without+=(--without "$d"); done
+out=$work/city
+# shellcheck disable=SC2086
+"$build/fusionc" simulate models/llama.xml clusters/dtfm-worldwide.xml "${llama[@]}" $lora --set batch=128 \
+  --micro-batches 64 "${without[@]}" -o "$out" >"$out.out" 2>&1 || { cat "$out.out" >&2; exit 1; }
+if grep -q 'does not fit' "$out.out"; then echo "bench_lora_far: one city's plan does not fit its memory" >&2; exit 1; fi
+city=$(sed -n 's/^simulated step: \([0-9.]*\) ms$/\1/p' "$out.out")
+echo "  lora-1024 one city: $(head -1 "$out.out")"
+dc=${step[lora-1024-dtfm-datacenter-ondemand]} ww=${step[lora-1024-dtfm-worldwide]}
+row "lora-1024: one city, 128 rows, no far link" "$city" "ms" "data centre $dc ms" "$(awk -v a="$city" -v b="$dc" 'BEGIN { printf "%.2f", a / b }')"
+row "lora-1024: world-wide over one city (far links)" "$ww" "ms" "one city $city ms" "$(awk -v a="$ww" -v b="$city" 'BEGIN { printf "%.2f", a / b }')"
