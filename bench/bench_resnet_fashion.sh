@@ -19,7 +19,9 @@
 #             out near 0.90 for classical methods).  Hours on two cores:
 #             an epoch is 469 steps of 128 images, 165 TFLOP; the run saves
 #             every 50 steps in WORK and resumes from there when started
-#             again.  Its loss and accuracy curves: fusionc report, in
+#             again (with more EPOCHS, the cosine stretched over them:
+#             the README's 5 epochs are 3, then `accuracy 5` on their
+#             WORK).  Its loss and accuracy curves: fusionc report, in
 #             WORK/report/.
 #
 # Prints one line a figure: what, value, unit, anchor, ratio.

@@ -316,6 +316,7 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
         return -1;
     m.compress = compress;
     m.shard = opt->shard_optimizer;
+    m.memory_reserve = opt->memory_reserve;
     m.recompute = schedule_recompute_mode(opt->recompute);
     if (m.recompute < 0) {
         fence_model_free(&m);

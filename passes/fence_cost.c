@@ -477,7 +477,7 @@ static void stage_memory(const fence_model *m, const candidate *cd, const int32_
     for (int32_t r = 0; r < cd->R; r++) {
         double have = estimate_usable_memory(&m->devices[cd->dev[s * cd->R + r]]);
         if (have > 0)
-            *memory = fmin(*memory, have);
+            *memory = fmin(*memory, fmax(have - m->memory_reserve, 1.0));
     }
 }
 
@@ -776,7 +776,8 @@ static void dp_fill_row(fence_dp *dp, int32_t s)
     double have = INFINITY, in_flight = dp->S_max - s < dp->M ? dp->S_max - s : dp->M;
     for (int32_t r = 0; dp->memory && r < l->R; r++)
         if (m->devices[dp->cd_dev[s * l->R + r]].memory_bytes > 0)
-            have = fmin(have, estimate_usable_memory(&m->devices[dp->cd_dev[s * l->R + r]]));
+            have = fmin(have,
+                        fmax(estimate_usable_memory(&m->devices[dp->cd_dev[s * l->R + r]]) - m->memory_reserve, 1.0));
     if (s == 0) {
         for (int32_t k = 0; k < n; k++) {
             int fits = !(have < INFINITY) ||

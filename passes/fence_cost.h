@@ -52,6 +52,10 @@ typedef struct {
     double compress;                /* what the compress pass will do (compress_parse): 0 none,
                                       * -1 adatopk, else topk's density; the fence pass sets it */
     int recompute;                  /* schedule_plan's mode (--recompute); the fence pass sets it */
+    double memory_reserve;          /* bytes off every device's usable memory: the arena's
+                                      * working micro-batch outgrows state + one stash (the
+                                      * loss's logits, scratch) by what this model does not
+                                      * see; tools/placed.c sets it from a plan that did not fit */
     int shard;                      /* --shard-optimizer: replicas split the moments (the comm pass's
                                       * shard_update); the fence pass sets it */
 } fence_model;

@@ -92,6 +92,8 @@ typedef struct {
     int shard_optimizer;   /* 1: --shard-optimizer: a stage's replicas split the AdamW moments
                               (ZeRO-1, runtime/shard.h; the comm pass)            */
     int inference;         /* 1: an inference step (the decode pass): no training */
+    double memory_reserve; /* bytes the fence pass's cost model takes off every device's memory:
+                              what tools/placed.c found its estimate short by (fence_cost.h) */
     int64_t prefill;       /* > 0: with inference, a copy of the step for P prompt tokens (the prefill pass) */
 } pass_options;
 

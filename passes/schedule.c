@@ -11,7 +11,7 @@
  * have done.  So each stage keeps as many more forwards in flight than
  * the next one as fit in the round trip of the cut between them:
  *
- *   w_s = min(M, max(S - s - 1, w_{s+1} + 1 + floor(r_s / t_s)))
+ *   w_s = min(M, max(S - s - 1, w_{s+1} + 1 + round(r_s / t_s)))
  *   r_s = 2 (latency_s + max(fwd_s, bwd_s) / bandwidth_s), cut s's round trip
  *   t_s = stage s's forward + backward per micro-batch (the estimator's)
  *
@@ -52,8 +52,16 @@
  *
  *   period = max_s max(t_s, transfer_s, (r_s + t_s) / (w_s - w_{s+1}))
  *
- * (the lead floor(r_s / t_s) + 1 is the least that makes the last term
- * t_s).  `on` recomputes every stage that keeps anything, `off` none.
+ * (a lead of r_s / t_s + 1 makes the last term t_s).  The lead is
+ * rounded to the nearest micro-batch.  Rounded down, as it was, a round
+ * trip just short of a multiple of t_s lost a whole micro-batch of lead:
+ * at r_s / t_s = 0.997 the stage waited its round trip every micro-batch
+ * ((r + t) / 1 = 2 t), and an 8B LoRA world-wide ran 15.64 s a step for
+ * 14.02 now.  Rounded up, a round trip a tenth of t_s (25 Gbps between a
+ * data centre's hosts) asked for a micro-batch more in flight than the
+ * 8B's 16 GiB stages hold, and the plan fell back to recomputing (11.28
+ * -> 14.24 s); such a stage waits at most half a micro-batch's compute.
+ * `on` recomputes every stage that keeps anything, `off` none.
  *
  * The runtime (runtime/main.c) and the simulator (tools/simulate.c) read
  * the warm-up and the recompute flags from the placement.
@@ -70,7 +78,8 @@ void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const do
     for (int32_t s = S - 1; s >= 0; s--) {
         double w = (double)(S - s - 1);
         if (s < S - 1) {
-            double lead = stage_seconds[s] > 0 ? floor(round_trip[s] / stage_seconds[s]) : (double)M;
+            double lead =
+                stage_seconds[s] > 0 ? floor(round_trip[s] / stage_seconds[s] + 0.5) : (double)M; /* rounded */
             /* The cap: its own memory's, and room for the stages before it,
              * each of which must run at least one forward more. */
             double cap = (double)M;
@@ -222,8 +231,18 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
             for (int k = 0; k < n->n_out; k++)
                 state[n->stage] += 2.0 * (double)ir_value_bytes(g, n->out[k]);
     }
+    /* The micro-batch being run: the arena as the memory pass lays it out
+     * (the stage's state and one micro-batch's activations, gradients and
+     * scratch), which tools/plan_memory.c checks a plan against; counted
+     * as state plus one stash, it was 0.7-3.2 GB short on an 8B Llama's
+     * stages, and a warm-up the cap allowed did not fit. */
+    if (pass_memory(g, err)) {
+        rc = -1;
+        goto done;
+    }
     for (int32_t s = 0; s < S; s++) {
         double memory = INFINITY, kept = stash_bytes(g, s, 0, ids), inputs = stash_bytes(g, s, 1, ids);
+        double arena = (double)memory_arena_bytes(g, p->device[s * R]), working = fmax(state[s] + kept, arena);
         if (kept < 0 || inputs < 0) {
             rc = diag_set(err, file, 0, "out of memory");
             goto done;
@@ -231,8 +250,8 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
         for (int32_t r = 0; r < R; r++)
             if (p->device[s * R + r] >= 0 && p->device[s * R + r] < c->n_devices)
                 memory = fmin(memory, estimate_usable_memory(&c->devices[p->device[s * R + r]]));
-        most[s] = schedule_warmup_most(memory, state[s], kept);
-        most_replay[s] = schedule_warmup_most(memory, state[s], inputs);
+        most[s] = schedule_warmup_most(memory, working - kept, kept);
+        most_replay[s] = schedule_warmup_most(memory, working, inputs);
     }
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const ir_node *n = &g->nodes[i];

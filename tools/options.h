@@ -63,6 +63,7 @@ typedef struct {
     const char *run_key;    /* --run-key FILE: this run secret, not a new one (compile) */
     int force;              /* --force: empty OUT of an earlier compile first (compile) */
     int study;              /* simulate (not an option): a plan that does not fit is kept, with a warning */
+    double memory_reserve;  /* not an option: bytes the fence pass holds back on every device (placed.c) */
     const char *tokenizer;  /* --tokenizer PATH: checked and copied to OUT/tokenizer (compile) */
     int replicas;           /* --replicas R (0: the scheduler's choice)     */
     int steps;              /* --steps N (simulate; 0: 3)                   */

@@ -1,6 +1,7 @@
 /* placed.c: a model built and placed on a cluster (placed.h). */
 #include "placed.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -65,6 +66,7 @@ int placed_build(const options *o, const char *model_path, const cluster *c, ir_
     popt.recompute = o->recompute;
     popt.shard_optimizer = o->shard_optimizer;
     popt.replicas = o->replicas;
+    popt.memory_reserve = o->memory_reserve;
     popt.seed = (uint64_t)o->seed;
     set_training_options(&popt, o);
     if ((o->stages > 0 || o->replicas > 0) && o->scheduler && strcmp(o->scheduler, "uniform") == 0)
@@ -115,6 +117,9 @@ int placed_build(const options *o, const char *model_path, const cluster *c, ir_
 /* Whether fusion may shard on its own: the user chose neither way, and it trains. */
 static int may_shard(const options *o) { return !o->shard_optimizer && !o->no_shard_optimizer && !o->inference; }
 
+/* Plans made again, each with more memory held back (build_if_fits_held). */
+#define PLACED_RESERVE_TRIES 3
+
 /* placed_build with fix into *g and *plan when that plan also fits its
  * devices: 1; else 0, with nothing kept. */
 static int build_if_fits(const options *fix, const cluster *c, ir_graph *g, fence_plan *plan)
@@ -126,6 +131,41 @@ static int build_if_fits(const options *fix, const cluster *c, ir_graph *g, fenc
         return 1;
     ir_graph_free(g);
     fence_plan_free(plan);
+    return 0;
+}
+
+/* build_if_fits, and when the plan does not fit, the same planned again
+ * with memory held back on every device (up to PLACED_RESERVE_TRIES
+ * times, each adding what the last plan lacked, and at least what the
+ * cost model did not see of it: plan_memory_working_extra).  The fence
+ * pass's cost model counts a stage's working micro-batch as one stash,
+ * where the arena also holds its gradients, scratch and, on the last
+ * stage, the loss's logits (0.6-3.2 GB more a stage of an 8B Llama), so a
+ * plan it thinks fits may not.  first: bytes held back from the start
+ * (what a plan of the same options already lacked); *held gets what was
+ * held back in all. */
+static int build_if_fits_held(const options *fix, double first, const cluster *c, ir_graph *g, fence_plan *plan,
+                              double *held)
+{
+    options o = *fix;
+    o.memory_reserve += first; /* first: what an earlier plan of these options lacked */
+    *held = 0.0;
+    for (int tries = 0; tries <= PLACED_RESERVE_TRIES; tries++) {
+        struct diag why = { 0 };
+        memset(plan, 0, sizeof *plan);
+        if (placed_build(&o, o.files[0], c, g, plan, &why) != 0)
+            return 0;
+        double lacks = plan_memory_shortfall(g, c, plan);
+        if (lacks > 0) /* at least what the cost model does not see */
+            lacks = fmax(lacks, plan_memory_working_extra(g, plan));
+        if (!(lacks > 0)) {
+            *held = o.memory_reserve - fix->memory_reserve;
+            return 1;
+        }
+        ir_graph_free(g);
+        fence_plan_free(plan);
+        o.memory_reserve += lacks;
+    }
     return 0;
 }
 
@@ -168,6 +208,15 @@ static void try_sharded(const options *o, const cluster *c, ir_graph *g, fence_p
     take_plan(g, plan, &g2, &plan2);
 }
 
+/* ", its search holding 2.3 GiB back on every device" into text (or nothing). */
+static const char *held_note(double held, char *text, size_t n)
+{
+    text[0] = '\0';
+    if (held > 0)
+        snprintf(text, n, ", its search holding %.1f GiB back on every device", held / (1024.0 * 1024.0 * 1024.0));
+    return text;
+}
+
 int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_plan *plan, char *note, size_t note_n,
                          struct diag *err)
 {
@@ -190,6 +239,7 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
      * s at 32 as it is, 38.6 s at 8: not monotone, so each is tried). */
     ir_graph best_g;
     fence_plan best_plan;
+    double first_lacks = fmax(plan_memory_shortfall(g, c, plan), plan_memory_working_extra(g, plan)), best_held = 0.0;
     int best = -1, more = 0;
     int64_t best_M = 0, first_M = 0; /* the best plan's count, the fewest that fit */
     for (int64_t M = M0; M <= (B > 0 ? B : M0) && more <= PLACED_MORE_COUNTS; M++) {
@@ -198,9 +248,8 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
         more += best >= 0;
         for (int tried = 0; tried < 4; tried++) {
             int shard = tried & 1, on = tried >> 1;
-            if ((M == M0 && tried == 0) || (on && !can_recompute) || (shard && !may_shard(o)) ||
-                (first_M && first_M != M && tried != 0))
-                continue; /* the plan that did not fit; what the user chose against or has already */
+            if ((on && !can_recompute) || (shard && !may_shard(o)) || (first_M && first_M != M && tried != 0))
+                continue; /* what the user chose against or has already */
             options fix = *o;
             fix.recompute = on ? "on" : o->recompute;
             fix.shard_optimizer = o->shard_optimizer || shard;
@@ -208,7 +257,9 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
             fix.dump_ir = NULL;
             ir_graph g2;
             fence_plan plan2;
-            if (!build_if_fits(&fix, c, &g2, &plan2))
+            double held;
+            /* the first plan as it is did not fit: it starts holding back what it lacked */
+            if (!build_if_fits_held(&fix, M == M0 && tried == 0 ? first_lacks : 0.0, c, &g2, &plan2, &held))
                 continue;
             if (best >= 0 && !(plan2.step_seconds < best_plan.step_seconds)) {
                 ir_graph_free(&g2);
@@ -219,18 +270,19 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
                 take_plan(&best_g, &best_plan, &g2, &plan2);
             else
                 best_g = g2, best_plan = plan2;
-            best = tried, best_M = M;
+            best = tried, best_M = M, best_held = held;
             if (!first_M)
                 first_M = M;
         }
     }
     if (best >= 0) {
+        char held_text[96];
         snprintf(note, note_n,
                  "note: the first plan (%d stage%s x %d replica%s, %d micro-batch%s) did not fit its devices' "
-                 "memory; planned with %s%s%lld micro-batches instead",
+                 "memory; planned with %s%s%lld micro-batches instead%s",
                  plan->n_stages, plan->n_stages == 1 ? "" : "s", plan->n_replicas, plan->n_replicas == 1 ? "" : "s", M0,
                  M0 == 1 ? "" : "es", best & 1 ? "--shard-optimizer, " : "", best & 2 ? "--recompute on and " : "",
-                 (long long)best_M);
+                 (long long)best_M, held_note(best_held, held_text, sizeof held_text));
         take_plan(g, plan, &best_g, &best_plan);
         return 0;
     }

@@ -22,7 +22,8 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-double plan_stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
+/* What stage s keeps of a waiting micro-batch (memory_stash_values). */
+static double stage_stash_bytes(const ir_graph *g, int32_t s)
 {
     int32_t *ids = malloc(((size_t)g->n_values + 1) * sizeof *ids);
     int32_t n = ids ? memory_stash_values(g, s, ids) : 0;
@@ -30,6 +31,12 @@ double plan_stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
     for (int32_t i = 0; i < n; i++)
         stash += (double)ir_value_bytes(g, ids[i]);
     free(ids);
+    return stash;
+}
+
+double plan_stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
+{
+    double stash = stage_stash_bytes(g, s);
     int32_t waiting =
         g->placement.n_stages == p->n_stages ? ir_placement_warmup(&g->placement, s) : p->n_stages - s - 1;
     if (waiting > p->micro_batches)
@@ -86,6 +93,33 @@ static void add_help(char *help, size_t n, const char *fmt, ...)
     if (at < n)
         vsnprintf(help + at, n - at, fmt, ap);
     va_end(ap);
+}
+
+double plan_memory_shortfall(const ir_graph *g, const cluster *c, const fence_plan *p)
+{
+    double most = 0.0;
+    for (int32_t s = 0; s < p->n_stages; s++) {
+        double need = plan_stage_memory(g, p, s);
+        for (int32_t r = 0; r < p->n_replicas; r++) {
+            double have = estimate_usable_memory(&c->devices[p->devices[s * p->n_replicas + r]]);
+            if (have > 0 && need - have > most)
+                most = need - have;
+        }
+    }
+    return most;
+}
+
+double plan_memory_working_extra(const ir_graph *g, const fence_plan *p)
+{
+    double most = 0.0;
+    for (int32_t s = 0; s < p->n_stages; s++) {
+        int32_t d = p->devices[s * p->n_replicas];
+        double params, grads, moments;
+        state_bytes(g, d, &params, &grads, &moments);
+        double extra = (double)memory_arena_bytes(g, d) - params - grads - moments - stage_stash_bytes(g, s);
+        most = fmax(most, extra);
+    }
+    return most;
 }
 
 int plan_memory_check(const ir_graph *g, const cluster *c, const fence_plan *p, const char *model_path,

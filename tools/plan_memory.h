@@ -13,6 +13,15 @@
  * recomputes, only its forward's inputs). */
 double plan_stage_memory(const ir_graph *g, const fence_plan *p, int32_t s);
 
+/* The most bytes any device of p lacks for its stage (0: every one fits). */
+double plan_memory_shortfall(const ir_graph *g, const cluster *c, const fence_plan *p);
+
+/* The most any stage's working micro-batch holds beyond one stash: its
+ * arena less its parameters, gradients and moments and one stash (the
+ * micro-batch's activation gradients, scratch, the loss's logits), which
+ * the fence pass's cost model does not count. */
+double plan_memory_working_extra(const ir_graph *g, const fence_plan *p);
+
 /* 0 when every device of p holds its stage (estimate_usable_memory: a
  * CUDA device's less its context); else -1 with err naming the first that
  * does not, what it needs against what it has, what the need is made of,

@@ -128,12 +128,16 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
                 forward_ops_on(g, s), p->stage_compute[s] * ms, sent, link, p->stage_update[s] * ms,
                 p->allreduce[s] * ms, plan_stage_memory(g, p, s) / mib);
     }
-    int32_t placed = g->placement.n_stages == p->n_stages, any = 0;
+    int32_t placed = g->placement.n_stages == p->n_stages, any = 0, count = 0;
+    for (int32_t s = 0; placed && s < p->n_stages; s++)
+        count += ir_placement_recompute(&g->placement, s) != 0;
     for (int32_t s = 0; placed && s < p->n_stages; s++)
         if (ir_placement_recompute(&g->placement, s))
-            fprintf(out, "%s%d", any++ ? ", " : "recompute: stages ", s);
+            fprintf(out, "%s%d", any++ ? ", " : count == 1 ? "recompute: stage " : "recompute: stages ", s);
     if (any)
-        fputs(" keep only what their forward receives a micro-batch and run it again before its backward\n", out);
+        fprintf(out, " %s only what %s forward receives a micro-batch and run%s it again before %s backward\n",
+                count == 1 ? "keeps" : "keep", count == 1 ? "its" : "their", count == 1 ? "s" : "",
+                count == 1 ? "its" : "their");
     /* The comm pass's choice of how each stage averages its gradients
      * (passes/allreduce_plan.h): said only where it is the hierarchy, the
      * quantised exchange or sharded. */

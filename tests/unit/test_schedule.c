@@ -56,10 +56,10 @@ static void test_slow_cuts_capped_by_memory_recompute(void)
     CHECK_INT(5, plain[0]);
     CHECK_INT(3, plain[2]);
     /* Recomputing: the cap is 60; each cut's lead covers its round trip
-     * (floor(0.5 / 0.027) + 1 = 19), from the last stage up: 0, 19, 38, 57. */
-    CHECK_INT(57, warm[0]);
-    CHECK_INT(38, warm[1]);
-    CHECK_INT(19, warm[2]);
+     * (round(0.5 / 0.027) + 1 = 20), from the last stage up: 0, 20, 40, 60. */
+    CHECK_INT(60, warm[0]);
+    CHECK_INT(40, warm[1]);
+    CHECK_INT(20, warm[2]);
     CHECK_INT(0, warm[3]);
     check_1f1b_rule(warm);
     check_1f1b_rule(plain);
@@ -101,7 +101,30 @@ static void test_transfer_bound_not_worth_recomputing(void)
     CHECK_INT(0, schedule_plan(2, M, t, f, longer, transfer, most_stash, most_replay, SCHEDULE_RECOMPUTE_AUTO, warm,
                                recompute, NULL));
     CHECK_INT(1, recompute[0]);
-    CHECK_INT(19, warm[0]); /* 1 + floor(0.5 / 0.027) */
+    CHECK_INT(20, warm[0]); /* 1 + round(0.5 / 0.027) */
+}
+
+/* The lead is rounded to the nearest micro-batch: a round trip just short
+ * of a stage's compute (0.997 t, the 8B LoRA world-wide's cut) gets one
+ * micro-batch more in flight, where rounding down gave none and the stage
+ * waited its round trip every micro-batch; a round trip a tenth of it
+ * (a data centre's) gets none. */
+static void test_lead_rounded(void)
+{
+    const double t[2] = { 0.1, 0.1 }, f[2] = { 0.03, 0.03 }, transfer[2] = { 0.01, 0 };
+    const double just_short[2] = { 0.0997, 0 }, tenth[2] = { 0.01, 0 }, over_half[2] = { 0.06, 0 };
+    int32_t warm[2];
+    uint8_t recompute[2];
+    CHECK_INT(
+        0, schedule_plan(2, M, t, f, just_short, transfer, NULL, NULL, SCHEDULE_RECOMPUTE_AUTO, warm, recompute, NULL));
+    CHECK_INT(2, warm[0]);
+    CHECK_INT(0, warm[1]);
+    CHECK_INT(0,
+              schedule_plan(2, M, t, f, tenth, transfer, NULL, NULL, SCHEDULE_RECOMPUTE_AUTO, warm, recompute, NULL));
+    CHECK_INT(1, warm[0]);
+    CHECK_INT(
+        0, schedule_plan(2, M, t, f, over_half, transfer, NULL, NULL, SCHEDULE_RECOMPUTE_AUTO, warm, recompute, NULL));
+    CHECK_INT(2, warm[0]);
 }
 
 static void test_modes(void)
@@ -133,6 +156,7 @@ int main(void)
     test_slow_cuts_capped_by_memory_recompute();
     test_fast_cuts_plain_1f1b();
     test_transfer_bound_not_worth_recomputing();
+    test_lead_rounded();
     test_modes();
     CHECK_DONE();
 }
