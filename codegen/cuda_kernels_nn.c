@@ -238,24 +238,52 @@ static void channel_sizes(const rt_op *op, int64_t *N, int64_t *C, int64_t *HW)
     *HW = rt_tensor_numel(x) / (*N * *C);
 }
 
-/* x (N,C,HW), w, b (C) -> y, one block per channel (no running statistics:
- * the runtime keeps none). */
+/* x (N,C,HW), w, b (C)[, running mean, var (C)] -> y, one block per
+ * channel.  With running statistics, the launch's stats_mode (exec.h's
+ * rt_stats_mode) says what to do with them: fold the batch's in (with the
+ * unbiased variance, as the CPU's batchnorm_forward), leave them, or
+ * normalise by them (batchnorm_inference). */
 int lower_batchnorm(cuda_plan *p, const rt_op *op)
 {
     int64_t N, C, HW;
     channel_sizes(op, &N, &C, &HW);
+    int running = op->n_in == 5;
     rt_cuda_arg w = op->n_in > 1 ? in_arg(op, 1) : arg_none(), b = op->n_in > 2 ? in_arg(op, 2) : arg_none();
-    const rt_cuda_arg args[] = { out_arg(op, 0), in_arg(op, 0), w, b };
-    char eps[32];
+    rt_cuda_arg rm = running ? in_arg(op, 3) : arg_none(), rv = running ? in_arg(op, 4) : arg_none();
+    const rt_cuda_arg args[] = { out_arg(op, 0), in_arg(op, 0), w, b, rm, rv };
+    char eps[32], momentum[32];
+    flit(eps, op->floats[ATTR_EPS]);
     kbuf kb = { 0 };
     kb_printf(&kb, "%s", RED_DECLS);
-    kb_ptrs(&kb, "y! x w b", args, 4);
-    kb_channel_stats(&kb, N, C, HW, flit(eps, op->floats[ATTR_EPS]));
+    kb_ptrs(&kb, "y! x w b rm! rv!", args, 6);
+    if (running)
+        kb_printf(&kb,
+                  "    if (a.stats_mode == %d) {\n"
+                  "        const long long c = blockIdx.x, count = %lldLL;\n"
+                  "#define AT(i) ((((i) / %lldLL) * %lldLL + c) * %lldLL + (i) %% %lldLL)\n"
+                  "        float m = LD(rm[c]), rs = (float)(1.0 / sqrt((double)LD(rv[c]) + (double)%s));\n"
+                  "        float wc = w ? LD(w[c]) : 1.0f, bc = b ? LD(b[c]) : 0.0f;\n"
+                  "        for (long long i = threadIdx.x; i < count; i += blockDim.x) ST(y[AT(i)], (LD(x[AT(i)]) - m) "
+                  "* rs * wc + bc);\n"
+                  "        return;\n"
+                  "#undef AT\n"
+                  "    }\n",
+                  RT_STATS_USE, LL(N * HW), LL(HW), LL(C), LL(HW), LL(HW), eps);
+    kb_channel_stats(&kb, N, C, HW, eps);
     kb_printf(&kb, "    float wc = w ? LD(w[c]) : 1.0f, bc = b ? LD(b[c]) : 0.0f;\n"
                    "    for (long long i = threadIdx.x; i < count; i += blockDim.x) ST(y[AT(i)], (LD(x[AT(i)]) - m) * "
                    "rs * wc + bc);\n"
                    "#undef AT\n");
-    return step_kernel(p, kb_finish(p, &kb, "batchnorm_fwd"), C, 0, 0, args[0], args[1], args[2], args[3], ARG_END);
+    if (running)
+        kb_printf(&kb,
+                  "    if (a.stats_mode == %d && threadIdx.x == 0) {\n"
+                  "        double mo = %s, unbiased = count > 1 ? var * (double)count / (double)(count - 1) : var;\n"
+                  "        ST(rm[c], (float)((1.0 - mo) * LD(rm[c]) + mo * mean));\n"
+                  "        ST(rv[c], (float)((1.0 - mo) * LD(rv[c]) + mo * unbiased));\n"
+                  "    }\n",
+                  RT_STATS_UPDATE, flit(momentum, op->floats[ATTR_MOMENTUM]));
+    return step_kernel(p, kb_finish(p, &kb, running ? "batchnorm_fwd_running" : "batchnorm_fwd"), C, 0, 0, args[0],
+                       args[1], args[2], args[3], args[4], args[5], ARG_END);
 }
 
 /* x, w, dy -> dx, dw, db, one block per channel. */

@@ -28,7 +28,7 @@
 static const char prelude[] = /* fusion_args: runtime/cuda/cuda_program.h's rt_cuda_args */
     "/* fusion: generated CUDA C (codegen/cuda_kernels.c). */\n"
     "typedef struct { char *p[8]; long long step, adam_step; float loss_scale; int inject_overflow; float loss_weight, "
-    "lr; double max_norm, weight_decay; } fusion_args;\n"
+    "lr; double max_norm, weight_decay; int stats_mode, unused; } fusion_args;\n"
     "#ifndef FUSION_EMULATION\n"
     "#define FUSION_SHARED(type, name, count) __shared__ type name[count]\n"
     "#define FUSION_DYN_SHARED(type, name) extern __shared__ float fusion_dyn_shared_[]; "

@@ -194,6 +194,16 @@ static int collect_tensors(const ir_graph *g, int32_t stage, const int32_t *read
     return 0;
 }
 
+/* A batchnorm's running statistics (its inputs 3 and 4) are marked so. */
+static void mark_running_stats(const rt_op *op, rt_tensor_info *tensors, int32_t n_tensors)
+{
+    if (op->op != OP_BATCHNORM || op->n_in != 5)
+        return;
+    for (int32_t i = 0; i < n_tensors; i++)
+        tensors[i].running |= tensors[i].role == ROLE_STATE &&
+                              (tensors[i].t.offset == op->in[3].offset || tensors[i].t.offset == op->in[4].offset);
+}
+
 /* --shard-optimizer: a sharded adamw's moments are this replica's piece
  * of its parameter (runtime/shard.h): their tensors get the piece's size
  * and where it lies in the whole (checkpoints read and write by it). */
@@ -514,6 +524,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     int32_t S = pl->n_stages > 0 ? pl->n_stages : 1, R = pl->n_stages > 0 ? pl->n_replicas : 1;
     for (int32_t i = 0; i < n_ops; i++) {
         mark_moment_pieces(&ops[i], tensors, n_tensors, dev->replica, R);
+        mark_running_stats(&ops[i], tensors, n_tensors);
         lower_for_replica(&ops[i], dev->replica, R);
     }
     int32_t single = 0;

@@ -27,7 +27,7 @@ typedef enum {
     OP_SOFTMAX,         /* over the last axis; causal masks j > i              */
     OP_CROSS_ENTROPY,   /* (logits[..,V], targets i32[..]) -> [] mean          */
     OP_CONV2D,          /* stride, pad                                         */
-    OP_BATCHNORM,       /* (x[N,C,H,W], w[C], b[C]) eps; batch statistics      */
+    OP_BATCHNORM,       /* (x[N,C,H,W], w[C], b[C], running mean[C], var[C]) eps, momentum */
     OP_MAXPOOL,         /* kernel, stride, pad                                 */
     OP_AVGPOOL_GLOBAL,  /* [N,C,H,W] -> [N,C]                                  */
     OP_FLATTEN,         /* [N,...] -> [N,prod(...)]                            */
@@ -166,6 +166,8 @@ typedef enum {
                           (its m and v are that piece's)                                */
     ATTR_SUM,          /* allreduce: 1 = the sum over the replicas, not the mean (a sharded
                           run's partial gradient-norm squares)                          */
+    ATTR_MOMENTUM,     /* batchnorm: how much of a training batch's statistics its running
+                          ones take in (PyTorch's momentum, 0.1)                        */
     ATTR_KEY_COUNT
 } attr_key;
 

@@ -23,7 +23,7 @@ static const char *const attr_names[ATTR_KEY_COUNT] = {
     [ATTR_KV_HEADS] = "kv_heads", [ATTR_BASE] = "base",   [ATTR_AXIS] = "axis",
     [ATTR_SCALE_FACTOR] = "scale_factor", [ATTR_LOW_FREQ] = "low_freq", [ATTR_HIGH_FREQ] = "high_freq",
     [ATTR_OLD_CTX] = "old_ctx", [ATTR_TRANSPOSE_W] = "transpose_w", [ATTR_SHARD] = "shard",
-    [ATTR_SUM] = "sum",
+    [ATTR_SUM] = "sum",         [ATTR_MOMENTUM] = "momentum",
 };
 
 static const attr_type attr_types[ATTR_KEY_COUNT] = {
@@ -39,7 +39,7 @@ static const attr_type attr_types[ATTR_KEY_COUNT] = {
     [ATTR_BUCKET] = ATTR_INT, [ATTR_READY] = ATTR_INT, [ATTR_KV_HEADS] = ATTR_INT, [ATTR_BASE] = ATTR_FLOAT,
     [ATTR_AXIS] = ATTR_INT, [ATTR_SCALE_FACTOR] = ATTR_FLOAT, [ATTR_LOW_FREQ] = ATTR_FLOAT,
     [ATTR_HIGH_FREQ] = ATTR_FLOAT, [ATTR_OLD_CTX] = ATTR_FLOAT, [ATTR_TRANSPOSE_W] = ATTR_INT,
-    [ATTR_SHARD] = ATTR_INT, [ATTR_SUM] = ATTR_INT,
+    [ATTR_SHARD] = ATTR_INT, [ATTR_SUM] = ATTR_INT, [ATTR_MOMENTUM] = ATTR_FLOAT,
 };
 
 #define REQ_INT(k)          { k, ATTR_INT, 1, 0, 0 }
@@ -136,9 +136,12 @@ const op_def op_table[OP_COUNT] = {
                             OP_CONV2D_BACKWARD, OP_IN(0) | OP_IN(1), 0),
                     .in_names = { "x", "w", "b" }, .n_attr_specs = 2,
                     .attr_specs = { OPT_INT(ATTR_STRIDE, 1), OPT_INT(ATTR_PAD, 0) } },
-    [OP_BATCHNORM] = { FORWARD("batchnorm", 3, 3, 1, shape_batchnorm, flops_layernorm, flops_layernorm_bwd,
+    /* running_mean, running_var: state (passes/running_stats.c adds them) that a
+     * training forward updates in place and validation normalises by. */
+    [OP_BATCHNORM] = { FORWARD("batchnorm", 3, 5, 1, shape_batchnorm, flops_layernorm, flops_layernorm_bwd,
                                OP_BATCHNORM_BACKWARD, OP_IN(0) | OP_IN(1), 0),
-                       .in_names = { "x", "w", "b" }, .n_attr_specs = 1, .attr_specs = { OPT_FLOAT(ATTR_EPS, 1e-5) } },
+                       .in_names = { "x", "w", "b", "running_mean", "running_var" }, .n_attr_specs = 2,
+                       .attr_specs = { OPT_FLOAT(ATTR_EPS, 1e-5), OPT_FLOAT(ATTR_MOMENTUM, 0.1) } },
     [OP_MAXPOOL] = { FORWARD("maxpool", 1, 1, 1, shape_maxpool, flops_maxpool, flops_elementwise_1,
                              OP_MAXPOOL_BACKWARD, OP_IN(0), 0),
                      .in_names = { "x" }, .n_attr_specs = 3,

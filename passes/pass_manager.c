@@ -21,6 +21,8 @@ static int run_memory(ir_graph *g, const pass_options *o, struct diag *e) { retu
 
 const pass pass_pipeline[] = {
     { "shapes", "infer and check the shape and dtype of every value", run_shapes },
+    { "running_stats", "batch norm's running mean and variance: state training keeps, validation normalises by",
+      pass_running_stats },
     { "adapters", "--freeze: mark the parameters that do not train (no gradient, no optimizer state)", pass_adapters },
     { "precision", "store activations and their gradients in --precision (f32, bf16, f16)", pass_precision },
     { "decode", "inference: the logits as the result, token positions, attention against a key/value cache",

@@ -118,6 +118,8 @@ int pass_run_pipeline(ir_graph *g, const pass_options *opt, struct diag *err);
 
 /* ---- the passes ---- */
 int pass_shapes(ir_graph *g, struct diag *err);
+/* The running_stats pass (running_stats.c): every batchnorm's running mean and variance, as state. */
+int pass_running_stats(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_adapters(ir_graph *g, const pass_options *opt, struct diag *err);
 int pass_precision(ir_graph *g, const pass_options *opt, struct diag *err);
 /* The decode pass (decode.c): with opt->inference, the graph as an inference step against a key/value cache. */

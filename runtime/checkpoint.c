@@ -127,7 +127,7 @@ static st_tensor as_st(const program *p, const rt_tensor_info *ti)
 }
 
 /* Every tensor of the given roles (bits of 1 << ir_role; the loss with
- * LOSS_ROLE) to path;
+ * LOSS_ROLE, the running statistics with RUNNING_ROLE) to path;
  * the parameters in param_dtype (ST_F32: as they are; ST_BF16, ST_F16:
  * rounded, for a file half the size), everything else as it is. */
 static int write_tensors_and(const program *p, const char *path, unsigned roles, const char *const *metadata,
@@ -145,7 +145,8 @@ static int write_tensors_and(const program *p, const char *path, unsigned roles,
     for (int32_t i = 0; i < p->manifest.n_tensors; i++)
         if (skip_frozen && is_frozen(&p->tensors[i]))
             continue;
-        else if (((roles >> p->tensors[i].role) & 1) || ((roles & LOSS_ROLE) && is_loss(p, &p->tensors[i]))) {
+        else if (((roles >> p->tensors[i].role) & 1) || ((roles & LOSS_ROLE) && is_loss(p, &p->tensors[i])) ||
+                 ((roles & RUNNING_ROLE) && p->tensors[i].running)) {
             list[n] = as_st(p, &p->tensors[i]);
             as[n] = p->tensors[i].role == ROLE_PARAM ? param_dtype : list[n].dtype;
             n++;
@@ -471,7 +472,7 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
                         size_t n)
 {
     st_file **parts = calloc((size_t)m->n_parts + 1, sizeof *parts);
-    int n_open = 0, rc = parts ? 0 : -1, feedback = 0;
+    int n_open = 0, rc = parts ? 0 : -1, feedback = 0, no_running = 0;
     if (!parts)
         snprintf(err, n, "%s: out of memory", step_dir);
     for (int32_t k = 0; k < m->n_parts && rc == 0; k++) {
@@ -519,7 +520,9 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
         st_tensor found;
         while (k < n_open && st_find(parts[k], ti->name, &found) == 0) /* 1 found; -1 found, a dtype st_load names */
             k++;
-        if (k == n_open) {
+        if (k == n_open && ti->running) {
+            no_running++; /* saved before fusion kept them: they start as a new run's */
+        } else if (k == n_open) {
             snprintf(err, n,
                      "%s: no part holds '%s' (%d parts here): a checkpoint of another model, or parts on "
                      "another host?",
@@ -538,6 +541,10 @@ static int load_by_name(program *p, const char *step_dir, const ckpt_manifest *m
         printf("fusion: %s: a checkpoint of another compile (%d part%s), read by tensor name%s\n", step_dir, n_open,
                n_open == 1 ? "" : "s",
                feedback ? "; its error feedback is another plan's: this one's starts at zero" : "");
+    if (rc == 0 && no_running > 0)
+        printf("fusion: %s holds no batch-norm running statistics (saved before fusion kept them): %d tensor%s "
+               "start at mean 0, variance 1\n",
+               step_dir, no_running, no_running == 1 ? "" : "s");
     for (int k = 0; k < n_open; k++)
         st_close(parts[k]);
     free(parts);

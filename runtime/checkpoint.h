@@ -31,8 +31,10 @@
 #include "loss_scale.h"
 #include "safetensors.h"
 
-/* Role bits (1 << ir_role) select tensors; LOSS_ROLE selects the loss. */
-#define LOSS_ROLE (1u << 31)
+/* Role bits (1 << ir_role) select tensors; LOSS_ROLE selects the loss,
+ * RUNNING_ROLE batch norm's running statistics. */
+#define LOSS_ROLE    (1u << 31)
+#define RUNNING_ROLE (1u << 30)
 static inline unsigned role_bit(int role) { return 1u << role; }
 
 /* Every tensor of the given roles to path; parameters in param_dtype

@@ -47,7 +47,8 @@ struct rt_comm;             /* runtime/comm/comm.h: the device's peers     */
 struct rt_train_settings_s; /* train_settings.h: the run's lr, decay, clip  */
 
 typedef struct rt_context_s {
-    int64_t step;         /* the update about to be made, from 1        */
+    int64_t step;         /* the update about to be made, from 1; a forward that
+                                  validates or samples runs at -step (0 before the first) */
     char msg[512];        /* why rt_op_run failed                        */
     int32_t micro_batch;  /* 0..M-1 in forward and backward; -1 in update */
     int32_t phase;        /* the ir_phase running (messages are tagged by it) */
@@ -104,6 +105,18 @@ typedef struct rt_context_s {
 } rt_context;
 
 #define RT_PACE_MIN_SLEEP 1e-3 /* seconds */
+
+/* What a batchnorm with running statistics (its inputs 3 and 4: the
+ * running_stats pass) does with them in this forward. */
+typedef enum {
+    RT_STATS_UPDATE, /* a training forward: normalise by the batch's statistics, fold them in */
+    RT_STATS_KEEP,   /* a recompute's replay: by the batch's, the running ones left as they are */
+    RT_STATS_USE,    /* validation, sampling (step <= 0: their messages' steps are -step): by the running ones */
+} rt_stats_mode;
+static inline int rt_stats_mode_of(const rt_context *ctx)
+{
+    return ctx->step <= 0 ? RT_STATS_USE : ctx->replay ? RT_STATS_KEEP : RT_STATS_UPDATE;
+}
 
 /* --emulate-devices: wait out what the device still owes (the end of a
  * step, before a message).  Nothing without emulation. */

@@ -79,6 +79,7 @@
 #include "device_program.h"
 #include "generate.h"
 #include "cuda/cuda.h"
+#include "running_stats.h"
 
 #include <xxhash.h>
 #include "../ir/folders.h" /* FU_PATH_BYTES */
@@ -543,6 +544,7 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
     fflush(stdout);
     double paced = 0.0, stepping = 0.0; /* --emulate-devices: waited, and the steps' whole time */
     int stopped = 0;                    /* 130 or 143: stopped by a signal (stop_after) */
+    int64_t stats_averaged = 0;         /* the step batch norm's running statistics were last averaged after */
     if (comm && comm->hub)
         fu_hub_set_step(comm->hub, diloco ? 1 : done + 1); /* diloco: in rounds (below); no resume */
     for (int64_t step = done + 1; step <= o->steps && rc == 0; step++) {
@@ -570,7 +572,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         if (o->dump_grads && step == done + 1) {
             char path[FU_PATH_BYTES + 104];
             per_device_path(p, o->dump_grads, path, sizeof path);
-            if (write_tensors(p, path, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE, NULL, ST_F32)) {
+            if (write_tensors(p, path, role_bit(ROLE_GRADIENT) | role_bit(ROLE_INPUT) | LOSS_ROLE | RUNNING_ROLE, NULL,
+                              ST_F32)) {
                 rc = stop(comm, mf->device, "cannot write %s", path);
                 break;
             }
@@ -615,6 +618,12 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         char val_text[64] = "", val_json[96] = "";
         if (val_here && (step % o->val_every == 0 || step == o->steps)) {
             char why[700];
+            if (!diloco && running_stats_mean_over_replicas(p, comm, &ctx) == 0)
+                stats_averaged = step;
+            else if (!diloco) {
+                rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
+                break;
+            }
             if (diloco && swap_agreed(p, &outer, why, sizeof why) != 0) {
                 rc = stop(comm, mf->device, "step %lld: %s", (long long)step, why);
                 break;
@@ -724,6 +733,8 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
             rt_feedback_arrays feedback = { 0 }; /* the live arrays: the overlap's thread is idle now */
             if (comm && (rt_comm_list_feedback(comm, &feedback) || rt_overlap_list_feedback(st.overlap, &feedback)))
                 rc = stop(comm, mf->device, "out of memory listing the error feedback for the checkpoint");
+            else if (!diloco && stats_averaged != step && running_stats_mean_over_replicas(p, comm, &ctx))
+                rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
             else if (save_part(p, comm,
                                !diloco            ? step
                                : step == o->steps ? run_steps

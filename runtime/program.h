@@ -157,6 +157,9 @@ typedef struct {
     int32_t init_kind; /* ir_init_kind                                   */
     int32_t feed;      /* inputs: RT_FEED_TOKENS, _TARGETS, ..., -1 none */
     int32_t frozen;    /* params: never trained (ir_value.frozen)        */
+    int32_t running;   /* state: a batchnorm's running mean or variance
+                          (passes/running_stats.c): averaged over the replicas
+                          after every step; a checkpoint without it is read    */
     double init_a;
     /* A piece (--shard-optimizer's moments, runtime/shard.h): this tensor
      * holds elements [whole_lo, whole_lo + numel) of a tensor of `whole`

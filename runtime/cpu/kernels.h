@@ -136,6 +136,10 @@ void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const 
  * (N·HW/(N·HW-1)) for running_var. Pass NULL to leave them out. */
 void batchnorm_forward(float *y, const float *x, const float *w, const float *b, float *running_mean,
                        float *running_var, int64_t N, int64_t C, int64_t HW, float eps, float momentum);
+/* Inference: y = (x - running_mean[c]) / sqrt(running_var[c] + eps) · w[c] + b[c],
+ * the same shapes; w, b may be NULL. */
+void batchnorm_inference(float *y, const float *x, const float *w, const float *b, const float *running_mean,
+                         const float *running_var, int64_t N, int64_t C, int64_t HW, float eps);
 /* dx (N,C,HW) ; dw (C), db (C). Any may be NULL. */
 void batchnorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int64_t N,
                         int64_t C, int64_t HW, float eps);

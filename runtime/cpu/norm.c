@@ -152,6 +152,22 @@ void batchnorm_forward(float *y, const float *x, const float *w, const float *b,
     }
 }
 
+void batchnorm_inference(float *y, const float *x, const float *w, const float *b, const float *running_mean,
+                         const float *running_var, int64_t N, int64_t C, int64_t HW, float eps)
+{
+#pragma omp parallel for schedule(static) if (N * C * HW >= KERNEL_PAR_MIN)
+    for (int64_t c = 0; c < C; c++) {
+        float m = running_mean[c], s = (float)(1.0 / sqrt((double)running_var[c] + (double)eps));
+        float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;
+        for (int64_t n = 0; n < N; n++) {
+            const float *xp = x + (n * C + c) * HW;
+            float *yp = y + (n * C + c) * HW;
+            for (int64_t p = 0; p < HW; p++)
+                yp[p] = (xp[p] - m) * s * wc + bc;
+        }
+    }
+}
+
 // dy, x are (N,C,HW), w is (C) or NULL. With M = N·HW values per channel:
 //   dx = w·rstd · (dy - Σdy/M - xhat · Σ(dy·xhat)/M)
 //   dw = Σ dy·xhat ; db = Σ dy            (sums over n and p, per channel)

@@ -223,13 +223,18 @@ RUN(run_rmsnorm_backward) /* x, w, dy -> dx, dw */
     return 0;
 }
 
-RUN(run_batchnorm) /* x (N,C,...), w (C), b (C); and the backward */
+RUN(run_batchnorm) /* x (N,C,...), w (C), b (C)[, running mean, var (C)]; and the backward */
 {
     const rt_tensor *x = &op->in[0];
     int64_t N = x->dim[0], C = x->dim[1], HW = rt_tensor_numel(x) / (N * C);
     float eps = (float)op->floats[ATTR_EPS];
-    if (op->op == OP_BATCHNORM)
-        batchnorm_forward(OUT(0), IN(0), IN(1), IN(2), NULL, NULL, N, C, HW, eps, 0.1f);
+    int running = op->op == OP_BATCHNORM && op->n_in == 5, mode = rt_stats_mode_of(ctx);
+    if (running && mode == RT_STATS_USE)
+        batchnorm_inference(OUT(0), IN(0), IN(1), IN(2), IN(3), IN(4), N, C, HW, eps);
+    else if (op->op == OP_BATCHNORM)
+        batchnorm_forward(OUT(0), IN(0), IN(1), IN(2), running && mode == RT_STATS_UPDATE ? IN(3) : NULL,
+                          running && mode == RT_STATS_UPDATE ? IN(4) : NULL, N, C, HW, eps,
+                          (float)op->floats[ATTR_MOMENTUM]);
     else
         batchnorm_backward(grad_out(op, arena, 0), grad_out(op, arena, 1), grad_out(op, arena, 2), IN(2), IN(0), IN(1),
                            N, C, HW, eps);

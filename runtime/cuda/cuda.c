@@ -777,6 +777,8 @@ int rt_cuda_op_run(const rt_op *op, const rt_cuda_op *cop, char *arena, rt_conte
             args.lr = (float)rt_train_lr(train, ctx->step);
             args.max_norm = train->grad_clip;
             args.weight_decay = train->weight_decay;
+            args.stats_mode = rt_stats_mode_of(ctx);
+            args.unused = 0;
             void *params[] = { &args };
             cu_result r = c->api.launch(c->functions[s->kernel], s->grid[0], s->grid[1], s->grid[2], s->block[0],
                                         s->block[1], s->block[2], s->shared_bytes, c->stream, params, NULL);

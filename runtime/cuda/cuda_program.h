@@ -74,7 +74,8 @@ typedef struct {
  * cross_entropy's loss weight (exec.h; 0 reads as 1), and the run's
  * training settings (train_settings.h): this step's learning rate (what
  * lr_schedule writes), the gradient norm's bound (clip_scale; 0: none) and
- * the weight decay of matrices and kernels (adamw, sgd). */
+ * the weight decay of matrices and kernels (adamw, sgd); and what batch
+ * norm does with its running statistics (exec.h's rt_stats_mode). */
 typedef struct {
     uint64_t p[RT_CUDA_MAX_ARGS]; /* device addresses                       */
     int64_t step, adam_step;
@@ -83,14 +84,16 @@ typedef struct {
     float loss_weight;
     float lr;
     double max_norm, weight_decay;
+    int32_t stats_mode;
+    int32_t unused; /* 0 */
 } rt_cuda_args;
 /* The prelude spells it { char *p[8]; long long step, adam_step; float
  * loss_scale; int inject_overflow; float loss_weight, lr; double max_norm,
- * weight_decay; } (codegen/cuda_plan.c): 112 bytes. */
+ * weight_decay; int stats_mode, unused; } (codegen/cuda_plan.c): 120 bytes. */
 #ifdef __cplusplus
-static_assert(sizeof(rt_cuda_args) == 112, "rt_cuda_args is the kernels' fusion_args");
+static_assert(sizeof(rt_cuda_args) == 120, "rt_cuda_args is the kernels' fusion_args");
 #else
-_Static_assert(sizeof(rt_cuda_args) == 112, "rt_cuda_args is the kernels' fusion_args");
+_Static_assert(sizeof(rt_cuda_args) == 120, "rt_cuda_args is the kernels' fusion_args");
 #endif
 
 typedef enum { RT_CUDA_STEP_KERNEL, RT_CUDA_STEP_GEMM, RT_CUDA_STEP_HOST } rt_cuda_step_kind;

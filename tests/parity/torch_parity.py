@@ -319,8 +319,13 @@ def resnet_inputs(c, g):
             "labels": torch.randint(0, c["classes"], (c["batch"],), generator=g, dtype=torch.int32)}
 
 
+RUNNING = {}   # batch norm's running statistics by fusion's names, as BatchNorm2d's buffers start
+
+
 def bn(x, P, name):
-    return F.batch_norm(x, None, None, P[name + ".w"], P[name + ".b"], training=True, eps=1e-5)
+    mean = RUNNING.setdefault(name + ".running_mean", torch.zeros(x.shape[1]))
+    var = RUNNING.setdefault(name + ".running_var", torch.ones(x.shape[1]))
+    return F.batch_norm(x, mean, var, P[name + ".w"], P[name + ".b"], training=True, momentum=0.1, eps=1e-5)
 
 
 def resnet_loss(c, P, I):
@@ -456,7 +461,17 @@ def main():
         ok = compare("loss", dump["loss"].reshape(()), loss.detach())
         for name, p in P.items():
             ok &= compare("grad." + name, dump["grad." + name], p.grad)
-        print(f"{kind}: loss {loss.item():.6f}, {len(P)} gradients compared: {'match' if ok else 'DIFFER'}")
+        # batch norm's running statistics after the step's forward (one micro-batch): every one
+        for name, ref in RUNNING.items():
+            if name not in dump:
+                print(f"FAIL: {name}: not in fusion's dump")
+            ok &= name in dump and compare(name, dump[name], ref)
+        extra = sorted(k for k in dump if k.endswith((".running_mean", ".running_var")) and k not in RUNNING)
+        if extra:
+            print(f"FAIL: fusion has running statistics the model does not: {extra}")
+            ok = False
+        stats = f", {len(RUNNING)} running statistics" if RUNNING else ""
+        print(f"{kind}: loss {loss.item():.6f}, {len(P)} gradients{stats} compared: {'match' if ok else 'DIFFER'}")
         return 0 if ok else 1
     if mode == "autocast":
         tol = float(sys.argv[9]) if len(sys.argv) > 9 else 1e-2

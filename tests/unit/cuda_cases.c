@@ -336,6 +336,23 @@ static void norm_cases(case_list *l)
     param(c, S1(3));
     param(c, S1(3));
     out(c, S2(13, 3));
+    /* With running statistics (f32 state in every precision): a training
+     * forward folds the batch's in, a replay leaves them, a validation
+     * normalises by them. */
+    static const char *const stats_label[] = { "training", "replay", "validation" };
+    for (int mode = RT_STATS_UPDATE; mode <= RT_STATS_USE; mode++) {
+        char label[80];
+        snprintf(label, sizeof label, "batchnorm 3x5x7x9, running statistics, %s", stats_label[mode]);
+        c = add(l, OP_BATCHNORM, label);
+        in(c, S4(3, 5, 7, 9));
+        param(c, S1(5));
+        param(c, S1(5));
+        param(c, S1(5));
+        param(c, S1(5));
+        out(c, S4(3, 5, 7, 9));
+        c->updated_in = 3u << 3;
+        c->stats_mode = mode;
+    }
     c = add(l, OP_SOFTMAX, "softmax 5x300");
     in(c, S2(5, 300));
     out(c, S2(5, 300));
@@ -700,7 +717,7 @@ static void optimizer_cases(case_list *l)
         f32_in(c, S2(7, 143));
     f32_in(c, SCALAR);
     f32_in(c, SCALAR);
-    c->in_place = 1;
+    c->updated_in = 0xF; /* p, g's partner state: inputs 0..3 */
     c->op.floats[ATTR_BETA1] = 0.9;
     c->op.floats[ATTR_BETA2] = 0.95;
     c->op.floats[ATTR_EPS] = 1e-8;
@@ -709,19 +726,19 @@ static void optimizer_cases(case_list *l)
     for (int i = 0; i < 4; i++)
         f32_in(c, S1(300));
     f32_in(c, SCALAR);
-    c->in_place = 1;
+    c->updated_in = 0xF; /* p, g's partner state: inputs 0..3 */
     c = add(l, OP_SGD, "sgd 7x143, clip scale");
     f32_in(c, S2(7, 143));
     f32_in(c, S2(7, 143));
     f32_in(c, SCALAR);
     f32_in(c, SCALAR);
-    c->in_place = 1;
+    c->updated_in = 0xF; /* p, g's partner state: inputs 0..3 */
     c->op.floats[ATTR_WEIGHT_DECAY] = 0.1;
     c = add(l, OP_SGD, "sgd 300");
     f32_in(c, S1(300));
     f32_in(c, S1(300));
     f32_in(c, SCALAR);
-    c->in_place = 1;
+    c->updated_in = 0xF; /* p, g's partner state: inputs 0..3 */
 }
 
 /* Each case again in bf16 and in fp16, unless every float tensor of it

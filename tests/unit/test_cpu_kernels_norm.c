@@ -1,4 +1,4 @@
-/* test_cpu_kernels_norm.c: layernorm and training-mode batchnorm against
+/* test_cpu_kernels_norm.c: layernorm, batchnorm (training and inference) against
  * double references (forward), finite differences of them (backward), and
  * torch's running-statistics rule; see test_cpu_kernels.h. */
 #include "test_cpu_kernels.h"
@@ -218,6 +218,32 @@ static void test_batchnorm_updates_running_statistics_like_torch(void)
     norm_case_free(&c);
 }
 
+/* Inference (validation): each channel by its running statistics, in
+ * double: y = (x - rm) / sqrt(rv + eps) · w + b; a channel's y does not
+ * depend on the batch (its first row alone gives the same). */
+static void test_batchnorm_inference_uses_running_statistics(void)
+{
+    rng_seed(16);
+    int64_t N = 3, C = 3, HW = 5, len = N * C * HW;
+    norm_case c = norm_case_new(N, C, HW, 1, 1e-5f);
+    const float rm[3] = { 0.5f, -1.0f, 0.0f }, rv[3] = { 1.0f, 2.0f, 0.25f };
+    float *y = floats_new(len), *first = floats_new(C * HW);
+    batchnorm_inference(y, c.x.f, c.w.f, c.b.f, rm, rv, N, C, HW, c.eps);
+    for (int64_t i = 0; i < len; i++) {
+        int64_t ch = i / HW % C;
+        double want = (c.x.d[i] - rm[ch]) / sqrt((double)rv[ch] + c.eps) * c.w.d[ch] + c.b.d[ch];
+        CHECK_NEAR(want, y[i], 1e-5 * (1.0 + fabs(want)));
+    }
+    batchnorm_inference(first, c.x.f, c.w.f, c.b.f, rm, rv, 1, C, HW, c.eps);
+    for (int64_t i = 0; i < C * HW; i++)
+        CHECK(first[i] == y[i]);
+    batchnorm_inference(y, c.x.f, NULL, NULL, rm, rv, N, C, HW, c.eps); /* no affine */
+    CHECK_NEAR((c.x.d[HW] - rm[1]) / sqrt((double)rv[1] + c.eps), y[HW], 1e-5);
+    free(y);
+    free(first);
+    norm_case_free(&c);
+}
+
 static void test_perturbed_layernorm_gradient_is_detected(void)
 {
     rng_seed(15);
@@ -235,6 +261,7 @@ int main(void)
     test_layernorm_is_stable_for_large_offsets();
     test_batchnorm_matches_reference_and_finite_differences();
     test_batchnorm_updates_running_statistics_like_torch();
+    test_batchnorm_inference_uses_running_statistics();
     test_perturbed_layernorm_gradient_is_detected();
     CHECK_DONE();
 }

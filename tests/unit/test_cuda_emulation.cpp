@@ -164,7 +164,7 @@ const char *reference_gemm(device &d, const rt_cuda_step &s)
  * or nullptr. */
 const char *run_step_range(const cuda_plan &plan, int32_t first, int32_t end, device &d,
                            const std::vector<int> &kernel_of, float loss_scale, int inject_overflow, int *launches,
-                           const rt_op *op)
+                           const rt_op *op, int stats_mode = RT_STATS_UPDATE)
 {
     rt_train_settings train;
     memset(&train, 0, sizeof train);
@@ -189,6 +189,7 @@ const char *run_step_range(const cuda_plan &plan, int32_t first, int32_t end, de
             a.lr = op ? (float)rt_train_lr(&train, kStep) : 0.0f;
             a.max_norm = train.grad_clip;
             a.weight_decay = train.weight_decay;
+            a.stats_mode = stats_mode;
             cuda_emu_launch(&cuda_emu_kernels[kernel_of[s.kernel]], dim3{ s.grid[0], s.grid[1], s.grid[2] },
                             dim3{ s.block[0], s.block[1], s.block[2] }, s.shared_bytes, &a);
         } else {
@@ -201,11 +202,11 @@ const char *run_step_range(const cuda_plan &plan, int32_t first, int32_t end, de
 
 /* Run op `index`'s steps on d. */
 const char *run_steps(const cuda_plan &plan, int index, device &d, const std::vector<int> &kernel_of, float loss_scale,
-                      int inject_overflow, int *launches, const rt_op &op)
+                      int inject_overflow, int *launches, const rt_op &op, int stats_mode = RT_STATS_UPDATE)
 {
     const rt_cuda_op &cop = plan.ops[index];
     return run_step_range(plan, cop.first, cop.first + cop.count, d, kernel_of, loss_scale, inject_overflow, launches,
-                          &op);
+                          &op, stats_mode);
 }
 
 /* A NaN in every float format: f32 0x7fff7fff, and each half 0x7fff. */
@@ -246,6 +247,8 @@ void fill_case(const cuda_case &c, char *arena, rng &r)
                 v = 3.7f * kLossScale * kLossScale; /* ... of gradients kLossScale times larger */
             if (op.op == OP_CROSS_ENTROPY_BACKWARD && i == 2)
                 v = 1.7f; /* dloss */
+            if (op.op == OP_BATCHNORM && i == 4)
+                v = 0.5f + std::fabs(v); /* a running variance > 0 */
             store(at, op.in[i].dtype, k, v);
         }
     }
@@ -505,7 +508,8 @@ int main()
         float loss_scale = c.loss_scaled ? kLossScale : 1.0f;
         rt_context ctx;
         memset(&ctx, 0, sizeof ctx);
-        ctx.step = kStep;
+        ctx.step = c.stats_mode == RT_STATS_USE ? -kStep : kStep; /* a validation's forward runs at -step */
+        ctx.replay = c.stats_mode == RT_STATS_KEEP;
         ctx.micro_batch = -1;
         ctx.loss_scale = loss_scale;
         if (rt_op_run(&c.op, cpu, &ctx) != 0) {
@@ -517,17 +521,18 @@ int main()
         }
         device d{ gpu, std::vector<unsigned char>((size_t)plan.scratch_bytes + 64, 0xA5), RT_CUDA_STATUS_OK, 0, 0.0f };
         int launches = 0;
-        const char *why = run_steps(plan, i, d, kernel_of, loss_scale, 0, &launches, c.op);
+        const char *why = run_steps(plan, i, d, kernel_of, loss_scale, 0, &launches, c.op, c.stats_mode);
         if (!why && d.status != (unsigned long long)RT_CUDA_STATUS_OK)
             why = "the status word reports a bad index on good input";
         if (!why && d.flags != 0)
             why = "the flags word says a step was skipped";
-        /* What to compare: the outputs; adamw's results are its inputs 0..3. */
+        /* What to compare: the outputs, and the inputs updated in place. */
         std::vector<rt_tensor> results;
         for (int k = 0; k < c.op.n_out; k++)
             results.push_back(c.op.out[k]);
-        for (int k = 0; c.in_place && k < 4; k++)
-            results.push_back(c.op.in[k]);
+        for (int k = 0; k < c.op.n_in; k++)
+            if ((c.updated_in >> k) & 1)
+                results.push_back(c.op.in[k]);
         double case_err = 0, case_ref = 0;
         bool case_half = false;
         static char msg[320];
