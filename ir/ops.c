@@ -318,6 +318,18 @@ const char *op_model_names(void)
     return names;
 }
 
+int op_reads_input(const ir_node *n, int k)
+{
+    if (n->op != OP_LINEAR_BACKWARD && n->op != OP_MATMUL_BACKWARD && n->op != OP_CONV2D_BACKWARD)
+        return 1;
+    int64_t grads = ir_node_int(n, ATTR_GRADS, -1);
+    if (k == 0)
+        return (grads & 2) != 0; /* x: for w's gradient */
+    if (k == 1)
+        return (grads & 1) != 0; /* w: for x's gradient */
+    return 1;
+}
+
 const attr_spec *op_attr_spec(ir_op op, attr_key key)
 {
     const op_def *d = &op_table[op];

@@ -96,5 +96,12 @@ int op_parse(const char *s, ir_op *out); /* 0 or -1 */
 /* "embedding, positions, ..." (the ops a model file may use) for messages. */
 const char *op_model_names(void);
 const attr_spec *op_attr_spec(ir_op op, attr_key key); /* NULL: not accepted */
+/* Does node n read its input k?  A product's backward (linear, matmul,
+ * conv2d: inputs x, w, dy) reads x only for w's gradient and w only for
+ * x's: a frozen weight's linear leaves its x unread.  The memory pass ends
+ * an unread input's life at its last reader that reads it, the stash and
+ * the fence cost model leave it out, and the kernels never touch it (the
+ * op still names it: the inputs are positional). */
+int op_reads_input(const ir_node *n, int k);
 
 #endif

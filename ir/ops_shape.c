@@ -174,18 +174,6 @@ int shape_layernorm(const ir_graph *g, const ir_node *n, ir_shape out[], ir_dtyp
     int64_t c = last_dim(in_shape(g, n, 0));
     if (need_vector(g, n, 1, c, err) || need_vector(g, n, 2, c, err))
         return -1;
-    if (n->n_in == 4)
-        return fail(err, "batchnorm: a running mean without a running variance (give both, or neither)");
-    for (int i = 3; i < n->n_in; i++) { /* updated in place by f32 kernels */
-        char d[256];
-        if (need_vector(g, n, i, c, err))
-            return -1;
-        if (in_dtype(g, n, i) != DT_F32)
-            return fail(err, "%s: expected f32 (a running statistic)", describe_input(g, n, i, d, sizeof d));
-        if (g->values[n->in[i]].role != ROLE_STATE)
-            return fail(err, "%s: expected state (a running statistic the forward updates), not %s",
-                        describe_input(g, n, i, d, sizeof d), ir_role_name(g->values[n->in[i]].role));
-    }
     return shape_same_as_first(g, n, out, dt, err);
 }
 

@@ -58,6 +58,7 @@ void fence_plan_free(fence_plan *p)
     free(p->cut_transfer);
     free(p->cut_bytes);
     free(p->allreduce);
+    free(p->recompute);
     free(p->fence_of_device);
     memset(p, 0, sizeof *p);
 }
@@ -277,9 +278,10 @@ static int plan_copy(fence_plan *dst, const fence_plan *src, int32_t n_devices)
     dst->cut_transfer = malloc(S * sizeof(double));
     dst->cut_bytes = malloc(S * sizeof(double));
     dst->allreduce = malloc(S * sizeof(double));
+    dst->recompute = malloc(S + 1);
     dst->fence_of_device = malloc(((size_t)n_devices + 1) * sizeof *dst->fence_of_device);
     if (!dst->devices || !dst->stage_of_node || !dst->stage_compute || !dst->stage_update || !dst->cut_transfer ||
-        !dst->cut_bytes || !dst->allreduce || !dst->fence_of_device) {
+        !dst->cut_bytes || !dst->allreduce || !dst->recompute || !dst->fence_of_device) {
         fence_plan_free(dst);
         return -1;
     }
@@ -290,6 +292,7 @@ static int plan_copy(fence_plan *dst, const fence_plan *src, int32_t n_devices)
     memcpy(dst->cut_transfer, src->cut_transfer, S * sizeof(double));
     memcpy(dst->cut_bytes, src->cut_bytes, S * sizeof(double));
     memcpy(dst->allreduce, src->allreduce, S * sizeof(double));
+    memcpy(dst->recompute, src->recompute, S);
     if (src->fence_of_device)
         memcpy(dst->fence_of_device, src->fence_of_device, (size_t)n_devices * sizeof *dst->fence_of_device);
     return 0;
@@ -384,9 +387,10 @@ int pass_fence(ir_graph *g, const pass_options *opt, struct diag *err)
         plan.cut_transfer = calloc((size_t)S, sizeof(double));
         plan.cut_bytes = calloc((size_t)S, sizeof(double));
         plan.allreduce = calloc((size_t)S, sizeof(double));
+        plan.recompute = calloc((size_t)S + 1, 1);
         plan.fence_of_device = malloc(((size_t)m.n_devices + 1) * sizeof *plan.fence_of_device);
         if (!plan.devices || !plan.stage_of_node || !plan.stage_compute || !plan.stage_update || !plan.cut_transfer ||
-            !plan.cut_bytes || !plan.allreduce || !plan.fence_of_device) {
+            !plan.cut_bytes || !plan.allreduce || !plan.recompute || !plan.fence_of_device) {
             rc = diag_set(err, file, 0, "out of memory");
             goto done;
         }

@@ -617,6 +617,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     if (fill)
         *fill = memory_fill(m, cd, end, &tr, bits, warm, recompute);
     if (out) {
+        memcpy(out->recompute, recompute, (size_t)S);
         out->step_seconds = T;
         out->bottleneck = bottleneck;
         out->bottleneck_stage = where;

@@ -296,7 +296,7 @@ int fence_model_build(fence_model *m, const ir_graph *g, const cluster *c, struc
         for (int32_t i = 0; i < n; i++)
             if (g->nodes[i].phase == PHASE_BACKWARD)
                 for (int k = 0; k < g->nodes[i].n_in; k++)
-                    by_backward[g->nodes[i].in[k]] = 1;
+                    by_backward[g->nodes[i].in[k]] |= op_reads_input(&g->nodes[i], k);
         for (int32_t k = 0; k < m->n_fwd; k++) {
             const ir_node *node = &g->nodes[m->fwd[k]];
             for (int i = 0; i < node->n_out; i++)

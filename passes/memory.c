@@ -76,7 +76,8 @@ int pass_memory(ir_graph *g, struct diag *err)
             int32_t v = g->nodes[i].in[k];
             if (first_reader[v] < 0)
                 first_reader[v] = i;
-            last_reader[v] = i;
+            if (op_reads_input(&g->nodes[i], k)) /* a frozen linear's x: its backward never reads it */
+                last_reader[v] = i;
         }
     /* over[out] = in when out is written over in (op_def.in_place), and under[in] = out. */
     for (int32_t v = 0; v < n_values; v++)
@@ -222,6 +223,8 @@ int32_t memory_stash_values_as(const ir_graph *g, int32_t stage, int recompute, 
             int32_t v = node->in[k];
             const ir_value *val = &g->values[v];
             const ir_node *producer = val->producer >= 0 ? &g->nodes[val->producer] : NULL;
+            if (!op_reads_input(node, k))
+                continue;
             int from_forward = producer && producer->phase != PHASE_BACKWARD && producer->phase != PHASE_UPDATE;
             /* A parameter received once a step lives all step: nothing to keep. */
             int once = producer && producer->op == OP_RECV && ir_node_int(producer, ATTR_ONCE, 0);

@@ -52,6 +52,8 @@ typedef struct {
     double *cut_transfer;     /* [n_stages]: to the next stage, both directions (last: 0)    */
     double *cut_bytes;        /* [n_stages]: bytes sent forward at that cut per micro-batch  */
     double *allreduce;        /* [n_stages]: the replicas' gradient all-reduce, once a step  */
+    uint8_t *recompute;       /* [n_stages]: 1 where the model expects the stage to recompute
+                                 (the schedule pass decides by the arena, which may differ) */
     double step_seconds;      /* the estimated step                                          */
     double bottleneck;        /* the largest per-micro-batch stage or link time              */
     int32_t bottleneck_stage; /* its stage (a cut's: the stage before it)                    */

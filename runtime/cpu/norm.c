@@ -124,6 +124,19 @@ static void channel_stats(const float *x, int64_t N, int64_t C, int64_t HW, int6
     *var = ss / count;
 }
 
+// Channel c of x (N,C,HW) into y: (x - m) · s · w[c] + b[c] (w, b may be NULL).
+static void normalise_channel(float *y, const float *x, const float *w, const float *b, int64_t N, int64_t C,
+                              int64_t HW, int64_t c, float m, float s)
+{
+    float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;
+    for (int64_t n = 0; n < N; n++) {
+        const float *xp = x + (n * C + c) * HW;
+        float *yp = y + (n * C + c) * HW;
+        for (int64_t p = 0; p < HW; p++)
+            yp[p] = (xp[p] - m) * s * wc + bc;
+    }
+}
+
 // x is (N,C,HW), w and b are (C) or NULL, y is (N,C,HW); running_mean and
 // running_var (C) are updated when not NULL.
 // y[n][c][p] = (x[n][c][p] - mean_c) · rstd_c · w[c] + b[c]
@@ -135,14 +148,7 @@ void batchnorm_forward(float *y, const float *x, const float *w, const float *b,
     for (int64_t c = 0; c < C; c++) {
         double mean, var;
         channel_stats(x, N, C, HW, c, &mean, &var);
-        float m = (float)mean, s = (float)(1.0 / sqrt(var + (double)eps));
-        float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;
-        for (int64_t n = 0; n < N; n++) {
-            const float *xp = x + (n * C + c) * HW;
-            float *yp = y + (n * C + c) * HW;
-            for (int64_t p = 0; p < HW; p++)
-                yp[p] = (xp[p] - m) * s * wc + bc;
-        }
+        normalise_channel(y, x, w, b, N, C, HW, c, (float)mean, (float)(1.0 / sqrt(var + (double)eps)));
         if (running_mean)
             running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
         if (running_var) {
@@ -156,16 +162,9 @@ void batchnorm_inference(float *y, const float *x, const float *w, const float *
                          const float *running_var, int64_t N, int64_t C, int64_t HW, float eps)
 {
 #pragma omp parallel for schedule(static) if (N * C * HW >= KERNEL_PAR_MIN)
-    for (int64_t c = 0; c < C; c++) {
-        float m = running_mean[c], s = (float)(1.0 / sqrt((double)running_var[c] + (double)eps));
-        float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;
-        for (int64_t n = 0; n < N; n++) {
-            const float *xp = x + (n * C + c) * HW;
-            float *yp = y + (n * C + c) * HW;
-            for (int64_t p = 0; p < HW; p++)
-                yp[p] = (xp[p] - m) * s * wc + bc;
-        }
-    }
+    for (int64_t c = 0; c < C; c++)
+        normalise_channel(y, x, w, b, N, C, HW, c, running_mean[c],
+                          (float)(1.0 / sqrt((double)running_var[c] + (double)eps)));
 }
 
 // dy, x are (N,C,HW), w is (C) or NULL. With M = N·HW values per channel:
