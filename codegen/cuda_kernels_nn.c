@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "../ir/ops.h"
+#include "../runtime/stats_mode.h"
 
 #define LL(x) ((long long)(x))
 
@@ -239,7 +240,7 @@ static void channel_sizes(const rt_op *op, int64_t *N, int64_t *C, int64_t *HW)
 }
 
 /* x (N,C,HW), w, b (C)[, running mean, var (C)] -> y, one block per
- * channel.  With running statistics, the launch's stats_mode (exec.h's
+ * channel.  With running statistics, the launch's stats_mode (stats_mode.h's
  * rt_stats_mode) says what to do with them: fold the batch's in (with the
  * unbiased variance, as the CPU's batchnorm_forward), leave them, or
  * normalise by them (batchnorm_inference). */

@@ -106,18 +106,6 @@ typedef struct rt_context_s {
 
 #define RT_PACE_MIN_SLEEP 1e-3 /* seconds */
 
-/* What a batchnorm with running statistics (its inputs 3 and 4: the
- * running_stats pass) does with them in this forward. */
-typedef enum {
-    RT_STATS_UPDATE, /* a training forward: normalise by the batch's statistics, fold them in */
-    RT_STATS_KEEP,   /* a recompute's replay: by the batch's, the running ones left as they are */
-    RT_STATS_USE,    /* validation, sampling (step <= 0: their messages' steps are -step): by the running ones */
-} rt_stats_mode;
-static inline int rt_stats_mode_of(const rt_context *ctx)
-{
-    return ctx->step <= 0 ? RT_STATS_USE : ctx->replay ? RT_STATS_KEEP : RT_STATS_UPDATE;
-}
-
 /* --emulate-devices: wait out what the device still owes (the end of a
  * step, before a message).  Nothing without emulation. */
 void rt_pace_settle(rt_context *ctx);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "cpu/kernels.h"
+#include "stats_mode.h"
 #include "train_settings.h"
 
 static int64_t last_dim(const rt_tensor *t) { return t->rank > 0 ? t->dim[t->rank - 1] : 1; }

@@ -23,6 +23,7 @@
 #include "cuda_gemm.h"
 #include "../../ir/folders.h" /* FU_PATH_BYTES */
 #include "../rt_error.h"
+#include "../stats_mode.h"
 
 typedef int cu_result; /* CUresult: 0 = CUDA_SUCCESS            */
 typedef int cu_device;

@@ -75,7 +75,7 @@ typedef struct {
  * training settings (train_settings.h): this step's learning rate (what
  * lr_schedule writes), the gradient norm's bound (clip_scale; 0: none) and
  * the weight decay of matrices and kernels (adamw, sgd); and what batch
- * norm does with its running statistics (exec.h's rt_stats_mode). */
+ * norm does with its running statistics (stats_mode.h's rt_stats_mode). */
 typedef struct {
     uint64_t p[RT_CUDA_MAX_ARGS]; /* device addresses                       */
     int64_t step, adam_step;

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "../../ir/ops.h"
+#include "../../runtime/stats_mode.h"
 
 typedef struct {
     cuda_case *c;

@@ -26,7 +26,7 @@ typedef struct {
     uint32_t updated_in;          /* bit i: input i is updated in place, a result too
                                      (adamw's 0..3, batchnorm's running statistics) */
     int32_t stats_mode;           /* what the run does with batchnorm's running
-                                     statistics (exec.h's rt_stats_mode)        */
+                                     statistics (stats_mode.h's rt_stats_mode)        */
     /* Precision.  Each case is there in f32, then (unless all its float
      * tensors stay f32) again in bf16 and in fp16: its activations and
      * their gradients in 16 bits, what a graph keeps in f32 in every

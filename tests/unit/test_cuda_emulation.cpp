@@ -30,6 +30,7 @@ extern "C" {
 #include "../../runtime/cpu/half.h"
 #include "../../runtime/cuda/cuda_gemm.h"
 #include "../../runtime/exec.h"
+#include "../../runtime/stats_mode.h"
 #include "../../runtime/train_settings.h"
 }
 #include "cuda_cases.h"
