@@ -101,7 +101,9 @@ const attr_spec *op_attr_spec(ir_op op, attr_key key); /* NULL: not accepted */
  * x's: a frozen weight's linear leaves its x unread.  The memory pass ends
  * an unread input's life at its last reader that reads it, the stash and
  * the fence cost model leave it out, and the kernels never touch it (the
- * op still names it: the inputs are positional). */
+ * op still names it: the inputs are positional).  The CPU back end's twin
+ * of this rule, for the rt_op: runtime/cpu/op_table.c's product_inputs_dense
+ * and product_inputs_conv2d; the two must agree. */
 int op_reads_input(const ir_node *n, int k);
 
 #endif

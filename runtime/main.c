@@ -618,12 +618,11 @@ static int train(program *p, const run_options *o, rt_comm *comm, rt_data *data,
         char val_text[64] = "", val_json[96] = "";
         if (val_here && (step % o->val_every == 0 || step == o->steps)) {
             char why[700];
-            if (!diloco && running_stats_mean_over_replicas(p, comm, &ctx) == 0)
-                stats_averaged = step;
-            else if (!diloco) {
+            if (!diloco && running_stats_mean_over_replicas(p, comm, &ctx) != 0) {
                 rc = stop(comm, mf->device, "step %lld: %s", (long long)step, ctx.msg);
                 break;
             }
+            stats_averaged = step;
             if (diloco && swap_agreed(p, &outer, why, sizeof why) != 0) {
                 rc = stop(comm, mf->device, "step %lld: %s", (long long)step, why);
                 break;

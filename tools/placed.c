@@ -208,6 +208,15 @@ static void try_sharded(const options *o, const cluster *c, ir_graph *g, fence_p
     take_plan(g, plan, &g2, &plan2);
 }
 
+/* ", its search holding 2.3 GiB back on every device" into text (or nothing). */
+static const char *held_note(double held, char *text, size_t n)
+{
+    text[0] = '\0';
+    if (held > 0)
+        snprintf(text, n, ", its search holding %.1f GiB back on every device", held / (1024.0 * 1024.0 * 1024.0));
+    return text;
+}
+
 /* What the step loses to replays the plan's estimate did not count:
  * the schedule pass decides recomputation by the arena (passes/schedule.c),
  * which holds more than the fence cost model counts (a micro-batch's
@@ -250,21 +259,13 @@ static void try_foreseen(const options *o, const cluster *c, ir_graph *g, fence_
         fence_plan_free(&plan2);
         return;
     }
+    char held_text[96];
     snprintf(note, note_n,
              "note: the first plan recomputed where its estimate did not count it (%.2f ms a step more than its "
-             "%.2f ms); planned again holding %.1f GiB back on every device: %.2f ms",
-             lost * 1e3, plan->step_seconds * 1e3, held / (1024.0 * 1024.0 * 1024.0),
+             "%.2f ms); planned again%s: %.2f ms",
+             lost * 1e3, plan->step_seconds * 1e3, held_note(held, held_text, sizeof held_text),
              (plan2.step_seconds + lost2) * 1e3);
     take_plan(g, plan, &g2, &plan2);
-}
-
-/* ", its search holding 2.3 GiB back on every device" into text (or nothing). */
-static const char *held_note(double held, char *text, size_t n)
-{
-    text[0] = '\0';
-    if (held > 0)
-        snprintf(text, n, ", its search holding %.1f GiB back on every device", held / (1024.0 * 1024.0 * 1024.0));
-    return text;
 }
 
 int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_plan *plan, char *note, size_t note_n,
