@@ -117,11 +117,16 @@ static int write_manifest_text(const ir_graph *g, const cluster_device *dev, int
             : g->precision != DT_F32 ? " activations (parameters, their gradients, AdamW's state: f32)"
                                      : "",
             frozen != DT_F32 ? "; frozen parameters " : "", frozen != DT_F32 ? ir_dtype_name(frozen) : "");
-    if (g->placement.n_stages > 0)
-        fprintf(f, "schedule   %d warm-up forwards%s\n", (int)ir_placement_warmup(&g->placement, stage),
+    if (g->placement.n_stages > 0) {
+        int32_t keep = ir_placement_keep(&g->placement, stage);
+        fprintf(f, "schedule   %d warm-up forwards%s", (int)ir_placement_warmup(&g->placement, stage),
                 ir_placement_recompute(&g->placement, stage)
                     ? ", recomputes: keeps a waiting micro-batch's inputs, runs its forward again"
                     : "");
+        if (keep > 0)
+            fprintf(f, " (but up to %d kept whole at once, which replay nothing)", (int)keep);
+        fputc('\n', f);
+    }
     int32_t *stage_of = unproduced_value_stages(g);
     if (!stage_of) {
         atomic_abort(&af);

@@ -324,12 +324,29 @@ static void add_step_function(LLVMModuleRef m, LLVMContextRef cx, const char *na
     LLVMDisposeBuilder(b);
 }
 
-/* The stash table: memory_stash_values as arena places. */
-static int collect_stash(const ir_graph *g, int32_t stage, rt_tensor **out, int32_t *count)
+/* The stash table: memory_stash_values as arena places, *replay of them
+ * what a replay needs.  A stage that recomputes keeping some micro-batches
+ * whole (ir_placement.keep) lists its forward's inputs first, then the
+ * rest of what its backward reads (memory_stash_values_as). */
+static int collect_stash(const ir_graph *g, int32_t stage, rt_tensor **out, int32_t *count, int32_t *replay)
 {
     rt_tensor *t = calloc((size_t)g->n_values + 1, sizeof *t);
     int32_t *ids = malloc(((size_t)g->n_values + 1) * sizeof *ids);
-    int32_t n = t && ids ? memory_stash_values(g, stage, ids) : -1;
+    int32_t *whole = malloc(((size_t)g->n_values + 1) * sizeof *whole);
+    int32_t n = t && ids && whole ? memory_stash_values(g, stage, ids) : -1;
+    *replay = n;
+    if (n >= 0 && ir_placement_recompute(&g->placement, stage) && ir_placement_keep(&g->placement, stage) > 0) {
+        int32_t n_whole = memory_stash_values_as(g, stage, 0, whole);
+        for (int32_t i = 0; i < n_whole; i++) {
+            int listed = 0;
+            for (int32_t j = 0; j < *replay && !listed; j++)
+                listed = ids[j] == whole[i];
+            if (!listed)
+                ids[n++] = whole[i];
+        }
+        n = n_whole < 0 ? -1 : n;
+    }
+    free(whole);
     for (int32_t i = 0; i < n; i++) {
         const ir_value *val = &g->values[ids[i]];
         /* rt_tensor has no dtype: every stashed element is 4 bytes (f32, i32). */
@@ -485,7 +502,8 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     int32_t *reader_stage = malloc(((size_t)g->n_values + 1) * sizeof *reader_stage);
     rt_tensor_info *tensors = NULL;
     rt_tensor *stash = NULL;
-    int32_t n_tensors = 0, loss = -1, output = -1, logits = -1, prefill_output = -1, k = 0, n_stash = 0;
+    int32_t n_tensors = 0, loss = -1, output = -1, logits = -1, prefill_output = -1, k = 0, n_stash = 0,
+            n_stash_replay = 0;
     int rc = 0;
     if (!ops || !ops_phase || !offsets || !reader_stage) {
         rc = diag_set(err, file, 0, "out of memory generating code");
@@ -498,7 +516,7 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
             if (reader_stage[g->nodes[i].in[j]] < 0)
                 reader_stage[g->nodes[i].in[j]] = stage_of(&g->nodes[i]);
     if (collect_tensors(g, dev->stage, reader_stage, &tensors, &n_tensors, &loss, &output, &logits, &prefill_output) ||
-        collect_stash(g, dev->stage, &stash, &n_stash)) {
+        collect_stash(g, dev->stage, &stash, &n_stash, &n_stash_replay)) {
         rc = diag_set(err, file, 0, "out of memory generating code");
         goto done;
     }
@@ -558,10 +576,12 @@ int llvm_emit_device(const ir_graph *g, const llvm_device_info *dev, const char 
     manifest.micro_batches = pl->n_stages > 0 && pl->micro_batches > 0 ? pl->micro_batches : 1;
     manifest.warmup = pl->n_stages > 0 ? ir_placement_warmup(pl, dev->stage) : 0;
     manifest.recompute = pl->n_stages > 0 ? ir_placement_recompute(pl, dev->stage) : 0;
+    manifest.keep = pl->n_stages > 0 ? ir_placement_keep(pl, dev->stage) : 0;
     manifest.precision = (int32_t)g->precision;
     manifest.loss_scaling = g->precision == DT_F16;
     manifest.tf32 = g->tf32 != 0;
     manifest.n_stash = n_stash;
+    manifest.n_stash_replay = n_stash_replay;
     manifest.n_peers = dev->n_peers;
     manifest.n_links = dev->n_links;
     manifest.port_base = dev->port_base;

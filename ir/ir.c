@@ -59,6 +59,7 @@ void ir_graph_free(ir_graph *g)
     free(g->placement.device);
     free(g->placement.warmup);
     free(g->placement.recompute);
+    free(g->placement.keep);
     free(g->strings);
     name_map_free(g->string_index);
     ir_graph_init(g);
@@ -173,6 +174,10 @@ int ir_graph_copy(ir_graph *dst, const ir_graph *src)
         src->placement.recompute && src->placement.n_stages > 0 && src->placement.n_stages <= IR_MAX_STAGE_DEVICES
             ? dup_array(src->placement.recompute, (size_t)src->placement.n_stages, sizeof *src->placement.recompute,
                         &failed)
+            : NULL;
+    dst->placement.keep =
+        src->placement.keep && src->placement.n_stages > 0 && src->placement.n_stages <= IR_MAX_STAGE_DEVICES
+            ? dup_array(src->placement.keep, (size_t)src->placement.n_stages, sizeof *src->placement.keep, &failed)
             : NULL;
     if (!failed) {
         dst->n_values = dst->cap_values = dst->values ? src->n_values : 0;
@@ -326,6 +331,7 @@ int ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, in
         free(g->placement.device);
         free(g->placement.warmup);
         free(g->placement.recompute);
+        free(g->placement.keep);
         memset(&g->placement, 0, sizeof g->placement);
         return 0;
     }
@@ -347,6 +353,7 @@ int ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, in
     free(g->placement.device);
     free(g->placement.warmup);
     free(g->placement.recompute);
+    free(g->placement.keep);
     g->placement = (ir_placement){
         .n_stages = n_stages, .n_replicas = n_replicas, .micro_batches = micro_batches, .device = copy
     };
@@ -409,6 +416,35 @@ int ir_graph_set_recompute(ir_graph *g, const uint8_t *recompute)
         memcpy(copy, recompute, (size_t)p->n_stages);
     free(p->recompute);
     p->recompute = copy;
+    for (int32_t s = 0; p->keep && s < p->n_stages; s++)
+        if (!ir_placement_recompute(p, s)) /* a stage keeps whole only among what it replays */
+            p->keep[s] = 0;
+    return 0;
+}
+
+int32_t ir_placement_keep(const ir_placement *p, int32_t s)
+{
+    return p->keep && s >= 0 && s < p->n_stages ? p->keep[s] : 0;
+}
+
+int ir_graph_set_keep(ir_graph *g, const int32_t *keep)
+{
+    ir_placement *p = &g->placement;
+    if (p->n_stages <= 0)
+        return -1;
+    int any = 0;
+    for (int32_t s = 0; keep && s < p->n_stages; s++) {
+        if (keep[s] < 0 || keep[s] > p->micro_batches || (keep[s] > 0 && !ir_placement_recompute(p, s)))
+            return -1;
+        any |= keep[s] > 0;
+    }
+    int32_t *copy = any ? malloc((size_t)p->n_stages * sizeof *copy) : NULL;
+    if (any && !copy)
+        return -1;
+    if (copy)
+        memcpy(copy, keep, (size_t)p->n_stages * sizeof *copy);
+    free(p->keep);
+    p->keep = copy;
     return 0;
 }
 

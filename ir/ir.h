@@ -150,6 +150,11 @@ typedef struct {
                                   inputs for a waiting backward and runs the forward
                                   again before it (the schedule pass), owned by the
                                   graph; NULL: no stage does                      */
+    int32_t *keep;         /* [n_stages]: of its waiting micro-batches, how many a
+                                  stage that recomputes keeps whole at once (their
+                                  backward needs no replay; the rest keep their
+                                  inputs and replay), owned by the graph; NULL: 0,
+                                  every waiting micro-batch replays              */
 } ir_placement;
 
 typedef struct ir_graph {
@@ -223,6 +228,13 @@ int ir_placement_recompute(const ir_placement *p, int32_t s);
  * all 0: none).  -1 (nothing changed) when not placed, a flag is not 0 or
  * 1, or memory runs out. */
 int ir_graph_set_recompute(ir_graph *g, const uint8_t *recompute);
+/* How many waiting micro-batches stage s keeps whole while it recomputes
+ * the rest (0 when it does not recompute, or replays them all). */
+int32_t ir_placement_keep(const ir_placement *p, int32_t s);
+/* Set every stage's count from keep[n_stages] (NULL, or all 0: none).  -1
+ * (nothing changed) when not placed, a count is negative or above M, a
+ * stage keeps some without recomputing, or memory runs out. */
+int ir_graph_set_keep(ir_graph *g, const int32_t *keep);
 int ir_graph_set_placement(ir_graph *g, int32_t n_stages, int32_t n_replicas, int32_t micro_batches,
                            const int32_t *devices);
 

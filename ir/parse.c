@@ -706,6 +706,7 @@ static int expect_key(parser *ps, const char *key)
 }
 
 /* placement stages=S replicas=R micro_batches=M devices=[D,D,...] [warmup=[W,...]] [recompute=[0|1,...]]
+ *   [keep=[K,...]]
  * Everything ir_graph_set_placement would refuse is named here, at this
  * line; that the nodes' stages fit is the verifier's to say, at the node. */
 static int parse_placement(parser *ps)
@@ -795,9 +796,33 @@ static int parse_placement(parser *ps)
         if (expect_char(ps, ']', "']' after one recompute flag a stage") != 0)
             return -1;
     }
-    if (expect_end(ps, has_recompute ? "end of line after the recompute list"
-                       : has_warmup  ? "end of line after the warm-up list"
-                                     : "end of line after the device list") != 0)
+    int32_t keep[IR_MAX_STAGE_DEVICES];
+    int has_keep = has_recompute && !at_end(ps) && (size_t)(ps->end - ps->p) >= 5 && strncmp(ps->p, "keep=", 5) == 0;
+    if (has_keep) {
+        if (expect_key(ps, "keep") != 0 || expect_char(ps, '[', "'[' and each stage's whole-kept micro-batches") != 0)
+            return -1;
+        for (int32_t s = 0; s < stages; s++) {
+            int64_t k;
+            snprintf(what, sizeof what, "',' and %d more keep count%s (one a stage)", (int)(stages - s),
+                     stages - s == 1 ? "" : "s");
+            if (s > 0 && !peek_char(ps, ','))
+                return expected(ps, what);
+            if (s > 0)
+                ps->p++;
+            if (read_int(ps, 0, recompute[s] ? micro : 0,
+                         recompute[s] ? "a keep count from 0 to the micro-batches"
+                                      : "keep 0 (the stage does not recompute)",
+                         &k) != 0)
+                return -1;
+            keep[s] = (int32_t)k;
+        }
+        if (expect_char(ps, ']', "']' after one keep count a stage") != 0)
+            return -1;
+    }
+    if (expect_end(ps, has_keep        ? "end of line after the keep list"
+                       : has_recompute ? "end of line after the recompute list"
+                       : has_warmup    ? "end of line after the warm-up list"
+                                       : "end of line after the device list") != 0)
         return -1;
     if (ir_graph_set_placement(g, (int32_t)stages, (int32_t)replicas, (int32_t)micro, devices) != 0)
         return out_of_memory(ps); /* everything else it checks is checked above */
@@ -805,8 +830,8 @@ static int parse_placement(parser *ps)
         return diag_set(ps->err, ps->file, ps->line,
                         "warmup: a stage warms up less than the next stage's + 1 "
                         "(it would wait for a backward that waits for its own forward)");
-    if (has_recompute && ir_graph_set_recompute(g, recompute) != 0)
-        return out_of_memory(ps); /* the flags are checked above */
+    if ((has_recompute && ir_graph_set_recompute(g, recompute) != 0) || (has_keep && ir_graph_set_keep(g, keep) != 0))
+        return out_of_memory(ps); /* the flags and counts are checked above */
     return 0;
 }
 

@@ -14,7 +14,9 @@
  *                               replicas first; the keys in this order), then
  *                               warmup=[W,...] when the schedule pass set each
  *                               stage's warm-up forwards, then recompute=[0|1,...]
- *                               when it has a stage run its forward again
+ *                               when it has a stage run its forward again, then
+ *                               keep=[K,...] when such a stage keeps K waiting
+ *                               micro-batches whole (ir_placement.keep)
  *   hyper NAME = VALUE                               one per hyper, in order
  *   input NAME : DTYPE[SHAPE] @FILE:LINE             every source, in value order
  *   param NAME : DTYPE[SHAPE] init=INIT [frozen] @FILE:LINE
@@ -216,7 +218,11 @@ static void put_placement(FILE *out, const ir_placement *p)
         putc(']', out);
     for (int32_t s = 0; p->recompute && p->n_stages <= IR_MAX_STAGE_DEVICES && s < p->n_stages; s++)
         fprintf(out, "%s%d", s ? "," : " recompute=[", (int)p->recompute[s]);
-    fputs(p->recompute && p->n_stages <= IR_MAX_STAGE_DEVICES ? "]\n" : "\n", out);
+    if (p->recompute && p->n_stages <= IR_MAX_STAGE_DEVICES)
+        putc(']', out);
+    for (int32_t s = 0; p->keep && p->n_stages <= IR_MAX_STAGE_DEVICES && s < p->n_stages; s++)
+        fprintf(out, "%s%d", s ? "," : " keep=[", (int)p->keep[s]);
+    fputs(p->keep && p->n_stages <= IR_MAX_STAGE_DEVICES ? "]\n" : "\n", out);
 }
 
 int ir_graph_print(const ir_graph *g, FILE *out)

@@ -281,14 +281,15 @@ static int stage_traffic(const fence_model *m, const candidate *cd, const int32_
  * and gradients in opposite directions at once.  A step's parameter
  * gradients leave after the sender's last backward, and the receiver's
  * update waits for them.  f[s], b[s]: a stage's forward and backward per
- * micro-batch; most[s] / most_replay[s]: the most warm-up its memory
- * holds, keeping its stash / recomputing (NULL: M).  *warm_out and
- * *recompute_out (when not NULL, [S]) get the warm-up and recompute flags
- * used (schedule_plan).
+ * micro-batch; room[s]: its memory for waiting micro-batches.  A stage
+ * that recomputes keeps a forward whole while fewer than keep[s] are, as
+ * the runtime does (runtime/stepper.c), and replays the others before
+ * their backward.  *warm_out, *recompute_out and *keep_out (when not
+ * NULL, [S]) get what schedule_plan chose.
  * Returns the time the last stage is done, or -1 when out of memory. */
 static double simulate_1f1b(const fence_model *m, const candidate *cd, const lanes *l, const traffic *tr,
-                            const double *f, const double *b, const double *most, const double *most_replay,
-                            int32_t *warm_out, uint8_t *recompute_out, double *start_out, double *end_out)
+                            const double *f, const double *b, const schedule_memory *room, int32_t *warm_out,
+                            uint8_t *recompute_out, int32_t *keep_out, double *start_out, double *end_out)
 {
     int32_t S = cd->S, M = cd->M;
     size_t SM = (size_t)S * (size_t)M, SS = (size_t)S * (size_t)S;
@@ -301,11 +302,13 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const lan
     int32_t *order = malloc(SM * 2 * sizeof *order), *next = calloc((size_t)S, sizeof *next);
     double *stage_time = calloc((size_t)S, sizeof *stage_time), *round_trip = calloc((size_t)S, sizeof *round_trip);
     double *transfer = calloc((size_t)S, sizeof *transfer);
-    int32_t *warm = calloc((size_t)S, sizeof *warm);
-    uint8_t *recompute = calloc((size_t)S, 1);
+    int32_t *warm = calloc((size_t)S, sizeof *warm), *keep = calloc((size_t)S, sizeof *keep);
+    int32_t *whole_now = calloc((size_t)S, sizeof *whole_now); /* micro-batches a stage keeps whole now */
+    uint8_t *recompute = calloc((size_t)S, 1), *whole = calloc(SM, 1);
     double makespan = -1.0;
     if (!link_free || !ready_f || !ready_b || !got_f || !got_b || !need_f0 || !need_f || !need_b || !free_at ||
-        !once_at || !order || !next || !stage_time || !round_trip || !transfer || !warm || !recompute)
+        !once_at || !order || !next || !stage_time || !round_trip || !transfer || !warm || !keep || !whole_now ||
+        !recompute || !whole)
         goto done;
     for (int32_t s = 0; s < S; s++)
         for (int32_t t = 0; t < S; t++) {
@@ -328,8 +331,7 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const lan
      * to the backward after the gradient came instead, this model put an
      * 8B LoRA's 8-stage pipeline world-wide at 18.02 s a step where the
      * simulator, which runs the program op by op, has 16.65 s. */
-    if (schedule_plan(S, M, stage_time, f, round_trip, transfer, most, most_replay, m->recompute, warm, recompute,
-                      NULL))
+    if (schedule_plan(S, M, stage_time, f, round_trip, transfer, room, m->recompute, warm, recompute, keep, NULL))
         goto done;
     for (int32_t s = 0; s < S; s++)
         pipeline_order(M, warm[s], order + (size_t)s * 2 * M);
@@ -346,8 +348,12 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const lan
                 if (a >= 0) {
                     start = fmax(start, ready_f[at]);
                     done_at = start + f[s];
+                    if (recompute[s] && whole_now[s] < keep[s]) /* kept whole: its backward needs no replay */
+                        whole[at] = 1, whole_now[s]++;
                 } else { /* a replay does not wait for the gradient: the backward receives it after */
-                    done_at = fmax(start + (recompute[s] ? f[s] : 0.0), ready_b[at]) + b[s];
+                    int replays = recompute[s] && !whole[at];
+                    whole_now[s] -= whole[at];
+                    done_at = fmax(start + (replays ? f[s] : 0.0), ready_b[at]) + b[s];
                 }
                 if (start_out && next[s] == 0)
                     start_out[s] = start;
@@ -392,6 +398,8 @@ static double simulate_1f1b(const fence_model *m, const candidate *cd, const lan
         memcpy(warm_out, warm, (size_t)S * sizeof *warm);
     if (recompute_out)
         memcpy(recompute_out, recompute, (size_t)S);
+    if (keep_out)
+        memcpy(keep_out, keep, (size_t)S * sizeof *keep);
 done:
     free(link_free);
     free(ready_f);
@@ -409,7 +417,10 @@ done:
     free(round_trip);
     free(transfer);
     free(warm);
+    free(keep);
+    free(whole_now);
     free(recompute);
+    free(whole);
     return makespan;
 }
 
@@ -481,9 +492,11 @@ static void stage_memory(const fence_model *m, const candidate *cd, const int32_
     }
 }
 
-/* The fullest device's need over its memory, with warm[s] + 1 micro-batches in flight. */
+/* The fullest device's need over its memory, with warm[s] + 1 micro-batches
+ * in flight: whole, or (recomputing) keep[s] whole, the rest their inputs,
+ * beside the running one's. */
 static double memory_fill(const fence_model *m, const candidate *cd, const int32_t *end, const traffic *tr,
-                          const int *bits, const int32_t *warm, const uint8_t *recompute)
+                          const int *bits, const int32_t *warm, const uint8_t *recompute, const int32_t *keep)
 {
     double fill = 0.0;
     for (int32_t s = 0; s < cd->S; s++) {
@@ -491,7 +504,9 @@ static double memory_fill(const fence_model *m, const candidate *cd, const int32
         stage_memory(m, cd, end, tr, bits, s, &state, &stash, &replay, &memory);
         int32_t in_flight = warm[s] + 1 < cd->M ? warm[s] + 1 : cd->M;
         if (memory < INFINITY)
-            fill = fmax(fill, (state + in_flight * (recompute[s] ? replay : stash)) / memory);
+            fill = fmax(fill, (state + (recompute[s] ? stash + keep[s] * stash + (in_flight - keep[s]) * replay
+                                                     : in_flight * stash)) /
+                                  memory);
     }
     return fill;
 }
@@ -504,7 +519,8 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     traffic tr = { 0 };
     double *f = calloc((size_t)S, sizeof *f), *b = calloc((size_t)S, sizeof *b), *c = calloc((size_t)S, sizeof *c);
     int32_t *warm = calloc((size_t)S, sizeof *warm);
-    double *most = calloc((size_t)S, sizeof *most), *most_replay = calloc((size_t)S, sizeof *most_replay);
+    schedule_memory *room = calloc((size_t)S, sizeof *room);
+    int32_t *keep = calloc((size_t)S, sizeof *keep);
     uint8_t *recompute = calloc((size_t)S, 1);
     double *first = calloc((size_t)S, sizeof *first), *last = calloc((size_t)S, sizeof *last);
     double *ar_of = calloc((size_t)S, sizeof *ar_of), *upd_of = calloc((size_t)S, sizeof *upd_of), upd_max = 0.0;
@@ -520,8 +536,8 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     double T = INFINITY;
     if (fill)
         *fill = INFINITY;
-    if (!f || !b || !c || !warm || !most || !most_replay || !recompute || !first || !last || !ar_of || !upd_of ||
-        !bits || !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once || !tr.held_once || !tr.codec_f ||
+    if (!f || !b || !c || !warm || !room || !keep || !recompute || !first || !last || !ar_of || !upd_of || !bits ||
+        !have_lanes || !tr.fwd || !tr.bwd || !tr.fwd_once || !tr.bwd_once || !tr.held_once || !tr.codec_f ||
         !tr.codec_b)
         goto done;
     /* Compute per micro-batch, T* (the compress pass's target), then the
@@ -588,15 +604,16 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
     for (int32_t s = 0; s < S; s++) { /* the warm-up the schedule pass will allow (schedule.c) */
         double state, stash, replay, memory;
         stage_memory(m, cd, end, &tr, bits, s, &state, &stash, &replay, &memory);
-        most[s] = schedule_warmup_most(memory, state, stash);
-        most_replay[s] = schedule_warmup_most(memory, state, replay);
+        /* beside the state, the running micro-batch's outputs (as the schedule pass counts its arena) */
+        room[s] = (schedule_memory){ memory < INFINITY ? memory - state - stash : INFINITY, stash, replay };
     }
-    double pipeline = simulate_1f1b(m, cd, &l, &tr, f, b, most, most_replay, warm, recompute, first, last);
+    double pipeline = simulate_1f1b(m, cd, &l, &tr, f, b, room, warm, recompute, keep, first, last);
     if (pipeline < 0) { /* out of memory: the closed form instead, plain 1F1B */
         pipeline = sum + (cd->M - 1) * bottleneck;
         for (int32_t s = 0; s < S; s++) {
             warm[s] = S - s - 1;
             recompute[s] = 0;
+            keep[s] = 0;
         }
         T = pipeline + tail + norm_sync;
     } else {
@@ -615,7 +632,7 @@ double fence_evaluate(const fence_model *m, const candidate *cd, const int32_t *
                         : fmax(T, last[s] + ar_of[s] + upd_of[s] - first[s]);
     }
     if (fill)
-        *fill = memory_fill(m, cd, end, &tr, bits, warm, recompute);
+        *fill = memory_fill(m, cd, end, &tr, bits, warm, recompute, keep);
     if (out) {
         memcpy(out->recompute, recompute, (size_t)S);
         out->step_seconds = T;
@@ -630,8 +647,8 @@ done:
     free(b);
     free(c);
     free(warm);
-    free(most);
-    free(most_replay);
+    free(room);
+    free(keep);
     free(recompute);
     free(first);
     free(last);

@@ -8,6 +8,7 @@
  * way: kept in fence.c it made fence.c -> fence_search.c -> fence.c a
  * circle.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,5 +124,35 @@ int fence_front_cuts(const fence_model *m, int32_t S, int32_t front, int32_t *en
         if (end[s] < 0 || (s > 0 && end[s] <= end[s - 1]))
             rc = -1; /* a stage without ops */
     free(layer);
+    return rc;
+}
+
+int fence_front_cuts_balanced(const fence_model *m, int32_t S, int32_t front, const double *time, int32_t *end)
+{
+    int32_t *layer_end = malloc(((size_t)m->n_fwd + 1) * sizeof *layer_end);
+    int32_t n = layer_end ? fence_layer_ends(m, layer_end) : -1;
+    int rc = n < 0 || fence_front_cuts(m, S, front, end) != 0 ? -1 : 0;
+    double from = rc == 0 ? time[end[0] + 1] : 0.0, total = time[m->n_fwd] - from;
+    for (int32_t s = 1, i = 0; rc == 0 && s + 1 < S; s++) {
+        /* the layer end nearest to s / (S - 1) of the rest's seconds, past the last stage's end */
+        double want = from + total * s / (S - 1);
+        int32_t best = -1;
+        for (; i < n; i++) {
+            int32_t k = layer_end[i];
+            if (k <= end[s - 1])
+                continue;
+            if (k > m->n_fwd - 1 - (S - 1 - s))
+                break;
+            if (best < 0 || fabs(time[k + 1] - want) < fabs(time[best + 1] - want))
+                best = k;
+            else
+                break; /* past the nearest: the prefix only grows */
+        }
+        if (best < 0)
+            rc = -1;
+        else
+            end[s] = best;
+    }
+    free(layer_end);
     return rc;
 }

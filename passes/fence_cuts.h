@@ -15,6 +15,11 @@ int fence_uniform_cuts(const fence_model *m, int32_t S, int32_t *end);
  * stage holding the embedding, whose all-reduce may end the step.  0, or
  * -1 when it leaves a stage empty, or no memory. */
 int fence_front_cuts(const fence_model *m, int32_t S, int32_t front, int32_t *end);
+/* The same stage 0, the other S - 1 stages cut at the layer ends nearest
+ * to equal shares of the rest's seconds (time: a device row's prefix sums,
+ * [n_fwd + 1]): a last stage that also holds the head or the loss gets
+ * fewer layers.  0, or -1 as fence_front_cuts. */
+int fence_front_cuts_balanced(const fence_model *m, int32_t S, int32_t front, const double *time, int32_t *end);
 
 /* The forward positions that end a layer (a repeat block's instance), in
  * order, into out (room for m->n_fwd); returns their count, -1 when out

@@ -162,30 +162,49 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err);
  * micro-batches, from each stage's forward + backward seconds per
  * micro-batch and each cut's round trip (round_trip[c], c < S - 1: twice
  * latency + transfer between stages c and c + 1), at most most[s] (NULL:
- * M; schedule_warmup_most) but never below plain 1F1B's S - s - 1.  The
+ * M; schedule_most_kept) but never below plain 1F1B's S - s - 1.  The
  * fence pass's cost model uses it too, so a plan is priced in the order it
  * will run in. */
 void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const double *round_trip, const double *most,
                      int32_t *warm);
-/* The most warm-up forwards a stage fits: memory (bytes) less state_bytes
- * (parameters, gradients, optimizer moments) holds warm + 1 micro-batches
- * of stash_bytes each; INFINITY when either is unknown. */
-double schedule_warmup_most(double memory, double state_bytes, double stash_bytes);
+/* A stage's memory for micro-batches waiting for their backward, bytes:
+ * room, what its devices have beside everything it holds with one
+ * micro-batch running (parameters, gradients, optimizer moments, the
+ * arena); kept, what a waiting micro-batch keeps whole (what its backward
+ * reads); inputs, what one that will replay keeps (what its forward
+ * received).  room INFINITY: no limit. */
+typedef struct {
+    double room, kept, inputs;
+} schedule_memory;
+/* The most warm-up forwards memory holds keeping them whole, w kept <=
+ * room; replaying them all, (w + 1) inputs <= room (NULL: INFINITY). */
+double schedule_most_kept(const schedule_memory *m);
+double schedule_most_replayed(const schedule_memory *m);
+/* Of n micro-batches in flight on a stage that recomputes, how many fit
+ * whole beside the others' inputs: K kept + (n - K) inputs <= room, 0 <=
+ * K < n (NULL: n - 1). */
+int32_t schedule_keep_whole(const schedule_memory *m, int32_t n);
 /* The schedule pass's whole choice (schedule.c), for the pass and the
- * fence pass's cost model alike: each stage's warm-up and whether it
- * recomputes its forward.  Per stage s: stage_seconds (forward + backward)
- * and forward_seconds (what a replay costs) per micro-batch; per cut c <
- * S - 1: round_trip[c] and transfer[c] (its busier direction's seconds a
- * micro-batch); most_stash[s] / most_replay[s]: the warm-up memory holds
- * keeping what the backward reads / only the forward's inputs (NULL: no
- * limit).  mode: SCHEDULE_RECOMPUTE_AUTO, _OFF or _ON (every stage that
- * stashes).  *stage_out (when not NULL): each stage's seconds a
- * micro-batch with its replay.  0, or -1 when out of memory. */
-enum { SCHEDULE_RECOMPUTE_OFF = 0, SCHEDULE_RECOMPUTE_ON = 1, SCHEDULE_RECOMPUTE_AUTO = 2 };
-int schedule_recompute_mode(const char *spec); /* -1: not auto, on or off */
+ * fence pass's cost model alike: each stage's warm-up, whether it
+ * recomputes its forward and how many waiting micro-batches it then keeps
+ * whole.  Per stage s: stage_seconds (forward + backward) and
+ * forward_seconds (what a replay costs) per micro-batch; per cut c < S -
+ * 1: round_trip[c] and transfer[c] (its busier direction's seconds a
+ * micro-batch); memory[s] (NULL: no limit).  mode: SCHEDULE_RECOMPUTE_AUTO,
+ * _OFF, _ON (every stage that stashes, replaying all) or _KEEP + K (every
+ * stage that stashes, keeping at most K whole).  *stage_out (when not
+ * NULL): each stage's seconds a micro-batch with its replays.  0, or -1
+ * when out of memory. */
+enum {
+    SCHEDULE_RECOMPUTE_OFF = 0,
+    SCHEDULE_RECOMPUTE_ON = 1,
+    SCHEDULE_RECOMPUTE_AUTO = 2,
+    SCHEDULE_RECOMPUTE_KEEP = 3
+};
+int schedule_recompute_mode(const char *spec); /* -1: not auto, on, off or keep:K (K >= 1) */
 int schedule_plan(int32_t S, int32_t M, const double *stage_seconds, const double *forward_seconds,
-                  const double *round_trip, const double *transfer, const double *most_stash, const double *most_replay,
-                  int mode, int32_t *warm, uint8_t *recompute, double *stage_out);
+                  const double *round_trip, const double *transfer, const schedule_memory *memory, int mode,
+                  int32_t *warm, uint8_t *recompute, int32_t *keep, double *stage_out);
 /* The bytes a send puts on the wire: the tensor, its top-k encoding
  * (density, runtime/comm/topk.h) or its rows of bits (runtime/comm/quant.h). */
 double compress_wire_bytes(const ir_graph *g, const ir_node *send);

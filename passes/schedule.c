@@ -63,8 +63,25 @@
  * -> 14.24 s); such a stage waits at most half a micro-batch's compute.
  * `on` recomputes every stage that keeps anything, `off` none.
  *
+ * Partial replay.  A recomputing stage need not replay every waiting
+ * micro-batch: with n = w_s + 1 in flight, memory may hold K of them whole
+ * beside the other n - K's inputs,
+ *
+ *   K kept_s + (n - K) inputs_s <= room_s   (0 <= K < n),
+ *
+ * and only those n - K replay: the runtime keeps a forward whole while
+ * fewer than K are (runtime/stepper.c), which in 1F1B's steady state
+ * replays n - K of every n micro-batches, so the stage costs
+ * t_s + f_s (n - K) / n.  All or nothing, an 8B LoRA's stage 0 world-wide
+ * (7 in flight, 2 GB a micro-batch for 8 layers) either replayed all (a
+ * third more compute) or took fewer layers (6, 107 ms against the
+ * others' 181); keeping 4 whole it takes its share.  keep:K asks every
+ * stage that stashes to recompute keeping at most K whole (a test's way
+ * to run it).
+ *
  * The runtime (runtime/main.c) and the simulator (tools/simulate.c) read
- * the warm-up and the recompute flags from the placement.
+ * the warm-up, the recompute flags and the whole-kept counts from the
+ * placement.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -92,15 +109,35 @@ void schedule_warmup(int32_t S, int32_t M, const double *stage_seconds, const do
     }
 }
 
-double schedule_warmup_most(double memory, double state_bytes, double stash_bytes)
+double schedule_most_kept(const schedule_memory *m)
 {
-    if (!(memory > 0) || !(stash_bytes > 0))
-        return INFINITY;
-    return floor((memory - state_bytes) / stash_bytes) - 1.0;
+    return m && m->room < INFINITY && m->kept > 0 ? floor(fmax(m->room, -m->kept) / m->kept) : INFINITY;
+}
+
+double schedule_most_replayed(const schedule_memory *m)
+{
+    return m && m->room < INFINITY && m->inputs > 0 ? floor(fmax(m->room, 0.0) / m->inputs) - 1.0 : INFINITY;
+}
+
+int32_t schedule_keep_whole(const schedule_memory *m, int32_t n)
+{
+    if (n < 2)
+        return 0;
+    if (!m || !(m->room < INFINITY) || !(m->kept > m->inputs))
+        return n - 1;
+    double k = floor((m->room - n * m->inputs) / (m->kept - m->inputs));
+    return k < 0 ? 0 : k > n - 1 ? n - 1 : (int32_t)k;
 }
 
 int schedule_recompute_mode(const char *spec)
 {
+    if (spec && strncmp(spec, "keep:", 5) == 0) { /* keep:K, K >= 1 */
+        char *end;
+        long k = strtol(spec + 5, &end, 10);
+        return spec[5] >= '0' && spec[5] <= '9' && *end == '\0' && k >= 1 && k <= 1 << 20
+                   ? SCHEDULE_RECOMPUTE_KEEP + (int)k
+                   : -1;
+    }
     return !spec || strcmp(spec, "auto") == 0 ? SCHEDULE_RECOMPUTE_AUTO
            : strcmp(spec, "on") == 0          ? SCHEDULE_RECOMPUTE_ON
            : strcmp(spec, "off") == 0         ? SCHEDULE_RECOMPUTE_OFF
@@ -125,17 +162,33 @@ static double pipeline_period(int32_t S, const double *t, const double *round_tr
     return period;
 }
 
+/* How many of n waiting micro-batches a recomputing stage keeps whole:
+ * `on` none, keep:K at most K, `auto` what its memory holds beside the
+ * others' inputs. */
+static int32_t keep_for(int mode, const schedule_memory *memory, int32_t n)
+{
+    if (mode == SCHEDULE_RECOMPUTE_ON)
+        return 0;
+    if (mode >= SCHEDULE_RECOMPUTE_KEEP)
+        return mode - SCHEDULE_RECOMPUTE_KEEP < n - 1 ? mode - SCHEDULE_RECOMPUTE_KEEP : n - 1;
+    return schedule_keep_whole(memory, n);
+}
+
 int schedule_plan(int32_t S, int32_t M, const double *stage_seconds, const double *forward_seconds,
-                  const double *round_trip, const double *transfer, const double *most_stash, const double *most_replay,
-                  int mode, int32_t *warm, uint8_t *recompute, double *stage_out)
+                  const double *round_trip, const double *transfer, const schedule_memory *memory, int mode,
+                  int32_t *warm, uint8_t *recompute, int32_t *keep, double *stage_out)
 {
     double *t = malloc(((size_t)S + 1) * sizeof *t), *most = malloc(((size_t)S + 1) * sizeof *most);
+    double *most_kept = malloc(((size_t)S + 1) * sizeof *most_kept);
     int32_t *uncapped = malloc(((size_t)S + 1) * sizeof *uncapped), *warm_r = malloc(((size_t)S + 1) * sizeof *warm_r);
-    int rc = -1;
-    if (!t || !most || !uncapped || !warm_r)
+    int rc = -1, forced = mode == SCHEDULE_RECOMPUTE_ON || mode >= SCHEDULE_RECOMPUTE_KEEP;
+    if (!t || !most || !most_kept || !uncapped || !warm_r)
         goto done;
-    schedule_warmup(S, M, stage_seconds, round_trip, most_stash, warm);
+    for (int32_t s = 0; s < S; s++)
+        most_kept[s] = schedule_most_kept(memory ? &memory[s] : NULL);
+    schedule_warmup(S, M, stage_seconds, round_trip, most_kept, warm);
     memset(recompute, 0, (size_t)S);
+    memset(keep, 0, (size_t)S * sizeof *keep);
     if (stage_out)
         memcpy(stage_out, stage_seconds, (size_t)S * sizeof *stage_out);
     rc = 0;
@@ -145,22 +198,38 @@ int schedule_plan(int32_t S, int32_t M, const double *stage_seconds, const doubl
     schedule_warmup(S, M, stage_seconds, round_trip, NULL, uncapped);
     int any = 0;
     for (int32_t s = 0; s < S; s++) {
-        recompute[s] = mode == SCHEDULE_RECOMPUTE_ON || (most_stash && most_stash[s] < uncapped[s]);
+        recompute[s] = forced || most_kept[s] < uncapped[s];
         t[s] = stage_seconds[s] + (recompute[s] ? forward_seconds[s] : 0.0);
-        most[s] = recompute[s] ? (most_replay ? most_replay[s] : INFINITY) : (most_stash ? most_stash[s] : INFINITY);
+        most[s] = recompute[s] ? schedule_most_replayed(memory ? &memory[s] : NULL) : most_kept[s];
         any |= recompute[s];
     }
     if (!any)
         goto done;
-    schedule_warmup(S, M, t, round_trip, most, warm_r);
-    for (int32_t s = 0; s < S; s++)
-        if (warm_r[s] == 0 && recompute[s]) { /* its backward always follows its forward: nothing kept */
-            recompute[s] = 0;
-            t[s] = stage_seconds[s];
+    /* Twice: the warm-up for these seconds, then what each recomputing
+     * stage keeps whole at that warm-up and so the share of its
+     * micro-batches that replay; the second warm-up sees those cheaper
+     * stages. */
+    for (int round = 0; round < 2; round++) {
+        schedule_warmup(S, M, t, round_trip, most, warm_r);
+        for (int32_t s = 0; s < S; s++) {
+            if (!recompute[s])
+                continue;
+            int32_t n = warm_r[s] + 1 < M ? warm_r[s] + 1 : M;
+            /* its backward always follows its forward (nothing kept), or its stash fits whole after all */
+            if (warm_r[s] == 0 || (!forced && warm_r[s] <= most_kept[s])) {
+                recompute[s] = 0, keep[s] = 0;
+                t[s] = stage_seconds[s];
+                most[s] = most_kept[s];
+                continue;
+            }
+            keep[s] = keep_for(mode, memory ? &memory[s] : NULL, n);
+            t[s] = stage_seconds[s] + forward_seconds[s] * (double)(n - keep[s]) / n;
         }
+    }
     if (mode == SCHEDULE_RECOMPUTE_AUTO && !(pipeline_period(S, t, round_trip, transfer, warm_r) <
                                              pipeline_period(S, stage_seconds, round_trip, transfer, warm))) {
         memset(recompute, 0, (size_t)S);
+        memset(keep, 0, (size_t)S * sizeof *keep);
         goto done;
     }
     memcpy(warm, warm_r, (size_t)S * sizeof *warm);
@@ -169,6 +238,7 @@ int schedule_plan(int32_t S, int32_t M, const double *stage_seconds, const doubl
 done:
     free(t);
     free(most);
+    free(most_kept);
     free(uncapped);
     free(warm_r);
     return rc;
@@ -192,18 +262,19 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
     const char *file = ir_loc_file(g, (ir_loc){ 0, 0 });
     int mode = schedule_recompute_mode(opt->recompute);
     if (mode < 0)
-        return diag_set(err, file, 0, "--recompute: expected auto, on or off, found '%s'", opt->recompute);
+        return diag_set(err, file, 0, "--recompute: expected auto, on, off or keep:K, found '%s'", opt->recompute);
     if (!c || S < 2)
         return 0;
     double *t = calloc((size_t)S, sizeof *t), *fwd = calloc((size_t)S, sizeof *fwd),
            *bwd = calloc((size_t)S, sizeof *bwd), *forward = calloc((size_t)S, sizeof *forward);
     double *transfer = calloc((size_t)S, sizeof *transfer), *state = calloc((size_t)S, sizeof *state);
-    double *most = calloc((size_t)S, sizeof *most), *most_replay = calloc((size_t)S, sizeof *most_replay);
+    schedule_memory *room = calloc((size_t)S, sizeof *room);
     int32_t *warm = calloc((size_t)S, sizeof *warm), *ids = malloc(((size_t)g->n_values + 1) * sizeof *ids);
+    int32_t *keep = calloc((size_t)S, sizeof *keep);
     uint8_t *recompute = calloc((size_t)S, 1);
     char *counted = calloc((size_t)g->n_values + 1, 1);
     int rc = 0;
-    if (!t || !fwd || !bwd || !forward || !transfer || !state || !most || !most_replay || !warm || !ids || !recompute ||
+    if (!t || !fwd || !bwd || !forward || !transfer || !state || !room || !warm || !ids || !keep || !recompute ||
         !counted) {
         rc = diag_set(err, file, 0, "out of memory");
         goto done;
@@ -250,8 +321,7 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
         for (int32_t r = 0; r < R; r++)
             if (p->device[s * R + r] >= 0 && p->device[s * R + r] < c->n_devices)
                 memory = fmin(memory, estimate_usable_memory(&c->devices[p->device[s * R + r]]));
-        most[s] = schedule_warmup_most(memory, working - kept, kept);
-        most_replay[s] = schedule_warmup_most(memory, working, inputs);
+        room[s] = (schedule_memory){ memory > 0 ? memory - working : INFINITY, kept, inputs }; /* 0: not known */
     }
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const ir_node *n = &g->nodes[i];
@@ -284,12 +354,12 @@ int pass_schedule(ir_graph *g, const pass_options *opt, struct diag *err)
         transfer[s] = fmax(fwd[s], bwd[s]) / bw;
         fwd[s] = 2.0 * (lat + transfer[s]); /* now the cut's round trip */
     }
-    if (schedule_plan(S, M, t, forward, fwd, transfer, most, most_replay, mode, warm, recompute, NULL))
+    if (schedule_plan(S, M, t, forward, fwd, transfer, room, mode, warm, recompute, keep, NULL))
         rc = diag_set(err, file, 0, "out of memory");
-    else if (ir_graph_set_warmup(g, warm) || ir_graph_set_recompute(g, recompute))
+    else if (ir_graph_set_warmup(g, warm) || ir_graph_set_recompute(g, recompute) || ir_graph_set_keep(g, keep))
         rc = diag_set(err, file, 0, "schedule: cannot set the warm-up counts");
 done:
-    free(t), free(fwd), free(bwd), free(forward), free(transfer), free(state), free(most), free(most_replay);
-    free(warm), free(ids), free(recompute), free(counted);
+    free(t), free(fwd), free(bwd), free(forward), free(transfer), free(state), free(room);
+    free(warm), free(ids), free(keep), free(recompute), free(counted);
     return rc;
 }

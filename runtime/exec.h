@@ -61,7 +61,9 @@ typedef struct rt_context_s {
      * and back only for a backward that waits (1F1B): keep_stash, main
      * keeps this forward's (a CUDA device brings it down); stash_restored,
      * main put a waiting micro-batch's back before this backward (a CUDA
-     * device takes it up).  Both 0: the backward is next, or none comes. */
+     * device takes it up).  Both 0: the backward is next, or none comes;
+     * 2: the whole stash of a micro-batch a recomputing stage keeps whole
+     * (partial replay), 1 the rest (its replay's part under keep). */
     int32_t keep_stash, stash_restored;
     /* fp16's dynamic loss scaling (the fill and clip_scale ops that say loss_scale=1):
      * the loss seed is loss_scale (infinite when inject_overflow, a test's way

@@ -814,7 +814,7 @@ static int inference_main(program *p, int argc, char **argv)
          fail("%s: %s", p->manifest.device, why)) ||
         (p->cuda &&
          rt_cuda_set_host_tensors(p->cuda, p->tensors, p->manifest.n_tensors, p->stash, p->manifest.n_stash,
-                                  p->manifest.output, p->manifest.prefill_output) &&
+                                  p->manifest.n_stash_replay, p->manifest.output, p->manifest.prefill_output) &&
          fail("%s: out of memory", p->manifest.device))) {
         program_free(p);
         return 1;
@@ -896,8 +896,8 @@ int main(int argc, char **argv)
         (p.cuda && rt_cuda_attach_host_arena(p.cuda, p.arena, cuda_why, sizeof cuda_why) &&
          fail("%s: %s", p.manifest.device, cuda_why)) ||
         (p.cuda &&
-         rt_cuda_set_host_tensors(p.cuda, p.tensors, p.manifest.n_tensors, p.stash, p.manifest.n_stash, p.manifest.loss,
-                                  -1) &&
+         rt_cuda_set_host_tensors(p.cuda, p.tensors, p.manifest.n_tensors, p.stash, p.manifest.n_stash,
+                                  p.manifest.n_stash_replay, p.manifest.loss, -1) &&
          fail("%s: out of memory", p.manifest.device))) {
         program_free(&p);
         return 1;

@@ -99,9 +99,14 @@ typedef struct {
      * stage `stage` of n_stages, over micro_batches micro-batches a step. */
     int32_t device_index; /* in the cluster                                */
     int32_t stage, replica, n_stages, n_replicas, micro_batches;
-    int32_t warmup;    /* forwards before the first backward (the schedule pass) */
-    int32_t recompute; /* 1: the stash holds the forward's inputs; the forward
+    int32_t warmup;         /* forwards before the first backward (the schedule pass) */
+    int32_t recompute;      /* 1: the stash holds the forward's inputs; the forward
                                   runs again before a waiting backward (the schedule pass) */
+    int32_t keep;           /* recomputing: the most waiting micro-batches kept whole at
+                                  once, their backward replaying nothing (0: none) */
+    int32_t n_stash_replay; /* the stash's first tensors: what a forward's replay needs
+                                  (n_stash but under keep, where the rest complete a
+                                  whole micro-batch's)                            */
     int32_t n_stash, n_peers, n_links;
     int32_t port_base;       /* link i listens on port_base + i               */
     int64_t tokens_per_step; /* the global batch's tokens (samples), all micro-batches and replicas */

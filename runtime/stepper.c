@@ -56,18 +56,24 @@ int64_t program_feed_vocabulary(const program *p, int32_t tokens_at, int32_t tar
 
 /* ---- one step: 1F1B over the micro-batches ----------------------------------- */
 
-static int64_t stash_total(const program *p)
+/* The bytes of the stash's first n tensors. */
+static int64_t stash_total(const program *p, int32_t n)
 {
     int64_t bytes = 0;
-    for (int32_t i = 0; i < p->manifest.n_stash; i++)
+    for (int32_t i = 0; i < n; i++)
         bytes += rt_tensor_bytes(&p->stash[i]);
     return bytes;
 }
 
-static void stash_copy(stepper *st, int32_t m, int save)
+/* Micro-batch m's stash to its slot (save) or back to the arena: whole (2:
+ * every stash tensor, in its whole slot), or (1) the first n_stash_replay,
+ * all that a stage which keeps none whole has. */
+static void stash_copy(stepper *st, int32_t m, int save, int kind)
 {
-    char *slot = st->stash_mem + (size_t)(m % st->n_slots) * (size_t)st->stash_bytes;
-    for (int32_t i = 0; i < st->p->manifest.n_stash; i++) {
+    char *slot = kind == 2 ? st->whole_mem + (size_t)st->whole_slot[m] * (size_t)st->whole_bytes
+                           : st->stash_mem + (size_t)(m % st->n_slots) * (size_t)st->stash_bytes;
+    int32_t n = kind == 2 ? st->p->manifest.n_stash : st->p->manifest.n_stash_replay;
+    for (int32_t i = 0; i < n; i++) {
         const rt_tensor *t = &st->p->stash[i];
         size_t bytes = (size_t)rt_tensor_bytes(t);
         if (save)
@@ -194,7 +200,18 @@ static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
     ctx->micro_batch = m;
     ctx->phase = PHASE_FORWARD;
     double t0 = ctx->trace ? rt_trace_clock() : 0.0;
-    ctx->keep_stash = keep;
+    /* Partial replay (the schedule pass's keep): whole while a whole slot is free. */
+    int kind = 0;
+    for (int32_t j = 0; keep && j < st->n_whole && kind == 0; j++) {
+        int busy = 0;
+        for (int32_t k = 0; k < mf->micro_batches && !busy; k++)
+            busy = st->stashed[k] == 2 && st->whole_slot[k] == j;
+        if (!busy)
+            kind = 2, st->whole_slot[m] = j;
+    }
+    if (keep && kind == 0)
+        kind = 1;
+    ctx->keep_stash = kind;
     int rc = fusion_forward(p->arena, ctx);
     ctx->keep_stash = 0;
     if (rc != 0)
@@ -202,9 +219,9 @@ static int run_forward(stepper *st, rt_context *ctx, int32_t m, int keep)
     stepper_trace(ctx, "forward", t0);
     if (mf->loss >= 0)
         st->loss_sum += *(float *)(p->arena + p->tensors[mf->loss].t.offset);
-    if (keep) {
-        stash_copy(st, m, 1);
-        st->stashed[m] = 1;
+    if (kind) {
+        stash_copy(st, m, 1, kind);
+        st->stashed[m] = (char)kind;
     }
     return 0;
 }
@@ -213,11 +230,12 @@ static int run_backward(stepper *st, rt_context *ctx, int32_t m)
 {
     ctx->micro_batch = m;
     if (st->stashed[m]) {
-        stash_copy(st, m, 0);
+        int whole = st->stashed[m] == 2, replays = st->p->manifest.recompute && !whole;
+        stash_copy(st, m, 0, st->stashed[m]);
         st->stashed[m] = 0;
-        /* recomputing, the forward run again takes it up (ctx->replay) */
-        ctx->stash_restored = !st->p->manifest.recompute;
-        if (st->p->manifest.recompute) { /* the stash is the forward's inputs: run it again */
+        /* replaying, the forward run again takes it up (ctx->replay); 2: all of it */
+        ctx->stash_restored = replays ? 0 : whole ? 2 : 1;
+        if (replays) { /* the stash is the forward's inputs: run it again */
             ctx->phase = PHASE_FORWARD;
             ctx->replay = 1;
             int rc = fusion_forward(st->p->arena, ctx);
@@ -386,15 +404,20 @@ int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, train_im
     }
     /* At most warm-up + 1 micro-batches wait for their backward at once. */
     st->n_slots = (m->warmup < m->micro_batches ? m->warmup : m->micro_batches) + 1;
-    st->stash_bytes = stash_total(p);
+    st->stash_bytes = stash_total(p, m->n_stash_replay);
     st->stash_mem = malloc((size_t)st->n_slots * (size_t)st->stash_bytes + 1);
+    st->n_whole = m->recompute && m->keep > 0 ? (m->keep < st->n_slots ? m->keep : st->n_slots) : 0;
+    st->whole_bytes = stash_total(p, m->n_stash);
+    st->whole_mem = malloc((size_t)st->n_whole * (size_t)st->whole_bytes + 1);
+    st->whole_slot = malloc(((size_t)m->micro_batches + 1) * sizeof *st->whole_slot);
     st->stashed = calloc((size_t)m->micro_batches + 1, 1);
     st->order = malloc((2 * (size_t)m->micro_batches + 1) * sizeof *st->order);
     for (int32_t i = 0; i < m->n_tensors; i++)
         if (p->tensors[i].role == ROLE_GRADIENT)
             st->grad_floats += rt_tensor_numel(&p->tensors[i].t);
     st->grad_sum = m->micro_batches > 1 ? malloc((size_t)st->grad_floats * sizeof(float) + 1) : NULL;
-    if (!st->stash_mem || !st->stashed || !st->order || (m->micro_batches > 1 && !st->grad_sum))
+    if (!st->stash_mem || !st->whole_mem || !st->whole_slot || !st->stashed || !st->order ||
+        (m->micro_batches > 1 && !st->grad_sum))
         return fail("cannot allocate %lld bytes of stash and %lld of gradient sums",
                     (long long)(st->n_slots * st->stash_bytes), (long long)st->grad_floats * 4);
     char why[512];
@@ -413,6 +436,8 @@ int stepper_init(stepper *st, program *p, rt_comm *comm, rt_data *data, train_im
 void stepper_free(stepper *st)
 {
     free(st->stash_mem);
+    free(st->whole_mem);
+    free(st->whole_slot);
     free(st->stashed);
     rt_overlap_close(st->overlap);
     free(st->grad_sum);

@@ -23,11 +23,16 @@ typedef struct {
     int32_t images_at, labels_at;  /* its feeds on this device, -1 none        */
     int64_t b, T;                  /* rows per micro-batch, tokens per row */
     int32_t n_slots;               /* stash slots                          */
-    char *stash_mem;               /* [n_slots][stash_bytes]               */
+    char *stash_mem;               /* [n_slots][stash_bytes]: the stash's first
+                                      n_stash_replay tensors (all but under keep) */
     int64_t stash_bytes;
-    char *stashed;   /* per micro-batch: in a slot?          */
-    float *grad_sum; /* [grad floats] when M > 1             */
-    int32_t *order;  /* [2M] the 1F1B order                  */
+    int32_t n_whole; /* keep: slots for micro-batches kept whole */
+    char *whole_mem; /* [n_whole][whole_bytes]: the whole stash    */
+    int64_t whole_bytes;
+    int32_t *whole_slot; /* per micro-batch: its whole slot, or -1     */
+    char *stashed;       /* per micro-batch: 0 none, 1 in a slot, 2 in a whole slot */
+    float *grad_sum;     /* [grad floats] when M > 1             */
+    int32_t *order;      /* [2M] the 1F1B order                  */
     int64_t grad_floats;
     double loss_sum;
     rt_overlap *overlap; /* gradient buckets reduced in the last backward; NULL none */

@@ -18,7 +18,9 @@
 #     crosses);
 #   - on clusters/local-mixed.xml as a 4-stage pipeline (two CPU devices,
 #     then two CUDA devices, 4 micro-batches), with --recompute off (the
-#     first CUDA stage keeps a stash) and on (it replays its forward):
+#     first CUDA stage keeps a stash), on (it replays its forward) and
+#     keep:1 (partial replay: one waiting micro-batch whole, brought down
+#     and up whole, the other replayed):
 #     every loss within 1e-5 relative of the one CPU device's, and each
 #     CUDA stage's recv and send copies ran on the copy stream (the
 #     emulator's second stream: FUSION_EMU_COUNTS);
@@ -145,7 +147,7 @@ grep -q "^parameter wte.weight crosses from stage 0 to 3 in bf16" "$work/mixed-b
   --micro-batches 4 --precision bf16 >"$work/log" 2>&1 && pass || fail "mixed plan --precision bf16: $(tail -3 "$work/log")"
 grep -q "crosses from stage" "$work/mixed-fast/plan.txt" \
   && fail "mixed, bf16, 10 Gbps: wte.weight crosses in bf16: $(grep crosses "$work/mixed-fast/plan.txt")" || pass
-for r in off on; do
+for r in off on keep:1; do
   "$FUSIONC" compile models/gpt2.xml clusters/local-mixed.xml -o "$work/mixed-$r" "${model[@]}" --scheduler uniform \
     --micro-batches 4 --recompute $r --port-base "$base" --cublas system >"$work/log" 2>&1 \
     && pass || fail "mixed compile: $(tail -c 1500 "$work/log")"
@@ -282,9 +284,10 @@ set -- $(cat "$work/gpu-tf32.counts" 2>/dev/null)
   || fail "one CUDA device, tf32: expected every product with TF32 allowed (gemms = tf32 > 0), found: $*"
 
 # Two CPU and two CUDA stages: the first CUDA stage keeps a waiting
-# micro-batch's activations (off) or its forward's inputs and runs the
-# forward again (on).
-for r in off on; do
+# micro-batch's activations (off), or its forward's inputs and runs the
+# forward again (on), or one of its two waiting micro-batches whole and
+# the other's inputs (keep:1).
+for r in off on keep:1; do
   if FUSION_EMU_COUNTS="$work/mixed-$r.counts" "$work/mixed-$r/launch-local.sh" --data "$work/corpus.txt" \
        --steps $steps --seed 5 >"$work/mixed.out" 2>&1; then pass
   else fail "mixed run, recompute $r: $(tail -5 "$work/mixed.out"; tail -n 3 "$work/mixed-$r"/logs/*.log)"; fi

@@ -5,7 +5,8 @@
 # relative, for 20 steps (with --compress none: local-4 has two regions, so
 # adatopk, which changes the mathematics on purpose, is its default); with
 # --recompute on, the 4-stage pipeline's losses are bit-equal to its losses
-# without.  Also: launch-local.sh, plan.txt and the
+# without, and so with --recompute keep:1 (partial replay: each stage keeps
+# one waiting micro-batch whole, the others replay).  Also: launch-local.sh, plan.txt and the
 # per-device manifests are written, and every device reports completion.
 . "$(dirname "$0")/lib.sh"
 no_leak_scan_in_threaded_programs
@@ -56,6 +57,15 @@ grep -q "^schedule .*, recomputes" "$work/recompute4/cpu-a0/manifest.txt" && pas
   || fail "recompute4: cpu-a0's manifest does not say it recomputes: $(cat "$work/recompute4/cpu-a0/manifest.txt")"
 cmp -s "$work/pipeline4.loss" "$work/recompute4.loss" && pass \
   || fail "recompute4: losses differ from pipeline4's: $(paste "$work/pipeline4.loss" "$work/recompute4.loss" | head -5)"
+# Partial replay: stages 0-2 keep one waiting micro-batch whole at a time
+# and replay the others; bit for bit the same again.
+run keep4 --scheduler uniform --micro-batches 4 --recompute keep:1
+grep -q "^recompute: stage 0 keeps 1 of its 4 micro-batches in flight whole; the other 3 " "$work/keep4/plan.txt" && pass \
+  || fail "keep4: plan.txt does not say stage 0 keeps 1 of 4 whole: $(cat "$work/keep4/plan.txt")"
+grep -q "^schedule .*, recomputes.*(but up to 1 kept whole" "$work/keep4/cpu-a0/manifest.txt" && pass \
+  || fail "keep4: cpu-a0's manifest does not say it keeps 1 whole: $(cat "$work/keep4/cpu-a0/manifest.txt")"
+cmp -s "$work/pipeline4.loss" "$work/keep4.loss" && pass \
+  || fail "keep4: losses differ from pipeline4's: $(paste "$work/pipeline4.loss" "$work/keep4.loss" | head -5)"
 run grid2x2 --stages 2 --replicas 2 --micro-batches 2
 grep -q "2 stages x 2 replicas" "$work/grid2x2.compile" && pass || fail "grid2x2: $(cat "$work/grid2x2.compile")"
 for d in cpu-a0 cpu-a1 cpu-b0 cpu-b1; do

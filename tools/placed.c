@@ -157,7 +157,7 @@ static int build_if_fits_held(const options *fix, double first, const cluster *c
             return 0;
         double lacks = plan_memory_shortfall(g, c, plan);
         if (lacks > 0) /* at least what the cost model does not see */
-            lacks = fmax(lacks, plan_memory_working_extra(g, plan));
+            lacks = fmax(lacks, plan_memory_working_extra(g, plan, 0));
         if (!(lacks > 0)) {
             *held = o.memory_reserve - fix->memory_reserve;
             return 1;
@@ -222,23 +222,29 @@ static const char *held_note(double held, char *text, size_t n)
  * which holds more than the fence cost model counts (a micro-batch's
  * activation gradients, scratch, the loss's logits), so a stage the model
  * expected to keep its stashes may recompute.  Each replay adds the
- * stage's forward, at least a third of its forward and backward; when that
+ * stage's forward, at least a third of its forward and backward, for the
+ * share of its micro-batches it does not keep whole (ir_placement.keep); when that
  * makes it the slowest stage, every micro-batch waits for it.  Seconds a
  * step, 0 when nothing unforeseen recomputes or it stays off the
  * bottleneck. */
 static double unforeseen_replays(const ir_graph *g, const fence_plan *plan)
 {
     double slowest = plan->bottleneck;
-    for (int32_t s = 0; s < plan->n_stages && s < g->placement.n_stages; s++)
-        if (ir_placement_recompute(&g->placement, s) && plan->recompute && !plan->recompute[s])
-            slowest = fmax(slowest, plan->stage_compute[s] * 4.0 / 3.0);
+    const ir_placement *p = &g->placement;
+    for (int32_t s = 0; s < plan->n_stages && s < p->n_stages; s++)
+        if (ir_placement_recompute(p, s) && plan->recompute && !plan->recompute[s]) {
+            /* the share of its micro-batches that replay: those it does not keep whole */
+            int32_t n =
+                ir_placement_warmup(p, s) + 1 < p->micro_batches ? ir_placement_warmup(p, s) + 1 : p->micro_batches;
+            double replayed = n > 0 ? (double)(n - ir_placement_keep(p, s)) / n : 1.0;
+            slowest = fmax(slowest, plan->stage_compute[s] * (1.0 + replayed / 3.0));
+        }
     return (slowest - plan->bottleneck) * plan->micro_batches;
 }
 
 /* A plan that fits but recomputes where its estimate did not expect it
  * (unforeseen_replays): planned again holding back the memory the cost
- * model does not see (plan_memory_working_extra, as for a plan that does
- * not fit), the faster of the two kept, each by its estimate plus what its
+ * model does not see on the stages that stash (plan_memory_working_extra), the faster of the two kept, each by its estimate plus what its
  * unforeseen replays add (said in note).  An 8B LoRA on one city's 8
  * V100s: stage 1 recomputed, 12.40 s estimated, 16.31 s simulated. */
 static void try_foreseen(const options *o, const cluster *c, ir_graph *g, fence_plan *plan, char *note, size_t note_n)
@@ -251,7 +257,7 @@ static void try_foreseen(const options *o, const cluster *c, ir_graph *g, fence_
     ir_graph g2;
     fence_plan plan2;
     double held;
-    if (!build_if_fits_held(&fix, plan_memory_working_extra(g, plan), c, &g2, &plan2, &held))
+    if (!build_if_fits_held(&fix, plan_memory_working_extra(g, plan, 1), c, &g2, &plan2, &held))
         return;
     double lost2 = unforeseen_replays(&g2, &plan2);
     if (!(plan2.step_seconds + lost2 < plan->step_seconds + lost)) {
@@ -291,7 +297,8 @@ int placed_build_fitting(const options *o, const cluster *c, ir_graph *g, fence_
      * s at 32 as it is, 38.6 s at 8: not monotone, so each is tried). */
     ir_graph best_g;
     fence_plan best_plan;
-    double first_lacks = fmax(plan_memory_shortfall(g, c, plan), plan_memory_working_extra(g, plan)), best_held = 0.0;
+    double first_lacks = fmax(plan_memory_shortfall(g, c, plan), plan_memory_working_extra(g, plan, 0)),
+           best_held = 0.0;
     int best = -1, more = 0;
     int64_t best_M = 0, first_M = 0; /* the best plan's count, the fewest that fit */
     for (int64_t M = M0; M <= (B > 0 ? B : M0) && more <= PLACED_MORE_COUNTS; M++) {

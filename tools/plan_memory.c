@@ -22,11 +22,12 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* What stage s keeps of a waiting micro-batch (memory_stash_values). */
-static double stage_stash_bytes(const ir_graph *g, int32_t s)
+/* What stage s keeps of a waiting micro-batch: whole (what its backward
+ * reads), or to replay (what its forward received); memory_stash_values_as. */
+static double stage_stash_bytes(const ir_graph *g, int32_t s, int replay)
 {
     int32_t *ids = malloc(((size_t)g->n_values + 1) * sizeof *ids);
-    int32_t n = ids ? memory_stash_values(g, s, ids) : 0;
+    int32_t n = ids ? memory_stash_values_as(g, s, replay, ids) : 0;
     double stash = 0.0;
     for (int32_t i = 0; i < n; i++)
         stash += (double)ir_value_bytes(g, ids[i]);
@@ -36,14 +37,20 @@ static double stage_stash_bytes(const ir_graph *g, int32_t s)
 
 double plan_stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
 {
-    double stash = stage_stash_bytes(g, s);
+    int replay = ir_placement_recompute(&g->placement, s);
+    double stash = stage_stash_bytes(g, s, replay);
     int32_t waiting =
         g->placement.n_stages == p->n_stages ? ir_placement_warmup(&g->placement, s) : p->n_stages - s - 1;
     if (waiting > p->micro_batches)
         waiting = p->micro_batches;
     if (waiting < 0 || p->micro_batches <= 1)
         waiting = 0;
-    return (double)memory_arena_bytes(g, p->devices[s * p->n_replicas]) + waiting * stash;
+    double arena = (double)memory_arena_bytes(g, p->devices[s * p->n_replicas]);
+    int32_t keep = ir_placement_keep(&g->placement, s),
+            in_flight = waiting + 1 < p->micro_batches ? waiting + 1 : p->micro_batches;
+    if (replay && keep > 0) /* partial replay: keep whole, the rest their inputs (schedule_keep_whole) */
+        return arena + keep * stage_stash_bytes(g, s, 0) + (in_flight - keep) * stash;
+    return arena + waiting * stash;
 }
 
 /* The bytes of device d's parameters, their gradients (what its update
@@ -109,14 +116,17 @@ double plan_memory_shortfall(const ir_graph *g, const cluster *c, const fence_pl
     return most;
 }
 
-double plan_memory_working_extra(const ir_graph *g, const fence_plan *p)
+double plan_memory_working_extra(const ir_graph *g, const fence_plan *p, int waiting_only)
 {
     double most = 0.0;
     for (int32_t s = 0; s < p->n_stages; s++) {
+        if (waiting_only && g->placement.n_stages == p->n_stages && ir_placement_warmup(&g->placement, s) == 0)
+            continue;
         int32_t d = p->devices[s * p->n_replicas];
         double params, grads, moments;
         state_bytes(g, d, &params, &grads, &moments);
-        double extra = (double)memory_arena_bytes(g, d) - params - grads - moments - stage_stash_bytes(g, s);
+        /* the cost model counts a running micro-batch as one whole stash, recomputing or not */
+        double extra = (double)memory_arena_bytes(g, d) - params - grads - moments - stage_stash_bytes(g, s, 0);
         most = fmax(most, extra);
     }
     return most;

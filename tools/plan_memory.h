@@ -17,10 +17,14 @@ double plan_stage_memory(const ir_graph *g, const fence_plan *p, int32_t s);
 double plan_memory_shortfall(const ir_graph *g, const cluster *c, const fence_plan *p);
 
 /* The most any stage's working micro-batch holds beyond one stash: its
- * arena less its parameters, gradients and moments and one stash (the
- * micro-batch's activation gradients, scratch, the loss's logits), which
- * the fence pass's cost model does not count. */
-double plan_memory_working_extra(const ir_graph *g, const fence_plan *p);
+ * arena less its parameters, gradients and moments and one whole stash
+ * (the micro-batch's activation gradients, scratch, the loss's logits),
+ * which the fence pass's cost model does not count.  waiting_only: only
+ * the stages that keep micro-batches waiting (warm-up > 0), the ones
+ * whose stash it can make recompute: the last stage's logits (3.0 GiB on
+ * an 8B Llama's, 0.7 GiB on the others') held back on every device kept
+ * the world-wide LoRA's first three stages 2.3 GiB short. */
+double plan_memory_working_extra(const ir_graph *g, const fence_plan *p, int waiting_only);
 
 /* 0 when every device of p holds its stage (estimate_usable_memory: a
  * CUDA device's less its context); else -1 with err naming the first that

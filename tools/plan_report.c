@@ -130,9 +130,18 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
     }
     int32_t placed = g->placement.n_stages == p->n_stages, any = 0, count = 0;
     for (int32_t s = 0; placed && s < p->n_stages; s++)
-        count += ir_placement_recompute(&g->placement, s) != 0;
+        count += ir_placement_recompute(&g->placement, s) != 0 && ir_placement_keep(&g->placement, s) == 0;
+    for (int32_t s = 0; placed && s < p->n_stages; s++) { /* partial replay: a line a stage */
+        int32_t keep = ir_placement_keep(&g->placement, s), M = g->placement.micro_batches;
+        int32_t n = ir_placement_warmup(&g->placement, s) + 1 < M ? ir_placement_warmup(&g->placement, s) + 1 : M;
+        if (keep > 0)
+            fprintf(out,
+                    "recompute: stage %d keeps %d of its %d micro-batches in flight whole; the other %d keep only "
+                    "what its forward receives and run it again before their backward\n",
+                    s, keep, n, n - keep);
+    }
     for (int32_t s = 0; placed && s < p->n_stages; s++)
-        if (ir_placement_recompute(&g->placement, s))
+        if (ir_placement_recompute(&g->placement, s) && ir_placement_keep(&g->placement, s) == 0)
             fprintf(out, "%s%d", any++ ? ", " : count == 1 ? "recompute: stage " : "recompute: stages ", s);
     if (any)
         fprintf(out, " %s only what %s forward receives a micro-batch and run%s it again before %s backward\n",

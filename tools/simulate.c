@@ -52,6 +52,9 @@ typedef struct {
     double replay;            /* recomputing: its forward's compute, run again before a
                                    waiting backward (0: the stage keeps its stash)      */
     int replayed;             /* this backward's replay is done                        */
+    int32_t keep, whole_now;  /* recomputing: the most micro-batches kept whole at once
+                                   (ir_placement.keep), and how many are now            */
+    uint8_t *whole;           /* [M]: kept whole, its backward replays nothing         */
     int32_t box;              /* the open box, or -1                                  */
     int done;
 } worker;
@@ -65,6 +68,7 @@ typedef struct {
     int32_t *n_ops;            /* [S * PHASE_COUNT]                                      */
     int32_t *order;            /* [S][2M]: +m a forward, -(m+1) a backward               */
     worker *w;
+    uint8_t *whole;    /* [W][M]: each worker's worker.whole */
     double *arrival;   /* [steps][M+1][R][T]: INFINITY until known               */
     int32_t *link_of;  /* [n_devices^2]: index into r->links, -1                 */
     double *link_free; /* [n_devices^2 capacity]: when each link's last message is out */
@@ -325,10 +329,10 @@ static int advance(sim *s, int32_t wi, double now)
         }
         const int32_t *ops = s->ops[ph] + (size_t)st * g->n_nodes;
         int32_t n_ops = s->n_ops[st * PHASE_COUNT + ph];
-        if (!w->replayed && w->op == 0 && a < 0 && w->replay > 0.0 && w->action > 0 &&
+        if (!w->replayed && w->op == 0 && a < 0 && w->replay > 0.0 && w->action > 0 && !w->whole[mb] &&
             s->order[(size_t)st * 2 * s->M + w->action - 1] != mb) {
-            /* A waiting backward on a stage that recomputes: the forward
-             * again first (runtime/main.c run_backward). */
+            /* A waiting backward on a stage that recomputes, not kept
+             * whole: the forward again first (runtime/stepper.c run_backward). */
             double start = fmax(w->t_free, now);
             if (add_box(s, wi, SIM_FORWARD, mb, start, start + w->replay))
                 return -1;
@@ -338,6 +342,15 @@ static int advance(sim *s, int32_t wi, double now)
             continue;
         }
         if (w->op == n_ops) { /* the action is done */
+            /* What the runtime keeps of it (runtime/stepper.c): a forward
+             * whose backward waits, whole while fewer than keep are; a
+             * backward frees its micro-batch's. */
+            int waits = !update && a >= 0 && w->action + 1 < 2 * s->M &&
+                        s->order[(size_t)st * 2 * s->M + w->action + 1] != -(mb + 1);
+            if (waits && w->whole_now < w->keep)
+                w->whole[mb] = 1, w->whole_now++;
+            else if (!update && a < 0 && w->whole[mb])
+                w->whole[mb] = 0, w->whole_now--;
             w->op = 0;
             w->replayed = 0;
             w->box = -1;
@@ -503,13 +516,15 @@ int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, int overl
     s.n_ops = calloc((size_t)s.S * PHASE_COUNT, sizeof *s.n_ops);
     s.order = malloc((size_t)s.S * 2 * (size_t)s.M * sizeof *s.order);
     s.w = calloc((size_t)W, sizeof *s.w);
+    s.whole = calloc((size_t)W * (size_t)s.M + 1, 1);
     s.arrival = malloc(n_keys * sizeof *s.arrival);
     s.link_of = malloc((size_t)D * (size_t)D * sizeof *s.link_of);
     s.link_free = calloc((size_t)D * (size_t)D + 1, sizeof *s.link_free);
     s.ar_count = calloc((size_t)s.S, sizeof *s.ar_count);
     int rc = -1;
     if (!r->device || !r->stage || !r->busy || !r->step_end || !r->links || !s.ops[0] || !s.ops[1] || !s.ops[2] ||
-        !s.ops[3] || !s.n_ops || !s.order || !s.w || !s.arrival || !s.link_of || !s.link_free || !s.ar_count) {
+        !s.ops[3] || !s.n_ops || !s.order || !s.w || !s.whole || !s.arrival || !s.link_of || !s.link_free ||
+        !s.ar_count) {
         diag_set(err, file, 0, "out of memory simulating");
         goto done;
     }
@@ -535,7 +550,13 @@ int simulate_steps(const ir_graph *g, const cluster *c, int32_t steps, int overl
                 diag_set(err, file, 0, "the placement names device %d; the cluster has %d", dev, D);
                 goto done;
             }
-            s.w[wi] = (worker){ .stage = st, .replica = rep, .device = dev, .pending_send = -1, .box = -1 };
+            s.w[wi] = (worker){ .stage = st,
+                                .replica = rep,
+                                .device = dev,
+                                .pending_send = -1,
+                                .box = -1,
+                                .keep = ir_placement_keep(&g->placement, st),
+                                .whole = s.whole + (size_t)wi * s.M };
             for (int32_t k = 0;
                  ir_placement_recompute(&g->placement, st) && k < s.n_ops[st * PHASE_COUNT + PHASE_FORWARD]; k++) {
                 int32_t n = s.ops[PHASE_FORWARD][(size_t)st * N + k];
@@ -563,6 +584,7 @@ done:
     free(s.n_ops);
     free(s.order);
     free(s.w);
+    free(s.whole);
     free(s.arrival);
     free(s.link_of);
     free(s.link_free);

@@ -114,8 +114,8 @@ struct rt_cuda {
     char *host_arena; /* page-locked while attached */
     int cc_major, cc_minor;
     /* What the host touches between phases (rt_cuda_set_host_tensors). */
-    rt_cuda_range *inputs, *stash, *grads, *state, loss, prefill_output;
-    int32_t n_inputs, n_stash, n_grads, n_state;
+    rt_cuda_range *inputs, *stash, *stash_replay, *grads, *state, loss, prefill_output;
+    int32_t n_inputs, n_stash, n_stash_replay, n_grads, n_state;
     uint8_t *grad_fetched; /* [n_grads] 1: a bucket brought it down this backward */
     int device_current;    /* 0: the next phase copies the whole arena up */
 };
@@ -354,7 +354,7 @@ void rt_cuda_close(rt_cuda *c)
             c->api.ctx_release(c->device);
     }
     free(c->functions);
-    free(c->inputs), free(c->stash), free(c->grads), free(c->state), free(c->grad_fetched);
+    free(c->inputs), free(c->stash), free(c->stash_replay), free(c->grads), free(c->state), free(c->grad_fetched);
     if (c->libcublas)
         dlclose(c->libcublas);
     if (c->libcuda)
@@ -405,7 +405,7 @@ static int take_ranges(rt_cuda_range **out, int32_t *n, const rt_tensor *t, int3
 }
 
 int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t n_tensors, const rt_tensor *stash,
-                             int32_t n_stash, int32_t loss, int32_t prefill_output)
+                             int32_t n_stash, int32_t n_stash_replay, int32_t loss, int32_t prefill_output)
 {
     rt_tensor *by_role[ROLE_COUNT];
     int32_t count[ROLE_COUNT] = { 0 };
@@ -419,11 +419,12 @@ int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t 
     /* The state a checkpoint reads: parameters, then the optimizer's moments. */
     for (int32_t i = 0; rc == 0 && i < count[ROLE_STATE]; i++)
         by_role[ROLE_PARAM][count[ROLE_PARAM] + i] = by_role[ROLE_STATE][i];
-    if (rc == 0 &&
-        (take_ranges(&c->inputs, &c->n_inputs, by_role[ROLE_INPUT], count[ROLE_INPUT]) ||
-         take_ranges(&c->grads, &c->n_grads, by_role[ROLE_GRADIENT], count[ROLE_GRADIENT]) ||
-         take_ranges(&c->state, &c->n_state, by_role[ROLE_PARAM], count[ROLE_PARAM] + count[ROLE_STATE]) ||
-         take_ranges(&c->stash, &c->n_stash, stash, n_stash) || !(c->grad_fetched = calloc((size_t)c->n_grads + 1, 1))))
+    if (rc == 0 && (take_ranges(&c->inputs, &c->n_inputs, by_role[ROLE_INPUT], count[ROLE_INPUT]) ||
+                    take_ranges(&c->grads, &c->n_grads, by_role[ROLE_GRADIENT], count[ROLE_GRADIENT]) ||
+                    take_ranges(&c->state, &c->n_state, by_role[ROLE_PARAM], count[ROLE_PARAM] + count[ROLE_STATE]) ||
+                    take_ranges(&c->stash, &c->n_stash, stash, n_stash) ||
+                    take_ranges(&c->stash_replay, &c->n_stash_replay, stash, n_stash_replay) ||
+                    !(c->grad_fetched = calloc((size_t)c->n_grads + 1, 1))))
         rc = -1;
     if (rc == 0 && loss >= 0 && loss < n_tensors)
         c->loss = (rt_cuda_range){ tensors[loss].t.offset, rt_tensor_bytes(&tensors[loss].t) };
@@ -445,9 +446,10 @@ int rt_cuda_phase_begin(char *arena, rt_context *ctx)
     } else if (ctx->phase == PHASE_FORWARD || ctx->phase == PHASE_PREFILL) {
         r = push(c, arena, c->inputs, c->n_inputs);
         if (r == 0 && ctx->replay) /* what main put back for the forward to run again */
-            r = push(c, arena, c->stash, c->n_stash);
-    } else if (ctx->phase == PHASE_BACKWARD && ctx->stash_restored) {
-        r = push(c, arena, c->stash, c->n_stash); /* main put a waiting micro-batch's back */
+            r = push(c, arena, c->stash_replay, c->n_stash_replay);
+    } else if (ctx->phase == PHASE_BACKWARD && ctx->stash_restored) { /* main put a waiting micro-batch's back */
+        r = ctx->stash_restored == 2 ? push(c, arena, c->stash, c->n_stash)
+                                     : push(c, arena, c->stash_replay, c->n_stash_replay);
     } else if (ctx->phase == PHASE_UPDATE) {
         r = push(c, arena, c->grads, c->n_grads); /* main's mean over the micro-batches */
     }
@@ -461,8 +463,9 @@ int rt_cuda_phase_end(char *arena, rt_context *ctx)
     int32_t flags = 0, words[2] = { 0, 0 }; /* the flags word and the gradient norm's (a float) */
     if (ctx->phase == PHASE_FORWARD && !ctx->replay) {
         r = pull(c, arena, &c->loss, 1);
-        if (r == 0 && ctx->keep_stash)
-            r = pull(c, arena, c->stash, c->n_stash); /* main keeps it: the backward waits */
+        if (r == 0 && ctx->keep_stash) /* main keeps it: the backward waits (2: whole) */
+            r = ctx->keep_stash == 2 ? pull(c, arena, c->stash, c->n_stash)
+                                     : pull(c, arena, c->stash_replay, c->n_stash_replay);
     } else if (ctx->phase == PHASE_PREFILL) {
         r = pull(c, arena, &c->prefill_output, 1);
     } else if (ctx->phase == PHASE_BACKWARD) {

@@ -97,12 +97,13 @@ typedef struct {
 } rt_cuda_range;
 
 /* What crosses between phases: the tensors by role (inputs, gradients,
- * parameters and state), the stash (main.c's), the loss or an inference
+ * parameters and state), the stash (main.c's; its first n_stash_replay
+ * tensors what a replay needs, all of them a micro-batch kept whole), the loss or an inference
  * program's output after the forward and its prompt step's output after
  * the prefill phase (indices into tensors, -1: none).  0, or -1 when out
  * of memory. */
 int rt_cuda_set_host_tensors(rt_cuda *c, const rt_tensor_info *tensors, int32_t n_tensors, const rt_tensor *stash,
-                             int32_t n_stash, int32_t loss, int32_t prefill_output);
+                             int32_t n_stash, int32_t n_stash_replay, int32_t loss, int32_t prefill_output);
 /* Bring the parameters and optimizer state down to the host arena (before a checkpoint). */
 int rt_cuda_pull_state(rt_cuda *c, char *arena, char *why, size_t why_len);
 /* The host wrote to its arena beyond the sets above: the next phase copies it all up. */

@@ -340,8 +340,18 @@ static void test_text_placement_line_round_trips(void)
     CHECK_CONTAINS(text, "devices=[0,1,13,2] warmup=[4,3] recompute=[1,0]\nhyper n_layer = 2\n");
     check_round_trip(&g, "gpt-like graph with recompute flags");
     free(text);
-    CHECK_INT(0, ir_graph_set_recompute(&g, (uint8_t[]){ 0, 0 })); /* none: no list */
+    /* Partial replay: a recomputing stage's whole-kept count, after the flags. */
+    CHECK_INT(-1, ir_graph_set_keep(&g, (int32_t[]){ 0, 1 })); /* stage 1 does not recompute */
+    CHECK_INT(-1, ir_graph_set_keep(&g, (int32_t[]){ 5, 0 })); /* over M = 4 */
+    CHECK_INT(0, ir_graph_set_keep(&g, (int32_t[]){ 2, 0 }));
+    CHECK_INT(2, ir_placement_keep(&g.placement, 0));
+    text = print_to_string(&g, 0);
+    CHECK_CONTAINS(text, "devices=[0,1,13,2] warmup=[4,3] recompute=[1,0] keep=[2,0]\nhyper n_layer = 2\n");
+    check_round_trip(&g, "gpt-like graph with whole-kept counts");
+    free(text);
+    CHECK_INT(0, ir_graph_set_recompute(&g, (uint8_t[]){ 0, 0 })); /* none: no list, and none kept */
     CHECK(g.placement.recompute == NULL);
+    CHECK_INT(0, ir_placement_keep(&g.placement, 0));
     CHECK_INT(0, ir_graph_set_warmup(&g, NULL));
 
     /* The copy is deep: the original's list freed, the copy still prints it. */
@@ -511,6 +521,12 @@ static void test_text_parse_errors_in_the_placement_line(void)
                 "',' and 1 more recompute flag");
     PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] recompute=[1,0] x\n", 3,
                 "expected end of line after the recompute list, found 'x'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] recompute=[1,0] keep=[1,1]\n", 3,
+                "expected keep 0 (the stage does not recompute), found '1'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] recompute=[1,0] keep=[9,0]\n", 3,
+                "expected a keep count from 0 to the micro-batches, found '9'");
+    PARSE_ERROR(TOP "placement stages=2 replicas=2 micro_batches=4 devices=[0,1,2,3] recompute=[1,0] keep=[1,0] x\n", 3,
+                "expected end of line after the keep list, found 'x'");
     PARSE_ERROR(TOP PLACED PLACED, 4,
                 "'placement' must come once, after 'model' (and 'after'), before any "
                 "hyper, source or node");
