@@ -233,10 +233,13 @@ const cli_option fusionc_options[OPT_COUNT] = {
                                "their gradients, top-k with error feedback for parameter gradients),\n"
                                "none (the default on one region) or topk:RHO (everything top-k at RHO)" },
     [OPT_RECOMPUTE] = { .name = "--recompute", .metavar = "R",
-                        CLI_CUSTOM(parse_recompute, const char *, options, recompute), .expects = "auto, on or off",
+                        CLI_CUSTOM(parse_recompute, const char *, options, recompute), .expects = "auto, on, off or keep:K",
                         .help = "auto (default: a stage whose memory caps the micro-batches it keeps\n"
                                 "in flight keeps only its forward's inputs and runs the forward again\n"
-                                "before each waiting backward, when that shortens the step), on or off" },
+                                "before each waiting backward, when that shortens the step, but keeps\n"
+                                "whole as many as its memory holds beside the others' inputs), on (every\n"
+                                "stage that stashes replays them all), off, or keep:K (every stage that\n"
+                                "stashes replays, keeping at most K whole)" },
     [OPT_SHARD_OPTIMIZER] = { .name = "--shard-optimizer", CLI_FLAG(options, shard_optimizer),
                               .help = "ZeRO-1: a stage's replicas split the AdamW moments, each keeping 1/R\n"
                                       "(the gradients reduce-scattered, each replica updating its piece,\n"
