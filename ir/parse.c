@@ -705,6 +705,40 @@ static int expect_key(parser *ps, const char *key)
     return expect_char(ps, '=', "'='");
 }
 
+/* Does the rest of the line start with key (as "warmup=")? */
+static int starts_with_key(parser *ps, const char *key)
+{
+    size_t n = strlen(key);
+    return !at_end(ps) && (size_t)(ps->end - ps->p) >= n && strncmp(ps->p, key, n) == 0;
+}
+
+/* key=[v,...]: one value a stage, each from 0 to hi (0 where only[s] is 0:
+ * "keep 0 (the stage does not recompute)"); nouns name the list ("each
+ * stage's <all>") and one value ("<one>"), range what a value may be. */
+static int read_stage_list(parser *ps, const char *key, const char *all, const char *one, int64_t stages, int64_t hi,
+                           const char *range, const uint8_t *only, int32_t *out)
+{
+    char what[160];
+    snprintf(what, sizeof what, "'[' and each stage's %s", all);
+    if (expect_key(ps, key) != 0 || expect_char(ps, '[', what) != 0)
+        return -1;
+    for (int32_t s = 0; s < stages; s++) {
+        int64_t v;
+        snprintf(what, sizeof what, "',' and %d more %s%s (one a stage)", (int)(stages - s), one,
+                 stages - s == 1 ? "" : "s");
+        if (s > 0 && !peek_char(ps, ','))
+            return expected(ps, what);
+        if (s > 0)
+            ps->p++;
+        int none = only && !only[s];
+        if (read_int(ps, 0, none ? 0 : hi, none ? "keep 0 (the stage does not recompute)" : range, &v) != 0)
+            return -1;
+        out[s] = (int32_t)v;
+    }
+    snprintf(what, sizeof what, "']' after one %s a stage", one);
+    return expect_char(ps, ']', what);
+}
+
 /* placement stages=S replicas=R micro_batches=M devices=[D,D,...] [warmup=[W,...]] [recompute=[0|1,...]]
  *   [keep=[K,...]]
  * Everything ir_graph_set_placement would refuse is named here, at this
@@ -756,69 +790,22 @@ static int parse_placement(parser *ps)
              (long long)replicas);
     if (expect_char(ps, ']', what) != 0)
         return -1;
-    int32_t warmup[IR_MAX_STAGE_DEVICES];
-    int has_warmup = !at_end(ps) && (size_t)(ps->end - ps->p) >= 7 && strncmp(ps->p, "warmup=", 7) == 0;
-    if (has_warmup) {
-        if (expect_key(ps, "warmup") != 0 || expect_char(ps, '[', "'[' and each stage's warm-up forwards") != 0)
-            return -1;
-        for (int32_t s = 0; s < stages; s++) {
-            int64_t w;
-            snprintf(what, sizeof what, "',' and %d more warm-up count%s (one a stage)", (int)(stages - s),
-                     stages - s == 1 ? "" : "s");
-            if (s > 0 && !peek_char(ps, ','))
-                return expected(ps, what);
-            if (s > 0)
-                ps->p++;
-            if (read_int(ps, 0, micro, "a warm-up count from 0 to the micro-batches", &w) != 0)
-                return -1;
-            warmup[s] = (int32_t)w;
-        }
-        if (expect_char(ps, ']', "']' after one warm-up count a stage") != 0)
-            return -1;
-    }
+    int32_t warmup[IR_MAX_STAGE_DEVICES], keep[IR_MAX_STAGE_DEVICES], recompute32[IR_MAX_STAGE_DEVICES];
     uint8_t recompute[IR_MAX_STAGE_DEVICES];
-    int has_recompute = !at_end(ps) && (size_t)(ps->end - ps->p) >= 10 && strncmp(ps->p, "recompute=", 10) == 0;
-    if (has_recompute) {
-        if (expect_key(ps, "recompute") != 0 || expect_char(ps, '[', "'[' and each stage's recompute flag") != 0)
-            return -1;
-        for (int32_t s = 0; s < stages; s++) {
-            int64_t flag;
-            snprintf(what, sizeof what, "',' and %d more recompute flag%s (one a stage)", (int)(stages - s),
-                     stages - s == 1 ? "" : "s");
-            if (s > 0 && !peek_char(ps, ','))
-                return expected(ps, what);
-            if (s > 0)
-                ps->p++;
-            if (read_int(ps, 0, 1, "a recompute flag, 0 or 1", &flag) != 0)
-                return -1;
-            recompute[s] = (uint8_t)flag;
-        }
-        if (expect_char(ps, ']', "']' after one recompute flag a stage") != 0)
-            return -1;
-    }
-    int32_t keep[IR_MAX_STAGE_DEVICES];
-    int has_keep = has_recompute && !at_end(ps) && (size_t)(ps->end - ps->p) >= 5 && strncmp(ps->p, "keep=", 5) == 0;
-    if (has_keep) {
-        if (expect_key(ps, "keep") != 0 || expect_char(ps, '[', "'[' and each stage's whole-kept micro-batches") != 0)
-            return -1;
-        for (int32_t s = 0; s < stages; s++) {
-            int64_t k;
-            snprintf(what, sizeof what, "',' and %d more keep count%s (one a stage)", (int)(stages - s),
-                     stages - s == 1 ? "" : "s");
-            if (s > 0 && !peek_char(ps, ','))
-                return expected(ps, what);
-            if (s > 0)
-                ps->p++;
-            if (read_int(ps, 0, recompute[s] ? micro : 0,
-                         recompute[s] ? "a keep count from 0 to the micro-batches"
-                                      : "keep 0 (the stage does not recompute)",
-                         &k) != 0)
-                return -1;
-            keep[s] = (int32_t)k;
-        }
-        if (expect_char(ps, ']', "']' after one keep count a stage") != 0)
-            return -1;
-    }
+    int has_warmup = starts_with_key(ps, "warmup=");
+    if (has_warmup && read_stage_list(ps, "warmup", "warm-up forwards", "warm-up count", stages, micro,
+                                      "a warm-up count from 0 to the micro-batches", NULL, warmup) != 0)
+        return -1;
+    int has_recompute = starts_with_key(ps, "recompute=");
+    if (has_recompute && read_stage_list(ps, "recompute", "recompute flag", "recompute flag", stages, 1,
+                                         "a recompute flag, 0 or 1", NULL, recompute32) != 0)
+        return -1;
+    for (int32_t s = 0; has_recompute && s < stages; s++)
+        recompute[s] = (uint8_t)recompute32[s];
+    int has_keep = has_recompute && starts_with_key(ps, "keep=");
+    if (has_keep && read_stage_list(ps, "keep", "whole-kept micro-batches", "keep count", stages, micro,
+                                    "a keep count from 0 to the micro-batches", recompute, keep) != 0)
+        return -1;
     if (expect_end(ps, has_keep        ? "end of line after the keep list"
                        : has_recompute ? "end of line after the recompute list"
                        : has_warmup    ? "end of line after the warm-up list"
