@@ -47,25 +47,26 @@ run() {
 
 run pipeline4 --scheduler uniform --micro-batches 4
 grep -q "4 stages x 1 replica" "$work/pipeline4.compile" && pass || fail "pipeline4: $(cat "$work/pipeline4.compile")"
+# replays_same NAME PLAN-LINE MANIFEST-LINE RECOMPUTE: the pipeline again
+# recomputing; plan.txt and cpu-a0's manifest say so (grep patterns) and
+# the same ops on the same inputs give pipeline4's losses, bit for bit.
+replays_same() {
+  local name=$1 plan=$2 manifest=$3; shift 3
+  run "$name" --scheduler uniform --micro-batches 4 --recompute "$1"
+  grep -q "$plan" "$work/$name/plan.txt" && pass \
+    || fail "$name: plan.txt does not say '$plan': $(cat "$work/$name/plan.txt")"
+  grep -q "$manifest" "$work/$name/cpu-a0/manifest.txt" && pass \
+    || fail "$name: cpu-a0's manifest does not say '$manifest': $(cat "$work/$name/cpu-a0/manifest.txt")"
+  cmp -s "$work/pipeline4.loss" "$work/$name.loss" && pass \
+    || fail "$name: losses differ from pipeline4's: $(paste "$work/pipeline4.loss" "$work/$name.loss" | head -5)"
+}
 # Recomputation: stages 0-2 keep only what their forward receives and run it
-# again before each waiting backward; the same ops on the same inputs give
-# the same losses, bit for bit, as the pipeline that keeps its stash.
-run recompute4 --scheduler uniform --micro-batches 4 --recompute on
-grep -q "^recompute: stages 0, 1, 2 " "$work/recompute4/plan.txt" && pass \
-  || fail "recompute4: plan.txt does not say stages 0-2 recompute: $(cat "$work/recompute4/plan.txt")"
-grep -q "^schedule .*, recomputes" "$work/recompute4/cpu-a0/manifest.txt" && pass \
-  || fail "recompute4: cpu-a0's manifest does not say it recomputes: $(cat "$work/recompute4/cpu-a0/manifest.txt")"
-cmp -s "$work/pipeline4.loss" "$work/recompute4.loss" && pass \
-  || fail "recompute4: losses differ from pipeline4's: $(paste "$work/pipeline4.loss" "$work/recompute4.loss" | head -5)"
+# again before each waiting backward.
+replays_same recompute4 "^recompute: stages 0, 1, 2 " "^schedule .*, recomputes" on
 # Partial replay: stages 0-2 keep one waiting micro-batch whole at a time
-# and replay the others; bit for bit the same again.
-run keep4 --scheduler uniform --micro-batches 4 --recompute keep:1
-grep -q "^recompute: stage 0 keeps 1 of its 4 micro-batches in flight whole; the other 3 " "$work/keep4/plan.txt" && pass \
-  || fail "keep4: plan.txt does not say stage 0 keeps 1 of 4 whole: $(cat "$work/keep4/plan.txt")"
-grep -q "^schedule .*, recomputes.*(but up to 1 kept whole" "$work/keep4/cpu-a0/manifest.txt" && pass \
-  || fail "keep4: cpu-a0's manifest does not say it keeps 1 whole: $(cat "$work/keep4/cpu-a0/manifest.txt")"
-cmp -s "$work/pipeline4.loss" "$work/keep4.loss" && pass \
-  || fail "keep4: losses differ from pipeline4's: $(paste "$work/pipeline4.loss" "$work/keep4.loss" | head -5)"
+# and replay the others.
+replays_same keep4 "^recompute: stage 0 keeps 1 of its 4 micro-batches in flight whole; the other 3 " \
+  "^schedule .*, recomputes.*(but up to 1 kept whole" keep:1
 run grid2x2 --stages 2 --replicas 2 --micro-batches 2
 grep -q "2 stages x 2 replicas" "$work/grid2x2.compile" && pass || fail "grid2x2: $(cat "$work/grid2x2.compile")"
 for d in cpu-a0 cpu-a1 cpu-b0 cpu-b1; do
