@@ -6,11 +6,14 @@
 #            the next complete checkpoint, re-plans (2 replicas), the
 #            provider fetches its program and the checkpoint through the
 #            broker and runs it; steps after are at least 1.4x faster; every
-#            step 1..120 is printed once, the new epoch starts at the step
+#            step 1..200 is printed once, the new epoch starts at the step
 #            after the checkpoint it resumes from, and its losses are those
-#            of the same bundles resumed from that checkpoint without a
-#            broker; the provider's checkpoint parts are uploaded into the
-#            run's checkpoints; the broker and the provider exit 0;
+#            of the same bundles resumed from step 180's checkpoint without
+#            a broker (200 steps: in a loaded sanitizer build the refusals
+#            below lasted until step 100, the provider joined after it,
+#            and a run of 120 ended before the new plan could start); the
+#            provider's checkpoint parts are uploaded into the run's
+#            checkpoints; the broker and the provider exit 0;
 #   leave    the same, and the provider's agent killed once its program
 #            runs: the program dies with it, the broker calls it lost,
 #            plans again without it, and the run finishes;
@@ -37,15 +40,16 @@ cat >"$work/one.xml" <<'EOF'
 EOF
 model=(--set vocab=256 --set ctx=32 --set layers=2 --set dim=48 --set heads=4 --set batch=8 --set seq=32
        --set lr=3e-3 --set warmup=5)
-args=(--data "$work/corpus.txt" --steps 120 --seed 7 --emulate-devices)
+args=(--data "$work/corpus.txt" --seed 7 --emulate-devices)
+total=200 ref_from=180   # the join's steps, and the checkpoint its reference run resumes from
 provider=(--emulate-peak 1GFLOPS --threads 1 --seconds 0.3)
 steps() { awk '/^step /{split($2, s, "/"); print s[1], $4, $7}' "$1"; }   # step, loss, ms/step
 
-# start NAME: the broker on a fresh compile NAME, in the background ($broker); its output NAME.out.
+# start NAME STEPS: the broker on a fresh compile NAME, in the background ($broker); its output NAME.out.
 start() {
   "$FUSIONC" compile models/gpt2.xml "$work/one.xml" -o "$work/$1" "${model[@]}" >"$work/$1.compile" 2>&1 && pass \
     || fail "$1 compile: $(cat "$work/$1.compile")"
-  "$FUSIONC" broker "$work/$1" --port $port --port-base $base --save-every 20 --peer-timeout 3 "${args[@]}" \
+  "$FUSIONC" broker "$work/$1" --port $port --port-base $base --save-every 20 --peer-timeout 3 "${args[@]}" --steps "$2" \
     >"$work/$1.out" 2>&1 &
   broker=$!
   url="tcp://127.0.0.1:$port"
@@ -54,7 +58,7 @@ start() {
 }
 
 # ---- refused: while the first run trains ----
-start join
+start join $total
 inv="$work/join/invite.key"
 [ "$(stat -c %a "$inv")" = 600 ] && grep -q "^broker $url$" "$inv" && pass || fail "invite.key: $(stat -c %a "$inv") $(head -2 "$inv")"
 refused() {   # refused WHAT TEXT INVITE ARGS...: fusionc provide exits 1 saying TEXT
@@ -82,7 +86,7 @@ refused "a malformed invite" "bad.key:3: not an invite: line 3 should be 'invite
 expect_eq "revoking an invite never made: exit status" 1 $?
 
 # ---- join ----
-timeout 120 "$FUSIONC" provide --invite "$inv" --name prov1 --dir "$work/prov1" "${provider[@]}" >"$work/prov1.out" 2>&1
+timeout 180 "$FUSIONC" provide --invite "$inv" --name prov1 --dir "$work/prov1" "${provider[@]}" >"$work/prov1.out" 2>&1
 expect_eq "join: the provider's exit status" 0 $?
 wait "$broker"
 expect_eq "join: the broker's exit status" 0 $?
@@ -98,7 +102,7 @@ done
 grep -q "provider prov1: runs prov1 of epoch 2 (.* files through the broker" "$work/prov1.out" && pass \
   || fail "join: the provider's output: $(cat "$work/prov1.out")"
 steps "$out" >"$work/join.steps"
-expect_eq "join: steps printed once each" "120 120" "$(awk '{print $1}' "$work/join.steps" | sort -n | uniq | wc -l) $(wc -l <"$work/join.steps")"
+expect_eq "join: steps printed once each" "$total $total" "$(awk '{print $1}' "$work/join.steps" | sort -n | uniq | wc -l) $(wc -l <"$work/join.steps")"
 from=$(sed -n 's/.*on under the new plan .* from the checkpoint of step \([0-9]*\)$/\1/p' "$out")
 first=$(awk '/on under the new plan/{on = 1; next} on && /^step /{split($2, s, "/"); print s[1]; exit}' "$out")
 [ -n "$from" ] && [ "$first" = $((from + 1)) ] && pass || fail "join: resumed from step '$from', then printed step '$first'"
@@ -112,21 +116,22 @@ if [ "${FUSION_SANITIZE:-OFF}" != ON ]; then
   awk -v b="${before:-0}" -v a="${after:-0}" 'BEGIN { exit !(a > 0 && b / a >= 1.4) }' && pass \
     || fail "join: ${before:-?} ms/step before, ${after:-?} after: not 1.4x faster"
 fi
-grep -q "^part checkpoint-prov1.safetensors " "$work/join/checkpoints/step-120/MANIFEST" && pass \
-  || fail "join: the provider's part is not in step 120's checkpoint: $(cat "$work/join/checkpoints/step-120/MANIFEST")"
-# The same bundles (epoch 2) resumed from step 100's checkpoint (the provider's
+grep -q "^part checkpoint-prov1.safetensors " "$work/join/checkpoints/step-$total/MANIFEST" && pass \
+  || fail "join: the provider's part is not in step $total's checkpoint: $(cat "$work/join/checkpoints/step-$total/MANIFEST")"
+# The same bundles (epoch 2) resumed from step 180's checkpoint (the provider's
 # part uploaded into it), without a broker: the same losses after it.
-rm -rf "$work/ref" && cp -r "$work/join/checkpoints/step-100" "$work/ref"
-"$work/join/epoch-2/launch-local.sh" "${args[@]}" --resume "$work/ref" --port-base $base >"$work/ref.out" 2>&1 && pass \
+[ -n "$from" ] && [ "$from" -lt $ref_from ] && pass || fail "join: the new plan started at step '$from', not before $ref_from"
+rm -rf "$work/ref" && cp -r "$work/join/checkpoints/step-$ref_from" "$work/ref"
+"$work/join/epoch-2/launch-local.sh" "${args[@]}" --steps $total --resume "$work/ref" --port-base $base >"$work/ref.out" 2>&1 && pass \
   || fail "join: the reference run: $(tail -3 "$work/ref.out")"
 base=$((base + 1000))
 sed 's/^\[[^]]*\] //' "$work/ref.out" | steps /dev/stdin | awk '{print $1, $2}' >"$work/ref.loss"
-awk '$1 > 100 {print $1, $2}' "$work/join.steps" >"$work/after.loss"
-join "$work/after.loss" "$work/ref.loss" | awk '$2 != $3 { bad++ } END { exit bad > 0 || NR != 20 }' && pass \
-  || fail "join: losses after step 100 differ from the resumed run's: $(join "$work/after.loss" "$work/ref.loss" | head -3)"
+awk -v r=$ref_from '$1 > r {print $1, $2}' "$work/join.steps" >"$work/after.loss"
+join "$work/after.loss" "$work/ref.loss" | awk -v n=$((total - ref_from)) '$2 != $3 { bad++ } END { exit bad > 0 || NR != n }' && pass \
+  || fail "join: losses after step $ref_from differ from the resumed run's: $(join "$work/after.loss" "$work/ref.loss" | head -3)"
 
 # ---- leave: the provider killed while its program runs ----
-start leave
+start leave 120
 "$FUSIONC" provide --invite "$work/leave/invite.key" --name prov2 --dir "$work/prov2" "${provider[@]}" \
   >"$work/prov2.out" 2>&1 &
 agent=$!
