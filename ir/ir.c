@@ -384,13 +384,19 @@ int ir_graph_set_warmup(ir_graph *g, const int32_t *warmup)
             warmup[s] < (next < p->micro_batches ? next : p->micro_batches))
             return -1;
     }
-    int32_t *copy = malloc((size_t)p->n_stages * sizeof *copy);
-    if (!copy)
+    int failed = 0;
+    int32_t *copy = dup_array(warmup, (size_t)p->n_stages, sizeof *copy, &failed);
+    if (failed)
         return -1;
-    memcpy(copy, warmup, (size_t)p->n_stages * sizeof *copy);
     free(p->warmup);
     p->warmup = copy;
     return 0;
+}
+
+int32_t ir_placement_in_flight(const ir_placement *p, int32_t s)
+{
+    int32_t w = ir_placement_warmup(p, s);
+    return w + 1 < p->micro_batches ? w + 1 : p->micro_batches;
 }
 
 int ir_placement_recompute(const ir_placement *p, int32_t s)
@@ -409,11 +415,10 @@ int ir_graph_set_recompute(ir_graph *g, const uint8_t *recompute)
             return -1;
         any |= recompute[s];
     }
-    uint8_t *copy = any ? malloc((size_t)p->n_stages) : NULL;
-    if (any && !copy)
+    int failed = 0;
+    uint8_t *copy = any ? dup_array(recompute, (size_t)p->n_stages, 1, &failed) : NULL;
+    if (failed)
         return -1;
-    if (copy)
-        memcpy(copy, recompute, (size_t)p->n_stages);
     free(p->recompute);
     p->recompute = copy;
     for (int32_t s = 0; p->keep && s < p->n_stages; s++)
@@ -438,11 +443,10 @@ int ir_graph_set_keep(ir_graph *g, const int32_t *keep)
             return -1;
         any |= keep[s] > 0;
     }
-    int32_t *copy = any ? malloc((size_t)p->n_stages * sizeof *copy) : NULL;
-    if (any && !copy)
+    int failed = 0;
+    int32_t *copy = any ? dup_array(keep, (size_t)p->n_stages, sizeof *copy, &failed) : NULL;
+    if (failed)
         return -1;
-    if (copy)
-        memcpy(copy, keep, (size_t)p->n_stages * sizeof *copy);
     free(p->keep);
     p->keep = copy;
     return 0;

@@ -221,6 +221,8 @@ int32_t ir_placement_warmup(const ir_placement *p, int32_t s);
  * than min(M, the next stage's + 1) (it would wait for a backward that
  * waits for one of its own forwards). */
 int ir_graph_set_warmup(ir_graph *g, const int32_t *warmup);
+/* The micro-batches stage s has in flight at most: its warm-up + 1, at most M. */
+int32_t ir_placement_in_flight(const ir_placement *p, int32_t s);
 /* Does stage s recompute its forward before a waiting backward?  (0 when
  * not placed or out of range.) */
 int ir_placement_recompute(const ir_placement *p, int32_t s);

@@ -802,6 +802,36 @@ static int descend_in_two(const fence_model *m, fence_best *b, const candidate *
     return rc ? rc : descend_cuts(m, b, cd, end, layer_end, n_layer_ends);
 }
 
+/* Every front cut (fence_front_cuts; by seconds, fence_front_cuts_balanced,
+ * when seconds is not NULL) priced and kept in b when better; the best in
+ * front_end, its step in *front_T (INFINITY: none fits).  end: scratch. */
+static int try_fronts(const fence_model *m, fence_best *b, const candidate *cd, const double *seconds, int32_t *end,
+                      int32_t *front_end, double *front_T)
+{
+    int32_t S = cd->S;
+    int rc = 0;
+    *front_T = INFINITY;
+    for (int32_t front = 0; rc == 0; front++) {
+        if (seconds ? fence_front_cuts_balanced(m, S, front, seconds, end) : fence_front_cuts(m, S, front, end))
+            break;
+        double t;
+        rc = fence_keep_if_better(b, m, cd, end, 1, &t, NULL);
+        if (t < *front_T)
+            *front_T = t, memcpy(front_end, end, (size_t)S * sizeof *end);
+    }
+    return rc;
+}
+
+/* b's cut back to was_end (its step was_T) unless b is now 1% shorter:
+ * within the cost model's error a cut does not change. */
+static void keep_within_error(fence_best *b, const int32_t *was_end, double was_T)
+{
+    if (!(b->T < 0.99 * was_T)) {
+        memcpy(b->end, was_end, (size_t)b->cd.S * sizeof *was_end);
+        b->T = was_T;
+    }
+}
+
 static int refine_cuts(const fence_model *m, fence_best *b)
 {
     if (!b->dev || b->cd.S < 2)
@@ -820,15 +850,10 @@ static int refine_cuts(const fence_model *m, fence_best *b)
     memcpy(was_end, b->end, (size_t)S * sizeof *was_end);
     candidate cd = b->cd;
     cd.dev = dev;
-    double was_T = b->T, front_T = INFINITY;
+    double was_T = b->T, front_T;
     int rc = 0;
     /* First stage 0 lighter or heavier by whole layers, the rest equal. */
-    for (int32_t front = 0; rc == 0 && fence_front_cuts(m, S, front, end) == 0; front++) {
-        double t;
-        rc = fence_keep_if_better(b, m, &cd, end, 1, &t, NULL);
-        if (t < front_T)
-            front_T = t, memcpy(front_end, end, (size_t)S * sizeof *end);
-    }
+    rc = try_fronts(m, b, &cd, NULL, end, front_end, &front_T);
     memcpy(end, b->end, (size_t)S * sizeof *end);
     if (rc == 0)
         rc = descend_in_two(m, b, &cd, end, layer_end, n_layer_ends);
@@ -846,26 +871,17 @@ static int refine_cuts(const fence_model *m, fence_best *b)
     double kept_T = b->T;
     memcpy(kept_end, b->end, (size_t)S * sizeof *kept_end);
     const double *seconds = m->time + (size_t)m->row_of[dev[b->cd.R]] * ((size_t)m->n_fwd + 1);
-    front_T = INFINITY;
-    for (int32_t front = 0; rc == 0 && fence_front_cuts_balanced(m, S, front, seconds, end) == 0; front++) {
-        double t;
-        rc = fence_keep_if_better(b, m, &cd, end, 1, &t, NULL);
-        if (t < front_T)
-            front_T = t, memcpy(front_end, end, (size_t)S * sizeof *end);
-    }
+    if (rc == 0)
+        rc = try_fronts(m, b, &cd, seconds, end, front_end, &front_T);
     if (rc == 0 && front_T < INFINITY && memcmp(front_end, kept_end, (size_t)S * sizeof *end) != 0)
         rc = descend_in_two(m, b, &cd, front_end, layer_end, n_layer_ends);
-    if (rc == 0 && !(b->T < 0.99 * kept_T)) {
-        memcpy(b->end, kept_end, (size_t)S * sizeof *kept_end);
-        b->T = kept_T;
-    }
+    if (rc == 0)
+        keep_within_error(b, kept_end, kept_T);
     /* Under 1% is within the model's error: keep the search's cut then,
      * so a plan does not change for nothing (the same cut across
      * precisions, say). */
-    if (rc == 0 && !(b->T < 0.99 * was_T)) {
-        memcpy(b->end, was_end, (size_t)S * sizeof *was_end);
-        b->T = was_T;
-    }
+    if (rc == 0)
+        keep_within_error(b, was_end, was_T);
     free(was_end);
     free(front_end);
     free(kept_end);

@@ -234,8 +234,7 @@ static double unforeseen_replays(const ir_graph *g, const fence_plan *plan)
     for (int32_t s = 0; s < plan->n_stages && s < p->n_stages; s++)
         if (ir_placement_recompute(p, s) && plan->recompute && !plan->recompute[s]) {
             /* the share of its micro-batches that replay: those it does not keep whole */
-            int32_t n =
-                ir_placement_warmup(p, s) + 1 < p->micro_batches ? ir_placement_warmup(p, s) + 1 : p->micro_batches;
+            int32_t n = ir_placement_in_flight(p, s);
             double replayed = n > 0 ? (double)(n - ir_placement_keep(p, s)) / n : 1.0;
             slowest = fmax(slowest, plan->stage_compute[s] * (1.0 + replayed / 3.0));
         }

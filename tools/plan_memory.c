@@ -46,10 +46,9 @@ double plan_stage_memory(const ir_graph *g, const fence_plan *p, int32_t s)
     if (waiting < 0 || p->micro_batches <= 1)
         waiting = 0;
     double arena = (double)memory_arena_bytes(g, p->devices[s * p->n_replicas]);
-    int32_t keep = ir_placement_keep(&g->placement, s),
-            in_flight = waiting + 1 < p->micro_batches ? waiting + 1 : p->micro_batches;
+    int32_t keep = ir_placement_keep(&g->placement, s); /* > 0 only on a placed graph */
     if (replay && keep > 0) /* partial replay: keep whole, the rest their inputs (schedule_keep_whole) */
-        return arena + keep * stage_stash_bytes(g, s, 0) + (in_flight - keep) * stash;
+        return arena + keep * stage_stash_bytes(g, s, 0) + (ir_placement_in_flight(&g->placement, s) - keep) * stash;
     return arena + waiting * stash;
 }
 

@@ -132,8 +132,7 @@ void plan_report_print(FILE *out, const ir_graph *g, const cluster *c, const fen
     for (int32_t s = 0; placed && s < p->n_stages; s++)
         count += ir_placement_recompute(&g->placement, s) != 0 && ir_placement_keep(&g->placement, s) == 0;
     for (int32_t s = 0; placed && s < p->n_stages; s++) { /* partial replay: a line a stage */
-        int32_t keep = ir_placement_keep(&g->placement, s), M = g->placement.micro_batches;
-        int32_t n = ir_placement_warmup(&g->placement, s) + 1 < M ? ir_placement_warmup(&g->placement, s) + 1 : M;
+        int32_t keep = ir_placement_keep(&g->placement, s), n = ir_placement_in_flight(&g->placement, s);
         if (keep > 0)
             fprintf(out,
                     "recompute: stage %d keeps %d of its %d micro-batches in flight whole; the other %d keep only "
